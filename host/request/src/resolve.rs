@@ -1,0 +1,258 @@
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{InputPart, OmniRequest, OutputSpec, RequestError, SamplerKind, TaskType};
+
+/// Parameter values a model uses when a request leaves them out.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Defaults {
+    pub steps: u32,
+    pub guidance_scale: f32,
+    pub shift: f32,
+    pub height: u32,
+    pub width: u32,
+    pub num_frames: u32,
+    pub fps: u32,
+    pub sampler: SamplerKind,
+    pub negative_prompt: String,
+}
+
+/// What a model family accepts; checked before any work is done.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelLimits {
+    /// Family name used in messages, e.g. `Wan`.
+    pub family: String,
+    pub tasks: Vec<TaskType>,
+    /// Frames must equal `frame_multiple * k + 1` (Wan: 4, from the VAE's 4x temporal stride).
+    pub frame_multiple: u32,
+    /// Height and width must be multiples of this (Wan: 16 = VAE stride 8 x patch 2).
+    pub spatial_multiple: u32,
+    pub max_frames: u32,
+    pub max_side: u32,
+    pub max_steps: u32,
+    pub defaults: Defaults,
+}
+
+/// A request checked against a model, with every parameter concrete.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResolvedRequest {
+    pub request_id: String,
+    pub task: TaskType,
+    pub prompt: String,
+    pub negative_prompt: String,
+    pub seed: u64,
+    pub sampler: SamplerKind,
+    pub steps: u32,
+    pub guidance_scale: f32,
+    pub shift: f32,
+    pub height: u32,
+    pub width: u32,
+    pub num_frames: u32,
+    pub fps: u32,
+    pub outputs: OutputSpec,
+    pub node_params: BTreeMap<String, serde_json::Value>,
+    pub plugin_params: BTreeMap<String, serde_json::Value>,
+    pub exact: bool,
+    pub priority: i32,
+}
+
+impl ResolvedRequest {
+    /// Whether the unconditional branch runs (guidance above 1).
+    pub fn does_cfg(&self) -> bool {
+        self.guidance_scale > 1.0
+    }
+}
+
+impl OmniRequest {
+    /// Checks the request against `limits` and fills defaults. `random_seed` supplies the seed when
+    /// the request has none (so callers control where randomness comes from).
+    pub fn resolve(&self, limits: &ModelLimits, random_seed: impl FnOnce() -> u64) -> Result<ResolvedRequest, RequestError> {
+        if self.request_id.trim().is_empty() {
+            return Err(RequestError::new("request_id", "must not be empty"));
+        }
+        if !limits.tasks.contains(&self.task) {
+            let supported: Vec<&str> = limits.tasks.iter().map(|t| t.as_str()).collect();
+            return Err(RequestError::new(
+                "task",
+                format!("{} does not support `{}` (supported: {})", limits.family, self.task.as_str(), supported.join(", ")),
+            ));
+        }
+        for (i, part) in self.inputs.iter().enumerate() {
+            if !matches!(part, InputPart::Text { .. }) && self.task == TaskType::T2v {
+                return Err(RequestError::new(format!("inputs[{i}]"), "text-to-video takes only text inputs"));
+            }
+        }
+        let prompt = self.prompt().unwrap_or_default();
+        if prompt.trim().is_empty() {
+            return Err(RequestError::new("prompt", "must not be empty for text-to-video"));
+        }
+        let d = &self.diffusion;
+        let def = &limits.defaults;
+        let steps = d.num_inference_steps.unwrap_or(def.steps);
+        if steps == 0 || steps > limits.max_steps {
+            return Err(RequestError::new("diffusion.num_inference_steps", format!("{steps} is outside 1..={}", limits.max_steps)));
+        }
+        let guidance_scale = d.guidance_scale.unwrap_or(def.guidance_scale);
+        if !guidance_scale.is_finite() || !(0.0..=100.0).contains(&guidance_scale) {
+            return Err(RequestError::new("diffusion.guidance_scale", format!("{guidance_scale} is outside 0..=100")));
+        }
+        let shift = d.shift.unwrap_or(def.shift);
+        if !shift.is_finite() || shift <= 0.0 || shift > 100.0 {
+            return Err(RequestError::new("diffusion.shift", format!("{shift} must be in (0, 100]")));
+        }
+        let m = limits.spatial_multiple;
+        let height = d.height.unwrap_or(def.height);
+        let width = d.width.unwrap_or(def.width);
+        for (name, v) in [("diffusion.height", height), ("diffusion.width", width)] {
+            if v == 0 || v % m != 0 || v > limits.max_side {
+                return Err(RequestError::new(
+                    name,
+                    format!("{v}: {} needs a positive multiple of {m} up to {}", limits.family, limits.max_side),
+                ));
+            }
+        }
+        let num_frames = if self.task == TaskType::T2i { 1 } else { d.num_frames.unwrap_or(def.num_frames) };
+        let fm = limits.frame_multiple;
+        if num_frames == 0 || (num_frames - 1) % fm != 0 || num_frames > limits.max_frames {
+            let k = num_frames.saturating_sub(1) / fm;
+            return Err(RequestError::new(
+                "diffusion.num_frames",
+                format!(
+                    "{num_frames}: {} needs frames = {fm}k+1 up to {} (e.g. {} or {})",
+                    limits.family,
+                    limits.max_frames,
+                    fm * k + 1,
+                    fm * (k + 1) + 1
+                ),
+            ));
+        }
+        let fps = d.fps.unwrap_or(def.fps);
+        if fps == 0 || fps > 240 {
+            return Err(RequestError::new("diffusion.fps", format!("{fps} is outside 1..=240")));
+        }
+        if self.outputs.modalities.is_empty() {
+            return Err(RequestError::new("outputs.modalities", "must name at least one modality"));
+        }
+        Ok(ResolvedRequest {
+            request_id: self.request_id.clone(),
+            task: self.task,
+            prompt,
+            negative_prompt: self.negative_prompt().unwrap_or_else(|| def.negative_prompt.clone()),
+            seed: self.sampling.seed.unwrap_or_else(random_seed),
+            sampler: self.sampling.sampler.unwrap_or(def.sampler),
+            steps,
+            guidance_scale,
+            shift,
+            height,
+            width,
+            num_frames,
+            fps,
+            outputs: self.outputs.clone(),
+            node_params: self.node_params.clone(),
+            plugin_params: self.plugin_params.clone(),
+            exact: self.exact,
+            priority: self.priority,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::TextRole;
+
+    fn limits() -> ModelLimits {
+        ModelLimits {
+            family: "Wan".into(),
+            tasks: vec![TaskType::T2v, TaskType::T2i],
+            frame_multiple: 4,
+            spatial_multiple: 16,
+            max_frames: 121,
+            max_side: 1280,
+            max_steps: 200,
+            defaults: Defaults {
+                steps: 20,
+                guidance_scale: 5.0,
+                shift: 3.0,
+                height: 64,
+                width: 64,
+                num_frames: 17,
+                fps: 16,
+                sampler: SamplerKind::Unipc,
+                negative_prompt: String::new(),
+            },
+        }
+    }
+
+    fn req() -> OmniRequest {
+        OmniRequest::text_to_video("r1", "a red circle")
+    }
+
+    #[test]
+    fn defaults_fill_missing_fields() {
+        let r = req().resolve(&limits(), || 7).unwrap();
+        assert_eq!((r.steps, r.num_frames, r.height, r.seed), (20, 17, 64, 7));
+        assert_eq!(r.sampler, SamplerKind::Unipc);
+        assert!(r.does_cfg());
+    }
+
+    #[test]
+    fn frames_must_be_4k_plus_1() {
+        let mut r = req();
+        r.diffusion.num_frames = Some(16);
+        let e = r.resolve(&limits(), || 0).unwrap_err();
+        assert_eq!(e.field, "diffusion.num_frames");
+        assert!(e.rule.contains("4k+1") && e.rule.contains("e.g. 13 or 17"), "{e}");
+    }
+
+    #[test]
+    fn sizes_must_be_multiples_of_16() {
+        let mut r = req();
+        r.diffusion.width = Some(70);
+        let e = r.resolve(&limits(), || 0).unwrap_err();
+        assert_eq!(e.field, "diffusion.width");
+        assert!(e.rule.contains("multiple of 16"), "{e}");
+    }
+
+    #[test]
+    fn empty_prompt_and_bad_numbers_are_named() {
+        let mut r = req();
+        r.inputs = vec![InputPart::Text { text: "  ".into(), role: Default::default() }];
+        assert_eq!(r.resolve(&limits(), || 0).unwrap_err().field, "prompt");
+        let mut r = req();
+        r.diffusion.num_inference_steps = Some(0);
+        assert_eq!(r.resolve(&limits(), || 0).unwrap_err().field, "diffusion.num_inference_steps");
+        let mut r = req();
+        r.diffusion.guidance_scale = Some(f32::NAN);
+        assert_eq!(r.resolve(&limits(), || 0).unwrap_err().field, "diffusion.guidance_scale");
+        let mut r = req();
+        r.task = TaskType::I2v;
+        let e = r.resolve(&limits(), || 0).unwrap_err();
+        assert!(e.to_string().starts_with("task: Wan does not support `i2v`"), "{e}");
+    }
+
+    #[test]
+    fn image_task_forces_one_frame_and_negative_prompt_sources() {
+        let mut r = req();
+        r.task = TaskType::T2i;
+        r.diffusion.num_frames = Some(16);
+        r.inputs.push(InputPart::Text { text: "blurry".into(), role: TextRole::Negative });
+        let out = r.resolve(&limits(), || 0).unwrap();
+        assert_eq!(out.num_frames, 1);
+        assert_eq!(out.negative_prompt, "blurry");
+        r.diffusion.negative_prompt = Some("grainy".into());
+        assert_eq!(r.resolve(&limits(), || 0).unwrap().negative_prompt, "grainy");
+    }
+
+    #[test]
+    fn json_round_trip_and_unknown_fields_are_refused() {
+        let r = req();
+        let s = serde_json::to_string(&r).unwrap();
+        let back: OmniRequest = serde_json::from_str(&s).unwrap();
+        assert_eq!(back, r);
+        let bad = s.replace("\"diffusion\":{", "\"diffusion\":{\"stepz\":3,");
+        let e = serde_json::from_str::<OmniRequest>(&bad).unwrap_err().to_string();
+        assert!(e.contains("stepz"), "{e}");
+    }
+}

@@ -1,0 +1,1 @@
+fn main() { fastvideo_build::libtorch_rpath() }
