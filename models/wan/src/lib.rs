@@ -1,1 +1,21 @@
+//! The Wan 2.1 model family in tch: `WanTransformer3DModel`, the `AutoencoderKLWan` video VAE,
+//! the UMT5 text encoder and its tokenizer, diffusers-layout loading, and the text-to-video
+//! [`pipeline`]. Each component is `Config` + `new(cfg, weights)`; module paths equal checkpoint
+//! keys. Parity with diffusers/transformers is tested against fixtures in `tests/fixtures/`.
 
+pub mod config;
+pub mod loader;
+pub mod nn;
+pub mod pipeline;
+pub mod scheduler;
+pub mod tokenizer;
+pub mod transformer;
+pub mod umt5;
+pub mod vae;
+pub mod weights;
+
+pub use loader::{RunDefaults, WanModel};
+pub use transformer::{TransformerConfig, WanTransformer3DModel};
+pub use umt5::{Umt5Config, Umt5Encoder};
+pub use vae::{AutoencoderKLWan, VaeConfig};
+pub use weights::Weights;

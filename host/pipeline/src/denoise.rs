@@ -1,0 +1,108 @@
+//! The denoise loop: one `step` is exactly one solver step — every guidance branch's forward,
+//! the guidance combine, and the sampler update.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use anyhow::{bail, ensure, Context, Result};
+use fastvideo_request::ResolvedRequest;
+use rand::SeedableRng;
+use rand_distr::{Distribution, StandardNormal};
+use tch::{Device, Kind, Tensor};
+
+use crate::sampler::{self, Sampler};
+use crate::{Guidance, GuidanceState, LoopStage, LoopState, NodeCtx, StepResult, Value, Values};
+
+/// A model that predicts the flow velocity of latents at a timestep, given a conditioning tensor.
+pub trait Denoiser: Send + Sync {
+    /// `latents` is `[B, C, F, H, W]`, `timestep` is `[B]` (float), `context` is `[B, L, D]`.
+    fn forward(&self, latents: &Tensor, timestep: &Tensor, context: &Tensor) -> Result<Tensor>;
+    /// Latent shape `[1, C, F, H, W]` for a request.
+    fn latent_shape(&self, req: &ResolvedRequest) -> Vec<i64>;
+}
+
+/// The loop node. `contexts` maps each guidance branch name to the value holding its
+/// conditioning (e.g. `cond` → `prompt_embeds`).
+pub struct DenoiseLoop {
+    pub denoiser: Arc<dyn Denoiser>,
+    pub guidance: Arc<dyn Guidance>,
+    pub contexts: BTreeMap<&'static str, String>,
+    /// Value name of optional initial latents (request-supplied noise); seeded noise otherwise.
+    pub initial_latents: String,
+    pub output: String,
+}
+
+struct DenoiseState {
+    latents: Tensor,
+    sampler: Box<dyn Sampler>,
+    branches: Vec<&'static str>,
+    contexts: Vec<Tensor>,
+    guidance: GuidanceState,
+}
+
+/// Standard-normal noise from a seed, generated on the host with ChaCha so the same seed gives
+/// the same video on every device and is independent of libtorch's global generator (which
+/// concurrent requests would otherwise share).
+pub fn seeded_noise(shape: &[i64], seed: u64, device: Device) -> Tensor {
+    let n: i64 = shape.iter().product();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let data: Vec<f32> = (0..n).map(|_| StandardNormal.sample(&mut rng)).collect();
+    Tensor::from_slice(&data).reshape(shape).to_device(device)
+}
+
+impl LoopStage for DenoiseLoop {
+    fn init(&self, ctx: &NodeCtx, values: &mut Values) -> Result<LoopState> {
+        let req = ctx.request;
+        let shape = self.denoiser.latent_shape(req);
+        let latents = match values.opt_tensor(&self.initial_latents) {
+            Some(t) => {
+                ensure!(
+                    t.size() == shape,
+                    "inputs.latent: shape {:?} does not match the {:?} this request needs",
+                    t.size(),
+                    shape
+                );
+                t.to_kind(Kind::Float).to_device(ctx.device)
+            }
+            None => seeded_noise(&shape, req.seed, ctx.device),
+        };
+        let branches = self.guidance.branches(req);
+        let mut contexts = Vec::with_capacity(branches.len());
+        for b in &branches {
+            let Some(name) = self.contexts.get(b) else {
+                bail!("guidance branch `{b}` has no conditioning value bound in this pipeline");
+            };
+            contexts.push(values.tensor(name)?.shallow_clone());
+        }
+        let state = DenoiseState {
+            latents,
+            sampler: sampler::build(req.sampler, req.steps as usize, req.shift as f64),
+            branches,
+            contexts,
+            guidance: self.guidance.init_state(req),
+        };
+        Ok(LoopState { step: 0, total_steps: req.steps, inner: Box::new(state) })
+    }
+
+    fn step(&self, ctx: &NodeCtx, state: &mut LoopState) -> Result<StepResult> {
+        let s: &mut DenoiseState = state.get_mut()?;
+        let i = s.sampler.step_index();
+        let t = s.sampler.timesteps()[i];
+        let timestep = Tensor::from_slice(&[t]).to_device(ctx.device);
+        let mut preds = Vec::with_capacity(s.branches.len());
+        for (b, c) in s.branches.iter().zip(&s.contexts) {
+            let p = self.denoiser.forward(&s.latents, &timestep, c).with_context(|| format!("forward of branch `{b}`"))?;
+            preds.push(p);
+        }
+        let guided = self.guidance.combine(ctx.request, &preds, &mut s.guidance)?;
+        s.latents = s.sampler.step(&guided, &s.latents)?;
+        let done = s.sampler.step_index() == s.sampler.timesteps().len();
+        Ok(StepResult { done, emit: Vec::new(), forwards: preds.len() as u32 })
+    }
+
+    fn finalize(&self, _ctx: &NodeCtx, state: LoopState, values: &mut Values) -> Result<()> {
+        let s = state.inner.downcast::<DenoiseState>().map_err(|_| anyhow::anyhow!("denoise: wrong loop state"))?;
+        values.insert(self.output.clone(), Value::Tensor(s.latents));
+        Ok(())
+    }
+}

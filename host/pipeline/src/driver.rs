@@ -1,0 +1,155 @@
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{anyhow, Context, Result};
+use fastvideo_request::{Artifact, LatentsArtifact, OmniEvent, OmniOutput, RequestMetrics, ResolvedRequest};
+use tch::{Device, Kind};
+
+use crate::{LoopState, NodeCtx, NodeKind, PipelineSpec, Value, Values};
+
+/// Cancels a run at its next step boundary. Cheap to clone and share with other threads.
+#[derive(Clone, Default)]
+pub struct CancelToken(Arc<AtomicBool>);
+
+impl CancelToken {
+    pub fn cancel(&self) {
+        self.0.store(true, Ordering::Relaxed)
+    }
+    pub fn is_cancelled(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// What one call to [`PipelineRun::advance`] did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Advance {
+    /// Ran a one-shot node, or initialized / stepped / finalized a loop node.
+    Worked,
+    /// Every node has run; call [`PipelineRun::finish`].
+    Finished,
+}
+
+/// One request's walk through a pipeline, one unit of work per [`advance`](Self::advance): a
+/// whole one-shot node, a loop's `init`, one loop `step`, or a loop's `finalize`. The caller —
+/// the CLI's simple loop today, the step scheduler tomorrow — decides when to advance which run.
+pub struct PipelineRun {
+    spec: Arc<PipelineSpec>,
+    request: ResolvedRequest,
+    device: Device,
+    values: Values,
+    cursor: usize,
+    active: Option<LoopState>,
+    cancel: CancelToken,
+    metrics: RequestMetrics,
+    started: Instant,
+    node_started: Instant,
+}
+
+impl PipelineRun {
+    /// `values` holds request-provided values (e.g. initial latents).
+    pub fn new(spec: Arc<PipelineSpec>, request: ResolvedRequest, device: Device, values: Values, cancel: CancelToken) -> Self {
+        let metrics = RequestMetrics { seed: request.seed, steps: request.steps, ..Default::default() };
+        let now = Instant::now();
+        Self { spec, request, device, values, cursor: 0, active: None, cancel, metrics, started: now, node_started: now }
+    }
+
+    pub fn request(&self) -> &ResolvedRequest {
+        &self.request
+    }
+
+    /// Name of the node the next `advance` works on.
+    pub fn current_node(&self) -> Option<&str> {
+        self.next_index(self.cursor).map(|i| self.spec.nodes[i].name.as_str())
+    }
+
+    fn next_index(&self, from: usize) -> Option<usize> {
+        (from..self.spec.nodes.len()).find(|&i| self.spec.nodes[i].runs_for(self.request.task))
+    }
+
+    /// Does one unit of work; events go to `emit`. Returns an error naming the node (and step)
+    /// that failed, or `cancelled` when the token was set; either way the run is over.
+    pub fn advance(&mut self, emit: &mut dyn FnMut(OmniEvent)) -> Result<Advance> {
+        if self.cancel.is_cancelled() {
+            return Err(anyhow!("cancelled"));
+        }
+        let Some(idx) = self.next_index(self.cursor) else {
+            return Ok(Advance::Finished);
+        };
+        let spec = Arc::clone(&self.spec);
+        let node = &spec.nodes[idx];
+        let ctx = NodeCtx { request: &self.request, node: &node.name, device: self.device };
+        let _guard = tch::no_grad_guard();
+        let rid = &self.request.request_id;
+        match &node.kind {
+            NodeKind::Stage(stage) => {
+                emit(OmniEvent::NodeStarted { request_id: rid.clone(), node: node.name.clone() });
+                let t = Instant::now();
+                stage.run(&ctx, &mut self.values).with_context(|| format!("node `{}`", node.name))?;
+                self.metrics.node_seconds.push((node.name.clone(), t.elapsed().as_secs_f64()));
+                self.cursor = idx + 1;
+            }
+            NodeKind::Loop(stage) => match self.active.take() {
+                None => {
+                    emit(OmniEvent::NodeStarted { request_id: rid.clone(), node: node.name.clone() });
+                    self.node_started = Instant::now();
+                    let st = stage.init(&ctx, &mut self.values).with_context(|| format!("node `{}` init", node.name))?;
+                    self.active = Some(st);
+                }
+                Some(mut st) => {
+                    let finished = st.step >= st.total_steps;
+                    if finished {
+                        stage.finalize(&ctx, st, &mut self.values).with_context(|| format!("node `{}` finalize", node.name))?;
+                        self.metrics.node_seconds.push((node.name.clone(), self.node_started.elapsed().as_secs_f64()));
+                        self.cursor = idx + 1;
+                    } else {
+                        let t = Instant::now();
+                        let r = stage
+                            .step(&ctx, &mut st)
+                            .with_context(|| format!("node `{}` step {}", node.name, st.step + 1))?;
+                        st.step += 1;
+                        if r.done {
+                            st.total_steps = st.step;
+                        }
+                        self.metrics.step_seconds.push(t.elapsed().as_secs_f64());
+                        self.metrics.forwards += r.forwards;
+                        r.emit.into_iter().for_each(&mut *emit);
+                        emit(OmniEvent::Progress {
+                            request_id: rid.clone(),
+                            node: node.name.clone(),
+                            step: st.step,
+                            total_steps: st.total_steps,
+                        });
+                        self.active = Some(st);
+                    }
+                }
+            },
+        }
+        Ok(Advance::Worked)
+    }
+
+    /// Advances until finished (the single-request path: CLI, tests).
+    pub fn run_to_end(&mut self, emit: &mut dyn FnMut(OmniEvent)) -> Result<()> {
+        while self.advance(emit)? == Advance::Worked {}
+        Ok(())
+    }
+
+    /// Collects the artifacts once [`advance`](Self::advance) returned `Finished`.
+    pub fn finish(mut self) -> Result<OmniOutput> {
+        let mut out = OmniOutput {
+            request_id: self.request.request_id.clone(),
+            artifacts: Default::default(),
+            metrics: std::mem::take(&mut self.metrics),
+        };
+        if let Some(Value::Video(v)) = self.values.remove("video") {
+            out.artifacts.insert("video".into(), Artifact::Video(v));
+        }
+        if self.request.outputs.return_latents {
+            let t = self.values.tensor("latents")?.to_kind(Kind::Float).to_device(Device::Cpu).contiguous();
+            let data = Vec::<f32>::try_from(t.flatten(0, -1))?;
+            out.artifacts.insert("latents".into(), Artifact::Latents(LatentsArtifact { shape: t.size(), data }));
+        }
+        out.metrics.total_seconds = self.started.elapsed().as_secs_f64();
+        Ok(out)
+    }
+}

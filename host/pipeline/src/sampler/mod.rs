@@ -1,0 +1,54 @@
+//! Flow-matching samplers. Each one is per-request state (UniPC keeps a history of model
+//! outputs), built fresh by [`build`] and owned by the request's `LoopState`.
+//!
+//! Schedules are computed the way diffusers computes them — in float64, then rounded to float32 —
+//! so timesteps and sigmas match the reference bit for bit; solver coefficients are computed in
+//! float64 from those float32 sigmas.
+
+mod euler;
+mod unipc;
+
+pub use euler::FlowMatchEuler;
+pub use unipc::{UniPc, UniPcConfig};
+
+use anyhow::Result;
+use fastvideo_request::SamplerKind;
+use tch::Tensor;
+
+/// Training timesteps of the flow-matching models we run (diffusers `num_train_timesteps`).
+pub const NUM_TRAIN_TIMESTEPS: usize = 1000;
+
+/// One request's solver.
+pub trait Sampler: Send {
+    /// The model time passed to the transformer at each step.
+    fn timesteps(&self) -> &[f32];
+    /// Noise levels, one more than steps (ends at 0).
+    fn sigmas(&self) -> &[f32];
+    /// Index of the next step.
+    fn step_index(&self) -> usize;
+    /// Advances `sample` by one solver step given the model's (guided) prediction.
+    fn step(&mut self, model_output: &Tensor, sample: &Tensor) -> Result<Tensor>;
+}
+
+/// Builds the sampler a request asked for.
+pub fn build(kind: SamplerKind, steps: usize, shift: f64) -> Box<dyn Sampler> {
+    match kind {
+        SamplerKind::Euler => Box::new(FlowMatchEuler::new(steps, shift)),
+        SamplerKind::Unipc => Box::new(UniPc::new(UniPcConfig { flow_shift: shift, ..UniPcConfig::default() }, steps)),
+    }
+}
+
+/// `shift * s / (1 + (shift - 1) * s)`, the flow-matching timestep shift.
+pub(crate) fn shift_sigma(s: f64, shift: f64) -> f64 {
+    shift * s / (1.0 + (shift - 1.0) * s)
+}
+
+/// `numpy.linspace(start, stop, n)`.
+pub(crate) fn linspace(start: f64, stop: f64, n: usize) -> Vec<f64> {
+    if n == 1 {
+        return vec![start];
+    }
+    let step = (stop - start) / (n - 1) as f64;
+    // numpy computes start + i*step and pins the last element to stop.
+    (0..n).map(|i| if i == n - 1 { stop } else { start + i as f64 * step }).collect()
+}

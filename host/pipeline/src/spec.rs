@@ -1,0 +1,104 @@
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use fastvideo_request::TaskType;
+use thiserror::Error;
+
+use crate::{LoopStage, Stage};
+
+/// What a node runs.
+#[derive(Clone)]
+pub enum NodeKind {
+    Stage(Arc<dyn Stage>),
+    Loop(Arc<dyn LoopStage>),
+}
+
+/// One node of a pipeline graph. Edges are implicit: a node's `inputs` are value names that
+/// earlier nodes list in their `outputs` (or that the request provides).
+#[derive(Clone)]
+pub struct Node {
+    pub name: String,
+    pub kind: NodeKind,
+    /// Values this node needs.
+    pub inputs: Vec<String>,
+    /// Values this node may produce (some only for some requests, e.g. negative embeddings).
+    pub outputs: Vec<String>,
+    /// Tasks this node runs for; empty means every task of the pipeline.
+    pub tasks: Vec<TaskType>,
+}
+
+impl Node {
+    pub fn stage(name: &str, stage: Arc<dyn Stage>, inputs: &[&str], outputs: &[&str]) -> Self {
+        Self::new(name, NodeKind::Stage(stage), inputs, outputs)
+    }
+    pub fn looped(name: &str, stage: Arc<dyn LoopStage>, inputs: &[&str], outputs: &[&str]) -> Self {
+        Self::new(name, NodeKind::Loop(stage), inputs, outputs)
+    }
+    fn new(name: &str, kind: NodeKind, inputs: &[&str], outputs: &[&str]) -> Self {
+        let own = |v: &[&str]| v.iter().map(|s| s.to_string()).collect();
+        Self { name: name.into(), kind, inputs: own(inputs), outputs: own(outputs), tasks: Vec::new() }
+    }
+    pub fn runs_for(&self, task: TaskType) -> bool {
+        self.tasks.is_empty() || self.tasks.contains(&task)
+    }
+}
+
+/// A pipeline that failed validation: a wiring mistake in a model family, caught when the
+/// pipeline is built rather than when a request reaches the bad node.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum SpecError {
+    #[error("pipeline `{pipeline}`: node name `{node}` is used twice")]
+    DuplicateNode { pipeline: String, node: String },
+    #[error("pipeline `{pipeline}`: node `{node}` reads `{value}`, which no earlier node produces")]
+    MissingInput { pipeline: String, node: String, value: String },
+    #[error("pipeline `{pipeline}`: no node produces the final output `{value}`")]
+    MissingOutput { pipeline: String, value: String },
+    #[error("pipeline `{pipeline}` declares task `{task}` but has no loop node for it")]
+    NoLoop { pipeline: String, task: &'static str },
+}
+
+/// A declarative, validated pipeline graph for one model family.
+#[derive(Clone)]
+pub struct PipelineSpec {
+    pub name: String,
+    pub tasks: Vec<TaskType>,
+    pub nodes: Vec<Node>,
+}
+
+impl PipelineSpec {
+    /// Validates the graph: unique node names, and for every task every input is produced by an
+    /// earlier node (or is in `provided`), `final_output` is produced, and a loop node exists.
+    pub fn new(
+        name: &str,
+        tasks: Vec<TaskType>,
+        nodes: Vec<Node>,
+        provided: &[&str],
+        final_output: &str,
+    ) -> Result<Self, SpecError> {
+        let pipeline = name.to_string();
+        let mut names = BTreeSet::new();
+        for n in &nodes {
+            if !names.insert(n.name.as_str()) {
+                return Err(SpecError::DuplicateNode { pipeline, node: n.name.clone() });
+            }
+        }
+        for &task in &tasks {
+            let mut have: BTreeSet<&str> = provided.iter().copied().collect();
+            let mut loops = 0;
+            for n in nodes.iter().filter(|n| n.runs_for(task)) {
+                if let Some(v) = n.inputs.iter().find(|v| !have.contains(v.as_str())) {
+                    return Err(SpecError::MissingInput { pipeline, node: n.name.clone(), value: v.clone() });
+                }
+                loops += matches!(n.kind, NodeKind::Loop(_)) as usize;
+                have.extend(n.outputs.iter().map(String::as_str));
+            }
+            if !have.contains(final_output) {
+                return Err(SpecError::MissingOutput { pipeline, value: final_output.into() });
+            }
+            if loops == 0 {
+                return Err(SpecError::NoLoop { pipeline, task: task.as_str() });
+            }
+        }
+        Ok(Self { name: pipeline, tasks, nodes })
+    }
+}

@@ -1,0 +1,57 @@
+use std::any::Any;
+
+use anyhow::Result;
+use fastvideo_request::{OmniEvent, ResolvedRequest};
+use tch::Device;
+
+use crate::Values;
+
+/// What a stage sees of its request: the resolved parameters, the device, and where to send
+/// events. Built by the driver per call; stages keep nothing request-specific in `self`.
+pub struct NodeCtx<'a> {
+    pub request: &'a ResolvedRequest,
+    pub node: &'a str,
+    pub device: Device,
+}
+
+/// A one-shot node: text encode, VAE decode, assemble.
+pub trait Stage: Send + Sync {
+    fn run(&self, ctx: &NodeCtx, values: &mut Values) -> Result<()>;
+}
+
+/// Per-request state of a loop node. The concrete type belongs to the loop stage; the driver
+/// only counts steps.
+pub struct LoopState {
+    pub step: u32,
+    pub total_steps: u32,
+    pub inner: Box<dyn Any + Send>,
+}
+
+impl LoopState {
+    /// The stage's own state. A wrong type is a bug in the stage, reported by name.
+    pub fn get_mut<T: 'static>(&mut self) -> Result<&mut T> {
+        self.inner
+            .downcast_mut::<T>()
+            .ok_or_else(|| anyhow::anyhow!("loop state is not a {}", std::any::type_name::<T>()))
+    }
+}
+
+/// What one `step` did.
+#[derive(Debug, Default)]
+pub struct StepResult {
+    /// The loop finished; the driver calls `finalize` next.
+    pub done: bool,
+    /// Events the step wants streamed (progress is emitted by the driver).
+    pub emit: Vec<OmniEvent>,
+    /// Model forwards this step ran (for metrics and the cost model).
+    pub forwards: u32,
+}
+
+/// A node whose work is a loop the runtime iterates: `init` once, `step` until done,
+/// `finalize` once. One `step` must be a bounded unit of work (for denoising: one solver step),
+/// because the step boundary is where the runtime interleaves, cancels and observes.
+pub trait LoopStage: Send + Sync {
+    fn init(&self, ctx: &NodeCtx, values: &mut Values) -> Result<LoopState>;
+    fn step(&self, ctx: &NodeCtx, state: &mut LoopState) -> Result<StepResult>;
+    fn finalize(&self, ctx: &NodeCtx, state: LoopState, values: &mut Values) -> Result<()>;
+}

@@ -1,0 +1,47 @@
+use std::collections::BTreeMap;
+
+use anyhow::{anyhow, Result};
+use fastvideo_request::VideoArtifact;
+use tch::Tensor;
+
+/// A value carried on a pipeline edge.
+#[derive(Debug)]
+pub enum Value {
+    Tensor(Tensor),
+    Video(VideoArtifact),
+}
+
+/// The named values of one request's run. Node names and value names are checked against the
+/// [`PipelineSpec`](crate::PipelineSpec) when it is built, so a missing value here is a bug in a
+/// stage, reported with the names involved.
+#[derive(Debug, Default)]
+pub struct Values(BTreeMap<String, Value>);
+
+impl Values {
+    pub fn insert(&mut self, name: impl Into<String>, v: Value) {
+        self.0.insert(name.into(), v);
+    }
+    pub fn tensor(&self, name: &str) -> Result<&Tensor> {
+        match self.0.get(name) {
+            Some(Value::Tensor(t)) => Ok(t),
+            Some(other) => Err(anyhow!("pipeline value `{name}` is not a tensor: {other:?}")),
+            None => Err(anyhow!("pipeline value `{name}` was not produced")),
+        }
+    }
+    /// The tensor if the value exists (optional inputs such as negative embeddings).
+    pub fn opt_tensor(&self, name: &str) -> Option<&Tensor> {
+        match self.0.get(name) {
+            Some(Value::Tensor(t)) => Some(t),
+            _ => None,
+        }
+    }
+    pub fn remove(&mut self, name: &str) -> Option<Value> {
+        self.0.remove(name)
+    }
+    pub fn contains(&self, name: &str) -> bool {
+        self.0.contains_key(name)
+    }
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.0.keys().map(String::as_str)
+    }
+}

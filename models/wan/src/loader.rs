@@ -1,0 +1,175 @@
+//! Loading a diffusers-layout Wan folder: `model_index.json`, then each component's config and
+//! (possibly sharded) safetensors. Every failure names the file, and for configs the key.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use fastvideo_request::{Defaults, ModelLimits, TaskType};
+use serde::Deserialize;
+use serde_json::Value;
+use tch::{Device, Kind};
+
+use crate::config::unsupported;
+use crate::scheduler::{self, SchedulerDefaults};
+use crate::tokenizer::TextTokenizer;
+use crate::transformer::{TransformerConfig, WanTransformer3DModel};
+use crate::umt5::{Umt5Config, Umt5Encoder};
+use crate::vae::{AutoencoderKLWan, VaeConfig};
+use crate::weights::Weights;
+
+/// Optional `fastvideo.json` beside `model_index.json`: run defaults that diffusers keeps in
+/// pipeline code rather than in the checkpoint. Every field is optional.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunDefaults {
+    pub steps: Option<u32>,
+    pub guidance_scale: Option<f32>,
+    pub height: Option<u32>,
+    pub width: Option<u32>,
+    pub num_frames: Option<u32>,
+    pub fps: Option<u32>,
+    pub negative_prompt: Option<String>,
+    /// Text length the prompt is padded/truncated to (diffusers' `max_sequence_length`).
+    pub max_sequence_length: Option<usize>,
+    /// Free text shown to users (e.g. "random weights: output is noise").
+    pub description: Option<String>,
+}
+
+/// A loaded Wan 2.1 text-to-video model.
+pub struct WanModel {
+    pub dir: PathBuf,
+    pub tokenizer: TextTokenizer,
+    pub text_encoder: Arc<Umt5Encoder>,
+    pub transformer: Arc<WanTransformer3DModel>,
+    pub vae: Arc<AutoencoderKLWan>,
+    pub scheduler: SchedulerDefaults,
+    pub run: RunDefaults,
+    pub device: Device,
+}
+
+fn component_class(dir: &Path, index: &serde_json::Map<String, Value>, name: &str) -> Result<String> {
+    let path = dir.join("model_index.json");
+    match index.get(name) {
+        Some(Value::Array(a)) if a.len() == 2 && a[1].is_string() => Ok(a[1].as_str().unwrap().to_string()),
+        Some(v) => bail!("{}: component `{name}` = {v} is not [library, class]", path.display()),
+        None => bail!("{}: component `{name}` is missing", path.display()),
+    }
+}
+
+impl WanModel {
+    /// Loads every component onto `device` in float32.
+    pub fn load(dir: &Path, device: Device) -> Result<Self> {
+        if !dir.is_dir() {
+            bail!("model folder {} does not exist", dir.display());
+        }
+        let index_path = dir.join("model_index.json");
+        let text = std::fs::read_to_string(&index_path)
+            .with_context(|| format!("{} is not a diffusers model folder: cannot read model_index.json", dir.display()))?;
+        let index: serde_json::Map<String, Value> =
+            serde_json::from_str(&text).with_context(|| format!("{}: not a JSON object", index_path.display()))?;
+        match index.get("_class_name").and_then(Value::as_str) {
+            Some("WanPipeline") => {}
+            other => bail!("{}: `_class_name` = {other:?}; only WanPipeline (Wan 2.1 text-to-video) is supported", index_path.display()),
+        }
+        for key in ["transformer_2", "boundary_ratio"] {
+            if let Some(v) = index.get(key).filter(|v| !v.is_null() && **v != Value::Array(vec![Value::Null, Value::Null])) {
+                return Err(unsupported(&index_path, key, v, "Wan 2.2 two-expert models are not implemented"));
+            }
+        }
+        if let Some(v) = index.get("expand_timesteps").filter(|v| **v != Value::Bool(false)) {
+            return Err(unsupported(&index_path, "expand_timesteps", v, "only false"));
+        }
+        for (name, want) in [
+            ("transformer", "WanTransformer3DModel"),
+            ("vae", "AutoencoderKLWan"),
+            ("text_encoder", "UMT5EncoderModel"),
+        ] {
+            let class = component_class(dir, &index, name)?;
+            if class != want {
+                return Err(unsupported(&index_path, name, class, &format!("only {want}")));
+            }
+        }
+        component_class(dir, &index, "tokenizer")?;
+        component_class(dir, &index, "scheduler")?;
+
+        let kind = Kind::Float;
+        let t_dir = dir.join("transformer");
+        let t_cfg = TransformerConfig::load(&t_dir.join("config.json"))?;
+        let t_w = Weights::from_dir(&t_dir, "diffusion_pytorch_model", device, kind)?;
+        let transformer = WanTransformer3DModel::new(t_cfg, &t_w)?;
+        t_w.warn_unused("transformer");
+
+        let v_dir = dir.join("vae");
+        let v_cfg = VaeConfig::load(&v_dir.join("config.json"))?;
+        let v_w = Weights::from_dir(&v_dir, "diffusion_pytorch_model", device, kind)?;
+        let vae = AutoencoderKLWan::new(v_cfg, &v_w)?;
+        v_w.warn_unused("vae");
+
+        let e_dir = dir.join("text_encoder");
+        let e_path = e_dir.join("config.json");
+        let e_cfg = Umt5Config::load(&e_path)?;
+        let e_w = Weights::from_dir(&e_dir, "model", device, kind)?;
+        let text_encoder = Umt5Encoder::new(e_cfg, &e_w, &e_path)?;
+
+        if text_encoder.cfg.d_model != transformer.cfg.text_dim {
+            bail!(
+                "{}: text encoder d_model {} does not match transformer text_dim {}",
+                dir.display(),
+                text_encoder.cfg.d_model,
+                transformer.cfg.text_dim
+            );
+        }
+        if vae.cfg.z_dim != transformer.cfg.in_channels || vae.cfg.z_dim != transformer.cfg.out_channels() {
+            bail!("{}: vae z_dim {} does not match transformer in/out channels", dir.display(), vae.cfg.z_dim);
+        }
+        let tokenizer = TextTokenizer::from_file(&dir.join("tokenizer").join("tokenizer.json"))?;
+        let scheduler = scheduler::load(&dir.join("scheduler").join("scheduler_config.json"))?;
+        let run_path = dir.join("fastvideo.json");
+        let run = if run_path.exists() { crate::config::read_config(&run_path)? } else { RunDefaults::default() };
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            tokenizer,
+            text_encoder: Arc::new(text_encoder),
+            transformer: Arc::new(transformer),
+            vae: Arc::new(vae),
+            scheduler,
+            run,
+            device,
+        })
+    }
+
+    /// What requests to this model may ask for, with its defaults.
+    pub fn limits(&self) -> ModelLimits {
+        let t = &self.transformer.cfg;
+        let tf = self.vae.cfg.temporal_factor() as u32;
+        let sf = self.vae.cfg.spatial_factor() as u32;
+        let spatial = sf * t.patch_size[1].max(t.patch_size[2]) as u32;
+        let rope = t.rope_max_seq_len as u32;
+        let r = &self.run;
+        ModelLimits {
+            family: "Wan".into(),
+            tasks: vec![TaskType::T2v, TaskType::T2i],
+            frame_multiple: tf,
+            spatial_multiple: spatial,
+            max_frames: tf * (rope * t.patch_size[0] as u32 - 1) + 1,
+            max_side: (spatial * rope).min(4096),
+            max_steps: 1000,
+            defaults: Defaults {
+                steps: r.steps.unwrap_or(50),
+                guidance_scale: r.guidance_scale.unwrap_or(5.0),
+                shift: self.scheduler.shift as f32,
+                height: r.height.unwrap_or(480),
+                width: r.width.unwrap_or(832),
+                num_frames: r.num_frames.unwrap_or(81),
+                fps: r.fps.unwrap_or(16),
+                sampler: self.scheduler.sampler,
+                negative_prompt: r.negative_prompt.clone().unwrap_or_default(),
+            },
+        }
+    }
+
+    pub fn max_sequence_length(&self) -> usize {
+        self.run.max_sequence_length.unwrap_or(512)
+    }
+}

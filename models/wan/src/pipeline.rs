@@ -1,0 +1,155 @@
+//! The Wan 2.1 text-to-video pipeline as a declarative graph:
+//! `text_encode → denoise (loop) → vae_decode → assemble`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use anyhow::{ensure, Result};
+use fastvideo_pipeline::{ClassicCfg, DenoiseLoop, Denoiser, Guidance, Node, NodeCtx, PipelineSpec, Stage, Value, Values};
+use fastvideo_request::{ResolvedRequest, TaskType, VideoArtifact};
+use tch::{Device, Kind, Tensor};
+
+use crate::loader::WanModel;
+use crate::tokenizer::TextTokenizer;
+use crate::transformer::WanTransformer3DModel;
+use crate::umt5::Umt5Encoder;
+use crate::vae::AutoencoderKLWan;
+
+/// Value names on the graph's edges.
+pub mod values {
+    pub const PROMPT_EMBEDS: &str = "prompt_embeds";
+    pub const NEGATIVE_EMBEDS: &str = "negative_prompt_embeds";
+    pub const INITIAL_LATENTS: &str = "initial_latents";
+    pub const LATENTS: &str = "latents";
+    pub const FRAMES: &str = "frames";
+    pub const VIDEO: &str = "video";
+}
+use values::*;
+
+struct TextEncode {
+    tokenizer: TextTokenizer,
+    encoder: Arc<Umt5Encoder>,
+    default_len: usize,
+}
+
+impl TextEncode {
+    /// Encodes, then zeroes positions past each prompt's length (the reference trims and
+    /// re-pads with zeros).
+    fn embed(&self, text: &str, max_len: usize, device: Device) -> Result<Tensor> {
+        let (ids, mask) = self.tokenizer.encode(&[text.to_string()], max_len, device)?;
+        let h = self.encoder.forward(&ids, &mask)?;
+        Ok(h * mask.unsqueeze(-1).to_kind(Kind::Float))
+    }
+}
+
+impl Stage for TextEncode {
+    fn run(&self, ctx: &NodeCtx, values: &mut Values) -> Result<()> {
+        let req = ctx.request;
+        let max_len = node_param_usize(req, ctx.node, "max_sequence_length")?.unwrap_or(self.default_len);
+        values.insert(PROMPT_EMBEDS, Value::Tensor(self.embed(&req.prompt, max_len, ctx.device)?));
+        if req.does_cfg() {
+            values.insert(NEGATIVE_EMBEDS, Value::Tensor(self.embed(&req.negative_prompt, max_len, ctx.device)?));
+        }
+        Ok(())
+    }
+}
+
+fn node_param_usize(req: &ResolvedRequest, node: &str, key: &str) -> Result<Option<usize>> {
+    let Some(v) = req.node_params.get(node).and_then(|p| p.get(key)) else {
+        return Ok(None);
+    };
+    let n = v.as_u64().filter(|n| (1..=4096).contains(n));
+    ensure!(n.is_some(), "node_params.{node}.{key}: {v} must be an integer in 1..=4096");
+    Ok(n.map(|n| n as usize))
+}
+
+/// The transformer as the loop's denoiser.
+struct WanDenoiser {
+    transformer: Arc<WanTransformer3DModel>,
+    z_dim: i64,
+    temporal: i64,
+    spatial: i64,
+}
+
+impl Denoiser for WanDenoiser {
+    fn forward(&self, latents: &Tensor, timestep: &Tensor, context: &Tensor) -> Result<Tensor> {
+        self.transformer.forward(latents, timestep, context)
+    }
+    fn latent_shape(&self, req: &ResolvedRequest) -> Vec<i64> {
+        let f = (req.num_frames as i64 - 1) / self.temporal + 1;
+        vec![1, self.z_dim, f, req.height as i64 / self.spatial, req.width as i64 / self.spatial]
+    }
+}
+
+struct VaeDecode {
+    vae: Arc<AutoencoderKLWan>,
+}
+
+impl Stage for VaeDecode {
+    fn run(&self, _ctx: &NodeCtx, values: &mut Values) -> Result<()> {
+        let latents = values.tensor(LATENTS)?;
+        let frames = self.vae.decode(&self.vae.denormalize(latents))?;
+        values.insert(FRAMES, Value::Tensor(frames));
+        Ok(())
+    }
+}
+
+/// `[1, 3, F, H, W]` in [-1, 1] → RGB8 frames.
+struct Assemble;
+
+impl Stage for Assemble {
+    fn run(&self, ctx: &NodeCtx, values: &mut Values) -> Result<()> {
+        let frames = values.tensor(FRAMES)?;
+        let (b, c, f, h, w) = frames.size5()?;
+        ensure!(b == 1 && c == 3, "assemble: frames {:?} must be [1, 3, F, H, W]", frames.size());
+        let rgb = ((frames.squeeze_dim(0) / 2.0 + 0.5).clamp(0.0, 1.0) * 255.0)
+            .round()
+            .to_kind(Kind::Uint8)
+            .permute([1, 2, 3, 0])
+            .contiguous()
+            .to_device(Device::Cpu);
+        let video = VideoArtifact {
+            fps: ctx.request.fps,
+            num_frames: f as u32,
+            height: h as u32,
+            width: w as u32,
+            rgb: Vec::<u8>::try_from(rgb.flatten(0, -1))?,
+        };
+        values.insert(VIDEO, Value::Video(video));
+        Ok(())
+    }
+}
+
+/// Builds the validated pipeline for a loaded model, with `guidance` bound as its CFG policy.
+pub fn text_to_video(model: &WanModel, guidance: Arc<dyn Guidance>) -> Result<PipelineSpec> {
+    let denoiser = WanDenoiser {
+        transformer: Arc::clone(&model.transformer),
+        z_dim: model.vae.cfg.z_dim,
+        temporal: model.vae.cfg.temporal_factor(),
+        spatial: model.vae.cfg.spatial_factor(),
+    };
+    let denoise = DenoiseLoop {
+        denoiser: Arc::new(denoiser),
+        guidance,
+        contexts: BTreeMap::from([("cond", PROMPT_EMBEDS.to_string()), ("uncond", NEGATIVE_EMBEDS.to_string())]),
+        initial_latents: INITIAL_LATENTS.to_string(),
+        output: LATENTS.to_string(),
+    };
+    let text = TextEncode {
+        tokenizer: TextTokenizer::clone_of(&model.tokenizer),
+        encoder: Arc::clone(&model.text_encoder),
+        default_len: model.max_sequence_length(),
+    };
+    let nodes = vec![
+        Node::stage("text_encode", Arc::new(text), &[], &[PROMPT_EMBEDS, NEGATIVE_EMBEDS]),
+        Node::looped("denoise", Arc::new(denoise), &[PROMPT_EMBEDS], &[LATENTS]),
+        Node::stage("vae_decode", Arc::new(VaeDecode { vae: Arc::clone(&model.vae) }), &[LATENTS], &[FRAMES]),
+        Node::stage("assemble", Arc::new(Assemble), &[FRAMES], &[VIDEO]),
+    ];
+    Ok(PipelineSpec::new("wan-t2v", vec![TaskType::T2v, TaskType::T2i], nodes, &[], VIDEO)?)
+}
+
+/// The default guidance policy: classic CFG.
+pub fn default_guidance() -> Arc<dyn Guidance> {
+    Arc::new(ClassicCfg)
+}

@@ -1,0 +1,74 @@
+//! `scheduler/scheduler_config.json`: which sampler and shift the checkpoint was published with.
+//! Only the flow-matching configurations our samplers implement are accepted; anything else is
+//! refused naming the key.
+
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use fastvideo_request::SamplerKind;
+use serde_json::{json, Map, Value};
+
+use crate::config::unsupported;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SchedulerDefaults {
+    pub sampler: SamplerKind,
+    pub shift: f64,
+}
+
+/// Keys that must hold these values (or be absent / null) for our samplers to match.
+const UNIPC_FIXED: &[(&str, fn() -> Value)] = &[
+    ("prediction_type", || json!("flow_prediction")),
+    ("use_flow_sigmas", || json!(true)),
+    ("solver_type", || json!("bh2")),
+    ("solver_order", || json!(2)),
+    ("predict_x0", || json!(true)),
+    ("final_sigmas_type", || json!("zero")),
+    ("lower_order_final", || json!(true)),
+    ("thresholding", || json!(false)),
+    ("use_karras_sigmas", || json!(false)),
+    ("use_exponential_sigmas", || json!(false)),
+    ("use_beta_sigmas", || json!(false)),
+    ("use_dynamic_shifting", || json!(false)),
+    ("num_train_timesteps", || json!(1000)),
+    ("disable_corrector", || json!([])),
+];
+
+const EULER_FIXED: &[(&str, fn() -> Value)] = &[
+    ("num_train_timesteps", || json!(1000)),
+    ("use_dynamic_shifting", || json!(false)),
+    ("invert_sigmas", || json!(false)),
+    ("stochastic_sampling", || json!(false)),
+    ("use_karras_sigmas", || json!(false)),
+    ("use_exponential_sigmas", || json!(false)),
+    ("use_beta_sigmas", || json!(false)),
+];
+
+pub fn load(path: &Path) -> Result<SchedulerDefaults> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let map: Map<String, Value> = serde_json::from_str(&text).with_context(|| format!("{}: not a JSON object", path.display()))?;
+    let class = map.get("_class_name").and_then(Value::as_str).unwrap_or("");
+    let (sampler, fixed, shift_key) = match class {
+        "UniPCMultistepScheduler" => (SamplerKind::Unipc, UNIPC_FIXED, "flow_shift"),
+        "FlowMatchEulerDiscreteScheduler" => (SamplerKind::Euler, EULER_FIXED, "shift"),
+        other => bail!("{}: scheduler `_class_name` = {other:?} is not supported (UniPCMultistepScheduler or FlowMatchEulerDiscreteScheduler)", path.display()),
+    };
+    for (key, want) in fixed {
+        let want = want();
+        match map.get(*key) {
+            None | Some(Value::Null) => {}
+            Some(v) if *v == want || (v.is_number() && v.as_f64() == want.as_f64()) => {}
+            Some(v) => return Err(unsupported(path, key, v, &format!("only {want}"))),
+        }
+    }
+    for key in ["shift_terminal", "sigma_min", "sigma_max", "trained_betas"] {
+        if let Some(v) = map.get(key).filter(|v| !v.is_null()) {
+            return Err(unsupported(path, key, v, "use null"));
+        }
+    }
+    let shift = match map.get(shift_key) {
+        None | Some(Value::Null) => 1.0,
+        Some(v) => v.as_f64().filter(|s| *s > 0.0).ok_or_else(|| unsupported(path, shift_key, v, "a positive number"))?,
+    };
+    Ok(SchedulerDefaults { sampler, shift })
+}

@@ -1,0 +1,63 @@
+//! The text encoder's tokenizer: a `tokenizer.json` read with the `tokenizers` crate, used the
+//! way the Wan pipeline calls it — cleaned prompt, special tokens added, truncated and padded
+//! to a fixed length, with an attention mask.
+
+use std::path::Path;
+
+use anyhow::{anyhow, Result};
+use tch::{Device, Tensor};
+use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
+
+pub struct TextTokenizer {
+    inner: Tokenizer,
+}
+
+impl TextTokenizer {
+    pub fn from_file(path: &Path) -> Result<Self> {
+        let inner = Tokenizer::from_file(path).map_err(|e| anyhow!("{}: not a usable tokenizer.json ({e})", path.display()))?;
+        Ok(Self { inner })
+    }
+
+    /// `(input_ids [B, max_len], mask [B, max_len])` as int64 tensors.
+    pub fn encode(&self, prompts: &[String], max_len: usize, device: Device) -> Result<(Tensor, Tensor)> {
+        let mut tok = self.inner.clone();
+        let pad_id = tok.token_to_id("<pad>").unwrap_or(0);
+        tok.with_truncation(Some(TruncationParams { max_length: max_len, ..Default::default() }))
+            .map_err(|e| anyhow!("tokenizer truncation: {e}"))?;
+        tok.with_padding(Some(PaddingParams { strategy: PaddingStrategy::Fixed(max_len), pad_id, ..Default::default() }));
+        let cleaned: Vec<String> = prompts.iter().map(|p| clean_prompt(p)).collect();
+        let enc = tok.encode_batch(cleaned, true).map_err(|e| anyhow!("tokenizing prompt: {e}"))?;
+        let ids: Vec<i64> = enc.iter().flat_map(|e| e.get_ids().iter().map(|&i| i as i64)).collect();
+        let mask: Vec<i64> = enc.iter().flat_map(|e| e.get_attention_mask().iter().map(|&i| i as i64)).collect();
+        let shape = [prompts.len() as i64, max_len as i64];
+        Ok((Tensor::from_slice(&ids).view(shape).to_device(device), Tensor::from_slice(&mask).view(shape).to_device(device)))
+    }
+}
+
+/// The pipeline's `prompt_clean`: HTML entities unescaped (common ones), whitespace collapsed.
+pub fn clean_prompt(text: &str) -> String {
+    let unescaped = text
+        .replace("&amp;", "&")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&#39;", "'");
+    unescaped.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::clean_prompt;
+
+    #[test]
+    fn cleans_like_the_reference() {
+        assert_eq!(clean_prompt("  a\tred \n circle &amp; a star  "), "a red circle & a star");
+    }
+}
+
+impl TextTokenizer {
+    /// Another handle to the same tokenizer (it is immutable once loaded).
+    pub fn clone_of(other: &Self) -> Self {
+        Self { inner: other.inner.clone() }
+    }
+}

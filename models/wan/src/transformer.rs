@@ -1,0 +1,315 @@
+//! `WanTransformer3DModel` (diffusers `models/transformers/transformer_wan.py`, Wan 2.1 T2V):
+//! patchify with a 3-D conv, 3-D rotary embeddings, blocks of (adaLN-modulated self-attention
+//! with RMSNorm on q/k across heads, cross-attention to the text, gated GELU feed-forward), an
+//! adaLN output head and unpatchify. Module names equal checkpoint keys.
+
+use std::path::Path;
+
+use anyhow::{ensure, Result};
+use serde::Deserialize;
+use tch::{Device, Kind, Tensor};
+
+use crate::config::{read_config, unsupported};
+use crate::nn::{merge_heads, split_heads, LayerNorm, Linear, RmsNorm};
+use crate::weights::Weights;
+
+/// `transformer/config.json`. Defaults are Wan2.1-T2V-14B's (diffusers class defaults).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TransformerConfig {
+    pub patch_size: [i64; 3],
+    pub num_attention_heads: i64,
+    pub attention_head_dim: i64,
+    pub in_channels: i64,
+    pub out_channels: Option<i64>,
+    pub text_dim: i64,
+    pub freq_dim: i64,
+    pub ffn_dim: i64,
+    pub num_layers: i64,
+    pub cross_attn_norm: bool,
+    pub qk_norm: Option<String>,
+    pub eps: f64,
+    pub image_dim: Option<i64>,
+    pub added_kv_proj_dim: Option<i64>,
+    pub rope_max_seq_len: i64,
+    pub pos_embed_seq_len: Option<i64>,
+}
+
+impl Default for TransformerConfig {
+    fn default() -> Self {
+        Self {
+            patch_size: [1, 2, 2],
+            num_attention_heads: 40,
+            attention_head_dim: 128,
+            in_channels: 16,
+            out_channels: Some(16),
+            text_dim: 4096,
+            freq_dim: 256,
+            ffn_dim: 13824,
+            num_layers: 40,
+            cross_attn_norm: true,
+            qk_norm: Some("rms_norm_across_heads".into()),
+            eps: 1e-6,
+            image_dim: None,
+            added_kv_proj_dim: None,
+            rope_max_seq_len: 1024,
+            pos_embed_seq_len: None,
+        }
+    }
+}
+
+impl TransformerConfig {
+    pub fn load(path: &Path) -> Result<Self> {
+        let cfg: Self = read_config(path)?;
+        if cfg.qk_norm.as_deref() != Some("rms_norm_across_heads") {
+            return Err(unsupported(path, "qk_norm", format!("{:?}", cfg.qk_norm), "only \"rms_norm_across_heads\""));
+        }
+        if let Some(v) = cfg.image_dim {
+            return Err(unsupported(path, "image_dim", v, "image-to-video is not implemented; use null"));
+        }
+        if let Some(v) = cfg.added_kv_proj_dim {
+            return Err(unsupported(path, "added_kv_proj_dim", v, "image-to-video is not implemented; use null"));
+        }
+        if let Some(v) = cfg.pos_embed_seq_len {
+            return Err(unsupported(path, "pos_embed_seq_len", v, "use null"));
+        }
+        ensure!(cfg.attention_head_dim % 2 == 0 && cfg.freq_dim % 2 == 0, "{}: attention_head_dim and freq_dim must be even", path.display());
+        Ok(cfg)
+    }
+    pub fn inner_dim(&self) -> i64 {
+        self.num_attention_heads * self.attention_head_dim
+    }
+    pub fn out_channels(&self) -> i64 {
+        self.out_channels.unwrap_or(self.in_channels)
+    }
+}
+
+/// Self- or cross-attention with q/k RMSNorm across all heads.
+struct Attention {
+    to_q: Linear,
+    to_k: Linear,
+    to_v: Linear,
+    to_out: Linear,
+    norm_q: RmsNorm,
+    norm_k: RmsNorm,
+    heads: i64,
+}
+
+impl Attention {
+    fn new(w: &Weights, dim: i64, heads: i64, eps: f64) -> Result<Self> {
+        Ok(Self {
+            to_q: Linear::new(&w.pp("to_q"), dim, dim, true)?,
+            to_k: Linear::new(&w.pp("to_k"), dim, dim, true)?,
+            to_v: Linear::new(&w.pp("to_v"), dim, dim, true)?,
+            to_out: Linear::new(&w.pp("to_out.0"), dim, dim, true)?,
+            norm_q: RmsNorm::new(&w.pp("norm_q"), dim, eps)?,
+            norm_k: RmsNorm::new(&w.pp("norm_k"), dim, eps)?,
+            heads,
+        })
+    }
+
+    /// `context` = None is self-attention with rotary embeddings.
+    fn forward(&self, x: &Tensor, context: Option<&Tensor>, rope: Option<&Rope>) -> Tensor {
+        let kv = context.unwrap_or(x);
+        let mut q = split_heads(&self.norm_q.forward(&self.to_q.forward(x)), self.heads);
+        let mut k = split_heads(&self.norm_k.forward(&self.to_k.forward(kv)), self.heads);
+        let v = split_heads(&self.to_v.forward(kv), self.heads);
+        if let Some(r) = rope {
+            q = r.apply(&q);
+            k = r.apply(&k);
+        }
+        let o = Tensor::scaled_dot_product_attention(&q, &k, &v, None::<Tensor>, 0.0, false, None, false);
+        self.to_out.forward(&merge_heads(&o))
+    }
+}
+
+/// Rotary tables for one input shape: `cos`/`sin` are `[N, D/2]` (one value per rotated pair).
+pub struct Rope {
+    cos: Tensor,
+    sin: Tensor,
+}
+
+impl Rope {
+    /// Per-axis frequencies as in diffusers' `WanRotaryPosEmbed`: the head dim splits into
+    /// t/h/w parts (h = w = 2*(D/6), t = the rest), each with `1/theta^(2i/dim)` frequencies.
+    fn new(head_dim: i64, grid: [i64; 3], device: Device) -> Self {
+        let hw = 2 * (head_dim / 6);
+        let dims = [head_dim - 2 * hw, hw, hw];
+        let (f, h, w) = (grid[0], grid[1], grid[2]);
+        let mut parts = Vec::new();
+        for (axis, &dim) in dims.iter().enumerate() {
+            let inv = Tensor::arange_start_step(0, dim, 2, (Kind::Double, Device::Cpu)) / dim as f64;
+            let inv = Tensor::from(10000f64).pow(&inv).reciprocal();
+            let pos = Tensor::arange(grid[axis], (Kind::Double, Device::Cpu));
+            let ang = pos.outer(&inv); // [len, dim/2]
+            let view: [i64; 4] = match axis {
+                0 => [f, 1, 1, -1],
+                1 => [1, h, 1, -1],
+                _ => [1, 1, w, -1],
+            };
+            parts.push(ang.view(view).expand([f, h, w, dim / 2], false));
+        }
+        let ang = Tensor::cat(&parts, -1).reshape([f * h * w, head_dim / 2]);
+        Self { cos: ang.cos().to_kind(Kind::Float).to_device(device), sin: ang.sin().to_kind(Kind::Float).to_device(device) }
+    }
+
+    /// Rotates interleaved pairs of `x: [B, H, N, D]`.
+    fn apply(&self, x: &Tensor) -> Tensor {
+        let s = x.size();
+        let pairs = x.view([s[0], s[1], s[2], -1, 2]);
+        let x1 = pairs.select(-1, 0);
+        let x2 = pairs.select(-1, 1);
+        let even = &x1 * &self.cos - &x2 * &self.sin;
+        let odd = &x1 * &self.sin + &x2 * &self.cos;
+        Tensor::stack(&[even, odd], -1).view(s.as_slice())
+    }
+}
+
+/// One `WanTransformerBlock`.
+pub struct Block {
+    norm1: LayerNorm,
+    attn1: Attention,
+    norm2: Option<LayerNorm>,
+    attn2: Attention,
+    norm3: LayerNorm,
+    ffn_in: Linear,
+    ffn_out: Linear,
+    scale_shift_table: Tensor,
+}
+
+impl Block {
+    fn new(w: &Weights, cfg: &TransformerConfig) -> Result<Self> {
+        let dim = cfg.inner_dim();
+        let heads = cfg.num_attention_heads;
+        Ok(Self {
+            norm1: LayerNorm::plain(dim, cfg.eps),
+            attn1: Attention::new(&w.pp("attn1"), dim, heads, cfg.eps)?,
+            norm2: if cfg.cross_attn_norm { Some(LayerNorm::affine(&w.pp("norm2"), dim, cfg.eps)?) } else { None },
+            attn2: Attention::new(&w.pp("attn2"), dim, heads, cfg.eps)?,
+            norm3: LayerNorm::plain(dim, cfg.eps),
+            ffn_in: Linear::new(&w.pp("ffn.net.0.proj"), dim, cfg.ffn_dim, true)?,
+            ffn_out: Linear::new(&w.pp("ffn.net.2"), cfg.ffn_dim, dim, true)?,
+            scale_shift_table: w.get("scale_shift_table", &[1, 6, dim])?,
+        })
+    }
+
+    /// `temb6` is the per-sample modulation `[B, 6, dim]`.
+    pub fn forward(&self, x: &Tensor, context: &Tensor, temb6: &Tensor, rope: &Rope) -> Tensor {
+        let m = (&self.scale_shift_table + temb6).chunk(6, 1);
+        let (shift, scale, gate, c_shift, c_scale, c_gate) = (&m[0], &m[1], &m[2], &m[3], &m[4], &m[5]);
+        let h = self.norm1.forward(x) * (scale + 1.0) + shift;
+        let x = x + self.attn1.forward(&h, None, Some(rope)) * gate;
+        let h = match &self.norm2 {
+            Some(n) => n.forward(&x),
+            None => x.shallow_clone(),
+        };
+        let x = &x + self.attn2.forward(&h, Some(context), None);
+        let h = self.norm3.forward(&x) * (c_scale + 1.0) + c_shift;
+        let ff = self.ffn_out.forward(&self.ffn_in.forward(&h).gelu("tanh"));
+        x + ff * c_gate
+    }
+}
+
+/// Everything a block needs besides the hidden states, computed once per forward.
+pub struct BlockInputs<'a> {
+    pub context: &'a Tensor,
+    pub temb6: &'a Tensor,
+    pub rope: &'a Rope,
+}
+
+/// The Wan 2.1 diffusion transformer.
+pub struct WanTransformer3DModel {
+    pub cfg: TransformerConfig,
+    patch_weight: Tensor,
+    patch_bias: Tensor,
+    time_1: Linear,
+    time_2: Linear,
+    time_proj: Linear,
+    text_1: Linear,
+    text_2: Linear,
+    pub blocks: Vec<Block>,
+    norm_out: LayerNorm,
+    proj_out: Linear,
+    scale_shift_table: Tensor,
+}
+
+// SAFETY: every tensor is written once in `new` and only read afterwards; libtorch allows
+// concurrent reads of a tensor from several threads.
+unsafe impl Sync for WanTransformer3DModel {}
+
+impl WanTransformer3DModel {
+    pub fn new(cfg: TransformerConfig, w: &Weights) -> Result<Self> {
+        let dim = cfg.inner_dim();
+        let [pt, ph, pw] = cfg.patch_size;
+        let ce = w.pp("condition_embedder");
+        let blocks = (0..cfg.num_layers).map(|i| Block::new(&w.pp("blocks").pp(i), &cfg)).collect::<Result<_>>()?;
+        Ok(Self {
+            patch_weight: w.get("patch_embedding.weight", &[dim, cfg.in_channels, pt, ph, pw])?,
+            patch_bias: w.get("patch_embedding.bias", &[dim])?,
+            time_1: Linear::new(&ce.pp("time_embedder.linear_1"), cfg.freq_dim, dim, true)?,
+            time_2: Linear::new(&ce.pp("time_embedder.linear_2"), dim, dim, true)?,
+            time_proj: Linear::new(&ce.pp("time_proj"), dim, 6 * dim, true)?,
+            text_1: Linear::new(&ce.pp("text_embedder.linear_1"), cfg.text_dim, dim, true)?,
+            text_2: Linear::new(&ce.pp("text_embedder.linear_2"), dim, dim, true)?,
+            blocks,
+            norm_out: LayerNorm::plain(dim, cfg.eps),
+            proj_out: Linear::new(&w.pp("proj_out"), dim, cfg.out_channels() * pt * ph * pw, true)?,
+            scale_shift_table: w.get("scale_shift_table", &[1, 2, dim])?,
+            cfg,
+        })
+    }
+
+    /// Sinusoidal timestep features (`flip_sin_to_cos`, no frequency shift): `[B, freq_dim]`.
+    fn timestep_features(&self, t: &Tensor) -> Tensor {
+        let half = self.cfg.freq_dim / 2;
+        let exponent = Tensor::arange(half, (Kind::Float, t.device())) * (-(10000f64.ln()) / half as f64);
+        let args = t.to_kind(Kind::Float).unsqueeze(1) * exponent.exp().unsqueeze(0);
+        Tensor::cat(&[args.cos(), args.sin()], -1)
+    }
+
+    /// Runs the transformer blocks in order. The single place blocks are iterated, so block-level
+    /// plugins (skip/cache a range of blocks) can later hook here without touching the model.
+    pub fn run_blocks(&self, mut x: Tensor, inputs: &BlockInputs) -> Tensor {
+        for block in &self.blocks {
+            x = block.forward(&x, inputs.context, inputs.temb6, inputs.rope);
+        }
+        x
+    }
+
+    /// `latents [B, C, F, H, W]`, `timestep [B]`, `context [B, L, text_dim]` → velocity with the
+    /// latents' shape.
+    pub fn forward(&self, latents: &Tensor, timestep: &Tensor, context: &Tensor) -> Result<Tensor> {
+        let s = latents.size();
+        let [pt, ph, pw] = self.cfg.patch_size;
+        ensure!(
+            s.len() == 5 && s[1] == self.cfg.in_channels && s[2] % pt == 0 && s[3] % ph == 0 && s[4] % pw == 0,
+            "transformer: latents {s:?} must be [B, {}, F, H, W] divisible by patch {:?}",
+            self.cfg.in_channels,
+            self.cfg.patch_size
+        );
+        let c = context.size();
+        ensure!(c.len() == 3 && c[0] == s[0] && c[2] == self.cfg.text_dim, "transformer: context {c:?} must be [{}, L, {}]", s[0], self.cfg.text_dim);
+        ensure!(timestep.size() == [s[0]], "transformer: timestep {:?} must be [{}]", timestep.size(), s[0]);
+        let (b, f, h, w) = (s[0], s[2] / pt, s[3] / ph, s[4] / pw);
+        ensure!(f.max(h).max(w) <= self.cfg.rope_max_seq_len, "transformer: grid {f}x{h}x{w} exceeds rope_max_seq_len {}", self.cfg.rope_max_seq_len);
+        let dim = self.cfg.inner_dim();
+
+        let rope = Rope::new(self.cfg.attention_head_dim, [f, h, w], latents.device());
+        let x = latents
+            .conv3d(&self.patch_weight, Some(&self.patch_bias), [pt, ph, pw], [0, 0, 0], [1, 1, 1], 1)
+            .flatten(2, -1)
+            .transpose(1, 2)
+            .contiguous();
+        let temb = self.time_2.forward(&self.time_1.forward(&self.timestep_features(timestep)).silu());
+        let temb6 = self.time_proj.forward(&temb.silu()).view([b, 6, dim]);
+        let context = self.text_2.forward(&self.text_1.forward(context).gelu("tanh"));
+
+        let x = self.run_blocks(x, &BlockInputs { context: &context, temb6: &temb6, rope: &rope });
+
+        let m = (&self.scale_shift_table + temb.unsqueeze(1)).chunk(2, 1);
+        let x = self.norm_out.forward(&x) * (&m[1] + 1.0) + &m[0];
+        let x = self.proj_out.forward(&x);
+        let x = x.view(&[b, f, h, w, pt, ph, pw, -1][..]).permute([0, 7, 1, 4, 2, 5, 3, 6]);
+        Ok(x.reshape([b, -1, f * pt, h * ph, w * pw]))
+    }
+}

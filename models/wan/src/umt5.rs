@@ -1,0 +1,227 @@
+//! `UMT5EncoderModel` (transformers `models/umt5/modeling_umt5.py`): a T5 encoder whose every
+//! layer has its own relative-position bias. Pre-norm (RMS) blocks, unscaled dot-product
+//! attention with the bias added, gated-GELU feed-forward.
+
+use std::path::Path;
+
+use anyhow::{ensure, Result};
+use serde::Deserialize;
+use tch::{Kind, Tensor};
+
+use crate::config::{read_config, unsupported};
+use crate::nn::{merge_heads, split_heads, Linear};
+use crate::weights::Weights;
+
+/// `text_encoder/config.json`. Decoder-side keys are accepted (the file describes the whole
+/// encoder-decoder) and ignored, since only the encoder runs.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Umt5Config {
+    pub vocab_size: i64,
+    pub d_model: i64,
+    pub d_kv: i64,
+    pub d_ff: i64,
+    pub num_layers: i64,
+    pub num_heads: i64,
+    pub relative_attention_num_buckets: i64,
+    pub relative_attention_max_distance: i64,
+    #[serde(default = "default_eps")]
+    pub layer_norm_epsilon: f64,
+    #[serde(default = "default_ff")]
+    pub feed_forward_proj: String,
+    #[serde(default)]
+    pub dense_act_fn: Option<String>,
+    #[serde(default)]
+    pub is_gated_act: Option<bool>,
+    // Accepted, no effect on the encoder's inference.
+    #[serde(default)]
+    pub dropout_rate: f64,
+    #[serde(default)]
+    pub classifier_dropout: f64,
+    #[serde(default)]
+    pub initializer_factor: f64,
+    #[serde(default)]
+    pub num_decoder_layers: Option<i64>,
+    #[serde(default)]
+    pub is_encoder_decoder: Option<bool>,
+    #[serde(default)]
+    pub is_decoder: Option<bool>,
+    #[serde(default)]
+    pub tie_word_embeddings: Option<bool>,
+    #[serde(default)]
+    pub scale_decoder_outputs: Option<bool>,
+    #[serde(default)]
+    pub decoder_start_token_id: Option<i64>,
+    #[serde(default)]
+    pub eos_token_id: Option<i64>,
+    #[serde(default)]
+    pub pad_token_id: Option<i64>,
+    #[serde(default)]
+    pub tokenizer_class: Option<String>,
+}
+
+fn default_eps() -> f64 {
+    1e-6
+}
+fn default_ff() -> String {
+    "gated-gelu".into()
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Act {
+    GeluTanh,
+    Gelu,
+    Relu,
+}
+
+impl Umt5Config {
+    pub fn load(path: &Path) -> Result<Self> {
+        let cfg: Self = read_config(path)?;
+        if cfg.is_decoder == Some(true) {
+            return Err(unsupported(path, "is_decoder", true, "an encoder config is required"));
+        }
+        cfg.activation(path)?;
+        Ok(cfg)
+    }
+
+    fn gated(&self) -> bool {
+        self.is_gated_act.unwrap_or_else(|| self.feed_forward_proj.starts_with("gated-"))
+    }
+
+    fn activation(&self, path: &Path) -> Result<Act> {
+        let name = self.dense_act_fn.clone().unwrap_or_else(|| {
+            let a = self.feed_forward_proj.trim_start_matches("gated-");
+            if a == "gelu" { "gelu_new".into() } else { a.into() }
+        });
+        match name.as_str() {
+            "gelu_new" | "gelu_pytorch_tanh" | "gelu_fast" => Ok(Act::GeluTanh),
+            "gelu" => Ok(Act::Gelu),
+            "relu" => Ok(Act::Relu),
+            other => Err(unsupported(path, "dense_act_fn", other, "gelu_new, gelu_pytorch_tanh, gelu or relu")),
+        }
+    }
+}
+
+/// T5's RMS layer norm (no mean subtraction, no bias), computed in float32.
+struct T5Norm {
+    weight: Tensor,
+    eps: f64,
+}
+
+impl T5Norm {
+    fn new(w: &Weights, dim: i64, eps: f64) -> Result<Self> {
+        Ok(Self { weight: w.get("weight", &[dim])?, eps })
+    }
+    fn forward(&self, x: &Tensor) -> Tensor {
+        let var = x.to_kind(Kind::Float).pow_tensor_scalar(2).mean_dim(-1, true, Kind::Float);
+        (x * (var + self.eps).rsqrt()).to_kind(self.weight.kind()) * &self.weight
+    }
+}
+
+struct Layer {
+    norm_attn: T5Norm,
+    q: Linear,
+    k: Linear,
+    v: Linear,
+    o: Linear,
+    rel_bias: Tensor,
+    norm_ff: T5Norm,
+    wi_0: Linear,
+    wi_1: Option<Linear>,
+    wo: Linear,
+}
+
+/// The UMT5 encoder stack.
+pub struct Umt5Encoder {
+    pub cfg: Umt5Config,
+    embed: Tensor,
+    layers: Vec<Layer>,
+    final_norm: T5Norm,
+    act: Act,
+}
+
+// SAFETY: weights are written once in `new` and only read afterwards (see the transformer).
+unsafe impl Sync for Umt5Encoder {}
+
+impl Umt5Encoder {
+    pub fn new(cfg: Umt5Config, w: &Weights, config_path: &Path) -> Result<Self> {
+        let (d, inner, eps) = (cfg.d_model, cfg.num_heads * cfg.d_kv, cfg.layer_norm_epsilon);
+        // Tied embeddings may be saved under either name.
+        let embed_key = if w.contains("shared.weight") { "shared.weight" } else { "encoder.embed_tokens.weight" };
+        let embed = w.get(embed_key, &[cfg.vocab_size, d])?;
+        let gated = cfg.gated();
+        let mut layers = Vec::new();
+        for i in 0..cfg.num_layers {
+            let b = w.pp("encoder.block").pp(i);
+            let (a, f) = (b.pp("layer.0"), b.pp("layer.1"));
+            let ff = f.pp("DenseReluDense");
+            layers.push(Layer {
+                norm_attn: T5Norm::new(&a.pp("layer_norm"), d, eps)?,
+                q: Linear::new(&a.pp("SelfAttention.q"), d, inner, false)?,
+                k: Linear::new(&a.pp("SelfAttention.k"), d, inner, false)?,
+                v: Linear::new(&a.pp("SelfAttention.v"), d, inner, false)?,
+                o: Linear::new(&a.pp("SelfAttention.o"), inner, d, false)?,
+                rel_bias: a.get("SelfAttention.relative_attention_bias.weight", &[cfg.relative_attention_num_buckets, cfg.num_heads])?,
+                norm_ff: T5Norm::new(&f.pp("layer_norm"), d, eps)?,
+                wi_0: Linear::new(&ff.pp(if gated { "wi_0" } else { "wi" }), d, cfg.d_ff, false)?,
+                wi_1: if gated { Some(Linear::new(&ff.pp("wi_1"), d, cfg.d_ff, false)?) } else { None },
+                wo: Linear::new(&ff.pp("wo"), cfg.d_ff, d, false)?,
+            });
+        }
+        let act = cfg.activation(config_path)?;
+        Ok(Self { final_norm: T5Norm::new(&w.pp("encoder.final_layer_norm"), d, eps)?, embed, layers, act, cfg })
+    }
+
+    /// Bidirectional relative-position buckets `[L, L]` (T5's log-spaced bucketing).
+    fn buckets(&self, len: i64, device: tch::Device) -> Tensor {
+        let nb = self.cfg.relative_attention_num_buckets / 2;
+        let max_exact = nb / 2;
+        let pos = Tensor::arange(len, (Kind::Int64, device));
+        let rel = pos.unsqueeze(0) - pos.unsqueeze(1); // memory - query
+        let base = rel.gt(0).to_kind(Kind::Int64) * nb;
+        let rel = rel.abs();
+        let is_small = rel.lt(max_exact);
+        let large = (rel.to_kind(Kind::Float) / max_exact as f64).log()
+            / ((self.cfg.relative_attention_max_distance as f64) / max_exact as f64).ln()
+            * (nb - max_exact) as f64;
+        let large = (large.to_kind(Kind::Int64) + max_exact).clamp_max(nb - 1);
+        base + rel.where_self(&is_small, &large)
+    }
+
+    /// `input_ids [B, L]`, `mask [B, L]` (1 = token, 0 = padding) → `last_hidden_state [B, L, d]`.
+    pub fn forward(&self, input_ids: &Tensor, mask: &Tensor) -> Result<Tensor> {
+        let s = input_ids.size();
+        ensure!(s.len() == 2 && mask.size() == s, "umt5: input_ids {s:?} and mask {:?} must both be [B, L]", mask.size());
+        let (b, len) = (s[0], s[1]);
+        let dev = input_ids.device();
+        let mut x = Tensor::embedding(&self.embed, input_ids, -1, false, false);
+        let buckets = self.buckets(len, dev);
+        // Padding keys get the most negative float, as transformers' additive mask does.
+        let pad = (mask.to_kind(Kind::Float).ones_like() - mask.to_kind(Kind::Float)) * f32::MIN as f64;
+        let pad = pad.view([b, 1, 1, len]);
+        let h = self.cfg.num_heads;
+        for l in &self.layers {
+            let n = l.norm_attn.forward(&x);
+            let q = split_heads(&l.q.forward(&n), h);
+            let k = split_heads(&l.k.forward(&n), h);
+            let v = split_heads(&l.v.forward(&n), h);
+            let bias = Tensor::embedding(&l.rel_bias, &buckets, -1, false, false).permute([2, 0, 1]).unsqueeze(0);
+            let scores = q.matmul(&k.transpose(-1, -2)) + bias + &pad;
+            let attn = scores.softmax(-1, Kind::Float).matmul(&v);
+            x = &x + l.o.forward(&merge_heads(&attn));
+            let n = l.norm_ff.forward(&x);
+            let a = l.wi_0.forward(&n);
+            let a = match self.act {
+                Act::GeluTanh => a.gelu("tanh"),
+                Act::Gelu => a.gelu("none"),
+                Act::Relu => a.relu(),
+            };
+            let a = match &l.wi_1 {
+                Some(wi_1) => a * wi_1.forward(&n),
+                None => a,
+            };
+            x = &x + l.wo.forward(&a);
+        }
+        Ok(self.final_norm.forward(&x))
+    }
+}
