@@ -1,0 +1,141 @@
+//! Component and end-to-end parity against diffusers/transformers on CPU, float32. Fixtures come
+//! from tests/fixtures/make_fixtures.py (tiny random configs saved in the diffusers layout).
+//! Error measure everywhere: max |ours - reference| / max |reference|.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use fastvideo_pipeline::{PipelineRun, Value, Values};
+use fastvideo_request::{InputPart, OmniRequest, TextRole};
+use fastvideo_wan::pipeline::{self, values};
+use fastvideo_wan::WanModel;
+use tch::{Device, Kind, Tensor};
+
+fn fixture_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures")
+}
+
+fn fixtures() -> &'static HashMap<String, Tensor> {
+    static FX: OnceLock<HashMap<String, SendTensor>> = OnceLock::new();
+    let m = FX.get_or_init(|| {
+        Tensor::read_safetensors(fixture_dir().join("wan_tiny.safetensors"))
+            .expect("fixture readable")
+            .into_iter()
+            .map(|(k, v)| (k, SendTensor(v)))
+            .collect()
+    });
+    // SAFETY of the cast: SendTensor is a transparent wrapper.
+    unsafe { &*(m as *const HashMap<String, SendTensor> as *const HashMap<String, Tensor>) }
+}
+
+#[repr(transparent)]
+struct SendTensor(Tensor);
+// SAFETY: fixtures are read-only after loading.
+unsafe impl Sync for SendTensor {}
+
+fn fx(name: &str) -> &'static Tensor {
+    fixtures().get(name).unwrap_or_else(|| panic!("fixture `{name}` missing"))
+}
+
+fn model() -> WanModel {
+    WanModel::load(&fixture_dir().join("tiny-wan"), Device::Cpu).expect("tiny model loads")
+}
+
+fn rel_err(a: &Tensor, b: &Tensor) -> f64 {
+    assert_eq!(a.size(), b.size(), "shape mismatch");
+    let diff = (a - b).abs().max().double_value(&[]);
+    diff / b.abs().max().double_value(&[]).max(1e-12)
+}
+
+fn no_grad<T>(f: impl FnOnce() -> T) -> T {
+    tch::no_grad(f)
+}
+
+#[test]
+fn transformer_matches_diffusers() {
+    let m = model();
+    let out = no_grad(|| m.transformer.forward(fx("transformer.hidden_states"), fx("transformer.timestep"), fx("transformer.encoder_hidden_states"))).unwrap();
+    let e = rel_err(&out, fx("transformer.out"));
+    // Tolerance 1e-4 relative (fp32; the reference applies rotary embeddings in float64).
+    eprintln!("transformer: relative error {e:.3e}");
+    assert!(e < 1e-4, "transformer relative error {e}");
+}
+
+#[test]
+fn vae_encode_matches_diffusers() {
+    let m = model();
+    let params = no_grad(|| m.vae.encode_params(fx("vae.video"))).unwrap();
+    let e = rel_err(&params, fx("vae.encoded"));
+    eprintln!("vae encode (posterior parameters): relative error {e:.3e}");
+    assert!(e < 1e-4, "vae encode (posterior parameters) relative error {e}"); // tolerance 1e-4
+    let mode = no_grad(|| m.vae.encode(fx("vae.video"))).unwrap();
+    let e = rel_err(&mode, fx("vae.mode"));
+    eprintln!("vae encode (mode): relative error {e:.3e}");
+    assert!(e < 1e-4, "vae encode (mode) relative error {e}"); // tolerance 1e-4
+}
+
+#[test]
+fn vae_decode_matches_diffusers() {
+    let m = model();
+    let out = no_grad(|| m.vae.decode(fx("vae.z"))).unwrap();
+    let e = rel_err(&out, fx("vae.decoded"));
+    eprintln!("vae decode: relative error {e:.3e}");
+    assert!(e < 1e-4, "vae decode relative error {e}"); // tolerance 1e-4
+}
+
+#[test]
+fn umt5_matches_transformers_and_tokenizer_matches() {
+    let m = model();
+    let prompts = ["a red circle moving left on a white background".to_string(), "blurry".to_string()];
+    let (ids, mask) = m.tokenizer.encode(&prompts, 16, Device::Cpu).unwrap();
+    assert_eq!(Vec::<i64>::try_from(ids.flatten(0, -1)).unwrap(), Vec::<i64>::try_from(fx("umt5.input_ids").flatten(0, -1)).unwrap());
+    assert_eq!(Vec::<i64>::try_from(mask.flatten(0, -1)).unwrap(), Vec::<i64>::try_from(fx("umt5.attention_mask").flatten(0, -1)).unwrap());
+    let out = no_grad(|| m.text_encoder.forward(&ids, &mask)).unwrap();
+    let e = rel_err(&out, fx("umt5.last_hidden_state"));
+    eprintln!("umt5: relative error {e:.3e}");
+    assert!(e < 1e-4, "umt5 relative error {e}"); // tolerance 1e-4
+}
+
+fn pipeline_request(return_latents: bool) -> OmniRequest {
+    let mut r = OmniRequest::text_to_video("parity", "a red circle moving left on a white background");
+    r.inputs.push(InputPart::Text { text: "blurry low quality".into(), role: TextRole::Negative });
+    r.diffusion.height = Some(32);
+    r.diffusion.width = Some(32);
+    r.diffusion.num_frames = Some(9);
+    r.diffusion.num_inference_steps = Some(4);
+    r.diffusion.guidance_scale = Some(5.0);
+    r.outputs.return_latents = return_latents;
+    r.node_params.insert("text_encode".into(), serde_json::json!({"max_sequence_length": 16}));
+    r
+}
+
+#[test]
+fn full_pipeline_matches_diffusers() {
+    let m = model();
+    let spec = Arc::new(pipeline::text_to_video(&m, pipeline::default_guidance()).unwrap());
+    let req = pipeline_request(true).resolve(&m.limits(), || 0).unwrap();
+    assert_eq!(req.sampler, fastvideo_request::SamplerKind::Unipc, "scheduler config picks UniPC");
+    let mut init = Values::default();
+    init.insert(values::INITIAL_LATENTS, Value::Tensor(fx("pipeline.latents_in").shallow_clone()));
+    let mut run = PipelineRun::new(spec, req, Device::Cpu, init, Default::default());
+    let mut progress = 0;
+    run.run_to_end(&mut |e| progress += matches!(e, fastvideo_request::OmniEvent::Progress { .. }) as u32).unwrap();
+    assert_eq!(progress, 4, "one progress event per denoise step");
+    let out = run.finish().unwrap();
+    assert_eq!(out.metrics.forwards, 8, "CFG runs two forwards per step");
+    let Some(fastvideo_request::Artifact::Latents(l)) = out.artifacts.get("latents") else { panic!("latents returned") };
+    let latents = Tensor::from_slice(&l.data).view(l.shape.as_slice());
+    let e = rel_err(&latents, fx("pipeline.latents_out"));
+    eprintln!("pipeline latents: relative error {e:.3e}");
+    assert!(e < 1e-4, "pipeline latents relative error {e}"); // tolerance 1e-4
+    // Video: reference frames are [1, F, C, H, W] in [0, 1]; ours are RGB8, so compare within
+    // half a quantization step plus the float tolerance.
+    let v = out.video().expect("video artifact");
+    assert_eq!((v.num_frames, v.height, v.width), (9, 32, 32));
+    let ours = Tensor::from_slice(&v.rgb).view([9, 32, 32, 3]).to_kind(Kind::Float) / 255.0;
+    let reference = fx("pipeline.video").squeeze_dim(0).permute([0, 2, 3, 1]);
+    let diff = (ours - reference).abs().max().double_value(&[]);
+    eprintln!("pipeline video: max abs error {diff:.3e}");
+    assert!(diff <= 0.5 / 255.0 + 1e-4, "pipeline video max abs error {diff}");
+}
