@@ -1,1 +1,50 @@
-fn main() {}
+//! `fastvideo`: the command line. `generate` runs one request through the same pipeline and
+//! driver the server uses; errors print as one line and exit non-zero.
+
+mod default_model;
+mod generate;
+mod progress;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "fastvideo", version, about = "Video generation runtime")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Generate a video from a prompt and write it as an H.264 MP4.
+    Generate(generate::GenerateArgs),
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("FASTVIDEO_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            // clap prints help/version to stdout (exit 0) and usage errors to stderr (exit 2).
+            let _ = e.print();
+            return ExitCode::from(e.exit_code() as u8);
+        }
+    };
+    let result = match cli.command {
+        Command::Generate(args) => generate::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}

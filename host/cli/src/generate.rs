@@ -1,0 +1,170 @@
+//! `fastvideo generate`: one text-to-video request, start to MP4.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use fastvideo_pipeline::{PipelineRun, Values};
+use fastvideo_request::{InputPart, OmniRequest, SamplerKind, TextRole};
+use fastvideo_wan::{pipeline, WanModel};
+
+use crate::progress::Progress;
+
+#[derive(Args)]
+pub struct GenerateArgs {
+    /// Diffusers-layout Wan folder; the default model shipped in models/default when omitted.
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// What to generate.
+    #[arg(long)]
+    prompt: String,
+    #[arg(long)]
+    negative_prompt: Option<String>,
+    /// Denoising steps (model default when omitted).
+    #[arg(long)]
+    steps: Option<u32>,
+    /// Classifier-free guidance scale; 1 disables the unconditional branch.
+    #[arg(long)]
+    guidance: Option<f32>,
+    /// Flow-matching timestep shift.
+    #[arg(long)]
+    shift: Option<f32>,
+    /// Seed of the initial noise (random and printed when omitted).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Frame count; Wan needs 4k+1.
+    #[arg(long)]
+    frames: Option<u32>,
+    #[arg(long)]
+    height: Option<u32>,
+    #[arg(long)]
+    width: Option<u32>,
+    #[arg(long)]
+    fps: Option<u32>,
+    /// euler or unipc (model default when omitted).
+    #[arg(long, value_parser = parse_sampler)]
+    sampler: Option<SamplerKind>,
+    /// auto, cpu, cuda or cuda:N.
+    #[arg(long, default_value = "auto")]
+    device: String,
+    /// Output MP4 path.
+    #[arg(long, default_value = "out.mp4")]
+    out: PathBuf,
+    /// Also write each frame as PNG into this folder.
+    #[arg(long)]
+    frames_dir: Option<PathBuf>,
+    /// Print the request's output record (metrics) as JSON on stdout.
+    #[arg(long)]
+    json: bool,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+}
+
+fn parse_sampler(s: &str) -> Result<SamplerKind, String> {
+    match s {
+        "euler" => Ok(SamplerKind::Euler),
+        "unipc" => Ok(SamplerKind::Unipc),
+        other => Err(format!("unknown sampler `{other}` (euler or unipc)")),
+    }
+}
+
+/// Checks the places outputs go before any work, so a typo never costs a generation.
+fn check_output(path: &Path) -> Result<()> {
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    if !parent.is_dir() {
+        bail!("--out: folder {} does not exist", parent.display());
+    }
+    if path.is_dir() {
+        bail!("--out: {} is a folder; give a file name like out.mp4", path.display());
+    }
+    Ok(())
+}
+
+fn random_seed() -> u64 {
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    (t as u64) ^ ((std::process::id() as u64) << 32)
+}
+
+fn request(args: &GenerateArgs) -> OmniRequest {
+    let mut r = OmniRequest::text_to_video(format!("cli-{}", std::process::id()), args.prompt.clone());
+    if let Some(n) = &args.negative_prompt {
+        r.inputs.push(InputPart::Text { text: n.clone(), role: TextRole::Negative });
+    }
+    r.sampling.seed = args.seed;
+    r.sampling.sampler = args.sampler;
+    let d = &mut r.diffusion;
+    d.num_inference_steps = args.steps;
+    d.guidance_scale = args.guidance;
+    d.shift = args.shift;
+    d.num_frames = args.frames;
+    d.height = args.height;
+    d.width = args.width;
+    d.fps = args.fps;
+    r
+}
+
+pub fn run(args: GenerateArgs) -> Result<()> {
+    check_output(&args.out)?;
+    let device = fastvideo_torch::device(&args.device)?;
+    let model_dir = match &args.model {
+        Some(m) => m.clone(),
+        None => crate::default_model::locate()?,
+    };
+    let t0 = Instant::now();
+    let model = WanModel::load(&model_dir, device).with_context(|| format!("--model {}", model_dir.display()))?;
+    let load_s = t0.elapsed().as_secs_f64();
+    let req = request(&args).resolve(&model.limits(), random_seed)?;
+    if !args.quiet {
+        eprintln!("model: {} ({device:?}, loaded in {load_s:.2}s)", model_dir.display());
+        if let Some(d) = &model.run.description {
+            eprintln!("note: {d}");
+        }
+        eprintln!(
+            "generating {} frames {}x{} @ {} fps: {} {} steps, guidance {}, shift {}, seed {}",
+            req.num_frames,
+            req.width,
+            req.height,
+            req.fps,
+            req.sampler.as_str(),
+            req.steps,
+            req.guidance_scale,
+            req.shift,
+            req.seed
+        );
+    }
+    let spec = Arc::new(pipeline::text_to_video(&model, pipeline::default_guidance())?);
+    let mut run = PipelineRun::new(spec, req, device, Values::default(), Default::default());
+    let mut progress = Progress::new(args.quiet);
+    let result = run.run_to_end(&mut |e| progress.on_event(&e));
+    progress.finish();
+    result?;
+    let out = run.finish()?;
+    let video = out.video().context("the pipeline produced no video")?;
+    fastvideo_media::write_mp4(video, &args.out)?;
+    if let Some(dir) = &args.frames_dir {
+        fastvideo_media::write_pngs(video, dir)?;
+    }
+    let steps = &out.metrics.step_seconds;
+    if !args.quiet {
+        let per_step = steps.iter().sum::<f64>() / steps.len().max(1) as f64;
+        eprintln!(
+            "wrote {} ({} frames, {}x{}, {} fps) in {:.2}s ({:.1} ms per denoise step)",
+            args.out.display(),
+            video.num_frames,
+            video.width,
+            video.height,
+            video.fps,
+            out.metrics.total_seconds,
+            per_step * 1e3
+        );
+    }
+    if args.json {
+        // A closed pipe (`| head`) is not an error worth a panic.
+        let _ = writeln!(std::io::stdout().lock(), "{}", serde_json::to_string_pretty(&out)?);
+    }
+    Ok(())
+}
