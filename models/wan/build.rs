@@ -1,1 +1,3 @@
-fn main() { fastvideo_build::libtorch_rpath() }
+fn main() {
+    fastvideo_build::libtorch_rpath()
+}

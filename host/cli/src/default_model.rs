@@ -23,5 +23,8 @@ pub fn locate() -> Result<PathBuf> {
             return Ok(c.canonicalize().unwrap_or_else(|_| c.clone()));
         }
     }
-    bail!("no --model given and the default model was not found (looked in {}); set FASTVIDEO_DEFAULT_MODEL", candidates.iter().map(|c| c.display().to_string()).collect::<Vec<_>>().join(", "))
+    bail!(
+        "no --model given and the default model was not found (looked in {}); set FASTVIDEO_DEFAULT_MODEL",
+        candidates.iter().map(|c| c.display().to_string()).collect::<Vec<_>>().join(", ")
+    )
 }

@@ -42,8 +42,24 @@ fn default_model_writes_a_playable_mp4_with_the_requested_shape() {
     let out = dir.path().join("clip.mp4");
     let frames = dir.path().join("frames");
     let r = fastvideo(&[
-        "generate", "--prompt", "a red circle moving left", "--frames", "9", "--height", "32", "--width", "48", "--steps", "3", "--seed", "7",
-        "--out", out.to_str().unwrap(), "--frames-dir", frames.to_str().unwrap(), "--json",
+        "generate",
+        "--prompt",
+        "a red circle moving left",
+        "--frames",
+        "9",
+        "--height",
+        "32",
+        "--width",
+        "48",
+        "--steps",
+        "3",
+        "--seed",
+        "7",
+        "--out",
+        out.to_str().unwrap(),
+        "--frames-dir",
+        frames.to_str().unwrap(),
+        "--json",
     ]);
     let err = String::from_utf8_lossy(&r.stderr);
     assert!(r.status.success(), "{err}");
@@ -66,7 +82,18 @@ fn same_seed_same_video() {
     let a = dir.path().join("a.mp4");
     let b = dir.path().join("b.mp4");
     for p in [&a, &b] {
-        let r = fastvideo(&["generate", "--prompt", "a blue square", "--steps", "2", "--seed", "3", "--quiet", "--out", p.to_str().unwrap()]);
+        let r = fastvideo(&[
+            "generate",
+            "--prompt",
+            "a blue square",
+            "--steps",
+            "2",
+            "--seed",
+            "3",
+            "--quiet",
+            "--out",
+            p.to_str().unwrap(),
+        ]);
         assert!(r.status.success());
     }
     assert_eq!(std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap());
@@ -75,16 +102,25 @@ fn same_seed_same_video() {
 #[test]
 fn bad_request_values_name_the_field() {
     let out = "/tmp/fastvideo-never-written.mp4";
-    assert_user_error(&fastvideo(&["generate", "--prompt", "x", "--frames", "16", "--out", out]), "diffusion.num_frames: 16: Wan needs frames = 4k+1");
+    assert_user_error(
+        &fastvideo(&["generate", "--prompt", "x", "--frames", "16", "--out", out]),
+        "diffusion.num_frames: 16: Wan needs frames = 4k+1",
+    );
     assert_user_error(&fastvideo(&["generate", "--prompt", "x", "--width", "70", "--out", out]), "diffusion.width");
     assert_user_error(&fastvideo(&["generate", "--prompt", "  ", "--out", out]), "prompt: must not be empty");
-    assert_user_error(&fastvideo(&["generate", "--prompt", "x", "--out", "/no/such/dir/x.mp4"]), "--out: folder /no/such/dir does not exist");
+    assert_user_error(
+        &fastvideo(&["generate", "--prompt", "x", "--out", "/no/such/dir/x.mp4"]),
+        "--out: folder /no/such/dir does not exist",
+    );
     assert!(!Path::new(out).exists());
 }
 
 #[test]
 fn missing_and_corrupt_models_are_named() {
-    assert_user_error(&fastvideo(&["generate", "--prompt", "x", "--model", "/no/such/model"]), "model folder /no/such/model does not exist");
+    assert_user_error(
+        &fastvideo(&["generate", "--prompt", "x", "--model", "/no/such/model"]),
+        "model folder /no/such/model does not exist",
+    );
     let dir = tempfile::tempdir().unwrap();
     assert_user_error(
         &fastvideo(&["generate", "--prompt", "x", "--model", dir.path().to_str().unwrap()]),
@@ -107,12 +143,18 @@ fn missing_and_corrupt_models_are_named() {
     let cfg = unknown.join("transformer/config.json");
     let text = std::fs::read_to_string(&cfg).unwrap().replacen('{', "{\n  \"sliding_window\": 4,", 1);
     std::fs::write(&cfg, text).unwrap();
-    assert_user_error(&fastvideo(&["generate", "--prompt", "x", "--model", unknown.to_str().unwrap()]), "unsupported config key `sliding_window`");
+    assert_user_error(
+        &fastvideo(&["generate", "--prompt", "x", "--model", unknown.to_str().unwrap()]),
+        "unsupported config key `sliding_window`",
+    );
 
     let unsupported = dir.path().join("unsupported");
     copy_dir(&tiny, &unsupported);
     let cfg = unsupported.join("vae/config.json");
     let text = std::fs::read_to_string(&cfg).unwrap().replace("\"is_residual\": false", "\"is_residual\": true");
     std::fs::write(&cfg, text).unwrap();
-    assert_user_error(&fastvideo(&["generate", "--prompt", "x", "--model", unsupported.to_str().unwrap()]), "config key `is_residual` = true is not supported");
+    assert_user_error(
+        &fastvideo(&["generate", "--prompt", "x", "--model", unsupported.to_str().unwrap()]),
+        "config key `is_residual` = true is not supported",
+    );
 }

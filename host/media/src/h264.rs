@@ -22,7 +22,11 @@ pub fn encode_h264(video: &VideoArtifact) -> Result<H264Stream> {
     let (w, h) = (video.width as usize, video.height as usize);
     ensure!(w > 0 && h > 0 && w % 2 == 0 && h % 2 == 0, "H.264 needs even, non-zero frame sizes; got {w}x{h}");
     ensure!(video.num_frames > 0, "video has no frames");
-    ensure!(video.rgb.len() == video.num_frames as usize * w * h * 3, "video buffer size does not match {}x{w}x{h}x3", video.num_frames);
+    ensure!(
+        video.rgb.len() == video.num_frames as usize * w * h * 3,
+        "video buffer size does not match {}x{w}x{h}x3",
+        video.num_frames
+    );
     let config = EncoderConfig::new()
         .usage_type(UsageType::CameraVideoRealTime)
         .profile(Profile::Baseline)
@@ -34,8 +38,16 @@ pub fn encode_h264(video: &VideoArtifact) -> Result<H264Stream> {
         // backgrounds (measured: 28 dB frames among 37 dB ones); generated clips are exactly that.
         .background_detection(false)
         .adaptive_quantization(false);
-    let mut enc = Encoder::with_api_config(OpenH264API::from_source(), config).context("starting the openh264 encoder")?;
-    let mut out = H264Stream { width: video.width, height: video.height, sps: vec![], pps: vec![], frames: vec![], keyframes: vec![] };
+    let mut enc =
+        Encoder::with_api_config(OpenH264API::from_source(), config).context("starting the openh264 encoder")?;
+    let mut out = H264Stream {
+        width: video.width,
+        height: video.height,
+        sps: vec![],
+        pps: vec![],
+        frames: vec![],
+        keyframes: vec![],
+    };
     for i in 0..video.num_frames as usize {
         let yuv = YUVBuffer::from_rgb8_source(RgbSliceU8::new(video.frame(i), (w, h)));
         let bits = enc.encode(&yuv).with_context(|| format!("encoding frame {i}"))?;

@@ -38,7 +38,13 @@ pub fn mp4_bytes(video: &VideoArtifact) -> Result<Vec<u8>> {
             data.extend_from_slice(&(n.len() as u32).to_be_bytes());
             data.extend_from_slice(n);
         }
-        let sample = Mp4Sample { start_time: i as u64, duration: 1, rendering_offset: 0, is_sync: *key, bytes: Bytes::from(data) };
+        let sample = Mp4Sample {
+            start_time: i as u64,
+            duration: 1,
+            rendering_offset: 0,
+            is_sync: *key,
+            bytes: Bytes::from(data),
+        };
         w.write_sample(1, &sample).with_context(|| format!("writing frame {i}"))?;
     }
     w.write_end().context("finishing MP4")?;

@@ -44,7 +44,7 @@ fn mp4_round_trips_through_a_real_decoder() {
     let pps = track.picture_parameter_set().unwrap().to_vec();
 
     let mut dec = Decoder::new().unwrap();
-    let mut annexb = |nal: &[u8]| [&[0u8, 0, 0, 1][..], nal].concat();
+    let annexb = |nal: &[u8]| [&[0u8, 0, 0, 1][..], nal].concat();
     let mut decoded = Vec::new();
     dec.decode(&[annexb(&sps), annexb(&pps)].concat()).unwrap();
     for s in 1..=9 {

@@ -91,7 +91,8 @@ impl LoopStage for DenoiseLoop {
         let timestep = Tensor::from_slice(&[t]).to_device(ctx.device);
         let mut preds = Vec::with_capacity(s.branches.len());
         for (b, c) in s.branches.iter().zip(&s.contexts) {
-            let p = self.denoiser.forward(&s.latents, &timestep, c).with_context(|| format!("forward of branch `{b}`"))?;
+            let p =
+                self.denoiser.forward(&s.latents, &timestep, c).with_context(|| format!("forward of branch `{b}`"))?;
             preds.push(p);
         }
         let guided = self.guidance.combine(ctx.request, &preds, &mut s.guidance)?;

@@ -48,10 +48,27 @@ pub struct PipelineRun {
 
 impl PipelineRun {
     /// `values` holds request-provided values (e.g. initial latents).
-    pub fn new(spec: Arc<PipelineSpec>, request: ResolvedRequest, device: Device, values: Values, cancel: CancelToken) -> Self {
+    pub fn new(
+        spec: Arc<PipelineSpec>,
+        request: ResolvedRequest,
+        device: Device,
+        values: Values,
+        cancel: CancelToken,
+    ) -> Self {
         let metrics = RequestMetrics { seed: request.seed, steps: request.steps, ..Default::default() };
         let now = Instant::now();
-        Self { spec, request, device, values, cursor: 0, active: None, cancel, metrics, started: now, node_started: now }
+        Self {
+            spec,
+            request,
+            device,
+            values,
+            cursor: 0,
+            active: None,
+            cancel,
+            metrics,
+            started: now,
+            node_started: now,
+        }
     }
 
     pub fn request(&self) -> &ResolvedRequest {
@@ -93,13 +110,16 @@ impl PipelineRun {
                 None => {
                     emit(OmniEvent::NodeStarted { request_id: rid.clone(), node: node.name.clone() });
                     self.node_started = Instant::now();
-                    let st = stage.init(&ctx, &mut self.values).with_context(|| format!("node `{}` init", node.name))?;
+                    let st =
+                        stage.init(&ctx, &mut self.values).with_context(|| format!("node `{}` init", node.name))?;
                     self.active = Some(st);
                 }
                 Some(mut st) => {
                     let finished = st.step >= st.total_steps;
                     if finished {
-                        stage.finalize(&ctx, st, &mut self.values).with_context(|| format!("node `{}` finalize", node.name))?;
+                        stage
+                            .finalize(&ctx, st, &mut self.values)
+                            .with_context(|| format!("node `{}` finalize", node.name))?;
                         self.metrics.node_seconds.push((node.name.clone(), self.node_started.elapsed().as_secs_f64()));
                         self.cursor = idx + 1;
                     } else {

@@ -17,7 +17,6 @@ pub use error::RequestError;
 pub use event::OmniEvent;
 pub use output::{Artifact, LatentsArtifact, OmniOutput, RequestMetrics, VideoArtifact};
 pub use request::{
-    DiffusionParams, InputPart, Modality, OmniRequest, OutputSpec, SamplerKind, SamplingParams,
-    TaskType, TextRole,
+    DiffusionParams, InputPart, Modality, OmniRequest, OutputSpec, SamplerKind, SamplingParams, TaskType, TextRole,
 };
 pub use resolve::{Defaults, ModelLimits, ResolvedRequest};

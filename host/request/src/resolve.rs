@@ -67,7 +67,11 @@ impl ResolvedRequest {
 impl OmniRequest {
     /// Checks the request against `limits` and fills defaults. `random_seed` supplies the seed when
     /// the request has none (so callers control where randomness comes from).
-    pub fn resolve(&self, limits: &ModelLimits, random_seed: impl FnOnce() -> u64) -> Result<ResolvedRequest, RequestError> {
+    pub fn resolve(
+        &self,
+        limits: &ModelLimits,
+        random_seed: impl FnOnce() -> u64,
+    ) -> Result<ResolvedRequest, RequestError> {
         if self.request_id.trim().is_empty() {
             return Err(RequestError::new("request_id", "must not be empty"));
         }
@@ -75,7 +79,12 @@ impl OmniRequest {
             let supported: Vec<&str> = limits.tasks.iter().map(|t| t.as_str()).collect();
             return Err(RequestError::new(
                 "task",
-                format!("{} does not support `{}` (supported: {})", limits.family, self.task.as_str(), supported.join(", ")),
+                format!(
+                    "{} does not support `{}` (supported: {})",
+                    limits.family,
+                    self.task.as_str(),
+                    supported.join(", ")
+                ),
             ));
         }
         for (i, part) in self.inputs.iter().enumerate() {
@@ -91,7 +100,10 @@ impl OmniRequest {
         let def = &limits.defaults;
         let steps = d.num_inference_steps.unwrap_or(def.steps);
         if steps == 0 || steps > limits.max_steps {
-            return Err(RequestError::new("diffusion.num_inference_steps", format!("{steps} is outside 1..={}", limits.max_steps)));
+            return Err(RequestError::new(
+                "diffusion.num_inference_steps",
+                format!("{steps} is outside 1..={}", limits.max_steps),
+            ));
         }
         let guidance_scale = d.guidance_scale.unwrap_or(def.guidance_scale);
         if !guidance_scale.is_finite() || !(0.0..=100.0).contains(&guidance_scale) {

@@ -31,7 +31,9 @@ pub fn read_config<T: DeserializeOwned>(path: &Path) -> Result<T> {
         bail!("{}: expected a JSON object", path.display());
     };
     map.retain(|k, _| !METADATA.contains(&k.as_str()));
-    serde_json::from_value(Value::Object(map)).map_err(|e| anyhow::anyhow!("{}: {}", path.display(), e.to_string().replace("unknown field", "unsupported config key")))
+    serde_json::from_value(Value::Object(map)).map_err(|e| {
+        anyhow::anyhow!("{}: {}", path.display(), e.to_string().replace("unknown field", "unsupported config key"))
+    })
 }
 
 /// Error for a known key holding a value we do not implement.

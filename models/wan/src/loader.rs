@@ -64,16 +64,22 @@ impl WanModel {
             bail!("model folder {} does not exist", dir.display());
         }
         let index_path = dir.join("model_index.json");
-        let text = std::fs::read_to_string(&index_path)
-            .with_context(|| format!("{} is not a diffusers model folder: cannot read model_index.json", dir.display()))?;
+        let text = std::fs::read_to_string(&index_path).with_context(|| {
+            format!("{} is not a diffusers model folder: cannot read model_index.json", dir.display())
+        })?;
         let index: serde_json::Map<String, Value> =
             serde_json::from_str(&text).with_context(|| format!("{}: not a JSON object", index_path.display()))?;
         match index.get("_class_name").and_then(Value::as_str) {
             Some("WanPipeline") => {}
-            other => bail!("{}: `_class_name` = {other:?}; only WanPipeline (Wan 2.1 text-to-video) is supported", index_path.display()),
+            other => bail!(
+                "{}: `_class_name` = {other:?}; only WanPipeline (Wan 2.1 text-to-video) is supported",
+                index_path.display()
+            ),
         }
         for key in ["transformer_2", "boundary_ratio"] {
-            if let Some(v) = index.get(key).filter(|v| !v.is_null() && **v != Value::Array(vec![Value::Null, Value::Null])) {
+            if let Some(v) =
+                index.get(key).filter(|v| !v.is_null() && **v != Value::Array(vec![Value::Null, Value::Null]))
+            {
                 return Err(unsupported(&index_path, key, v, "Wan 2.2 two-expert models are not implemented"));
             }
         }

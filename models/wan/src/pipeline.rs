@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use anyhow::{ensure, Result};
-use fastvideo_pipeline::{ClassicCfg, DenoiseLoop, Denoiser, Guidance, Node, NodeCtx, PipelineSpec, Stage, Value, Values};
+use fastvideo_pipeline::{
+    ClassicCfg, DenoiseLoop, Denoiser, Guidance, Node, NodeCtx, PipelineSpec, Stage, Value, Values,
+};
 use fastvideo_request::{ResolvedRequest, TaskType, VideoArtifact};
 use tch::{Device, Kind, Tensor};
 
@@ -136,7 +138,7 @@ pub fn text_to_video(model: &WanModel, guidance: Arc<dyn Guidance>) -> Result<Pi
         output: LATENTS.to_string(),
     };
     let text = TextEncode {
-        tokenizer: TextTokenizer::clone_of(&model.tokenizer),
+        tokenizer: model.tokenizer.clone(),
         encoder: Arc::clone(&model.text_encoder),
         default_len: model.max_sequence_length(),
     };

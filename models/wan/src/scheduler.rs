@@ -6,7 +6,7 @@ use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use fastvideo_request::SamplerKind;
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 
 use crate::config::unsupported;
 
@@ -16,37 +16,38 @@ pub struct SchedulerDefaults {
     pub shift: f64,
 }
 
-/// Keys that must hold these values (or be absent / null) for our samplers to match.
-const UNIPC_FIXED: &[(&str, fn() -> Value)] = &[
-    ("prediction_type", || json!("flow_prediction")),
-    ("use_flow_sigmas", || json!(true)),
-    ("solver_type", || json!("bh2")),
-    ("solver_order", || json!(2)),
-    ("predict_x0", || json!(true)),
-    ("final_sigmas_type", || json!("zero")),
-    ("lower_order_final", || json!(true)),
-    ("thresholding", || json!(false)),
-    ("use_karras_sigmas", || json!(false)),
-    ("use_exponential_sigmas", || json!(false)),
-    ("use_beta_sigmas", || json!(false)),
-    ("use_dynamic_shifting", || json!(false)),
-    ("num_train_timesteps", || json!(1000)),
-    ("disable_corrector", || json!([])),
+/// Keys that must hold these values (JSON text; or be absent / null) for our samplers to match.
+const UNIPC_FIXED: &[(&str, &str)] = &[
+    ("prediction_type", r#""flow_prediction""#),
+    ("use_flow_sigmas", r#"true"#),
+    ("solver_type", r#""bh2""#),
+    ("solver_order", r#"2"#),
+    ("predict_x0", r#"true"#),
+    ("final_sigmas_type", r#""zero""#),
+    ("lower_order_final", r#"true"#),
+    ("thresholding", r#"false"#),
+    ("use_karras_sigmas", r#"false"#),
+    ("use_exponential_sigmas", r#"false"#),
+    ("use_beta_sigmas", r#"false"#),
+    ("use_dynamic_shifting", r#"false"#),
+    ("num_train_timesteps", r#"1000"#),
+    ("disable_corrector", r#"[]"#),
 ];
 
-const EULER_FIXED: &[(&str, fn() -> Value)] = &[
-    ("num_train_timesteps", || json!(1000)),
-    ("use_dynamic_shifting", || json!(false)),
-    ("invert_sigmas", || json!(false)),
-    ("stochastic_sampling", || json!(false)),
-    ("use_karras_sigmas", || json!(false)),
-    ("use_exponential_sigmas", || json!(false)),
-    ("use_beta_sigmas", || json!(false)),
+const EULER_FIXED: &[(&str, &str)] = &[
+    ("num_train_timesteps", r#"1000"#),
+    ("use_dynamic_shifting", r#"false"#),
+    ("invert_sigmas", r#"false"#),
+    ("stochastic_sampling", r#"false"#),
+    ("use_karras_sigmas", r#"false"#),
+    ("use_exponential_sigmas", r#"false"#),
+    ("use_beta_sigmas", r#"false"#),
 ];
 
 pub fn load(path: &Path) -> Result<SchedulerDefaults> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let map: Map<String, Value> = serde_json::from_str(&text).with_context(|| format!("{}: not a JSON object", path.display()))?;
+    let map: Map<String, Value> =
+        serde_json::from_str(&text).with_context(|| format!("{}: not a JSON object", path.display()))?;
     let class = map.get("_class_name").and_then(Value::as_str).unwrap_or("");
     let (sampler, fixed, shift_key) = match class {
         "UniPCMultistepScheduler" => (SamplerKind::Unipc, UNIPC_FIXED, "flow_shift"),
@@ -54,7 +55,7 @@ pub fn load(path: &Path) -> Result<SchedulerDefaults> {
         other => bail!("{}: scheduler `_class_name` = {other:?} is not supported (UniPCMultistepScheduler or FlowMatchEulerDiscreteScheduler)", path.display()),
     };
     for (key, want) in fixed {
-        let want = want();
+        let want: Value = serde_json::from_str(want).expect("valid JSON literal");
         match map.get(*key) {
             None | Some(Value::Null) => {}
             Some(v) if *v == want || (v.is_number() && v.as_f64() == want.as_f64()) => {}
@@ -68,7 +69,9 @@ pub fn load(path: &Path) -> Result<SchedulerDefaults> {
     }
     let shift = match map.get(shift_key) {
         None | Some(Value::Null) => 1.0,
-        Some(v) => v.as_f64().filter(|s| *s > 0.0).ok_or_else(|| unsupported(path, shift_key, v, "a positive number"))?,
+        Some(v) => {
+            v.as_f64().filter(|s| *s > 0.0).ok_or_else(|| unsupported(path, shift_key, v, "a positive number"))?
+        }
     };
     Ok(SchedulerDefaults { sampler, shift })
 }

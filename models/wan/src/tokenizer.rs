@@ -8,13 +8,15 @@ use anyhow::{anyhow, Result};
 use tch::{Device, Tensor};
 use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
 
+#[derive(Clone)]
 pub struct TextTokenizer {
     inner: Tokenizer,
 }
 
 impl TextTokenizer {
     pub fn from_file(path: &Path) -> Result<Self> {
-        let inner = Tokenizer::from_file(path).map_err(|e| anyhow!("{}: not a usable tokenizer.json ({e})", path.display()))?;
+        let inner =
+            Tokenizer::from_file(path).map_err(|e| anyhow!("{}: not a usable tokenizer.json ({e})", path.display()))?;
         Ok(Self { inner })
     }
 
@@ -24,13 +26,20 @@ impl TextTokenizer {
         let pad_id = tok.token_to_id("<pad>").unwrap_or(0);
         tok.with_truncation(Some(TruncationParams { max_length: max_len, ..Default::default() }))
             .map_err(|e| anyhow!("tokenizer truncation: {e}"))?;
-        tok.with_padding(Some(PaddingParams { strategy: PaddingStrategy::Fixed(max_len), pad_id, ..Default::default() }));
+        tok.with_padding(Some(PaddingParams {
+            strategy: PaddingStrategy::Fixed(max_len),
+            pad_id,
+            ..Default::default()
+        }));
         let cleaned: Vec<String> = prompts.iter().map(|p| clean_prompt(p)).collect();
         let enc = tok.encode_batch(cleaned, true).map_err(|e| anyhow!("tokenizing prompt: {e}"))?;
         let ids: Vec<i64> = enc.iter().flat_map(|e| e.get_ids().iter().map(|&i| i as i64)).collect();
         let mask: Vec<i64> = enc.iter().flat_map(|e| e.get_attention_mask().iter().map(|&i| i as i64)).collect();
         let shape = [prompts.len() as i64, max_len as i64];
-        Ok((Tensor::from_slice(&ids).view(shape).to_device(device), Tensor::from_slice(&mask).view(shape).to_device(device)))
+        Ok((
+            Tensor::from_slice(&ids).view(shape).to_device(device),
+            Tensor::from_slice(&mask).view(shape).to_device(device),
+        ))
     }
 }
 
@@ -52,12 +61,5 @@ mod tests {
     #[test]
     fn cleans_like_the_reference() {
         assert_eq!(clean_prompt("  a\tred \n circle &amp; a star  "), "a red circle & a star");
-    }
-}
-
-impl TextTokenizer {
-    /// Another handle to the same tokenizer (it is immutable once loaded).
-    pub fn clone_of(other: &Self) -> Self {
-        Self { inner: other.inner.clone() }
     }
 }

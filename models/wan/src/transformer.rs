@@ -73,7 +73,11 @@ impl TransformerConfig {
         if let Some(v) = cfg.pos_embed_seq_len {
             return Err(unsupported(path, "pos_embed_seq_len", v, "use null"));
         }
-        ensure!(cfg.attention_head_dim % 2 == 0 && cfg.freq_dim % 2 == 0, "{}: attention_head_dim and freq_dim must be even", path.display());
+        ensure!(
+            cfg.attention_head_dim % 2 == 0 && cfg.freq_dim % 2 == 0,
+            "{}: attention_head_dim and freq_dim must be even",
+            path.display()
+        );
         Ok(cfg)
     }
     pub fn inner_dim(&self) -> i64 {
@@ -150,7 +154,10 @@ impl Rope {
             parts.push(ang.view(view).expand([f, h, w, dim / 2], false));
         }
         let ang = Tensor::cat(&parts, -1).reshape([f * h * w, head_dim / 2]);
-        Self { cos: ang.cos().to_kind(Kind::Float).to_device(device), sin: ang.sin().to_kind(Kind::Float).to_device(device) }
+        Self {
+            cos: ang.cos().to_kind(Kind::Float).to_device(device),
+            sin: ang.sin().to_kind(Kind::Float).to_device(device),
+        }
     }
 
     /// Rotates interleaved pairs of `x: [B, H, N, D]`.
@@ -288,10 +295,19 @@ impl WanTransformer3DModel {
             self.cfg.patch_size
         );
         let c = context.size();
-        ensure!(c.len() == 3 && c[0] == s[0] && c[2] == self.cfg.text_dim, "transformer: context {c:?} must be [{}, L, {}]", s[0], self.cfg.text_dim);
+        ensure!(
+            c.len() == 3 && c[0] == s[0] && c[2] == self.cfg.text_dim,
+            "transformer: context {c:?} must be [{}, L, {}]",
+            s[0],
+            self.cfg.text_dim
+        );
         ensure!(timestep.size() == [s[0]], "transformer: timestep {:?} must be [{}]", timestep.size(), s[0]);
         let (b, f, h, w) = (s[0], s[2] / pt, s[3] / ph, s[4] / pw);
-        ensure!(f.max(h).max(w) <= self.cfg.rope_max_seq_len, "transformer: grid {f}x{h}x{w} exceeds rope_max_seq_len {}", self.cfg.rope_max_seq_len);
+        ensure!(
+            f.max(h).max(w) <= self.cfg.rope_max_seq_len,
+            "transformer: grid {f}x{h}x{w} exceeds rope_max_seq_len {}",
+            self.cfg.rope_max_seq_len
+        );
         let dim = self.cfg.inner_dim();
 
         let rope = Rope::new(self.cfg.attention_head_dim, [f, h, w], latents.device());

@@ -91,7 +91,11 @@ impl Umt5Config {
     fn activation(&self, path: &Path) -> Result<Act> {
         let name = self.dense_act_fn.clone().unwrap_or_else(|| {
             let a = self.feed_forward_proj.trim_start_matches("gated-");
-            if a == "gelu" { "gelu_new".into() } else { a.into() }
+            if a == "gelu" {
+                "gelu_new".into()
+            } else {
+                a.into()
+            }
         });
         match name.as_str() {
             "gelu_new" | "gelu_pytorch_tanh" | "gelu_fast" => Ok(Act::GeluTanh),
@@ -161,7 +165,10 @@ impl Umt5Encoder {
                 k: Linear::new(&a.pp("SelfAttention.k"), d, inner, false)?,
                 v: Linear::new(&a.pp("SelfAttention.v"), d, inner, false)?,
                 o: Linear::new(&a.pp("SelfAttention.o"), inner, d, false)?,
-                rel_bias: a.get("SelfAttention.relative_attention_bias.weight", &[cfg.relative_attention_num_buckets, cfg.num_heads])?,
+                rel_bias: a.get(
+                    "SelfAttention.relative_attention_bias.weight",
+                    &[cfg.relative_attention_num_buckets, cfg.num_heads],
+                )?,
                 norm_ff: T5Norm::new(&f.pp("layer_norm"), d, eps)?,
                 wi_0: Linear::new(&ff.pp(if gated { "wi_0" } else { "wi" }), d, cfg.d_ff, false)?,
                 wi_1: if gated { Some(Linear::new(&ff.pp("wi_1"), d, cfg.d_ff, false)?) } else { None },
@@ -191,7 +198,11 @@ impl Umt5Encoder {
     /// `input_ids [B, L]`, `mask [B, L]` (1 = token, 0 = padding) → `last_hidden_state [B, L, d]`.
     pub fn forward(&self, input_ids: &Tensor, mask: &Tensor) -> Result<Tensor> {
         let s = input_ids.size();
-        ensure!(s.len() == 2 && mask.size() == s, "umt5: input_ids {s:?} and mask {:?} must both be [B, L]", mask.size());
+        ensure!(
+            s.len() == 2 && mask.size() == s,
+            "umt5: input_ids {s:?} and mask {:?} must both be [B, L]",
+            mask.size()
+        );
         let (b, len) = (s[0], s[1]);
         let dev = input_ids.device();
         let mut x = Tensor::embedding(&self.embed, input_ids, -1, false, false);

@@ -70,17 +70,39 @@ impl VaeConfig {
             return Err(unsupported(path, "patch_size", p, "use null"));
         }
         let levels = cfg.dim_mult.len();
-        ensure!(levels >= 1 && cfg.temperal_downsample.len() + 1 == levels, "{}: temperal_downsample needs {} entries for dim_mult {:?}", path.display(), levels - 1, cfg.dim_mult);
+        ensure!(
+            levels >= 1 && cfg.temperal_downsample.len() + 1 == levels,
+            "{}: temperal_downsample needs {} entries for dim_mult {:?}",
+            path.display(),
+            levels - 1,
+            cfg.dim_mult
+        );
         let t = 1i64 << cfg.temperal_downsample.iter().filter(|&&b| b).count();
         let s = 1i64 << (levels - 1);
         if cfg.scale_factor_temporal.is_some_and(|v| v != t) {
-            return Err(unsupported(path, "scale_factor_temporal", cfg.scale_factor_temporal.unwrap(), &format!("the layers give {t}")));
+            return Err(unsupported(
+                path,
+                "scale_factor_temporal",
+                cfg.scale_factor_temporal.unwrap(),
+                &format!("the layers give {t}"),
+            ));
         }
         if cfg.scale_factor_spatial.is_some_and(|v| v != s) {
-            return Err(unsupported(path, "scale_factor_spatial", cfg.scale_factor_spatial.unwrap(), &format!("the layers give {s}")));
+            return Err(unsupported(
+                path,
+                "scale_factor_spatial",
+                cfg.scale_factor_spatial.unwrap(),
+                &format!("the layers give {s}"),
+            ));
         }
         for (k, v) in [("latents_mean", &cfg.latents_mean), ("latents_std", &cfg.latents_std)] {
-            ensure!(v.len() as i64 == cfg.z_dim, "{}: `{k}` has {} values, z_dim is {}", path.display(), v.len(), cfg.z_dim);
+            ensure!(
+                v.len() as i64 == cfg.z_dim,
+                "{}: `{k}` has {} values, z_dim is {}",
+                path.display(),
+                v.len(),
+                cfg.z_dim
+            );
         }
         Ok(cfg)
     }
@@ -143,7 +165,12 @@ struct CausalConv3d {
 
 impl CausalConv3d {
     fn new(w: &Weights, cin: i64, cout: i64, k: [i64; 3], stride: [i64; 3], pad: [i64; 3]) -> Result<Self> {
-        Ok(Self { weight: w.get("weight", &[cout, cin, k[0], k[1], k[2]])?, bias: w.get("bias", &[cout])?, stride, pad })
+        Ok(Self {
+            weight: w.get("weight", &[cout, cin, k[0], k[1], k[2]])?,
+            bias: w.get("bias", &[cout])?,
+            stride,
+            pad,
+        })
     }
     fn cube(w: &Weights, cin: i64, cout: i64) -> Result<Self> {
         Self::new(w, cin, cout, [3, 3, 3], [1, 1, 1], [1, 1, 1])
@@ -210,7 +237,11 @@ impl ResidualBlock {
             conv1: CausalConv3d::cube(&w.pp("conv1"), cin, cout)?,
             norm2: RmsNorm::new(&w.pp("norm2"), cout, 5)?,
             conv2: CausalConv3d::cube(&w.pp("conv2"), cout, cout)?,
-            shortcut: if cin != cout { Some(CausalConv3d::pointwise(&w.pp("conv_shortcut"), cin, cout)?) } else { None },
+            shortcut: if cin != cout {
+                Some(CausalConv3d::pointwise(&w.pp("conv_shortcut"), cin, cout)?)
+            } else {
+                None
+            },
         })
     }
     fn forward(&self, x: &Tensor, cache: &mut FeatCache) -> Tensor {
@@ -249,7 +280,16 @@ impl AttentionBlock {
         let qkv = self.norm.forward(&f).conv2d(&self.qkv_w, Some(&self.qkv_b), [1, 1], [0, 0], [1, 1], 1);
         let qkv = qkv.reshape([b * t, 1, 3 * c, h * w]).permute([0, 1, 3, 2]).contiguous();
         let parts = qkv.chunk(3, -1);
-        let o = Tensor::scaled_dot_product_attention(&parts[0], &parts[1], &parts[2], None::<Tensor>, 0.0, false, None, false);
+        let o = Tensor::scaled_dot_product_attention(
+            &parts[0],
+            &parts[1],
+            &parts[2],
+            None::<Tensor>,
+            0.0,
+            false,
+            None,
+            false,
+        );
         let o = o.squeeze_dim(1).permute([0, 2, 1]).reshape([b * t, c, h, w]);
         let o = o.conv2d(&self.proj_w, Some(&self.proj_b), [1, 1], [0, 0], [1, 1], 1);
         o.view([b, t, c, h, w]).permute([0, 2, 1, 3, 4]) + x
@@ -275,11 +315,20 @@ impl Resample {
     fn new(w: &Weights, dim: i64, mode: ResampleMode) -> Result<Self> {
         let (cout, time_conv) = match mode {
             ResampleMode::Up2d => (dim / 2, None),
-            ResampleMode::Up3d => (dim / 2, Some(CausalConv3d::new(&w.pp("time_conv"), dim, 2 * dim, [3, 1, 1], [1, 1, 1], [1, 0, 0])?)),
+            ResampleMode::Up3d => {
+                (dim / 2, Some(CausalConv3d::new(&w.pp("time_conv"), dim, 2 * dim, [3, 1, 1], [1, 1, 1], [1, 0, 0])?))
+            }
             ResampleMode::Down2d => (dim, None),
-            ResampleMode::Down3d => (dim, Some(CausalConv3d::new(&w.pp("time_conv"), dim, dim, [3, 1, 1], [2, 1, 1], [0, 0, 0])?)),
+            ResampleMode::Down3d => {
+                (dim, Some(CausalConv3d::new(&w.pp("time_conv"), dim, dim, [3, 1, 1], [2, 1, 1], [0, 0, 0])?))
+            }
         };
-        Ok(Self { mode, conv_w: w.get("resample.1.weight", &[cout, dim, 3, 3])?, conv_b: w.get("resample.1.bias", &[cout])?, time_conv })
+        Ok(Self {
+            mode,
+            conv_w: w.get("resample.1.weight", &[cout, dim, 3, 3])?,
+            conv_b: w.get("resample.1.bias", &[cout])?,
+            time_conv,
+        })
     }
 
     fn forward(&self, x: &Tensor, cache: &mut FeatCache) -> Tensor {
@@ -290,12 +339,17 @@ impl Resample {
         let (b, c, t, h, w) = x.size5().expect("video activations");
         let frames = x.permute([0, 2, 1, 3, 4]).reshape([b * t, c, h, w]);
         let frames = match self.mode {
-            ResampleMode::Up2d | ResampleMode::Up3d => frames
-                .upsample_nearest2d([2 * h, 2 * w], None, None)
-                .conv2d(&self.conv_w, Some(&self.conv_b), [1, 1], [1, 1], [1, 1], 1),
-            ResampleMode::Down2d | ResampleMode::Down3d => frames
-                .constant_pad_nd([0, 1, 0, 1])
-                .conv2d(&self.conv_w, Some(&self.conv_b), [2, 2], [0, 0], [1, 1], 1),
+            ResampleMode::Up2d | ResampleMode::Up3d => frames.upsample_nearest2d([2 * h, 2 * w], None, None).conv2d(
+                &self.conv_w,
+                Some(&self.conv_b),
+                [1, 1],
+                [1, 1],
+                [1, 1],
+                1,
+            ),
+            ResampleMode::Down2d | ResampleMode::Down3d => {
+                frames.constant_pad_nd([0, 1, 0, 1]).conv2d(&self.conv_w, Some(&self.conv_b), [2, 2], [0, 0], [1, 1], 1)
+            }
         };
         let (_, c2, h2, w2) = frames.size4().expect("frames");
         let mut x = frames.view([b, t, c2, h2, w2]).permute([0, 2, 1, 3, 4]);
@@ -504,7 +558,11 @@ impl AutoencoderKLWan {
     /// frame per decoder pass.
     pub fn decode(&self, z: &Tensor) -> Result<Tensor> {
         let s = z.size();
-        ensure!(s.len() == 5 && s[1] == self.cfg.z_dim, "vae decode: latents {s:?} must be [B, {}, F, H, W]", self.cfg.z_dim);
+        ensure!(
+            s.len() == 5 && s[1] == self.cfg.z_dim,
+            "vae decode: latents {s:?} must be [B, {}, F, H, W]",
+            self.cfg.z_dim
+        );
         let x = self.post_quant_conv.forward(z, None);
         let mut cache = FeatCache::default();
         let outs: Vec<Tensor> = (0..s[2]).map(|i| self.decoder.forward(&x.narrow(2, i, 1), &mut cache)).collect();

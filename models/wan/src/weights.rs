@@ -2,23 +2,24 @@
 //! Module paths equal diffusers checkpoint keys, so no renaming table is needed, and every
 //! lookup checks the shape so a corrupt or mismatched file fails with the key and both shapes.
 
+use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::rc::Rc;
 
 use anyhow::{bail, Context, Result};
 use tch::{Device, Kind, Tensor};
 
 struct Store {
     tensors: HashMap<String, Tensor>,
-    used: Mutex<BTreeSet<String>>,
+    used: RefCell<BTreeSet<String>>,
     source: PathBuf,
 }
 
 /// A view of one component's tensors under a key prefix.
 #[derive(Clone)]
 pub struct Weights {
-    store: Arc<Store>,
+    store: Rc<Store>,
     prefix: String,
     device: Device,
     kind: Kind,
@@ -46,8 +47,8 @@ impl Weights {
     }
 
     pub fn from_tensors(tensors: HashMap<String, Tensor>, source: PathBuf, device: Device, kind: Kind) -> Self {
-        let store = Store { tensors, used: Mutex::new(BTreeSet::new()), source };
-        Self { store: Arc::new(store), prefix: String::new(), device, kind }
+        let store = Store { tensors, used: RefCell::new(BTreeSet::new()), source };
+        Self { store: Rc::new(store), prefix: String::new(), device, kind }
     }
 
     /// A sub-view: `pp("blocks").pp(3)` reads `blocks.3.*`.
@@ -79,15 +80,19 @@ impl Weights {
             bail!("{}: missing tensor `{key}` (expected shape {shape:?})", self.store.source.display());
         };
         if t.size() != shape {
-            bail!("{}: tensor `{key}` has shape {:?}, the config implies {shape:?}", self.store.source.display(), t.size());
+            bail!(
+                "{}: tensor `{key}` has shape {:?}, the config implies {shape:?}",
+                self.store.source.display(),
+                t.size()
+            );
         }
-        self.store.used.lock().unwrap().insert(key);
+        self.store.used.borrow_mut().insert(key);
         Ok(t.to_device(self.device).to_kind(self.kind))
     }
 
     /// Names of tensors nothing asked for (a config/checkpoint mismatch worth a warning).
     pub fn unused(&self) -> Vec<String> {
-        let used = self.store.used.lock().unwrap();
+        let used = self.store.used.borrow();
         let mut v: Vec<String> = self.store.tensors.keys().filter(|k| !used.contains(*k)).cloned().collect();
         v.sort();
         v

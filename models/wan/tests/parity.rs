@@ -55,7 +55,14 @@ fn no_grad<T>(f: impl FnOnce() -> T) -> T {
 #[test]
 fn transformer_matches_diffusers() {
     let m = model();
-    let out = no_grad(|| m.transformer.forward(fx("transformer.hidden_states"), fx("transformer.timestep"), fx("transformer.encoder_hidden_states"))).unwrap();
+    let out = no_grad(|| {
+        m.transformer.forward(
+            fx("transformer.hidden_states"),
+            fx("transformer.timestep"),
+            fx("transformer.encoder_hidden_states"),
+        )
+    })
+    .unwrap();
     let e = rel_err(&out, fx("transformer.out"));
     // Tolerance 1e-4 relative (fp32; the reference applies rotary embeddings in float64).
     eprintln!("transformer: relative error {e:.3e}");
@@ -89,8 +96,14 @@ fn umt5_matches_transformers_and_tokenizer_matches() {
     let m = model();
     let prompts = ["a red circle moving left on a white background".to_string(), "blurry".to_string()];
     let (ids, mask) = m.tokenizer.encode(&prompts, 16, Device::Cpu).unwrap();
-    assert_eq!(Vec::<i64>::try_from(ids.flatten(0, -1)).unwrap(), Vec::<i64>::try_from(fx("umt5.input_ids").flatten(0, -1)).unwrap());
-    assert_eq!(Vec::<i64>::try_from(mask.flatten(0, -1)).unwrap(), Vec::<i64>::try_from(fx("umt5.attention_mask").flatten(0, -1)).unwrap());
+    assert_eq!(
+        Vec::<i64>::try_from(ids.flatten(0, -1)).unwrap(),
+        Vec::<i64>::try_from(fx("umt5.input_ids").flatten(0, -1)).unwrap()
+    );
+    assert_eq!(
+        Vec::<i64>::try_from(mask.flatten(0, -1)).unwrap(),
+        Vec::<i64>::try_from(fx("umt5.attention_mask").flatten(0, -1)).unwrap()
+    );
     let out = no_grad(|| m.text_encoder.forward(&ids, &mask)).unwrap();
     let e = rel_err(&out, fx("umt5.last_hidden_state"));
     eprintln!("umt5: relative error {e:.3e}");
@@ -124,13 +137,15 @@ fn full_pipeline_matches_diffusers() {
     assert_eq!(progress, 4, "one progress event per denoise step");
     let out = run.finish().unwrap();
     assert_eq!(out.metrics.forwards, 8, "CFG runs two forwards per step");
-    let Some(fastvideo_request::Artifact::Latents(l)) = out.artifacts.get("latents") else { panic!("latents returned") };
+    let Some(fastvideo_request::Artifact::Latents(l)) = out.artifacts.get("latents") else {
+        panic!("latents returned")
+    };
     let latents = Tensor::from_slice(&l.data).view(l.shape.as_slice());
     let e = rel_err(&latents, fx("pipeline.latents_out"));
     eprintln!("pipeline latents: relative error {e:.3e}");
     assert!(e < 1e-4, "pipeline latents relative error {e}"); // tolerance 1e-4
-    // Video: reference frames are [1, F, C, H, W] in [0, 1]; ours are RGB8, so compare within
-    // half a quantization step plus the float tolerance.
+                                                              // Video: reference frames are [1, F, C, H, W] in [0, 1]; ours are RGB8, so compare within
+                                                              // half a quantization step plus the float tolerance.
     let v = out.video().expect("video artifact");
     assert_eq!((v.num_frames, v.height, v.width), (9, 32, 32));
     let ours = Tensor::from_slice(&v.rgb).view([9, 32, 32, 3]).to_kind(Kind::Float) / 255.0;

@@ -40,7 +40,12 @@ impl Sampler for FlowMatchEuler {
         self.index
     }
     fn step(&mut self, model_output: &Tensor, sample: &Tensor) -> Result<Tensor> {
-        ensure!(self.index < self.timesteps.len(), "euler: step {} past the last of {}", self.index, self.timesteps.len());
+        ensure!(
+            self.index < self.timesteps.len(),
+            "euler: step {} past the last of {}",
+            self.index,
+            self.timesteps.len()
+        );
         let dt = self.sigmas[self.index + 1] - self.sigmas[self.index];
         self.index += 1;
         Ok(sample + model_output * dt as f64)

@@ -47,7 +47,16 @@ impl UniPc {
         let timesteps = s.iter().map(|x| (x * n) as i64 as f32).collect();
         let mut sigmas: Vec<f32> = s.iter().map(|&x| x as f32).collect();
         sigmas.push(0.0);
-        Self { cfg, timesteps, sigmas, index: 0, history: Vec::new(), lower_order_nums: 0, last_sample: None, this_order: 1 }
+        Self {
+            cfg,
+            timesteps,
+            sigmas,
+            index: 0,
+            history: Vec::new(),
+            lower_order_nums: 0,
+            last_sample: None,
+            this_order: 1,
+        }
     }
 
     /// `lambda = log(alpha) - log(sigma)` with flow sigmas (`alpha = 1 - sigma`).
@@ -56,9 +65,9 @@ impl UniPc {
         (1.0 - s).ln() - s.ln()
     }
 
-    /// Shared coefficients of the bh2 update between sigma index `s0` and `t`.
-    /// Returns (h_phi_1, B_h, rks, b) for `order`.
-    fn coefficients(&self, t: usize, s0: usize, prev: &[usize], order: usize) -> (f64, f64, Vec<f64>, Vec<f64>) {
+    /// Shared coefficients of the bh2 update from sigma index `s0` to `t`, with `prev` the
+    /// indices of older outputs used (their ratios `rks` end with 1).
+    fn coefficients(&self, t: usize, s0: usize, prev: &[usize], order: usize) -> Coeffs {
         let h = self.lambda(t) - self.lambda(s0);
         let mut rks: Vec<f64> = prev.iter().map(|&si| (self.lambda(si) - self.lambda(s0)) / h).collect();
         rks.push(1.0);
@@ -73,16 +82,16 @@ impl UniPc {
             factorial *= (i + 1) as f64;
             h_phi_k = h_phi_k / hh - 1.0 / factorial;
         }
-        (h_phi_1, b_h, rks, b)
+        Coeffs { t, s0, h_phi_1, b_h, rks, b }
     }
 
     /// `x_t = sigma_t/sigma_s0 * x - alpha_t * h_phi_1 * m0 - alpha_t * B_h * Σ rho_k D_k`.
-    fn combine(&self, t: usize, s0: usize, x: &Tensor, m0: &Tensor, h_phi_1: f64, b_h: f64, terms: &[(f64, Tensor)]) -> Tensor {
-        let sigma_t = self.sigmas[t] as f64;
+    fn combine(&self, c: &Coeffs, x: &Tensor, m0: &Tensor, terms: &[(f64, Tensor)]) -> Tensor {
+        let sigma_t = self.sigmas[c.t] as f64;
         let alpha_t = 1.0 - sigma_t;
-        let mut out = x * (sigma_t / self.sigmas[s0] as f64) - m0 * (alpha_t * h_phi_1);
+        let mut out = x * (sigma_t / self.sigmas[c.s0] as f64) - m0 * (alpha_t * c.h_phi_1);
         for (rho, d) in terms {
-            out -= d * (alpha_t * b_h * rho);
+            out -= d * (alpha_t * c.b_h * rho);
         }
         out
     }
@@ -92,20 +101,16 @@ impl UniPc {
         let i = self.index;
         let m0 = self.history.last().expect("history has the current output");
         let prev: Vec<usize> = (1..order).map(|k| i - k).collect();
-        let (h_phi_1, b_h, rks, b) = self.coefficients(i + 1, i, &prev, order);
-        let d1s: Vec<Tensor> = (1..order)
-            .map(|k| (&self.history[self.history.len() - 1 - k] - m0) / rks[k - 1])
-            .collect();
+        let c = self.coefficients(i + 1, i, &prev, order);
+        let d1s: Vec<Tensor> =
+            (1..order).map(|k| (&self.history[self.history.len() - 1 - k] - m0) / c.rks[k - 1]).collect();
         let rhos: Vec<f64> = match order {
             1 => vec![],
             2 => vec![0.5],
-            _ => {
-                let r = vandermonde(&rks[..order - 1], order - 1);
-                solve(r, b[..order - 1].to_vec())
-            }
+            _ => solve(vandermonde(&c.rks[..order - 1], order - 1), c.b[..order - 1].to_vec()),
         };
         let terms: Vec<(f64, Tensor)> = rhos.into_iter().zip(d1s).collect();
-        self.combine(i + 1, i, x, m0, h_phi_1, b_h, &terms)
+        self.combine(&c, x, m0, &terms)
     }
 
     /// UniC: corrects the current sample (reached from `last_sample`) using `model_t`, the
@@ -114,20 +119,20 @@ impl UniPc {
         let i = self.index;
         let m0 = self.history.last().expect("history has the previous output");
         let prev: Vec<usize> = (1..order).map(|k| i - (k + 1)).collect();
-        let (h_phi_1, b_h, rks, b) = self.coefficients(i, i - 1, &prev, order);
+        let c = self.coefficients(i, i - 1, &prev, order);
         let mut terms: Vec<(f64, Tensor)> = Vec::new();
         let rho_last = if order == 1 {
             0.5
         } else {
-            let rhos = solve(vandermonde(&rks, order), b);
+            let rhos = solve(vandermonde(&c.rks, order), c.b.clone());
             for k in 1..order {
-                let d = (&self.history[self.history.len() - 1 - k] - m0) / rks[k - 1];
+                let d = (&self.history[self.history.len() - 1 - k] - m0) / c.rks[k - 1];
                 terms.push((rhos[k - 1], d));
             }
             rhos[order - 1]
         };
         terms.push((rho_last, model_t - m0));
-        self.combine(i, i - 1, last_sample, m0, h_phi_1, b_h, &terms)
+        self.combine(&c, last_sample, m0, &terms)
     }
 }
 
@@ -154,7 +159,11 @@ impl Sampler for UniPc {
         if self.history.len() > self.cfg.solver_order {
             drop(self.history.remove(0));
         }
-        let order = if self.cfg.lower_order_final { self.cfg.solver_order.min(steps - self.index) } else { self.cfg.solver_order };
+        let order = if self.cfg.lower_order_final {
+            self.cfg.solver_order.min(steps - self.index)
+        } else {
+            self.cfg.solver_order
+        };
         self.this_order = order.min(self.lower_order_nums + 1);
         let prev = self.predict(&sample, self.this_order);
         self.last_sample = Some(sample);
@@ -164,6 +173,16 @@ impl Sampler for UniPc {
         self.index += 1;
         Ok(prev)
     }
+}
+
+/// Coefficients of one bh2 update (see [`UniPc::coefficients`]).
+struct Coeffs {
+    t: usize,
+    s0: usize,
+    h_phi_1: f64,
+    b_h: f64,
+    rks: Vec<f64>,
+    b: Vec<f64>,
 }
 
 /// Rows `rks^0, rks^1, ...` (diffusers' `R`), `n x n`.
@@ -180,8 +199,9 @@ fn solve(mut a: Vec<Vec<f64>>, mut b: Vec<f64>) -> Vec<f64> {
         b.swap(c, p);
         for r in c + 1..n {
             let f = a[r][c] / a[c][c];
-            for k in c..n {
-                a[r][k] -= f * a[c][k];
+            let pivot = a[c].clone();
+            for (v, p) in a[r].iter_mut().zip(&pivot).skip(c) {
+                *v -= f * p;
             }
             b[r] -= f * b[c];
         }

@@ -1,0 +1,204 @@
+//! The loop contract and driver on a toy denoiser whose answer is known in closed form:
+//! velocity = latents * (scalar context), so Euler with CFG multiplies the latents by
+//! `Π (1 + dt_i * (u + g (c - u)))`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use anyhow::Result;
+use fastvideo_pipeline::denoise::seeded_noise;
+use fastvideo_pipeline::sampler::{FlowMatchEuler, Sampler};
+use fastvideo_pipeline::{
+    Advance, CancelToken, ClassicCfg, DenoiseLoop, Denoiser, Node, NodeCtx, PipelineRun, PipelineSpec, SpecError,
+    Stage, Value, Values,
+};
+use fastvideo_request::{Defaults, ModelLimits, OmniEvent, OmniRequest, ResolvedRequest, SamplerKind, TaskType};
+use tch::{Device, Tensor};
+
+struct Toy;
+impl Denoiser for Toy {
+    fn forward(&self, latents: &Tensor, _t: &Tensor, context: &Tensor) -> Result<Tensor> {
+        Ok(latents * context)
+    }
+    fn latent_shape(&self, _req: &ResolvedRequest) -> Vec<i64> {
+        vec![1, 2, 1, 2, 2]
+    }
+}
+
+/// Writes the scalar contexts: cond = 2, uncond = 1.
+struct Contexts;
+impl Stage for Contexts {
+    fn run(&self, _ctx: &NodeCtx, values: &mut Values) -> Result<()> {
+        values.insert("cond", Value::Tensor(Tensor::from(2f32)));
+        values.insert("uncond", Value::Tensor(Tensor::from(1f32)));
+        Ok(())
+    }
+}
+
+struct Fails;
+impl Stage for Fails {
+    fn run(&self, _ctx: &NodeCtx, _values: &mut Values) -> Result<()> {
+        anyhow::bail!("decoder exploded")
+    }
+}
+
+fn spec(tail: Option<Arc<dyn Stage>>) -> PipelineSpec {
+    let denoise = DenoiseLoop {
+        denoiser: Arc::new(Toy),
+        guidance: Arc::new(ClassicCfg),
+        contexts: BTreeMap::from([("cond", "cond".to_string()), ("uncond", "uncond".to_string())]),
+        initial_latents: "init".into(),
+        output: "latents".into(),
+    };
+    let mut nodes = vec![
+        Node::stage("contexts", Arc::new(Contexts), &[], &["cond", "uncond"]),
+        Node::looped("denoise", Arc::new(denoise), &["cond"], &["latents"]),
+    ];
+    if let Some(t) = tail {
+        nodes.push(Node::stage("tail", t, &["latents"], &[]));
+    }
+    PipelineSpec::new("toy", vec![TaskType::T2v], nodes, &[], "latents").unwrap()
+}
+
+fn request(steps: u32, guidance: f32) -> ResolvedRequest {
+    let limits = ModelLimits {
+        family: "Toy".into(),
+        tasks: vec![TaskType::T2v],
+        frame_multiple: 4,
+        spatial_multiple: 16,
+        max_frames: 81,
+        max_side: 512,
+        max_steps: 100,
+        defaults: Defaults {
+            steps,
+            guidance_scale: guidance,
+            shift: 3.0,
+            height: 32,
+            width: 32,
+            num_frames: 1,
+            fps: 8,
+            sampler: SamplerKind::Euler,
+            negative_prompt: String::new(),
+        },
+    };
+    let mut r = OmniRequest::text_to_video("toy-1", "p").resolve(&limits, || 11).unwrap();
+    r.outputs.return_latents = true;
+    r
+}
+
+#[test]
+fn the_runtime_owns_iteration_and_matches_the_closed_form() {
+    let (steps, g) = (5u32, 4.0f32);
+    let req = request(steps, g);
+    let mut run =
+        PipelineRun::new(Arc::new(spec(None)), req.clone(), Device::Cpu, Values::default(), CancelToken::default());
+    let mut events = Vec::new();
+    let mut advances = 0;
+    while run.advance(&mut |e| events.push(e)).unwrap() == Advance::Worked {
+        advances += 1;
+    }
+    // contexts + init + 5 steps + finalize.
+    assert_eq!(advances, 1 + 1 + steps as usize + 1);
+    let progress: Vec<u32> = events
+        .iter()
+        .filter_map(|e| if let OmniEvent::Progress { step, .. } = e { Some(*step) } else { None })
+        .collect();
+    assert_eq!(progress, (1..=steps).collect::<Vec<_>>());
+    let out = run.finish().unwrap();
+    assert_eq!(out.metrics.forwards, 2 * steps, "two branches per step with guidance > 1");
+
+    let sched = FlowMatchEuler::new(steps as usize, 3.0);
+    let sig = sched.sigmas();
+    let factor: f64 =
+        (0..steps as usize).map(|i| 1.0 + (sig[i + 1] - sig[i]) as f64 * (1.0 + g as f64 * (2.0 - 1.0))).product();
+    let x0 = seeded_noise(&[1, 2, 1, 2, 2], req.seed, Device::Cpu);
+    let want = Vec::<f32>::try_from(x0.flatten(0, -1) * factor).unwrap();
+    let Some(fastvideo_request::Artifact::Latents(l)) = out.artifacts.get("latents") else { panic!("latents") };
+    for (a, b) in l.data.iter().zip(&want) {
+        assert!((a - b).abs() <= 1e-5 * b.abs().max(1.0), "{a} vs {b}");
+    }
+}
+
+#[test]
+fn guidance_of_one_runs_a_single_branch() {
+    let mut run =
+        PipelineRun::new(Arc::new(spec(None)), request(3, 1.0), Device::Cpu, Values::default(), CancelToken::default());
+    run.run_to_end(&mut |_| {}).unwrap();
+    assert_eq!(run.finish().unwrap().metrics.forwards, 3);
+}
+
+#[test]
+fn cancellation_stops_at_the_next_step_boundary() {
+    let cancel = CancelToken::default();
+    let mut run =
+        PipelineRun::new(Arc::new(spec(None)), request(10, 5.0), Device::Cpu, Values::default(), cancel.clone());
+    let mut steps = 0;
+    let err = loop {
+        match run.advance(&mut |e| {
+            if matches!(e, OmniEvent::Progress { .. }) {
+                steps += 1;
+            }
+        }) {
+            Ok(_) if steps == 2 => cancel.cancel(),
+            Ok(_) => {}
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(steps, 2, "no step runs after cancel");
+    assert_eq!(err.to_string(), "cancelled");
+}
+
+#[test]
+fn a_failing_node_is_named_in_the_error() {
+    let mut run = PipelineRun::new(
+        Arc::new(spec(Some(Arc::new(Fails)))),
+        request(2, 5.0),
+        Device::Cpu,
+        Values::default(),
+        CancelToken::default(),
+    );
+    let err = run.run_to_end(&mut |_| {}).unwrap_err();
+    assert_eq!(format!("{err:#}"), "node `tail`: decoder exploded");
+}
+
+#[test]
+fn wrong_initial_latents_are_refused_with_both_shapes() {
+    let mut init = Values::default();
+    init.insert("init", Value::Tensor(Tensor::zeros([1, 2, 3], (tch::Kind::Float, Device::Cpu))));
+    let mut run = PipelineRun::new(Arc::new(spec(None)), request(2, 5.0), Device::Cpu, init, CancelToken::default());
+    let err = format!("{:#}", run.run_to_end(&mut |_| {}).unwrap_err());
+    assert!(err.contains("[1, 2, 3]") && err.contains("[1, 2, 1, 2, 2]"), "{err}");
+}
+
+#[test]
+fn spec_validation_catches_wiring_mistakes() {
+    let stage: Arc<dyn Stage> = Arc::new(Contexts);
+    let dup = PipelineSpec::new(
+        "p",
+        vec![TaskType::T2v],
+        vec![Node::stage("a", stage.clone(), &[], &[]), Node::stage("a", stage.clone(), &[], &[])],
+        &[],
+        "x",
+    );
+    assert!(matches!(dup, Err(SpecError::DuplicateNode { .. })));
+    let missing =
+        PipelineSpec::new("p", vec![TaskType::T2v], vec![Node::stage("a", stage.clone(), &["nope"], &[])], &[], "x");
+    assert_eq!(
+        missing.err().unwrap().to_string(),
+        "pipeline `p`: node `a` reads `nope`, which no earlier node produces"
+    );
+    let no_loop = PipelineSpec::new("p", vec![TaskType::T2v], vec![Node::stage("a", stage, &[], &["x"])], &[], "x");
+    assert!(matches!(no_loop, Err(SpecError::NoLoop { .. })));
+}
+
+#[test]
+fn seeded_noise_is_deterministic_and_standard_normal() {
+    let a = seeded_noise(&[4, 64, 64], 42, Device::Cpu);
+    let b = seeded_noise(&[4, 64, 64], 42, Device::Cpu);
+    let c = seeded_noise(&[4, 64, 64], 43, Device::Cpu);
+    assert!(a.equal(&b));
+    assert!(!a.equal(&c));
+    let mean = a.mean(tch::Kind::Float).double_value(&[]);
+    let std = a.std(true).double_value(&[]);
+    assert!(mean.abs() < 0.03 && (std - 1.0).abs() < 0.03, "mean {mean} std {std}");
+}
