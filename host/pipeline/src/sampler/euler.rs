@@ -1,14 +1,12 @@
-use anyhow::{ensure, Result};
+use anyhow::Result;
 use tch::Tensor;
 
-use super::{linspace, shift_sigma, Sampler, NUM_TRAIN_TIMESTEPS};
+use super::{linspace, shift_sigma, Sampler, Schedule, NUM_TRAIN_TIMESTEPS};
 
 /// Flow-matching Euler, matching diffusers' `FlowMatchEulerDiscreteScheduler` with a static
 /// `shift` (no dynamic shifting, no stochastic sampling).
 pub struct FlowMatchEuler {
-    timesteps: Vec<f32>,
-    sigmas: Vec<f32>,
-    index: usize,
+    schedule: Schedule,
 }
 
 impl FlowMatchEuler {
@@ -25,29 +23,19 @@ impl FlowMatchEuler {
         let mut sigmas: Vec<f32> = ts.iter().map(|t| shift_sigma(t / n as f64, shift) as f32).collect();
         let timesteps = sigmas.iter().map(|s| s * n).collect();
         sigmas.push(0.0);
-        Self { timesteps, sigmas, index: 0 }
+        Self { schedule: Schedule { timesteps, sigmas, index: 0 } }
     }
 }
 
 impl Sampler for FlowMatchEuler {
-    fn timesteps(&self) -> &[f32] {
-        &self.timesteps
-    }
-    fn sigmas(&self) -> &[f32] {
-        &self.sigmas
-    }
-    fn step_index(&self) -> usize {
-        self.index
+    fn schedule(&self) -> &Schedule {
+        &self.schedule
     }
     fn step(&mut self, model_output: &Tensor, sample: &Tensor) -> Result<Tensor> {
-        ensure!(
-            self.index < self.timesteps.len(),
-            "euler: step {} past the last of {}",
-            self.index,
-            self.timesteps.len()
-        );
-        let dt = self.sigmas[self.index + 1] - self.sigmas[self.index];
-        self.index += 1;
+        let s = &mut self.schedule;
+        s.ensure_step_left("euler")?;
+        let dt = s.sigmas[s.index + 1] - s.sigmas[s.index];
+        s.index += 1;
         Ok(sample + model_output * dt as f64)
     }
 }

@@ -18,16 +18,45 @@ use tch::Tensor;
 /// Training timesteps of the flow-matching models we run (diffusers `num_train_timesteps`).
 pub const NUM_TRAIN_TIMESTEPS: usize = 1000;
 
+/// A sampler's timesteps and noise levels, and how far it has got.
+#[derive(Debug, Clone)]
+pub struct Schedule {
+    /// The model time passed to the transformer at each step.
+    pub timesteps: Vec<f32>,
+    /// Noise levels, one more than steps (ends at 0).
+    pub sigmas: Vec<f32>,
+    /// Index of the next step.
+    pub index: usize,
+}
+
+impl Schedule {
+    /// Fails once every step has been taken.
+    fn ensure_step_left(&self, sampler: &str) -> Result<()> {
+        anyhow::ensure!(
+            self.index < self.timesteps.len(),
+            "{sampler}: step {} past the last of {}",
+            self.index,
+            self.timesteps.len()
+        );
+        Ok(())
+    }
+}
+
 /// One request's solver.
 pub trait Sampler: Send {
-    /// The model time passed to the transformer at each step.
-    fn timesteps(&self) -> &[f32];
-    /// Noise levels, one more than steps (ends at 0).
-    fn sigmas(&self) -> &[f32];
-    /// Index of the next step.
-    fn step_index(&self) -> usize;
+    fn schedule(&self) -> &Schedule;
     /// Advances `sample` by one solver step given the model's (guided) prediction.
     fn step(&mut self, model_output: &Tensor, sample: &Tensor) -> Result<Tensor>;
+
+    fn timesteps(&self) -> &[f32] {
+        &self.schedule().timesteps
+    }
+    fn sigmas(&self) -> &[f32] {
+        &self.schedule().sigmas
+    }
+    fn step_index(&self) -> usize {
+        self.schedule().index
+    }
 }
 
 /// Builds the sampler a request asked for.

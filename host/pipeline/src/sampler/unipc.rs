@@ -1,7 +1,7 @@
-use anyhow::{ensure, Result};
+use anyhow::Result;
 use tch::Tensor;
 
-use super::{linspace, shift_sigma, Sampler, NUM_TRAIN_TIMESTEPS};
+use super::{linspace, shift_sigma, Sampler, Schedule, NUM_TRAIN_TIMESTEPS};
 
 /// The subset of diffusers' `UniPCMultistepScheduler` options that flow-matching models use.
 #[derive(Debug, Clone)]
@@ -24,9 +24,7 @@ impl Default for UniPcConfig {
 /// current sample with the new model output, then the UniP predictor takes the step.
 pub struct UniPc {
     cfg: UniPcConfig,
-    timesteps: Vec<f32>,
-    sigmas: Vec<f32>,
-    index: usize,
+    schedule: Schedule,
     /// Converted (x0) model outputs of the last `solver_order` steps, oldest first.
     history: Vec<Tensor>,
     lower_order_nums: usize,
@@ -49,9 +47,7 @@ impl UniPc {
         sigmas.push(0.0);
         Self {
             cfg,
-            timesteps,
-            sigmas,
-            index: 0,
+            schedule: Schedule { timesteps, sigmas, index: 0 },
             history: Vec::new(),
             lower_order_nums: 0,
             last_sample: None,
@@ -61,7 +57,7 @@ impl UniPc {
 
     /// `lambda = log(alpha) - log(sigma)` with flow sigmas (`alpha = 1 - sigma`).
     fn lambda(&self, i: usize) -> f64 {
-        let s = self.sigmas[i] as f64;
+        let s = self.schedule.sigmas[i] as f64;
         (1.0 - s).ln() - s.ln()
     }
 
@@ -87,9 +83,9 @@ impl UniPc {
 
     /// `x_t = sigma_t/sigma_s0 * x - alpha_t * h_phi_1 * m0 - alpha_t * B_h * Σ rho_k D_k`.
     fn combine(&self, c: &Coeffs, x: &Tensor, m0: &Tensor, terms: &[(f64, Tensor)]) -> Tensor {
-        let sigma_t = self.sigmas[c.t] as f64;
+        let sigma_t = self.schedule.sigmas[c.t] as f64;
         let alpha_t = 1.0 - sigma_t;
-        let mut out = x * (sigma_t / self.sigmas[c.s0] as f64) - m0 * (alpha_t * c.h_phi_1);
+        let mut out = x * (sigma_t / self.schedule.sigmas[c.s0] as f64) - m0 * (alpha_t * c.h_phi_1);
         for (rho, d) in terms {
             out -= d * (alpha_t * c.b_h * rho);
         }
@@ -98,7 +94,7 @@ impl UniPc {
 
     /// UniP: predicts the sample at `index + 1` from the history.
     fn predict(&self, x: &Tensor, order: usize) -> Tensor {
-        let i = self.index;
+        let i = self.schedule.index;
         let m0 = self.history.last().expect("history has the current output");
         let prev: Vec<usize> = (1..order).map(|k| i - k).collect();
         let c = self.coefficients(i + 1, i, &prev, order);
@@ -116,7 +112,7 @@ impl UniPc {
     /// UniC: corrects the current sample (reached from `last_sample`) using `model_t`, the
     /// converted output at the current index.
     fn correct(&self, model_t: &Tensor, last_sample: &Tensor, order: usize) -> Tensor {
-        let i = self.index;
+        let i = self.schedule.index;
         let m0 = self.history.last().expect("history has the previous output");
         let prev: Vec<usize> = (1..order).map(|k| i - (k + 1)).collect();
         let c = self.coefficients(i, i - 1, &prev, order);
@@ -137,22 +133,16 @@ impl UniPc {
 }
 
 impl Sampler for UniPc {
-    fn timesteps(&self) -> &[f32] {
-        &self.timesteps
-    }
-    fn sigmas(&self) -> &[f32] {
-        &self.sigmas
-    }
-    fn step_index(&self) -> usize {
-        self.index
+    fn schedule(&self) -> &Schedule {
+        &self.schedule
     }
     fn step(&mut self, model_output: &Tensor, sample: &Tensor) -> Result<Tensor> {
-        let steps = self.timesteps.len();
-        ensure!(self.index < steps, "unipc: step {} past the last of {steps}", self.index);
+        self.schedule.ensure_step_left("unipc")?;
+        let steps = self.schedule.timesteps.len();
         // flow_prediction + predict_x0: x0 = sample - sigma * v.
-        let x0 = sample - model_output * self.sigmas[self.index] as f64;
+        let x0 = sample - model_output * self.schedule.sigmas[self.schedule.index] as f64;
         let sample = match &self.last_sample {
-            Some(last) if self.index > 0 => self.correct(&x0, last, self.this_order),
+            Some(last) if self.schedule.index > 0 => self.correct(&x0, last, self.this_order),
             _ => sample.shallow_clone(),
         };
         self.history.push(x0);
@@ -160,7 +150,7 @@ impl Sampler for UniPc {
             drop(self.history.remove(0));
         }
         let order = if self.cfg.lower_order_final {
-            self.cfg.solver_order.min(steps - self.index)
+            self.cfg.solver_order.min(steps - self.schedule.index)
         } else {
             self.cfg.solver_order
         };
@@ -170,7 +160,7 @@ impl Sampler for UniPc {
         if self.lower_order_nums < self.cfg.solver_order {
             self.lower_order_nums += 1;
         }
-        self.index += 1;
+        self.schedule.index += 1;
         Ok(prev)
     }
 }
