@@ -48,7 +48,7 @@ fn main() -> anyhow::Result<()> {
             let req = r.resolve(&limits, || 0)?;
             let mut run = PipelineRun::new(Arc::clone(&spec), req, device, Values::default(), Default::default());
             run.run_to_end(&mut |_| {})?;
-            let out = run.finish()?;
+            let out = run.finish(&mut |_| {})?;
             if i == 0 {
                 continue; // warm-up
             }

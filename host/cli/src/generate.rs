@@ -142,7 +142,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     let result = run.run_to_end(&mut |e| progress.on_event(&e));
     progress.finish();
     result?;
-    let out = run.finish()?;
+    let out = run.finish(&mut |_| {})?;
     let video = out.video().context("the pipeline produced no video")?;
     fastvideo_media::write_mp4(video, &args.out)?;
     if let Some(dir) = &args.frames_dir {

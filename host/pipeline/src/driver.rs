@@ -154,8 +154,9 @@ impl PipelineRun {
         Ok(())
     }
 
-    /// Collects the artifacts once [`advance`](Self::advance) returned `Finished`.
-    pub fn finish(mut self) -> Result<OmniOutput> {
+    /// Collects the artifacts once [`advance`](Self::advance) returned `Finished`, emitting an
+    /// `Artifact` event per artifact and a final `Done`.
+    pub fn finish(mut self, emit: &mut dyn FnMut(OmniEvent)) -> Result<OmniOutput> {
         let mut out = OmniOutput {
             request_id: self.request.request_id.clone(),
             artifacts: Default::default(),
@@ -170,6 +171,10 @@ impl PipelineRun {
             out.artifacts.insert("latents".into(), Artifact::Latents(LatentsArtifact { shape: t.size(), data }));
         }
         out.metrics.total_seconds = self.started.elapsed().as_secs_f64();
+        for name in out.artifacts.keys() {
+            emit(OmniEvent::Artifact { request_id: out.request_id.clone(), name: name.clone() });
+        }
+        emit(OmniEvent::Done { request_id: out.request_id.clone(), metrics: out.metrics.clone() });
         Ok(out)
     }
 }

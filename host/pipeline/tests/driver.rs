@@ -104,8 +104,11 @@ fn the_runtime_owns_iteration_and_matches_the_closed_form() {
         .filter_map(|e| if let OmniEvent::Progress { step, .. } = e { Some(*step) } else { None })
         .collect();
     assert_eq!(progress, (1..=steps).collect::<Vec<_>>());
-    let out = run.finish().unwrap();
+    let out = run.finish(&mut |e| events.push(e)).unwrap();
     assert_eq!(out.metrics.forwards, 2 * steps, "two branches per step with guidance > 1");
+    let n = events.len();
+    assert!(matches!(&events[n - 2], OmniEvent::Artifact { name, .. } if name == "latents"), "{:?}", events[n - 2]);
+    assert!(matches!(&events[n - 1], OmniEvent::Done { metrics, .. } if metrics.forwards == 2 * steps));
 
     let sched = FlowMatchEuler::new(steps as usize, 3.0);
     let sig = sched.sigmas();
@@ -124,7 +127,7 @@ fn guidance_of_one_runs_a_single_branch() {
     let mut run =
         PipelineRun::new(Arc::new(spec(None)), request(3, 1.0), Device::Cpu, Values::default(), CancelToken::default());
     run.run_to_end(&mut |_| {}).unwrap();
-    assert_eq!(run.finish().unwrap().metrics.forwards, 3);
+    assert_eq!(run.finish(&mut |_| {}).unwrap().metrics.forwards, 3);
 }
 
 #[test]

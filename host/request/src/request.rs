@@ -121,15 +121,13 @@ pub struct OutputSpec {
     pub modalities: Vec<Modality>,
     /// Emit a progress event per denoise step.
     pub stream_progress: bool,
-    /// Emit a decoded preview every N steps (0 = never).
-    pub preview_every: u32,
     /// Also return the final latents as an artifact.
     pub return_latents: bool,
 }
 
 impl Default for OutputSpec {
     fn default() -> Self {
-        Self { modalities: vec![Modality::Video], stream_progress: true, preview_every: 0, return_latents: false }
+        Self { modalities: vec![Modality::Video], stream_progress: true, return_latents: false }
     }
 }
 

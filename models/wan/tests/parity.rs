@@ -135,7 +135,7 @@ fn full_pipeline_matches_diffusers() {
     let mut progress = 0;
     run.run_to_end(&mut |e| progress += matches!(e, fastvideo_request::OmniEvent::Progress { .. }) as u32).unwrap();
     assert_eq!(progress, 4, "one progress event per denoise step");
-    let out = run.finish().unwrap();
+    let out = run.finish(&mut |_| {}).unwrap();
     assert_eq!(out.metrics.forwards, 8, "CFG runs two forwards per step");
     let Some(fastvideo_request::Artifact::Latents(l)) = out.artifacts.get("latents") else {
         panic!("latents returned")
