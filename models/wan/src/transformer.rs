@@ -4,6 +4,7 @@
 //! adaLN output head and unpatchify. Module names equal checkpoint keys.
 
 use std::path::Path;
+use std::sync::Mutex;
 
 use anyhow::{ensure, Result};
 use serde::Deserialize;
@@ -160,6 +161,10 @@ impl Rope {
         }
     }
 
+    fn shallow_clone(&self) -> Self {
+        Self { cos: self.cos.shallow_clone(), sin: self.sin.shallow_clone() }
+    }
+
     /// Rotates interleaved pairs of `x: [B, H, N, D]`.
     fn apply(&self, x: &Tensor) -> Tensor {
         let s = x.size();
@@ -238,6 +243,9 @@ pub struct WanTransformer3DModel {
     norm_out: LayerNorm,
     proj_out: Linear,
     scale_shift_table: Tensor,
+    /// Rotary tables of the last grid seen: every step (and every guidance branch) of a request
+    /// reuses them instead of rebuilding them on the host and copying them to the device.
+    rope_cache: Mutex<Option<((i64, i64, i64, Device), Rope)>>,
 }
 
 // SAFETY: every tensor is written once in `new` and only read afterwards; libtorch allows
@@ -262,6 +270,7 @@ impl WanTransformer3DModel {
             norm_out: LayerNorm::plain(dim, cfg.eps),
             proj_out: Linear::new(&w.pp("proj_out"), dim, cfg.out_channels() * pt * ph * pw, true)?,
             scale_shift_table: w.get("scale_shift_table", &[1, 2, dim])?,
+            rope_cache: Mutex::new(None),
             cfg,
         })
     }
@@ -272,6 +281,19 @@ impl WanTransformer3DModel {
         let exponent = Tensor::arange(half, (Kind::Float, t.device())) * (-(10000f64.ln()) / half as f64);
         let args = t.to_kind(Kind::Float).unsqueeze(1) * exponent.exp().unsqueeze(0);
         Tensor::cat(&[args.cos(), args.sin()], -1)
+    }
+
+    fn rope(&self, f: i64, h: i64, w: i64, device: Device) -> Rope {
+        let key = (f, h, w, device);
+        let mut cache = self.rope_cache.lock().unwrap_or_else(|e| e.into_inner());
+        match &*cache {
+            Some((k, r)) if *k == key => r.shallow_clone(),
+            _ => {
+                let r = Rope::new(self.cfg.attention_head_dim, [f, h, w], device);
+                *cache = Some((key, r.shallow_clone()));
+                r
+            }
+        }
     }
 
     /// Runs the transformer blocks in order. The single place blocks are iterated, so block-level
@@ -310,7 +332,7 @@ impl WanTransformer3DModel {
         );
         let dim = self.cfg.inner_dim();
 
-        let rope = Rope::new(self.cfg.attention_head_dim, [f, h, w], latents.device());
+        let rope = self.rope(f, h, w, latents.device());
         let x = latents
             .conv3d(&self.patch_weight, Some(&self.patch_bias), [pt, ph, pw], [0, 0, 0], [1, 1, 1], 1)
             .flatten(2, -1)
