@@ -128,6 +128,9 @@ impl Attention {
     }
 }
 
+/// Latent grid (frames, height, width after patching) and device a [`Rope`] was built for.
+type RopeKey = (i64, i64, i64, Device);
+
 /// Rotary tables for one input shape: `cos`/`sin` are `[N, D/2]` (one value per rotated pair).
 pub struct Rope {
     cos: Tensor,
@@ -245,7 +248,7 @@ pub struct WanTransformer3DModel {
     scale_shift_table: Tensor,
     /// Rotary tables of the last grid seen: every step (and every guidance branch) of a request
     /// reuses them instead of rebuilding them on the host and copying them to the device.
-    rope_cache: Mutex<Option<((i64, i64, i64, Device), Rope)>>,
+    rope_cache: Mutex<Option<(RopeKey, Rope)>>,
 }
 
 // SAFETY: every tensor is written once in `new` and only read afterwards; libtorch allows
