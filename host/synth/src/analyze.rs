@@ -62,7 +62,9 @@ fn mask(frame: &[u8], w: usize, h: usize, bg: [f32; 3]) -> FrameMask {
 }
 
 /// Extent of a shape in object coordinates: (u_min, u_max, v_min, v_max).
-fn extent(shape: Shape) -> (f32, f32, f32, f32) {
+type Extent = (f32, f32, f32, f32);
+
+fn extent(shape: Shape) -> Extent {
     let n = 200;
     let mut e = (f32::MAX, f32::MIN, f32::MAX, f32::MIN);
     for j in 0..=n {
@@ -77,7 +79,7 @@ fn extent(shape: Shape) -> (f32, f32, f32, f32) {
 }
 
 /// IoU of the mask with `shape` placed to fill the mask's bounding box.
-fn template_iou(m: &FrameMask, w: usize, h: usize, shape: Shape, ext: (f32, f32, f32, f32)) -> f32 {
+fn template_iou(m: &FrameMask, w: usize, h: usize, shape: Shape, ext: Extent) -> f32 {
     let (x0, x1, y0, y1) = (m.bbox.0 as f32, m.bbox.1 as f32 + 1.0, m.bbox.2 as f32, m.bbox.3 as f32 + 1.0);
     let r = 0.5 * ((x1 - x0) / (ext.1 - ext.0) + (y1 - y0) / (ext.3 - ext.2));
     let cx = 0.5 * (x0 + x1) - 0.5 * (ext.0 + ext.1) * r;
@@ -147,7 +149,7 @@ pub fn analyze(clip: &Clip) -> Analysis {
     let color = Some(nearest(Color::ALL, Color::rgb, sum.map(|s| s / cnt)));
 
     // Shape: template IoU summed over frames.
-    static EXTENTS: std::sync::OnceLock<Vec<(Shape, (f32, f32, f32, f32))>> = std::sync::OnceLock::new();
+    static EXTENTS: std::sync::OnceLock<Vec<(Shape, Extent)>> = std::sync::OnceLock::new();
     let extents = EXTENTS.get_or_init(|| Shape::ALL.iter().map(|&s| (s, extent(s))).collect());
     let shape = extents
         .iter()
