@@ -64,7 +64,7 @@ pub struct GenerateArgs {
     quiet: bool,
 }
 
-fn parse_sampler(s: &str) -> Result<SamplerKind, String> {
+pub fn parse_sampler(s: &str) -> Result<SamplerKind, String> {
     match s {
         "euler" => Ok(SamplerKind::Euler),
         "unipc" => Ok(SamplerKind::Unipc),

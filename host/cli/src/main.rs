@@ -1,7 +1,9 @@
 //! `fastvideo`: the command line. `generate` runs one request through the same pipeline and
 //! driver the server uses; errors print as one line and exit non-zero.
 
+mod dataset;
 mod default_model;
+mod eval;
 mod generate;
 mod progress;
 
@@ -20,6 +22,10 @@ struct Cli {
 enum Command {
     /// Generate a video from a prompt and write it as an H.264 MP4.
     Generate(generate::GenerateArgs),
+    /// Render procedural training clips (the default model's data set).
+    Dataset(dataset::DatasetArgs),
+    /// Score prompt adherence: generate clips for fixed scenes and analyze them.
+    Eval(eval::EvalArgs),
 }
 
 fn main() -> ExitCode {
@@ -40,6 +46,8 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Generate(args) => generate::run(args),
+        Command::Dataset(args) => dataset::run(args),
+        Command::Eval(args) => eval::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -9,8 +9,10 @@
 
 mod analyze;
 mod render;
+mod score;
 mod vocab;
 
 pub use analyze::{analyze, Analysis};
 pub use render::{render, Clip, Variation};
+pub use score::{Accuracy, Tally};
 pub use vocab::{Background, Color, Motion, Scene, Shape};

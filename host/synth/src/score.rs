@@ -1,0 +1,87 @@
+//! Tallies analyses against the scenes they were generated from: the numbers `fastvideo eval`
+//! prints and docs/quality.md records.
+
+use serde::Serialize;
+
+use crate::{Analysis, Scene};
+
+/// Correct counts per attribute over a set of clips.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Tally {
+    pub clips: usize,
+    pub color: usize,
+    pub shape: usize,
+    pub motion: usize,
+    pub background: usize,
+    /// Clips with all four attributes right.
+    pub all: usize,
+}
+
+/// Accuracies in [0, 1], as printed and written to JSON.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Accuracy {
+    pub color: f64,
+    pub shape: f64,
+    pub motion: f64,
+    pub background: f64,
+    /// Mean of the four attribute accuracies.
+    pub attribute_mean: f64,
+    /// Fraction of clips with every attribute right.
+    pub all_correct: f64,
+}
+
+impl Tally {
+    /// Scores one clip; returns whether every attribute was right.
+    pub fn add(&mut self, scene: &Scene, got: &Analysis) -> bool {
+        let c = got.color == Some(scene.color);
+        let s = got.shape == Some(scene.shape);
+        let m = got.motion == Some(scene.motion);
+        let b = got.background == scene.background;
+        self.clips += 1;
+        self.color += c as usize;
+        self.shape += s as usize;
+        self.motion += m as usize;
+        self.background += b as usize;
+        self.all += (c && s && m && b) as usize;
+        c && s && m && b
+    }
+
+    pub fn accuracy(&self) -> Accuracy {
+        let n = self.clips.max(1) as f64;
+        let (color, shape, motion, background) =
+            (self.color as f64 / n, self.shape as f64 / n, self.motion as f64 / n, self.background as f64 / n);
+        Accuracy {
+            color,
+            shape,
+            motion,
+            background,
+            attribute_mean: (color + shape + motion + background) / 4.0,
+            all_correct: self.all as f64 / n,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Background, Color, Motion, Shape};
+
+    #[test]
+    fn counts_each_attribute_separately() {
+        let scene = Scene { shape: Shape::Star, color: Color::Blue, motion: Motion::Up, background: Background::Gray };
+        let right = Analysis {
+            background: Background::Gray,
+            color: Some(Color::Blue),
+            shape: Some(Shape::Star),
+            motion: Some(Motion::Up),
+        };
+        let mut t = Tally::default();
+        assert!(t.add(&scene, &right));
+        assert!(!t.add(&scene, &Analysis { shape: None, motion: Some(Motion::Down), ..right }));
+        let a = t.accuracy();
+        assert_eq!((t.clips, t.all), (2, 1));
+        assert_eq!((a.color, a.shape, a.motion, a.background), (1.0, 0.5, 0.5, 1.0));
+        assert_eq!(a.attribute_mean, 0.75);
+        assert_eq!(a.all_correct, 0.5);
+    }
+}
