@@ -5,6 +5,10 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 bash host/scripts/bootstrap.sh
+# Plugins (plugins/, sdk/) build for wasm32-unknown-unknown; the plugin tests build them.
+rustup target add wasm32-unknown-unknown >/dev/null 2>&1 || rustup target add wasm32-unknown-unknown
 cargo fmt --all -- --check
+cargo fmt --manifest-path plugins/Cargo.toml --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo clippy --manifest-path plugins/Cargo.toml --target wasm32-unknown-unknown --locked -- -D warnings
 cargo test --workspace --locked

@@ -58,7 +58,8 @@ pub fn run(args: DatasetArgs) -> Result<()> {
         handles.into_iter().map(|h| h.join().expect("render thread")).collect()
     });
     let path = args.out.join("clips.u8");
-    let mut f = std::io::BufWriter::new(std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?);
+    let mut f =
+        std::io::BufWriter::new(std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?);
     for p in &parts {
         f.write_all(p)?;
     }

@@ -49,6 +49,12 @@ pub struct EvalArgs {
     /// Print one line per clip.
     #[arg(long)]
     verbose: bool,
+    /// Deploy config whose guider plugin replaces built-in CFG.
+    #[arg(long)]
+    deploy: Option<PathBuf>,
+    /// A plugin parameter, `plugin.key=value`; repeatable.
+    #[arg(long = "plugin-param", value_parser = crate::generate::parse_plugin_param)]
+    plugin_params: Vec<crate::generate::PluginParam>,
 }
 
 /// The scene list for `--scenes`, in a fixed order.
@@ -83,7 +89,25 @@ pub fn run(args: EvalArgs) -> Result<()> {
         None => crate::default_model::locate()?,
     };
     let model = WanModel::load(&model_dir, device).with_context(|| format!("--model {}", model_dir.display()))?;
-    let spec = Arc::new(pipeline::text_to_video(&model, pipeline::default_guidance())?);
+    let build = |scene: &Scene, seed: u64| {
+        let mut r = OmniRequest::text_to_video(format!("eval-{seed}"), scene.prompt());
+        r.sampling.seed = Some(seed);
+        r.sampling.sampler = args.sampler;
+        r.diffusion.num_inference_steps = args.steps;
+        r.diffusion.guidance_scale = args.guidance;
+        r.diffusion.shift = args.shift;
+        crate::generate::add_plugin_params(&mut r, &args.plugin_params);
+        r.resolve(&model.limits(), || seed)
+    };
+    let first = build(&list[0], 0)?;
+    let guidance = crate::generate::guidance_for(
+        args.deploy.as_deref(),
+        &[&first],
+        &model_dir.display().to_string(),
+        false,
+        !args.plugin_params.is_empty(),
+    )?;
+    let spec = Arc::new(pipeline::text_to_video(&model, guidance)?);
     let total = list.len() as u64 * args.seeds;
     let bar = indicatif::ProgressBar::new(total);
     let mut tally = Tally::default();
@@ -91,13 +115,7 @@ pub fn run(args: EvalArgs) -> Result<()> {
     let mut settings = None;
     for scene in &list {
         for seed in 0..args.seeds {
-            let mut r = OmniRequest::text_to_video(format!("eval-{seed}"), scene.prompt());
-            r.sampling.seed = Some(seed);
-            r.sampling.sampler = args.sampler;
-            r.diffusion.num_inference_steps = args.steps;
-            r.diffusion.guidance_scale = args.guidance;
-            r.diffusion.shift = args.shift;
-            let req = r.resolve(&model.limits(), || seed)?;
+            let req = build(scene, seed)?;
             settings.get_or_insert_with(|| {
                 format!(
                     "{} {} steps, guidance {}, shift {}, {}x{}x{}",
@@ -125,7 +143,8 @@ pub fn run(args: EvalArgs) -> Result<()> {
             let got = analyze(&clip);
             let ok = tally.add(scene, &got);
             if args.verbose {
-                bar.println(format!("{} {} seed {seed}: {got:?}", if ok { "ok  " } else { "MISS" }, scene.prompt()));
+                let line = format!("{} {} seed {seed}: {got:?}", if ok { "ok  " } else { "MISS" }, scene.prompt());
+                bar.suspend(|| eprintln!("{line}"));
             }
             if let Some(d) = &args.dump {
                 let name = scene.prompt().replace(' ', "_");

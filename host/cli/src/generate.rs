@@ -7,7 +7,8 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use fastvideo_pipeline::{PipelineRun, Values};
+use fastvideo_pipeline::{Guidance, PipelineRun, Values};
+use fastvideo_plugin_host::{Deployment, PluginGuider, PluginKind};
 use fastvideo_request::{InputPart, OmniRequest, SamplerKind, TextRole};
 use fastvideo_wan::{pipeline, WanModel};
 
@@ -62,6 +63,53 @@ pub struct GenerateArgs {
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
+    /// Deploy config (TOML) whose plugins run in this generation (e.g. a guider).
+    #[arg(long)]
+    deploy: Option<PathBuf>,
+    /// A plugin parameter, `plugin.key=value` (value as JSON, else as a string); repeatable.
+    #[arg(long = "plugin-param", value_parser = parse_plugin_param)]
+    plugin_params: Vec<PluginParam>,
+}
+
+/// The guidance policy of a run: the deploy's guider plugin when it enables one, else built-in
+/// CFG. Checks each request's plugin parameters against the deploy first.
+pub fn guidance_for(
+    deploy: Option<&Path>,
+    requests: &[&fastvideo_request::ResolvedRequest],
+    model_id: &str,
+    quiet: bool,
+    has_params: bool,
+) -> Result<Arc<dyn Guidance>> {
+    let Some(path) = deploy else {
+        if has_params {
+            bail!("--plugin-param needs --deploy (plugins come from a deploy config)");
+        }
+        return Ok(pipeline::default_guidance());
+    };
+    let deploy = Deployment::load(path).with_context(|| format!("--deploy {}", path.display()))?;
+    for r in requests {
+        deploy.check_request(r)?;
+    }
+    let guider = deploy.of_kind(PluginKind::Guider).next().cloned();
+    Ok(match guider {
+        Some(g) => {
+            if !quiet {
+                eprintln!("guider: plugin `{}` (blake3 {})", g.name(), &g.plugin.audit.blake3[..16]);
+            }
+            Arc::new(PluginGuider::new(&deploy, g, model_id))
+        }
+        None => pipeline::default_guidance(),
+    })
+}
+
+pub fn parse_plugin_param(s: &str) -> Result<PluginParam, String> {
+    let (lhs, value) = s.split_once('=').ok_or_else(|| format!("`{s}`: expected plugin.key=value"))?;
+    let (plugin, key) = lhs.split_once('.').ok_or_else(|| format!("`{s}`: expected plugin.key=value"))?;
+    if plugin.is_empty() || key.is_empty() {
+        return Err(format!("`{s}`: expected plugin.key=value"));
+    }
+    let v = serde_json::from_str(value).unwrap_or_else(|_| serde_json::Value::String(value.to_string()));
+    Ok((plugin.to_string(), key.to_string(), v))
 }
 
 pub fn parse_sampler(s: &str) -> Result<SamplerKind, String> {
@@ -91,6 +139,7 @@ fn random_seed() -> u64 {
 
 fn request(args: &GenerateArgs) -> OmniRequest {
     let mut r = OmniRequest::text_to_video(format!("cli-{}", std::process::id()), args.prompt.clone());
+    add_plugin_params(&mut r, &args.plugin_params);
     if let Some(n) = &args.negative_prompt {
         r.inputs.push(InputPart::Text { text: n.clone(), role: TextRole::Negative });
     }
@@ -105,6 +154,17 @@ fn request(args: &GenerateArgs) -> OmniRequest {
     d.width = args.width;
     d.fps = args.fps;
     r
+}
+
+pub type PluginParam = (String, String, serde_json::Value);
+
+pub fn add_plugin_params(r: &mut OmniRequest, params: &[PluginParam]) {
+    for (plugin, key, value) in params {
+        let entry = r.plugin_params.entry(plugin.clone()).or_insert_with(|| serde_json::json!({}));
+        if let Some(m) = entry.as_object_mut() {
+            m.insert(key.clone(), value.clone());
+        }
+    }
 }
 
 pub fn run(args: GenerateArgs) -> Result<()> {
@@ -136,7 +196,10 @@ pub fn run(args: GenerateArgs) -> Result<()> {
             req.seed
         );
     }
-    let spec = Arc::new(pipeline::text_to_video(&model, pipeline::default_guidance())?);
+    let model_id = model_dir.display().to_string();
+    let guidance =
+        guidance_for(args.deploy.as_deref(), &[&req], &model_id, args.quiet, !args.plugin_params.is_empty())?;
+    let spec = Arc::new(pipeline::text_to_video(&model, guidance)?);
     let mut run = PipelineRun::new(spec, req, device, Values::default(), Default::default());
     let mut progress = Progress::new(args.quiet);
     let result = run.run_to_end(&mut |e| progress.on_event(&e));

@@ -5,6 +5,7 @@ mod dataset;
 mod default_model;
 mod eval;
 mod generate;
+mod plugin;
 mod progress;
 
 use std::process::ExitCode;
@@ -26,6 +27,9 @@ enum Command {
     Dataset(dataset::DatasetArgs),
     /// Score prompt adherence: generate clips for fixed scenes and analyze them.
     Eval(eval::EvalArgs),
+    /// Inspect and build Wasm plugins.
+    #[command(subcommand)]
+    Plugin(plugin::PluginCommand),
 }
 
 fn main() -> ExitCode {
@@ -48,6 +52,7 @@ fn main() -> ExitCode {
         Command::Generate(args) => generate::run(args),
         Command::Dataset(args) => dataset::run(args),
         Command::Eval(args) => eval::run(args),
+        Command::Plugin(cmd) => plugin::run(cmd),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

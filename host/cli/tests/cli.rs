@@ -63,7 +63,7 @@ fn default_model_writes_a_playable_mp4_with_the_requested_shape() {
     ]);
     let err = String::from_utf8_lossy(&r.stderr);
     assert!(r.status.success(), "{err}");
-    assert!(err.contains("random weights"), "the CLI says plainly that the default model is untrained: {err}");
+    assert!(err.contains("trained by this project"), "the CLI names the shipped model: {err}");
     let json: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
     assert_eq!(json["metrics"]["seed"], 7);
     assert_eq!(json["metrics"]["step_seconds"].as_array().unwrap().len(), 3);

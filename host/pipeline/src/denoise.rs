@@ -11,7 +11,7 @@ use rand_distr::{Distribution, StandardNormal};
 use tch::{Device, Kind, Tensor};
 
 use crate::sampler::{self, Sampler};
-use crate::{Guidance, GuidanceState, LoopStage, LoopState, NodeCtx, StepResult, Value, Values};
+use crate::{Guidance, GuidanceState, LoopStage, LoopState, NodeCtx, StepCtx, StepResult, Value, Values};
 
 /// A model that predicts the flow velocity of latents at a timestep, given a conditioning tensor.
 pub trait Denoiser: Send + Sync {
@@ -26,7 +26,7 @@ pub trait Denoiser: Send + Sync {
 pub struct DenoiseLoop {
     pub denoiser: Arc<dyn Denoiser>,
     pub guidance: Arc<dyn Guidance>,
-    pub contexts: BTreeMap<&'static str, String>,
+    pub contexts: BTreeMap<String, String>,
     /// Value name of optional initial latents (request-supplied noise); seeded noise otherwise.
     pub initial_latents: String,
     pub output: String,
@@ -35,7 +35,7 @@ pub struct DenoiseLoop {
 struct DenoiseState {
     latents: Tensor,
     sampler: Box<dyn Sampler>,
-    branches: Vec<&'static str>,
+    branches: Vec<String>,
     contexts: Vec<Tensor>,
     guidance: GuidanceState,
 }
@@ -66,7 +66,8 @@ impl LoopStage for DenoiseLoop {
             }
             None => seeded_noise(&shape, req.seed, ctx.device),
         };
-        let branches = self.guidance.branches(req);
+        let plan = self.guidance.init(req).context("guidance init")?;
+        let branches = plan.branches;
         let mut contexts = Vec::with_capacity(branches.len());
         for b in &branches {
             let Some(name) = self.contexts.get(b) else {
@@ -79,7 +80,7 @@ impl LoopStage for DenoiseLoop {
             sampler: sampler::build(req.sampler, req.steps as usize, req.shift as f64),
             branches,
             contexts,
-            guidance: self.guidance.init_state(req),
+            guidance: plan.state,
         };
         Ok(LoopState { step: 0, total_steps: req.steps, inner: Box::new(state) })
     }
@@ -95,7 +96,16 @@ impl LoopStage for DenoiseLoop {
                 self.denoiser.forward(&s.latents, &timestep, c).with_context(|| format!("forward of branch `{b}`"))?;
             preds.push(p);
         }
-        let guided = self.guidance.combine(ctx.request, &preds, &mut s.guidance)?;
+        let sigmas = s.sampler.sigmas();
+        let step = StepCtx {
+            request: ctx.request,
+            step_index: i as u32,
+            num_steps: s.sampler.timesteps().len() as u32,
+            timestep: t,
+            sigma: sigmas[i],
+            sigma_next: sigmas.get(i + 1).copied().unwrap_or(0.0),
+        };
+        let guided = self.guidance.combine(&step, &preds, &mut s.guidance)?;
         s.latents = s.sampler.step(&guided, &s.latents)?;
         let done = s.sampler.step_index() == s.sampler.timesteps().len();
         Ok(StepResult { done, emit: Vec::new(), forwards: preds.len() as u32 })

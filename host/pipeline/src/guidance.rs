@@ -1,45 +1,57 @@
 use std::any::Any;
 
-use anyhow::{ensure, Result};
+use anyhow::{bail, Result};
 use fastvideo_request::ResolvedRequest;
 use tch::Tensor;
 
-/// Per-request state of a guidance policy (CFG-Zero*, APG and friends keep some; classic CFG
-/// keeps none). Lives in the request's `LoopState`, never in the policy object.
+/// Per-request state of a guidance policy (CFG-Zero*, APG and plugin guiders keep some; classic
+/// CFG keeps none). Lives in the request's `LoopState`, never in the policy object.
 pub struct GuidanceState(pub Box<dyn Any + Send>);
+
+/// What a request's guidance needs: the branches to evaluate each step (the first is the
+/// conditional one; `cond` and `uncond` are bound to the prompt and negative prompt) and the
+/// policy's per-request state.
+pub struct GuidancePlan {
+    pub branches: Vec<String>,
+    pub state: GuidanceState,
+}
+
+/// Where in the loop a combine happens (plugins see the same fields in their step context).
+#[derive(Debug, Clone, Copy)]
+pub struct StepCtx<'a> {
+    pub request: &'a ResolvedRequest,
+    pub step_index: u32,
+    pub num_steps: u32,
+    pub timestep: f32,
+    pub sigma: f32,
+    pub sigma_next: f32,
+}
 
 /// How the loop turns branch predictions into one. The policy is bound when the pipeline is
 /// built and shared by all requests; anything that changes per request is in [`GuidanceState`].
 pub trait Guidance: Send + Sync {
-    /// The branches this request needs evaluated, in order. The first is the conditional one.
-    fn branches(&self, req: &ResolvedRequest) -> Vec<&'static str>;
-    fn init_state(&self, req: &ResolvedRequest) -> GuidanceState;
-    /// `preds[i]` is the prediction of `branches(req)[i]`.
-    fn combine(&self, req: &ResolvedRequest, preds: &[Tensor], state: &mut GuidanceState) -> Result<Tensor>;
+    /// Called once per request before the first step; an error fails that request only.
+    fn init(&self, req: &ResolvedRequest) -> Result<GuidancePlan>;
+    /// `preds[i]` is the prediction of `plan.branches[i]`.
+    fn combine(&self, ctx: &StepCtx, preds: &[Tensor], state: &mut GuidanceState) -> Result<Tensor>;
 }
 
 /// Classifier-free guidance: `uncond + s * (cond - uncond)`, skipped (one branch) when s <= 1.
 pub struct ClassicCfg;
 
 impl Guidance for ClassicCfg {
-    fn branches(&self, req: &ResolvedRequest) -> Vec<&'static str> {
-        if req.does_cfg() {
-            vec!["cond", "uncond"]
-        } else {
-            vec!["cond"]
-        }
+    fn init(&self, req: &ResolvedRequest) -> Result<GuidancePlan> {
+        let branches = if req.does_cfg() { vec!["cond", "uncond"] } else { vec!["cond"] };
+        Ok(GuidancePlan {
+            branches: branches.into_iter().map(String::from).collect(),
+            state: GuidanceState(Box::new(())),
+        })
     }
-    fn init_state(&self, _req: &ResolvedRequest) -> GuidanceState {
-        GuidanceState(Box::new(()))
-    }
-    fn combine(&self, req: &ResolvedRequest, preds: &[Tensor], _state: &mut GuidanceState) -> Result<Tensor> {
+    fn combine(&self, ctx: &StepCtx, preds: &[Tensor], _state: &mut GuidanceState) -> Result<Tensor> {
         match preds {
             [cond] => Ok(cond.shallow_clone()),
-            [cond, uncond] => Ok(uncond + (cond - uncond) * req.guidance_scale as f64),
-            _ => {
-                ensure!(false, "classic CFG takes 1 or 2 branch predictions, got {}", preds.len());
-                unreachable!()
-            }
+            [cond, uncond] => Ok(uncond + (cond - uncond) * ctx.request.guidance_scale as f64),
+            _ => bail!("classic CFG takes 1 or 2 branch predictions, got {}", preds.len()),
         }
     }
 }

@@ -22,7 +22,7 @@ mod value;
 
 pub use denoise::{DenoiseLoop, Denoiser};
 pub use driver::{Advance, CancelToken, PipelineRun};
-pub use guidance::{ClassicCfg, Guidance, GuidanceState};
+pub use guidance::{ClassicCfg, Guidance, GuidancePlan, GuidanceState, StepCtx};
 pub use spec::{Node, NodeKind, PipelineSpec, SpecError};
 pub use stage::{LoopStage, LoopState, NodeCtx, Stage, StepResult};
 pub use value::{Value, Values};

@@ -46,7 +46,7 @@ fn spec(tail: Option<Arc<dyn Stage>>) -> PipelineSpec {
     let denoise = DenoiseLoop {
         denoiser: Arc::new(Toy),
         guidance: Arc::new(ClassicCfg),
-        contexts: BTreeMap::from([("cond", "cond".to_string()), ("uncond", "uncond".to_string())]),
+        contexts: BTreeMap::from([("cond".into(), "cond".into()), ("uncond".into(), "uncond".into())]),
         initial_latents: "init".into(),
         output: "latents".into(),
     };

@@ -133,7 +133,7 @@ pub fn text_to_video(model: &WanModel, guidance: Arc<dyn Guidance>) -> Result<Pi
     let denoise = DenoiseLoop {
         denoiser: Arc::new(denoiser),
         guidance,
-        contexts: BTreeMap::from([("cond", PROMPT_EMBEDS.to_string()), ("uncond", NEGATIVE_EMBEDS.to_string())]),
+        contexts: BTreeMap::from([("cond".into(), PROMPT_EMBEDS.into()), ("uncond".into(), NEGATIVE_EMBEDS.into())]),
         initial_latents: INITIAL_LATENTS.to_string(),
         output: LATENTS.to_string(),
     };

@@ -1,0 +1,173 @@
+//! The deploy config (TOML): which plugins run, pinned by blake3, with which grants and default
+//! parameters. Anything wrong refuses to start with a message naming the plugin.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use fastvideo_request::ResolvedRequest;
+use serde::Deserialize;
+
+use crate::manifest::{blake3_hex, PluginKind};
+use crate::runtime::{Limits, LoadedPlugin, PluginRuntime};
+use crate::PluginError;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeployConfig {
+    #[serde(default)]
+    pub limits: Limits,
+    #[serde(default)]
+    pub plugins: Vec<PluginEntry>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PluginEntry {
+    pub name: String,
+    /// Path of the `.wasm` component, relative to the deploy file.
+    pub source: PathBuf,
+    /// Hex blake3 of the file (`fastvideo plugin hash`); a different file refuses to start.
+    pub blake3: String,
+    /// Interfaces the plugin may import (`tensor`, `tensor-ops`, `tensor-read`, `log`, `events`).
+    #[serde(default)]
+    pub grants: Vec<String>,
+    /// Default parameters, overridden per request by `plugin_params.<name>`.
+    #[serde(default)]
+    pub params: toml::Table,
+}
+
+/// A plugin enabled by the deploy, compiled and ready to instantiate per request.
+pub struct EnabledPlugin {
+    pub plugin: LoadedPlugin,
+    pub defaults: serde_json::Value,
+    schema: Option<jsonschema::Validator>,
+}
+
+impl EnabledPlugin {
+    pub fn name(&self) -> &str {
+        &self.plugin.name
+    }
+
+    /// The deploy defaults overlaid with the request's `plugin_params.<name>` (key by key),
+    /// checked against the plugin's schema.
+    pub fn params_for(&self, req: &ResolvedRequest) -> Result<serde_json::Value, PluginError> {
+        let mut merged = self.defaults.clone();
+        if let Some(over) = req.plugin_params.get(self.name()) {
+            let (Some(m), Some(o)) = (merged.as_object_mut(), over.as_object()) else {
+                return Err(self.refuse(format!("plugin_params.{}: must be a JSON object", self.name())));
+            };
+            for (k, v) in o {
+                m.insert(k.clone(), v.clone());
+            }
+        }
+        self.validate(&merged).map_err(|e| self.refuse(format!("plugin_params.{}: {e}", self.name())))?;
+        Ok(merged)
+    }
+
+    fn validate(&self, params: &serde_json::Value) -> Result<(), String> {
+        match &self.schema {
+            Some(v) => v.validate(params).map_err(|e| {
+                let at = e.instance_path.to_string();
+                if at.is_empty() {
+                    e.to_string()
+                } else {
+                    format!("{} {e}", at.trim_start_matches('/'))
+                }
+            }),
+            None => Ok(()),
+        }
+    }
+
+    fn refuse(&self, reason: String) -> PluginError {
+        PluginError::Refused { plugin: self.name().to_string(), reason }
+    }
+}
+
+/// Every plugin of a deploy, loaded.
+pub struct Deployment {
+    pub runtime: Arc<PluginRuntime>,
+    pub plugins: Vec<Arc<EnabledPlugin>>,
+}
+
+impl Deployment {
+    /// Reads, hashes, audits, compiles and links every plugin of a deploy file.
+    pub fn load(path: &Path) -> Result<Self, PluginError> {
+        let text = std::fs::read_to_string(path).map_err(|e| PluginError::Io(format!("{}: {e}", path.display())))?;
+        let cfg: DeployConfig =
+            toml::from_str(&text).map_err(|e| PluginError::Io(format!("{}: {}", path.display(), e.message())))?;
+        Self::from_config(cfg, path.parent().unwrap_or(Path::new(".")))
+    }
+
+    pub fn from_config(cfg: DeployConfig, base: &Path) -> Result<Self, PluginError> {
+        let runtime = Arc::new(PluginRuntime::new(cfg.limits)?);
+        let mut plugins: Vec<Arc<EnabledPlugin>> = Vec::new();
+        for p in cfg.plugins {
+            let refuse = |reason: String| PluginError::Refused { plugin: p.name.clone(), reason };
+            if plugins.iter().any(|q| q.name() == p.name) {
+                return Err(refuse("listed twice".into()));
+            }
+            let file = base.join(&p.source);
+            let bytes = std::fs::read(&file).map_err(|e| refuse(format!("source {}: {e}", file.display())))?;
+            let actual = blake3_hex(&bytes);
+            if !actual.eq_ignore_ascii_case(p.blake3.trim()) {
+                return Err(refuse(format!(
+                    "blake3 of {} is {actual}, the deploy pins {} (rebuilt or replaced file?)",
+                    file.display(),
+                    p.blake3.trim()
+                )));
+            }
+            let plugin = runtime.load(&p.name, &bytes, &p.grants).map_err(|e| match e {
+                PluginError::Invalid { reason } => refuse(reason),
+                other => other,
+            })?;
+            let schema = match &plugin.audit.manifest.params_schema {
+                serde_json::Value::Null => None,
+                s => Some(jsonschema::validator_for(s).map_err(|e| refuse(format!("params_schema: {e}")))?),
+            };
+            let defaults = serde_json::to_value(&p.params).map_err(|e| refuse(format!("params: {e}")))?;
+            let enabled = EnabledPlugin { plugin, defaults, schema };
+            enabled.validate(&enabled.defaults).map_err(|e| refuse(format!("params: {e}")))?;
+            plugins.push(Arc::new(enabled));
+        }
+        let guiders: Vec<&str> =
+            plugins.iter().filter(|p| p.plugin.audit.manifest.kind == PluginKind::Guider).map(|p| p.name()).collect();
+        if guiders.len() > 1 {
+            return Err(PluginError::Refused {
+                plugin: guiders[1].to_string(),
+                reason: format!("a deploy enables one guider; found {}", guiders.join(", ")),
+            });
+        }
+        Ok(Self { runtime, plugins })
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Arc<EnabledPlugin>> {
+        self.plugins.iter().find(|p| p.name() == name)
+    }
+
+    pub fn of_kind(&self, kind: PluginKind) -> impl Iterator<Item = &Arc<EnabledPlugin>> {
+        self.plugins.iter().filter(move |p| p.plugin.audit.manifest.kind == kind)
+    }
+
+    /// Request-time checks: parameters only for enabled plugins, valid against their schema, and
+    /// none for distribution-altering plugins in exact mode. Returns the merged parameters.
+    pub fn check_request(&self, req: &ResolvedRequest) -> Result<BTreeMap<String, serde_json::Value>, PluginError> {
+        for name in req.plugin_params.keys() {
+            let Some(p) = self.get(name) else {
+                return Err(PluginError::Refused {
+                    plugin: name.clone(),
+                    reason: format!("plugin_params.{name}: no plugin of that name is enabled in this deploy"),
+                });
+            };
+            if req.exact && p.plugin.audit.manifest.distribution_altering {
+                return Err(PluginError::Refused {
+                    plugin: name.clone(),
+                    reason: format!(
+                        "plugin_params.{name}: exact mode refuses parameters of a distribution-altering plugin"
+                    ),
+                });
+            }
+        }
+        self.plugins.iter().map(|p| Ok((p.name().to_string(), p.params_for(req)?))).collect()
+    }
+}

@@ -1,0 +1,35 @@
+use thiserror::Error;
+
+/// How a plugin call went wrong. The request that made the call fails with this; the instance
+/// is discarded; other requests never see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FailureKind {
+    /// The plugin returned `err(..)`.
+    Returned,
+    /// A wasm trap (unreachable, bounds, a panic in the guest).
+    Trap,
+    /// Past the per-call epoch deadline.
+    Timeout,
+    /// Out of the per-call fuel.
+    Fuel,
+    /// The instance hit its memory cap.
+    Memory,
+    /// A well-typed but wrong answer (a tensor of the wrong shape, too many handles …).
+    Invalid,
+}
+
+#[derive(Debug, Error)]
+pub enum PluginError {
+    /// The file is not a loadable plugin (not a component, no manifest, unknown hook …).
+    #[error("invalid plugin: {reason}")]
+    Invalid { reason: String },
+    /// The deploy config does not allow it (hash mismatch, missing grants, bad parameters).
+    #[error("plugin `{plugin}` refused: {reason}")]
+    Refused { plugin: String, reason: String },
+    /// A call into the plugin failed.
+    #[error("plugin `{plugin}` failed in `{hook}` ({kind:?}): {message}")]
+    Call { plugin: String, hook: &'static str, kind: FailureKind, message: String },
+    #[error("{0}")]
+    Io(String),
+}

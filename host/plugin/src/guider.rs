@@ -1,0 +1,89 @@
+//! A guider plugin bound into the denoise loop as its [`Guidance`] policy: one instance per
+//! request (its state lives in the request's loop state), branch tensors passed as handles.
+
+use std::sync::Arc;
+
+use anyhow::Result;
+use fastvideo_pipeline::{Guidance, GuidancePlan, GuidanceState, StepCtx};
+use fastvideo_request::ResolvedRequest;
+use tch::Tensor;
+
+use crate::bindings::fastvideo::plugin::types::StepContext;
+use crate::deploy::{Deployment, EnabledPlugin};
+use crate::runtime::{Guest, PluginInstance, PluginRuntime};
+use crate::{FailureKind, PluginError};
+
+pub struct PluginGuider {
+    runtime: Arc<PluginRuntime>,
+    plugin: Arc<EnabledPlugin>,
+    model_id: String,
+}
+
+impl PluginGuider {
+    pub fn new(deploy: &Deployment, plugin: Arc<EnabledPlugin>, model_id: impl Into<String>) -> Self {
+        Self { runtime: deploy.runtime.clone(), plugin, model_id: model_id.into() }
+    }
+}
+
+/// The WIT step context of a loop step.
+pub fn step_context(ctx: &StepCtx, branch: Option<&str>, model_id: &str) -> StepContext {
+    StepContext {
+        request_id: ctx.request.request_id.clone(),
+        step_index: ctx.step_index,
+        num_steps: ctx.num_steps,
+        timestep: ctx.timestep,
+        sigma: ctx.sigma,
+        sigma_next: ctx.sigma_next,
+        guidance_scale: ctx.request.guidance_scale,
+        branch: branch.map(String::from),
+        model_id: model_id.to_string(),
+    }
+}
+
+impl Guidance for PluginGuider {
+    fn init(&self, req: &ResolvedRequest) -> Result<GuidancePlan> {
+        let params = self.plugin.params_for(req)?;
+        let mut inst = self.runtime.instantiate(&self.plugin.plugin)?;
+        let json = params.to_string();
+        let branches = inst.call("init", |store, g| match g {
+            Guest::Guider(g) => g.call_init(store, &json),
+            _ => unreachable!("loaded as a guider"),
+        })?;
+        if branches.is_empty() {
+            return Err(invalid(&inst, "init", "declared no branches".into()).into());
+        }
+        Ok(GuidancePlan { branches, state: GuidanceState(Box::new(inst)) })
+    }
+
+    fn combine(&self, ctx: &StepCtx, preds: &[Tensor], state: &mut GuidanceState) -> Result<Tensor> {
+        let inst = state
+            .0
+            .downcast_mut::<PluginInstance>()
+            .ok_or_else(|| anyhow::anyhow!("guider state of another policy"))?;
+        let mut handles = Vec::with_capacity(preds.len());
+        for p in preds {
+            let h = inst.state().push(p.shallow_clone()).map_err(|e| invalid(inst, "combine", e.to_string()))?;
+            handles.push(h);
+        }
+        let sc = step_context(ctx, None, &self.model_id);
+        let out = inst.call("combine", |store, g| match g {
+            Guest::Guider(g) => g.call_combine(store, &sc, &handles),
+            _ => unreachable!("loaded as a guider"),
+        })?;
+        let t = inst.state().take(out).map_err(|e| invalid(inst, "combine", e.to_string()))?;
+        if t.size() != preds[0].size() {
+            inst.poison();
+            return Err(invalid(
+                inst,
+                "combine",
+                format!("returned a tensor of shape {:?}; the branches have {:?}", t.size(), preds[0].size()),
+            )
+            .into());
+        }
+        Ok(t)
+    }
+}
+
+fn invalid(inst: &PluginInstance, hook: &'static str, message: String) -> PluginError {
+    PluginError::Call { plugin: inst.name().to_string(), hook, kind: FailureKind::Invalid, message }
+}

@@ -1,0 +1,23 @@
+//! The Wasm plugin host: loads WIT-typed components (`wit/fastvideo-plugin`), checks their
+//! capabilities (= imported interfaces) against the deploy's grants before linking, and runs
+//! them inside the denoise loop with one store per (request, plugin), per-call deadlines and
+//! memory caps. Tensors stay on the host; plugins hold handles and call host ops.
+
+pub mod bindings;
+mod build;
+mod componentize;
+mod deploy;
+mod error;
+mod guider;
+mod manifest;
+mod runtime;
+mod state;
+
+pub use build::build_plugins;
+pub use componentize::componentize;
+pub use deploy::{DeployConfig, Deployment, EnabledPlugin, PluginEntry};
+pub use error::{FailureKind, PluginError};
+pub use guider::{step_context, PluginGuider};
+pub use manifest::{blake3_hex, inspect, Audit, Manifest, PluginKind, MANIFEST_SECTION, SUPPORTED_WIT};
+pub use runtime::{Limits, LoadedPlugin, PluginInstance, PluginRuntime, PROVIDED};
+pub use state::{HandleLimits, HostState, PluginEvent, PluginTensor};

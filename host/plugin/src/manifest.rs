@@ -1,0 +1,194 @@
+//! What a plugin says about itself (the `fastvideo-manifest` custom section) and what its
+//! component declares (imports = capabilities, exports = kinds), read statically: auditing a
+//! plugin never runs it.
+
+use serde::{Deserialize, Serialize};
+use wasmparser::{Parser, Payload};
+
+use crate::PluginError;
+
+/// Name of the custom section the SDK's `manifest!` macro writes.
+pub const MANIFEST_SECTION: &str = "fastvideo-manifest";
+/// WIT package versions this host loads.
+pub const SUPPORTED_WIT: &[&str] = &["0.1.0"];
+const PACKAGE: &str = "fastvideo:plugin/";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PluginKind {
+    Guider,
+    StepInterceptor,
+    BlockInterceptor,
+    Observer,
+    Reward,
+    WorkflowTranslator,
+}
+
+impl PluginKind {
+    /// The WIT interface a plugin of this kind exports.
+    pub fn interface(self) -> &'static str {
+        match self {
+            PluginKind::Guider => "guider",
+            PluginKind::StepInterceptor => "step-interceptor",
+            PluginKind::BlockInterceptor => "block-interceptor",
+            PluginKind::Observer => "observer",
+            PluginKind::Reward => "reward",
+            PluginKind::WorkflowTranslator => "workflow-translator",
+        }
+    }
+    /// Hook points a manifest may list for this kind.
+    pub fn hooks(self) -> &'static [&'static str] {
+        match self {
+            PluginKind::Guider => &["combine"],
+            PluginKind::StepInterceptor => &["before-step", "after-step"],
+            PluginKind::BlockInterceptor => &["begin-forward", "after-block", "end-forward"],
+            PluginKind::Observer => {
+                &["request-start", "node-start", "node-end", "step-start", "step-end", "artifact", "request-end"]
+            }
+            PluginKind::Reward => &["score"],
+            PluginKind::WorkflowTranslator => &["translate"],
+        }
+    }
+}
+
+/// The manifest a plugin embeds. Unknown keys are refused so typos surface at audit time.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    pub name: String,
+    pub version: String,
+    pub kind: PluginKind,
+    pub hooks: Vec<String>,
+    /// Changes what the model samples (guiders other than plain CFG, caches): refused in exact mode.
+    #[serde(default)]
+    pub distribution_altering: bool,
+    /// Needs eager execution (no graph capture) around its hooks.
+    #[serde(default)]
+    pub needs_eager: bool,
+    /// WIT package version the plugin was built against.
+    pub wit: String,
+    /// JSON schema of the plugin's parameters.
+    #[serde(default)]
+    pub params_schema: serde_json::Value,
+    #[serde(default)]
+    pub description: String,
+}
+
+/// Everything `fastvideo plugin audit` reports, computed from the bytes alone.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Audit {
+    pub blake3: String,
+    pub size: u64,
+    pub manifest: Manifest,
+    /// Imported interfaces, as the component names them (`fastvideo:plugin/tensor-ops@0.1.0`).
+    pub imports: Vec<String>,
+    pub exports: Vec<String>,
+    /// The grants the imports need (`tensor-ops`, `log`, or a full `wasi:…` name).
+    pub capabilities: Vec<String>,
+}
+
+/// The grant name an import needs; `types` carries no functions and needs none.
+fn capability(import: &str) -> Option<String> {
+    match import.strip_prefix(PACKAGE) {
+        Some(rest) => {
+            let iface = rest.split('@').next().unwrap_or(rest);
+            (iface != "types").then(|| iface.to_string())
+        }
+        None => Some(import.to_string()),
+    }
+}
+
+pub fn blake3_hex(bytes: &[u8]) -> String {
+    blake3::hash(bytes).to_hex().to_string()
+}
+
+/// Reads a component's manifest, imports and exports without compiling or running it.
+pub fn inspect(bytes: &[u8]) -> Result<Audit, PluginError> {
+    let invalid = |reason: String| PluginError::Invalid { reason };
+    if !Parser::is_component(bytes) {
+        return Err(invalid(if Parser::is_core_wasm(bytes) {
+            "a core wasm module, not a component (build for wasm32-unknown-unknown and run `fastvideo plugin componentize`)".into()
+        } else {
+            "not a WebAssembly component".into()
+        }));
+    }
+    let (mut manifest, mut imports, mut exports) = (None, Vec::new(), Vec::new());
+    let mut depth = 0usize;
+    for payload in Parser::new(0).parse_all(bytes) {
+        let payload = payload.map_err(|e| invalid(format!("malformed component: {e}")))?;
+        match payload {
+            Payload::ModuleSection { .. } | Payload::ComponentSection { .. } => depth += 1,
+            Payload::End(_) => depth = depth.saturating_sub(1),
+            Payload::ComponentImportSection(s) if depth == 0 => {
+                for i in s {
+                    imports.push(i.map_err(|e| invalid(format!("import section: {e}")))?.name.name.to_string());
+                }
+            }
+            Payload::ComponentExportSection(s) if depth == 0 => {
+                for e in s {
+                    exports.push(e.map_err(|e| invalid(format!("export section: {e}")))?.name.name.to_string());
+                }
+            }
+            Payload::CustomSection(c) if c.name() == MANIFEST_SECTION => {
+                let m: Manifest = serde_json::from_slice(c.data())
+                    .map_err(|e| invalid(format!("custom section `{MANIFEST_SECTION}`: {e}")))?;
+                manifest = Some(m);
+            }
+            _ => {}
+        }
+    }
+    let manifest = manifest
+        .ok_or_else(|| invalid(format!("no `{MANIFEST_SECTION}` custom section (use the SDK's `manifest!` macro)")))?;
+    check_manifest(&manifest, &exports)?;
+    let capabilities = imports.iter().filter_map(|i| capability(i)).collect();
+    Ok(Audit { blake3: blake3_hex(bytes), size: bytes.len() as u64, manifest, imports, exports, capabilities })
+}
+
+fn check_manifest(m: &Manifest, exports: &[String]) -> Result<(), PluginError> {
+    let invalid = |reason: String| PluginError::Invalid { reason: format!("plugin `{}`: {reason}", m.name) };
+    if !SUPPORTED_WIT.contains(&m.wit.as_str()) {
+        return Err(invalid(format!(
+            "WIT version {} is not one this host loads ({})",
+            m.wit,
+            SUPPORTED_WIT.join(", ")
+        )));
+    }
+    let want = format!("{PACKAGE}{}@{}", m.kind.interface(), m.wit);
+    if !exports.contains(&want) {
+        return Err(invalid(format!("manifest says kind {:?} but the component does not export `{want}`", m.kind)));
+    }
+    if let Some(h) = m.hooks.iter().find(|h| !m.kind.hooks().contains(&h.as_str())) {
+        return Err(invalid(format!(
+            "unknown hook `{h}` for a {} (known: {})",
+            m.kind.interface(),
+            m.kind.hooks().join(", ")
+        )));
+    }
+    Ok(())
+}
+
+impl Audit {
+    /// Capabilities the plugin needs that `grants` does not give, in import order.
+    pub fn missing_grants(&self, grants: &[String]) -> Vec<String> {
+        self.capabilities.iter().filter(|c| !grants.contains(c)).cloned().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capability_names() {
+        assert_eq!(capability("fastvideo:plugin/tensor-ops@0.1.0").as_deref(), Some("tensor-ops"));
+        assert_eq!(capability("fastvideo:plugin/types@0.1.0"), None);
+        assert_eq!(capability("wasi:cli/stderr@0.2.6").as_deref(), Some("wasi:cli/stderr@0.2.6"));
+    }
+
+    #[test]
+    fn rejects_non_components_with_a_reason() {
+        let err = inspect(b"\0asm\x01\0\0\0").unwrap_err().to_string();
+        assert!(err.contains("core wasm module"), "{err}");
+        assert!(inspect(b"hello").unwrap_err().to_string().contains("not a WebAssembly component"));
+    }
+}

@@ -1,0 +1,267 @@
+//! The plugin engine: one wasmtime `Engine` (pooling allocator, epoch interruption), each
+//! enabled plugin compiled and pre-linked once, and a fresh store + instance per (request,
+//! plugin) so nothing a plugin keeps in its globals outlives the request.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use wasmtime::component::{Component, InstancePre, Linker};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, StoreLimitsBuilder, Trap};
+
+use crate::bindings::exports::fastvideo::plugin as exports;
+use crate::bindings::fastvideo::plugin as imports;
+use crate::manifest::{inspect, Audit, PluginKind};
+use crate::state::{HandleLimits, HostState};
+use crate::{FailureKind, PluginError};
+
+/// Per-call and per-instance limits (the deploy config's `[limits]`).
+#[derive(Debug, Clone, Copy, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Wall-clock budget of one hook call, in milliseconds (epoch ticks of 1 ms).
+    pub call_deadline_ms: u64,
+    /// Linear memory one instance may grow to.
+    pub memory_bytes: usize,
+    /// Wasm fuel per call; none = unmetered (metering costs ~10-20% of guest time).
+    pub fuel_per_call: Option<u64>,
+    pub max_tensor_handles: usize,
+    pub max_read_elements: usize,
+    /// Instances alive at once across all requests (the pool's size).
+    pub max_instances: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            call_deadline_ms: 50,
+            memory_bytes: 64 << 20,
+            fuel_per_call: None,
+            max_tensor_handles: 256,
+            max_read_elements: 1 << 20,
+            max_instances: 256,
+        }
+    }
+}
+
+/// Stops the epoch thread when the runtime goes away.
+struct Ticker(Arc<AtomicBool>);
+impl Drop for Ticker {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+pub struct PluginRuntime {
+    engine: Engine,
+    limits: Limits,
+    _ticker: Ticker,
+}
+
+impl PluginRuntime {
+    pub fn new(limits: Limits) -> Result<Self, PluginError> {
+        let mut pool = PoolingAllocationConfig::default();
+        pool.total_component_instances(limits.max_instances)
+            .total_core_instances(limits.max_instances * 4)
+            .total_memories(limits.max_instances * 2)
+            .total_tables(limits.max_instances * 4)
+            .max_memory_size(limits.memory_bytes);
+        let mut config = Config::new();
+        config
+            .wasm_component_model(true)
+            .epoch_interruption(true)
+            .consume_fuel(limits.fuel_per_call.is_some())
+            .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        let engine = Engine::new(&config).map_err(|e| PluginError::Io(format!("plugin engine: {e:#}")))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let (e, s) = (engine.clone(), stop.clone());
+        std::thread::Builder::new()
+            .name("plugin-epoch".into())
+            .spawn(move || {
+                while !s.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(1));
+                    e.increment_epoch();
+                }
+            })
+            .map_err(|e| PluginError::Io(format!("epoch thread: {e}")))?;
+        Ok(Self { engine, limits, _ticker: Ticker(stop) })
+    }
+
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// Compiles a plugin and links exactly the interfaces granted to it. Refuses, listing every
+    /// one, imports that are not granted or not provided by this host.
+    pub fn load(&self, name: &str, bytes: &[u8], grants: &[String]) -> Result<LoadedPlugin, PluginError> {
+        let audit = inspect(bytes)?;
+        let refuse = |reason: String| PluginError::Refused { plugin: name.to_string(), reason };
+        let missing = audit.missing_grants(grants);
+        if !missing.is_empty() {
+            return Err(refuse(format!("needs capabilities not granted: {}", missing.join(", "))));
+        }
+        let unknown: Vec<&String> = audit.capabilities.iter().filter(|c| !PROVIDED.contains(&c.as_str())).collect();
+        if !unknown.is_empty() {
+            return Err(refuse(format!(
+                "imports interfaces this host does not provide: {}",
+                unknown.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+            )));
+        }
+        let component = Component::new(&self.engine, bytes).map_err(|e| refuse(format!("compile: {e:#}")))?;
+        let mut linker = Linker::<HostState>::new(&self.engine);
+        link(&mut linker, &audit.capabilities).map_err(|e| refuse(format!("link: {e:#}")))?;
+        let pre = linker.instantiate_pre(&component).map_err(|e| refuse(format!("link: {e:#}")))?;
+        Ok(LoadedPlugin { name: Arc::from(name), audit, pre })
+    }
+
+    /// A fresh instance for one request.
+    pub fn instantiate(&self, plugin: &LoadedPlugin) -> Result<PluginInstance, PluginError> {
+        let l = self.limits;
+        let limits = StoreLimitsBuilder::new().memory_size(l.memory_bytes).trap_on_grow_failure(true).build();
+        let state = HostState::new(
+            plugin.name.clone(),
+            HandleLimits { max_handles: l.max_tensor_handles, max_read_elements: l.max_read_elements },
+            limits,
+        );
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|s| &mut s.limits);
+        store.set_epoch_deadline(l.call_deadline_ms.max(1));
+        if l.fuel_per_call.is_some() {
+            store.set_fuel(l.fuel_per_call.unwrap_or(0)).ok();
+        }
+        let fail = |kind, message: String| PluginError::Call {
+            plugin: plugin.name.to_string(),
+            hook: "instantiate",
+            kind,
+            message,
+        };
+        let instance = plugin.pre.instantiate(&mut store).map_err(|e| fail(classify(&e), format!("{e:#}")))?;
+        let kind = plugin.audit.manifest.kind;
+        let pre = &plugin.pre;
+        let mut load = || -> wasmtime::Result<Guest> {
+            let (s, i) = (&mut store, &instance);
+            Ok(match kind {
+                PluginKind::Guider => Guest::Guider(exports::guider::GuestIndices::new(pre)?.load(s, i)?),
+                PluginKind::StepInterceptor => {
+                    Guest::StepInterceptor(exports::step_interceptor::GuestIndices::new(pre)?.load(s, i)?)
+                }
+                PluginKind::BlockInterceptor => {
+                    Guest::BlockInterceptor(exports::block_interceptor::GuestIndices::new(pre)?.load(s, i)?)
+                }
+                PluginKind::Observer => Guest::Observer(exports::observer::GuestIndices::new(pre)?.load(s, i)?),
+                PluginKind::Reward => Guest::Reward(exports::reward::GuestIndices::new(pre)?.load(s, i)?),
+                PluginKind::WorkflowTranslator => {
+                    Guest::WorkflowTranslator(exports::workflow_translator::GuestIndices::new(pre)?.load(s, i)?)
+                }
+            })
+        };
+        let guest = load().map_err(|e| fail(FailureKind::Invalid, format!("exports: {e:#}")))?;
+        Ok(PluginInstance { store, guest, name: plugin.name.clone(), limits: l, poisoned: false })
+    }
+}
+
+/// Interfaces this host implements (grant names).
+pub const PROVIDED: &[&str] = &["tensor", "tensor-ops", "tensor-read", "log", "events"];
+
+fn link(linker: &mut Linker<HostState>, caps: &[String]) -> wasmtime::Result<()> {
+    type D = wasmtime::component::HasSelf<HostState>;
+    imports::types::add_to_linker::<HostState, D>(linker, |s| s)?;
+    for c in caps {
+        match c.as_str() {
+            "tensor" => imports::tensor::add_to_linker::<HostState, D>(linker, |s| s)?,
+            "tensor-ops" => imports::tensor_ops::add_to_linker::<HostState, D>(linker, |s| s)?,
+            "tensor-read" => imports::tensor_read::add_to_linker::<HostState, D>(linker, |s| s)?,
+            "log" => imports::log::add_to_linker::<HostState, D>(linker, |s| s)?,
+            "events" => imports::events::add_to_linker::<HostState, D>(linker, |s| s)?,
+            other => wasmtime::bail!("no host implementation of `{other}`"),
+        }
+    }
+    Ok(())
+}
+
+fn classify(e: &wasmtime::Error) -> FailureKind {
+    let root = e.root_cause().to_string();
+    match e.downcast_ref::<Trap>() {
+        Some(Trap::Interrupt) => FailureKind::Timeout,
+        Some(Trap::OutOfFuel) => FailureKind::Fuel,
+        Some(_) => FailureKind::Trap,
+        None if root.contains("growing memory") => FailureKind::Memory,
+        None if root.contains("tensor handles") => FailureKind::Invalid,
+        None => FailureKind::Trap,
+    }
+}
+
+/// A compiled, pre-linked plugin (shared by all requests).
+pub struct LoadedPlugin {
+    pub name: Arc<str>,
+    pub audit: Audit,
+    pre: InstancePre<HostState>,
+}
+
+/// The loaded exports of an instance. Kinds other than guiders are loaded and audited but not yet
+/// called by the loop (their hooks land with the cache and observer plugins).
+#[allow(dead_code)]
+pub(crate) enum Guest {
+    Guider(exports::guider::Guest),
+    StepInterceptor(exports::step_interceptor::Guest),
+    BlockInterceptor(exports::block_interceptor::Guest),
+    Observer(exports::observer::Guest),
+    Reward(exports::reward::Guest),
+    WorkflowTranslator(exports::workflow_translator::Guest),
+}
+
+/// One request's instance of one plugin. After a failed call it refuses further calls.
+pub struct PluginInstance {
+    pub(crate) store: Store<HostState>,
+    pub(crate) guest: Guest,
+    pub(crate) name: Arc<str>,
+    limits: Limits,
+    poisoned: bool,
+}
+
+impl PluginInstance {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn state(&mut self) -> &mut HostState {
+        self.store.data_mut()
+    }
+
+    /// Runs one hook call under the per-call deadline and fuel, mapping every way it can fail
+    /// to a [`PluginError::Call`] naming the plugin and hook.
+    pub(crate) fn call<R>(
+        &mut self,
+        hook: &'static str,
+        f: impl FnOnce(&mut Store<HostState>, &Guest) -> wasmtime::Result<Result<R, String>>,
+    ) -> Result<R, PluginError> {
+        let fail = |kind, message: String| PluginError::Call { plugin: self.name.to_string(), hook, kind, message };
+        if self.poisoned {
+            return Err(fail(FailureKind::Invalid, "instance discarded after an earlier failure".into()));
+        }
+        self.store.set_epoch_deadline(self.limits.call_deadline_ms.max(1));
+        if let Some(fuel) = self.limits.fuel_per_call {
+            self.store.set_fuel(fuel).ok();
+        }
+        match f(&mut self.store, &self.guest) {
+            Ok(Ok(r)) => Ok(r),
+            Ok(Err(msg)) => Err(fail(FailureKind::Returned, msg)),
+            Err(e) => {
+                self.poisoned = true;
+                let kind = classify(&e);
+                let message = match kind {
+                    FailureKind::Timeout => format!("exceeded the {} ms call deadline", self.limits.call_deadline_ms),
+                    FailureKind::Fuel => format!("ran out of fuel ({:?} per call)", self.limits.fuel_per_call),
+                    FailureKind::Memory => format!("hit the {} byte memory cap", self.limits.memory_bytes),
+                    _ => e.root_cause().to_string(),
+                };
+                Err(fail(kind, message))
+            }
+        }
+    }
+
+    /// Marks the instance unusable (e.g. it returned a tensor of the wrong shape).
+    pub(crate) fn poison(&mut self) {
+        self.poisoned = true;
+    }
+}

@@ -1,0 +1,257 @@
+//! What one plugin instance's store holds (its tensor handles, limits, log attribution) and the
+//! host side of every imported interface. Tensor arithmetic runs here, on the tensors' device.
+
+use std::sync::Arc;
+
+use tch::{Kind, Tensor};
+use wasmtime::component::{Resource, ResourceTable};
+use wasmtime::StoreLimits;
+
+use crate::bindings::fastvideo::plugin::{events, log, tensor, tensor_ops, tensor_read, types};
+
+/// A host tensor a plugin holds a handle to (a shallow clone: no data is copied).
+pub struct PluginTensor(pub Tensor);
+
+/// An event a plugin emitted, tagged with the plugin's name.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PluginEvent {
+    pub plugin: String,
+    pub name: String,
+    pub payload_json: String,
+}
+
+/// Per-instance limits the host functions enforce.
+#[derive(Debug, Clone, Copy)]
+pub struct HandleLimits {
+    /// Tensor handles a plugin may hold at once.
+    pub max_handles: usize,
+    /// Elements `tensor-read` copies in at most.
+    pub max_read_elements: usize,
+}
+
+pub struct HostState {
+    pub(crate) plugin: Arc<str>,
+    pub(crate) table: ResourceTable,
+    pub(crate) live_handles: usize,
+    pub(crate) handle_limits: HandleLimits,
+    pub(crate) limits: StoreLimits,
+    pub(crate) events: Vec<PluginEvent>,
+}
+
+impl HostState {
+    pub fn new(plugin: Arc<str>, handle_limits: HandleLimits, limits: StoreLimits) -> Self {
+        Self { plugin, table: ResourceTable::new(), live_handles: 0, handle_limits, limits, events: Vec::new() }
+    }
+
+    /// Hands a tensor to the plugin as a new handle, within the handle cap.
+    pub fn push(&mut self, t: Tensor) -> wasmtime::Result<Resource<PluginTensor>> {
+        if self.live_handles >= self.handle_limits.max_handles {
+            wasmtime::bail!("holds more than {} tensor handles (the deploy's cap)", self.handle_limits.max_handles);
+        }
+        self.live_handles += 1;
+        Ok(self.table.push(PluginTensor(t))?)
+    }
+
+    pub fn get(&self, r: &Resource<PluginTensor>) -> wasmtime::Result<&Tensor> {
+        Ok(&self.table.get(r)?.0)
+    }
+
+    /// Takes a handle back (the plugin returned an owned tensor).
+    pub fn take(&mut self, r: Resource<PluginTensor>) -> wasmtime::Result<Tensor> {
+        let t = self.table.delete(r)?;
+        self.live_handles -= 1;
+        Ok(t.0)
+    }
+
+    /// Tensor handles the plugin holds now.
+    pub fn live_handles(&self) -> usize {
+        self.live_handles
+    }
+
+    pub fn drain_events(&mut self) -> Vec<PluginEvent> {
+        std::mem::take(&mut self.events)
+    }
+
+    /// Runs a fallible tensor op: a tch error becomes the plugin-visible `err` string naming the
+    /// op; success becomes a new handle.
+    fn op(
+        &mut self,
+        name: &str,
+        f: impl FnOnce(&Self) -> Result<Tensor, tch::TchError>,
+    ) -> wasmtime::Result<Result<Resource<PluginTensor>, String>> {
+        match f(self) {
+            Ok(t) => Ok(Ok(self.push(t)?)),
+            Err(e) => Ok(Err(format!("{name}: {}", first_line(&e.to_string())))),
+        }
+    }
+}
+
+fn first_line(s: &str) -> &str {
+    s.lines().next().unwrap_or(s)
+}
+
+fn dims(d: &[i64]) -> Option<&[i64]> {
+    if d.is_empty() {
+        None
+    } else {
+        Some(d)
+    }
+}
+
+impl types::Host for HostState {}
+impl tensor::Host for HostState {}
+
+impl tensor::HostTensor for HostState {
+    fn shape(&mut self, t: Resource<PluginTensor>) -> wasmtime::Result<Vec<i64>> {
+        Ok(self.get(&t)?.size())
+    }
+    fn dtype(&mut self, t: Resource<PluginTensor>) -> wasmtime::Result<types::Dtype> {
+        Ok(match self.get(&t)?.kind() {
+            Kind::Half => types::Dtype::Float16,
+            Kind::BFloat16 => types::Dtype::Bfloat16,
+            Kind::Double => types::Dtype::Float64,
+            Kind::Int64 => types::Dtype::Int64,
+            Kind::Bool => types::Dtype::Boolean,
+            _ => types::Dtype::Float32,
+        })
+    }
+    fn numel(&mut self, t: Resource<PluginTensor>) -> wasmtime::Result<u64> {
+        Ok(self.get(&t)?.numel() as u64)
+    }
+    fn drop(&mut self, t: Resource<PluginTensor>) -> wasmtime::Result<()> {
+        self.take(t).map(|_| ())
+    }
+}
+
+type OpResult = wasmtime::Result<Result<Resource<PluginTensor>, String>>;
+
+impl tensor_ops::Host for HostState {
+    fn linear_combination(&mut self, terms: Vec<Resource<PluginTensor>>, weights: Vec<f32>) -> OpResult {
+        if terms.len() != weights.len() || terms.is_empty() {
+            return Ok(Err(format!(
+                "linear-combination: {} terms and {} weights (need the same, non-zero count)",
+                terms.len(),
+                weights.len()
+            )));
+        }
+        self.op("linear-combination", |s| {
+            let mut acc = s.get(&terms[0]).map_err(to_tch)?.f_mul_scalar(weights[0] as f64)?;
+            for (t, w) in terms.iter().zip(&weights).skip(1) {
+                acc = acc.f_add(&s.get(t).map_err(to_tch)?.f_mul_scalar(*w as f64)?)?;
+            }
+            Ok(acc)
+        })
+    }
+    fn scale(&mut self, x: Resource<PluginTensor>, factor: f32) -> wasmtime::Result<Resource<PluginTensor>> {
+        let t = self.get(&x)? * factor as f64;
+        self.push(t)
+    }
+    fn add(&mut self, a: Resource<PluginTensor>, b: Resource<PluginTensor>) -> OpResult {
+        self.op("add", |s| s.get(&a).map_err(to_tch)?.f_add(s.get(&b).map_err(to_tch)?))
+    }
+    fn sub(&mut self, a: Resource<PluginTensor>, b: Resource<PluginTensor>) -> OpResult {
+        self.op("sub", |s| s.get(&a).map_err(to_tch)?.f_sub(s.get(&b).map_err(to_tch)?))
+    }
+    fn mul(&mut self, a: Resource<PluginTensor>, b: Resource<PluginTensor>) -> OpResult {
+        self.op("mul", |s| s.get(&a).map_err(to_tch)?.f_mul(s.get(&b).map_err(to_tch)?))
+    }
+    fn lerp(&mut self, a: Resource<PluginTensor>, b: Resource<PluginTensor>, t: f32) -> OpResult {
+        self.op("lerp", |s| {
+            let (a, b) = (s.get(&a).map_err(to_tch)?, s.get(&b).map_err(to_tch)?);
+            a.f_add(&b.f_sub(a)?.f_mul_scalar(t as f64)?)
+        })
+    }
+    fn mean(&mut self, x: Resource<PluginTensor>, d: Vec<i64>, keepdim: bool) -> OpResult {
+        self.op("mean", |s| s.get(&x).map_err(to_tch)?.f_mean_dim(dims(&d), keepdim, None::<Kind>))
+    }
+    fn sum(&mut self, x: Resource<PluginTensor>, d: Vec<i64>, keepdim: bool) -> OpResult {
+        self.op("sum", |s| s.get(&x).map_err(to_tch)?.f_sum_dim_intlist(dims(&d), keepdim, None::<Kind>))
+    }
+    fn abs_mean(&mut self, x: Resource<PluginTensor>) -> wasmtime::Result<f32> {
+        Ok(self.get(&x)?.abs().mean(Kind::Float).double_value(&[]) as f32)
+    }
+    fn norm(&mut self, x: Resource<PluginTensor>, p: f32, d: Vec<i64>, keepdim: bool) -> OpResult {
+        self.op("norm", |s| {
+            let x = s.get(&x).map_err(to_tch)?;
+            match dims(&d) {
+                Some(d) => x.f_norm_scalaropt_dim(p as f64, d, keepdim),
+                None => x.f_flatten(0, -1)?.f_norm_scalaropt_dim(p as f64, [0i64].as_slice(), keepdim),
+            }
+        })
+    }
+    fn relative_l1(
+        &mut self,
+        a: Resource<PluginTensor>,
+        b: Resource<PluginTensor>,
+    ) -> wasmtime::Result<Result<f32, String>> {
+        let (a, b) = (self.get(&a)?, self.get(&b)?);
+        if a.size() != b.size() {
+            return Ok(Err(format!("relative-l1: shapes {:?} and {:?} differ", a.size(), b.size())));
+        }
+        let num = (a - b).abs().mean(Kind::Float).double_value(&[]);
+        let den = b.abs().mean(Kind::Float).double_value(&[]);
+        Ok(Ok((num / den.max(1e-12)) as f32))
+    }
+    fn clamp(&mut self, x: Resource<PluginTensor>, min: f32, max: f32) -> wasmtime::Result<Resource<PluginTensor>> {
+        let t = self.get(&x)?.clamp(min as f64, max as f64);
+        self.push(t)
+    }
+    fn where_mask(
+        &mut self,
+        m: Resource<PluginTensor>,
+        a: Resource<PluginTensor>,
+        b: Resource<PluginTensor>,
+    ) -> OpResult {
+        self.op("where-mask", |s| {
+            let mask = s.get(&m).map_err(to_tch)?.f_ne(0)?;
+            s.get(&a).map_err(to_tch)?.f_where_self(&mask, s.get(&b).map_err(to_tch)?)
+        })
+    }
+    fn item(&mut self, x: Resource<PluginTensor>) -> wasmtime::Result<Result<f32, String>> {
+        let x = self.get(&x)?;
+        if x.numel() != 1 {
+            return Ok(Err(format!("item: tensor of shape {:?} has {} elements, not 1", x.size(), x.numel())));
+        }
+        Ok(Ok(x.double_value(&[]) as f32))
+    }
+}
+
+fn to_tch(e: wasmtime::Error) -> tch::TchError {
+    tch::TchError::Kind(e.to_string())
+}
+
+impl tensor_read::Host for HostState {
+    fn read_f32(&mut self, x: Resource<PluginTensor>) -> wasmtime::Result<Result<Vec<f32>, String>> {
+        let cap = self.handle_limits.max_read_elements;
+        let x = self.get(&x)?;
+        let n = x.numel();
+        if n > cap {
+            return Ok(Err(format!("read-f32: {n} elements exceed the deploy's cap of {cap}")));
+        }
+        let flat = x.to_kind(Kind::Float).to_device(tch::Device::Cpu).flatten(0, -1);
+        let mut out = vec![0f32; n];
+        flat.copy_data(&mut out, n);
+        Ok(Ok(out))
+    }
+}
+
+impl log::Host for HostState {
+    fn log(&mut self, level: log::Level, message: String) -> wasmtime::Result<()> {
+        let p = &self.plugin;
+        match level {
+            log::Level::Trace => tracing::trace!(plugin = %p, "{message}"),
+            log::Level::Debug => tracing::debug!(plugin = %p, "{message}"),
+            log::Level::Info => tracing::info!(plugin = %p, "{message}"),
+            log::Level::Warn => tracing::warn!(plugin = %p, "{message}"),
+            log::Level::Error => tracing::error!(plugin = %p, "{message}"),
+        }
+        Ok(())
+    }
+}
+
+impl events::Host for HostState {
+    fn emit(&mut self, name: String, payload_json: String) -> wasmtime::Result<()> {
+        self.events.push(PluginEvent { plugin: self.plugin.to_string(), name, payload_json });
+        Ok(())
+    }
+}

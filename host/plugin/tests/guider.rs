@@ -1,0 +1,220 @@
+//! Guider plugins through the real host on the Wan pipeline (tiny reference model): the CFG
+//! plugin reproduces the built-in CFG exactly, and every way a plugin can misbehave fails only
+//! the request that ran it, with an error naming the plugin and hook.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use fastvideo_pipeline::{Guidance, PipelineRun, Values};
+use fastvideo_plugin_host::{
+    build_plugins, inspect, DeployConfig, Deployment, FailureKind, PluginError, PluginGuider, PluginKind,
+};
+use fastvideo_request::{OmniRequest, ResolvedRequest};
+use fastvideo_wan::{pipeline, WanModel};
+use tch::{Device, Tensor};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn plugins() -> &'static BTreeMap<String, PathBuf> {
+    static P: OnceLock<BTreeMap<String, PathBuf>> = OnceLock::new();
+    P.get_or_init(|| build_plugins(&repo().join("plugins")).expect("first-party plugins build"))
+}
+
+fn wasm(stem: &str) -> Vec<u8> {
+    std::fs::read(&plugins()[stem]).unwrap()
+}
+
+fn model() -> &'static WanModel {
+    static M: OnceLock<WanModel> = OnceLock::new();
+    M.get_or_init(|| WanModel::load(&repo().join("tests/fixtures/tiny-wan"), Device::Cpu).unwrap())
+}
+
+/// A deploy of one plugin from `plugins/`, pinned by its real hash.
+fn deploy(stem: &str, name: &str, grants: &[&str], limits: &str) -> Result<Deployment, PluginError> {
+    let path = &plugins()[stem];
+    let toml = format!(
+        "[limits]\n{limits}\n[[plugins]]\nname = \"{name}\"\nsource = \"{}\"\nblake3 = \"{}\"\ngrants = {:?}\n",
+        path.display(),
+        inspect(&wasm(stem)).unwrap().blake3,
+        grants
+    );
+    let cfg: DeployConfig = toml::from_str(&toml).unwrap();
+    Deployment::from_config(cfg, Path::new("/"))
+}
+
+fn request(params: Option<serde_json::Value>) -> ResolvedRequest {
+    let mut r = OmniRequest::text_to_video("plugin-test", "a red circle moving left on a white background");
+    r.diffusion.height = Some(32);
+    r.diffusion.width = Some(32);
+    r.diffusion.num_frames = Some(5);
+    r.diffusion.num_inference_steps = Some(3);
+    r.diffusion.guidance_scale = Some(5.0);
+    r.sampling.seed = Some(11);
+    if let Some(p) = params {
+        r.plugin_params.insert("g".into(), p);
+    }
+    r.resolve(&model().limits(), || 0).unwrap()
+}
+
+fn run(guidance: Arc<dyn Guidance>, req: ResolvedRequest) -> anyhow::Result<Vec<u8>> {
+    let spec = Arc::new(pipeline::text_to_video(model(), guidance)?);
+    let mut run = PipelineRun::new(spec, req, Device::Cpu, Values::default(), Default::default());
+    run.run_to_end(&mut |_| {})?;
+    Ok(run.finish(&mut |_| {})?.video().unwrap().rgb.clone())
+}
+
+fn guider(d: &Deployment) -> Arc<dyn Guidance> {
+    let g = d.of_kind(PluginKind::Guider).next().unwrap().clone();
+    Arc::new(PluginGuider::new(d, g, "tiny-wan"))
+}
+
+#[test]
+fn cfg_plugin_matches_builtin_cfg() {
+    let d = deploy("fastvideo_guider_cfg", "g", &["tensor", "tensor-ops"], "").unwrap();
+    let ours = run(guider(&d), request(None)).unwrap();
+    let builtin = run(pipeline::default_guidance(), request(None)).unwrap();
+    // Same op order up to float associativity (s*c + (1-s)*u vs u + s*(c-u)): 8-bit video equal
+    // within one level.
+    let max = ours.iter().zip(&builtin).map(|(a, b)| a.abs_diff(*b)).max().unwrap();
+    assert!(max <= 1, "max RGB difference {max}");
+}
+
+#[test]
+fn audit_reads_the_manifest_and_capabilities_without_running() {
+    let a = inspect(&wasm("fastvideo_guider_cfg")).unwrap();
+    assert_eq!(a.manifest.name, "cfg");
+    assert_eq!(a.manifest.kind, PluginKind::Guider);
+    assert_eq!(a.manifest.hooks, vec!["combine"]);
+    assert!(!a.manifest.distribution_altering);
+    assert_eq!(a.capabilities, vec!["tensor", "tensor-ops"], "imports: {:?}", a.imports);
+    assert!(a.exports.contains(&"fastvideo:plugin/guider@0.1.0".to_string()));
+    assert!(a.imports.iter().all(|i| !i.starts_with("wasi:")), "no WASI: {:?}", a.imports);
+}
+
+#[test]
+fn deploy_refuses_missing_grants_bad_hash_and_unknown_hooks() {
+    let e = deploy("fastvideo_guider_cfg", "g", &["tensor"], "").err().unwrap().to_string();
+    assert!(e.contains("`g`") && e.contains("not granted: tensor-ops"), "{e}");
+
+    let path = &plugins()["fastvideo_guider_cfg"];
+    let toml = format!(
+        "[[plugins]]\nname = \"g\"\nsource = \"{}\"\nblake3 = \"{}\"\ngrants = [\"tensor\", \"tensor-ops\"]\n",
+        path.display(),
+        "0".repeat(64)
+    );
+    let e = Deployment::from_config(toml::from_str(&toml).unwrap(), Path::new("/")).err().unwrap().to_string();
+    assert!(e.contains("`g`") && e.contains("blake3"), "{e}");
+
+    // A manifest that names a hook guiders do not have (a later custom section wins).
+    let mut bytes = wasm("fastvideo_guider_cfg");
+    let manifest = br#"{"name":"cfg","version":"0.1.0","kind":"guider","hooks":["after-block"],"wit":"0.1.0"}"#;
+    let name = b"fastvideo-manifest";
+    let mut payload = vec![name.len() as u8];
+    payload.extend_from_slice(name);
+    payload.extend_from_slice(manifest);
+    bytes.push(0);
+    bytes.push(payload.len() as u8); // < 128: a one-byte LEB128
+    bytes.extend_from_slice(&payload);
+    let e = inspect(&bytes).unwrap_err().to_string();
+    assert!(e.contains("unknown hook `after-block`"), "{e}");
+}
+
+fn failing(mode: &str, limits: &str) -> PluginError {
+    let d = deploy("fastvideo_testing_misbehave", "g", &["tensor", "tensor-ops"], limits).unwrap();
+    let err = run(guider(&d), request(Some(serde_json::json!({ "mode": mode })))).unwrap_err();
+    // The error travels through the pipeline as anyhow; find the plugin error inside.
+    let e = err.chain().find_map(|c| c.downcast_ref::<PluginError>()).unwrap_or_else(|| panic!("{err:#}"));
+    match e {
+        PluginError::Call { plugin, hook, kind, message } => {
+            PluginError::Call { plugin: plugin.clone(), hook, kind: *kind, message: message.clone() }
+        }
+        other => panic!("{other}"),
+    }
+}
+
+fn kind(e: &PluginError) -> FailureKind {
+    match e {
+        PluginError::Call { kind, plugin, hook, .. } => {
+            assert_eq!((plugin.as_str(), *hook), ("g", "combine"));
+            *kind
+        }
+        other => panic!("{other}"),
+    }
+}
+
+#[test]
+fn misbehaving_plugins_fail_their_request_with_a_structured_error() {
+    assert_eq!(kind(&failing("trap", "")), FailureKind::Trap);
+    assert_eq!(kind(&failing("hang", "call_deadline_ms = 20")), FailureKind::Timeout);
+    let shape = failing("shape", "");
+    assert_eq!(kind(&shape), FailureKind::Invalid);
+    assert!(shape.to_string().contains("shape"), "{shape}");
+    let memory = failing("memory", "memory_bytes = 8388608");
+    assert_eq!(kind(&memory), FailureKind::Memory);
+    let handles = failing("handles", "max_tensor_handles = 16");
+    assert_eq!(kind(&handles), FailureKind::Invalid);
+    assert!(handles.to_string().contains("16 tensor handles"), "{handles}");
+    let returned = failing("error", "");
+    assert_eq!(kind(&returned), FailureKind::Returned);
+    assert!(returned.to_string().contains("refusing on purpose"), "{returned}");
+}
+
+#[test]
+fn a_failed_request_leaves_other_requests_untouched() {
+    let d = deploy("fastvideo_testing_misbehave", "g", &["tensor", "tensor-ops"], "").unwrap();
+    let g = guider(&d);
+    let good = run(g.clone(), request(Some(serde_json::json!({"mode": "ok"})))).unwrap();
+    assert!(run(g.clone(), request(Some(serde_json::json!({"mode": "trap"})))).is_err());
+    assert_eq!(run(g.clone(), request(Some(serde_json::json!({"mode": "ok"})))).unwrap(), good);
+    // Globals start fresh: `count` fails if init ever ran twice in one instance.
+    for _ in 0..3 {
+        run(g.clone(), request(Some(serde_json::json!({"mode": "count"})))).unwrap();
+    }
+}
+
+#[test]
+fn parameters_are_checked_against_the_schema_and_exact_mode() {
+    let d = deploy("fastvideo_testing_misbehave", "g", &["tensor", "tensor-ops"], "").unwrap();
+    let e = d.check_request(&request(Some(serde_json::json!({"mode": "sideways"})))).unwrap_err().to_string();
+    assert!(e.contains("plugin_params.g") && e.contains("mode"), "{e}");
+    let e = d.check_request(&request(Some(serde_json::json!({"speed": 2})))).unwrap_err().to_string();
+    assert!(e.contains("plugin_params.g") && e.contains("speed"), "{e}");
+    let mut exact = request(Some(serde_json::json!({"mode": "ok"})));
+    exact.exact = true;
+    let e = d.check_request(&exact).unwrap_err().to_string();
+    assert!(e.contains("exact mode"), "{e}");
+    let mut other = request(None);
+    other.plugin_params.insert("nope".into(), serde_json::json!({}));
+    assert!(d.check_request(&other).unwrap_err().to_string().contains("no plugin of that name"));
+}
+
+#[test]
+fn plugin_tensor_ops_match_torch() {
+    // The host ops a guider uses, against tch directly, through one instance's store.
+    let d = deploy("fastvideo_guider_cfg", "g", &["tensor", "tensor-ops"], "").unwrap();
+    let mut inst = d.runtime.instantiate(&d.plugins[0].plugin).unwrap();
+    let a = Tensor::from_slice(&[1.0f32, -2.0, 3.0, 4.0]).view([2, 2]);
+    let b = Tensor::from_slice(&[0.5f32, 0.5, -1.0, 2.0]).view([2, 2]);
+    use fastvideo_plugin_host::bindings::fastvideo::plugin::tensor;
+    use fastvideo_plugin_host::bindings::fastvideo::plugin::tensor_ops::Host as _;
+    let s = inst.state();
+    let (ha, hb) = (s.push(a.shallow_clone()).unwrap(), s.push(b.shallow_clone()).unwrap());
+    let (ha2, hb2) = (s.push(a.shallow_clone()).unwrap(), s.push(b.shallow_clone()).unwrap());
+    let lc = s.linear_combination(vec![ha2, hb2], vec![2.0, -1.0]).unwrap().unwrap();
+    assert!(s.get(&lc).unwrap().allclose(&(&a * 2.0 - &b), 1e-6, 1e-6, false));
+    let (ha3, hb3) = (s.push(a.shallow_clone()).unwrap(), s.push(b.shallow_clone()).unwrap());
+    let r = s.relative_l1(ha3, hb3).unwrap().unwrap() as f64;
+    let want =
+        (&a - &b).abs().mean(tch::Kind::Float).double_value(&[]) / b.abs().mean(tch::Kind::Float).double_value(&[]);
+    assert!((r - want).abs() < 1e-6, "{r} vs {want}");
+    let bad = s.push(Tensor::zeros([3], (tch::Kind::Float, Device::Cpu))).unwrap();
+    let e = s.add(ha, bad).unwrap().unwrap_err();
+    assert!(e.starts_with("add:"), "{e}");
+    // Handles the plugin drops come back out of the table.
+    let before = s.live_handles();
+    tensor::HostTensor::drop(s, hb).unwrap();
+    assert_eq!(s.live_handles(), before - 1);
+}

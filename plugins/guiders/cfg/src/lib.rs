@@ -1,0 +1,26 @@
+//! Classic classifier-free guidance, `uncond + s * (cond - uncond)`, as one host-side linear
+//! combination: no tensor data enters the sandbox. With scale <= 1 it asks for one branch only.
+
+use fastvideo_plugin_sdk::guider::exports::fastvideo::plugin::guider::Guest;
+use fastvideo_plugin_sdk::guider::fastvideo::plugin::{tensor::Tensor, tensor_ops, types::StepContext};
+
+struct Cfg;
+
+impl Guest for Cfg {
+    fn init(_params: String) -> Result<Vec<String>, String> {
+        Ok(vec!["cond".into(), "uncond".into()])
+    }
+
+    fn combine(ctx: StepContext, preds: Vec<Tensor>) -> Result<Tensor, String> {
+        let s = ctx.guidance_scale;
+        match preds.as_slice() {
+            [cond, uncond] => tensor_ops::linear_combination(&[cond, uncond], &[s, 1.0 - s]),
+            _ => Err(format!("cfg: expected 2 branch predictions, got {}", preds.len())),
+        }
+    }
+}
+
+fastvideo_plugin_sdk::guider::export_guider!(Cfg);
+fastvideo_plugin_sdk::manifest!(
+    r#"{"name":"cfg","version":"0.1.0","kind":"guider","hooks":["combine"],"distribution_altering":false,"needs_eager":false,"wit":"0.1.0","params_schema":{"type":"object","properties":{},"additionalProperties":false}}"#
+);
