@@ -155,6 +155,19 @@ impl tensor_ops::Host for HostState {
     fn mul(&mut self, a: Resource<PluginTensor>, b: Resource<PluginTensor>) -> OpResult {
         self.op("mul", |s| s.get(&a).map_err(to_tch)?.f_mul(s.get(&b).map_err(to_tch)?))
     }
+    fn div(&mut self, a: Resource<PluginTensor>, b: Resource<PluginTensor>) -> OpResult {
+        self.op("div", |s| s.get(&a).map_err(to_tch)?.f_div(s.get(&b).map_err(to_tch)?))
+    }
+    fn add_scalar(&mut self, x: Resource<PluginTensor>, value: f32) -> wasmtime::Result<Resource<PluginTensor>> {
+        let t = self.get(&x)? + value as f64;
+        self.push(t)
+    }
+    fn minimum(&mut self, a: Resource<PluginTensor>, b: Resource<PluginTensor>) -> OpResult {
+        self.op("minimum", |s| s.get(&a).map_err(to_tch)?.f_minimum(s.get(&b).map_err(to_tch)?))
+    }
+    fn maximum(&mut self, a: Resource<PluginTensor>, b: Resource<PluginTensor>) -> OpResult {
+        self.op("maximum", |s| s.get(&a).map_err(to_tch)?.f_maximum(s.get(&b).map_err(to_tch)?))
+    }
     fn lerp(&mut self, a: Resource<PluginTensor>, b: Resource<PluginTensor>, t: f32) -> OpResult {
         self.op("lerp", |s| {
             let (a, b) = (s.get(&a).map_err(to_tch)?, s.get(&b).map_err(to_tch)?);

@@ -2,47 +2,22 @@
 //! plugin reproduces the built-in CFG exactly, and every way a plugin can misbehave fails only
 //! the request that ran it, with an error naming the plugin and hook.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
+use common::{deploy, plugins, repo, wasm};
+
 use fastvideo_pipeline::{Guidance, PipelineRun, Values};
-use fastvideo_plugin_host::{
-    build_plugins, inspect, DeployConfig, Deployment, FailureKind, PluginError, PluginGuider, PluginKind,
-};
+use fastvideo_plugin_host::{inspect, Deployment, FailureKind, PluginError, PluginGuider, PluginKind};
 use fastvideo_request::{OmniRequest, ResolvedRequest};
 use fastvideo_wan::{pipeline, WanModel};
 use tch::{Device, Tensor};
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn plugins() -> &'static BTreeMap<String, PathBuf> {
-    static P: OnceLock<BTreeMap<String, PathBuf>> = OnceLock::new();
-    P.get_or_init(|| build_plugins(&repo().join("plugins")).expect("first-party plugins build"))
-}
-
-fn wasm(stem: &str) -> Vec<u8> {
-    std::fs::read(&plugins()[stem]).unwrap()
-}
-
 fn model() -> &'static WanModel {
     static M: OnceLock<WanModel> = OnceLock::new();
     M.get_or_init(|| WanModel::load(&repo().join("tests/fixtures/tiny-wan"), Device::Cpu).unwrap())
-}
-
-/// A deploy of one plugin from `plugins/`, pinned by its real hash.
-fn deploy(stem: &str, name: &str, grants: &[&str], limits: &str) -> Result<Deployment, PluginError> {
-    let path = &plugins()[stem];
-    let toml = format!(
-        "[limits]\n{limits}\n[[plugins]]\nname = \"{name}\"\nsource = \"{}\"\nblake3 = \"{}\"\ngrants = {:?}\n",
-        path.display(),
-        inspect(&wasm(stem)).unwrap().blake3,
-        grants
-    );
-    let cfg: DeployConfig = toml::from_str(&toml).unwrap();
-    Deployment::from_config(cfg, Path::new("/"))
 }
 
 fn request(params: Option<serde_json::Value>) -> ResolvedRequest {

@@ -1,0 +1,96 @@
+//! What a plugin costs in the hot loop: instantiating per request, and one guider `combine`
+//! (two handles in, one host linear combination, one handle out) against the native CFG on the
+//! same tensors. Prints figures; asserts nothing.
+//!
+//!     cargo bench -p fastvideo-plugin-host --bench hook_call
+//!
+//! Env: FASTVIDEO_BENCH_ITERS (default 2000), FASTVIDEO_BENCH_NUMEL (latent elements, default
+//! 16*5*8*8 = the default model's latents).
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use fastvideo_pipeline::{ClassicCfg, Guidance, StepCtx};
+use fastvideo_plugin_host::{build_plugins, inspect, DeployConfig, Deployment, PluginGuider, PluginKind};
+use fastvideo_request::{Defaults, ModelLimits, OmniRequest, SamplerKind, TaskType};
+use tch::{Device, Kind, Tensor};
+
+fn env(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn main() {
+    let iters = env("FASTVIDEO_BENCH_ITERS", 2000);
+    let numel = env("FASTVIDEO_BENCH_NUMEL", 16 * 5 * 8 * 8) as i64;
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let plugins = build_plugins(&repo.join("plugins")).expect("plugins build");
+    let path = &plugins["fastvideo_guider_cfg"];
+    let hash = inspect(&std::fs::read(path).unwrap()).unwrap().blake3;
+    let toml = format!(
+        "[[plugins]]\nname = \"cfg\"\nsource = \"{}\"\nblake3 = \"{hash}\"\ngrants = [\"tensor\", \"tensor-ops\"]\n",
+        path.display()
+    );
+    let cfg: DeployConfig = toml::from_str(&toml).unwrap();
+    let t0 = Instant::now();
+    let deploy = Deployment::from_config(cfg, Path::new("/")).unwrap();
+    let load_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let plugin = deploy.of_kind(PluginKind::Guider).next().unwrap().clone();
+
+    let defaults = Defaults {
+        steps: 20,
+        guidance_scale: 4.0,
+        shift: 3.0,
+        height: 64,
+        width: 64,
+        num_frames: 17,
+        fps: 8,
+        sampler: SamplerKind::Unipc,
+        negative_prompt: String::new(),
+    };
+    let limits = ModelLimits {
+        family: "Wan".into(),
+        tasks: vec![TaskType::T2v],
+        frame_multiple: 4,
+        spatial_multiple: 16,
+        max_frames: 125,
+        max_side: 1024,
+        max_steps: 100,
+        defaults,
+    };
+    let req = OmniRequest::text_to_video("bench", "a red circle").resolve(&limits, || 0).unwrap();
+
+    // Instantiate per request (pooling allocator, pre-linked component).
+    let t0 = Instant::now();
+    for _ in 0..iters {
+        let inst = deploy.runtime.instantiate(&plugin.plugin).unwrap();
+        std::hint::black_box(inst);
+    }
+    let inst_us = t0.elapsed().as_secs_f64() * 1e6 / iters as f64;
+
+    let c = Tensor::randn([1, numel], (Kind::Float, Device::Cpu));
+    let u = Tensor::randn([1, numel], (Kind::Float, Device::Cpu));
+    let ctx = StepCtx { request: &req, step_index: 1, num_steps: 20, timestep: 900.0, sigma: 0.9, sigma_next: 0.8 };
+    let time = |g: &dyn Guidance| {
+        let mut plan = g.init(&req).unwrap();
+        for _ in 0..100 {
+            let _ = g.combine(&ctx, &[c.shallow_clone(), u.shallow_clone()], &mut plan.state).unwrap();
+        }
+        let t0 = Instant::now();
+        for _ in 0..iters {
+            let _ = std::hint::black_box(
+                g.combine(&ctx, &[c.shallow_clone(), u.shallow_clone()], &mut plan.state).unwrap(),
+            );
+        }
+        t0.elapsed().as_secs_f64() * 1e6 / iters as f64
+    };
+    let plugin_guider = Arc::new(PluginGuider::new(&deploy, plugin.clone(), "bench"));
+    let plugin_us = time(plugin_guider.as_ref());
+    let native_us = time(&ClassicCfg);
+    println!("plugin load (hash, audit, compile, link): {load_ms:.1} ms");
+    println!("instantiate per request:                  {inst_us:.1} us");
+    println!("guider combine, {numel} elements:");
+    println!("  native ClassicCfg:                      {native_us:.1} us");
+    println!("  cfg plugin (wasm + host op):            {plugin_us:.1} us");
+    println!("  plugin overhead per step:               {:.1} us", plugin_us - native_us);
+}

@@ -1,0 +1,35 @@
+//! Shared by the plugin tests: the first-party plugins built once per test binary, and deploys
+//! of one plugin pinned by its real hash.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use fastvideo_plugin_host::{build_plugins, inspect, DeployConfig, Deployment, PluginError};
+
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+pub fn plugins() -> &'static BTreeMap<String, PathBuf> {
+    static P: OnceLock<BTreeMap<String, PathBuf>> = OnceLock::new();
+    P.get_or_init(|| build_plugins(&repo().join("plugins")).expect("first-party plugins build"))
+}
+
+pub fn wasm(stem: &str) -> Vec<u8> {
+    std::fs::read(&plugins()[stem]).unwrap()
+}
+
+/// A deploy of one plugin from `plugins/`, pinned by its real hash; `limits` is TOML.
+pub fn deploy(stem: &str, name: &str, grants: &[&str], limits: &str) -> Result<Deployment, PluginError> {
+    let path = &plugins()[stem];
+    let toml = format!(
+        "[limits]\n{limits}\n[[plugins]]\nname = \"{name}\"\nsource = \"{}\"\nblake3 = \"{}\"\ngrants = {:?}\n",
+        path.display(),
+        inspect(&wasm(stem)).unwrap().blake3,
+        grants
+    );
+    let cfg: DeployConfig = toml::from_str(&toml).unwrap();
+    Deployment::from_config(cfg, Path::new("/"))
+}
