@@ -22,15 +22,20 @@ Resuming reloads the weights and the step count; optimizer moments restart (shor
 import argparse
 import json
 import os
-import shutil
 import time
+
+import sys
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from diffusers import AutoencoderKLWan, UniPCMultistepScheduler, WanPipeline, WanTransformer3DModel
-from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
-from transformers import PreTrainedTokenizerFast, UMT5Config, UMT5EncoderModel
+from diffusers import AutoencoderKLWan, WanTransformer3DModel
+from transformers import UMT5Config, UMT5EncoderModel
+
+# The tokenizer and scheduler are built exactly as for the parity fixtures.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "fixtures"))
+from make_fixtures import tokenizer as word_tokenizer  # noqa: E402
+from make_fixtures import unipc  # noqa: E402
 
 WORDS = (
     "a on background moving left right up down growing shrinking "
@@ -42,14 +47,7 @@ Z_DIM = 16
 
 
 def tokenizer():
-    vocab = {"<pad>": 0, "</s>": 1, "<unk>": 2}
-    for w in WORDS:
-        vocab.setdefault(w, len(vocab))
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Lowercase()])
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])
-    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="</s>", unk_token="<unk>")
+    return word_tokenizer(WORDS)
 
 
 def new_vae():
@@ -251,9 +249,7 @@ def train_dit(args, device):
 def write_pipeline_files(out, tok):
     """model_index.json, tokenizer/, scheduler/ and fastvideo.json next to the trained weights."""
     tok.save_pretrained(os.path.join(out, "tokenizer"))
-    sched = UniPCMultistepScheduler(
-        prediction_type="flow_prediction", use_flow_sigmas=True, num_train_timesteps=1000, flow_shift=3.0
-    )
+    sched = unipc(3.0)
     sched.save_pretrained(os.path.join(out, "scheduler"))
     index = {
         "_class_name": "WanPipeline",

@@ -11,7 +11,9 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use fastvideo_pipeline::{PipelineRun, Values};
-use fastvideo_request::{OmniRequest, SamplerKind};
+use fastvideo_request::OmniRequest;
+
+use crate::args::{PluginArgs, SamplingArgs};
 use fastvideo_synth::{analyze, Clip, Scene, Tally};
 use fastvideo_wan::{pipeline, WanModel};
 
@@ -29,14 +31,8 @@ pub struct EvalArgs {
     /// Seeds per scene (0..N).
     #[arg(long, default_value_t = 1)]
     seeds: u64,
-    #[arg(long)]
-    steps: Option<u32>,
-    #[arg(long)]
-    guidance: Option<f32>,
-    #[arg(long)]
-    shift: Option<f32>,
-    #[arg(long, value_parser = crate::generate::parse_sampler)]
-    sampler: Option<SamplerKind>,
+    #[command(flatten)]
+    sampling: SamplingArgs,
     /// auto, cpu, cuda or cuda:N.
     #[arg(long, default_value = "auto")]
     device: String,
@@ -49,12 +45,8 @@ pub struct EvalArgs {
     /// Print one line per clip.
     #[arg(long)]
     verbose: bool,
-    /// Deploy config whose guider plugin replaces built-in CFG.
-    #[arg(long)]
-    deploy: Option<PathBuf>,
-    /// A plugin parameter, `plugin.key=value`; repeatable.
-    #[arg(long = "plugin-param", value_parser = crate::generate::parse_plugin_param)]
-    plugin_params: Vec<crate::generate::PluginParam>,
+    #[command(flatten)]
+    plugins: PluginArgs,
 }
 
 /// The scene list for `--scenes`, in a fixed order.
@@ -92,21 +84,12 @@ pub fn run(args: EvalArgs) -> Result<()> {
     let build = |scene: &Scene, seed: u64| {
         let mut r = OmniRequest::text_to_video(format!("eval-{seed}"), scene.prompt());
         r.sampling.seed = Some(seed);
-        r.sampling.sampler = args.sampler;
-        r.diffusion.num_inference_steps = args.steps;
-        r.diffusion.guidance_scale = args.guidance;
-        r.diffusion.shift = args.shift;
-        crate::generate::add_plugin_params(&mut r, &args.plugin_params);
+        args.sampling.apply(&mut r);
+        args.plugins.apply(&mut r);
         r.resolve(&model.limits(), || seed)
     };
     let first = build(&list[0], 0)?;
-    let guidance = crate::generate::guidance_for(
-        args.deploy.as_deref(),
-        &[&first],
-        &model_dir.display().to_string(),
-        false,
-        !args.plugin_params.is_empty(),
-    )?;
+    let guidance = crate::generate::guidance_for(&args.plugins, &[&first], &model_dir.display().to_string(), false)?;
     let spec = Arc::new(pipeline::text_to_video(&model, guidance)?);
     let total = list.len() as u64 * args.seeds;
     let bar = indicatif::ProgressBar::new(total);

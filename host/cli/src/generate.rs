@@ -9,7 +9,9 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use fastvideo_pipeline::{Guidance, PipelineRun, Values};
 use fastvideo_plugin_host::{Deployment, PluginGuider, PluginKind};
-use fastvideo_request::{InputPart, OmniRequest, SamplerKind, TextRole};
+use fastvideo_request::{InputPart, OmniRequest, TextRole};
+
+use crate::args::{PluginArgs, SamplingArgs};
 use fastvideo_wan::{pipeline, WanModel};
 
 use crate::progress::Progress;
@@ -24,15 +26,8 @@ pub struct GenerateArgs {
     prompt: String,
     #[arg(long)]
     negative_prompt: Option<String>,
-    /// Denoising steps (model default when omitted).
-    #[arg(long)]
-    steps: Option<u32>,
-    /// Classifier-free guidance scale; 1 disables the unconditional branch.
-    #[arg(long)]
-    guidance: Option<f32>,
-    /// Flow-matching timestep shift.
-    #[arg(long)]
-    shift: Option<f32>,
+    #[command(flatten)]
+    sampling: SamplingArgs,
     /// Seed of the initial noise (random and printed when omitted).
     #[arg(long)]
     seed: Option<u64>,
@@ -45,9 +40,6 @@ pub struct GenerateArgs {
     width: Option<u32>,
     #[arg(long)]
     fps: Option<u32>,
-    /// euler or unipc (model default when omitted).
-    #[arg(long, value_parser = parse_sampler)]
-    sampler: Option<SamplerKind>,
     /// auto, cpu, cuda or cuda:N.
     #[arg(long, default_value = "auto")]
     device: String,
@@ -63,25 +55,20 @@ pub struct GenerateArgs {
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
-    /// Deploy config (TOML) whose plugins run in this generation (e.g. a guider).
-    #[arg(long)]
-    deploy: Option<PathBuf>,
-    /// A plugin parameter, `plugin.key=value` (value as JSON, else as a string); repeatable.
-    #[arg(long = "plugin-param", value_parser = parse_plugin_param)]
-    plugin_params: Vec<PluginParam>,
+    #[command(flatten)]
+    plugins: PluginArgs,
 }
 
 /// The guidance policy of a run: the deploy's guider plugin when it enables one, else built-in
 /// CFG. Checks each request's plugin parameters against the deploy first.
 pub fn guidance_for(
-    deploy: Option<&Path>,
+    plugins: &PluginArgs,
     requests: &[&fastvideo_request::ResolvedRequest],
     model_id: &str,
     quiet: bool,
-    has_params: bool,
 ) -> Result<Arc<dyn Guidance>> {
-    let Some(path) = deploy else {
-        if has_params {
+    let Some(path) = plugins.deploy.as_deref() else {
+        if !plugins.plugin_params.is_empty() {
             bail!("--plugin-param needs --deploy (plugins come from a deploy config)");
         }
         return Ok(pipeline::default_guidance());
@@ -100,24 +87,6 @@ pub fn guidance_for(
         }
         None => pipeline::default_guidance(),
     })
-}
-
-pub fn parse_plugin_param(s: &str) -> Result<PluginParam, String> {
-    let (lhs, value) = s.split_once('=').ok_or_else(|| format!("`{s}`: expected plugin.key=value"))?;
-    let (plugin, key) = lhs.split_once('.').ok_or_else(|| format!("`{s}`: expected plugin.key=value"))?;
-    if plugin.is_empty() || key.is_empty() {
-        return Err(format!("`{s}`: expected plugin.key=value"));
-    }
-    let v = serde_json::from_str(value).unwrap_or_else(|_| serde_json::Value::String(value.to_string()));
-    Ok((plugin.to_string(), key.to_string(), v))
-}
-
-pub fn parse_sampler(s: &str) -> Result<SamplerKind, String> {
-    match s {
-        "euler" => Ok(SamplerKind::Euler),
-        "unipc" => Ok(SamplerKind::Unipc),
-        other => Err(format!("unknown sampler `{other}` (euler or unipc)")),
-    }
 }
 
 /// Checks the places outputs go before any work, so a typo never costs a generation.
@@ -139,32 +108,18 @@ fn random_seed() -> u64 {
 
 fn request(args: &GenerateArgs) -> OmniRequest {
     let mut r = OmniRequest::text_to_video(format!("cli-{}", std::process::id()), args.prompt.clone());
-    add_plugin_params(&mut r, &args.plugin_params);
+    args.plugins.apply(&mut r);
+    args.sampling.apply(&mut r);
     if let Some(n) = &args.negative_prompt {
         r.inputs.push(InputPart::Text { text: n.clone(), role: TextRole::Negative });
     }
     r.sampling.seed = args.seed;
-    r.sampling.sampler = args.sampler;
     let d = &mut r.diffusion;
-    d.num_inference_steps = args.steps;
-    d.guidance_scale = args.guidance;
-    d.shift = args.shift;
     d.num_frames = args.frames;
     d.height = args.height;
     d.width = args.width;
     d.fps = args.fps;
     r
-}
-
-pub type PluginParam = (String, String, serde_json::Value);
-
-pub fn add_plugin_params(r: &mut OmniRequest, params: &[PluginParam]) {
-    for (plugin, key, value) in params {
-        let entry = r.plugin_params.entry(plugin.clone()).or_insert_with(|| serde_json::json!({}));
-        if let Some(m) = entry.as_object_mut() {
-            m.insert(key.clone(), value.clone());
-        }
-    }
 }
 
 pub fn run(args: GenerateArgs) -> Result<()> {
@@ -197,8 +152,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         );
     }
     let model_id = model_dir.display().to_string();
-    let guidance =
-        guidance_for(args.deploy.as_deref(), &[&req], &model_id, args.quiet, !args.plugin_params.is_empty())?;
+    let guidance = guidance_for(&args.plugins, &[&req], &model_id, args.quiet)?;
     let spec = Arc::new(pipeline::text_to_video(&model, guidance)?);
     let mut run = PipelineRun::new(spec, req, device, Values::default(), Default::default());
     let mut progress = Progress::new(args.quiet);

@@ -7,13 +7,15 @@
 //! Env: FASTVIDEO_BENCH_ITERS (default 2000), FASTVIDEO_BENCH_NUMEL (latent elements, default
 //! 16*5*8*8 = the default model's latents).
 
-use std::path::Path;
+#[path = "../tests/common/mod.rs"]
+mod common;
+
 use std::sync::Arc;
 use std::time::Instant;
 
 use fastvideo_pipeline::{ClassicCfg, Guidance, StepCtx};
-use fastvideo_plugin_host::{build_plugins, inspect, DeployConfig, Deployment, PluginGuider, PluginKind};
-use fastvideo_request::{Defaults, ModelLimits, OmniRequest, SamplerKind, TaskType};
+use fastvideo_plugin_host::{PluginGuider, PluginKind};
+use fastvideo_request::OmniRequest;
 use tch::{Device, Kind, Tensor};
 
 fn env(name: &str, default: usize) -> usize {
@@ -23,42 +25,12 @@ fn env(name: &str, default: usize) -> usize {
 fn main() {
     let iters = env("FASTVIDEO_BENCH_ITERS", 2000);
     let numel = env("FASTVIDEO_BENCH_NUMEL", 16 * 5 * 8 * 8) as i64;
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let plugins = build_plugins(&repo.join("plugins")).expect("plugins build");
-    let path = &plugins["fastvideo_guider_cfg"];
-    let hash = inspect(&std::fs::read(path).unwrap()).unwrap().blake3;
-    let toml = format!(
-        "[[plugins]]\nname = \"cfg\"\nsource = \"{}\"\nblake3 = \"{hash}\"\ngrants = [\"tensor\", \"tensor-ops\"]\n",
-        path.display()
-    );
-    let cfg: DeployConfig = toml::from_str(&toml).unwrap();
+    common::plugins(); // build first: the load figure is hash + audit + compile + link
     let t0 = Instant::now();
-    let deploy = Deployment::from_config(cfg, Path::new("/")).unwrap();
+    let deploy = common::deploy("fastvideo_guider_cfg", "cfg", &["tensor", "tensor-ops"], "").unwrap();
     let load_ms = t0.elapsed().as_secs_f64() * 1e3;
     let plugin = deploy.of_kind(PluginKind::Guider).next().unwrap().clone();
-
-    let defaults = Defaults {
-        steps: 20,
-        guidance_scale: 4.0,
-        shift: 3.0,
-        height: 64,
-        width: 64,
-        num_frames: 17,
-        fps: 8,
-        sampler: SamplerKind::Unipc,
-        negative_prompt: String::new(),
-    };
-    let limits = ModelLimits {
-        family: "Wan".into(),
-        tasks: vec![TaskType::T2v],
-        frame_multiple: 4,
-        spatial_multiple: 16,
-        max_frames: 125,
-        max_side: 1024,
-        max_steps: 100,
-        defaults,
-    };
-    let req = OmniRequest::text_to_video("bench", "a red circle").resolve(&limits, || 0).unwrap();
+    let req = OmniRequest::text_to_video("bench", "a red circle").resolve(&common::limits(), || 0).unwrap();
 
     // Instantiate per request (pooling allocator, pre-linked component).
     let t0 = Instant::now();

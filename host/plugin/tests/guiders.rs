@@ -9,7 +9,7 @@ use std::sync::Arc;
 use common::deploy;
 use fastvideo_pipeline::{Guidance, StepCtx};
 use fastvideo_plugin_host::{PluginGuider, PluginKind};
-use fastvideo_request::{Defaults, ModelLimits, OmniRequest, ResolvedRequest, SamplerKind, TaskType};
+use fastvideo_request::{OmniRequest, ResolvedRequest};
 use tch::{Device, Kind, Tensor};
 
 const TOL: f64 = 1e-5;
@@ -18,28 +18,7 @@ fn request(name: &str, params: serde_json::Value, scale: f32) -> ResolvedRequest
     let mut r = OmniRequest::text_to_video("guider-test", "a blue star moving up on a gray background");
     r.diffusion.guidance_scale = Some(scale);
     r.plugin_params.insert(name.into(), params);
-    let defaults = Defaults {
-        steps: 4,
-        guidance_scale: 5.0,
-        shift: 3.0,
-        height: 32,
-        width: 32,
-        num_frames: 5,
-        fps: 8,
-        sampler: SamplerKind::Unipc,
-        negative_prompt: String::new(),
-    };
-    let limits = ModelLimits {
-        family: "Wan".into(),
-        tasks: vec![TaskType::T2v],
-        frame_multiple: 4,
-        spatial_multiple: 16,
-        max_frames: 125,
-        max_side: 1024,
-        max_steps: 100,
-        defaults,
-    };
-    r.resolve(&limits, || 0).unwrap()
+    r.resolve(&common::limits(), || 0).unwrap()
 }
 
 fn guider(stem: &str, name: &str) -> Arc<dyn Guidance> {

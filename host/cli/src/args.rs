@@ -1,0 +1,76 @@
+//! Options shared by `generate` and `eval`: sampling overrides and plugins.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use fastvideo_request::{OmniRequest, SamplerKind};
+
+/// Overrides of the model's sampling defaults.
+#[derive(Args, Clone)]
+pub struct SamplingArgs {
+    /// Denoising steps (model default when omitted).
+    #[arg(long)]
+    pub steps: Option<u32>,
+    /// Classifier-free guidance scale; 1 disables the unconditional branch.
+    #[arg(long)]
+    pub guidance: Option<f32>,
+    /// Flow-matching timestep shift.
+    #[arg(long)]
+    pub shift: Option<f32>,
+    /// euler or unipc (model default when omitted).
+    #[arg(long, value_parser = parse_sampler)]
+    pub sampler: Option<SamplerKind>,
+}
+
+impl SamplingArgs {
+    pub fn apply(&self, r: &mut OmniRequest) {
+        r.sampling.sampler = self.sampler;
+        r.diffusion.num_inference_steps = self.steps;
+        r.diffusion.guidance_scale = self.guidance;
+        r.diffusion.shift = self.shift;
+    }
+}
+
+pub fn parse_sampler(s: &str) -> Result<SamplerKind, String> {
+    match s {
+        "euler" => Ok(SamplerKind::Euler),
+        "unipc" => Ok(SamplerKind::Unipc),
+        other => Err(format!("unknown sampler `{other}` (euler or unipc)")),
+    }
+}
+
+/// `plugin.key` = JSON value (or a plain string).
+pub type PluginParam = (String, String, serde_json::Value);
+
+/// Which plugins run (a deploy config) and per-request parameters for them.
+#[derive(Args, Clone)]
+pub struct PluginArgs {
+    /// Deploy config (TOML) whose plugins run (e.g. a guider replacing built-in CFG).
+    #[arg(long)]
+    pub deploy: Option<PathBuf>,
+    /// A plugin parameter, `plugin.key=value` (value as JSON, else as a string); repeatable.
+    #[arg(long = "plugin-param", value_parser = parse_plugin_param)]
+    pub plugin_params: Vec<PluginParam>,
+}
+
+impl PluginArgs {
+    pub fn apply(&self, r: &mut OmniRequest) {
+        for (plugin, key, value) in &self.plugin_params {
+            let entry = r.plugin_params.entry(plugin.clone()).or_insert_with(|| serde_json::json!({}));
+            if let Some(m) = entry.as_object_mut() {
+                m.insert(key.clone(), value.clone());
+            }
+        }
+    }
+}
+
+pub fn parse_plugin_param(s: &str) -> Result<PluginParam, String> {
+    let bad = || format!("`{s}`: expected plugin.key=value");
+    let (lhs, value) = s.split_once('=').ok_or_else(bad)?;
+    let (plugin, key) = lhs.split_once('.').ok_or_else(bad)?;
+    if plugin.is_empty() || key.is_empty() {
+        return Err(bad());
+    }
+    let v = serde_json::from_str(value).unwrap_or_else(|_| serde_json::Value::String(value.to_string()));
+    Ok((plugin.to_string(), key.to_string(), v))
+}
