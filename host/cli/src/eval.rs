@@ -89,8 +89,9 @@ pub fn run(args: EvalArgs) -> Result<()> {
         r.resolve(&model.limits(), || seed)
     };
     let first = build(&list[0], 0)?;
-    let guidance = crate::generate::guidance_for(&args.plugins, &[&first], &model_dir.display().to_string(), false)?;
-    let spec = Arc::new(pipeline::text_to_video(&model, guidance)?);
+    let (guidance, blocks) =
+        crate::generate::policies_for(&args.plugins, &[&first], &model_dir.display().to_string(), false)?;
+    let spec = Arc::new(pipeline::text_to_video_with(&model, guidance, blocks)?);
     let total = list.len() as u64 * args.seeds;
     let bar = indicatif::ProgressBar::new(total);
     let mut tally = Tally::default();

@@ -7,8 +7,8 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use fastvideo_pipeline::{Guidance, PipelineRun, Values};
-use fastvideo_plugin_host::{Deployment, PluginGuider, PluginKind};
+use fastvideo_pipeline::{BlockPolicy, Guidance, PipelineRun, Values};
+use fastvideo_plugin_host::{Deployment, PluginBlockPolicy, PluginGuider, PluginKind};
 use fastvideo_request::{InputPart, OmniRequest, TextRole};
 
 use crate::args::{PluginArgs, SamplingArgs};
@@ -59,34 +59,48 @@ pub struct GenerateArgs {
     plugins: PluginArgs,
 }
 
-/// The guidance policy of a run: the deploy's guider plugin when it enables one, else built-in
-/// CFG. Checks each request's plugin parameters against the deploy first.
-pub fn guidance_for(
+/// A run's guidance policy and optional block policy.
+pub type Policies = (Arc<dyn Guidance>, Option<Arc<dyn BlockPolicy>>);
+
+/// The loop policies of a run from its deploy: the guider plugin if one is enabled (else
+/// built-in CFG) and the block-interceptor plugin if any. Checks each request's plugin
+/// parameters against the deploy first.
+pub fn policies_for(
     plugins: &PluginArgs,
     requests: &[&fastvideo_request::ResolvedRequest],
     model_id: &str,
     quiet: bool,
-) -> Result<Arc<dyn Guidance>> {
+) -> Result<Policies> {
     let Some(path) = plugins.deploy.as_deref() else {
         if !plugins.plugin_params.is_empty() {
             bail!("--plugin-param needs --deploy (plugins come from a deploy config)");
         }
-        return Ok(pipeline::default_guidance());
+        return Ok((pipeline::default_guidance(), None));
     };
     let deploy = Deployment::load(path).with_context(|| format!("--deploy {}", path.display()))?;
     for r in requests {
         deploy.check_request(r)?;
     }
-    let guider = deploy.of_kind(PluginKind::Guider).next().cloned();
-    Ok(match guider {
+    let say = |what: &str, p: &fastvideo_plugin_host::EnabledPlugin| {
+        if !quiet {
+            eprintln!("{what}: plugin `{}` (blake3 {})", p.name(), &p.plugin.audit.blake3[..16]);
+        }
+    };
+    let guidance: Arc<dyn Guidance> = match deploy.of_kind(PluginKind::Guider).next().cloned() {
         Some(g) => {
-            if !quiet {
-                eprintln!("guider: plugin `{}` (blake3 {})", g.name(), &g.plugin.audit.blake3[..16]);
-            }
+            say("guider", &g);
             Arc::new(PluginGuider::new(&deploy, g, model_id))
         }
         None => pipeline::default_guidance(),
-    })
+    };
+    let blocks: Option<Arc<dyn BlockPolicy>> = match deploy.of_kind(PluginKind::BlockInterceptor).next().cloned() {
+        Some(b) => {
+            say("block interceptor", &b);
+            Some(Arc::new(PluginBlockPolicy::new(&deploy, b, model_id)))
+        }
+        None => None,
+    };
+    Ok((guidance, blocks))
 }
 
 /// Checks the places outputs go before any work, so a typo never costs a generation.
@@ -152,8 +166,8 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         );
     }
     let model_id = model_dir.display().to_string();
-    let guidance = guidance_for(&args.plugins, &[&req], &model_id, args.quiet)?;
-    let spec = Arc::new(pipeline::text_to_video(&model, guidance)?);
+    let (guidance, blocks) = policies_for(&args.plugins, &[&req], &model_id, args.quiet)?;
+    let spec = Arc::new(pipeline::text_to_video_with(&model, guidance, blocks)?);
     let mut run = PipelineRun::new(spec, req, device, Values::default(), Default::default());
     let mut progress = Progress::new(args.quiet);
     let result = run.run_to_end(&mut |e| progress.on_event(&e));

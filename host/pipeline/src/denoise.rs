@@ -11,12 +11,27 @@ use rand_distr::{Distribution, StandardNormal};
 use tch::{Device, Kind, Tensor};
 
 use crate::sampler::{self, Sampler};
-use crate::{Guidance, GuidanceState, LoopStage, LoopState, NodeCtx, StepCtx, StepResult, Value, Values};
+use crate::{
+    BlockHook, BlockPolicy, BlockPolicyState, BoundHook, Guidance, GuidanceState, LoopStage, LoopState, NodeCtx,
+    StepCtx, StepResult, Value, Values,
+};
 
 /// A model that predicts the flow velocity of latents at a timestep, given a conditioning tensor.
 pub trait Denoiser: Send + Sync {
     /// `latents` is `[B, C, F, H, W]`, `timestep` is `[B]` (float), `context` is `[B, L, D]`.
     fn forward(&self, latents: &Tensor, timestep: &Tensor, context: &Tensor) -> Result<Tensor>;
+    /// The same forward with a block policy hooked into the block loop. Denoisers without
+    /// blocks ignore the hook.
+    fn forward_hooked(
+        &self,
+        latents: &Tensor,
+        timestep: &Tensor,
+        context: &Tensor,
+        hook: &mut dyn BlockHook,
+    ) -> Result<Tensor> {
+        let _ = hook;
+        self.forward(latents, timestep, context)
+    }
     /// Latent shape `[1, C, F, H, W]` for a request.
     fn latent_shape(&self, req: &ResolvedRequest) -> Vec<i64>;
 }
@@ -26,6 +41,8 @@ pub trait Denoiser: Send + Sync {
 pub struct DenoiseLoop {
     pub denoiser: Arc<dyn Denoiser>,
     pub guidance: Arc<dyn Guidance>,
+    /// Optional block policy (a block cache); none costs nothing.
+    pub blocks: Option<Arc<dyn BlockPolicy>>,
     pub contexts: BTreeMap<String, String>,
     /// Value name of optional initial latents (request-supplied noise); seeded noise otherwise.
     pub initial_latents: String,
@@ -38,6 +55,7 @@ struct DenoiseState {
     branches: Vec<String>,
     contexts: Vec<Tensor>,
     guidance: GuidanceState,
+    blocks: Option<Box<dyn BlockPolicyState>>,
 }
 
 /// Standard-normal noise from a seed, generated on the host with ChaCha so the same seed gives
@@ -81,6 +99,10 @@ impl LoopStage for DenoiseLoop {
             branches,
             contexts,
             guidance: plan.state,
+            blocks: match &self.blocks {
+                Some(p) => Some(p.init(req).context("block policy init")?),
+                None => None,
+            },
         };
         Ok(LoopState { step: 0, total_steps: req.steps, inner: Box::new(state) })
     }
@@ -90,12 +112,6 @@ impl LoopStage for DenoiseLoop {
         let i = s.sampler.step_index();
         let t = s.sampler.timesteps()[i];
         let timestep = Tensor::from_slice(&[t]).to_device(ctx.device);
-        let mut preds = Vec::with_capacity(s.branches.len());
-        for (b, c) in s.branches.iter().zip(&s.contexts) {
-            let p =
-                self.denoiser.forward(&s.latents, &timestep, c).with_context(|| format!("forward of branch `{b}`"))?;
-            preds.push(p);
-        }
         let sigmas = s.sampler.sigmas();
         let step = StepCtx {
             request: ctx.request,
@@ -105,6 +121,18 @@ impl LoopStage for DenoiseLoop {
             sigma: sigmas[i],
             sigma_next: sigmas.get(i + 1).copied().unwrap_or(0.0),
         };
+        let mut preds = Vec::with_capacity(s.branches.len());
+        for (b, c) in s.branches.iter().zip(&s.contexts) {
+            let p = match s.blocks.as_deref_mut() {
+                Some(state) => {
+                    let mut hook = BoundHook { state, step: &step, branch: b };
+                    self.denoiser.forward_hooked(&s.latents, &timestep, c, &mut hook)
+                }
+                None => self.denoiser.forward(&s.latents, &timestep, c),
+            }
+            .with_context(|| format!("forward of branch `{b}`"))?;
+            preds.push(p);
+        }
         let guided = self.guidance.combine(&step, &preds, &mut s.guidance)?;
         s.latents = s.sampler.step(&guided, &s.latents)?;
         let done = s.sampler.step_index() == s.sampler.timesteps().len();

@@ -12,6 +12,7 @@
 //! classifier-free guidance, for one — is a policy object bound at build time ([`Guidance`]),
 //! while its per-request state lives in the request's [`LoopState`].
 
+mod blocks;
 pub mod denoise;
 mod driver;
 mod guidance;
@@ -20,6 +21,7 @@ mod spec;
 mod stage;
 mod value;
 
+pub use blocks::{BlockAction, BlockHook, BlockPolicy, BlockPolicyState, BoundHook};
 pub use denoise::{DenoiseLoop, Denoiser};
 pub use driver::{Advance, CancelToken, PipelineRun};
 pub use guidance::{ClassicCfg, Guidance, GuidancePlan, GuidanceState, StepCtx};

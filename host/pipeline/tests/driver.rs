@@ -46,6 +46,7 @@ fn spec(tail: Option<Arc<dyn Stage>>) -> PipelineSpec {
     let denoise = DenoiseLoop {
         denoiser: Arc::new(Toy),
         guidance: Arc::new(ClassicCfg),
+        blocks: None,
         contexts: BTreeMap::from([("cond".into(), "cond".into()), ("uncond".into(), "uncond".into())]),
         initial_latents: "init".into(),
         output: "latents".into(),

@@ -130,13 +130,15 @@ impl Deployment {
             enabled.validate(&enabled.defaults).map_err(|e| refuse(format!("params: {e}")))?;
             plugins.push(Arc::new(enabled));
         }
-        let guiders: Vec<&str> =
-            plugins.iter().filter(|p| p.plugin.audit.manifest.kind == PluginKind::Guider).map(|p| p.name()).collect();
-        if guiders.len() > 1 {
-            return Err(PluginError::Refused {
-                plugin: guiders[1].to_string(),
-                reason: format!("a deploy enables one guider; found {}", guiders.join(", ")),
-            });
+        for (kind, what) in [(PluginKind::Guider, "guider"), (PluginKind::BlockInterceptor, "block interceptor")] {
+            let named: Vec<&str> =
+                plugins.iter().filter(|p| p.plugin.audit.manifest.kind == kind).map(|p| p.name()).collect();
+            if named.len() > 1 {
+                return Err(PluginError::Refused {
+                    plugin: named[1].to_string(),
+                    reason: format!("a deploy enables one {what}; found {}", named.join(", ")),
+                });
+            }
         }
         Ok(Self { runtime, plugins })
     }

@@ -4,6 +4,7 @@
 //! memory caps. Tensors stay on the host; plugins hold handles and call host ops.
 
 pub mod bindings;
+mod blocks;
 mod build;
 mod componentize;
 mod deploy;
@@ -13,6 +14,7 @@ mod manifest;
 mod runtime;
 mod state;
 
+pub use blocks::PluginBlockPolicy;
 pub use build::build_plugins;
 pub use componentize::componentize;
 pub use deploy::{DeployConfig, Deployment, EnabledPlugin, PluginEntry};

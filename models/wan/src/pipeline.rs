@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use anyhow::{ensure, Result};
 use fastvideo_pipeline::{
-    ClassicCfg, DenoiseLoop, Denoiser, Guidance, Node, NodeCtx, PipelineSpec, Stage, Value, Values,
+    BlockHook, BlockPolicy, ClassicCfg, DenoiseLoop, Denoiser, Guidance, Node, NodeCtx, PipelineSpec, Stage, Value,
+    Values,
 };
 use fastvideo_request::{ResolvedRequest, TaskType, VideoArtifact};
 use tch::{Device, Kind, Tensor};
@@ -77,6 +78,15 @@ impl Denoiser for WanDenoiser {
     fn forward(&self, latents: &Tensor, timestep: &Tensor, context: &Tensor) -> Result<Tensor> {
         self.transformer.forward(latents, timestep, context)
     }
+    fn forward_hooked(
+        &self,
+        latents: &Tensor,
+        timestep: &Tensor,
+        context: &Tensor,
+        hook: &mut dyn BlockHook,
+    ) -> Result<Tensor> {
+        self.transformer.forward_hooked(latents, timestep, context, Some(hook))
+    }
     fn latent_shape(&self, req: &ResolvedRequest) -> Vec<i64> {
         let f = (req.num_frames as i64 - 1) / self.temporal + 1;
         vec![1, self.z_dim, f, req.height as i64 / self.spatial, req.width as i64 / self.spatial]
@@ -124,6 +134,15 @@ impl Stage for Assemble {
 
 /// Builds the validated pipeline for a loaded model, with `guidance` bound as its CFG policy.
 pub fn text_to_video(model: &WanModel, guidance: Arc<dyn Guidance>) -> Result<PipelineSpec> {
+    text_to_video_with(model, guidance, None)
+}
+
+/// [`text_to_video`] with a block policy (a block cache) bound into the denoise loop.
+pub fn text_to_video_with(
+    model: &WanModel,
+    guidance: Arc<dyn Guidance>,
+    blocks: Option<Arc<dyn BlockPolicy>>,
+) -> Result<PipelineSpec> {
     let denoiser = WanDenoiser {
         transformer: Arc::clone(&model.transformer),
         z_dim: model.vae.cfg.z_dim,
@@ -133,6 +152,7 @@ pub fn text_to_video(model: &WanModel, guidance: Arc<dyn Guidance>) -> Result<Pi
     let denoise = DenoiseLoop {
         denoiser: Arc::new(denoiser),
         guidance,
+        blocks,
         contexts: BTreeMap::from([("cond".into(), PROMPT_EMBEDS.into()), ("uncond".into(), NEGATIVE_EMBEDS.into())]),
         initial_latents: INITIAL_LATENTS.to_string(),
         output: LATENTS.to_string(),

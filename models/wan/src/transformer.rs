@@ -7,6 +7,7 @@ use std::path::Path;
 use std::sync::Mutex;
 
 use anyhow::{ensure, Result};
+use fastvideo_pipeline::{BlockAction, BlockHook};
 use serde::Deserialize;
 use tch::{Device, Kind, Tensor};
 
@@ -299,18 +300,56 @@ impl WanTransformer3DModel {
         }
     }
 
-    /// Runs the transformer blocks in order. The single place blocks are iterated, so block-level
-    /// plugins (skip/cache a range of blocks) can later hook here without touching the model.
-    pub fn run_blocks(&self, mut x: Tensor, inputs: &BlockInputs) -> Tensor {
-        for block in &self.blocks {
-            x = block.forward(&x, inputs.context, inputs.temb6, inputs.rope);
+    /// Runs the transformer blocks in order: the single place blocks are iterated, so a block
+    /// policy (a block cache) can skip a range of them through `hook` without touching the model.
+    pub fn run_blocks(&self, mut x: Tensor, inputs: &BlockInputs, hook: Option<&mut dyn BlockHook>) -> Result<Tensor> {
+        let n = self.blocks.len();
+        let Some(hook) = hook else {
+            for block in &self.blocks {
+                x = block.forward(&x, inputs.context, inputs.temb6, inputs.rope);
+            }
+            return Ok(x);
+        };
+        hook.begin(n)?;
+        let mut i = 0;
+        while i < n {
+            let out = self.blocks[i].forward(&x, inputs.context, inputs.temb6, inputs.rope);
+            match hook.after_block(i, &x, &out)? {
+                BlockAction::Proceed => {
+                    x = out;
+                    i += 1;
+                }
+                BlockAction::SkipTo(to, hidden) => {
+                    ensure!(to > i && to <= n, "block policy: skip from block {i} to {to} (of {n})");
+                    ensure!(
+                        hidden.size() == out.size(),
+                        "block policy: hidden state {:?} where blocks produce {:?}",
+                        hidden.size(),
+                        out.size()
+                    );
+                    x = hidden;
+                    i = to;
+                }
+            }
         }
-        x
+        hook.end(&x)?;
+        Ok(x)
     }
 
     /// `latents [B, C, F, H, W]`, `timestep [B]`, `context [B, L, text_dim]` → velocity with the
     /// latents' shape.
     pub fn forward(&self, latents: &Tensor, timestep: &Tensor, context: &Tensor) -> Result<Tensor> {
+        self.forward_hooked(latents, timestep, context, None)
+    }
+
+    /// [`forward`](Self::forward) with an optional block hook (see [`run_blocks`](Self::run_blocks)).
+    pub fn forward_hooked(
+        &self,
+        latents: &Tensor,
+        timestep: &Tensor,
+        context: &Tensor,
+        hook: Option<&mut dyn BlockHook>,
+    ) -> Result<Tensor> {
         let s = latents.size();
         let [pt, ph, pw] = self.cfg.patch_size;
         ensure!(
@@ -345,7 +384,7 @@ impl WanTransformer3DModel {
         let temb6 = self.time_proj.forward(&temb.silu()).view([b, 6, dim]);
         let context = self.text_2.forward(&self.text_1.forward(context).gelu("tanh"));
 
-        let x = self.run_blocks(x, &BlockInputs { context: &context, temb6: &temb6, rope: &rope });
+        let x = self.run_blocks(x, &BlockInputs { context: &context, temb6: &temb6, rope: &rope }, hook)?;
 
         let m = (&self.scale_shift_table + temb.unsqueeze(1)).chunk(2, 1);
         let x = self.norm_out.forward(&x) * (&m[1] + 1.0) + &m[0];

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Builds the first-party plugins and writes deploy configs for them, pinned by the hashes of
+# what was just built (the hash depends on the compiler, so configs are written, not shipped).
+#   bash examples/plugins-deploy.sh [OUT_DIR]      # default: deploys/
+# Then e.g.:
+#   fastvideo generate --deploy deploys/fbcache.toml --prompt "a red circle moving left on a white background"
+#   fastvideo eval --deploy deploys/apg.toml --plugin-param apg.eta=0.5
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+out="${1:-deploys}"
+mkdir -p "$out"
+out="$(cd "$out" && pwd)"
+fv="${FASTVIDEO:-$root/target/release/fastvideo}"
+[ -x "$fv" ] || (cd "$root" && cargo build --release -p fastvideo)
+rustup target add wasm32-unknown-unknown >/dev/null 2>&1 || true
+cargo build --manifest-path "$root/plugins/Cargo.toml" --target wasm32-unknown-unknown --release
+rel="$root/plugins/target/wasm32-unknown-unknown/release"
+write() { # name crate_stem grants params...
+  local name=$1 stem=$2 grants=$3; shift 3
+  "$fv" plugin componentize "$rel/$stem.wasm" -o "$out/$name.wasm"
+  local hash; hash=$("$fv" plugin hash "$out/$name.wasm" | cut -d' ' -f1)
+  {
+    echo "[[plugins]]"
+    echo "name = \"$name\""
+    echo "source = \"$name.wasm\""
+    echo "blake3 = \"$hash\""
+    echo "grants = $grants"
+    echo "[plugins.params]"
+    for p in "$@"; do echo "$p"; done
+  } > "$out/$name.toml"
+  echo "wrote $out/$name.toml"
+}
+write cfg fastvideo_guider_cfg '["tensor", "tensor-ops"]'
+write cfg-zero-star fastvideo_guider_cfg_zero_star '["tensor", "tensor-ops"]'
+write apg fastvideo_guider_apg '["tensor", "tensor-ops"]' 'eta = 0.0'
+write fbcache fastvideo_cache_dbcache '["tensor", "tensor-ops", "events"]' 'fn_blocks = 1' 'bn_blocks = 0' 'residual_diff_threshold = 0.08'
+write dbcache fastvideo_cache_dbcache '["tensor", "tensor-ops", "events"]' 'fn_blocks = 2' 'bn_blocks = 1' 'residual_diff_threshold = 0.08'

@@ -1,0 +1,63 @@
+//! Block-level policies (block caches such as FBCache/DBCache): around one transformer forward
+//! they see each block's input and output and may jump ahead with a substituted hidden state.
+//! Models iterate their blocks in one place (`run_blocks`) and call a [`BlockHook`] there.
+
+use anyhow::Result;
+use fastvideo_request::ResolvedRequest;
+use tch::Tensor;
+
+use crate::StepCtx;
+
+/// What to do after a block.
+pub enum BlockAction {
+    /// Run the next block as usual.
+    Proceed,
+    /// Continue at block `to` (the block count = past the last) with this hidden state.
+    SkipTo(usize, Tensor),
+}
+
+/// One forward's view of a block policy, as the model's `run_blocks` calls it.
+pub trait BlockHook {
+    fn begin(&mut self, num_blocks: usize) -> Result<()>;
+    fn after_block(&mut self, index: usize, input: &Tensor, output: &Tensor) -> Result<BlockAction>;
+    fn end(&mut self, hidden: &Tensor) -> Result<()>;
+}
+
+/// A block policy bound when the pipeline is built; per-request state comes from `init`.
+pub trait BlockPolicy: Send + Sync {
+    fn init(&self, req: &ResolvedRequest) -> Result<Box<dyn BlockPolicyState>>;
+}
+
+/// A request's block-policy state; calls carry the step and the guidance branch, so a cache can
+/// keep one set of residuals per branch.
+pub trait BlockPolicyState: Send {
+    fn begin(&mut self, step: &StepCtx, branch: &str, num_blocks: usize) -> Result<()>;
+    fn after_block(
+        &mut self,
+        step: &StepCtx,
+        branch: &str,
+        index: usize,
+        input: &Tensor,
+        output: &Tensor,
+    ) -> Result<BlockAction>;
+    fn end(&mut self, step: &StepCtx, branch: &str, hidden: &Tensor) -> Result<()>;
+}
+
+/// Binds a request's state to one forward (step, branch) as a [`BlockHook`].
+pub struct BoundHook<'a> {
+    pub state: &'a mut dyn BlockPolicyState,
+    pub step: &'a StepCtx<'a>,
+    pub branch: &'a str,
+}
+
+impl BlockHook for BoundHook<'_> {
+    fn begin(&mut self, num_blocks: usize) -> Result<()> {
+        self.state.begin(self.step, self.branch, num_blocks)
+    }
+    fn after_block(&mut self, index: usize, input: &Tensor, output: &Tensor) -> Result<BlockAction> {
+        self.state.after_block(self.step, self.branch, index, input, output)
+    }
+    fn end(&mut self, hidden: &Tensor) -> Result<()> {
+        self.state.end(self.step, self.branch, hidden)
+    }
+}

@@ -1,0 +1,123 @@
+//! A block-interceptor plugin bound into the denoise loop as its [`BlockPolicy`]: one instance
+//! per request; each block's input and output are lent to the plugin as borrowed handles for
+//! the duration of one call, so nothing is copied.
+
+use std::sync::{Arc, Mutex};
+
+use anyhow::Result;
+use fastvideo_pipeline::{BlockAction, BlockPolicy, BlockPolicyState, StepCtx};
+use fastvideo_request::ResolvedRequest;
+use tch::Tensor;
+
+use crate::bindings::exports::fastvideo::plugin::block_interceptor::BlockAction as WitAction;
+use crate::deploy::{Deployment, EnabledPlugin};
+use crate::guider::step_context;
+use crate::runtime::{Guest, PluginInstance, PluginRuntime};
+use crate::state::PluginEvent;
+use crate::{FailureKind, PluginError};
+
+pub struct PluginBlockPolicy {
+    runtime: Arc<PluginRuntime>,
+    plugin: Arc<EnabledPlugin>,
+    model_id: String,
+    /// Events the plugin emitted (cache hits, …), for metrics and tests.
+    pub events: Arc<Mutex<Vec<PluginEvent>>>,
+}
+
+impl PluginBlockPolicy {
+    pub fn new(deploy: &Deployment, plugin: Arc<EnabledPlugin>, model_id: impl Into<String>) -> Self {
+        Self { runtime: deploy.runtime.clone(), plugin, model_id: model_id.into(), events: Default::default() }
+    }
+}
+
+struct State {
+    inst: PluginInstance,
+    model_id: String,
+    events: Arc<Mutex<Vec<PluginEvent>>>,
+}
+
+impl BlockPolicy for PluginBlockPolicy {
+    fn init(&self, req: &ResolvedRequest) -> Result<Box<dyn BlockPolicyState>> {
+        let params = self.plugin.params_for(req)?.to_string();
+        let mut inst = self.runtime.instantiate(&self.plugin.plugin)?;
+        inst.call("init", |store, g| match g {
+            Guest::BlockInterceptor(g) => g.call_init(store, &params),
+            _ => unreachable!("loaded as a block interceptor"),
+        })?;
+        Ok(Box::new(State { inst, model_id: self.model_id.clone(), events: self.events.clone() }))
+    }
+}
+
+impl State {
+    fn flush_events(&mut self) {
+        let ev = self.inst.state().drain_events();
+        if !ev.is_empty() {
+            self.events.lock().unwrap_or_else(|e| e.into_inner()).extend(ev);
+        }
+    }
+
+    fn invalid(&self, hook: &'static str, message: String) -> PluginError {
+        PluginError::Call { plugin: self.inst.name().to_string(), hook, kind: FailureKind::Invalid, message }
+    }
+}
+
+impl BlockPolicyState for State {
+    fn begin(&mut self, step: &StepCtx, branch: &str, num_blocks: usize) -> Result<()> {
+        let sc = step_context(step, Some(branch), &self.model_id);
+        self.inst.call("begin-forward", |store, g| match g {
+            Guest::BlockInterceptor(g) => g.call_begin_forward(store, &sc, num_blocks as u32),
+            _ => unreachable!("loaded as a block interceptor"),
+        })?;
+        self.flush_events();
+        Ok(())
+    }
+
+    fn after_block(
+        &mut self,
+        step: &StepCtx,
+        branch: &str,
+        index: usize,
+        input: &Tensor,
+        output: &Tensor,
+    ) -> Result<BlockAction> {
+        let sc = step_context(step, Some(branch), &self.model_id);
+        let lend = |s: &mut Self, t: &Tensor| {
+            s.inst.state().push(t.shallow_clone()).map_err(|e| s.invalid("after-block", e.to_string()))
+        };
+        let (hin, hout) = (lend(self, input)?, lend(self, output)?);
+        let (rin, rout) = (
+            wasmtime::component::Resource::new_borrow(hin.rep()),
+            wasmtime::component::Resource::new_borrow(hout.rep()),
+        );
+        let result = self.inst.call("after-block", |store, g| match g {
+            Guest::BlockInterceptor(g) => g.call_after_block(store, &sc, index as u32, rin, rout),
+            _ => unreachable!("loaded as a block interceptor"),
+        });
+        // The lent handles end with the call.
+        let _ = self.inst.state().take(hin).map_err(|e| self.invalid("after-block", e.to_string()))?;
+        let _ = self.inst.state().take(hout).map_err(|e| self.invalid("after-block", e.to_string()))?;
+        self.flush_events();
+        Ok(match result? {
+            WitAction::Proceed => BlockAction::Proceed,
+            WitAction::SkipTo((to, hidden)) => {
+                let t = self.inst.state().take(hidden).map_err(|e| self.invalid("after-block", e.to_string()))?;
+                BlockAction::SkipTo(to as usize, t)
+            }
+        })
+    }
+
+    fn end(&mut self, step: &StepCtx, branch: &str, hidden: &Tensor) -> Result<()> {
+        let sc = step_context(step, Some(branch), &self.model_id);
+        let h =
+            self.inst.state().push(hidden.shallow_clone()).map_err(|e| self.invalid("end-forward", e.to_string()))?;
+        let r = wasmtime::component::Resource::new_borrow(h.rep());
+        let result = self.inst.call("end-forward", |store, g| match g {
+            Guest::BlockInterceptor(g) => g.call_end_forward(store, &sc, r),
+            _ => unreachable!("loaded as a block interceptor"),
+        });
+        let _ = self.inst.state().take(h).map_err(|e| self.invalid("end-forward", e.to_string()))?;
+        self.flush_events();
+        result?;
+        Ok(())
+    }
+}
