@@ -14,7 +14,6 @@ use crate::deploy::{Deployment, EnabledPlugin};
 use crate::guider::step_context;
 use crate::runtime::{Guest, PluginInstance, PluginRuntime};
 use crate::state::PluginEvent;
-use crate::{FailureKind, PluginError};
 
 pub struct PluginBlockPolicy {
     runtime: Arc<PluginRuntime>,
@@ -55,10 +54,6 @@ impl State {
             self.events.lock().unwrap_or_else(|e| e.into_inner()).extend(ev);
         }
     }
-
-    fn invalid(&self, hook: &'static str, message: String) -> PluginError {
-        PluginError::Call { plugin: self.inst.name().to_string(), hook, kind: FailureKind::Invalid, message }
-    }
 }
 
 impl BlockPolicyState for State {
@@ -82,7 +77,7 @@ impl BlockPolicyState for State {
     ) -> Result<BlockAction> {
         let sc = step_context(step, Some(branch), &self.model_id);
         let lend = |s: &mut Self, t: &Tensor| {
-            s.inst.state().push(t.shallow_clone()).map_err(|e| s.invalid("after-block", e.to_string()))
+            s.inst.state().push(t.shallow_clone()).map_err(|e| s.inst.invalid("after-block", e.to_string()))
         };
         let (hin, hout) = (lend(self, input)?, lend(self, output)?);
         let (rin, rout) = (
@@ -94,13 +89,13 @@ impl BlockPolicyState for State {
             _ => unreachable!("loaded as a block interceptor"),
         });
         // The lent handles end with the call.
-        let _ = self.inst.state().take(hin).map_err(|e| self.invalid("after-block", e.to_string()))?;
-        let _ = self.inst.state().take(hout).map_err(|e| self.invalid("after-block", e.to_string()))?;
+        let _ = self.inst.state().take(hin).map_err(|e| self.inst.invalid("after-block", e.to_string()))?;
+        let _ = self.inst.state().take(hout).map_err(|e| self.inst.invalid("after-block", e.to_string()))?;
         self.flush_events();
         Ok(match result? {
             WitAction::Proceed => BlockAction::Proceed,
             WitAction::SkipTo((to, hidden)) => {
-                let t = self.inst.state().take(hidden).map_err(|e| self.invalid("after-block", e.to_string()))?;
+                let t = self.inst.state().take(hidden).map_err(|e| self.inst.invalid("after-block", e.to_string()))?;
                 BlockAction::SkipTo(to as usize, t)
             }
         })
@@ -108,14 +103,17 @@ impl BlockPolicyState for State {
 
     fn end(&mut self, step: &StepCtx, branch: &str, hidden: &Tensor) -> Result<()> {
         let sc = step_context(step, Some(branch), &self.model_id);
-        let h =
-            self.inst.state().push(hidden.shallow_clone()).map_err(|e| self.invalid("end-forward", e.to_string()))?;
+        let h = self
+            .inst
+            .state()
+            .push(hidden.shallow_clone())
+            .map_err(|e| self.inst.invalid("end-forward", e.to_string()))?;
         let r = wasmtime::component::Resource::new_borrow(h.rep());
         let result = self.inst.call("end-forward", |store, g| match g {
             Guest::BlockInterceptor(g) => g.call_end_forward(store, &sc, r),
             _ => unreachable!("loaded as a block interceptor"),
         });
-        let _ = self.inst.state().take(h).map_err(|e| self.invalid("end-forward", e.to_string()))?;
+        let _ = self.inst.state().take(h).map_err(|e| self.inst.invalid("end-forward", e.to_string()))?;
         self.flush_events();
         result?;
         Ok(())

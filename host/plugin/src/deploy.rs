@@ -1,7 +1,6 @@
 //! The deploy config (TOML): which plugins run, pinned by blake3, with which grants and default
 //! parameters. Anything wrong refuses to start with a message naming the plugin.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -152,8 +151,8 @@ impl Deployment {
     }
 
     /// Request-time checks: parameters only for enabled plugins, valid against their schema, and
-    /// none for distribution-altering plugins in exact mode. Returns the merged parameters.
-    pub fn check_request(&self, req: &ResolvedRequest) -> Result<BTreeMap<String, serde_json::Value>, PluginError> {
+    /// none for distribution-altering plugins in exact mode.
+    pub fn check_request(&self, req: &ResolvedRequest) -> Result<(), PluginError> {
         for name in req.plugin_params.keys() {
             let Some(p) = self.get(name) else {
                 return Err(PluginError::Refused {
@@ -170,6 +169,9 @@ impl Deployment {
                 });
             }
         }
-        self.plugins.iter().map(|p| Ok((p.name().to_string(), p.params_for(req)?))).collect()
+        for p in &self.plugins {
+            p.params_for(req)?;
+        }
+        Ok(())
     }
 }

@@ -11,7 +11,6 @@ use tch::Tensor;
 use crate::bindings::fastvideo::plugin::types::StepContext;
 use crate::deploy::{Deployment, EnabledPlugin};
 use crate::runtime::{Guest, PluginInstance, PluginRuntime};
-use crate::{FailureKind, PluginError};
 
 pub struct PluginGuider {
     runtime: Arc<PluginRuntime>,
@@ -50,7 +49,7 @@ impl Guidance for PluginGuider {
             _ => unreachable!("loaded as a guider"),
         })?;
         if branches.is_empty() {
-            return Err(invalid(&inst, "init", "declared no branches".into()).into());
+            return Err(inst.invalid("init", "declared no branches".into()).into());
         }
         Ok(GuidancePlan { branches, state: GuidanceState(Box::new(inst)) })
     }
@@ -62,7 +61,7 @@ impl Guidance for PluginGuider {
             .ok_or_else(|| anyhow::anyhow!("guider state of another policy"))?;
         let mut handles = Vec::with_capacity(preds.len());
         for p in preds {
-            let h = inst.state().push(p.shallow_clone()).map_err(|e| invalid(inst, "combine", e.to_string()))?;
+            let h = inst.state().push(p.shallow_clone()).map_err(|e| inst.invalid("combine", e.to_string()))?;
             handles.push(h);
         }
         let sc = step_context(ctx, None, &self.model_id);
@@ -70,20 +69,12 @@ impl Guidance for PluginGuider {
             Guest::Guider(g) => g.call_combine(store, &sc, &handles),
             _ => unreachable!("loaded as a guider"),
         })?;
-        let t = inst.state().take(out).map_err(|e| invalid(inst, "combine", e.to_string()))?;
+        let t = inst.state().take(out).map_err(|e| inst.invalid("combine", e.to_string()))?;
         if t.size() != preds[0].size() {
             inst.poison();
-            return Err(invalid(
-                inst,
-                "combine",
-                format!("returned a tensor of shape {:?}; the branches have {:?}", t.size(), preds[0].size()),
-            )
-            .into());
+            let msg = format!("returned a tensor of shape {:?}; the branches have {:?}", t.size(), preds[0].size());
+            return Err(inst.invalid("combine", msg).into());
         }
         Ok(t)
     }
-}
-
-fn invalid(inst: &PluginInstance, hook: &'static str, message: String) -> PluginError {
-    PluginError::Call { plugin: inst.name().to_string(), hook, kind: FailureKind::Invalid, message }
 }

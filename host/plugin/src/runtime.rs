@@ -111,7 +111,9 @@ impl PluginRuntime {
         let mut linker = Linker::<HostState>::new(&self.engine);
         link(&mut linker, &audit.capabilities).map_err(|e| refuse(format!("link: {e:#}")))?;
         let pre = linker.instantiate_pre(&component).map_err(|e| refuse(format!("link: {e:#}")))?;
-        Ok(LoadedPlugin { name: Arc::from(name), audit, pre })
+        // Export lookups by name happen once here, not per request.
+        let exports = ExportIndices::new(audit.manifest.kind, &pre).map_err(|e| refuse(format!("exports: {e:#}")))?;
+        Ok(LoadedPlugin { name: Arc::from(name), audit, pre, exports })
     }
 
     /// A fresh instance for one request.
@@ -126,8 +128,8 @@ impl PluginRuntime {
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limits);
         store.set_epoch_deadline(l.call_deadline_ms.max(1));
-        if l.fuel_per_call.is_some() {
-            store.set_fuel(l.fuel_per_call.unwrap_or(0)).ok();
+        if let Some(fuel) = l.fuel_per_call {
+            store.set_fuel(fuel).ok();
         }
         let fail = |kind, message: String| PluginError::Call {
             plugin: plugin.name.to_string(),
@@ -136,26 +138,16 @@ impl PluginRuntime {
             message,
         };
         let instance = plugin.pre.instantiate(&mut store).map_err(|e| fail(classify(&e), format!("{e:#}")))?;
-        let kind = plugin.audit.manifest.kind;
-        let pre = &plugin.pre;
-        let mut load = || -> wasmtime::Result<Guest> {
-            let (s, i) = (&mut store, &instance);
-            Ok(match kind {
-                PluginKind::Guider => Guest::Guider(exports::guider::GuestIndices::new(pre)?.load(s, i)?),
-                PluginKind::StepInterceptor => {
-                    Guest::StepInterceptor(exports::step_interceptor::GuestIndices::new(pre)?.load(s, i)?)
-                }
-                PluginKind::BlockInterceptor => {
-                    Guest::BlockInterceptor(exports::block_interceptor::GuestIndices::new(pre)?.load(s, i)?)
-                }
-                PluginKind::Observer => Guest::Observer(exports::observer::GuestIndices::new(pre)?.load(s, i)?),
-                PluginKind::Reward => Guest::Reward(exports::reward::GuestIndices::new(pre)?.load(s, i)?),
-                PluginKind::WorkflowTranslator => {
-                    Guest::WorkflowTranslator(exports::workflow_translator::GuestIndices::new(pre)?.load(s, i)?)
-                }
-            })
+        let (s, i) = (&mut store, &instance);
+        let loaded = match &plugin.exports {
+            ExportIndices::Guider(x) => x.load(s, i).map(Guest::Guider),
+            ExportIndices::StepInterceptor(x) => x.load(s, i).map(Guest::StepInterceptor),
+            ExportIndices::BlockInterceptor(x) => x.load(s, i).map(Guest::BlockInterceptor),
+            ExportIndices::Observer(x) => x.load(s, i).map(Guest::Observer),
+            ExportIndices::Reward(x) => x.load(s, i).map(Guest::Reward),
+            ExportIndices::WorkflowTranslator(x) => x.load(s, i).map(Guest::WorkflowTranslator),
         };
-        let guest = load().map_err(|e| fail(FailureKind::Invalid, format!("exports: {e:#}")))?;
+        let guest = loaded.map_err(|e| fail(FailureKind::Invalid, format!("exports: {e:#}")))?;
         Ok(PluginInstance { store, guest, name: plugin.name.clone(), limits: l, poisoned: false })
     }
 }
@@ -196,6 +188,32 @@ pub struct LoadedPlugin {
     pub name: Arc<str>,
     pub audit: Audit,
     pre: InstancePre<HostState>,
+    exports: ExportIndices,
+}
+
+/// Where the plugin kind's exported functions are, resolved once at load.
+enum ExportIndices {
+    Guider(exports::guider::GuestIndices),
+    StepInterceptor(exports::step_interceptor::GuestIndices),
+    BlockInterceptor(exports::block_interceptor::GuestIndices),
+    Observer(exports::observer::GuestIndices),
+    Reward(exports::reward::GuestIndices),
+    WorkflowTranslator(exports::workflow_translator::GuestIndices),
+}
+
+impl ExportIndices {
+    fn new(kind: PluginKind, pre: &InstancePre<HostState>) -> wasmtime::Result<Self> {
+        Ok(match kind {
+            PluginKind::Guider => Self::Guider(exports::guider::GuestIndices::new(pre)?),
+            PluginKind::StepInterceptor => Self::StepInterceptor(exports::step_interceptor::GuestIndices::new(pre)?),
+            PluginKind::BlockInterceptor => Self::BlockInterceptor(exports::block_interceptor::GuestIndices::new(pre)?),
+            PluginKind::Observer => Self::Observer(exports::observer::GuestIndices::new(pre)?),
+            PluginKind::Reward => Self::Reward(exports::reward::GuestIndices::new(pre)?),
+            PluginKind::WorkflowTranslator => {
+                Self::WorkflowTranslator(exports::workflow_translator::GuestIndices::new(pre)?)
+            }
+        })
+    }
 }
 
 /// The loaded exports of an instance. Kinds other than guiders are loaded and audited but not yet
@@ -258,6 +276,11 @@ impl PluginInstance {
                 Err(fail(kind, message))
             }
         }
+    }
+
+    /// An invalid-answer error naming this plugin and `hook`.
+    pub(crate) fn invalid(&self, hook: &'static str, message: String) -> PluginError {
+        PluginError::Call { plugin: self.name.to_string(), hook, kind: FailureKind::Invalid, message }
     }
 
     /// Marks the instance unusable (e.g. it returned a tensor of the wrong shape).

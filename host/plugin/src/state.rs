@@ -118,6 +118,10 @@ impl tensor::HostTensor for HostState {
     fn numel(&mut self, t: Resource<PluginTensor>) -> wasmtime::Result<u64> {
         Ok(self.get(&t)?.numel() as u64)
     }
+    fn share(&mut self, t: Resource<PluginTensor>) -> wasmtime::Result<Resource<PluginTensor>> {
+        let shared = self.get(&t)?.shallow_clone();
+        self.push(shared)
+    }
     fn drop(&mut self, t: Resource<PluginTensor>) -> wasmtime::Result<()> {
         self.take(t).map(|_| ())
     }
