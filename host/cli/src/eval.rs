@@ -12,10 +12,10 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use fastvideo_pipeline::{PipelineRun, Values};
 use fastvideo_request::OmniRequest;
-
-use crate::args::{PluginArgs, SamplingArgs};
 use fastvideo_synth::{analyze, Clip, Scene, Tally};
 use fastvideo_wan::{pipeline, WanModel};
+
+use crate::args::{PluginArgs, SamplingArgs};
 
 #[derive(Args)]
 pub struct EvalArgs {
@@ -81,37 +81,35 @@ pub fn run(args: EvalArgs) -> Result<()> {
         None => crate::default_model::locate()?,
     };
     let model = WanModel::load(&model_dir, device).with_context(|| format!("--model {}", model_dir.display()))?;
+    let limits = model.limits();
     let build = |scene: &Scene, seed: u64| {
         let mut r = OmniRequest::text_to_video(format!("eval-{seed}"), scene.prompt());
         r.sampling.seed = Some(seed);
         args.sampling.apply(&mut r);
         args.plugins.apply(&mut r);
-        r.resolve(&model.limits(), || seed)
+        r.resolve(&limits, || seed)
     };
     let first = build(&list[0], 0)?;
     let (guidance, blocks) =
         crate::generate::policies_for(&args.plugins, &[&first], &model_dir.display().to_string(), false)?;
     let spec = Arc::new(pipeline::text_to_video_with(&model, guidance, blocks)?);
+    let settings = format!(
+        "{} {} steps, guidance {}, shift {}, {}x{}x{}",
+        first.sampler.as_str(),
+        first.steps,
+        first.guidance_scale,
+        first.shift,
+        first.num_frames,
+        first.width,
+        first.height
+    );
     let total = list.len() as u64 * args.seeds;
     let bar = indicatif::ProgressBar::new(total);
     let mut tally = Tally::default();
     let mut seconds = Vec::new();
-    let mut settings = None;
     for scene in &list {
         for seed in 0..args.seeds {
             let req = build(scene, seed)?;
-            settings.get_or_insert_with(|| {
-                format!(
-                    "{} {} steps, guidance {}, shift {}, {}x{}x{}",
-                    req.sampler.as_str(),
-                    req.steps,
-                    req.guidance_scale,
-                    req.shift,
-                    req.num_frames,
-                    req.width,
-                    req.height
-                )
-            });
             let t0 = Instant::now();
             let mut run = PipelineRun::new(spec.clone(), req, device, Values::default(), Default::default());
             run.run_to_end(&mut |_| {})?;
@@ -140,7 +138,6 @@ pub fn run(args: EvalArgs) -> Result<()> {
     bar.finish_and_clear();
     let acc = tally.accuracy();
     let mean_s = seconds.iter().sum::<f64>() / seconds.len().max(1) as f64;
-    let settings = settings.unwrap_or_default();
     eprintln!("model: {}", model_dir.display());
     eprintln!("{} clips ({} scenes x {} seeds, {}), {settings}", tally.clips, list.len(), args.seeds, args.scenes);
     eprintln!("| colour | shape | motion | background | attribute mean | all four | s/clip |");
