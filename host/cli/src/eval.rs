@@ -12,8 +12,10 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use fastvideo_pipeline::{PipelineRun, Values};
 use fastvideo_request::OmniRequest;
-use fastvideo_synth::{analyze, Clip, Scene, Tally};
+use fastvideo_request::{ResolvedRequest, VideoArtifact};
+use fastvideo_synth::{analyze, render, Clip, Scene, Tally, Variation};
 use fastvideo_wan::{pipeline, WanModel};
+use tch::{Kind, Tensor};
 
 use crate::args::{PluginArgs, SamplingArgs};
 
@@ -45,6 +47,10 @@ pub struct EvalArgs {
     /// Print one line per clip.
     #[arg(long)]
     verbose: bool,
+    /// Score the VAE alone: render each scene's ground-truth clip, encode and decode it, analyze
+    /// the result. The ceiling the transformer can reach with this VAE.
+    #[arg(long)]
+    vae_roundtrip: bool,
     #[command(flatten)]
     plugins: PluginArgs,
 }
@@ -111,11 +117,16 @@ pub fn run(args: EvalArgs) -> Result<()> {
         for seed in 0..args.seeds {
             let req = build(scene, seed)?;
             let t0 = Instant::now();
-            let mut run = PipelineRun::new(spec.clone(), req, device, Values::default(), Default::default());
-            run.run_to_end(&mut |_| {})?;
-            let out = run.finish(&mut |_| {})?;
+            let video = if args.vae_roundtrip {
+                vae_roundtrip(&model, scene, seed, &req)?
+            } else {
+                let mut run = PipelineRun::new(spec.clone(), req, device, Values::default(), Default::default());
+                run.run_to_end(&mut |_| {})?;
+                let out = run.finish(&mut |_| {})?;
+                out.video().context("the pipeline produced no video")?.clone()
+            };
             seconds.push(t0.elapsed().as_secs_f64());
-            let video = out.video().context("the pipeline produced no video")?;
+            let video = &video;
             let clip = Clip {
                 frames: video.num_frames as usize,
                 height: video.height as usize,
@@ -138,7 +149,11 @@ pub fn run(args: EvalArgs) -> Result<()> {
     bar.finish_and_clear();
     let acc = tally.accuracy();
     let mean_s = seconds.iter().sum::<f64>() / seconds.len().max(1) as f64;
-    eprintln!("model: {}", model_dir.display());
+    eprintln!(
+        "model: {}{}",
+        model_dir.display(),
+        if args.vae_roundtrip { " (VAE round trip of ground truth)" } else { "" }
+    );
     eprintln!("{} clips ({} scenes x {} seeds, {}), {settings}", tally.clips, list.len(), args.seeds, args.scenes);
     eprintln!("| colour | shape | motion | background | attribute mean | all four | s/clip |");
     eprintln!("|---|---|---|---|---|---|---|");
@@ -163,4 +178,34 @@ pub fn run(args: EvalArgs) -> Result<()> {
         let _ = writeln!(std::io::stdout().lock(), "{}", serde_json::to_string_pretty(&summary)?);
     }
     Ok(())
+}
+
+/// The scene's ground-truth clip (variation drawn from `seed`) through the model's VAE and back.
+fn vae_roundtrip(model: &WanModel, scene: &Scene, seed: u64, req: &ResolvedRequest) -> Result<VideoArtifact> {
+    let (f, h, w) = (req.num_frames as usize, req.height as usize, req.width as usize);
+    if h != w {
+        bail!("--vae-roundtrip renders square clips: --width and --height must agree");
+    }
+    let clip = render(scene, &Variation::sample(seed), f, h);
+    let x = Tensor::from_slice(&clip.rgb)
+        .view([1, f as i64, h as i64, w as i64, 3])
+        .permute([0, 4, 1, 2, 3])
+        .to_kind(Kind::Float)
+        .to_device(model.device)
+        / 127.5
+        - 1.0;
+    let y = model.vae.decode(&model.vae.encode(&x)?)?;
+    let rgb = ((y.squeeze_dim(0) / 2.0 + 0.5).clamp(0.0, 1.0) * 255.0)
+        .round()
+        .to_kind(Kind::Uint8)
+        .permute([1, 2, 3, 0])
+        .contiguous()
+        .to_device(tch::Device::Cpu);
+    Ok(VideoArtifact {
+        fps: req.fps,
+        num_frames: f as u32,
+        height: h as u32,
+        width: w as u32,
+        rgb: Vec::<u8>::try_from(rgb.flatten(0, -1))?,
+    })
 }

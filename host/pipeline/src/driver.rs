@@ -75,6 +75,11 @@ impl PipelineRun {
         &self.request
     }
 
+    /// What the run has measured so far (step times grow by one per loop step).
+    pub fn metrics(&self) -> &RequestMetrics {
+        &self.metrics
+    }
+
     /// Name of the node the next `advance` works on.
     pub fn current_node(&self) -> Option<&str> {
         self.next_index(self.cursor).map(|i| self.spec.nodes[i].name.as_str())

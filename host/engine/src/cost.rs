@@ -1,0 +1,184 @@
+//! Predicted time and memory of a request, calibrated from what the executor measures.
+//!
+//! A request's work is `steps x step_seconds + one_shot_seconds` (text encode, VAE decode and the
+//! rest). Both terms are learned per [`CostKey`] (shape and guidance mode; the step count is a
+//! multiplier, not part of the key) as exponential moving averages of measured times. A key never
+//! seen is predicted from the throughput measured on any other key (seconds per pixel-forward),
+//! and before anything was measured from the configured prior.
+
+use std::collections::HashMap;
+
+use fastvideo_request::ResolvedRequest;
+
+/// What the cost of one step depends on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CostKey {
+    pub frames: u32,
+    pub height: u32,
+    pub width: u32,
+    /// Transformer forwards per step (2 with classifier-free guidance).
+    pub forwards: u32,
+}
+
+impl CostKey {
+    pub fn of(req: &ResolvedRequest) -> Self {
+        Self {
+            frames: req.num_frames,
+            height: req.height,
+            width: req.width,
+            forwards: if req.does_cfg() { 2 } else { 1 },
+        }
+    }
+
+    fn pixels(&self) -> f64 {
+        self.frames as f64 * self.height as f64 * self.width as f64
+    }
+
+    fn pixel_forwards(&self) -> f64 {
+        self.pixels() * self.forwards as f64
+    }
+}
+
+/// Weight of the newest measurement in the moving averages.
+const EWMA: f64 = 0.2;
+
+fn blend(old: Option<f64>, new: f64) -> f64 {
+    match old {
+        Some(o) => o + EWMA * (new - o),
+        None => new,
+    }
+}
+
+/// Priors and the memory rule; see `docs/operators.md` for how to set them.
+#[derive(Debug, Clone, Copy)]
+pub struct CostConfig {
+    /// Seconds per step per megapixel-forward before anything was measured.
+    pub prior_step_seconds_per_mpx_forward: f64,
+    /// One-shot seconds per megapixel before anything was measured.
+    pub prior_one_shot_seconds_per_mpx: f64,
+    /// Predicted bytes a request holds while active, per output pixel (latents, activations,
+    /// the decoded frames), plus `base_bytes`.
+    pub bytes_per_pixel: u64,
+    pub base_bytes: u64,
+}
+
+impl Default for CostConfig {
+    fn default() -> Self {
+        // Measured on the default model on a 2-core CPU: 12.6 ms per CFG step at 17x64x64
+        // (0.07 Mpx x 2 forwards), ~0.4 s of text encode + decode.
+        Self {
+            prior_step_seconds_per_mpx_forward: 0.09,
+            prior_one_shot_seconds_per_mpx: 5.0,
+            bytes_per_pixel: 2048,
+            base_bytes: 16 << 20,
+        }
+    }
+}
+
+/// The learned cost model.
+#[derive(Debug)]
+pub struct CostModel {
+    cfg: CostConfig,
+    step: HashMap<CostKey, f64>,
+    one_shot: HashMap<CostKey, f64>,
+    /// Seconds per megapixel-forward over all measured steps.
+    step_rate: Option<f64>,
+    /// One-shot seconds per megapixel over all measured requests.
+    one_shot_rate: Option<f64>,
+}
+
+impl CostModel {
+    pub fn new(cfg: CostConfig) -> Self {
+        Self { cfg, step: HashMap::new(), one_shot: HashMap::new(), step_rate: None, one_shot_rate: None }
+    }
+
+    /// Predicted seconds of one denoise step.
+    pub fn step_seconds(&self, key: &CostKey) -> f64 {
+        self.step.get(key).copied().unwrap_or_else(|| {
+            key.pixel_forwards() / 1e6 * self.step_rate.unwrap_or(self.cfg.prior_step_seconds_per_mpx_forward)
+        })
+    }
+
+    /// Predicted seconds of all one-shot stages of a request.
+    pub fn one_shot_seconds(&self, key: &CostKey) -> f64 {
+        self.one_shot.get(key).copied().unwrap_or_else(|| {
+            key.pixels() / 1e6 * self.one_shot_rate.unwrap_or(self.cfg.prior_one_shot_seconds_per_mpx)
+        })
+    }
+
+    /// Predicted seconds of a whole request.
+    pub fn request_seconds(&self, key: &CostKey, steps: u32) -> f64 {
+        steps as f64 * self.step_seconds(key) + self.one_shot_seconds(key)
+    }
+
+    /// Predicted seconds left of a request that has run `steps_done` steps and spent
+    /// `one_shot_spent` seconds in one-shot stages.
+    pub fn remaining_seconds(&self, key: &CostKey, steps_left: u32, one_shot_spent: f64) -> f64 {
+        steps_left as f64 * self.step_seconds(key) + (self.one_shot_seconds(key) - one_shot_spent).max(0.0)
+    }
+
+    /// Predicted bytes a request holds while it is active.
+    pub fn memory_bytes(&self, key: &CostKey) -> u64 {
+        self.cfg.base_bytes + self.cfg.bytes_per_pixel * key.pixels() as u64 * key.forwards as u64
+    }
+
+    pub fn observe_step(&mut self, key: &CostKey, seconds: f64) {
+        let old = self.step.get(key).copied();
+        self.step.insert(*key, blend(old, seconds));
+        self.step_rate = Some(blend(self.step_rate, seconds / (key.pixel_forwards() / 1e6)));
+    }
+
+    /// A finished request's total one-shot time.
+    pub fn observe_one_shot(&mut self, key: &CostKey, seconds: f64) {
+        let old = self.one_shot.get(key).copied();
+        self.one_shot.insert(*key, blend(old, seconds));
+        self.one_shot_rate = Some(blend(self.one_shot_rate, seconds / (key.pixels() / 1e6)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SMALL: CostKey = CostKey { frames: 17, height: 64, width: 64, forwards: 2 };
+    const BIG: CostKey = CostKey { frames: 17, height: 128, width: 128, forwards: 2 };
+
+    #[test]
+    fn unseen_keys_use_the_prior_then_measured_throughput() {
+        let mut m = CostModel::new(CostConfig::default());
+        let prior = m.step_seconds(&SMALL);
+        assert!((prior - 0.09 * SMALL.pixel_forwards() / 1e6).abs() < 1e-12);
+        m.observe_step(&SMALL, 0.5);
+        assert_eq!(m.step_seconds(&SMALL), 0.5);
+        // Four times the pixels: predicted from the measured rate, not the prior.
+        assert!((m.step_seconds(&BIG) - 2.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn measurements_move_the_prediction_gradually() {
+        let mut m = CostModel::new(CostConfig::default());
+        m.observe_step(&SMALL, 1.0);
+        m.observe_step(&SMALL, 2.0);
+        let p = m.step_seconds(&SMALL);
+        assert!(p > 1.0 && p < 2.0, "{p}");
+    }
+
+    #[test]
+    fn request_cost_scales_with_steps_and_counts_one_shots_once() {
+        let mut m = CostModel::new(CostConfig::default());
+        m.observe_step(&SMALL, 0.1);
+        m.observe_one_shot(&SMALL, 0.3);
+        assert!((m.request_seconds(&SMALL, 4) - 0.7).abs() < 1e-9);
+        assert!((m.request_seconds(&SMALL, 50) - 5.3).abs() < 1e-9);
+        assert!((m.remaining_seconds(&SMALL, 2, 0.1) - 0.4).abs() < 1e-9);
+        assert_eq!(m.remaining_seconds(&SMALL, 0, 1.0), 0.0);
+    }
+
+    #[test]
+    fn memory_grows_with_pixels_and_guidance() {
+        let m = CostModel::new(CostConfig::default());
+        let no_cfg = CostKey { forwards: 1, ..SMALL };
+        assert!(m.memory_bytes(&BIG) > m.memory_bytes(&SMALL));
+        assert!(m.memory_bytes(&SMALL) > m.memory_bytes(&no_cfg));
+    }
+}

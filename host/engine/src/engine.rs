@@ -1,0 +1,500 @@
+//! The async front ([`Engine`]) and the executor thread behind it.
+//!
+//! Callers on any thread or task `submit` requests; admission (limits, plugin parameters,
+//! predicted memory and time, queue room) happens right there, so a refused request costs
+//! nothing and never reaches the executor. Admitted requests travel over a channel to one
+//! executor thread that owns every tensor: it asks the scheduler [`State`] which request's next
+//! unit of work runs, advances that request's [`PipelineRun`] by one unit, feeds the measured
+//! time back into the [`CostModel`], and repeats. Events stream to each request's handle as they
+//! happen; the final output (or error) arrives on a oneshot.
+
+use std::collections::{HashMap, HashSet};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc as std_mpsc, Arc, Mutex};
+use std::time::Instant;
+
+use fastvideo_pipeline::{Advance, CancelToken, PipelineRun, PipelineSpec, Values};
+use fastvideo_request::{ModelLimits, OmniEvent, OmniOutput, OmniRequest, RequestError, ResolvedRequest};
+use tch::Device;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::cost::{CostConfig, CostKey, CostModel};
+use crate::scheduler::{Capacity, Policy, State};
+use crate::{EngineError, Metrics};
+
+/// Engine settings (the `[engine]` table of a deploy config).
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    pub policy: Policy,
+    /// Seconds of predicted work forgiven per second a request waits (anti-starvation).
+    pub aging: f64,
+    /// Requests holding state at once.
+    pub max_active: usize,
+    /// Memory the active requests may hold together; a request predicted to need more than
+    /// this alone is refused at admission.
+    pub memory_bytes: u64,
+    /// Requests admitted (queued or running) at once; more get `queue_full`.
+    pub max_queue: usize,
+    /// Refuse requests predicted to run longer than this (seconds), if set.
+    pub max_request_seconds: Option<f64>,
+    pub cost: CostConfig,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            policy: Policy::ShortestRemaining,
+            aging: 0.05,
+            max_active: 16,
+            memory_bytes: 8 << 30,
+            max_queue: 1024,
+            max_request_seconds: None,
+            cost: CostConfig::default(),
+        }
+    }
+}
+
+/// Classifies a run's error into a short stable code (e.g. `plugin_failed`).
+pub type Classifier = fn(&anyhow::Error) -> &'static str;
+
+/// Extra admission check beyond the model's limits (plugin parameters against the deploy).
+pub type RequestCheck = Box<dyn Fn(&ResolvedRequest) -> Result<(), RequestError> + Send + Sync>;
+
+/// What the engine serves: one model's pipeline on one device.
+pub struct EngineModel {
+    pub id: String,
+    pub limits: ModelLimits,
+    pub spec: Arc<PipelineSpec>,
+    pub device: Device,
+    pub check: RequestCheck,
+    pub classify: Classifier,
+}
+
+/// A submitted request: its events as they happen, and its final output.
+pub struct Handle {
+    pub request_id: String,
+    pub predicted_seconds: f64,
+    pub events: mpsc::UnboundedReceiver<OmniEvent>,
+    pub output: oneshot::Receiver<Result<OmniOutput, EngineError>>,
+}
+
+impl Handle {
+    /// Waits for the result, dropping events.
+    pub async fn wait(self) -> Result<OmniOutput, EngineError> {
+        self.output.await.unwrap_or(Err(EngineError::Stopped))
+    }
+}
+
+enum Command {
+    Submit(Box<Job>),
+    Cancel(String),
+    CancelAll,
+}
+
+struct Job {
+    id: String,
+    req: Option<ResolvedRequest>,
+    run: Option<PipelineRun>,
+    key: CostKey,
+    steps_left: u32,
+    one_shot_spent: f64,
+    submitted: Instant,
+    cancel: CancelToken,
+    events: mpsc::UnboundedSender<OmniEvent>,
+    done: Option<oneshot::Sender<Result<OmniOutput, EngineError>>>,
+    span: tracing::Span,
+}
+
+struct Shared {
+    live: Mutex<HashSet<String>>,
+    draining: AtomicBool,
+    cost: Mutex<CostModel>,
+    live_count: watch::Sender<usize>,
+}
+
+impl Shared {
+    fn release(&self, id: &str) {
+        let mut live = self.live.lock().unwrap();
+        live.remove(id);
+        self.live_count.send_replace(live.len());
+    }
+}
+
+struct Inner {
+    tx: Mutex<std_mpsc::Sender<Command>>,
+    shared: Arc<Shared>,
+    cfg: EngineConfig,
+    model_id: String,
+    limits: ModelLimits,
+    check: RequestCheck,
+    metrics: Metrics,
+}
+
+/// The engine: cheap to clone, usable from any thread or task.
+#[derive(Clone)]
+pub struct Engine(Arc<Inner>);
+
+fn random_seed() -> u64 {
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    (t as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ std::process::id() as u64
+}
+
+impl Engine {
+    /// Starts the executor thread for `model`.
+    pub fn start(model: EngineModel, cfg: EngineConfig, metrics: Metrics) -> Self {
+        let (tx, rx) = std_mpsc::channel();
+        let shared = Arc::new(Shared {
+            live: Mutex::new(HashSet::new()),
+            draining: AtomicBool::new(false),
+            cost: Mutex::new(CostModel::new(cfg.cost)),
+            live_count: watch::channel(0).0,
+        });
+        let EngineModel { id, limits, spec, device, check, classify } = model;
+        let exec = Executor {
+            spec,
+            device,
+            classify,
+            shared: shared.clone(),
+            metrics: metrics.clone(),
+            state: State::new(
+                cfg.policy,
+                cfg.aging,
+                Capacity { max_active: cfg.max_active.max(1), memory_bytes: cfg.memory_bytes },
+            ),
+            jobs: HashMap::new(),
+            keys: HashMap::new(),
+            next_key: 0,
+        };
+        std::thread::Builder::new()
+            .name("fastvideo-executor".into())
+            .spawn(move || exec.run(rx))
+            .expect("spawning the executor thread");
+        Engine(Arc::new(Inner { tx: Mutex::new(tx), shared, cfg, model_id: id, limits, check, metrics }))
+    }
+
+    pub fn model_id(&self) -> &str {
+        &self.0.model_id
+    }
+
+    pub fn limits(&self) -> &ModelLimits {
+        &self.0.limits
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.0.cfg
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.0.metrics
+    }
+
+    /// Checks and admits a request. Every refusal happens here, before any work.
+    pub fn submit(&self, req: OmniRequest) -> Result<Handle, EngineError> {
+        let inner = &self.0;
+        let refuse = |e: EngineError| {
+            inner.metrics.count("rejected");
+            Err(e)
+        };
+        if inner.shared.draining.load(Ordering::SeqCst) {
+            return refuse(EngineError::Draining);
+        }
+        let req = match req.resolve(&inner.limits, random_seed) {
+            Ok(r) => r,
+            Err(e) => return refuse(e.into()),
+        };
+        if let Err(e) = (inner.check)(&req) {
+            return refuse(e.into());
+        }
+        let key = CostKey::of(&req);
+        let (predicted, memory) = {
+            let cost = inner.shared.cost.lock().unwrap();
+            (cost.request_seconds(&key, req.steps), cost.memory_bytes(&key))
+        };
+        if memory > inner.cfg.memory_bytes {
+            return refuse(EngineError::TooLarge {
+                field: "width".into(),
+                message: format!(
+                    "{}x{}x{} frames needs about {} MiB, more than this server's {} MiB; ask for fewer pixels or frames",
+                    req.width,
+                    req.height,
+                    req.num_frames,
+                    memory >> 20,
+                    inner.cfg.memory_bytes >> 20
+                ),
+            });
+        }
+        if let Some(max) = inner.cfg.max_request_seconds {
+            if predicted > max {
+                return refuse(EngineError::TooLarge {
+                    field: "num_inference_steps".into(),
+                    message: format!(
+                        "predicted to take {predicted:.1} s, more than this server allows ({max:.1} s); ask for fewer steps or pixels"
+                    ),
+                });
+            }
+        }
+        {
+            let mut live = inner.shared.live.lock().unwrap();
+            if live.contains(&req.request_id) {
+                drop(live);
+                return refuse(EngineError::Duplicate(req.request_id));
+            }
+            if live.len() >= inner.cfg.max_queue {
+                let queued = live.len();
+                drop(live);
+                return refuse(EngineError::QueueFull { queued });
+            }
+            live.insert(req.request_id.clone());
+            inner.shared.live_count.send_replace(live.len());
+        }
+        inner.metrics.predicted_request_seconds.observe(predicted);
+        let (etx, erx) = mpsc::unbounded_channel();
+        let (dtx, drx) = oneshot::channel();
+        let request_id = req.request_id.clone();
+        let span = tracing::info_span!("request", id = %request_id, steps = req.steps, predicted_s = predicted);
+        let job = Job {
+            id: request_id.clone(),
+            steps_left: req.steps,
+            req: Some(req),
+            run: None,
+            key,
+            one_shot_spent: 0.0,
+            submitted: Instant::now(),
+            cancel: CancelToken::default(),
+            events: etx,
+            done: Some(dtx),
+            span,
+        };
+        if inner.tx.lock().unwrap().send(Command::Submit(Box::new(job))).is_err() {
+            inner.shared.release(&request_id);
+            return Err(EngineError::Stopped);
+        }
+        Ok(Handle { request_id, predicted_seconds: predicted, events: erx, output: drx })
+    }
+
+    /// Cancels a queued or running request at its next unit boundary. `false` when the id is not
+    /// live (unknown, or already finished).
+    pub fn cancel(&self, request_id: &str) -> bool {
+        let live = self.0.shared.live.lock().unwrap().contains(request_id);
+        if live {
+            let _ = self.0.tx.lock().unwrap().send(Command::Cancel(request_id.to_string()));
+        }
+        live
+    }
+
+    /// Requests queued or running.
+    pub fn live(&self) -> usize {
+        *self.0.shared.live_count.borrow()
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.0.shared.draining.load(Ordering::SeqCst)
+    }
+
+    /// Stops admitting; with `cancel_running`, also cancels everything admitted.
+    pub fn drain(&self, cancel_running: bool) {
+        self.0.shared.draining.store(true, Ordering::SeqCst);
+        if cancel_running {
+            let _ = self.0.tx.lock().unwrap().send(Command::CancelAll);
+        }
+    }
+
+    /// Resolves once no request is queued or running.
+    pub async fn idle(&self) {
+        let mut rx = self.0.shared.live_count.subscribe();
+        let _ = rx.wait_for(|n| *n == 0).await;
+    }
+
+    /// Predicted seconds of a request with this shape and step count (for clients and tests).
+    pub fn predict(&self, req: &ResolvedRequest) -> f64 {
+        self.0.shared.cost.lock().unwrap().request_seconds(&CostKey::of(req), req.steps)
+    }
+}
+
+struct Executor {
+    spec: Arc<PipelineSpec>,
+    device: Device,
+    classify: Classifier,
+    shared: Arc<Shared>,
+    metrics: Metrics,
+    state: State,
+    jobs: HashMap<u64, Job>,
+    keys: HashMap<String, u64>,
+    next_key: u64,
+}
+
+fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
+}
+
+impl Executor {
+    fn run(mut self, rx: std_mpsc::Receiver<Command>) {
+        loop {
+            if self.state.is_empty() {
+                match rx.recv() {
+                    Ok(c) => self.command(c),
+                    Err(_) => return,
+                }
+            }
+            while let Ok(c) = rx.try_recv() {
+                self.command(c);
+            }
+            match self.state.pick(Instant::now()) {
+                Some(k) => self.advance(k),
+                None if self.state.is_empty() => {}
+                None => unreachable!("the scheduler always runs something when requests are waiting"),
+            }
+            self.publish();
+        }
+    }
+
+    fn publish(&self) {
+        self.metrics.queue_depth.set(self.state.queued() as i64);
+        self.metrics.in_flight.set(self.state.active() as i64);
+        self.metrics.backlog_seconds.set(self.state.backlog_seconds());
+    }
+
+    fn command(&mut self, c: Command) {
+        match c {
+            Command::Submit(job) => {
+                let k = self.next_key;
+                self.next_key += 1;
+                let req = job.req.as_ref().expect("a submitted job carries its request");
+                let (predicted, memory) = {
+                    let cost = self.shared.cost.lock().unwrap();
+                    (cost.request_seconds(&job.key, req.steps), cost.memory_bytes(&job.key))
+                };
+                self.state.add(k, req.priority, predicted, memory, job.submitted);
+                self.keys.insert(job.id.clone(), k);
+                self.jobs.insert(k, *job);
+            }
+            Command::Cancel(id) => {
+                if let Some(k) = self.keys.get(&id).copied() {
+                    self.fail(k, EngineError::Cancelled);
+                }
+            }
+            Command::CancelAll => {
+                let all: Vec<u64> = self.jobs.keys().copied().collect();
+                for k in all {
+                    self.fail(k, EngineError::Cancelled);
+                }
+            }
+        }
+    }
+
+    /// Ends a job without output; its state (tensors, plugin instances) is dropped here.
+    fn fail(&mut self, k: u64, err: EngineError) {
+        let Some(mut job) = self.jobs.remove(&k) else { return };
+        self.state.remove(k);
+        let id = std::mem::take(&mut job.id);
+        self.keys.remove(&id);
+        job.cancel.cancel();
+        drop(job.run.take());
+        let (code, message) = match &err {
+            EngineError::Failed { code, message } => (code.clone(), message.clone()),
+            e => (e.code().to_string(), e.to_string()),
+        };
+        {
+            let _e = job.span.enter();
+            tracing::warn!(%code, %message, "request ended without output");
+        }
+        let _ = job.events.send(OmniEvent::Error { request_id: id.clone(), code, message });
+        self.metrics.count(if err == EngineError::Cancelled { "cancelled" } else { "failed" });
+        if let Some(done) = job.done.take() {
+            let _ = done.send(Err(err));
+        }
+        self.shared.release(&id);
+    }
+
+    fn advance(&mut self, k: u64) {
+        let job = self.jobs.get_mut(&k).expect("scheduled jobs exist");
+        if job.run.is_none() {
+            let req = job.req.take().expect("a queued job carries its request");
+            self.metrics.queue_wait_seconds.observe(job.submitted.elapsed().as_secs_f64());
+            job.run =
+                Some(PipelineRun::new(self.spec.clone(), req, self.device, Values::default(), job.cancel.clone()));
+        }
+        let run = job.run.as_mut().expect("just started");
+        let node = run.current_node().unwrap_or("finish").to_string();
+        let steps_before = run.metrics().step_seconds.len();
+        let events = job.events.clone();
+        let t = Instant::now();
+        let result = {
+            let _e = job.span.enter();
+            catch_unwind(AssertUnwindSafe(|| run.advance(&mut |e| drop(events.send(e)))))
+        };
+        let dt = t.elapsed().as_secs_f64();
+        match result {
+            Ok(Ok(Advance::Worked)) => {
+                let mut cost = self.shared.cost.lock().unwrap();
+                if run.metrics().step_seconds.len() > steps_before {
+                    cost.observe_step(&job.key, dt);
+                    self.metrics.step_seconds.observe(dt);
+                    job.steps_left = job.steps_left.saturating_sub(1);
+                } else {
+                    job.one_shot_spent += dt;
+                    self.metrics.one_shot_seconds.observe(dt);
+                }
+                let left = cost.remaining_seconds(&job.key, job.steps_left, job.one_shot_spent);
+                drop(cost);
+                self.state.set_remaining(k, left);
+            }
+            Ok(Ok(Advance::Finished)) => self.finish(k),
+            Ok(Err(e)) => {
+                let err = if job.cancel.is_cancelled() {
+                    EngineError::Cancelled
+                } else {
+                    EngineError::Failed { code: (self.classify)(&e).to_string(), message: format!("{e:#}") }
+                };
+                self.fail(k, err);
+            }
+            Err(p) => {
+                let message = format!("node `{node}` panicked: {}", panic_message(p.as_ref()));
+                self.fail(k, EngineError::Failed { code: "internal_error".into(), message });
+            }
+        }
+    }
+
+    fn finish(&mut self, k: u64) {
+        let mut job = self.jobs.remove(&k).expect("finishing a known job");
+        self.state.remove(k);
+        let run = job.run.take().expect("a finished job has a run");
+        let id = job.id.clone();
+        self.keys.remove(&id);
+        let events = job.events.clone();
+        let out = {
+            let _e = job.span.enter();
+            catch_unwind(AssertUnwindSafe(|| run.finish(&mut |e| drop(events.send(e)))))
+        };
+        let result = match out {
+            Ok(Ok(out)) => {
+                self.shared.cost.lock().unwrap().observe_one_shot(&job.key, job.one_shot_spent);
+                self.metrics.count("completed");
+                Ok(out)
+            }
+            Ok(Err(e)) => Err(EngineError::Failed { code: (self.classify)(&e).to_string(), message: format!("{e:#}") }),
+            Err(p) => Err(EngineError::Failed {
+                code: "internal_error".into(),
+                message: format!("collecting outputs panicked: {}", panic_message(p.as_ref())),
+            }),
+        };
+        match result {
+            Ok(out) => {
+                if let Some(done) = job.done.take() {
+                    let _ = done.send(Ok(out));
+                }
+                self.shared.release(&id);
+            }
+            Err(err) => {
+                // Put it back so `fail` reports it like any other failure.
+                self.keys.insert(id, k);
+                self.jobs.insert(k, job);
+                self.fail(k, err);
+            }
+        }
+    }
+}

@@ -1,0 +1,21 @@
+//! The execution plane (DESIGN.md §3): an async engine in front of one executor thread that
+//! runs a step scheduler over every admitted request.
+//!
+//! - [`scheduler::State`]: which request's next unit of work (one denoise step, or one whole
+//!   one-shot stage) runs; plain data, unit-tested without a GPU.
+//! - [`cost::CostModel`]: predicted seconds and bytes per request, calibrated from measured step
+//!   times; used for admission and for the scheduler's "least remaining work" order.
+//! - [`Engine`]: `submit` → [`Handle`] (events + final output), `cancel`, `drain`.
+//!
+//! Model code never appears here: the engine drives [`fastvideo_pipeline::PipelineRun`]s.
+
+pub mod cost;
+mod engine;
+mod error;
+mod metrics;
+pub mod scheduler;
+
+pub use engine::{Classifier, Engine, EngineConfig, EngineModel, Handle, RequestCheck};
+pub use error::EngineError;
+pub use metrics::Metrics;
+pub use scheduler::Policy;

@@ -1,0 +1,72 @@
+//! Prometheus metrics of the engine (and, registered by the server, of its HTTP side).
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabel {
+    pub outcome: String,
+}
+
+/// Handles to every engine metric; cheap to clone (each is an `Arc` inside).
+#[derive(Clone)]
+pub struct Metrics {
+    pub queue_depth: Gauge,
+    pub in_flight: Gauge,
+    /// Predicted seconds of all work admitted and not yet done.
+    pub backlog_seconds: Gauge<f64, AtomicU64>,
+    pub requests: Family<OutcomeLabel, Counter>,
+    pub step_seconds: Histogram,
+    pub one_shot_seconds: Histogram,
+    pub predicted_request_seconds: Histogram,
+    pub queue_wait_seconds: Histogram,
+    pub embedding_cache_hits: Counter,
+    pub embedding_cache_misses: Counter,
+    /// Wall time spent inside plugin calls (guiders, block interceptors).
+    pub plugin_seconds: Counter<f64, AtomicU64>,
+}
+
+impl Metrics {
+    /// Registers every metric under `fastvideo_` in `registry`.
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = Self {
+            queue_depth: Gauge::default(),
+            in_flight: Gauge::default(),
+            backlog_seconds: Gauge::default(),
+            requests: Family::default(),
+            step_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
+            one_shot_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
+            predicted_request_seconds: Histogram::new(exponential_buckets(0.01, 2.0, 16)),
+            queue_wait_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 18)),
+            embedding_cache_hits: Counter::default(),
+            embedding_cache_misses: Counter::default(),
+            plugin_seconds: Counter::default(),
+        };
+        let r = registry.sub_registry_with_prefix("fastvideo");
+        r.register("queue_depth", "Requests admitted and waiting for their first unit of work", m.queue_depth.clone());
+        r.register("in_flight", "Requests holding state on the executor", m.in_flight.clone());
+        r.register("backlog_seconds", "Predicted seconds of admitted work not yet done", m.backlog_seconds.clone());
+        r.register("requests", "Requests by outcome", m.requests.clone());
+        r.register("step_seconds", "Wall time of one denoise step", m.step_seconds.clone());
+        r.register("one_shot_seconds", "Wall time of one one-shot stage", m.one_shot_seconds.clone());
+        r.register(
+            "predicted_request_seconds",
+            "Predicted cost of each admitted request",
+            m.predicted_request_seconds.clone(),
+        );
+        r.register("queue_wait_seconds", "Time from admission to first unit of work", m.queue_wait_seconds.clone());
+        r.register("embedding_cache_hits", "Text embeddings served from the cache", m.embedding_cache_hits.clone());
+        r.register("embedding_cache_misses", "Text embeddings computed", m.embedding_cache_misses.clone());
+        r.register("plugin_seconds", "Wall time inside plugin calls", m.plugin_seconds.clone());
+        m
+    }
+
+    pub fn count(&self, outcome: &str) {
+        self.requests.get_or_create(&OutcomeLabel { outcome: outcome.to_string() }).inc();
+    }
+}

@@ -1,0 +1,303 @@
+//! Which request's next unit of work runs: a plain state machine with no GPU, no threads and no
+//! clock of its own (callers pass `now`), so every policy decision is unit-tested.
+//!
+//! Units are what [`fastvideo_pipeline::PipelineRun::advance`] does: one denoise step, or one
+//! whole one-shot stage (text encode, VAE decode). Between two units the executor may switch to
+//! another request; that is what keeps a 4-step job from queueing behind a 50-step one.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+/// How the next unit is chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Policy {
+    /// Higher `priority` first; then the least predicted remaining work, reduced by
+    /// `aging` for every second a request has waited (so a stream of short jobs cannot starve a
+    /// long one forever); then arrival order.
+    #[default]
+    ShortestRemaining,
+    /// Request-level first come, first served: the oldest request runs to completion before the
+    /// next starts. The baseline the benchmark compares against (what a server without step
+    /// boundaries does).
+    Fifo,
+}
+
+impl std::str::FromStr for Policy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "shortest_remaining" | "shortest-remaining" => Ok(Policy::ShortestRemaining),
+            "fifo" => Ok(Policy::Fifo),
+            other => Err(format!("`{other}` is not shortest_remaining or fifo")),
+        }
+    }
+}
+
+/// One request as the scheduler sees it.
+#[derive(Debug, Clone)]
+struct Entry {
+    priority: i32,
+    arrival: u64,
+    submitted: Instant,
+    /// Predicted seconds of work left.
+    remaining: f64,
+    /// Predicted peak memory while active, in bytes.
+    memory: u64,
+    /// Holds state (latents, plugin instances) — counted against the active limits.
+    active: bool,
+}
+
+/// Limits on how many requests hold state at once.
+#[derive(Debug, Clone, Copy)]
+pub struct Capacity {
+    pub max_active: usize,
+    /// Sum of the active requests' predicted memory.
+    pub memory_bytes: u64,
+}
+
+/// The scheduler's whole state. Keys are the engine's request slots.
+#[derive(Debug)]
+pub struct State {
+    policy: Policy,
+    /// Seconds of predicted work forgiven per second waited.
+    aging: f64,
+    capacity: Capacity,
+    entries: BTreeMap<u64, Entry>,
+    next_arrival: u64,
+}
+
+impl State {
+    pub fn new(policy: Policy, aging: f64, capacity: Capacity) -> Self {
+        Self { policy, aging, capacity, entries: BTreeMap::new(), next_arrival: 0 }
+    }
+
+    pub fn policy(&self) -> Policy {
+        self.policy
+    }
+
+    /// A new request, queued (not yet holding state).
+    pub fn add(&mut self, key: u64, priority: i32, remaining: f64, memory: u64, now: Instant) {
+        let arrival = self.next_arrival;
+        self.next_arrival += 1;
+        self.entries.insert(key, Entry { priority, arrival, submitted: now, remaining, memory, active: false });
+    }
+
+    /// The request finished, failed or was cancelled.
+    pub fn remove(&mut self, key: u64) {
+        self.entries.remove(&key);
+    }
+
+    /// New prediction of the work left (after a unit ran).
+    pub fn set_remaining(&mut self, key: u64, remaining: f64) {
+        if let Some(e) = self.entries.get_mut(&key) {
+            e.remaining = remaining.max(0.0);
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Requests holding state.
+    pub fn active(&self) -> usize {
+        self.entries.values().filter(|e| e.active).count()
+    }
+
+    /// Requests waiting for their first unit.
+    pub fn queued(&self) -> usize {
+        self.entries.len() - self.active()
+    }
+
+    /// Predicted seconds of all work not yet done.
+    pub fn backlog_seconds(&self) -> f64 {
+        self.entries.values().map(|e| e.remaining).sum()
+    }
+
+    fn active_memory(&self) -> u64 {
+        self.entries.values().filter(|e| e.active).map(|e| e.memory).sum()
+    }
+
+    /// The request whose next unit runs now, marking it active. `None` when nothing is runnable
+    /// (empty, or only queued requests that do not fit beside the active ones).
+    pub fn pick(&mut self, now: Instant) -> Option<u64> {
+        let active = self.active();
+        let memory = self.active_memory();
+        let fits = |e: &Entry| {
+            e.active
+                || (active < self.capacity.max_active
+                    && (active == 0 || memory + e.memory <= self.capacity.memory_bytes))
+        };
+        let key = match self.policy {
+            Policy::Fifo => {
+                // The oldest request runs until it is done; nothing overtakes it.
+                self.entries.iter().min_by_key(|(_, e)| e.arrival).map(|(k, _)| *k)
+            }
+            Policy::ShortestRemaining => {
+                let score = |e: &Entry| {
+                    let waited = now.saturating_duration_since(e.submitted).as_secs_f64();
+                    e.remaining - self.aging * waited
+                };
+                self.entries
+                    .iter()
+                    .filter(|(_, e)| fits(e))
+                    .min_by(|(_, a), (_, b)| {
+                        b.priority.cmp(&a.priority).then(score(a).total_cmp(&score(b))).then(a.arrival.cmp(&b.arrival))
+                    })
+                    .map(|(k, _)| *k)
+            }
+        }?;
+        self.entries.get_mut(&key)?.active = true;
+        Some(key)
+    }
+
+    /// How long the oldest queued request has waited (for metrics).
+    pub fn oldest_wait(&self, now: Instant) -> Duration {
+        self.entries
+            .values()
+            .filter(|e| !e.active)
+            .map(|e| now.saturating_duration_since(e.submitted))
+            .max()
+            .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ROOMY: Capacity = Capacity { max_active: 64, memory_bytes: u64::MAX };
+
+    /// Runs the scheduler to completion with each unit costing `unit` seconds of predicted work,
+    /// and returns the order in which requests finished.
+    fn simulate(state: &mut State, mut work: BTreeMap<u64, u32>, unit: f64) -> Vec<u64> {
+        let now = Instant::now();
+        let mut done = Vec::new();
+        while let Some(k) = state.pick(now) {
+            let left = work.get_mut(&k).unwrap();
+            *left -= 1;
+            if *left == 0 {
+                state.remove(k);
+                done.push(k);
+            } else {
+                state.set_remaining(k, *left as f64 * unit);
+            }
+        }
+        done
+    }
+
+    #[test]
+    fn short_job_submitted_behind_long_one_finishes_first() {
+        let now = Instant::now();
+        let mut s = State::new(Policy::ShortestRemaining, 0.0, ROOMY);
+        s.add(1, 0, 50.0, 1, now);
+        // The long job has started.
+        assert_eq!(s.pick(now), Some(1));
+        s.set_remaining(1, 49.0);
+        s.add(2, 0, 4.0, 1, now);
+        let order = simulate(&mut s, BTreeMap::from([(1, 49), (2, 4)]), 1.0);
+        assert_eq!(order, vec![2, 1]);
+    }
+
+    #[test]
+    fn fifo_runs_requests_to_completion_in_arrival_order() {
+        let now = Instant::now();
+        let mut s = State::new(Policy::Fifo, 0.0, ROOMY);
+        s.add(1, 0, 50.0, 1, now);
+        s.add(2, 5, 4.0, 1, now);
+        assert_eq!(s.pick(now), Some(1));
+        let order = simulate(&mut s, BTreeMap::from([(1, 49), (2, 4)]), 1.0);
+        assert_eq!(order, vec![1, 2]);
+    }
+
+    #[test]
+    fn priority_wins_over_remaining_work() {
+        let now = Instant::now();
+        let mut s = State::new(Policy::ShortestRemaining, 0.0, ROOMY);
+        s.add(1, 0, 1.0, 1, now);
+        s.add(2, 1, 100.0, 1, now);
+        assert_eq!(s.pick(now), Some(2));
+    }
+
+    #[test]
+    fn equal_work_runs_in_arrival_order() {
+        let now = Instant::now();
+        let mut s = State::new(Policy::ShortestRemaining, 0.0, ROOMY);
+        for k in [7, 3, 5] {
+            s.add(k, 0, 10.0, 1, now);
+        }
+        assert_eq!(s.pick(now), Some(7));
+    }
+
+    #[test]
+    fn aging_lets_a_long_waiting_job_overtake_fresh_short_ones() {
+        let t0 = Instant::now();
+        let mut s = State::new(Policy::ShortestRemaining, 0.5, ROOMY);
+        s.add(1, 0, 30.0, 1, t0);
+        // 100 s later a 5 s job arrives: the old one's score is 30 - 50 < 5.
+        let later = t0 + Duration::from_secs(100);
+        s.add(2, 0, 5.0, 1, later);
+        assert_eq!(s.pick(later), Some(1));
+        // Without aging the short job would go first.
+        let mut s = State::new(Policy::ShortestRemaining, 0.0, ROOMY);
+        s.add(1, 0, 30.0, 1, t0);
+        s.add(2, 0, 5.0, 1, later);
+        assert_eq!(s.pick(later), Some(2));
+    }
+
+    #[test]
+    fn active_limit_keeps_queued_requests_waiting() {
+        let now = Instant::now();
+        let mut s = State::new(Policy::ShortestRemaining, 0.0, Capacity { max_active: 1, memory_bytes: u64::MAX });
+        s.add(1, 0, 10.0, 1, now);
+        assert_eq!(s.pick(now), Some(1));
+        s.add(2, 0, 1.0, 1, now);
+        // Shorter, but no slot is free: the active request continues.
+        assert_eq!(s.pick(now), Some(1));
+        assert_eq!((s.active(), s.queued()), (1, 1));
+        s.remove(1);
+        assert_eq!(s.pick(now), Some(2));
+    }
+
+    #[test]
+    fn memory_budget_limits_what_runs_beside_active_requests() {
+        let now = Instant::now();
+        let mut s = State::new(Policy::ShortestRemaining, 0.0, Capacity { max_active: 8, memory_bytes: 100 });
+        s.add(1, 0, 10.0, 60, now);
+        assert_eq!(s.pick(now), Some(1));
+        s.add(2, 0, 1.0, 60, now); // 60 + 60 > 100
+        s.add(3, 0, 2.0, 30, now); // fits
+        assert_eq!(s.pick(now), Some(3));
+        assert_eq!(s.pick(now), Some(3));
+        s.remove(3);
+        assert_eq!(s.pick(now), Some(1));
+        s.remove(1);
+        // Alone, a request always runs (admission already refused what can never fit).
+        assert_eq!(s.pick(now), Some(2));
+    }
+
+    #[test]
+    fn backlog_sums_remaining_work() {
+        let now = Instant::now();
+        let mut s = State::new(Policy::ShortestRemaining, 0.0, ROOMY);
+        s.add(1, 0, 2.5, 1, now);
+        s.add(2, 0, 1.5, 1, now);
+        s.set_remaining(2, 0.5);
+        assert!((s.backlog_seconds() - 3.0).abs() < 1e-9);
+        assert!(s.pick(now).is_some());
+        assert_eq!(s.queued(), 1);
+    }
+
+    #[test]
+    fn policy_parses_from_config_words() {
+        assert_eq!("fifo".parse::<Policy>(), Ok(Policy::Fifo));
+        assert_eq!("shortest_remaining".parse::<Policy>(), Ok(Policy::ShortestRemaining));
+        assert!("lifo".parse::<Policy>().unwrap_err().contains("lifo"));
+    }
+}
