@@ -75,12 +75,20 @@ pub fn policies_for(
         if !plugins.plugin_params.is_empty() {
             bail!("--plugin-param needs --deploy (plugins come from a deploy config)");
         }
-        return Ok((pipeline::default_guidance(), None));
+        return Ok(policies(None, model_id, quiet));
     };
     let deploy = Deployment::load(path).with_context(|| format!("--deploy {}", path.display()))?;
     for r in requests {
         deploy.check_request(r)?;
     }
+    Ok(policies(Some(&deploy), model_id, quiet))
+}
+
+/// The policies a deploy enables (built-in CFG and no block policy without one).
+pub fn policies(deploy: Option<&Deployment>, model_id: &str, quiet: bool) -> Policies {
+    let Some(deploy) = deploy else {
+        return (pipeline::default_guidance(), None);
+    };
     let say = |what: &str, p: &fastvideo_plugin_host::EnabledPlugin| {
         if !quiet {
             eprintln!("{what}: plugin `{}` (blake3 {})", p.name(), &p.plugin.audit.blake3[..16]);
@@ -89,18 +97,18 @@ pub fn policies_for(
     let guidance: Arc<dyn Guidance> = match deploy.of_kind(PluginKind::Guider).next().cloned() {
         Some(g) => {
             say("guider", &g);
-            Arc::new(PluginGuider::new(&deploy, g, model_id))
+            Arc::new(PluginGuider::new(deploy, g, model_id))
         }
         None => pipeline::default_guidance(),
     };
     let blocks: Option<Arc<dyn BlockPolicy>> = match deploy.of_kind(PluginKind::BlockInterceptor).next().cloned() {
         Some(b) => {
             say("block interceptor", &b);
-            Some(Arc::new(PluginBlockPolicy::new(&deploy, b, model_id)))
+            Some(Arc::new(PluginBlockPolicy::new(deploy, b, model_id)))
         }
         None => None,
     };
-    Ok((guidance, blocks))
+    (guidance, blocks)
 }
 
 /// Checks the places outputs go before any work, so a typo never costs a generation.

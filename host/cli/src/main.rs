@@ -8,6 +8,7 @@ mod eval;
 mod generate;
 mod plugin;
 mod progress;
+mod serve;
 
 use std::process::ExitCode;
 
@@ -28,6 +29,8 @@ enum Command {
     Dataset(dataset::DatasetArgs),
     /// Score prompt adherence: generate clips for fixed scenes and analyze them.
     Eval(eval::EvalArgs),
+    /// Serve the model over an OpenAI-compatible HTTP API (videos, images, SSE, WebSocket).
+    Serve(serve::ServeArgs),
     /// Inspect and build Wasm plugins.
     #[command(subcommand)]
     Plugin(plugin::PluginCommand),
@@ -53,6 +56,7 @@ fn main() -> ExitCode {
         Command::Generate(args) => generate::run(args),
         Command::Dataset(args) => dataset::run(args),
         Command::Eval(args) => eval::run(args),
+        Command::Serve(args) => serve::run(args),
         Command::Plugin(cmd) => plugin::run(cmd),
     };
     match result {

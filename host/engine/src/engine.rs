@@ -74,6 +74,8 @@ pub struct EngineModel {
 /// A submitted request: its events as they happen, and its final output.
 pub struct Handle {
     pub request_id: String,
+    /// The request as resolved against the model (defaults filled, seed drawn).
+    pub request: ResolvedRequest,
     pub predicted_seconds: f64,
     pub events: mpsc::UnboundedReceiver<OmniEvent>,
     pub output: oneshot::Receiver<Result<OmniOutput, EngineError>>,
@@ -253,6 +255,7 @@ impl Engine {
         let (dtx, drx) = oneshot::channel();
         let request_id = req.request_id.clone();
         let span = tracing::info_span!("request", id = %request_id, steps = req.steps, predicted_s = predicted);
+        let resolved = req.clone();
         let job = Job {
             id: request_id.clone(),
             steps_left: req.steps,
@@ -270,7 +273,7 @@ impl Engine {
             inner.shared.release(&request_id);
             return Err(EngineError::Stopped);
         }
-        Ok(Handle { request_id, predicted_seconds: predicted, events: erx, output: drx })
+        Ok(Handle { request_id, request: resolved, predicted_seconds: predicted, events: erx, output: drx })
     }
 
     /// Cancels a queued or running request at its next unit boundary. `false` when the id is not

@@ -1,0 +1,109 @@
+//! `fastvideo serve`: the model behind the OpenAI-compatible HTTP API (see docs/api.md).
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use fastvideo_engine::{Engine, EngineConfig, EngineModel, Metrics, Policy};
+use fastvideo_plugin_host::{Deployment, PluginError};
+use fastvideo_request::RequestError;
+use fastvideo_server::{AppState, DrainMode, ServerConfig};
+use fastvideo_wan::{pipeline, WanModel};
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// Diffusers-layout Wan folder; the default model when omitted.
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Deploy config enabling plugins by hash (see docs/plugins.md).
+    #[arg(long)]
+    deploy: Option<PathBuf>,
+    /// auto, cpu, cuda or cuda:N.
+    #[arg(long, default_value = "auto")]
+    device: String,
+    #[arg(long, default_value = "127.0.0.1")]
+    host: IpAddr,
+    /// 0 picks a free port (printed at start).
+    #[arg(long, default_value_t = 8000)]
+    port: u16,
+    /// shortest_remaining (step-level; short jobs overtake long ones) or fifo (request-level).
+    #[arg(long, default_value = "shortest_remaining")]
+    policy: Policy,
+    /// Requests holding state at once.
+    #[arg(long, default_value_t = 16)]
+    max_active: usize,
+    /// Requests admitted (queued or running) at once; more get HTTP 429.
+    #[arg(long, default_value_t = 1024)]
+    max_queue: usize,
+    /// Memory the active requests may hold together, in MiB (admission refuses larger requests).
+    #[arg(long, default_value_t = 8192)]
+    memory_mib: u64,
+    /// Refuse requests predicted to take longer than this many seconds.
+    #[arg(long)]
+    max_request_seconds: Option<f64>,
+    /// On SIGTERM: `finish` admitted jobs, or `cancel` them.
+    #[arg(long, default_value = "finish", value_parser = ["finish", "cancel"])]
+    drain: String,
+    /// Seconds to wait for admitted jobs during a drain.
+    #[arg(long, default_value_t = 300)]
+    drain_timeout: u64,
+}
+
+/// Maps plugin-host errors to our error codes: a failing plugin is `plugin_failed`.
+fn classify(e: &anyhow::Error) -> &'static str {
+    if e.chain().any(|c| matches!(c.downcast_ref::<PluginError>(), Some(PluginError::Call { .. }))) {
+        "plugin_failed"
+    } else {
+        "pipeline_failed"
+    }
+}
+
+pub fn run(args: ServeArgs) -> Result<()> {
+    if args.max_active == 0 || args.max_queue == 0 {
+        bail!("--max-active and --max-queue must be positive");
+    }
+    let device = fastvideo_torch::device(&args.device)?;
+    let (model_dir, model_id) = match &args.model {
+        Some(m) => (m.clone(), m.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or("model".into())),
+        None => (crate::default_model::locate()?, "fastvideo-default".to_string()),
+    };
+    let model = WanModel::load(&model_dir, device).with_context(|| format!("--model {}", model_dir.display()))?;
+    let deploy = match &args.deploy {
+        Some(p) => Some(Arc::new(Deployment::load(p).with_context(|| format!("--deploy {}", p.display()))?)),
+        None => None,
+    };
+    let (guidance, blocks) = crate::generate::policies(deploy.as_deref(), &model_id, false);
+    let spec = Arc::new(pipeline::text_to_video_with(&model, guidance, blocks)?);
+    let check = Box::new(move |r: &fastvideo_request::ResolvedRequest| match &deploy {
+        Some(d) => d.check_request(r).map_err(|e| match &e {
+            PluginError::Refused { plugin, .. } => RequestError::new(format!("plugin_params.{plugin}"), e.to_string()),
+            _ => RequestError::new("plugin_params", e.to_string()),
+        }),
+        None if !r.plugin_params.is_empty() => {
+            Err(RequestError::new("plugin_params", "this server enables no plugins (it was started without --deploy)"))
+        }
+        None => Ok(()),
+    });
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = Metrics::register(&mut registry);
+    let cfg = EngineConfig {
+        policy: args.policy,
+        max_active: args.max_active,
+        max_queue: args.max_queue,
+        memory_bytes: args.memory_mib << 20,
+        max_request_seconds: args.max_request_seconds,
+        ..Default::default()
+    };
+    let limits = model.limits();
+    let engine = Engine::start(EngineModel { id: model_id, limits, spec, device, check, classify }, cfg, metrics);
+    let server = ServerConfig {
+        addr: SocketAddr::new(args.host, args.port),
+        drain: if args.drain == "cancel" { DrainMode::Cancel } else { DrainMode::Finish },
+        drain_timeout: Duration::from_secs(args.drain_timeout),
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?;
+    rt.block_on(fastvideo_server::serve(AppState::new(engine, registry), server))
+}

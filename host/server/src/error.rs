@@ -1,0 +1,106 @@
+//! The one error type of the HTTP API and its one mapping to status codes. Bodies follow
+//! OpenAI's shape, `{"error": {"message", "type", "param", "code"}}`, so OpenAI clients raise
+//! their usual exceptions (`BadRequestError`, `NotFoundError` …) with our message in them.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use fastvideo_engine::EngineError;
+use fastvideo_request::RequestError;
+
+#[derive(Debug)]
+pub enum ApiError {
+    /// A request that cannot run as given; `param` names the field.
+    BadRequest {
+        param: Option<String>,
+        code: String,
+        message: String,
+    },
+    NotFound {
+        what: String,
+    },
+    /// The resource exists but is not in a state for this (content of an unfinished job).
+    Conflict {
+        code: String,
+        message: String,
+    },
+    /// Too much admitted work; retry later.
+    Busy {
+        message: String,
+    },
+    /// Shutting down.
+    Unavailable {
+        message: String,
+    },
+    /// A failure on our side while running the request.
+    Internal {
+        code: String,
+        message: String,
+    },
+}
+
+impl ApiError {
+    pub fn field(param: &str, message: impl Into<String>) -> Self {
+        ApiError::BadRequest { param: Some(param.into()), code: "invalid_request".into(), message: message.into() }
+    }
+
+    fn parts(&self) -> (StatusCode, &'static str, Option<&str>, &str, String) {
+        match self {
+            ApiError::BadRequest { param, code, message } => {
+                (StatusCode::BAD_REQUEST, "invalid_request_error", param.as_deref(), code, message.clone())
+            }
+            ApiError::NotFound { what } => {
+                (StatusCode::NOT_FOUND, "invalid_request_error", None, "not_found", format!("{what} not found"))
+            }
+            ApiError::Conflict { code, message } => {
+                (StatusCode::CONFLICT, "invalid_request_error", None, code, message.clone())
+            }
+            ApiError::Busy { message } => {
+                (StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", None, "queue_full", message.clone())
+            }
+            ApiError::Unavailable { message } => {
+                (StatusCode::SERVICE_UNAVAILABLE, "server_error", None, "draining", message.clone())
+            }
+            ApiError::Internal { code, message } => {
+                (StatusCode::INTERNAL_SERVER_ERROR, "server_error", None, code, message.clone())
+            }
+        }
+    }
+
+    /// The JSON body (also sent over WebSocket).
+    pub fn body(&self) -> serde_json::Value {
+        let (_, kind, param, code, message) = self.parts();
+        serde_json::json!({"error": {"message": message, "type": kind, "param": param, "code": code}})
+    }
+}
+
+impl From<RequestError> for ApiError {
+    fn from(e: RequestError) -> Self {
+        let message = e.to_string();
+        ApiError::BadRequest { param: Some(e.field), code: "invalid_request".into(), message }
+    }
+}
+
+impl From<EngineError> for ApiError {
+    fn from(e: EngineError) -> Self {
+        match e {
+            EngineError::Invalid(r) => r.into(),
+            EngineError::TooLarge { .. } | EngineError::Duplicate(_) => ApiError::BadRequest {
+                param: e.field().map(str::to_string),
+                code: e.code().to_string(),
+                message: e.to_string(),
+            },
+            EngineError::QueueFull { .. } => ApiError::Busy { message: e.to_string() },
+            EngineError::Draining | EngineError::Stopped => ApiError::Unavailable { message: e.to_string() },
+            EngineError::Cancelled => ApiError::Conflict { code: "cancelled".into(), message: e.to_string() },
+            EngineError::Failed { code, message } => ApiError::Internal { code, message },
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.parts().0;
+        (status, Json(self.body())).into_response()
+    }
+}

@@ -1,0 +1,62 @@
+//! `POST /v1/images/generations`: one-frame generations, answered when done (b64 PNG).
+
+use axum::extract::{Request, State};
+use axum::Json;
+use base64::Engine as _;
+use fastvideo_request::TaskType;
+
+use crate::error::ApiError;
+use crate::params::{read_body, CreateParams};
+use crate::AppState;
+
+const MAX_N: u32 = 8;
+
+pub async fn generate_images(State(s): State<AppState>, req: Request) -> Result<Json<serde_json::Value>, ApiError> {
+    let p: CreateParams = read_body(req).await?;
+    if let Some(f) = p.response_format.as_deref().filter(|f| *f != "b64_json") {
+        return Err(ApiError::field("response_format", format!("response_format: `{f}` is not served; use b64_json")));
+    }
+    let n = p.n.unwrap_or(1);
+    if !(1..=MAX_N).contains(&n) {
+        return Err(ApiError::field("n", format!("n: must be between 1 and {MAX_N}")));
+    }
+    if p.seconds.is_some() || p.num_frames.is_some() {
+        let f = if p.seconds.is_some() { "seconds" } else { "num_frames" };
+        return Err(ApiError::field(f, format!("{f}: images have one frame; use /v1/videos for video")));
+    }
+    let base = s.new_id("img");
+    let mut handles = Vec::new();
+    for i in 0..n {
+        let mut r = p.to_request(format!("{base}_{i}"), TaskType::T2i, s.engine.model_id(), s.engine.limits())?;
+        r.sampling.seed = p.seed.map(|seed| seed + i as u64);
+        match s.engine.submit(r) {
+            Ok(h) => handles.push(h),
+            Err(e) => {
+                // All or nothing: do not leave siblings running for a request that failed.
+                for h in &handles {
+                    s.engine.cancel(&h.request_id);
+                }
+                return Err(e.into());
+            }
+        }
+    }
+    let mut data = Vec::new();
+    for h in handles {
+        let seed = h.request.seed;
+        let out = h.wait().await?;
+        let video = out.video().cloned().ok_or_else(|| ApiError::Internal {
+            code: "no_image".into(),
+            message: "the pipeline produced no image".into(),
+        })?;
+        let png = tokio::task::spawn_blocking(move || fastvideo_media::png_bytes(&video, 0))
+            .await
+            .map_err(|e| ApiError::Internal { code: "encode_failed".into(), message: e.to_string() })?
+            .map_err(|e| ApiError::Internal { code: "encode_failed".into(), message: format!("{e:#}") })?;
+        data.push(serde_json::json!({
+            "b64_json": base64::engine::general_purpose::STANDARD.encode(png),
+            "revised_prompt": null,
+            "seed": seed,
+        }));
+    }
+    Ok(Json(serde_json::json!({"created": crate::jobs::now_secs(), "data": data})))
+}

@@ -1,0 +1,155 @@
+//! The HTTP face of the engine (axum): OpenAI-compatible video and image endpoints, SSE and
+//! WebSocket event streams, health, readiness, Prometheus metrics and a graceful drain.
+//!
+//! The server owns no model code: it is handed a started [`Engine`] and a metrics registry.
+
+mod error;
+mod images;
+mod jobs;
+mod params;
+mod stream;
+mod videos;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::header::CONTENT_TYPE;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use fastvideo_engine::Engine;
+use prometheus_client::registry::Registry;
+
+pub use error::ApiError;
+pub use jobs::{Status, VideoObject};
+
+/// What happens to admitted work when the server is told to stop (SIGTERM or Ctrl-C).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DrainMode {
+    /// Stop admitting, let queued and running jobs finish, then exit.
+    #[default]
+    Finish,
+    /// Stop admitting and cancel everything admitted, then exit.
+    Cancel,
+}
+
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub addr: SocketAddr,
+    pub drain: DrainMode,
+    /// Longest wait for admitted work during a drain before exiting anyway.
+    pub drain_timeout: Duration,
+}
+
+/// Shared by every handler.
+#[derive(Clone)]
+pub struct AppState {
+    pub engine: Engine,
+    jobs: jobs::Jobs,
+    registry: Arc<Registry>,
+    counter: Arc<AtomicU64>,
+}
+
+impl AppState {
+    pub fn new(engine: Engine, registry: Registry) -> Self {
+        Self { engine, jobs: jobs::Jobs::default(), registry: Arc::new(registry), counter: Arc::new(AtomicU64::new(0)) }
+    }
+
+    /// A fresh, unguessable-enough id: process start entropy plus a counter.
+    fn new_id(&self, prefix: &str) -> String {
+        let n = self.counter.fetch_add(1, Ordering::Relaxed);
+        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+        let h = blake3::hash(format!("{t}:{n}:{}", std::process::id()).as_bytes());
+        format!("{prefix}_{}", &h.to_hex()[..24])
+    }
+}
+
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/v1/videos", post(videos::create_video).get(videos::list_videos))
+        .route("/v1/videos/{id}", get(videos::get_video).delete(videos::delete_video))
+        .route("/v1/videos/{id}/content", get(videos::video_content))
+        .route("/v1/videos/{id}/events", get(stream::video_events))
+        .route("/v1/stream", get(stream::websocket))
+        .route("/v1/images/generations", post(images::generate_images))
+        .route("/v1/models", get(models))
+        .route("/health", get(|| async { Json(serde_json::json!({"status": "ok"})) }))
+        .route("/ready", get(ready))
+        .route("/metrics", get(metrics))
+        .fallback(|| async { ApiError::NotFound { what: "route".into() } })
+        .with_state(state)
+}
+
+async fn models(State(s): State<AppState>) -> Json<serde_json::Value> {
+    Json(serde_json::json!({
+        "object": "list",
+        "data": [{"id": s.engine.model_id(), "object": "model", "created": 0, "owned_by": "fastvideo"}],
+    }))
+}
+
+async fn ready(State(s): State<AppState>) -> impl IntoResponse {
+    if s.engine.is_draining() {
+        (StatusCode::SERVICE_UNAVAILABLE, Json(serde_json::json!({"status": "draining", "live": s.engine.live()})))
+    } else {
+        (StatusCode::OK, Json(serde_json::json!({"status": "ready", "live": s.engine.live()})))
+    }
+}
+
+async fn metrics(State(s): State<AppState>) -> impl IntoResponse {
+    let mut text = String::new();
+    if let Err(e) = prometheus_client::encoding::text::encode(&mut text, &s.registry) {
+        return (StatusCode::INTERNAL_SERVER_ERROR, format!("encoding metrics: {e}")).into_response();
+    }
+    ([(CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text).into_response()
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+async fn stop_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+}
+
+/// Serves until SIGTERM/Ctrl-C, then drains: `/ready` turns 503, new jobs are refused, admitted
+/// ones finish (or are cancelled, per `cfg.drain`) while polls and downloads keep working, and
+/// the process returns once the engine is idle or `drain_timeout` passed.
+pub async fn serve(state: AppState, cfg: ServerConfig) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(cfg.addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("--port: cannot listen on {}: {e}", cfg.addr))?;
+    tracing::info!(addr = %listener.local_addr()?, model = state.engine.model_id(), "serving");
+    eprintln!("fastvideo: serving {} on http://{}", state.engine.model_id(), listener.local_addr()?);
+    let engine = state.engine.clone();
+    let app = router(state);
+    let drain = async move {
+        stop_signal().await;
+        eprintln!("fastvideo: draining ({} requests admitted, mode {:?})", engine.live(), cfg.drain);
+        engine.drain(cfg.drain == DrainMode::Cancel);
+        if tokio::time::timeout(cfg.drain_timeout, engine.idle()).await.is_err() {
+            eprintln!("fastvideo: drain timeout; cancelling {} requests", engine.live());
+            engine.drain(true);
+            let _ = tokio::time::timeout(Duration::from_secs(5), engine.idle()).await;
+        }
+        // Let the last jobs' MP4 encodes land before connections close.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        eprintln!("fastvideo: drained");
+    };
+    axum::serve(listener, app).with_graceful_shutdown(drain).await?;
+    Ok(())
+}

@@ -1,0 +1,269 @@
+//! Request bodies of the OpenAI-compatible endpoints, read from JSON or multipart form data, and
+//! their translation into an [`OmniRequest`]. Every parse error names the field.
+
+use std::collections::BTreeMap;
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, Multipart, Request};
+use axum::http::header::CONTENT_TYPE;
+use fastvideo_request::{ModelLimits, OmniRequest, TaskType};
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+
+use crate::error::ApiError;
+
+/// Fields of `POST /v1/videos` and `POST /v1/images/generations`: OpenAI's, then ours.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateParams {
+    pub prompt: Option<String>,
+    pub model: Option<String>,
+    /// Video length in seconds, as OpenAI sends it (a string such as "4").
+    pub seconds: Option<SecondsValue>,
+    /// `WIDTHxHEIGHT`.
+    pub size: Option<String>,
+    /// Images only: how many (each with the next seed).
+    pub n: Option<u32>,
+    /// Images only: `b64_json` (the only format served).
+    pub response_format: Option<String>,
+    pub seed: Option<u64>,
+    pub num_inference_steps: Option<u32>,
+    pub guidance_scale: Option<f32>,
+    pub negative_prompt: Option<String>,
+    pub width: Option<u32>,
+    pub height: Option<u32>,
+    pub num_frames: Option<u32>,
+    pub fps: Option<u32>,
+    pub shift: Option<f32>,
+    pub priority: Option<i32>,
+    pub exact: Option<bool>,
+    #[serde(default)]
+    pub plugin_params: BTreeMap<String, serde_json::Value>,
+    /// Accepted so OpenAI clients can send it; images conditioning is not served yet.
+    pub input_reference: Option<serde_json::Value>,
+    /// Accepted from OpenAI clients; no effect here.
+    #[allow(dead_code)]
+    pub user: Option<String>,
+    #[allow(dead_code)]
+    pub quality: Option<String>,
+    #[allow(dead_code)]
+    pub style: Option<String>,
+}
+
+/// `seconds` arrives as a string from OpenAI clients and as a number from others.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum SecondsValue {
+    Number(f64),
+    Text(String),
+}
+
+/// Reads a JSON or multipart body into `T`, naming the offending field on failure.
+pub async fn read_body<T: DeserializeOwned>(req: Request) -> Result<T, ApiError> {
+    let is_multipart = req
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("multipart/form-data"));
+    let value = if is_multipart {
+        let mut form = Multipart::from_request(req, &())
+            .await
+            .map_err(|e| ApiError::field("body", format!("unreadable multipart body: {e}")))?;
+        let mut map = serde_json::Map::new();
+        while let Some(field) =
+            form.next_field().await.map_err(|e| ApiError::field("body", format!("unreadable multipart body: {e}")))?
+        {
+            let name = field.name().unwrap_or_default().to_string();
+            let is_file = field.file_name().is_some();
+            let bytes =
+                field.bytes().await.map_err(|e| ApiError::field(&name, format!("unreadable form field: {e}")))?;
+            let value = if is_file {
+                serde_json::json!({ "bytes": bytes.len() })
+            } else {
+                let text = String::from_utf8(bytes.to_vec())
+                    .map_err(|_| ApiError::field(&name, "form field is not UTF-8 text"))?;
+                form_value(&name, text)
+            };
+            map.insert(name, value);
+        }
+        serde_json::Value::Object(map)
+    } else {
+        let bytes = Bytes::from_request(req, &())
+            .await
+            .map_err(|e| ApiError::field("body", format!("unreadable body: {e}")))?;
+        if bytes.is_empty() {
+            return Err(ApiError::field("body", "empty body; send a JSON object"));
+        }
+        serde_json::from_slice(&bytes).map_err(|e| ApiError::field("body", format!("not valid JSON: {e}")))?
+    };
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner().to_string();
+        // An unknown field has no path yet; its name is in serde's message.
+        let param = if path == "." { unknown_field(&inner).unwrap_or_else(|| "body".into()) } else { path };
+        ApiError::field(&param, format!("{param}: {inner}"))
+    })
+}
+
+fn unknown_field(message: &str) -> Option<String> {
+    let rest = message.strip_prefix("unknown field `")?;
+    Some(rest[..rest.find('`')?].to_string())
+}
+
+/// Form fields are text; the ones that are numbers, booleans or objects in JSON are parsed.
+fn form_value(name: &str, text: String) -> serde_json::Value {
+    const TEXT: [&str; 9] =
+        ["prompt", "model", "size", "negative_prompt", "response_format", "user", "quality", "style", "seconds"];
+    if TEXT.contains(&name) {
+        return serde_json::Value::String(text);
+    }
+    serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text))
+}
+
+impl CreateParams {
+    /// The engine request for these parameters.
+    pub fn to_request(
+        &self,
+        id: String,
+        task: TaskType,
+        served_model: &str,
+        limits: &ModelLimits,
+    ) -> Result<OmniRequest, ApiError> {
+        let prompt = self.prompt.clone().filter(|p| !p.trim().is_empty());
+        let prompt = prompt.ok_or_else(|| ApiError::field("prompt", "prompt: required, and must not be empty"))?;
+        if let Some(m) = &self.model {
+            if m != served_model {
+                return Err(ApiError::field(
+                    "model",
+                    format!("model: `{m}` is not served here; this server serves `{served_model}` (GET /v1/models)"),
+                ));
+            }
+        }
+        if self.input_reference.is_some() {
+            return Err(ApiError::field("input_reference", "input_reference: image conditioning is not served yet"));
+        }
+        let mut r = OmniRequest::text_to_video(id, prompt);
+        r.task = task;
+        let d = &mut r.diffusion;
+        (d.width, d.height) = (self.width, self.height);
+        if let Some(size) = &self.size {
+            let parsed = size.split_once('x').and_then(|(w, h)| Some((w.trim().parse().ok()?, h.trim().parse().ok()?)));
+            let Some((w, h)) = parsed else {
+                return Err(ApiError::field("size", format!("size: `{size}` is not WIDTHxHEIGHT (e.g. 64x64)")));
+            };
+            d.width = d.width.or(Some(w));
+            d.height = d.height.or(Some(h));
+        }
+        d.num_inference_steps = self.num_inference_steps;
+        d.guidance_scale = self.guidance_scale;
+        d.negative_prompt = self.negative_prompt.clone();
+        d.fps = self.fps;
+        d.shift = self.shift;
+        d.num_frames = match task {
+            TaskType::T2i => Some(1),
+            _ => match (self.num_frames, &self.seconds) {
+                (Some(n), _) => Some(n),
+                (None, Some(s)) => Some(frames_for_seconds(s, self.fps.unwrap_or(limits.defaults.fps), limits)?),
+                (None, None) => None,
+            },
+        };
+        r.sampling.seed = self.seed;
+        r.plugin_params = self.plugin_params.clone();
+        r.priority = self.priority.unwrap_or(0);
+        r.exact = self.exact.unwrap_or(false);
+        Ok(r)
+    }
+}
+
+/// The frame count (`m·k + 1`) closest to `seconds` at `fps`.
+fn frames_for_seconds(s: &SecondsValue, fps: u32, limits: &ModelLimits) -> Result<u32, ApiError> {
+    let secs = match s {
+        SecondsValue::Number(n) => Some(*n),
+        SecondsValue::Text(t) => t.trim().parse().ok(),
+    };
+    let secs = secs
+        .filter(|v: &f64| v.is_finite() && *v > 0.0)
+        .ok_or_else(|| ApiError::field("seconds", "seconds: must be a positive number such as \"4\""))?;
+    let m = limits.frame_multiple.max(1) as f64;
+    let k = ((secs * fps as f64 - 1.0) / m).round().max(0.0);
+    Ok((k * m) as u32 + 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fastvideo_request::{Defaults, SamplerKind};
+
+    fn limits() -> ModelLimits {
+        ModelLimits {
+            family: "Wan".into(),
+            tasks: vec![TaskType::T2v, TaskType::T2i],
+            frame_multiple: 4,
+            spatial_multiple: 16,
+            max_frames: 81,
+            max_side: 512,
+            max_steps: 100,
+            defaults: Defaults {
+                steps: 20,
+                guidance_scale: 4.0,
+                shift: 3.0,
+                height: 64,
+                width: 64,
+                num_frames: 17,
+                fps: 8,
+                sampler: SamplerKind::Unipc,
+                negative_prompt: String::new(),
+            },
+        }
+    }
+
+    #[test]
+    fn openai_fields_map_to_the_request() {
+        let p = CreateParams {
+            prompt: Some("a red circle".into()),
+            seconds: Some(SecondsValue::Text("2".into())),
+            size: Some("96x64".into()),
+            ..Default::default()
+        };
+        let r = p.to_request("v1".into(), TaskType::T2v, "m", &limits()).unwrap();
+        assert_eq!((r.diffusion.width, r.diffusion.height), (Some(96), Some(64)));
+        assert_eq!(r.diffusion.num_frames, Some(17), "2 s at 8 fps is 16 frames, nearest 4k+1 is 17");
+        let img = p.to_request("i1".into(), TaskType::T2i, "m", &limits()).unwrap();
+        assert_eq!(img.diffusion.num_frames, Some(1));
+    }
+
+    #[test]
+    fn bad_values_name_their_field() {
+        let cases = [
+            (CreateParams { prompt: None, ..Default::default() }, "prompt"),
+            (CreateParams { prompt: Some("p".into()), size: Some("big".into()), ..Default::default() }, "size"),
+            (CreateParams { prompt: Some("p".into()), model: Some("sora-2".into()), ..Default::default() }, "model"),
+            (
+                CreateParams {
+                    prompt: Some("p".into()),
+                    seconds: Some(SecondsValue::Text("x".into())),
+                    ..Default::default()
+                },
+                "seconds",
+            ),
+        ];
+        for (p, field) in cases {
+            match p.to_request("x".into(), TaskType::T2v, "m", &limits()) {
+                Err(ApiError::BadRequest { param, .. }) => assert_eq!(param.as_deref(), Some(field)),
+                other => panic!("{field}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn form_fields_keep_text_fields_as_text() {
+        assert_eq!(form_value("prompt", "42".into()), serde_json::json!("42"));
+        assert_eq!(form_value("seed", "42".into()), serde_json::json!(42));
+        assert_eq!(form_value("plugin_params", r#"{"a":{"b":1}}"#.into()), serde_json::json!({"a": {"b": 1}}));
+    }
+
+    #[test]
+    fn unknown_fields_are_named() {
+        assert_eq!(unknown_field("unknown field `stepz`, expected one of ...").as_deref(), Some("stepz"));
+    }
+}

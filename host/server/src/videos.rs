@@ -1,0 +1,131 @@
+//! `/v1/videos`: OpenAI's asynchronous video jobs.
+
+use axum::extract::{Path, Query, Request, State};
+use axum::http::header::CONTENT_TYPE;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use fastvideo_request::TaskType;
+use serde::Deserialize;
+
+use crate::error::ApiError;
+use crate::jobs::{now_secs, Status, VideoObject};
+use crate::params::{read_body, CreateParams};
+use crate::AppState;
+
+/// Admits a video job and starts following it; shared by HTTP and WebSocket.
+pub fn create(s: &AppState, p: &CreateParams) -> Result<VideoObject, ApiError> {
+    let id = s.new_id("video");
+    let r = p.to_request(id, TaskType::T2v, s.engine.model_id(), s.engine.limits())?;
+    let handle = s.engine.submit(r)?;
+    let q = &handle.request;
+    let seconds = q.num_frames as f64 / q.fps.max(1) as f64;
+    let video = VideoObject {
+        id: handle.request_id.clone(),
+        object: "video",
+        model: s.engine.model_id().to_string(),
+        status: Status::Queued,
+        progress: 0,
+        created_at: now_secs(),
+        completed_at: None,
+        expires_at: None,
+        seconds: format!("{}", (seconds * 100.0).round() / 100.0),
+        size: format!("{}x{}", q.width, q.height),
+        error: None,
+        remixed_from_video_id: None,
+        prompt: q.prompt.clone(),
+        seed: Some(q.seed),
+        num_frames: q.num_frames,
+        predicted_seconds: handle.predicted_seconds,
+    };
+    s.jobs.insert(video.clone());
+    tokio::spawn(s.jobs.clone().follow(handle, fastvideo_media::mp4_bytes));
+    Ok(video)
+}
+
+pub async fn create_video(State(s): State<AppState>, req: Request) -> Result<Json<VideoObject>, ApiError> {
+    let p: CreateParams = read_body(req).await?;
+    if p.n.is_some() || p.response_format.is_some() {
+        let f = if p.n.is_some() { "n" } else { "response_format" };
+        return Err(ApiError::field(f, format!("{f}: only for /v1/images/generations")));
+    }
+    Ok(Json(create(&s, &p)?))
+}
+
+fn not_found(id: &str) -> ApiError {
+    ApiError::NotFound { what: format!("video `{id}`") }
+}
+
+pub async fn get_video(State(s): State<AppState>, Path(id): Path<String>) -> Result<Json<VideoObject>, ApiError> {
+    s.jobs.get(&id).map(Json).ok_or_else(|| not_found(&id))
+}
+
+#[derive(Deserialize)]
+pub struct ContentQuery {
+    variant: Option<String>,
+}
+
+pub async fn video_content(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+    Query(q): Query<ContentQuery>,
+) -> Result<Response, ApiError> {
+    if let Some(v) = q.variant.as_deref().filter(|v| *v != "video") {
+        return Err(ApiError::field("variant", format!("variant: `{v}` is not served; only `video`")));
+    }
+    let (video, mp4) = s.jobs.content(&id).ok_or_else(|| not_found(&id))?;
+    match (video.status, mp4) {
+        (Status::Completed, Some(bytes)) => Ok(([(CONTENT_TYPE, "video/mp4")], bytes.as_ref().clone()).into_response()),
+        (Status::Failed, _) => Err(ApiError::Conflict {
+            code: "video_failed".into(),
+            message: format!("video `{id}` failed: {}", video.error.map(|e| e.message).unwrap_or_default()),
+        }),
+        _ => Err(ApiError::Conflict {
+            code: "video_not_ready".into(),
+            message: format!("video `{id}` is {:?} ({} %); poll GET /v1/videos/{id}", video.status, video.progress),
+        }),
+    }
+}
+
+#[derive(Deserialize)]
+pub struct ListQuery {
+    after: Option<String>,
+    limit: Option<usize>,
+    order: Option<String>,
+}
+
+pub async fn list_videos(
+    State(s): State<AppState>,
+    Query(q): Query<ListQuery>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let limit = q.limit.unwrap_or(20);
+    if !(1..=100).contains(&limit) {
+        return Err(ApiError::field("limit", "limit: must be between 1 and 100"));
+    }
+    let desc = match q.order.as_deref() {
+        None | Some("desc") => true,
+        Some("asc") => false,
+        Some(o) => return Err(ApiError::field("order", format!("order: `{o}` is not asc or desc"))),
+    };
+    let (page, has_more) = s
+        .jobs
+        .list(q.after.as_deref(), limit, desc)
+        .ok_or_else(|| ApiError::field("after", "after: no video with this id"))?;
+    Ok(Json(serde_json::json!({
+        "object": "list",
+        "first_id": page.first().map(|v| v.id.clone()),
+        "last_id": page.last().map(|v| v.id.clone()),
+        "has_more": has_more,
+        "data": page,
+    })))
+}
+
+/// Cancels the job if it is still queued or running, then forgets it.
+pub async fn delete_video(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    s.jobs.get(&id).ok_or_else(|| not_found(&id))?;
+    let cancelled = s.engine.cancel(&id);
+    s.jobs.remove(&id);
+    Ok(Json(serde_json::json!({"id": id, "object": "video.deleted", "deleted": true, "cancelled": cancelled})))
+}
