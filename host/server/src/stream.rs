@@ -72,7 +72,7 @@ pub async fn video_events(
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 enum ClientMessage {
     /// Submit a video job (the same fields as `POST /v1/videos`).
-    Create { params: CreateParams },
+    Create { params: Box<CreateParams> },
     /// Cancel a job this server knows.
     Cancel { id: String },
 }
