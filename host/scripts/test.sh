@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Sets up (libtorch from PyPI, once) and runs every check: formatting, clippy, the test suite.
-# This is the README's test command and what CI runs (.ci/run). Needs no GPU and no Python
-# packages beyond pip itself.
+# This is the README's test command and what CI runs (.ci/run). Needs no GPU. Its one Python
+# package is the official `openai` client (PyPI, into .venv-client), which the server tests use.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 bash host/scripts/bootstrap.sh
+bash host/scripts/client-venv.sh
 # Plugins (plugins/, sdk/) build for wasm32-unknown-unknown; the plugin tests build them.
 rustup target add wasm32-unknown-unknown >/dev/null 2>&1 || rustup target add wasm32-unknown-unknown
 cargo fmt --all -- --check

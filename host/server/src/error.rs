@@ -76,8 +76,17 @@ impl ApiError {
 
 impl From<RequestError> for ApiError {
     fn from(e: RequestError) -> Self {
-        let message = e.to_string();
-        ApiError::BadRequest { param: Some(e.field), code: "invalid_request".into(), message }
+        // The API's fields are flat (`num_frames`), the engine's are grouped (`diffusion.num_frames`).
+        let param = ["diffusion.", "sampling.", "outputs."]
+            .iter()
+            .find_map(|p| e.field.strip_prefix(p))
+            .unwrap_or(&e.field)
+            .to_string();
+        ApiError::BadRequest {
+            message: format!("{param}: {}", e.rule),
+            param: Some(param),
+            code: "invalid_request".into(),
+        }
     }
 }
 

@@ -57,6 +57,9 @@ struct Job {
     /// can fetch the content at once.
     held_done: Option<OmniEvent>,
     tx: broadcast::Sender<OmniEvent>,
+    /// Deleted while still running: invisible to clients, kept until its follower ends so
+    /// current subscribers still see the final `error` event.
+    deleted: bool,
 }
 
 pub fn now_secs() -> u64 {
@@ -84,26 +87,33 @@ impl Jobs {
         g.next_seq += 1;
         let (tx, _) = broadcast::channel(1024);
         let id = video.id.clone();
-        g.jobs.insert(id, Job { video, seq, mp4: None, history: Vec::new(), held_done: None, tx });
+        g.jobs.insert(id, Job { video, seq, mp4: None, history: Vec::new(), held_done: None, tx, deleted: false });
     }
 
     pub fn get(&self, id: &str) -> Option<VideoObject> {
-        self.0.lock().unwrap().jobs.get(id).map(|j| j.video.clone())
+        self.0.lock().unwrap().jobs.get(id).filter(|j| !j.deleted).map(|j| j.video.clone())
     }
 
     pub fn content(&self, id: &str) -> Option<(VideoObject, Option<Arc<Vec<u8>>>)> {
-        self.0.lock().unwrap().jobs.get(id).map(|j| (j.video.clone(), j.mp4.clone()))
+        self.0.lock().unwrap().jobs.get(id).filter(|j| !j.deleted).map(|j| (j.video.clone(), j.mp4.clone()))
     }
 
+    /// Forgets a job: at once if it ended, else when its follower ends.
     pub fn remove(&self, id: &str) -> Option<VideoObject> {
-        self.0.lock().unwrap().jobs.remove(id).map(|j| j.video)
+        let mut g = self.0.lock().unwrap();
+        let j = g.jobs.get_mut(id).filter(|j| !j.deleted)?;
+        if matches!(j.video.status, Status::Completed | Status::Failed) {
+            return g.jobs.remove(id).map(|j| j.video);
+        }
+        j.deleted = true;
+        Some(j.video.clone())
     }
 
     /// Jobs in creation order (`desc`: newest first), starting after `after`, at most `limit`.
     /// Returns the page and whether more follow.
     pub fn list(&self, after: Option<&str>, limit: usize, desc: bool) -> Option<(Vec<VideoObject>, bool)> {
         let g = self.0.lock().unwrap();
-        let mut all: Vec<&Job> = g.jobs.values().collect();
+        let mut all: Vec<&Job> = g.jobs.values().filter(|j| !j.deleted).collect();
         all.sort_by_key(|j| j.seq);
         if desc {
             all.reverse();
@@ -119,7 +129,7 @@ impl Jobs {
 
     pub fn subscribe(&self, id: &str) -> Option<Subscription> {
         let g = self.0.lock().unwrap();
-        let j = g.jobs.get(id)?;
+        let j = g.jobs.get(id).filter(|j| !j.deleted)?;
         let ended = matches!(j.video.status, Status::Completed | Status::Failed);
         Some((j.history.clone(), (!ended).then(|| j.tx.subscribe())))
     }

@@ -84,7 +84,7 @@ pub async fn read_body<T: DeserializeOwned>(req: Request) -> Result<T, ApiError>
                     .map_err(|_| ApiError::field(&name, "form field is not UTF-8 text"))?;
                 form_value(&name, text)
             };
-            map.insert(name, value);
+            insert_form_field(&mut map, &name, value);
         }
         serde_json::Value::Object(map)
     } else {
@@ -103,6 +103,25 @@ pub async fn read_body<T: DeserializeOwned>(req: Request) -> Result<T, ApiError>
         let param = if path == "." { unknown_field(&inner).unwrap_or_else(|| "body".into()) } else { path };
         ApiError::field(&param, format!("{param}: {inner}"))
     })
+}
+
+/// Form clients send nested objects as `a[b][c]=v` (the `openai` client does for `extra_body`).
+fn insert_form_field(map: &mut serde_json::Map<String, serde_json::Value>, name: &str, value: serde_json::Value) {
+    let mut parts = name.split('[').map(|p| p.trim_end_matches(']'));
+    let Some(first) = parts.next() else { return };
+    let rest: Vec<&str> = parts.collect();
+    let mut slot = map.entry(first.to_string()).or_insert(serde_json::Value::Null);
+    for key in rest {
+        if !slot.is_object() {
+            *slot = serde_json::Value::Object(Default::default());
+        }
+        slot = slot
+            .as_object_mut()
+            .expect("just made an object")
+            .entry(key.to_string())
+            .or_insert(serde_json::Value::Null);
+    }
+    *slot = value;
 }
 
 fn unknown_field(message: &str) -> Option<String> {
@@ -260,6 +279,18 @@ mod tests {
         assert_eq!(form_value("prompt", "42".into()), serde_json::json!("42"));
         assert_eq!(form_value("seed", "42".into()), serde_json::json!(42));
         assert_eq!(form_value("plugin_params", r#"{"a":{"b":1}}"#.into()), serde_json::json!({"a": {"b": 1}}));
+    }
+
+    #[test]
+    fn bracketed_form_names_nest() {
+        let mut m = serde_json::Map::new();
+        insert_form_field(&mut m, "plugin_params[apg][eta]", serde_json::json!(0.5));
+        insert_form_field(&mut m, "plugin_params[apg][norm]", serde_json::json!(2));
+        insert_form_field(&mut m, "seed", serde_json::json!(3));
+        assert_eq!(
+            serde_json::Value::Object(m),
+            serde_json::json!({"plugin_params": {"apg": {"eta": 0.5, "norm": 2}}, "seed": 3})
+        );
     }
 
     #[test]

@@ -1,0 +1,314 @@
+//! `fastvideo serve` with the shipped default model, driven by real clients: the official
+//! `openai` Python package (from `.venv-client`, set up by `host/scripts/test.sh`), a plain HTTP
+//! client, an SSE reader and a WebSocket client.
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+/// A server process on a free port, stopped (SIGKILL) on drop.
+struct Server {
+    child: Child,
+    base: String,
+}
+
+impl Server {
+    fn start(extra: &[&str]) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_fastvideo"))
+            .args(["serve", "--port", "0", "--device", "cpu"])
+            .args(extra)
+            .stderr(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("starting fastvideo serve");
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let base = loop {
+            let line = lines.next().expect("server exited before listening").unwrap();
+            if let Some(url) = line.split(" on ").nth(1).filter(|_| line.contains("serving")) {
+                break url.trim().to_string();
+            }
+        };
+        // Keep draining stderr so the server never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        Self { child, base }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        let r = ureq::post(&self.url(path)).config().http_status_as_error(false).build().send_json(&body).unwrap();
+        let status = r.status().as_u16();
+        (status, r.into_body().read_json().unwrap())
+    }
+
+    fn get(&self, path: &str) -> (u16, Value) {
+        let r = ureq::get(&self.url(path)).config().http_status_as_error(false).build().call().unwrap();
+        let status = r.status().as_u16();
+        (status, r.into_body().read_json().unwrap_or(Value::Null))
+    }
+
+    fn wait_done(&self, id: &str) -> Value {
+        let t0 = Instant::now();
+        loop {
+            let (_, v) = self.get(&format!("/v1/videos/{id}"));
+            if v["status"] == "completed" || v["status"] == "failed" {
+                return v;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(300), "job {id} never finished: {v}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn metrics(&self) -> prometheus_parse::Scrape {
+        let text = ureq::get(&self.url("/metrics")).call().unwrap().into_body().read_to_string().unwrap();
+        prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string())))
+            .expect("metrics parse as Prometheus text")
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn metric(scrape: &prometheus_parse::Scrape, name: &str, label: Option<(&str, &str)>) -> f64 {
+    scrape
+        .samples
+        .iter()
+        .filter(|s| s.metric == name)
+        .filter(|s| label.is_none_or(|(k, v)| s.labels.get(k) == Some(v)))
+        .map(|s| match s.value {
+            prometheus_parse::Value::Counter(v)
+            | prometheus_parse::Value::Gauge(v)
+            | prometheus_parse::Value::Untyped(v) => v,
+            _ => 0.0,
+        })
+        .sum()
+}
+
+fn video(prompt: &str, steps: u32) -> Value {
+    json!({"prompt": prompt, "num_inference_steps": steps, "seed": 1})
+}
+
+/// Reads a job's SSE stream to its end: (event name, data) pairs.
+fn sse(server: &Server, id: &str, mut on_event: impl FnMut(&str, &Value)) -> Vec<(String, Value)> {
+    let body = ureq::get(&server.url(&format!("/v1/videos/{id}/events"))).call().unwrap().into_body();
+    let mut events = Vec::new();
+    let mut name = String::new();
+    for line in BufReader::new(body.into_reader()).lines() {
+        let line = line.unwrap();
+        if let Some(n) = line.strip_prefix("event: ") {
+            name = n.to_string();
+        } else if let Some(d) = line.strip_prefix("data: ") {
+            let v: Value = serde_json::from_str(d).unwrap();
+            on_event(&name, &v);
+            let last = name == "done" || name == "error";
+            events.push((name.clone(), v));
+            if last {
+                break;
+            }
+        }
+    }
+    events
+}
+
+fn client_python() -> std::path::PathBuf {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let p = std::env::var_os("FASTVIDEO_CLIENT_PYTHON")
+        .map(Into::into)
+        .unwrap_or_else(|| root.join(".venv-client/bin/python"));
+    assert!(p.exists(), "{} not found: run host/scripts/test.sh once (it installs the openai client)", p.display());
+    p
+}
+
+#[test]
+fn the_official_openai_client_creates_polls_downloads_and_generates_an_image() {
+    let server = Server::start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let out_path = dir.path().join("openai.mp4");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/clients/openai_video.py");
+    let out = Command::new(client_python()).arg(script).arg(&server.base).arg(&out_path).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["model"], "fastvideo-default");
+    assert_eq!(r["status"], "completed");
+    let progress: Vec<u64> = r["progress"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
+    assert!(progress.windows(2).all(|w| w[0] <= w[1]), "progress went backwards: {progress:?}");
+    assert_eq!(progress.last(), Some(&100));
+    assert_eq!(r["mp4_ftyp"], "ftyp");
+    assert_eq!(r["png_signature"], true);
+    assert_eq!(r["bad_request"], json!({"status": 400, "param": "num_inference_steps"}));
+    assert!(r["listed"].as_array().unwrap().contains(&r["id"]));
+    // The downloaded file is a real MP4 with the requested frames.
+    let bytes = std::fs::read(&out_path).unwrap();
+    assert_eq!(bytes.len() as u64, r["mp4_bytes"].as_u64().unwrap());
+    let mp4 = mp4::Mp4Reader::read_header(std::io::Cursor::new(&bytes), bytes.len() as u64).unwrap();
+    let track = mp4.tracks().values().next().unwrap();
+    assert_eq!((track.width(), track.height(), track.sample_count()), (64, 64, 17));
+}
+
+#[test]
+fn sse_streams_a_progress_event_for_every_denoise_step() {
+    let server = Server::start(&[]);
+    let (status, v) = server.post("/v1/videos", video("a green triangle moving up on a gray background", 7));
+    assert_eq!(status, 200, "{v}");
+    let id = v["id"].as_str().unwrap();
+    let events = sse(&server, id, |_, _| {});
+    let steps: Vec<u64> =
+        events.iter().filter(|(n, _)| n == "progress").map(|(_, v)| v["step"].as_u64().unwrap()).collect();
+    assert_eq!(steps, (1..=7).collect::<Vec<_>>());
+    assert_eq!(events.last().unwrap().0, "done");
+    // `done` is sent once the MP4 is stored: the content is there right away.
+    let r = ureq::get(&server.url(&format!("/v1/videos/{id}/content"))).call().unwrap();
+    assert_eq!(r.headers().get("content-type").unwrap(), "video/mp4");
+    // A late subscriber gets the whole history.
+    assert_eq!(sse(&server, id, |_, _| {}).len(), events.len());
+}
+
+#[test]
+fn websocket_submits_a_job_and_streams_events_then_the_mp4() {
+    let server = Server::start(&[]);
+    let ws_url = server.url("/v1/stream").replacen("http://", "ws://", 1);
+    let (mut ws, _) = tungstenite::connect(ws_url.as_str()).unwrap();
+    let create = json!({"type": "create", "params": video("a red circle moving right on a white background", 5)});
+    ws.send(tungstenite::Message::text(create.to_string())).unwrap();
+    ws.send(tungstenite::Message::text(r#"{"type":"create","params":{"prompt":"x","num_frames":6}}"#)).unwrap();
+    let mut kinds = Vec::new();
+    let mut bad_param = None;
+    let mut mp4 = None;
+    while mp4.is_none() {
+        match ws.read().unwrap() {
+            tungstenite::Message::Text(t) => {
+                let v: Value = serde_json::from_str(&t).unwrap();
+                if v["type"] == "error" && v.get("error").is_some() {
+                    bad_param = v["error"]["param"].as_str().map(str::to_string);
+                }
+                kinds.push(v["type"].as_str().unwrap().to_string());
+            }
+            tungstenite::Message::Binary(b) => mp4 = Some(b),
+            _ => {}
+        }
+    }
+    assert_eq!(kinds[0], "created");
+    assert_eq!(bad_param.as_deref(), Some("num_frames"));
+    assert_eq!(kinds.iter().filter(|k| *k == "progress").count(), 5);
+    let done = kinds.iter().position(|k| k == "done").expect("a done event");
+    assert_eq!(kinds.last().map(String::as_str), Some("content"));
+    assert!(done < kinds.len() - 1);
+    assert_eq!(&mp4.unwrap()[4..8], b"ftyp");
+}
+
+#[test]
+fn delete_cancels_a_running_job_within_one_step_and_frees_it() {
+    let server = Server::start(&[]);
+    let (_, v) = server.post("/v1/videos", video("a blue star spinning on a black background", 400));
+    let id = v["id"].as_str().unwrap().to_string();
+    let mut deleted_at = None;
+    let mut after = 0;
+    let events = sse(&server, &id, |name, v| {
+        if name == "progress" {
+            if deleted_at.is_some() {
+                after += 1;
+            } else if v["step"] == 3 {
+                let r = ureq::delete(&server.url(&format!("/v1/videos/{id}"))).call().unwrap();
+                let body: Value = r.into_body().read_json().unwrap();
+                assert_eq!(body["deleted"], true);
+                assert_eq!(body["cancelled"], true);
+                deleted_at = Some(3);
+            }
+        }
+    });
+    assert!(after <= 1, "{after} steps ran after the cancel");
+    let (name, last) = events.last().unwrap();
+    assert_eq!((name.as_str(), last["code"].as_str()), ("error", Some("cancelled")));
+    assert_eq!(server.get(&format!("/v1/videos/{id}")).0, 404);
+    let m = server.metrics();
+    assert_eq!(metric(&m, "fastvideo_in_flight", None), 0.0);
+    assert_eq!(metric(&m, "fastvideo_requests_total", Some(("outcome", "cancelled"))), 1.0);
+}
+
+#[test]
+fn fifty_concurrent_mixed_requests_complete_once_each_and_metrics_move() {
+    let server = Server::start(&["--max-active", "8"]);
+    let before = server.metrics();
+    let ids: Vec<String> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..50)
+            .map(|i| {
+                let server = &server;
+                s.spawn(move || {
+                    let frames = [1, 5, 9][i % 3];
+                    let body = json!({"prompt": "a yellow square moving down on a white background",
+                        "num_inference_steps": 1 + i % 5, "num_frames": frames, "seed": i});
+                    let (status, v) = server.post("/v1/videos", body);
+                    assert_eq!(status, 200, "{v}");
+                    v["id"].as_str().unwrap().to_string()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let unique: std::collections::BTreeSet<_> = ids.iter().collect();
+    assert_eq!(unique.len(), 50);
+    for id in &ids {
+        let v = server.wait_done(id);
+        assert_eq!(v["status"], "completed", "{v}");
+        let mut body = Vec::new();
+        ureq::get(&server.url(&format!("/v1/videos/{id}/content")))
+            .call()
+            .unwrap()
+            .into_body()
+            .into_reader()
+            .read_to_end(&mut body)
+            .unwrap();
+        assert_eq!(&body[4..8], b"ftyp");
+    }
+    let (_, list) = server.get("/v1/videos?limit=100&order=asc");
+    let listed: Vec<&str> = list["data"].as_array().unwrap().iter().map(|v| v["id"].as_str().unwrap()).collect();
+    let listed_set: std::collections::BTreeSet<&str> = listed.iter().copied().collect();
+    assert_eq!(listed_set, ids.iter().map(String::as_str).collect());
+    assert_eq!(listed.len(), 50);
+    let after = server.metrics();
+    let completed = |m| metric(m, "fastvideo_requests_total", Some(("outcome", "completed")));
+    assert_eq!(completed(&after) - completed(&before), 50.0);
+    let steps: f64 = (0..50).map(|i| (1 + i % 5) as f64).sum();
+    assert_eq!(metric(&after, "fastvideo_step_seconds_count", None), steps);
+}
+
+#[test]
+fn malformed_requests_get_a_400_naming_the_field() {
+    let server = Server::start(&[]);
+    let cases = [
+        (json!({"prompt": "p", "num_inference_steps": "x"}), "num_inference_steps"),
+        (json!({"prompt": "p", "stepz": 3}), "stepz"),
+        (json!({"num_inference_steps": 3}), "prompt"),
+        (json!({"prompt": "p", "num_frames": 6}), "num_frames"),
+        (json!({"prompt": "p", "size": "huge"}), "size"),
+        (json!({"prompt": "p", "model": "sora-2"}), "model"),
+        (json!({"prompt": "p", "plugin_params": {"apg": {"eta": 1}}}), "plugin_params"),
+    ];
+    for (body, field) in cases {
+        let (status, v) = server.post("/v1/videos", body.clone());
+        assert_eq!(status, 400, "{body} -> {v}");
+        assert_eq!(v["error"]["param"], field, "{body} -> {v}");
+        assert!(v["error"]["message"].as_str().unwrap().contains(field), "{v}");
+    }
+    let r = ureq::post(&server.url("/v1/videos"))
+        .config()
+        .http_status_as_error(false)
+        .build()
+        .content_type("application/json")
+        .send("{not json")
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    assert_eq!(server.get("/v1/videos/video_nope").0, 404);
+    assert_eq!(server.get("/health").0, 200);
+    assert_eq!(server.get("/ready").0, 200);
+    // Nothing was admitted.
+    assert_eq!(metric(&server.metrics(), "fastvideo_requests_total", Some(("outcome", "completed"))), 0.0);
+}
