@@ -97,6 +97,10 @@ pub fn run(args: ServeArgs) -> Result<()> {
         max_request_seconds: args.max_request_seconds,
         ..Default::default()
     };
+    let (hits, misses) = (metrics.embedding_cache_hits.clone(), metrics.embedding_cache_misses.clone());
+    model.text_cache.observe(Box::new(move |hit| {
+        if hit { &hits } else { &misses }.inc();
+    }));
     let limits = model.limits();
     let engine = Engine::start(EngineModel { id: model_id, limits, spec, device, check, classify }, cfg, metrics);
     let server = ServerConfig {

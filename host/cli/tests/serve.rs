@@ -276,6 +276,10 @@ fn fifty_concurrent_mixed_requests_complete_once_each_and_metrics_move() {
     let after = server.metrics();
     let completed = |m| metric(m, "fastvideo_requests_total", Some(("outcome", "completed")));
     assert_eq!(completed(&after) - completed(&before), 50.0);
+    // One prompt and one negative prompt for all 50: encoded once each, then served from cache.
+    let cache = |m, what| metric(m, &format!("fastvideo_embedding_cache_{what}_total"), None);
+    assert_eq!(cache(&after, "misses") - cache(&before, "misses"), 2.0);
+    assert_eq!(cache(&after, "hits") - cache(&before, "hits"), 98.0);
     let steps: f64 = (0..50).map(|i| (1 + i % 5) as f64).sum();
     assert_eq!(metric(&after, "fastvideo_step_seconds_count", None), steps);
 }

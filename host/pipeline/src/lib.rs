@@ -15,6 +15,7 @@
 mod blocks;
 pub mod denoise;
 mod driver;
+mod embedding_cache;
 mod guidance;
 pub mod sampler;
 mod spec;
@@ -24,6 +25,7 @@ mod value;
 pub use blocks::{BlockAction, BlockHook, BlockPolicy, BlockPolicyState, BoundHook};
 pub use denoise::{DenoiseLoop, Denoiser};
 pub use driver::{Advance, CancelToken, PipelineRun};
+pub use embedding_cache::{CacheObserver, EmbeddingCache};
 pub use guidance::{ClassicCfg, Guidance, GuidancePlan, GuidanceState, StepCtx};
 pub use spec::{Node, NodeKind, PipelineSpec, SpecError};
 pub use stage::{LoopStage, LoopState, NodeCtx, Stage, StepResult};

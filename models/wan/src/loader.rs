@@ -43,6 +43,9 @@ pub struct WanModel {
     pub text_encoder: Arc<Umt5Encoder>,
     pub transformer: Arc<WanTransformer3DModel>,
     pub vae: Arc<AutoencoderKLWan>,
+    /// Prompt embeddings already computed with this text encoder (shared by every pipeline
+    /// built from this model).
+    pub text_cache: Arc<fastvideo_pipeline::EmbeddingCache>,
     pub scheduler: SchedulerDefaults,
     pub run: RunDefaults,
     pub device: Device,
@@ -133,8 +136,10 @@ impl WanModel {
         let scheduler = scheduler::load(&dir.join("scheduler").join("scheduler_config.json"))?;
         let run_path = dir.join("fastvideo.json");
         let run = if run_path.exists() { crate::config::read_config(&run_path)? } else { RunDefaults::default() };
+        let text_cache = Arc::new(fastvideo_pipeline::EmbeddingCache::new(weights_identity(&e_dir), 512));
         Ok(Self {
             dir: dir.to_path_buf(),
+            text_cache,
             tokenizer,
             text_encoder: Arc::new(text_encoder),
             transformer: Arc::new(transformer),
@@ -178,4 +183,20 @@ impl WanModel {
     pub fn max_sequence_length(&self) -> usize {
         self.run.max_sequence_length.unwrap_or(512)
     }
+}
+
+/// Names a folder's weights without reading them: each file's path, size and modification time.
+fn weights_identity(dir: &Path) -> String {
+    let mut parts = vec![dir.display().to_string()];
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        let mut files: Vec<_> = entries.flatten().collect();
+        files.sort_by_key(|e| e.file_name());
+        for e in files {
+            if let Ok(m) = e.metadata() {
+                let mtime = m.modified().ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok());
+                parts.push(format!("{}:{}:{:?}", e.file_name().to_string_lossy(), m.len(), mtime));
+            }
+        }
+    }
+    parts.join("|")
 }

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use anyhow::{ensure, Result};
 use fastvideo_pipeline::{
-    BlockHook, BlockPolicy, ClassicCfg, DenoiseLoop, Denoiser, Guidance, Node, NodeCtx, PipelineSpec, Stage, Value,
-    Values,
+    BlockHook, BlockPolicy, ClassicCfg, DenoiseLoop, Denoiser, EmbeddingCache, Guidance, Node, NodeCtx, PipelineSpec,
+    Stage, Value, Values,
 };
 use fastvideo_request::{ResolvedRequest, TaskType, VideoArtifact};
 use tch::{Device, Kind, Tensor};
@@ -33,15 +33,18 @@ struct TextEncode {
     tokenizer: TextTokenizer,
     encoder: Arc<Umt5Encoder>,
     default_len: usize,
+    cache: Arc<EmbeddingCache>,
 }
 
 impl TextEncode {
     /// Encodes, then zeroes positions past each prompt's length (the reference trims and
     /// re-pads with zeros).
     fn embed(&self, text: &str, max_len: usize, device: Device) -> Result<Tensor> {
-        let (ids, mask) = self.tokenizer.encode(&[text.to_string()], max_len, device)?;
-        let h = self.encoder.forward(&ids, &mask)?;
-        Ok(h * mask.unsqueeze(-1).to_kind(Kind::Float))
+        self.cache.get_or_encode(max_len, text, || {
+            let (ids, mask) = self.tokenizer.encode(&[text.to_string()], max_len, device)?;
+            let h = self.encoder.forward(&ids, &mask)?;
+            Ok(h * mask.unsqueeze(-1).to_kind(Kind::Float))
+        })
     }
 }
 
@@ -161,6 +164,7 @@ pub fn text_to_video_with(
         tokenizer: model.tokenizer.clone(),
         encoder: Arc::clone(&model.text_encoder),
         default_len: model.max_sequence_length(),
+        cache: Arc::clone(&model.text_cache),
     };
     let nodes = vec![
         Node::stage("text_encode", Arc::new(text), &[], &[PROMPT_EMBEDS, NEGATIVE_EMBEDS]),
