@@ -77,7 +77,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
     };
     let (guidance, blocks) = crate::generate::policies(deploy.as_deref(), &model_id, false);
     let spec = Arc::new(pipeline::text_to_video_with(&model, guidance, blocks)?);
-    let check = Box::new(move |r: &fastvideo_request::ResolvedRequest| match &deploy {
+    let deploy_for_check = deploy.clone();
+    let check = Box::new(move |r: &fastvideo_request::ResolvedRequest| match &deploy_for_check {
         Some(d) => d.check_request(r).map_err(|e| match &e {
             PluginError::Refused { plugin, .. } => RequestError::new(format!("plugin_params.{plugin}"), e.to_string()),
             _ => RequestError::new("plugin_params", e.to_string()),
@@ -101,6 +102,12 @@ pub fn run(args: ServeArgs) -> Result<()> {
     model.text_cache.observe(Box::new(move |hit| {
         if hit { &hits } else { &misses }.inc();
     }));
+    if let Some(d) = &deploy {
+        let plugin_seconds = metrics.plugin_seconds.clone();
+        d.runtime.observe_calls(Box::new(move |s| {
+            plugin_seconds.inc_by(s);
+        }));
+    }
     let limits = model.limits();
     let engine = Engine::start(EngineModel { id: model_id, limits, spec, device, check, classify }, cfg, metrics);
     let server = ServerConfig {

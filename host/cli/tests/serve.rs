@@ -316,3 +316,27 @@ fn malformed_requests_get_a_400_naming_the_field() {
     // Nothing was admitted.
     assert_eq!(metric(&server.metrics(), "fastvideo_requests_total", Some(("outcome", "completed"))), 0.0);
 }
+
+#[test]
+fn a_deploy_runs_its_guider_plugin_per_request_and_meters_its_time() {
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let built = fastvideo_plugin_host::build_plugins(&repo.join("plugins")).expect("plugins build");
+    let wasm = &built["fastvideo_guider_cfg"];
+    let hash = blake3::hash(&std::fs::read(wasm).unwrap()).to_hex().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let deploy = dir.path().join("deploy.toml");
+    let text = format!(
+        "[[plugins]]\nname = \"cfg\"\nsource = \"{}\"\nblake3 = \"{hash}\"\ngrants = [\"tensor\", \"tensor-ops\"]\n",
+        wasm.display()
+    );
+    std::fs::write(&deploy, text).unwrap();
+    let server = Server::start(&["--deploy", deploy.to_str().unwrap()]);
+    let (status, v) = server.post("/v1/videos", video("a red circle moving left on a white background", 3));
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(server.wait_done(v["id"].as_str().unwrap())["status"], "completed");
+    assert!(metric(&server.metrics(), "fastvideo_plugin_seconds_total", None) > 0.0);
+    let mut bad = video("x", 3);
+    bad["plugin_params"] = json!({"nope": {"a": 1}});
+    let (status, v) = server.post("/v1/videos", bad);
+    assert_eq!((status, v["error"]["param"].as_str()), (400, Some("plugin_params.nope")), "{v}");
+}

@@ -52,10 +52,14 @@ impl Drop for Ticker {
     }
 }
 
+/// Called with the seconds of every plugin call (wired to metrics by the server).
+pub type CallObserver = Arc<std::sync::OnceLock<Box<dyn Fn(f64) + Send + Sync>>>;
+
 pub struct PluginRuntime {
     engine: Engine,
     limits: Limits,
     _ticker: Ticker,
+    observer: CallObserver,
 }
 
 impl PluginRuntime {
@@ -84,7 +88,13 @@ impl PluginRuntime {
                 }
             })
             .map_err(|e| PluginError::Io(format!("epoch thread: {e}")))?;
-        Ok(Self { engine, limits, _ticker: Ticker(stop) })
+        Ok(Self { engine, limits, _ticker: Ticker(stop), observer: Arc::default() })
+    }
+
+    /// Reports the wall time of every plugin call to `f` (set once; unset costs nothing but a
+    /// check per call).
+    pub fn observe_calls(&self, f: Box<dyn Fn(f64) + Send + Sync>) {
+        let _ = self.observer.set(f);
     }
 
     pub fn limits(&self) -> Limits {
@@ -148,7 +158,14 @@ impl PluginRuntime {
             ExportIndices::WorkflowTranslator(x) => x.load(s, i).map(Guest::WorkflowTranslator),
         };
         let guest = loaded.map_err(|e| fail(FailureKind::Invalid, format!("exports: {e:#}")))?;
-        Ok(PluginInstance { store, guest, name: plugin.name.clone(), limits: l, poisoned: false })
+        Ok(PluginInstance {
+            store,
+            guest,
+            name: plugin.name.clone(),
+            limits: l,
+            poisoned: false,
+            observer: self.observer.clone(),
+        })
     }
 }
 
@@ -235,6 +252,7 @@ pub struct PluginInstance {
     pub(crate) name: Arc<str>,
     limits: Limits,
     poisoned: bool,
+    observer: CallObserver,
 }
 
 impl PluginInstance {
@@ -261,7 +279,16 @@ impl PluginInstance {
         if let Some(fuel) = self.limits.fuel_per_call {
             self.store.set_fuel(fuel).ok();
         }
-        match f(&mut self.store, &self.guest) {
+        let result = match self.observer.get() {
+            Some(observe) => {
+                let t = std::time::Instant::now();
+                let r = f(&mut self.store, &self.guest);
+                observe(t.elapsed().as_secs_f64());
+                r
+            }
+            None => f(&mut self.store, &self.guest),
+        };
+        match result {
             Ok(Ok(r)) => Ok(r),
             Ok(Err(msg)) => Err(fail(FailureKind::Returned, msg)),
             Err(e) => {
