@@ -123,7 +123,7 @@ mod tests {
         let a = cache.get_or_encode(16, "a red circle", || enc(1.0)).unwrap();
         let b = cache.get_or_encode(16, "a red circle", || enc(2.0)).unwrap();
         assert_eq!(f32::try_from(&b).unwrap(), f32::try_from(&a).unwrap());
-        cache.get_or_encode(32, "a red circle", || enc(3.0)).unwrap();
+        let _ = cache.get_or_encode(32, "a red circle", || enc(3.0)).unwrap();
         assert_eq!(calls.load(Ordering::Relaxed), 2, "a different length is a different key");
         assert_eq!(cache.stats(), (1, 2));
         assert_eq!(seen.load(Ordering::Relaxed), 102);
@@ -138,11 +138,11 @@ mod tests {
         let b = EmbeddingCache::new("enc-b", 2);
         assert_ne!(a.key(1, "x"), b.key(1, "x"));
         for t in ["x", "y", "z"] {
-            a.get_or_encode(1, t, || Ok(Tensor::from(0f32))).unwrap();
+            let _ = a.get_or_encode(1, t, || Ok(Tensor::from(0f32))).unwrap();
         }
-        a.get_or_encode(1, "x", || Ok(Tensor::from(0f32))).unwrap();
+        let _ = a.get_or_encode(1, "x", || Ok(Tensor::from(0f32))).unwrap();
         assert_eq!(a.stats(), (0, 4), "x was evicted by z");
-        a.get_or_encode(1, "z", || Ok(Tensor::from(0f32))).unwrap();
+        let _ = a.get_or_encode(1, "z", || Ok(Tensor::from(0f32))).unwrap();
         assert_eq!(a.stats(), (1, 4));
     }
 }
