@@ -27,7 +27,7 @@ struct Outcome {
     makespan: f64,
 }
 
-async fn run(model: &WanModel, device: tch::Device, policy: Policy, jobs: usize, gap: Duration) -> Outcome {
+async fn run(model: &WanModel, device: tch::Device, cfg: EngineConfig, jobs: usize, gap: Duration) -> Outcome {
     let spec = Arc::new(pipeline::text_to_video(model, pipeline::default_guidance()).unwrap());
     let em = EngineModel {
         id: "default".into(),
@@ -38,7 +38,7 @@ async fn run(model: &WanModel, device: tch::Device, policy: Policy, jobs: usize,
         classify: |_| "pipeline_failed",
     };
     let mut registry = prometheus_client::registry::Registry::default();
-    let engine = Engine::start(em, EngineConfig { policy, ..Default::default() }, Metrics::register(&mut registry));
+    let engine = Engine::start(em, cfg, Metrics::register(&mut registry));
     // Warm up: calibrates the cost model and the text-embedding cache the same way for both.
     for steps in [LONG_STEPS, SHORT_STEPS] {
         let mut r =
@@ -83,12 +83,15 @@ fn main() -> anyhow::Result<()> {
     println!(
         "{jobs} jobs arriving every {gap_ms} ms on {device:?} (every 4th: {LONG_STEPS} steps, others {SHORT_STEPS}; 17x64x64, CFG)"
     );
-    println!("| policy | short p50 (s) | short p95 (s) | long p50 (s) | long p95 (s) | makespan (s) | jobs/s |");
-    println!("|---|---|---|---|---|---|---|");
-    for policy in [Policy::Fifo, Policy::ShortestRemaining] {
-        let mut o = rt.block_on(run(&model, device, policy, jobs, Duration::from_millis(gap_ms)));
+    println!(
+        "| policy | max batch | short p50 (s) | short p95 (s) | long p50 (s) | long p95 (s) | makespan (s) | jobs/s |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    for (policy, max_batch) in [(Policy::Fifo, 1), (Policy::ShortestRemaining, 1), (Policy::ShortestRemaining, 8)] {
+        let cfg = EngineConfig { policy, max_batch, ..Default::default() };
+        let mut o = rt.block_on(run(&model, device, cfg, jobs, Duration::from_millis(gap_ms)));
         println!(
-            "| {policy:?} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
+            "| {policy:?} | {max_batch} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
             pct(&mut o.short, 0.5),
             pct(&mut o.short, 0.95),
             pct(&mut o.long, 0.5),

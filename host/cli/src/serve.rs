@@ -41,6 +41,10 @@ pub struct ServeArgs {
     /// Memory the active requests may hold together, in MiB (admission refuses larger requests).
     #[arg(long, default_value_t = 8192)]
     memory_mib: u64,
+    /// Most requests whose compatible denoise steps run as one batched forward (1: never
+    /// batch). Default: 8 on CUDA, 1 on CPU, where batching measured slower (docs/benchmarks.md).
+    #[arg(long)]
+    max_batch: Option<usize>,
     /// Refuse requests predicted to take longer than this many seconds.
     #[arg(long)]
     max_request_seconds: Option<f64>,
@@ -62,8 +66,8 @@ fn classify(e: &anyhow::Error) -> &'static str {
 }
 
 pub fn run(args: ServeArgs) -> Result<()> {
-    if args.max_active == 0 || args.max_queue == 0 {
-        bail!("--max-active and --max-queue must be positive");
+    if args.max_active == 0 || args.max_queue == 0 || args.max_batch == Some(0) {
+        bail!("--max-active, --max-queue and --max-batch must be positive");
     }
     let device = fastvideo_torch::device(&args.device)?;
     let (model_dir, model_id) = match &args.model {
@@ -96,6 +100,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         max_queue: args.max_queue,
         memory_bytes: args.memory_mib << 20,
         max_request_seconds: args.max_request_seconds,
+        max_batch: args.max_batch.unwrap_or(if device.is_cuda() { 8 } else { 1 }),
         ..Default::default()
     };
     let (hits, misses) = (metrics.embedding_cache_hits.clone(), metrics.embedding_cache_misses.clone());

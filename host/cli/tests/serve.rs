@@ -235,7 +235,7 @@ fn delete_cancels_a_running_job_within_one_step_and_frees_it() {
 
 #[test]
 fn fifty_concurrent_mixed_requests_complete_once_each_and_metrics_move() {
-    let server = Server::start(&["--max-active", "8"]);
+    let server = Server::start(&["--max-active", "8", "--max-batch", "8"]);
     let before = server.metrics();
     let ids: Vec<String> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..50)
@@ -282,6 +282,8 @@ fn fifty_concurrent_mixed_requests_complete_once_each_and_metrics_move() {
     assert_eq!(cache(&after, "hits") - cache(&before, "hits"), 98.0);
     let steps: f64 = (0..50).map(|i| (1 + i % 5) as f64).sum();
     assert_eq!(metric(&after, "fastvideo_step_seconds_count", None), steps);
+    // Requests of one shape ran some of their steps as one batched forward.
+    assert!(metric(&after, "fastvideo_step_batch_size_count", None) > 0.0);
 }
 
 #[test]

@@ -38,6 +38,8 @@ pub struct EngineConfig {
     pub max_queue: usize,
     /// Refuse requests predicted to run longer than this (seconds), if set.
     pub max_request_seconds: Option<f64>,
+    /// Most requests whose compatible steps run as one batched call (1 disables batching).
+    pub max_batch: usize,
     pub cost: CostConfig,
 }
 
@@ -50,6 +52,7 @@ impl Default for EngineConfig {
             memory_bytes: 8 << 30,
             max_queue: 1024,
             max_request_seconds: None,
+            max_batch: 8,
             cost: CostConfig::default(),
         }
     }
@@ -167,6 +170,7 @@ impl Engine {
             jobs: HashMap::new(),
             keys: HashMap::new(),
             next_key: 0,
+            max_batch: cfg.max_batch.max(1),
         };
         std::thread::Builder::new()
             .name("fastvideo-executor".into())
@@ -325,6 +329,12 @@ struct Executor {
     jobs: HashMap<u64, Job>,
     keys: HashMap<String, u64>,
     next_key: u64,
+    max_batch: usize,
+}
+
+/// A span naming the scheduler slots stepped together (for logs).
+fn jobs_span(keys: &[u64]) -> tracing::span::EnteredSpan {
+    tracing::debug_span!("step_batch", slots = ?keys).entered()
 }
 
 fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
@@ -413,7 +423,82 @@ impl Executor {
         self.shared.release(&id);
     }
 
+    /// Started requests whose next step can run in one call with `k`'s (same batch key).
+    fn batch_partners(&self, k: u64) -> Vec<u64> {
+        if self.max_batch < 2 {
+            return Vec::new();
+        }
+        let Some(key) = self.jobs.get(&k).and_then(|j| j.run.as_ref()).and_then(|r| r.batch_key()) else {
+            return Vec::new();
+        };
+        let mut partners: Vec<u64> = self
+            .jobs
+            .iter()
+            .filter(|(o, j)| **o != k && j.run.as_ref().is_some_and(|r| r.batch_key() == Some(key)))
+            .map(|(o, _)| *o)
+            .collect();
+        partners.sort_unstable();
+        partners.truncate(self.max_batch - 1);
+        partners
+    }
+
+    /// One step of `k` and its partners as one batched call.
+    fn advance_batch(&mut self, k: u64, partners: Vec<u64>) {
+        let keys: Vec<u64> = std::iter::once(k).chain(partners).collect();
+        let mut jobs: Vec<Job> = keys.iter().map(|k| self.jobs.remove(k).expect("partners exist")).collect();
+        let senders: Vec<mpsc::UnboundedSender<OmniEvent>> = jobs.iter().map(|j| j.events.clone()).collect();
+        let t = Instant::now();
+        let results = {
+            let mut runs: Vec<&mut PipelineRun> = jobs.iter_mut().map(|j| j.run.as_mut().expect("started")).collect();
+            let _e = jobs_span(&keys);
+            catch_unwind(AssertUnwindSafe(|| PipelineRun::step_batch(&mut runs, &mut |i, e| drop(senders[i].send(e)))))
+        };
+        let n = keys.len();
+        let per_request = t.elapsed().as_secs_f64() / n as f64;
+        self.metrics.step_batch_size.observe(n as f64);
+        let results: Vec<Result<(), EngineError>> = match results {
+            Ok(rs) => rs
+                .into_iter()
+                .map(|r| {
+                    r.map_err(|e| EngineError::Failed {
+                        code: (self.classify)(&e).to_string(),
+                        message: format!("{e:#}"),
+                    })
+                })
+                .collect(),
+            Err(p) => {
+                let message = format!("batched step panicked: {}", panic_message(p.as_ref()));
+                (0..n)
+                    .map(|_| Err(EngineError::Failed { code: "internal_error".into(), message: message.clone() }))
+                    .collect()
+            }
+        };
+        for ((k, mut job), r) in keys.into_iter().zip(jobs).zip(results) {
+            match r {
+                Ok(()) => {
+                    let mut cost = self.shared.cost.lock().unwrap();
+                    // The batch's time is shared: each request is charged its part.
+                    cost.observe_step(&job.key, per_request);
+                    job.steps_left = job.steps_left.saturating_sub(1);
+                    let left = cost.remaining_seconds(&job.key, job.steps_left, job.one_shot_spent);
+                    drop(cost);
+                    self.metrics.step_seconds.observe(per_request * n as f64);
+                    self.state.set_remaining(k, left);
+                    self.jobs.insert(k, job);
+                }
+                Err(e) => {
+                    self.jobs.insert(k, job);
+                    self.fail(k, e);
+                }
+            }
+        }
+    }
+
     fn advance(&mut self, k: u64) {
+        let partners = self.batch_partners(k);
+        if !partners.is_empty() {
+            return self.advance_batch(k, partners);
+        }
         let job = self.jobs.get_mut(&k).expect("scheduled jobs exist");
         if job.run.is_none() {
             let req = job.req.take().expect("a queued job carries its request");

@@ -22,6 +22,8 @@ pub struct Metrics {
     pub backlog_seconds: Gauge<f64, AtomicU64>,
     pub requests: Family<OutcomeLabel, Counter>,
     pub step_seconds: Histogram,
+    /// Requests stepped together by one batched call.
+    pub step_batch_size: Histogram,
     pub one_shot_seconds: Histogram,
     pub predicted_request_seconds: Histogram,
     pub queue_wait_seconds: Histogram,
@@ -40,6 +42,7 @@ impl Metrics {
             backlog_seconds: Gauge::default(),
             requests: Family::default(),
             step_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
+            step_batch_size: Histogram::new(exponential_buckets(2.0, 2.0, 6)),
             one_shot_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
             predicted_request_seconds: Histogram::new(exponential_buckets(0.01, 2.0, 16)),
             queue_wait_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 18)),
@@ -53,6 +56,7 @@ impl Metrics {
         r.register("backlog_seconds", "Predicted seconds of admitted work not yet done", m.backlog_seconds.clone());
         r.register("requests", "Requests by outcome", m.requests.clone());
         r.register("step_seconds", "Wall time of one denoise step", m.step_seconds.clone());
+        r.register("step_batch_size", "Requests per batched step call", m.step_batch_size.clone());
         r.register("one_shot_seconds", "Wall time of one one-shot stage", m.one_shot_seconds.clone());
         r.register(
             "predicted_request_seconds",

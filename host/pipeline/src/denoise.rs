@@ -2,6 +2,7 @@
 //! the guidance combine, and the sampler update.
 
 use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use anyhow::{bail, ensure, Context, Result};
@@ -68,6 +69,22 @@ pub fn seeded_noise(shape: &[i64], seed: u64, device: Device) -> Tensor {
     Tensor::from_slice(&data).reshape(shape).to_device(device)
 }
 
+impl DenoiseLoop {
+    /// Where a request is in its schedule, for policies.
+    fn step_ctx<'a>(ctx: &NodeCtx<'a>, s: &DenoiseState) -> StepCtx<'a> {
+        let i = s.sampler.step_index();
+        let sigmas = s.sampler.sigmas();
+        StepCtx {
+            request: ctx.request,
+            step_index: i as u32,
+            num_steps: s.sampler.timesteps().len() as u32,
+            timestep: s.sampler.timesteps()[i],
+            sigma: sigmas[i],
+            sigma_next: sigmas.get(i + 1).copied().unwrap_or(0.0),
+        }
+    }
+}
+
 impl LoopStage for DenoiseLoop {
     fn init(&self, ctx: &NodeCtx, values: &mut Values) -> Result<LoopState> {
         let req = ctx.request;
@@ -109,18 +126,8 @@ impl LoopStage for DenoiseLoop {
 
     fn step(&self, ctx: &NodeCtx, state: &mut LoopState) -> Result<StepResult> {
         let s: &mut DenoiseState = state.get_mut()?;
-        let i = s.sampler.step_index();
-        let t = s.sampler.timesteps()[i];
-        let timestep = Tensor::from_slice(&[t]).to_device(ctx.device);
-        let sigmas = s.sampler.sigmas();
-        let step = StepCtx {
-            request: ctx.request,
-            step_index: i as u32,
-            num_steps: s.sampler.timesteps().len() as u32,
-            timestep: t,
-            sigma: sigmas[i],
-            sigma_next: sigmas.get(i + 1).copied().unwrap_or(0.0),
-        };
+        let step = Self::step_ctx(ctx, s);
+        let timestep = Tensor::from_slice(&[step.timestep]).to_device(ctx.device);
         let mut preds = Vec::with_capacity(s.branches.len());
         for (b, c) in s.branches.iter().zip(&s.contexts) {
             let p = match s.blocks.as_deref_mut() {
@@ -137,6 +144,67 @@ impl LoopStage for DenoiseLoop {
         s.latents = s.sampler.step(&guided, &s.latents)?;
         let done = s.sampler.step_index() == s.sampler.timesteps().len();
         Ok(StepResult { done, emit: Vec::new(), forwards: preds.len() as u32 })
+    }
+
+    /// Batchable when no block policy is bound (its per-forward hook state is per request) and
+    /// the latents, branches and conditioning shapes agree; steps and timesteps may differ (the
+    /// denoiser takes one timestep per batch row).
+    fn batch_key(&self, _ctx: &NodeCtx, state: &LoopState) -> Option<u64> {
+        if self.blocks.is_some() {
+            return None;
+        }
+        let s = state.inner.downcast_ref::<DenoiseState>()?;
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        s.latents.size().hash(&mut h);
+        format!("{:?}", s.latents.device()).hash(&mut h);
+        for (b, c) in s.branches.iter().zip(&s.contexts) {
+            b.hash(&mut h);
+            c.size().hash(&mut h);
+        }
+        Some(h.finish())
+    }
+
+    /// Every branch of every request in one forward (rows: request-major, branch-minor), then
+    /// each request's guidance combine and sampler update on its own rows.
+    fn step_batch(&self, ctxs: &[NodeCtx], states: &mut [&mut LoopState]) -> Vec<Result<StepResult>> {
+        if states.len() < 2 || self.blocks.is_some() {
+            return ctxs.iter().zip(states.iter_mut()).map(|(c, s)| self.step(c, s)).collect();
+        }
+        let batch = (|| -> Result<Vec<Tensor>> {
+            let (mut x, mut t, mut c) = (Vec::new(), Vec::new(), Vec::new());
+            for st in states.iter_mut() {
+                let s: &mut DenoiseState = st.get_mut()?;
+                let ts = s.sampler.timesteps()[s.sampler.step_index()];
+                for ctx in &s.contexts {
+                    x.push(s.latents.shallow_clone());
+                    t.push(ts);
+                    c.push(ctx.shallow_clone());
+                }
+            }
+            let timestep = Tensor::from_slice(&t).to_device(ctxs[0].device);
+            let out = self.denoiser.forward(&Tensor::cat(&x, 0), &timestep, &Tensor::cat(&c, 0))?;
+            Ok(out.split(1, 0))
+        })();
+        let rows = match batch {
+            Ok(rows) => rows,
+            Err(e) => {
+                let msg = format!("batched forward of {} requests: {e:#}", states.len());
+                return states.iter().map(|_| Err(anyhow::anyhow!(msg.clone()))).collect();
+            }
+        };
+        let mut rows = rows.into_iter();
+        ctxs.iter()
+            .zip(states.iter_mut())
+            .map(|(ctx, st)| {
+                let s: &mut DenoiseState = st.get_mut()?;
+                let preds: Vec<Tensor> = rows.by_ref().take(s.branches.len()).collect();
+                let step = Self::step_ctx(ctx, s);
+                let guided = self.guidance.combine(&step, &preds, &mut s.guidance)?;
+                s.latents = s.sampler.step(&guided, &s.latents)?;
+                let done = s.sampler.step_index() == s.sampler.timesteps().len();
+                Ok(StepResult { done, emit: Vec::new(), forwards: preds.len() as u32 })
+            })
+            .collect()
     }
 
     fn finalize(&self, _ctx: &NodeCtx, state: LoopState, values: &mut Values) -> Result<()> {

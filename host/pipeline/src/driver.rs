@@ -132,25 +132,92 @@ impl PipelineRun {
                         let r = stage
                             .step(&ctx, &mut st)
                             .with_context(|| format!("node `{}` step {}", node.name, st.step + 1))?;
-                        st.step += 1;
-                        if r.done {
-                            st.total_steps = st.step;
-                        }
-                        self.metrics.step_seconds.push(t.elapsed().as_secs_f64());
-                        self.metrics.forwards += r.forwards;
-                        r.emit.into_iter().for_each(&mut *emit);
-                        emit(OmniEvent::Progress {
-                            request_id: rid.clone(),
-                            node: node.name.clone(),
-                            step: st.step,
-                            total_steps: st.total_steps,
-                        });
-                        self.active = Some(st);
+                        let elapsed = t.elapsed().as_secs_f64();
+                        self.record_step(&node.name, st, r, elapsed, emit);
                     }
                 }
             },
         }
         Ok(Advance::Worked)
+    }
+
+    /// Bookkeeping after one loop step: counters, metrics, the step's events and progress.
+    fn record_step(
+        &mut self,
+        node: &str,
+        mut st: LoopState,
+        r: crate::StepResult,
+        elapsed: f64,
+        emit: &mut dyn FnMut(OmniEvent),
+    ) {
+        st.step += 1;
+        if r.done {
+            st.total_steps = st.step;
+        }
+        self.metrics.step_seconds.push(elapsed);
+        self.metrics.forwards += r.forwards;
+        r.emit.into_iter().for_each(&mut *emit);
+        emit(OmniEvent::Progress {
+            request_id: self.request.request_id.clone(),
+            node: node.to_string(),
+            step: st.step,
+            total_steps: st.total_steps,
+        });
+        self.active = Some(st);
+    }
+
+    /// When the next unit is a loop step that can be batched: the loop node and the stage's
+    /// batch key. Runs with equal answers can go through [`step_batch`](Self::step_batch).
+    pub fn batch_key(&self) -> Option<(usize, u64)> {
+        let idx = self.next_index(self.cursor)?;
+        let node = &self.spec.nodes[idx];
+        let (NodeKind::Loop(stage), Some(st)) = (&node.kind, &self.active) else { return None };
+        if st.step >= st.total_steps || self.cancel.is_cancelled() {
+            return None;
+        }
+        let ctx = NodeCtx { request: &self.request, node: &node.name, device: self.device };
+        stage.batch_key(&ctx, st).map(|k| (idx, k))
+    }
+
+    /// One loop step of each run, as one call of the loop stage (e.g. one batched forward).
+    /// Every run's [`batch_key`](Self::batch_key) must be `Some` and equal, and the runs must
+    /// share one pipeline; otherwise each run gets an error and nothing runs. Returns one result
+    /// per run; `emit` receives each run's events with the run's index.
+    pub fn step_batch(runs: &mut [&mut PipelineRun], emit: &mut dyn FnMut(usize, OmniEvent)) -> Vec<Result<()>> {
+        let key = runs.first().and_then(|r| r.batch_key());
+        let same = key.is_some() && runs.iter().all(|r| r.batch_key() == key && Arc::ptr_eq(&r.spec, &runs[0].spec));
+        if !same {
+            return runs.iter().map(|_| Err(anyhow!("step_batch: runs are not at one batchable step"))).collect();
+        }
+        let (idx, _) = key.expect("checked");
+        let spec = Arc::clone(&runs[0].spec);
+        let node = &spec.nodes[idx];
+        let NodeKind::Loop(stage) = &node.kind else { unreachable!("batch keys come from loop nodes") };
+        let _guard = tch::no_grad_guard();
+        let mut states: Vec<LoopState> = runs.iter_mut().map(|r| r.active.take().expect("checked")).collect();
+        let t = Instant::now();
+        let results = {
+            let ctxs: Vec<NodeCtx> =
+                runs.iter().map(|r| NodeCtx { request: &r.request, node: &node.name, device: r.device }).collect();
+            let mut refs: Vec<&mut LoopState> = states.iter_mut().collect();
+            stage.step_batch(&ctxs, &mut refs)
+        };
+        let elapsed = t.elapsed().as_secs_f64();
+        let mut out = Vec::with_capacity(runs.len());
+        for (i, ((run, st), r)) in runs.iter_mut().zip(states).zip(results).enumerate() {
+            match r {
+                Ok(r) => {
+                    run.record_step(&node.name, st, r, elapsed, &mut |e| emit(i, e));
+                    out.push(Ok(()));
+                }
+                Err(e) => {
+                    let step = st.step + 1;
+                    run.active = Some(st);
+                    out.push(Err(e.context(format!("node `{}` step {step}", node.name))));
+                }
+            }
+        }
+        out
     }
 
     /// Advances until finished (the single-request path: CLI, tests).

@@ -54,4 +54,17 @@ pub trait LoopStage: Send + Sync {
     fn init(&self, ctx: &NodeCtx, values: &mut Values) -> Result<LoopState>;
     fn step(&self, ctx: &NodeCtx, state: &mut LoopState) -> Result<StepResult>;
     fn finalize(&self, ctx: &NodeCtx, state: LoopState, values: &mut Values) -> Result<()>;
+
+    /// Requests whose next steps this stage can run as one batched call return equal keys;
+    /// `None` (the default) never batches.
+    fn batch_key(&self, ctx: &NodeCtx, state: &LoopState) -> Option<u64> {
+        let _ = (ctx, state);
+        None
+    }
+
+    /// One step of each of several requests whose [`batch_key`](Self::batch_key)s are equal.
+    /// The default steps them one by one.
+    fn step_batch(&self, ctxs: &[NodeCtx], states: &mut [&mut LoopState]) -> Vec<Result<StepResult>> {
+        ctxs.iter().zip(states.iter_mut()).map(|(c, s)| self.step(c, s)).collect()
+    }
 }
