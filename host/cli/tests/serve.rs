@@ -224,7 +224,9 @@ fn delete_cancels_a_running_job_within_one_step_and_frees_it() {
             }
         }
     });
-    assert!(after <= 1, "{after} steps ran after the cancel");
+    // At most one step runs after the cancel reaches the engine (tested exactly in
+    // host/engine/tests/engine.rs); a few more may already be on the wire to this client.
+    assert!(after <= 3, "{after} progress events arrived after the DELETE answer");
     let (name, last) = events.last().unwrap();
     assert_eq!((name.as_str(), last["code"].as_str()), ("error", Some("cancelled")));
     assert_eq!(server.get(&format!("/v1/videos/{id}")).0, 404);

@@ -415,12 +415,13 @@ impl Executor {
             let _e = job.span.enter();
             tracing::warn!(%code, %message, "request ended without output");
         }
+        // Released before the caller hears of it, so a caller that saw the end sees `live()` without it.
+        self.shared.release(&id);
         let _ = job.events.send(OmniEvent::Error { request_id: id.clone(), code, message });
         self.metrics.count(if err == EngineError::Cancelled { "cancelled" } else { "failed" });
         if let Some(done) = job.done.take() {
             let _ = done.send(Err(err));
         }
-        self.shared.release(&id);
     }
 
     /// Started requests whose next step can run in one call with `k`'s (same batch key).
@@ -572,10 +573,10 @@ impl Executor {
         };
         match result {
             Ok(out) => {
+                self.shared.release(&id);
                 if let Some(done) = job.done.take() {
                     let _ = done.send(Ok(out));
                 }
-                self.shared.release(&id);
             }
             Err(err) => {
                 // Put it back so `fail` reports it like any other failure.

@@ -34,6 +34,32 @@ pub struct ModelLimits {
     pub defaults: Defaults,
 }
 
+impl ModelLimits {
+    /// Wan-like limits (64×64, 17 frames, 20 UniPC steps, guidance 4) for tests and examples.
+    pub fn example() -> Self {
+        ModelLimits {
+            family: "Wan".into(),
+            tasks: vec![TaskType::T2v, TaskType::T2i],
+            frame_multiple: 4,
+            spatial_multiple: 16,
+            max_frames: 125,
+            max_side: 1024,
+            max_steps: 100,
+            defaults: Defaults {
+                steps: 20,
+                guidance_scale: 4.0,
+                shift: 3.0,
+                height: 64,
+                width: 64,
+                num_frames: 17,
+                fps: 8,
+                sampler: SamplerKind::Unipc,
+                negative_prompt: String::new(),
+            },
+        }
+    }
+}
+
 /// A request checked against a model, with every parameter concrete.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ResolvedRequest {

@@ -211,29 +211,9 @@ fn frames_for_seconds(s: &SecondsValue, fps: u32, limits: &ModelLimits) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fastvideo_request::{Defaults, SamplerKind};
 
     fn limits() -> ModelLimits {
-        ModelLimits {
-            family: "Wan".into(),
-            tasks: vec![TaskType::T2v, TaskType::T2i],
-            frame_multiple: 4,
-            spatial_multiple: 16,
-            max_frames: 81,
-            max_side: 512,
-            max_steps: 100,
-            defaults: Defaults {
-                steps: 20,
-                guidance_scale: 4.0,
-                shift: 3.0,
-                height: 64,
-                width: 64,
-                num_frames: 17,
-                fps: 8,
-                sampler: SamplerKind::Unipc,
-                negative_prompt: String::new(),
-            },
-        }
+        ModelLimits { max_frames: 81, max_side: 512, ..ModelLimits::example() }
     }
 
     #[test]

@@ -38,24 +38,5 @@ pub fn deploy(stem: &str, name: &str, grants: &[&str], limits: &str) -> Result<D
 /// Wan-shaped request limits with the default model's defaults, for requests built without a
 /// model (guider and bench inputs are synthetic tensors).
 pub fn limits() -> ModelLimits {
-    ModelLimits {
-        family: "Wan".into(),
-        tasks: vec![TaskType::T2v],
-        frame_multiple: 4,
-        spatial_multiple: 16,
-        max_frames: 125,
-        max_side: 1024,
-        max_steps: 100,
-        defaults: Defaults {
-            steps: 20,
-            guidance_scale: 4.0,
-            shift: 3.0,
-            height: 64,
-            width: 64,
-            num_frames: 17,
-            fps: 8,
-            sampler: SamplerKind::Unipc,
-            negative_prompt: String::new(),
-        },
-    }
+    ModelLimits { tasks: vec![TaskType::T2v], ..ModelLimits::example() }
 }
