@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use fastvideo_plugin_host::{build_plugins, inspect, DeployConfig, Deployment, PluginError};
-use fastvideo_request::{Defaults, ModelLimits, SamplerKind, TaskType};
+use fastvideo_request::{ModelLimits, TaskType};
 
 pub fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
