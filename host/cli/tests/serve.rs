@@ -344,3 +344,23 @@ fn a_deploy_runs_its_guider_plugin_per_request_and_meters_its_time() {
     let (status, v) = server.post("/v1/videos", bad);
     assert_eq!((status, v["error"]["param"].as_str()), (400, Some("plugin_params.nope")), "{v}");
 }
+
+#[test]
+fn sigterm_drains_admitted_work_then_exits() {
+    let mut server = Server::start(&[]);
+    let (_, v) = server.post("/v1/videos", video("a purple cross moving down on a gray background", 60));
+    let id = v["id"].as_str().unwrap().to_string();
+    let pid = server.child.id().to_string();
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    // Draining: not ready, no new work, but the admitted job finishes and stays downloadable.
+    let t0 = Instant::now();
+    while server.get("/ready").0 != 503 {
+        assert!(t0.elapsed() < Duration::from_secs(10), "/ready never turned 503");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let (status, body) = server.post("/v1/videos", video("x", 2));
+    assert_eq!((status, body["error"]["code"].as_str()), (503, Some("draining")), "{body}");
+    assert_eq!(server.wait_done(&id)["status"], "completed");
+    let status = server.child.wait().unwrap();
+    assert!(status.success(), "the server exits cleanly after the drain: {status}");
+}

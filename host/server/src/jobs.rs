@@ -127,6 +127,12 @@ impl Jobs {
         Some((page, rest.len() > limit))
     }
 
+    /// Jobs whose record is not final yet (queued, running, or encoding their MP4).
+    pub fn unfinished(&self) -> usize {
+        let g = self.0.lock().unwrap();
+        g.jobs.values().filter(|j| !matches!(j.video.status, Status::Completed | Status::Failed)).count()
+    }
+
     pub fn subscribe(&self, id: &str) -> Option<Subscription> {
         let g = self.0.lock().unwrap();
         let j = g.jobs.get(id).filter(|j| !j.deleted)?;

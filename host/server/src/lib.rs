@@ -136,6 +136,7 @@ pub async fn serve(state: AppState, cfg: ServerConfig) -> anyhow::Result<()> {
     tracing::info!(addr = %listener.local_addr()?, model = state.engine.model_id(), "serving");
     eprintln!("fastvideo: serving {} on http://{}", state.engine.model_id(), listener.local_addr()?);
     let engine = state.engine.clone();
+    let jobs = state.jobs.clone();
     let app = router(state);
     let drain = async move {
         stop_signal().await;
@@ -146,8 +147,12 @@ pub async fn serve(state: AppState, cfg: ServerConfig) -> anyhow::Result<()> {
             engine.drain(true);
             let _ = tokio::time::timeout(Duration::from_secs(5), engine.idle()).await;
         }
-        // Let the last jobs' MP4 encodes land before connections close.
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        // Let the last jobs' MP4 encodes land, and give pollers a moment to see them.
+        let t0 = tokio::time::Instant::now();
+        while jobs.unfinished() > 0 && t0.elapsed() < Duration::from_secs(30) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
         eprintln!("fastvideo: drained");
     };
     axum::serve(listener, app).with_graceful_shutdown(drain).await?;
