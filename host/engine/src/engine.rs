@@ -359,7 +359,11 @@ impl Executor {
             match self.state.pick(Instant::now()) {
                 Some(k) => self.advance(k),
                 None if self.state.is_empty() => {}
-                None => unreachable!("the scheduler always runs something when requests are waiting"),
+                // Cannot happen (a lone request always fits), but never spin or die: wait for news.
+                None => match rx.recv() {
+                    Ok(c) => self.command(c),
+                    Err(_) => return,
+                },
             }
             self.publish();
         }
