@@ -419,7 +419,9 @@ impl Executor {
             let _e = job.span.enter();
             tracing::warn!(%code, %message, "request ended without output");
         }
-        // Released before the caller hears of it, so a caller that saw the end sees `live()` without it.
+        // Released and published before the caller hears of it, so a caller that saw the end sees
+        // `live()` and the gauges without it.
+        self.publish();
         self.shared.release(&id);
         let _ = job.events.send(OmniEvent::Error { request_id: id.clone(), code, message });
         self.metrics.count(if err == EngineError::Cancelled { "cancelled" } else { "failed" });
@@ -577,6 +579,7 @@ impl Executor {
         };
         match result {
             Ok(out) => {
+                self.publish();
                 self.shared.release(&id);
                 if let Some(done) = job.done.take() {
                     let _ = done.send(Ok(out));
