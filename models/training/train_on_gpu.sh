@@ -5,7 +5,8 @@
 # binary at $FASTVIDEO_BIN, and an earlier checkpoint (if any) in $CKPT_IN to resume from
 # (e.g. CKPT_IN=models/default; train_log.jsonl/train_state.json come from models/training/logs).
 #   usage: train_on_gpu.sh OUT_TGZ VAE_MINUTES DIT_MINUTES [CLIPS]
-# Env: VAE_BATCH (32), DIT_BATCH (256), DIT_FLAGS (e.g. --anneal for the last run).
+# Env: VAE_BATCH (32), DIT_BATCH (256), VAE_FLAGS (e.g. --edge-weight 1 --single-frames, or
+# --decoder-only to keep the latent space), DIT_FLAGS (e.g. --anneal for the last run).
 # The checkpoint is packed into OUT_TGZ after each stage, so a run cut short keeps what it did.
 set -euo pipefail
 out_tgz=$1 vae_min=$2 dit_min=$3 clips=${4:-24000}
@@ -26,7 +27,7 @@ pack() { rm -f "$out_tgz".part-*; tar -C /tmp/ckpt -czf - . | split -b 12M - "$o
 if [ -n "${CKPT_IN:-}" ] && [ -f "$CKPT_IN.part-aa" ]; then cat "$CKPT_IN".part-* | tar -C /tmp/ckpt -xzf -; fi
 if [ -n "${CKPT_IN:-}" ] && [ -d "$CKPT_IN" ]; then cp -r "$CKPT_IN"/. /tmp/ckpt/; fi
 if [ "$vae_min" != 0 ]; then
-  python3 models/training/train_default.py --data /tmp/data --out /tmp/ckpt --stage vae --minutes "$vae_min" --batch "${VAE_BATCH:-32}"
+  python3 models/training/train_default.py --data /tmp/data --out /tmp/ckpt --stage vae --minutes "$vae_min" --batch "${VAE_BATCH:-32}" ${VAE_FLAGS:-}
   pack
 fi
 if [ "$dit_min" != 0 ]; then
