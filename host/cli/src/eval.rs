@@ -195,17 +195,5 @@ fn vae_roundtrip(model: &WanModel, scene: &Scene, seed: u64, req: &ResolvedReque
         / 127.5
         - 1.0;
     let y = model.vae.decode(&model.vae.encode(&x)?)?;
-    let rgb = ((y.squeeze_dim(0) / 2.0 + 0.5).clamp(0.0, 1.0) * 255.0)
-        .round()
-        .to_kind(Kind::Uint8)
-        .permute([1, 2, 3, 0])
-        .contiguous()
-        .to_device(tch::Device::Cpu);
-    Ok(VideoArtifact {
-        fps: req.fps,
-        num_frames: f as u32,
-        height: h as u32,
-        width: w as u32,
-        rgb: Vec::<u8>::try_from(rgb.flatten(0, -1))?,
-    })
+    pipeline::frames_to_video(&y, req.fps)
 }

@@ -102,6 +102,9 @@ struct Job {
     req: Option<ResolvedRequest>,
     run: Option<PipelineRun>,
     key: CostKey,
+    /// Admission's prediction, handed to the scheduler as is.
+    predicted: f64,
+    memory: u64,
     steps_left: u32,
     one_shot_spent: f64,
     submitted: Instant,
@@ -266,6 +269,8 @@ impl Engine {
             req: Some(req),
             run: None,
             key,
+            predicted,
+            memory,
             one_shot_spent: 0.0,
             submitted: Instant::now(),
             cancel: CancelToken::default(),
@@ -380,12 +385,8 @@ impl Executor {
             Command::Submit(job) => {
                 let k = self.next_key;
                 self.next_key += 1;
-                let req = job.req.as_ref().expect("a submitted job carries its request");
-                let (predicted, memory) = {
-                    let cost = self.shared.cost.lock().unwrap();
-                    (cost.request_seconds(&job.key, req.steps), cost.memory_bytes(&job.key))
-                };
-                self.state.add(k, req.priority, predicted, memory, job.submitted);
+                let priority = job.req.as_ref().expect("a submitted job carries its request").priority;
+                self.state.add(k, priority, job.predicted, job.memory, job.submitted);
                 self.keys.insert(job.id.clone(), k);
                 self.jobs.insert(k, *job);
             }

@@ -114,25 +114,29 @@ struct Assemble;
 
 impl Stage for Assemble {
     fn run(&self, ctx: &NodeCtx, values: &mut Values) -> Result<()> {
-        let frames = values.tensor(FRAMES)?;
-        let (b, c, f, h, w) = frames.size5()?;
-        ensure!(b == 1 && c == 3, "assemble: frames {:?} must be [1, 3, F, H, W]", frames.size());
-        let rgb = ((frames.squeeze_dim(0) / 2.0 + 0.5).clamp(0.0, 1.0) * 255.0)
-            .round()
-            .to_kind(Kind::Uint8)
-            .permute([1, 2, 3, 0])
-            .contiguous()
-            .to_device(Device::Cpu);
-        let video = VideoArtifact {
-            fps: ctx.request.fps,
-            num_frames: f as u32,
-            height: h as u32,
-            width: w as u32,
-            rgb: Vec::<u8>::try_from(rgb.flatten(0, -1))?,
-        };
+        let video = frames_to_video(values.tensor(FRAMES)?, ctx.request.fps)?;
         values.insert(VIDEO, Value::Video(video));
         Ok(())
     }
+}
+
+/// Decoded frames `[1, 3, F, H, W]` in [-1, 1] → an RGB8 video artifact on the host.
+pub fn frames_to_video(frames: &Tensor, fps: u32) -> Result<VideoArtifact> {
+    let (b, c, f, h, w) = frames.size5()?;
+    ensure!(b == 1 && c == 3, "assemble: frames {:?} must be [1, 3, F, H, W]", frames.size());
+    let rgb = ((frames.squeeze_dim(0) / 2.0 + 0.5).clamp(0.0, 1.0) * 255.0)
+        .round()
+        .to_kind(Kind::Uint8)
+        .permute([1, 2, 3, 0])
+        .contiguous()
+        .to_device(Device::Cpu);
+    Ok(VideoArtifact {
+        fps,
+        num_frames: f as u32,
+        height: h as u32,
+        width: w as u32,
+        rgb: Vec::<u8>::try_from(rgb.flatten(0, -1))?,
+    })
 }
 
 /// Builds the validated pipeline for a loaded model, with `guidance` bound as its CFG policy.
