@@ -5,6 +5,7 @@
 # Then e.g.:
 #   fastvideo generate --deploy deploys/fbcache.toml --prompt "a red circle moving left on a white background"
 #   fastvideo eval --deploy deploys/apg.toml --plugin-param apg.eta=0.5
+#   fastvideo generate --deploy deploys/watched.toml --prompt "a blue star moving up on a gray background"
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 out="${1:-deploys}"
@@ -35,3 +36,9 @@ write cfg-zero-star fastvideo_guider_cfg_zero_star '["tensor", "tensor-ops"]'
 write apg fastvideo_guider_apg '["tensor", "tensor-ops"]' 'eta = 0.0'
 write fbcache fastvideo_cache_dbcache '["tensor", "tensor-ops", "events"]' 'fn_blocks = 1' 'bn_blocks = 0' 'residual_diff_threshold = 0.08'
 write dbcache fastvideo_cache_dbcache '["tensor", "tensor-ops", "events"]' 'fn_blocks = 2' 'bn_blocks = 1' 'residual_diff_threshold = 0.08'
+write taylorseer fastvideo_cache_taylorseer '["tensor", "tensor-ops", "events"]' 'order = 1' 'interval = 2' 'warmup_steps = 3'
+write nanwatch fastvideo_observer_nanwatch '["tensor", "tensor-ops", "events"]'
+write profiler fastvideo_observer_profiler '["tensor", "events", "clock"]' 'per_step = false'
+# Several plugins in one deploy: a guider, a block cache and two observers.
+cat "$out/cfg-zero-star.toml" "$out/dbcache.toml" "$out/nanwatch.toml" "$out/profiler.toml" > "$out/watched.toml"
+echo "wrote $out/watched.toml"

@@ -96,9 +96,8 @@ pub fn run(args: EvalArgs) -> Result<()> {
         r.resolve(&limits, || seed)
     };
     let first = build(&list[0], 0)?;
-    let (guidance, blocks) =
-        crate::generate::policies_for(&args.plugins, &[&first], &model_dir.display().to_string(), false)?;
-    let spec = Arc::new(pipeline::text_to_video_with(&model, guidance, blocks)?);
+    let policies = crate::generate::policies_for(&args.plugins, &[&first], &model_dir.display().to_string(), false)?;
+    let spec = Arc::new(pipeline::text_to_video_with(&model, policies)?);
     let settings = format!(
         "{} {} steps, guidance {}, shift {}, {}x{}x{}",
         first.sampler.as_str(),

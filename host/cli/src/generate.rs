@@ -7,8 +7,10 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use fastvideo_pipeline::{BlockPolicy, Guidance, PipelineRun, Values};
-use fastvideo_plugin_host::{Deployment, PluginBlockPolicy, PluginGuider, PluginKind};
+use fastvideo_pipeline::{BlockPolicy, Guidance, LoopPolicies, Observer, PipelineRun, StepPolicy, Values};
+use fastvideo_plugin_host::{
+    Deployment, PluginBlockPolicy, PluginGuider, PluginKind, PluginObserver, PluginStepPolicy,
+};
 use fastvideo_request::{InputPart, OmniRequest, TextRole};
 
 use crate::args::{PluginArgs, SamplingArgs};
@@ -59,18 +61,14 @@ pub struct GenerateArgs {
     plugins: PluginArgs,
 }
 
-/// A run's guidance policy and optional block policy.
-pub type Policies = (Arc<dyn Guidance>, Option<Arc<dyn BlockPolicy>>);
-
-/// The loop policies of a run from its deploy: the guider plugin if one is enabled (else
-/// built-in CFG) and the block-interceptor plugin if any. Checks each request's plugin
-/// parameters against the deploy first.
+/// The loop policies of a run from its deploy (see [`policies`]), after checking each
+/// request's plugin parameters against the deploy.
 pub fn policies_for(
     plugins: &PluginArgs,
     requests: &[&fastvideo_request::ResolvedRequest],
     model_id: &str,
     quiet: bool,
-) -> Result<Policies> {
+) -> Result<LoopPolicies> {
     let Some(path) = plugins.deploy.as_deref() else {
         if !plugins.plugin_params.is_empty() {
             bail!("--plugin-param needs --deploy (plugins come from a deploy config)");
@@ -84,31 +82,32 @@ pub fn policies_for(
     Ok(policies(Some(&deploy), model_id, quiet))
 }
 
-/// The policies a deploy enables (built-in CFG and no block policy without one).
-pub fn policies(deploy: Option<&Deployment>, model_id: &str, quiet: bool) -> Policies {
+/// The policies a deploy enables: its guider (else built-in CFG), block interceptor and step
+/// interceptor if any, and every observer. Without a deploy: built-in CFG only.
+pub fn policies(deploy: Option<&Deployment>, model_id: &str, quiet: bool) -> LoopPolicies {
     let Some(deploy) = deploy else {
-        return (pipeline::default_guidance(), None);
+        return LoopPolicies::new(pipeline::default_guidance());
     };
     let say = |what: &str, p: &fastvideo_plugin_host::EnabledPlugin| {
         if !quiet {
             eprintln!("{what}: plugin `{}` (blake3 {})", p.name(), &p.plugin.audit.blake3[..16]);
         }
     };
-    let guidance: Arc<dyn Guidance> = match deploy.of_kind(PluginKind::Guider).next().cloned() {
-        Some(g) => {
-            say("guider", &g);
-            Arc::new(PluginGuider::new(deploy, g, model_id))
-        }
+    let first = |kind, what| deploy.of_kind(kind).next().cloned().inspect(|p| say(what, p));
+    let guidance: Arc<dyn Guidance> = match first(PluginKind::Guider, "guider") {
+        Some(g) => Arc::new(PluginGuider::new(deploy, g, model_id)),
         None => pipeline::default_guidance(),
     };
-    let blocks: Option<Arc<dyn BlockPolicy>> = match deploy.of_kind(PluginKind::BlockInterceptor).next().cloned() {
-        Some(b) => {
-            say("block interceptor", &b);
-            Some(Arc::new(PluginBlockPolicy::new(deploy, b, model_id)))
-        }
-        None => None,
-    };
-    (guidance, blocks)
+    let blocks = first(PluginKind::BlockInterceptor, "block interceptor")
+        .map(|b| Arc::new(PluginBlockPolicy::new(deploy, b, model_id)) as Arc<dyn BlockPolicy>);
+    let steps = first(PluginKind::StepInterceptor, "step interceptor")
+        .map(|p| Arc::new(PluginStepPolicy::new(deploy, p, model_id)) as Arc<dyn StepPolicy>);
+    let observers = deploy
+        .of_kind(PluginKind::Observer)
+        .inspect(|p| say("observer", p))
+        .map(|p| Arc::new(PluginObserver::new(deploy, p.clone(), model_id)) as Arc<dyn Observer>)
+        .collect();
+    LoopPolicies { guidance, blocks, steps, observers }
 }
 
 /// Checks the places outputs go before any work, so a typo never costs a generation.
@@ -174,14 +173,14 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         );
     }
     let model_id = model_dir.display().to_string();
-    let (guidance, blocks) = policies_for(&args.plugins, &[&req], &model_id, args.quiet)?;
-    let spec = Arc::new(pipeline::text_to_video_with(&model, guidance, blocks)?);
+    let policies = policies_for(&args.plugins, &[&req], &model_id, args.quiet)?;
+    let spec = Arc::new(pipeline::text_to_video_with(&model, policies)?);
     let mut run = PipelineRun::new(spec, req, device, Values::default(), Default::default());
     let mut progress = Progress::new(args.quiet);
     let result = run.run_to_end(&mut |e| progress.on_event(&e));
     progress.finish();
     result?;
-    let out = run.finish(&mut |_| {})?;
+    let out = run.finish(&mut |e| progress.on_event(&e))?;
     let video = out.video().context("the pipeline produced no video")?;
     fastvideo_media::write_mp4(video, &args.out)?;
     if let Some(dir) = &args.frames_dir {

@@ -50,6 +50,14 @@ impl Progress {
                     b.set_position(*step as u64);
                 }
             }
+            // Observer plugins (profiler, NaN watch) report here, one line per event.
+            OmniEvent::Plugin { plugin, name, payload, .. } => {
+                let line = format!("{plugin}: {name} {payload}");
+                match &self.bar {
+                    Some(b) => b.suspend(|| eprintln!("{line}")),
+                    None => eprintln!("{line}"),
+                }
+            }
             _ => {}
         }
     }

@@ -79,8 +79,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
         Some(p) => Some(Arc::new(Deployment::load(p).with_context(|| format!("--deploy {}", p.display()))?)),
         None => None,
     };
-    let (guidance, blocks) = crate::generate::policies(deploy.as_deref(), &model_id, false);
-    let spec = Arc::new(pipeline::text_to_video_with(&model, guidance, blocks)?);
+    let policies = crate::generate::policies(deploy.as_deref(), &model_id, false);
+    let spec = Arc::new(pipeline::text_to_video_with(&model, policies)?);
     let deploy_for_check = deploy.clone();
     let check = Box::new(move |r: &fastvideo_request::ResolvedRequest| match &deploy_for_check {
         Some(d) => d.check_request(r).map_err(|e| match &e {

@@ -50,7 +50,7 @@ impl LoopStage for ToyLoop {
         if state.step == 2 && ctx.request.prompt == "panic" {
             panic!("toy panic");
         }
-        Ok(StepResult { done: false, emit: Vec::new(), forwards: 1 })
+        Ok(StepResult { done: false, forwards: 1, ..Default::default() })
     }
     fn finalize(&self, _ctx: &NodeCtx, state: LoopState, values: &mut Values) -> Result<()> {
         values.insert("latents", Value::Tensor(Tensor::from(state.step as f32)));

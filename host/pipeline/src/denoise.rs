@@ -14,7 +14,7 @@ use tch::{Device, Kind, Tensor};
 use crate::sampler::{self, Sampler};
 use crate::{
     BlockHook, BlockPolicy, BlockPolicyState, BoundHook, Guidance, GuidanceState, LoopStage, LoopState, NodeCtx,
-    StepCtx, StepResult, Value, Values,
+    StepCtx, StepPolicy, StepPolicyState, StepResult, Value, Values,
 };
 
 /// A model that predicts the flow velocity of latents at a timestep, given a conditioning tensor.
@@ -44,6 +44,8 @@ pub struct DenoiseLoop {
     pub guidance: Arc<dyn Guidance>,
     /// Optional block policy (a block cache); none costs nothing.
     pub blocks: Option<Arc<dyn BlockPolicy>>,
+    /// Optional step interceptor (a step cache such as TaylorSeer); none costs nothing.
+    pub steps: Option<Arc<dyn StepPolicy>>,
     pub contexts: BTreeMap<String, String>,
     /// Value name of optional initial latents (request-supplied noise); seeded noise otherwise.
     pub initial_latents: String,
@@ -57,6 +59,7 @@ struct DenoiseState {
     contexts: Vec<Tensor>,
     guidance: GuidanceState,
     blocks: Option<Box<dyn BlockPolicyState>>,
+    steps: Option<Box<dyn StepPolicyState>>,
 }
 
 /// Standard-normal noise from a seed, generated on the host with ChaCha so the same seed gives
@@ -120,6 +123,10 @@ impl LoopStage for DenoiseLoop {
                 Some(p) => Some(p.init(req).context("block policy init")?),
                 None => None,
             },
+            steps: match &self.steps {
+                Some(p) => Some(p.init(req).context("step interceptor init")?),
+                None => None,
+            },
         };
         Ok(LoopState { step: 0, total_steps: req.steps, inner: Box::new(state) })
     }
@@ -127,30 +134,57 @@ impl LoopStage for DenoiseLoop {
     fn step(&self, ctx: &NodeCtx, state: &mut LoopState) -> Result<StepResult> {
         let s: &mut DenoiseState = state.get_mut()?;
         let step = Self::step_ctx(ctx, s);
-        let timestep = Tensor::from_slice(&[step.timestep]).to_device(ctx.device);
-        let mut preds = Vec::with_capacity(s.branches.len());
-        for (b, c) in s.branches.iter().zip(&s.contexts) {
-            let p = match s.blocks.as_deref_mut() {
-                Some(state) => {
-                    let mut hook = BoundHook { state, step: &step, branch: b };
-                    self.denoiser.forward_hooked(&s.latents, &timestep, c, &mut hook)
-                }
-                None => self.denoiser.forward(&s.latents, &timestep, c),
+        let supplied = match s.steps.as_deref_mut() {
+            Some(p) => p.before_step(&step, &s.latents).context("step interceptor before-step")?,
+            None => None,
+        };
+        let (guided, forwards) = match supplied {
+            Some(out) => {
+                ensure!(
+                    out.size() == s.latents.size(),
+                    "step interceptor supplied an output of shape {:?}; the latents have {:?}",
+                    out.size(),
+                    s.latents.size()
+                );
+                (out, 0)
             }
-            .with_context(|| format!("forward of branch `{b}`"))?;
-            preds.push(p);
-        }
-        let guided = self.guidance.combine(&step, &preds, &mut s.guidance)?;
+            None => {
+                let timestep = Tensor::from_slice(&[step.timestep]).to_device(ctx.device);
+                let mut preds = Vec::with_capacity(s.branches.len());
+                for (b, c) in s.branches.iter().zip(&s.contexts) {
+                    let p = match s.blocks.as_deref_mut() {
+                        Some(state) => {
+                            let mut hook = BoundHook { state, step: &step, branch: b };
+                            self.denoiser.forward_hooked(&s.latents, &timestep, c, &mut hook)
+                        }
+                        None => self.denoiser.forward(&s.latents, &timestep, c),
+                    }
+                    .with_context(|| format!("forward of branch `{b}`"))?;
+                    preds.push(p);
+                }
+                (self.guidance.combine(&step, &preds, &mut s.guidance)?, preds.len() as u32)
+            }
+        };
         s.latents = s.sampler.step(&guided, &s.latents)?;
+        let mut emit = Vec::new();
+        if let Some(p) = s.steps.as_deref_mut() {
+            p.after_step(&step, &guided).context("step interceptor after-step")?;
+            emit = p.take_events();
+        }
         let done = s.sampler.step_index() == s.sampler.timesteps().len();
-        Ok(StepResult { done, emit: Vec::new(), forwards: preds.len() as u32 })
+        Ok(StepResult { done, emit, forwards, output: Some(guided) })
     }
 
-    /// Batchable when no block policy is bound (its per-forward hook state is per request) and
+    fn step_ctx<'a>(&self, ctx: &NodeCtx<'a>, state: &LoopState) -> Option<StepCtx<'a>> {
+        let s = state.inner.downcast_ref::<DenoiseState>()?;
+        (s.sampler.step_index() < s.sampler.timesteps().len()).then(|| Self::step_ctx(ctx, s))
+    }
+
+    /// Batchable when no block policy or step interceptor is bound (their state is per request) and
     /// the latents, branches and conditioning shapes agree; steps and timesteps may differ (the
     /// denoiser takes one timestep per batch row).
     fn batch_key(&self, _ctx: &NodeCtx, state: &LoopState) -> Option<u64> {
-        if self.blocks.is_some() {
+        if self.blocks.is_some() || self.steps.is_some() {
             return None;
         }
         let s = state.inner.downcast_ref::<DenoiseState>()?;
@@ -167,7 +201,7 @@ impl LoopStage for DenoiseLoop {
     /// Every branch of every request in one forward (rows: request-major, branch-minor), then
     /// each request's guidance combine and sampler update on its own rows.
     fn step_batch(&self, ctxs: &[NodeCtx], states: &mut [&mut LoopState]) -> Vec<Result<StepResult>> {
-        if states.len() < 2 || self.blocks.is_some() {
+        if states.len() < 2 || self.blocks.is_some() || self.steps.is_some() {
             return ctxs.iter().zip(states.iter_mut()).map(|(c, s)| self.step(c, s)).collect();
         }
         let batch = (|| -> Result<Vec<Tensor>> {
@@ -202,7 +236,7 @@ impl LoopStage for DenoiseLoop {
                 let guided = self.guidance.combine(&step, &preds, &mut s.guidance)?;
                 s.latents = s.sampler.step(&guided, &s.latents)?;
                 let done = s.sampler.step_index() == s.sampler.timesteps().len();
-                Ok(StepResult { done, emit: Vec::new(), forwards: preds.len() as u32 })
+                Ok(StepResult { done, emit: Vec::new(), forwards: preds.len() as u32, output: Some(guided) })
             })
             .collect()
     }

@@ -6,7 +6,7 @@ use anyhow::{anyhow, Context, Result};
 use fastvideo_request::{Artifact, LatentsArtifact, OmniEvent, OmniOutput, RequestMetrics, ResolvedRequest};
 use tch::{Device, Kind};
 
-use crate::{LoopState, NodeCtx, NodeKind, PipelineSpec, Value, Values};
+use crate::{LoopState, NodeCtx, NodeKind, Observed, ObserverState, PipelineSpec, Value, Values};
 
 /// Cancels a run at its next step boundary. Cheap to clone and share with other threads.
 #[derive(Clone, Default)]
@@ -44,6 +44,22 @@ pub struct PipelineRun {
     metrics: RequestMetrics,
     started: Instant,
     node_started: Instant,
+    /// Per-request states of the spec's observers, made on the first `advance`.
+    observers: Vec<Box<dyn ObserverState>>,
+    observing: bool,
+}
+
+/// Tells every observer; the first error fails the request.
+fn notify(
+    observers: &mut [Box<dyn ObserverState>],
+    event: Observed,
+    output: Option<&tch::Tensor>,
+    emit: &mut dyn FnMut(OmniEvent),
+) -> Result<()> {
+    for o in observers {
+        o.on_event(event, output, emit)?;
+    }
+    Ok(())
 }
 
 impl PipelineRun {
@@ -68,6 +84,8 @@ impl PipelineRun {
             metrics,
             started: now,
             node_started: now,
+            observers: Vec::new(),
+            observing: false,
         }
     }
 
@@ -92,8 +110,30 @@ impl PipelineRun {
     /// Does one unit of work; events go to `emit`. Returns an error naming the node (and step)
     /// that failed, or `cancelled` when the token was set; either way the run is over.
     pub fn advance(&mut self, emit: &mut dyn FnMut(OmniEvent)) -> Result<Advance> {
+        let r = self.advance_unit(emit);
+        if let Err(e) = &r {
+            if self.observing {
+                let outcome = if self.cancel.is_cancelled() { "cancelled" } else { "failed" };
+                // The request is over either way; an observer failing now changes nothing.
+                if let Err(oe) = notify(&mut self.observers, Observed::RequestEnd(outcome), None, emit) {
+                    tracing::debug!(error = %format!("{oe:#}"), request = %self.request.request_id, "observer at request end after {e:#}");
+                }
+                self.observing = false;
+            }
+        }
+        r
+    }
+
+    fn advance_unit(&mut self, emit: &mut dyn FnMut(OmniEvent)) -> Result<Advance> {
         if self.cancel.is_cancelled() {
             return Err(anyhow!("cancelled"));
+        }
+        if self.cursor == 0 && self.active.is_none() && !self.spec.observers.is_empty() && self.observers.is_empty() {
+            for o in &self.spec.observers {
+                self.observers.push(o.init(&self.request).context("observer init")?);
+            }
+            self.observing = true;
+            notify(&mut self.observers, Observed::RequestStart, None, emit)?;
         }
         let Some(idx) = self.next_index(self.cursor) else {
             return Ok(Advance::Finished);
@@ -103,17 +143,27 @@ impl PipelineRun {
         let ctx = NodeCtx { request: &self.request, node: &node.name, device: self.device };
         let _guard = tch::no_grad_guard();
         let rid = &self.request.request_id;
+        let observing = self.observing;
         match &node.kind {
             NodeKind::Stage(stage) => {
                 emit(OmniEvent::NodeStarted { request_id: rid.clone(), node: node.name.clone() });
+                if observing {
+                    notify(&mut self.observers, Observed::NodeStart(&node.name), None, emit)?;
+                }
                 let t = Instant::now();
                 stage.run(&ctx, &mut self.values).with_context(|| format!("node `{}`", node.name))?;
                 self.metrics.node_seconds.push((node.name.clone(), t.elapsed().as_secs_f64()));
                 self.cursor = idx + 1;
+                if observing {
+                    notify(&mut self.observers, Observed::NodeEnd(&node.name), None, emit)?;
+                }
             }
             NodeKind::Loop(stage) => match self.active.take() {
                 None => {
                     emit(OmniEvent::NodeStarted { request_id: rid.clone(), node: node.name.clone() });
+                    if observing {
+                        notify(&mut self.observers, Observed::NodeStart(&node.name), None, emit)?;
+                    }
                     self.node_started = Instant::now();
                     let st =
                         stage.init(&ctx, &mut self.values).with_context(|| format!("node `{}` init", node.name))?;
@@ -127,12 +177,22 @@ impl PipelineRun {
                             .with_context(|| format!("node `{}` finalize", node.name))?;
                         self.metrics.node_seconds.push((node.name.clone(), self.node_started.elapsed().as_secs_f64()));
                         self.cursor = idx + 1;
+                        if observing {
+                            notify(&mut self.observers, Observed::NodeEnd(&node.name), None, emit)?;
+                        }
                     } else {
+                        let step_ctx = if observing { stage.step_ctx(&ctx, &st) } else { None };
+                        if let Some(sc) = &step_ctx {
+                            notify(&mut self.observers, Observed::StepStart(sc), None, emit)?;
+                        }
                         let t = Instant::now();
                         let r = stage
                             .step(&ctx, &mut st)
                             .with_context(|| format!("node `{}` step {}", node.name, st.step + 1))?;
                         let elapsed = t.elapsed().as_secs_f64();
+                        if let Some(sc) = &step_ctx {
+                            notify(&mut self.observers, Observed::StepEnd(sc), r.output.as_ref(), emit)?;
+                        }
                         self.record_step(&node.name, st, r, elapsed, emit);
                     }
                 }
@@ -172,7 +232,8 @@ impl PipelineRun {
         let idx = self.next_index(self.cursor)?;
         let node = &self.spec.nodes[idx];
         let (NodeKind::Loop(stage), Some(st)) = (&node.kind, &self.active) else { return None };
-        if st.step >= st.total_steps || self.cancel.is_cancelled() {
+        // Observers see each request's steps one at a time.
+        if st.step >= st.total_steps || self.cancel.is_cancelled() || !self.spec.observers.is_empty() {
             return None;
         }
         let ctx = NodeCtx { request: &self.request, node: &node.name, device: self.device };
@@ -245,6 +306,12 @@ impl PipelineRun {
         out.metrics.total_seconds = self.started.elapsed().as_secs_f64();
         for name in out.artifacts.keys() {
             emit(OmniEvent::Artifact { request_id: out.request_id.clone(), name: name.clone() });
+            if self.observing {
+                notify(&mut self.observers, Observed::Artifact(name), None, emit)?;
+            }
+        }
+        if self.observing {
+            notify(&mut self.observers, Observed::RequestEnd("completed"), None, emit)?;
         }
         emit(OmniEvent::Done { request_id: out.request_id.clone(), metrics: out.metrics.clone() });
         Ok(out)

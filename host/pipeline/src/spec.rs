@@ -4,7 +4,7 @@ use std::sync::Arc;
 use fastvideo_request::TaskType;
 use thiserror::Error;
 
-use crate::{LoopStage, Stage};
+use crate::{LoopStage, Observer, Stage};
 
 /// What a node runs.
 #[derive(Clone)]
@@ -63,6 +63,8 @@ pub struct PipelineSpec {
     pub name: String,
     pub tasks: Vec<TaskType>,
     pub nodes: Vec<Node>,
+    /// Watch every request run through this pipeline (bound by the deploy; none by default).
+    pub observers: Vec<Arc<dyn Observer>>,
 }
 
 impl PipelineSpec {
@@ -99,6 +101,12 @@ impl PipelineSpec {
                 return Err(SpecError::NoLoop { pipeline, task: task.as_str() });
             }
         }
-        Ok(Self { name: pipeline, tasks, nodes })
+        Ok(Self { name: pipeline, tasks, nodes, observers: Vec::new() })
+    }
+
+    /// The same pipeline with these observers watching every request.
+    pub fn with_observers(mut self, observers: Vec<Arc<dyn Observer>>) -> Self {
+        self.observers = observers;
+        self
     }
 }

@@ -2,9 +2,9 @@ use std::any::Any;
 
 use anyhow::Result;
 use fastvideo_request::{OmniEvent, ResolvedRequest};
-use tch::Device;
+use tch::{Device, Tensor};
 
-use crate::Values;
+use crate::{StepCtx, Values};
 
 /// What a stage sees of its request: the resolved parameters, the device, and where to send
 /// events. Built by the driver per call; stages keep nothing request-specific in `self`.
@@ -45,6 +45,9 @@ pub struct StepResult {
     pub emit: Vec<OmniEvent>,
     /// Model forwards this step ran (for metrics and the cost model).
     pub forwards: u32,
+    /// What observers see on step end (for denoising: the guided model output). A handle,
+    /// not a copy.
+    pub output: Option<Tensor>,
 }
 
 /// A node whose work is a loop the runtime iterates: `init` once, `step` until done,
@@ -54,6 +57,12 @@ pub trait LoopStage: Send + Sync {
     fn init(&self, ctx: &NodeCtx, values: &mut Values) -> Result<LoopState>;
     fn step(&self, ctx: &NodeCtx, state: &mut LoopState) -> Result<StepResult>;
     fn finalize(&self, ctx: &NodeCtx, state: LoopState, values: &mut Values) -> Result<()>;
+
+    /// Where the next step is in its schedule (observers get it on step start and end).
+    fn step_ctx<'a>(&self, ctx: &NodeCtx<'a>, state: &LoopState) -> Option<StepCtx<'a>> {
+        let _ = (ctx, state);
+        None
+    }
 
     /// Requests whose next steps this stage can run as one batched call return equal keys;
     /// `None` (the default) never batches.

@@ -9,8 +9,8 @@ use anyhow::Result;
 use fastvideo_pipeline::denoise::seeded_noise;
 use fastvideo_pipeline::sampler::{FlowMatchEuler, Sampler};
 use fastvideo_pipeline::{
-    Advance, CancelToken, ClassicCfg, DenoiseLoop, Denoiser, Node, NodeCtx, PipelineRun, PipelineSpec, SpecError,
-    Stage, Value, Values,
+    Advance, CancelToken, ClassicCfg, DenoiseLoop, Denoiser, Node, NodeCtx, Observed, Observer, ObserverState,
+    PipelineRun, PipelineSpec, SpecError, Stage, StepCtx, StepPolicy, StepPolicyState, Value, Values,
 };
 use fastvideo_request::{Defaults, ModelLimits, OmniEvent, OmniRequest, ResolvedRequest, SamplerKind, TaskType};
 use tch::{Device, Tensor};
@@ -43,10 +43,19 @@ impl Stage for Fails {
 }
 
 fn spec(tail: Option<Arc<dyn Stage>>) -> PipelineSpec {
+    spec_with(tail, None, Vec::new())
+}
+
+fn spec_with(
+    tail: Option<Arc<dyn Stage>>,
+    steps: Option<Arc<dyn StepPolicy>>,
+    observers: Vec<Arc<dyn Observer>>,
+) -> PipelineSpec {
     let denoise = DenoiseLoop {
         denoiser: Arc::new(Toy),
         guidance: Arc::new(ClassicCfg),
         blocks: None,
+        steps,
         contexts: BTreeMap::from([("cond".into(), "cond".into()), ("uncond".into(), "uncond".into())]),
         initial_latents: "init".into(),
         output: "latents".into(),
@@ -58,7 +67,7 @@ fn spec(tail: Option<Arc<dyn Stage>>) -> PipelineSpec {
     if let Some(t) = tail {
         nodes.push(Node::stage("tail", t, &["latents"], &[]));
     }
-    PipelineSpec::new("toy", vec![TaskType::T2v], nodes, &[], "latents").unwrap()
+    PipelineSpec::new("toy", vec![TaskType::T2v], nodes, &[], "latents").unwrap().with_observers(observers)
 }
 
 fn request(steps: u32, guidance: f32) -> ResolvedRequest {
@@ -205,4 +214,199 @@ fn seeded_noise_is_deterministic_and_standard_normal() {
     let mean = a.mean(tch::Kind::Float).double_value(&[]);
     let std = a.std(true).double_value(&[]);
     assert!(mean.abs() < 0.03 && (std - 1.0).abs() < 0.03, "mean {mean} std {std}");
+}
+
+/// Supplies the previous step's output on every odd step (a crude step cache), and records the
+/// steps it was shown after.
+struct ReuseOdd {
+    seen: Arc<std::sync::Mutex<Vec<u32>>>,
+    wrong_shape: bool,
+}
+struct ReuseOddState {
+    last: Option<Tensor>,
+    seen: Arc<std::sync::Mutex<Vec<u32>>>,
+    wrong_shape: bool,
+}
+impl StepPolicy for ReuseOdd {
+    fn init(&self, _req: &ResolvedRequest) -> Result<Box<dyn StepPolicyState>> {
+        Ok(Box::new(ReuseOddState { last: None, seen: self.seen.clone(), wrong_shape: self.wrong_shape }))
+    }
+}
+impl StepPolicyState for ReuseOddState {
+    fn before_step(&mut self, step: &StepCtx, _latents: &Tensor) -> Result<Option<Tensor>> {
+        if self.wrong_shape {
+            return Ok(Some(Tensor::zeros([3], (tch::Kind::Float, Device::Cpu))));
+        }
+        Ok(if step.step_index % 2 == 1 { self.last.as_ref().map(|t| t.shallow_clone()) } else { None })
+    }
+    fn after_step(&mut self, step: &StepCtx, output: &Tensor) -> Result<()> {
+        self.seen.lock().unwrap().push(step.step_index);
+        self.last = Some(output.shallow_clone());
+        Ok(())
+    }
+}
+
+#[test]
+fn a_step_interceptor_supplies_outputs_and_the_forwards_are_skipped() {
+    let (steps, g) = (5u32, 4.0f32);
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let policy: Arc<dyn StepPolicy> = Arc::new(ReuseOdd { seen: seen.clone(), wrong_shape: false });
+    let req = request(steps, g);
+    let mut run = PipelineRun::new(
+        Arc::new(spec_with(None, Some(policy), Vec::new())),
+        req.clone(),
+        Device::Cpu,
+        Values::default(),
+        CancelToken::default(),
+    );
+    run.run_to_end(&mut |_| {}).unwrap();
+    let out = run.finish(&mut |_| {}).unwrap();
+    assert_eq!(out.metrics.forwards, 2 * 3, "steps 1 and 3 reuse the previous output: no forwards");
+    assert_eq!(*seen.lock().unwrap(), vec![0, 1, 2, 3, 4], "after-step sees every step");
+
+    // Closed form: even steps v_i = k x_i (k = u + g (c - u)); odd steps reuse v_{i-1}.
+    let sig = FlowMatchEuler::new(steps as usize, 3.0).sigmas().to_vec();
+    let k = 1.0 + g as f64;
+    let x0 = Vec::<f32>::try_from(seeded_noise(&[1, 2, 1, 2, 2], req.seed, Device::Cpu).flatten(0, -1)).unwrap();
+    let Some(fastvideo_request::Artifact::Latents(l)) = out.artifacts.get("latents") else { panic!("latents") };
+    for (a, &x) in l.data.iter().zip(&x0) {
+        let (mut x, mut v) = (x as f64, 0.0);
+        for i in 0..steps as usize {
+            if i % 2 == 0 {
+                v = k * x;
+            }
+            x += (sig[i + 1] - sig[i]) as f64 * v;
+        }
+        assert!((*a as f64 - x).abs() <= 1e-5 * x.abs().max(1.0), "{a} vs {x}");
+    }
+}
+
+#[test]
+fn a_step_interceptor_output_of_the_wrong_shape_fails_the_request() {
+    let policy: Arc<dyn StepPolicy> = Arc::new(ReuseOdd { seen: Default::default(), wrong_shape: true });
+    let mut run = PipelineRun::new(
+        Arc::new(spec_with(None, Some(policy), Vec::new())),
+        request(2, 4.0),
+        Device::Cpu,
+        Values::default(),
+        CancelToken::default(),
+    );
+    let err = format!("{:#}", run.run_to_end(&mut |_| {}).unwrap_err());
+    assert!(err.contains("node `denoise` step 1") && err.contains("[3]") && err.contains("[1, 2, 1, 2, 2]"), "{err}");
+}
+
+/// Records what it is shown as short strings; emits a plugin event per step end; fails on
+/// `fail_at` (an event label) when set.
+struct Recorder {
+    log: Arc<std::sync::Mutex<Vec<String>>>,
+    fail_at: Option<&'static str>,
+}
+struct RecorderState(Arc<std::sync::Mutex<Vec<String>>>, Option<&'static str>);
+impl Observer for Recorder {
+    fn init(&self, _req: &ResolvedRequest) -> Result<Box<dyn ObserverState>> {
+        Ok(Box::new(RecorderState(self.log.clone(), self.fail_at)))
+    }
+}
+impl ObserverState for RecorderState {
+    fn on_event(&mut self, event: Observed, output: Option<&Tensor>, emit: &mut dyn FnMut(OmniEvent)) -> Result<()> {
+        let label = match event {
+            Observed::RequestStart => "request-start".to_string(),
+            Observed::NodeStart(n) => format!("node-start {n}"),
+            Observed::NodeEnd(n) => format!("node-end {n}"),
+            Observed::StepStart(s) => format!("step-start {}/{}", s.step_index, s.num_steps),
+            Observed::StepEnd(s) => {
+                let out = output.map(|t| format!("{:?}", t.size())).unwrap_or_default();
+                emit(OmniEvent::Plugin {
+                    request_id: "toy-1".into(),
+                    plugin: "recorder".into(),
+                    name: "step".into(),
+                    payload: serde_json::json!({ "step": s.step_index }),
+                });
+                format!("step-end {} {out}", s.step_index)
+            }
+            Observed::Artifact(n) => format!("artifact {n}"),
+            Observed::RequestEnd(o) => format!("request-end {o}"),
+        };
+        self.0.lock().unwrap().push(label.clone());
+        if self.1.is_some_and(|f| label.starts_with(f)) {
+            anyhow::bail!("observer refused at {label}");
+        }
+        Ok(())
+    }
+}
+
+fn observed_run(
+    tail: Option<Arc<dyn Stage>>,
+    fail_at: Option<&'static str>,
+) -> (PipelineRun, Arc<std::sync::Mutex<Vec<String>>>) {
+    let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let obs: Arc<dyn Observer> = Arc::new(Recorder { log: log.clone(), fail_at });
+    let run = PipelineRun::new(
+        Arc::new(spec_with(tail, None, vec![obs])),
+        request(2, 4.0),
+        Device::Cpu,
+        Values::default(),
+        CancelToken::default(),
+    );
+    (run, log)
+}
+
+#[test]
+fn observers_see_the_whole_request_in_order_and_their_events_are_streamed() {
+    let (mut run, log) = observed_run(None, None);
+    let mut events = Vec::new();
+    run.run_to_end(&mut |e| events.push(e)).unwrap();
+    run.finish(&mut |e| events.push(e)).unwrap();
+    let want = [
+        "request-start",
+        "node-start contexts",
+        "node-end contexts",
+        "node-start denoise",
+        "step-start 0/2",
+        "step-end 0 [1, 2, 1, 2, 2]",
+        "step-start 1/2",
+        "step-end 1 [1, 2, 1, 2, 2]",
+        "node-end denoise",
+        "artifact latents",
+        "request-end completed",
+    ];
+    assert_eq!(*log.lock().unwrap(), want);
+    let steps: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            OmniEvent::Plugin { plugin, payload, .. } if plugin == "recorder" => {
+                Some(payload["step"].as_u64().unwrap())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(steps, vec![0, 1]);
+}
+
+#[test]
+fn observers_hear_how_a_request_ended_and_an_observer_error_fails_it() {
+    let (mut run, log) = observed_run(Some(Arc::new(Fails)), None);
+    run.run_to_end(&mut |_| {}).unwrap_err();
+    assert_eq!(log.lock().unwrap().last().unwrap(), "request-end failed");
+
+    let (mut run, log) = observed_run(None, Some("step-start 1"));
+    let err = format!("{:#}", run.run_to_end(&mut |_| {}).unwrap_err());
+    assert_eq!(err, "observer refused at step-start 1/2");
+    let log = log.lock().unwrap();
+    assert!(!log.iter().any(|l| l.starts_with("step-end 1")), "the step does not run: {log:?}");
+    assert_eq!(log.last().unwrap(), "request-end failed");
+}
+
+#[test]
+fn observed_or_intercepted_runs_are_not_batched() {
+    let (run, _) = observed_run(None, None);
+    let mut run = run;
+    run.advance(&mut |_| {}).unwrap(); // contexts
+    run.advance(&mut |_| {}).unwrap(); // loop init
+    assert_eq!(run.batch_key(), None);
+    let mut plain =
+        PipelineRun::new(Arc::new(spec(None)), request(2, 4.0), Device::Cpu, Values::default(), CancelToken::default());
+    plain.advance(&mut |_| {}).unwrap();
+    plain.advance(&mut |_| {}).unwrap();
+    assert!(plain.batch_key().is_some());
 }

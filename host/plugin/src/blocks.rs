@@ -76,10 +76,7 @@ impl BlockPolicyState for State {
         output: &Tensor,
     ) -> Result<BlockAction> {
         let sc = step_context(step, Some(branch), &self.model_id);
-        let lend = |s: &mut Self, t: &Tensor| {
-            s.inst.state().push(t.shallow_clone()).map_err(|e| s.inst.invalid("after-block", e.to_string()))
-        };
-        let (hin, hout) = (lend(self, input)?, lend(self, output)?);
+        let (hin, hout) = (self.inst.lend("after-block", input)?, self.inst.lend("after-block", output)?);
         let (rin, rout) = (
             wasmtime::component::Resource::new_borrow(hin.rep()),
             wasmtime::component::Resource::new_borrow(hout.rep()),
@@ -89,31 +86,26 @@ impl BlockPolicyState for State {
             _ => unreachable!("loaded as a block interceptor"),
         });
         // The lent handles end with the call.
-        let _ = self.inst.state().take(hin).map_err(|e| self.inst.invalid("after-block", e.to_string()))?;
-        let _ = self.inst.state().take(hout).map_err(|e| self.inst.invalid("after-block", e.to_string()))?;
+        self.inst.unlend("after-block", hin)?;
+        self.inst.unlend("after-block", hout)?;
         self.flush_events();
         Ok(match result? {
             WitAction::Proceed => BlockAction::Proceed,
             WitAction::SkipTo((to, hidden)) => {
-                let t = self.inst.state().take(hidden).map_err(|e| self.inst.invalid("after-block", e.to_string()))?;
-                BlockAction::SkipTo(to as usize, t)
+                BlockAction::SkipTo(to as usize, self.inst.reclaim("after-block", hidden)?)
             }
         })
     }
 
     fn end(&mut self, step: &StepCtx, branch: &str, hidden: &Tensor) -> Result<()> {
         let sc = step_context(step, Some(branch), &self.model_id);
-        let h = self
-            .inst
-            .state()
-            .push(hidden.shallow_clone())
-            .map_err(|e| self.inst.invalid("end-forward", e.to_string()))?;
+        let h = self.inst.lend("end-forward", hidden)?;
         let r = wasmtime::component::Resource::new_borrow(h.rep());
         let result = self.inst.call("end-forward", |store, g| match g {
             Guest::BlockInterceptor(g) => g.call_end_forward(store, &sc, r),
             _ => unreachable!("loaded as a block interceptor"),
         });
-        let _ = self.inst.state().take(h).map_err(|e| self.inst.invalid("end-forward", e.to_string()))?;
+        self.inst.unlend("end-forward", h)?;
         self.flush_events();
         result?;
         Ok(())

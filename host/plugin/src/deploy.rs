@@ -129,7 +129,11 @@ impl Deployment {
             enabled.validate(&enabled.defaults).map_err(|e| refuse(format!("params: {e}")))?;
             plugins.push(Arc::new(enabled));
         }
-        for (kind, what) in [(PluginKind::Guider, "guider"), (PluginKind::BlockInterceptor, "block interceptor")] {
+        for (kind, what) in [
+            (PluginKind::Guider, "guider"),
+            (PluginKind::BlockInterceptor, "block interceptor"),
+            (PluginKind::StepInterceptor, "step interceptor"),
+        ] {
             let named: Vec<&str> =
                 plugins.iter().filter(|p| p.plugin.audit.manifest.kind == kind).map(|p| p.name()).collect();
             if named.len() > 1 {

@@ -11,8 +11,10 @@ mod deploy;
 mod error;
 mod guider;
 mod manifest;
+mod observer;
 mod runtime;
 mod state;
+mod step;
 
 pub use blocks::PluginBlockPolicy;
 pub use build::build_plugins;
@@ -21,5 +23,7 @@ pub use deploy::{DeployConfig, Deployment, EnabledPlugin, PluginEntry};
 pub use error::{FailureKind, PluginError};
 pub use guider::{step_context, PluginGuider};
 pub use manifest::{blake3_hex, inspect, Audit, Manifest, PluginKind, MANIFEST_SECTION, SUPPORTED_WIT};
+pub use observer::PluginObserver;
 pub use runtime::{Limits, LoadedPlugin, PluginInstance, PluginRuntime, PROVIDED};
 pub use state::{HandleLimits, HostState, PluginEvent, PluginTensor};
+pub use step::PluginStepPolicy;

@@ -6,13 +6,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use wasmtime::component::{Component, InstancePre, Linker};
+use tch::Tensor;
+use wasmtime::component::{Component, InstancePre, Linker, Resource};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, StoreLimitsBuilder, Trap};
 
 use crate::bindings::exports::fastvideo::plugin as exports;
 use crate::bindings::fastvideo::plugin as imports;
 use crate::manifest::{inspect, Audit, PluginKind};
-use crate::state::{HandleLimits, HostState};
+use crate::state::{HandleLimits, HostState, PluginTensor};
 use crate::{FailureKind, PluginError};
 
 /// Per-call and per-instance limits (the deploy config's `[limits]`).
@@ -170,7 +171,7 @@ impl PluginRuntime {
 }
 
 /// Interfaces this host implements (grant names).
-pub const PROVIDED: &[&str] = &["tensor", "tensor-ops", "tensor-read", "log", "events"];
+pub const PROVIDED: &[&str] = &["tensor", "tensor-ops", "tensor-read", "log", "events", "clock"];
 
 fn link(linker: &mut Linker<HostState>, caps: &[String]) -> wasmtime::Result<()> {
     type D = wasmtime::component::HasSelf<HostState>;
@@ -182,6 +183,7 @@ fn link(linker: &mut Linker<HostState>, caps: &[String]) -> wasmtime::Result<()>
             "tensor-read" => imports::tensor_read::add_to_linker::<HostState, D>(linker, |s| s)?,
             "log" => imports::log::add_to_linker::<HostState, D>(linker, |s| s)?,
             "events" => imports::events::add_to_linker::<HostState, D>(linker, |s| s)?,
+            "clock" => imports::clock::add_to_linker::<HostState, D>(linker, |s| s)?,
             other => wasmtime::bail!("no host implementation of `{other}`"),
         }
     }
@@ -233,8 +235,8 @@ impl ExportIndices {
     }
 }
 
-/// The loaded exports of an instance. Kinds other than guiders are loaded and audited but not yet
-/// called by the loop (their hooks land with the cache and observer plugins).
+/// The loaded exports of an instance. Rewards and workflow translators are loaded and audited
+/// but not yet called (their callers are later issues).
 #[allow(dead_code)]
 pub(crate) enum Guest {
     Guider(exports::guider::Guest),
@@ -308,6 +310,36 @@ impl PluginInstance {
     /// An invalid-answer error naming this plugin and `hook`.
     pub(crate) fn invalid(&self, hook: &'static str, message: String) -> PluginError {
         PluginError::Call { plugin: self.name.to_string(), hook, kind: FailureKind::Invalid, message }
+    }
+
+    /// Lends `t` to the plugin for the duration of one call: a new handle (no copy) to pass as
+    /// a `borrow<tensor>`; take it back with [`reclaim`](Self::reclaim) after the call.
+    pub(crate) fn lend(&mut self, hook: &'static str, t: &Tensor) -> Result<Resource<PluginTensor>, PluginError> {
+        self.state().push(t.shallow_clone()).map_err(|e| self.invalid(hook, e.to_string()))
+    }
+
+    /// Ends a loan made with [`lend`](Self::lend).
+    pub(crate) fn unlend(&mut self, hook: &'static str, r: Resource<PluginTensor>) -> Result<(), PluginError> {
+        self.reclaim(hook, r).map(drop)
+    }
+
+    /// Takes back a tensor the plugin returned.
+    pub(crate) fn reclaim(&mut self, hook: &'static str, r: Resource<PluginTensor>) -> Result<Tensor, PluginError> {
+        self.state().take(r).map_err(|e| self.invalid(hook, e.to_string()))
+    }
+
+    /// The plugin's events since the last drain, as stream events of `request_id`.
+    pub(crate) fn drain_stream_events(&mut self, request_id: &str) -> Vec<fastvideo_request::OmniEvent> {
+        self.state()
+            .drain_events()
+            .into_iter()
+            .map(|e| fastvideo_request::OmniEvent::Plugin {
+                request_id: request_id.to_string(),
+                plugin: e.plugin,
+                name: e.name,
+                payload: serde_json::from_str(&e.payload_json).unwrap_or(serde_json::Value::String(e.payload_json)),
+            })
+            .collect()
     }
 
     /// Marks the instance unusable (e.g. it returned a tensor of the wrong shape).

@@ -7,7 +7,7 @@ use tch::{Kind, Tensor};
 use wasmtime::component::{Resource, ResourceTable};
 use wasmtime::StoreLimits;
 
-use crate::bindings::fastvideo::plugin::{events, log, tensor, tensor_ops, tensor_read, types};
+use crate::bindings::fastvideo::plugin::{clock, events, log, tensor, tensor_ops, tensor_read, types};
 
 /// A host tensor a plugin holds a handle to (a shallow clone: no data is copied).
 pub struct PluginTensor(pub Tensor);
@@ -99,6 +99,16 @@ fn dims(d: &[i64]) -> Option<&[i64]> {
 }
 
 impl types::Host for HostState {}
+
+/// The clock's fixed point: the first time any plugin asks.
+static CLOCK_ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+
+impl clock::Host for HostState {
+    fn now_ns(&mut self) -> wasmtime::Result<u64> {
+        let ns = CLOCK_ORIGIN.get_or_init(std::time::Instant::now).elapsed().as_nanos() as u64;
+        Ok(ns / 1000 * 1000)
+    }
+}
 impl tensor::Host for HostState {}
 
 impl tensor::HostTensor for HostState {

@@ -8,7 +8,7 @@ mod common;
 use std::sync::{Arc, OnceLock};
 
 use common::{deploy, repo};
-use fastvideo_pipeline::{PipelineRun, Values};
+use fastvideo_pipeline::{LoopPolicies, PipelineRun, Values};
 use fastvideo_plugin_host::{PluginBlockPolicy, PluginError, PluginKind};
 use fastvideo_request::{OmniRequest, ResolvedRequest};
 use fastvideo_wan::{pipeline, WanModel};
@@ -40,7 +40,8 @@ fn run(params: Option<serde_json::Value>) -> anyhow::Result<(Vec<u8>, usize)> {
     let policy =
         Arc::new(PluginBlockPolicy::new(&d, d.of_kind(PluginKind::BlockInterceptor).next().unwrap().clone(), "tiny"));
     let blocks = params.is_some().then(|| policy.clone() as Arc<dyn fastvideo_pipeline::BlockPolicy>);
-    let spec = Arc::new(pipeline::text_to_video_with(model(), pipeline::default_guidance(), blocks)?);
+    let policies = LoopPolicies { blocks, ..LoopPolicies::new(pipeline::default_guidance()) };
+    let spec = Arc::new(pipeline::text_to_video_with(model(), policies)?);
     let req = request(params.unwrap_or_else(|| serde_json::json!({})));
     let mut run = PipelineRun::new(spec, req, Device::Cpu, Values::default(), Default::default());
     run.run_to_end(&mut |_| {})?;

@@ -13,6 +13,9 @@ pub enum OmniEvent {
     Progress { request_id: String, node: String, step: u32, total_steps: u32 },
     /// A decoded preview of the current estimate (PNG bytes, base64 in JSON).
     Preview { request_id: String, step: u32, png_b64: String },
+    /// An event a plugin emitted (observers such as NaNWatch and Profiler). `payload` is the
+    /// plugin's JSON (a string when the plugin sent something that is not JSON).
+    Plugin { request_id: String, plugin: String, name: String, payload: serde_json::Value },
     /// An artifact is ready (the bytes travel separately).
     Artifact { request_id: String, name: String },
     /// The request failed; no `Done` follows.
@@ -27,6 +30,7 @@ impl OmniEvent {
             OmniEvent::NodeStarted { request_id, .. }
             | OmniEvent::Progress { request_id, .. }
             | OmniEvent::Preview { request_id, .. }
+            | OmniEvent::Plugin { request_id, .. }
             | OmniEvent::Artifact { request_id, .. }
             | OmniEvent::Error { request_id, .. }
             | OmniEvent::Done { request_id, .. } => request_id,

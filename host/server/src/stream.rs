@@ -21,6 +21,7 @@ fn kind(ev: &OmniEvent) -> &'static str {
         OmniEvent::NodeStarted { .. } => "node_started",
         OmniEvent::Progress { .. } => "progress",
         OmniEvent::Preview { .. } => "preview",
+        OmniEvent::Plugin { .. } => "plugin",
         OmniEvent::Artifact { .. } => "artifact",
         OmniEvent::Error { .. } => "error",
         OmniEvent::Done { .. } => "done",

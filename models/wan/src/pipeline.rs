@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use anyhow::{ensure, Result};
 use fastvideo_pipeline::{
-    BlockHook, BlockPolicy, ClassicCfg, DenoiseLoop, Denoiser, EmbeddingCache, Guidance, Node, NodeCtx, PipelineSpec,
+    BlockHook, ClassicCfg, DenoiseLoop, Denoiser, EmbeddingCache, Guidance, LoopPolicies, Node, NodeCtx, PipelineSpec,
     Stage, Value, Values,
 };
 use fastvideo_request::{ResolvedRequest, TaskType, VideoArtifact};
@@ -141,15 +141,13 @@ pub fn frames_to_video(frames: &Tensor, fps: u32) -> Result<VideoArtifact> {
 
 /// Builds the validated pipeline for a loaded model, with `guidance` bound as its CFG policy.
 pub fn text_to_video(model: &WanModel, guidance: Arc<dyn Guidance>) -> Result<PipelineSpec> {
-    text_to_video_with(model, guidance, None)
+    text_to_video_with(model, LoopPolicies::new(guidance))
 }
 
-/// [`text_to_video`] with a block policy (a block cache) bound into the denoise loop.
-pub fn text_to_video_with(
-    model: &WanModel,
-    guidance: Arc<dyn Guidance>,
-    blocks: Option<Arc<dyn BlockPolicy>>,
-) -> Result<PipelineSpec> {
+/// [`text_to_video`] with every policy a deploy binds: guidance, an optional block cache and
+/// step interceptor in the denoise loop, and observers watching each request.
+pub fn text_to_video_with(model: &WanModel, policies: LoopPolicies) -> Result<PipelineSpec> {
+    let LoopPolicies { guidance, blocks, steps, observers } = policies;
     let denoiser = WanDenoiser {
         transformer: Arc::clone(&model.transformer),
         z_dim: model.vae.cfg.z_dim,
@@ -160,6 +158,7 @@ pub fn text_to_video_with(
         denoiser: Arc::new(denoiser),
         guidance,
         blocks,
+        steps,
         contexts: BTreeMap::from([("cond".into(), PROMPT_EMBEDS.into()), ("uncond".into(), NEGATIVE_EMBEDS.into())]),
         initial_latents: INITIAL_LATENTS.to_string(),
         output: LATENTS.to_string(),
@@ -176,7 +175,7 @@ pub fn text_to_video_with(
         Node::stage("vae_decode", Arc::new(VaeDecode { vae: Arc::clone(&model.vae) }), &[LATENTS], &[FRAMES]),
         Node::stage("assemble", Arc::new(Assemble), &[FRAMES], &[VIDEO]),
     ];
-    Ok(PipelineSpec::new("wan-t2v", vec![TaskType::T2v, TaskType::T2i], nodes, &[], VIDEO)?)
+    Ok(PipelineSpec::new("wan-t2v", vec![TaskType::T2v, TaskType::T2i], nodes, &[], VIDEO)?.with_observers(observers))
 }
 
 /// The default guidance policy: classic CFG.

@@ -1,0 +1,73 @@
+//! Step interceptors and observers, and the bundle of every policy a deploy binds into a
+//! pipeline. Like guidance and block policies, each is an object shared by all requests that
+//! hands out per-request state from `init`; none bound costs nothing in the loop.
+
+use std::sync::Arc;
+
+use anyhow::Result;
+use fastvideo_request::{OmniEvent, ResolvedRequest};
+use tch::Tensor;
+
+use crate::{BlockPolicy, Guidance, StepCtx};
+
+/// Around every solver step: may supply the step's model output (so no forward runs) and sees
+/// the output the sampler used. Step caches such as TaylorSeer are written against this.
+pub trait StepPolicy: Send + Sync {
+    fn init(&self, req: &ResolvedRequest) -> Result<Box<dyn StepPolicyState>>;
+}
+
+/// A request's step-interceptor state.
+pub trait StepPolicyState: Send {
+    /// `Some(output)` is used as the step's guided model output and the forwards are skipped;
+    /// it must have the latents' shape.
+    fn before_step(&mut self, step: &StepCtx, latents: &Tensor) -> Result<Option<Tensor>>;
+    /// The guided model output the sampler used this step (computed or supplied).
+    fn after_step(&mut self, step: &StepCtx, output: &Tensor) -> Result<()>;
+    /// Events for the request's stream (a plugin's `events.emit`), collected after each step.
+    fn take_events(&mut self) -> Vec<OmniEvent> {
+        Vec::new()
+    }
+}
+
+/// What an observer sees of a request's life, in order: request start, then per node start/end
+/// (with step start/end inside loop nodes), artifacts, request end.
+#[derive(Debug, Clone, Copy)]
+pub enum Observed<'a> {
+    RequestStart,
+    NodeStart(&'a str),
+    NodeEnd(&'a str),
+    StepStart(&'a StepCtx<'a>),
+    /// Comes with the step's guided model output.
+    StepEnd(&'a StepCtx<'a>),
+    Artifact(&'a str),
+    /// `completed`, `failed` or `cancelled`.
+    RequestEnd(&'a str),
+}
+
+/// A read-only watcher of requests (NaN watchdogs, profilers). Observers are driven by the
+/// pipeline driver, so they see every node, not only the loop.
+pub trait Observer: Send + Sync {
+    fn init(&self, req: &ResolvedRequest) -> Result<Box<dyn ObserverState>>;
+}
+
+/// A request's observer state. `emit` puts events into the request's stream (SSE, WebSocket).
+pub trait ObserverState: Send {
+    fn on_event(&mut self, event: Observed, output: Option<&Tensor>, emit: &mut dyn FnMut(OmniEvent)) -> Result<()>;
+}
+
+/// Everything a deploy binds into a pipeline: the guidance policy (required), and optionally a
+/// block policy, a step interceptor and any number of observers.
+#[derive(Clone)]
+pub struct LoopPolicies {
+    pub guidance: Arc<dyn Guidance>,
+    pub blocks: Option<Arc<dyn BlockPolicy>>,
+    pub steps: Option<Arc<dyn StepPolicy>>,
+    pub observers: Vec<Arc<dyn Observer>>,
+}
+
+impl LoopPolicies {
+    /// Only a guidance policy (no caches, no observers).
+    pub fn new(guidance: Arc<dyn Guidance>) -> Self {
+        Self { guidance, blocks: None, steps: None, observers: Vec::new() }
+    }
+}

@@ -1,0 +1,87 @@
+//! A step-interceptor plugin bound into the denoise loop as its [`StepPolicy`]: one instance per
+//! request. Before a step it may supply the step's model output (the forwards are skipped: how
+//! TaylorSeer-style step caches work); after the step it sees the output the sampler used.
+
+use std::sync::Arc;
+
+use anyhow::Result;
+use fastvideo_pipeline::{StepCtx, StepPolicy, StepPolicyState};
+use fastvideo_request::{OmniEvent, ResolvedRequest};
+use tch::Tensor;
+use wasmtime::component::Resource;
+
+use crate::deploy::{Deployment, EnabledPlugin};
+use crate::guider::step_context;
+use crate::runtime::{Guest, PluginInstance, PluginRuntime};
+
+pub struct PluginStepPolicy {
+    runtime: Arc<PluginRuntime>,
+    plugin: Arc<EnabledPlugin>,
+    model_id: String,
+}
+
+impl PluginStepPolicy {
+    pub fn new(deploy: &Deployment, plugin: Arc<EnabledPlugin>, model_id: impl Into<String>) -> Self {
+        Self { runtime: deploy.runtime.clone(), plugin, model_id: model_id.into() }
+    }
+}
+
+struct State {
+    inst: PluginInstance,
+    model_id: String,
+    request_id: String,
+}
+
+impl StepPolicy for PluginStepPolicy {
+    fn init(&self, req: &ResolvedRequest) -> Result<Box<dyn StepPolicyState>> {
+        let params = self.plugin.params_for(req)?.to_string();
+        let mut inst = self.runtime.instantiate(&self.plugin.plugin)?;
+        inst.call("init", |store, g| match g {
+            Guest::StepInterceptor(g) => g.call_init(store, &params),
+            _ => unreachable!("loaded as a step interceptor"),
+        })?;
+        Ok(Box::new(State { inst, model_id: self.model_id.clone(), request_id: req.request_id.clone() }))
+    }
+}
+
+impl StepPolicyState for State {
+    fn before_step(&mut self, step: &StepCtx, latents: &Tensor) -> Result<Option<Tensor>> {
+        let sc = step_context(step, None, &self.model_id);
+        let h = self.inst.lend("before-step", latents)?;
+        let r = Resource::new_borrow(h.rep());
+        let result = self.inst.call("before-step", |store, g| match g {
+            Guest::StepInterceptor(g) => g.call_before_step(store, &sc, r),
+            _ => unreachable!("loaded as a step interceptor"),
+        });
+        self.inst.unlend("before-step", h)?;
+        match result? {
+            None => Ok(None),
+            Some(out) => {
+                let t = self.inst.reclaim("before-step", out)?;
+                if t.size() != latents.size() {
+                    self.inst.poison();
+                    let msg =
+                        format!("supplied an output of shape {:?}; the latents have {:?}", t.size(), latents.size());
+                    return Err(self.inst.invalid("before-step", msg).into());
+                }
+                Ok(Some(t))
+            }
+        }
+    }
+
+    fn after_step(&mut self, step: &StepCtx, output: &Tensor) -> Result<()> {
+        let sc = step_context(step, None, &self.model_id);
+        let h = self.inst.lend("after-step", output)?;
+        let r = Resource::new_borrow(h.rep());
+        let result = self.inst.call("after-step", |store, g| match g {
+            Guest::StepInterceptor(g) => g.call_after_step(store, &sc, r),
+            _ => unreachable!("loaded as a step interceptor"),
+        });
+        self.inst.unlend("after-step", h)?;
+        Ok(result?)
+    }
+
+    fn take_events(&mut self) -> Vec<OmniEvent> {
+        self.inst.drain_stream_events(&self.request_id)
+    }
+}
