@@ -20,6 +20,14 @@ pub enum PluginCommand {
         #[arg(long, short)]
         out: PathBuf,
     },
+    /// Add the manifest (a JSON file) to a component built by another toolchain, e.g. a Python
+    /// plugin from componentize-py.
+    EmbedManifest {
+        component: PathBuf,
+        manifest: PathBuf,
+        #[arg(long, short)]
+        out: PathBuf,
+    },
 }
 
 #[derive(Args)]
@@ -40,6 +48,14 @@ pub fn run(cmd: PluginCommand) -> Result<()> {
     match cmd {
         PluginCommand::Hash { wasm } => {
             println!("{}  {}", blake3_hex(&read(&wasm)?), wasm.display());
+            Ok(())
+        }
+        PluginCommand::EmbedManifest { component, manifest, out } => {
+            let json = std::fs::read_to_string(&manifest).with_context(|| format!("reading {}", manifest.display()))?;
+            let with = fastvideo_plugin_host::embed_manifest(&read(&component)?, &json)
+                .with_context(|| format!("{} with {}", component.display(), manifest.display()))?;
+            std::fs::write(&out, &with).with_context(|| format!("writing {}", out.display()))?;
+            eprintln!("wrote {} ({} bytes, blake3 {})", out.display(), with.len(), blake3_hex(&with));
             Ok(())
         }
         PluginCommand::Componentize { core, out } => {

@@ -1,6 +1,8 @@
-//! What a plugin costs in the hot loop: instantiating per request, and one guider `combine`
-//! (two handles in, one host linear combination, one handle out) against the native CFG on the
-//! same tensors. Prints figures; asserts nothing.
+//! What a plugin costs in the hot loop: instantiating per request, one guider `combine` (two
+//! handles in, three host ops, one handle out) against the native CFG on the same tensors, an
+//! observer's step-end call (NaNWatch: one host reduction), an event the observer did not list
+//! (no call at all), and a step interceptor's before/after pair on a computed step (TaylorSeer).
+//! Prints figures; asserts nothing.
 //!
 //!     cargo bench -p fastvideo-plugin-host --bench hook_call
 //!
@@ -13,8 +15,8 @@ mod common;
 use std::sync::Arc;
 use std::time::Instant;
 
-use fastvideo_pipeline::{ClassicCfg, Guidance, StepCtx};
-use fastvideo_plugin_host::{PluginGuider, PluginKind};
+use fastvideo_pipeline::{ClassicCfg, Guidance, Observed, Observer, StepCtx, StepPolicy};
+use fastvideo_plugin_host::{PluginGuider, PluginKind, PluginObserver, PluginStepPolicy};
 use fastvideo_request::OmniRequest;
 use tch::{Device, Kind, Tensor};
 
@@ -59,10 +61,37 @@ fn main() {
     let plugin_guider = Arc::new(PluginGuider::new(&deploy, plugin.clone(), "bench"));
     let plugin_us = time(plugin_guider.as_ref());
     let native_us = time(&ClassicCfg);
+    let per_call = |f: &mut dyn FnMut()| {
+        for _ in 0..100 {
+            f();
+        }
+        let t0 = Instant::now();
+        for _ in 0..iters {
+            f();
+        }
+        t0.elapsed().as_secs_f64() * 1e6 / iters as f64
+    };
+    let watch =
+        common::deploy("fastvideo_observer_nanwatch", "nanwatch", &["tensor", "tensor-ops", "events"], "").unwrap();
+    let nan = PluginObserver::new(&watch, watch.of_kind(PluginKind::Observer).next().unwrap().clone(), "bench");
+    let mut nan_state = nan.init(&req).unwrap();
+    let step_end_us = per_call(&mut || nan_state.on_event(Observed::StepEnd(&ctx), Some(&c), &mut |_| {}).unwrap());
+    let unlisted_us = per_call(&mut || nan_state.on_event(Observed::NodeStart("denoise"), None, &mut |_| {}).unwrap());
+    let seer = common::deploy("fastvideo_cache_taylorseer", "seer", &["tensor", "tensor-ops", "events"], "").unwrap();
+    let seer = PluginStepPolicy::new(&seer, seer.of_kind(PluginKind::StepInterceptor).next().unwrap().clone(), "b");
+    let mut seer_state = seer.init(&req).unwrap();
+    // Step 1 is inside the warmup: before-step answers "compute", after-step updates f and f'.
+    let seer_us = per_call(&mut || {
+        assert!(seer_state.before_step(&ctx, &c).unwrap().is_none());
+        seer_state.after_step(&ctx, &u).unwrap();
+    });
     println!("plugin load (hash, audit, compile, link): {load_ms:.1} ms");
     println!("instantiate per request:                  {inst_us:.1} us");
     println!("guider combine, {numel} elements:");
     println!("  native ClassicCfg:                      {native_us:.1} us");
     println!("  cfg plugin (wasm + host op):            {plugin_us:.1} us");
     println!("  plugin overhead per step:               {:.1} us", plugin_us - native_us);
+    println!("observer (NaNWatch) step-end call:        {step_end_us:.1} us");
+    println!("observer, event it did not list:          {:.3} us", unlisted_us);
+    println!("step interceptor (TaylorSeer) before+after, computed step: {seer_us:.1} us");
 }

@@ -18,7 +18,7 @@ mod step;
 
 pub use blocks::PluginBlockPolicy;
 pub use build::build_plugins;
-pub use componentize::componentize;
+pub use componentize::{componentize, embed_manifest};
 pub use deploy::{DeployConfig, Deployment, EnabledPlugin, PluginEntry};
 pub use error::{FailureKind, PluginError};
 pub use guider::{step_context, PluginGuider};

@@ -1,5 +1,6 @@
-//! Classic classifier-free guidance, `uncond + s * (cond - uncond)`, as one host-side linear
-//! combination: no tensor data enters the sandbox. With scale <= 1 it asks for one branch only.
+//! Classic classifier-free guidance, `uncond + s * (cond - uncond)`, as three host ops in the
+//! order the built-in policy computes them (so the result is bit-identical to it): no tensor
+//! data enters the sandbox.
 
 use fastvideo_plugin_sdk::guider::exports::fastvideo::plugin::guider::Guest;
 use fastvideo_plugin_sdk::guider::fastvideo::plugin::{tensor::Tensor, tensor_ops, types::StepContext};
@@ -14,7 +15,10 @@ impl Guest for Cfg {
     fn combine(ctx: StepContext, preds: Vec<Tensor>) -> Result<Tensor, String> {
         let s = ctx.guidance_scale;
         match preds.as_slice() {
-            [cond, uncond] => tensor_ops::linear_combination(&[cond, uncond], &[s, 1.0 - s]),
+            [cond, uncond] => {
+                let delta = tensor_ops::sub(cond, uncond)?;
+                tensor_ops::add(uncond, &tensor_ops::scale(&delta, s))
+            }
             _ => Err(format!("cfg: expected 2 branch predictions, got {}", preds.len())),
         }
     }
