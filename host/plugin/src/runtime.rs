@@ -28,6 +28,12 @@ pub struct Limits {
     pub fuel_per_call: Option<u64>,
     pub max_tensor_handles: usize,
     pub max_read_elements: usize,
+    /// Log lines and events one instance (one request) may produce; the rest are dropped and
+    /// counted, so a chatty plugin cannot flood the logs or a request's stream.
+    pub max_log_lines: u32,
+    pub max_events: u32,
+    /// Longest log line or event payload kept, in bytes (longer ones are cut).
+    pub max_message_bytes: usize,
     /// Instances alive at once across all requests (the pool's size).
     pub max_instances: u32,
 }
@@ -40,6 +46,9 @@ impl Default for Limits {
             fuel_per_call: None,
             max_tensor_handles: 256,
             max_read_elements: 1 << 20,
+            max_log_lines: 1000,
+            max_events: 10_000,
+            max_message_bytes: 4096,
             max_instances: 256,
         }
     }
@@ -133,7 +142,13 @@ impl PluginRuntime {
         let limits = StoreLimitsBuilder::new().memory_size(l.memory_bytes).trap_on_grow_failure(true).build();
         let state = HostState::new(
             plugin.name.clone(),
-            HandleLimits { max_handles: l.max_tensor_handles, max_read_elements: l.max_read_elements },
+            HandleLimits {
+                max_handles: l.max_tensor_handles,
+                max_read_elements: l.max_read_elements,
+                max_log_lines: l.max_log_lines,
+                max_events: l.max_events,
+                max_message_bytes: l.max_message_bytes,
+            },
             limits,
         );
         let mut store = Store::new(&self.engine, state);

@@ -27,6 +27,33 @@ pub struct HandleLimits {
     pub max_handles: usize,
     /// Elements `tensor-read` copies in at most.
     pub max_read_elements: usize,
+    /// Log lines and events kept per instance; later ones are dropped and counted.
+    pub max_log_lines: u32,
+    pub max_events: u32,
+    /// Log lines and event payloads are cut to this many bytes.
+    pub max_message_bytes: usize,
+}
+
+/// How much a plugin instance logged and emitted, and how much of it was dropped.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct OutputCounts {
+    pub log_lines: u32,
+    pub dropped_log_lines: u32,
+    pub events: u32,
+    pub dropped_events: u32,
+}
+
+/// Cuts `s` to at most `max` bytes on a character boundary, marking the cut.
+fn cut(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut end = max;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+        s.push_str("…[cut]");
+    }
+    s
 }
 
 pub struct HostState {
@@ -36,11 +63,20 @@ pub struct HostState {
     pub(crate) handle_limits: HandleLimits,
     pub(crate) limits: StoreLimits,
     pub(crate) events: Vec<PluginEvent>,
+    pub(crate) counts: OutputCounts,
 }
 
 impl HostState {
     pub fn new(plugin: Arc<str>, handle_limits: HandleLimits, limits: StoreLimits) -> Self {
-        Self { plugin, table: ResourceTable::new(), live_handles: 0, handle_limits, limits, events: Vec::new() }
+        Self {
+            plugin,
+            table: ResourceTable::new(),
+            live_handles: 0,
+            handle_limits,
+            limits,
+            events: Vec::new(),
+            counts: OutputCounts::default(),
+        }
     }
 
     /// Hands a tensor to the plugin as a new handle, within the handle cap.
@@ -66,6 +102,11 @@ impl HostState {
     /// Tensor handles the plugin holds now.
     pub fn live_handles(&self) -> usize {
         self.live_handles
+    }
+
+    /// Log lines and events so far, kept and dropped.
+    pub fn output_counts(&self) -> OutputCounts {
+        self.counts
     }
 
     pub fn drain_events(&mut self) -> Vec<PluginEvent> {
@@ -264,6 +305,16 @@ impl tensor_read::Host for HostState {
 
 impl log::Host for HostState {
     fn log(&mut self, level: log::Level, message: String) -> wasmtime::Result<()> {
+        let lim = self.handle_limits;
+        if self.counts.log_lines >= lim.max_log_lines {
+            if self.counts.dropped_log_lines == 0 {
+                tracing::warn!(plugin = %self.plugin, "log limit of {} lines reached; dropping further lines", lim.max_log_lines);
+            }
+            self.counts.dropped_log_lines += 1;
+            return Ok(());
+        }
+        self.counts.log_lines += 1;
+        let message = cut(message, lim.max_message_bytes);
         let p = &self.plugin;
         match level {
             log::Level::Trace => tracing::trace!(plugin = %p, "{message}"),
@@ -278,6 +329,13 @@ impl log::Host for HostState {
 
 impl events::Host for HostState {
     fn emit(&mut self, name: String, payload_json: String) -> wasmtime::Result<()> {
+        let lim = self.handle_limits;
+        if self.counts.events >= lim.max_events {
+            self.counts.dropped_events += 1;
+            return Ok(());
+        }
+        self.counts.events += 1;
+        let (name, payload_json) = (cut(name, 256), cut(payload_json, lim.max_message_bytes));
         self.events.push(PluginEvent { plugin: self.plugin.to_string(), name, payload_json });
         Ok(())
     }

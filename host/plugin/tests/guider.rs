@@ -10,7 +10,7 @@ use std::sync::{Arc, OnceLock};
 use common::{deploy, plugins, repo, wasm};
 
 use fastvideo_pipeline::{Guidance, PipelineRun, Values};
-use fastvideo_plugin_host::{inspect, Deployment, FailureKind, PluginError, PluginGuider, PluginKind};
+use fastvideo_plugin_host::{inspect, Deployment, FailureKind, PluginError, PluginGuider, PluginInstance, PluginKind};
 use fastvideo_request::{OmniRequest, ResolvedRequest};
 use fastvideo_wan::{pipeline, WanModel};
 use tch::{Device, Tensor};
@@ -65,6 +65,27 @@ fn audit_reads_the_manifest_and_capabilities_without_running() {
     assert_eq!(a.capabilities, vec!["tensor", "tensor-ops"], "imports: {:?}", a.imports);
     assert!(a.exports.contains(&"fastvideo:plugin/guider@0.1.0".to_string()));
     assert!(a.imports.iter().all(|i| !i.starts_with("wasi:")), "no WASI: {:?}", a.imports);
+
+    // Capabilities come from the component's import section, never from what its manifest
+    // says: misbehave's manifest mentions no imports, its audit still lists `log`, and a
+    // manifest that tries to declare imports itself is refused.
+    let m = inspect(&wasm("fastvideo_testing_misbehave")).unwrap();
+    assert_eq!(m.capabilities, vec!["tensor", "tensor-ops", "log"]);
+    let lying = r#"{"name":"cfg","version":"0.1.0","kind":"guider","hooks":["combine"],"wit":"0.1.0","imports":[]}"#;
+    let e = inspect(&with_manifest(wasm("fastvideo_guider_cfg"), lying)).unwrap_err().to_string();
+    assert!(e.contains("unknown field `imports`"), "{e}");
+}
+
+/// Appends a second manifest section (the later one wins).
+fn with_manifest(mut bytes: Vec<u8>, manifest: &str) -> Vec<u8> {
+    let name = b"fastvideo-manifest";
+    let mut payload = vec![name.len() as u8];
+    payload.extend_from_slice(name);
+    payload.extend_from_slice(manifest.as_bytes());
+    bytes.push(0);
+    bytes.push(payload.len() as u8); // < 128: a one-byte LEB128
+    bytes.extend_from_slice(&payload);
+    bytes
 }
 
 #[test]
@@ -82,21 +103,13 @@ fn deploy_refuses_missing_grants_bad_hash_and_unknown_hooks() {
     assert!(e.contains("`g`") && e.contains("blake3"), "{e}");
 
     // A manifest that names a hook guiders do not have (a later custom section wins).
-    let mut bytes = wasm("fastvideo_guider_cfg");
-    let manifest = br#"{"name":"cfg","version":"0.1.0","kind":"guider","hooks":["after-block"],"wit":"0.1.0"}"#;
-    let name = b"fastvideo-manifest";
-    let mut payload = vec![name.len() as u8];
-    payload.extend_from_slice(name);
-    payload.extend_from_slice(manifest);
-    bytes.push(0);
-    bytes.push(payload.len() as u8); // < 128: a one-byte LEB128
-    bytes.extend_from_slice(&payload);
-    let e = inspect(&bytes).unwrap_err().to_string();
+    let manifest = r#"{"name":"cfg","version":"0.1.0","kind":"guider","hooks":["after-block"],"wit":"0.1.0"}"#;
+    let e = inspect(&with_manifest(wasm("fastvideo_guider_cfg"), manifest)).unwrap_err().to_string();
     assert!(e.contains("unknown hook `after-block`"), "{e}");
 }
 
 fn failing(mode: &str, limits: &str) -> PluginError {
-    let d = deploy("fastvideo_testing_misbehave", "g", &["tensor", "tensor-ops"], limits).unwrap();
+    let d = deploy("fastvideo_testing_misbehave", "g", &["tensor", "tensor-ops", "log"], limits).unwrap();
     let err = run(guider(&d), request(Some(serde_json::json!({ "mode": mode })))).unwrap_err();
     // The error travels through the pipeline as anyhow; find the plugin error inside.
     let e = err.chain().find_map(|c| c.downcast_ref::<PluginError>()).unwrap_or_else(|| panic!("{err:#}"));
@@ -137,7 +150,7 @@ fn misbehaving_plugins_fail_their_request_with_a_structured_error() {
 
 #[test]
 fn a_failed_request_leaves_other_requests_untouched() {
-    let d = deploy("fastvideo_testing_misbehave", "g", &["tensor", "tensor-ops"], "").unwrap();
+    let d = deploy("fastvideo_testing_misbehave", "g", &["tensor", "tensor-ops", "log"], "").unwrap();
     let g = guider(&d);
     let good = run(g.clone(), request(Some(serde_json::json!({"mode": "ok"})))).unwrap();
     assert!(run(g.clone(), request(Some(serde_json::json!({"mode": "trap"})))).is_err());
@@ -149,8 +162,38 @@ fn a_failed_request_leaves_other_requests_untouched() {
 }
 
 #[test]
+fn log_spam_is_capped_and_its_request_completes() {
+    let d = deploy(
+        "fastvideo_testing_misbehave",
+        "g",
+        &["tensor", "tensor-ops", "log"],
+        "max_log_lines = 50\ncall_deadline_ms = 10000",
+    )
+    .unwrap();
+    let g = guider(&d);
+    let ok = run(g.clone(), request(Some(serde_json::json!({"mode": "ok"})))).unwrap();
+    assert_eq!(run(g.clone(), request(Some(serde_json::json!({"mode": "spam"})))).unwrap(), ok);
+    // One combine on one instance: 50 lines kept, the rest counted as dropped.
+    let req = request(Some(serde_json::json!({"mode": "spam"})));
+    let mut plan = g.init(&req).unwrap();
+    let t = Tensor::ones([1, 4], (tch::Kind::Float, Device::Cpu));
+    let ctx = fastvideo_pipeline::StepCtx {
+        request: &req,
+        step_index: 0,
+        num_steps: 1,
+        timestep: 999.0,
+        sigma: 1.0,
+        sigma_next: 0.0,
+    };
+    g.combine(&ctx, &[t.shallow_clone(), t.shallow_clone()], &mut plan.state).unwrap();
+    let inst = plan.state.0.downcast_mut::<PluginInstance>().unwrap();
+    let counts = inst.state().output_counts();
+    assert_eq!((counts.log_lines, counts.dropped_log_lines), (50, 20_000 - 50));
+}
+
+#[test]
 fn parameters_are_checked_against_the_schema_and_exact_mode() {
-    let d = deploy("fastvideo_testing_misbehave", "g", &["tensor", "tensor-ops"], "").unwrap();
+    let d = deploy("fastvideo_testing_misbehave", "g", &["tensor", "tensor-ops", "log"], "").unwrap();
     let e = d.check_request(&request(Some(serde_json::json!({"mode": "sideways"})))).unwrap_err().to_string();
     assert!(e.contains("plugin_params.g") && e.contains("mode"), "{e}");
     let e = d.check_request(&request(Some(serde_json::json!({"speed": 2})))).unwrap_err().to_string();

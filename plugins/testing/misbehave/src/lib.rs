@@ -1,18 +1,22 @@
 //! Test fixture for the host's failure isolation: a CFG guider that, when its `mode` parameter
 //! says so, traps, spins forever, returns a wrong-shaped tensor, grows memory without bound,
-//! hoards tensor handles or returns an error. `mode = "count"` checks that globals start fresh
-//! in every request (a fresh instance per request).
+//! hoards tensor handles, returns an error or logs 20,000 lines of 1,000 bytes per call (`spam`).
+//! `mode = "count"` checks that globals start fresh in every request (a fresh instance per
+//! request).
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use fastvideo_plugin_sdk::guider::exports::fastvideo::plugin::guider::Guest;
-use fastvideo_plugin_sdk::guider::fastvideo::plugin::{tensor::Tensor, tensor_ops, types::StepContext};
+use fastvideo_plugin_sdk::guider::fastvideo::plugin::{log, tensor::Tensor, tensor_ops, types::StepContext};
 
 static MODE: AtomicU32 = AtomicU32::new(0);
 static INITS: AtomicU32 = AtomicU32::new(0);
 static mut HOARD: Vec<Tensor> = Vec::new();
 
-const MODES: &[&str] = &["ok", "trap", "hang", "shape", "memory", "handles", "error", "count"];
+const MODES: &[&str] = &["ok", "trap", "hang", "shape", "memory", "handles", "error", "count", "spam"];
+
+/// Lines `spam` logs per call.
+pub const SPAM_LINES: u32 = 20_000;
 
 struct Misbehave;
 
@@ -47,6 +51,13 @@ impl Guest for Misbehave {
                 };
             },
             "error" => Err("misbehave: refusing on purpose".into()),
+            "spam" => {
+                let line = "spam ".repeat(200);
+                for _ in 0..SPAM_LINES {
+                    log::log(log::Level::Info, &line);
+                }
+                guided()
+            }
             "count" if INITS.load(Ordering::Relaxed) != 1 => {
                 Err(format!("state leaked: init ran {} times in this instance", INITS.load(Ordering::Relaxed)))
             }
@@ -57,5 +68,5 @@ impl Guest for Misbehave {
 
 fastvideo_plugin_sdk::guider::export_guider!(Misbehave);
 fastvideo_plugin_sdk::manifest!(
-    r#"{"name":"misbehave","version":"0.1.0","kind":"guider","hooks":["combine"],"distribution_altering":true,"wit":"0.1.0","params_schema":{"type":"object","properties":{"mode":{"enum":["ok","trap","hang","shape","memory","handles","error","count"]}},"additionalProperties":false}}"#
+    r#"{"name":"misbehave","version":"0.1.0","kind":"guider","hooks":["combine"],"distribution_altering":true,"wit":"0.1.0","params_schema":{"type":"object","properties":{"mode":{"enum":["ok","trap","hang","shape","memory","handles","error","count","spam"]}},"additionalProperties":false}}"#
 );
