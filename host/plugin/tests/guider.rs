@@ -185,7 +185,7 @@ fn log_spam_is_capped_and_its_request_completes() {
         sigma: 1.0,
         sigma_next: 0.0,
     };
-    g.combine(&ctx, &[t.shallow_clone(), t.shallow_clone()], &mut plan.state).unwrap();
+    let _guided = g.combine(&ctx, &[t.shallow_clone(), t.shallow_clone()], &mut plan.state).unwrap();
     let inst = plan.state.0.downcast_mut::<PluginInstance>().unwrap();
     let counts = inst.state().output_counts();
     assert_eq!((counts.log_lines, counts.dropped_log_lines), (50, 20_000 - 50));
