@@ -110,7 +110,9 @@ impl PipelineRun {
     /// Does one unit of work; events go to `emit`. Returns an error naming the node (and step)
     /// that failed, or `cancelled` when the token was set; either way the run is over.
     pub fn advance(&mut self, emit: &mut dyn FnMut(OmniEvent)) -> Result<Advance> {
+        crate::policies::take_plugin_seconds(); // whatever ran on this thread before is not ours
         let r = self.advance_unit(emit);
+        self.metrics.plugin_seconds += crate::policies::take_plugin_seconds();
         if let Err(e) = &r {
             if self.observing {
                 let outcome = if self.cancel.is_cancelled() { "cancelled" } else { "failed" };
@@ -256,6 +258,7 @@ impl PipelineRun {
         let NodeKind::Loop(stage) = &node.kind else { unreachable!("batch keys come from loop nodes") };
         let _guard = tch::no_grad_guard();
         let mut states: Vec<LoopState> = runs.iter_mut().map(|r| r.active.take().expect("checked")).collect();
+        crate::policies::take_plugin_seconds();
         let t = Instant::now();
         let results = {
             let ctxs: Vec<NodeCtx> =
@@ -264,8 +267,11 @@ impl PipelineRun {
             stage.step_batch(&ctxs, &mut refs)
         };
         let elapsed = t.elapsed().as_secs_f64();
+        // Plugin time of a batched step is shared equally (guiders run per request inside it).
+        let plugin_share = crate::policies::take_plugin_seconds() / runs.len() as f64;
         let mut out = Vec::with_capacity(runs.len());
         for (i, ((run, st), r)) in runs.iter_mut().zip(states).zip(results).enumerate() {
+            run.metrics.plugin_seconds += plugin_share;
             match r {
                 Ok(r) => {
                     run.record_step(&node.name, st, r, elapsed, &mut |e| emit(i, e));
@@ -303,7 +309,7 @@ impl PipelineRun {
             let data = Vec::<f32>::try_from(t.flatten(0, -1))?;
             out.artifacts.insert("latents".into(), Artifact::Latents(LatentsArtifact { shape: t.size(), data }));
         }
-        out.metrics.total_seconds = self.started.elapsed().as_secs_f64();
+        crate::policies::take_plugin_seconds();
         for name in out.artifacts.keys() {
             emit(OmniEvent::Artifact { request_id: out.request_id.clone(), name: name.clone() });
             if self.observing {
@@ -313,6 +319,8 @@ impl PipelineRun {
         if self.observing {
             notify(&mut self.observers, Observed::RequestEnd("completed"), None, emit)?;
         }
+        out.metrics.plugin_seconds += crate::policies::take_plugin_seconds();
+        out.metrics.total_seconds = self.started.elapsed().as_secs_f64();
         emit(OmniEvent::Done { request_id: out.request_id.clone(), metrics: out.metrics.clone() });
         Ok(out)
     }

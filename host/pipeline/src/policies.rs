@@ -2,6 +2,7 @@
 //! pipeline. Like guidance and block policies, each is an object shared by all requests that
 //! hands out per-request state from `init`; none bound costs nothing in the loop.
 
+use std::cell::Cell;
 use std::sync::Arc;
 
 use anyhow::Result;
@@ -70,4 +71,20 @@ impl LoopPolicies {
     pub fn new(guidance: Arc<dyn Guidance>) -> Self {
         Self { guidance, blocks: None, steps: None, observers: Vec::new() }
     }
+}
+
+thread_local! {
+    static PLUGIN_SECONDS: Cell<f64> = const { Cell::new(0.0) };
+}
+
+/// Sandboxed policies (plugins) report the wall time of each call here. A request's units run
+/// on one thread at a time, so the driver attributes what accumulated during a unit to the
+/// request that ran it (`RequestMetrics::plugin_seconds`).
+pub fn record_plugin_seconds(seconds: f64) {
+    PLUGIN_SECONDS.with(|c| c.set(c.get() + seconds));
+}
+
+/// What was recorded on this thread since the last take.
+pub(crate) fn take_plugin_seconds() -> f64 {
+    PLUGIN_SECONDS.with(|c| c.replace(0.0))
 }

@@ -101,8 +101,8 @@ impl PluginRuntime {
         Ok(Self { engine, limits, _ticker: Ticker(stop), observer: Arc::default() })
     }
 
-    /// Reports the wall time of every plugin call to `f` (set once; unset costs nothing but a
-    /// check per call).
+    /// Reports the wall time of every plugin call to `f` as well (set once). Calls are always
+    /// timed (two clock reads, ~50 ns): the time also goes into the request's metrics.
     pub fn observe_calls(&self, f: Box<dyn Fn(f64) + Send + Sync>) {
         let _ = self.observer.set(f);
     }
@@ -296,15 +296,13 @@ impl PluginInstance {
         if let Some(fuel) = self.limits.fuel_per_call {
             self.store.set_fuel(fuel).ok();
         }
-        let result = match self.observer.get() {
-            Some(observe) => {
-                let t = std::time::Instant::now();
-                let r = f(&mut self.store, &self.guest);
-                observe(t.elapsed().as_secs_f64());
-                r
-            }
-            None => f(&mut self.store, &self.guest),
-        };
+        let t = std::time::Instant::now();
+        let result = f(&mut self.store, &self.guest);
+        let seconds = t.elapsed().as_secs_f64();
+        fastvideo_pipeline::record_plugin_seconds(seconds);
+        if let Some(observe) = self.observer.get() {
+            observe(seconds);
+        }
         match result {
             Ok(Ok(r)) => Ok(r),
             Ok(Err(msg)) => Err(fail(FailureKind::Returned, msg)),

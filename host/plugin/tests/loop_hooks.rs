@@ -140,7 +140,7 @@ const NANWATCH: &str = "fastvideo_observer_nanwatch";
 #[test]
 fn nanwatch_reports_nothing_on_a_healthy_run_and_is_called_only_for_its_events() {
     let (r, calls) = observed(NANWATCH, &["tensor", "tensor-ops", "events"], None, serde_json::json!({}));
-    let (_, events) = r.unwrap();
+    let (out, events) = r.unwrap();
     assert!(plugin_events(&events, "nanwatch.nonfinite").is_empty());
     let summary = plugin_events(&events, "nanwatch.summary");
     assert_eq!(summary.len(), 1);
@@ -149,6 +149,9 @@ fn nanwatch_reports_nothing_on_a_healthy_run_and_is_called_only_for_its_events()
     assert_eq!(summary[0]["outcome"], "completed");
     // init + one call per step end + request end; node and step-start events never reach it.
     assert_eq!(calls.load(Ordering::Relaxed), 1 + STEPS as usize + 1);
+    assert!(out.metrics.plugin_seconds > 0.0, "plugin time is the request's: {:?}", out.metrics);
+    let (plain, _) = run(builtin(), request("none", serde_json::json!({}))).unwrap();
+    assert_eq!(plain.metrics.plugin_seconds, 0.0);
 }
 
 #[test]

@@ -49,6 +49,9 @@ pub struct RequestMetrics {
     pub step_seconds: Vec<f64>,
     /// Transformer forwards run (2 per step with CFG).
     pub forwards: u32,
+    /// Wall time spent inside plugin calls (guiders, caches, observers) for this request.
+    #[serde(default)]
+    pub plugin_seconds: f64,
     pub total_seconds: f64,
 }
 
