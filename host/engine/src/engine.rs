@@ -420,12 +420,12 @@ impl Executor {
             let _e = job.span.enter();
             tracing::warn!(%code, %message, "request ended without output");
         }
-        // Released and published before the caller hears of it, so a caller that saw the end sees
-        // `live()` and the gauges without it.
+        // Counted, released and published before the caller hears of it, so a caller that saw
+        // the end sees the outcome counter, `live()` and the gauges with it.
+        self.metrics.count(if err == EngineError::Cancelled { "cancelled" } else { "failed" });
         self.publish();
         self.shared.release(&id);
         let _ = job.events.send(OmniEvent::Error { request_id: id.clone(), code, message });
-        self.metrics.count(if err == EngineError::Cancelled { "cancelled" } else { "failed" });
         if let Some(done) = job.done.take() {
             let _ = done.send(Err(err));
         }

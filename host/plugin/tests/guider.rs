@@ -63,7 +63,7 @@ fn audit_reads_the_manifest_and_capabilities_without_running() {
     assert_eq!(a.manifest.hooks, vec!["combine"]);
     assert!(!a.manifest.distribution_altering);
     assert_eq!(a.capabilities, vec!["tensor", "tensor-ops"], "imports: {:?}", a.imports);
-    assert!(a.exports.contains(&"fastvideo:plugin/guider@0.1.0".to_string()));
+    assert!(a.exports.contains(&"fastvideo:plugin/guider@0.1.1".to_string()));
     assert!(a.imports.iter().all(|i| !i.starts_with("wasi:")), "no WASI: {:?}", a.imports);
 
     // Capabilities come from the component's import section, never from what its manifest
@@ -71,7 +71,7 @@ fn audit_reads_the_manifest_and_capabilities_without_running() {
     // manifest that tries to declare imports itself is refused.
     let m = inspect(&wasm("fastvideo_testing_misbehave")).unwrap();
     assert_eq!(m.capabilities, vec!["tensor", "tensor-ops", "log"]);
-    let lying = r#"{"name":"cfg","version":"0.1.0","kind":"guider","hooks":["combine"],"wit":"0.1.0","imports":[]}"#;
+    let lying = r#"{"name":"cfg","version":"0.1.0","kind":"guider","hooks":["combine"],"wit":"0.1.1","imports":[]}"#;
     let e = inspect(&with_manifest(wasm("fastvideo_guider_cfg"), lying)).unwrap_err().to_string();
     assert!(e.contains("unknown field `imports`"), "{e}");
 }
@@ -103,7 +103,7 @@ fn deploy_refuses_missing_grants_bad_hash_and_unknown_hooks() {
     assert!(e.contains("`g`") && e.contains("blake3"), "{e}");
 
     // A manifest that names a hook guiders do not have (a later custom section wins).
-    let manifest = r#"{"name":"cfg","version":"0.1.0","kind":"guider","hooks":["after-block"],"wit":"0.1.0"}"#;
+    let manifest = r#"{"name":"cfg","version":"0.1.0","kind":"guider","hooks":["after-block"],"wit":"0.1.1"}"#;
     let e = inspect(&with_manifest(wasm("fastvideo_guider_cfg"), manifest)).unwrap_err().to_string();
     assert!(e.contains("unknown hook `after-block`"), "{e}");
 }
@@ -233,4 +233,25 @@ fn plugin_tensor_ops_match_torch() {
     let before = s.live_handles();
     tensor::HostTensor::drop(s, hb).unwrap();
     assert_eq!(s.live_handles(), before - 1);
+}
+
+/// Versioning: `tests/fixtures/plugins/cfg-wit-0.1.0.wasm` is classic CFG built against the
+/// frozen WIT 0.1.0 (`wit/since-v0.1.0`; rebuilt by the script beside it). Today's host is
+/// generated from 0.1.1; wasmtime's semver-aware linking maps the old imports and exports onto
+/// it, so the old plugin loads, audits as 0.1.0 and matches built-in CFG bit for bit.
+#[test]
+fn a_plugin_built_for_the_previous_wit_version_still_loads_and_runs() {
+    let path = repo().join("tests/fixtures/plugins/cfg-wit-0.1.0.wasm");
+    let bytes = std::fs::read(&path).unwrap();
+    let audit = inspect(&bytes).unwrap();
+    assert_eq!(audit.manifest.wit, "0.1.0");
+    assert!(audit.exports.contains(&"fastvideo:plugin/guider@0.1.0".to_string()), "{:?}", audit.exports);
+    let toml = format!(
+        "[[plugins]]\nname = \"g\"\nsource = \"{}\"\nblake3 = \"{}\"\ngrants = [\"tensor\", \"tensor-ops\"]\n",
+        path.display(),
+        audit.blake3
+    );
+    let d = Deployment::from_config(toml::from_str(&toml).unwrap(), Path::new("/")).unwrap();
+    let old = run(guider(&d), request(None)).unwrap();
+    assert_eq!(old, run(pipeline::default_guidance(), request(None)).unwrap());
 }

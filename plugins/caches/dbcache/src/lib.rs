@@ -133,5 +133,5 @@ impl Guest for DbCache {
 
 fastvideo_plugin_sdk::block_interceptor::export_block_interceptor!(DbCache);
 fastvideo_plugin_sdk::manifest!(
-    r#"{"name":"dbcache","version":"0.1.0","kind":"block-interceptor","hooks":["begin-forward","after-block","end-forward"],"distribution_altering":true,"wit":"0.1.0","description":"DBCache / FBCache block cache","params_schema":{"type":"object","properties":{"fn_blocks":{"type":"integer","minimum":1},"bn_blocks":{"type":"integer","minimum":0},"residual_diff_threshold":{"type":"number","minimum":0},"warmup_steps":{"type":"integer","minimum":0},"max_cached_steps":{"type":"integer","minimum":0}},"additionalProperties":false}}"#
+    r#"{"name":"dbcache","version":"0.1.0","kind":"block-interceptor","hooks":["begin-forward","after-block","end-forward"],"distribution_altering":true,"wit":"0.1.1","description":"DBCache / FBCache block cache","params_schema":{"type":"object","properties":{"fn_blocks":{"type":"integer","minimum":1},"bn_blocks":{"type":"integer","minimum":0},"residual_diff_threshold":{"type":"number","minimum":0},"warmup_steps":{"type":"integer","minimum":0},"max_cached_steps":{"type":"integer","minimum":0}},"additionalProperties":false}}"#
 );

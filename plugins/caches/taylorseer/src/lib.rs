@@ -99,5 +99,5 @@ impl Guest for TaylorSeer {
 
 fastvideo_plugin_sdk::step_interceptor::export_step_interceptor!(TaylorSeer);
 fastvideo_plugin_sdk::manifest!(
-    r#"{"name":"taylorseer","version":"0.1.0","kind":"step-interceptor","hooks":["before-step","after-step"],"distribution_altering":true,"wit":"0.1.0","description":"TaylorSeer step cache: extrapolate the model output on skipped steps","params_schema":{"type":"object","properties":{"order":{"type":"integer","minimum":1,"maximum":2},"interval":{"type":"integer","minimum":1},"warmup_steps":{"type":"integer","minimum":0},"final_steps":{"type":"integer","minimum":0}},"additionalProperties":false}}"#
+    r#"{"name":"taylorseer","version":"0.1.0","kind":"step-interceptor","hooks":["before-step","after-step"],"distribution_altering":true,"wit":"0.1.1","description":"TaylorSeer step cache: extrapolate the model output on skipped steps","params_schema":{"type":"object","properties":{"order":{"type":"integer","minimum":1,"maximum":2},"interval":{"type":"integer","minimum":1},"warmup_steps":{"type":"integer","minimum":0},"final_steps":{"type":"integer","minimum":0}},"additionalProperties":false}}"#
 );

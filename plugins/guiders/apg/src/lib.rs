@@ -74,5 +74,5 @@ impl Guest for Apg {
 
 fastvideo_plugin_sdk::guider::export_guider!(Apg);
 fastvideo_plugin_sdk::manifest!(
-    r#"{"name":"apg","version":"0.1.0","kind":"guider","hooks":["combine"],"distribution_altering":true,"wit":"0.1.0","description":"Adaptive projected guidance","params_schema":{"type":"object","properties":{"eta":{"type":"number"},"norm_threshold":{"type":"number","minimum":0},"momentum":{"type":"number","minimum":-1,"maximum":1}},"additionalProperties":false}}"#
+    r#"{"name":"apg","version":"0.1.0","kind":"guider","hooks":["combine"],"distribution_altering":true,"wit":"0.1.1","description":"Adaptive projected guidance","params_schema":{"type":"object","properties":{"eta":{"type":"number"},"norm_threshold":{"type":"number","minimum":0},"momentum":{"type":"number","minimum":-1,"maximum":1}},"additionalProperties":false}}"#
 );

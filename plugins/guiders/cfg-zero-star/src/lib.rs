@@ -51,5 +51,5 @@ impl Guest for CfgZeroStar {
 
 fastvideo_plugin_sdk::guider::export_guider!(CfgZeroStar);
 fastvideo_plugin_sdk::manifest!(
-    r#"{"name":"cfg-zero-star","version":"0.1.0","kind":"guider","hooks":["combine"],"distribution_altering":true,"wit":"0.1.0","description":"CFG-Zero*: optimized scale and zero-init","params_schema":{"type":"object","properties":{"zero_init_steps":{"type":"integer","minimum":0,"maximum":1000}},"additionalProperties":false}}"#
+    r#"{"name":"cfg-zero-star","version":"0.1.0","kind":"guider","hooks":["combine"],"distribution_altering":true,"wit":"0.1.1","description":"CFG-Zero*: optimized scale and zero-init","params_schema":{"type":"object","properties":{"zero_init_steps":{"type":"integer","minimum":0,"maximum":1000}},"additionalProperties":false}}"#
 );

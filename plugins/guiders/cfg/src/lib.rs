@@ -26,5 +26,5 @@ impl Guest for Cfg {
 
 fastvideo_plugin_sdk::guider::export_guider!(Cfg);
 fastvideo_plugin_sdk::manifest!(
-    r#"{"name":"cfg","version":"0.1.0","kind":"guider","hooks":["combine"],"distribution_altering":false,"needs_eager":false,"wit":"0.1.0","params_schema":{"type":"object","properties":{},"additionalProperties":false}}"#
+    r#"{"name":"cfg","version":"0.1.0","kind":"guider","hooks":["combine"],"distribution_altering":false,"needs_eager":false,"wit":"0.1.1","params_schema":{"type":"object","properties":{},"additionalProperties":false}}"#
 );

@@ -65,5 +65,5 @@ impl Guest for NanWatch {
 
 fastvideo_plugin_sdk::observer::export_observer!(NanWatch);
 fastvideo_plugin_sdk::manifest!(
-    r#"{"name":"nanwatch","version":"0.1.0","kind":"observer","hooks":["step-end","request-end"],"distribution_altering":false,"wit":"0.1.0","description":"First NaN/Inf in the model output, by step","params_schema":{"type":"object","properties":{"fail":{"type":"boolean"}},"additionalProperties":false}}"#
+    r#"{"name":"nanwatch","version":"0.1.0","kind":"observer","hooks":["step-end","request-end"],"distribution_altering":false,"wit":"0.1.1","description":"First NaN/Inf in the model output, by step","params_schema":{"type":"object","properties":{"fail":{"type":"boolean"}},"additionalProperties":false}}"#
 );

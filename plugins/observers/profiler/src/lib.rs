@@ -83,5 +83,5 @@ impl Guest for Profiler {
 
 fastvideo_plugin_sdk::observer::export_observer!(Profiler);
 fastvideo_plugin_sdk::manifest!(
-    r#"{"name":"profiler","version":"0.1.0","kind":"observer","hooks":["request-start","node-start","node-end","step-start","step-end","request-end"],"distribution_altering":false,"wit":"0.1.0","description":"Per-step and per-node wall times as events","params_schema":{"type":"object","properties":{"per_step":{"type":"boolean"}},"additionalProperties":false}}"#
+    r#"{"name":"profiler","version":"0.1.0","kind":"observer","hooks":["request-start","node-start","node-end","step-start","step-end","request-end"],"distribution_altering":false,"wit":"0.1.1","description":"Per-step and per-node wall times as events","params_schema":{"type":"object","properties":{"per_step":{"type":"boolean"}},"additionalProperties":false}}"#
 );

@@ -68,5 +68,5 @@ impl Guest for Misbehave {
 
 fastvideo_plugin_sdk::guider::export_guider!(Misbehave);
 fastvideo_plugin_sdk::manifest!(
-    r#"{"name":"misbehave","version":"0.1.0","kind":"guider","hooks":["combine"],"distribution_altering":true,"wit":"0.1.0","params_schema":{"type":"object","properties":{"mode":{"enum":["ok","trap","hang","shape","memory","handles","error","count","spam"]}},"additionalProperties":false}}"#
+    r#"{"name":"misbehave","version":"0.1.0","kind":"guider","hooks":["combine"],"distribution_altering":true,"wit":"0.1.1","params_schema":{"type":"object","properties":{"mode":{"enum":["ok","trap","hang","shape","memory","handles","error","count","spam"]}},"additionalProperties":false}}"#
 );
