@@ -5,9 +5,9 @@
 
 mod common;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
-use common::{deploy, repo};
+use common::deploy;
 use fastvideo_pipeline::{LoopPolicies, PipelineRun, Values};
 use fastvideo_plugin_host::{PluginBlockPolicy, PluginError, PluginKind};
 use fastvideo_request::{OmniRequest, ResolvedRequest};
@@ -15,8 +15,7 @@ use fastvideo_wan::{pipeline, WanModel};
 use tch::Device;
 
 fn model() -> &'static WanModel {
-    static M: OnceLock<WanModel> = OnceLock::new();
-    M.get_or_init(|| WanModel::load(&repo().join("tests/fixtures/tiny-wan"), Device::Cpu).unwrap())
+    common::tiny_wan()
 }
 
 const STEPS: u32 = 4;

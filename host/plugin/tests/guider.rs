@@ -5,7 +5,7 @@
 mod common;
 
 use std::path::Path;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use common::{deploy, plugins, repo, wasm};
 
@@ -16,8 +16,7 @@ use fastvideo_wan::{pipeline, WanModel};
 use tch::{Device, Tensor};
 
 fn model() -> &'static WanModel {
-    static M: OnceLock<WanModel> = OnceLock::new();
-    M.get_or_init(|| WanModel::load(&repo().join("tests/fixtures/tiny-wan"), Device::Cpu).unwrap())
+    common::tiny_wan()
 }
 
 fn request(params: Option<serde_json::Value>) -> ResolvedRequest {

@@ -7,9 +7,9 @@
 mod common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
-use common::{deploy, repo};
+use common::deploy;
 use fastvideo_pipeline::{LoopPolicies, Observer, PipelineRun, StepCtx, StepPolicy, StepPolicyState, Values};
 use fastvideo_plugin_host::{PluginError, PluginKind, PluginObserver, PluginStepPolicy};
 use fastvideo_request::{OmniEvent, OmniOutput, OmniRequest, ResolvedRequest};
@@ -17,8 +17,7 @@ use fastvideo_wan::{pipeline, WanModel};
 use tch::{Device, Tensor};
 
 fn model() -> &'static WanModel {
-    static M: OnceLock<WanModel> = OnceLock::new();
-    M.get_or_init(|| WanModel::load(&repo().join("tests/fixtures/tiny-wan"), Device::Cpu).unwrap())
+    common::tiny_wan()
 }
 
 const STEPS: u32 = 8;

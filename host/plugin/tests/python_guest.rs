@@ -21,8 +21,7 @@ use fastvideo_wan::{pipeline, WanModel};
 use tch::Device;
 
 fn model() -> &'static WanModel {
-    static M: OnceLock<WanModel> = OnceLock::new();
-    M.get_or_init(|| WanModel::load(&repo().join("tests/fixtures/tiny-wan"), Device::Cpu).unwrap())
+    common::tiny_wan()
 }
 
 fn componentize_py() -> PathBuf {

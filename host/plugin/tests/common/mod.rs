@@ -8,6 +8,7 @@ use std::sync::OnceLock;
 
 use fastvideo_plugin_host::{build_plugins, inspect, DeployConfig, Deployment, PluginError};
 use fastvideo_request::{ModelLimits, TaskType};
+use fastvideo_wan::WanModel;
 
 pub fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -39,4 +40,10 @@ pub fn deploy(stem: &str, name: &str, grants: &[&str], limits: &str) -> Result<D
 /// model (guider and bench inputs are synthetic tensors).
 pub fn limits() -> ModelLimits {
     ModelLimits { tasks: vec![TaskType::T2v], ..ModelLimits::example() }
+}
+
+/// The tiny reference Wan model (`tests/fixtures/tiny-wan`), loaded once per test binary.
+pub fn tiny_wan() -> &'static WanModel {
+    static M: OnceLock<WanModel> = OnceLock::new();
+    M.get_or_init(|| WanModel::load(&repo().join("tests/fixtures/tiny-wan"), tch::Device::Cpu).unwrap())
 }
