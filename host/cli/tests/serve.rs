@@ -322,23 +322,38 @@ fn malformed_requests_get_a_400_naming_the_field() {
 }
 
 #[test]
-fn a_deploy_runs_its_guider_plugin_per_request_and_meters_its_time() {
+fn a_deploy_runs_its_plugins_per_request_streams_observer_events_and_meters_time() {
     let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let built = fastvideo_plugin_host::build_plugins(&repo.join("plugins")).expect("plugins build");
-    let wasm = &built["fastvideo_guider_cfg"];
-    let hash = blake3::hash(&std::fs::read(wasm).unwrap()).to_hex().to_string();
+    let entry = |name: &str, stem: &str, grants: &str| {
+        let wasm = &built[stem];
+        let hash = blake3::hash(&std::fs::read(wasm).unwrap()).to_hex().to_string();
+        format!(
+            "[[plugins]]\nname = \"{name}\"\nsource = \"{}\"\nblake3 = \"{hash}\"\ngrants = {grants}\n",
+            wasm.display()
+        )
+    };
     let dir = tempfile::tempdir().unwrap();
     let deploy = dir.path().join("deploy.toml");
-    let text = format!(
-        "[[plugins]]\nname = \"cfg\"\nsource = \"{}\"\nblake3 = \"{hash}\"\ngrants = [\"tensor\", \"tensor-ops\"]\n",
-        wasm.display()
-    );
+    let text = entry("cfg", "fastvideo_guider_cfg", r#"["tensor", "tensor-ops"]"#)
+        + &entry("profiler", "fastvideo_observer_profiler", r#"["tensor", "events", "clock"]"#);
     std::fs::write(&deploy, text).unwrap();
     let server = Server::start(&["--deploy", deploy.to_str().unwrap()]);
     let (status, v) = server.post("/v1/videos", video("a red circle moving left on a white background", 3));
     assert_eq!(status, 200, "{v}");
-    assert_eq!(server.wait_done(v["id"].as_str().unwrap())["status"], "completed");
+    let id = v["id"].as_str().unwrap();
+    assert_eq!(server.wait_done(id)["status"], "completed");
     assert!(metric(&server.metrics(), "fastvideo_plugin_seconds_total", None) > 0.0);
+    // The observer's events reach the request's SSE stream (replayed to a late subscriber).
+    let events = sse(&server, id, |_, _| {});
+    let plugin: Vec<&Value> = events.iter().filter(|(n, _)| n == "plugin").map(|(_, v)| v).collect();
+    let named = |n: &str| plugin.iter().filter(|v| v["name"] == n).count();
+    assert_eq!(named("profiler.step"), 3, "{plugin:?}");
+    assert_eq!(named("profiler.summary"), 1, "{plugin:?}");
+    assert!(plugin.iter().all(|v| v["plugin"] == "profiler" && v["request_id"] == id));
+    let (name, done) = events.last().unwrap();
+    assert_eq!(name, "done");
+    assert!(done["metrics"]["plugin_seconds"].as_f64().unwrap() > 0.0, "{done}");
     let mut bad = video("x", 3);
     bad["plugin_params"] = json!({"nope": {"a": 1}});
     let (status, v) = server.post("/v1/videos", bad);
