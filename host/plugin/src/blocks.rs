@@ -37,12 +37,7 @@ struct State {
 
 impl BlockPolicy for PluginBlockPolicy {
     fn init(&self, req: &ResolvedRequest) -> Result<Box<dyn BlockPolicyState>> {
-        let params = self.plugin.params_for(req)?.to_string();
-        let mut inst = self.runtime.instantiate(&self.plugin.plugin)?;
-        inst.call("init", |store, g| match g {
-            Guest::BlockInterceptor(g) => g.call_init(store, &params),
-            _ => unreachable!("loaded as a block interceptor"),
-        })?;
+        let (inst, _) = self.runtime.start(&self.plugin, req)?;
         Ok(Box::new(State { inst, model_id: self.model_id.clone(), events: self.events.clone() }))
     }
 }

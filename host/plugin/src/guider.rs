@@ -41,13 +41,7 @@ pub fn step_context(ctx: &StepCtx, branch: Option<&str>, model_id: &str) -> Step
 
 impl Guidance for PluginGuider {
     fn init(&self, req: &ResolvedRequest) -> Result<GuidancePlan> {
-        let params = self.plugin.params_for(req)?;
-        let mut inst = self.runtime.instantiate(&self.plugin.plugin)?;
-        let json = params.to_string();
-        let branches = inst.call("init", |store, g| match g {
-            Guest::Guider(g) => g.call_init(store, &json),
-            _ => unreachable!("loaded as a guider"),
-        })?;
+        let (inst, branches) = self.runtime.start(&self.plugin, req)?;
         if branches.is_empty() {
             return Err(inst.invalid("init", "declared no branches".into()).into());
         }

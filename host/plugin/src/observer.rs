@@ -64,12 +64,7 @@ struct State {
 
 impl Observer for PluginObserver {
     fn init(&self, req: &ResolvedRequest) -> Result<Box<dyn ObserverState>> {
-        let params = self.plugin.params_for(req)?.to_string();
-        let mut inst = self.runtime.instantiate(&self.plugin.plugin)?;
-        inst.call("init", |store, g| match g {
-            Guest::Observer(g) => g.call_init(store, &params),
-            _ => unreachable!("loaded as an observer"),
-        })?;
+        let (inst, _) = self.runtime.start(&self.plugin, req)?;
         Ok(Box::new(State {
             inst,
             model_id: self.model_id.clone(),

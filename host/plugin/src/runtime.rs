@@ -136,6 +136,28 @@ impl PluginRuntime {
         Ok(LoadedPlugin { name: Arc::from(name), audit, pre, exports })
     }
 
+    /// A fresh instance of `plugin` for `req`, its `init` hook called with the request's
+    /// parameters (the deploy's defaults overlaid with `plugin_params`). Guiders answer with
+    /// their branch vocabulary; other kinds with none.
+    pub(crate) fn start(
+        &self,
+        plugin: &crate::EnabledPlugin,
+        req: &fastvideo_request::ResolvedRequest,
+    ) -> Result<(PluginInstance, Vec<String>), PluginError> {
+        let params = plugin.params_for(req)?.to_string();
+        let mut inst = self.instantiate(&plugin.plugin)?;
+        let none = |r: wasmtime::Result<Result<(), String>>| r.map(|r| r.map(|()| Vec::new()));
+        let answer = inst.call("init", |store, g| match g {
+            Guest::Guider(g) => g.call_init(store, &params),
+            Guest::StepInterceptor(g) => none(g.call_init(store, &params)),
+            Guest::BlockInterceptor(g) => none(g.call_init(store, &params)),
+            Guest::Observer(g) => none(g.call_init(store, &params)),
+            Guest::Reward(g) => none(g.call_init(store, &params)),
+            Guest::WorkflowTranslator(_) => Ok(Ok(Vec::new())),
+        })?;
+        Ok((inst, answer))
+    }
+
     /// A fresh instance for one request.
     pub fn instantiate(&self, plugin: &LoadedPlugin) -> Result<PluginInstance, PluginError> {
         let l = self.limits;

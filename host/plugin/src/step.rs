@@ -34,12 +34,7 @@ struct State {
 
 impl StepPolicy for PluginStepPolicy {
     fn init(&self, req: &ResolvedRequest) -> Result<Box<dyn StepPolicyState>> {
-        let params = self.plugin.params_for(req)?.to_string();
-        let mut inst = self.runtime.instantiate(&self.plugin.plugin)?;
-        inst.call("init", |store, g| match g {
-            Guest::StepInterceptor(g) => g.call_init(store, &params),
-            _ => unreachable!("loaded as a step interceptor"),
-        })?;
+        let (inst, _) = self.runtime.start(&self.plugin, req)?;
         Ok(Box::new(State { inst, model_id: self.model_id.clone(), request_id: req.request_id.clone() }))
     }
 }
