@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Multipart, Request};
 use axum::http::header::CONTENT_TYPE;
-use fastvideo_request::{ModelLimits, OmniRequest, TaskType};
+use fastvideo_request::{ModelLimits, OmniRequest, SamplerKind, TaskType};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
@@ -35,6 +35,8 @@ pub struct CreateParams {
     pub num_frames: Option<u32>,
     pub fps: Option<u32>,
     pub shift: Option<f32>,
+    /// `euler` or `unipc` (the model's default when absent).
+    pub sampler: Option<SamplerKind>,
     pub priority: Option<i32>,
     pub exact: Option<bool>,
     #[serde(default)]
@@ -187,6 +189,7 @@ impl CreateParams {
             },
         };
         r.sampling.seed = self.seed;
+        r.sampling.sampler = self.sampler;
         r.plugin_params = self.plugin_params.clone();
         r.priority = self.priority.unwrap_or(0);
         r.exact = self.exact.unwrap_or(false);
@@ -252,6 +255,18 @@ mod tests {
                 other => panic!("{field}: {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn the_sampler_is_chosen_by_name_and_a_wrong_one_is_named() {
+        let p: CreateParams = serde_json::from_value(serde_json::json!({"prompt": "p", "sampler": "euler"})).unwrap();
+        let r = p.to_request("x".into(), TaskType::T2v, "m", &limits()).unwrap();
+        assert_eq!(r.sampling.sampler, Some(SamplerKind::Euler));
+        let bad =
+            serde_path_to_error::deserialize::<_, CreateParams>(serde_json::json!({"prompt": "p", "sampler": "rk4"}));
+        let e = bad.unwrap_err();
+        assert_eq!(e.path().to_string(), "sampler");
+        assert!(e.into_inner().to_string().contains("euler"));
     }
 
     #[test]
