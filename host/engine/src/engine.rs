@@ -411,7 +411,12 @@ impl Executor {
         let id = std::mem::take(&mut job.id);
         self.keys.remove(&id);
         job.cancel.cancel();
-        drop(job.run.take());
+        if let Some(mut run) = job.run.take() {
+            // Observers that saw the request start hear how it ended; their events go out first.
+            let outcome = if err == EngineError::Cancelled { "cancelled" } else { "failed" };
+            let events = job.events.clone();
+            let _ = catch_unwind(AssertUnwindSafe(|| run.abort(outcome, &mut |e| drop(events.send(e)))));
+        }
         let (code, message) = match &err {
             EngineError::Failed { code, message } => (code.clone(), message.clone()),
             e => (e.code().to_string(), e.to_string()),

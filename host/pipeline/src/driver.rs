@@ -126,6 +126,16 @@ impl PipelineRun {
         r
     }
 
+    /// Ends a run that will not be advanced again (cancelled or failed from outside, e.g. by
+    /// the engine): observers that saw it start hear `outcome` as its end. Idempotent.
+    pub fn abort(&mut self, outcome: &str, emit: &mut dyn FnMut(OmniEvent)) {
+        if std::mem::take(&mut self.observing) {
+            if let Err(e) = notify(&mut self.observers, Observed::RequestEnd(outcome), None, emit) {
+                tracing::debug!(error = %format!("{e:#}"), request = %self.request.request_id, "observer at abort");
+            }
+        }
+    }
+
     fn advance_unit(&mut self, emit: &mut dyn FnMut(OmniEvent)) -> Result<Advance> {
         if self.cancel.is_cancelled() {
             return Err(anyhow!("cancelled"));

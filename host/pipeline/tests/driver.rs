@@ -389,6 +389,14 @@ fn observers_hear_how_a_request_ended_and_an_observer_error_fails_it() {
     run.run_to_end(&mut |_| {}).unwrap_err();
     assert_eq!(log.lock().unwrap().last().unwrap(), "request-end failed");
 
+    // Ended from outside (the engine cancelling a run it will not advance again): once.
+    let (mut run, log) = observed_run(None, None);
+    run.advance(&mut |_| {}).unwrap();
+    run.abort("cancelled", &mut |_| {});
+    run.abort("cancelled", &mut |_| {});
+    assert_eq!(log.lock().unwrap().iter().filter(|l| l.starts_with("request-end")).count(), 1);
+    assert_eq!(log.lock().unwrap().last().unwrap(), "request-end cancelled");
+
     let (mut run, log) = observed_run(None, Some("step-start 1"));
     let err = format!("{:#}", run.run_to_end(&mut |_| {}).unwrap_err());
     assert_eq!(err, "observer refused at step-start 1/2");
