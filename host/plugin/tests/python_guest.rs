@@ -40,7 +40,8 @@ fn componentize_py() -> PathBuf {
 fn plugin() -> &'static (Vec<u8>, PathBuf) {
     static P: OnceLock<(Vec<u8>, PathBuf)> = OnceLock::new();
     P.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("fastvideo-python-guest-{}", std::process::id()));
+        // Cargo's scratch folder for integration tests: reused by every run, nothing left in /tmp.
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("python-guest");
         std::fs::create_dir_all(&dir).unwrap();
         let core = dir.join("cfg_py.core.wasm");
         let t = Instant::now();
