@@ -71,18 +71,10 @@ impl BlockPolicyState for State {
         output: &Tensor,
     ) -> Result<BlockAction> {
         let sc = step_context(step, Some(branch), &self.model_id);
-        let (hin, hout) = (self.inst.lend("after-block", input)?, self.inst.lend("after-block", output)?);
-        let (rin, rout) = (
-            wasmtime::component::Resource::new_borrow(hin.rep()),
-            wasmtime::component::Resource::new_borrow(hout.rep()),
-        );
-        let result = self.inst.call("after-block", |store, g| match g {
+        let result = self.inst.call_lending("after-block", [input, output], |store, g, [rin, rout]| match g {
             Guest::BlockInterceptor(g) => g.call_after_block(store, &sc, index as u32, rin, rout),
             _ => unreachable!("loaded as a block interceptor"),
         });
-        // The lent handles end with the call.
-        self.inst.unlend("after-block", hin)?;
-        self.inst.unlend("after-block", hout)?;
         self.flush_events();
         Ok(match result? {
             WitAction::Proceed => BlockAction::Proceed,
@@ -94,13 +86,10 @@ impl BlockPolicyState for State {
 
     fn end(&mut self, step: &StepCtx, branch: &str, hidden: &Tensor) -> Result<()> {
         let sc = step_context(step, Some(branch), &self.model_id);
-        let h = self.inst.lend("end-forward", hidden)?;
-        let r = wasmtime::component::Resource::new_borrow(h.rep());
-        let result = self.inst.call("end-forward", |store, g| match g {
+        let result = self.inst.call_lending("end-forward", [hidden], |store, g, [r]| match g {
             Guest::BlockInterceptor(g) => g.call_end_forward(store, &sc, r),
             _ => unreachable!("loaded as a block interceptor"),
         });
-        self.inst.unlend("end-forward", h)?;
         self.flush_events();
         result?;
         Ok(())

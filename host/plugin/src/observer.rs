@@ -8,7 +8,6 @@ use anyhow::Result;
 use fastvideo_pipeline::{Observed, Observer, ObserverState};
 use fastvideo_request::{OmniEvent, ResolvedRequest};
 use tch::Tensor;
-use wasmtime::component::Resource;
 
 use crate::bindings::exports::fastvideo::plugin::observer::Event;
 use crate::deploy::{Deployment, EnabledPlugin};
@@ -88,18 +87,14 @@ impl ObserverState for State {
             Observed::Artifact(n) => Event::Artifact(n.to_string()),
             Observed::RequestEnd(o) => Event::RequestEnd(o.to_string()),
         };
-        let lent = match output {
-            Some(t) => Some(self.inst.lend("on-event", t)?),
-            None => None,
-        };
-        let borrow = lent.as_ref().map(|h| Resource::new_borrow(h.rep()));
-        let result = self.inst.call("on-event", |store, g| match g {
-            Guest::Observer(g) => g.call_on_event(store, &ev, borrow),
+        let call = |store: &mut _, g: &Guest, output| match g {
+            Guest::Observer(g) => g.call_on_event(store, &ev, output),
             _ => unreachable!("loaded as an observer"),
-        });
-        if let Some(h) = lent {
-            self.inst.unlend("on-event", h)?;
-        }
+        };
+        let result = match output {
+            Some(t) => self.inst.call_lending("on-event", [t], |store, g, [r]| call(store, g, Some(r))),
+            None => self.inst.call_lending("on-event", [], |store, g, []| call(store, g, None)),
+        };
         self.inst.drain_stream_events(&self.request_id).into_iter().for_each(&mut *emit);
         Ok(result?)
     }

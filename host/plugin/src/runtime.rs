@@ -347,15 +347,32 @@ impl PluginInstance {
         PluginError::Call { plugin: self.name.to_string(), hook, kind: FailureKind::Invalid, message }
     }
 
-    /// Lends `t` to the plugin for the duration of one call: a new handle (no copy) to pass as
-    /// a `borrow<tensor>`; take it back with [`reclaim`](Self::reclaim) after the call.
-    pub(crate) fn lend(&mut self, hook: &'static str, t: &Tensor) -> Result<Resource<PluginTensor>, PluginError> {
-        self.state().push(t.shallow_clone()).map_err(|e| self.invalid(hook, e.to_string()))
-    }
-
-    /// Ends a loan made with [`lend`](Self::lend).
-    pub(crate) fn unlend(&mut self, hook: &'static str, r: Resource<PluginTensor>) -> Result<(), PluginError> {
-        self.reclaim(hook, r).map(drop)
+    /// Runs one hook call with `tensors` lent to the plugin as `borrow<tensor>` handles (no
+    /// copy), which end with the call. A failed loan (the handle cap) poisons the instance, so
+    /// handles lent before it do not matter: the instance is never called again.
+    pub(crate) fn call_lending<R, const N: usize>(
+        &mut self,
+        hook: &'static str,
+        tensors: [&Tensor; N],
+        f: impl FnOnce(&mut Store<HostState>, &Guest, [Resource<PluginTensor>; N]) -> wasmtime::Result<Result<R, String>>,
+    ) -> Result<R, PluginError> {
+        let mut lent: [Option<Resource<PluginTensor>>; N] = std::array::from_fn(|_| None);
+        for (slot, t) in lent.iter_mut().zip(tensors) {
+            match self.state().push(t.shallow_clone()) {
+                Ok(h) => *slot = Some(h),
+                Err(e) => {
+                    self.poison();
+                    return Err(self.invalid(hook, e.to_string()));
+                }
+            }
+        }
+        let lent = lent.map(|h| h.expect("every tensor was lent"));
+        let borrows = std::array::from_fn(|i| Resource::new_borrow(lent[i].rep()));
+        let result = self.call(hook, |store, g| f(store, g, borrows));
+        for h in lent {
+            drop(self.reclaim(hook, h)?);
+        }
+        result
     }
 
     /// Takes back a tensor the plugin returned.

@@ -8,7 +8,6 @@ use anyhow::Result;
 use fastvideo_pipeline::{StepCtx, StepPolicy, StepPolicyState};
 use fastvideo_request::{OmniEvent, ResolvedRequest};
 use tch::Tensor;
-use wasmtime::component::Resource;
 
 use crate::deploy::{Deployment, EnabledPlugin};
 use crate::guider::step_context;
@@ -42,14 +41,11 @@ impl StepPolicy for PluginStepPolicy {
 impl StepPolicyState for State {
     fn before_step(&mut self, step: &StepCtx, latents: &Tensor) -> Result<Option<Tensor>> {
         let sc = step_context(step, None, &self.model_id);
-        let h = self.inst.lend("before-step", latents)?;
-        let r = Resource::new_borrow(h.rep());
-        let result = self.inst.call("before-step", |store, g| match g {
+        let supplied = self.inst.call_lending("before-step", [latents], |store, g, [r]| match g {
             Guest::StepInterceptor(g) => g.call_before_step(store, &sc, r),
             _ => unreachable!("loaded as a step interceptor"),
-        });
-        self.inst.unlend("before-step", h)?;
-        match result? {
+        })?;
+        match supplied {
             None => Ok(None),
             Some(out) => {
                 let t = self.inst.reclaim("before-step", out)?;
@@ -66,14 +62,10 @@ impl StepPolicyState for State {
 
     fn after_step(&mut self, step: &StepCtx, output: &Tensor) -> Result<()> {
         let sc = step_context(step, None, &self.model_id);
-        let h = self.inst.lend("after-step", output)?;
-        let r = Resource::new_borrow(h.rep());
-        let result = self.inst.call("after-step", |store, g| match g {
+        Ok(self.inst.call_lending("after-step", [output], |store, g, [r]| match g {
             Guest::StepInterceptor(g) => g.call_after_step(store, &sc, r),
             _ => unreachable!("loaded as a step interceptor"),
-        });
-        self.inst.unlend("after-step", h)?;
-        Ok(result?)
+        })?)
     }
 
     fn take_events(&mut self) -> Vec<OmniEvent> {
