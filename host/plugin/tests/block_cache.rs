@@ -10,7 +10,7 @@ use std::sync::Arc;
 use common::deploy;
 use fastvideo_pipeline::{LoopPolicies, PipelineRun, Values};
 use fastvideo_plugin_host::{PluginBlockPolicy, PluginError, PluginKind};
-use fastvideo_request::{OmniRequest, ResolvedRequest};
+use fastvideo_request::ResolvedRequest;
 use fastvideo_wan::{pipeline, WanModel};
 use tch::Device;
 
@@ -21,15 +21,8 @@ fn model() -> &'static WanModel {
 const STEPS: u32 = 4;
 
 fn request(params: serde_json::Value) -> ResolvedRequest {
-    let mut r = OmniRequest::text_to_video("cache-test", "a green cross moving down on a black background");
-    r.diffusion.height = Some(32);
-    r.diffusion.width = Some(32);
-    r.diffusion.num_frames = Some(5);
-    r.diffusion.num_inference_steps = Some(STEPS);
-    r.diffusion.guidance_scale = Some(5.0);
-    r.sampling.seed = Some(3);
-    r.plugin_params.insert("cache".into(), params);
-    r.resolve(&model().limits(), || 0).unwrap()
+    let r = common::tiny_request("a green cross moving down on a black background", STEPS, 3);
+    common::resolve_tiny(r, Some(("cache", params)))
 }
 
 /// Runs the pipeline with the cache (or without, `params = None`); returns RGB bytes and the

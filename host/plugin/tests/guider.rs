@@ -11,7 +11,7 @@ use common::{deploy, plugins, repo, wasm};
 
 use fastvideo_pipeline::{Guidance, PipelineRun, Values};
 use fastvideo_plugin_host::{inspect, Deployment, FailureKind, PluginError, PluginGuider, PluginInstance, PluginKind};
-use fastvideo_request::{OmniRequest, ResolvedRequest};
+use fastvideo_request::ResolvedRequest;
 use fastvideo_wan::{pipeline, WanModel};
 use tch::{Device, Tensor};
 
@@ -20,17 +20,8 @@ fn model() -> &'static WanModel {
 }
 
 fn request(params: Option<serde_json::Value>) -> ResolvedRequest {
-    let mut r = OmniRequest::text_to_video("plugin-test", "a red circle moving left on a white background");
-    r.diffusion.height = Some(32);
-    r.diffusion.width = Some(32);
-    r.diffusion.num_frames = Some(5);
-    r.diffusion.num_inference_steps = Some(3);
-    r.diffusion.guidance_scale = Some(5.0);
-    r.sampling.seed = Some(11);
-    if let Some(p) = params {
-        r.plugin_params.insert("g".into(), p);
-    }
-    r.resolve(&model().limits(), || 0).unwrap()
+    let r = common::tiny_request("a red circle moving left on a white background", 3, 11);
+    common::resolve_tiny(r, params.map(|p| ("g", p)))
 }
 
 fn run(guidance: Arc<dyn Guidance>, req: ResolvedRequest) -> anyhow::Result<Vec<u8>> {

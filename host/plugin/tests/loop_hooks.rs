@@ -12,7 +12,7 @@ use std::sync::Arc;
 use common::deploy;
 use fastvideo_pipeline::{LoopPolicies, Observer, PipelineRun, StepCtx, StepPolicy, StepPolicyState, Values};
 use fastvideo_plugin_host::{PluginError, PluginKind, PluginObserver, PluginStepPolicy};
-use fastvideo_request::{OmniEvent, OmniOutput, OmniRequest, ResolvedRequest};
+use fastvideo_request::{OmniEvent, OmniOutput, ResolvedRequest};
 use fastvideo_wan::{pipeline, WanModel};
 use tch::{Device, Tensor};
 
@@ -23,15 +23,8 @@ fn model() -> &'static WanModel {
 const STEPS: u32 = 8;
 
 fn request(name: &str, params: serde_json::Value) -> ResolvedRequest {
-    let mut r = OmniRequest::text_to_video("hooks-test", "a red square moving left on a white background");
-    r.diffusion.height = Some(32);
-    r.diffusion.width = Some(32);
-    r.diffusion.num_frames = Some(5);
-    r.diffusion.num_inference_steps = Some(STEPS);
-    r.diffusion.guidance_scale = Some(5.0);
-    r.sampling.seed = Some(5);
-    r.plugin_params.insert(name.into(), params);
-    r.resolve(&model().limits(), || 0).unwrap()
+    let r = common::tiny_request("a red square moving left on a white background", STEPS, 5);
+    common::resolve_tiny(r, Some((name, params)))
 }
 
 /// Runs the pipeline; returns the output and every streamed event.

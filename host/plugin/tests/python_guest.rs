@@ -16,7 +16,7 @@ use fastvideo_pipeline::{Guidance, PipelineRun, Values};
 use fastvideo_plugin_host::{
     embed_manifest, inspect, DeployConfig, Deployment, FailureKind, PluginError, PluginGuider, PluginKind,
 };
-use fastvideo_request::{OmniRequest, ResolvedRequest};
+use fastvideo_request::ResolvedRequest;
 use fastvideo_wan::{pipeline, WanModel};
 use tch::Device;
 
@@ -78,18 +78,9 @@ fn deploy() -> Deployment {
 }
 
 fn request(params: Option<serde_json::Value>) -> ResolvedRequest {
-    let mut r = OmniRequest::text_to_video("py-test", "a purple triangle moving right on a white background");
-    r.diffusion.height = Some(32);
-    r.diffusion.width = Some(32);
-    r.diffusion.num_frames = Some(5);
-    r.diffusion.num_inference_steps = Some(3);
-    r.diffusion.guidance_scale = Some(5.0);
-    r.sampling.seed = Some(2);
+    let mut r = common::tiny_request("a purple triangle moving right on a white background", 3, 2);
     r.outputs.return_latents = true;
-    if let Some(p) = params {
-        r.plugin_params.insert("g".into(), p);
-    }
-    r.resolve(&model().limits(), || 0).unwrap()
+    common::resolve_tiny(r, params.map(|p| ("g", p)))
 }
 
 fn run(guidance: Arc<dyn Guidance>, req: ResolvedRequest) -> anyhow::Result<Vec<f32>> {

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use fastvideo_plugin_host::{build_plugins, inspect, DeployConfig, Deployment, PluginError};
-use fastvideo_request::{ModelLimits, TaskType};
+use fastvideo_request::{ModelLimits, OmniRequest, ResolvedRequest, TaskType};
 use fastvideo_wan::WanModel;
 
 pub fn repo() -> PathBuf {
@@ -46,4 +46,24 @@ pub fn limits() -> ModelLimits {
 pub fn tiny_wan() -> &'static WanModel {
     static M: OnceLock<WanModel> = OnceLock::new();
     M.get_or_init(|| WanModel::load(&repo().join("tests/fixtures/tiny-wan"), tch::Device::Cpu).unwrap())
+}
+
+/// A small text-to-video request for the tiny model: 32×32, 5 frames, guidance 5, CFG on.
+pub fn tiny_request(prompt: &str, steps: u32, seed: u64) -> OmniRequest {
+    let mut r = OmniRequest::text_to_video("plugin-test", prompt);
+    r.diffusion.height = Some(32);
+    r.diffusion.width = Some(32);
+    r.diffusion.num_frames = Some(5);
+    r.diffusion.num_inference_steps = Some(steps);
+    r.diffusion.guidance_scale = Some(5.0);
+    r.sampling.seed = Some(seed);
+    r
+}
+
+/// `r` resolved against the tiny model's limits, with `params` for plugin `name` if given.
+pub fn resolve_tiny(mut r: OmniRequest, plugin: Option<(&str, serde_json::Value)>) -> ResolvedRequest {
+    if let Some((name, params)) = plugin {
+        r.plugin_params.insert(name.into(), params);
+    }
+    r.resolve(&tiny_wan().limits(), || 0).unwrap()
 }
