@@ -25,5 +25,5 @@ pub use guider::{step_context, PluginGuider};
 pub use manifest::{blake3_hex, inspect, Audit, Manifest, PluginKind, MANIFEST_SECTION, SUPPORTED_WIT};
 pub use observer::PluginObserver;
 pub use runtime::{Limits, LoadedPlugin, PluginInstance, PluginRuntime, PROVIDED};
-pub use state::{HandleLimits, HostState, OutputCounts, PluginEvent, PluginTensor};
+pub use state::{HostState, InstanceLimits, OutputCounts, PluginEvent, PluginTensor};
 pub use step::PluginStepPolicy;

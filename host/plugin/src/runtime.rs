@@ -13,7 +13,7 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConf
 use crate::bindings::exports::fastvideo::plugin as exports;
 use crate::bindings::fastvideo::plugin as imports;
 use crate::manifest::{inspect, Audit, PluginKind};
-use crate::state::{HandleLimits, HostState, PluginTensor};
+use crate::state::{HostState, InstanceLimits, PluginTensor};
 use crate::{FailureKind, PluginError};
 
 /// Per-call and per-instance limits (the deploy config's `[limits]`).
@@ -164,7 +164,7 @@ impl PluginRuntime {
         let limits = StoreLimitsBuilder::new().memory_size(l.memory_bytes).trap_on_grow_failure(true).build();
         let state = HostState::new(
             plugin.name.clone(),
-            HandleLimits {
+            InstanceLimits {
                 max_handles: l.max_tensor_handles,
                 max_read_elements: l.max_read_elements,
                 max_log_lines: l.max_log_lines,

@@ -22,7 +22,7 @@ pub struct PluginEvent {
 
 /// Per-instance limits the host functions enforce.
 #[derive(Debug, Clone, Copy)]
-pub struct HandleLimits {
+pub struct InstanceLimits {
     /// Tensor handles a plugin may hold at once.
     pub max_handles: usize,
     /// Elements `tensor-read` copies in at most.
@@ -60,19 +60,19 @@ pub struct HostState {
     pub(crate) plugin: Arc<str>,
     pub(crate) table: ResourceTable,
     pub(crate) live_handles: usize,
-    pub(crate) handle_limits: HandleLimits,
+    pub(crate) instance_limits: InstanceLimits,
     pub(crate) limits: StoreLimits,
     pub(crate) events: Vec<PluginEvent>,
     pub(crate) counts: OutputCounts,
 }
 
 impl HostState {
-    pub fn new(plugin: Arc<str>, handle_limits: HandleLimits, limits: StoreLimits) -> Self {
+    pub fn new(plugin: Arc<str>, instance_limits: InstanceLimits, limits: StoreLimits) -> Self {
         Self {
             plugin,
             table: ResourceTable::new(),
             live_handles: 0,
-            handle_limits,
+            instance_limits,
             limits,
             events: Vec::new(),
             counts: OutputCounts::default(),
@@ -81,8 +81,8 @@ impl HostState {
 
     /// Hands a tensor to the plugin as a new handle, within the handle cap.
     pub fn push(&mut self, t: Tensor) -> wasmtime::Result<Resource<PluginTensor>> {
-        if self.live_handles >= self.handle_limits.max_handles {
-            wasmtime::bail!("holds more than {} tensor handles (the deploy's cap)", self.handle_limits.max_handles);
+        if self.live_handles >= self.instance_limits.max_handles {
+            wasmtime::bail!("holds more than {} tensor handles (the deploy's cap)", self.instance_limits.max_handles);
         }
         self.live_handles += 1;
         Ok(self.table.push(PluginTensor(t))?)
@@ -290,7 +290,7 @@ fn to_tch(e: wasmtime::Error) -> tch::TchError {
 
 impl tensor_read::Host for HostState {
     fn read_f32(&mut self, x: Resource<PluginTensor>) -> wasmtime::Result<Result<Vec<f32>, String>> {
-        let cap = self.handle_limits.max_read_elements;
+        let cap = self.instance_limits.max_read_elements;
         let x = self.get(&x)?;
         let n = x.numel();
         if n > cap {
@@ -305,7 +305,7 @@ impl tensor_read::Host for HostState {
 
 impl log::Host for HostState {
     fn log(&mut self, level: log::Level, message: String) -> wasmtime::Result<()> {
-        let lim = self.handle_limits;
+        let lim = self.instance_limits;
         if self.counts.log_lines >= lim.max_log_lines {
             if self.counts.dropped_log_lines == 0 {
                 tracing::warn!(plugin = %self.plugin, "log limit of {} lines reached; dropping further lines", lim.max_log_lines);
@@ -329,7 +329,7 @@ impl log::Host for HostState {
 
 impl events::Host for HostState {
     fn emit(&mut self, name: String, payload_json: String) -> wasmtime::Result<()> {
-        let lim = self.handle_limits;
+        let lim = self.instance_limits;
         if self.counts.events >= lim.max_events {
             self.counts.dropped_events += 1;
             return Ok(());
