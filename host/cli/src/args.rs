@@ -74,3 +74,27 @@ pub fn parse_plugin_param(s: &str) -> Result<PluginParam, String> {
     let v = serde_json::from_str(value).unwrap_or_else(|_| serde_json::Value::String(value.to_string()));
     Ok((plugin.to_string(), key.to_string(), v))
 }
+
+/// Compute dtypes and kernels, shared by every command that loads a model.
+#[derive(Args, Clone)]
+pub struct PrecisionArgs {
+    /// Transformer and text-encoder dtype: auto (bf16 on CUDA, fp32 on CPU), bf16, fp16 or fp32.
+    #[arg(long, default_value = "auto")]
+    pub dtype: fastvideo_torch::Precision,
+    /// VAE dtype: auto (measured best on CUDA, fp32 on CPU), bf16, fp16 or fp32.
+    #[arg(long, default_value = "auto")]
+    pub vae_dtype: fastvideo_torch::Precision,
+    /// Fused CUDA kernels (`on`) or plain libtorch ops everywhere (`off`).
+    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
+    pub kernels: String,
+}
+
+impl PrecisionArgs {
+    /// Applies `--kernels` and loads the model folder with these dtypes on `device`.
+    pub fn load(&self, dir: &std::path::Path, device: tch::Device) -> anyhow::Result<fastvideo_wan::WanModel> {
+        use anyhow::Context;
+        fastvideo_kernels::set_enabled(self.kernels == "on");
+        let opts = fastvideo_wan::LoadOptions { device, dtype: self.dtype, vae_dtype: self.vae_dtype };
+        fastvideo_wan::WanModel::load_with(dir, opts).with_context(|| format!("--model {}", dir.display()))
+    }
+}

@@ -53,6 +53,8 @@ pub struct EvalArgs {
     vae_roundtrip: bool,
     #[command(flatten)]
     plugins: PluginArgs,
+    #[command(flatten)]
+    precision: crate::args::PrecisionArgs,
 }
 
 /// The scene list for `--scenes`, in a fixed order.
@@ -86,7 +88,7 @@ pub fn run(args: EvalArgs) -> Result<()> {
         Some(m) => m.clone(),
         None => crate::default_model::locate()?,
     };
-    let model = WanModel::load(&model_dir, device).with_context(|| format!("--model {}", model_dir.display()))?;
+    let model = args.precision.load(&model_dir, device)?;
     let limits = model.limits();
     let build = |scene: &Scene, seed: u64| {
         let mut r = OmniRequest::text_to_video(format!("eval-{seed}"), scene.prompt());

@@ -13,8 +13,8 @@ use fastvideo_plugin_host::{
 };
 use fastvideo_request::{InputPart, OmniRequest, TextRole};
 
-use crate::args::{PluginArgs, SamplingArgs};
-use fastvideo_wan::{pipeline, WanModel};
+use crate::args::{PluginArgs, PrecisionArgs, SamplingArgs};
+use fastvideo_wan::pipeline;
 
 use crate::progress::Progress;
 
@@ -59,6 +59,8 @@ pub struct GenerateArgs {
     quiet: bool,
     #[command(flatten)]
     plugins: PluginArgs,
+    #[command(flatten)]
+    precision: PrecisionArgs,
 }
 
 /// The loop policies of a run from its deploy (see [`policies`]), after checking each
@@ -151,11 +153,17 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         None => crate::default_model::locate()?,
     };
     let t0 = Instant::now();
-    let model = WanModel::load(&model_dir, device).with_context(|| format!("--model {}", model_dir.display()))?;
+    let model = args.precision.load(&model_dir, device)?;
     let load_s = t0.elapsed().as_secs_f64();
     let req = request(&args).resolve(&model.limits(), random_seed)?;
     if !args.quiet {
-        eprintln!("model: {} ({device:?}, loaded in {load_s:.2}s)", model_dir.display());
+        let r = &model.load_report;
+        eprintln!(
+            "model: {} ({device:?}, {}/{} vae, loaded in {load_s:.2}s)",
+            model_dir.display(),
+            fastvideo_torch::kind_name(r.transformer_dtype),
+            fastvideo_torch::kind_name(r.vae_dtype)
+        );
         if let Some(d) = &model.run.description {
             eprintln!("note: {d}");
         }

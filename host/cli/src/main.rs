@@ -2,6 +2,7 @@
 //! driver the server uses; errors print as one line and exit non-zero.
 
 mod args;
+mod bench;
 mod dataset;
 mod default_model;
 mod eval;
@@ -31,6 +32,8 @@ enum Command {
     Eval(eval::EvalArgs),
     /// Serve the model over an OpenAI-compatible HTTP API (videos, images, SSE, WebSocket).
     Serve(serve::ServeArgs),
+    /// Time a model's components at one shape (forward, CFG step, text encode, VAE decode).
+    Bench(bench::BenchArgs),
     /// Inspect and build Wasm plugins.
     #[command(subcommand)]
     Plugin(plugin::PluginCommand),
@@ -57,6 +60,7 @@ fn main() -> ExitCode {
         Command::Dataset(args) => dataset::run(args),
         Command::Eval(args) => eval::run(args),
         Command::Serve(args) => serve::run(args),
+        Command::Bench(args) => bench::run(args),
         Command::Plugin(cmd) => plugin::run(cmd),
     };
     match result {

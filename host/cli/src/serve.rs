@@ -11,7 +11,7 @@ use fastvideo_engine::{Engine, EngineConfig, EngineModel, Metrics, Policy};
 use fastvideo_plugin_host::{Deployment, PluginError};
 use fastvideo_request::RequestError;
 use fastvideo_server::{AppState, DrainMode, ServerConfig};
-use fastvideo_wan::{pipeline, WanModel};
+use fastvideo_wan::pipeline;
 
 #[derive(Args)]
 pub struct ServeArgs {
@@ -54,6 +54,8 @@ pub struct ServeArgs {
     /// Seconds to wait for admitted jobs during a drain.
     #[arg(long, default_value_t = 300)]
     drain_timeout: u64,
+    #[command(flatten)]
+    precision: crate::args::PrecisionArgs,
 }
 
 /// Maps plugin-host errors to our error codes: a failing plugin is `plugin_failed`.
@@ -74,7 +76,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         Some(m) => (m.clone(), m.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or("model".into())),
         None => (crate::default_model::locate()?, "fastvideo-default".to_string()),
     };
-    let model = WanModel::load(&model_dir, device).with_context(|| format!("--model {}", model_dir.display()))?;
+    let model = args.precision.load(&model_dir, device)?;
     let deploy = match &args.deploy {
         Some(p) => Some(Arc::new(Deployment::load(p).with_context(|| format!("--deploy {}", p.display()))?)),
         None => None,

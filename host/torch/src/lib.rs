@@ -5,6 +5,10 @@
 //! `libtorch_cuda.so` with `RTLD_GLOBAL` before the first tensor op registers the CUDA backend, so
 //! one binary serves CPU-only developer machines and GPU machines alike. [`init`] does that once.
 
+mod precision;
+
+pub use precision::{kind_name, Precision};
+
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 

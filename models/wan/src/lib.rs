@@ -3,6 +3,7 @@
 //! [`pipeline`]. Each component is `Config` + `new(cfg, weights)`; module paths equal checkpoint
 //! keys. Parity with diffusers/transformers is tested against fixtures in `tests/fixtures/`.
 
+pub mod bench;
 pub mod config;
 pub mod loader;
 pub mod nn;
@@ -14,7 +15,7 @@ pub mod umt5;
 pub mod vae;
 pub mod weights;
 
-pub use loader::{RunDefaults, WanModel};
+pub use loader::{LoadOptions, LoadReport, RunDefaults, WanModel, VAE_CUDA_DEFAULT};
 pub use transformer::{TransformerConfig, WanTransformer3DModel};
 pub use umt5::{Umt5Config, Umt5Encoder};
 pub use vae::{AutoencoderKLWan, VaeConfig};

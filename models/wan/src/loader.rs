@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use fastvideo_request::{Defaults, ModelLimits, TaskType};
+use fastvideo_torch::Precision;
 use serde::Deserialize;
 use serde_json::Value;
 use tch::{Device, Kind};
@@ -36,6 +37,37 @@ pub struct RunDefaults {
     pub description: Option<String>,
 }
 
+/// How to load a model: the device and the compute dtype of each component.
+#[derive(Debug, Clone, Copy)]
+pub struct LoadOptions {
+    pub device: Device,
+    /// The transformer's and the text encoder's dtype (auto: bf16 on CUDA, fp32 on CPU).
+    pub dtype: Precision,
+    /// The VAE's dtype (auto: [`VAE_CUDA_DEFAULT`] on CUDA, fp32 on CPU).
+    pub vae_dtype: Precision,
+}
+
+impl LoadOptions {
+    pub fn new(device: Device) -> Self {
+        Self { device, dtype: Precision::Auto, vae_dtype: Precision::Auto }
+    }
+}
+
+/// The VAE's dtype on CUDA when none is asked for, chosen by measurement (docs/benchmarks.md:
+/// decode time and error against float32 at 480×832×81).
+pub const VAE_CUDA_DEFAULT: Kind = Kind::BFloat16;
+
+/// What loading cost, for logs and benchmarks.
+#[derive(Debug, Clone)]
+pub struct LoadReport {
+    pub seconds: f64,
+    /// The process's peak resident host memory after loading (VmHWM), if the OS reports it.
+    pub host_peak_rss_bytes: Option<u64>,
+    pub transformer_dtype: Kind,
+    pub text_encoder_dtype: Kind,
+    pub vae_dtype: Kind,
+}
+
 /// A loaded Wan 2.1 text-to-video model.
 pub struct WanModel {
     pub dir: PathBuf,
@@ -49,6 +81,7 @@ pub struct WanModel {
     pub scheduler: SchedulerDefaults,
     pub run: RunDefaults,
     pub device: Device,
+    pub load_report: LoadReport,
 }
 
 fn component_class(dir: &Path, index: &serde_json::Map<String, Value>, name: &str) -> Result<String> {
@@ -61,8 +94,16 @@ fn component_class(dir: &Path, index: &serde_json::Map<String, Value>, name: &st
 }
 
 impl WanModel {
-    /// Loads every component onto `device` in float32.
+    /// Loads every component onto `device` in its default dtype there (float32 on CPU).
     pub fn load(dir: &Path, device: Device) -> Result<Self> {
+        Self::load_with(dir, LoadOptions::new(device))
+    }
+
+    /// Loads every component with the given device and dtypes. Weights are converted once,
+    /// here; the modules the reference keeps in float32 stay float32.
+    pub fn load_with(dir: &Path, opts: LoadOptions) -> Result<Self> {
+        let t0 = std::time::Instant::now();
+        let device = opts.device;
         if !dir.is_dir() {
             bail!("model folder {} does not exist", dir.display());
         }
@@ -102,7 +143,8 @@ impl WanModel {
         component_class(dir, &index, "tokenizer")?;
         component_class(dir, &index, "scheduler")?;
 
-        let kind = Kind::Float;
+        let kind = opts.dtype.resolve(device);
+        let vae_kind = opts.vae_dtype.resolve_or(device, VAE_CUDA_DEFAULT);
         let t_dir = dir.join("transformer");
         let t_cfg = TransformerConfig::load(&t_dir.join("config.json"))?;
         let t_w = Weights::from_dir(&t_dir, "diffusion_pytorch_model", device, kind)?;
@@ -111,7 +153,7 @@ impl WanModel {
 
         let v_dir = dir.join("vae");
         let v_cfg = VaeConfig::load(&v_dir.join("config.json"))?;
-        let v_w = Weights::from_dir(&v_dir, "diffusion_pytorch_model", device, kind)?;
+        let v_w = Weights::from_dir(&v_dir, "diffusion_pytorch_model", device, vae_kind)?;
         let vae = AutoencoderKLWan::new(v_cfg, &v_w)?;
         v_w.warn_unused("vae");
 
@@ -136,8 +178,19 @@ impl WanModel {
         let scheduler = scheduler::load(&dir.join("scheduler").join("scheduler_config.json"))?;
         let run_path = dir.join("fastvideo.json");
         let run = if run_path.exists() { crate::config::read_config(&run_path)? } else { RunDefaults::default() };
-        let text_cache = Arc::new(fastvideo_pipeline::EmbeddingCache::new(weights_identity(&e_dir), 512));
+        // The embedding cache key names the encoder's dtype too: bf16 and fp32 embeddings differ.
+        let identity = format!("{}|{}", weights_identity(&e_dir), fastvideo_torch::kind_name(kind));
+        let text_cache = Arc::new(fastvideo_pipeline::EmbeddingCache::new(identity, 512));
+        let load_report = LoadReport {
+            seconds: t0.elapsed().as_secs_f64(),
+            host_peak_rss_bytes: host_peak_rss(),
+            transformer_dtype: kind,
+            text_encoder_dtype: kind,
+            vae_dtype: vae_kind,
+        };
+        tracing::info!(?load_report, dir = %dir.display(), "model loaded");
         Ok(Self {
+            load_report,
             dir: dir.to_path_buf(),
             text_cache,
             tokenizer,
@@ -183,6 +236,14 @@ impl WanModel {
     pub fn max_sequence_length(&self) -> usize {
         self.run.max_sequence_length.unwrap_or(512)
     }
+}
+
+/// Peak resident set size of this process (`VmHWM` in /proc/self/status), in bytes.
+pub fn host_peak_rss() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
 }
 
 /// Names a folder's weights without reading them: each file's path, size and modification time.

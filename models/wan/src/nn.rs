@@ -1,7 +1,7 @@
 //! The few layers the Wan family needs, as plain structs holding checkpoint tensors.
 
 use anyhow::Result;
-use tch::Tensor;
+use tch::{Device, Tensor};
 
 use crate::weights::Weights;
 
@@ -17,44 +17,33 @@ impl Linear {
         let bias = if bias { Some(w.get("bias", &[out_dim])?) } else { None };
         Ok(Self { weight, bias })
     }
+
+    /// Several projections of the same input as one (outputs concatenated in order), so they
+    /// run as one GEMM. All parts must agree on having a bias.
+    pub fn concat(parts: &[Linear]) -> Self {
+        let weight = Tensor::cat(&parts.iter().map(|p| &p.weight).collect::<Vec<_>>(), 0);
+        let bias = parts.iter().map(|p| p.bias.as_ref()).collect::<Option<Vec<_>>>().map(|b| Tensor::cat(&b, 0));
+        Self { weight, bias }
+    }
+
     pub fn forward(&self, x: &Tensor) -> Tensor {
         x.linear(&self.weight, self.bias.as_ref())
     }
-}
 
-/// `nn.LayerNorm` over the last dim, optionally affine.
-pub struct LayerNorm {
-    dim: i64,
-    eps: f64,
-    weight: Option<Tensor>,
-    bias: Option<Tensor>,
-}
-
-impl LayerNorm {
-    pub fn plain(dim: i64, eps: f64) -> Self {
-        Self { dim, eps, weight: None, bias: None }
-    }
-    pub fn affine(w: &Weights, dim: i64, eps: f64) -> Result<Self> {
-        Ok(Self { dim, eps, weight: Some(w.get("weight", &[dim])?), bias: Some(w.get("bias", &[dim])?) })
-    }
-    pub fn forward(&self, x: &Tensor) -> Tensor {
-        x.layer_norm([self.dim], self.weight.as_ref(), self.bias.as_ref(), self.eps, true)
-    }
-}
-
-/// `nn.RMSNorm` over the last dim: `x * rsqrt(mean(x^2) + eps) * weight`.
-pub struct RmsNorm {
-    dim: i64,
-    eps: f64,
-    weight: Tensor,
-}
-
-impl RmsNorm {
-    pub fn new(w: &Weights, dim: i64, eps: f64) -> Result<Self> {
-        Ok(Self { dim, eps, weight: w.get("weight", &[dim])? })
-    }
-    pub fn forward(&self, x: &Tensor) -> Tensor {
-        x.rms_norm([self.dim], Some(&self.weight), self.eps)
+    /// `gelu_tanh(x W^T + b)`. On CUDA the activation runs in the GEMM's epilogue (cuBLASLt,
+    /// `torch._addmm_activation`), saving a pass over the (wide) output; elsewhere it is the
+    /// same function in two ops.
+    pub fn forward_gelu_tanh(&self, x: &Tensor) -> Tensor {
+        if let (Device::Cuda(_), Some(bias)) = (x.device(), &self.bias) {
+            let s = x.size();
+            let rows: i64 = s[..s.len() - 1].iter().product();
+            let x2 = x.reshape([rows, s[s.len() - 1]]);
+            let out = bias.internal_addmm_activation(&x2, &self.weight.tr(), true);
+            let mut shape = s[..s.len() - 1].to_vec();
+            shape.push(self.weight.size()[0]);
+            return out.view(shape.as_slice());
+        }
+        self.forward(x).gelu("tanh")
     }
 }
 

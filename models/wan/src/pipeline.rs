@@ -43,7 +43,7 @@ impl TextEncode {
         self.cache.get_or_encode(max_len, text, || {
             let (ids, mask) = self.tokenizer.encode(&[text.to_string()], max_len, device)?;
             let h = self.encoder.forward(&ids, &mask)?;
-            Ok(h * mask.unsqueeze(-1).to_kind(Kind::Float))
+            Ok(&h * mask.unsqueeze(-1).to_kind(h.kind()))
         })
     }
 }

@@ -12,7 +12,7 @@ use serde::Deserialize;
 use tch::{Device, Kind, Tensor};
 
 use crate::config::{read_config, unsupported};
-use crate::nn::{merge_heads, split_heads, LayerNorm, Linear, RmsNorm};
+use crate::nn::{merge_heads, split_heads, Linear};
 use crate::weights::Weights;
 
 /// `transformer/config.json`. Defaults are Wan2.1-T2V-14B's (diffusers class defaults).
@@ -90,49 +90,99 @@ impl TransformerConfig {
     }
 }
 
-/// Self- or cross-attention with q/k RMSNorm across all heads.
-struct Attention {
-    to_q: Linear,
-    to_k: Linear,
-    to_v: Linear,
+/// Self-attention with q/k RMSNorm across all heads and rotary positions. q, k and v come from
+/// one fused projection (`to_q`/`to_k`/`to_v` concatenated at load): one GEMM instead of three.
+struct SelfAttention {
+    to_qkv: Linear,
     to_out: Linear,
-    norm_q: RmsNorm,
-    norm_k: RmsNorm,
+    norm_q: Tensor,
+    norm_k: Tensor,
     heads: i64,
+    eps: f64,
 }
 
-impl Attention {
+impl SelfAttention {
     fn new(w: &Weights, dim: i64, heads: i64, eps: f64) -> Result<Self> {
+        let parts = [
+            Linear::new(&w.pp("to_q"), dim, dim, true)?,
+            Linear::new(&w.pp("to_k"), dim, dim, true)?,
+            Linear::new(&w.pp("to_v"), dim, dim, true)?,
+        ];
         Ok(Self {
-            to_q: Linear::new(&w.pp("to_q"), dim, dim, true)?,
-            to_k: Linear::new(&w.pp("to_k"), dim, dim, true)?,
-            to_v: Linear::new(&w.pp("to_v"), dim, dim, true)?,
+            to_qkv: Linear::concat(&parts),
             to_out: Linear::new(&w.pp("to_out.0"), dim, dim, true)?,
-            norm_q: RmsNorm::new(&w.pp("norm_q"), dim, eps)?,
-            norm_k: RmsNorm::new(&w.pp("norm_k"), dim, eps)?,
+            norm_q: w.get("norm_q.weight", &[dim])?,
+            norm_k: w.get("norm_k.weight", &[dim])?,
             heads,
+            eps,
         })
     }
 
-    /// `context` = None is self-attention with rotary embeddings.
-    fn forward(&self, x: &Tensor, context: Option<&Tensor>, rope: Option<&Rope>) -> Tensor {
-        let kv = context.unwrap_or(x);
-        let mut q = split_heads(&self.norm_q.forward(&self.to_q.forward(x)), self.heads);
-        let mut k = split_heads(&self.norm_k.forward(&self.to_k.forward(kv)), self.heads);
-        let v = split_heads(&self.to_v.forward(kv), self.heads);
-        if let Some(r) = rope {
-            q = r.apply(&q);
-            k = r.apply(&k);
-        }
-        let o = Tensor::scaled_dot_product_attention(&q, &k, &v, None::<Tensor>, 0.0, false, None, false);
+    fn forward(&self, x: &Tensor, rope: &Rope) -> Tensor {
+        let d = self.norm_q.size()[0];
+        let qkv = self.to_qkv.forward(x);
+        let (q, k, v) = (qkv.narrow(2, 0, d), qkv.narrow(2, d, d), qkv.narrow(2, 2 * d, d));
+        let qk = fastvideo_kernels::rms_norm_rope(
+            &[(&q, &self.norm_q), (&k, &self.norm_k)],
+            self.eps,
+            d / self.heads,
+            Some((&rope.cos, &rope.sin)),
+        );
+        let o = attention(&qk[0], &qk[1], &v, self.heads);
         self.to_out.forward(&merge_heads(&o))
     }
+}
+
+/// Cross-attention to the text: q from the video tokens, k and v (one fused projection) from the
+/// context, both RMS-normalised across heads, no rotary positions.
+struct CrossAttention {
+    to_q: Linear,
+    to_kv: Linear,
+    to_out: Linear,
+    norm_q: Tensor,
+    norm_k: Tensor,
+    heads: i64,
+    eps: f64,
+}
+
+impl CrossAttention {
+    fn new(w: &Weights, dim: i64, heads: i64, eps: f64) -> Result<Self> {
+        let kv = [Linear::new(&w.pp("to_k"), dim, dim, true)?, Linear::new(&w.pp("to_v"), dim, dim, true)?];
+        Ok(Self {
+            to_q: Linear::new(&w.pp("to_q"), dim, dim, true)?,
+            to_kv: Linear::concat(&kv),
+            to_out: Linear::new(&w.pp("to_out.0"), dim, dim, true)?,
+            norm_q: w.get("norm_q.weight", &[dim])?,
+            norm_k: w.get("norm_k.weight", &[dim])?,
+            heads,
+            eps,
+        })
+    }
+
+    fn forward(&self, x: &Tensor, context: &Tensor) -> Tensor {
+        let d = self.norm_q.size()[0];
+        let hd = d / self.heads;
+        let q = fastvideo_kernels::rms_norm_rope(&[(&self.to_q.forward(x), &self.norm_q)], self.eps, hd, None);
+        let kv = self.to_kv.forward(context);
+        let (k, v) = (kv.narrow(2, 0, d), kv.narrow(2, d, d));
+        let k = fastvideo_kernels::rms_norm_rope(&[(&k, &self.norm_k)], self.eps, hd, None);
+        let o = attention(&q[0], &k[0], &v, self.heads);
+        self.to_out.forward(&merge_heads(&o))
+    }
+}
+
+/// `[B, N, H*D]` q, k, v → SDPA over heads → `[B, H, N, D]`. libtorch picks the backend (cuDNN's
+/// fused attention for bf16 on Hopper, the fastest of the three measured: docs/benchmarks.md).
+fn attention(q: &Tensor, k: &Tensor, v: &Tensor, heads: i64) -> Tensor {
+    let (q, k, v) = (split_heads(q, heads), split_heads(k, heads), split_heads(v, heads));
+    Tensor::scaled_dot_product_attention(&q, &k, &v, None::<Tensor>, 0.0, false, None, false)
 }
 
 /// Latent grid (frames, height, width after patching) and device a [`Rope`] was built for.
 type RopeKey = (i64, i64, i64, Device);
 
-/// Rotary tables for one input shape: `cos`/`sin` are `[N, D/2]` (one value per rotated pair).
+/// Rotary tables for one input shape: `cos`/`sin` are `[N, D/2]` float32 (one value per rotated
+/// pair), as diffusers keeps them in float32 whatever the model's dtype.
 pub struct Rope {
     cos: Tensor,
     sin: Tensor,
@@ -168,61 +218,71 @@ impl Rope {
     fn shallow_clone(&self) -> Self {
         Self { cos: self.cos.shallow_clone(), sin: self.sin.shallow_clone() }
     }
-
-    /// Rotates interleaved pairs of `x: [B, H, N, D]`.
-    fn apply(&self, x: &Tensor) -> Tensor {
-        let s = x.size();
-        let pairs = x.view([s[0], s[1], s[2], -1, 2]);
-        let x1 = pairs.select(-1, 0);
-        let x2 = pairs.select(-1, 1);
-        let even = &x1 * &self.cos - &x2 * &self.sin;
-        let odd = &x1 * &self.sin + &x2 * &self.cos;
-        Tensor::stack(&[even, odd], -1).view(s.as_slice())
-    }
 }
 
-/// One `WanTransformerBlock`.
+/// One `WanTransformerBlock`. The modulation table and the cross-attention norm stay float32
+/// (diffusers' `_keep_in_fp32_modules`); every norm and residual add runs in float32 and rounds
+/// once, through the fused kernels of `fastvideo_kernels` (tch ops off CUDA).
 pub struct Block {
-    norm1: LayerNorm,
-    attn1: Attention,
-    norm2: Option<LayerNorm>,
-    attn2: Attention,
-    norm3: LayerNorm,
+    norm2: Option<(Tensor, Tensor)>,
+    attn1: SelfAttention,
+    attn2: CrossAttention,
     ffn_in: Linear,
     ffn_out: Linear,
     scale_shift_table: Tensor,
+    eps: f64,
 }
 
 impl Block {
     fn new(w: &Weights, cfg: &TransformerConfig) -> Result<Self> {
         let dim = cfg.inner_dim();
         let heads = cfg.num_attention_heads;
+        let fp32 = w.with_kind(Kind::Float);
         Ok(Self {
-            norm1: LayerNorm::plain(dim, cfg.eps),
-            attn1: Attention::new(&w.pp("attn1"), dim, heads, cfg.eps)?,
-            norm2: if cfg.cross_attn_norm { Some(LayerNorm::affine(&w.pp("norm2"), dim, cfg.eps)?) } else { None },
-            attn2: Attention::new(&w.pp("attn2"), dim, heads, cfg.eps)?,
-            norm3: LayerNorm::plain(dim, cfg.eps),
+            attn1: SelfAttention::new(&w.pp("attn1"), dim, heads, cfg.eps)?,
+            norm2: if cfg.cross_attn_norm {
+                Some((fp32.get("norm2.weight", &[dim])?, fp32.get("norm2.bias", &[dim])?))
+            } else {
+                None
+            },
+            attn2: CrossAttention::new(&w.pp("attn2"), dim, heads, cfg.eps)?,
             ffn_in: Linear::new(&w.pp("ffn.net.0.proj"), dim, cfg.ffn_dim, true)?,
             ffn_out: Linear::new(&w.pp("ffn.net.2"), cfg.ffn_dim, dim, true)?,
-            scale_shift_table: w.get("scale_shift_table", &[1, 6, dim])?,
+            scale_shift_table: fp32.get("scale_shift_table", &[1, 6, dim])?,
+            eps: cfg.eps,
         })
     }
 
-    /// `temb6` is the per-sample modulation `[B, 6, dim]`.
+    /// `temb6` is the per-sample modulation `[B, 6, dim]` (any dtype; added to the table in fp32).
     pub fn forward(&self, x: &Tensor, context: &Tensor, temb6: &Tensor, rope: &Rope) -> Tensor {
-        let m = (&self.scale_shift_table + temb6).chunk(6, 1);
+        use fastvideo_kernels::{gated_residual, layer_norm_modulate, residual_layer_norm_modulate, LayerNormSpec};
+        let m = (&self.scale_shift_table + temb6.to_kind(Kind::Float)).chunk(6, 1);
         let (shift, scale, gate, c_shift, c_scale, c_gate) = (&m[0], &m[1], &m[2], &m[3], &m[4], &m[5]);
-        let h = self.norm1.forward(x) * (scale + 1.0) + shift;
-        let x = x + self.attn1.forward(&h, None, Some(rope)) * gate;
-        let h = match &self.norm2 {
-            Some(n) => n.forward(&x),
-            None => x.shallow_clone(),
+        let eps = self.eps;
+        let h = layer_norm_modulate(x, &LayerNormSpec { eps, affine: None, modulation: Some((scale, shift)) });
+        let a = self.attn1.forward(&h, rope);
+        let (x, h) = match &self.norm2 {
+            Some((w, b)) => residual_layer_norm_modulate(
+                x,
+                &a,
+                Some(gate),
+                &LayerNormSpec { eps, affine: Some((w, b)), modulation: None },
+            ),
+            None => {
+                let x = gated_residual(x, &a, Some(gate));
+                let h = x.shallow_clone();
+                (x, h)
+            }
         };
-        let x = &x + self.attn2.forward(&h, Some(context), None);
-        let h = self.norm3.forward(&x) * (c_scale + 1.0) + c_shift;
-        let ff = self.ffn_out.forward(&self.ffn_in.forward(&h).gelu("tanh"));
-        x + ff * c_gate
+        let a = self.attn2.forward(&h, context);
+        let (x, h) = residual_layer_norm_modulate(
+            &x,
+            &a,
+            None,
+            &LayerNormSpec { eps, affine: None, modulation: Some((c_scale, c_shift)) },
+        );
+        let ff = self.ffn_out.forward(&self.ffn_in.forward_gelu_tanh(&h));
+        gated_residual(&x, &ff, Some(c_gate))
     }
 }
 
@@ -244,12 +304,13 @@ pub struct WanTransformer3DModel {
     text_1: Linear,
     text_2: Linear,
     pub blocks: Vec<Block>,
-    norm_out: LayerNorm,
     proj_out: Linear,
     scale_shift_table: Tensor,
     /// Rotary tables of the last grid seen: every step (and every guidance branch) of a request
     /// reuses them instead of rebuilding them on the host and copying them to the device.
     rope_cache: Mutex<Option<(RopeKey, Rope)>>,
+    /// The compute dtype (weights were converted to it at load).
+    kind: Kind,
 }
 
 // SAFETY: every tensor is written once in `new` and only read afterwards; libtorch allows
@@ -261,19 +322,21 @@ impl WanTransformer3DModel {
         let dim = cfg.inner_dim();
         let [pt, ph, pw] = cfg.patch_size;
         let ce = w.pp("condition_embedder");
+        // diffusers keeps the timestep embedder and the modulation tables in float32.
+        let time = ce.pp("time_embedder").with_kind(Kind::Float);
         let blocks = (0..cfg.num_layers).map(|i| Block::new(&w.pp("blocks").pp(i), &cfg)).collect::<Result<_>>()?;
         Ok(Self {
             patch_weight: w.get("patch_embedding.weight", &[dim, cfg.in_channels, pt, ph, pw])?,
             patch_bias: w.get("patch_embedding.bias", &[dim])?,
-            time_1: Linear::new(&ce.pp("time_embedder.linear_1"), cfg.freq_dim, dim, true)?,
-            time_2: Linear::new(&ce.pp("time_embedder.linear_2"), dim, dim, true)?,
+            time_1: Linear::new(&time.pp("linear_1"), cfg.freq_dim, dim, true)?,
+            time_2: Linear::new(&time.pp("linear_2"), dim, dim, true)?,
             time_proj: Linear::new(&ce.pp("time_proj"), dim, 6 * dim, true)?,
             text_1: Linear::new(&ce.pp("text_embedder.linear_1"), cfg.text_dim, dim, true)?,
             text_2: Linear::new(&ce.pp("text_embedder.linear_2"), dim, dim, true)?,
             blocks,
-            norm_out: LayerNorm::plain(dim, cfg.eps),
             proj_out: Linear::new(&w.pp("proj_out"), dim, cfg.out_channels() * pt * ph * pw, true)?,
-            scale_shift_table: w.get("scale_shift_table", &[1, 2, dim])?,
+            scale_shift_table: w.with_kind(Kind::Float).get("scale_shift_table", &[1, 2, dim])?,
+            kind: w.kind(),
             rope_cache: Mutex::new(None),
             cfg,
         })
@@ -337,7 +400,7 @@ impl WanTransformer3DModel {
     }
 
     /// `latents [B, C, F, H, W]`, `timestep [B]`, `context [B, L, text_dim]` → velocity with the
-    /// latents' shape.
+    /// latents' shape and dtype. Inputs of any float dtype are cast to the compute dtype.
     pub fn forward(&self, latents: &Tensor, timestep: &Tensor, context: &Tensor) -> Result<Tensor> {
         self.forward_hooked(latents, timestep, context, None)
     }
@@ -376,19 +439,24 @@ impl WanTransformer3DModel {
 
         let rope = self.rope(f, h, w, latents.device());
         let x = latents
+            .to_kind(self.kind)
             .conv3d(&self.patch_weight, Some(&self.patch_bias), [pt, ph, pw], [0, 0, 0], [1, 1, 1], 1)
             .flatten(2, -1)
             .transpose(1, 2)
             .contiguous();
-        let temb = self.time_2.forward(&self.time_1.forward(&self.timestep_features(timestep)).silu());
+        // The timestep embedding runs in float32 and is cast to the compute dtype, as in diffusers.
+        let temb =
+            self.time_2.forward(&self.time_1.forward(&self.timestep_features(timestep)).silu()).to_kind(self.kind);
         let temb6 = self.time_proj.forward(&temb.silu()).view([b, 6, dim]);
-        let context = self.text_2.forward(&self.text_1.forward(context).gelu("tanh"));
+        let context = self.text_2.forward(&self.text_1.forward_gelu_tanh(&context.to_kind(self.kind)));
 
         let x = self.run_blocks(x, &BlockInputs { context: &context, temb6: &temb6, rope: &rope }, hook)?;
 
-        let m = (&self.scale_shift_table + temb.unsqueeze(1)).chunk(2, 1);
-        let x = self.norm_out.forward(&x) * (&m[1] + 1.0) + &m[0];
-        let x = self.proj_out.forward(&x);
+        let m = (&self.scale_shift_table + temb.unsqueeze(1).to_kind(Kind::Float)).chunk(2, 1);
+        let spec =
+            fastvideo_kernels::LayerNormSpec { eps: self.cfg.eps, affine: None, modulation: Some((&m[1], &m[0])) };
+        let x = fastvideo_kernels::layer_norm_modulate(&x, &spec);
+        let x = self.proj_out.forward(&x).to_kind(latents.kind());
         let x = x.view(&[b, f, h, w, pt, ph, pw, -1][..]).permute([0, 7, 1, 4, 2, 5, 3, 6]);
         Ok(x.reshape([b, -1, f * pt, h * ph, w * pw]))
     }

@@ -8,7 +8,7 @@ use anyhow::{ensure, Result};
 use serde::Deserialize;
 use tch::{Kind, Tensor};
 
-use crate::config::{read_config, unsupported};
+use crate::config::{read_config_with, unsupported, TRANSFORMERS_BOOKKEEPING};
 use crate::nn::{merge_heads, split_heads, Linear};
 use crate::weights::Weights;
 
@@ -76,7 +76,8 @@ enum Act {
 
 impl Umt5Config {
     pub fn load(path: &Path) -> Result<Self> {
-        let cfg: Self = read_config(path)?;
+        // `scalable_attention` (in Wan-AI's published configs) is never read by transformers' UMT5.
+        let cfg: Self = read_config_with(path, &[TRANSFORMERS_BOOKKEEPING, &["scalable_attention"]])?;
         if cfg.is_decoder == Some(true) {
             return Err(unsupported(path, "is_decoder", true, "an encoder config is required"));
         }
@@ -104,6 +105,17 @@ impl Umt5Config {
             other => Err(unsupported(path, "dense_act_fn", other, "gelu_new, gelu_pytorch_tanh, gelu or relu")),
         }
     }
+}
+
+/// transformers' float16 guard after each residual add: clamp to the largest finite value (less
+/// 1000 once an inf appeared). No-op for other dtypes.
+fn clamp_f16(x: Tensor) -> Tensor {
+    if x.kind() != Kind::Half {
+        return x;
+    }
+    let max = 65504.0;
+    let limit = if bool::try_from(x.isinf().any()).unwrap_or(false) { max - 1000.0 } else { max };
+    x.clamp(-limit, limit)
 }
 
 /// T5's RMS layer norm (no mean subtraction, no bias), computed in float32.
@@ -172,7 +184,15 @@ impl Umt5Encoder {
                 norm_ff: T5Norm::new(&f.pp("layer_norm"), d, eps)?,
                 wi_0: Linear::new(&ff.pp(if gated { "wi_0" } else { "wi" }), d, cfg.d_ff, false)?,
                 wi_1: if gated { Some(Linear::new(&ff.pp("wi_1"), d, cfg.d_ff, false)?) } else { None },
-                wo: Linear::new(&ff.pp("wo"), cfg.d_ff, d, false)?,
+                // transformers keeps `wo` in float32 for float16 models only (`_keep_in_fp32_modules`
+                // applies to fp16 since 5.1); from the first feed-forward on, such a model's residual
+                // stream is float32.
+                wo: Linear::new(
+                    &if ff.kind() == Kind::Half { ff.pp("wo").with_kind(Kind::Float) } else { ff.pp("wo") },
+                    cfg.d_ff,
+                    d,
+                    false,
+                )?,
             });
         }
         let act = cfg.activation(config_path)?;
@@ -207,8 +227,15 @@ impl Umt5Encoder {
         let dev = input_ids.device();
         let mut x = Tensor::embedding(&self.embed, input_ids, -1, false, false);
         let buckets = self.buckets(len, dev);
-        // Padding keys get the most negative float, as transformers' additive mask does.
-        let pad = (mask.to_kind(Kind::Float).ones_like() - mask.to_kind(Kind::Float)) * f32::MIN as f64;
+        // Padding keys get the most negative value of the compute dtype, as transformers' additive
+        // mask does (`(1 - mask) * finfo(dtype).min`).
+        let kind = self.embed.kind();
+        let min = match kind {
+            Kind::BFloat16 => -3.389_531_4e38,
+            Kind::Half => -65504.0,
+            _ => f32::MIN as f64,
+        };
+        let pad = ((mask.to_kind(Kind::Float).ones_like() - mask.to_kind(Kind::Float)) * min).to_kind(kind);
         let pad = pad.view([b, 1, 1, len]);
         let h = self.cfg.num_heads;
         for l in &self.layers {
@@ -217,9 +244,9 @@ impl Umt5Encoder {
             let k = split_heads(&l.k.forward(&n), h);
             let v = split_heads(&l.v.forward(&n), h);
             let bias = Tensor::embedding(&l.rel_bias, &buckets, -1, false, false).permute([2, 0, 1]).unsqueeze(0);
-            let scores = q.matmul(&k.transpose(-1, -2)) + bias + &pad;
-            let attn = scores.softmax(-1, Kind::Float).matmul(&v);
-            x = &x + l.o.forward(&merge_heads(&attn));
+            let scores = q.matmul(&k.transpose(-1, -2)) + (bias + &pad);
+            let attn = scores.softmax(-1, Kind::Float).to_kind(scores.kind()).matmul(&v);
+            x = clamp_f16(&x + l.o.forward(&merge_heads(&attn)));
             let n = l.norm_ff.forward(&x);
             let a = l.wi_0.forward(&n);
             let a = match self.act {
@@ -231,7 +258,8 @@ impl Umt5Encoder {
                 Some(wi_1) => a * wi_1.forward(&n),
                 None => a,
             };
-            x = &x + l.wo.forward(&a);
+            let a = a.to_kind(l.wo.weight.kind());
+            x = clamp_f16(&x + l.wo.forward(&a));
         }
         Ok(self.final_norm.forward(&x))
     }

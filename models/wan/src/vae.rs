@@ -7,9 +7,9 @@ use std::path::Path;
 
 use anyhow::{ensure, Result};
 use serde::Deserialize;
-use tch::Tensor;
+use tch::{Kind, Tensor};
 
-use crate::config::{read_config, unsupported};
+use crate::config::{read_config_with, unsupported};
 use crate::weights::Weights;
 
 /// Frames of history each causal conv keeps between chunks (`CACHE_T` upstream).
@@ -62,7 +62,8 @@ impl Default for VaeConfig {
 
 impl VaeConfig {
     pub fn load(path: &Path) -> Result<Self> {
-        let cfg: Self = read_config(path)?;
+        // `clip_output` was in an unreleased diffusers; released ones ignore it and always clamp.
+        let cfg: Self = read_config_with(path, &[&["clip_output"]])?;
         if cfg.is_residual {
             return Err(unsupported(path, "is_residual", true, "the Wan 2.2 residual VAE is not implemented"));
         }
@@ -216,9 +217,12 @@ impl RmsNorm {
         shape.resize(rank - 1, 1);
         Ok(Self { gamma: w.get("gamma", &shape)?, scale: (dim as f64).sqrt() })
     }
+    /// Half-precision inputs are normalised in float32 and cast back, as diffusers ≥ 0.38 does.
     fn forward(&self, x: &Tensor) -> Tensor {
-        let norm = x.norm_scalaropt_dim(2, [1], true).clamp_min(1e-12);
-        x / norm * self.scale * &self.gamma
+        let kind = x.kind();
+        let xf = if matches!(kind, Kind::BFloat16 | Kind::Half) { x.to_kind(Kind::Float) } else { x.shallow_clone() };
+        let norm = xf.norm_scalaropt_dim(2, [1], true).clamp_min(1e-12);
+        (xf / norm).to_kind(kind) * self.scale * &self.gamma
     }
 }
 
@@ -513,6 +517,9 @@ pub struct AutoencoderKLWan {
     quant_conv: CausalConv3d,
     post_quant_conv: CausalConv3d,
     decoder: Coder,
+    /// The compute dtype (weights were converted to it at load); inputs are cast to it and
+    /// outputs come back in float32.
+    kind: Kind,
 }
 
 // SAFETY: weights are written once in `new` and only read afterwards; the feature cache is
@@ -527,6 +534,7 @@ impl AutoencoderKLWan {
             quant_conv: CausalConv3d::pointwise(&w.pp("quant_conv"), 2 * z, 2 * z)?,
             post_quant_conv: CausalConv3d::pointwise(&w.pp("post_quant_conv"), z, z)?,
             decoder: decoder(&w.pp("decoder"), &cfg)?,
+            kind: w.kind(),
             cfg,
         })
     }
@@ -541,12 +549,13 @@ impl AutoencoderKLWan {
             "vae encode: video {s:?} must be [B, {}, {tf}k+1, H, W] with H and W multiples of {sf}",
             self.cfg.in_channels
         );
+        let video = video.to_kind(self.kind);
         let mut cache = FeatCache::default();
         let mut outs = vec![self.encoder.forward(&video.narrow(2, 0, 1), &mut cache)];
         for i in 0..(s[2] - 1) / tf {
             outs.push(self.encoder.forward(&video.narrow(2, 1 + tf * i, tf), &mut cache));
         }
-        Ok(self.quant_conv.forward(&Tensor::cat(&outs, 2), None))
+        Ok(self.quant_conv.forward(&Tensor::cat(&outs, 2), None).to_kind(Kind::Float))
     }
 
     /// The posterior mean (diffusers `latent_dist.mode()`).
@@ -563,10 +572,14 @@ impl AutoencoderKLWan {
             "vae decode: latents {s:?} must be [B, {}, F, H, W]",
             self.cfg.z_dim
         );
-        let x = self.post_quant_conv.forward(z, None);
+        let x = self.post_quant_conv.forward(&z.to_kind(self.kind), None);
         let mut cache = FeatCache::default();
-        let outs: Vec<Tensor> = (0..s[2]).map(|i| self.decoder.forward(&x.narrow(2, i, 1), &mut cache)).collect();
-        Ok(Tensor::cat(&outs, 2).clamp(-1.0, 1.0))
+        // Each decoded chunk is clamped and moved to float32 as it comes, so only one chunk's
+        // activations in the compute dtype are alive at a time.
+        let outs: Vec<Tensor> = (0..s[2])
+            .map(|i| self.decoder.forward(&x.narrow(2, i, 1), &mut cache).to_kind(Kind::Float).clamp(-1.0, 1.0))
+            .collect();
+        Ok(Tensor::cat(&outs, 2))
     }
 
     /// Undoes the per-channel latent normalization the transformer was trained on

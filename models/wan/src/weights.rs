@@ -1,6 +1,10 @@
 //! Checkpoint tensors by name, the candle way: `w.pp("blocks").pp(0).get("attn1.to_q.weight")`.
 //! Module paths equal diffusers checkpoint keys, so no renaming table is needed, and every
 //! lookup checks the shape so a corrupt or mismatched file fails with the key and both shapes.
+//!
+//! Files are memory-mapped and each tensor is materialised only when the model asks for it,
+//! straight onto its device and into its dtype: loading a checkpoint never holds a second copy
+//! of it in host memory, whatever dtype it was stored in (fp32, bf16, fp16) and however sharded.
 
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
@@ -8,12 +12,29 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use anyhow::{bail, Context, Result};
+use memmap2::Mmap;
+use safetensors::{Dtype, SafeTensors};
 use tch::{Device, Kind, Tensor};
 
+/// Where one tensor's bytes sit.
+struct Entry {
+    file: usize,
+    kind: Kind,
+    shape: Vec<i64>,
+    /// Byte range inside the mapped file.
+    start: usize,
+    end: usize,
+}
+
+enum Source {
+    Mapped { maps: Vec<(PathBuf, Mmap)>, entries: HashMap<String, Entry> },
+    InMemory(HashMap<String, Tensor>),
+}
+
 struct Store {
-    tensors: HashMap<String, Tensor>,
+    source: Source,
     used: RefCell<BTreeSet<String>>,
-    source: PathBuf,
+    origin: PathBuf,
 }
 
 /// A view of one component's tensors under a key prefix.
@@ -25,8 +46,46 @@ pub struct Weights {
     kind: Kind,
 }
 
+fn kind_of(dtype: Dtype, file: &Path, key: &str) -> Result<Kind> {
+    Ok(match dtype {
+        Dtype::F32 => Kind::Float,
+        Dtype::F16 => Kind::Half,
+        Dtype::BF16 => Kind::BFloat16,
+        Dtype::F64 => Kind::Double,
+        Dtype::I64 => Kind::Int64,
+        Dtype::I32 => Kind::Int,
+        other => bail!("{}: tensor `{key}` has dtype {other:?}, which no model component uses", file.display()),
+    })
+}
+
+/// Maps `file` and indexes its tensors.
+fn map_file(file: &Path, index: usize, entries: &mut HashMap<String, Entry>) -> Result<Mmap> {
+    let f = std::fs::File::open(file).with_context(|| format!("opening {}", file.display()))?;
+    // SAFETY: the file is only read; a checkpoint rewritten while it is mapped is the one case
+    // this cannot guard against, as with every mmap-based loader (safetensors, candle, vLLM).
+    let map = unsafe { Mmap::map(&f) }.with_context(|| format!("mapping {}", file.display()))?;
+    let (header, meta) = SafeTensors::read_metadata(&map)
+        .map_err(|e| anyhow::anyhow!("{}: not a readable safetensors file ({e})", file.display()))?;
+    let data_start = 8 + header;
+    for (key, info) in meta.tensors() {
+        let (s, e) = info.data_offsets;
+        let shape: Vec<i64> = info.shape.iter().map(|&d| d as i64).collect();
+        let entry = Entry {
+            file: index,
+            kind: kind_of(info.dtype, file, &key)?,
+            shape,
+            start: data_start + s,
+            end: data_start + e,
+        };
+        if entries.insert(key.clone(), entry).is_some() {
+            bail!("{}: tensor `{key}` appears in more than one shard", file.display());
+        }
+    }
+    Ok(map)
+}
+
 impl Weights {
-    /// Loads `dir/<stem>.safetensors`, or the shards listed in `dir/<stem>.safetensors.index.json`.
+    /// Maps `dir/<stem>.safetensors`, or the shards listed in `dir/<stem>.safetensors.index.json`.
     pub fn from_dir(dir: &Path, stem: &str, device: Device, kind: Kind) -> Result<Self> {
         let single = dir.join(format!("{stem}.safetensors"));
         let index = dir.join(format!("{stem}.safetensors.index.json"));
@@ -37,17 +96,21 @@ impl Weights {
         } else {
             bail!("{}: neither {stem}.safetensors nor {stem}.safetensors.index.json exists", dir.display());
         };
-        let mut tensors = HashMap::new();
-        for f in &files {
-            let list = Tensor::read_safetensors(f)
-                .map_err(|e| anyhow::anyhow!("{}: not a readable safetensors file ({e})", f.display()))?;
-            tensors.extend(list);
+        let mut entries = HashMap::new();
+        let mut maps = Vec::new();
+        for (i, f) in files.iter().enumerate() {
+            maps.push((f.clone(), map_file(f, i, &mut entries)?));
         }
-        Ok(Self::from_tensors(tensors, dir.to_path_buf(), device, kind))
+        let store = Store {
+            source: Source::Mapped { maps, entries },
+            used: RefCell::new(BTreeSet::new()),
+            origin: dir.to_path_buf(),
+        };
+        Ok(Self { store: Rc::new(store), prefix: String::new(), device, kind })
     }
 
     pub fn from_tensors(tensors: HashMap<String, Tensor>, source: PathBuf, device: Device, kind: Kind) -> Self {
-        let store = Store { tensors, used: RefCell::new(BTreeSet::new()), source };
+        let store = Store { source: Source::InMemory(tensors), used: RefCell::new(BTreeSet::new()), origin: source };
         Self { store: Rc::new(store), prefix: String::new(), device, kind }
     }
 
@@ -57,8 +120,19 @@ impl Weights {
         Self { prefix, ..self.clone() }
     }
 
+    /// The same view, materialising tensors in `kind` instead (e.g. float32 for the modules the
+    /// reference keeps in full precision whatever the model's dtype).
+    pub fn with_kind(&self, kind: Kind) -> Self {
+        Self { kind, ..self.clone() }
+    }
+
     pub fn device(&self) -> Device {
         self.device
+    }
+
+    /// The dtype tensors are materialised in.
+    pub fn kind(&self) -> Kind {
+        self.kind
     }
 
     fn key(&self, name: &str) -> String {
@@ -70,30 +144,75 @@ impl Weights {
     }
 
     pub fn contains(&self, name: &str) -> bool {
-        self.store.tensors.contains_key(&self.key(name))
+        let key = self.key(name);
+        match &self.store.source {
+            Source::Mapped { entries, .. } => entries.contains_key(&key),
+            Source::InMemory(t) => t.contains_key(&key),
+        }
     }
 
     /// The tensor `name` with exactly `shape`, on the target device and dtype.
     pub fn get(&self, name: &str, shape: &[i64]) -> Result<Tensor> {
         let key = self.key(name);
-        let Some(t) = self.store.tensors.get(&key) else {
-            bail!("{}: missing tensor `{key}` (expected shape {shape:?})", self.store.source.display());
+        let origin = self.store.origin.display();
+        let t = match &self.store.source {
+            Source::InMemory(tensors) => {
+                let Some(t) = tensors.get(&key) else {
+                    bail!("{origin}: missing tensor `{key}` (expected shape {shape:?})");
+                };
+                if t.size() != shape {
+                    bail!("{origin}: tensor `{key}` has shape {:?}, the config implies {shape:?}", t.size());
+                }
+                t.to_device(self.device).to_kind(self.kind)
+            }
+            Source::Mapped { maps, entries } => {
+                let Some(e) = entries.get(&key) else {
+                    bail!("{origin}: missing tensor `{key}` (expected shape {shape:?})");
+                };
+                if e.shape != shape {
+                    bail!("{origin}: tensor `{key}` has shape {:?}, the config implies {shape:?}", e.shape);
+                }
+                let (path, map) = &maps[e.file];
+                let bytes = &map[e.start..e.end];
+                let want = e.shape.iter().product::<i64>() as usize * e.kind.elt_size_in_bytes();
+                if bytes.len() != want {
+                    bail!(
+                        "{}: tensor `{key}` holds {} bytes, its shape and dtype need {want}",
+                        path.display(),
+                        bytes.len()
+                    );
+                }
+                self.materialise(bytes, e)
+            }
         };
-        if t.size() != shape {
-            bail!(
-                "{}: tensor `{key}` has shape {:?}, the config implies {shape:?}",
-                self.store.source.display(),
-                t.size()
-            );
-        }
         self.store.used.borrow_mut().insert(key);
-        Ok(t.to_device(self.device).to_kind(self.kind))
+        Ok(t)
+    }
+
+    /// Bytes of a mapped tensor → a tensor on the target device in the target dtype. For a GPU
+    /// target the bytes go straight from the mapping to the device (no host copy), and the dtype
+    /// conversion runs there.
+    fn materialise(&self, bytes: &[u8], e: &Entry) -> Tensor {
+        let aligned = (bytes.as_ptr() as usize) % e.kind.elt_size_in_bytes() == 0;
+        if self.device != Device::Cpu && aligned {
+            let strides = contiguous_strides(&e.shape);
+            // SAFETY: `bytes` is a live mapping of exactly shape × element size bytes (checked
+            // by the caller), aligned for the element type; the borrowed tensor is consumed by
+            // the synchronous host-to-device copy before this function returns.
+            let host = unsafe { Tensor::from_blob(bytes.as_ptr(), &e.shape, &strides, e.kind, Device::Cpu) };
+            return host.to_device(self.device).to_kind(self.kind);
+        }
+        Tensor::from_data_size(bytes, &e.shape, e.kind).to_kind(self.kind).to_device(self.device)
     }
 
     /// Names of tensors nothing asked for (a config/checkpoint mismatch worth a warning).
     pub fn unused(&self) -> Vec<String> {
         let used = self.store.used.borrow();
-        let mut v: Vec<String> = self.store.tensors.keys().filter(|k| !used.contains(*k)).cloned().collect();
+        let keys: Vec<&String> = match &self.store.source {
+            Source::Mapped { entries, .. } => entries.keys().collect(),
+            Source::InMemory(t) => t.keys().collect(),
+        };
+        let mut v: Vec<String> = keys.into_iter().filter(|k| !used.contains(*k)).cloned().collect();
         v.sort();
         v
     }
@@ -105,6 +224,14 @@ impl Weights {
             tracing::warn!(component, count = unused.len(), first = %unused[0], "checkpoint tensors not used by the model");
         }
     }
+}
+
+fn contiguous_strides(shape: &[i64]) -> Vec<i64> {
+    let mut strides = vec![1i64; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        strides[i] = strides[i + 1] * shape[i + 1].max(1);
+    }
+    strides
 }
 
 fn shard_files(index: &Path) -> Result<Vec<PathBuf>> {

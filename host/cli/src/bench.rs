@@ -1,0 +1,100 @@
+//! `fastvideo bench`: component timings of a model at one shape (transformer forward, CFG step,
+//! text encode, VAE decode, load), printed as one JSON object, for the GPU benchmark
+//! (`host/scripts/gpu/bench.sh`), which sets them beside diffusers' from the same run.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use fastvideo_wan::bench::{self, BenchOptions};
+use tch::{Device, Tensor};
+
+use crate::args::PrecisionArgs;
+
+#[derive(Args)]
+pub struct BenchArgs {
+    /// Diffusers-layout Wan folder; the default model when omitted.
+    #[arg(long)]
+    model: Option<PathBuf>,
+    #[arg(long, default_value = "auto")]
+    device: String,
+    #[command(flatten)]
+    precision: PrecisionArgs,
+    /// Frame count (4k+1) of the measured shape.
+    #[arg(long, default_value_t = 81)]
+    frames: i64,
+    #[arg(long, default_value_t = 480)]
+    height: i64,
+    #[arg(long, default_value_t = 832)]
+    width: i64,
+    /// Timed runs per transformer figure (median reported), after one warm-up.
+    #[arg(long, default_value_t = 5)]
+    runs: usize,
+    /// Timed runs of the VAE decode.
+    #[arg(long, default_value_t = 2)]
+    vae_runs: usize,
+    /// safetensors with `latents`, `timestep`, `context` (optional `vae_latents`) to run on.
+    #[arg(long)]
+    inputs: Option<PathBuf>,
+    /// Write the transformer's output for the inputs (`velocity`, float32) here.
+    #[arg(long)]
+    outputs: Option<PathBuf>,
+    /// Also decode in float32 and report the VAE dtype's PSNR against it.
+    #[arg(long)]
+    vae_compare: bool,
+    /// Print the report as JSON (the default is a short human summary as well).
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(args: BenchArgs) -> Result<()> {
+    let device = fastvideo_torch::device(&args.device)?;
+    let dir = match &args.model {
+        Some(m) => m.clone(),
+        None => crate::default_model::locate()?,
+    };
+    let inputs: HashMap<String, Tensor> = match &args.inputs {
+        Some(p) => Tensor::read_safetensors(p)
+            .map_err(|e| anyhow::anyhow!("--inputs {}: {e}", p.display()))?
+            .into_iter()
+            .collect(),
+        None => HashMap::new(),
+    };
+    let model = args.precision.load(&dir, device)?;
+    let opts = BenchOptions {
+        frames: args.frames,
+        height: args.height,
+        width: args.width,
+        runs: args.runs,
+        vae_runs: args.vae_runs,
+        inputs,
+        vae_compare: args.vae_compare,
+    };
+    let memory = move || match device {
+        Device::Cuda(i) => fastvideo_kernels::cuda::memory_used(i),
+        _ => None,
+    };
+    let mut report = bench::run(&model, &opts, &memory)?;
+    if let (Some(path), Some(v)) = (&args.outputs, report.velocity.take()) {
+        Tensor::write_safetensors(&[("velocity", v)], path).with_context(|| format!("--outputs {}", path.display()))?;
+    }
+    if args.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        println!(
+            "{} {} ({} tokens): forward {:.3} s, CFG step {:.3} s, text encode {:.3} s, VAE decode ({}) {:.3} s, load {:.2} s, SDPA {}",
+            report.device,
+            report.transformer_dtype,
+            report.tokens,
+            report.forward_s,
+            report.cfg_step_s,
+            report.text_encode_s,
+            report.vae_dtype,
+            report.vae_decode_s,
+            report.load_s,
+            report.sdpa_backend
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# shellcheck disable=SC2329  # the stage functions are called through stage()
+# The GPU benchmark, run from the repo root on the GPU machine (no network there): our binary vs
+# diffusers on one random-weight Wan2.1-T2V-1.3B folder, same weights and inputs.
+#   needs  .whl/ (host/scripts/gpu/fetch_wheels.sh, run where PyPI is) and the binary at
+#          ${FASTVIDEO_BIN:-.gpu/fastvideo}; python3 with torch 2.11.0+cu130 and transformers 5
+#   env    STAGES="make diffusers ours compare" (default all)  OUT=/tmp/bench  MODEL=/tmp/wan13b
+#          CLIP_STEPS=0 (50 adds a whole-clip diffusers run)  RUNS=5  SKIP_COMPILE=1
+#          OURS_VARIANTS="kernels_off:--kernels off;other:--flag x" (each: NAME:EXTRA FLAGS)
+#          DEVICE=cuda FRAMES=81 HEIGHT=480 WIDTH=832 MAKE_ARGS= (--tiny: a CPU check of the plumbing)
+# With CLIP_STEPS=0 all stages fit one 10-minute call; else run STAGES=... in separate calls.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
+STAGES="${STAGES:-make diffusers ours compare}"
+OUT="${OUT:-/tmp/bench}"
+MODEL="${MODEL:-/tmp/wan13b}"
+BIN="${FASTVIDEO_BIN:-.gpu/fastvideo}"
+RUNS="${RUNS:-5}"
+DEVICE="${DEVICE:-cuda}"
+SIZE=(--frames "${FRAMES:-81}" --height "${HEIGHT:-480}" --width "${WIDTH:-832}")
+S=host/scripts/gpu
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+
+# diffusers and the few packages it lacks there, installed aside; --upgrade replaces a stale copy.
+if [ ! -f /tmp/site/.fastvideo-wheels ] || [ -n "$(find .whl -name '*.whl' -newer /tmp/site/.fastvideo-wheels)" ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+  touch /tmp/site/.fastvideo-wheels
+fi
+export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+# Our binary links only libtorch's CPU part and dlopens the CUDA part: point it at PyTorch's
+# own libraries (torch/lib, and the CUDA/cuDNN/NCCL wheels under site-packages/nvidia).
+LIBS="$(python3 -c 'import glob, os, torch
+d = [os.path.dirname(torch.__file__) + "/lib"]
+try:
+    import nvidia
+    for n in nvidia.__path__: d += glob.glob(n + "/cu13/lib") + sorted(glob.glob(n + "/*/lib"))
+except ImportError:
+    pass
+print(":".join(dict.fromkeys(d)))')"
+export LD_LIBRARY_PATH="$LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
+stage() { # name, command...: runs the command when the stage is selected, and times it
+  local name=$1 t0=$SECONDS rc=0
+  shift
+  case " $STAGES " in *" $name "*) ;; *) return 0 ;; esac
+  echo "== $name"
+  "$@" || rc=$?
+  echo "== $name: $((SECONDS - t0)) s, exit $rc"
+  return "$rc"
+}
+
+make_model() { # built once per machine; MODEL=... with another folder to rebuild
+  if [ -f "$MODEL/model_index.json" ]; then echo "$MODEL exists"; return; fi
+  # shellcheck disable=SC2086  # MAKE_ARGS holds flags
+  python3 "$S/make_wan13b.py" "$MODEL" --device "$DEVICE" ${MAKE_ARGS:-}
+}
+
+diffusers() {
+  python3 "$S/diffusers_bench.py" --model "$MODEL" --out "$OUT" --device "$DEVICE" "${SIZE[@]}" --runs "$RUNS" \
+    --clip-steps "${CLIP_STEPS:-0}" ${SKIP_COMPILE:+--skip-compile}
+}
+
+run_ours() { # name, extra flags...: one JSON object in $OUT/<name>.json, nvidia-smi peak merged in
+  local name=$1 vel smi pid rc=0
+  [ -x "$BIN" ] || { echo "ours: no binary at $BIN" >&2; return 1; }
+  shift
+  vel="$OUT/${name}_velocity.safetensors"
+  smi="$OUT/${name}_smi.txt"
+  rm -f "$vel"  # a stale velocity from an earlier run would be scored as this run's
+  : >"$smi"
+  pid=
+  if command -v nvidia-smi >/dev/null; then
+    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i "${GPU_INDEX:-0}" -lms 200 >"$smi" &
+    pid=$!
+  fi
+  "$BIN" bench --model "$MODEL" --device "$DEVICE" --dtype bf16 "${SIZE[@]}" --runs "$RUNS" \
+    --inputs "$OUT/inputs.safetensors" --outputs "$vel" --json "$@" >"$OUT/$name.json" 2> >(tee "$OUT/$name.log" >&2) || rc=$?
+  if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
+  python3 -c 'import json, sys
+p, smi = sys.argv[1:]
+mib = [int(x) for x in open(smi).read().split() if x.isdigit()]
+try:
+    o = json.load(open(p))
+except ValueError:
+    sys.exit(f"ours: {p} is not one JSON object")
+o["peak_gpu_smi_mib"] = max(mib) if mib else None  # whole GPU, every process: compare with the base
+o["base_gpu_smi_mib"] = mib[0] if mib else None
+json.dump(o, open(p, "w"))' "$OUT/$name.json" "$smi" || { [ "$rc" -ne 0 ] || rc=1; }
+  echo "$name: exit $rc"
+  return "$rc"
+}
+
+ours() {
+  local fail=0 v name
+  run_ours ours || fail=1
+  IFS=';' read -ra variants <<<"${OURS_VARIANTS:-}"
+  for v in "${variants[@]}"; do
+    [ -n "$v" ] || continue
+    name="ours_$(printf %s "${v%%:*}" | tr -c 'A-Za-z0-9_-' _)"  # a plain file name
+    # shellcheck disable=SC2086
+    run_ours "$name" ${v#*:} || fail=1
+  done
+  return "$fail"
+}
+
+status=0
+stage make make_model
+stage diffusers diffusers
+stage ours ours || status=1  # a failed run of ours still gets its table, with — where it failed
+stage compare python3 "$S/compare.py" --dir "$OUT"
+exit "$status"

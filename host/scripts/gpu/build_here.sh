@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Run HERE (the CPU build machine): builds what a GPU-machine call carries into .gpu/ — the
+# release `fastvideo` binary and the kernels' parity-test binary — and the wheels into .whl/.
+# Both folders are git-ignored; name them in the device call's `carry`.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
+bash host/scripts/bootstrap.sh
+cargo build --release --locked -p fastvideo
+test_bin=$(cargo test --release --locked -p fastvideo-kernels --test parity --no-run --message-format=json 2>/dev/null \
+  | python3 -c 'import json,sys
+for l in sys.stdin:
+    m = json.loads(l)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "parity":
+        print(m["executable"])')
+mkdir -p .gpu
+cp target/release/fastvideo .gpu/fastvideo
+cp "$test_bin" .gpu/kernels-parity
+strip .gpu/fastvideo .gpu/kernels-parity 2>/dev/null || true
+[ -x host/scripts/gpu/fetch_wheels.sh ] && bash host/scripts/gpu/fetch_wheels.sh
+du -sh .gpu .whl 2>/dev/null || true

@@ -1,0 +1,178 @@
+//! The CUDA side: one compiled module per device, built on first use.
+//!
+//! Nothing here runs for CPU tensors. For a CUDA tensor, [`for_tensor`] compiles
+//! `kernels/cuda/*.cu` with NVRTC for the device's compute capability (≈0.2 s, once per process
+//! and device) and loads it into the primary context, which libtorch's CUDA runtime shares. If
+//! NVRTC or the driver cannot be loaded, or compilation fails, it logs one warning and every op
+//! keeps its tch fallback.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use anyhow::{anyhow, Result};
+use cudarc::driver::{CudaContext, CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
+use tch::{Device, Tensor};
+
+const SOURCE: &str = include_str!("../cuda/norms.cu");
+const FUNCTIONS: &[&str] =
+    &["norm_modulate_f32", "norm_modulate_bf16", "norm_modulate_f16", "rms_rope_f32", "rms_rope_bf16", "rms_rope_f16"];
+
+/// A kernel argument, as the kernel's C signature declares it.
+#[derive(Clone, Copy, Debug)]
+pub enum Arg {
+    /// A device pointer (0 = null).
+    Ptr(u64),
+    I64(i64),
+    I32(i32),
+    F32(f32),
+}
+
+/// The compiled kernels of one device.
+pub struct DeviceKernels {
+    _ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    functions: HashMap<&'static str, CudaFunction>,
+    /// Compute capability, e.g. (9, 0).
+    pub capability: (i32, i32),
+}
+
+// SAFETY: cudarc's handles are plain driver handles; launches are serialised by the driver on the
+// stream, and the function table is read-only after construction.
+unsafe impl Send for DeviceKernels {}
+unsafe impl Sync for DeviceKernels {}
+
+static DEVICES: OnceLock<Mutex<HashMap<usize, Option<Arc<DeviceKernels>>>>> = OnceLock::new();
+
+/// The kernels for the tensor's device, or `None` (a CPU tensor, kernels disabled, or no usable
+/// CUDA toolchain), in which case the caller runs its fallback.
+pub fn for_tensor(t: &Tensor) -> Option<Arc<DeviceKernels>> {
+    let Device::Cuda(ordinal) = t.device() else {
+        return None;
+    };
+    if !crate::enabled() {
+        return None;
+    }
+    device(ordinal)
+}
+
+/// The kernels of CUDA device `ordinal`, compiling them on first use.
+pub fn device(ordinal: usize) -> Option<Arc<DeviceKernels>> {
+    let map = DEVICES.get_or_init(|| Mutex::new(HashMap::new()));
+    let mut map = map.lock().unwrap_or_else(|e| e.into_inner());
+    map.entry(ordinal)
+        .or_insert_with(|| {
+            let t0 = std::time::Instant::now();
+            match build(ordinal) {
+                Ok(k) => {
+                    tracing::info!(ordinal, capability = ?k.capability, ms = t0.elapsed().as_millis() as u64, "fused CUDA kernels compiled");
+                    Some(Arc::new(k))
+                }
+                Err(e) => {
+                    tracing::warn!(ordinal, error = %format!("{e:#}"), "fused CUDA kernels unavailable; using tch ops");
+                    None
+                }
+            }
+        })
+        .clone()
+}
+
+/// Whether a row of `d` elements fits the kernels' layout (8-value groups, ≤ 4 per thread).
+pub fn row_fits(d: i64) -> bool {
+    d > 0 && d % 8 == 0 && d <= 8 * 1024 * 4
+}
+
+/// Whether the tensor's first element sits on a 16-byte boundary (the kernels' vector accesses).
+pub fn aligned(t: &Tensor) -> bool {
+    (t.data_ptr() as usize) % 16 == 0
+}
+
+impl DeviceKernels {
+    /// Launches `name` with one block per row (`rows` × `planes` blocks) and enough threads for a
+    /// row of `d` elements in 8-value groups.
+    pub fn launch_rows(&self, name: &str, rows: i64, planes: u32, d: i64, args: &[Arg]) -> Result<()> {
+        let f = self.functions.get(name).ok_or_else(|| anyhow!("no kernel `{name}`"))?;
+        let groups = (d / 8) as u32;
+        let threads = groups.div_ceil(32).clamp(1, 32) * 32;
+        let cfg = LaunchConfig { grid_dim: (rows as u32, planes, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 };
+        let mut b = self.stream.launch_builder(f);
+        for a in args {
+            match a {
+                Arg::Ptr(p) => b.arg(p),
+                Arg::I64(v) => b.arg(v),
+                Arg::I32(v) => b.arg(v),
+                Arg::F32(v) => b.arg(v),
+            };
+        }
+        // SAFETY: the callers check every pointer's tensor shape, dtype, device and alignment
+        // against the kernel's contract before building `args`.
+        unsafe { b.launch(cfg) }.map_err(|e| {
+            tracing::warn!(kernel = name, error = %e, "kernel launch failed; using tch ops");
+            anyhow!("launching {name}: {e}")
+        })?;
+        Ok(())
+    }
+}
+
+fn build(ordinal: usize) -> Result<DeviceKernels> {
+    preload_nvrtc();
+    // cudarc panics when a library cannot be loaded; turn that into an error.
+    let ctx = std::panic::catch_unwind(|| CudaContext::new(ordinal))
+        .map_err(|_| anyhow!("the CUDA driver library could not be loaded"))?
+        .map_err(|e| anyhow!("CUDA context for device {ordinal}: {e}"))?;
+    let capability = ctx.compute_capability().map_err(|e| anyhow!("compute capability: {e}"))?;
+    let arch: &'static str = Box::leak(format!("compute_{}{}", capability.0, capability.1).into_boxed_str());
+    let opts = cudarc::nvrtc::CompileOptions { arch: Some(arch), use_fast_math: Some(false), ..Default::default() };
+    let ptx = std::panic::catch_unwind(|| cudarc::nvrtc::compile_ptx_with_opts(SOURCE, opts))
+        .map_err(|_| anyhow!("NVRTC (libnvrtc.so) could not be loaded"))?
+        .map_err(|e| anyhow!("NVRTC compile of kernels/cuda/norms.cu: {e}"))?;
+    let module = ctx.load_module(ptx).map_err(|e| anyhow!("loading the kernel module: {e}"))?;
+    let mut functions = HashMap::new();
+    for &name in FUNCTIONS {
+        functions.insert(name, module.load_function(name).map_err(|e| anyhow!("kernel `{name}`: {e}"))?);
+    }
+    // The legacy default stream: libtorch runs its kernels there unless a stream is set, so ours
+    // are ordered with them.
+    let stream = ctx.default_stream();
+    Ok(DeviceKernels { _ctx: ctx, stream, functions, capability })
+}
+
+/// PyTorch's wheels ship NVRTC beside libtorch (`site-packages/nvidia/cu13/lib`); load it from
+/// there so cudarc's search by soname finds it without `LD_LIBRARY_PATH`.
+fn preload_nvrtc() {
+    let Some(torch_lib) = fastvideo_torch::init().libtorch_dir.clone() else {
+        return;
+    };
+    let site = torch_lib.parent().and_then(|p| p.parent()).map(PathBuf::from);
+    let Some(site) = site else { return };
+    for dir in ["nvidia/cu13/lib", "nvidia/cuda_nvrtc/lib"] {
+        let Ok(entries) = std::fs::read_dir(site.join(dir)) else { continue };
+        // NVRTC opens its builtins library by soname at compile time: load both.
+        for e in entries.flatten() {
+            if !e.file_name().to_string_lossy().starts_with("libnvrtc") {
+                continue;
+            }
+            // SAFETY: loading NVRTC runs no code beyond its initialisers; the handle is kept for
+            // the life of the process.
+            let lib = unsafe {
+                libloading::os::unix::Library::open(
+                    Some(e.path()),
+                    libloading::os::unix::RTLD_NOW | libloading::os::unix::RTLD_GLOBAL,
+                )
+            };
+            if let Ok(lib) = lib {
+                tracing::debug!(path = %e.path().display(), "preloaded");
+                std::mem::forget(lib);
+            }
+        }
+    }
+}
+
+/// Bytes in use on CUDA device `ordinal` (the driver's view: total minus free, so it includes
+/// libtorch's cached blocks and other processes), or `None` when the kernels' context is not up.
+pub fn memory_used(ordinal: usize) -> Option<u64> {
+    let k = device(ordinal)?;
+    k._ctx.bind_to_thread().ok()?;
+    let (free, total) = cudarc::driver::result::mem_get_info().ok()?;
+    Some((total - free) as u64)
+}

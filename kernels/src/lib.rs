@@ -1,0 +1,31 @@
+//! Fused CUDA kernels for the model families, each beside its tch fallback.
+//!
+//! The kernels are CUDA C in `kernels/cuda/`, compiled once per device at run time with NVRTC and
+//! launched through `cudarc` on the legacy default stream, the stream libtorch's own kernels use,
+//! so they interleave with tch ops in order and need no synchronisation. `cudarc` loads the CUDA
+//! driver and NVRTC dynamically: builds and CPU runs never need CUDA, and a CPU tensor never
+//! reaches [`cuda`]. Every public op takes the kernel path only when its inputs fit (a CUDA device
+//! whose kernels compiled, supported dtypes, shapes and alignment) and otherwise runs the tch
+//! fallback, which computes the same function; `parity` tests hold the two together.
+
+pub mod cuda;
+mod norm;
+mod rope;
+
+pub use norm::{gated_residual, layer_norm_modulate, residual_layer_norm_modulate, LayerNormSpec};
+pub use rope::rms_norm_rope;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+static DISABLED: AtomicBool = AtomicBool::new(false);
+
+/// Turns the fused kernels off (or back on) for the whole process: every op then runs its tch
+/// fallback. For benchmarks and for ruling the kernels out when chasing a numerical difference.
+pub fn set_enabled(on: bool) {
+    DISABLED.store(!on, Ordering::Relaxed);
+}
+
+/// Whether fused kernels may run (they still need a CUDA tensor and a supported shape).
+pub fn enabled() -> bool {
+    !DISABLED.load(Ordering::Relaxed) && std::env::var_os("FASTVIDEO_NO_KERNELS").is_none()
+}

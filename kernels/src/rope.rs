@@ -1,0 +1,120 @@
+//! RMSNorm of q and k across all heads (Wan's `rms_norm_across_heads`) fused with the 3-D rotary
+//! embedding, which diffusers applies in fp32 from fp32 cos/sin tables on interleaved pairs.
+
+use tch::{Kind, Tensor};
+
+use crate::cuda::{self, Arg};
+
+/// For each `(x, weight)`: `RMSNorm(x) * weight` over the last dim, then, with `rope = (cos, sin)`
+/// (`[N, head_dim / 2]` fp32, one angle per interleaved pair of each head), the rotation of every
+/// pair. `x` is `[B, N, D]` with a dense last dim (rows may be further apart, e.g. slices of a
+/// fused QKV projection); the results are dense `[B, N, D]` in `x`'s dtype, computed in fp32.
+/// Two inputs share one launch (q and k).
+pub fn rms_norm_rope(
+    inputs: &[(&Tensor, &Tensor)],
+    eps: f64,
+    head_dim: i64,
+    rope: Option<(&Tensor, &Tensor)>,
+) -> Vec<Tensor> {
+    if let Some(out) = try_kernel(inputs, eps, head_dim, rope) {
+        return out;
+    }
+    inputs.iter().map(|(x, w)| fallback(x, w, eps, head_dim, rope)).collect()
+}
+
+fn fallback(x: &Tensor, w: &Tensor, eps: f64, head_dim: i64, rope: Option<(&Tensor, &Tensor)>) -> Tensor {
+    let kind = x.kind();
+    let (b, n, d) = x.size3().expect("[B, N, D] activations");
+    let y = x.to_kind(Kind::Float).rms_norm([d], Some(&w.to_kind(Kind::Float)), eps);
+    let Some((cos, sin)) = rope else {
+        return y.to_kind(kind);
+    };
+    let pairs = y.view([b, n, d / head_dim, head_dim / 2, 2]);
+    let (x1, x2) = (pairs.select(-1, 0), pairs.select(-1, 1));
+    let cos = cos.view([1, n, 1, head_dim / 2]);
+    let sin = sin.view([1, n, 1, head_dim / 2]);
+    let even = &x1 * &cos - &x2 * &sin;
+    let odd = &x1 * &sin + &x2 * &cos;
+    Tensor::stack(&[even, odd], -1).view([b, n, d]).to_kind(kind)
+}
+
+fn try_kernel(
+    inputs: &[(&Tensor, &Tensor)],
+    eps: f64,
+    head_dim: i64,
+    rope: Option<(&Tensor, &Tensor)>,
+) -> Option<Vec<Tensor>> {
+    let first = inputs.first()?.0;
+    if inputs.len() > 2 {
+        return None;
+    }
+    let dev = cuda::for_tensor(first)?;
+    let kind = first.kind();
+    let name = match kind {
+        Kind::BFloat16 => "rms_rope_bf16",
+        Kind::Half => "rms_rope_f16",
+        Kind::Float => "rms_rope_f32",
+        _ => return None,
+    };
+    let (b, n, d) = first.size3().ok()?;
+    if !cuda::row_fits(d) || head_dim % 2 != 0 || d % head_dim != 0 {
+        return None;
+    }
+    let row_stride = first.stride()[1];
+    for (x, w) in inputs {
+        let st = x.stride();
+        let fits = x.size() == [b, n, d]
+            && x.kind() == kind
+            && x.device() == first.device()
+            && st[2] == 1
+            && st[1] == row_stride
+            && st[0] == n * row_stride
+            && row_stride % 8 == 0
+            && cuda::aligned(x)
+            && w.size() == [d]
+            && w.kind() == kind
+            && w.is_contiguous()
+            && w.device() == first.device()
+            && cuda::aligned(w);
+        if !fits {
+            return None;
+        }
+    }
+    let (cos_ptr, sin_ptr) = match rope {
+        Some((c, s)) => {
+            let table = |t: &Tensor| {
+                t.size() == [n, head_dim / 2]
+                    && t.kind() == Kind::Float
+                    && t.is_contiguous()
+                    && t.device() == first.device()
+            };
+            if !table(c) || !table(s) {
+                return None;
+            }
+            (c.data_ptr() as u64, s.data_ptr() as u64)
+        }
+        None => (0, 0),
+    };
+    let outs: Vec<Tensor> = inputs.iter().map(|_| Tensor::empty([b, n, d], (kind, first.device()))).collect();
+    let (x1, w1, o1) = match inputs.get(1) {
+        Some((x, w)) => (x.data_ptr() as u64, w.data_ptr() as u64, outs[1].data_ptr() as u64),
+        None => (0, 0, 0),
+    };
+    let args = [
+        Arg::Ptr(inputs[0].0.data_ptr() as u64),
+        Arg::Ptr(inputs[0].1.data_ptr() as u64),
+        Arg::Ptr(outs[0].data_ptr() as u64),
+        Arg::Ptr(x1),
+        Arg::Ptr(w1),
+        Arg::Ptr(o1),
+        Arg::I64(row_stride),
+        Arg::Ptr(cos_ptr),
+        Arg::Ptr(sin_ptr),
+        Arg::I32(n as i32),
+        Arg::I32(d as i32),
+        Arg::I32(head_dim as i32),
+        Arg::F32(eps as f32),
+    ];
+    dev.launch_rows(name, b * n, inputs.len() as u32, d, &args).ok()?;
+    Some(outs)
+}

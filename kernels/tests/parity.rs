@@ -1,0 +1,207 @@
+//! Each fused op against an independent float64 composition of the reference's formulas (the
+//! fallback, on CPU, in CI), and each CUDA kernel against its fallback on the same inputs (on a
+//! CUDA machine: `bash host/scripts/gpu/kernels.sh`, which runs this test binary there).
+//!
+//! Tolerances: fp32 within 2e-5 relative (reduction order differs); bf16/fp16 outputs within 1.5
+//! units in the last place of their type relative to the row scale, i.e. 1.2e-2 (bf16) and
+//! 1.5e-3 (fp16) relative max error, since both sides round once from slightly different fp32 values.
+
+use fastvideo_kernels::{
+    gated_residual, layer_norm_modulate, residual_layer_norm_modulate, rms_norm_rope, LayerNormSpec,
+};
+use tch::{Device, Kind, Tensor};
+
+fn randn(shape: &[i64], seed: i64) -> Tensor {
+    tch::manual_seed(seed);
+    Tensor::randn(shape, (Kind::Float, Device::Cpu))
+}
+
+/// max |a - b| / max |b|
+fn rel(a: &Tensor, b: &Tensor) -> f64 {
+    let a = a.to_kind(Kind::Double).to_device(Device::Cpu);
+    let b = b.to_kind(Kind::Double).to_device(Device::Cpu);
+    assert!(!bool::try_from(a.isnan().any()).unwrap(), "output has NaN (unwritten element?)");
+    let num = f64::try_from((&a - &b).abs().max()).unwrap();
+    let den = f64::try_from(b.abs().max()).unwrap().max(1e-12);
+    num / den
+}
+
+/// The reference formulas in float64: diffusers' `(LN(x.float()) [*w+b]) * (1 + scale) + shift`.
+fn reference_norm(x: &Tensor, w: Option<(&Tensor, &Tensor)>, m: Option<(&Tensor, &Tensor)>, eps: f64) -> Tensor {
+    let x = x.to_kind(Kind::Double);
+    let mean = x.mean_dim(-1, true, Kind::Double);
+    let var = (&x - &mean).square().mean_dim(-1, true, Kind::Double);
+    let mut h = (&x - &mean) / (var + eps).sqrt();
+    if let Some((w, b)) = w {
+        h = h * w.to_kind(Kind::Double) + b.to_kind(Kind::Double);
+    }
+    if let Some((sc, sh)) = m {
+        h = h * (sc.to_kind(Kind::Double).unsqueeze(1) + 1.0) + sh.to_kind(Kind::Double).unsqueeze(1);
+    }
+    h
+}
+
+fn reference_rms_rope(x: &Tensor, w: &Tensor, cos: &Tensor, sin: &Tensor, head_dim: i64, eps: f64) -> Tensor {
+    let (b, n, d) = x.size3().unwrap();
+    let x = x.to_kind(Kind::Double);
+    let r = (x.square().mean_dim(-1, true, Kind::Double) + eps).rsqrt();
+    let y = x * r * w.to_kind(Kind::Double);
+    let y = y.view([b, n, d / head_dim, head_dim / 2, 2]);
+    let (a, c) = (y.select(-1, 0), y.select(-1, 1));
+    let (cs, sn) = (cos.to_kind(Kind::Double).view([1, n, 1, -1]), sin.to_kind(Kind::Double).view([1, n, 1, -1]));
+    Tensor::stack(&[&a * &cs - &c * &sn, &a * &sn + &c * &cs], -1).view([b, n, d])
+}
+
+struct Case {
+    x: Tensor,
+    y: Tensor,
+    w: Tensor,
+    bias: Tensor,
+    modulation: Tensor, // [B, 6, D] like Wan's per-block table + timestep embedding
+    eps: f64,
+}
+
+fn case(b: i64, n: i64, d: i64, seed: i64) -> Case {
+    Case {
+        x: randn(&[b, n, d], seed) * 3.0 + 0.5,
+        y: randn(&[b, n, d], seed + 1),
+        w: randn(&[d], seed + 2) * 0.2 + 1.0,
+        bias: randn(&[d], seed + 3) * 0.1,
+        modulation: randn(&[b, 6, d], seed + 4) * 0.3,
+        eps: 1e-6,
+    }
+}
+
+fn chunks(m: &Tensor) -> Vec<Tensor> {
+    m.chunk(6, 1)
+}
+
+fn check_norms(c: &Case, device: Device, kind: Kind, tol: f64) {
+    let to = |t: &Tensor| t.to_device(device).to_kind(kind);
+    let f32d = |t: &Tensor| t.to_device(device);
+    let (x, y) = (to(&c.x), to(&c.y));
+    let (w, bias) = (f32d(&c.w), f32d(&c.bias));
+    let m = chunks(&f32d(&c.modulation));
+    let (scale, shift, gate) = (&m[1], &m[0], &m[2]);
+    // The reference sees the inputs as stored in `kind`.
+    let (xr, yr) = (x.to_kind(Kind::Double).to_device(Device::Cpu), y.to_kind(Kind::Double).to_device(Device::Cpu));
+    let cpu = |t: &Tensor| t.to_device(Device::Cpu).squeeze_dim(1);
+
+    let spec = LayerNormSpec { eps: c.eps, affine: None, modulation: Some((scale, shift)) };
+    let got = layer_norm_modulate(&x, &spec);
+    let want = reference_norm(&xr, None, Some((&cpu(scale), &cpu(shift))), c.eps);
+    let e = rel(&got, &want);
+    assert!(e < tol, "{kind:?} {device:?} layer_norm_modulate rel {e} >= {tol}");
+
+    let got = gated_residual(&x, &y, Some(gate));
+    let want = &xr + &yr * cpu(gate).to_kind(Kind::Double).unsqueeze(1);
+    let e = rel(&got, &want);
+    assert!(e < tol, "{kind:?} {device:?} gated_residual rel {e} >= {tol}");
+
+    let spec = LayerNormSpec { eps: c.eps, affine: Some((&w, &bias)), modulation: None };
+    let (xn, h) = residual_layer_norm_modulate(&x, &y, None, &spec);
+    let want_x = &xr + &yr;
+    let e = rel(&xn, &want_x);
+    assert!(e < tol, "{kind:?} {device:?} residual rel {e} >= {tol}");
+    // The norm runs on the residual as stored (rounded), like the reference.
+    let want = reference_norm(&xn.to_kind(Kind::Double).to_device(Device::Cpu), Some((&c.w, &c.bias)), None, c.eps);
+    let e = rel(&h, &want);
+    assert!(e < tol, "{kind:?} {device:?} residual+affine norm rel {e} >= {tol}");
+}
+
+fn rope_tables(n: i64, head_dim: i64, seed: i64) -> (Tensor, Tensor) {
+    let ang = randn(&[n, head_dim / 2], seed) * 3.0;
+    (ang.cos(), ang.sin())
+}
+
+fn check_rope(b: i64, n: i64, heads: i64, head_dim: i64, device: Device, kind: Kind, tol: f64) {
+    let d = heads * head_dim;
+    // q and k as slices of one fused projection [B, N, 3D], as the model computes them.
+    let qkv = randn(&[b, n, 3 * d], 11).to_device(device).to_kind(kind);
+    let (q, k) = (qkv.narrow(2, 0, d), qkv.narrow(2, d, d));
+    let wq = (randn(&[d], 12) * 0.2 + 1.0).to_device(device).to_kind(kind);
+    let wk = (randn(&[d], 13) * 0.2 + 1.0).to_device(device).to_kind(kind);
+    let (cos, sin) = rope_tables(n, head_dim, 14);
+    let (cosd, sind) = (cos.to_device(device), sin.to_device(device));
+    let out = rms_norm_rope(&[(&q, &wq), (&k, &wk)], 1e-6, head_dim, Some((&cosd, &sind)));
+    for (got, (x, w)) in out.iter().zip([(&q, &wq), (&k, &wk)]) {
+        let want = reference_rms_rope(&x.to_device(Device::Cpu), &w.to_device(Device::Cpu), &cos, &sin, head_dim, 1e-6);
+        let e = rel(got, &want);
+        assert!(e < tol, "{kind:?} {device:?} rms_norm_rope rel {e} >= {tol}");
+    }
+    let plain = rms_norm_rope(&[(&q, &wq)], 1e-6, head_dim, None);
+    let want = {
+        let x = q.to_device(Device::Cpu).to_kind(Kind::Double);
+        &x * (x.square().mean_dim(-1, true, Kind::Double) + 1e-6).rsqrt()
+            * wq.to_device(Device::Cpu).to_kind(Kind::Double)
+    };
+    let e = rel(&plain[0], &want);
+    assert!(e < tol, "{kind:?} {device:?} rms_norm (no rope) rel {e} >= {tol}");
+}
+
+#[test]
+fn fallbacks_match_the_reference_formulas_on_cpu() {
+    for (b, n, d) in [(1, 7, 64), (2, 5, 48), (2, 3, 40)] {
+        check_norms(&case(b, n, d, 1), Device::Cpu, Kind::Float, 2e-5);
+        check_norms(&case(b, n, d, 2), Device::Cpu, Kind::BFloat16, 1.2e-2);
+    }
+    check_rope(2, 6, 3, 16, Device::Cpu, Kind::Float, 2e-5);
+    check_rope(1, 5, 2, 24, Device::Cpu, Kind::BFloat16, 1.2e-2);
+}
+
+/// Every fp32 fallback op is the same function the model computed before it used these ops, so
+/// on CPU in fp32 this must hold bit for bit (the model's parity fixtures rely on it).
+#[test]
+fn fp32_fallback_equals_the_plain_tch_composition() {
+    let c = case(2, 5, 32, 3);
+    let m = chunks(&c.modulation);
+    let spec = LayerNormSpec { eps: c.eps, affine: None, modulation: Some((&m[1], &m[0])) };
+    let got = layer_norm_modulate(&c.x, &spec);
+    let want = c.x.layer_norm([32], None::<Tensor>, None::<Tensor>, c.eps, true) * (&m[1] + 1.0) + &m[0];
+    assert_eq!(f64::try_from((got - want).abs().max()).unwrap(), 0.0);
+    let got = gated_residual(&c.x, &c.y, Some(&m[2]));
+    let want = &c.x + &c.y * &m[2];
+    assert_eq!(f64::try_from((got - want).abs().max()).unwrap(), 0.0);
+}
+
+/// Fills the caching allocator's free blocks with NaN so an output element the kernel fails to
+/// write shows up as NaN instead of a stale value.
+fn poison(device: Device) {
+    let t = Tensor::full([64 << 20], f64::NAN, (Kind::Float, device));
+    drop(t);
+}
+
+#[test]
+fn cuda_kernels_match_their_fallbacks() {
+    fastvideo_torch::init();
+    if fastvideo_torch::init().cuda_devices == 0 {
+        eprintln!("no CUDA device: the kernel side of this test runs on a GPU machine (host/scripts/gpu/kernels.sh)");
+        return;
+    }
+    let device = Device::Cuda(0);
+    assert!(fastvideo_kernels::cuda::device(0).is_some(), "kernels failed to compile on a CUDA machine");
+    // Wan 1.3B and 14B widths, an odd token count, batch 1 and 2 (CFG rows).
+    for (b, n, d) in [(1, 257, 1536), (2, 33, 1536), (1, 17, 5120), (2, 9, 64)] {
+        for (kind, tol) in [(Kind::Float, 2e-5), (Kind::BFloat16, 1.2e-2), (Kind::Half, 1.5e-3)] {
+            poison(device);
+            check_norms(&case(b, n, d, 5), device, kind, tol);
+        }
+    }
+    for (kind, tol) in [(Kind::Float, 2e-5), (Kind::BFloat16, 1.2e-2), (Kind::Half, 1.5e-3)] {
+        poison(device);
+        check_rope(1, 300, 12, 128, device, kind, tol);
+        check_rope(2, 40, 40, 128, device, kind, tol);
+    }
+    // Kernel vs fallback on identical inputs: the kernel must be no worse than the fallback.
+    let c = case(2, 129, 1536, 9);
+    let x = c.x.to_device(device).to_kind(Kind::BFloat16);
+    let m = chunks(&c.modulation.to_device(device));
+    let spec = LayerNormSpec { eps: 1e-6, affine: None, modulation: Some((&m[1], &m[0])) };
+    let fused = layer_norm_modulate(&x, &spec);
+    fastvideo_kernels::set_enabled(false);
+    let plain = layer_norm_modulate(&x, &spec);
+    fastvideo_kernels::set_enabled(true);
+    let e = rel(&fused, &plain);
+    eprintln!("bf16 layer_norm_modulate, kernel vs fallback: max rel {e:.3e}");
+    assert!(e < 1.2e-2, "kernel vs fallback rel {e}");
+}

@@ -1,0 +1,183 @@
+//! Component timings of a loaded Wan model at one shape: the figures `fastvideo bench` prints
+//! and `host/scripts/gpu/bench.sh` sets beside diffusers' in one run.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use anyhow::{ensure, Context, Result};
+use serde::Serialize;
+use tch::{Device, Kind, Tensor};
+
+use crate::loader::WanModel;
+
+/// What to measure.
+pub struct BenchOptions {
+    pub frames: i64,
+    pub height: i64,
+    pub width: i64,
+    /// Timed repetitions of each transformer measurement (median reported).
+    pub runs: usize,
+    /// Timed repetitions of the VAE decode.
+    pub vae_runs: usize,
+    /// Inputs to use instead of seeded noise: `latents`, `timestep`, `context` (and optionally
+    /// `vae_latents`), as written by `host/scripts/gpu/diffusers_bench.py`.
+    pub inputs: HashMap<String, Tensor>,
+    /// Also decode in float32 and report the PSNR of the model's VAE dtype against it.
+    pub vae_compare: bool,
+}
+
+/// Seconds are medians over the timed runs, after one warm-up.
+#[derive(Debug, Serialize)]
+pub struct BenchReport {
+    pub device: String,
+    pub transformer_dtype: &'static str,
+    pub vae_dtype: &'static str,
+    pub kernels: bool,
+    pub tokens: i64,
+    pub load_s: f64,
+    pub host_peak_rss_bytes: Option<u64>,
+    pub forward_s: f64,
+    pub forward_runs_s: Vec<f64>,
+    pub cfg_step_s: f64,
+    pub text_encode_s: f64,
+    pub vae_decode_s: f64,
+    /// Device memory in use after each phase (driver's view: includes libtorch's cache).
+    pub gpu_used_after_transformer_bytes: Option<u64>,
+    pub gpu_used_after_vae_bytes: Option<u64>,
+    /// The scaled-dot-product backend libtorch picks for the self-attention shape.
+    pub sdpa_backend: &'static str,
+    pub vae_psnr_vs_fp32_db: Option<f64>,
+    pub vae_fp32_decode_s: Option<f64>,
+    /// The velocity for the inputs (float32), for parity checks.
+    #[serde(skip)]
+    pub velocity: Option<Tensor>,
+}
+
+fn sync(device: Device) {
+    if let Device::Cuda(i) = device {
+        tch::Cuda::synchronize(i as i64);
+    }
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Times `f` (synchronising the device around it): one warm-up, then `runs` timed calls.
+fn time<T>(device: Device, runs: usize, mut f: impl FnMut() -> Result<T>) -> Result<(Vec<f64>, T)> {
+    let mut last = f()?;
+    sync(device);
+    let mut times = Vec::with_capacity(runs);
+    for _ in 0..runs.max(1) {
+        let t = Instant::now();
+        last = f()?;
+        sync(device);
+        times.push(t.elapsed().as_secs_f64());
+    }
+    Ok((times, last))
+}
+
+fn input(opts: &BenchOptions, name: &str, shape: &[i64], seed: i64, device: Device) -> Result<Tensor> {
+    match opts.inputs.get(name) {
+        Some(t) => {
+            ensure!(t.size() == shape, "--inputs: `{name}` has shape {:?}, this run needs {shape:?}", t.size());
+            Ok(t.to_kind(Kind::Float).to_device(device))
+        }
+        None => {
+            tch::manual_seed(seed);
+            Ok(Tensor::randn(shape, (Kind::Float, Device::Cpu)).to_device(device))
+        }
+    }
+}
+
+fn sdpa_name(choice: i64) -> &'static str {
+    match choice {
+        0 => "math",
+        1 => "flash",
+        2 => "efficient",
+        3 => "cudnn",
+        4 => "overrideable",
+        _ => "unknown",
+    }
+}
+
+/// PSNR in dB of `a` against `reference`, both in [-1, 1].
+pub fn psnr(a: &Tensor, reference: &Tensor) -> f64 {
+    let mse = f64::try_from((a - reference).to_kind(Kind::Double).square().mean(Kind::Double)).unwrap_or(f64::NAN);
+    10.0 * (4.0 / mse.max(1e-20)).log10()
+}
+
+/// Runs every measurement. `device_memory` reads the device's used bytes (None off CUDA).
+pub fn run(model: &WanModel, opts: &BenchOptions, device_memory: &dyn Fn() -> Option<u64>) -> Result<BenchReport> {
+    let dev = model.device;
+    let t = &model.transformer;
+    let (tf, sf) = (model.vae.cfg.temporal_factor(), model.vae.cfg.spatial_factor());
+    ensure!((opts.frames - 1) % tf == 0, "--frames {} must be {tf}k+1", opts.frames);
+    let lat = [1, model.vae.cfg.z_dim, (opts.frames - 1) / tf + 1, opts.height / sf, opts.width / sf];
+    let len = model.max_sequence_length() as i64;
+    let latents = input(opts, "latents", &lat, 1, dev)?;
+    let timestep = match opts.inputs.get("timestep") {
+        Some(ts) => ts.to_kind(Kind::Float).to_device(dev),
+        None => Tensor::from_slice(&[500f32]).to_device(dev),
+    };
+    let context = input(opts, "context", &[1, len, t.cfg.text_dim], 2, dev)?;
+    let uncond = context.zeros_like();
+    let [pt, ph, pw] = t.cfg.patch_size;
+    let tokens = lat[2] / pt * (lat[3] / ph) * (lat[4] / pw);
+
+    let (mut fw, velocity) = time(dev, opts.runs, || t.forward(&latents, &timestep, &context))?;
+    let forward_runs_s = fw.clone();
+    let forward_s = median(&mut fw);
+    let (mut cfg, _) = time(dev, opts.runs, || {
+        let c = t.forward(&latents, &timestep, &context)?;
+        let u = t.forward(&latents, &timestep, &uncond)?;
+        Ok(&u + (c - &u) * 5.0)
+    })?;
+    let sdpa_backend = {
+        let heads = t.cfg.num_attention_heads;
+        let q = Tensor::zeros([1, heads, tokens, t.cfg.attention_head_dim], (velocity_kind(model), dev));
+        sdpa_name(Tensor::internal_fused_sdp_choice(&q, &q, &q, None::<Tensor>, 0.0, false, None, false))
+    };
+    let gpu_used_after_transformer_bytes = device_memory();
+
+    let (ids, mask) = model.tokenizer.encode(&["a red circle moving left".to_string()], len as usize, dev)?;
+    let (mut te, _) = time(dev, opts.runs, || model.text_encoder.forward(&ids, &mask))?;
+
+    let vae_latents = input(opts, "vae_latents", &lat, 3, dev)?;
+    let (mut vd, frames) = time(dev, opts.vae_runs, || model.vae.decode(&vae_latents))?;
+    let gpu_used_after_vae_bytes = device_memory();
+    let (vae_psnr_vs_fp32_db, vae_fp32_decode_s) = if opts.vae_compare && model.load_report.vae_dtype != Kind::Float {
+        let w = crate::Weights::from_dir(&model.dir.join("vae"), "diffusion_pytorch_model", dev, Kind::Float)?;
+        let vae32 = crate::AutoencoderKLWan::new(model.vae.cfg.clone(), &w).context("fp32 VAE for comparison")?;
+        let (mut v32, reference) = time(dev, 1, || vae32.decode(&vae_latents))?;
+        (Some(psnr(&frames, &reference)), Some(median(&mut v32)))
+    } else {
+        (None, None)
+    };
+
+    Ok(BenchReport {
+        device: format!("{dev:?}"),
+        transformer_dtype: fastvideo_torch::kind_name(model.load_report.transformer_dtype),
+        vae_dtype: fastvideo_torch::kind_name(model.load_report.vae_dtype),
+        kernels: fastvideo_kernels::enabled(),
+        tokens,
+        load_s: model.load_report.seconds,
+        host_peak_rss_bytes: model.load_report.host_peak_rss_bytes,
+        forward_s,
+        forward_runs_s,
+        cfg_step_s: median(&mut cfg),
+        text_encode_s: median(&mut te),
+        vae_decode_s: median(&mut vd),
+        gpu_used_after_transformer_bytes,
+        gpu_used_after_vae_bytes,
+        sdpa_backend,
+        vae_psnr_vs_fp32_db,
+        vae_fp32_decode_s,
+        velocity: Some(velocity.to_kind(Kind::Float).to_device(Device::Cpu)),
+    })
+}
+
+fn velocity_kind(model: &WanModel) -> Kind {
+    model.load_report.transformer_dtype
+}
