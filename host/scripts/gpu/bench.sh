@@ -4,14 +4,14 @@
 # diffusers on one random-weight Wan2.1-T2V-1.3B folder, same weights and inputs.
 #   needs  .whl/ (host/scripts/gpu/fetch_wheels.sh, run where PyPI is) and the binary at
 #          ${FASTVIDEO_BIN:-.gpu/fastvideo}; python3 with torch 2.11.0+cu130 and transformers 5
-#   env    STAGES="make diffusers ours compare" (default all)  OUT=/tmp/bench  MODEL=/tmp/wan13b
+#   env    STAGES="make diffusers dmem ours oursclip compare" (default all)  OUT=/tmp/bench  MODEL=/tmp/wan13b
 #          CLIP_STEPS=0 (50 adds a whole-clip diffusers run)  RUNS=5  SKIP_COMPILE=1
 #          OURS_VARIANTS="kernels_off:--kernels off;other:--flag x" (each: NAME:EXTRA FLAGS)
 #          DEVICE=cuda FRAMES=81 HEIGHT=480 WIDTH=832 MAKE_ARGS= (--tiny: a CPU check of the plumbing)
 # With CLIP_STEPS=0 all stages fit one 10-minute call; else run STAGES=... in separate calls.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
-STAGES="${STAGES:-make diffusers ours compare}"
+STAGES="${STAGES:-make diffusers dmem ours oursclip compare}"
 OUT="${OUT:-/tmp/bench}"
 MODEL="${MODEL:-/tmp/wan13b}"
 BIN="${FASTVIDEO_BIN:-.gpu/fastvideo}"
@@ -104,9 +104,41 @@ ours() {
   return "$fail"
 }
 
+diffusers_mem() { # the same work as ours in one process, peak read the same way (nvidia-smi)
+  local smi="$OUT/diffusers_mem_smi.txt" pid rc=0
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i "${GPU_INDEX:-0}" -lms 200 >"$smi" &
+  pid=$!
+  python3 "$S/diffusers_mem.py" --model "$MODEL" --inputs "$OUT/inputs.safetensors" --out "$OUT/diffusers_mem.json" || rc=$?
+  kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true
+  python3 -c 'import json, sys
+p, smi = sys.argv[1:]
+mib = [int(x) for x in open(smi).read().split() if x.isdigit()]
+o = json.load(open(p)); o["peak_gpu_smi_mib"] = max(mib) if mib else None; json.dump(o, open(p, "w"))' "$OUT/diffusers_mem.json" "$smi" || rc=1
+  return "$rc"
+}
+
+ours_clip() { # a whole generation through the pipeline (text encode, CLIP_STEPS CFG steps, decode, MP4)
+  local rc=0
+  [ "${CLIP_STEPS:-0}" -gt 0 ] || { echo "oursclip: CLIP_STEPS=0, skipped"; return 0; }
+  "$BIN" generate --model "$MODEL" --device "$DEVICE" --prompt "a red circle moving left" --seed 0 \
+    --steps "$CLIP_STEPS" "${SIZE[@]}" --out /tmp/ours_clip.mp4 --json --quiet >"$OUT/ours_clip_run.json" || rc=$?
+  python3 -c 'import json, sys
+run, ours = sys.argv[1:]
+m = json.load(open(run))["metrics"]
+node = dict(m["node_seconds"])
+o = json.load(open(ours)) if __import__("os").path.exists(ours) else {}
+o.update(clip_denoise_s=node.get("denoise"), clip_total_s=m["total_seconds"], clip_steps=m["steps"],
+         clip_vae_decode_s=node.get("vae_decode"), clip_text_encode_s=node.get("text_encode"))
+json.dump(o, open(ours, "w"))
+print("ours clip:", {k: o[k] for k in ("clip_denoise_s", "clip_total_s", "clip_vae_decode_s")})' "$OUT/ours_clip_run.json" "$OUT/ours.json" || rc=1
+  return "$rc"
+}
+
 status=0
 stage make make_model
 stage diffusers diffusers
+stage dmem diffusers_mem || status=1
 stage ours ours || status=1  # a failed run of ours still gets its table, with — where it failed
+stage oursclip ours_clip || status=1
 stage compare python3 "$S/compare.py" --dir "$OUT"
 exit "$status"

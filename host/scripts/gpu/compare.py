@@ -85,6 +85,9 @@ def dclip(eager):
     return mul(f, 2 * steps)
 
 
+dm = {}
+if os.path.exists(os.path.join(A.dir, "diffusers_mem.json")):
+    dm = json.load(open(os.path.join(A.dir, "diffusers_mem.json")))
 vae_dtype = "bf16"  # which diffusers VAE figure our vae_decode_s sits next to
 rows = [  # label, ours(o) -> value, diffusers eager bf16, diffusers compile bf16, ratios?
     ("transformer forward (s)", lambda o: o.get("forward_s"), d.get("bf16_eager_forward_s"),
@@ -100,8 +103,9 @@ rows = [  # label, ours(o) -> value, diffusers eager bf16, diffusers compile bf1
     ("load (s; diffusers: transformer only)", lambda o: o.get("load_s"), d.get("bf16_load_s"), None, True),
     ("peak GPU memory, forward (GiB)", lambda o: gib(o.get("peak_gpu_bytes")),
      gib(d.get("bf16_eager_forward_peak_bytes")), gib(d.get("bf16_compile_forward_peak_bytes")), True),
-    ("peak GPU memory, nvidia-smi (GiB)", lambda o: None if o.get("peak_gpu_smi_mib") is None
-     else o["peak_gpu_smi_mib"] / 1024, None, None, False),
+    ("peak GPU memory, nvidia-smi (GiB; diffusers: diffusers_mem.py, same work)",
+     lambda o: None if o.get("peak_gpu_smi_mib") is None else o["peak_gpu_smi_mib"] / 1024,
+     None if dm.get("peak_gpu_smi_mib") is None else dm["peak_gpu_smi_mib"] / 1024, None, True),
     ("velocity rel err vs fp32", lambda o: o.get("rel_err"), d.get("bf16_eager_rel_err"),
      d.get("bf16_compile_rel_err"), False),
 ]

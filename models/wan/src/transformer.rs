@@ -90,10 +90,12 @@ impl TransformerConfig {
     }
 }
 
-/// Self-attention with q/k RMSNorm across all heads and rotary positions. q, k and v come from
-/// one fused projection (`to_q`/`to_k`/`to_v` concatenated at load): one GEMM instead of three.
+/// Self-attention with q/k RMSNorm across all heads and rotary positions. q and k come from one
+/// fused projection (`to_q`/`to_k` concatenated at load), which the norm kernel reads in place;
+/// v has its own projection so it is dense, as every SDPA backend expects without copying.
 struct SelfAttention {
-    to_qkv: Linear,
+    to_qk: Linear,
+    to_v: Linear,
     to_out: Linear,
     norm_q: Tensor,
     norm_k: Tensor,
@@ -103,13 +105,10 @@ struct SelfAttention {
 
 impl SelfAttention {
     fn new(w: &Weights, dim: i64, heads: i64, eps: f64) -> Result<Self> {
-        let parts = [
-            Linear::new(&w.pp("to_q"), dim, dim, true)?,
-            Linear::new(&w.pp("to_k"), dim, dim, true)?,
-            Linear::new(&w.pp("to_v"), dim, dim, true)?,
-        ];
+        let qk = [Linear::new(&w.pp("to_q"), dim, dim, true)?, Linear::new(&w.pp("to_k"), dim, dim, true)?];
         Ok(Self {
-            to_qkv: Linear::concat(&parts),
+            to_qk: Linear::concat(&qk),
+            to_v: Linear::new(&w.pp("to_v"), dim, dim, true)?,
             to_out: Linear::new(&w.pp("to_out.0"), dim, dim, true)?,
             norm_q: w.get("norm_q.weight", &[dim])?,
             norm_k: w.get("norm_k.weight", &[dim])?,
@@ -120,24 +119,25 @@ impl SelfAttention {
 
     fn forward(&self, x: &Tensor, rope: &Rope) -> Tensor {
         let d = self.norm_q.size()[0];
-        let qkv = self.to_qkv.forward(x);
-        let (q, k, v) = (qkv.narrow(2, 0, d), qkv.narrow(2, d, d), qkv.narrow(2, 2 * d, d));
+        let qk = self.to_qk.forward(x);
+        let (q, k) = (qk.narrow(2, 0, d), qk.narrow(2, d, d));
         let qk = fastvideo_kernels::rms_norm_rope(
             &[(&q, &self.norm_q), (&k, &self.norm_k)],
             self.eps,
             d / self.heads,
             Some((&rope.cos, &rope.sin)),
         );
-        let o = attention(&qk[0], &qk[1], &v, self.heads);
+        let o = attention(&qk[0], &qk[1], &self.to_v.forward(x), self.heads);
         self.to_out.forward(&merge_heads(&o))
     }
 }
 
-/// Cross-attention to the text: q from the video tokens, k and v (one fused projection) from the
-/// context, both RMS-normalised across heads, no rotary positions.
+/// Cross-attention to the text: q from the video tokens, k and v from the context, q and k
+/// RMS-normalised across heads, no rotary positions.
 struct CrossAttention {
     to_q: Linear,
-    to_kv: Linear,
+    to_k: Linear,
+    to_v: Linear,
     to_out: Linear,
     norm_q: Tensor,
     norm_k: Tensor,
@@ -147,10 +147,10 @@ struct CrossAttention {
 
 impl CrossAttention {
     fn new(w: &Weights, dim: i64, heads: i64, eps: f64) -> Result<Self> {
-        let kv = [Linear::new(&w.pp("to_k"), dim, dim, true)?, Linear::new(&w.pp("to_v"), dim, dim, true)?];
         Ok(Self {
             to_q: Linear::new(&w.pp("to_q"), dim, dim, true)?,
-            to_kv: Linear::concat(&kv),
+            to_k: Linear::new(&w.pp("to_k"), dim, dim, true)?,
+            to_v: Linear::new(&w.pp("to_v"), dim, dim, true)?,
             to_out: Linear::new(&w.pp("to_out.0"), dim, dim, true)?,
             norm_q: w.get("norm_q.weight", &[dim])?,
             norm_k: w.get("norm_k.weight", &[dim])?,
@@ -160,13 +160,10 @@ impl CrossAttention {
     }
 
     fn forward(&self, x: &Tensor, context: &Tensor) -> Tensor {
-        let d = self.norm_q.size()[0];
-        let hd = d / self.heads;
+        let hd = self.norm_q.size()[0] / self.heads;
         let q = fastvideo_kernels::rms_norm_rope(&[(&self.to_q.forward(x), &self.norm_q)], self.eps, hd, None);
-        let kv = self.to_kv.forward(context);
-        let (k, v) = (kv.narrow(2, 0, d), kv.narrow(2, d, d));
-        let k = fastvideo_kernels::rms_norm_rope(&[(&k, &self.norm_k)], self.eps, hd, None);
-        let o = attention(&q[0], &k[0], &v, self.heads);
+        let k = fastvideo_kernels::rms_norm_rope(&[(&self.to_k.forward(context), &self.norm_k)], self.eps, hd, None);
+        let o = attention(&q[0], &k[0], &self.to_v.forward(context), self.heads);
         self.to_out.forward(&merge_heads(&o))
     }
 }

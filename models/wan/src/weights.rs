@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use anyhow::{bail, Context, Result};
-use memmap2::Mmap;
+use memmap2::{Mmap, UncheckedAdvice};
 use safetensors::{Dtype, SafeTensors};
 use tch::{Device, Kind, Tensor};
 
@@ -182,7 +182,13 @@ impl Weights {
                         bytes.len()
                     );
                 }
-                self.materialise(bytes, e)
+                let t = self.materialise(bytes, e);
+                // The bytes are copied: drop the pages from this process's mapping so a
+                // checkpoint never sits in our resident memory (the page cache may keep them).
+                // SAFETY: the mapping is read-only and file-backed, so DONTNEED only forgets
+                // pages that a later read faults back in from the file.
+                let _ = unsafe { map.unchecked_advise_range(UncheckedAdvice::DontNeed, e.start, e.end - e.start) };
+                t
             }
         };
         self.store.used.borrow_mut().insert(key);
