@@ -134,11 +134,33 @@ print("ours clip:", {k: o[k] for k in ("clip_denoise_s", "clip_total_s", "clip_v
   return "$rc"
 }
 
+ours_plugins() { # plugins at real size: built-in CFG, the cfg guider plugin, FBCache (deploys/ from examples/plugins-deploy.sh)
+  local d flag rc=0
+  for d in builtin cfg fbcache; do
+    flag=()
+    [ "$d" = builtin ] || flag=(--deploy "deploys/$d.toml")
+    "$BIN" generate --model "$MODEL" --device "$DEVICE" --prompt "a red circle moving left" --seed 0 \
+      --steps "${PLUGIN_STEPS:-10}" "${SIZE[@]}" --out /tmp/ours_plugin.mp4 --json --quiet "${flag[@]}" \
+      >"$OUT/plugin_$d.json" 2>"$OUT/plugin_$d.log" || { echo "plugin $d: failed"; tail -3 "$OUT/plugin_$d.log"; rc=1; }
+  done
+  python3 -c 'import json, os, sys
+out = sys.argv[1]; r = {}
+for d in ("builtin", "cfg", "fbcache"):
+    p = f"{out}/plugin_{d}.json"
+    if not os.path.exists(p) or not os.path.getsize(p): continue
+    m = json.load(open(p))["metrics"]; st = m["step_seconds"]
+    r[d] = dict(denoise_s=dict(m["node_seconds"]).get("denoise"), step_mean_s=sum(st) / len(st), forwards=m["forwards"],
+                plugin_seconds=m["plugin_seconds"], steps=m["steps"])
+json.dump(r, open(f"{out}/plugins.json", "w"), indent=1); print(json.dumps(r, indent=1))' "$OUT" || rc=1
+  return "$rc"
+}
+
 status=0
 stage make make_model
 stage diffusers diffusers
 stage dmem diffusers_mem || status=1
 stage ours ours || status=1  # a failed run of ours still gets its table, with — where it failed
 stage oursclip ours_clip || status=1
+stage plugins ours_plugins || status=1
 stage compare python3 "$S/compare.py" --dir "$OUT"
 exit "$status"

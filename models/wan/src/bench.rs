@@ -39,6 +39,9 @@ pub struct BenchReport {
     pub forward_s: f64,
     pub forward_runs_s: Vec<f64>,
     pub cfg_step_s: f64,
+    /// Both CFG branches as one forward of batch 2 (what the engine's step batching does with
+    /// rows of several requests).
+    pub forward_batch2_s: f64,
     pub text_encode_s: f64,
     pub vae_decode_s: f64,
     /// Device memory in use after each phase (driver's view: includes libtorch's cache).
@@ -134,6 +137,14 @@ pub fn run(model: &WanModel, opts: &BenchOptions, device_memory: &dyn Fn() -> Op
         let u = t.forward(&latents, &timestep, &uncond)?;
         Ok(&u + (c - &u) * 5.0)
     })?;
+    let (mut b2, _) = {
+        let (x2, t2, c2) = (
+            Tensor::cat(&[&latents, &latents], 0),
+            Tensor::cat(&[&timestep, &timestep], 0),
+            Tensor::cat(&[&context, &uncond], 0),
+        );
+        time(dev, opts.runs, || t.forward(&x2, &t2, &c2))?
+    };
     let sdpa_backend = {
         let heads = t.cfg.num_attention_heads;
         let q = Tensor::zeros([1, heads, tokens, t.cfg.attention_head_dim], (velocity_kind(model), dev));
@@ -167,6 +178,7 @@ pub fn run(model: &WanModel, opts: &BenchOptions, device_memory: &dyn Fn() -> Op
         forward_s,
         forward_runs_s,
         cfg_step_s: median(&mut cfg),
+        forward_batch2_s: median(&mut b2),
         text_encode_s: median(&mut te),
         vae_decode_s: median(&mut vd),
         gpu_used_after_transformer_bytes,

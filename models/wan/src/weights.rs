@@ -200,7 +200,7 @@ impl Weights {
     /// conversion runs there.
     fn materialise(&self, bytes: &[u8], e: &Entry) -> Tensor {
         let aligned = (bytes.as_ptr() as usize) % e.kind.elt_size_in_bytes() == 0;
-        if self.device != Device::Cpu && aligned {
+        if self.device != Device::Cpu && aligned && std::env::var_os("FASTVIDEO_LOAD_VIA_HOST").is_none() {
             let strides = contiguous_strides(&e.shape);
             // SAFETY: `bytes` is a live mapping of exactly shape × element size bytes (checked
             // by the caller), aligned for the element type; the borrowed tensor is consumed by
