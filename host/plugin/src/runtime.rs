@@ -176,6 +176,13 @@ impl PluginRuntime {
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limits);
         store.set_epoch_deadline(l.call_deadline_ms.max(1));
+        // The deadline bounds the plugin's own work. A host op that returns a value from a GPU
+        // tensor first waits for every kernel queued before it (on the H200 that can be most of
+        // a forward); that wait is handed back to the deadline here instead of failing the call.
+        store.epoch_deadline_callback(|mut ctx| match ctx.data_mut().take_device_wait_ticks() {
+            0 => Err(Trap::Interrupt.into()),
+            ticks => Ok(wasmtime::UpdateDeadline::Continue(ticks)),
+        });
         if let Some(fuel) = l.fuel_per_call {
             store.set_fuel(fuel).ok();
         }
@@ -315,12 +322,15 @@ impl PluginInstance {
             return Err(fail(FailureKind::Invalid, "instance discarded after an earlier failure".into()));
         }
         self.store.set_epoch_deadline(self.limits.call_deadline_ms.max(1));
+        self.store.data_mut().take_device_wait_ticks();
+        self.store.data_mut().call_device_wait = Duration::ZERO;
         if let Some(fuel) = self.limits.fuel_per_call {
             self.store.set_fuel(fuel).ok();
         }
         let t = std::time::Instant::now();
         let result = f(&mut self.store, &self.guest);
-        let seconds = t.elapsed().as_secs_f64();
+        // GPU work queued before the hook that a host op waited for is the model's time, not the plugin's.
+        let seconds = t.elapsed().saturating_sub(self.store.data().call_device_wait).as_secs_f64();
         fastvideo_pipeline::record_plugin_seconds(seconds);
         if let Some(observe) = self.observer.get() {
             observe(seconds);
@@ -367,6 +377,7 @@ impl PluginInstance {
             }
         }
         let lent = lent.map(|h| h.expect("every tensor was lent"));
+
         let borrows = std::array::from_fn(|i| Resource::new_borrow(lent[i].rep()));
         let result = self.call(hook, |store, g| f(store, g, borrows));
         for h in lent {

@@ -64,9 +64,33 @@ pub struct HostState {
     pub(crate) limits: StoreLimits,
     pub(crate) events: Vec<PluginEvent>,
     pub(crate) counts: OutputCounts,
+    /// Time host ops spent waiting for a GPU to finish queued work before reading a value,
+    /// not yet handed back to the call deadline.
+    device_wait: std::time::Duration,
+    /// The same waits over the current call, never handed back: subtracted from the time
+    /// attributed to the plugin.
+    pub(crate) call_device_wait: std::time::Duration,
 }
 
 impl HostState {
+    /// Lets the tensor's GPU finish the work queued before this op, timing the wait so the call
+    /// deadline can give it back ([`take_device_wait_ticks`](Self::take_device_wait_ticks)).
+    fn wait_for_device(&mut self, t: &Tensor) {
+        if let tch::Device::Cuda(i) = t.device() {
+            let t0 = std::time::Instant::now();
+            tch::Cuda::synchronize(i as i64);
+            self.device_wait += t0.elapsed();
+            self.call_device_wait += t0.elapsed();
+        }
+    }
+
+    /// The device wait since the last call, in epoch ticks (1 ms, rounded up), and resets it.
+    pub(crate) fn take_device_wait_ticks(&mut self) -> u64 {
+        let ms = self.device_wait.as_micros().div_ceil(1000) as u64;
+        self.device_wait = std::time::Duration::ZERO;
+        ms
+    }
+
     pub fn new(plugin: Arc<str>, instance_limits: InstanceLimits, limits: StoreLimits) -> Self {
         Self {
             plugin,
@@ -76,6 +100,8 @@ impl HostState {
             limits,
             events: Vec::new(),
             counts: OutputCounts::default(),
+            device_wait: std::time::Duration::ZERO,
+            call_device_wait: std::time::Duration::ZERO,
         }
     }
 
@@ -236,7 +262,9 @@ impl tensor_ops::Host for HostState {
         self.op("sum", |s| s.get(&x).map_err(to_tch)?.f_sum_dim_intlist(dims(&d), keepdim, None::<Kind>))
     }
     fn abs_mean(&mut self, x: Resource<PluginTensor>) -> wasmtime::Result<f32> {
-        Ok(self.get(&x)?.abs().mean(Kind::Float).double_value(&[]) as f32)
+        let t = self.get(&x)?.shallow_clone();
+        self.wait_for_device(&t);
+        Ok(t.abs().mean(Kind::Float).double_value(&[]) as f32)
     }
     fn norm(&mut self, x: Resource<PluginTensor>, p: f32, d: Vec<i64>, keepdim: bool) -> OpResult {
         self.op("norm", |s| {
@@ -252,11 +280,12 @@ impl tensor_ops::Host for HostState {
         a: Resource<PluginTensor>,
         b: Resource<PluginTensor>,
     ) -> wasmtime::Result<Result<f32, String>> {
-        let (a, b) = (self.get(&a)?, self.get(&b)?);
+        let (a, b) = (self.get(&a)?.shallow_clone(), self.get(&b)?.shallow_clone());
         if a.size() != b.size() {
             return Ok(Err(format!("relative-l1: shapes {:?} and {:?} differ", a.size(), b.size())));
         }
-        let num = (a - b).abs().mean(Kind::Float).double_value(&[]);
+        self.wait_for_device(&a);
+        let num = (&a - &b).abs().mean(Kind::Float).double_value(&[]);
         let den = b.abs().mean(Kind::Float).double_value(&[]);
         Ok(Ok((num / den.max(1e-12)) as f32))
     }
@@ -276,10 +305,11 @@ impl tensor_ops::Host for HostState {
         })
     }
     fn item(&mut self, x: Resource<PluginTensor>) -> wasmtime::Result<Result<f32, String>> {
-        let x = self.get(&x)?;
+        let x = self.get(&x)?.shallow_clone();
         if x.numel() != 1 {
             return Ok(Err(format!("item: tensor of shape {:?} has {} elements, not 1", x.size(), x.numel())));
         }
+        self.wait_for_device(&x);
         Ok(Ok(x.double_value(&[]) as f32))
     }
 }
@@ -291,11 +321,12 @@ fn to_tch(e: wasmtime::Error) -> tch::TchError {
 impl tensor_read::Host for HostState {
     fn read_f32(&mut self, x: Resource<PluginTensor>) -> wasmtime::Result<Result<Vec<f32>, String>> {
         let cap = self.instance_limits.max_read_elements;
-        let x = self.get(&x)?;
+        let x = self.get(&x)?.shallow_clone();
         let n = x.numel();
         if n > cap {
             return Ok(Err(format!("read-f32: {n} elements exceed the deploy's cap of {cap}")));
         }
+        self.wait_for_device(&x);
         let flat = x.to_kind(Kind::Float).to_device(tch::Device::Cpu).flatten(0, -1);
         let mut out = vec![0f32; n];
         flat.copy_data(&mut out, n);
