@@ -84,7 +84,7 @@ pub fn row_fits(d: i64) -> bool {
 
 /// Whether the tensor's first element sits on a 16-byte boundary (the kernels' vector accesses).
 pub fn aligned(t: &Tensor) -> bool {
-    (t.data_ptr() as usize) % 16 == 0
+    (t.data_ptr() as usize).is_multiple_of(16)
 }
 
 impl DeviceKernels {

@@ -199,7 +199,7 @@ impl Weights {
     /// target the bytes go straight from the mapping to the device (no host copy), and the dtype
     /// conversion runs there.
     fn materialise(&self, bytes: &[u8], e: &Entry) -> Tensor {
-        let aligned = (bytes.as_ptr() as usize) % e.kind.elt_size_in_bytes() == 0;
+        let aligned = (bytes.as_ptr() as usize).is_multiple_of(e.kind.elt_size_in_bytes());
         if self.device != Device::Cpu && aligned && std::env::var_os("FASTVIDEO_LOAD_VIA_HOST").is_none() {
             let strides = contiguous_strides(&e.shape);
             // SAFETY: `bytes` is a live mapping of exactly shape × element size bytes (checked
