@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
 runs=${RUNS:-5}
-bin=target/release/fastvideo
+bin=${FASTVIDEO_BIN:-target/release/fastvideo}
 [ -x "$bin" ] || cargo build --release -p fastvideo
 py=${PYTHON:-}
 if [ -z "$py" ]; then
