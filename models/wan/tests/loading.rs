@@ -1,5 +1,8 @@
 //! Loading failures name the file and the key; text-to-image runs as a one-frame video.
 
+mod common;
+use common::copy_dir;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -10,19 +13,6 @@ use tch::Device;
 
 fn tiny() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/tiny-wan")
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let dst = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &dst);
-        } else {
-            std::fs::copy(e.path(), dst).unwrap();
-        }
-    }
 }
 
 fn load_err(dir: &Path) -> String {

@@ -2,6 +2,9 @@
 //! stored in bf16 and sharded behind a `*.safetensors.index.json`, configs carrying the keys
 //! other diffusers/transformers versions write. Built here from the shipped default model.
 
+mod common;
+use common::copy_dir;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -15,19 +18,6 @@ use tch::{Device, Kind, Tensor};
 
 fn default_model() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../default")
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let dst = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &dst);
-        } else {
-            std::fs::copy(e.path(), dst).unwrap();
-        }
-    }
 }
 
 /// Rewrites `dir/<stem>.safetensors` as `kind` tensors: two shards plus an index when `shard`,
