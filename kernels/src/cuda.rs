@@ -37,11 +37,6 @@ pub struct DeviceKernels {
     pub capability: (i32, i32),
 }
 
-// SAFETY: cudarc's handles are plain driver handles; launches are serialised by the driver on the
-// stream, and the function table is read-only after construction.
-unsafe impl Send for DeviceKernels {}
-unsafe impl Sync for DeviceKernels {}
-
 static DEVICES: OnceLock<Mutex<HashMap<usize, Option<Arc<DeviceKernels>>>>> = OnceLock::new();
 
 /// The kernels for the tensor's device, or `None` (a CPU tensor, kernels disabled, or no usable

@@ -16,16 +16,29 @@ pub use norm::{gated_residual, layer_norm_modulate, residual_layer_norm_modulate
 pub use rope::rms_norm_rope;
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Once;
 
 static DISABLED: AtomicBool = AtomicBool::new(false);
+static FROM_ENV: Once = Once::new();
+
+/// `FASTVIDEO_NO_KERNELS` read once, so the per-op check is one atomic load.
+fn init_from_env() {
+    FROM_ENV.call_once(|| {
+        if std::env::var_os("FASTVIDEO_NO_KERNELS").is_some() {
+            DISABLED.store(true, Ordering::Relaxed);
+        }
+    });
+}
 
 /// Turns the fused kernels off (or back on) for the whole process: every op then runs its tch
 /// fallback. For benchmarks and for ruling the kernels out when chasing a numerical difference.
 pub fn set_enabled(on: bool) {
+    init_from_env();
     DISABLED.store(!on, Ordering::Relaxed);
 }
 
 /// Whether fused kernels may run (they still need a CUDA tensor and a supported shape).
 pub fn enabled() -> bool {
-    !DISABLED.load(Ordering::Relaxed) && std::env::var_os("FASTVIDEO_NO_KERNELS").is_none()
+    init_from_env();
+    !DISABLED.load(Ordering::Relaxed)
 }

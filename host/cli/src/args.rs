@@ -93,7 +93,10 @@ impl PrecisionArgs {
     /// Applies `--kernels` and loads the model folder with these dtypes on `device`.
     pub fn load(&self, dir: &std::path::Path, device: tch::Device) -> anyhow::Result<fastvideo_wan::WanModel> {
         use anyhow::Context;
-        fastvideo_kernels::set_enabled(self.kernels == "on");
+        if self.kernels == "off" {
+            // Only ever switched off here, so `FASTVIDEO_NO_KERNELS` still holds with the default.
+            fastvideo_kernels::set_enabled(false);
+        }
         let opts = fastvideo_wan::LoadOptions { device, dtype: self.dtype, vae_dtype: self.vae_dtype };
         fastvideo_wan::WanModel::load_with(dir, opts).with_context(|| format!("--model {}", dir.display()))
     }

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::Args;
 use fastvideo_wan::bench::{self, BenchOptions};
-use tch::{Device, Tensor};
+use tch::Tensor;
 
 use crate::args::PrecisionArgs;
 
@@ -71,11 +71,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         inputs,
         vae_compare: args.vae_compare,
     };
-    let memory = move || match device {
-        Device::Cuda(i) => fastvideo_kernels::cuda::memory_used(i),
-        _ => None,
-    };
-    let mut report = bench::run(&model, &opts, &memory)?;
+    let mut report = bench::run(&model, &opts)?;
     if let (Some(path), Some(v)) = (&args.outputs, report.velocity.take()) {
         Tensor::write_safetensors(&[("velocity", v)], path).with_context(|| format!("--outputs {}", path.display()))?;
     }

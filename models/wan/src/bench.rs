@@ -111,9 +111,13 @@ pub fn psnr(a: &Tensor, reference: &Tensor) -> f64 {
     10.0 * (4.0 / mse.max(1e-20)).log10()
 }
 
-/// Runs every measurement. `device_memory` reads the device's used bytes (None off CUDA).
-pub fn run(model: &WanModel, opts: &BenchOptions, device_memory: &dyn Fn() -> Option<u64>) -> Result<BenchReport> {
+/// Runs every measurement.
+pub fn run(model: &WanModel, opts: &BenchOptions) -> Result<BenchReport> {
     let dev = model.device;
+    let device_memory = || match dev {
+        Device::Cuda(i) => fastvideo_kernels::cuda::memory_used(i),
+        _ => None,
+    };
     let t = &model.transformer;
     let (tf, sf) = (model.vae.cfg.temporal_factor(), model.vae.cfg.spatial_factor());
     ensure!((opts.frames - 1) % tf == 0, "--frames {} must be {tf}k+1", opts.frames);
@@ -147,7 +151,7 @@ pub fn run(model: &WanModel, opts: &BenchOptions, device_memory: &dyn Fn() -> Op
     };
     let sdpa_backend = {
         let heads = t.cfg.num_attention_heads;
-        let q = Tensor::zeros([1, heads, tokens, t.cfg.attention_head_dim], (velocity_kind(model), dev));
+        let q = Tensor::zeros([1, heads, tokens, t.cfg.attention_head_dim], (model.load_report.transformer_dtype, dev));
         sdpa_name(Tensor::internal_fused_sdp_choice(&q, &q, &q, None::<Tensor>, 0.0, false, None, false))
     };
     let gpu_used_after_transformer_bytes = device_memory();
@@ -188,8 +192,4 @@ pub fn run(model: &WanModel, opts: &BenchOptions, device_memory: &dyn Fn() -> Op
         vae_fp32_decode_s,
         velocity: Some(velocity.to_kind(Kind::Float).to_device(Device::Cpu)),
     })
-}
-
-fn velocity_kind(model: &WanModel) -> Kind {
-    model.load_report.transformer_dtype
 }

@@ -444,7 +444,8 @@ impl WanTransformer3DModel {
         // The timestep embedding runs in float32 and is cast to the compute dtype, as in diffusers.
         let temb =
             self.time_2.forward(&self.time_1.forward(&self.timestep_features(timestep)).silu()).to_kind(self.kind);
-        let temb6 = self.time_proj.forward(&temb.silu()).view([b, 6, dim]);
+        // Cast once here rather than in each of the blocks (they add it to their fp32 tables).
+        let temb6 = self.time_proj.forward(&temb.silu()).view([b, 6, dim]).to_kind(Kind::Float);
         let context = self.text_2.forward(&self.text_1.forward_gelu_tanh(&context.to_kind(self.kind)));
 
         let x = self.run_blocks(x, &BlockInputs { context: &context, temb6: &temb6, rope: &rope }, hook)?;
