@@ -1,7 +1,9 @@
 //! The few layers the Wan family needs, as plain structs holding checkpoint tensors.
 
+use std::sync::OnceLock;
+
 use anyhow::Result;
-use tch::Tensor;
+use tch::{Device, Kind, Tensor};
 
 use crate::weights::Weights;
 
@@ -48,4 +50,24 @@ pub fn split_heads(x: &Tensor, heads: i64) -> Tensor {
 pub fn merge_heads(x: &Tensor) -> Tensor {
     let (b, _, n, _) = x.size4().expect("rank-4 activations");
     x.transpose(1, 2).contiguous().view([b, n, -1])
+}
+
+/// `conv3d` that takes oneDNN on the CPU for float32. libtorch's own choice sends the VAE's 3-D
+/// convolutions (batch 1, 3×3×3, small channel counts) to its im2col `slow_conv3d`, 2–6× slower
+/// on a 2-core CPU than oneDNN at the default model's shapes (docs/benchmarks.md, CPU section).
+pub fn conv3d(x: &Tensor, weight: &Tensor, bias: &Tensor, stride: [i64; 3], padding: [i64; 3]) -> Tensor {
+    if x.device() == Device::Cpu && x.kind() == Kind::Float && onednn_available() {
+        x.contiguous().mkldnn_convolution(weight, Some(bias), padding, stride, [1, 1, 1], 1)
+    } else {
+        x.conv3d(weight, Some(bias), stride, padding, [1, 1, 1], 1)
+    }
+}
+
+/// Whether this libtorch was built with oneDNN (the PyPI wheels are); probed once.
+fn onednn_available() -> bool {
+    static AVAILABLE: OnceLock<bool> = OnceLock::new();
+    *AVAILABLE.get_or_init(|| {
+        let x = Tensor::ones([1, 1, 1, 1, 1], (Kind::Float, Device::Cpu));
+        x.f_mkldnn_convolution(&x, None::<Tensor>, [0, 0, 0], [1, 1, 1], [1, 1, 1], 1).is_ok()
+    })
 }

@@ -189,9 +189,10 @@ impl CausalConv3d {
             }
             _ => x.shallow_clone(),
         };
+        // Zero frames in front for causality; the spatial zeros come from the conv's own padding.
+        let x = if time_pad > 0 { x.constant_pad_nd([0, 0, 0, 0, time_pad, 0]) } else { x };
         let [_, ph, pw] = self.pad;
-        let x = x.constant_pad_nd([pw, pw, ph, ph, time_pad, 0]);
-        x.conv3d(&self.weight, Some(&self.bias), self.stride, [0, 0, 0], [1, 1, 1], 1)
+        crate::nn::conv3d(&x, &self.weight, &self.bias, self.stride, [0, ph, pw])
     }
 
     /// Forward through the feature cache: remember this input's tail for the next chunk.
@@ -206,8 +207,8 @@ impl CausalConv3d {
 
 /// `WanRMS_norm`: L2-normalize over channels, times `sqrt(C) * gamma`.
 struct RmsNorm {
-    gamma: Tensor,
-    scale: f64,
+    /// `sqrt(C) * gamma`, folded once at load.
+    gain: Tensor,
 }
 
 impl RmsNorm {
@@ -215,14 +216,16 @@ impl RmsNorm {
     fn new(w: &Weights, dim: i64, rank: usize) -> Result<Self> {
         let mut shape = vec![dim];
         shape.resize(rank - 1, 1);
-        Ok(Self { gamma: w.get("gamma", &shape)?, scale: (dim as f64).sqrt() })
+        Ok(Self { gain: w.get("gamma", &shape)? * (dim as f64).sqrt() })
     }
+    /// `x / max(|x|, 1e-12)` as `x * rsqrt(max(sum x², 1e-24))`: the same value, and libtorch's
+    /// `norm` over the strided channel axis is ~20× slower on the CPU than a squared sum there.
     /// Half-precision inputs are normalised in float32 and cast back, as diffusers ≥ 0.38 does.
     fn forward(&self, x: &Tensor) -> Tensor {
         let kind = x.kind();
         let xf = if matches!(kind, Kind::BFloat16 | Kind::Half) { x.to_kind(Kind::Float) } else { x.shallow_clone() };
-        let norm = xf.norm_scalaropt_dim(2, [1], true).clamp_min(1e-12);
-        (xf / norm).to_kind(kind) * self.scale * &self.gamma
+        let inv = xf.square().sum_dim_intlist([1i64].as_slice(), true, None::<Kind>).clamp_min(1e-24).rsqrt();
+        (xf * inv).to_kind(kind) * &self.gain
     }
 }
 
