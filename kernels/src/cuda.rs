@@ -166,8 +166,18 @@ fn preload_nvrtc() {
 /// Bytes in use on CUDA device `ordinal` (the driver's view: total minus free, so it includes
 /// libtorch's cached blocks and other processes), or `None` when the kernels' context is not up.
 pub fn memory_used(ordinal: usize) -> Option<u64> {
+    memory_info(ordinal).map(|(free, total)| total - free)
+}
+
+/// Bytes free on CUDA device `ordinal` (the driver's view), or `None` when the kernels' context
+/// is not up.
+pub fn memory_free(ordinal: usize) -> Option<u64> {
+    memory_info(ordinal).map(|(free, _)| free)
+}
+
+fn memory_info(ordinal: usize) -> Option<(u64, u64)> {
     let k = device(ordinal)?;
     k._ctx.bind_to_thread().ok()?;
     let (free, total) = cudarc::driver::result::mem_get_info().ok()?;
-    Some((total - free) as u64)
+    Some((free as u64, total as u64))
 }

@@ -75,6 +75,31 @@ impl Default for CostConfig {
     }
 }
 
+impl CostConfig {
+    /// Priors for a CUDA device. Measured on the H200 with Wan2.1-1.3B in bf16 at 480x832x81
+    /// (docs/benchmarks.md): 1.03 s per CFG step over 32.3 Mpx x 2 forwards; text encode and
+    /// decode 2.65 s; device memory grew 7.7 GB past the loaded model over a CFG step, a batch-2
+    /// forward and a decode (these priors predict 9.9 GB). The CPU figures would predict 130 GB
+    /// for that request and refuse it.
+    pub fn cuda() -> Self {
+        Self {
+            prior_step_seconds_per_mpx_forward: 0.016,
+            prior_one_shot_seconds_per_mpx: 0.082,
+            bytes_per_pixel: 150,
+            base_bytes: 256 << 20,
+        }
+    }
+
+    /// [`CostConfig::cuda`] on CUDA, the CPU-measured default elsewhere.
+    pub fn for_device(cuda: bool) -> Self {
+        if cuda {
+            Self::cuda()
+        } else {
+            Self::default()
+        }
+    }
+}
+
 /// The learned cost model.
 #[derive(Debug)]
 pub struct CostModel {
@@ -172,6 +197,18 @@ mod tests {
         assert!((m.request_seconds(&SMALL, 50) - 5.3).abs() < 1e-9);
         assert!((m.remaining_seconds(&SMALL, 2, 0.1) - 0.4).abs() < 1e-9);
         assert_eq!(m.remaining_seconds(&SMALL, 0, 1.0), 0.0);
+    }
+
+    #[test]
+    fn cuda_priors_admit_a_real_size_request_on_one_gpu() {
+        let real = CostKey { frames: 81, height: 480, width: 832, forwards: 2 };
+        let gpu = CostModel::new(CostConfig::for_device(true));
+        let bytes = gpu.memory_bytes(&real);
+        assert!(bytes > 4 << 30 && bytes < 16 << 30, "{bytes}");
+        // Within 2x of the measured 1.03 s CFG step before anything was measured.
+        let step = gpu.step_seconds(&real);
+        assert!((0.5..2.1).contains(&step), "{step}");
+        assert!(CostModel::new(CostConfig::for_device(false)).memory_bytes(&real) > bytes);
     }
 
     #[test]

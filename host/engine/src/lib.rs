@@ -15,6 +15,7 @@ mod error;
 mod metrics;
 pub mod scheduler;
 
+pub use cost::CostConfig;
 pub use engine::{Classifier, Engine, EngineConfig, EngineModel, Handle, RequestCheck};
 pub use error::EngineError;
 pub use metrics::Metrics;

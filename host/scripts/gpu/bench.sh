@@ -4,7 +4,7 @@
 # diffusers on one random-weight Wan2.1-T2V-1.3B folder, same weights and inputs.
 #   needs  .whl/ (host/scripts/gpu/fetch_wheels.sh, run where PyPI is) and the binary at
 #          ${FASTVIDEO_BIN:-.gpu/fastvideo}; python3 with torch 2.11.0+cu130 and transformers 5
-#   env    STAGES="make diffusers dmem ours oursclip compare" (default all)  OUT=/tmp/bench  MODEL=/tmp/wan13b
+#   env    STAGES="make diffusers dmem ours oursclip compare" (the default; also: plugins small serve)  OUT=/tmp/bench  MODEL=/tmp/wan13b
 #          CLIP_STEPS=0 (50 adds a whole-clip diffusers run)  RUNS=5  SKIP_COMPILE=1
 #          OURS_VARIANTS="kernels_off:--kernels off;other:--flag x" (each: NAME:EXTRA FLAGS)
 #          DEVICE=cuda FRAMES=81 HEIGHT=480 WIDTH=832 MAKE_ARGS= (--tiny: a CPU check of the plumbing)
@@ -155,6 +155,37 @@ json.dump(r, open(f"{out}/plugins.json", "w"), indent=1); print(json.dumps(r, in
   return "$rc"
 }
 
+ours_small() { # the default model at its own shape on the GPU: the launch-bound regime
+  "$BIN" bench --device "$DEVICE" --frames 17 --height 64 --width 64 --runs 20 --json >"$OUT/ours_small.json" &&
+    python3 -c 'import json, sys; o = json.load(open(sys.argv[1]))
+print("small:", {k: o[k] for k in ("forward_s", "forward_enqueue_s", "cfg_step_s", "forward_batch2_s", "vae_decode_s")})' "$OUT/ours_small.json"
+}
+
+ours_serve() { # a real-size request through the HTTP server: admitted, run, stored (SERVE_STEPS steps)
+  local port=8123 pid rc=0 id body state
+  "$BIN" serve --model "$MODEL" --device "$DEVICE" --port "$port" 2>"$OUT/serve.log" &
+  pid=$!
+  for _ in $(seq 1 120); do curl -sf "http://127.0.0.1:$port/ready" >/dev/null && break; sleep 0.5; done
+  body=$(curl -s -X POST "http://127.0.0.1:$port/v1/videos" -H 'content-type: application/json' \
+    -d "{\"prompt\":\"a red circle moving left\",\"width\":${WIDTH:-832},\"height\":${HEIGHT:-480},\"num_frames\":${FRAMES:-81},\"num_inference_steps\":${SERVE_STEPS:-2},\"seed\":0}")
+  echo "submit: $body"
+  id=$(printf %s "$body" | python3 -c 'import json, sys; print(json.load(sys.stdin).get("id", ""))')
+  state=
+  if [ -n "$id" ]; then
+    for _ in $(seq 1 240); do
+      state=$(curl -s "http://127.0.0.1:$port/v1/videos/$id" | python3 -c 'import json, sys; print(json.load(sys.stdin)["status"])')
+      case $state in completed | failed) break ;; esac
+      sleep 0.5
+    done
+  fi
+  echo "final status: ${state:-none}"
+  curl -s "http://127.0.0.1:$port/metrics" | grep -E '^fastvideo_(predicted_request_seconds_(sum|count)|step_seconds_(sum|count))' || true
+  kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true
+  grep -E 'admitting|serving' "$OUT/serve.log" || true
+  [ "$state" = completed ] || rc=1
+  return "$rc"
+}
+
 status=0
 stage make make_model
 stage diffusers diffusers
@@ -162,5 +193,7 @@ stage dmem diffusers_mem || status=1
 stage ours ours || status=1  # a failed run of ours still gets its table, with — where it failed
 stage oursclip ours_clip || status=1
 stage plugins ours_plugins || status=1
+stage small ours_small || status=1
+stage serve ours_serve || status=1
 stage compare python3 "$S/compare.py" --dir "$OUT"
 exit "$status"

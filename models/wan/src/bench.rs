@@ -38,13 +38,18 @@ pub struct BenchReport {
     pub host_peak_rss_bytes: Option<u64>,
     pub forward_s: f64,
     pub forward_runs_s: Vec<f64>,
+    /// Host time to queue one forward's work (started on an idle device, not waiting for it to
+    /// finish): far below `forward_s` means kernel launches are hidden behind GPU work.
+    pub forward_enqueue_s: f64,
     pub cfg_step_s: f64,
     /// Both CFG branches as one forward of batch 2 (what the engine's step batching does with
     /// rows of several requests).
     pub forward_batch2_s: f64,
     pub text_encode_s: f64,
     pub vae_decode_s: f64,
-    /// Device memory in use after each phase (driver's view: includes libtorch's cache).
+    /// Device memory in use after loading and after each phase (driver's view: includes
+    /// libtorch's cache, so the growth past `after_load` is what the work itself reserved).
+    pub gpu_used_after_load_bytes: Option<u64>,
     pub gpu_used_after_transformer_bytes: Option<u64>,
     pub gpu_used_after_vae_bytes: Option<u64>,
     /// The scaled-dot-product backend libtorch picks for the self-attention shape.
@@ -133,9 +138,19 @@ pub fn run(model: &WanModel, opts: &BenchOptions) -> Result<BenchReport> {
     let [pt, ph, pw] = t.cfg.patch_size;
     let tokens = lat[2] / pt * (lat[3] / ph) * (lat[4] / pw);
 
+    let gpu_used_after_load_bytes = device_memory();
     let (mut fw, velocity) = time(dev, opts.runs, || t.forward(&latents, &timestep, &context))?;
     let forward_runs_s = fw.clone();
     let forward_s = median(&mut fw);
+    let mut enqueue = Vec::with_capacity(opts.runs);
+    for _ in 0..opts.runs.max(1) {
+        sync(dev);
+        let t0 = Instant::now();
+        let out = t.forward(&latents, &timestep, &context)?;
+        enqueue.push(t0.elapsed().as_secs_f64());
+        sync(dev);
+        drop(out);
+    }
     let (mut cfg, _) = time(dev, opts.runs, || {
         let c = t.forward(&latents, &timestep, &context)?;
         let u = t.forward(&latents, &timestep, &uncond)?;
@@ -181,10 +196,12 @@ pub fn run(model: &WanModel, opts: &BenchOptions) -> Result<BenchReport> {
         host_peak_rss_bytes: model.load_report.host_peak_rss_bytes,
         forward_s,
         forward_runs_s,
+        forward_enqueue_s: median(&mut enqueue),
         cfg_step_s: median(&mut cfg),
         forward_batch2_s: median(&mut b2),
         text_encode_s: median(&mut te),
         vae_decode_s: median(&mut vd),
+        gpu_used_after_load_bytes,
         gpu_used_after_transformer_bytes,
         gpu_used_after_vae_bytes,
         sdpa_backend,
