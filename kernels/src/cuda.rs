@@ -1,17 +1,18 @@
 //! The CUDA side: one compiled module per device, built on first use.
 //!
 //! Nothing here runs for CPU tensors. For a CUDA tensor, [`for_tensor`] compiles
-//! `kernels/cuda/*.cu` with NVRTC for the device's compute capability (≈0.2 s, once per process
-//! and device) and loads it into the primary context, which libtorch's CUDA runtime shares. If
+//! `kernels/cuda/*.cu` with NVRTC for the device's compute capability (≈0.2 s, once per machine:
+//! the PTX is cached on disk, see [`ptx_cache_path`]) and loads it into the primary context, which libtorch's CUDA runtime shares. If
 //! NVRTC or the driver cannot be loaded, or compilation fails, it logs one warning and every op
 //! keeps its tch fallback.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use anyhow::{anyhow, Result};
-use cudarc::driver::{CudaContext, CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, LaunchConfig, PushKernelArg};
+use cudarc::nvrtc::Ptx;
 use tch::{Device, Tensor};
 
 const SOURCE: &str = include_str!("../cuda/norms.cu");
@@ -110,18 +111,23 @@ impl DeviceKernels {
 }
 
 fn build(ordinal: usize) -> Result<DeviceKernels> {
-    preload_nvrtc();
     // cudarc panics when a library cannot be loaded; turn that into an error.
     let ctx = std::panic::catch_unwind(|| CudaContext::new(ordinal))
         .map_err(|_| anyhow!("the CUDA driver library could not be loaded"))?
         .map_err(|e| anyhow!("CUDA context for device {ordinal}: {e}"))?;
     let capability = ctx.compute_capability().map_err(|e| anyhow!("compute capability: {e}"))?;
     let arch: &'static str = Box::leak(format!("compute_{}{}", capability.0, capability.1).into_boxed_str());
-    let opts = cudarc::nvrtc::CompileOptions { arch: Some(arch), use_fast_math: Some(false), ..Default::default() };
-    let ptx = std::panic::catch_unwind(|| cudarc::nvrtc::compile_ptx_with_opts(SOURCE, opts))
-        .map_err(|_| anyhow!("NVRTC (libnvrtc.so) could not be loaded"))?
-        .map_err(|e| anyhow!("NVRTC compile of kernels/cuda/norms.cu: {e}"))?;
-    let module = ctx.load_module(ptx).map_err(|e| anyhow!("loading the kernel module: {e}"))?;
+    let cached = ptx_cache_path(arch);
+    let module = match cached.as_ref().and_then(|p| std::fs::read_to_string(p).ok()) {
+        Some(src) => match ctx.load_module(Ptx::from_src(src)) {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::debug!(error = %e, "cached kernel PTX did not load; recompiling");
+                compile_and_load(&ctx, arch, cached.as_deref())?
+            }
+        },
+        None => compile_and_load(&ctx, arch, cached.as_deref())?,
+    };
     let mut functions = HashMap::new();
     for &name in FUNCTIONS {
         functions.insert(name, module.load_function(name).map_err(|e| anyhow!("kernel `{name}`: {e}"))?);
@@ -130,6 +136,43 @@ fn build(ordinal: usize) -> Result<DeviceKernels> {
     // are ordered with them.
     let stream = ctx.default_stream();
     Ok(DeviceKernels { _ctx: ctx, stream, functions, capability })
+}
+
+fn compile_and_load(ctx: &Arc<CudaContext>, arch: &'static str, cache: Option<&Path>) -> Result<Arc<CudaModule>> {
+    preload_nvrtc();
+    let opts = cudarc::nvrtc::CompileOptions { arch: Some(arch), use_fast_math: Some(false), ..Default::default() };
+    let ptx = std::panic::catch_unwind(|| cudarc::nvrtc::compile_ptx_with_opts(SOURCE, opts))
+        .map_err(|_| anyhow!("NVRTC (libnvrtc.so) could not be loaded"))?
+        .map_err(|e| anyhow!("NVRTC compile of kernels/cuda/norms.cu: {e}"))?;
+    if let Some(path) = cache {
+        // Written whole to a temporary name, then renamed: a reader never sees half a file.
+        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        let written =
+            path.parent().map_or(Ok(()), std::fs::create_dir_all).and_then(|_| std::fs::write(&tmp, ptx.to_src()));
+        if let Err(e) = written.and_then(|_| std::fs::rename(&tmp, path)) {
+            tracing::debug!(path = %path.display(), error = %e, "kernel PTX not cached");
+            let _ = std::fs::remove_file(&tmp);
+        }
+    }
+    ctx.load_module(ptx).map_err(|e| anyhow!("loading the kernel module: {e}"))
+}
+
+/// Where the compiled PTX of this source for `arch` is kept between processes (NVRTC takes
+/// ≈0.2 s per process otherwise): `$FASTVIDEO_CACHE_DIR`, else `$XDG_CACHE_HOME/fastvideo`, else
+/// `~/.cache/fastvideo`. The name carries a hash of the source and the arch, so an edited kernel
+/// or another GPU never reads a stale file.
+fn ptx_cache_path(arch: &str) -> Option<PathBuf> {
+    let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    let dir = env("FASTVIDEO_CACHE_DIR")
+        .or_else(|| env("XDG_CACHE_HOME").map(|d| d.join("fastvideo")))
+        .or_else(|| env("HOME").map(|d| d.join(".cache/fastvideo")))?;
+    Some(dir.join(ptx_file_name(SOURCE, arch)))
+}
+
+fn ptx_file_name(source: &str, arch: &str) -> String {
+    let mut h = blake3::Hasher::new();
+    h.update(source.as_bytes()).update(b"\0").update(arch.as_bytes());
+    format!("kernels-{}.ptx", &h.finalize().to_hex()[..16])
 }
 
 /// PyTorch's wheels ship NVRTC beside libtorch (`site-packages/nvidia/cu13/lib`); load it from
@@ -180,4 +223,18 @@ fn memory_info(ordinal: usize) -> Option<(u64, u64)> {
     k._ctx.bind_to_thread().ok()?;
     let (free, total) = cudarc::driver::result::mem_get_info().ok()?;
     Some((free as u64, total as u64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ptx_file_name;
+
+    #[test]
+    fn cached_ptx_names_change_with_the_source_and_the_arch() {
+        let a = ptx_file_name("__global__ void k() {}", "compute_90");
+        assert_eq!(a, ptx_file_name("__global__ void k() {}", "compute_90"));
+        assert_ne!(a, ptx_file_name("__global__ void k() { }", "compute_90"));
+        assert_ne!(a, ptx_file_name("__global__ void k() {}", "compute_80"));
+        assert!(a.starts_with("kernels-") && a.ends_with(".ptx"));
+    }
 }
