@@ -17,6 +17,7 @@ pub mod denoise;
 mod driver;
 mod embedding_cache;
 mod guidance;
+pub mod kv_pool;
 mod policies;
 pub mod sampler;
 mod spec;

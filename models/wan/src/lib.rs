@@ -4,6 +4,7 @@
 //! keys. Parity with diffusers/transformers is tested against fixtures in `tests/fixtures/`.
 
 pub mod bench;
+pub mod causal;
 pub mod config;
 pub mod loader;
 pub mod nn;

@@ -117,18 +117,29 @@ impl SelfAttention {
         })
     }
 
-    fn forward(&self, x: &Tensor, rope: &Rope) -> Tensor {
+    /// Returns the output and this input's keys (normalised, rotated) and values, so a causal
+    /// rollout can keep them. `past` keys/values of earlier frames are attended before this
+    /// input's own; `mask` (`[N, M]`, true = attend) restricts which keys each query sees.
+    fn forward(&self, x: &Tensor, rope: &Rope, past: Option<(&Tensor, &Tensor)>, mask: Option<&Tensor>) -> [Tensor; 3] {
         let d = self.norm_q.size()[0];
         let qk = self.to_qk.forward(x);
         let (q, k) = (qk.narrow(2, 0, d), qk.narrow(2, d, d));
-        let qk = fastvideo_kernels::rms_norm_rope(
+        let mut qk = fastvideo_kernels::rms_norm_rope(
             &[(&q, &self.norm_q), (&k, &self.norm_k)],
             self.eps,
             d / self.heads,
             Some((&rope.cos, &rope.sin)),
         );
-        let o = attention(&qk[0], &qk[1], &self.to_v.forward(x), self.heads);
-        self.to_out.forward(&merge_heads(&o))
+        let (k, q) = (qk.pop().expect("k"), qk.pop().expect("q"));
+        let v = self.to_v.forward(x);
+        let o = match past {
+            Some((pk, pv)) => {
+                let (keys, values) = (Tensor::cat(&[pk, &k], 1), Tensor::cat(&[pv, &v], 1));
+                attention(&q, &keys, &values, self.heads, mask)
+            }
+            None => attention(&q, &k, &v, self.heads, mask),
+        };
+        [self.to_out.forward(&merge_heads(&o)), k, v]
     }
 }
 
@@ -159,20 +170,48 @@ impl CrossAttention {
         })
     }
 
-    fn forward(&self, x: &Tensor, context: &Tensor) -> Tensor {
+    /// The text's keys (normalised) and values: what a session computes once and reuses.
+    fn context_kv(&self, context: &Tensor) -> (Tensor, Tensor) {
+        let hd = self.norm_q.size()[0] / self.heads;
+        let mut k =
+            fastvideo_kernels::rms_norm_rope(&[(&self.to_k.forward(context), &self.norm_k)], self.eps, hd, None);
+        (k.pop().expect("k"), self.to_v.forward(context))
+    }
+
+    fn forward(&self, x: &Tensor, context: Cross) -> Tensor {
         let hd = self.norm_q.size()[0] / self.heads;
         let q = fastvideo_kernels::rms_norm_rope(&[(&self.to_q.forward(x), &self.norm_q)], self.eps, hd, None);
-        let k = fastvideo_kernels::rms_norm_rope(&[(&self.to_k.forward(context), &self.norm_k)], self.eps, hd, None);
-        let o = attention(&q[0], &k[0], &self.to_v.forward(context), self.heads);
+        let o = match context {
+            Cross::Text(c) => {
+                let (k, v) = self.context_kv(c);
+                attention(&q[0], &k, &v, self.heads, None)
+            }
+            Cross::Kv(k, v) => attention(&q[0], k, v, self.heads, None),
+        };
         self.to_out.forward(&merge_heads(&o))
+    }
+}
+
+/// What the cross-attention attends to: the projected text, or its keys and values computed
+/// once (a causal session's).
+#[derive(Clone, Copy)]
+pub enum Cross<'a> {
+    Text(&'a Tensor),
+    Kv(&'a Tensor, &'a Tensor),
+}
+
+impl Block {
+    /// Keys and values of `context` for this block's cross-attention.
+    pub fn context_kv(&self, context: &Tensor) -> (Tensor, Tensor) {
+        self.attn2.context_kv(context)
     }
 }
 
 /// `[B, N, H*D]` q, k, v → SDPA over heads → `[B, H, N, D]`. libtorch picks the backend (cuDNN's
 /// fused attention for bf16 on Hopper, the fastest of the three measured: docs/benchmarks.md).
-fn attention(q: &Tensor, k: &Tensor, v: &Tensor, heads: i64) -> Tensor {
+fn attention(q: &Tensor, k: &Tensor, v: &Tensor, heads: i64, mask: Option<&Tensor>) -> Tensor {
     let (q, k, v) = (split_heads(q, heads), split_heads(k, heads), split_heads(v, heads));
-    Tensor::scaled_dot_product_attention(&q, &k, &v, None::<Tensor>, 0.0, false, None, false)
+    Tensor::scaled_dot_product_attention(&q, &k, &v, mask, 0.0, false, None, false)
 }
 
 /// Latent grid (frames, height, width after patching) and device a [`Rope`] was built for.
@@ -189,6 +228,11 @@ impl Rope {
     /// Per-axis frequencies as in diffusers' `WanRotaryPosEmbed`: the head dim splits into
     /// t/h/w parts (h = w = 2*(D/6), t = the rest), each with `1/theta^(2i/dim)` frequencies.
     fn new(head_dim: i64, grid: [i64; 3], device: Device) -> Self {
+        Self::at(head_dim, grid, 0, device)
+    }
+
+    /// Tables for frames `first_frame..first_frame + grid[0]` (a causal chunk's absolute positions).
+    pub fn at(head_dim: i64, grid: [i64; 3], first_frame: i64, device: Device) -> Self {
         let hw = 2 * (head_dim / 6);
         let dims = [head_dim - 2 * hw, hw, hw];
         let (f, h, w) = (grid[0], grid[1], grid[2]);
@@ -196,7 +240,8 @@ impl Rope {
         for (axis, &dim) in dims.iter().enumerate() {
             let inv = Tensor::arange_start_step(0, dim, 2, (Kind::Double, Device::Cpu)) / dim as f64;
             let inv = Tensor::from(10000f64).pow(&inv).reciprocal();
-            let pos = Tensor::arange(grid[axis], (Kind::Double, Device::Cpu));
+            let first = if axis == 0 { first_frame } else { 0 };
+            let pos = Tensor::arange_start(first, first + grid[axis], (Kind::Double, Device::Cpu));
             let ang = pos.outer(&inv); // [len, dim/2]
             let view: [i64; 4] = match axis {
                 0 => [f, 1, 1, -1],
@@ -252,12 +297,28 @@ impl Block {
 
     /// `temb6` is the per-sample modulation `[B, 6, dim]` (any dtype; added to the table in fp32).
     pub fn forward(&self, x: &Tensor, context: &Tensor, temb6: &Tensor, rope: &Rope) -> Tensor {
+        let [x, _, _] = self.forward_with(x, Cross::Text(context), temb6, rope, None, None);
+        x
+    }
+
+    /// The block with what a causal rollout needs: `temb6` may be per token (`[B, N, 6, dim]`, one
+    /// timestep per frame), `past`/`mask` go to the self-attention, and the self-attention's
+    /// keys and values come back beside the output.
+    pub fn forward_with(
+        &self,
+        x: &Tensor,
+        context: Cross,
+        temb6: &Tensor,
+        rope: &Rope,
+        past: Option<(&Tensor, &Tensor)>,
+        mask: Option<&Tensor>,
+    ) -> [Tensor; 3] {
         use fastvideo_kernels::{gated_residual, layer_norm_modulate, residual_layer_norm_modulate, LayerNormSpec};
-        let m = (&self.scale_shift_table + temb6.to_kind(Kind::Float)).chunk(6, 1);
+        let m = modulation(&self.scale_shift_table, temb6, 6);
         let (shift, scale, gate, c_shift, c_scale, c_gate) = (&m[0], &m[1], &m[2], &m[3], &m[4], &m[5]);
         let eps = self.eps;
         let h = layer_norm_modulate(x, &LayerNormSpec { eps, affine: None, modulation: Some((scale, shift)) });
-        let a = self.attn1.forward(&h, rope);
+        let [a, k, v] = self.attn1.forward(&h, rope, past, mask);
         let (x, h) = match &self.norm2 {
             Some((w, b)) => residual_layer_norm_modulate(
                 x,
@@ -279,7 +340,18 @@ impl Block {
             &LayerNormSpec { eps, affine: None, modulation: Some((c_scale, c_shift)) },
         );
         let ff = self.ffn_out.forward(&self.ffn_in.forward_gelu_tanh(&h));
-        gated_residual(&x, &ff, Some(c_gate))
+        [gated_residual(&x, &ff, Some(c_gate)), k, v]
+    }
+}
+
+/// `table [1, n, dim]` (fp32) plus the timestep modulation, split into its `n` parts: each
+/// `[B, 1, dim]` for `temb [B, n, dim]`, or `[B, N, dim]` for per-token `temb [B, N, n, dim]`.
+fn modulation(table: &Tensor, temb: &Tensor, n: i64) -> Vec<Tensor> {
+    let temb = temb.to_kind(Kind::Float);
+    if temb.dim() == 4 {
+        (table.unsqueeze(0) + temb).chunk(n, 2).into_iter().map(|t| t.squeeze_dim(2)).collect()
+    } else {
+        (table + temb).chunk(n, 1)
     }
 }
 
@@ -426,36 +498,73 @@ impl WanTransformer3DModel {
             self.cfg.text_dim
         );
         ensure!(timestep.size() == [s[0]], "transformer: timestep {:?} must be [{}]", timestep.size(), s[0]);
-        let (b, f, h, w) = (s[0], s[2] / pt, s[3] / ph, s[4] / pw);
+        let [_, f, h, w] = self.grid(latents);
         ensure!(
             f.max(h).max(w) <= self.cfg.rope_max_seq_len,
             "transformer: grid {f}x{h}x{w} exceeds rope_max_seq_len {}",
             self.cfg.rope_max_seq_len
         );
-        let dim = self.cfg.inner_dim();
-
         let rope = self.rope(f, h, w, latents.device());
-        let x = latents
+        let x = self.patchify(latents);
+        let (temb, temb6) = self.time_embedding(timestep);
+        let context = self.text_context(context);
+        let x = self.run_blocks(x, &BlockInputs { context: &context, temb6: &temb6, rope: &rope }, hook)?;
+        Ok(self.head(&x, &temb, latents))
+    }
+
+    /// `[B, F, H, W]` of the token grid (after patching) of `latents [B, C, F·pt, H·ph, W·pw]`.
+    pub(crate) fn grid(&self, latents: &Tensor) -> [i64; 4] {
+        let s = latents.size();
+        let [pt, ph, pw] = self.cfg.patch_size;
+        [s[0], s[2] / pt, s[3] / ph, s[4] / pw]
+    }
+
+    /// Latents → tokens `[B, N, dim]` in the compute dtype.
+    pub(crate) fn patchify(&self, latents: &Tensor) -> Tensor {
+        let [pt, ph, pw] = self.cfg.patch_size;
+        latents
             .to_kind(self.kind)
             .conv3d(&self.patch_weight, Some(&self.patch_bias), [pt, ph, pw], [0, 0, 0], [1, 1, 1], 1)
             .flatten(2, -1)
             .transpose(1, 2)
-            .contiguous();
-        // The timestep embedding runs in float32 and is cast to the compute dtype, as in diffusers.
-        let temb =
-            self.time_2.forward(&self.time_1.forward(&self.timestep_features(timestep)).silu()).to_kind(self.kind);
-        // Cast once here rather than in each of the blocks (they add it to their fp32 tables).
-        let temb6 = self.time_proj.forward(&temb.silu()).view([b, 6, dim]).to_kind(Kind::Float);
-        let context = self.text_2.forward(&self.text_1.forward_gelu_tanh(&context.to_kind(self.kind)));
+            .contiguous()
+    }
 
-        let x = self.run_blocks(x, &BlockInputs { context: &context, temb6: &temb6, rope: &rope }, hook)?;
+    /// `(temb, temb6)` for `timestep [B]`: `[B, dim]` (compute dtype) and `[B, 6, dim]` (fp32);
+    /// for per-frame timesteps `[B, F]`: `[B, F, dim]` and `[B, F, 6, dim]`. The embedding runs in
+    /// float32 and is cast to the compute dtype, as in diffusers; `temb6` is cast once here
+    /// rather than in each block (they add it to their fp32 tables).
+    pub(crate) fn time_embedding(&self, timestep: &Tensor) -> (Tensor, Tensor) {
+        let lead = timestep.size();
+        let flat = timestep.reshape([-1]);
+        let temb = self.time_2.forward(&self.time_1.forward(&self.timestep_features(&flat)).silu()).to_kind(self.kind);
+        let dim = self.cfg.inner_dim();
+        let temb6 = self.time_proj.forward(&temb.silu()).to_kind(Kind::Float);
+        let shape = |tail: &[i64]| [lead.as_slice(), tail].concat();
+        (temb.view(shape(&[dim]).as_slice()), temb6.view(shape(&[6, dim]).as_slice()))
+    }
 
-        let m = (&self.scale_shift_table + temb.unsqueeze(1).to_kind(Kind::Float)).chunk(2, 1);
+    /// The text embedder: `[B, L, text_dim]` → `[B, L, dim]`.
+    pub(crate) fn text_context(&self, context: &Tensor) -> Tensor {
+        self.text_2.forward(&self.text_1.forward_gelu_tanh(&context.to_kind(self.kind)))
+    }
+
+    /// Output norm, projection and unpatchify back to `like`'s shape and dtype. `temb` is
+    /// `[B, dim]`, or `[B, N, dim]` per token.
+    pub(crate) fn head(&self, x: &Tensor, temb: &Tensor, like: &Tensor) -> Tensor {
+        let [b, f, h, w] = self.grid(like);
+        let [pt, ph, pw] = self.cfg.patch_size;
+        let temb = if temb.dim() == 2 { temb.unsqueeze(1) } else { temb.shallow_clone() };
+        let m = modulation(&self.scale_shift_table, &temb.unsqueeze(2), 2);
         let spec =
             fastvideo_kernels::LayerNormSpec { eps: self.cfg.eps, affine: None, modulation: Some((&m[1], &m[0])) };
-        let x = fastvideo_kernels::layer_norm_modulate(&x, &spec);
-        let x = self.proj_out.forward(&x).to_kind(latents.kind());
+        let x = fastvideo_kernels::layer_norm_modulate(x, &spec);
+        let x = self.proj_out.forward(&x).to_kind(like.kind());
         let x = x.view(&[b, f, h, w, pt, ph, pw, -1][..]).permute([0, 7, 1, 4, 2, 5, 3, 6]);
-        Ok(x.reshape([b, -1, f * pt, h * ph, w * pw]))
+        x.reshape([b, -1, f * pt, h * ph, w * pw])
+    }
+
+    pub(crate) fn kind(&self) -> Kind {
+        self.kind
     }
 }
