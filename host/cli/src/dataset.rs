@@ -26,6 +26,14 @@ pub struct DatasetArgs {
     frames: usize,
     #[arg(long, default_value_t = 64)]
     size: usize,
+    /// Render the world model's data instead: a ball that random actions move and a square that
+    /// drifts on its own, `--steps` latent frames per clip (1 + 4·(steps-1) video frames), with
+    /// the action of each latent frame in `actions.u8` ([N, steps], indices into
+    /// `clips.json`'s `actions`).
+    #[arg(long)]
+    world: bool,
+    #[arg(long, default_value_t = 9)]
+    steps: usize,
 }
 
 pub fn run(args: DatasetArgs) -> Result<()> {
@@ -36,6 +44,9 @@ pub fn run(args: DatasetArgs) -> Result<()> {
     };
     ensure!(args.clips > 0, "--clips must be positive");
     ensure!(args.size >= 16 && args.frames >= 1, "--size must be at least 16 and --frames at least 1");
+    if args.world {
+        return world(&args);
+    }
     let scenes: Vec<Scene> = Scene::all().into_iter().filter(|s| s.held_out() == held).collect();
     std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
     // Scene i cycles through the split so every combination gets an equal share.
@@ -73,5 +84,53 @@ pub fn run(args: DatasetArgs) -> Result<()> {
     });
     std::fs::write(args.out.join("clips.json"), serde_json::to_vec(&meta)?)?;
     eprintln!("wrote {} {} clips to {}", args.clips, args.split, args.out.display());
+    Ok(())
+}
+
+fn world(args: &DatasetArgs) -> Result<()> {
+    use fastvideo_synth::world::{rollout, sample_actions, Action, WorldState};
+    ensure!(args.steps >= 2, "--steps must be at least 2 (the first latent frame has no action)");
+    std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
+    let seeds: Vec<u64> = (0..args.clips as u64).map(|i| args.seed.wrapping_mul(1_000_003).wrapping_add(i)).collect();
+    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let chunk = args.clips.div_ceil(threads);
+    let parts: Vec<(Vec<u8>, Vec<u8>)> = std::thread::scope(|s| {
+        let handles: Vec<_> = seeds
+            .chunks(chunk)
+            .map(|c| {
+                s.spawn(move || {
+                    let (mut rgb, mut acts) = (Vec::new(), Vec::new());
+                    for &seed in c {
+                        let actions = sample_actions(seed, args.steps);
+                        rgb.extend(rollout(WorldState::sample(seed), &actions, args.size).0.rgb);
+                        acts.extend(actions.iter().map(|a| a.index() as u8));
+                    }
+                    (rgb, acts)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("render thread")).collect()
+    });
+    let write = |name: &str, f: &dyn Fn(&(Vec<u8>, Vec<u8>)) -> &Vec<u8>| -> Result<()> {
+        let path = args.out.join(name);
+        let mut w = std::io::BufWriter::new(
+            std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?,
+        );
+        for p in &parts {
+            w.write_all(f(p))?;
+        }
+        Ok(w.flush()?)
+    };
+    write("clips.u8", &|p| &p.0)?;
+    write("actions.u8", &|p| &p.1)?;
+    let frames = 1 + 4 * (args.steps - 1);
+    let meta = serde_json::json!({
+        "shape": [args.clips, frames, args.size, args.size, 3],
+        "steps": args.steps,
+        "seed": args.seed,
+        "actions": Action::ALL.iter().map(|a| a.word()).collect::<Vec<_>>(),
+    });
+    std::fs::write(args.out.join("clips.json"), serde_json::to_vec(&meta)?)?;
+    eprintln!("wrote {} world clips of {frames} frames to {}", args.clips, args.out.display());
     Ok(())
 }

@@ -11,6 +11,7 @@ mod analyze;
 mod render;
 mod score;
 mod vocab;
+pub mod world;
 
 pub use analyze::{analyze, Analysis};
 pub use render::{render, Clip, Variation};

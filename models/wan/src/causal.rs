@@ -82,12 +82,15 @@ impl WanTransformer3DModel {
     }
 
     /// One chunk of a rollout: `latents [1, C, F, H, W]` (frames `kv.next_frame()..`), one
-    /// `timestep [1]` for the chunk. Attends to what `kv` holds; with `commit` (the pass over
-    /// the clean chunk at t = 0) the chunk's keys and values are stored for the chunks after it.
+    /// `timestep [1]` for the chunk, optional per-frame conditioning `frame_cond [1, F, dim]`
+    /// (an action embedding) added to the timestep embedding. Attends to what `kv` holds; with
+    /// `commit` (the pass over the clean chunk at t = 0) the chunk's keys and values are stored
+    /// for the chunks after it.
     pub fn forward_chunk(
         &self,
         latents: &Tensor,
         timestep: &Tensor,
+        frame_cond: Option<&Tensor>,
         cross: &CrossKv,
         kv: &mut dyn FrameKv,
         commit: bool,
@@ -98,9 +101,9 @@ impl WanTransformer3DModel {
         ensure!(cross.layers.len() == self.blocks.len(), "causal chunk: cross-attention cache of another model");
         let start = kv.next_frame() as i64;
         let rope = Rope::at(self.cfg.attention_head_dim, [f, h, w], start, latents.device());
-        let (temb, temb6) = self.time_embedding(timestep);
-        let mut x = self.patchify(latents);
         let tokens = h * w;
+        let (temb, temb6) = per_token(self.time_embedding_with(timestep, frame_cond), tokens);
+        let mut x = self.patchify(latents);
         let mut fresh = Vec::with_capacity(if commit { self.blocks.len() } else { 0 });
         for (l, block) in self.blocks.iter().enumerate() {
             let past = kv.past(l, f as usize, tokens)?;
@@ -125,6 +128,7 @@ impl WanTransformer3DModel {
         &self,
         latents: &Tensor,
         frame_timesteps: &Tensor,
+        frame_cond: Option<&Tensor>,
         context: &Tensor,
         chunk: usize,
         visibility: Visibility,
@@ -141,9 +145,7 @@ impl WanTransformer3DModel {
         );
         let tokens = h * w;
         let rope = Rope::at(self.cfg.attention_head_dim, [f, h, w], 0, latents.device());
-        let (temb, temb6) = self.time_embedding(frame_timesteps);
-        let per_token = |t: &Tensor| t.repeat_interleave_self_int(tokens, 1, None);
-        let (temb, temb6) = (per_token(&temb), per_token(&temb6));
+        let (temb, temb6) = per_token(self.time_embedding_with(frame_timesteps, frame_cond), tokens);
         let frames: Vec<bool> = (0..f as usize)
             .flat_map(|q| (0..f as usize).map(move |k| (q, k)))
             .map(|(q, k)| visibility.sees(q / chunk * chunk, chunk, k))
@@ -160,6 +162,16 @@ impl WanTransformer3DModel {
             x = out;
         }
         Ok(self.head(&x, &temb, latents))
+    }
+}
+
+/// Per-frame embeddings (`temb [B, F, dim]`, `temb6 [B, F, 6, dim]`) repeated for each of a
+/// frame's tokens; per-sample ones (`[B, dim]`, `[B, 6, dim]`) stay as they are.
+fn per_token((temb, temb6): (Tensor, Tensor), tokens: i64) -> (Tensor, Tensor) {
+    if temb.dim() == 3 {
+        (temb.repeat_interleave_self_int(tokens, 1, None), temb6.repeat_interleave_self_int(tokens, 1, None))
+    } else {
+        (temb, temb6)
     }
 }
 

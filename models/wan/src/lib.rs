@@ -15,6 +15,7 @@ pub mod transformer;
 pub mod umt5;
 pub mod vae;
 pub mod weights;
+pub mod world;
 
 pub use loader::{LoadOptions, LoadReport, RunDefaults, WanModel, VAE_CUDA_DEFAULT};
 pub use transformer::{TransformerConfig, WanTransformer3DModel};

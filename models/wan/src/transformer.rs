@@ -535,13 +535,27 @@ impl WanTransformer3DModel {
     /// float32 and is cast to the compute dtype, as in diffusers; `temb6` is cast once here
     /// rather than in each block (they add it to their fp32 tables).
     pub(crate) fn time_embedding(&self, timestep: &Tensor) -> (Tensor, Tensor) {
+        self.time_embedding_with(timestep, None)
+    }
+
+    /// [`time_embedding`](Self::time_embedding) with `extra` (e.g. an action embedding,
+    /// `[B, F, dim]` per frame) added to `temb` before the modulation is projected from it;
+    /// a `[B]` timestep then broadcasts over the frames.
+    pub(crate) fn time_embedding_with(&self, timestep: &Tensor, extra: Option<&Tensor>) -> (Tensor, Tensor) {
         let lead = timestep.size();
         let flat = timestep.reshape([-1]);
         let temb = self.time_2.forward(&self.time_1.forward(&self.timestep_features(&flat)).silu()).to_kind(self.kind);
         let dim = self.cfg.inner_dim();
-        let temb6 = self.time_proj.forward(&temb.silu()).to_kind(Kind::Float);
-        let shape = |tail: &[i64]| [lead.as_slice(), tail].concat();
-        (temb.view(shape(&[dim]).as_slice()), temb6.view(shape(&[6, dim]).as_slice()))
+        let temb = temb.view([lead.as_slice(), &[dim]].concat().as_slice());
+        let temb = match extra {
+            Some(e) if temb.dim() == 2 && e.dim() == 3 => temb.unsqueeze(1) + e.to_kind(self.kind),
+            Some(e) => temb + e.to_kind(self.kind),
+            None => temb,
+        };
+        let mut shape = temb.size();
+        shape.insert(shape.len() - 1, 6);
+        let temb6 = self.time_proj.forward(&temb.silu()).to_kind(Kind::Float).view(shape.as_slice());
+        (temb, temb6)
     }
 
     /// The text embedder: `[B, L, text_dim]` → `[B, L, dim]`.

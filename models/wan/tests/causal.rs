@@ -47,11 +47,13 @@ fn rollout(
     let (mut steps, mut commits) = (Vec::new(), Vec::new());
     let frames = clean.size()[2];
     for start in (0..frames).step_by(chunk as usize) {
-        let step =
-            m.forward_chunk(&noisy.narrow(2, start, chunk), &Tensor::from_slice(&[t]), &cross, kv, false).unwrap();
+        let step = m
+            .forward_chunk(&noisy.narrow(2, start, chunk), &Tensor::from_slice(&[t]), None, &cross, kv, false)
+            .unwrap();
         steps.push(step);
-        let c =
-            m.forward_chunk(&clean.narrow(2, start, chunk), &Tensor::from_slice(&[0f32]), &cross, kv, true).unwrap();
+        let c = m
+            .forward_chunk(&clean.narrow(2, start, chunk), &Tensor::from_slice(&[0f32]), None, &cross, kv, true)
+            .unwrap();
         commits.push(c);
     }
     (Tensor::cat(&steps, 2), Tensor::cat(&commits, 2))
@@ -74,8 +76,9 @@ fn reference_step(
         let end = start + chunk;
         let x = Tensor::cat(&[clean.narrow(2, 0, start), noisy.narrow(2, start, chunk)], 2);
         let ts: Vec<f32> = (0..end).map(|j| if j < start { 0.0 } else { t }).collect();
-        let out =
-            m.forward_block_causal(&x, &Tensor::from_slice(&ts).view([1, end]), ctx, chunk as usize, vis).unwrap();
+        let out = m
+            .forward_block_causal(&x, &Tensor::from_slice(&ts).view([1, end]), None, ctx, chunk as usize, vis)
+            .unwrap();
         outs.push(out.narrow(2, start, chunk));
     }
     Tensor::cat(&outs, 2)
@@ -94,7 +97,7 @@ fn chunked_rollout_with_the_cache_equals_the_block_causal_forward() {
         assert_eq!(kv.next_frame(), frames as u64);
         // The clean passes of all chunks are one block-causal forward at t = 0.
         let zeros = Tensor::zeros([1, frames], (Kind::Float, Device::Cpu));
-        let full = m.forward_block_causal(&clean, &zeros, &ctx, chunk as usize, Visibility::All).unwrap();
+        let full = m.forward_block_causal(&clean, &zeros, None, &ctx, chunk as usize, Visibility::All).unwrap();
         let e = rel_err(&commits, &full);
         assert!(e < TOL, "commit passes vs block-causal forward: {e}");
         let e = rel_err(&steps, &reference_step(&m, &clean, &noisy, &ctx, chunk, 750.0, Visibility::All));
@@ -119,15 +122,43 @@ fn a_rolled_window_equals_recomputing_with_the_windowed_mask() {
         assert_eq!(pool.stats().evictions, (frames as u64) - window as u64);
         let vis = Visibility::Window { window, sink };
         let zeros = Tensor::zeros([1, frames], (Kind::Float, Device::Cpu));
-        let full = m.forward_block_causal(&clean, &zeros, &ctx, chunk as usize, vis).unwrap();
+        let full = m.forward_block_causal(&clean, &zeros, None, &ctx, chunk as usize, vis).unwrap();
         let e = rel_err(&commits, &full);
         assert!(e < TOL, "commit passes vs windowed block-causal forward: {e}");
         let e = rel_err(&steps, &reference_step(&m, &clean, &noisy, &ctx, chunk, 500.0, vis));
         assert!(e < TOL, "denoise steps vs windowed block-causal forward: {e}");
         // Eviction is visible in the output: the unwindowed forward differs on the last frames.
-        let all = m.forward_block_causal(&clean, &zeros, &ctx, chunk as usize, Visibility::All).unwrap();
+        let all = m.forward_block_causal(&clean, &zeros, None, &ctx, chunk as usize, Visibility::All).unwrap();
         assert!(rel_err(&all.narrow(2, 5, 2), &full.narrow(2, 5, 2)) > 1e-4);
         drop(session);
         assert_eq!(pool.stats().used_slabs, 0);
+    })
+}
+
+/// Parity with the code the world model is trained with (models/training/causal_wan.py: diffusers'
+/// transformer with a block-causal mask, per-frame timesteps and an action embedding), fixture
+/// from tests/fixtures/make_world_fixture.py. Tolerance 1e-4 relative, as for the other parity
+/// tests (the reference builds its rotary tables in float64, ours in float64 then float32).
+#[test]
+fn block_causal_forward_with_actions_matches_the_training_code() {
+    use fastvideo_wan::world::ActionEmbedder;
+    tch::no_grad(|| {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
+        let fx: std::collections::HashMap<String, Tensor> =
+            Tensor::read_safetensors(dir.join("wan_world.safetensors")).unwrap().into_iter().collect();
+        let m = model();
+        let emb = ActionEmbedder::load(&dir.join("tiny-world-actions"), Device::Cpu, Kind::Float).unwrap();
+        assert_eq!(emb.index("right").unwrap(), 4);
+        assert!(emb.index("jump").unwrap_err().to_string().contains("none, up, down, left, right"));
+        let cond = emb.embed(&fx["actions"]);
+        assert!(rel_err(&cond, &fx["action_embedding"]) < 1e-6);
+        let run = |chunk, vis| {
+            m.forward_block_causal(&fx["latents"], &fx["frame_timesteps"], Some(&cond), &fx["context"], chunk, vis)
+                .unwrap()
+        };
+        let e = rel_err(&run(2, Visibility::All), &fx["out_all_chunk2"]);
+        assert!(e < 1e-4, "chunks of 2, all visible: {e}");
+        let e = rel_err(&run(1, Visibility::Window { window: 3, sink: 1 }), &fx["out_window3_sink1_chunk1"]);
+        assert!(e < 1e-4, "chunks of 1, window 3, sink 1: {e}");
     })
 }
