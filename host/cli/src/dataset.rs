@@ -111,18 +111,18 @@ fn world(args: &DatasetArgs) -> Result<()> {
             .collect();
         handles.into_iter().map(|h| h.join().expect("render thread")).collect()
     });
-    let write = |name: &str, f: &dyn Fn(&(Vec<u8>, Vec<u8>)) -> &Vec<u8>| -> Result<()> {
+    let write = |name: &str, bytes: Vec<&[u8]>| -> Result<()> {
         let path = args.out.join(name);
         let mut w = std::io::BufWriter::new(
             std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?,
         );
-        for p in &parts {
-            w.write_all(f(p))?;
+        for b in bytes {
+            w.write_all(b)?;
         }
         Ok(w.flush()?)
     };
-    write("clips.u8", &|p| &p.0)?;
-    write("actions.u8", &|p| &p.1)?;
+    write("clips.u8", parts.iter().map(|p| p.0.as_slice()).collect())?;
+    write("actions.u8", parts.iter().map(|p| p.1.as_slice()).collect())?;
     let frames = 1 + 4 * (args.steps - 1);
     let meta = serde_json::json!({
         "shape": [args.clips, frames, args.size, args.size, 3],
