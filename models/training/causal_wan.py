@@ -77,6 +77,8 @@ class CausalWan:
             return temb, ce.time_proj(ce.act_fn(temb)), ce.text_embedder(encoder_hidden_states), None
 
         ce.forward = condition
+        # The stock rotary tables (positions 0..F), for building other layouts from.
+        self.base_rope = rope_forward
         transformer.rope.forward = lambda hs: self.rope if self.rope is not None else rope_forward(hs)
 
     def tokens_per_frame(self, latents):
