@@ -8,6 +8,9 @@ out=$1 minutes=$2 clips=${3:-12000}
 bin=${FASTVIDEO_BIN:-.gpu/fastvideo}
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
+# The binary links libtorch's CPU part: point it at the machine's PyTorch.
+LD_LIBRARY_PATH="$(python3 -c 'import os, torch; print(os.path.dirname(torch.__file__))')/lib"
+export LD_LIBRARY_PATH
 t0=$(date +%s)
 "$bin" dataset --world --out /tmp/wdata --clips "$clips" --steps 9 --seed 0
 echo "dataset: $clips clips in $(($(date +%s) - t0)) s"

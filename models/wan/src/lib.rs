@@ -9,6 +9,7 @@ pub mod config;
 pub mod loader;
 pub mod nn;
 pub mod pipeline;
+pub mod rollout;
 pub mod scheduler;
 pub mod tokenizer;
 pub mod transformer;

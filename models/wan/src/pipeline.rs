@@ -40,12 +40,29 @@ impl TextEncode {
     /// Encodes, then zeroes positions past each prompt's length (the reference trims and
     /// re-pads with zeros).
     fn embed(&self, text: &str, max_len: usize, device: Device) -> Result<Tensor> {
-        self.cache.get_or_encode(max_len, text, || {
-            let (ids, mask) = self.tokenizer.encode(&[text.to_string()], max_len, device)?;
-            let h = self.encoder.forward(&ids, &mask)?;
-            Ok(&h * mask.unsqueeze(-1).to_kind(h.kind()))
-        })
+        embed_with(&self.tokenizer, &self.encoder, &self.cache, text, max_len, device)
     }
+}
+
+fn embed_with(
+    tokenizer: &TextTokenizer,
+    encoder: &Umt5Encoder,
+    cache: &EmbeddingCache,
+    text: &str,
+    max_len: usize,
+    device: Device,
+) -> Result<Tensor> {
+    cache.get_or_encode(max_len, text, || {
+        let (ids, mask) = tokenizer.encode(&[text.to_string()], max_len, device)?;
+        let h = encoder.forward(&ids, &mask)?;
+        Ok(&h * mask.unsqueeze(-1).to_kind(h.kind()))
+    })
+}
+
+/// The prompt embedding `[1, L, text_dim]` a pipeline's text-encode stage would make (through the
+/// model's embedding cache), for loops that run outside a pipeline (world-model sessions).
+pub fn embed_prompt(model: &WanModel, text: &str, device: Device) -> Result<Tensor> {
+    embed_with(&model.tokenizer, &model.text_encoder, &model.text_cache, text, model.max_sequence_length(), device)
 }
 
 impl Stage for TextEncode {

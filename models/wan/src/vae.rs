@@ -525,6 +525,12 @@ pub struct AutoencoderKLWan {
     kind: Kind,
 }
 
+/// The causal decoder's cache between the latent frames of one stream (a world-model session).
+#[derive(Default)]
+pub struct DecodeStream {
+    cache: FeatCache,
+}
+
 // SAFETY: weights are written once in `new` and only read afterwards; the feature cache is
 // per call, never stored in `self`.
 unsafe impl Sync for AutoencoderKLWan {}
@@ -583,6 +589,21 @@ impl AutoencoderKLWan {
             .map(|i| self.decoder.forward(&x.narrow(2, i, 1), &mut cache).to_kind(Kind::Float).clamp(-1.0, 1.0))
             .collect();
         Ok(Tensor::cat(&outs, 2))
+    }
+
+    /// Decodes the next latent frame of a stream (`z [B, z, 1, h, w]`, denormalized) with the
+    /// causal cache `stream` carries from the frames before it: the first call gives one video
+    /// frame, each later one `temporal_factor` frames, exactly the frames [`decode`](Self::decode)
+    /// of the whole sequence would give there.
+    pub fn decode_next(&self, stream: &mut DecodeStream, z: &Tensor) -> Result<Tensor> {
+        let s = z.size();
+        ensure!(
+            s.len() == 5 && s[1] == self.cfg.z_dim && s[2] == 1,
+            "vae decode: latent frame {s:?} must be [B, {}, 1, H, W]",
+            self.cfg.z_dim
+        );
+        let x = self.post_quant_conv.forward(&z.to_kind(self.kind), None);
+        Ok(self.decoder.forward(&x, &mut stream.cache).to_kind(Kind::Float).clamp(-1.0, 1.0))
     }
 
     /// Undoes the per-channel latent normalization the transformer was trained on

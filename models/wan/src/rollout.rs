@@ -1,0 +1,182 @@
+//! The chunk rollout of a world model (DESIGN §3 `ChunkRollout`): an outer loop over chunks of
+//! latent frames holding a key/value session, an inner few-step denoise per chunk, the pass over
+//! the clean chunk that commits its keys and values, and the incremental VAE decode that turns
+//! each finished chunk into video frames at once.
+//!
+//! The runtime drives it one unit at a time ([`Rollout::step`]): one denoise step, or one
+//! commit pass plus its decode. So a scheduler can interleave sessions with other work at the
+//! same boundaries as denoise steps, and an action set with [`Rollout::set_action`] applies from
+//! the next chunk not yet started.
+
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use fastvideo_pipeline::denoise::seeded_noise;
+use fastvideo_pipeline::kv_pool::{KvPool, KvSession};
+use tch::{Device, Kind, Tensor};
+
+use crate::causal::CrossKv;
+use crate::vae::DecodeStream;
+use crate::world::WorldModel;
+
+/// A finished chunk: its video frames and what made them.
+pub struct Chunk {
+    /// Index of the chunk in the session (0 = the first frame).
+    pub index: u64,
+    /// `[1, 3, n, H, W]` in [-1, 1] (n = 1 for the first chunk, else 4 × chunk frames).
+    pub frames: Tensor,
+    /// The action index the chunk was generated under, and the id the caller gave it.
+    pub action: i64,
+    pub action_id: u64,
+}
+
+enum Phase {
+    /// Denoising the current chunk: `x` at `sigmas[step]`.
+    Denoise { step: usize, x: Tensor },
+    /// The chunk is clean; next unit commits it and decodes it.
+    Commit { x0: Tensor },
+}
+
+/// One session's rollout state.
+pub struct Rollout {
+    kv: KvSession,
+    cross: CrossKv,
+    decode: DecodeStream,
+    sigmas: Vec<f64>,
+    latent_shape: [i64; 5],
+    seed: u64,
+    device: Device,
+    chunk: u64,
+    phase: Phase,
+    /// The current chunk's action (index, caller's id) and the one the next chunk takes.
+    current: (i64, u64),
+    next: (i64, u64),
+}
+
+impl Rollout {
+    /// Opens a session: reserves its window in `pool`, encodes the prompt, starts chunk 0.
+    pub fn new(model: &WorldModel, pool: &Arc<KvPool>, prompt: &str, seed: u64, device: Device) -> Result<Self> {
+        let spec = &model.spec;
+        let kv = pool.open(spec.window, spec.sink)?;
+        let context = crate::pipeline::embed_prompt(&model.wan, prompt, device).context("encoding the prompt")?;
+        let cross = model.wan.transformer.cross_kv(&context);
+        let sf = model.wan.vae.cfg.spatial_factor();
+        let latent_shape =
+            [1, model.wan.vae.cfg.z_dim, spec.chunk_frames as i64, spec.height as i64 / sf, spec.width as i64 / sf];
+        let none = model.actions.index("none").unwrap_or(0);
+        let mut r = Self {
+            kv,
+            cross,
+            decode: DecodeStream::default(),
+            sigmas: spec.sigmas(),
+            latent_shape,
+            seed,
+            device,
+            chunk: 0,
+            phase: Phase::Commit { x0: Tensor::zeros([1], (Kind::Float, Device::Cpu)) },
+            current: (none, 0),
+            next: (none, 0),
+        };
+        r.phase = r.start_chunk();
+        Ok(r)
+    }
+
+    fn start_chunk(&mut self) -> Phase {
+        let noise = seeded_noise(&self.latent_shape, self.seed.wrapping_add(self.chunk.wrapping_mul(0x9e37_79b9)), self.device);
+        Phase::Denoise { step: 0, x: noise }
+    }
+
+    /// The action for chunks from the next one not yet started (`id` is echoed in [`Chunk`]).
+    pub fn set_action(&mut self, action: i64, id: u64) {
+        self.next = (action, id);
+    }
+
+    /// Chunks finished so far.
+    pub fn chunks_done(&self) -> u64 {
+        self.chunk
+    }
+
+    /// Whether the next unit starts a new chunk (a later action takes effect there).
+    pub fn at_chunk_start(&self) -> bool {
+        matches!(self.phase, Phase::Denoise { step: 0, .. })
+    }
+
+    /// Runs one unit; returns the chunk when this unit finished one.
+    pub fn step(&mut self, model: &WorldModel) -> Result<Option<Chunk>> {
+        let tr = &model.wan.transformer;
+        if self.at_chunk_start() {
+            self.current = self.next;
+        }
+        let cond = model.actions.embed(&Tensor::from_slice(&vec![self.current.0; self.latent_shape[2] as usize]).view([1, -1]));
+        match std::mem::replace(&mut self.phase, Phase::Commit { x0: Tensor::zeros([1], (Kind::Float, Device::Cpu)) }) {
+            Phase::Denoise { step, x } => {
+                let (sigma, next) = (self.sigmas[step], self.sigmas[step + 1]);
+                let t = Tensor::from_slice(&[(sigma * 1000.0) as f32]).to_device(self.device);
+                let v = tr.forward_chunk(&x, &t, Some(&cond), &self.cross, &mut self.kv, false)?;
+                let x = &x + v.to_kind(Kind::Float) * (next - sigma);
+                self.phase = if step + 2 == self.sigmas.len() { Phase::Commit { x0: x } } else { Phase::Denoise { step: step + 1, x } };
+                Ok(None)
+            }
+            Phase::Commit { x0 } => {
+                let t = Tensor::zeros([1], (Kind::Float, self.device));
+                tr.forward_chunk(&x0, &t, Some(&cond), &self.cross, &mut self.kv, true)?;
+                let vae = &model.wan.vae;
+                let z = vae.denormalize(&x0);
+                let frames = (0..z.size()[2])
+                    .map(|i| vae.decode_next(&mut self.decode, &z.narrow(2, i, 1)))
+                    .collect::<Result<Vec<_>>>()?;
+                let chunk = Chunk {
+                    index: self.chunk,
+                    frames: Tensor::cat(&frames, 2),
+                    action: self.current.0,
+                    action_id: self.current.1,
+                };
+                self.chunk += 1;
+                self.phase = self.start_chunk();
+                Ok(Some(chunk))
+            }
+        }
+    }
+
+    /// Runs units until the next chunk is finished.
+    pub fn next_chunk(&mut self, model: &WorldModel) -> Result<Chunk> {
+        loop {
+            if let Some(c) = self.step(model)? {
+                return Ok(c);
+            }
+        }
+    }
+}
+
+/// Parses `"right*8,up*8,none"` into action names, one per chunk (the first chunk — the lone
+/// first frame — takes none and is not listed). Errors name the bad item.
+pub fn parse_actions(spec: &str) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (name, count) = match item.split_once('*') {
+            Some((n, c)) => (
+                n.trim(),
+                c.trim().parse::<usize>().ok().filter(|&c| c > 0).with_context(|| {
+                    format!("--actions: `{item}`: the count after `*` must be a positive whole number")
+                })?,
+            ),
+            None => (item, 1),
+        };
+        out.extend(std::iter::repeat_n(name.to_string(), count));
+    }
+    anyhow::ensure!(!out.is_empty(), "--actions: no actions given (e.g. \"right*8,up*8\")");
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_actions;
+
+    #[test]
+    fn action_lists_expand_counts_and_name_bad_items() {
+        assert_eq!(parse_actions("right*2, up,none*1").unwrap(), ["right", "right", "up", "none"]);
+        assert!(parse_actions("up*x").unwrap_err().to_string().contains("`up*x`"));
+        assert!(parse_actions("up*0").is_err());
+        assert!(parse_actions(" , ").is_err());
+    }
+}
