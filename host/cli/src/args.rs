@@ -97,7 +97,25 @@ impl PrecisionArgs {
             // Only ever switched off here, so `FASTVIDEO_NO_KERNELS` still holds with the default.
             fastvideo_kernels::set_enabled(false);
         }
-        let opts = fastvideo_wan::LoadOptions { device, dtype: self.dtype, vae_dtype: self.vae_dtype };
-        fastvideo_wan::WanModel::load_with(dir, opts).with_context(|| format!("--model {}", dir.display()))
+        fastvideo_wan::WanModel::load_with(dir, self.options(device))
+            .with_context(|| format!("--model {}", dir.display()))
+    }
+
+    /// The same for a world-model folder (the Wan folder plus `action_embedder/` and `world.json`).
+    pub fn load_world(
+        &self,
+        dir: &std::path::Path,
+        device: tch::Device,
+    ) -> anyhow::Result<fastvideo_wan::world::WorldModel> {
+        use anyhow::Context;
+        if self.kernels == "off" {
+            fastvideo_kernels::set_enabled(false);
+        }
+        fastvideo_wan::world::WorldModel::load(dir, self.options(device))
+            .with_context(|| format!("--model {}", dir.display()))
+    }
+
+    fn options(&self, device: tch::Device) -> fastvideo_wan::LoadOptions {
+        fastvideo_wan::LoadOptions { device, dtype: self.dtype, vae_dtype: self.vae_dtype }
     }
 }

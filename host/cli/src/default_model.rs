@@ -7,15 +7,24 @@ use anyhow::{bail, Result};
 /// The first existing of: `$FASTVIDEO_DEFAULT_MODEL`, the source tree this binary was built
 /// from, `./models/default`, and `<exe>/../../models/default` (a binary copied with its tree).
 pub fn locate() -> Result<PathBuf> {
+    locate_shipped("default", "FASTVIDEO_DEFAULT_MODEL")
+}
+
+/// The shipped world model (`models/world/`), found the same way (`$FASTVIDEO_WORLD_MODEL`).
+pub fn locate_world() -> Result<PathBuf> {
+    locate_shipped("world", "FASTVIDEO_WORLD_MODEL")
+}
+
+fn locate_shipped(name: &str, env: &str) -> Result<PathBuf> {
     let mut candidates = Vec::new();
-    if let Some(p) = std::env::var_os("FASTVIDEO_DEFAULT_MODEL") {
+    if let Some(p) = std::env::var_os(env) {
         candidates.push(PathBuf::from(p));
     }
-    candidates.push(PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/default")));
-    candidates.push(PathBuf::from("models/default"));
+    candidates.push(PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../models")).join(name));
+    candidates.push(PathBuf::from("models").join(name));
     if let Ok(exe) = std::env::current_exe() {
         if let Some(dir) = exe.parent() {
-            candidates.push(dir.join("../../models/default"));
+            candidates.push(dir.join("../../models").join(name));
         }
     }
     for c in &candidates {
@@ -24,7 +33,7 @@ pub fn locate() -> Result<PathBuf> {
         }
     }
     bail!(
-        "no --model given and the default model was not found (looked in {}); set FASTVIDEO_DEFAULT_MODEL",
+        "no --model given and the {name} model was not found (looked in {}); set {env}",
         candidates.iter().map(|c| c.display().to_string()).collect::<Vec<_>>().join(", ")
     )
 }

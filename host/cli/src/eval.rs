@@ -55,6 +55,13 @@ pub struct EvalArgs {
     plugins: PluginArgs,
     #[command(flatten)]
     precision: crate::args::PrecisionArgs,
+    /// Score the world model instead (`--model` a world folder; the shipped one when omitted):
+    /// `--seeds` held-out action sequences of `--world-steps` chunks each.
+    #[arg(long)]
+    world: bool,
+    /// Chunks per world sequence (76: the first frame and 300 more).
+    #[arg(long, default_value_t = 76)]
+    world_steps: usize,
 }
 
 /// The scene list for `--scenes`, in a fixed order.
@@ -76,6 +83,15 @@ pub fn scenes(which: &str, limit: Option<usize>) -> Result<Vec<Scene>> {
 }
 
 pub fn run(args: EvalArgs) -> Result<()> {
+    if args.world {
+        let device = fastvideo_torch::device(&args.device)?;
+        let dir = match &args.model {
+            Some(m) => m.clone(),
+            None => crate::default_model::locate_world()?,
+        };
+        let model = args.precision.load_world(&dir, device)?;
+        return crate::eval_world::run(&model, args.seeds, args.world_steps, device, args.dump.as_deref(), args.json);
+    }
     let list = scenes(&args.scenes, args.limit)?;
     if args.seeds == 0 {
         bail!("--seeds must be positive");

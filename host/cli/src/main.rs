@@ -6,10 +6,12 @@ mod bench;
 mod dataset;
 mod default_model;
 mod eval;
+mod eval_world;
 mod generate;
 mod plugin;
 mod progress;
 mod serve;
+mod world;
 
 use std::process::ExitCode;
 
@@ -34,6 +36,8 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Time a model's components at one shape (forward, CFG step, text encode, VAE decode).
     Bench(bench::BenchArgs),
+    /// Roll out the world model under a list of actions and write the MP4.
+    World(world::WorldArgs),
     /// Inspect and build Wasm plugins.
     #[command(subcommand)]
     Plugin(plugin::PluginCommand),
@@ -58,6 +62,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Generate(args) => generate::run(args),
         Command::Dataset(args) => dataset::run(args),
+        Command::World(args) => world::run(args),
         Command::Eval(args) => eval::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Bench(args) => bench::run(args),

@@ -82,7 +82,8 @@ impl Rollout {
     }
 
     fn start_chunk(&mut self) -> Phase {
-        let noise = seeded_noise(&self.latent_shape, self.seed.wrapping_add(self.chunk.wrapping_mul(0x9e37_79b9)), self.device);
+        let noise =
+            seeded_noise(&self.latent_shape, self.seed.wrapping_add(self.chunk.wrapping_mul(0x9e37_79b9)), self.device);
         Phase::Denoise { step: 0, x: noise }
     }
 
@@ -107,19 +108,25 @@ impl Rollout {
         if self.at_chunk_start() {
             self.current = self.next;
         }
-        let cond = model.actions.embed(&Tensor::from_slice(&vec![self.current.0; self.latent_shape[2] as usize]).view([1, -1]));
+        let cond = model
+            .actions
+            .embed(&Tensor::from_slice(&vec![self.current.0; self.latent_shape[2] as usize]).view([1, -1]));
         match std::mem::replace(&mut self.phase, Phase::Commit { x0: Tensor::zeros([1], (Kind::Float, Device::Cpu)) }) {
             Phase::Denoise { step, x } => {
                 let (sigma, next) = (self.sigmas[step], self.sigmas[step + 1]);
                 let t = Tensor::from_slice(&[(sigma * 1000.0) as f32]).to_device(self.device);
                 let v = tr.forward_chunk(&x, &t, Some(&cond), &self.cross, &mut self.kv, false)?;
                 let x = &x + v.to_kind(Kind::Float) * (next - sigma);
-                self.phase = if step + 2 == self.sigmas.len() { Phase::Commit { x0: x } } else { Phase::Denoise { step: step + 1, x } };
+                self.phase = if step + 2 == self.sigmas.len() {
+                    Phase::Commit { x0: x }
+                } else {
+                    Phase::Denoise { step: step + 1, x }
+                };
                 Ok(None)
             }
             Phase::Commit { x0 } => {
                 let t = Tensor::zeros([1], (Kind::Float, self.device));
-                tr.forward_chunk(&x0, &t, Some(&cond), &self.cross, &mut self.kv, true)?;
+                let _ = tr.forward_chunk(&x0, &t, Some(&cond), &self.cross, &mut self.kv, true)?;
                 let vae = &model.wan.vae;
                 let z = vae.denormalize(&x0);
                 let frames = (0..z.size()[2])
@@ -146,6 +153,42 @@ impl Rollout {
             }
         }
     }
+}
+
+/// A pool with room for exactly one session of `model` (offline rollouts, evaluation).
+pub fn single_session_pool(model: &WorldModel, device: Device) -> Arc<KvPool> {
+    let spec = &model.spec;
+    let sf = model.wan.vae.cfg.spatial_factor();
+    let mut cfg =
+        crate::causal::pool_config(&model.wan.transformer, spec.height as i64 / sf, spec.width as i64 / sf, device, 0);
+    cfg.budget_bytes = cfg.slab_bytes() * (spec.window * cfg.layers) as u64;
+    KvPool::new(cfg)
+}
+
+/// Rolls out the first chunk and then one chunk per action (names as the model lists them),
+/// calling `on_chunk` as each is decoded; returns all frames `[1, 3, F, H, W]`.
+pub fn run_offline(
+    model: &WorldModel,
+    actions: &[String],
+    prompt: &str,
+    seed: u64,
+    device: Device,
+    mut on_chunk: impl FnMut(&Chunk),
+) -> Result<Tensor> {
+    let ids = actions.iter().map(|a| model.actions.index(a)).collect::<Result<Vec<_>>>()?;
+    let pool = single_session_pool(model, device);
+    let mut r = Rollout::new(model, &pool, prompt, seed, device)?;
+    let mut frames = Vec::with_capacity(ids.len() + 1);
+    let first = r.next_chunk(model)?;
+    on_chunk(&first);
+    frames.push(first.frames);
+    for (i, &a) in ids.iter().enumerate() {
+        r.set_action(a, i as u64 + 1);
+        let c = r.next_chunk(model)?;
+        on_chunk(&c);
+        frames.push(c.frames);
+    }
+    Ok(Tensor::cat(&frames, 2))
 }
 
 /// Parses `"right*8,up*8,none"` into action names, one per chunk (the first chunk — the lone

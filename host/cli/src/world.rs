@@ -1,0 +1,82 @@
+//! `fastvideo world`: an offline world-model rollout under a list of actions, written as an MP4.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use fastvideo_wan::rollout;
+
+#[derive(Args)]
+pub struct WorldArgs {
+    /// World-model folder; the shipped `models/world` when omitted.
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// One action per chunk (4 video frames each), e.g. "right*8,up*8,none*4".
+    #[arg(long)]
+    actions: String,
+    #[arg(long, default_value = "world.mp4")]
+    out: PathBuf,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Text conditioning; the model's own (world.json) when omitted.
+    #[arg(long)]
+    prompt: Option<String>,
+    #[arg(long, default_value = "auto")]
+    device: String,
+    /// Print a JSON report (chunks, frames, seconds, per-chunk latency) instead of a summary.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    precision: crate::args::PrecisionArgs,
+}
+
+pub fn run(args: WorldArgs) -> Result<()> {
+    let device = fastvideo_torch::device(&args.device)?;
+    let dir = match &args.model {
+        Some(m) => m.clone(),
+        None => crate::default_model::locate_world()?,
+    };
+    let model = args.precision.load_world(&dir, device)?;
+    let actions = rollout::parse_actions(&args.actions)?;
+    for a in &actions {
+        model.actions.index(a).with_context(|| "--actions")?;
+    }
+    let prompt = args.prompt.clone().unwrap_or_else(|| model.spec.prompt.clone());
+    let t0 = Instant::now();
+    let mut last = t0;
+    let mut chunk_seconds = Vec::new();
+    let frames = tch::no_grad(|| {
+        rollout::run_offline(&model, &actions, &prompt, args.seed, device, |_| {
+            chunk_seconds.push(last.elapsed().as_secs_f64());
+            last = Instant::now();
+        })
+    })?;
+    let seconds = t0.elapsed().as_secs_f64();
+    let video = fastvideo_wan::pipeline::frames_to_video(&frames, model.spec.fps)?;
+    fastvideo_media::write_mp4(&video, &args.out).with_context(|| format!("writing {}", args.out.display()))?;
+    let n = video.num_frames as f64;
+    if args.json {
+        let mut sorted = chunk_seconds[1..].to_vec();
+        sorted.sort_by(f64::total_cmp);
+        let p = |q: f64| sorted.get(((sorted.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or(0.0);
+        println!(
+            "{}",
+            serde_json::json!({
+                "chunks": chunk_seconds.len(), "frames": video.num_frames, "seconds": seconds,
+                "frames_per_second": n / seconds, "first_chunk_seconds": chunk_seconds[0],
+                "chunk_seconds_p50": p(0.5), "chunk_seconds_p95": p(0.95), "out": args.out,
+            })
+        );
+    } else {
+        eprintln!(
+            "wrote {} ({} frames, {} chunks) in {:.2} s: {:.1} frames/s",
+            args.out.display(),
+            video.num_frames,
+            chunk_seconds.len(),
+            seconds,
+            n / seconds
+        );
+    }
+    Ok(())
+}

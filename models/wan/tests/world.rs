@@ -1,0 +1,82 @@
+//! The world-model rollout on the tiny random fixture (CPU, float32): chunk shapes, actions
+//! taking effect from the next chunk, the incremental decode equal to decoding the whole
+//! sequence, and the session's slabs returned when the rollout is dropped.
+
+mod common;
+
+use std::path::Path;
+
+use fastvideo_pipeline::kv_pool::KvPool;
+use fastvideo_wan::rollout::{single_session_pool, Rollout};
+use fastvideo_wan::vae::DecodeStream;
+use fastvideo_wan::world::WorldModel;
+use fastvideo_wan::LoadOptions;
+use tch::{Device, Kind, Tensor};
+
+fn tiny_world() -> (tempfile::TempDir, WorldModel) {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
+    let dir = tempfile::tempdir().unwrap();
+    common::copy_dir(&fixtures.join("tiny-wan"), dir.path());
+    common::copy_dir(&fixtures.join("tiny-world-actions"), &dir.path().join("action_embedder"));
+    let spec = serde_json::json!({"chunk_frames": 1, "timesteps": [1000, 500], "shift": 3.0, "window": 3,
+        "sink": 1, "fps": 8, "height": 32, "width": 48, "prompt": "a red circle"});
+    std::fs::write(dir.path().join("world.json"), spec.to_string()).unwrap();
+    let m = WorldModel::load(dir.path(), LoadOptions::new(Device::Cpu)).unwrap();
+    (dir, m)
+}
+
+#[test]
+fn a_rollout_emits_chunks_that_follow_the_action_set_before_them() {
+    tch::no_grad(|| {
+        let (_dir, m) = tiny_world();
+        let pool = single_session_pool(&m, Device::Cpu);
+        let mut r = Rollout::new(&m, &pool, "a red circle", 0, Device::Cpu).unwrap();
+        let first = r.next_chunk(&m).unwrap();
+        assert_eq!(first.frames.size(), [1, 3, 1, 32, 48]);
+        let right = m.actions.index("right").unwrap();
+        r.set_action(right, 7);
+        // One denoise step in, a new action waits for the next chunk.
+        assert!(r.step(&m).unwrap().is_none());
+        r.set_action(m.actions.index("up").unwrap(), 8);
+        let c1 = r.next_chunk(&m).unwrap();
+        assert_eq!((c1.index, c1.action, c1.action_id), (1, right, 7));
+        assert_eq!(c1.frames.size(), [1, 3, 4, 32, 48]);
+        let c2 = r.next_chunk(&m).unwrap();
+        assert_eq!((c2.action, c2.action_id), (m.actions.index("up").unwrap(), 8));
+        for _ in 0..3 {
+            r.next_chunk(&m).unwrap();
+        }
+        let stats = pool.stats();
+        assert_eq!((stats.sessions, stats.evictions), (1, 6 - 3));
+        drop(r);
+        assert_eq!(pool.stats().used_slabs, 0);
+    })
+}
+
+#[test]
+fn the_incremental_decode_equals_decoding_the_whole_sequence() {
+    tch::no_grad(|| {
+        let (_dir, m) = tiny_world();
+        tch::manual_seed(3);
+        let z = Tensor::randn([1, 4, 4, 4, 6], (Kind::Float, Device::Cpu));
+        let whole = m.wan.vae.decode(&z).unwrap();
+        let mut stream = DecodeStream::default();
+        let parts: Vec<Tensor> =
+            (0..4).map(|i| m.wan.vae.decode_next(&mut stream, &z.narrow(2, i, 1)).unwrap()).collect();
+        assert_eq!(parts[0].size()[2], 1);
+        assert_eq!(parts[1].size()[2], 4);
+        let streamed = Tensor::cat(&parts, 2);
+        let diff = (&streamed - &whole).abs().max().double_value(&[]);
+        assert!(diff < 1e-6, "streamed vs whole decode: {diff}");
+    })
+}
+
+#[test]
+fn a_full_pool_refuses_a_session_with_the_sizes() {
+    let (_dir, m) = tiny_world();
+    let pool = single_session_pool(&m, Device::Cpu);
+    let _held = Rollout::new(&m, &pool, "a", 0, Device::Cpu).unwrap();
+    let err = Rollout::new(&m, &pool, "a", 1, Device::Cpu).err().unwrap().to_string();
+    assert!(err.contains("window of 3 frames needs"), "{err}");
+    assert_eq!(KvPool::stats(&pool).sessions, 1);
+}
