@@ -16,6 +16,8 @@ Recipe (teacher forcing, as the rollout will see it):
   (t = 0) keys and values of the frames before it.
 - Noise levels per frame: half from the rollout's own few-step schedule, half logit-normal.
 - The action embedder's projection starts at zero, so training starts from the default model.
+- `--context-noise S` (second run): half the context frames get noise up to sigma S (with their
+  timestep saying so), so the model copes with its own imperfect frames as context.
 Weights are saved in bf16 (the Rust loader converts at load) to keep the folder under 15 MB.
 """
 
@@ -77,6 +79,9 @@ def main():
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--lr", type=float, default=2e-4)
     p.add_argument("--max-steps", type=int, default=0, help="stop after this many steps (0: time only)")
+    p.add_argument("--context-noise", type=float, default=0.0,
+                   help="noise up to this sigma on the clean half, for half the frames (robustness to the "
+                   "model's own imperfect frames as context in a rollout)")
     args = p.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     torch.backends.cuda.matmul.allow_tf32 = True
@@ -136,8 +141,15 @@ def main():
         noise = torch.randn(x0.shape, device=device, generator=g)
         sv = sigma.view(b, 1, frames, 1, 1)
         xt = (1 - sv) * x0 + sv * noise
-        inp = torch.cat([x0, xt], dim=2)
-        ts = torch.cat([torch.zeros_like(sigma), sigma * 1000], dim=1)
+        if args.context_noise > 0:
+            cs = torch.rand(b, frames, device=device, generator=g) * args.context_noise
+            cs = cs * (torch.rand(b, frames, device=device, generator=g) < 0.5)
+            csv = cs.view(b, 1, frames, 1, 1)
+            ctx_x = (1 - csv) * x0 + csv * torch.randn(x0.shape, device=device, generator=g)
+        else:
+            cs, ctx_x = torch.zeros_like(sigma), x0
+        inp = torch.cat([ctx_x, xt], dim=2)
+        ts = torch.cat([cs * 1000, sigma * 1000], dim=1)
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=device == "cuda"):
             cond = emb(torch.cat([a, a], dim=1))
             pred = model(inp, ts, ctx1.expand(b, -1, -1), cond, mask, rope)[:, :, frames:]
