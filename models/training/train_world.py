@@ -186,6 +186,10 @@ def save(args, tr, emb, vae, dim):
             shutil.copytree(os.path.join(args.init, name), dst)
     shutil.copy(os.path.join(args.init, "model_index.json"), os.path.join(out, "model_index.json"))
     json.dump(WORLD, open(os.path.join(out, "world.json"), "w"), indent=2)
+    # The prompt is embedded at the length it was trained with (train_default's TEXT_LEN); without
+    # this the loader's default of 512 tokens puts 496 padding tokens into every cross-attention.
+    json.dump({"description": "the world model's text settings (its rollout settings are in world.json)",
+               "max_sequence_length": 16}, open(os.path.join(out, "fastvideo.json"), "w"), indent=2)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,10 @@ pub struct WorldArgs {
     out: PathBuf,
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Start from the shipped world's own first frame for this seed (the ball and square placed
+    /// by its simulator) instead of generating the first frame.
+    #[arg(long)]
+    start_seed: Option<u64>,
     /// Text conditioning; the model's own (world.json) when omitted.
     #[arg(long)]
     prompt: Option<String>,
@@ -43,11 +47,12 @@ pub fn run(args: WorldArgs) -> Result<()> {
         model.actions.index(a).with_context(|| "--actions")?;
     }
     let prompt = args.prompt.clone().unwrap_or_else(|| model.spec.prompt.clone());
+    let first = args.start_seed.map(|s| crate::eval_world::simulator_frame(&model, s)).transpose()?;
     let t0 = Instant::now();
     let mut last = t0;
     let mut chunk_seconds = Vec::new();
     let frames = tch::no_grad(|| {
-        rollout::run_offline(&model, &actions, &prompt, args.seed, device, |_| {
+        rollout::run_offline(&model, &actions, &prompt, first.as_ref(), args.seed, device, |_| {
             chunk_seconds.push(last.elapsed().as_secs_f64());
             last = Instant::now();
         })

@@ -81,6 +81,26 @@ impl Rollout {
         Ok(r)
     }
 
+    /// Opens a session that starts from a given first frame (`[1, 3, 1, H, W]` in [-1, 1], the
+    /// world model's size) instead of generating one: it is encoded and committed as chunk 0.
+    pub fn from_frame(
+        model: &WorldModel,
+        pool: &Arc<KvPool>,
+        prompt: &str,
+        frame: &Tensor,
+        seed: u64,
+        device: Device,
+    ) -> Result<Self> {
+        let spec = &model.spec;
+        let want = [1, 3, 1, spec.height as i64, spec.width as i64];
+        anyhow::ensure!(frame.size() == want, "initial frame: shape {:?}, this model takes {want:?}", frame.size());
+        let mut r = Self::new(model, pool, prompt, seed, device)?;
+        let vae = &model.wan.vae;
+        let z = vae.normalize(&vae.encode(&frame.to_device(device))?);
+        r.phase = Phase::Commit { x0: z };
+        Ok(r)
+    }
+
     fn start_chunk(&mut self) -> Phase {
         let noise =
             seeded_noise(&self.latent_shape, self.seed.wrapping_add(self.chunk.wrapping_mul(0x9e37_79b9)), self.device);
@@ -165,19 +185,25 @@ pub fn single_session_pool(model: &WorldModel, device: Device) -> Arc<KvPool> {
     KvPool::new(cfg)
 }
 
-/// Rolls out the first chunk and then one chunk per action (names as the model lists them),
-/// calling `on_chunk` as each is decoded; returns all frames `[1, 3, F, H, W]`.
+/// Rolls out the first chunk (generated, or `first_frame` encoded) and then one chunk per
+/// action (names as the model lists them), calling `on_chunk` as each is decoded; returns all
+/// frames `[1, 3, F, H, W]`.
+#[allow(clippy::too_many_arguments)]
 pub fn run_offline(
     model: &WorldModel,
     actions: &[String],
     prompt: &str,
+    first_frame: Option<&Tensor>,
     seed: u64,
     device: Device,
     mut on_chunk: impl FnMut(&Chunk),
 ) -> Result<Tensor> {
     let ids = actions.iter().map(|a| model.actions.index(a)).collect::<Result<Vec<_>>>()?;
     let pool = single_session_pool(model, device);
-    let mut r = Rollout::new(model, &pool, prompt, seed, device)?;
+    let mut r = match first_frame {
+        Some(f) => Rollout::from_frame(model, &pool, prompt, f, seed, device)?,
+        None => Rollout::new(model, &pool, prompt, seed, device)?,
+    };
     let mut frames = Vec::with_capacity(ids.len() + 1);
     let first = r.next_chunk(model)?;
     on_chunk(&first);

@@ -549,7 +549,9 @@ impl WanTransformer3DModel {
         let temb = temb.view([lead.as_slice(), &[dim]].concat().as_slice());
         let temb = match extra {
             // One value for every frame: stays per sample (the fused kernels' layout).
-            Some(e) if temb.dim() == 2 && e.dim() == 3 && e.size()[1] == 1 => temb + e.squeeze_dim(1).to_kind(self.kind),
+            Some(e) if temb.dim() == 2 && e.dim() == 3 && e.size()[1] == 1 => {
+                temb + e.squeeze_dim(1).to_kind(self.kind)
+            }
             Some(e) if temb.dim() == 2 && e.dim() == 3 => temb.unsqueeze(1) + e.to_kind(self.kind),
             Some(e) => temb + e.to_kind(self.kind),
             None => temb,
