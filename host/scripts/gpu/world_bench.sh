@@ -43,8 +43,10 @@ print("world model folder:", model, "dim", dim, "window", window, "steps", steps
 PY
 "$BIN" world --model "$MODEL" --actions "none*2" --out /tmp/world_warm.mp4 --json >/dev/null  # warm caches
 "$BIN" world --model "$MODEL" --actions "right*${CHUNKS:-20}" --out /tmp/world.mp4 --json | tee "${OUT:-/tmp}/world_bench.json"
-python3 -c 'import json, sys
+python3 - "${OUT:-/tmp}/world_bench.json" <<'PY'
+import json, sys
 o = json.load(open(sys.argv[1]))
-per = 12 / o["chunk_seconds_p50"]
-print(f"steady {per:.1f} frames/s (12 frames per chunk, p50 {o[\"chunk_seconds_p50\"]:.3f} s, p95 {o[\"chunk_seconds_p95\"]:.3f} s); "
-      f"first chunk (9 frames) {o[\"first_chunk_seconds\"]:.3f} s; whole run {o[\"frames_per_second\"]:.1f} frames/s")' "${OUT:-/tmp}/world_bench.json"
+p50, p95 = o["chunk_seconds_p50"], o["chunk_seconds_p95"]
+print(f"steady {12 / p50:.1f} frames/s (12 frames per chunk, p50 {p50:.3f} s, p95 {p95:.3f} s); "
+      f"first chunk (9 frames) {o['first_chunk_seconds']:.3f} s; whole run {o['frames_per_second']:.1f} frames/s")
+PY
