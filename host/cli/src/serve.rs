@@ -55,6 +55,16 @@ pub struct ServeArgs {
     /// Seconds to wait for admitted jobs during a drain.
     #[arg(long, default_value_t = 300)]
     drain_timeout: u64,
+    /// Also run live world-model sessions (`/v1/sessions`): a world-model folder, or
+    /// `default` for the shipped `models/world`.
+    #[arg(long)]
+    world: Option<String>,
+    /// Live sessions at once (the key/value pool is sized for them); more get HTTP 429.
+    #[arg(long, default_value_t = 4)]
+    max_sessions: usize,
+    /// Seconds a session may go without a stream or an action before it is closed.
+    #[arg(long, default_value_t = 60)]
+    session_idle: u64,
     #[command(flatten)]
     precision: crate::args::PrecisionArgs,
 }
@@ -111,7 +121,22 @@ pub fn run(args: ServeArgs) -> Result<()> {
         max_request_seconds: args.max_request_seconds,
         max_batch: args.max_batch.unwrap_or(if device.is_cuda() { 8 } else { 1 }),
         cost: fastvideo_engine::CostConfig::for_device(device.is_cuda()),
+        max_sessions: args.max_sessions.max(1),
+        session_idle: Duration::from_secs(args.session_idle.max(1)),
         ..Default::default()
+    };
+    let sessions = match &args.world {
+        Some(w) => {
+            let dir = if w == "default" { crate::default_model::locate_world()? } else { PathBuf::from(w) };
+            let world = Arc::new(args.precision.load_world(&dir, device)?);
+            let id = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or("world".into());
+            let first = world.clone();
+            let s = fastvideo_wan::sessions::WorldSessions::new(id, world, cfg.max_sessions, device)
+                .with_first_frame(Box::new(move |seed| crate::eval_world::simulator_frame(&first, seed)))
+                .with_metrics(metrics.clone());
+            Some(Arc::new(s) as Arc<dyn fastvideo_engine::session::SessionModel>)
+        }
+        None => None,
     };
     let (hits, misses) = (metrics.embedding_cache_hits.clone(), metrics.embedding_cache_misses.clone());
     model.text_cache.observe(Box::new(move |hit| {
@@ -124,7 +149,12 @@ pub fn run(args: ServeArgs) -> Result<()> {
         }));
     }
     let limits = model.limits();
-    let engine = Engine::start(EngineModel { id: model_id, limits, spec, device, check, classify }, cfg, metrics);
+    let engine = Engine::start_with_sessions(
+        EngineModel { id: model_id, limits, spec, device, check, classify },
+        sessions,
+        cfg,
+        metrics,
+    );
     let server = ServerConfig {
         addr: SocketAddr::new(args.host, args.port),
         drain: if args.drain == "cancel" { DrainMode::Cancel } else { DrainMode::Finish },

@@ -399,3 +399,93 @@ fn sigterm_drains_admitted_work_then_exits() {
     let status = server.child.wait().unwrap();
     assert!(status.success(), "the server exits cleanly after the drain: {status}");
 }
+
+fn delete(server: &Server, path: &str) -> (u16, Value) {
+    let r = ureq::delete(&server.url(path)).config().http_status_as_error(false).build().call().unwrap();
+    let status = r.status().as_u16();
+    (status, r.into_body().read_json().unwrap_or(Value::Null))
+}
+
+#[test]
+fn a_world_session_streams_frames_takes_actions_and_frees_its_slabs_when_the_client_goes() {
+    let server = Server::start(&["--world", "default", "--max-sessions", "2"]);
+    let (status, s) = server.post("/v1/sessions", json!({"start_seed": 3}));
+    assert_eq!(status, 200, "{s}");
+    let id = s["id"].as_str().unwrap().to_string();
+    assert_eq!((s["fps"].as_u64(), s["frames_per_chunk"].as_u64()), (Some(16), Some(4)));
+    assert_eq!(s["actions"], json!(["none", "up", "down", "left", "right"]));
+    let ws_url = server.url(&format!("/v1/sessions/{id}/stream")).replace("http://", "ws://");
+    let (mut ws, _) = tungstenite::connect(ws_url.as_str()).unwrap();
+    let hello: Value = serde_json::from_str(ws.read().unwrap().to_text().unwrap()).unwrap();
+    assert_eq!(hello["type"], "hello");
+    let frame_len = 16 + 64 * 64 * 3;
+    let mut frames: Vec<(u64, u64)> = Vec::new();
+    let mut sent = false;
+    while frames.len() < 60 {
+        match ws.read().unwrap() {
+            tungstenite::Message::Binary(b) => {
+                assert_eq!(b.len(), frame_len);
+                let pts = u64::from_le_bytes(b[0..8].try_into().unwrap());
+                let action = u64::from_le_bytes(b[8..16].try_into().unwrap());
+                frames.push((pts, action));
+            }
+            other => panic!("unexpected message {other:?}"),
+        }
+        if frames.len() == 9 && !sent {
+            ws.send(tungstenite::Message::text(json!({"type": "action", "action": "right", "id": 5}).to_string()))
+                .unwrap();
+            let (status, v) = server.post(&format!("/v1/sessions/{id}/actions"), json!({"action": "up", "id": 6}));
+            assert_eq!(status, 200, "{v}");
+            sent = true;
+        }
+    }
+    // Presentation times advance one frame (1000/16 ms) at a time from 0.
+    assert_eq!(frames[0].0, 0);
+    assert!(frames.windows(2).all(|w| w[1].0 == w[0].0 + 62 || w[1].0 == w[0].0 + 63), "{frames:?}");
+    // The actions apply from a later chunk, in order: none (0), then 5 or 6, ending at 6.
+    assert!(frames[..9].iter().all(|f| f.1 == 0));
+    assert_eq!(frames.last().unwrap().1, 6, "{frames:?}");
+    let (status, info) = server.get(&format!("/v1/sessions/{id}"));
+    assert_eq!(status, 200);
+    assert!(info["chunks"].as_u64().unwrap() >= 15, "{info}");
+    let m = server.metrics();
+    assert_eq!(metric(&m, "fastvideo_sessions_live", None), 1.0);
+    assert!(metric(&m, "fastvideo_kv_slabs_used", None) > 0.0);
+    // The client vanishes: the session closes and its slabs return.
+    drop(ws);
+    let t0 = Instant::now();
+    while server.get(&format!("/v1/sessions/{id}")).0 != 404 {
+        assert!(t0.elapsed() < Duration::from_secs(20), "the session outlived its client");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let m = server.metrics();
+    assert_eq!(metric(&m, "fastvideo_sessions_live", None), 0.0);
+    assert_eq!(metric(&m, "fastvideo_kv_slabs_used", None), 0.0);
+}
+
+#[test]
+fn bad_session_input_gets_a_4xx_naming_the_field() {
+    let server = Server::start(&["--world", "default", "--max-sessions", "1"]);
+    let (status, s) = server.post("/v1/sessions", json!({"seed": 1}));
+    assert_eq!(status, 200, "{s}");
+    let id = s["id"].as_str().unwrap();
+    let (status, e) = server.post(&format!("/v1/sessions/{id}/actions"), json!({"action": "jump"}));
+    assert_eq!(status, 400, "{e}");
+    assert_eq!(e["error"]["param"], "action");
+    assert!(e["error"]["message"].as_str().unwrap().contains("none, up, down, left, right"));
+    let (status, e) = server.post("/v1/sessions", json!({}));
+    assert_eq!((status, e["error"]["code"].as_str()), (429, Some("sessions_full")), "{e}");
+    let (status, e) = server.post("/v1/sessions", json!({"window": 99}));
+    assert_eq!(status, 400, "{e}");
+    assert!(e["error"]["message"].as_str().unwrap().contains("window"), "{e}");
+    let (status, _) = delete(&server, &format!("/v1/sessions/{id}"));
+    assert_eq!(status, 200);
+    let (status, e) = server.post(&format!("/v1/sessions/{id}/actions"), json!({"action": "up"}));
+    assert_eq!(status, 404, "{e}");
+    assert_eq!(delete(&server, &format!("/v1/sessions/{id}")).0, 404);
+    // The slot is free again.
+    assert_eq!(server.post("/v1/sessions", json!({})).0, 200);
+    let plain = Server::start(&[]);
+    let (status, e) = plain.post("/v1/sessions", json!({}));
+    assert_eq!((status, e["error"]["code"].as_str()), (400, Some("no_world_model")), "{e}");
+}

@@ -12,7 +12,7 @@ use std::collections::{HashMap, HashSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc as std_mpsc, Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use fastvideo_pipeline::{Advance, CancelToken, PipelineRun, PipelineSpec, Values};
 use fastvideo_request::{ModelLimits, OmniEvent, OmniOutput, OmniRequest, RequestError, ResolvedRequest};
@@ -21,6 +21,10 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::cost::{CostConfig, CostKey, CostModel};
 use crate::scheduler::{Capacity, Policy, State};
+use crate::session::{
+    LiveSessions, Pacer, Pick, SessionCommand, SessionEvent, SessionInfo, SessionModel, SessionRequest, SessionShared,
+    STREAM_BUFFER_CHUNKS,
+};
 use crate::{EngineError, Metrics};
 
 /// Engine settings (the `[engine]` table of a deploy config).
@@ -41,6 +45,10 @@ pub struct EngineConfig {
     /// Most requests whose compatible steps run as one batched call (1 disables batching).
     pub max_batch: usize,
     pub cost: CostConfig,
+    /// Live world-model sessions at once; more get `sessions_full`.
+    pub max_sessions: usize,
+    /// A session nobody streams or acts on for this long is closed.
+    pub session_idle: Duration,
 }
 
 impl Default for EngineConfig {
@@ -54,6 +62,8 @@ impl Default for EngineConfig {
             max_request_seconds: None,
             max_batch: 8,
             cost: CostConfig::default(),
+            max_sessions: 4,
+            session_idle: Duration::from_secs(60),
         }
     }
 }
@@ -95,6 +105,7 @@ enum Command {
     Submit(Box<Job>),
     Cancel(String),
     CancelAll,
+    Session(SessionCommand),
 }
 
 struct Job {
@@ -137,6 +148,8 @@ struct Inner {
     limits: ModelLimits,
     check: RequestCheck,
     metrics: Metrics,
+    sessions: Option<Arc<dyn SessionModel>>,
+    session_shared: Arc<SessionShared>,
 }
 
 /// The engine: cheap to clone, usable from any thread or task.
@@ -151,7 +164,18 @@ fn random_seed() -> u64 {
 impl Engine {
     /// Starts the executor thread for `model`.
     pub fn start(model: EngineModel, cfg: EngineConfig, metrics: Metrics) -> Self {
+        Self::start_with_sessions(model, None, cfg, metrics)
+    }
+
+    /// [`start`](Self::start), also serving live sessions of a world model on the same executor.
+    pub fn start_with_sessions(
+        model: EngineModel,
+        sessions: Option<Arc<dyn SessionModel>>,
+        cfg: EngineConfig,
+        metrics: Metrics,
+    ) -> Self {
         let (tx, rx) = std_mpsc::channel();
+        let session_shared = Arc::new(SessionShared::default());
         let shared = Arc::new(Shared {
             live: Mutex::new(HashSet::new()),
             draining: AtomicBool::new(false),
@@ -174,12 +198,93 @@ impl Engine {
             keys: HashMap::new(),
             next_key: 0,
             max_batch: cfg.max_batch.max(1),
+            sessions: LiveSessions::new(sessions.clone(), cfg.session_idle, session_shared.clone(), metrics.clone()),
         };
         std::thread::Builder::new()
             .name("fastvideo-executor".into())
             .spawn(move || exec.run(rx))
             .expect("spawning the executor thread");
-        Engine(Arc::new(Inner { tx: Mutex::new(tx), shared, cfg, model_id: id, limits, check, metrics }))
+        Engine(Arc::new(Inner {
+            tx: Mutex::new(tx),
+            shared,
+            cfg,
+            model_id: id,
+            limits,
+            check,
+            metrics,
+            sessions,
+            session_shared,
+        }))
+    }
+
+    /// The session model, if this engine serves one.
+    pub fn session_model(&self) -> Option<&Arc<dyn SessionModel>> {
+        self.0.sessions.as_ref()
+    }
+
+    /// Opens a live session; its chunks arrive on the receiver (dropping it closes the session).
+    pub async fn open_session(
+        &self,
+        id: String,
+        req: SessionRequest,
+    ) -> Result<mpsc::Receiver<SessionEvent>, EngineError> {
+        let inner = &self.0;
+        if inner.sessions.is_none() {
+            return Err(EngineError::NoSessions);
+        }
+        if inner.shared.draining.load(Ordering::SeqCst) {
+            return Err(EngineError::Draining);
+        }
+        let live = inner.session_shared.info.lock().unwrap().len();
+        if live >= inner.cfg.max_sessions {
+            return Err(EngineError::SessionsFull { max: inner.cfg.max_sessions });
+        }
+        let (etx, erx) = mpsc::channel(STREAM_BUFFER_CHUNKS);
+        let (rtx, rrx) = oneshot::channel();
+        let cmd = SessionCommand::Open { id, req, events: etx, reply: rtx };
+        inner.tx.lock().unwrap().send(Command::Session(cmd)).map_err(|_| EngineError::Stopped)?;
+        rrx.await.unwrap_or(Err(EngineError::Stopped))?;
+        Ok(erx)
+    }
+
+    /// Where a session stands, or `None` when it is not live.
+    pub fn session_info(&self, id: &str) -> Option<SessionInfo> {
+        self.0.session_shared.info.lock().unwrap().get(id).cloned()
+    }
+
+    /// Sets the action for a session's chunks from the next one not yet started. The action is
+    /// checked against the model's list here, so a bad one is refused before anything runs.
+    pub fn session_action(&self, id: &str, action: &str, action_id: u64) -> Result<(), EngineError> {
+        let model = self.0.sessions.as_ref().ok_or(EngineError::NoSessions)?;
+        if self.session_info(id).is_none() {
+            return Err(EngineError::NoSession(id.to_string()));
+        }
+        let known = model.actions();
+        if !known.iter().any(|a| a == action) {
+            return Err(RequestError::new(
+                "action",
+                format!("unknown action `{action}`; this model takes {}", known.join(", ")),
+            )
+            .into());
+        }
+        let cmd = SessionCommand::Action { id: id.to_string(), action: action.to_string(), action_id };
+        self.0.tx.lock().unwrap().send(Command::Session(cmd)).map_err(|_| EngineError::Stopped)
+    }
+
+    /// Closes a session (its slabs are returned at once); `false` when it was not live.
+    pub fn close_session(&self, id: &str, reason: &str) -> bool {
+        // Gone for callers at once; the executor drops its state at its next command.
+        let live = self.0.session_shared.info.lock().unwrap().remove(id).is_some();
+        let cmd = SessionCommand::Close { id: id.to_string(), reason: reason.to_string() };
+        let _ = self.0.tx.lock().unwrap().send(Command::Session(cmd));
+        live
+    }
+
+    /// Tells the executor whether a client is streaming the session (a streamed session never
+    /// expires for idleness).
+    pub fn session_streaming(&self, id: &str, on: bool) {
+        let cmd = SessionCommand::Streaming { id: id.to_string(), on };
+        let _ = self.0.tx.lock().unwrap().send(Command::Session(cmd));
     }
 
     pub fn model_id(&self) -> &str {
@@ -335,6 +440,7 @@ struct Executor {
     keys: HashMap<String, u64>,
     next_key: u64,
     max_batch: usize,
+    sessions: LiveSessions,
 }
 
 /// A span naming the scheduler slots stepped together (for logs).
@@ -352,7 +458,7 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
 impl Executor {
     fn run(mut self, rx: std_mpsc::Receiver<Command>) {
         loop {
-            if self.state.is_empty() {
+            if self.state.is_empty() && self.sessions.is_empty() {
                 match rx.recv() {
                     Ok(c) => self.command(c),
                     Err(_) => return,
@@ -361,11 +467,39 @@ impl Executor {
             while let Ok(c) = rx.try_recv() {
                 self.command(c);
             }
-            match self.state.pick(Instant::now()) {
-                Some(k) => self.advance(k),
-                None if self.state.is_empty() => {}
+            let now = Instant::now();
+            self.sessions.expire(now);
+            let job = self.state.pick(now);
+            let pick = if self.sessions.is_empty() {
+                if job.is_some() {
+                    Pick::Job
+                } else {
+                    Pick::Idle
+                }
+            } else {
+                Pacer::pick(
+                    now,
+                    &self.sessions.pace_inputs(),
+                    job.is_some(),
+                    self.sessions.margin(),
+                    self.sessions.period(),
+                )
+            };
+            match (pick, job) {
+                (Pick::Session(i), _) => self.sessions.step(i),
+                (Pick::Job, Some(k)) => {
+                    let t = Instant::now();
+                    self.advance(k);
+                    self.sessions.observe_job_unit(t.elapsed().as_secs_f64());
+                }
+                (Pick::Wait(until), _) => {
+                    if let Ok(c) = rx.recv_timeout(until.saturating_duration_since(Instant::now())) {
+                        self.command(c);
+                    }
+                }
+                (Pick::Idle, _) if self.state.is_empty() => {}
                 // Cannot happen (a lone request always fits), but never spin or die: wait for news.
-                None => match rx.recv() {
+                _ => match rx.recv() {
                     Ok(c) => self.command(c),
                     Err(_) => return,
                 },
@@ -401,6 +535,7 @@ impl Executor {
                     self.fail(k, EngineError::Cancelled);
                 }
             }
+            Command::Session(c) => self.sessions.command(c),
         }
     }
 

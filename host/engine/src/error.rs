@@ -32,6 +32,15 @@ pub enum EngineError {
     /// The executor thread is gone.
     #[error("the engine has stopped")]
     Stopped,
+    /// This server runs no world model.
+    #[error("this server runs no world model (start it with --world)")]
+    NoSessions,
+    /// No live session has this id (never opened, closed, or expired).
+    #[error("session `{0}` is not live")]
+    NoSession(String),
+    /// The cap on live sessions is reached; try again later.
+    #[error("{max} sessions are live, the most this server runs at once; retry later")]
+    SessionsFull { max: usize },
 }
 
 fn as_string<S: serde::Serializer>(e: &RequestError, s: S) -> Result<S::Ok, S::Error> {
@@ -56,6 +65,9 @@ impl EngineError {
             EngineError::Cancelled => "cancelled",
             EngineError::Failed { code, .. } => code,
             EngineError::Stopped => "engine_stopped",
+            EngineError::NoSessions => "no_world_model",
+            EngineError::NoSession(_) => "session_not_found",
+            EngineError::SessionsFull { .. } => "sessions_full",
         }
     }
 

@@ -5,7 +5,9 @@
 //!   one-shot stage) runs; plain data, unit-tested without a GPU.
 //! - [`cost::CostModel`]: predicted seconds and bytes per request, calibrated from measured step
 //!   times; used for admission and for the scheduler's "least remaining work" order.
-//! - [`Engine`]: `submit` → [`Handle`] (events + final output), `cancel`, `drain`.
+//! - [`Engine`]: `submit` → [`Handle`] (events + final output), `cancel`, `drain`; and live
+//!   world-model sessions (`open_session`, `session_action`, `close_session`), whose units the
+//!   executor interleaves with jobs under a per-chunk deadline ([`session::Pacer`]).
 //!
 //! Model code never appears here: the engine drives [`fastvideo_pipeline::PipelineRun`]s.
 
@@ -14,6 +16,7 @@ mod engine;
 mod error;
 mod metrics;
 pub mod scheduler;
+pub mod session;
 
 pub use cost::CostConfig;
 pub use engine::{Classifier, Engine, EngineConfig, EngineModel, Handle, RequestCheck};

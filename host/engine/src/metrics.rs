@@ -31,6 +31,16 @@ pub struct Metrics {
     pub embedding_cache_misses: Counter,
     /// Wall time spent inside plugin calls (guiders, block interceptors).
     pub plugin_seconds: Counter<f64, AtomicU64>,
+    pub sessions_live: Gauge,
+    pub session_chunks: Counter,
+    /// Chunks finished more than one chunk period after their deadline.
+    pub session_late_chunks: Counter,
+    /// Chunks dropped because the client read too slowly.
+    pub session_dropped_chunks: Counter,
+    /// The world model's key/value pool: slabs in use, of how many, and frames evicted.
+    pub kv_slabs_used: Gauge,
+    pub kv_slabs_capacity: Gauge,
+    pub kv_evictions: Gauge,
 }
 
 impl Metrics {
@@ -49,6 +59,13 @@ impl Metrics {
             embedding_cache_hits: Counter::default(),
             embedding_cache_misses: Counter::default(),
             plugin_seconds: Counter::default(),
+            sessions_live: Gauge::default(),
+            session_chunks: Counter::default(),
+            session_late_chunks: Counter::default(),
+            session_dropped_chunks: Counter::default(),
+            kv_slabs_used: Gauge::default(),
+            kv_slabs_capacity: Gauge::default(),
+            kv_evictions: Gauge::default(),
         };
         let r = registry.sub_registry_with_prefix("fastvideo");
         r.register("queue_depth", "Requests admitted and waiting for their first unit of work", m.queue_depth.clone());
@@ -67,6 +84,21 @@ impl Metrics {
         r.register("embedding_cache_hits", "Text embeddings served from the cache", m.embedding_cache_hits.clone());
         r.register("embedding_cache_misses", "Text embeddings computed", m.embedding_cache_misses.clone());
         r.register("plugin_seconds", "Wall time inside plugin calls", m.plugin_seconds.clone());
+        r.register("sessions_live", "Live world-model sessions", m.sessions_live.clone());
+        r.register("session_chunks", "Session chunks generated", m.session_chunks.clone());
+        r.register(
+            "session_late_chunks",
+            "Session chunks finished a period past their deadline",
+            m.session_late_chunks.clone(),
+        );
+        r.register(
+            "session_dropped_chunks",
+            "Session chunks dropped for a slow reader",
+            m.session_dropped_chunks.clone(),
+        );
+        r.register("kv_slabs_used", "Key/value pool slabs held by sessions", m.kv_slabs_used.clone());
+        r.register("kv_slabs_capacity", "Key/value pool slabs in all", m.kv_slabs_capacity.clone());
+        r.register("kv_evictions", "Frames evicted from session windows since start", m.kv_evictions.clone());
         m
     }
 

@@ -26,6 +26,7 @@ pub enum ApiError {
     },
     /// Too much admitted work; retry later.
     Busy {
+        code: String,
         message: String,
     },
     /// Shutting down.
@@ -55,8 +56,8 @@ impl ApiError {
             ApiError::Conflict { code, message } => {
                 (StatusCode::CONFLICT, "invalid_request_error", None, code, message.clone())
             }
-            ApiError::Busy { message } => {
-                (StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", None, "queue_full", message.clone())
+            ApiError::Busy { code, message } => {
+                (StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", None, code, message.clone())
             }
             ApiError::Unavailable { message } => {
                 (StatusCode::SERVICE_UNAVAILABLE, "server_error", None, "draining", message.clone())
@@ -99,7 +100,13 @@ impl From<EngineError> for ApiError {
                 code: e.code().to_string(),
                 message: e.to_string(),
             },
-            EngineError::QueueFull { .. } => ApiError::Busy { message: e.to_string() },
+            EngineError::QueueFull { .. } | EngineError::SessionsFull { .. } => {
+                ApiError::Busy { code: e.code().to_string(), message: e.to_string() }
+            }
+            EngineError::NoSession(id) => ApiError::NotFound { what: format!("session `{id}`") },
+            EngineError::NoSessions => {
+                ApiError::BadRequest { param: Some("model".into()), code: e.code().to_string(), message: e.to_string() }
+            }
             EngineError::Draining | EngineError::Stopped => ApiError::Unavailable { message: e.to_string() },
             EngineError::Cancelled => ApiError::Conflict { code: "cancelled".into(), message: e.to_string() },
             EngineError::Failed { code, message } => ApiError::Internal { code, message },

@@ -7,6 +7,7 @@ mod error;
 mod images;
 mod jobs;
 mod params;
+mod sessions;
 mod stream;
 mod videos;
 
@@ -50,13 +51,20 @@ pub struct ServerConfig {
 pub struct AppState {
     pub engine: Engine,
     jobs: jobs::Jobs,
+    sessions: sessions::SessionStreams,
     registry: Arc<Registry>,
     counter: Arc<AtomicU64>,
 }
 
 impl AppState {
     pub fn new(engine: Engine, registry: Registry) -> Self {
-        Self { engine, jobs: jobs::Jobs::default(), registry: Arc::new(registry), counter: Arc::new(AtomicU64::new(0)) }
+        Self {
+            engine,
+            jobs: jobs::Jobs::default(),
+            sessions: sessions::SessionStreams::default(),
+            registry: Arc::new(registry),
+            counter: Arc::new(AtomicU64::new(0)),
+        }
     }
 
     /// A fresh, unguessable-enough id: process start entropy plus a counter.
@@ -76,6 +84,10 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/videos/{id}/events", get(stream::video_events))
         .route("/v1/stream", get(stream::websocket))
         .route("/v1/images/generations", post(images::generate_images))
+        .route("/v1/sessions", post(sessions::create_session))
+        .route("/v1/sessions/{id}", get(sessions::get_session).delete(sessions::delete_session))
+        .route("/v1/sessions/{id}/actions", post(sessions::post_action))
+        .route("/v1/sessions/{id}/stream", get(sessions::session_stream))
         .route("/v1/models", get(models))
         .route("/health", get(|| async { Json(serde_json::json!({"status": "ok"})) }))
         .route("/ready", get(ready))

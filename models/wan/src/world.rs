@@ -34,6 +34,10 @@ pub struct ActionEmbedder {
     proj: Linear,
 }
 
+// SAFETY: the tensors are written once in `load` and only read afterwards; libtorch allows
+// concurrent reads of a tensor from several threads.
+unsafe impl Sync for ActionEmbedder {}
+
 impl ActionEmbedder {
     pub fn load(dir: &Path, device: Device, kind: Kind) -> Result<Self> {
         let cfg: ActionConfig = read_config_with(&dir.join("config.json"), &[])?;

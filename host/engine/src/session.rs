@@ -1,0 +1,407 @@
+//! Live world-model sessions in the engine. A session is an open-ended rollout: the executor
+//! runs its units (a denoise step or a commit pass of the current chunk) between the units of
+//! ordinary jobs, with a deadline per chunk so the session keeps its frame rate while jobs run.
+//!
+//! The model side is behind [`SessionModel`] / [`SessionRun`] (the world model implements them),
+//! so the engine stays model-agnostic. [`Pacer`] is the scheduling rule alone, unit-tested
+//! without a model.
+
+use std::time::{Duration, Instant};
+
+use fastvideo_request::{RequestError, VideoArtifact};
+use serde::Serialize;
+
+/// What a client asks for when it opens a session.
+#[derive(Debug, Clone, Default)]
+pub struct SessionRequest {
+    /// Text conditioning; the model's own when `None`.
+    pub prompt: Option<String>,
+    /// Start from the model's simulator frame for this seed (models that have one), else generate.
+    pub start_seed: Option<u64>,
+    pub seed: u64,
+}
+
+/// A finished chunk of a session.
+pub struct SessionChunk {
+    pub index: u64,
+    /// Index of the chunk's first video frame in the session (its presentation time is
+    /// `first_frame / fps`).
+    pub first_frame: u64,
+    pub video: VideoArtifact,
+    /// The caller's id of the action the chunk was generated under (0: none yet).
+    pub action_id: u64,
+}
+
+/// What a session's stream carries.
+pub enum SessionEvent {
+    Chunk(SessionChunk),
+    /// The session ended: closed, expired, or failed (`reason` says which and why).
+    Closed {
+        reason: String,
+    },
+}
+
+/// One session's model side; its state (key/value slabs, decoder cache) is dropped with it.
+pub trait SessionRun: Send {
+    /// Runs one unit; returns the chunk when this unit finished one.
+    fn step(&mut self) -> anyhow::Result<Option<SessionChunk>>;
+    /// The action for chunks from the next one not yet started; `action` was checked against
+    /// [`SessionModel::actions`].
+    fn set_action(&mut self, action: &str, id: u64);
+    /// Units per chunk (denoise steps plus the commit pass), for pacing.
+    fn units_per_chunk(&self) -> u32;
+}
+
+/// A model that can run sessions.
+pub trait SessionModel: Send + Sync {
+    fn id(&self) -> &str;
+    /// The action names it takes.
+    fn actions(&self) -> Vec<String>;
+    fn fps(&self) -> u32;
+    /// Video frames per chunk after the first.
+    fn frames_per_chunk(&self) -> u32;
+    /// Opens a session (reserving its key/value slabs); errors name the field.
+    fn open(&self, req: &SessionRequest) -> Result<Box<dyn SessionRun>, RequestError>;
+}
+
+/// Where a session stands, for `GET /v1/sessions/{id}`.
+#[derive(Debug, Clone, Serialize)]
+pub struct SessionInfo {
+    pub id: String,
+    pub chunks: u64,
+    pub frames: u64,
+    pub last_action_id: u64,
+    /// Chunks that were finished later than their deadline.
+    pub late_chunks: u64,
+}
+
+/// The pacing rule. A session's chunk `n` is due at `start + n × period`; a session is urgent
+/// when the units its chunk still needs, at the measured cost per unit, plus `margin` (the
+/// longest job unit seen, which cannot be interrupted) would reach the deadline. Urgent sessions
+/// run first (earliest deadline first), then jobs, then sessions that are less than one period
+/// ahead of real time; otherwise the executor waits for the next session to become urgent.
+#[derive(Debug, Clone, Copy)]
+pub struct PaceInput {
+    pub due: Instant,
+    pub units_left: u32,
+    pub unit_seconds: f64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Pick {
+    /// Run a unit of session `i` (index into the input).
+    Session(usize),
+    /// Run a job unit.
+    Job,
+    /// Nothing to do before this instant.
+    Wait(Instant),
+    /// No sessions and no jobs.
+    Idle,
+}
+
+pub struct Pacer;
+
+impl Pacer {
+    pub fn pick(now: Instant, sessions: &[PaceInput], jobs_ready: bool, margin: f64, period: Duration) -> Pick {
+        let start_by = |s: &PaceInput| {
+            let need = Duration::from_secs_f64((s.units_left as f64 * s.unit_seconds + margin).max(0.0));
+            s.due.checked_sub(need).unwrap_or(now)
+        };
+        let urgent =
+            sessions.iter().enumerate().filter(|(_, s)| start_by(s) <= now).min_by_key(|(_, s)| s.due).map(|(i, _)| i);
+        if let Some(i) = urgent {
+            return Pick::Session(i);
+        }
+        if jobs_ready {
+            return Pick::Job;
+        }
+        // Work ahead, but at most one period: frames are shown in real time anyway.
+        let ahead = sessions
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.due <= now + period)
+            .min_by_key(|(_, s)| s.due)
+            .map(|(i, _)| i);
+        if let Some(i) = ahead {
+            return Pick::Session(i);
+        }
+        match sessions.iter().map(|s| start_by(s).min(s.due.checked_sub(period).unwrap_or(now))).min() {
+            Some(t) => Pick::Wait(t),
+            None => Pick::Idle,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(now: Instant, due_ms: u64, units: u32) -> PaceInput {
+        PaceInput { due: now + Duration::from_millis(due_ms), units_left: units, unit_seconds: 0.01 }
+    }
+
+    const P: Duration = Duration::from_millis(250);
+
+    #[test]
+    fn an_urgent_session_goes_before_jobs_and_the_earliest_deadline_first() {
+        let now = Instant::now();
+        // 5 units of 10 ms + 100 ms margin = 150 ms: due in 120 ms is urgent, in 400 ms is not.
+        let sessions = [s(now, 400, 5), s(now, 120, 5), s(now, 100, 5)];
+        assert_eq!(Pacer::pick(now, &sessions, true, 0.1, P), Pick::Session(2));
+        assert_eq!(Pacer::pick(now, &sessions[..1], true, 0.1, P), Pick::Job);
+    }
+
+    #[test]
+    fn without_jobs_sessions_work_at_most_one_period_ahead_then_wait() {
+        let now = Instant::now();
+        assert_eq!(Pacer::pick(now, &[s(now, 200, 5)], false, 0.0, P), Pick::Session(0));
+        match Pacer::pick(now, &[s(now, 600, 5)], false, 0.0, P) {
+            // Waits until one period before the deadline (350 ms from now).
+            Pick::Wait(t) => assert_eq!(t, now + Duration::from_millis(350)),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(Pacer::pick(now, &[], false, 0.0, P), Pick::Idle);
+        assert_eq!(Pacer::pick(now, &[], true, 0.0, P), Pick::Job);
+    }
+}
+
+// ---- The executor's side -------------------------------------------------------------------
+
+use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::{mpsc, oneshot};
+
+use crate::{EngineError, Metrics};
+
+/// Frames a session's stream may hold unread before chunks are dropped (a slow viewer).
+pub const STREAM_BUFFER_CHUNKS: usize = 8;
+
+pub(crate) enum SessionCommand {
+    Open {
+        id: String,
+        req: SessionRequest,
+        events: mpsc::Sender<SessionEvent>,
+        reply: oneshot::Sender<Result<(), EngineError>>,
+    },
+    Action {
+        id: String,
+        action: String,
+        action_id: u64,
+    },
+    Close {
+        id: String,
+        reason: String,
+    },
+    Streaming {
+        id: String,
+        on: bool,
+    },
+}
+
+/// What the front reads without asking the executor.
+#[derive(Default)]
+pub(crate) struct SessionShared {
+    pub info: Mutex<HashMap<String, SessionInfo>>,
+}
+
+struct Live {
+    id: String,
+    run: Box<dyn SessionRun>,
+    events: mpsc::Sender<SessionEvent>,
+    start: Instant,
+    units_per_chunk: u32,
+    units_done: u32,
+    unit_seconds: f64,
+    info: SessionInfo,
+    last_activity: Instant,
+    streaming: bool,
+}
+
+pub(crate) struct LiveSessions {
+    model: Option<Arc<dyn SessionModel>>,
+    list: Vec<Live>,
+    period: Duration,
+    /// The longest job unit lately (decaying), which a session deadline must allow for.
+    margin: f64,
+    idle: Duration,
+    shared: Arc<SessionShared>,
+    metrics: Metrics,
+}
+
+impl LiveSessions {
+    pub fn new(
+        model: Option<Arc<dyn SessionModel>>,
+        idle: Duration,
+        shared: Arc<SessionShared>,
+        metrics: Metrics,
+    ) -> Self {
+        let period = model
+            .as_ref()
+            .map(|m| Duration::from_secs_f64(m.frames_per_chunk() as f64 / m.fps().max(1) as f64))
+            .unwrap_or(Duration::from_millis(250));
+        Self { model, list: Vec::new(), period, margin: 0.0, idle, shared, metrics }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    pub fn period(&self) -> Duration {
+        self.period
+    }
+
+    pub fn margin(&self) -> f64 {
+        self.margin
+    }
+
+    /// Feeds a job unit's time into the margin: the max, decaying 5 % a unit.
+    pub fn observe_job_unit(&mut self, seconds: f64) {
+        self.margin = (self.margin * 0.95).max(seconds);
+    }
+
+    pub fn pace_inputs(&self) -> Vec<PaceInput> {
+        self.list
+            .iter()
+            .map(|l| PaceInput {
+                due: l.start + self.period.mul_f64(l.info.chunks as f64),
+                units_left: l.units_per_chunk.saturating_sub(l.units_done),
+                unit_seconds: l.unit_seconds,
+            })
+            .collect()
+    }
+
+    /// Updates a session's info; never re-adds one the front already closed.
+    fn publish(&self, l: &Live) {
+        if let Some(e) = self.shared.info.lock().unwrap().get_mut(&l.id) {
+            *e = l.info.clone();
+        }
+    }
+
+    fn remove(&mut self, i: usize, reason: String) {
+        let l = self.list.swap_remove(i);
+        let _ = l.events.try_send(SessionEvent::Closed { reason: reason.clone() });
+        self.shared.info.lock().unwrap().remove(&l.id);
+        self.metrics.sessions_live.set(self.list.len() as i64);
+        tracing::info!(session = %l.id, %reason, chunks = l.info.chunks, late = l.info.late_chunks, "session closed");
+        // Dropping `l.run` returns its key/value slabs.
+    }
+
+    pub fn command(&mut self, c: SessionCommand) {
+        match c {
+            SessionCommand::Open { id, req, events, reply } => {
+                let Some(model) = self.model.clone() else {
+                    let _ = reply.send(Err(EngineError::NoSessions));
+                    return;
+                };
+                match catch_unwind(AssertUnwindSafe(|| model.open(&req))) {
+                    Ok(Ok(run)) => {
+                        let now = Instant::now();
+                        let units_per_chunk = run.units_per_chunk().max(1);
+                        let live = Live {
+                            info: SessionInfo {
+                                id: id.clone(),
+                                chunks: 0,
+                                frames: 0,
+                                last_action_id: 0,
+                                late_chunks: 0,
+                            },
+                            id,
+                            run,
+                            events,
+                            start: now,
+                            units_per_chunk,
+                            units_done: 0,
+                            unit_seconds: 0.0,
+                            last_activity: now,
+                            streaming: false,
+                        };
+                        self.shared.info.lock().unwrap().insert(live.id.clone(), live.info.clone());
+                        self.list.push(live);
+                        self.metrics.sessions_live.set(self.list.len() as i64);
+                        let _ = reply.send(Ok(()));
+                    }
+                    Ok(Err(e)) => {
+                        let _ = reply.send(Err(e.into()));
+                    }
+                    Err(_) => {
+                        let _ = reply.send(Err(EngineError::Failed {
+                            code: "internal_error".into(),
+                            message: "opening the session panicked".into(),
+                        }));
+                    }
+                }
+            }
+            SessionCommand::Action { id, action, action_id } => {
+                if let Some(l) = self.list.iter_mut().find(|l| l.id == id) {
+                    l.run.set_action(&action, action_id);
+                    l.last_activity = Instant::now();
+                }
+            }
+            SessionCommand::Close { id, reason } => {
+                if let Some(i) = self.list.iter().position(|l| l.id == id) {
+                    self.remove(i, reason);
+                }
+            }
+            SessionCommand::Streaming { id, on } => {
+                if let Some(l) = self.list.iter_mut().find(|l| l.id == id) {
+                    l.streaming = on;
+                    l.last_activity = Instant::now();
+                }
+            }
+        }
+    }
+
+    /// Closes sessions nobody has streamed or acted on for the idle timeout.
+    pub fn expire(&mut self, now: Instant) {
+        while let Some(i) =
+            self.list.iter().position(|l| !l.streaming && now.duration_since(l.last_activity) > self.idle)
+        {
+            let secs = self.idle.as_secs();
+            self.remove(i, format!("expired: no stream and no action for {secs} s"));
+        }
+    }
+
+    /// One unit of session `i`.
+    pub fn step(&mut self, i: usize) {
+        let t = Instant::now();
+        let result = catch_unwind(AssertUnwindSafe(|| self.list[i].run.step()));
+        let dt = t.elapsed().as_secs_f64();
+        let period = self.period;
+        let l = &mut self.list[i];
+        l.unit_seconds = if l.unit_seconds == 0.0 { dt } else { l.unit_seconds + 0.2 * (dt - l.unit_seconds) };
+        l.units_done += 1;
+        let outcome = match result {
+            Ok(Ok(Some(chunk))) => {
+                let due = l.start + period.mul_f64(l.info.chunks as f64);
+                if Instant::now() > due + period {
+                    l.info.late_chunks += 1;
+                    self.metrics.session_late_chunks.inc();
+                }
+                l.info.chunks += 1;
+                l.info.frames += chunk.video.num_frames as u64;
+                l.info.last_action_id = chunk.action_id;
+                l.units_done = 0;
+                self.metrics.session_chunks.inc();
+                match l.events.try_send(SessionEvent::Chunk(chunk)) {
+                    Ok(()) => None,
+                    // A slow viewer: this chunk is dropped, the session goes on.
+                    Err(mpsc::error::TrySendError::Full(_)) => {
+                        self.metrics.session_dropped_chunks.inc();
+                        None
+                    }
+                    Err(mpsc::error::TrySendError::Closed(_)) => Some("the client went away".to_string()),
+                }
+            }
+            Ok(Ok(None)) => None,
+            Ok(Err(e)) => Some(format!("failed: {e:#}")),
+            Err(_) => Some("failed: a session step panicked".to_string()),
+        };
+        let l = &self.list[i];
+        self.publish(l);
+        if let Some(reason) = outcome {
+            self.remove(i, reason);
+        }
+    }
+}

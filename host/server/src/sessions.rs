@@ -1,0 +1,189 @@
+//! World-model sessions over HTTP (docs/api.md, "Sessions"): open, inspect, act, close, and a
+//! WebSocket that carries the frames as they are generated and takes actions back.
+//!
+//! Stream messages, server to client: first a JSON `{"type": "hello", "width", "height", "fps",
+//! "actions"}`, then one binary message per video frame — a 16-byte header (presentation time
+//! in milliseconds, then the id of the last action applied, both u64 little-endian) followed by
+//! `height × width × 3` RGB bytes — and a JSON `{"type": "closed", "reason"}` when the session
+//! ends. Client to server: JSON `{"type": "action", "action": "up", "id": 7}` or
+//! `{"type": "close"}`. A client that goes away closes its session, returning its slabs.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::extract::{Path, Request, State};
+use axum::response::Response;
+use axum::Json;
+use fastvideo_engine::session::{SessionEvent, SessionRequest};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use crate::error::ApiError;
+use crate::params::read_body;
+use crate::AppState;
+
+/// Streams not yet taken by a WebSocket, by session id.
+#[derive(Clone, Default)]
+pub struct SessionStreams(Arc<Mutex<HashMap<String, mpsc::Receiver<SessionEvent>>>>);
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateSession {
+    model: Option<String>,
+    prompt: Option<String>,
+    start_seed: Option<u64>,
+    seed: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ActionBody {
+    action: String,
+    id: Option<u64>,
+}
+
+fn session_object(s: &AppState, id: &str) -> Result<Value, ApiError> {
+    let model = s.engine.session_model().ok_or_else(|| ApiError::from(fastvideo_engine::EngineError::NoSessions))?;
+    let info = s.engine.session_info(id).ok_or_else(|| ApiError::NotFound { what: format!("session `{id}`") })?;
+    Ok(json!({
+        "id": id, "object": "session", "model": model.id(), "status": "live",
+        "fps": model.fps(), "frames_per_chunk": model.frames_per_chunk(), "actions": model.actions(),
+        "chunks": info.chunks, "frames": info.frames, "last_action_id": info.last_action_id,
+        "late_chunks": info.late_chunks, "stream": format!("/v1/sessions/{id}/stream"),
+    }))
+}
+
+/// `POST /v1/sessions`.
+pub async fn create_session(State(s): State<AppState>, req: Request) -> Result<Json<Value>, ApiError> {
+    let p: CreateSession = read_body(req).await?;
+    let model = s.engine.session_model().ok_or_else(|| ApiError::from(fastvideo_engine::EngineError::NoSessions))?;
+    if let Some(m) = &p.model {
+        if m != model.id() {
+            return Err(ApiError::field(
+                "model",
+                format!("model `{m}` is not served here; sessions run `{}`", model.id()),
+            ));
+        }
+    }
+    let id = s.new_id("session");
+    let req = SessionRequest { prompt: p.prompt, start_seed: p.start_seed, seed: p.seed.unwrap_or(0) };
+    let rx = s.engine.open_session(id.clone(), req).await?;
+    s.sessions.0.lock().unwrap().insert(id.clone(), rx);
+    Ok(Json(session_object(&s, &id)?))
+}
+
+/// `GET /v1/sessions/{id}`.
+pub async fn get_session(State(s): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+    Ok(Json(session_object(&s, &id)?))
+}
+
+/// `POST /v1/sessions/{id}/actions`: applies from the next chunk not yet started.
+pub async fn post_action(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+    req: Request,
+) -> Result<Json<Value>, ApiError> {
+    let p: ActionBody = read_body(req).await?;
+    let action_id = p.id.unwrap_or(0);
+    s.engine.session_action(&id, &p.action, action_id)?;
+    Ok(Json(json!({"session": id, "action": p.action, "id": action_id, "status": "queued"})))
+}
+
+/// `DELETE /v1/sessions/{id}`.
+pub async fn delete_session(State(s): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+    s.sessions.0.lock().unwrap().remove(&id);
+    if !s.engine.close_session(&id, "closed by the client") {
+        return Err(ApiError::NotFound { what: format!("session `{id}`") });
+    }
+    Ok(Json(json!({"id": id, "object": "session.deleted", "deleted": true})))
+}
+
+/// `GET /v1/sessions/{id}/stream` (WebSocket).
+pub async fn session_stream(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+    ws: WebSocketUpgrade,
+) -> Result<Response, ApiError> {
+    if s.engine.session_info(&id).is_none() {
+        return Err(ApiError::NotFound { what: format!("session `{id}`") });
+    }
+    let rx = s.sessions.0.lock().unwrap().remove(&id).ok_or_else(|| ApiError::Conflict {
+        code: "already_streaming".into(),
+        message: format!("session `{id}` is already streamed by another client"),
+    })?;
+    Ok(ws.on_upgrade(move |socket| stream(s, id, rx, socket)))
+}
+
+async fn stream(s: AppState, id: String, mut rx: mpsc::Receiver<SessionEvent>, mut socket: WebSocket) {
+    let Some(model) = s.engine.session_model().cloned() else { return };
+    s.engine.session_streaming(&id, true);
+    let fps = model.fps().max(1) as u64;
+    let hello = json!({"type": "hello", "session": id, "fps": fps, "actions": model.actions()});
+    if socket.send(Message::Text(hello.to_string().into())).await.is_err() {
+        s.engine.close_session(&id, "the client went away");
+        return;
+    }
+    let reason = loop {
+        tokio::select! {
+            ev = rx.recv() => match ev {
+                Some(SessionEvent::Chunk(c)) => {
+                    let frame_bytes = (c.video.height * c.video.width * 3) as usize;
+                    let mut gone = false;
+                    for (i, rgb) in c.video.rgb.chunks(frame_bytes).enumerate() {
+                        let pts_ms = (c.first_frame + i as u64) * 1000 / fps;
+                        let mut msg = Vec::with_capacity(16 + rgb.len());
+                        msg.extend_from_slice(&pts_ms.to_le_bytes());
+                        msg.extend_from_slice(&c.action_id.to_le_bytes());
+                        msg.extend_from_slice(rgb);
+                        if socket.send(Message::Binary(msg.into())).await.is_err() {
+                            gone = true;
+                            break;
+                        }
+                    }
+                    if gone {
+                        break None;
+                    }
+                }
+                Some(SessionEvent::Closed { reason }) => break Some(reason),
+                None => break Some("closed".to_string()),
+            },
+            msg = socket.recv() => match msg {
+                Some(Ok(Message::Text(t))) => {
+                    let reply = match serde_json::from_str::<Value>(&t) {
+                        Ok(v) if v["type"] == "action" => match v["action"].as_str() {
+                            Some(a) => s.engine.session_action(&id, a, v["id"].as_u64().unwrap_or(0)).err().map(|e| e.to_string()),
+                            None => Some("action: a string is required".to_string()),
+                        },
+                        Ok(v) if v["type"] == "close" => {
+                            s.engine.close_session(&id, "closed by the client");
+                            None
+                        }
+                        Ok(_) => Some("type: expected \"action\" or \"close\"".to_string()),
+                        Err(e) => Some(format!("not JSON: {e}")),
+                    };
+                    if let Some(err) = reply {
+                        let m = json!({"type": "error", "message": err});
+                        if socket.send(Message::Text(m.to_string().into())).await.is_err() {
+                            break None;
+                        }
+                    }
+                }
+                Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break None,
+                Some(Ok(_)) => {}
+            },
+        }
+    };
+    match reason {
+        Some(reason) => {
+            let m = json!({"type": "closed", "reason": reason});
+            let _ = socket.send(Message::Text(m.to_string().into())).await;
+            let _ = socket.send(Message::Close(None)).await;
+        }
+        // The client went away: free the session's slabs now rather than at its next chunk.
+        None => {
+            s.engine.close_session(&id, "the client went away");
+        }
+    }
+}

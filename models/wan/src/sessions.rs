@@ -1,0 +1,137 @@
+//! A world model as the engine's session model: each session is a [`Rollout`] against one shared
+//! key/value pool, its chunks handed out as RGB video.
+
+use std::sync::Arc;
+
+use fastvideo_engine::session::{SessionChunk, SessionModel, SessionRequest, SessionRun};
+use fastvideo_engine::Metrics;
+use fastvideo_pipeline::kv_pool::KvPool;
+use fastvideo_request::RequestError;
+use tch::{Device, Tensor};
+
+use crate::rollout::Rollout;
+use crate::world::WorldModel;
+
+/// Makes a session's first frame from a seed (`[1, 3, 1, H, W]` in [-1, 1]), for models whose
+/// world has a simulator (the shipped one); sessions without a start seed generate it.
+pub type FirstFrame = Box<dyn Fn(u64) -> anyhow::Result<Tensor> + Send + Sync>;
+
+pub struct WorldSessions {
+    id: String,
+    model: Arc<WorldModel>,
+    pool: Arc<KvPool>,
+    device: Device,
+    first_frame: Option<FirstFrame>,
+    metrics: Option<Metrics>,
+}
+
+impl WorldSessions {
+    /// Sessions of `model` with a pool sized for `max_sessions` at the model's own size.
+    pub fn new(id: String, model: Arc<WorldModel>, max_sessions: usize, device: Device) -> Self {
+        let spec = &model.spec;
+        let sf = model.wan.vae.cfg.spatial_factor();
+        let mut cfg = crate::causal::pool_config(
+            &model.wan.transformer,
+            spec.height as i64 / sf,
+            spec.width as i64 / sf,
+            device,
+            0,
+        );
+        cfg.budget_bytes = cfg.slab_bytes() * (spec.window * cfg.layers * max_sessions.max(1)) as u64;
+        Self { id, pool: KvPool::new(cfg), model, device, first_frame: None, metrics: None }
+    }
+
+    pub fn with_first_frame(mut self, f: FirstFrame) -> Self {
+        self.first_frame = Some(f);
+        self
+    }
+
+    /// Publishes the pool's occupancy and evictions in these metrics.
+    pub fn with_metrics(self, metrics: Metrics) -> Self {
+        metrics.kv_slabs_capacity.set(self.pool.stats().capacity_slabs as i64);
+        Self { metrics: Some(metrics), ..self }
+    }
+
+    pub fn pool(&self) -> &Arc<KvPool> {
+        &self.pool
+    }
+}
+
+impl SessionModel for WorldSessions {
+    fn id(&self) -> &str {
+        &self.id
+    }
+    fn actions(&self) -> Vec<String> {
+        self.model.actions.cfg.actions.clone()
+    }
+    fn fps(&self) -> u32 {
+        self.model.spec.fps
+    }
+    fn frames_per_chunk(&self) -> u32 {
+        (self.model.wan.vae.cfg.temporal_factor() as usize * self.model.spec.chunk_frames) as u32
+    }
+    fn open(&self, req: &SessionRequest) -> Result<Box<dyn SessionRun>, RequestError> {
+        let prompt = req.prompt.clone().unwrap_or_else(|| self.model.spec.prompt.clone());
+        let rollout = match req.start_seed {
+            Some(seed) => {
+                let f = self.first_frame.as_ref().ok_or_else(|| {
+                    RequestError::new("start_seed", "this world model has no simulator to draw a first frame from")
+                })?;
+                let frame = f(seed).map_err(|e| RequestError::new("start_seed", format!("{e:#}")))?;
+                tch::no_grad(|| Rollout::from_frame(&self.model, &self.pool, &prompt, &frame, req.seed, self.device))
+            }
+            None => tch::no_grad(|| Rollout::new(&self.model, &self.pool, &prompt, req.seed, self.device)),
+        }
+        .map_err(|e| RequestError::new("session", format!("{e:#}")))?;
+        Ok(Box::new(WorldSessionRun {
+            model: self.model.clone(),
+            rollout,
+            frames: 0,
+            pool: self.pool.clone(),
+            metrics: self.metrics.clone(),
+        }))
+    }
+}
+
+struct WorldSessionRun {
+    model: Arc<WorldModel>,
+    rollout: Rollout,
+    frames: u64,
+    pool: Arc<KvPool>,
+    metrics: Option<Metrics>,
+}
+
+impl SessionRun for WorldSessionRun {
+    fn step(&mut self) -> anyhow::Result<Option<SessionChunk>> {
+        let Some(chunk) = tch::no_grad(|| self.rollout.step(&self.model))? else { return Ok(None) };
+        let video = crate::pipeline::frames_to_video(&chunk.frames, self.model.spec.fps)?;
+        let first_frame = self.frames;
+        self.frames += video.num_frames as u64;
+        if let Some(m) = &self.metrics {
+            let st = self.pool.stats();
+            m.kv_slabs_used.set(st.used_slabs as i64);
+            m.kv_evictions.set(st.evictions as i64);
+        }
+        Ok(Some(SessionChunk { index: chunk.index, first_frame, video, action_id: chunk.action_id }))
+    }
+
+    fn set_action(&mut self, action: &str, id: u64) {
+        if let Ok(i) = self.model.actions.index(action) {
+            self.rollout.set_action(i, id);
+        }
+    }
+
+    fn units_per_chunk(&self) -> u32 {
+        self.model.spec.timesteps.len() as u32 + 1
+    }
+}
+
+impl Drop for WorldSessionRun {
+    fn drop(&mut self) {
+        if let Some(m) = &self.metrics {
+            // The rollout (and its slabs) is dropped right after this; count them as returned.
+            let held = (self.model.spec.window * self.model.wan.transformer.blocks.len()) as u64;
+            m.kv_slabs_used.set(self.pool.stats().used_slabs.saturating_sub(held) as i64);
+        }
+    }
+}
