@@ -5,8 +5,10 @@
 //!
 //! The runtime drives it one unit at a time ([`Rollout::step`]): one denoise step, or one
 //! commit pass plus its decode. So a scheduler can interleave sessions with other work at the
-//! same boundaries as denoise steps, and an action set with [`Rollout::set_action`] applies from
-//! the next chunk not yet started.
+//! same boundaries as denoise steps. An action set with [`Rollout::set_action`] applies to the
+//! first chunk not yet committed: a chunk still being denoised under an older action starts over
+//! (its few steps are cheap next to the frame period), so the first frames an action affects come
+//! one chunk's compute after it arrives, not up to a chunk period later.
 
 use std::sync::Arc;
 
@@ -51,6 +53,8 @@ pub struct Rollout {
     /// The current chunk's action (index, caller's id) and the one the next chunk takes.
     current: (i64, u64),
     next: (i64, u64),
+    /// Whether the current chunk was already restarted for an action.
+    restarted: bool,
 }
 
 impl Rollout {
@@ -76,6 +80,7 @@ impl Rollout {
             phase: Phase::Commit { x0: Tensor::zeros([1], (Kind::Float, Device::Cpu)) },
             current: (none, 0),
             next: (none, 0),
+            restarted: false,
         };
         r.phase = r.start_chunk();
         Ok(r)
@@ -107,9 +112,15 @@ impl Rollout {
         Phase::Denoise { step: 0, x: noise }
     }
 
-    /// The action for chunks from the next one not yet started (`id` is echoed in [`Chunk`]).
+    /// The action from the first chunk not yet committed (`id` is echoed in [`Chunk`]). The first
+    /// chunk of a session (the first frame) is never restarted, and a chunk at most once, so a
+    /// stream of actions cannot keep a session from finishing chunks.
     pub fn set_action(&mut self, action: i64, id: u64) {
         self.next = (action, id);
+        if self.chunk > 0 && !self.restarted && !self.at_chunk_start() && self.current.0 != action {
+            self.phase = self.start_chunk();
+            self.restarted = true;
+        }
     }
 
     /// Chunks finished so far.
@@ -159,6 +170,7 @@ impl Rollout {
                     action_id: self.current.1,
                 };
                 self.chunk += 1;
+                self.restarted = false;
                 self.phase = self.start_chunk();
                 Ok(Some(chunk))
             }

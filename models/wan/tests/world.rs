@@ -33,17 +33,24 @@ fn a_rollout_emits_chunks_that_follow_the_action_set_before_them() {
         let mut r = Rollout::new(&m, &pool, "a red circle", 0, Device::Cpu).unwrap();
         let first = r.next_chunk(&m).unwrap();
         assert_eq!(first.frames.size(), [1, 3, 1, 32, 48]);
-        let right = m.actions.index("right").unwrap();
+        let (right, up) = (m.actions.index("right").unwrap(), m.actions.index("up").unwrap());
         r.set_action(right, 7);
-        // One denoise step in, a new action waits for the next chunk.
+        // One denoise step in, a new action restarts the chunk: it is generated under `up`.
         assert!(r.step(&m).unwrap().is_none());
-        r.set_action(m.actions.index("up").unwrap(), 8);
+        r.set_action(up, 8);
+        assert!(r.at_chunk_start());
         let c1 = r.next_chunk(&m).unwrap();
-        assert_eq!((c1.index, c1.action, c1.action_id), (1, right, 7));
+        assert_eq!((c1.index, c1.action, c1.action_id), (1, up, 8));
         assert_eq!(c1.frames.size(), [1, 3, 4, 32, 48]);
+        // The same action again does not restart anything.
+        assert!(r.step(&m).unwrap().is_none());
+        r.set_action(up, 9);
+        assert!(!r.at_chunk_start());
         let c2 = r.next_chunk(&m).unwrap();
-        assert_eq!((c2.action, c2.action_id), (m.actions.index("up").unwrap(), 8));
-        for _ in 0..3 {
+        assert_eq!((c2.action, c2.action_id), (up, 8));
+        let c3 = r.next_chunk(&m).unwrap();
+        assert_eq!(c3.action_id, 9);
+        for _ in 0..2 {
             r.next_chunk(&m).unwrap();
         }
         let stats = pool.stats();
