@@ -417,7 +417,10 @@ fn a_world_session_streams_frames_takes_actions_and_frees_its_slabs_when_the_cli
     let ws_url = server.url(&format!("/v1/sessions/{id}/stream")).replace("http://", "ws://");
     let (mut ws, _) = tungstenite::connect(ws_url.as_str()).unwrap();
     let hello: Value = serde_json::from_str(ws.read().unwrap().to_text().unwrap()).unwrap();
-    assert_eq!(hello["type"], "hello");
+    assert_eq!(
+        (hello["type"].as_str(), hello["width"].as_u64(), hello["height"].as_u64()),
+        (Some("hello"), Some(64), Some(64))
+    );
     let frame_len = 16 + 64 * 64 * 3;
     let mut frames: Vec<(u64, u64)> = Vec::new();
     let mut sent = false;

@@ -60,6 +60,8 @@ pub trait SessionModel: Send + Sync {
     fn fps(&self) -> u32;
     /// Video frames per chunk after the first.
     fn frames_per_chunk(&self) -> u32;
+    /// `(width, height)` of the frames.
+    fn frame_size(&self) -> (u32, u32);
     /// Opens a session (reserving its key/value slabs); errors name the field.
     fn open(&self, req: &SessionRequest) -> Result<Box<dyn SessionRun>, RequestError>;
 }

@@ -50,6 +50,7 @@ fn session_object(s: &AppState, id: &str) -> Result<Value, ApiError> {
     Ok(json!({
         "id": id, "object": "session", "model": model.id(), "status": "live",
         "fps": model.fps(), "frames_per_chunk": model.frames_per_chunk(), "actions": model.actions(),
+        "width": model.frame_size().0, "height": model.frame_size().1,
         "chunks": info.chunks, "frames": info.frames, "last_action_id": info.last_action_id,
         "late_chunks": info.late_chunks, "stream": format!("/v1/sessions/{id}/stream"),
     }))
@@ -120,7 +121,8 @@ async fn stream(s: AppState, id: String, mut rx: mpsc::Receiver<SessionEvent>, m
     let Some(model) = s.engine.session_model().cloned() else { return };
     s.engine.session_streaming(&id, true);
     let fps = model.fps().max(1) as u64;
-    let hello = json!({"type": "hello", "session": id, "fps": fps, "actions": model.actions()});
+    let (width, height) = model.frame_size();
+    let hello = json!({"type": "hello", "session": id, "fps": fps, "width": width, "height": height, "actions": model.actions()});
     if socket.send(Message::Text(hello.to_string().into())).await.is_err() {
         s.engine.close_session(&id, "the client went away");
         return;

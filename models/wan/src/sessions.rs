@@ -70,6 +70,9 @@ impl SessionModel for WorldSessions {
     fn frames_per_chunk(&self) -> u32 {
         (self.model.wan.vae.cfg.temporal_factor() as usize * self.model.spec.chunk_frames) as u32
     }
+    fn frame_size(&self) -> (u32, u32) {
+        (self.model.spec.width, self.model.spec.height)
+    }
     fn open(&self, req: &SessionRequest) -> Result<Box<dyn SessionRun>, RequestError> {
         let prompt = req.prompt.clone().unwrap_or_else(|| self.model.spec.prompt.clone());
         let rollout = match req.start_seed {
