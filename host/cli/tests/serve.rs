@@ -454,6 +454,15 @@ fn a_world_session_streams_frames_takes_actions_and_frees_its_slabs_when_the_cli
     let m = server.metrics();
     assert_eq!(metric(&m, "fastvideo_sessions_live", None), 1.0);
     assert!(metric(&m, "fastvideo_kv_slabs_used", None) > 0.0);
+    // A flush is answered (between frames) with how many unsent chunks it dropped.
+    ws.send(tungstenite::Message::text(json!({"type": "flush"}).to_string())).unwrap();
+    let flushed = loop {
+        if let tungstenite::Message::Text(t) = ws.read().unwrap() {
+            break serde_json::from_str::<Value>(&t).unwrap();
+        }
+    };
+    assert_eq!(flushed["type"], "flushed", "{flushed}");
+    assert!(flushed["chunks"].as_u64().is_some());
     // The client vanishes: the session closes and its slabs return.
     drop(ws);
     let t0 = Instant::now();
@@ -478,11 +487,14 @@ fn bad_session_input_gets_a_4xx_naming_the_field() {
     assert!(e["error"]["message"].as_str().unwrap().contains("none, up, down, left, right"));
     let (status, e) = server.post("/v1/sessions", json!({}));
     assert_eq!((status, e["error"]["code"].as_str()), (429, Some("sessions_full")), "{e}");
-    let (status, e) = server.post("/v1/sessions", json!({"window": 99}));
+    let (status, e) = server.post("/v1/sessions", json!({"windw": 3}));
     assert_eq!(status, 400, "{e}");
-    assert!(e["error"]["message"].as_str().unwrap().contains("window"), "{e}");
+    assert!(e["error"]["message"].as_str().unwrap().contains("windw"), "{e}");
     let (status, _) = delete(&server, &format!("/v1/sessions/{id}"));
     assert_eq!(status, 200);
+    // A window larger than the model's (the pool is sized for that) names the field.
+    let (status, e) = server.post("/v1/sessions", json!({"window": 99}));
+    assert_eq!((status, e["error"]["param"].as_str()), (400, Some("window")), "{e}");
     let (status, e) = server.post(&format!("/v1/sessions/{id}/actions"), json!({"action": "up"}));
     assert_eq!(status, 404, "{e}");
     assert_eq!(delete(&server, &format!("/v1/sessions/{id}")).0, 404);

@@ -19,6 +19,8 @@ pub struct SessionRequest {
     /// Start from the model's simulator frame for this seed (models that have one), else generate.
     pub start_seed: Option<u64>,
     pub seed: u64,
+    /// Latent frames of context (at most the model's); the model's when `None`.
+    pub window: Option<usize>,
 }
 
 /// A finished chunk of a session.

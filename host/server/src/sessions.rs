@@ -5,7 +5,8 @@
 //! "actions"}`, then one binary message per video frame — a 16-byte header (presentation time
 //! in milliseconds, then the id of the last action applied, both u64 little-endian) followed by
 //! `height × width × 3` RGB bytes — and a JSON `{"type": "closed", "reason"}` when the session
-//! ends. Client to server: JSON `{"type": "action", "action": "up", "id": 7}` or
+//! ends. Client to server: JSON `{"type": "action", "action": "up", "id": 7}`, `{"type": "flush"}`
+//! (drop the chunks made but not yet sent; answered `{"type": "flushed", "chunks"}`) or
 //! `{"type": "close"}`. A client that goes away closes its session, returning its slabs.
 
 use std::collections::HashMap;
@@ -35,6 +36,7 @@ pub struct CreateSession {
     prompt: Option<String>,
     start_seed: Option<u64>,
     seed: Option<u64>,
+    window: Option<usize>,
 }
 
 #[derive(Deserialize)]
@@ -69,7 +71,8 @@ pub async fn create_session(State(s): State<AppState>, req: Request) -> Result<J
         }
     }
     let id = s.new_id("session");
-    let req = SessionRequest { prompt: p.prompt, start_seed: p.start_seed, seed: p.seed.unwrap_or(0) };
+    let req =
+        SessionRequest { prompt: p.prompt, start_seed: p.start_seed, seed: p.seed.unwrap_or(0), window: p.window };
     let rx = s.engine.open_session(id.clone(), req).await?;
     s.sessions.0.lock().unwrap().insert(id.clone(), rx);
     Ok(Json(session_object(&s, &id)?))
@@ -158,11 +161,23 @@ async fn stream(s: AppState, id: String, mut rx: mpsc::Receiver<SessionEvent>, m
                             Some(a) => s.engine.session_action(&id, a, v["id"].as_u64().unwrap_or(0)).err().map(|e| e.to_string()),
                             None => Some("action: a string is required".to_string()),
                         },
+                        Ok(v) if v["type"] == "flush" => {
+                            // Drop the chunks made but not yet sent (the reader was behind).
+                            let mut dropped = 0;
+                            while let Ok(SessionEvent::Chunk(_)) = rx.try_recv() {
+                                dropped += 1;
+                            }
+                            let m = json!({"type": "flushed", "chunks": dropped});
+                            if socket.send(Message::Text(m.to_string().into())).await.is_err() {
+                                break None;
+                            }
+                            None
+                        }
                         Ok(v) if v["type"] == "close" => {
                             s.engine.close_session(&id, "closed by the client");
                             None
                         }
-                        Ok(_) => Some("type: expected \"action\" or \"close\"".to_string()),
+                        Ok(_) => Some("type: expected \"action\", \"flush\" or \"close\"".to_string()),
                         Err(e) => Some(format!("not JSON: {e}")),
                     };
                     if let Some(err) = reply {

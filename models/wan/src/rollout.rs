@@ -60,8 +60,27 @@ pub struct Rollout {
 impl Rollout {
     /// Opens a session: reserves its window in `pool`, encodes the prompt, starts chunk 0.
     pub fn new(model: &WorldModel, pool: &Arc<KvPool>, prompt: &str, seed: u64, device: Device) -> Result<Self> {
+        Self::with_window(model, pool, prompt, model.spec.window, seed, device)
+    }
+
+    /// [`new`](Self::new) with a window of `window` latent frames instead of the model's (at most
+    /// the model's: the pool is sized for that; fewer frames of context than it was trained with).
+    pub fn with_window(
+        model: &WorldModel,
+        pool: &Arc<KvPool>,
+        prompt: &str,
+        window: usize,
+        seed: u64,
+        device: Device,
+    ) -> Result<Self> {
         let spec = &model.spec;
-        let kv = pool.open(spec.window, spec.sink)?;
+        anyhow::ensure!(
+            window > spec.chunk_frames && window <= spec.window,
+            "window: {window} latent frames; this model takes {} to {}",
+            spec.chunk_frames + 1,
+            spec.window
+        );
+        let kv = pool.open(window, spec.sink.min(window - 1))?;
         let context = crate::pipeline::embed_prompt(&model.wan, prompt, device).context("encoding the prompt")?;
         let cross = model.wan.transformer.cross_kv(&context);
         let sf = model.wan.vae.cfg.spatial_factor();
@@ -93,13 +112,14 @@ impl Rollout {
         pool: &Arc<KvPool>,
         prompt: &str,
         frame: &Tensor,
+        window: usize,
         seed: u64,
         device: Device,
     ) -> Result<Self> {
         let spec = &model.spec;
         let want = [1, 3, 1, spec.height as i64, spec.width as i64];
         anyhow::ensure!(frame.size() == want, "initial frame: shape {:?}, this model takes {want:?}", frame.size());
-        let mut r = Self::new(model, pool, prompt, seed, device)?;
+        let mut r = Self::with_window(model, pool, prompt, window, seed, device)?;
         let vae = &model.wan.vae;
         let z = vae.normalize(&vae.encode(&frame.to_device(device))?);
         r.phase = Phase::Commit { x0: z };
@@ -213,7 +233,7 @@ pub fn run_offline(
     let ids = actions.iter().map(|a| model.actions.index(a)).collect::<Result<Vec<_>>>()?;
     let pool = single_session_pool(model, device);
     let mut r = match first_frame {
-        Some(f) => Rollout::from_frame(model, &pool, prompt, f, seed, device)?,
+        Some(f) => Rollout::from_frame(model, &pool, prompt, f, model.spec.window, seed, device)?,
         None => Rollout::new(model, &pool, prompt, seed, device)?,
     };
     let mut frames = Vec::with_capacity(ids.len() + 1);

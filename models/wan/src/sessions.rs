@@ -75,15 +75,32 @@ impl SessionModel for WorldSessions {
     }
     fn open(&self, req: &SessionRequest) -> Result<Box<dyn SessionRun>, RequestError> {
         let prompt = req.prompt.clone().unwrap_or_else(|| self.model.spec.prompt.clone());
+        let spec = &self.model.spec;
+        let window = req.window.unwrap_or(spec.window);
+        if window <= spec.chunk_frames || window > spec.window {
+            return Err(RequestError::new(
+                "window",
+                format!(
+                    "{window} latent frames; this model takes {} to {} (the key/value pool is sized for {})",
+                    spec.chunk_frames + 1,
+                    spec.window,
+                    spec.window
+                ),
+            ));
+        }
         let rollout = match req.start_seed {
             Some(seed) => {
                 let f = self.first_frame.as_ref().ok_or_else(|| {
                     RequestError::new("start_seed", "this world model has no simulator to draw a first frame from")
                 })?;
                 let frame = f(seed).map_err(|e| RequestError::new("start_seed", format!("{e:#}")))?;
-                tch::no_grad(|| Rollout::from_frame(&self.model, &self.pool, &prompt, &frame, req.seed, self.device))
+                tch::no_grad(|| {
+                    Rollout::from_frame(&self.model, &self.pool, &prompt, &frame, window, req.seed, self.device)
+                })
             }
-            None => tch::no_grad(|| Rollout::new(&self.model, &self.pool, &prompt, req.seed, self.device)),
+            None => {
+                tch::no_grad(|| Rollout::with_window(&self.model, &self.pool, &prompt, window, req.seed, self.device))
+            }
         }
         .map_err(|e| RequestError::new("session", format!("{e:#}")))?;
         Ok(Box::new(WorldSessionRun {
