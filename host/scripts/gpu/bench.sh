@@ -22,23 +22,8 @@ S=host/scripts/gpu
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 
-# diffusers and the few packages it lacks there, installed aside; --upgrade replaces a stale copy.
-if [ ! -f /tmp/site/.fastvideo-wheels ] || [ -n "$(find .whl -name '*.whl' -newer /tmp/site/.fastvideo-wheels)" ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  touch /tmp/site/.fastvideo-wheels
-fi
-export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
-# Our binary links only libtorch's CPU part and dlopens the CUDA part: point it at PyTorch's
-# own libraries (torch/lib, and the CUDA/cuDNN/NCCL wheels under site-packages/nvidia).
-LIBS="$(python3 -c 'import glob, os, torch
-d = [os.path.dirname(torch.__file__) + "/lib"]
-try:
-    import nvidia
-    for n in nvidia.__path__: d += glob.glob(n + "/cu13/lib") + sorted(glob.glob(n + "/*/lib"))
-except ImportError:
-    pass
-print(":".join(dict.fromkeys(d)))')"
-export LD_LIBRARY_PATH="$LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# shellcheck source=host/scripts/gpu/torch_env.sh
+source host/scripts/gpu/torch_env.sh
 
 stage() { # name, command...: runs the command when the stage is selected, and times it
   local name=$1 t0=$SECONDS rc=0

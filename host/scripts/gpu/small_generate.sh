@@ -5,12 +5,8 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
 BIN="${FASTVIDEO_BIN:-.gpu/fastvideo}"
-LIBS="$(python3 -c 'import glob, os, torch
-d = [os.path.dirname(torch.__file__) + "/lib"]
-import nvidia
-for n in nvidia.__path__: d += glob.glob(n + "/cu13/lib") + sorted(glob.glob(n + "/*/lib"))
-print(":".join(dict.fromkeys(d)))')"
-export LD_LIBRARY_PATH="$LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# shellcheck source=host/scripts/gpu/torch_env.sh
+source host/scripts/gpu/torch_env.sh
 "$BIN" generate --device cuda --prompt warmup --seed 0 --out /tmp/small.mp4 --quiet >/dev/null
 for variant in batched one_by_one; do
   # one_by_one: the guidance branches as separate forwards (FASTVIDEO_NO_BRANCH_BATCH, a diagnostic)

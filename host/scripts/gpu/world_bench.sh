@@ -8,20 +8,8 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
 MODEL="${MODEL:-/tmp/wan13b}"
 BIN="${FASTVIDEO_BIN:-.gpu/fastvideo}"
-if [ ! -f /tmp/site/.fastvideo-wheels ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  touch /tmp/site/.fastvideo-wheels
-fi
-export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-LIBS="$(python3 -c 'import glob, os, torch
-d = [os.path.dirname(torch.__file__) + "/lib"]
-try:
-    import nvidia
-    for n in nvidia.__path__: d += glob.glob(n + "/cu13/lib") + sorted(glob.glob(n + "/*/lib"))
-except ImportError:
-    pass
-print(":".join(dict.fromkeys(d)))')"
-export LD_LIBRARY_PATH="$LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# shellcheck source=host/scripts/gpu/torch_env.sh
+source host/scripts/gpu/torch_env.sh
 # shellcheck disable=SC2086
 [ -f "$MODEL/model_index.json" ] || python3 host/scripts/gpu/make_wan13b.py "$MODEL" ${MAKE_ARGS:-}
 python3 - "$MODEL" "${WINDOW:-21}" "${STEPS:-1000,750,500,250}" <<'PY'

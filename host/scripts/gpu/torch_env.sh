@@ -1,0 +1,18 @@
+# Sourced by the GPU scripts (from the repo root on the GPU machine): installs the pinned wheels in
+# .whl/ aside into /tmp/site (once; again when a wheel is newer) and points our binary, which
+# links only libtorch's CPU part and dlopens the CUDA part, at the machine's PyTorch libraries
+# (torch/lib, and the CUDA/cuDNN/NCCL wheels under site-packages/nvidia).
+if [ -d .whl ] && { [ ! -f /tmp/site/.fastvideo-wheels ] || [ -n "$(find .whl -name '*.whl' -newer /tmp/site/.fastvideo-wheels)" ]; }; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+  touch /tmp/site/.fastvideo-wheels
+fi
+export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+FASTVIDEO_TORCH_LIBS="$(python3 -c 'import glob, os, torch
+d = [os.path.dirname(torch.__file__) + "/lib"]
+try:
+    import nvidia
+    for n in nvidia.__path__: d += glob.glob(n + "/cu13/lib") + sorted(glob.glob(n + "/*/lib"))
+except ImportError:
+    pass
+print(":".join(dict.fromkeys(d)))')"
+export LD_LIBRARY_PATH="$FASTVIDEO_TORCH_LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
