@@ -89,6 +89,9 @@ pub struct PaceInput {
     pub due: Instant,
     pub units_left: u32,
     pub unit_seconds: f64,
+    /// A new action is waiting for this session's next chunk: run it now, whatever the deadline
+    /// (at most one chunk early per action), so the action shows as soon as it can.
+    pub eager: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -111,8 +114,12 @@ impl Pacer {
             let need = Duration::from_secs_f64((s.units_left as f64 * s.unit_seconds + margin).max(0.0));
             s.due.checked_sub(need).unwrap_or(now)
         };
-        let urgent =
-            sessions.iter().enumerate().filter(|(_, s)| start_by(s) <= now).min_by_key(|(_, s)| s.due).map(|(i, _)| i);
+        let urgent = sessions
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.eager || start_by(s) <= now)
+            .min_by_key(|(_, s)| s.due)
+            .map(|(i, _)| i);
         if let Some(i) = urgent {
             return Pick::Session(i);
         }
@@ -141,7 +148,7 @@ mod tests {
     use super::*;
 
     fn s(now: Instant, due_ms: u64, units: u32) -> PaceInput {
-        PaceInput { due: now + Duration::from_millis(due_ms), units_left: units, unit_seconds: 0.01 }
+        PaceInput { due: now + Duration::from_millis(due_ms), units_left: units, unit_seconds: 0.01, eager: false }
     }
 
     const P: Duration = Duration::from_millis(250);
@@ -153,6 +160,9 @@ mod tests {
         let sessions = [s(now, 400, 5), s(now, 120, 5), s(now, 100, 5)];
         assert_eq!(Pacer::pick(now, &sessions, true, 0.1, P), Pick::Session(2));
         assert_eq!(Pacer::pick(now, &sessions[..1], true, 0.1, P), Pick::Job);
+        // A session with a fresh action runs now, even far ahead of its deadline.
+        let eager = PaceInput { eager: true, ..s(now, 900, 5) };
+        assert_eq!(Pacer::pick(now, &[eager], true, 0.1, P), Pick::Session(0));
     }
 
     #[test]
@@ -221,6 +231,8 @@ struct Live {
     info: SessionInfo,
     last_activity: Instant,
     streaming: bool,
+    /// An action arrived since the last finished chunk.
+    eager: bool,
 }
 
 pub(crate) struct LiveSessions {
@@ -272,6 +284,7 @@ impl LiveSessions {
                 due: l.start + self.period.mul_f64(l.info.chunks as f64),
                 units_left: l.units_per_chunk.saturating_sub(l.units_done),
                 unit_seconds: l.unit_seconds,
+                eager: l.eager,
             })
             .collect()
     }
@@ -320,6 +333,7 @@ impl LiveSessions {
                             unit_seconds: 0.0,
                             last_activity: now,
                             streaming: false,
+                            eager: false,
                         };
                         self.shared.info.lock().unwrap().insert(live.id.clone(), live.info.clone());
                         self.list.push(live);
@@ -341,6 +355,7 @@ impl LiveSessions {
                 if let Some(l) = self.list.iter_mut().find(|l| l.id == id) {
                     l.run.set_action(&action, action_id);
                     l.last_activity = Instant::now();
+                    l.eager = true;
                 }
             }
             SessionCommand::Close { id, reason } => {
@@ -387,6 +402,7 @@ impl LiveSessions {
                 l.info.frames += chunk.video.num_frames as u64;
                 l.info.last_action_id = chunk.action_id;
                 l.units_done = 0;
+                l.eager = false;
                 self.metrics.session_chunks.inc();
                 match l.events.try_send(SessionEvent::Chunk(chunk)) {
                     Ok(()) => None,
