@@ -40,7 +40,7 @@ async fn measure(engine: &Engine, id: &str, secs: f64) -> (f64, Vec<f64>) {
     while t0.elapsed().as_secs_f64() < secs {
         if pending.is_none() && Instant::now() >= next_action {
             n += 1;
-            engine.session_action(id, actions[n as usize % 4], n).unwrap();
+            engine.session_action(id, &fastvideo_request::ActionPart::key(actions[n as usize % 4], n)).unwrap();
             pending = Some((n, Instant::now()));
             next_action = Instant::now() + Duration::from_millis(500);
         }

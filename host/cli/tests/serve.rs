@@ -466,13 +466,16 @@ fn a_world_session_streams_frames_takes_actions_and_frees_its_slabs_when_the_cli
     // The client vanishes: the session closes and its slabs return.
     drop(ws);
     let t0 = Instant::now();
-    while server.get(&format!("/v1/sessions/{id}")).0 != 404 {
+    loop {
+        let m = server.metrics();
+        let freed =
+            metric(&m, "fastvideo_sessions_live", None) == 0.0 && metric(&m, "fastvideo_kv_slabs_used", None) == 0.0;
+        if freed && server.get(&format!("/v1/sessions/{id}")).0 == 404 {
+            break;
+        }
         assert!(t0.elapsed() < Duration::from_secs(20), "the session outlived its client");
         std::thread::sleep(Duration::from_millis(50));
     }
-    let m = server.metrics();
-    assert_eq!(metric(&m, "fastvideo_sessions_live", None), 0.0);
-    assert_eq!(metric(&m, "fastvideo_kv_slabs_used", None), 0.0);
 }
 
 #[test]
@@ -483,8 +486,14 @@ fn bad_session_input_gets_a_4xx_naming_the_field() {
     let id = s["id"].as_str().unwrap();
     let (status, e) = server.post(&format!("/v1/sessions/{id}/actions"), json!({"action": "jump"}));
     assert_eq!(status, 400, "{e}");
-    assert_eq!(e["error"]["param"], "action");
+    assert_eq!(e["error"]["param"], "key");
     assert!(e["error"]["message"].as_str().unwrap().contains("none, up, down, left, right"));
+    // This model takes keys only: a continuous delta names the field.
+    let (status, e) = server.post(&format!("/v1/sessions/{id}/actions"), json!({"key": "up", "delta": [1.0, 0.0]}));
+    assert_eq!((status, e["error"]["param"].as_str()), (400, Some("delta")), "{e}");
+    let (status, v) =
+        server.post(&format!("/v1/sessions/{id}/actions"), json!({"key": "up", "from_frame": 40, "id": 2}));
+    assert_eq!(status, 200, "{v}");
     let (status, e) = server.post("/v1/sessions", json!({}));
     assert_eq!((status, e["error"]["code"].as_str()), (429, Some("sessions_full")), "{e}");
     let (status, e) = server.post("/v1/sessions", json!({"windw": 3}));

@@ -15,7 +15,7 @@ use std::sync::{mpsc as std_mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fastvideo_pipeline::{Advance, CancelToken, PipelineRun, PipelineSpec, Values};
-use fastvideo_request::{ModelLimits, OmniEvent, OmniOutput, OmniRequest, RequestError, ResolvedRequest};
+use fastvideo_request::{ActionPart, ModelLimits, OmniEvent, OmniOutput, OmniRequest, RequestError, ResolvedRequest};
 use tch::Device;
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -252,22 +252,15 @@ impl Engine {
         self.0.session_shared.info.lock().unwrap().get(id).cloned()
     }
 
-    /// Sets the action for a session's chunks from the next one not yet started. The action is
-    /// checked against the model's list here, so a bad one is refused before anything runs.
-    pub fn session_action(&self, id: &str, action: &str, action_id: u64) -> Result<(), EngineError> {
+    /// Gives a session an action (from its `from_frame`, or the first chunk not yet committed).
+    /// It is checked against the model here, so a bad one is refused before anything runs.
+    pub fn session_action(&self, id: &str, action: &ActionPart) -> Result<(), EngineError> {
         let model = self.0.sessions.as_ref().ok_or(EngineError::NoSessions)?;
         if self.session_info(id).is_none() {
             return Err(EngineError::NoSession(id.to_string()));
         }
-        let known = model.actions();
-        if !known.iter().any(|a| a == action) {
-            return Err(RequestError::new(
-                "action",
-                format!("unknown action `{action}`; this model takes {}", known.join(", ")),
-            )
-            .into());
-        }
-        let cmd = SessionCommand::Action { id: id.to_string(), action: action.to_string(), action_id };
+        action.check(&model.actions(), model.continuous_actions())?;
+        let cmd = SessionCommand::Action { id: id.to_string(), action: action.clone() };
         self.0.tx.lock().unwrap().send(Command::Session(cmd)).map_err(|_| EngineError::Stopped)
     }
 

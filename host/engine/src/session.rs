@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use fastvideo_request::{RequestError, VideoArtifact};
+use fastvideo_request::{ActionPart, RequestError, VideoArtifact};
 use serde::Serialize;
 
 /// What a client asks for when it opens a session.
@@ -47,9 +47,9 @@ pub enum SessionEvent {
 pub trait SessionRun: Send {
     /// Runs one unit; returns the chunk when this unit finished one.
     fn step(&mut self) -> anyhow::Result<Option<SessionChunk>>;
-    /// The action for chunks from the next one not yet started; `action` was checked against
-    /// [`SessionModel::actions`].
-    fn set_action(&mut self, action: &str, id: u64);
+    /// An action (checked against the model's keys already): from its `from_frame`, or the
+    /// first chunk not yet committed.
+    fn set_action(&mut self, action: &ActionPart);
     /// Units per chunk (denoise steps plus the commit pass), for pacing.
     fn units_per_chunk(&self) -> u32;
 }
@@ -57,8 +57,12 @@ pub trait SessionRun: Send {
 /// A model that can run sessions.
 pub trait SessionModel: Send + Sync {
     fn id(&self) -> &str;
-    /// The action names it takes.
+    /// The action keys it takes.
     fn actions(&self) -> Vec<String>;
+    /// Whether it takes continuous deltas (`ActionPart::delta`) too.
+    fn continuous_actions(&self) -> bool {
+        false
+    }
     fn fps(&self) -> u32;
     /// Video frames per chunk after the first.
     fn frames_per_chunk(&self) -> u32;
@@ -201,8 +205,7 @@ pub(crate) enum SessionCommand {
     },
     Action {
         id: String,
-        action: String,
-        action_id: u64,
+        action: ActionPart,
     },
     Close {
         id: String,
@@ -351,9 +354,9 @@ impl LiveSessions {
                     }
                 }
             }
-            SessionCommand::Action { id, action, action_id } => {
+            SessionCommand::Action { id, action } => {
                 if let Some(l) = self.list.iter_mut().find(|l| l.id == id) {
-                    l.run.set_action(&action, action_id);
+                    l.run.set_action(&action);
                     l.last_activity = Instant::now();
                     l.eager = true;
                 }

@@ -7,12 +7,14 @@
 //! defaults, producing a [`ResolvedRequest`] whose every parameter is concrete — the only form the
 //! pipeline accepts.
 
+mod action;
 mod error;
 mod event;
 mod output;
 mod request;
 mod resolve;
 
+pub use action::ActionPart;
 pub use error::RequestError;
 pub use event::OmniEvent;
 pub use output::{Artifact, LatentsArtifact, OmniOutput, RequestMetrics, VideoArtifact};

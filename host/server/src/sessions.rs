@@ -17,6 +17,7 @@ use axum::extract::{Path, Request, State};
 use axum::response::Response;
 use axum::Json;
 use fastvideo_engine::session::{SessionEvent, SessionRequest};
+use fastvideo_request::ActionPart;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
@@ -37,13 +38,6 @@ pub struct CreateSession {
     start_seed: Option<u64>,
     seed: Option<u64>,
     window: Option<usize>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ActionBody {
-    action: String,
-    id: Option<u64>,
 }
 
 fn session_object(s: &AppState, id: &str) -> Result<Value, ApiError> {
@@ -83,16 +77,16 @@ pub async fn get_session(State(s): State<AppState>, Path(id): Path<String>) -> R
     Ok(Json(session_object(&s, &id)?))
 }
 
-/// `POST /v1/sessions/{id}/actions`: applies from the next chunk not yet started.
+/// `POST /v1/sessions/{id}/actions`: an `ActionPart` (`key` or `action`, `delta`, `from_frame`,
+/// `id`); applies from `from_frame`, else to the first chunk not yet committed.
 pub async fn post_action(
     State(s): State<AppState>,
     Path(id): Path<String>,
     req: Request,
 ) -> Result<Json<Value>, ApiError> {
-    let p: ActionBody = read_body(req).await?;
-    let action_id = p.id.unwrap_or(0);
-    s.engine.session_action(&id, &p.action, action_id)?;
-    Ok(Json(json!({"session": id, "action": p.action, "id": action_id, "status": "queued"})))
+    let p: ActionPart = read_body(req).await?;
+    s.engine.session_action(&id, &p)?;
+    Ok(Json(json!({"session": id, "action": p, "status": "queued"})))
 }
 
 /// `DELETE /v1/sessions/{id}`.
@@ -157,10 +151,13 @@ async fn stream(s: AppState, id: String, mut rx: mpsc::Receiver<SessionEvent>, m
             msg = socket.recv() => match msg {
                 Some(Ok(Message::Text(t))) => {
                     let reply = match serde_json::from_str::<Value>(&t) {
-                        Ok(v) if v["type"] == "action" => match v["action"].as_str() {
-                            Some(a) => s.engine.session_action(&id, a, v["id"].as_u64().unwrap_or(0)).err().map(|e| e.to_string()),
-                            None => Some("action: a string is required".to_string()),
-                        },
+                        Ok(Value::Object(mut m)) if m.get("type") == Some(&json!("action")) => {
+                            m.remove("type");
+                            match serde_json::from_value::<ActionPart>(Value::Object(m)) {
+                                Ok(a) => s.engine.session_action(&id, &a).err().map(|e| e.to_string()),
+                                Err(e) => Some(format!("action: {e}")),
+                            }
+                        }
                         Ok(v) if v["type"] == "flush" => {
                             // Drop the chunks made but not yet sent (the reader was behind).
                             let mut dropped = 0;

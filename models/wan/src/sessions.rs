@@ -6,7 +6,7 @@ use std::sync::Arc;
 use fastvideo_engine::session::{SessionChunk, SessionModel, SessionRequest, SessionRun};
 use fastvideo_engine::Metrics;
 use fastvideo_pipeline::kv_pool::KvPool;
-use fastvideo_request::RequestError;
+use fastvideo_request::{ActionPart, RequestError};
 use tch::{Device, Tensor};
 
 use crate::rollout::Rollout;
@@ -107,6 +107,7 @@ impl SessionModel for WorldSessions {
             model: self.model.clone(),
             rollout,
             frames: 0,
+            pending: Vec::new(),
             pool: self.pool.clone(),
             metrics: self.metrics.clone(),
         }))
@@ -116,13 +117,25 @@ impl SessionModel for WorldSessions {
 struct WorldSessionRun {
     model: Arc<WorldModel>,
     rollout: Rollout,
+    /// Video frames finished so far (the next chunk's first frame).
     frames: u64,
+    /// Actions waiting for their `from_frame`, as (frame, key index, id).
+    pending: Vec<(u64, i64, u64)>,
     pool: Arc<KvPool>,
     metrics: Option<Metrics>,
 }
 
 impl SessionRun for WorldSessionRun {
     fn step(&mut self) -> anyhow::Result<Option<SessionChunk>> {
+        if self.rollout.at_chunk_start() && !self.pending.is_empty() {
+            // The latest action due by this chunk's first frame takes it.
+            let frames = self.frames;
+            let due: Vec<_> = self.pending.iter().filter(|p| p.0 <= frames).copied().collect();
+            self.pending.retain(|p| p.0 > frames);
+            if let Some(&(_, key, id)) = due.iter().max_by_key(|p| p.0) {
+                self.rollout.set_action(key, id);
+            }
+        }
         let Some(chunk) = tch::no_grad(|| self.rollout.step(&self.model))? else { return Ok(None) };
         let video = crate::pipeline::frames_to_video(&chunk.frames, self.model.spec.fps)?;
         let first_frame = self.frames;
@@ -135,9 +148,12 @@ impl SessionRun for WorldSessionRun {
         Ok(Some(SessionChunk { index: chunk.index, first_frame, video, action_id: chunk.action_id }))
     }
 
-    fn set_action(&mut self, action: &str, id: u64) {
-        if let Ok(i) = self.model.actions.index(action) {
-            self.rollout.set_action(i, id);
+    fn set_action(&mut self, action: &ActionPart) {
+        let Some(key) = action.key.as_deref().and_then(|k| self.model.actions.index(k).ok()) else { return };
+        let id = action.id.unwrap_or(0);
+        match action.from_frame {
+            Some(f) if f > self.frames => self.pending.push((f, key, id)),
+            _ => self.rollout.set_action(key, id),
         }
     }
 

@@ -87,3 +87,24 @@ fn a_full_pool_refuses_a_session_with_the_sizes() {
     assert!(err.contains("window of 3 frames needs"), "{err}");
     assert_eq!(KvPool::stats(&pool).sessions, 1);
 }
+
+#[test]
+fn an_action_from_a_later_frame_waits_for_the_chunk_that_starts_there() {
+    use fastvideo_engine::session::{SessionModel, SessionRequest};
+    use fastvideo_request::ActionPart;
+    use fastvideo_wan::sessions::WorldSessions;
+    tch::no_grad(|| {
+        let (_dir, m) = tiny_world();
+        let sessions = WorldSessions::new("tiny".into(), std::sync::Arc::new(m), 1, Device::Cpu);
+        let mut run = sessions.open(&SessionRequest::default()).unwrap();
+        // Chunks start at frames 0 (one frame), 1, 5, 9, ...: from frame 7 means the chunk at 9.
+        run.set_action(&ActionPart { from_frame: Some(7), ..ActionPart::key("left", 4) });
+        let mut ids = Vec::new();
+        while ids.len() < 4 {
+            if let Some(c) = run.step().unwrap() {
+                ids.push((c.first_frame, c.action_id));
+            }
+        }
+        assert_eq!(ids, [(0, 0), (1, 0), (5, 0), (9, 4)]);
+    })
+}
