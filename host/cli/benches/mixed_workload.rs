@@ -5,13 +5,14 @@
 //! Environment: FASTVIDEO_BENCH_JOBS (default 40; every 4th is long), FASTVIDEO_BENCH_GAP_MS
 //! (arrival gap, default 80), FASTVIDEO_BENCH_DEVICE (default auto), FASTVIDEO_DEFAULT_MODEL.
 
+mod common;
+
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fastvideo_engine::{Engine, EngineConfig, EngineModel, Metrics, Policy};
+use fastvideo_engine::{Engine, EngineConfig, Metrics, Policy};
 use fastvideo_request::OmniRequest;
-use fastvideo_wan::{pipeline, WanModel};
+use fastvideo_wan::WanModel;
 
 const LONG_STEPS: u32 = 30;
 const SHORT_STEPS: u32 = 4;
@@ -28,15 +29,7 @@ struct Outcome {
 }
 
 async fn run(model: &WanModel, device: tch::Device, cfg: EngineConfig, jobs: usize, gap: Duration) -> Outcome {
-    let spec = Arc::new(pipeline::text_to_video(model, pipeline::default_guidance()).unwrap());
-    let em = EngineModel {
-        id: "default".into(),
-        limits: model.limits(),
-        spec,
-        device,
-        check: Box::new(|_| Ok(())),
-        classify: |_| "pipeline_failed",
-    };
+    let em = common::text_to_video(model, device).unwrap();
     let mut registry = prometheus_client::registry::Registry::default();
     let engine = Engine::start(em, cfg, Metrics::register(&mut registry));
     // Warm up: calibrates the cost model and the text-embedding cache the same way for both.

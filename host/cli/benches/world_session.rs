@@ -4,16 +4,18 @@
 //!     cargo bench -p fastvideo --bench world_session
 //! Environment: FASTVIDEO_BENCH_SECONDS (per phase, default 10), FASTVIDEO_BENCH_DEVICE.
 
+mod common;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fastvideo_engine::session::{SessionEvent, SessionModel, SessionRequest};
-use fastvideo_engine::{Engine, EngineConfig, EngineModel, Metrics};
+use fastvideo_engine::{Engine, EngineConfig, Metrics};
 use fastvideo_request::OmniRequest;
 use fastvideo_wan::sessions::WorldSessions;
 use fastvideo_wan::world::WorldModel;
-use fastvideo_wan::{pipeline, LoadOptions, WanModel};
+use fastvideo_wan::{LoadOptions, WanModel};
 
 fn pct(v: &mut [f64], p: f64) -> f64 {
     if v.is_empty() {
@@ -71,15 +73,7 @@ fn main() -> anyhow::Result<()> {
     let model = WanModel::load(&root.join("models/default"), device)?;
     let world = Arc::new(WorldModel::load(&root.join("models/world"), LoadOptions::new(device))?);
     let sessions: Arc<dyn SessionModel> = Arc::new(WorldSessions::new("world".into(), world, 2, device));
-    let spec = Arc::new(pipeline::text_to_video(&model, pipeline::default_guidance())?);
-    let em = EngineModel {
-        id: "default".into(),
-        limits: model.limits(),
-        spec,
-        device,
-        check: Box::new(|_| Ok(())),
-        classify: |_| "pipeline_failed",
-    };
+    let em = common::text_to_video(&model, device)?;
     let mut registry = prometheus_client::registry::Registry::default();
     let cfg = EngineConfig { max_batch: 1, ..Default::default() };
     let engine = Engine::start_with_sessions(em, Some(sessions), cfg, Metrics::register(&mut registry));
