@@ -292,13 +292,6 @@ impl LiveSessions {
             .collect()
     }
 
-    /// Updates a session's info; never re-adds one the front already closed.
-    fn publish(&self, l: &Live) {
-        if let Some(e) = self.shared.info.lock().unwrap().get_mut(&l.id) {
-            *e = l.info.clone();
-        }
-    }
-
     fn remove(&mut self, i: usize, reason: String) {
         let l = self.list.swap_remove(i);
         let _ = l.events.try_send(SessionEvent::Closed { reason: reason.clone() });
@@ -407,6 +400,10 @@ impl LiveSessions {
                 l.units_done = 0;
                 l.eager = false;
                 self.metrics.session_chunks.inc();
+                // Updated, never re-added: the front may have closed it already.
+                if let Some(e) = self.shared.info.lock().unwrap().get_mut(&l.id) {
+                    *e = l.info.clone();
+                }
                 match l.events.try_send(SessionEvent::Chunk(chunk)) {
                     Ok(()) => None,
                     // A slow viewer: this chunk is dropped, the session goes on.
@@ -421,8 +418,6 @@ impl LiveSessions {
             Ok(Err(e)) => Some(format!("failed: {e:#}")),
             Err(_) => Some("failed: a session step panicked".to_string()),
         };
-        let l = &self.list[i];
-        self.publish(l);
         if let Some(reason) = outcome {
             self.remove(i, reason);
         }

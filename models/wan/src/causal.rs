@@ -100,7 +100,7 @@ impl WanTransformer3DModel {
         ensure!(timestep.size() == [1], "causal chunk: timestep {:?} must be [1]", timestep.size());
         ensure!(cross.layers.len() == self.blocks.len(), "causal chunk: cross-attention cache of another model");
         let start = kv.next_frame() as i64;
-        let rope = Rope::at(self.cfg.attention_head_dim, [f, h, w], start, latents.device());
+        let rope = self.rope_at(f, h, w, start, latents.device());
         let tokens = h * w;
         let (temb, temb6) = per_token(self.time_embedding_with(timestep, frame_cond), tokens);
         let mut x = self.patchify(latents);

@@ -37,6 +37,8 @@ enum Phase {
     Denoise { step: usize, x: Tensor },
     /// The chunk is clean; next unit commits it and decodes it.
     Commit { x0: Tensor },
+    /// Only while a unit runs (the phase is moved out of the rollout).
+    Running,
 }
 
 /// One session's rollout state.
@@ -52,6 +54,8 @@ pub struct Rollout {
     phase: Phase,
     /// The current chunk's action (index, caller's id) and the one the next chunk takes.
     current: (i64, u64),
+    /// The current action's embedding `[1, 1, dim]`, made once per chunk, not per unit.
+    cond: Tensor,
     next: (i64, u64),
     /// Whether the current chunk was already restarted for an action.
     restarted: bool,
@@ -96,7 +100,8 @@ impl Rollout {
             seed,
             device,
             chunk: 0,
-            phase: Phase::Commit { x0: Tensor::zeros([1], (Kind::Float, Device::Cpu)) },
+            phase: Phase::Running,
+            cond: model.actions.embed(&Tensor::from_slice(&[none]).view([1, 1])),
             current: (none, 0),
             next: (none, 0),
             restarted: false,
@@ -156,17 +161,19 @@ impl Rollout {
     /// Runs one unit; returns the chunk when this unit finished one.
     pub fn step(&mut self, model: &WorldModel) -> Result<Option<Chunk>> {
         let tr = &model.wan.transformer;
+        if self.at_chunk_start() && self.current.0 != self.next.0 {
+            // One action for the whole chunk: `[1, 1, dim]` broadcasts over its frames.
+            self.cond = model.actions.embed(&Tensor::from_slice(&[self.next.0]).view([1, 1]));
+        }
         if self.at_chunk_start() {
             self.current = self.next;
         }
-        let cond = model
-            .actions
-            .embed(&Tensor::from_slice(&vec![self.current.0; self.latent_shape[2] as usize]).view([1, -1]));
-        match std::mem::replace(&mut self.phase, Phase::Commit { x0: Tensor::zeros([1], (Kind::Float, Device::Cpu)) }) {
+        let cond = &self.cond.shallow_clone();
+        match std::mem::replace(&mut self.phase, Phase::Running) {
             Phase::Denoise { step, x } => {
                 let (sigma, next) = (self.sigmas[step], self.sigmas[step + 1]);
                 let t = Tensor::from_slice(&[(sigma * 1000.0) as f32]).to_device(self.device);
-                let v = tr.forward_chunk(&x, &t, Some(&cond), &self.cross, &mut self.kv, false)?;
+                let v = tr.forward_chunk(&x, &t, Some(cond), &self.cross, &mut self.kv, false)?;
                 let x = &x + v.to_kind(Kind::Float) * (next - sigma);
                 self.phase = if step + 2 == self.sigmas.len() {
                     Phase::Commit { x0: x }
@@ -177,7 +184,7 @@ impl Rollout {
             }
             Phase::Commit { x0 } => {
                 let t = Tensor::zeros([1], (Kind::Float, self.device));
-                let _ = tr.forward_chunk(&x0, &t, Some(&cond), &self.cross, &mut self.kv, true)?;
+                let _ = tr.forward_chunk(&x0, &t, Some(cond), &self.cross, &mut self.kv, true)?;
                 let vae = &model.wan.vae;
                 let z = vae.denormalize(&x0);
                 let frames = (0..z.size()[2])
@@ -194,6 +201,7 @@ impl Rollout {
                 self.phase = self.start_chunk();
                 Ok(Some(chunk))
             }
+            Phase::Running => anyhow::bail!("rollout: a unit ran while another was running"),
         }
     }
 

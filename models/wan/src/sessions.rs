@@ -105,7 +105,7 @@ impl SessionModel for WorldSessions {
         .map_err(|e| RequestError::new("session", format!("{e:#}")))?;
         Ok(Box::new(WorldSessionRun {
             model: self.model.clone(),
-            rollout,
+            rollout: Some(rollout),
             frames: 0,
             pending: Vec::new(),
             pool: self.pool.clone(),
@@ -116,7 +116,8 @@ impl SessionModel for WorldSessions {
 
 struct WorldSessionRun {
     model: Arc<WorldModel>,
-    rollout: Rollout,
+    /// `None` only while dropping (so the pool's gauge can be read after the slabs return).
+    rollout: Option<Rollout>,
     /// Video frames finished so far (the next chunk's first frame).
     frames: u64,
     /// Actions waiting for their `from_frame`, as (frame, key index, id).
@@ -127,24 +128,21 @@ struct WorldSessionRun {
 
 impl SessionRun for WorldSessionRun {
     fn step(&mut self) -> anyhow::Result<Option<SessionChunk>> {
-        if self.rollout.at_chunk_start() && !self.pending.is_empty() {
+        if self.rollout().at_chunk_start() && !self.pending.is_empty() {
             // The latest action due by this chunk's first frame takes it.
             let frames = self.frames;
             let due: Vec<_> = self.pending.iter().filter(|p| p.0 <= frames).copied().collect();
             self.pending.retain(|p| p.0 > frames);
             if let Some(&(_, key, id)) = due.iter().max_by_key(|p| p.0) {
-                self.rollout.set_action(key, id);
+                self.rollout().set_action(key, id);
             }
         }
-        let Some(chunk) = tch::no_grad(|| self.rollout.step(&self.model))? else { return Ok(None) };
+        let model = self.model.clone();
+        let Some(chunk) = tch::no_grad(|| self.rollout().step(&model))? else { return Ok(None) };
         let video = crate::pipeline::frames_to_video(&chunk.frames, self.model.spec.fps)?;
         let first_frame = self.frames;
         self.frames += video.num_frames as u64;
-        if let Some(m) = &self.metrics {
-            let st = self.pool.stats();
-            m.kv_slabs_used.set(st.used_slabs as i64);
-            m.kv_evictions.set(st.evictions as i64);
-        }
+        self.publish_pool();
         Ok(Some(SessionChunk { index: chunk.index, first_frame, video, action_id: chunk.action_id }))
     }
 
@@ -153,7 +151,7 @@ impl SessionRun for WorldSessionRun {
         let id = action.id.unwrap_or(0);
         match action.from_frame {
             Some(f) if f > self.frames => self.pending.push((f, key, id)),
-            _ => self.rollout.set_action(key, id),
+            _ => self.rollout().set_action(key, id),
         }
     }
 
@@ -162,12 +160,24 @@ impl SessionRun for WorldSessionRun {
     }
 }
 
+impl WorldSessionRun {
+    fn rollout(&mut self) -> &mut Rollout {
+        self.rollout.as_mut().expect("a live session has its rollout")
+    }
+
+    fn publish_pool(&self) {
+        if let Some(m) = &self.metrics {
+            let st = self.pool.stats();
+            m.kv_slabs_used.set(st.used_slabs as i64);
+            m.kv_evictions.set(st.evictions as i64);
+        }
+    }
+}
+
 impl Drop for WorldSessionRun {
     fn drop(&mut self) {
-        if let Some(m) = &self.metrics {
-            // The rollout (and its slabs) is dropped right after this; count them as returned.
-            let held = (self.model.spec.window * self.model.wan.transformer.blocks.len()) as u64;
-            m.kv_slabs_used.set(self.pool.stats().used_slabs.saturating_sub(held) as i64);
-        }
+        // Return the slabs first, then publish what the pool holds.
+        self.rollout = None;
+        self.publish_pool();
     }
 }

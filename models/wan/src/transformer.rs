@@ -214,8 +214,9 @@ fn attention(q: &Tensor, k: &Tensor, v: &Tensor, heads: i64, mask: Option<&Tenso
     Tensor::scaled_dot_product_attention(&q, &k, &v, mask, 0.0, false, None, false)
 }
 
-/// Latent grid (frames, height, width after patching) and device a [`Rope`] was built for.
-type RopeKey = (i64, i64, i64, Device);
+/// Latent grid (frames, height, width after patching), first frame position and device a
+/// [`Rope`] was built for.
+type RopeKey = (i64, i64, i64, i64, Device);
 
 /// Rotary tables for one input shape: `cos`/`sin` are `[N, D/2]` float32 (one value per rotated
 /// pair), as diffusers keeps them in float32 whatever the model's dtype.
@@ -226,12 +227,9 @@ pub struct Rope {
 
 impl Rope {
     /// Per-axis frequencies as in diffusers' `WanRotaryPosEmbed`: the head dim splits into
-    /// t/h/w parts (h = w = 2*(D/6), t = the rest), each with `1/theta^(2i/dim)` frequencies.
-    fn new(head_dim: i64, grid: [i64; 3], device: Device) -> Self {
-        Self::at(head_dim, grid, 0, device)
-    }
-
-    /// Tables for frames `first_frame..first_frame + grid[0]` (a causal chunk's absolute positions).
+    /// t/h/w parts (h = w = 2*(D/6), t = the rest), each with `1/theta^(2i/dim)` frequencies;
+    /// frames at positions `first_frame..first_frame + grid[0]` (0.. for a whole clip, a causal
+    /// chunk's absolute positions otherwise).
     pub fn at(head_dim: i64, grid: [i64; 3], first_frame: i64, device: Device) -> Self {
         let hw = 2 * (head_dim / 6);
         let dims = [head_dim - 2 * hw, hw, hw];
@@ -420,12 +418,18 @@ impl WanTransformer3DModel {
     }
 
     fn rope(&self, f: i64, h: i64, w: i64, device: Device) -> Rope {
-        let key = (f, h, w, device);
+        self.rope_at(f, h, w, 0, device)
+    }
+
+    /// Tables for frames `first..first + f` (a causal chunk's), cached like [`rope`](Self::rope):
+    /// a chunk's denoise steps and its commit pass share them.
+    pub(crate) fn rope_at(&self, f: i64, h: i64, w: i64, first: i64, device: Device) -> Rope {
+        let key = (f, h, w, first, device);
         let mut cache = self.rope_cache.lock().unwrap_or_else(|e| e.into_inner());
         match &*cache {
             Some((k, r)) if *k == key => r.shallow_clone(),
             _ => {
-                let r = Rope::new(self.cfg.attention_head_dim, [f, h, w], device);
+                let r = Rope::at(self.cfg.attention_head_dim, [f, h, w], first, device);
                 *cache = Some((key, r.shallow_clone()));
                 r
             }
