@@ -4,6 +4,9 @@
 # package is the official `openai` client (PyPI, into .venv-client), which the server tests use.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+# A clean build gains nothing from incremental caches, which would be a few GB more on disk.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+df -h . | tail -n1 | awk '{print "test.sh: " $4 " free on the disk holding the checkout"}' >&2
 bash host/scripts/bootstrap.sh
 bash host/scripts/client-venv.sh
 # Plugins (plugins/, sdk/) build for wasm32-unknown-unknown; the plugin tests build them.
