@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Sets up (libtorch from PyPI, once) and runs every check: formatting, clippy, the test suite.
+# Sets up (libtorch from PyPI and Debian's Chromium, once) and runs every check: formatting, clippy, the test suite.
 # This is the README's test command and what CI runs (.ci/run). Needs no GPU. Its one Python
 # package is the official `openai` client (PyPI, into .venv-client), which the server tests use.
 set -euo pipefail
@@ -9,6 +9,8 @@ export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 df -h . | tail -n1 | awk '{print "test.sh: " $4 " free on the disk holding the checkout"}' >&2
 bash host/scripts/bootstrap.sh
 bash host/scripts/client-venv.sh
+# The WebRTC test drives a real browser.
+bash host/scripts/browser.sh
 # Plugins (plugins/, sdk/) build for wasm32-unknown-unknown; the plugin tests build them.
 rustup target add wasm32-unknown-unknown >/dev/null 2>&1 || rustup target add wasm32-unknown-unknown
 cargo fmt --all -- --check

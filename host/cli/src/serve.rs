@@ -65,8 +65,23 @@ pub struct ServeArgs {
     /// Seconds a session may go without a stream or an action before it is closed.
     #[arg(long, default_value_t = 60)]
     session_idle: u64,
+    /// Address WebRTC peers bind their UDP sockets to; it is the host candidate clients connect
+    /// to, so it must be reachable by them. Default: --host, or 127.0.0.1 when --host is 0.0.0.0.
+    #[arg(long)]
+    webrtc_bind: Option<IpAddr>,
+    /// A STUN or TURN server for WebRTC peers (repeatable): stun:HOST:PORT or
+    /// turn:USER:PASS@HOST:PORT.
+    #[arg(long = "webrtc-ice", value_parser = parse_ice)]
+    webrtc_ice: Vec<fastvideo_server::IceServer>,
+    /// Seconds a WebRTC peer may take to connect after the answer; then its session is closed.
+    #[arg(long, default_value_t = 10)]
+    webrtc_connect_timeout: u64,
     #[command(flatten)]
     precision: crate::args::PrecisionArgs,
+}
+
+fn parse_ice(s: &str) -> Result<fastvideo_server::IceServer, String> {
+    fastvideo_server::RtcConfig::parse_ice_server(s)
 }
 
 /// Maps plugin-host errors to our error codes: a failing plugin is `plugin_failed`.
@@ -161,5 +176,18 @@ pub fn run(args: ServeArgs) -> Result<()> {
         drain_timeout: Duration::from_secs(args.drain_timeout),
     };
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?;
-    rt.block_on(fastvideo_server::serve(AppState::new(engine, registry), server))
+    let webrtc_bind = args.webrtc_bind.unwrap_or(if args.host.is_unspecified() {
+        eprintln!("fastvideo: WebRTC peers bind to 127.0.0.1; pass --webrtc-bind ADDRESS for remote clients");
+        IpAddr::from([127, 0, 0, 1])
+    } else {
+        args.host
+    });
+    let webrtc = fastvideo_server::RtcConfig {
+        bind: webrtc_bind,
+        ice_servers: args.webrtc_ice.clone(),
+        connect_timeout: Duration::from_secs(args.webrtc_connect_timeout.max(1)),
+        ..Default::default()
+    };
+    let state = AppState::new(engine, registry).with_webrtc(webrtc);
+    rt.block_on(fastvideo_server::serve(state, server))
 }

@@ -3,94 +3,13 @@
 //! client, an SSE reader and a WebSocket client.
 
 use std::io::{BufRead, BufReader, Read};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-/// A server process on a free port, stopped (SIGKILL) on drop.
-struct Server {
-    child: Child,
-    base: String,
-}
-
-impl Server {
-    fn start(extra: &[&str]) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_fastvideo"))
-            .args(["serve", "--port", "0", "--device", "cpu"])
-            .args(extra)
-            .stderr(Stdio::piped())
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("starting fastvideo serve");
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let base = loop {
-            let line = lines.next().expect("server exited before listening").unwrap();
-            if let Some(url) = line.split(" on ").nth(1).filter(|_| line.contains("serving")) {
-                break url.trim().to_string();
-            }
-        };
-        // Keep draining stderr so the server never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
-        Self { child, base }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-
-    fn post(&self, path: &str, body: Value) -> (u16, Value) {
-        let r = ureq::post(&self.url(path)).config().http_status_as_error(false).build().send_json(&body).unwrap();
-        let status = r.status().as_u16();
-        (status, r.into_body().read_json().unwrap())
-    }
-
-    fn get(&self, path: &str) -> (u16, Value) {
-        let r = ureq::get(&self.url(path)).config().http_status_as_error(false).build().call().unwrap();
-        let status = r.status().as_u16();
-        (status, r.into_body().read_json().unwrap_or(Value::Null))
-    }
-
-    fn wait_done(&self, id: &str) -> Value {
-        let t0 = Instant::now();
-        loop {
-            let (_, v) = self.get(&format!("/v1/videos/{id}"));
-            if v["status"] == "completed" || v["status"] == "failed" {
-                return v;
-            }
-            assert!(t0.elapsed() < Duration::from_secs(300), "job {id} never finished: {v}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn metrics(&self) -> prometheus_parse::Scrape {
-        let text = ureq::get(&self.url("/metrics")).call().unwrap().into_body().read_to_string().unwrap();
-        prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string())))
-            .expect("metrics parse as Prometheus text")
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn metric(scrape: &prometheus_parse::Scrape, name: &str, label: Option<(&str, &str)>) -> f64 {
-    scrape
-        .samples
-        .iter()
-        .filter(|s| s.metric == name)
-        .filter(|s| label.is_none_or(|(k, v)| s.labels.get(k) == Some(v)))
-        .map(|s| match s.value {
-            prometheus_parse::Value::Counter(v)
-            | prometheus_parse::Value::Gauge(v)
-            | prometheus_parse::Value::Untyped(v) => v,
-            _ => 0.0,
-        })
-        .sum()
-}
+mod common;
+use common::server::{metric, Server};
 
 fn video(prompt: &str, steps: u32) -> Value {
     json!({"prompt": prompt, "num_inference_steps": steps, "seed": 1})

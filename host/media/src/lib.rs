@@ -5,6 +5,6 @@ mod h264;
 mod mp4_file;
 mod png_frames;
 
-pub use h264::{encode_h264, H264Stream};
+pub use h264::{encode_h264, H264Stream, LiveFrame, LiveH264};
 pub use mp4_file::{mp4_bytes, write_mp4};
 pub use png_frames::{png_bytes, write_pngs};

@@ -92,3 +92,50 @@ fn odd_sizes_are_refused_and_png_is_valid() {
     assert_eq!((info.width, info.height), (64, 48));
     assert_eq!(&buf[..info.buffer_size()], v.frame(0));
 }
+
+/// NAL unit types in an Annex B access unit.
+fn nal_types(annex_b: &[u8]) -> Vec<u8> {
+    let mut types = Vec::new();
+    let mut i = 0;
+    while i + 3 < annex_b.len() {
+        if annex_b[i..i + 3] == [0, 0, 1] {
+            types.push(annex_b[i + 3] & 0x1f);
+            i += 3;
+        } else {
+            i += 1;
+        }
+    }
+    types
+}
+
+#[test]
+fn live_encoder_sends_an_idr_first_and_on_request_and_decodes() {
+    let video = clip(6, 48, 64);
+    let mut enc = fastvideo_media::LiveH264::new(64, 48, 16).unwrap();
+    let mut dec = Decoder::new().unwrap();
+    let mut kinds = Vec::new();
+    for i in 0..6 {
+        if i == 4 {
+            enc.request_keyframe();
+        }
+        let f = enc.encode(video.frame(i)).unwrap();
+        let types = nal_types(&f.annex_b);
+        // An IDR (5) carries its parameter sets (7, 8) so a receiver can join there.
+        assert_eq!(f.keyframe, types.contains(&5), "frame {i}: {types:?}");
+        if f.keyframe {
+            assert!(types.contains(&7) && types.contains(&8), "frame {i}: {types:?}");
+        }
+        kinds.push(f.keyframe);
+        let yuv = dec.decode(&f.annex_b).unwrap().expect("baseline has no reordering: a picture per access unit");
+        let (w, h) = yuv.dimensions();
+        let mut rgb = vec![0; w * h * 3];
+        yuv.write_rgb8(&mut rgb);
+        let p = psnr(&rgb, video.frame(i));
+        assert!(p > 30.0, "frame {i}: PSNR {p:.1} dB");
+    }
+    assert_eq!(kinds, [true, false, false, false, true, false]);
+    assert_eq!(enc.frames(), 6);
+    let e = enc.encode(&[0; 10]).unwrap_err().to_string();
+    assert!(e.contains("bytes"), "{e}");
+    assert!(fastvideo_media::LiveH264::new(63, 48, 16).is_err());
+}

@@ -10,6 +10,8 @@ mod params;
 mod sessions;
 mod stream;
 mod videos;
+mod webrtc;
+mod world_page;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,7 +28,9 @@ use fastvideo_engine::Engine;
 use prometheus_client::registry::Registry;
 
 pub use error::ApiError;
+pub use fastvideo_webrtc::{IceServer, RtcConfig};
 pub use jobs::{Status, VideoObject};
+pub use webrtc::{WebRtc, WebRtcMetrics};
 
 /// What happens to admitted work when the server is told to stop (SIGTERM or Ctrl-C).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -52,19 +56,28 @@ pub struct AppState {
     pub engine: Engine,
     jobs: jobs::Jobs,
     sessions: sessions::SessionStreams,
+    webrtc: Arc<WebRtc>,
     registry: Arc<Registry>,
     counter: Arc<AtomicU64>,
 }
 
 impl AppState {
-    pub fn new(engine: Engine, registry: Registry) -> Self {
+    pub fn new(engine: Engine, mut registry: Registry) -> Self {
+        let webrtc = WebRtc::new(RtcConfig::default(), WebRtcMetrics::register(&mut registry));
         Self {
             engine,
             jobs: jobs::Jobs::default(),
             sessions: sessions::SessionStreams::default(),
+            webrtc,
             registry: Arc::new(registry),
             counter: Arc::new(AtomicU64::new(0)),
         }
+    }
+
+    /// How WebRTC peers connect (bind address, STUN/TURN servers, timeouts).
+    pub fn with_webrtc(mut self, config: RtcConfig) -> Self {
+        self.webrtc = WebRtc::new(config, self.webrtc.metrics.clone());
+        self
     }
 
     /// A fresh, unguessable-enough id: process start entropy plus a counter.
@@ -88,6 +101,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/sessions/{id}", get(sessions::get_session).delete(sessions::delete_session))
         .route("/v1/sessions/{id}/actions", post(sessions::post_action))
         .route("/v1/sessions/{id}/stream", get(sessions::session_stream))
+        .route("/v1/sessions/{id}/webrtc", post(webrtc::offer))
+        .route("/world", get(world_page::page))
         .route("/v1/models", get(models))
         .route("/health", get(|| async { Json(serde_json::json!({"status": "ok"})) }))
         .route("/ready", get(ready))

@@ -6,8 +6,8 @@
 //! in milliseconds, then the id of the last action applied, both u64 little-endian) followed by
 //! `height × width × 3` RGB bytes — and a JSON `{"type": "closed", "reason"}` when the session
 //! ends. Client to server: JSON `{"type": "action", "action": "up", "id": 7}`, `{"type": "flush"}`
-//! (drop the chunks made but not yet sent; answered `{"type": "flushed", "chunks"}`) or
-//! `{"type": "close"}`. A client that goes away closes its session, returning its slabs.
+//! (drop the chunks made but not yet sent; answered `{"type": "flushed", "chunks"}`),
+//! `{"type": "ping", "t"}` (answered `pong`) or `{"type": "close"}`. A client that goes away closes its session, returning its slabs.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -30,6 +30,13 @@ use crate::AppState;
 #[derive(Clone, Default)]
 pub struct SessionStreams(Arc<Mutex<HashMap<String, mpsc::Receiver<SessionEvent>>>>);
 
+impl SessionStreams {
+    /// Returns a stream taken for a client that then failed to connect.
+    pub(crate) fn put_back(&self, id: &str, rx: mpsc::Receiver<SessionEvent>) {
+        self.0.lock().unwrap().insert(id.to_string(), rx);
+    }
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CreateSession {
@@ -49,6 +56,7 @@ fn session_object(s: &AppState, id: &str) -> Result<Value, ApiError> {
         "width": model.frame_size().0, "height": model.frame_size().1,
         "chunks": info.chunks, "frames": info.frames, "last_action_id": info.last_action_id,
         "late_chunks": info.late_chunks, "stream": format!("/v1/sessions/{id}/stream"),
+        "webrtc": format!("/v1/sessions/{id}/webrtc"),
     }))
 }
 
@@ -98,19 +106,66 @@ pub async fn delete_session(State(s): State<AppState>, Path(id): Path<String>) -
     Ok(Json(json!({"id": id, "object": "session.deleted", "deleted": true})))
 }
 
+/// A message from a session's client, on the WebSocket or the WebRTC data channel.
+#[derive(Debug, PartialEq)]
+pub(crate) enum ClientMessage {
+    /// `{"type": "action", "key": "up", "id": 7, "t": 1234.5}`; `t` is the client's clock,
+    /// echoed in the acknowledgement.
+    Action { action: ActionPart, t: Option<f64> },
+    /// `{"type": "flush"}`: drop what was made but not yet sent.
+    Flush,
+    /// `{"type": "close"}`.
+    Close,
+    /// `{"type": "ping", "t": …}`, answered `{"type": "pong", "t": …}` (round-trip time).
+    Ping { t: Option<f64> },
+}
+
+impl ClientMessage {
+    /// Parses one message; the error is what the client is told.
+    pub(crate) fn parse(bytes: &[u8]) -> Result<Self, String> {
+        let v: Value = serde_json::from_slice(bytes).map_err(|e| format!("not JSON: {e}"))?;
+        let Value::Object(mut m) = v else { return Err("expected a JSON object".into()) };
+        let t = m.remove("t").and_then(|t| t.as_f64());
+        match m.remove("type").as_ref().and_then(Value::as_str) {
+            Some("action") => serde_json::from_value::<ActionPart>(Value::Object(m))
+                .map(|action| ClientMessage::Action { action, t })
+                .map_err(|e| format!("action: {e}")),
+            Some("flush") => Ok(ClientMessage::Flush),
+            Some("close") => Ok(ClientMessage::Close),
+            Some("ping") => Ok(ClientMessage::Ping { t }),
+            _ => Err("type: expected \"action\", \"flush\", \"close\" or \"ping\"".into()),
+        }
+    }
+}
+
+/// Drops the chunks waiting on a session's stream; returns how many.
+pub(crate) fn drain_chunks(rx: &mut mpsc::Receiver<SessionEvent>) -> usize {
+    let mut dropped = 0;
+    while let Ok(SessionEvent::Chunk(_)) = rx.try_recv() {
+        dropped += 1;
+    }
+    dropped
+}
+
+/// Takes a session's stream for one client (WebSocket or WebRTC); errors for an unknown session
+/// or one already streamed.
+pub(crate) fn take_stream(s: &AppState, id: &str) -> Result<mpsc::Receiver<SessionEvent>, ApiError> {
+    if s.engine.session_info(id).is_none() {
+        return Err(ApiError::NotFound { what: format!("session `{id}`") });
+    }
+    s.sessions.0.lock().unwrap().remove(id).ok_or_else(|| ApiError::Conflict {
+        code: "already_streaming".into(),
+        message: format!("session `{id}` is already streamed by another client"),
+    })
+}
+
 /// `GET /v1/sessions/{id}/stream` (WebSocket).
 pub async fn session_stream(
     State(s): State<AppState>,
     Path(id): Path<String>,
     ws: WebSocketUpgrade,
 ) -> Result<Response, ApiError> {
-    if s.engine.session_info(&id).is_none() {
-        return Err(ApiError::NotFound { what: format!("session `{id}`") });
-    }
-    let rx = s.sessions.0.lock().unwrap().remove(&id).ok_or_else(|| ApiError::Conflict {
-        code: "already_streaming".into(),
-        message: format!("session `{id}` is already streamed by another client"),
-    })?;
+    let rx = take_stream(&s, &id)?;
     Ok(ws.on_upgrade(move |socket| stream(s, id, rx, socket)))
 }
 
@@ -150,32 +205,31 @@ async fn stream(s: AppState, id: String, mut rx: mpsc::Receiver<SessionEvent>, m
             },
             msg = socket.recv() => match msg {
                 Some(Ok(Message::Text(t))) => {
-                    let reply = match serde_json::from_str::<Value>(&t) {
-                        Ok(Value::Object(mut m)) if m.get("type") == Some(&json!("action")) => {
-                            m.remove("type");
-                            match serde_json::from_value::<ActionPart>(Value::Object(m)) {
-                                Ok(a) => s.engine.session_action(&id, &a).err().map(|e| e.to_string()),
-                                Err(e) => Some(format!("action: {e}")),
-                            }
+                    let reply = match ClientMessage::parse(t.as_bytes()) {
+                        Ok(ClientMessage::Action { action, .. }) => {
+                            s.engine.session_action(&id, &action).err().map(|e| e.to_string())
                         }
-                        Ok(v) if v["type"] == "flush" => {
+                        Ok(ClientMessage::Flush) => {
                             // Drop the chunks made but not yet sent (the reader was behind).
-                            let mut dropped = 0;
-                            while let Ok(SessionEvent::Chunk(_)) = rx.try_recv() {
-                                dropped += 1;
-                            }
+                            let dropped = drain_chunks(&mut rx);
                             let m = json!({"type": "flushed", "chunks": dropped});
                             if socket.send(Message::Text(m.to_string().into())).await.is_err() {
                                 break None;
                             }
                             None
                         }
-                        Ok(v) if v["type"] == "close" => {
+                        Ok(ClientMessage::Close) => {
                             s.engine.close_session(&id, "closed by the client");
                             None
                         }
-                        Ok(_) => Some("type: expected \"action\", \"flush\" or \"close\"".to_string()),
-                        Err(e) => Some(format!("not JSON: {e}")),
+                        Ok(ClientMessage::Ping { t }) => {
+                            let m = json!({"type": "pong", "t": t});
+                            if socket.send(Message::Text(m.to_string().into())).await.is_err() {
+                                break None;
+                            }
+                            None
+                        }
+                        Err(e) => Some(e),
                     };
                     if let Some(err) = reply {
                         let m = json!({"type": "error", "message": err});

@@ -198,6 +198,15 @@ pub fn locate_ball(frame: &[u8], size: usize) -> Option<((f32, f32), usize)> {
     (n as f32 >= 0.25 * full).then(|| ((sx / n as f32 / size as f32, sy / n as f32 / size as f32), n))
 }
 
+/// Whether the ball went from `p` to `q` (canvas fractions) as `action` held for `frames`
+/// frames says, from where it was, walls included, within 3 px at 64×64.
+pub fn moved_as_commanded(p: (f32, f32), q: (f32, f32), action: Action, frames: usize) -> bool {
+    let (dx, dy) = action.dir();
+    let steps = frames as f32 * BALL_SPEED;
+    let want = clamp_move(p, (dx * steps, dy * steps), BALL_RADIUS);
+    (q.0 - want.0).abs() <= FOLLOW_TOLERANCE && (q.1 - want.1).abs() <= FOLLOW_TOLERANCE
+}
+
 /// Scores rollouts the model generated.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct ActionScore {
@@ -230,10 +239,7 @@ impl ActionScore {
             }
             self.chunks += 1;
             let (Some(p), Some(q)) = (found[before], found[after]) else { continue };
-            let (dx, dy) = a.dir();
-            let steps = FRAMES_PER_STEP as f32 * BALL_SPEED;
-            let want = clamp_move(p, (dx * steps, dy * steps), BALL_RADIUS);
-            if (q.0 - want.0).abs() <= FOLLOW_TOLERANCE && (q.1 - want.1).abs() <= FOLLOW_TOLERANCE {
+            if moved_as_commanded(p, q, a, FRAMES_PER_STEP) {
                 self.followed += 1;
             }
         }

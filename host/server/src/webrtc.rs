@@ -1,0 +1,276 @@
+//! World-model sessions over WebRTC (docs/world.md, "WebRTC"). `POST /v1/sessions/{id}/webrtc`
+//! takes the client's offer, `{"type": "offer", "sdp"}` with its candidates gathered, and
+//! returns `{"type": "answer", "sdp"}` with ours. Frames then go out on an H.264 track at the
+//! session's frame rate; frame `n` carries RTP timestamp `n × 90000 / fps`.
+//!
+//! The data channel is the client's (unordered, no retransmits: a late action is worthless).
+//! Client to server: the session stream's messages (`action` with an `id` and the client's
+//! clock `t`, `flush`, `ping`, `close`). Server to client: `hello` when it opens, `ack`
+//! (`id`, `t`) per action taken, `frame` (`chunk`, `frame`, `rtp`, `action_id`) per frame sent — so the
+//! page knows which action the picture on screen reflects — `closed` and `error`.
+//!
+//! A peer that does not connect within the connect timeout, a vanished tab and a closed data
+//! channel all close the session, so no slabs are held for a client that is gone.
+
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Path, Request, State};
+use axum::Json;
+use fastvideo_engine::session::SessionEvent;
+use fastvideo_media::LiveH264;
+use fastvideo_webrtc::{rtp_timestamp, AnswerError, FramePeer, PeerEvent, RtcConfig};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use crate::error::ApiError;
+use crate::params::read_body;
+use crate::sessions::{drain_chunks, take_stream, ClientMessage};
+use crate::AppState;
+
+/// Frames waiting to be sent, at most: a client that is not connected (yet) or a burst of
+/// chunks must not grow memory, and old frames are worth less than new ones.
+const MAX_QUEUED_CHUNKS: usize = 3;
+/// A client that opened its data channel and then sent nothing (not even a ping) for this long
+/// is gone as far as actions go (its channel may have died without a close): the session is
+/// closed. The page pings every 5 s.
+const SILENCE: Duration = Duration::from_secs(30);
+/// At most one error message per this interval to a client sending garbage.
+const ERROR_INTERVAL: Duration = Duration::from_millis(200);
+
+#[derive(Clone, Default)]
+pub struct WebRtcMetrics {
+    pub peers_live: Gauge,
+    pub peers: Counter,
+    /// Peers closed because ICE did not complete within the connect timeout.
+    pub ice_timeouts: Counter,
+    pub frames_sent: Counter,
+    /// Queued frames skipped: stale after a new action, or beyond the queue.
+    pub frames_skipped: Counter,
+    pub keyframe_requests: Counter,
+    /// Data-channel messages over the size limit or beyond the queue.
+    pub messages_dropped: Counter,
+    /// Messages that were not a valid client message.
+    pub bad_messages: Counter,
+}
+
+impl WebRtcMetrics {
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = Self::default();
+        let r = registry.sub_registry_with_prefix("fastvideo_webrtc");
+        r.register("peers_live", "WebRTC peers connected to a session", m.peers_live.clone());
+        r.register("peers", "WebRTC peers answered", m.peers.clone());
+        r.register("ice_timeouts", "WebRTC peers closed for not connecting in time", m.ice_timeouts.clone());
+        r.register("frames_sent", "Video frames sent over WebRTC", m.frames_sent.clone());
+        r.register("frames_skipped", "Frames skipped as stale or beyond the queue", m.frames_skipped.clone());
+        r.register("keyframe_requests", "Picture-loss requests from clients", m.keyframe_requests.clone());
+        r.register("messages_dropped", "Data-channel messages dropped (size or flood)", m.messages_dropped.clone());
+        r.register("bad_messages", "Data-channel messages that were not valid", m.bad_messages.clone());
+        m
+    }
+}
+
+/// The server's WebRTC settings and counters.
+pub struct WebRtc {
+    pub config: RtcConfig,
+    pub metrics: WebRtcMetrics,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Offer {
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    sdp: String,
+}
+
+/// `POST /v1/sessions/{id}/webrtc`.
+pub async fn offer(State(s): State<AppState>, Path(id): Path<String>, req: Request) -> Result<Json<Value>, ApiError> {
+    let o: Offer = read_body(req).await?;
+    if o.kind.as_deref().is_some_and(|k| k != "offer") {
+        return Err(ApiError::field("type", "expected \"offer\" (the server answers; it does not offer)"));
+    }
+    let rx = take_stream(&s, &id)?;
+    match FramePeer::answer(&s.webrtc.config, &o.sdp).await {
+        Ok((peer, sdp)) => {
+            s.webrtc.metrics.peers.inc();
+            tokio::spawn(run(s.clone(), id, rx, peer));
+            Ok(Json(json!({"type": "answer", "sdp": sdp})))
+        }
+        Err(e) => {
+            // The session stays open for another try (or the WebSocket).
+            s.sessions.put_back(&id, rx);
+            Err(match e {
+                AnswerError::BadOffer(m) => ApiError::field("sdp", m),
+                AnswerError::Failed(m) => ApiError::Internal { code: "webrtc_failed".into(), message: m },
+            })
+        }
+    }
+}
+
+struct QueuedFrame {
+    chunk: u64,
+    frame: u64,
+    action_id: u64,
+    rgb: Vec<u8>,
+}
+
+enum End {
+    /// The session ended on the engine's side; the client is told why.
+    Session(String),
+    /// The client is gone (or never came): the session is closed for it.
+    Client(String),
+}
+
+async fn run(s: AppState, id: String, mut rx: mpsc::Receiver<SessionEvent>, mut peer: FramePeer) {
+    let m = s.webrtc.metrics.clone();
+    m.peers_live.inc();
+    s.engine.session_streaming(&id, true);
+    let end = drive(&s, &id, &mut rx, &mut peer).await;
+    match end {
+        End::Session(reason) => {
+            let _ = peer.send_text(&json!({"type": "closed", "reason": reason}).to_string()).await;
+            // Let the message leave before the connection closes.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        End::Client(reason) => {
+            tracing::info!(session = %id, %reason, "WebRTC client gone; closing its session");
+            s.engine.close_session(&id, &reason);
+        }
+    }
+    peer.close().await;
+    let st = peer.stats();
+    m.messages_dropped.inc_by(st.messages_dropped.load(Ordering::Relaxed));
+    m.peers_live.dec();
+}
+
+async fn drive(s: &AppState, id: &str, rx: &mut mpsc::Receiver<SessionEvent>, peer: &mut FramePeer) -> End {
+    let Some(model) = s.engine.session_model().cloned() else { return End::Client("no session model".into()) };
+    let m = &s.webrtc.metrics;
+    let fps = model.fps().max(1);
+    let (width, height) = model.frame_size();
+    let frame_bytes = (width * height * 3) as usize;
+    let max_queued = MAX_QUEUED_CHUNKS * model.frames_per_chunk().max(1) as usize;
+    let mut enc = match LiveH264::new(width, height, fps) {
+        Ok(e) => e,
+        Err(e) => return End::Client(format!("cannot encode this model's frames: {e:#}")),
+    };
+    let period = Duration::from_secs_f64(1.0 / fps as f64);
+    let timeout = s.webrtc.config.connect_timeout;
+    let connect_by = Instant::now() + timeout;
+    let mut connected = false;
+    let mut queue: VecDeque<QueuedFrame> = VecDeque::new();
+    let mut next_send = Instant::now();
+    let mut last_error: Option<Instant> = None;
+    let mut heard: Option<Instant> = None;
+    loop {
+        let send_due = connected && !queue.is_empty();
+        tokio::select! {
+            _ = tokio::time::sleep_until(connect_by), if !connected => {
+                m.ice_timeouts.inc();
+                return End::Client(format!("the WebRTC peer did not connect within {} s", timeout.as_secs_f64()));
+            }
+            _ = tokio::time::sleep_until(heard.map_or(connect_by, |t| t + SILENCE)), if heard.is_some() => {
+                return End::Client(format!("no message from the client for {} s", SILENCE.as_secs()));
+            }
+            ev = peer.next_event() => match ev {
+                PeerEvent::Connected => {
+                    connected = true;
+                    next_send = Instant::now();
+                }
+                PeerEvent::ChannelOpen => {
+                    heard = Some(Instant::now());
+                    let hello = json!({
+                        "type": "hello", "session": id, "fps": fps, "width": width, "height": height,
+                        "actions": model.actions(), "frames_per_chunk": model.frames_per_chunk(),
+                    });
+                    peer.send_text(&hello.to_string()).await;
+                }
+                PeerEvent::KeyframeRequest => {
+                    m.keyframe_requests.inc();
+                    enc.request_keyframe();
+                }
+                PeerEvent::Message(bytes) => {
+                    heard = Some(Instant::now());
+                    let reply = match ClientMessage::parse(&bytes) {
+                        Ok(ClientMessage::Action { action, t }) => match s.engine.session_action(id, &action) {
+                            Ok(()) => Some(json!({"type": "ack", "id": action.id, "t": t})),
+                            Err(e) => Some(json!({"type": "error", "id": action.id, "message": e.to_string()})),
+                        },
+                        Ok(ClientMessage::Flush) => {
+                            let frames = queue.len();
+                            queue.clear();
+                            let chunks = drain_chunks(rx);
+                            Some(json!({"type": "flushed", "chunks": chunks, "frames": frames}))
+                        }
+                        Ok(ClientMessage::Ping { t }) => Some(json!({"type": "pong", "t": t})),
+                        Ok(ClientMessage::Close) => return End::Client("closed by the client".into()),
+                        Err(e) => {
+                            m.bad_messages.inc();
+                            let now = Instant::now();
+                            if last_error.is_some_and(|t| now - t < ERROR_INTERVAL) {
+                                None
+                            } else {
+                                last_error = Some(now);
+                                Some(json!({"type": "error", "message": e}))
+                            }
+                        }
+                    };
+                    if let Some(r) = reply {
+                        peer.send_text(&r.to_string()).await;
+                    }
+                }
+                PeerEvent::Closed(reason) => return End::Client(reason),
+            },
+            ev = rx.recv() => match ev {
+                Some(SessionEvent::Chunk(c)) => {
+                    // Frames still queued from before a new action are stale: the client is
+                    // waiting to see the action, so skip straight to the frames made under it.
+                    if queue.back().is_some_and(|q| q.action_id != c.action_id) {
+                        m.frames_skipped.inc_by(queue.len() as u64);
+                        queue.clear();
+                    }
+                    for (i, rgb) in c.video.rgb.chunks(frame_bytes).enumerate() {
+                        queue.push_back(QueuedFrame { chunk: c.index, frame: c.first_frame + i as u64, action_id: c.action_id, rgb: rgb.to_vec() });
+                    }
+                    while queue.len() > max_queued {
+                        queue.pop_front();
+                        m.frames_skipped.inc();
+                    }
+                }
+                Some(SessionEvent::Closed { reason }) => return End::Session(reason),
+                None => return End::Session("closed".into()),
+            },
+            _ = tokio::time::sleep_until(next_send), if send_due => {
+                let f = queue.pop_front().expect("queue is not empty when a send is due");
+                let encoded = match enc.encode(&f.rgb) {
+                    Ok(e) => e,
+                    Err(e) => return End::Client(format!("encoding frame {}: {e:#}", f.frame)),
+                };
+                let rtp = rtp_timestamp(f.frame, fps);
+                if let Err(e) = peer.send_frame(&encoded.annex_b, rtp).await {
+                    return End::Client(format!("sending frame {}: {e:#}", f.frame));
+                }
+                m.frames_sent.inc();
+                let ack = json!({"type": "frame", "chunk": f.chunk, "frame": f.frame, "rtp": rtp, "action_id": f.action_id, "keyframe": encoded.keyframe});
+                peer.send_text(&ack.to_string()).await;
+                // Keep the pace without bursting after a stall.
+                let now = Instant::now();
+                next_send = (next_send + period).max(now - period / 2);
+            }
+        }
+    }
+}
+
+impl WebRtc {
+    pub fn new(config: RtcConfig, metrics: WebRtcMetrics) -> Arc<Self> {
+        Arc::new(Self { config, metrics })
+    }
+}
