@@ -108,12 +108,17 @@ impl WanTransformer3DModel {
         for (l, block) in self.blocks.iter().enumerate() {
             let past = kv.past(l, f as usize, tokens)?;
             let (ck, cv) = &cross.layers[l];
-            let [out, k, v] =
-                block.forward_with(&x, Cross::Kv(ck, cv), &temb6, &rope, past.as_ref().map(|(k, v)| (k, v)), None);
+            let (out, own) = block.forward_with(
+                &x,
+                Cross::Kv(ck, cv),
+                &temb6,
+                &rope,
+                past.as_ref().map(|(k, v)| (k, v)),
+                None,
+                commit,
+            );
             x = out;
-            if commit {
-                fresh.push((k, v));
-            }
+            fresh.extend(own);
         }
         if commit {
             kv.commit(&fresh, f as usize)?;
@@ -158,8 +163,7 @@ impl WanTransformer3DModel {
         let context = self.text_context(context);
         let mut x = self.patchify(latents);
         for block in &self.blocks {
-            let [out, _, _] = block.forward_with(&x, Cross::Text(&context), &temb6, &rope, None, Some(&mask));
-            x = out;
+            x = block.forward_with(&x, Cross::Text(&context), &temb6, &rope, None, Some(&mask), false).0;
         }
         Ok(self.head(&x, &temb, latents))
     }

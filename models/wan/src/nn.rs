@@ -35,8 +35,12 @@ impl Linear {
     /// `gelu_tanh(x W^T + b)`. (cuBLASLt's GELU epilogue, `torch._addmm_activation`, was tried
     /// here to save a pass over the FFN's wide output: inside the model on the H200 it moved the
     /// output 0.176 away from fp32, against 0.015 for the two ops; docs/benchmarks.md.)
+    /// The GELU runs in place: the FFN's output is the widest activation (0.55 GiB at 480x832x81
+    /// in bf16), and a second copy of it would be the block's memory peak.
     pub fn forward_gelu_tanh(&self, x: &Tensor) -> Tensor {
-        self.forward(x).gelu("tanh")
+        let mut y = self.forward(x);
+        let _ = y.gelu_("tanh");
+        y
     }
 }
 
