@@ -17,14 +17,16 @@ use serde_json::json;
 #[path = "../tests/common/mod.rs"]
 mod common;
 use common::browser::Browser;
-use common::server::Server;
+use common::server::{metric, Server};
 
 fn main() {
     let seconds: u64 = std::env::var("FASTVIDEO_BENCH_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(10);
     let server = Server::start(&["--world", "default", "--max-sessions", "2"]);
     let browser = Browser::launch();
-    println!("| transport | beside the session | frames/s | jitter ms | motion-to-photon p50 ms | p95 ms | actions |");
-    println!("|---|---|---|---|---|---|---|");
+    println!(
+        "| transport | beside the session | frames/s | jitter ms | motion-to-photon p50 ms | p95 ms | of p50: server (of it queued) / browser ms | action ack round trip p50 ms | frames skipped (stale) | receiver jitter buffer ms | actions |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for transport in ["webrtc", "ws"] {
         for load in [false, true] {
             let stop = Arc::new(AtomicBool::new(false));
@@ -58,6 +60,7 @@ fn main() {
                     done
                 })
             });
+            let skipped_before = metric(&server.metrics(), "fastvideo_webrtc_frames_skipped_total", None);
             let mut tab = browser.open(&server.url("/world?manual"));
             tab.wait_for("typeof fv === 'object'", Duration::from_secs(20));
             tab.eval(&format!("fv.start({{transport: '{transport}', start_seed: 1}})")).unwrap();
@@ -77,11 +80,22 @@ fn main() {
                   const ts = f.map(x => x.t); const span = (ts[ts.length - 1] - ts[0]) / 1000; s.fps = (f.length - 1) / span;
                   return s; })()")
                 .unwrap();
+            // The receiver's own account: mean time a frame spent in Chromium's jitter buffer.
+            let buffer_ms = tab
+                .eval(
+                    "(async () => { if (!fv.client.pc) return null; let r = null;
+                       (await fv.client.pc.getStats()).forEach(s => { if (s.type === 'inbound-rtp' && s.kind === 'video')
+                         r = 1000 * s.jitterBufferDelay / Math.max(1, s.jitterBufferEmittedCount); });
+                       return r; })()",
+                )
+                .unwrap();
+            let skipped = metric(&server.metrics(), "fastvideo_webrtc_frames_skipped_total", None) - skipped_before;
             stop.store(true, Ordering::Relaxed);
             let jobs_done = jobs.map(|j| j.join().unwrap());
             let shown = s["actions"].as_array().unwrap().iter().filter(|a| a["latency"].is_number()).count();
+            let ms = |v: &serde_json::Value| v.as_f64().map_or("—".to_string(), |x| format!("{x:.0}"));
             println!(
-                "| {transport} | {} | {:.1} | {:.1} | {:.0} | {:.0} | {shown}/{} shown |",
+                "| {transport} | {} | {:.1} | {:.1} | {:.0} | {:.0} | {} ({}) / {} | {} | {skipped} | {} | {shown}/{} shown |",
                 match jobs_done {
                     Some(n) => format!("text-to-video jobs ({n} done)"),
                     None => "nothing".into(),
@@ -90,6 +104,11 @@ fn main() {
                 s["jitter_ms"].as_f64().unwrap_or(0.0),
                 s["latency_p50_ms"].as_f64().unwrap_or(f64::NAN),
                 s["latency_p95_ms"].as_f64().unwrap_or(f64::NAN),
+                ms(&s["server_p50_ms"]),
+                ms(&s["queued_p50_ms"]),
+                ms(&s["browser_p50_ms"]),
+                ms(&s["ack_p50_ms"]),
+                ms(&buffer_ms),
                 s["actions"].as_array().unwrap().len(),
             );
             tab.eval("fv.close()").ok();

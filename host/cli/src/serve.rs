@@ -65,6 +65,10 @@ pub struct ServeArgs {
     /// Seconds a session may go without a stream or an action before it is closed.
     #[arg(long, default_value_t = 60)]
     session_idle: u64,
+    /// The share of the executor that waiting jobs keep when more sessions run than the machine
+    /// can keep at their frame rate (0 to 1; 0: sessions first, always).
+    #[arg(long, default_value_t = 0.25)]
+    job_floor: f64,
     /// Address WebRTC peers bind their UDP sockets to; it is the host candidate clients connect
     /// to, so it must be reachable by them. Default: --host, or 127.0.0.1 when --host is 0.0.0.0.
     #[arg(long)]
@@ -96,6 +100,9 @@ fn classify(e: &anyhow::Error) -> &'static str {
 pub fn run(args: ServeArgs) -> Result<()> {
     if args.max_active == 0 || args.max_queue == 0 || args.max_batch == Some(0) {
         bail!("--max-active, --max-queue and --max-batch must be positive");
+    }
+    if !(0.0..=1.0).contains(&args.job_floor) {
+        bail!("--job-floor: {} is not a share between 0 and 1", args.job_floor);
     }
     let device = fastvideo_torch::device(&args.device)?;
     let (model_dir, model_id) = match &args.model {
@@ -138,6 +145,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         cost: fastvideo_engine::CostConfig::for_device(device.is_cuda()),
         max_sessions: args.max_sessions.max(1),
         session_idle: Duration::from_secs(args.session_idle.max(1)),
+        job_floor: args.job_floor,
         ..Default::default()
     };
     let sessions = match &args.world {

@@ -216,3 +216,78 @@ fn hostile_webrtc_clients_get_clear_outcomes_and_leave_no_state() {
     browser.close(tab);
     wait_freed(&server, &id);
 }
+
+#[test]
+fn four_browser_sessions_beside_batch_jobs_each_get_their_frames_and_leave_nothing() {
+    let server = Server::start(&["--world", "default", "--max-sessions", "4"]);
+    let browser = Browser::launch();
+    // Text-to-video jobs run through the same engine the whole time.
+    let jobs: Vec<String> = (0..3)
+        .map(|seed| {
+            let (status, v) = server.post(
+                "/v1/videos",
+                serde_json::json!({"prompt": "a red circle", "num_inference_steps": 10, "seed": seed}),
+            );
+            assert_eq!(status, 200, "{v}");
+            v["id"].as_str().unwrap().to_string()
+        })
+        .collect();
+    // Three over WebRTC and one over the WebSocket fallback.
+    let mut tabs: Vec<(Tab, String)> =
+        ["webrtc", "webrtc", "webrtc", "ws"].iter().map(|t| start_page(&server, &browser, t)).collect();
+    // A fifth session is over the limit: a 429 with a JSON error, the four go on.
+    let (status, e) = server.post("/v1/sessions", serde_json::json!({}));
+    assert_eq!(status, 429, "{e}");
+    assert!(e["error"]["message"].is_string(), "{e}");
+    for (tab, _) in &mut tabs {
+        tab.wait_for("fv.summary().frames.length >= 4", Duration::from_secs(60));
+    }
+    assert_eq!(metric(&server.metrics(), "fastvideo_sessions_live", None), 4.0);
+    for key in ["right", "down", "left", "up"] {
+        for (tab, _) in &mut tabs {
+            tab.eval(&format!("fv.press('{key}')")).unwrap();
+        }
+        sleep(Duration::from_millis(900));
+    }
+    let (mut followed, mut judged) = (0, 0);
+    for (i, (tab, _)) in tabs.iter_mut().enumerate() {
+        // Every key shows up on every tab, however busy the CPU is.
+        tab.wait_for("fv.summary().actions.every(a => a.latency != null)", Duration::from_secs(30));
+        let s = tab.eval("fv.summary()").unwrap();
+        assert!(s["errors"].as_array().unwrap().is_empty(), "tab {i}: {}", s["errors"]);
+        assert!(s["closed"].is_null(), "tab {i}: {}", s["closed"]);
+        for a in s["actions"].as_array().unwrap() {
+            assert!(a["acked"].is_number(), "tab {i}: action {a} was not acknowledged");
+        }
+        let (f, j) = judge(&s);
+        eprintln!(
+            "tab {i} ({}): {} frames at {:.1} fps, followed {f}/{j}, p95 {} ms",
+            s["transport"],
+            s["frames"].as_array().unwrap().len(),
+            s["fps"].as_f64().unwrap(),
+            s["latency_p95_ms"]
+        );
+        (followed, judged) = (followed + f, judged + j);
+    }
+    // The WebRTC tabs' pictures are judged together: load slows them, it must not garble them.
+    assert!(judged >= 6, "only {judged} chunks could be judged across the tabs");
+    assert!(followed as f64 / judged as f64 >= FOLLOW_BAR, "moved as commanded in {followed}/{judged} chunks");
+    for id in &jobs {
+        let v = server.wait_done(id);
+        assert_eq!(v["status"], "completed", "job {id} beside four sessions: {v}");
+    }
+    // Two tabs end the session themselves, two are just closed.
+    let ids: Vec<String> = tabs.iter().map(|(_, id)| id.clone()).collect();
+    for (i, (mut tab, _)) in tabs.into_iter().enumerate() {
+        if i % 2 == 0 {
+            tab.eval("fv.close()").unwrap();
+        }
+        browser.close(tab);
+    }
+    for id in &ids {
+        wait_freed(&server, id);
+    }
+    // With the slots free again, a new session is admitted.
+    let (status, v) = server.post("/v1/sessions", serde_json::json!({}));
+    assert_eq!(status, 200, "{v}");
+}

@@ -22,8 +22,8 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::cost::{CostConfig, CostKey, CostModel};
 use crate::scheduler::{Capacity, Policy, State};
 use crate::session::{
-    LiveSessions, Pacer, Pick, SessionCommand, SessionEvent, SessionInfo, SessionModel, SessionRequest, SessionShared,
-    STREAM_BUFFER_CHUNKS,
+    Jobs, LiveSessions, Pacer, Pick, SessionCommand, SessionEvent, SessionInfo, SessionModel, SessionRequest,
+    SessionShared, STREAM_BUFFER_CHUNKS,
 };
 use crate::{EngineError, Metrics};
 
@@ -49,6 +49,10 @@ pub struct EngineConfig {
     pub max_sessions: usize,
     /// A session nobody streams or acts on for this long is closed.
     pub session_idle: Duration,
+    /// The share of the executor's recent time that waiting jobs get even when sessions ask for
+    /// all of it (more sessions than the machine can keep at their frame rate): without a floor,
+    /// jobs would wait until the sessions end. 0 gives sessions absolute priority.
+    pub job_floor: f64,
 }
 
 impl Default for EngineConfig {
@@ -64,6 +68,7 @@ impl Default for EngineConfig {
             cost: CostConfig::default(),
             max_sessions: 4,
             session_idle: Duration::from_secs(60),
+            job_floor: 0.25,
         }
     }
 }
@@ -198,7 +203,13 @@ impl Engine {
             keys: HashMap::new(),
             next_key: 0,
             max_batch: cfg.max_batch.max(1),
-            sessions: LiveSessions::new(sessions.clone(), cfg.session_idle, session_shared.clone(), metrics.clone()),
+            sessions: LiveSessions::new(
+                sessions.clone(),
+                cfg.session_idle,
+                cfg.job_floor,
+                session_shared.clone(),
+                metrics.clone(),
+            ),
         };
         std::thread::Builder::new()
             .name("fastvideo-executor".into())
@@ -470,20 +481,19 @@ impl Executor {
                     Pick::Idle
                 }
             } else {
-                Pacer::pick(
-                    now,
-                    &self.sessions.pace_inputs(),
-                    job.is_some(),
-                    self.sessions.margin(),
-                    self.sessions.period(),
-                )
+                let jobs = match job {
+                    Some(_) if self.sessions.jobs_owed() => Jobs::Owed,
+                    Some(_) => Jobs::Ready,
+                    None => Jobs::None,
+                };
+                Pacer::pick(now, &self.sessions.pace_inputs(), jobs, self.sessions.margin(), self.sessions.period())
             };
             match (pick, job) {
-                (Pick::Session(i), _) => self.sessions.step(i),
+                (Pick::Session(i), job) => self.sessions.step(i, job.is_some()),
                 (Pick::Job, Some(k)) => {
                     let t = Instant::now();
                     self.advance(k);
-                    self.sessions.observe_job_unit(t.elapsed().as_secs_f64());
+                    self.sessions.observe_job_unit(t, t.elapsed().as_secs_f64());
                 }
                 (Pick::Wait(until), _) => {
                     if let Ok(c) = rx.recv_timeout(until.saturating_duration_since(Instant::now())) {

@@ -85,9 +85,10 @@ pub struct SessionInfo {
 
 /// The pacing rule. A session's chunk `n` is due at `start + n × period`; a session is urgent
 /// when the units its chunk still needs, at the measured cost per unit, plus `margin` (the
-/// longest job unit seen, which cannot be interrupted) would reach the deadline. Urgent sessions
-/// run first (earliest deadline first), then jobs, then sessions that are less than one period
-/// ahead of real time; otherwise the executor waits for the next session to become urgent.
+/// longest job unit seen, which cannot be interrupted) would reach the deadline. Jobs that are
+/// owed their floor share ([`Share`]) run first; then urgent sessions (earliest deadline first),
+/// then jobs, then sessions that are less than one period ahead of real time; otherwise the
+/// executor waits for the next session to become urgent.
 #[derive(Debug, Clone, Copy)]
 pub struct PaceInput {
     pub due: Instant,
@@ -110,10 +111,68 @@ pub enum Pick {
     Idle,
 }
 
+/// Whether job units are waiting, and whether they are owed their floor share.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Jobs {
+    None,
+    Ready,
+    /// Ready, and jobs had less than their floor share of the executor lately.
+    Owed,
+}
+
+/// While jobs wait: executor time spent on session units instead, and on job units, each
+/// decaying with a half-life of [`Share::HALF_LIFE`] ("lately"). Only time when jobs were
+/// waiting counts, so a job arriving after a stretch of sessions alone is not owed anything:
+/// the floor only bites when sessions keep the executor from jobs that are there.
+#[derive(Debug, Clone, Copy)]
+pub struct Share {
+    sessions: f64,
+    jobs: f64,
+    at: Instant,
+}
+
+impl Share {
+    pub const HALF_LIFE: Duration = Duration::from_secs(2);
+
+    pub fn new(now: Instant) -> Self {
+        Self { sessions: 0.0, jobs: 0.0, at: now }
+    }
+
+    fn decay(&mut self, now: Instant) {
+        let dt = now.saturating_duration_since(self.at).as_secs_f64();
+        let k = 0.5f64.powf(dt / Self::HALF_LIFE.as_secs_f64());
+        (self.sessions, self.jobs, self.at) = (self.sessions * k, self.jobs * k, now.max(self.at));
+    }
+
+    /// A unit that started at `start` and took `seconds`.
+    pub fn add(&mut self, start: Instant, seconds: f64, job: bool) {
+        self.decay(start);
+        if job {
+            self.jobs += seconds;
+        } else {
+            self.sessions += seconds;
+        }
+    }
+
+    /// The jobs' share of the time lately (1 when nothing ran).
+    pub fn jobs_fraction(&self) -> f64 {
+        let total = self.sessions + self.jobs;
+        if total <= 0.0 {
+            1.0
+        } else {
+            self.jobs / total
+        }
+    }
+}
+
 pub struct Pacer;
 
 impl Pacer {
-    pub fn pick(now: Instant, sessions: &[PaceInput], jobs_ready: bool, margin: f64, period: Duration) -> Pick {
+    pub fn pick(now: Instant, sessions: &[PaceInput], jobs: Jobs, margin: f64, period: Duration) -> Pick {
+        if jobs == Jobs::Owed {
+            return Pick::Job;
+        }
+        let jobs_ready = jobs != Jobs::None;
         let start_by = |s: &PaceInput| {
             let need = Duration::from_secs_f64((s.units_left as f64 * s.unit_seconds + margin).max(0.0));
             s.due.checked_sub(need).unwrap_or(now)
@@ -162,24 +221,46 @@ mod tests {
         let now = Instant::now();
         // 5 units of 10 ms + 100 ms margin = 150 ms: due in 120 ms is urgent, in 400 ms is not.
         let sessions = [s(now, 400, 5), s(now, 120, 5), s(now, 100, 5)];
-        assert_eq!(Pacer::pick(now, &sessions, true, 0.1, P), Pick::Session(2));
-        assert_eq!(Pacer::pick(now, &sessions[..1], true, 0.1, P), Pick::Job);
+        assert_eq!(Pacer::pick(now, &sessions, Jobs::Ready, 0.1, P), Pick::Session(2));
+        assert_eq!(Pacer::pick(now, &sessions[..1], Jobs::Ready, 0.1, P), Pick::Job);
         // A session with a fresh action runs now, even far ahead of its deadline.
         let eager = PaceInput { eager: true, ..s(now, 900, 5) };
-        assert_eq!(Pacer::pick(now, &[eager], true, 0.1, P), Pick::Session(0));
+        assert_eq!(Pacer::pick(now, &[eager], Jobs::Ready, 0.1, P), Pick::Session(0));
     }
 
     #[test]
     fn without_jobs_sessions_work_at_most_one_period_ahead_then_wait() {
         let now = Instant::now();
-        assert_eq!(Pacer::pick(now, &[s(now, 200, 5)], false, 0.0, P), Pick::Session(0));
-        match Pacer::pick(now, &[s(now, 600, 5)], false, 0.0, P) {
+        assert_eq!(Pacer::pick(now, &[s(now, 200, 5)], Jobs::None, 0.0, P), Pick::Session(0));
+        match Pacer::pick(now, &[s(now, 600, 5)], Jobs::None, 0.0, P) {
             // Waits until one period before the deadline (350 ms from now).
             Pick::Wait(t) => assert_eq!(t, now + Duration::from_millis(350)),
             other => panic!("{other:?}"),
         }
-        assert_eq!(Pacer::pick(now, &[], false, 0.0, P), Pick::Idle);
-        assert_eq!(Pacer::pick(now, &[], true, 0.0, P), Pick::Job);
+        assert_eq!(Pacer::pick(now, &[], Jobs::None, 0.0, P), Pick::Idle);
+        assert_eq!(Pacer::pick(now, &[], Jobs::Ready, 0.0, P), Pick::Job);
+    }
+
+    #[test]
+    fn jobs_owed_their_floor_go_before_urgent_sessions() {
+        let now = Instant::now();
+        let late = [s(now, 0, 5), s(now, 10, 5)];
+        assert_eq!(Pacer::pick(now, &late, Jobs::Ready, 0.1, P), Pick::Session(0));
+        assert_eq!(Pacer::pick(now, &late, Jobs::Owed, 0.1, P), Pick::Job);
+    }
+
+    #[test]
+    fn the_share_decays_with_its_half_life_and_counts_both_sides() {
+        let t0 = Instant::now();
+        let mut share = Share::new(t0);
+        assert_eq!(share.jobs_fraction(), 1.0);
+        share.add(t0, 3.0, false);
+        share.add(t0, 1.0, true);
+        assert!((share.jobs_fraction() - 0.25).abs() < 1e-12);
+        // Two half-lives later the 4 s of sessions weigh 0.75 s; one more second of jobs.
+        share.add(t0 + Share::HALF_LIFE * 2, 1.0, true);
+        let want = (1.0 / 4.0 + 1.0) / (4.0 / 4.0 + 1.0);
+        assert!((share.jobs_fraction() - want).abs() < 1e-9, "{}", share.jobs_fraction());
     }
 }
 
@@ -244,6 +325,9 @@ pub(crate) struct LiveSessions {
     period: Duration,
     /// The longest job unit lately (decaying), which a session deadline must allow for.
     margin: f64,
+    /// Time lately on sessions vs jobs, and the jobs' floor share of it.
+    share: Share,
+    job_floor: f64,
     idle: Duration,
     shared: Arc<SessionShared>,
     metrics: Metrics,
@@ -253,6 +337,7 @@ impl LiveSessions {
     pub fn new(
         model: Option<Arc<dyn SessionModel>>,
         idle: Duration,
+        job_floor: f64,
         shared: Arc<SessionShared>,
         metrics: Metrics,
     ) -> Self {
@@ -260,7 +345,17 @@ impl LiveSessions {
             .as_ref()
             .map(|m| Duration::from_secs_f64(m.frames_per_chunk() as f64 / m.fps().max(1) as f64))
             .unwrap_or(Duration::from_millis(250));
-        Self { model, list: Vec::new(), period, margin: 0.0, idle, shared, metrics }
+        Self {
+            model,
+            list: Vec::new(),
+            period,
+            margin: 0.0,
+            share: Share::new(Instant::now()),
+            job_floor,
+            idle,
+            shared,
+            metrics,
+        }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -275,9 +370,15 @@ impl LiveSessions {
         self.margin
     }
 
-    /// Feeds a job unit's time into the margin: the max, decaying 5 % a unit.
-    pub fn observe_job_unit(&mut self, seconds: f64) {
+    /// Feeds a job unit's time into the margin (the max, decaying 5 % a unit) and the share.
+    pub fn observe_job_unit(&mut self, start: Instant, seconds: f64) {
         self.margin = (self.margin * 0.95).max(seconds);
+        self.share.add(start, seconds, true);
+    }
+
+    /// Jobs have had less than their floor share of the executor lately, while they waited.
+    pub fn jobs_owed(&self) -> bool {
+        self.share.jobs_fraction() < self.job_floor
     }
 
     pub fn pace_inputs(&self) -> Vec<PaceInput> {
@@ -378,11 +479,14 @@ impl LiveSessions {
         }
     }
 
-    /// One unit of session `i`.
-    pub fn step(&mut self, i: usize) {
+    /// One unit of session `i`; `jobs_waiting`: job units were ready and waited for it.
+    pub fn step(&mut self, i: usize, jobs_waiting: bool) {
         let t = Instant::now();
         let result = catch_unwind(AssertUnwindSafe(|| self.list[i].run.step()));
         let dt = t.elapsed().as_secs_f64();
+        if jobs_waiting {
+            self.share.add(t, dt, false);
+        }
         let period = self.period;
         let l = &mut self.list[i];
         l.unit_seconds = if l.unit_seconds == 0.0 { dt } else { l.unit_seconds + 0.2 * (dt - l.unit_seconds) };

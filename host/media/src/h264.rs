@@ -89,6 +89,9 @@ pub struct LiveH264 {
     width: u32,
     height: u32,
     frames: u64,
+    /// An IDR at least every this many frames (0: only at start and on request).
+    keyframe_interval: u64,
+    since_keyframe: u64,
 }
 
 /// One encoded frame of a live stream.
@@ -104,7 +107,21 @@ impl LiveH264 {
             width > 0 && height > 0 && width.is_multiple_of(2) && height.is_multiple_of(2),
             "H.264 needs even, non-zero frame sizes; got {width}x{height}"
         );
-        Ok(Self { enc: encoder(width, height, fps)?, width, height, frames: 0 })
+        Ok(Self {
+            enc: encoder(width, height, fps)?,
+            width,
+            height,
+            frames: 0,
+            keyframe_interval: 0,
+            since_keyframe: 0,
+        })
+    }
+
+    /// An IDR at least every `frames` frames as well: a receiver that lost a picture recovers by
+    /// then even when its loss report (PLI) is lost too. 0 turns it off.
+    pub fn with_keyframe_interval(mut self, frames: u64) -> Self {
+        self.keyframe_interval = frames;
+        self
     }
 
     pub fn request_keyframe(&mut self) {
@@ -120,9 +137,13 @@ impl LiveH264 {
     pub fn encode(&mut self, rgb: &[u8]) -> Result<LiveFrame> {
         let (w, h) = (self.width as usize, self.height as usize);
         ensure!(rgb.len() == w * h * 3, "frame has {} bytes; {w}x{h} RGB needs {}", rgb.len(), w * h * 3);
+        if self.keyframe_interval > 0 && self.since_keyframe >= self.keyframe_interval {
+            self.enc.force_intra_frame();
+        }
         let yuv = YUVBuffer::from_rgb8_source(RgbSliceU8::new(rgb, (w, h)));
         let bits = self.enc.encode(&yuv).with_context(|| format!("encoding live frame {}", self.frames))?;
         let keyframe = matches!(bits.frame_type(), FrameType::IDR | FrameType::I);
+        self.since_keyframe = if keyframe { 1 } else { self.since_keyframe + 1 };
         let annex_b = bits.to_vec();
         ensure!(!annex_b.is_empty(), "openh264 produced no picture for live frame {}", self.frames);
         self.frames += 1;

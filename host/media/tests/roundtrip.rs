@@ -139,3 +139,18 @@ fn live_encoder_sends_an_idr_first_and_on_request_and_decodes() {
     assert!(e.contains("bytes"), "{e}");
     assert!(fastvideo_media::LiveH264::new(63, 48, 16).is_err());
 }
+
+#[test]
+fn live_encoder_sends_an_idr_every_interval_counting_from_the_last_one() {
+    let video = clip(9, 48, 64);
+    let mut enc = fastvideo_media::LiveH264::new(64, 48, 16).unwrap().with_keyframe_interval(3);
+    let mut kinds = Vec::new();
+    for i in 0..9 {
+        // A requested IDR restarts the count: the next periodic one is 3 frames after it.
+        if i == 4 {
+            enc.request_keyframe();
+        }
+        kinds.push(enc.encode(video.frame(i)).unwrap().keyframe);
+    }
+    assert_eq!(kinds, [true, false, false, true, true, false, false, true, false]);
+}

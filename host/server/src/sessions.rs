@@ -206,9 +206,17 @@ async fn stream(s: AppState, id: String, mut rx: mpsc::Receiver<SessionEvent>, m
             msg = socket.recv() => match msg {
                 Some(Ok(Message::Text(t))) => {
                     let reply = match ClientMessage::parse(t.as_bytes()) {
-                        Ok(ClientMessage::Action { action, .. }) => {
-                            s.engine.session_action(&id, &action).err().map(|e| e.to_string())
-                        }
+                        Ok(ClientMessage::Action { action, t }) => match s.engine.session_action(&id, &action) {
+                            // Acknowledged as on the data channel, so a client measures the same way on both.
+                            Ok(()) => {
+                                let m = json!({"type": "ack", "id": action.id, "t": t});
+                                if socket.send(Message::Text(m.to_string().into())).await.is_err() {
+                                    break None;
+                                }
+                                None
+                            }
+                            Err(e) => Some(e.to_string()),
+                        },
                         Ok(ClientMessage::Flush) => {
                             // Drop the chunks made but not yet sent (the reader was behind).
                             let dropped = drain_chunks(&mut rx);

@@ -21,7 +21,7 @@ use axum::extract::{Path, Request, State};
 use axum::Json;
 use fastvideo_engine::session::SessionEvent;
 use fastvideo_media::LiveH264;
-use fastvideo_webrtc::{rtp_timestamp, AnswerError, FramePeer, PeerEvent, RtcConfig};
+use fastvideo_webrtc::{AnswerError, FramePeer, PeerEvent, RtcConfig, RtpClock};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
@@ -120,6 +120,8 @@ struct QueuedFrame {
     frame: u64,
     action_id: u64,
     rgb: Vec<u8>,
+    /// When its chunk reached the sender.
+    arrived: Instant,
 }
 
 enum End {
@@ -158,8 +160,9 @@ async fn drive(s: &AppState, id: &str, rx: &mut mpsc::Receiver<SessionEvent>, pe
     let (width, height) = model.frame_size();
     let frame_bytes = (width * height * 3) as usize;
     let max_queued = MAX_QUEUED_CHUNKS * model.frames_per_chunk().max(1) as usize;
+    let idr_frames = (s.webrtc.config.keyframe_interval.as_secs_f64() * fps as f64).round() as u64;
     let mut enc = match LiveH264::new(width, height, fps) {
-        Ok(e) => e,
+        Ok(e) => Some(e.with_keyframe_interval(idr_frames)),
         Err(e) => return End::Client(format!("cannot encode this model's frames: {e:#}")),
     };
     let period = Duration::from_secs_f64(1.0 / fps as f64);
@@ -168,6 +171,7 @@ async fn drive(s: &AppState, id: &str, rx: &mut mpsc::Receiver<SessionEvent>, pe
     let mut connected = false;
     let mut queue: VecDeque<QueuedFrame> = VecDeque::new();
     let mut next_send = Instant::now();
+    let mut clock = RtpClock::new(next_send.into_std());
     let mut last_error: Option<Instant> = None;
     let mut heard: Option<Instant> = None;
     loop {
@@ -184,6 +188,7 @@ async fn drive(s: &AppState, id: &str, rx: &mut mpsc::Receiver<SessionEvent>, pe
                 PeerEvent::Connected => {
                     connected = true;
                     next_send = Instant::now();
+                    clock = RtpClock::new(next_send.into_std());
                 }
                 PeerEvent::ChannelOpen => {
                     heard = Some(Instant::now());
@@ -195,7 +200,9 @@ async fn drive(s: &AppState, id: &str, rx: &mut mpsc::Receiver<SessionEvent>, pe
                 }
                 PeerEvent::KeyframeRequest => {
                     m.keyframe_requests.inc();
-                    enc.request_keyframe();
+                    if let Some(e) = enc.as_mut() {
+                        e.request_keyframe();
+                    }
                 }
                 PeerEvent::Message(bytes) => {
                     heard = Some(Instant::now());
@@ -236,9 +243,13 @@ async fn drive(s: &AppState, id: &str, rx: &mut mpsc::Receiver<SessionEvent>, pe
                     if queue.back().is_some_and(|q| q.action_id != c.action_id) {
                         m.frames_skipped.inc_by(queue.len() as u64);
                         queue.clear();
+                        // The first frame of the new action goes now, not at the next slot.
+                        next_send = next_send.min(Instant::now());
                     }
+                    let arrived = Instant::now();
                     for (i, rgb) in c.video.rgb.chunks(frame_bytes).enumerate() {
-                        queue.push_back(QueuedFrame { chunk: c.index, frame: c.first_frame + i as u64, action_id: c.action_id, rgb: rgb.to_vec() });
+                        let frame = c.first_frame + i as u64;
+                        queue.push_back(QueuedFrame { chunk: c.index, frame, action_id: c.action_id, rgb: rgb.to_vec(), arrived });
                     }
                     while queue.len() > max_queued {
                         queue.pop_front();
@@ -250,20 +261,35 @@ async fn drive(s: &AppState, id: &str, rx: &mut mpsc::Receiver<SessionEvent>, pe
             },
             _ = tokio::time::sleep_until(next_send), if send_due => {
                 let f = queue.pop_front().expect("queue is not empty when a send is due");
-                let encoded = match enc.encode(&f.rgb) {
+                // Encoding is CPU work (milliseconds at 832x480): off the async workers, so other
+                // sessions' sockets and HTTP requests are not held up behind it.
+                let (mut e, rgb) = (enc.take().expect("the encoder is back between frames"), f.rgb);
+                let (e, encoded) = match tokio::task::spawn_blocking(move || {
+                    let r = e.encode(&rgb);
+                    (e, r)
+                })
+                .await
+                {
+                    Ok(r) => r,
+                    Err(err) => return End::Client(format!("encoding frame {}: {err}", f.frame)),
+                };
+                enc = Some(e);
+                let encoded = match encoded {
                     Ok(e) => e,
                     Err(e) => return End::Client(format!("encoding frame {}: {e:#}", f.frame)),
                 };
-                let rtp = rtp_timestamp(f.frame, fps);
+                let rtp = clock.stamp(Instant::now().into_std());
                 if let Err(e) = peer.send_frame(&encoded.annex_b, rtp).await {
                     return End::Client(format!("sending frame {}: {e:#}", f.frame));
                 }
                 m.frames_sent.inc();
-                let ack = json!({"type": "frame", "chunk": f.chunk, "frame": f.frame, "rtp": rtp, "action_id": f.action_id, "keyframe": encoded.keyframe});
+                let ack = json!({"type": "frame", "chunk": f.chunk, "frame": f.frame, "rtp": rtp, "action_id": f.action_id, "keyframe": encoded.keyframe,
+                    "queued_ms": (Instant::now() - f.arrived).as_secs_f64() * 1e3});
                 peer.send_text(&ack.to_string()).await;
-                // Keep the pace without bursting after a stall.
+                // Keep the pace; after a stall catch up at most twice as fast, never back to back:
+                // two frames inside one display refresh and the browser shows only one of them.
                 let now = Instant::now();
-                next_send = (next_send + period).max(now - period / 2);
+                next_send = (next_send + period).max(now + period / 2);
             }
         }
     }

@@ -27,6 +27,8 @@ pub struct RtcConfig {
     pub gather_timeout: Duration,
     /// Data-channel messages above this size are dropped (and counted): actions are tiny.
     pub max_message_bytes: usize,
+    /// An IDR at least this often, besides the first frame and picture-loss requests.
+    pub keyframe_interval: Duration,
 }
 
 impl Default for RtcConfig {
@@ -37,6 +39,7 @@ impl Default for RtcConfig {
             connect_timeout: Duration::from_secs(10),
             gather_timeout: Duration::from_secs(3),
             max_message_bytes: 16 * 1024,
+            keyframe_interval: Duration::from_secs(2),
         }
     }
 }

@@ -14,4 +14,4 @@ mod keyframe;
 mod peer;
 
 pub use config::{IceServer, RtcConfig};
-pub use peer::{rtp_timestamp, AnswerError, FramePeer, PeerEvent, PeerStats};
+pub use peer::{AnswerError, FramePeer, PeerEvent, PeerStats, RtpClock};

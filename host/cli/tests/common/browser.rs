@@ -41,6 +41,10 @@ impl Browser {
                 "--disable-component-update",
                 "--disable-sync",
                 "--autoplay-policy=no-user-gesture-required",
+                // Several tabs play at once in one test: none of them counts as in the background.
+                "--disable-background-timer-throttling",
+                "--disable-renderer-backgrounding",
+                "--disable-backgrounding-occluded-windows",
                 "--disable-features=WebRtcHideLocalIpsWithMdns",
                 "--remote-debugging-port=0",
             ])
@@ -67,15 +71,32 @@ impl Browser {
         Self { child, port, _profile: profile }
     }
 
-    /// Opens `url` in a new tab.
+    /// Opens `url` in a new window of its own: a page in a background tab is hidden, and a
+    /// hidden page shows no video frames (`requestVideoFrameCallback` stops), so tests that run
+    /// several pages at once give each its own window.
     pub fn open(&self, url: &str) -> Tab {
-        let r = ureq::put(&format!("http://127.0.0.1:{}/json/new?{url}", self.port)).send_empty().unwrap();
-        let target: Value = r.into_body().read_json().unwrap();
-        let (ws, _) = tungstenite::connect(target["webSocketDebuggerUrl"].as_str().unwrap()).unwrap();
+        let version: Value = ureq::get(&format!("http://127.0.0.1:{}/json/version", self.port))
+            .call()
+            .unwrap()
+            .into_body()
+            .read_json()
+            .unwrap();
+        let (mut browser, _) = tungstenite::connect(version["webSocketDebuggerUrl"].as_str().unwrap()).unwrap();
+        let call = json!({"id": 1, "method": "Target.createTarget", "params": {"url": url, "newWindow": true}});
+        browser.send(Message::Text(call.to_string().into())).unwrap();
+        let target = loop {
+            let Message::Text(t) = browser.read().expect("DevTools browser connection") else { continue };
+            let v: Value = serde_json::from_str(&t).unwrap();
+            if v["id"] == 1 {
+                break v["result"]["targetId"].as_str().expect("Target.createTarget answers a targetId").to_string();
+            }
+        };
+        let _ = browser.close(None);
+        let (ws, _) = tungstenite::connect(format!("ws://127.0.0.1:{}/devtools/page/{target}", self.port)).unwrap();
         if let MaybeTlsStream::Plain(s) = ws.get_ref() {
             s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
         }
-        Tab { id: target["id"].as_str().unwrap().to_string(), ws, next: 1 }
+        Tab { id: target, ws, next: 1 }
     }
 
     /// Closes a tab as a user would (its page unloads, its peer connections end).
