@@ -172,6 +172,8 @@ async fn drive(s: &AppState, id: &str, rx: &mut mpsc::Receiver<SessionEvent>, pe
     let mut queue: VecDeque<QueuedFrame> = VecDeque::new();
     let mut next_send = Instant::now();
     let mut clock = RtpClock::new(next_send.into_std());
+    // The action of the newest frame queued or sent.
+    let mut last_action: Option<u64> = None;
     let mut last_error: Option<Instant> = None;
     let mut heard: Option<Instant> = None;
     loop {
@@ -240,12 +242,13 @@ async fn drive(s: &AppState, id: &str, rx: &mut mpsc::Receiver<SessionEvent>, pe
                 Some(SessionEvent::Chunk(c)) => {
                     // Frames still queued from before a new action are stale: the client is
                     // waiting to see the action, so skip straight to the frames made under it.
-                    if queue.back().is_some_and(|q| q.action_id != c.action_id) {
+                    if last_action.is_some_and(|a| a != c.action_id) {
                         m.frames_skipped.inc_by(queue.len() as u64);
                         queue.clear();
                         // The first frame of the new action goes now, not at the next slot.
                         next_send = next_send.min(Instant::now());
                     }
+                    last_action = Some(c.action_id);
                     let arrived = Instant::now();
                     for (i, rgb) in c.video.rgb.chunks(frame_bytes).enumerate() {
                         let frame = c.first_frame + i as u64;
