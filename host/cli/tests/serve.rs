@@ -238,6 +238,8 @@ fn malformed_requests_get_a_400_naming_the_field() {
         (json!({"prompt": "p", "size": "huge"}), "size"),
         (json!({"prompt": "p", "model": "sora-2"}), "model"),
         (json!({"prompt": "p", "plugin_params": {"apg": {"eta": 1}}}), "plugin_params"),
+        // Would overflow the frame count if multiplied out in integers.
+        (json!({"prompt": "p", "seconds": 1e300}), "seconds"),
     ];
     for (body, field) in cases {
         let (status, v) = server.post("/v1/videos", body.clone());
@@ -253,11 +255,35 @@ fn malformed_requests_get_a_400_naming_the_field() {
         .send("{not json")
         .unwrap();
     assert_eq!(r.status().as_u16(), 400);
+    // A form field name nested 100,000 brackets deep (it once overflowed the stack and killed
+    // the process): a 400 naming the field, and the server stays up.
+    let boundary = "fvboundary";
+    let form = format!(
+        "--{boundary}\r\nContent-Disposition: form-data; name=\"prompt\"\r\n\r\np\r\n\
+         --{boundary}\r\nContent-Disposition: form-data; name=\"plugin_params{}\"\r\n\r\n1\r\n--{boundary}--\r\n",
+        "[a]".repeat(100_000)
+    );
+    let r = ureq::post(&server.url("/v1/videos"))
+        .config()
+        .http_status_as_error(false)
+        .build()
+        .content_type(format!("multipart/form-data; boundary={boundary}"))
+        .send(form.as_str())
+        .unwrap();
+    let status = r.status().as_u16();
+    let v: Value = r.into_body().read_json().unwrap();
+    assert_eq!((status, v["error"]["param"].as_str()), (400, Some("plugin_params")), "{v}");
     assert_eq!(server.get("/v1/videos/video_nope").0, 404);
     assert_eq!(server.get("/health").0, 200);
     assert_eq!(server.get("/ready").0, 200);
     // Nothing was admitted.
     assert_eq!(metric(&server.metrics(), "fastvideo_requests_total", Some(("outcome", "completed"))), 0.0);
+    // Sibling images of the largest seed take the next seeds, wrapping (it overflowed before).
+    let (status, v) = server
+        .post("/v1/images/generations", json!({"prompt": "p", "n": 2, "seed": u64::MAX, "num_inference_steps": 2}));
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["data"].as_array().map(Vec::len), Some(2), "{v}");
+    assert_eq!((v["data"][0]["seed"].as_u64(), v["data"][1]["seed"].as_u64()), (Some(u64::MAX), Some(0)));
 }
 
 #[test]
@@ -342,7 +368,7 @@ fn a_world_session_streams_frames_takes_actions_and_frees_its_slabs_when_the_cli
     );
     let frame_len = 16 + 64 * 64 * 3;
     let mut frames: Vec<(u64, u64)> = Vec::new();
-    let mut sent = false;
+    let (mut sent, mut acked) = (false, false);
     while frames.len() < 60 {
         match ws.read().unwrap() {
             tungstenite::Message::Binary(b) => {
@@ -350,6 +376,12 @@ fn a_world_session_streams_frames_takes_actions_and_frees_its_slabs_when_the_cli
                 let pts = u64::from_le_bytes(b[0..8].try_into().unwrap());
                 let action = u64::from_le_bytes(b[8..16].try_into().unwrap());
                 frames.push((pts, action));
+            }
+            // The socket acknowledges the action it took (its id; `t` echoed, absent here).
+            tungstenite::Message::Text(t) => {
+                let v: Value = serde_json::from_str(&t).unwrap();
+                assert_eq!((v["type"].as_str(), v["id"].as_u64()), (Some("ack"), Some(5)), "{v}");
+                acked = true;
             }
             other => panic!("unexpected message {other:?}"),
         }
@@ -361,6 +393,7 @@ fn a_world_session_streams_frames_takes_actions_and_frees_its_slabs_when_the_cli
             sent = true;
         }
     }
+    assert!(acked, "the action sent on the socket was not acknowledged");
     // Presentation times advance one frame (1000/16 ms) at a time from 0.
     assert_eq!(frames[0].0, 0);
     assert!(frames.windows(2).all(|w| w[1].0 == w[0].0 + 62 || w[1].0 == w[0].0 + 63), "{frames:?}");

@@ -291,6 +291,15 @@ impl Engine {
         let _ = self.0.tx.lock().unwrap().send(Command::Session(cmd));
     }
 
+    /// Tells the executor a client dropped `frames` of the session's frames unshown (stale after
+    /// an action), so its schedule makes up for them.
+    pub fn session_frames_skipped(&self, id: &str, frames: u64) {
+        if frames > 0 {
+            let cmd = SessionCommand::Skipped { id: id.to_string(), frames };
+            let _ = self.0.tx.lock().unwrap().send(Command::Session(cmd));
+        }
+    }
+
     pub fn model_id(&self) -> &str {
         &self.0.model_id
     }

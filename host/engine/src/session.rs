@@ -296,6 +296,11 @@ pub(crate) enum SessionCommand {
         id: String,
         on: bool,
     },
+    /// The client's sender dropped this many frames it had not shown (stale after an action).
+    Skipped {
+        id: String,
+        frames: u64,
+    },
 }
 
 /// What the front reads without asking the executor.
@@ -323,6 +328,7 @@ pub(crate) struct LiveSessions {
     model: Option<Arc<dyn SessionModel>>,
     list: Vec<Live>,
     period: Duration,
+    frames_per_chunk: u32,
     /// The longest job unit lately (decaying), which a session deadline must allow for.
     margin: f64,
     /// Time lately on sessions vs jobs, and the jobs' floor share of it.
@@ -341,14 +347,16 @@ impl LiveSessions {
         shared: Arc<SessionShared>,
         metrics: Metrics,
     ) -> Self {
+        let frames_per_chunk = model.as_ref().map_or(4, |m| m.frames_per_chunk().max(1));
         let period = model
             .as_ref()
-            .map(|m| Duration::from_secs_f64(m.frames_per_chunk() as f64 / m.fps().max(1) as f64))
+            .map(|m| Duration::from_secs_f64(frames_per_chunk as f64 / m.fps().max(1) as f64))
             .unwrap_or(Duration::from_millis(250));
         Self {
             model,
             list: Vec::new(),
             period,
+            frames_per_chunk,
             margin: 0.0,
             share: Share::new(Instant::now()),
             job_floor,
@@ -466,6 +474,15 @@ impl LiveSessions {
                     l.last_activity = Instant::now();
                 }
             }
+            // Frames made but never shown leave a hole in what the client plays: the schedule
+            // moves that much earlier, so the next chunks come sooner and fill it (else every
+            // skip is a stall of that length on screen).
+            SessionCommand::Skipped { id, frames } => {
+                let shift = self.period.mul_f64(frames as f64 / self.frames_per_chunk as f64);
+                if let Some(l) = self.list.iter_mut().find(|l| l.id == id) {
+                    l.start = l.start.checked_sub(shift).unwrap_or(l.start);
+                }
+            }
         }
     }
 
@@ -525,5 +542,62 @@ impl LiveSessions {
         if let Some(reason) = outcome {
             self.remove(i, reason);
         }
+    }
+}
+
+#[cfg(test)]
+mod live_tests {
+    use super::*;
+
+    struct Model;
+    struct Run;
+
+    impl SessionRun for Run {
+        fn step(&mut self) -> anyhow::Result<Option<SessionChunk>> {
+            Ok(None)
+        }
+        fn set_action(&mut self, _: &ActionPart) {}
+        fn units_per_chunk(&self) -> u32 {
+            5
+        }
+    }
+
+    impl SessionModel for Model {
+        fn id(&self) -> &str {
+            "m"
+        }
+        fn actions(&self) -> Vec<String> {
+            vec!["none".into()]
+        }
+        fn fps(&self) -> u32 {
+            16
+        }
+        fn frames_per_chunk(&self) -> u32 {
+            4
+        }
+        fn frame_size(&self) -> (u32, u32) {
+            (8, 8)
+        }
+        fn open(&self, _: &SessionRequest) -> Result<Box<dyn SessionRun>, RequestError> {
+            Ok(Box::new(Run))
+        }
+    }
+
+    #[test]
+    fn frames_a_client_skipped_move_the_schedule_earlier_by_their_duration() {
+        let metrics = Metrics::register(&mut prometheus_client::registry::Registry::default());
+        let mut live =
+            LiveSessions::new(Some(Arc::new(Model)), Duration::from_secs(60), 0.25, Default::default(), metrics);
+        let (events, _rx) = mpsc::channel(8);
+        let (reply, _) = oneshot::channel();
+        let req = SessionRequest { prompt: None, start_seed: None, seed: 0, window: None };
+        live.command(SessionCommand::Open { id: "s".into(), req, events, reply });
+        let before = live.pace_inputs()[0].due;
+        // 3 frames at 16 fps: 187.5 ms.
+        live.command(SessionCommand::Skipped { id: "s".into(), frames: 3 });
+        assert_eq!(before - live.pace_inputs()[0].due, Duration::from_micros(187_500));
+        // Unknown sessions are ignored.
+        live.command(SessionCommand::Skipped { id: "nope".into(), frames: 3 });
+        assert_eq!(live.pace_inputs().len(), 1);
     }
 }

@@ -153,16 +153,15 @@ impl OmniRequest {
         let num_frames = if self.task == TaskType::T2i { 1 } else { d.num_frames.unwrap_or(def.num_frames) };
         let fm = limits.frame_multiple;
         if num_frames == 0 || (num_frames - 1) % fm != 0 || num_frames > limits.max_frames {
+            // Suggest the valid counts either side, but never one above the limit.
+            let top = (limits.max_frames.saturating_sub(1) / fm) * fm + 1;
             let k = num_frames.saturating_sub(1) / fm;
+            let (lo, hi) =
+                (fm.saturating_mul(k).saturating_add(1).min(top), fm.saturating_mul(k + 1).saturating_add(1));
+            let hint = if num_frames > top || hi > top { format!("e.g. {top}") } else { format!("e.g. {lo} or {hi}") };
             return Err(RequestError::new(
                 "diffusion.num_frames",
-                format!(
-                    "{num_frames}: {} needs frames = {fm}k+1 up to {} (e.g. {} or {})",
-                    limits.family,
-                    limits.max_frames,
-                    fm * k + 1,
-                    fm * (k + 1) + 1
-                ),
+                format!("{num_frames}: {} needs frames = {fm}k+1 up to {} ({hint})", limits.family, limits.max_frames),
             ));
         }
         let fps = d.fps.unwrap_or(def.fps);
@@ -242,6 +241,14 @@ mod tests {
         let e = r.resolve(&limits(), || 0).unwrap_err();
         assert_eq!(e.field, "diffusion.num_frames");
         assert!(e.rule.contains("4k+1") && e.rule.contains("e.g. 13 or 17"), "{e}");
+        // Past the limit the hint is the largest valid count, never a value out of range too.
+        let max = limits().max_frames;
+        for n in [max + 1, 100_000, u32::MAX] {
+            r.diffusion.num_frames = Some(n);
+            let e = r.resolve(&limits(), || 0).unwrap_err();
+            let top = (max - 1) / 4 * 4 + 1;
+            assert!(e.rule.ends_with(&format!("(e.g. {top})")), "{n}: {e}");
+        }
     }
 
     #[test]

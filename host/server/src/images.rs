@@ -28,7 +28,8 @@ pub async fn generate_images(State(s): State<AppState>, req: Request) -> Result<
     let mut handles = Vec::new();
     for i in 0..n {
         let mut r = p.to_request(format!("{base}_{i}"), TaskType::T2i, s.engine.model_id(), s.engine.limits())?;
-        r.sampling.seed = p.seed.map(|seed| seed + i as u64);
+        // Sibling images take the next seeds (wrapping past u64::MAX, not overflowing).
+        r.sampling.seed = p.seed.map(|seed| seed.wrapping_add(i as u64));
         match s.engine.submit(r) {
             Ok(h) => handles.push(h),
             Err(e) => {

@@ -86,7 +86,7 @@ pub async fn read_body<T: DeserializeOwned>(req: Request) -> Result<T, ApiError>
                     .map_err(|_| ApiError::field(&name, "form field is not UTF-8 text"))?;
                 form_value(&name, text)
             };
-            insert_form_field(&mut map, &name, value);
+            insert_form_field(&mut map, &name, value)?;
         }
         serde_json::Value::Object(map)
     } else {
@@ -107,11 +107,26 @@ pub async fn read_body<T: DeserializeOwned>(req: Request) -> Result<T, ApiError>
     })
 }
 
+/// How deep a form field name may nest (`a[b][c]` is 2). Plugin parameters need 2; a crafted
+/// name nested thousands deep built a value whose recursive drop overflowed the stack.
+const MAX_FORM_NESTING: usize = 8;
+
 /// Form clients send nested objects as `a[b][c]=v` (the `openai` client does for `extra_body`).
-fn insert_form_field(map: &mut serde_json::Map<String, serde_json::Value>, name: &str, value: serde_json::Value) {
+fn insert_form_field(
+    map: &mut serde_json::Map<String, serde_json::Value>,
+    name: &str,
+    value: serde_json::Value,
+) -> Result<(), ApiError> {
     let mut parts = name.split('[').map(|p| p.trim_end_matches(']'));
-    let Some(first) = parts.next() else { return };
-    let rest: Vec<&str> = parts.collect();
+    let Some(first) = parts.next() else { return Ok(()) };
+    let rest: Vec<&str> = parts.take(MAX_FORM_NESTING + 1).collect();
+    if rest.len() > MAX_FORM_NESTING {
+        let shown: String = name.chars().take(40).collect();
+        return Err(ApiError::field(
+            first,
+            format!("form field `{shown}…` nests deeper than {MAX_FORM_NESTING} levels of [brackets]"),
+        ));
+    }
     let mut slot = map.entry(first.to_string()).or_insert(serde_json::Value::Null);
     for key in rest {
         if !slot.is_object() {
@@ -124,6 +139,7 @@ fn insert_form_field(map: &mut serde_json::Map<String, serde_json::Value>, name:
             .or_insert(serde_json::Value::Null);
     }
     *slot = value;
+    Ok(())
 }
 
 fn unknown_field(message: &str) -> Option<String> {
@@ -208,7 +224,19 @@ fn frames_for_seconds(s: &SecondsValue, fps: u32, limits: &ModelLimits) -> Resul
         .ok_or_else(|| ApiError::field("seconds", "seconds: must be a positive number such as \"4\""))?;
     let m = limits.frame_multiple.max(1) as f64;
     let k = ((secs * fps as f64 - 1.0) / m).round().max(0.0);
-    Ok((k * m) as u32 + 1)
+    let frames = k * m + 1.0;
+    // In floating point until checked: a huge `seconds` must be an error, not an overflow.
+    if frames > limits.max_frames as f64 {
+        return Err(ApiError::field(
+            "seconds",
+            format!(
+                "seconds: {secs} s at {fps} fps is {frames:.0} frames; this model makes at most {} ({:.2} s)",
+                limits.max_frames,
+                limits.max_frames as f64 / fps.max(1) as f64
+            ),
+        ));
+    }
+    Ok(frames as u32)
 }
 
 #[cfg(test)]
@@ -279,13 +307,33 @@ mod tests {
     #[test]
     fn bracketed_form_names_nest() {
         let mut m = serde_json::Map::new();
-        insert_form_field(&mut m, "plugin_params[apg][eta]", serde_json::json!(0.5));
-        insert_form_field(&mut m, "plugin_params[apg][norm]", serde_json::json!(2));
-        insert_form_field(&mut m, "seed", serde_json::json!(3));
+        insert_form_field(&mut m, "plugin_params[apg][eta]", serde_json::json!(0.5)).unwrap();
+        insert_form_field(&mut m, "plugin_params[apg][norm]", serde_json::json!(2)).unwrap();
+        insert_form_field(&mut m, "seed", serde_json::json!(3)).unwrap();
         assert_eq!(
             serde_json::Value::Object(m),
             serde_json::json!({"plugin_params": {"apg": {"eta": 0.5, "norm": 2}}, "seed": 3})
         );
+    }
+
+    #[test]
+    fn deeply_nested_form_names_are_refused_not_built() {
+        let mut m = serde_json::Map::new();
+        let deep = format!("a{}", "[x]".repeat(100_000));
+        let e = insert_form_field(&mut m, &deep, serde_json::json!(1)).unwrap_err();
+        assert!(format!("{e:?}").contains("deeper than 8"), "{e:?}");
+        assert!(m.is_empty());
+        insert_form_field(&mut m, &format!("a{}", "[x]".repeat(8)), serde_json::json!(1)).unwrap();
+    }
+
+    #[test]
+    fn huge_seconds_are_an_error_naming_the_field() {
+        let l = limits();
+        for secs in [1e6, 1e300] {
+            let e = frames_for_seconds(&SecondsValue::Number(secs), 16, &l).unwrap_err();
+            assert!(format!("{e:?}").contains("at most"), "{e:?}");
+        }
+        assert_eq!(frames_for_seconds(&SecondsValue::Number(1.0), 16, &l).unwrap(), 17);
     }
 
     #[test]

@@ -244,6 +244,7 @@ async fn drive(s: &AppState, id: &str, rx: &mut mpsc::Receiver<SessionEvent>, pe
                     // waiting to see the action, so skip straight to the frames made under it.
                     if last_action.is_some_and(|a| a != c.action_id) {
                         m.frames_skipped.inc_by(queue.len() as u64);
+                        s.engine.session_frames_skipped(id, queue.len() as u64);
                         queue.clear();
                         // The first frame of the new action goes now, not at the next slot.
                         next_send = next_send.min(Instant::now());
