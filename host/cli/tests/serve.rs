@@ -274,6 +274,23 @@ fn malformed_requests_get_a_400_naming_the_field() {
     let v: Value = r.into_body().read_json().unwrap();
     assert_eq!((status, v["error"]["param"].as_str()), (400, Some("plugin_params")), "{v}");
     assert_eq!(server.get("/v1/videos/video_nope").0, 404);
+    // Refused before our handlers: still a JSON error with the right status.
+    let raw = |method: &str, path: &str| {
+        let r = ureq::http::Request::builder().method(method).uri(server.url(path)).body(()).unwrap();
+        let r = ureq::Agent::config_builder().http_status_as_error(false).build().new_agent().run(r).unwrap();
+        let status = r.status().as_u16();
+        (status, r.into_body().read_json::<Value>().unwrap_or(Value::Null))
+    };
+    for (method, path, want, code) in [
+        ("GET", "/v1/videos?limit=abc", 400, "invalid_request"),
+        ("GET", "/v1/videos?limit=1&limit=2", 400, "invalid_request"),
+        ("PUT", "/v1/videos", 405, "method_not_allowed"),
+        ("GET", "/v1/videos/%FF%FE", 400, "invalid_request"),
+    ] {
+        let (status, v) = raw(method, path);
+        assert_eq!((status, v["error"]["code"].as_str()), (want, Some(code)), "{method} {path}: {v}");
+        assert!(!v["error"]["message"].as_str().unwrap_or_default().is_empty(), "{method} {path}: {v}");
+    }
     assert_eq!(server.get("/health").0, 200);
     assert_eq!(server.get("/ready").0, 200);
     // Nothing was admitted.

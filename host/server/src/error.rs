@@ -38,6 +38,12 @@ pub enum ApiError {
         code: String,
         message: String,
     },
+    /// Refused below our handlers (a query or path that does not parse, a wrong method, a body
+    /// over the limit): the framework's status, with its text as the message.
+    Rejected {
+        status: StatusCode,
+        message: String,
+    },
 }
 
 impl ApiError {
@@ -65,7 +71,36 @@ impl ApiError {
             ApiError::Internal { code, message } => {
                 (StatusCode::INTERNAL_SERVER_ERROR, "server_error", None, code, message.clone())
             }
+            ApiError::Rejected { status, message } => {
+                let (kind, code) = match *status {
+                    StatusCode::METHOD_NOT_ALLOWED => ("invalid_request_error", "method_not_allowed"),
+                    StatusCode::PAYLOAD_TOO_LARGE => ("invalid_request_error", "payload_too_large"),
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE => ("invalid_request_error", "unsupported_media_type"),
+                    StatusCode::NOT_FOUND => ("invalid_request_error", "not_found"),
+                    s if s.is_server_error() => ("server_error", "server_error"),
+                    _ => ("invalid_request_error", "invalid_request"),
+                };
+                (*status, kind, None, code, message.clone())
+            }
         }
+    }
+
+    /// Rewrites an error response that is not JSON (the framework's own rejections answer plain
+    /// text or nothing) into this type's body, keeping its status; every other response passes.
+    pub async fn json_errors(res: Response) -> Response {
+        let status = res.status();
+        let is_json = res
+            .headers()
+            .get(axum::http::header::CONTENT_TYPE)
+            .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+        if !(status.is_client_error() || status.is_server_error()) || is_json {
+            return res;
+        }
+        // Rejection texts are one line; more than this is not a message worth echoing.
+        let text = axum::body::to_bytes(res.into_body(), 4096).await.unwrap_or_default();
+        let text = String::from_utf8_lossy(&text).trim().to_string();
+        let message = if text.is_empty() { status.canonical_reason().unwrap_or("error").to_string() } else { text };
+        ApiError::Rejected { status, message }.into_response()
     }
 
     /// The JSON body (also sent over WebSocket).

@@ -108,6 +108,7 @@ pub fn router(state: AppState) -> Router {
         .route("/ready", get(ready))
         .route("/metrics", get(metrics))
         .fallback(|| async { ApiError::NotFound { what: "route".into() } })
+        .layer(axum::middleware::map_response(ApiError::json_errors))
         .with_state(state)
 }
 
