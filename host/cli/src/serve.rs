@@ -55,6 +55,13 @@ pub struct ServeArgs {
     /// Seconds to wait for admitted jobs during a drain.
     #[arg(long, default_value_t = 300)]
     drain_timeout: u64,
+    /// Seconds a client has to send a request's head (method, path, headers); a connection that
+    /// has not finished by then is closed.
+    #[arg(long, default_value_t = 10)]
+    header_timeout: u64,
+    /// Connections served at once; more wait to be accepted.
+    #[arg(long, default_value_t = 1024)]
+    max_connections: usize,
     /// Also run live world-model sessions (`/v1/sessions`): a world-model folder, or
     /// `default` for the shipped `models/world`.
     #[arg(long)]
@@ -182,6 +189,11 @@ pub fn run(args: ServeArgs) -> Result<()> {
         addr: SocketAddr::new(args.host, args.port),
         drain: if args.drain == "cancel" { DrainMode::Cancel } else { DrainMode::Finish },
         drain_timeout: Duration::from_secs(args.drain_timeout),
+        limits: fastvideo_server::ConnLimits {
+            header_timeout: Duration::from_secs(args.header_timeout.max(1)),
+            max_connections: args.max_connections.max(1),
+            ..Default::default()
+        },
     };
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?;
     let webrtc_bind = args.webrtc_bind.unwrap_or(if args.host.is_unspecified() {

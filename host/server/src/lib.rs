@@ -6,6 +6,7 @@
 mod error;
 mod images;
 mod jobs;
+mod listener;
 mod params;
 mod sessions;
 mod stream;
@@ -30,6 +31,7 @@ use prometheus_client::registry::Registry;
 pub use error::ApiError;
 pub use fastvideo_webrtc::{IceServer, RtcConfig};
 pub use jobs::{Status, VideoObject};
+pub use listener::ConnLimits;
 pub use webrtc::{WebRtc, WebRtcMetrics};
 
 /// What happens to admitted work when the server is told to stop (SIGTERM or Ctrl-C).
@@ -48,6 +50,7 @@ pub struct ServerConfig {
     pub drain: DrainMode,
     /// Longest wait for admitted work during a drain before exiting anyway.
     pub drain_timeout: Duration,
+    pub limits: ConnLimits,
 }
 
 /// Shared by every handler.
@@ -156,7 +159,8 @@ async fn stop_signal() {
 
 /// Serves until SIGTERM/Ctrl-C, then drains: `/ready` turns 503, new jobs are refused, admitted
 /// ones finish (or are cancelled, per `cfg.drain`) while polls and downloads keep working, and
-/// the process returns once the engine is idle or `drain_timeout` passed.
+/// this returns once the engine is idle or `drain_timeout` passed, plus at most the connections'
+/// close grace.
 pub async fn serve(state: AppState, cfg: ServerConfig) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(cfg.addr)
         .await
@@ -183,6 +187,7 @@ pub async fn serve(state: AppState, cfg: ServerConfig) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(500)).await;
         eprintln!("fastvideo: drained");
     };
-    axum::serve(listener, app).with_graceful_shutdown(drain).await?;
+    // Once drained, open connections get `close_grace` to finish, whatever their clients do.
+    listener::serve(listener, app, cfg.limits, drain).await?;
     Ok(())
 }
