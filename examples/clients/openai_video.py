@@ -2,6 +2,9 @@
 
     python examples/clients/openai_video.py http://127.0.0.1:8000 out.mp4
 
+With a server started with `--api-key KEY`, set OPENAI_API_KEY=KEY (the client sends it as
+`Authorization: Bearer KEY`).
+
 Creates a video job, polls it to completion, downloads the MP4, generates an image, and shows
 that a malformed request comes back as a 400 naming the field. Prints a JSON summary (the
 server's tests read it).
@@ -9,13 +12,14 @@ server's tests read it).
 
 import base64
 import json
+import os
 import sys
 import time
 
 import openai
 
 base, out = sys.argv[1], sys.argv[2]
-client = openai.OpenAI(base_url=base + "/v1", api_key="not-needed", max_retries=0)
+client = openai.OpenAI(base_url=base + "/v1", api_key=os.environ.get("OPENAI_API_KEY", "not-needed"), max_retries=0)
 
 model = client.models.list().data[0].id
 video = client.videos.create(

@@ -87,6 +87,17 @@ pub struct ServeArgs {
     /// Seconds a WebRTC peer may take to connect after the answer; then its session is closed.
     #[arg(long, default_value_t = 10)]
     webrtc_connect_timeout: u64,
+    /// An API key clients must send as `Authorization: Bearer KEY` (repeatable); without any,
+    /// the server is open to whoever reaches its port.
+    #[arg(long = "api-key")]
+    api_keys: Vec<String>,
+    /// A file of API keys, one per line (blank lines and `#` comments skipped); keeps keys out of
+    /// the process list.
+    #[arg(long)]
+    api_key_file: Option<PathBuf>,
+    /// Serve `/metrics` without a key even when keys are set.
+    #[arg(long)]
+    metrics_public: bool,
     #[command(flatten)]
     precision: crate::args::PrecisionArgs,
 }
@@ -104,6 +115,26 @@ fn classify(e: &anyhow::Error) -> &'static str {
     }
 }
 
+/// `--api-key` values and `--api-key-file` lines, checked before anything is loaded.
+fn api_keys(args: &ServeArgs) -> Result<Vec<String>> {
+    let mut keys = args.api_keys.clone();
+    if let Some(f) = &args.api_key_file {
+        let text = std::fs::read_to_string(f).with_context(|| format!("--api-key-file: reading {}", f.display()))?;
+        let before = keys.len();
+        keys.extend(text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).map(String::from));
+        if keys.len() == before {
+            bail!("--api-key-file: {} holds no key", f.display());
+        }
+    }
+    if keys.iter().any(|k| k.len() < 8) {
+        bail!("--api-key: keys must be at least 8 characters");
+    }
+    if keys.is_empty() && !args.host.is_loopback() {
+        eprintln!("fastvideo: no --api-key: anyone who reaches {} can use this server", args.host);
+    }
+    Ok(keys)
+}
+
 pub fn run(args: ServeArgs) -> Result<()> {
     if args.max_active == 0 || args.max_queue == 0 || args.max_batch == Some(0) {
         bail!("--max-active, --max-queue and --max-batch must be positive");
@@ -111,6 +142,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
     if !(0.0..=1.0).contains(&args.job_floor) {
         bail!("--job-floor: {} is not a share between 0 and 1", args.job_floor);
     }
+    let keys = api_keys(&args)?;
     let device = fastvideo_torch::device(&args.device)?;
     let (model_dir, model_id) = match &args.model {
         Some(m) => (m.clone(), m.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or("model".into())),
@@ -208,6 +240,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
         connect_timeout: Duration::from_secs(args.webrtc_connect_timeout.max(1)),
         ..Default::default()
     };
-    let state = AppState::new(engine, registry).with_webrtc(webrtc);
+    let state = AppState::new(engine, registry)
+        .with_webrtc(webrtc)
+        .with_api_keys(fastvideo_server::ApiKeys::new(&keys, args.metrics_public));
     rt.block_on(fastvideo_server::serve(state, server))
 }

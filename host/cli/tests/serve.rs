@@ -48,11 +48,18 @@ fn client_python() -> std::path::PathBuf {
 
 #[test]
 fn the_official_openai_client_creates_polls_downloads_and_generates_an_image() {
-    let server = Server::start(&[]);
+    // With an API key: the client sends it as a bearer token, unmodified.
+    let server = Server::start(&["--api-key", "sk-test-0123456789"]);
     let dir = tempfile::tempdir().unwrap();
     let out_path = dir.path().join("openai.mp4");
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/clients/openai_video.py");
-    let out = Command::new(client_python()).arg(script).arg(&server.base).arg(&out_path).output().unwrap();
+    let out = Command::new(client_python())
+        .arg(script)
+        .arg(&server.base)
+        .arg(&out_path)
+        .env("OPENAI_API_KEY", "sk-test-0123456789")
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let r: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(r["model"], "fastvideo-default");
@@ -357,6 +364,63 @@ fn sigterm_drains_admitted_work_then_exits() {
     assert_eq!(server.wait_done(&id)["status"], "completed");
     let status = server.child.wait().unwrap();
     assert!(status.success(), "the server exits cleanly after the drain: {status}");
+}
+
+#[test]
+fn with_api_keys_every_job_route_needs_one_and_probes_stay_open() {
+    let server = Server::start(&["--api-key", "first-key-123", "--api-key", "second-key-456"]);
+    let call = |method: &str, path: &str, key: Option<&str>| {
+        let mut r = ureq::http::Request::builder().method(method).uri(server.url(path));
+        if let Some(k) = key {
+            r = r.header("authorization", format!("Bearer {k}"));
+        }
+        let body = if method == "POST" { r#"{"prompt": "p", "num_inference_steps": 1}"# } else { "" };
+        let r = r.header("content-type", "application/json").body(body.to_string()).unwrap();
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .allow_non_standard_methods(true)
+            .build()
+            .new_agent();
+        let r = agent.run(r).unwrap();
+        let status = r.status().as_u16();
+        let www = r.headers().get("www-authenticate").map(|v| v.to_str().unwrap().to_string());
+        (status, www, r.into_body().read_json::<Value>().unwrap_or(Value::Null))
+    };
+    for (method, path) in [
+        ("POST", "/v1/videos"),
+        ("GET", "/v1/videos"),
+        ("GET", "/v1/videos/video_x"),
+        ("DELETE", "/v1/videos/video_x"),
+        ("GET", "/v1/videos/video_x/content"),
+        ("GET", "/v1/videos/video_x/events"),
+        ("POST", "/v1/images/generations"),
+        ("GET", "/v1/models"),
+        ("GET", "/metrics"),
+        ("GET", "/v1/nope"),
+    ] {
+        for key in [None, Some("wrong-key-789")] {
+            let (status, www, v) = call(method, path, key);
+            assert_eq!(
+                (status, v["error"]["code"].as_str()),
+                (401, Some("invalid_api_key")),
+                "{method} {path} {key:?}: {v}"
+            );
+            assert_eq!(www.as_deref(), Some("Bearer"));
+        }
+    }
+    // Either key works; the probes need none.
+    let (status, _, v) = call("POST", "/v1/videos", Some("second-key-456"));
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(call("GET", "/v1/models", Some("first-key-123")).0, 200);
+    assert_eq!(call("GET", "/health", None).0, 200);
+    assert_eq!(call("GET", "/ready", None).0, 200);
+    // A short key is refused at start, naming the flag.
+    let out = Command::new(env!("CARGO_BIN_EXE_fastvideo"))
+        .args(["serve", "--port", "0", "--api-key", "short"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--api-key"), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
 /// Waits until the server closes `conn` (EOF or reset); how long that took.

@@ -38,6 +38,10 @@ pub enum ApiError {
         code: String,
         message: String,
     },
+    /// No API key, or one this server does not accept.
+    Unauthorized {
+        message: String,
+    },
     /// Refused below our handlers (a query or path that does not parse, a wrong method, a body
     /// over the limit): the framework's status, with its text as the message.
     Rejected {
@@ -70,6 +74,9 @@ impl ApiError {
             }
             ApiError::Internal { code, message } => {
                 (StatusCode::INTERNAL_SERVER_ERROR, "server_error", None, code, message.clone())
+            }
+            ApiError::Unauthorized { message } => {
+                (StatusCode::UNAUTHORIZED, "invalid_request_error", None, "invalid_api_key", message.clone())
             }
             ApiError::Rejected { status, message } => {
                 let (kind, code) = match *status {
@@ -152,6 +159,10 @@ impl From<EngineError> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.parts().0;
-        (status, Json(self.body())).into_response()
+        let mut res = (status, Json(self.body())).into_response();
+        if status == StatusCode::UNAUTHORIZED {
+            res.headers_mut().insert(axum::http::header::WWW_AUTHENTICATE, "Bearer".parse().expect("a valid header"));
+        }
+        res
     }
 }

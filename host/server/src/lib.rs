@@ -3,6 +3,7 @@
 //!
 //! The server owns no model code: it is handed a started [`Engine`] and a metrics registry.
 
+mod auth;
 mod error;
 mod images;
 mod jobs;
@@ -28,6 +29,7 @@ use axum::{Json, Router};
 use fastvideo_engine::Engine;
 use prometheus_client::registry::Registry;
 
+pub use auth::ApiKeys;
 pub use error::ApiError;
 pub use fastvideo_webrtc::{IceServer, RtcConfig};
 pub use jobs::{Status, VideoObject};
@@ -62,6 +64,7 @@ pub struct AppState {
     webrtc: Arc<WebRtc>,
     registry: Arc<Registry>,
     counter: Arc<AtomicU64>,
+    keys: Arc<ApiKeys>,
 }
 
 impl AppState {
@@ -74,7 +77,14 @@ impl AppState {
             webrtc,
             registry: Arc::new(registry),
             counter: Arc::new(AtomicU64::new(0)),
+            keys: Arc::new(ApiKeys::default()),
         }
+    }
+
+    /// Requires one of these API keys on every route but the probes ([`auth`]).
+    pub fn with_api_keys(mut self, keys: ApiKeys) -> Self {
+        self.keys = Arc::new(keys);
+        self
     }
 
     /// How WebRTC peers connect (bind address, STUN/TURN servers, timeouts).
@@ -112,6 +122,7 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(metrics))
         .fallback(|| async { ApiError::NotFound { what: "route".into() } })
         .layer(axum::middleware::map_response(ApiError::json_errors))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), auth::require_key))
         .with_state(state)
 }
 

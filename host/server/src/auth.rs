@@ -1,0 +1,85 @@
+//! API keys: with any configured, every route but the probes (`/health`, `/ready`), the world
+//! page's HTML and — if the operator opens it — `/metrics` needs `Authorization: Bearer KEY`, as
+//! the `openai` client sends it. Browsers cannot set headers on a WebSocket, so `?api_key=KEY`
+//! is taken too. Keys are compared as blake3 hashes, whose equality is constant-time, and every
+//! key is compared, so the time taken says nothing about which key nearly matched.
+
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use crate::{ApiError, AppState};
+
+#[derive(Debug, Clone, Default)]
+pub struct ApiKeys {
+    hashes: Vec<blake3::Hash>,
+    /// `/metrics` without a key (a scraper inside the cluster).
+    pub metrics_public: bool,
+}
+
+impl ApiKeys {
+    pub fn new(keys: &[String], metrics_public: bool) -> Self {
+        Self { hashes: keys.iter().map(|k| blake3::hash(k.as_bytes())).collect(), metrics_public }
+    }
+
+    pub fn enabled(&self) -> bool {
+        !self.hashes.is_empty()
+    }
+
+    /// Which key `token` is (its index), if any.
+    pub fn find(&self, token: &str) -> Option<usize> {
+        let h = blake3::hash(token.as_bytes());
+        let mut found = None;
+        for (i, k) in self.hashes.iter().enumerate() {
+            if *k == h {
+                found = Some(i);
+            }
+        }
+        found
+    }
+
+    fn open_path(&self, path: &str) -> bool {
+        matches!(path, "/health" | "/ready" | "/world") || (path == "/metrics" && self.metrics_public)
+    }
+}
+
+/// The bearer token of a request, or its `api_key` query parameter.
+fn token(req: &Request) -> Option<&str> {
+    if let Some(v) = req.headers().get(axum::http::header::AUTHORIZATION) {
+        return v.to_str().ok()?.strip_prefix("Bearer ").map(str::trim);
+    }
+    req.uri().query()?.split('&').find_map(|kv| kv.strip_prefix("api_key="))
+}
+
+/// The middleware: passes open paths and requests with a known key, answers 401 otherwise.
+pub async fn require_key(State(s): State<AppState>, req: Request, next: Next) -> Response {
+    let keys = &s.keys;
+    if !keys.enabled() || keys.open_path(req.uri().path()) {
+        return next.run(req).await;
+    }
+    match token(&req) {
+        Some(t) if keys.find(t).is_some() => next.run(req).await,
+        Some(_) => {
+            ApiError::Unauthorized { message: "the API key is not one this server accepts".into() }.into_response()
+        }
+        None => {
+            ApiError::Unauthorized { message: "this server needs an API key: send `Authorization: Bearer KEY`".into() }
+                .into_response()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_found_by_value_and_probes_stay_open() {
+        let keys = ApiKeys::new(&["alpha".into(), "beta".into()], false);
+        assert_eq!((keys.find("alpha"), keys.find("beta"), keys.find("gamma")), (Some(0), Some(1), None));
+        assert!(keys.find("").is_none());
+        assert!(keys.open_path("/health") && keys.open_path("/ready") && !keys.open_path("/metrics"));
+        assert!(ApiKeys::new(&["a".into()], true).open_path("/metrics"));
+        assert!(!ApiKeys::default().enabled());
+    }
+}
