@@ -411,6 +411,27 @@ fn with_api_keys_every_job_route_needs_one_and_probes_stay_open() {
     // Either key works; the probes need none.
     let (status, _, v) = call("POST", "/v1/videos", Some("second-key-456"));
     assert_eq!(status, 200, "{v}");
+    // The job is the second key's: the first sees it as not found, in every route and the list.
+    let id = v["id"].as_str().unwrap().to_string();
+    for (method, path) in [
+        ("GET", format!("/v1/videos/{id}")),
+        ("GET", format!("/v1/videos/{id}/events")),
+        ("DELETE", format!("/v1/videos/{id}")),
+    ] {
+        let (status, _, v) = call(method, &path, Some("first-key-123"));
+        assert_eq!(status, 404, "{method} {path} with another key: {v}");
+    }
+    let listed = |key| {
+        call("GET", "/v1/videos", Some(key)).2["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v["id"].clone())
+            .collect::<Vec<_>>()
+    };
+    assert!(listed("first-key-123").is_empty());
+    assert_eq!(listed("second-key-456"), [json!(id)]);
+    assert_eq!(call("GET", &format!("/v1/videos/{id}"), Some("second-key-456")).0, 200);
     assert_eq!(call("GET", "/v1/models", Some("first-key-123")).0, 200);
     assert_eq!(call("GET", "/health", None).0, 200);
     assert_eq!(call("GET", "/ready", None).0, 200);

@@ -10,6 +10,11 @@ use axum::response::{IntoResponse, Response};
 
 use crate::{ApiError, AppState};
 
+/// Who is calling: the index of their API key, `None` on a server without keys. Jobs belong to
+/// the key that created them; another key sees them as not found.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Caller(pub Option<usize>);
+
 #[derive(Debug, Clone, Default)]
 pub struct ApiKeys {
     hashes: Vec<blake3::Hash>,
@@ -52,13 +57,17 @@ fn token(req: &Request) -> Option<&str> {
 }
 
 /// The middleware: passes open paths and requests with a known key, answers 401 otherwise.
-pub async fn require_key(State(s): State<AppState>, req: Request, next: Next) -> Response {
+pub async fn require_key(State(s): State<AppState>, mut req: Request, next: Next) -> Response {
     let keys = &s.keys;
     if !keys.enabled() || keys.open_path(req.uri().path()) {
+        req.extensions_mut().insert(Caller(None));
         return next.run(req).await;
     }
-    match token(&req) {
-        Some(t) if keys.find(t).is_some() => next.run(req).await,
+    match token(&req).map(|t| keys.find(t)) {
+        Some(Some(i)) => {
+            req.extensions_mut().insert(Caller(Some(i)));
+            next.run(req).await
+        }
         Some(_) => {
             ApiError::Unauthorized { message: "the API key is not one this server accepts".into() }.into_response()
         }

@@ -11,6 +11,8 @@ use fastvideo_request::OmniEvent;
 use serde::Serialize;
 use tokio::sync::broadcast;
 
+use crate::auth::Caller;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
@@ -60,6 +62,8 @@ struct Job {
     /// Deleted while still running: invisible to clients, kept until its follower ends so
     /// current subscribers still see the final `error` event.
     deleted: bool,
+    /// The API key that created it: the only one that sees it.
+    owner: Caller,
 }
 
 pub fn now_secs() -> u64 {
@@ -72,6 +76,12 @@ struct Inner {
     next_seq: u64,
 }
 
+impl Job {
+    fn visible_to(&self, who: Caller) -> bool {
+        !self.deleted && self.owner == who
+    }
+}
+
 /// All jobs of this server process (kept in memory; a restart forgets them).
 #[derive(Clone, Default)]
 pub struct Jobs(Arc<Mutex<Inner>>);
@@ -81,27 +91,28 @@ pub struct Jobs(Arc<Mutex<Inner>>);
 pub type Subscription = (Vec<OmniEvent>, Option<broadcast::Receiver<OmniEvent>>);
 
 impl Jobs {
-    pub fn insert(&self, video: VideoObject) {
+    pub fn insert(&self, video: VideoObject, owner: Caller) {
         let mut g = self.0.lock().unwrap();
         let seq = g.next_seq;
         g.next_seq += 1;
         let (tx, _) = broadcast::channel(1024);
         let id = video.id.clone();
-        g.jobs.insert(id, Job { video, seq, mp4: None, history: Vec::new(), held_done: None, tx, deleted: false });
+        let job = Job { video, seq, mp4: None, history: Vec::new(), held_done: None, tx, deleted: false, owner };
+        g.jobs.insert(id, job);
     }
 
-    pub fn get(&self, id: &str) -> Option<VideoObject> {
-        self.0.lock().unwrap().jobs.get(id).filter(|j| !j.deleted).map(|j| j.video.clone())
+    pub fn get(&self, id: &str, who: Caller) -> Option<VideoObject> {
+        self.0.lock().unwrap().jobs.get(id).filter(|j| j.visible_to(who)).map(|j| j.video.clone())
     }
 
-    pub fn content(&self, id: &str) -> Option<(VideoObject, Option<Arc<Vec<u8>>>)> {
-        self.0.lock().unwrap().jobs.get(id).filter(|j| !j.deleted).map(|j| (j.video.clone(), j.mp4.clone()))
+    pub fn content(&self, id: &str, who: Caller) -> Option<(VideoObject, Option<Arc<Vec<u8>>>)> {
+        self.0.lock().unwrap().jobs.get(id).filter(|j| j.visible_to(who)).map(|j| (j.video.clone(), j.mp4.clone()))
     }
 
     /// Forgets a job: at once if it ended, else when its follower ends.
-    pub fn remove(&self, id: &str) -> Option<VideoObject> {
+    pub fn remove(&self, id: &str, who: Caller) -> Option<VideoObject> {
         let mut g = self.0.lock().unwrap();
-        let j = g.jobs.get_mut(id).filter(|j| !j.deleted)?;
+        let j = g.jobs.get_mut(id).filter(|j| j.visible_to(who))?;
         if matches!(j.video.status, Status::Completed | Status::Failed) {
             return g.jobs.remove(id).map(|j| j.video);
         }
@@ -111,9 +122,9 @@ impl Jobs {
 
     /// Jobs in creation order (`desc`: newest first), starting after `after`, at most `limit`.
     /// Returns the page and whether more follow.
-    pub fn list(&self, after: Option<&str>, limit: usize, desc: bool) -> Option<(Vec<VideoObject>, bool)> {
+    pub fn list(&self, after: Option<&str>, limit: usize, desc: bool, who: Caller) -> Option<(Vec<VideoObject>, bool)> {
         let g = self.0.lock().unwrap();
-        let mut all: Vec<&Job> = g.jobs.values().filter(|j| !j.deleted).collect();
+        let mut all: Vec<&Job> = g.jobs.values().filter(|j| j.visible_to(who)).collect();
         all.sort_by_key(|j| j.seq);
         if desc {
             all.reverse();
@@ -133,9 +144,9 @@ impl Jobs {
         g.jobs.values().filter(|j| !matches!(j.video.status, Status::Completed | Status::Failed)).count()
     }
 
-    pub fn subscribe(&self, id: &str) -> Option<Subscription> {
+    pub fn subscribe(&self, id: &str, who: Caller) -> Option<Subscription> {
         let g = self.0.lock().unwrap();
-        let j = g.jobs.get(id).filter(|j| !j.deleted)?;
+        let j = g.jobs.get(id).filter(|j| j.visible_to(who))?;
         let ended = matches!(j.video.status, Status::Completed | Status::Failed);
         Some((j.history.clone(), (!ended).then(|| j.tx.subscribe())))
     }
@@ -241,15 +252,29 @@ mod tests {
     fn listing_pages_in_both_orders() {
         let jobs = Jobs::default();
         for i in 0..5 {
-            jobs.insert(video(&format!("v{i}")));
+            jobs.insert(video(&format!("v{i}")), Caller::default());
         }
         let ids = |v: Vec<VideoObject>| v.into_iter().map(|v| v.id).collect::<Vec<_>>();
-        let (page, more) = jobs.list(None, 2, false).unwrap();
+        let (page, more) = jobs.list(None, 2, false, Caller::default()).unwrap();
         assert_eq!((ids(page), more), (vec!["v0".to_string(), "v1".into()], true));
-        let (page, more) = jobs.list(Some("v3"), 2, false).unwrap();
+        let (page, more) = jobs.list(Some("v3"), 2, false, Caller::default()).unwrap();
         assert_eq!((ids(page), more), (vec!["v4".to_string()], false));
-        let (page, _) = jobs.list(None, 2, true).unwrap();
+        let (page, _) = jobs.list(None, 2, true, Caller::default()).unwrap();
         assert_eq!(ids(page), ["v4", "v3"]);
-        assert!(jobs.list(Some("nope"), 2, false).is_none());
+        assert!(jobs.list(Some("nope"), 2, false, Caller::default()).is_none());
+    }
+
+    #[test]
+    fn a_job_is_seen_only_by_the_key_that_made_it() {
+        let jobs = Jobs::default();
+        let (a, b) = (Caller(Some(0)), Caller(Some(1)));
+        jobs.insert(video("va"), a);
+        jobs.insert(video("vb"), b);
+        assert!(jobs.get("va", a).is_some() && jobs.get("va", b).is_none());
+        assert!(jobs.content("va", b).is_none() && jobs.subscribe("va", b).is_none());
+        let (page, _) = jobs.list(None, 10, false, b).unwrap();
+        assert_eq!(page.iter().map(|v| v.id.as_str()).collect::<Vec<_>>(), ["vb"]);
+        assert!(jobs.remove("va", b).is_none());
+        assert!(jobs.get("va", a).is_some());
     }
 }

@@ -7,11 +7,13 @@ use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{Path, State};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::Response;
+use axum::Extension;
 use fastvideo_request::OmniEvent;
 use futures_util::stream::{self, Stream, StreamExt};
 use serde::Deserialize;
 use tokio::sync::{broadcast, mpsc};
 
+use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::params::CreateParams;
 use crate::AppState;
@@ -33,8 +35,9 @@ fn is_last(ev: &OmniEvent) -> bool {
 }
 
 /// A job's events: the history, then live ones, ending after `done` or `error`.
-fn events(s: &AppState, id: &str) -> Result<impl Stream<Item = OmniEvent> + Send + 'static, ApiError> {
-    let (history, rx) = s.jobs.subscribe(id).ok_or_else(|| ApiError::NotFound { what: format!("video `{id}`") })?;
+fn events(s: &AppState, id: &str, who: Caller) -> Result<impl Stream<Item = OmniEvent> + Send + 'static, ApiError> {
+    let (history, rx) =
+        s.jobs.subscribe(id, who).ok_or_else(|| ApiError::NotFound { what: format!("video `{id}`") })?;
     let ended = history.iter().any(is_last);
     let live = stream::unfold(rx.filter(|_| !ended), |rx| async move {
         let mut rx = rx?;
@@ -59,9 +62,10 @@ fn events(s: &AppState, id: &str) -> Result<impl Stream<Item = OmniEvent> + Send
 /// name being its type.
 pub async fn video_events(
     State(s): State<AppState>,
+    Extension(who): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
-    let st = events(&s, &id)?.map(|ev| {
+    let st = events(&s, &id, who)?.map(|ev| {
         let data = serde_json::to_string(&ev).unwrap_or_default();
         Ok(Event::default().event(kind(&ev)).data(data))
     });
@@ -81,11 +85,11 @@ enum ClientMessage {
 /// `GET /v1/stream`: submit jobs and receive, for each, `{"type":"created","video":…}`, its
 /// events, then `{"type":"content","id":…,"content_type":"video/mp4","bytes":N}` followed by a
 /// binary message with the MP4.
-pub async fn websocket(State(s): State<AppState>, ws: WebSocketUpgrade) -> Response {
-    ws.on_upgrade(move |socket| serve_socket(s, socket))
+pub async fn websocket(State(s): State<AppState>, Extension(who): Extension<Caller>, ws: WebSocketUpgrade) -> Response {
+    ws.on_upgrade(move |socket| serve_socket(s, socket, who))
 }
 
-async fn serve_socket(s: AppState, socket: WebSocket) {
+async fn serve_socket(s: AppState, socket: WebSocket, who: Caller) {
     let (mut sink, mut source) = socket.split();
     let (tx, mut rx) = mpsc::unbounded_channel::<Message>();
     let writer = tokio::spawn(async move {
@@ -107,11 +111,13 @@ async fn serve_socket(s: AppState, socket: WebSocket) {
         let reply = match parsed {
             Err(e) => Err(ApiError::field("message", format!("message: {e}"))),
             Ok(ClientMessage::Cancel { id }) => {
-                Ok(json(serde_json::json!({"type": "cancel", "id": id, "cancelled": s.engine.cancel(&id)})))
+                // Only a job this key can see.
+                let cancelled = s.jobs.get(&id, who).is_some() && s.engine.cancel(&id);
+                Ok(json(serde_json::json!({"type": "cancel", "id": id, "cancelled": cancelled})))
             }
-            Ok(ClientMessage::Create { params }) => crate::videos::create(&s, &params).map(|video| {
+            Ok(ClientMessage::Create { params }) => crate::videos::create(&s, &params, who).map(|video| {
                 let (s2, tx2, id) = (s.clone(), tx.clone(), video.id.clone());
-                tokio::spawn(async move { forward(s2, id, tx2).await });
+                tokio::spawn(async move { forward(s2, id, tx2, who).await });
                 json(serde_json::json!({"type": "created", "video": video}))
             }),
         };
@@ -125,8 +131,8 @@ async fn serve_socket(s: AppState, socket: WebSocket) {
 }
 
 /// Streams one job's events to a socket, then its MP4.
-async fn forward(s: AppState, id: String, tx: mpsc::UnboundedSender<Message>) {
-    let Ok(events) = events(&s, &id) else { return };
+async fn forward(s: AppState, id: String, tx: mpsc::UnboundedSender<Message>, who: Caller) {
+    let Ok(events) = events(&s, &id, who) else { return };
     let mut events = Box::pin(events);
     let mut completed = false;
     while let Some(ev) = events.next().await {
@@ -136,7 +142,7 @@ async fn forward(s: AppState, id: String, tx: mpsc::UnboundedSender<Message>) {
         }
     }
     if completed {
-        if let Some((_, Some(mp4))) = s.jobs.content(&id) {
+        if let Some((_, Some(mp4))) = s.jobs.content(&id, who) {
             let head =
                 serde_json::json!({"type": "content", "id": id, "content_type": "video/mp4", "bytes": mp4.len()});
             let _ = tx.send(Message::Text(head.to_string().into()));

@@ -3,17 +3,18 @@
 use axum::extract::{Path, Query, Request, State};
 use axum::http::header::CONTENT_TYPE;
 use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::{Extension, Json};
 use fastvideo_request::TaskType;
 use serde::Deserialize;
 
+use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::jobs::{now_secs, Status, VideoObject};
 use crate::params::{read_body, CreateParams};
 use crate::AppState;
 
 /// Admits a video job and starts following it; shared by HTTP and WebSocket.
-pub fn create(s: &AppState, p: &CreateParams) -> Result<VideoObject, ApiError> {
+pub fn create(s: &AppState, p: &CreateParams, who: Caller) -> Result<VideoObject, ApiError> {
     let id = s.new_id("video");
     let r = p.to_request(id, TaskType::T2v, s.engine.model_id(), s.engine.limits())?;
     let handle = s.engine.submit(r)?;
@@ -37,26 +38,34 @@ pub fn create(s: &AppState, p: &CreateParams) -> Result<VideoObject, ApiError> {
         num_frames: q.num_frames,
         predicted_seconds: handle.predicted_seconds,
     };
-    s.jobs.insert(video.clone());
+    s.jobs.insert(video.clone(), who);
     tokio::spawn(s.jobs.clone().follow(handle, fastvideo_media::mp4_bytes));
     Ok(video)
 }
 
-pub async fn create_video(State(s): State<AppState>, req: Request) -> Result<Json<VideoObject>, ApiError> {
+pub async fn create_video(
+    State(s): State<AppState>,
+    Extension(who): Extension<Caller>,
+    req: Request,
+) -> Result<Json<VideoObject>, ApiError> {
     let p: CreateParams = read_body(req).await?;
     if p.n.is_some() || p.response_format.is_some() {
         let f = if p.n.is_some() { "n" } else { "response_format" };
         return Err(ApiError::field(f, format!("{f}: only for /v1/images/generations")));
     }
-    Ok(Json(create(&s, &p)?))
+    Ok(Json(create(&s, &p, who)?))
 }
 
 fn not_found(id: &str) -> ApiError {
     ApiError::NotFound { what: format!("video `{id}`") }
 }
 
-pub async fn get_video(State(s): State<AppState>, Path(id): Path<String>) -> Result<Json<VideoObject>, ApiError> {
-    s.jobs.get(&id).map(Json).ok_or_else(|| not_found(&id))
+pub async fn get_video(
+    State(s): State<AppState>,
+    Extension(who): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Json<VideoObject>, ApiError> {
+    s.jobs.get(&id, who).map(Json).ok_or_else(|| not_found(&id))
 }
 
 #[derive(Deserialize)]
@@ -66,13 +75,14 @@ pub struct ContentQuery {
 
 pub async fn video_content(
     State(s): State<AppState>,
+    Extension(who): Extension<Caller>,
     Path(id): Path<String>,
     Query(q): Query<ContentQuery>,
 ) -> Result<Response, ApiError> {
     if let Some(v) = q.variant.as_deref().filter(|v| *v != "video") {
         return Err(ApiError::field("variant", format!("variant: `{v}` is not served; only `video`")));
     }
-    let (video, mp4) = s.jobs.content(&id).ok_or_else(|| not_found(&id))?;
+    let (video, mp4) = s.jobs.content(&id, who).ok_or_else(|| not_found(&id))?;
     match (video.status, mp4) {
         (Status::Completed, Some(bytes)) => Ok(([(CONTENT_TYPE, "video/mp4")], bytes.as_ref().clone()).into_response()),
         (Status::Failed, _) => Err(ApiError::Conflict {
@@ -95,6 +105,7 @@ pub struct ListQuery {
 
 pub async fn list_videos(
     State(s): State<AppState>,
+    Extension(who): Extension<Caller>,
     Query(q): Query<ListQuery>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let limit = q.limit.unwrap_or(20);
@@ -108,7 +119,7 @@ pub async fn list_videos(
     };
     let (page, has_more) = s
         .jobs
-        .list(q.after.as_deref(), limit, desc)
+        .list(q.after.as_deref(), limit, desc, who)
         .ok_or_else(|| ApiError::field("after", "after: no video with this id"))?;
     Ok(Json(serde_json::json!({
         "object": "list",
@@ -122,10 +133,11 @@ pub async fn list_videos(
 /// Cancels the job if it is still queued or running, then forgets it.
 pub async fn delete_video(
     State(s): State<AppState>,
+    Extension(who): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    s.jobs.get(&id).ok_or_else(|| not_found(&id))?;
+    s.jobs.get(&id, who).ok_or_else(|| not_found(&id))?;
     let cancelled = s.engine.cancel(&id);
-    s.jobs.remove(&id);
+    s.jobs.remove(&id, who);
     Ok(Json(serde_json::json!({"id": id, "object": "video.deleted", "deleted": true, "cancelled": cancelled})))
 }
