@@ -59,6 +59,9 @@ pub struct ServeArgs {
     /// has not finished by then is closed.
     #[arg(long, default_value_t = 10)]
     header_timeout: u64,
+    /// Seconds a client has to send a request's body once its head is in (408 after).
+    #[arg(long, default_value_t = 30)]
+    body_timeout: u64,
     /// Connections served at once; more wait to be accepted.
     #[arg(long, default_value_t = 1024)]
     max_connections: usize,
@@ -224,6 +227,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         limits: fastvideo_server::ConnLimits {
             header_timeout: Duration::from_secs(args.header_timeout.max(1)),
             max_connections: args.max_connections.max(1),
+            body_timeout: Duration::from_secs(args.body_timeout.max(1)),
             ..Default::default()
         },
     };

@@ -476,6 +476,18 @@ fn half_sent_requests_are_cut_off_and_cannot_hold_the_process_after_a_drain() {
         let took = closed_within(c, Duration::from_secs(5));
         assert!(took < Duration::from_secs(5), "{took:?}");
     }
+    // A head with a body that never comes: 408 with a JSON error at the body deadline.
+    let server_b = Server::start(&["--body-timeout", "1"]);
+    let mut c = std::net::TcpStream::connect(server_b.base.trim_start_matches("http://")).unwrap();
+    c.write_all(
+        b"POST /v1/videos HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"pro",
+    )
+    .unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut reply = String::new();
+    let _ = c.read_to_string(&mut reply);
+    assert!(reply.starts_with("HTTP/1.1 408") && reply.contains("\"error\""), "{reply}");
+    drop(server_b);
     // A connection that never sends a byte is closed too.
     let mut silent = std::net::TcpStream::connect(&addr).unwrap();
     closed_within(&mut silent, Duration::from_secs(5));

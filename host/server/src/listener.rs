@@ -23,11 +23,22 @@ pub struct ConnLimits {
     pub max_connections: usize,
     /// After shutdown starts, how long open connections get to finish their request.
     pub close_grace: Duration,
+    /// For reading a request's body, once its head is in ([`BodyTimeout`]).
+    pub body_timeout: Duration,
 }
+
+/// The body deadline, carried to the handlers as a request extension (they read bodies).
+#[derive(Debug, Clone, Copy)]
+pub struct BodyTimeout(pub Duration);
 
 impl Default for ConnLimits {
     fn default() -> Self {
-        Self { header_timeout: Duration::from_secs(10), max_connections: 1024, close_grace: Duration::from_secs(2) }
+        Self {
+            header_timeout: Duration::from_secs(10),
+            max_connections: 1024,
+            close_grace: Duration::from_secs(2),
+            body_timeout: Duration::from_secs(30),
+        }
     }
 }
 
@@ -39,6 +50,7 @@ pub async fn serve(
     limits: ConnLimits,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
+    let app = app.layer(axum::Extension(BodyTimeout(limits.body_timeout)));
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut shutdown = std::pin::pin!(shutdown);

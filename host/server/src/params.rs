@@ -2,6 +2,7 @@
 //! their translation into an [`OmniRequest`]. Every parse error names the field.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Multipart, Request};
@@ -11,6 +12,7 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
 use crate::error::ApiError;
+use crate::listener::BodyTimeout;
 
 /// Fields of `POST /v1/videos` and `POST /v1/images/generations`: OpenAI's, then ours.
 #[derive(Debug, Default, Deserialize)]
@@ -62,6 +64,19 @@ pub enum SecondsValue {
 
 /// Reads a JSON or multipart body into `T`, naming the offending field on failure.
 pub async fn read_body<T: DeserializeOwned>(req: Request) -> Result<T, ApiError> {
+    // A client that sends its head and then trickles (or withholds) the body gets a 408 at the
+    // server's body deadline instead of holding the handler.
+    let limit = req.extensions().get::<BodyTimeout>().map_or(Duration::from_secs(30), |b| b.0);
+    match tokio::time::timeout(limit, read_body_now(req)).await {
+        Ok(r) => r,
+        Err(_) => Err(ApiError::Rejected {
+            status: axum::http::StatusCode::REQUEST_TIMEOUT,
+            message: format!("the request body did not arrive within {} s", limit.as_secs_f64()),
+        }),
+    }
+}
+
+async fn read_body_now<T: DeserializeOwned>(req: Request) -> Result<T, ApiError> {
     let is_multipart = req
         .headers()
         .get(CONTENT_TYPE)
