@@ -26,6 +26,8 @@ struct Outcome {
     short: Vec<f64>,
     long: Vec<f64>,
     makespan: f64,
+    /// A long job's time alone (the second warm-up run of one, after calibration).
+    long_solo: f64,
 }
 
 async fn run(model: &WanModel, device: tch::Device, cfg: EngineConfig, jobs: usize, gap: Duration) -> Outcome {
@@ -33,11 +35,13 @@ async fn run(model: &WanModel, device: tch::Device, cfg: EngineConfig, jobs: usi
     let mut registry = prometheus_client::registry::Registry::default();
     let engine = Engine::start(em, cfg, Metrics::register(&mut registry));
     // Warm up: calibrates the cost model and the text-embedding cache the same way for both.
-    for steps in [LONG_STEPS, SHORT_STEPS] {
-        let mut r =
-            OmniRequest::text_to_video(format!("warm-{steps}"), "a red circle moving left on a white background");
+    let mut long_solo = 0.0;
+    for (i, steps) in [LONG_STEPS, SHORT_STEPS, LONG_STEPS].into_iter().enumerate() {
+        let mut r = OmniRequest::text_to_video(format!("warm-{i}"), "a red circle moving left on a white background");
         r.diffusion.num_inference_steps = Some(steps);
+        let t = Instant::now();
         engine.submit(r).unwrap().wait().await.unwrap();
+        long_solo = t.elapsed().as_secs_f64();
     }
     let t0 = Instant::now();
     let mut tasks = Vec::new();
@@ -55,7 +59,7 @@ async fn run(model: &WanModel, device: tch::Device, cfg: EngineConfig, jobs: usi
             (long, submitted.elapsed().as_secs_f64())
         }));
     }
-    let mut out = Outcome { short: Vec::new(), long: Vec::new(), makespan: 0.0 };
+    let mut out = Outcome { short: Vec::new(), long: Vec::new(), makespan: 0.0, long_solo };
     for t in tasks {
         let (long, s) = t.await.unwrap();
         if long { &mut out.long } else { &mut out.short }.push(s);
@@ -77,18 +81,27 @@ fn main() -> anyhow::Result<()> {
         "{jobs} jobs arriving every {gap_ms} ms on {device:?} (every 4th: {LONG_STEPS} steps, others {SHORT_STEPS}; 17x64x64, CFG)"
     );
     println!(
-        "| policy | max batch | short p50 (s) | short p95 (s) | long p50 (s) | long p95 (s) | makespan (s) | jobs/s |"
+        "| policy | max stretch | max batch | short p50 (s) | short p95 (s) | long p50 (s) | long p95 (s) | long solo (s) | long p95 / solo | makespan (s) | jobs/s |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
-    for (policy, max_batch) in [(Policy::Fifo, 1), (Policy::ShortestRemaining, 1), (Policy::ShortestRemaining, 8)] {
-        let cfg = EngineConfig { policy, max_batch, ..Default::default() };
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    let off = f64::INFINITY;
+    for (policy, max_stretch, max_batch) in [
+        (Policy::Fifo, off, 1),
+        (Policy::ShortestRemaining, off, 1),
+        (Policy::ShortestRemaining, 4.0, 1),
+        (Policy::ShortestRemaining, 4.0, 8),
+    ] {
+        let cfg = EngineConfig { policy, max_batch, max_stretch, ..Default::default() };
         let mut o = rt.block_on(run(&model, device, cfg, jobs, Duration::from_millis(gap_ms)));
+        let long_p95 = pct(&mut o.long, 0.95);
         println!(
-            "| {policy:?} | {max_batch} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
+            "| {policy:?} | {} | {max_batch} | {:.2} | {:.2} | {:.2} | {long_p95:.2} | {:.2} | {:.1}x | {:.2} | {:.2} |",
+            if max_stretch.is_finite() { format!("{max_stretch}") } else { "off".into() },
             pct(&mut o.short, 0.5),
             pct(&mut o.short, 0.95),
             pct(&mut o.long, 0.5),
-            pct(&mut o.long, 0.95),
+            o.long_solo,
+            long_p95 / o.long_solo,
             o.makespan,
             jobs as f64 / o.makespan
         );

@@ -55,6 +55,11 @@ pub struct ServeArgs {
     /// Seconds to wait for admitted jobs during a drain.
     #[arg(long, default_value_t = 300)]
     drain_timeout: u64,
+    /// A job in the server longer than this many times its predicted solo time goes before
+    /// shorter ones (oldest first), bounding how long a long job waits behind a stream of short
+    /// ones. Off by default: measured, it costs the short jobs' p95 (docs/benchmarks.md).
+    #[arg(long)]
+    max_stretch: Option<f64>,
     /// Seconds a client has to send a request's head (method, path, headers); a connection that
     /// has not finished by then is closed.
     #[arg(long, default_value_t = 10)]
@@ -142,6 +147,9 @@ pub fn run(args: ServeArgs) -> Result<()> {
     if args.max_active == 0 || args.max_queue == 0 || args.max_batch == Some(0) {
         bail!("--max-active, --max-queue and --max-batch must be positive");
     }
+    if let Some(x) = args.max_stretch.filter(|x| x.is_nan() || *x < 1.0) {
+        bail!("--max-stretch: {x} must be at least 1 (a multiple of a job's solo time)");
+    }
     if !(0.0..=1.0).contains(&args.job_floor) {
         bail!("--job-floor: {} is not a share between 0 and 1", args.job_floor);
     }
@@ -188,6 +196,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         max_sessions: args.max_sessions.max(1),
         session_idle: Duration::from_secs(args.session_idle.max(1)),
         job_floor: args.job_floor,
+        max_stretch: args.max_stretch.unwrap_or(f64::INFINITY),
         ..Default::default()
     };
     let sessions = match &args.world {

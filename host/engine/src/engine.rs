@@ -33,6 +33,10 @@ pub struct EngineConfig {
     pub policy: Policy,
     /// Seconds of predicted work forgiven per second a request waits (anti-starvation).
     pub aging: f64,
+    /// A request in the system longer than this many times its predicted solo time goes before
+    /// shorter ones (oldest first): a bound on any request's slowdown. `f64::INFINITY` (the
+    /// default): off — measured, it trades the short jobs' p95 for the long ones'.
+    pub max_stretch: f64,
     /// Requests holding state at once.
     pub max_active: usize,
     /// Memory the active requests may hold together; a request predicted to need more than
@@ -60,6 +64,7 @@ impl Default for EngineConfig {
         Self {
             policy: Policy::ShortestRemaining,
             aging: 0.05,
+            max_stretch: f64::INFINITY,
             max_active: 16,
             memory_bytes: 8 << 30,
             max_queue: 1024,
@@ -198,7 +203,8 @@ impl Engine {
                 cfg.policy,
                 cfg.aging,
                 Capacity { max_active: cfg.max_active.max(1), memory_bytes: cfg.memory_bytes },
-            ),
+            )
+            .with_max_stretch(cfg.max_stretch),
             jobs: HashMap::new(),
             keys: HashMap::new(),
             next_key: 0,

@@ -44,6 +44,8 @@ struct Entry {
     submitted: Instant,
     /// Predicted seconds of work left.
     remaining: f64,
+    /// Predicted seconds of the whole request, at admission (its solo time).
+    total: f64,
     /// Predicted peak memory while active, in bytes.
     memory: u64,
     /// Holds state (latents, plugin instances) — counted against the active limits.
@@ -67,11 +69,26 @@ pub struct State {
     capacity: Capacity,
     entries: BTreeMap<u64, Entry>,
     next_arrival: u64,
+    /// A request in the system longer than this many times its predicted solo time is overdue:
+    /// overdue requests go first, oldest first. This bounds any request's slowdown under a
+    /// steady stream of shorter ones (aging alone does not: it forgives a fixed rate of seconds,
+    /// too little for a long job). `f64::INFINITY` turns it off.
+    max_stretch: f64,
 }
+
+/// The stretch bound's floor: a request is never overdue before this long in the system (tiny
+/// requests would otherwise be overdue after milliseconds and make the order plain FIFO).
+const MIN_OVERDUE_SECONDS: f64 = 0.5;
 
 impl State {
     pub fn new(policy: Policy, aging: f64, capacity: Capacity) -> Self {
-        Self { policy, aging, capacity, entries: BTreeMap::new(), next_arrival: 0 }
+        Self { policy, aging, capacity, entries: BTreeMap::new(), next_arrival: 0, max_stretch: f64::INFINITY }
+    }
+
+    /// See [`State::max_stretch`](State#structfield.max_stretch).
+    pub fn with_max_stretch(mut self, stretch: f64) -> Self {
+        self.max_stretch = stretch;
+        self
     }
 
     pub fn policy(&self) -> Policy {
@@ -82,7 +99,8 @@ impl State {
     pub fn add(&mut self, key: u64, priority: i32, remaining: f64, memory: u64, now: Instant) {
         let arrival = self.next_arrival;
         self.next_arrival += 1;
-        self.entries.insert(key, Entry { priority, arrival, submitted: now, remaining, memory, active: false });
+        let total = remaining;
+        self.entries.insert(key, Entry { priority, arrival, submitted: now, remaining, total, memory, active: false });
     }
 
     /// The request finished, failed or was cancelled.
@@ -140,15 +158,25 @@ impl State {
                 self.entries.iter().min_by_key(|(_, e)| e.arrival).map(|(k, _)| *k)
             }
             Policy::ShortestRemaining => {
-                let score = |e: &Entry| {
-                    let waited = now.saturating_duration_since(e.submitted).as_secs_f64();
-                    e.remaining - self.aging * waited
-                };
+                let in_system = |e: &Entry| now.saturating_duration_since(e.submitted).as_secs_f64();
+                let score = |e: &Entry| e.remaining - self.aging * in_system(e);
+                let overdue = |e: &Entry| in_system(e) > (self.max_stretch * e.total).max(MIN_OVERDUE_SECONDS);
+                // Priority first; within it overdue requests (oldest first), then the least work left.
                 self.entries
                     .iter()
                     .filter(|(_, e)| fits(e))
                     .min_by(|(_, a), (_, b)| {
-                        b.priority.cmp(&a.priority).then(score(a).total_cmp(&score(b))).then(a.arrival.cmp(&b.arrival))
+                        b.priority
+                            .cmp(&a.priority)
+                            .then(overdue(b).cmp(&overdue(a)))
+                            .then_with(|| {
+                                if overdue(a) && overdue(b) {
+                                    std::cmp::Ordering::Equal
+                                } else {
+                                    score(a).total_cmp(&score(b))
+                                }
+                            })
+                            .then(a.arrival.cmp(&b.arrival))
                     })
                     .map(|(k, _)| *k)
             }
@@ -249,6 +277,32 @@ mod tests {
         s.add(1, 0, 30.0, 1, t0);
         s.add(2, 0, 5.0, 1, later);
         assert_eq!(s.pick(later), Some(2));
+    }
+
+    #[test]
+    fn an_overdue_request_goes_before_shorter_ones_oldest_first() {
+        let t0 = Instant::now();
+        let mut s = State::new(Policy::ShortestRemaining, 0.0, ROOMY).with_max_stretch(4.0);
+        s.add(1, 0, 2.0, 1, t0); // solo 2 s: overdue after 8 s in the system
+        let t = t0 + Duration::from_secs(7);
+        s.add(2, 0, 0.1, 1, t);
+        assert_eq!(s.pick(t), Some(2), "not overdue yet: shortest first");
+        let t = t0 + Duration::from_secs(9);
+        s.add(3, 0, 0.1, 1, t);
+        assert_eq!(s.pick(t), Some(1), "overdue: before the short ones");
+        // Two overdue: the older first, however long it is.
+        s.add(4, 0, 0.01, 1, t0 + Duration::from_secs(8));
+        let t = t0 + Duration::from_secs(20);
+        s.remove(1);
+        assert_eq!(s.pick(t), Some(2), "2 arrived before 3 and 4 and all are overdue");
+        // Priority still comes first.
+        s.add(5, 1, 50.0, 1, t);
+        assert_eq!(s.pick(t), Some(5));
+        // Off by default.
+        let mut s = State::new(Policy::ShortestRemaining, 0.0, ROOMY);
+        s.add(1, 0, 2.0, 1, t0);
+        s.add(2, 0, 0.1, 1, t0 + Duration::from_secs(100));
+        assert_eq!(s.pick(t0 + Duration::from_secs(100)), Some(2));
     }
 
     #[test]
