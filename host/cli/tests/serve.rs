@@ -368,7 +368,7 @@ fn sigterm_drains_admitted_work_then_exits() {
 
 #[test]
 fn with_api_keys_every_job_route_needs_one_and_probes_stay_open() {
-    let server = Server::start(&["--api-key", "first-key-123", "--api-key", "second-key-456"]);
+    let server = Server::start(&["--api-key", "first-key-123", "--api-key", "second-key-456", "--world", "default"]);
     let call = |method: &str, path: &str, key: Option<&str>| {
         let mut r = ureq::http::Request::builder().method(method).uri(server.url(path));
         if let Some(k) = key {
@@ -432,6 +432,28 @@ fn with_api_keys_every_job_route_needs_one_and_probes_stay_open() {
     assert!(listed("first-key-123").is_empty());
     assert_eq!(listed("second-key-456"), [json!(id)]);
     assert_eq!(call("GET", &format!("/v1/videos/{id}"), Some("second-key-456")).0, 200);
+    // World sessions too: only the key that opened one can see, act on, stream or close it.
+    let r = ureq::post(&server.url("/v1/sessions"))
+        .header("authorization", "Bearer first-key-123")
+        .send_json(json!({}))
+        .unwrap();
+    let sid = r.into_body().read_json::<Value>().unwrap()["id"].as_str().unwrap().to_string();
+    for (method, path) in [("GET", format!("/v1/sessions/{sid}")), ("DELETE", format!("/v1/sessions/{sid}"))] {
+        let (status, _, v) = call(method, &path, Some("second-key-456"));
+        assert_eq!(status, 404, "{method} {path} with another key: {v}");
+    }
+    let ws = |key: &str| {
+        let url = server.url(&format!("/v1/sessions/{sid}/stream?api_key={key}")).replace("http://", "ws://");
+        match tungstenite::connect(url.as_str()) {
+            Ok(_) => 101,
+            Err(tungstenite::Error::Http(r)) => r.status().as_u16(),
+            Err(e) => panic!("{e}"),
+        }
+    };
+    assert_eq!(ws("second-key-456"), 404, "another key's session stream");
+    assert_eq!(ws("wrong-key-789"), 401);
+    assert_eq!(call("GET", &format!("/v1/sessions/{sid}"), Some("first-key-123")).0, 200);
+    assert_eq!(call("DELETE", &format!("/v1/sessions/{sid}"), Some("first-key-123")).0, 200);
     assert_eq!(call("GET", "/v1/models", Some("first-key-123")).0, 200);
     assert_eq!(call("GET", "/health", None).0, 200);
     assert_eq!(call("GET", "/ready", None).0, 200);

@@ -15,20 +15,37 @@ use std::sync::{Arc, Mutex};
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{Path, Request, State};
 use axum::response::Response;
-use axum::Json;
+use axum::{Extension, Json};
 use fastvideo_engine::session::{SessionEvent, SessionRequest};
 use fastvideo_request::ActionPart;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
+use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::params::read_body;
 use crate::AppState;
 
-/// Streams not yet taken by a WebSocket, by session id.
+/// Streams not yet taken by a WebSocket, by session id; and who opened each session.
 #[derive(Clone, Default)]
-pub struct SessionStreams(Arc<Mutex<HashMap<String, mpsc::Receiver<SessionEvent>>>>);
+pub struct SessionStreams(
+    Arc<Mutex<HashMap<String, mpsc::Receiver<SessionEvent>>>>,
+    Arc<Mutex<HashMap<String, Caller>>>,
+);
+
+/// A session opened with another API key is, for this caller, not there.
+pub(crate) fn check_owner(s: &AppState, id: &str, who: Caller) -> Result<(), ApiError> {
+    match s.sessions.1.lock().unwrap().get(id) {
+        Some(owner) if *owner != who => Err(ApiError::NotFound { what: format!("session `{id}`") }),
+        _ => Ok(()),
+    }
+}
+
+/// The caller recorded by the auth layer (none on a server without keys).
+pub(crate) fn caller(req: &Request) -> Caller {
+    req.extensions().get::<Caller>().copied().unwrap_or_default()
+}
 
 impl SessionStreams {
     /// Returns a stream taken for a client that then failed to connect.
@@ -62,6 +79,7 @@ fn session_object(s: &AppState, id: &str) -> Result<Value, ApiError> {
 
 /// `POST /v1/sessions`.
 pub async fn create_session(State(s): State<AppState>, req: Request) -> Result<Json<Value>, ApiError> {
+    let who = caller(&req);
     let p: CreateSession = read_body(req).await?;
     let model = s.engine.session_model().ok_or_else(|| ApiError::from(fastvideo_engine::EngineError::NoSessions))?;
     if let Some(m) = &p.model {
@@ -77,11 +95,22 @@ pub async fn create_session(State(s): State<AppState>, req: Request) -> Result<J
         SessionRequest { prompt: p.prompt, start_seed: p.start_seed, seed: p.seed.unwrap_or(0), window: p.window };
     let rx = s.engine.open_session(id.clone(), req).await?;
     s.sessions.0.lock().unwrap().insert(id.clone(), rx);
+    {
+        // Owners of sessions that ended (expired, closed by their client) are dropped here.
+        let mut owners = s.sessions.1.lock().unwrap();
+        owners.retain(|id, _| s.engine.session_info(id).is_some());
+        owners.insert(id.clone(), who);
+    }
     Ok(Json(session_object(&s, &id)?))
 }
 
 /// `GET /v1/sessions/{id}`.
-pub async fn get_session(State(s): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+pub async fn get_session(
+    State(s): State<AppState>,
+    Extension(who): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    check_owner(&s, &id, who)?;
     Ok(Json(session_object(&s, &id)?))
 }
 
@@ -92,14 +121,21 @@ pub async fn post_action(
     Path(id): Path<String>,
     req: Request,
 ) -> Result<Json<Value>, ApiError> {
+    check_owner(&s, &id, caller(&req))?;
     let p: ActionPart = read_body(req).await?;
     s.engine.session_action(&id, &p)?;
     Ok(Json(json!({"session": id, "action": p, "status": "queued"})))
 }
 
 /// `DELETE /v1/sessions/{id}`.
-pub async fn delete_session(State(s): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+pub async fn delete_session(
+    State(s): State<AppState>,
+    Extension(who): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    check_owner(&s, &id, who)?;
     s.sessions.0.lock().unwrap().remove(&id);
+    s.sessions.1.lock().unwrap().remove(&id);
     if !s.engine.close_session(&id, "closed by the client") {
         return Err(ApiError::NotFound { what: format!("session `{id}`") });
     }
@@ -162,9 +198,11 @@ pub(crate) fn take_stream(s: &AppState, id: &str) -> Result<mpsc::Receiver<Sessi
 /// `GET /v1/sessions/{id}/stream` (WebSocket).
 pub async fn session_stream(
     State(s): State<AppState>,
+    Extension(who): Extension<Caller>,
     Path(id): Path<String>,
     ws: WebSocketUpgrade,
 ) -> Result<Response, ApiError> {
+    check_owner(&s, &id, who)?;
     let rx = take_stream(&s, &id)?;
     Ok(ws.on_upgrade(move |socket| stream(s, id, rx, socket)))
 }

@@ -32,7 +32,7 @@ use tokio::time::Instant;
 
 use crate::error::ApiError;
 use crate::params::read_body;
-use crate::sessions::{drain_chunks, take_stream, ClientMessage};
+use crate::sessions::{caller, check_owner, drain_chunks, take_stream, ClientMessage};
 use crate::AppState;
 
 /// Frames waiting to be sent, at most: a client that is not connected (yet) or a burst of
@@ -93,6 +93,7 @@ pub struct Offer {
 
 /// `POST /v1/sessions/{id}/webrtc`.
 pub async fn offer(State(s): State<AppState>, Path(id): Path<String>, req: Request) -> Result<Json<Value>, ApiError> {
+    check_owner(&s, &id, caller(&req))?;
     let o: Offer = read_body(req).await?;
     if o.kind.as_deref().is_some_and(|k| k != "offer") {
         return Err(ApiError::field("type", "expected \"offer\" (the server answers; it does not offer)"));
