@@ -34,6 +34,7 @@ pub use error::ApiError;
 pub use fastvideo_webrtc::{IceServer, RtcConfig};
 pub use jobs::{Status, VideoObject};
 pub use listener::ConnLimits;
+pub use params::{video_request_from_form, video_request_from_json};
 pub use webrtc::{WebRtc, WebRtcMetrics};
 
 /// What happens to admitted work when the server is told to stop (SIGTERM or Ctrl-C).

@@ -108,11 +108,37 @@ async fn read_body_now<T: DeserializeOwned>(req: Request) -> Result<T, ApiError>
         let bytes = Bytes::from_request(req, &())
             .await
             .map_err(|e| ApiError::field("body", format!("unreadable body: {e}")))?;
-        if bytes.is_empty() {
-            return Err(ApiError::field("body", "empty body; send a JSON object"));
-        }
-        serde_json::from_slice(&bytes).map_err(|e| ApiError::field("body", format!("not valid JSON: {e}")))?
+        json_value(&bytes)?
     };
+    decode(value)
+}
+
+fn json_value(bytes: &[u8]) -> Result<serde_json::Value, ApiError> {
+    if bytes.is_empty() {
+        return Err(ApiError::field("body", "empty body; send a JSON object"));
+    }
+    serde_json::from_slice(bytes).map_err(|e| ApiError::field("body", format!("not valid JSON: {e}")))
+}
+
+/// A `POST /v1/videos` JSON body to the engine request, exactly as the server reads it (for
+/// embedders that take requests another way, and for the fuzz targets).
+pub fn video_request_from_json(bytes: &[u8], limits: &ModelLimits) -> Result<OmniRequest, ApiError> {
+    let p: CreateParams = decode(json_value(bytes)?)?;
+    p.to_request("request".into(), TaskType::T2v, "model", limits)
+}
+
+/// The same for form fields (name, text), as a multipart body carries them.
+pub fn video_request_from_form(fields: &[(&str, &str)], limits: &ModelLimits) -> Result<OmniRequest, ApiError> {
+    let mut map = serde_json::Map::new();
+    for (name, text) in fields {
+        insert_form_field(&mut map, name, form_value(name, text.to_string()))?;
+    }
+    let p: CreateParams = decode(serde_json::Value::Object(map))?;
+    p.to_request("request".into(), TaskType::T2v, "model", limits)
+}
+
+/// A JSON value to `T`, the error naming the field at fault.
+fn decode<T: DeserializeOwned>(value: serde_json::Value) -> Result<T, ApiError> {
     serde_path_to_error::deserialize(value).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner().to_string();
