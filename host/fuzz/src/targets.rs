@@ -36,6 +36,18 @@ pub const TARGETS: &[Target] = &[
         max_len: 1 << 20,
         run: component_audit,
     },
+    Target {
+        name: "model-config",
+        what: "a config.json as the transformer, VAE and UMT5 loaders read it (unknown keys refused)",
+        max_len: 1 << 16,
+        run: model_config,
+    },
+    Target {
+        name: "safetensors-header",
+        what: "a safetensors file's header and tensor table (the safetensors crate, as the loader uses it)",
+        max_len: 1 << 16,
+        run: safetensors_header,
+    },
 ];
 
 fn limits() -> ModelLimits {
@@ -58,4 +70,33 @@ fn deploy_toml(b: &[u8]) -> bool {
 
 fn component_audit(b: &[u8]) -> bool {
     fastvideo_plugin_host::inspect(b).is_ok()
+}
+
+thread_local! {
+    /// The loaders take a path: each input is written to this file first.
+    static CONFIG_FILE: std::path::PathBuf =
+        std::env::temp_dir().join(format!("fastvideo-fuzz-{}-{:?}.json", std::process::id(), std::thread::current().id()));
+}
+
+fn model_config(b: &[u8]) -> bool {
+    CONFIG_FILE.with(|path| {
+        std::fs::write(path, b).expect("writing the fuzz input file");
+        let t = fastvideo_wan::TransformerConfig::load(path).is_ok();
+        let v = fastvideo_wan::VaeConfig::load(path).is_ok();
+        let u = fastvideo_wan::Umt5Config::load(path).is_ok();
+        t || v || u
+    })
+}
+
+fn safetensors_header(b: &[u8]) -> bool {
+    match safetensors::SafeTensors::deserialize(b) {
+        Ok(st) => {
+            // Walk every tensor view: offsets and shapes must agree with the data.
+            for (_, view) in st.tensors() {
+                let _ = (view.shape().iter().product::<usize>(), view.data().len());
+            }
+            true
+        }
+        Err(_) => false,
+    }
 }
