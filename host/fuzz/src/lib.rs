@@ -137,13 +137,7 @@ pub fn corpus(dir: &Path, target: &Target) -> std::io::Result<Vec<Vec<u8>>> {
 
 /// Runs `target` on the seeds themselves, then on `iterations` mutations of them. `before`
 /// sees each input before it runs (to write it out when tracing aborts).
-pub fn run(
-    target: &Target,
-    seeds: &[Vec<u8>],
-    iterations: u64,
-    seed: u64,
-    mut before: impl FnMut(u64, &[u8]),
-) -> Report {
+pub fn run(target: &Target, seeds: &[Vec<u8>], iterations: u64, seed: u64, mut before: impl FnMut(&[u8])) -> Report {
     let mut rng = Rng::new(seed ^ blake3::hash(target.name.as_bytes()).as_bytes()[0] as u64);
     let mut report = Report::default();
     // Inputs that parsed without error become seeds too (cheap coverage feedback).
@@ -151,7 +145,7 @@ pub fn run(
     let quiet = std::panic::take_hook();
     std::panic::set_hook(Box::new(|_| {}));
     let mut one = |input: &[u8], report: &mut Report| -> bool {
-        before(report.executions, input);
+        before(input);
         report.executions += 1;
         match catch_unwind(AssertUnwindSafe(|| (target.run)(input))) {
             Ok(accepted) => accepted,

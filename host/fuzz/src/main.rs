@@ -47,7 +47,7 @@ fn main() -> Result<()> {
             std::fs::create_dir_all(&crash_dir)?;
         }
         let t0 = Instant::now();
-        let report = run(t, &seeds, iterations, seed, |_, input| {
+        let report = run(t, &seeds, iterations, seed, |input| {
             if trace {
                 let _ = std::fs::write(&trace_file, input);
             }

@@ -11,7 +11,7 @@ fn every_target_survives_a_short_run_from_its_corpus() {
         assert!(seeds.len() >= 2, "{}: the corpus needs seeds", t.name);
         // The target is wired to a real parser: its own seeds parse.
         assert!(seeds.iter().any(|s| (t.run)(s)), "{}: no seed is accepted", t.name);
-        let report = run(t, &seeds, 5_000, 7, |_, _| {});
+        let report = run(t, &seeds, 5_000, 7, |_| {});
         assert_eq!(report.executions, 5_000 + seeds.len() as u64);
         let crashes: Vec<_> = report
             .crashes

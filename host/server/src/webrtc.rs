@@ -172,6 +172,7 @@ async fn drive(s: &AppState, id: &str, rx: &mut mpsc::Receiver<SessionEvent>, pe
     let mut connected = false;
     let mut queue: VecDeque<QueuedFrame> = VecDeque::new();
     let mut next_send = Instant::now();
+    // RTP timestamps may start anywhere; this stream's start at the peer's creation.
     let mut clock = RtpClock::new(next_send.into_std());
     // The action of the newest frame queued or sent.
     let mut last_action: Option<u64> = None;
@@ -191,7 +192,6 @@ async fn drive(s: &AppState, id: &str, rx: &mut mpsc::Receiver<SessionEvent>, pe
                 PeerEvent::Connected => {
                     connected = true;
                     next_send = Instant::now();
-                    clock = RtpClock::new(next_send.into_std());
                 }
                 PeerEvent::ChannelOpen => {
                     heard = Some(Instant::now());
