@@ -106,8 +106,64 @@ pub struct ServeArgs {
     /// Serve `/metrics` without a key even when keys are set.
     #[arg(long)]
     metrics_public: bool,
+    /// Where jobs and their videos are kept, so a restart (even a crash) loses no finished
+    /// work. Default: fastvideo/ in the user's data directory (~/.local/share on Linux).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Keep jobs in memory only: a restart forgets them.
+    #[arg(long, conflicts_with = "data_dir")]
+    ephemeral: bool,
+    /// Seconds a finished video is kept (its `expires_at`); then it is deleted. 0: until
+    /// deleted by a client.
+    #[arg(long, default_value_t = 86_400)]
+    job_ttl: u64,
+    /// Space the kept videos may take (bytes, or with K, M, G or T: 512M, 20G); new jobs get
+    /// HTTP 507 once they take it. 0: no budget.
+    #[arg(long, default_value = "20G", value_parser = parse_size)]
+    disk_budget: u64,
+    /// After a restart, jobs that were queued or running are run again (`requeue`, same seed)
+    /// or marked failed with `server_restarted` (`fail`).
+    #[arg(long, default_value = "requeue", value_parser = ["requeue", "fail"])]
+    restart_jobs: String,
     #[command(flatten)]
     precision: crate::args::PrecisionArgs,
+}
+
+/// The job store, opened before the model loads so a second server on the same directory is
+/// told at once.
+fn job_store(args: &ServeArgs) -> Result<Option<fastvideo_server::Store>> {
+    if args.ephemeral {
+        return Ok(None);
+    }
+    let dir = match &args.data_dir {
+        Some(d) => d.clone(),
+        None => dirs::data_dir()
+            .context("--data-dir: this user has no data directory; pass --data-dir DIR or --ephemeral")?
+            .join("fastvideo"),
+    };
+    Ok(Some(fastvideo_server::Store::open(&dir)?))
+}
+
+/// `512M`, `20G`, `1.5T` (binary units) or a plain byte count.
+fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, unit) = match t.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
+        Some((i, _)) => t.split_at(i),
+        None => (t, ""),
+    };
+    let shift = match unit.to_ascii_uppercase().trim_end_matches(['B', 'I']) {
+        "" => 0,
+        "K" => 10,
+        "M" => 20,
+        "G" => 30,
+        "T" => 40,
+        _ => return Err(format!("`{s}`: the unit must be K, M, G or T")),
+    };
+    let n: f64 = num.trim().parse().map_err(|_| format!("`{s}` is not a size such as 512M or 20G"))?;
+    if !n.is_finite() || n < 0.0 || n * (1u64 << shift) as f64 >= u64::MAX as f64 {
+        return Err(format!("`{s}` is out of range"));
+    }
+    Ok((n * (1u64 << shift) as f64) as u64)
 }
 
 fn parse_ice(s: &str) -> Result<fastvideo_server::IceServer, String> {
@@ -154,6 +210,11 @@ pub fn run(args: ServeArgs) -> Result<()> {
         bail!("--job-floor: {} is not a share between 0 and 1", args.job_floor);
     }
     let keys = api_keys(&args)?;
+    let store = job_store(&args)?;
+    let retention = fastvideo_server::Retention {
+        ttl: (args.job_ttl > 0).then(|| Duration::from_secs(args.job_ttl)),
+        disk_budget: (args.disk_budget > 0).then_some(args.disk_budget),
+    };
     let device = fastvideo_torch::device(&args.device)?;
     let (model_dir, model_id) = match &args.model {
         Some(m) => (m.clone(), m.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or("model".into())),
@@ -239,6 +300,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
             body_timeout: Duration::from_secs(args.body_timeout.max(1)),
             ..Default::default()
         },
+        requeue_unfinished: args.restart_jobs == "requeue",
     };
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?;
     let webrtc_bind = args.webrtc_bind.unwrap_or(if args.host.is_unspecified() {
@@ -254,7 +316,23 @@ pub fn run(args: ServeArgs) -> Result<()> {
         ..Default::default()
     };
     let state = AppState::new(engine, registry)
+        .with_job_store(store, retention)
         .with_webrtc(webrtc)
         .with_api_keys(fastvideo_server::ApiKeys::new(&keys, args.metrics_public));
     rt.block_on(fastvideo_server::serve(state, server))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn sizes_parse_in_binary_units() {
+        use super::parse_size;
+        assert_eq!(parse_size("20G"), Ok(20 << 30));
+        assert_eq!(parse_size("512M"), Ok(512 << 20));
+        assert_eq!(parse_size("1.5k"), Ok(1536));
+        assert_eq!(parse_size("2GiB"), Ok(2 << 30));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert!(parse_size("12Q").unwrap_err().contains("unit"));
+        assert!(parse_size("-1G").is_err() && parse_size("G").is_err() && parse_size("99999999T").is_err());
+    }
 }

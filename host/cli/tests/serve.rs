@@ -2,39 +2,17 @@
 //! `openai` Python package (from `.venv-client`, set up by `host/scripts/test.sh`), a plain HTTP
 //! client, an SSE reader and a WebSocket client.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
 mod common;
-use common::server::{metric, Server};
+use common::server::{metric, sse, Server};
 
 fn video(prompt: &str, steps: u32) -> Value {
     json!({"prompt": prompt, "num_inference_steps": steps, "seed": 1})
-}
-
-/// Reads a job's SSE stream to its end: (event name, data) pairs.
-fn sse(server: &Server, id: &str, mut on_event: impl FnMut(&str, &Value)) -> Vec<(String, Value)> {
-    let body = ureq::get(&server.url(&format!("/v1/videos/{id}/events"))).call().unwrap().into_body();
-    let mut events = Vec::new();
-    let mut name = String::new();
-    for line in BufReader::new(body.into_reader()).lines() {
-        let line = line.unwrap();
-        if let Some(n) = line.strip_prefix("event: ") {
-            name = n.to_string();
-        } else if let Some(d) = line.strip_prefix("data: ") {
-            let v: Value = serde_json::from_str(d).unwrap();
-            on_event(&name, &v);
-            let last = name == "done" || name == "error";
-            events.push((name.clone(), v));
-            if last {
-                break;
-            }
-        }
-    }
-    events
 }
 
 fn client_python() -> std::path::PathBuf {

@@ -148,7 +148,7 @@ print("small:", {k: o[k] for k in ("forward_s", "forward_enqueue_s", "cfg_step_s
 
 ours_serve() { # a real-size request through the HTTP server: admitted, run, stored (SERVE_STEPS steps)
   local port=8123 pid rc=0 id body state
-  "$BIN" serve --model "$MODEL" --device "$DEVICE" --port "$port" 2>"$OUT/serve.log" &
+  "$BIN" serve --model "$MODEL" --device "$DEVICE" --port "$port" --ephemeral 2>"$OUT/serve.log" &
   pid=$!
   for _ in $(seq 1 120); do curl -sf "http://127.0.0.1:$port/ready" >/dev/null && break; sleep 0.5; done
   body=$(curl -s -X POST "http://127.0.0.1:$port/v1/videos" -H 'content-type: application/json' \

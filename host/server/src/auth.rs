@@ -43,6 +43,27 @@ impl ApiKeys {
         found
     }
 
+    /// What the job store records as a job's owner: derived from the key's hash, so the store
+    /// never holds a key, and stable across restarts whatever order the keys are given in.
+    pub fn owner_tag(&self, who: Caller) -> Option<String> {
+        let h = self.hashes.get(who.0?)?;
+        Some(blake3::derive_key("fastvideo job owner v1", h.as_bytes()).iter().map(|b| format!("{b:02x}")).collect())
+    }
+
+    /// The caller a stored owner tag belongs to now. A job whose key is no longer configured
+    /// (or that was made on a server without keys, when this one has them) belongs to nobody:
+    /// it stays unlisted until it expires.
+    pub fn caller_for(&self, tag: Option<&str>) -> Caller {
+        let nobody = Caller(Some(usize::MAX));
+        match tag {
+            None if !self.enabled() => Caller(None),
+            None => nobody,
+            Some(t) => (0..self.hashes.len())
+                .find(|&i| self.owner_tag(Caller(Some(i))).as_deref() == Some(t))
+                .map_or(nobody, |i| Caller(Some(i))),
+        }
+    }
+
     fn open_path(&self, path: &str) -> bool {
         matches!(path, "/health" | "/ready" | "/world") || (path == "/metrics" && self.metrics_public)
     }
@@ -90,5 +111,18 @@ mod tests {
         assert!(keys.open_path("/health") && keys.open_path("/ready") && !keys.open_path("/metrics"));
         assert!(ApiKeys::new(&["a".into()], true).open_path("/metrics"));
         assert!(!ApiKeys::default().enabled());
+    }
+
+    #[test]
+    fn owner_tags_outlive_a_reordering_of_the_keys() {
+        let before = ApiKeys::new(&["alpha-key".into(), "beta-key".into()], false);
+        let after = ApiKeys::new(&["beta-key".into(), "gamma-key".into()], false);
+        let beta = before.owner_tag(Caller(Some(1)));
+        assert!(beta.as_deref().is_some_and(|t| !t.contains("beta")));
+        assert_eq!(after.caller_for(beta.as_deref()), Caller(Some(0)));
+        assert_eq!(after.caller_for(before.owner_tag(Caller(Some(0))).as_deref()), Caller(Some(usize::MAX)));
+        assert_eq!(after.caller_for(None), Caller(Some(usize::MAX)), "an open server's job is not a keyed caller's");
+        assert_eq!(ApiKeys::default().caller_for(None), Caller(None));
+        assert_eq!(ApiKeys::default().owner_tag(Caller(None)), None);
     }
 }

@@ -38,6 +38,10 @@ pub enum ApiError {
         code: String,
         message: String,
     },
+    /// The job store is at its disk budget.
+    InsufficientStorage {
+        message: String,
+    },
     /// No API key, or one this server does not accept.
     Unauthorized {
         message: String,
@@ -74,6 +78,9 @@ impl ApiError {
             }
             ApiError::Internal { code, message } => {
                 (StatusCode::INTERNAL_SERVER_ERROR, "server_error", None, code, message.clone())
+            }
+            ApiError::InsufficientStorage { message } => {
+                (StatusCode::INSUFFICIENT_STORAGE, "server_error", None, "insufficient_storage", message.clone())
             }
             ApiError::Unauthorized { message } => {
                 (StatusCode::UNAUTHORIZED, "invalid_request_error", None, "invalid_api_key", message.clone())

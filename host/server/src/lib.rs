@@ -10,6 +10,7 @@ mod jobs;
 mod listener;
 mod params;
 mod sessions;
+mod store;
 mod stream;
 mod videos;
 mod webrtc;
@@ -32,9 +33,10 @@ use prometheus_client::registry::Registry;
 pub use auth::ApiKeys;
 pub use error::ApiError;
 pub use fastvideo_webrtc::{IceServer, RtcConfig};
-pub use jobs::{Status, VideoObject};
+pub use jobs::{Restored, Retention, Status, VideoObject};
 pub use listener::ConnLimits;
 pub use params::{video_request_from_form, video_request_from_json};
+pub use store::Store;
 pub use webrtc::{WebRtc, WebRtcMetrics};
 
 /// What happens to admitted work when the server is told to stop (SIGTERM or Ctrl-C).
@@ -54,6 +56,8 @@ pub struct ServerConfig {
     /// Longest wait for admitted work during a drain before exiting anyway.
     pub drain_timeout: Duration,
     pub limits: ConnLimits,
+    /// After a restart, run stored unfinished jobs again (else they turn `failed`).
+    pub requeue_unfinished: bool,
 }
 
 /// Shared by every handler.
@@ -80,6 +84,13 @@ impl AppState {
             counter: Arc::new(AtomicU64::new(0)),
             keys: Arc::new(ApiKeys::default()),
         }
+    }
+
+    /// Keeps jobs in `store` (when given) under `retention`; [`serve`] reads back what a
+    /// previous process left there.
+    pub fn with_job_store(mut self, store: Option<Store>, retention: Retention) -> Self {
+        self.jobs = jobs::Jobs::durable(store, retention);
+        self
     }
 
     /// Requires one of these API keys on every route but the probes ([`auth`]).
@@ -181,6 +192,30 @@ pub async fn serve(state: AppState, cfg: ServerConfig) -> anyhow::Result<()> {
     eprintln!("fastvideo: serving {} on http://{}", state.engine.model_id(), listener.local_addr()?);
     let engine = state.engine.clone();
     let jobs = state.jobs.clone();
+    if let Some(dir) = jobs.store_dir() {
+        let r = jobs.restore(&engine, &state.keys, cfg.requeue_unfinished)?;
+        eprintln!(
+            "fastvideo: jobs stored in {}: {} finished, {} queued again, {} failed by the restart, {} lost their video",
+            dir.display(),
+            r.finished,
+            r.requeued,
+            r.failed,
+            r.lost
+        );
+    }
+    if let Some(every) = jobs.sweep_interval() {
+        let jobs = jobs.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            loop {
+                tick.tick().await;
+                let n = jobs.sweep();
+                if n > 0 {
+                    tracing::info!(deleted = n, "expired videos deleted");
+                }
+            }
+        });
+    }
     let app = router(state);
     let drain = async move {
         stop_signal().await;

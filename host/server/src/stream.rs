@@ -142,11 +142,15 @@ async fn forward(s: AppState, id: String, tx: mpsc::UnboundedSender<Message>, wh
         }
     }
     if completed {
-        if let Some((_, Some(mp4))) = s.jobs.content(&id, who) {
+        let mp4 = match s.jobs.content(&id, who) {
+            Some((_, Some(mp4))) => mp4.bytes().await.ok(),
+            _ => None,
+        };
+        if let Some(mp4) = mp4 {
             let head =
                 serde_json::json!({"type": "content", "id": id, "content_type": "video/mp4", "bytes": mp4.len()});
             let _ = tx.send(Message::Text(head.to_string().into()));
-            let _ = tx.send(Message::Binary(mp4.as_ref().clone().into()));
+            let _ = tx.send(Message::Binary(mp4.into()));
         }
     }
 }

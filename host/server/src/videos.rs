@@ -15,9 +15,12 @@ use crate::AppState;
 
 /// Admits a video job and starts following it; shared by HTTP and WebSocket.
 pub fn create(s: &AppState, p: &CreateParams, who: Caller) -> Result<VideoObject, ApiError> {
+    s.jobs.check_space()?;
     let id = s.new_id("video");
-    let r = p.to_request(id, TaskType::T2v, s.engine.model_id(), s.engine.limits())?;
-    let handle = s.engine.submit(r)?;
+    let mut r = p.to_request(id, TaskType::T2v, s.engine.model_id(), s.engine.limits())?;
+    let handle = s.engine.submit(r.clone())?;
+    // Stored with the drawn seed, so a job run again after a restart makes the same video.
+    r.sampling.seed = Some(handle.request.seed);
     let q = &handle.request;
     let seconds = q.num_frames as f64 / q.fps.max(1) as f64;
     let video = VideoObject {
@@ -38,7 +41,10 @@ pub fn create(s: &AppState, p: &CreateParams, who: Caller) -> Result<VideoObject
         num_frames: q.num_frames,
         predicted_seconds: handle.predicted_seconds,
     };
-    s.jobs.insert(video.clone(), who);
+    if let Err(e) = s.jobs.insert(video.clone(), who, s.keys.owner_tag(who), Some(r)) {
+        s.engine.cancel(&video.id);
+        return Err(e);
+    }
     tokio::spawn(s.jobs.clone().follow(handle, fastvideo_media::mp4_bytes));
     Ok(video)
 }
@@ -84,7 +90,13 @@ pub async fn video_content(
     }
     let (video, mp4) = s.jobs.content(&id, who).ok_or_else(|| not_found(&id))?;
     match (video.status, mp4) {
-        (Status::Completed, Some(bytes)) => Ok(([(CONTENT_TYPE, "video/mp4")], bytes.as_ref().clone()).into_response()),
+        (Status::Completed, Some(mp4)) => match mp4.bytes().await {
+            Ok(bytes) => Ok(([(CONTENT_TYPE, "video/mp4")], bytes).into_response()),
+            Err(e) => Err(ApiError::Internal {
+                code: "storage_failed".into(),
+                message: format!("reading the stored video `{id}`: {e}"),
+            }),
+        },
         (Status::Failed, _) => Err(ApiError::Conflict {
             code: "video_failed".into(),
             message: format!("video `{id}` failed: {}", video.error.map(|e| e.message).unwrap_or_default()),

@@ -10,17 +10,21 @@ use serde_json::Value;
 pub struct Server {
     pub child: Child,
     pub base: String,
+    /// Its job store (a temp dir unless the test passed `--data-dir`).
+    _data: Option<tempfile::TempDir>,
 }
 
 impl Server {
     pub fn start(extra: &[&str]) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_fastvideo"))
-            .args(["serve", "--port", "0", "--device", "cpu"])
-            .args(extra)
-            .stderr(Stdio::piped())
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("starting fastvideo serve");
+        let data = (!extra.iter().any(|a| *a == "--data-dir" || *a == "--ephemeral"))
+            .then(|| tempfile::tempdir().expect("a temp dir"));
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_fastvideo"));
+        cmd.args(["serve", "--port", "0", "--device", "cpu"]);
+        if let Some(d) = &data {
+            cmd.arg("--data-dir").arg(d.path());
+        }
+        let mut child =
+            cmd.args(extra).stderr(Stdio::piped()).stdout(Stdio::null()).spawn().expect("starting fastvideo serve");
         let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
         let base = loop {
             let line = lines.next().expect("server exited before listening").unwrap();
@@ -30,7 +34,7 @@ impl Server {
         };
         // Keep draining stderr so the server never blocks on a full pipe.
         std::thread::spawn(move || for _ in lines {});
-        Self { child, base }
+        Self { child, base, _data: data }
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -47,6 +51,13 @@ impl Server {
         let r = ureq::get(&self.url(path)).config().http_status_as_error(false).build().call().unwrap();
         let status = r.status().as_u16();
         (status, r.into_body().read_json().unwrap_or(Value::Null))
+    }
+
+    /// A GET's body bytes and status.
+    pub fn bytes(&self, path: &str) -> (u16, Vec<u8>) {
+        let r = ureq::get(&self.url(path)).config().http_status_as_error(false).build().call().unwrap();
+        let status = r.status().as_u16();
+        (status, r.into_body().read_to_vec().unwrap())
     }
 
     pub fn wait_done(&self, id: &str) -> Value {
@@ -88,4 +99,26 @@ pub fn metric(scrape: &prometheus_parse::Scrape, name: &str, label: Option<(&str
             _ => 0.0,
         })
         .sum()
+}
+
+/// Reads a job's SSE stream to its end: (event name, data) pairs.
+pub fn sse(server: &Server, id: &str, mut on_event: impl FnMut(&str, &Value)) -> Vec<(String, Value)> {
+    let body = ureq::get(&server.url(&format!("/v1/videos/{id}/events"))).call().unwrap().into_body();
+    let mut events = Vec::new();
+    let mut name = String::new();
+    for line in BufReader::new(body.into_reader()).lines() {
+        let line = line.unwrap();
+        if let Some(n) = line.strip_prefix("event: ") {
+            name = n.to_string();
+        } else if let Some(d) = line.strip_prefix("data: ") {
+            let v: Value = serde_json::from_str(d).unwrap();
+            on_event(&name, &v);
+            let last = name == "done" || name == "error";
+            events.push((name.clone(), v));
+            if last {
+                break;
+            }
+        }
+    }
+    events
 }
