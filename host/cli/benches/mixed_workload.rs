@@ -2,8 +2,11 @@
 //! the step scheduler (`shortest_remaining`) against a request-level FIFO baseline, and total
 //! throughput. Prints figures; asserts nothing.
 //!     cargo bench -p fastvideo --bench mixed_workload
-//! Environment: FASTVIDEO_BENCH_JOBS (default 40; every 4th is long), FASTVIDEO_BENCH_GAP_MS
-//! (arrival gap, default 80), FASTVIDEO_BENCH_DEVICE (default auto), FASTVIDEO_DEFAULT_MODEL.
+//! Environment: FASTVIDEO_BENCH_JOBS (default 40), FASTVIDEO_BENCH_LONG_EVERY (default 4: every
+//! 4th job is long), FASTVIDEO_BENCH_GAP_MS (arrival gap, default 80), FASTVIDEO_BENCH_DEVICE
+//! (default auto), FASTVIDEO_DEFAULT_MODEL. A steady stream of short jobs with rare long ones,
+//! below capacity (where shortest-remaining starves the long ones):
+//!     FASTVIDEO_BENCH_JOBS=100 FASTVIDEO_BENCH_LONG_EVERY=10 FASTVIDEO_BENCH_GAP_MS=420
 
 mod common;
 
@@ -30,7 +33,14 @@ struct Outcome {
     long_solo: f64,
 }
 
-async fn run(model: &WanModel, device: tch::Device, cfg: EngineConfig, jobs: usize, gap: Duration) -> Outcome {
+async fn run(
+    model: &WanModel,
+    device: tch::Device,
+    cfg: EngineConfig,
+    jobs: usize,
+    long_every: usize,
+    gap: Duration,
+) -> Outcome {
     let em = common::text_to_video(model, device).unwrap();
     let mut registry = prometheus_client::registry::Registry::default();
     let engine = Engine::start(em, cfg, Metrics::register(&mut registry));
@@ -48,7 +58,7 @@ async fn run(model: &WanModel, device: tch::Device, cfg: EngineConfig, jobs: usi
     for i in 0..jobs {
         let target = t0 + gap * i as u32;
         tokio::time::sleep_until(target.into()).await;
-        let long = i % 4 == 0;
+        let long = i % long_every == 0;
         let mut r = OmniRequest::text_to_video(format!("job-{i}"), "a blue square moving right on a black background");
         r.diffusion.num_inference_steps = Some(if long { LONG_STEPS } else { SHORT_STEPS });
         r.sampling.seed = Some(i as u64);
@@ -70,6 +80,8 @@ async fn run(model: &WanModel, device: tch::Device, cfg: EngineConfig, jobs: usi
 
 fn main() -> anyhow::Result<()> {
     let jobs: usize = std::env::var("FASTVIDEO_BENCH_JOBS").ok().and_then(|v| v.parse().ok()).unwrap_or(40);
+    let long_every: usize =
+        std::env::var("FASTVIDEO_BENCH_LONG_EVERY").ok().and_then(|v| v.parse().ok()).unwrap_or(4).max(1);
     let gap_ms: u64 = std::env::var("FASTVIDEO_BENCH_GAP_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(80);
     let device = fastvideo_torch::device(&std::env::var("FASTVIDEO_BENCH_DEVICE").unwrap_or_else(|_| "auto".into()))?;
     let dir = std::env::var_os("FASTVIDEO_DEFAULT_MODEL")
@@ -78,25 +90,24 @@ fn main() -> anyhow::Result<()> {
     let model = WanModel::load(&dir, device)?;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     println!(
-        "{jobs} jobs arriving every {gap_ms} ms on {device:?} (every 4th: {LONG_STEPS} steps, others {SHORT_STEPS}; 17x64x64, CFG)"
+        "{jobs} jobs arriving every {gap_ms} ms on {device:?} (every {long_every}th: {LONG_STEPS} steps, others {SHORT_STEPS}; 17x64x64, CFG)"
     );
     println!(
         "| policy | max stretch | max batch | short p50 (s) | short p95 (s) | long p50 (s) | long p95 (s) | long solo (s) | long p95 / solo | makespan (s) | jobs/s |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|");
     let off = f64::INFINITY;
-    for (policy, max_stretch, max_batch) in [
-        (Policy::Fifo, off, 1),
-        (Policy::ShortestRemaining, off, 1),
-        (Policy::ShortestRemaining, 4.0, 1),
-        (Policy::ShortestRemaining, 4.0, 8),
+    for (policy, max_stretch, overdue_share, max_batch) in [
+        (Policy::Fifo, off, 0.0, 1),
+        (Policy::ShortestRemaining, off, 0.0, 1),
+        (Policy::ShortestRemaining, 3.0, 0.5, 1),
     ] {
-        let cfg = EngineConfig { policy, max_batch, max_stretch, ..Default::default() };
-        let mut o = rt.block_on(run(&model, device, cfg, jobs, Duration::from_millis(gap_ms)));
+        let cfg = EngineConfig { policy, max_batch, max_stretch, overdue_share, ..Default::default() };
+        let mut o = rt.block_on(run(&model, device, cfg, jobs, long_every, Duration::from_millis(gap_ms)));
         let long_p95 = pct(&mut o.long, 0.95);
         println!(
             "| {policy:?} | {} | {max_batch} | {:.2} | {:.2} | {:.2} | {long_p95:.2} | {:.2} | {:.1}x | {:.2} | {:.2} |",
-            if max_stretch.is_finite() { format!("{max_stretch}") } else { "off".into() },
+            if max_stretch.is_finite() { format!("{max_stretch} (share {overdue_share})") } else { "off".into() },
             pct(&mut o.short, 0.5),
             pct(&mut o.short, 0.95),
             pct(&mut o.long, 0.5),

@@ -55,11 +55,14 @@ pub struct ServeArgs {
     /// Seconds to wait for admitted jobs during a drain.
     #[arg(long, default_value_t = 300)]
     drain_timeout: u64,
-    /// A job in the server longer than this many times its predicted solo time goes before
-    /// shorter ones (oldest first), bounding how long a long job waits behind a stream of short
-    /// ones. Off by default: measured, it costs the short jobs' p95 (docs/benchmarks.md).
-    #[arg(long)]
-    max_stretch: Option<f64>,
+    /// A job in the server longer than this many times its predicted solo time is overdue:
+    /// overdue jobs get --overdue-share of the executor while other jobs wait too, so a long job
+    /// behind a stream of short ones still finishes (docs/operators.md). 0: off.
+    #[arg(long, default_value_t = 3.0)]
+    max_stretch: f64,
+    /// The share of the executor (0 to 1) overdue jobs get while others wait too.
+    #[arg(long, default_value_t = 0.5)]
+    overdue_share: f64,
     /// Seconds a client has to send a request's head (method, path, headers); a connection that
     /// has not finished by then is closed.
     #[arg(long, default_value_t = 10)]
@@ -203,8 +206,11 @@ pub fn run(args: ServeArgs) -> Result<()> {
     if args.max_active == 0 || args.max_queue == 0 || args.max_batch == Some(0) {
         bail!("--max-active, --max-queue and --max-batch must be positive");
     }
-    if let Some(x) = args.max_stretch.filter(|x| x.is_nan() || *x < 1.0) {
-        bail!("--max-stretch: {x} must be at least 1 (a multiple of a job's solo time)");
+    if args.max_stretch.is_nan() || (args.max_stretch != 0.0 && args.max_stretch < 1.0) {
+        bail!("--max-stretch: {} must be at least 1 (a multiple of a job's solo time), or 0 for off", args.max_stretch);
+    }
+    if !(args.overdue_share > 0.0 && args.overdue_share <= 1.0) {
+        bail!("--overdue-share: {} is not a share above 0 and at most 1", args.overdue_share);
     }
     if !(0.0..=1.0).contains(&args.job_floor) {
         bail!("--job-floor: {} is not a share between 0 and 1", args.job_floor);
@@ -257,7 +263,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
         max_sessions: args.max_sessions.max(1),
         session_idle: Duration::from_secs(args.session_idle.max(1)),
         job_floor: args.job_floor,
-        max_stretch: args.max_stretch.unwrap_or(f64::INFINITY),
+        max_stretch: if args.max_stretch == 0.0 { f64::INFINITY } else { args.max_stretch },
+        overdue_share: args.overdue_share,
         ..Default::default()
     };
     let sessions = match &args.world {

@@ -17,6 +17,7 @@ mod error;
 mod metrics;
 pub mod scheduler;
 pub mod session;
+pub mod share;
 
 pub use cost::CostConfig;
 pub use engine::{Classifier, Engine, EngineConfig, EngineModel, Handle, RequestCheck};

@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::share::Share;
+
 /// How the next unit is chosen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -69,11 +71,19 @@ pub struct State {
     capacity: Capacity,
     entries: BTreeMap<u64, Entry>,
     next_arrival: u64,
-    /// A request in the system longer than this many times its predicted solo time is overdue:
-    /// overdue requests go first, oldest first. This bounds any request's slowdown under a
-    /// steady stream of shorter ones (aging alone does not: it forgives a fixed rate of seconds,
-    /// too little for a long job). `f64::INFINITY` turns it off.
+    /// A request in the system longer than this many times its predicted solo time is overdue
+    /// (`f64::INFINITY`: never). While overdue requests and others both wait, the overdue ones
+    /// (oldest first) get `overdue_share` of the executor's recent time and the others the
+    /// rest, in shortest-remaining order. So an overdue request finishes within about
+    /// `1 / overdue_share` of its solo time more, whatever keeps arriving — aging alone does not
+    /// bound that: it forgives a fixed rate of seconds, too little for a long job — while the
+    /// short requests keep most of their gain: they still get the rest of the executor, rather
+    /// than waiting behind whole long runs.
     max_stretch: f64,
+    overdue_share: f64,
+    share: Share,
+    /// The last pick: was it overdue, and were both classes waiting (only then is time counted).
+    last: Option<(bool, bool)>,
 }
 
 /// The stretch bound's floor: a request is never overdue before this long in the system (tiny
@@ -82,13 +92,32 @@ const MIN_OVERDUE_SECONDS: f64 = 0.5;
 
 impl State {
     pub fn new(policy: Policy, aging: f64, capacity: Capacity) -> Self {
-        Self { policy, aging, capacity, entries: BTreeMap::new(), next_arrival: 0, max_stretch: f64::INFINITY }
+        Self {
+            policy,
+            aging,
+            capacity,
+            entries: BTreeMap::new(),
+            next_arrival: 0,
+            max_stretch: f64::INFINITY,
+            overdue_share: 0.5,
+            share: Share::new(Instant::now()),
+            last: None,
+        }
     }
 
-    /// See [`State::max_stretch`](State#structfield.max_stretch).
-    pub fn with_max_stretch(mut self, stretch: f64) -> Self {
+    /// See [`State::max_stretch`](State#structfield.max_stretch): requests in the system longer
+    /// than `stretch` × their solo time get `share` (0 to 1) of the contested executor time.
+    pub fn with_max_stretch(mut self, stretch: f64, share: f64) -> Self {
         self.max_stretch = stretch;
+        self.overdue_share = share.clamp(0.0, 1.0);
         self
+    }
+
+    /// The unit picked last started at `start` and took `seconds` (for the overdue share).
+    pub fn ran(&mut self, start: Instant, seconds: f64) {
+        if let Some((overdue, true)) = self.last {
+            self.share.add(start, seconds, overdue);
+        }
     }
 
     pub fn policy(&self) -> Policy {
@@ -160,25 +189,59 @@ impl State {
             Policy::ShortestRemaining => {
                 let in_system = |e: &Entry| now.saturating_duration_since(e.submitted).as_secs_f64();
                 let score = |e: &Entry| e.remaining - self.aging * in_system(e);
-                let overdue = |e: &Entry| in_system(e) > (self.max_stretch * e.total).max(MIN_OVERDUE_SECONDS);
-                // Priority first; within it overdue requests (oldest first), then the least work left.
-                self.entries
-                    .iter()
-                    .filter(|(_, e)| fits(e))
-                    .min_by(|(_, a), (_, b)| {
-                        b.priority
-                            .cmp(&a.priority)
-                            .then(overdue(b).cmp(&overdue(a)))
-                            .then_with(|| {
-                                if overdue(a) && overdue(b) {
-                                    std::cmp::Ordering::Equal
-                                } else {
-                                    score(a).total_cmp(&score(b))
-                                }
-                            })
-                            .then(a.arrival.cmp(&b.arrival))
-                    })
-                    .map(|(k, _)| *k)
+                // Overtaken: a request that arrived later needs less work than this one has left.
+                // Only such a request can be starved by shortest-first; one waiting behind older
+                // work of its own size (every short job, when the server is over capacity) is
+                // not, and calling it overdue would only turn the order into FIFO.
+                let mut overtaken = std::collections::HashSet::new();
+                if self.max_stretch.is_finite() {
+                    let mut by_age: Vec<(u64, u64, f64)> =
+                        self.entries.iter().map(|(k, e)| (e.arrival, *k, e.remaining)).collect();
+                    by_age.sort_by_key(|a| std::cmp::Reverse(a.0));
+                    let mut least_younger = f64::INFINITY;
+                    for (_, k, remaining) in by_age {
+                        if remaining > least_younger {
+                            overtaken.insert(k);
+                        }
+                        least_younger = least_younger.min(remaining);
+                    }
+                }
+                let overdue = |k: &u64, e: &Entry| {
+                    overtaken.contains(k) && in_system(e) > (self.max_stretch * e.total).max(MIN_OVERDUE_SECONDS)
+                };
+                let runnable = || self.entries.iter().filter(|(_, e)| fits(e));
+                // Overdue: priority, then oldest first — so once overdue, only older overdue
+                // requests go before it within the share, which is what makes the bound hold
+                // when short requests turn overdue too (under load). The others: priority, then
+                // least work left.
+                let late = runnable()
+                    .filter(|(k, e)| overdue(k, e))
+                    .min_by(|(_, a), (_, b)| b.priority.cmp(&a.priority).then(a.arrival.cmp(&b.arrival)));
+                let rest = runnable().filter(|(k, e)| !overdue(k, e)).min_by(|(_, a), (_, b)| {
+                    b.priority.cmp(&a.priority).then(score(a).total_cmp(&score(b))).then(a.arrival.cmp(&b.arrival))
+                });
+                let (key, late_pick, contested) = match (late, rest) {
+                    (Some((k, _)), None) => (*k, true, false),
+                    (None, Some((k, _))) => (*k, false, false),
+                    (None, None) => return None,
+                    (Some((lk, l)), Some((rk, r))) => match l.priority.cmp(&r.priority) {
+                        std::cmp::Ordering::Greater => (*lk, true, false),
+                        std::cmp::Ordering::Less => (*rk, false, false),
+                        // The share is a floor: an overdue request that shortest-first would pick
+                        // anyway runs (and that time is not counted against it); otherwise the
+                        // share decides (nothing counted yet: the overdue one goes first).
+                        std::cmp::Ordering::Equal if score(l) <= score(r) => (*lk, true, false),
+                        std::cmp::Ordering::Equal => {
+                            if self.share.is_empty() || self.share.favoured_fraction() < self.overdue_share {
+                                (*lk, true, true)
+                            } else {
+                                (*rk, false, true)
+                            }
+                        }
+                    },
+                };
+                self.last = Some((late_pick, contested));
+                Some(key)
             }
         }?;
         self.entries.get_mut(&key)?.active = true;
@@ -280,29 +343,106 @@ mod tests {
     }
 
     #[test]
-    fn an_overdue_request_goes_before_shorter_ones_oldest_first() {
+    fn overdue_requests_get_their_share_of_the_executor_oldest_first() {
         let t0 = Instant::now();
-        let mut s = State::new(Policy::ShortestRemaining, 0.0, ROOMY).with_max_stretch(4.0);
+        let mut s = State::new(Policy::ShortestRemaining, 0.0, ROOMY).with_max_stretch(4.0, 0.5);
         s.add(1, 0, 2.0, 1, t0); // solo 2 s: overdue after 8 s in the system
         let t = t0 + Duration::from_secs(7);
         s.add(2, 0, 0.1, 1, t);
         assert_eq!(s.pick(t), Some(2), "not overdue yet: shortest first");
-        let t = t0 + Duration::from_secs(9);
-        s.add(3, 0, 0.1, 1, t);
-        assert_eq!(s.pick(t), Some(1), "overdue: before the short ones");
-        // Two overdue: the older first, however long it is.
-        s.add(4, 0, 0.01, 1, t0 + Duration::from_secs(8));
-        let t = t0 + Duration::from_secs(20);
-        s.remove(1);
-        assert_eq!(s.pick(t), Some(2), "2 arrived before 3 and 4 and all are overdue");
+        s.ran(t, 0.1);
+        s.remove(2);
+        // Overdue now: it and a stream of fresh short requests (one 0.3-s unit each, a new one
+        // arriving as each ends) take turns by time, half each.
+        let mut t = t0 + Duration::from_secs(9);
+        let mut next = 3;
+        s.add(next, 0, 0.3, 1, t);
+        let (mut late, mut rest) = (0.0, 0.0);
+        for _ in 0..40 {
+            let k = s.pick(t).unwrap();
+            let dt = if k == 1 { 0.1 } else { 0.3 };
+            s.ran(t, dt);
+            t += Duration::from_secs_f64(dt);
+            if k == 1 {
+                late += dt;
+            } else {
+                rest += dt;
+                s.remove(k);
+                next += 1;
+                s.add(next, 0, 0.3, 1, t);
+            }
+        }
+        assert!((late / (late + rest) - 0.5).abs() < 0.1, "overdue {late:.1} s, others {rest:.1} s");
+        // Several overdue: the oldest first. Only an overtaken request (a later one needs less
+        // work) can be overdue: the youngest here is not, however long it waited.
+        let mut o = State::new(Policy::ShortestRemaining, 0.0, ROOMY).with_max_stretch(4.0, 0.5);
+        o.add(1, 0, 0.3, 1, t0);
+        o.add(2, 0, 0.2, 1, t0 + Duration::from_secs(1));
+        o.add(3, 0, 0.1, 1, t0 + Duration::from_secs(2));
+        assert_eq!(o.pick(t0 + Duration::from_secs(20)), Some(1), "1 and 2 overdue: the older first");
+        let mut o = State::new(Policy::ShortestRemaining, 0.0, ROOMY).with_max_stretch(4.0, 0.5);
+        for k in 1..=3 {
+            o.add(k, 0, 0.3, 1, t0 + Duration::from_secs(k));
+        }
+        o.set_remaining(1, 0.1);
+        assert_eq!(o.pick(t0 + Duration::from_secs(60)), Some(1), "equals in line: least work left, not FIFO");
+        assert!(o.last == Some((false, false)), "nobody overtaken, nobody overdue");
         // Priority still comes first.
-        s.add(5, 1, 50.0, 1, t);
-        assert_eq!(s.pick(t), Some(5));
-        // Off by default.
+        o.add(5, 1, 50.0, 1, t0 + Duration::from_secs(20));
+        assert_eq!(o.pick(t0 + Duration::from_secs(20)), Some(5));
+        // A floor, not a cap: an overdue request shortest-first prefers anyway always runs.
+        let mut f = State::new(Policy::ShortestRemaining, 0.0, ROOMY).with_max_stretch(4.0, 0.5);
+        f.add(1, 0, 2.0, 1, t0);
+        f.add(2, 0, 0.3, 1, t0 + Duration::from_secs(1));
+        f.set_remaining(1, 0.05);
+        let t = t0 + Duration::from_secs(30);
+        for _ in 0..5 {
+            assert_eq!(f.pick(t), Some(1));
+            f.ran(t, 0.01);
+        }
+        // Off: the long request waits for every short one.
         let mut s = State::new(Policy::ShortestRemaining, 0.0, ROOMY);
         s.add(1, 0, 2.0, 1, t0);
         s.add(2, 0, 0.1, 1, t0 + Duration::from_secs(100));
         assert_eq!(s.pick(t0 + Duration::from_secs(100)), Some(2));
+    }
+
+    #[test]
+    fn under_a_stream_of_short_jobs_the_stretch_bound_finishes_a_long_one_in_time() {
+        // A 1-unit job at 9 of every 10 ticks (load 0.9 from them) beside one 10-unit job: how
+        // many ticks the long job takes.
+        let finish = |stretch: f64| {
+            let t0 = Instant::now();
+            let mut s = State::new(Policy::ShortestRemaining, 0.0, ROOMY).with_max_stretch(stretch, 0.5);
+            s.add(0, 0, 10.0, 1, t0);
+            let mut left = BTreeMap::from([(0u64, 10u32)]);
+            for tick in 0..400u64 {
+                let now = t0 + Duration::from_secs(tick);
+                if tick % 10 != 9 {
+                    s.add(tick + 1, 0, 1.0, 1, now);
+                    left.insert(tick + 1, 1);
+                }
+                let k = s.pick(now).unwrap();
+                s.ran(now, 1.0);
+                let l = left.get_mut(&k).unwrap();
+                *l -= 1;
+                if *l == 0 {
+                    s.remove(k);
+                    left.remove(&k);
+                    if k == 0 {
+                        return tick + 1;
+                    }
+                } else {
+                    s.set_remaining(k, *l as f64);
+                }
+            }
+            u64::MAX
+        };
+        let (off, on) = (finish(f64::INFINITY), finish(3.0));
+        eprintln!("the long job took {off} ticks without the bound, {on} with max stretch 3, share 0.5");
+        assert!(off >= 90, "shortest-remaining alone gives it only the idle ticks: {off}");
+        // Overdue after 3 x 10 ticks, then at least half of the executor: done by (3 + 2) x 10.
+        assert!(on <= 50, "{on} ticks");
     }
 
     #[test]

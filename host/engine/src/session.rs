@@ -86,7 +86,7 @@ pub struct SessionInfo {
 /// The pacing rule. A session's chunk `n` is due at `start + n × period`; a session is urgent
 /// when the units its chunk still needs, at the measured cost per unit, plus `margin` (the
 /// longest job unit seen, which cannot be interrupted) would reach the deadline. Jobs that are
-/// owed their floor share ([`Share`]) run first; then urgent sessions (earliest deadline first),
+/// owed their floor share ([`crate::share::Share`]) run first; then urgent sessions (earliest deadline first),
 /// then jobs, then sessions that are less than one period ahead of real time; otherwise the
 /// executor waits for the next session to become urgent.
 #[derive(Debug, Clone, Copy)]
@@ -118,51 +118,6 @@ pub enum Jobs {
     Ready,
     /// Ready, and jobs had less than their floor share of the executor lately.
     Owed,
-}
-
-/// While jobs wait: executor time spent on session units instead, and on job units, each
-/// decaying with a half-life of [`Share::HALF_LIFE`] ("lately"). Only time when jobs were
-/// waiting counts, so a job arriving after a stretch of sessions alone is not owed anything:
-/// the floor only bites when sessions keep the executor from jobs that are there.
-#[derive(Debug, Clone, Copy)]
-pub struct Share {
-    sessions: f64,
-    jobs: f64,
-    at: Instant,
-}
-
-impl Share {
-    pub const HALF_LIFE: Duration = Duration::from_secs(2);
-
-    pub fn new(now: Instant) -> Self {
-        Self { sessions: 0.0, jobs: 0.0, at: now }
-    }
-
-    fn decay(&mut self, now: Instant) {
-        let dt = now.saturating_duration_since(self.at).as_secs_f64();
-        let k = 0.5f64.powf(dt / Self::HALF_LIFE.as_secs_f64());
-        (self.sessions, self.jobs, self.at) = (self.sessions * k, self.jobs * k, now.max(self.at));
-    }
-
-    /// A unit that started at `start` and took `seconds`.
-    pub fn add(&mut self, start: Instant, seconds: f64, job: bool) {
-        self.decay(start);
-        if job {
-            self.jobs += seconds;
-        } else {
-            self.sessions += seconds;
-        }
-    }
-
-    /// The jobs' share of the time lately (1 when nothing ran).
-    pub fn jobs_fraction(&self) -> f64 {
-        let total = self.sessions + self.jobs;
-        if total <= 0.0 {
-            1.0
-        } else {
-            self.jobs / total
-        }
-    }
 }
 
 pub struct Pacer;
@@ -248,20 +203,6 @@ mod tests {
         assert_eq!(Pacer::pick(now, &late, Jobs::Ready, 0.1, P), Pick::Session(0));
         assert_eq!(Pacer::pick(now, &late, Jobs::Owed, 0.1, P), Pick::Job);
     }
-
-    #[test]
-    fn the_share_decays_with_its_half_life_and_counts_both_sides() {
-        let t0 = Instant::now();
-        let mut share = Share::new(t0);
-        assert_eq!(share.jobs_fraction(), 1.0);
-        share.add(t0, 3.0, false);
-        share.add(t0, 1.0, true);
-        assert!((share.jobs_fraction() - 0.25).abs() < 1e-12);
-        // Two half-lives later the 4 s of sessions weigh 0.75 s; one more second of jobs.
-        share.add(t0 + Share::HALF_LIFE * 2, 1.0, true);
-        let want = (1.0 / 4.0 + 1.0) / (4.0 / 4.0 + 1.0);
-        assert!((share.jobs_fraction() - want).abs() < 1e-9, "{}", share.jobs_fraction());
-    }
 }
 
 // ---- The executor's side -------------------------------------------------------------------
@@ -272,6 +213,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::{mpsc, oneshot};
 
+use crate::share::Share;
 use crate::{EngineError, Metrics};
 
 /// Frames a session's stream may hold unread before chunks are dropped (a slow viewer).
@@ -386,7 +328,7 @@ impl LiveSessions {
 
     /// Jobs have had less than their floor share of the executor lately, while they waited.
     pub fn jobs_owed(&self) -> bool {
-        self.share.jobs_fraction() < self.job_floor
+        self.share.favoured_fraction() < self.job_floor
     }
 
     pub fn pace_inputs(&self) -> Vec<PaceInput> {

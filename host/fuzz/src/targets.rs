@@ -48,6 +48,12 @@ pub const TARGETS: &[Target] = &[
         max_len: 1 << 16,
         run: safetensors_header,
     },
+    Target {
+        name: "sharded-index",
+        what: "a *.safetensors.index.json's weight map to the shard file names the loader opens (weights.rs)",
+        max_len: 1 << 16,
+        run: sharded_index,
+    },
 ];
 
 fn limits() -> ModelLimits {
@@ -95,6 +101,21 @@ fn safetensors_header(b: &[u8]) -> bool {
             for (_, view) in st.tensors() {
                 let _ = (view.shape().iter().product::<usize>(), view.data().len());
             }
+            true
+        }
+        Err(_) => false,
+    }
+}
+
+fn sharded_index(b: &[u8]) -> bool {
+    let Ok(text) = std::str::from_utf8(b) else { return false };
+    match fastvideo_wan::weights::index_shards(text) {
+        Ok(names) => {
+            // Whatever the index says, every name stays a plain file of the model folder.
+            assert!(
+                names.iter().all(|n| !n.contains(['/', '\\']) && n != ".." && n.ends_with(".safetensors")),
+                "{names:?}"
+            );
             true
         }
         Err(_) => false,

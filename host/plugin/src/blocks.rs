@@ -35,8 +35,26 @@ struct State {
     events: Arc<Mutex<Vec<PluginEvent>>>,
 }
 
+/// What an exact request gets from a distribution-altering block plugin: every block runs.
+struct Bypassed;
+
+impl BlockPolicyState for Bypassed {
+    fn begin(&mut self, _: &StepCtx, _: &str, _: usize) -> Result<()> {
+        Ok(())
+    }
+    fn after_block(&mut self, _: &StepCtx, _: &str, _: usize, _: &Tensor, _: &Tensor) -> Result<BlockAction> {
+        Ok(BlockAction::Proceed)
+    }
+    fn end(&mut self, _: &StepCtx, _: &str, _: &Tensor) -> Result<()> {
+        Ok(())
+    }
+}
+
 impl BlockPolicy for PluginBlockPolicy {
     fn init(&self, req: &ResolvedRequest) -> Result<Box<dyn BlockPolicyState>> {
+        if self.plugin.bypassed_for(req) {
+            return Ok(Box::new(Bypassed));
+        }
         let (inst, _) = self.runtime.start(&self.plugin, req)?;
         Ok(Box::new(State { inst, model_id: self.model_id.clone(), events: self.events.clone() }))
     }

@@ -48,6 +48,13 @@ impl EnabledPlugin {
         &self.plugin.name
     }
 
+    /// Exact mode's rule: an exact request runs as the reference would, so a plugin that alters
+    /// the sampled distribution (its manifest says so) is not called for it — a guider falls
+    /// back to built-in CFG, a block or step cache computes everything. Observers still run.
+    pub fn bypassed_for(&self, req: &ResolvedRequest) -> bool {
+        req.exact && self.plugin.audit.manifest.distribution_altering
+    }
+
     /// The deploy defaults overlaid with the request's `plugin_params.<name>` (key by key),
     /// checked against the plugin's schema.
     pub fn params_for(&self, req: &ResolvedRequest) -> Result<serde_json::Value, PluginError> {
@@ -164,11 +171,12 @@ impl Deployment {
                     reason: format!("plugin_params.{name}: no plugin of that name is enabled in this deploy"),
                 });
             };
-            if req.exact && p.plugin.audit.manifest.distribution_altering {
+            if p.bypassed_for(req) {
                 return Err(PluginError::Refused {
                     plugin: name.clone(),
                     reason: format!(
-                        "plugin_params.{name}: exact mode refuses parameters of a distribution-altering plugin"
+                        "plugin_params.{name}: `{name}` alters the sampled distribution, so an exact request runs \
+                         without it; drop its parameters or `exact`"
                     ),
                 });
             }

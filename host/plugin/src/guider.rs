@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use anyhow::Result;
-use fastvideo_pipeline::{Guidance, GuidancePlan, GuidanceState, StepCtx};
+use fastvideo_pipeline::{ClassicCfg, Guidance, GuidancePlan, GuidanceState, StepCtx};
 use fastvideo_request::ResolvedRequest;
 use tch::Tensor;
 
@@ -41,6 +41,9 @@ pub fn step_context(ctx: &StepCtx, branch: Option<&str>, model_id: &str) -> Step
 
 impl Guidance for PluginGuider {
     fn init(&self, req: &ResolvedRequest) -> Result<GuidancePlan> {
+        if self.plugin.bypassed_for(req) {
+            return ClassicCfg.init(req);
+        }
         let (inst, branches) = self.runtime.start(&self.plugin, req)?;
         if branches.is_empty() {
             return Err(inst.invalid("init", "declared no branches".into()).into());
@@ -49,10 +52,10 @@ impl Guidance for PluginGuider {
     }
 
     fn combine(&self, ctx: &StepCtx, preds: &[Tensor], state: &mut GuidanceState) -> Result<Tensor> {
-        let inst = state
-            .0
-            .downcast_mut::<PluginInstance>()
-            .ok_or_else(|| anyhow::anyhow!("guider state of another policy"))?;
+        // No instance: the request is exact and this guider alters the distribution.
+        let Some(inst) = state.0.downcast_mut::<PluginInstance>() else {
+            return ClassicCfg.combine(ctx, preds, state);
+        };
         let mut handles = Vec::with_capacity(preds.len());
         for p in preds {
             let h = inst.state().push(p.shallow_clone()).map_err(|e| inst.invalid("combine", e.to_string()))?;

@@ -31,8 +31,23 @@ struct State {
     request_id: String,
 }
 
+/// What an exact request gets from a distribution-altering step plugin: every step computed.
+struct Bypassed;
+
+impl StepPolicyState for Bypassed {
+    fn before_step(&mut self, _: &StepCtx, _: &Tensor) -> Result<Option<Tensor>> {
+        Ok(None)
+    }
+    fn after_step(&mut self, _: &StepCtx, _: &Tensor) -> Result<()> {
+        Ok(())
+    }
+}
+
 impl StepPolicy for PluginStepPolicy {
     fn init(&self, req: &ResolvedRequest) -> Result<Box<dyn StepPolicyState>> {
+        if self.plugin.bypassed_for(req) {
+            return Ok(Box::new(Bypassed));
+        }
         let (inst, _) = self.runtime.start(&self.plugin, req)?;
         Ok(Box::new(State { inst, model_id: self.model_id.clone(), request_id: req.request_id.clone() }))
     }

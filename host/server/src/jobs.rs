@@ -192,6 +192,22 @@ pub struct Restored {
     pub lost: usize,
 }
 
+/// `3.2 KiB`, `20.0 GiB`.
+fn human_bytes(n: u64) -> String {
+    let units = ["bytes", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut i = 0;
+    while v >= 1024.0 && i + 1 < units.len() {
+        v /= 1024.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{n} bytes")
+    } else {
+        format!("{v:.1} {}", units[i])
+    }
+}
+
 fn storage_error(e: anyhow::Error) -> ApiError {
     ApiError::Internal { code: "storage_failed".into(), message: format!("the job store: {e:#}") }
 }
@@ -216,10 +232,10 @@ impl Jobs {
         let place = self.store_dir().map(|d| format!(" under {}", d.display())).unwrap_or_default();
         Err(ApiError::InsufficientStorage {
             message: format!(
-                "stored videos{place} take {} MiB of the {} MiB disk budget; delete videos (DELETE /v1/videos/ID) \
+                "stored videos{place} take {} of the {} disk budget; delete videos (DELETE /v1/videos/ID) \
                  or wait for them to expire",
-                used >> 20,
-                budget >> 20
+                human_bytes(used),
+                human_bytes(budget)
             ),
         })
     }
@@ -269,17 +285,26 @@ impl Jobs {
         Some(job.video)
     }
 
-    /// Forgets a job: at once if it ended, else when its follower ends.
+    /// Forgets a job: at once if it ended, else when its follower ends. Either way it is gone
+    /// from the store now, so a restart does not run a deleted job again.
     pub fn remove(&self, id: &str, who: Caller) -> Option<VideoObject> {
-        {
+        let video = {
             let mut g = self.inner.lock().unwrap();
             let j = g.jobs.get_mut(id).filter(|j| j.visible_to(who))?;
-            if !j.video.ended() {
+            if j.video.ended() {
+                None
+            } else {
                 j.deleted = true;
-                return Some(j.video.clone());
+                Some(j.video.clone())
+            }
+        };
+        let Some(video) = video else { return self.forget(id) };
+        if let Some(store) = &self.store {
+            if let Err(e) = store.remove(id) {
+                tracing::warn!(id, "removing a stored job: {e:#}");
             }
         }
-        self.forget(id)
+        Some(video)
     }
 
     /// Jobs in creation order (`desc`: newest first), starting after `after`, at most `limit`.
@@ -469,7 +494,6 @@ impl Jobs {
             Ok(bytes) => self.keep_mp4(&id, bytes).await,
             Err(e) => Err(e),
         };
-        let stored = self.store.is_some();
         let failed = {
             let mut g = self.inner.lock().unwrap();
             let Some(j) = g.jobs.get_mut(&id) else { return };
@@ -498,12 +522,12 @@ impl Jobs {
                         Self::publish(j, ev);
                     }
                     j.video.error = Some(e);
-                    Some((j.record(), j.history.clone()))
+                    (!j.deleted).then(|| (j.record(), j.history.clone()))
                 }
             };
             // A completed job's events went to the store with its MP4 (the same ones: `done`
             // included); from now on subscribers read them there.
-            if stored && failed.is_none() {
+            if matches!(j.mp4, Some(Mp4::Stored(_))) {
                 j.history = Vec::new();
                 j.history_stored = true;
             }
@@ -532,7 +556,10 @@ impl Jobs {
     /// the events (`done` included) before anyone is told the job completed.
     async fn keep_mp4(&self, id: &str, bytes: Vec<u8>) -> Result<(Mp4, u64), JobError> {
         let n = bytes.len() as u64;
-        let Some(store) = self.store.clone() else { return Ok((Mp4::Memory(Arc::new(bytes)), n)) };
+        let deleted = self.with(id, |j| j.deleted).unwrap_or(true);
+        let Some(store) = self.store.clone().filter(|_| !deleted) else {
+            return Ok((Mp4::Memory(Arc::new(bytes)), n));
+        };
         let failed = |message: String| JobError { code: "storage_failed".into(), message };
         let (mut rec, history) = self
             .with(id, |j| {
@@ -640,6 +667,8 @@ pub(crate) mod tests {
         let e = jobs.check_space().unwrap_err();
         assert_eq!(e.body()["error"]["code"], "insufficient_storage");
         assert!(matches!(e, ApiError::InsufficientStorage { .. }));
+        assert!(e.body()["error"]["message"].as_str().unwrap().contains("1.0 MiB of the 1.0 MiB"), "{}", e.body());
         assert!(Jobs::default().check_space().is_ok(), "no budget, no limit");
+        assert_eq!((human_bytes(512), human_bytes(3 << 29)), ("512 bytes".into(), "1.5 GiB".to_string()));
     }
 }

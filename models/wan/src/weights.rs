@@ -240,16 +240,34 @@ fn contiguous_strides(shape: &[i64]) -> Vec<i64> {
     strides
 }
 
+/// The shard file names a `*.safetensors.index.json` lists, each once, in name order. A name
+/// must be a plain file in the model folder (no directories, no `..`, no absolute path), so an
+/// index cannot point the loader at files elsewhere.
+pub fn index_shards(text: &str) -> Result<Vec<String>> {
+    let json: serde_json::Value = serde_json::from_str(text).context("not valid JSON")?;
+    let Some(map) = json.get("weight_map").and_then(|m| m.as_object()) else {
+        bail!("no `weight_map` object");
+    };
+    let mut files = BTreeSet::new();
+    for (key, v) in map {
+        let Some(f) = v.as_str() else { bail!("weight_map.{key}: the shard must be a file name string") };
+        let plain = Path::new(f).file_name().is_some_and(|n| n == f) && f != "..";
+        if !plain || !f.ends_with(".safetensors") {
+            bail!("weight_map.{key}: `{f}` is not a .safetensors file name in the model folder");
+        }
+        files.insert(f.to_string());
+    }
+    if files.is_empty() {
+        bail!("`weight_map` lists no tensors");
+    }
+    Ok(files.into_iter().collect())
+}
+
 fn shard_files(index: &Path) -> Result<Vec<PathBuf>> {
     let text = std::fs::read_to_string(index).with_context(|| format!("reading {}", index.display()))?;
-    let json: serde_json::Value =
-        serde_json::from_str(&text).with_context(|| format!("{}: not valid JSON", index.display()))?;
-    let Some(map) = json.get("weight_map").and_then(|m| m.as_object()) else {
-        bail!("{}: no `weight_map` object", index.display());
-    };
+    let names = index_shards(&text).with_context(|| index.display().to_string())?;
     let dir = index.parent().unwrap_or(Path::new("."));
-    let files: BTreeSet<&str> = map.values().filter_map(|v| v.as_str()).collect();
-    let files: Vec<PathBuf> = files.into_iter().map(|f| dir.join(f)).collect();
+    let files: Vec<PathBuf> = names.iter().map(|f| dir.join(f)).collect();
     for f in &files {
         if !f.exists() {
             bail!("{}: shard {} listed in the index does not exist", index.display(), f.display());

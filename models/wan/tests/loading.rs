@@ -74,3 +74,23 @@ fn text_to_image_is_a_one_frame_video() {
     // Random weights still give a non-constant image.
     assert!(v.rgb.iter().any(|&b| b != v.rgb[0]));
 }
+
+#[test]
+fn a_sharded_index_cannot_point_outside_the_model_folder() {
+    use fastvideo_wan::weights::index_shards;
+    let ok = r#"{"weight_map": {"a": "m-00002.safetensors", "b": "m-00001.safetensors", "c": "m-00001.safetensors"}}"#;
+    assert_eq!(index_shards(ok).unwrap(), ["m-00001.safetensors", "m-00002.safetensors"]);
+    for (bad, says) in [
+        (r#"{"weight_map": {"a": "../x.safetensors"}}"#, "weight_map.a: `../x.safetensors` is not"),
+        (r#"{"weight_map": {"a": "/etc/x.safetensors"}}"#, "weight_map.a"),
+        (r#"{"weight_map": {"a": "sub/x.safetensors"}}"#, "weight_map.a"),
+        (r#"{"weight_map": {"a": "x.bin"}}"#, "weight_map.a"),
+        (r#"{"weight_map": {"a": 3}}"#, "weight_map.a: the shard must be a file name string"),
+        (r#"{"weight_map": {}}"#, "lists no tensors"),
+        (r#"{"metadata": {}}"#, "no `weight_map` object"),
+        ("{", "not valid JSON"),
+    ] {
+        let e = format!("{:#}", index_shards(bad).unwrap_err());
+        assert!(e.contains(says), "{bad}: {e}");
+    }
+}

@@ -25,9 +25,20 @@ pub fn wasm(stem: &str) -> Vec<u8> {
 
 /// A deploy of one plugin from `plugins/`, pinned by its real hash; `limits` is TOML.
 pub fn deploy(stem: &str, name: &str, grants: &[&str], limits: &str) -> Result<Deployment, PluginError> {
+    deploy_with_params(stem, name, grants, limits, "{}")
+}
+
+/// [`deploy`] with the plugin's deploy-default `params` (a TOML inline table).
+pub fn deploy_with_params(
+    stem: &str,
+    name: &str,
+    grants: &[&str],
+    limits: &str,
+    params: &str,
+) -> Result<Deployment, PluginError> {
     let path = &plugins()[stem];
     let toml = format!(
-        "[limits]\n{limits}\n[[plugins]]\nname = \"{name}\"\nsource = \"{}\"\nblake3 = \"{}\"\ngrants = {:?}\n",
+        "[limits]\n{limits}\n[[plugins]]\nname = \"{name}\"\nsource = \"{}\"\nblake3 = \"{}\"\ngrants = {:?}\nparams = {params}\n",
         path.display(),
         inspect(&wasm(stem)).unwrap().blake3,
         grants
