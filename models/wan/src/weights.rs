@@ -251,7 +251,8 @@ pub fn index_shards(text: &str) -> Result<Vec<String>> {
     let mut files = BTreeSet::new();
     for (key, v) in map {
         let Some(f) = v.as_str() else { bail!("weight_map.{key}: the shard must be a file name string") };
-        let plain = Path::new(f).file_name().is_some_and(|n| n == f) && f != "..";
+        // A plain name on every platform: no separator of any OS (`\` is one on Windows), no NUL.
+        let plain = Path::new(f).file_name().is_some_and(|n| n == f) && !f.contains(['\\', ':', '\0']);
         if !plain || !f.ends_with(".safetensors") {
             bail!("weight_map.{key}: `{f}` is not a .safetensors file name in the model folder");
         }

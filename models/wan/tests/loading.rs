@@ -84,6 +84,8 @@ fn a_sharded_index_cannot_point_outside_the_model_folder() {
         (r#"{"weight_map": {"a": "../x.safetensors"}}"#, "weight_map.a: `../x.safetensors` is not"),
         (r#"{"weight_map": {"a": "/etc/x.safetensors"}}"#, "weight_map.a"),
         (r#"{"weight_map": {"a": "sub/x.safetensors"}}"#, "weight_map.a"),
+        (r#"{"weight_map": {"a": "sub\\x.safetensors"}}"#, "weight_map.a"),
+        (r#"{"weight_map": {"a": "C:x.safetensors"}}"#, "weight_map.a"),
         (r#"{"weight_map": {"a": "x.bin"}}"#, "weight_map.a"),
         (r#"{"weight_map": {"a": 3}}"#, "weight_map.a: the shard must be a file name string"),
         (r#"{"weight_map": {}}"#, "lists no tensors"),
