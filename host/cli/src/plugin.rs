@@ -4,9 +4,9 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
-use fastvideo_plugin_host::{blake3_hex, inspect, DeployConfig, PROVIDED};
+use fastvideo_plugin_host::{blake3_hex, inspect, inspect_any, DeployConfig, Inspection, PROVIDED};
 
 #[derive(Subcommand)]
 pub enum PluginCommand {
@@ -69,9 +69,13 @@ pub fn run(cmd: PluginCommand) -> Result<()> {
     }
 }
 
+/// Everything the bytes say, then the deploy check, then — for a component that cannot load —
+/// every reason, with a non-zero exit. A component without our manifest still shows its imports
+/// (`wasi:sockets/…`) and exports, so an untrusted file is never a black box.
 fn audit(a: AuditArgs) -> Result<()> {
     let bytes = read(&a.wasm)?;
-    let report = inspect(&bytes).with_context(|| a.wasm.display().to_string())?;
+    let report = inspect_any(&bytes).with_context(|| a.wasm.display().to_string())?;
+    let name = report.manifest.as_ref().map(|m| m.name.as_str());
     let grants = match &a.deploy {
         Some(d) => {
             let text = std::fs::read_to_string(d).with_context(|| format!("reading {}", d.display()))?;
@@ -81,7 +85,7 @@ fn audit(a: AuditArgs) -> Result<()> {
                 .plugins
                 .iter()
                 .find(|p| p.blake3.trim().eq_ignore_ascii_case(&report.blake3))
-                .or_else(|| cfg.plugins.iter().find(|p| p.name == report.manifest.name));
+                .or_else(|| cfg.plugins.iter().find(|p| Some(p.name.as_str()) == name));
             Some(
                 entry.map(|e| (e.name.clone(), e.grants.clone(), e.blake3.trim().eq_ignore_ascii_case(&report.blake3))),
             )
@@ -90,11 +94,18 @@ fn audit(a: AuditArgs) -> Result<()> {
     };
     let missing = grants.as_ref().and_then(|g| g.as_ref()).map(|(_, g, _)| report.missing_grants(g));
     let unprovided: Vec<&String> = report.capabilities.iter().filter(|c| !PROVIDED.contains(&c.as_str())).collect();
+    let mut cannot_load = report.problems.clone();
+    if !unprovided.is_empty() {
+        let list: Vec<&str> = unprovided.iter().map(|s| s.as_str()).collect();
+        cannot_load.insert(0, format!("imports interfaces this host does not provide: {}", list.join(", ")));
+    }
     if a.json {
         let v = serde_json::json!({
             "file": a.wasm.display().to_string(),
             "audit": report,
             "not_provided_by_host": unprovided,
+            "loadable": cannot_load.is_empty(),
+            "cannot_load": cannot_load,
             "deploy": grants.as_ref().map(|g| match g {
                 Some((name, grants, hash_ok)) => serde_json::json!({
                     "entry": name, "grants": grants, "hash_matches": hash_ok, "missing_grants": missing,
@@ -104,30 +115,49 @@ fn audit(a: AuditArgs) -> Result<()> {
             }),
         });
         let _ = writeln!(std::io::stdout().lock(), "{}", serde_json::to_string_pretty(&v)?);
-        return Ok(());
+    } else {
+        print!("{}", audit_text(&a, &report, &grants, &missing, &cannot_load));
     }
-    let m = &report.manifest;
+    if !cannot_load.is_empty() {
+        bail!("{}: cannot load as a plugin: {}", a.wasm.display(), cannot_load.join("; "));
+    }
+    Ok(())
+}
+
+type DeployEntry = Option<Option<(String, Vec<String>, bool)>>;
+
+fn audit_text(
+    a: &AuditArgs,
+    report: &Inspection,
+    grants: &DeployEntry,
+    missing: &Option<Vec<String>>,
+    cannot_load: &[String],
+) -> String {
+    let list = |v: &[String]| if v.is_empty() { "none".to_string() } else { v.join(", ") };
     let mut out = String::new();
     out += &format!("file:        {}\n", a.wasm.display());
     out += &format!("blake3:      {}\n", report.blake3);
     out += &format!("size:        {} bytes\n", report.size);
-    out += &format!("name:        {} {}\n", m.name, m.version);
-    out += &format!("kind:        {}\n", m.kind.interface());
-    out += &format!("wit:         fastvideo:plugin@{}\n", m.wit);
-    out += &format!("hooks:       {}\n", m.hooks.join(", "));
-    out += &format!("flags:       distribution_altering={} needs_eager={}\n", m.distribution_altering, m.needs_eager);
-    out += &format!(
-        "capabilities: {}\n",
-        if report.capabilities.is_empty() { "none".into() } else { report.capabilities.join(", ") }
-    );
-    if !unprovided.is_empty() {
-        out += &format!(
-            "warning:     this host does not provide {}\n",
-            unprovided.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
-        );
+    match &report.manifest {
+        Some(m) => {
+            out += &format!("name:        {} {}\n", m.name, m.version);
+            out += &format!("kind:        {}\n", m.kind.interface());
+            out += &format!("wit:         fastvideo:plugin@{}\n", m.wit);
+            out += &format!("hooks:       {}\n", m.hooks.join(", "));
+            out += &format!(
+                "flags:       distribution_altering={} needs_eager={}\n",
+                m.distribution_altering, m.needs_eager
+            );
+        }
+        None => out += "manifest:    none (not a fastvideo plugin, or a damaged one)\n",
     }
-    out += &format!("params:      {}\n", m.params_schema);
-    match &grants {
+    out += &format!("imports:     {}\n", list(&report.imports));
+    out += &format!("exports:     {}\n", list(&report.exports));
+    out += &format!("capabilities: {}\n", list(&report.capabilities));
+    if let Some(m) = &report.manifest {
+        out += &format!("params:      {}\n", m.params_schema);
+    }
+    match grants {
         Some(Some((name, g, hash_ok))) => {
             let miss = missing.clone().unwrap_or_default();
             out += &format!("deploy:      entry `{name}`, grants [{}]\n", g.join(", "));
@@ -143,6 +173,8 @@ fn audit(a: AuditArgs) -> Result<()> {
         Some(None) => out += "deploy:      no entry for this plugin (neither its hash nor its name)\n",
         None => {}
     }
-    print!("{out}");
-    Ok(())
+    for r in cannot_load {
+        out += &format!("cannot load: {r}\n");
+    }
+    out
 }

@@ -58,6 +58,56 @@ fn hash_and_audit_read_the_file_without_running_it() {
     assert!(text.contains("hash matches") && text.contains("missing: tensor-ops"), "{text}");
 }
 
+/// A WASI command component, as `cargo build --target wasm32-wasip2` makes one, without our
+/// manifest: it imports sockets, the filesystem and stdout, and exports `wasi:cli/run`.
+const WASI_COMMAND: &str = r#"(component
+  (import "wasi:sockets/tcp@0.2.6" (instance))
+  (import "wasi:filesystem/types@0.2.6" (instance))
+  (import "wasi:cli/stdout@0.2.6" (instance))
+  (core module $m (func (export "run") (result i32) i32.const 0))
+  (core instance $i (instantiate $m))
+  (func $run (result (result)) (canon lift (core func $i "run")))
+  (instance $r (export "run" (func $run)))
+  (export "wasi:cli/run@0.2.6" (instance $r))
+)"#;
+
+#[test]
+fn auditing_a_component_that_is_no_plugin_shows_its_imports_then_why_it_cannot_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("command.wasm");
+    std::fs::write(&path, wat::parse_str(WASI_COMMAND).unwrap()).unwrap();
+    let p = path.to_str().unwrap();
+    let out = fastvideo(&["plugin", "audit", p]);
+    let (text, err) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(!out.status.success(), "not loadable: a non-zero exit");
+    for import in ["wasi:sockets/tcp@0.2.6", "wasi:filesystem/types@0.2.6", "wasi:cli/stdout@0.2.6"] {
+        assert!(text.contains(import), "imports shown: {text}");
+    }
+    assert!(text.contains("exports:     wasi:cli/run@0.2.6"), "{text}");
+    assert!(text.contains("manifest:    none"), "{text}");
+    assert!(text.contains("cannot load: imports interfaces this host does not provide: wasi:sockets"), "{text}");
+    assert!(text.contains("cannot load: no `fastvideo-manifest` custom section"), "{text}");
+    assert!(err.contains("cannot load as a plugin") && !err.contains("panicked"), "{err}");
+    let v: serde_json::Value = serde_json::from_slice(&fastvideo(&["plugin", "audit", p, "--json"]).stdout).unwrap();
+    assert_eq!(v["loadable"], false);
+    assert_eq!(v["audit"]["imports"].as_array().unwrap().len(), 3);
+    assert_eq!(v["cannot_load"].as_array().unwrap().len(), 2, "{v}");
+    // A deploy refusal lists every ungranted import whatever else is wrong.
+    let deploy = dir.path().join("deploy.toml");
+    let hash = blake3::hash(&std::fs::read(&path).unwrap()).to_hex().to_string();
+    std::fs::write(
+        &deploy,
+        format!("[[plugins]]\nname = \"cmd\"\nsource = \"{p}\"\nblake3 = \"{hash}\"\ngrants = [\"tensor\"]\n"),
+    )
+    .unwrap();
+    let e = fastvideo_plugin_host::Deployment::load(&deploy).err().unwrap().to_string();
+    assert!(
+        e.contains("not granted: wasi:sockets/tcp@0.2.6, wasi:filesystem/types@0.2.6, wasi:cli/stdout@0.2.6")
+            && e.contains("no `fastvideo-manifest`"),
+        "{e}"
+    );
+}
+
 #[test]
 fn generate_with_a_deploy_runs_the_guider_plugin_and_refuses_bad_deploys() {
     let dir = tempfile::tempdir().unwrap();

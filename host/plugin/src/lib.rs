@@ -22,7 +22,9 @@ pub use componentize::{componentize, embed_manifest};
 pub use deploy::{DeployConfig, Deployment, EnabledPlugin, PluginEntry};
 pub use error::{FailureKind, PluginError};
 pub use guider::{step_context, PluginGuider};
-pub use manifest::{blake3_hex, inspect, Audit, Manifest, PluginKind, MANIFEST_SECTION, SUPPORTED_WIT};
+pub use manifest::{
+    blake3_hex, inspect, inspect_any, Audit, Inspection, Manifest, PluginKind, MANIFEST_SECTION, SUPPORTED_WIT,
+};
 pub use observer::PluginObserver;
 pub use runtime::{Limits, LoadedPlugin, PluginInstance, PluginRuntime, PROVIDED};
 pub use state::{HostState, InstanceLimits, OutputCounts, PluginEvent, PluginTensor};

@@ -102,8 +102,24 @@ pub fn blake3_hex(bytes: &[u8]) -> String {
     blake3::hash(bytes).to_hex().to_string()
 }
 
-/// Reads a component's manifest, imports and exports without compiling or running it.
-pub fn inspect(bytes: &[u8]) -> Result<Audit, PluginError> {
+/// What any component's bytes say, whether or not it is a loadable plugin: an operator auditing
+/// an untrusted file sees its imports and exports first, then why it cannot load.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Inspection {
+    pub blake3: String,
+    pub size: u64,
+    pub manifest: Option<Manifest>,
+    pub imports: Vec<String>,
+    pub exports: Vec<String>,
+    /// The grants the imports need (`tensor-ops`, `log`, or a full `wasi:…` name).
+    pub capabilities: Vec<String>,
+    /// Why it cannot load as a plugin, every reason found (empty: it can, grants aside).
+    pub problems: Vec<String>,
+}
+
+/// Reads any component's imports, exports and manifest (if it has a valid one) without
+/// compiling or running it. Errors only for bytes that are not a parseable component.
+pub fn inspect_any(bytes: &[u8]) -> Result<Inspection, PluginError> {
     let invalid = |reason: String| PluginError::Invalid { reason };
     if !Parser::is_component(bytes) {
         return Err(invalid(if Parser::is_core_wasm(bytes) {
@@ -130,41 +146,90 @@ pub fn inspect(bytes: &[u8]) -> Result<Audit, PluginError> {
                 }
             }
             Payload::CustomSection(c) if c.name() == MANIFEST_SECTION => {
-                let m: Manifest = serde_json::from_slice(c.data())
-                    .map_err(|e| invalid(format!("custom section `{MANIFEST_SECTION}`: {e}")))?;
-                manifest = Some(m);
+                manifest = Some(
+                    serde_json::from_slice::<Manifest>(c.data())
+                        .map_err(|e| format!("custom section `{MANIFEST_SECTION}`: {e}")),
+                );
             }
             _ => {}
         }
     }
-    let manifest = manifest
-        .ok_or_else(|| invalid(format!("no `{MANIFEST_SECTION}` custom section (use the SDK's `manifest!` macro)")))?;
-    check_manifest(&manifest, &exports)?;
+    let mut problems = Vec::new();
+    let manifest = match manifest {
+        None => {
+            problems.push(format!("no `{MANIFEST_SECTION}` custom section (use the SDK's `manifest!` macro)"));
+            None
+        }
+        Some(Err(e)) => {
+            problems.push(e);
+            None
+        }
+        Some(Ok(m)) => {
+            problems.extend(check_manifest(&m, &exports));
+            Some(m)
+        }
+    };
     let capabilities = imports.iter().filter_map(|i| capability(i)).collect();
-    Ok(Audit { blake3: blake3_hex(bytes), size: bytes.len() as u64, manifest, imports, exports, capabilities })
+    Ok(Inspection {
+        blake3: blake3_hex(bytes),
+        size: bytes.len() as u64,
+        manifest,
+        imports,
+        exports,
+        capabilities,
+        problems,
+    })
 }
 
-fn check_manifest(m: &Manifest, exports: &[String]) -> Result<(), PluginError> {
-    let invalid = |reason: String| PluginError::Invalid { reason: format!("plugin `{}`: {reason}", m.name) };
+/// Reads a plugin's manifest, imports and exports without compiling or running it; refuses,
+/// with every reason, a component that is not a loadable plugin.
+pub fn inspect(bytes: &[u8]) -> Result<Audit, PluginError> {
+    Inspection::into_audit(inspect_any(bytes)?)
+}
+
+impl Inspection {
+    pub fn into_audit(self) -> Result<Audit, PluginError> {
+        let Inspection { blake3, size, manifest, imports, exports, capabilities, problems } = self;
+        match manifest {
+            Some(manifest) if problems.is_empty() => {
+                Ok(Audit { blake3, size, manifest, imports, exports, capabilities })
+            }
+            _ => Err(PluginError::Invalid { reason: problems.join("; ") }),
+        }
+    }
+
+    /// Capabilities the component needs that `grants` does not give, in import order.
+    pub fn missing_grants(&self, grants: &[String]) -> Vec<String> {
+        self.capabilities.iter().filter(|c| !grants.contains(c)).cloned().collect()
+    }
+}
+
+fn check_manifest(m: &Manifest, exports: &[String]) -> Vec<String> {
+    let mut problems = Vec::new();
     if !SUPPORTED_WIT.contains(&m.wit.as_str()) {
-        return Err(invalid(format!(
-            "WIT version {} is not one this host loads ({})",
+        problems.push(format!(
+            "plugin `{}`: WIT version {} is not one this host loads ({})",
+            m.name,
             m.wit,
             SUPPORTED_WIT.join(", ")
-        )));
+        ));
     }
     let want = format!("{PACKAGE}{}@{}", m.kind.interface(), m.wit);
     if !exports.contains(&want) {
-        return Err(invalid(format!("manifest says kind {:?} but the component does not export `{want}`", m.kind)));
+        problems.push(format!(
+            "plugin `{}`: manifest says kind {:?} but the component does not export `{want}`",
+            m.name, m.kind
+        ));
     }
     if let Some(h) = m.hooks.iter().find(|h| !m.kind.hooks().contains(&h.as_str())) {
-        return Err(invalid(format!(
-            "unknown hook `{h}` for a {} (known: {})",
+        problems.push(format!(
+            "plugin `{}`: unknown hook `{h}` for a {} (known: {})",
+            m.name,
             m.kind.interface(),
             m.kind.hooks().join(", ")
-        )));
+        ));
     }
-    Ok(())
+    problems
 }
 
 impl Audit {

@@ -12,7 +12,7 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConf
 
 use crate::bindings::exports::fastvideo::plugin as exports;
 use crate::bindings::fastvideo::plugin as imports;
-use crate::manifest::{inspect, Audit, PluginKind};
+use crate::manifest::{inspect_any, Audit, PluginKind};
 use crate::state::{HostState, InstanceLimits, PluginTensor};
 use crate::{FailureKind, PluginError};
 
@@ -114,19 +114,24 @@ impl PluginRuntime {
     /// Compiles a plugin and links exactly the interfaces granted to it. Refuses, listing every
     /// one, imports that are not granted or not provided by this host.
     pub fn load(&self, name: &str, bytes: &[u8], grants: &[String]) -> Result<LoadedPlugin, PluginError> {
-        let audit = inspect(bytes)?;
+        let seen = inspect_any(bytes)?;
         let refuse = |reason: String| PluginError::Refused { plugin: name.to_string(), reason };
-        let missing = audit.missing_grants(grants);
+        // Every reason at once: the ungranted imports whatever else is wrong with the component.
+        let mut reasons = Vec::new();
+        let missing = seen.missing_grants(grants);
         if !missing.is_empty() {
-            return Err(refuse(format!("needs capabilities not granted: {}", missing.join(", "))));
+            reasons.push(format!("needs capabilities not granted: {}", missing.join(", ")));
         }
-        let unknown: Vec<&String> = audit.capabilities.iter().filter(|c| !PROVIDED.contains(&c.as_str())).collect();
+        let unknown: Vec<&str> =
+            seen.capabilities.iter().map(String::as_str).filter(|c| !PROVIDED.contains(c)).collect();
         if !unknown.is_empty() {
-            return Err(refuse(format!(
-                "imports interfaces this host does not provide: {}",
-                unknown.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
-            )));
+            reasons.push(format!("imports interfaces this host does not provide: {}", unknown.join(", ")));
         }
+        reasons.extend(seen.problems.iter().cloned());
+        if !reasons.is_empty() {
+            return Err(refuse(reasons.join("; ")));
+        }
+        let audit = seen.into_audit()?;
         let component = Component::new(&self.engine, bytes).map_err(|e| refuse(format!("compile: {e:#}")))?;
         let mut linker = Linker::<HostState>::new(&self.engine);
         link(&mut linker, &audit.capabilities).map_err(|e| refuse(format!("link: {e:#}")))?;
