@@ -11,6 +11,8 @@ pub enum FailureKind {
     Trap,
     /// Past the per-call epoch deadline.
     Timeout,
+    /// Past the request's plugin-time budget (`max_plugin_ms_per_request`), all calls together.
+    Budget,
     /// Out of the per-call fuel.
     Fuel,
     /// The instance hit its memory cap.

@@ -36,6 +36,11 @@ pub struct Limits {
     pub max_message_bytes: usize,
     /// Instances alive at once across all requests (the pool's size).
     pub max_instances: u32,
+    /// Wall-clock milliseconds all plugin calls of one request may take together (every plugin,
+    /// every hook); past it the request fails with `budget`. Without it a block plugin that
+    /// stays just under the call deadline, called per block per branch per step, could hold the
+    /// executor for minutes. 0: no budget.
+    pub max_plugin_ms_per_request: u64,
 }
 
 impl Default for Limits {
@@ -50,6 +55,7 @@ impl Default for Limits {
             max_events: 10_000,
             max_message_bytes: 4096,
             max_instances: 256,
+            max_plugin_ms_per_request: 10_000,
         }
     }
 }
@@ -70,7 +76,14 @@ pub struct PluginRuntime {
     limits: Limits,
     _ticker: Ticker,
     observer: CallObserver,
+    /// The plugin time each live request has used, shared by its instances; an entry goes
+    /// when the request's last instance does.
+    budgets: std::sync::Mutex<std::collections::HashMap<String, std::sync::Weak<Budget>>>,
 }
+
+/// Microseconds of plugin time a request has used.
+#[derive(Debug, Default)]
+pub(crate) struct Budget(std::sync::atomic::AtomicU64);
 
 impl PluginRuntime {
     pub fn new(limits: Limits) -> Result<Self, PluginError> {
@@ -98,7 +111,7 @@ impl PluginRuntime {
                 }
             })
             .map_err(|e| PluginError::Io(format!("epoch thread: {e}")))?;
-        Ok(Self { engine, limits, _ticker: Ticker(stop), observer: Arc::default() })
+        Ok(Self { engine, limits, _ticker: Ticker(stop), observer: Arc::default(), budgets: Default::default() })
     }
 
     /// Reports the wall time of every plugin call to `f` as well (set once). Calls are always
@@ -151,6 +164,7 @@ impl PluginRuntime {
     ) -> Result<(PluginInstance, Vec<String>), PluginError> {
         let params = plugin.params_for(req)?.to_string();
         let mut inst = self.instantiate(&plugin.plugin)?;
+        inst.budget = Some(self.budget_of(&req.request_id));
         let none = |r: wasmtime::Result<Result<(), String>>| r.map(|r| r.map(|()| Vec::new()));
         let answer = inst.call("init", |store, g| match g {
             Guest::Guider(g) => g.call_init(store, &params),
@@ -161,6 +175,23 @@ impl PluginRuntime {
             Guest::WorkflowTranslator(_) => Ok(Ok(Vec::new())),
         })?;
         Ok((inst, answer))
+    }
+
+    /// The budget shared by every instance of `request_id`.
+    fn budget_of(&self, request_id: &str) -> Arc<Budget> {
+        let mut all = self.budgets.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(b) = all.get(request_id).and_then(std::sync::Weak::upgrade) {
+            return b;
+        }
+        all.retain(|_, w| w.strong_count() > 0);
+        let b = Arc::new(Budget::default());
+        all.insert(request_id.to_string(), Arc::downgrade(&b));
+        b
+    }
+
+    /// Requests with a live budget entry (for the leak tests).
+    pub fn tracked_requests(&self) -> usize {
+        self.budgets.lock().unwrap_or_else(|e| e.into_inner()).values().filter(|w| w.strong_count() > 0).count()
     }
 
     /// A fresh instance for one request.
@@ -215,6 +246,7 @@ impl PluginRuntime {
             limits: l,
             poisoned: false,
             observer: self.observer.clone(),
+            budget: None,
         })
     }
 }
@@ -304,6 +336,8 @@ pub struct PluginInstance {
     limits: Limits,
     poisoned: bool,
     observer: CallObserver,
+    /// The request's shared plugin-time budget (none for an instance made outside a request).
+    budget: Option<Arc<Budget>>,
 }
 
 impl PluginInstance {
@@ -326,7 +360,20 @@ impl PluginInstance {
         if self.poisoned {
             return Err(fail(FailureKind::Invalid, "instance discarded after an earlier failure".into()));
         }
-        self.store.set_epoch_deadline(self.limits.call_deadline_ms.max(1));
+        let budget_ms = self.limits.max_plugin_ms_per_request;
+        let used_us = self.budget.as_ref().map_or(0, |b| b.0.load(Ordering::Relaxed));
+        let left_ms = match (budget_ms, &self.budget) {
+            (0, _) | (_, None) => u64::MAX,
+            (b, Some(_)) => (b * 1000).saturating_sub(used_us) / 1000,
+        };
+        let over = || format!("used its request's plugin budget of {budget_ms} ms (max_plugin_ms_per_request)");
+        if left_ms == 0 {
+            self.poisoned = true;
+            return Err(fail(FailureKind::Budget, over()));
+        }
+        // The call may run until the per-call deadline or the rest of the request's budget.
+        let deadline = self.limits.call_deadline_ms.max(1).min(left_ms);
+        self.store.set_epoch_deadline(deadline);
         self.store.data_mut().take_device_wait_ticks();
         self.store.data_mut().call_device_wait = Duration::ZERO;
         if let Some(fuel) = self.limits.fuel_per_call {
@@ -335,7 +382,11 @@ impl PluginInstance {
         let t = std::time::Instant::now();
         let result = f(&mut self.store, &self.guest);
         // GPU work queued before the hook that a host op waited for is the model's time, not the plugin's.
-        let seconds = t.elapsed().saturating_sub(self.store.data().call_device_wait).as_secs_f64();
+        let spent = t.elapsed().saturating_sub(self.store.data().call_device_wait);
+        if let Some(b) = &self.budget {
+            b.0.fetch_add(spent.as_micros() as u64, Ordering::Relaxed);
+        }
+        let seconds = spent.as_secs_f64();
         fastvideo_pipeline::record_plugin_seconds(seconds);
         if let Some(observe) = self.observer.get() {
             observe(seconds);
@@ -345,8 +396,12 @@ impl PluginInstance {
             Ok(Err(msg)) => Err(fail(FailureKind::Returned, msg)),
             Err(e) => {
                 self.poisoned = true;
-                let kind = classify(&e);
+                let kind = match classify(&e) {
+                    FailureKind::Timeout if deadline < self.limits.call_deadline_ms => FailureKind::Budget,
+                    k => k,
+                };
                 let message = match kind {
+                    FailureKind::Budget => over(),
                     FailureKind::Timeout => format!("exceeded the {} ms call deadline", self.limits.call_deadline_ms),
                     FailureKind::Fuel => format!("ran out of fuel ({:?} per call)", self.limits.fuel_per_call),
                     FailureKind::Memory => format!("hit the {} byte memory cap", self.limits.memory_bytes),

@@ -139,6 +139,26 @@ fn misbehaving_plugins_fail_their_request_with_a_structured_error() {
 }
 
 #[test]
+fn a_plugin_over_its_per_request_budget_fails_that_request_alone() {
+    // `slow` spends milliseconds per call, each under the 50 ms call deadline; together they
+    // pass a 2 ms budget within the first calls.
+    let e = failing("slow", "max_plugin_ms_per_request = 2");
+    assert_eq!(kind(&e), FailureKind::Budget);
+    assert!(e.to_string().contains("plugin budget of 2 ms"), "{e}");
+    let d =
+        deploy("fastvideo_testing_misbehave", "g", &["tensor", "tensor-ops", "log"], "max_plugin_ms_per_request = 2")
+            .unwrap();
+    let g = guider(&d);
+    assert!(run(g.clone(), request(Some(serde_json::json!({"mode": "slow"})))).is_err());
+    // The next request has a budget of its own, and the finished ones left nothing behind.
+    run(g.clone(), request(Some(serde_json::json!({"mode": "ok"})))).unwrap();
+    assert_eq!(d.runtime.tracked_requests(), 0);
+    // The default budget (10 s) leaves normal requests alone.
+    let d = deploy("fastvideo_testing_misbehave", "g", &["tensor", "tensor-ops", "log"], "").unwrap();
+    run(guider(&d), request(Some(serde_json::json!({"mode": "slow"})))).unwrap();
+}
+
+#[test]
 fn a_failed_request_leaves_other_requests_untouched() {
     let d = deploy("fastvideo_testing_misbehave", "g", &["tensor", "tensor-ops", "log"], "").unwrap();
     let g = guider(&d);
@@ -191,7 +211,7 @@ fn parameters_are_checked_against_the_schema_and_exact_mode() {
     let mut exact = request(Some(serde_json::json!({"mode": "ok"})));
     exact.exact = true;
     let e = d.check_request(&exact).unwrap_err().to_string();
-    assert!(e.contains("exact mode"), "{e}");
+    assert!(e.contains("exact request runs without it"), "{e}");
     let mut other = request(None);
     other.plugin_params.insert("nope".into(), serde_json::json!({}));
     assert!(d.check_request(&other).unwrap_err().to_string().contains("no plugin of that name"));

@@ -2,7 +2,8 @@
 //! says so, traps, spins forever, returns a wrong-shaped tensor, grows memory without bound,
 //! hoards tensor handles, returns an error or logs 20,000 lines of 1,000 bytes per call (`spam`).
 //! `mode = "count"` checks that globals start fresh in every request (a fresh instance per
-//! request).
+//! request). `mode = "slow"` busy-loops a few milliseconds per call, under the call deadline,
+//! for the per-request budget.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -13,7 +14,10 @@ static MODE: AtomicU32 = AtomicU32::new(0);
 static INITS: AtomicU32 = AtomicU32::new(0);
 static mut HOARD: Vec<Tensor> = Vec::new();
 
-const MODES: &[&str] = &["ok", "trap", "hang", "shape", "memory", "handles", "error", "count", "spam"];
+const MODES: &[&str] = &["ok", "trap", "hang", "shape", "memory", "handles", "error", "count", "spam", "slow"];
+
+/// Iterations `slow` spins per call: a few milliseconds, well under the 50 ms call deadline.
+const SLOW_ITERS: u64 = 3_000_000;
 
 /// Lines `spam` logs per call.
 pub const SPAM_LINES: u32 = 20_000;
@@ -58,6 +62,13 @@ impl Guest for Misbehave {
                 }
                 guided()
             }
+            "slow" => {
+                let mut x: u64 = 1;
+                for i in 0..SLOW_ITERS {
+                    x = core::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(i));
+                }
+                guided()
+            }
             "count" if INITS.load(Ordering::Relaxed) != 1 => {
                 Err(format!("state leaked: init ran {} times in this instance", INITS.load(Ordering::Relaxed)))
             }
@@ -68,5 +79,5 @@ impl Guest for Misbehave {
 
 fastvideo_plugin_sdk::guider::export_guider!(Misbehave);
 fastvideo_plugin_sdk::manifest!(
-    r#"{"name":"misbehave","version":"0.1.0","kind":"guider","hooks":["combine"],"distribution_altering":true,"wit":"0.1.1","params_schema":{"type":"object","properties":{"mode":{"enum":["ok","trap","hang","shape","memory","handles","error","count","spam"]}},"additionalProperties":false}}"#
+    r#"{"name":"misbehave","version":"0.1.0","kind":"guider","hooks":["combine"],"distribution_altering":true,"wit":"0.1.1","params_schema":{"type":"object","properties":{"mode":{"enum":["ok","trap","hang","shape","memory","handles","error","count","spam","slow"]}},"additionalProperties":false}}"#
 );
