@@ -3,7 +3,7 @@
 //! Models iterate their blocks in one place (`run_blocks`) and call a [`BlockHook`] there.
 
 use anyhow::Result;
-use fastvideo_request::ResolvedRequest;
+use fastvideo_request::{OmniEvent, ResolvedRequest};
 use tch::Tensor;
 
 use crate::StepCtx;
@@ -41,6 +41,11 @@ pub trait BlockPolicyState: Send {
         output: &Tensor,
     ) -> Result<BlockAction>;
     fn end(&mut self, step: &StepCtx, branch: &str, hidden: &Tensor) -> Result<()>;
+    /// Events for the request's stream (a plugin's `events.emit`), collected after each step:
+    /// they go to that request and nowhere else.
+    fn take_events(&mut self) -> Vec<OmniEvent> {
+        Vec::new()
+    }
 }
 
 /// Binds a request's state to one forward (step, branch) as a [`BlockHook`].

@@ -200,6 +200,9 @@ impl LoopStage for DenoiseLoop {
             p.after_step(&step, &guided).context("step interceptor after-step")?;
             emit = p.take_events();
         }
+        if let Some(b) = s.blocks.as_deref_mut() {
+            emit.extend(b.take_events());
+        }
         let done = s.sampler.step_index() == s.sampler.timesteps().len();
         Ok(StepResult { done, emit, forwards, output: Some(guided) })
     }

@@ -1,38 +1,35 @@
 //! A block-interceptor plugin bound into the denoise loop as its [`BlockPolicy`]: one instance
 //! per request; each block's input and output are lent to the plugin as borrowed handles for
-//! the duration of one call, so nothing is copied.
+//! the duration of one call, so nothing is copied. Its events go to its request's stream.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use anyhow::Result;
 use fastvideo_pipeline::{BlockAction, BlockPolicy, BlockPolicyState, StepCtx};
-use fastvideo_request::ResolvedRequest;
+use fastvideo_request::{OmniEvent, ResolvedRequest};
 use tch::Tensor;
 
 use crate::bindings::exports::fastvideo::plugin::block_interceptor::BlockAction as WitAction;
 use crate::deploy::{Deployment, EnabledPlugin};
 use crate::guider::step_context;
 use crate::runtime::{Guest, PluginInstance, PluginRuntime};
-use crate::state::PluginEvent;
 
 pub struct PluginBlockPolicy {
     runtime: Arc<PluginRuntime>,
     plugin: Arc<EnabledPlugin>,
     model_id: String,
-    /// Events the plugin emitted (cache hits, …), for metrics and tests.
-    pub events: Arc<Mutex<Vec<PluginEvent>>>,
 }
 
 impl PluginBlockPolicy {
     pub fn new(deploy: &Deployment, plugin: Arc<EnabledPlugin>, model_id: impl Into<String>) -> Self {
-        Self { runtime: deploy.runtime.clone(), plugin, model_id: model_id.into(), events: Default::default() }
+        Self { runtime: deploy.runtime.clone(), plugin, model_id: model_id.into() }
     }
 }
 
 struct State {
     inst: PluginInstance,
     model_id: String,
-    events: Arc<Mutex<Vec<PluginEvent>>>,
+    request_id: String,
 }
 
 /// What an exact request gets from a distribution-altering block plugin: every block runs.
@@ -56,16 +53,7 @@ impl BlockPolicy for PluginBlockPolicy {
             return Ok(Box::new(Bypassed));
         }
         let (inst, _) = self.runtime.start(&self.plugin, req)?;
-        Ok(Box::new(State { inst, model_id: self.model_id.clone(), events: self.events.clone() }))
-    }
-}
-
-impl State {
-    fn flush_events(&mut self) {
-        let ev = self.inst.state().drain_events();
-        if !ev.is_empty() {
-            self.events.lock().unwrap_or_else(|e| e.into_inner()).extend(ev);
-        }
+        Ok(Box::new(State { inst, model_id: self.model_id.clone(), request_id: req.request_id.clone() }))
     }
 }
 
@@ -76,7 +64,6 @@ impl BlockPolicyState for State {
             Guest::BlockInterceptor(g) => g.call_begin_forward(store, &sc, num_blocks as u32),
             _ => unreachable!("loaded as a block interceptor"),
         })?;
-        self.flush_events();
         Ok(())
     }
 
@@ -93,7 +80,6 @@ impl BlockPolicyState for State {
             Guest::BlockInterceptor(g) => g.call_after_block(store, &sc, index as u32, rin, rout),
             _ => unreachable!("loaded as a block interceptor"),
         });
-        self.flush_events();
         Ok(match result? {
             WitAction::Proceed => BlockAction::Proceed,
             WitAction::SkipTo((to, hidden)) => {
@@ -108,8 +94,11 @@ impl BlockPolicyState for State {
             Guest::BlockInterceptor(g) => g.call_end_forward(store, &sc, r),
             _ => unreachable!("loaded as a block interceptor"),
         });
-        self.flush_events();
         result?;
         Ok(())
+    }
+
+    fn take_events(&mut self) -> Vec<OmniEvent> {
+        self.inst.drain_stream_events(&self.request_id)
     }
 }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use common::deploy;
 use fastvideo_pipeline::{LoopPolicies, PipelineRun, Values};
 use fastvideo_plugin_host::{PluginBlockPolicy, PluginError, PluginKind};
-use fastvideo_request::ResolvedRequest;
+use fastvideo_request::{OmniEvent, ResolvedRequest};
 use fastvideo_wan::{pipeline, WanModel};
 use tch::Device;
 
@@ -36,9 +36,14 @@ fn run(params: Option<serde_json::Value>) -> anyhow::Result<(Vec<u8>, usize)> {
     let spec = Arc::new(pipeline::text_to_video_with(model(), policies)?);
     let req = request(params.unwrap_or_else(|| serde_json::json!({})));
     let mut run = PipelineRun::new(spec, req, Device::Cpu, Values::default(), Default::default());
-    run.run_to_end(&mut |_| {})?;
-    let video = run.finish(&mut |_| {})?.video().unwrap().rgb.clone();
-    let hits = policy.events.lock().unwrap().iter().filter(|e| e.name == "dbcache.hit").count();
+    let mut events = Vec::new();
+    run.run_to_end(&mut |e| events.push(e))?;
+    let video = run.finish(&mut |e| events.push(e))?.video().unwrap().rgb.clone();
+    // The cache's events reach the request's own stream.
+    let hits = events
+        .iter()
+        .filter(|e| matches!(e, OmniEvent::Plugin { name, request_id, .. } if name == "dbcache.hit" && request_id == "plugin-test"))
+        .count();
     Ok((video, hits))
 }
 
