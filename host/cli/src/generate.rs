@@ -7,10 +7,8 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use fastvideo_pipeline::{BlockPolicy, Guidance, LoopPolicies, Observer, PipelineRun, StepPolicy, Values};
-use fastvideo_plugin_host::{
-    Deployment, PluginBlockPolicy, PluginGuider, PluginKind, PluginObserver, PluginStepPolicy,
-};
+use fastvideo_pipeline::{LoopPolicies, PipelineRun, Values};
+use fastvideo_plugin_host::Deployment;
 use fastvideo_request::{InputPart, OmniRequest, TextRole};
 
 use crate::args::{PluginArgs, PrecisionArgs, SamplingArgs};
@@ -75,7 +73,7 @@ pub fn policies_for(
         if !plugins.plugin_params.is_empty() {
             bail!("--plugin-param needs --deploy (plugins come from a deploy config)");
         }
-        return Ok(policies(None, model_id, quiet));
+        return Ok(fastvideo_plugin_host::loop_policies(None, model_id));
     };
     let deploy = Deployment::load(path).with_context(|| format!("--deploy {}", path.display()))?;
     for r in requests {
@@ -84,32 +82,15 @@ pub fn policies_for(
     Ok(policies(Some(&deploy), model_id, quiet))
 }
 
-/// The policies a deploy enables: its guider (else built-in CFG), block interceptor and step
-/// interceptor if any, and every observer. Without a deploy: built-in CFG only.
+/// The policies a deploy enables ([`Deployment::policies`]), each bound plugin named on stderr
+/// unless `quiet`. Without a deploy: built-in CFG only.
 pub fn policies(deploy: Option<&Deployment>, model_id: &str, quiet: bool) -> LoopPolicies {
-    let Some(deploy) = deploy else {
-        return LoopPolicies::new(pipeline::default_guidance());
-    };
-    let say = |what: &str, p: &fastvideo_plugin_host::EnabledPlugin| {
-        if !quiet {
-            eprintln!("{what}: plugin `{}` (blake3 {})", p.name(), &p.plugin.audit.blake3[..16]);
+    if let (Some(d), false) = (deploy, quiet) {
+        for line in d.describe() {
+            eprintln!("{line}");
         }
-    };
-    let first = |kind, what| deploy.of_kind(kind).next().cloned().inspect(|p| say(what, p));
-    let guidance: Arc<dyn Guidance> = match first(PluginKind::Guider, "guider") {
-        Some(g) => Arc::new(PluginGuider::new(deploy, g, model_id)),
-        None => pipeline::default_guidance(),
-    };
-    let blocks = first(PluginKind::BlockInterceptor, "block interceptor")
-        .map(|b| Arc::new(PluginBlockPolicy::new(deploy, b, model_id)) as Arc<dyn BlockPolicy>);
-    let steps = first(PluginKind::StepInterceptor, "step interceptor")
-        .map(|p| Arc::new(PluginStepPolicy::new(deploy, p, model_id)) as Arc<dyn StepPolicy>);
-    let observers = deploy
-        .of_kind(PluginKind::Observer)
-        .inspect(|p| say("observer", p))
-        .map(|p| Arc::new(PluginObserver::new(deploy, p.clone(), model_id)) as Arc<dyn Observer>)
-        .collect();
-    LoopPolicies { guidance, blocks, steps, observers }
+    }
+    fastvideo_plugin_host::loop_policies(deploy, model_id)
 }
 
 /// Checks the places outputs go before any work, so a typo never costs a generation.

@@ -8,8 +8,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use fastvideo_engine::{Engine, EngineConfig, EngineModel, Metrics, Policy};
-use fastvideo_plugin_host::{Deployment, PluginError};
-use fastvideo_request::RequestError;
+use fastvideo_plugin_host::Deployment;
 use fastvideo_server::{AppState, DrainMode, ServerConfig};
 use fastvideo_wan::pipeline;
 
@@ -173,15 +172,6 @@ fn parse_ice(s: &str) -> Result<fastvideo_server::IceServer, String> {
     fastvideo_server::RtcConfig::parse_ice_server(s)
 }
 
-/// Maps plugin-host errors to our error codes: a failing plugin is `plugin_failed`.
-fn classify(e: &anyhow::Error) -> &'static str {
-    if e.chain().any(|c| matches!(c.downcast_ref::<PluginError>(), Some(PluginError::Call { .. }))) {
-        "plugin_failed"
-    } else {
-        "pipeline_failed"
-    }
-}
-
 /// `--api-key` values and `--api-key-file` lines, checked before anything is loaded.
 fn api_keys(args: &ServeArgs) -> Result<Vec<String>> {
     let mut keys = args.api_keys.clone();
@@ -234,15 +224,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let policies = crate::generate::policies(deploy.as_deref(), &model_id, false);
     let spec = Arc::new(pipeline::text_to_video_with(&model, policies)?);
     let deploy_for_check = deploy.clone();
-    let check = Box::new(move |r: &fastvideo_request::ResolvedRequest| match &deploy_for_check {
-        Some(d) => d.check_request(r).map_err(|e| match &e {
-            PluginError::Refused { plugin, .. } => RequestError::new(format!("plugin_params.{plugin}"), e.to_string()),
-            _ => RequestError::new("plugin_params", e.to_string()),
-        }),
-        None if !r.plugin_params.is_empty() => {
-            Err(RequestError::new("plugin_params", "this server enables no plugins (it was started without --deploy)"))
-        }
-        None => Ok(()),
+    let check = Box::new(move |r: &fastvideo_request::ResolvedRequest| {
+        fastvideo_plugin_host::check_request(deploy_for_check.as_deref(), r)
     });
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = Metrics::register(&mut registry);
@@ -292,7 +275,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
     }
     let limits = model.limits();
     let engine = Engine::start_with_sessions(
-        EngineModel { id: model_id, limits, spec, device, check, classify },
+        EngineModel { id: model_id, limits, spec, device, check, classify: fastvideo_plugin_host::classify_failure },
         sessions,
         cfg,
         metrics,

@@ -3,6 +3,7 @@
 //! them inside the denoise loop with one store per (request, plugin), per-call deadlines and
 //! memory caps. Tensors stay on the host; plugins hold handles and call host ops.
 
+mod bind;
 pub mod bindings;
 mod blocks;
 mod build;
@@ -16,6 +17,7 @@ mod runtime;
 mod state;
 mod step;
 
+pub use bind::{check_request, classify_failure, loop_policies};
 pub use blocks::PluginBlockPolicy;
 pub use build::build_plugins;
 pub use componentize::{componentize, embed_manifest};
