@@ -79,6 +79,8 @@ pub struct PluginRuntime {
     /// The plugin time each live request has used, shared by its instances; an entry goes
     /// when the request's last instance does.
     budgets: std::sync::Mutex<std::collections::HashMap<String, std::sync::Weak<Budget>>>,
+    /// Instances alive now (each holds a store, its memory and its tensor handles).
+    live: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// Microseconds of plugin time a request has used.
@@ -111,7 +113,14 @@ impl PluginRuntime {
                 }
             })
             .map_err(|e| PluginError::Io(format!("epoch thread: {e}")))?;
-        Ok(Self { engine, limits, _ticker: Ticker(stop), observer: Arc::default(), budgets: Default::default() })
+        Ok(Self {
+            engine,
+            limits,
+            _ticker: Ticker(stop),
+            observer: Arc::default(),
+            budgets: Default::default(),
+            live: Arc::default(),
+        })
     }
 
     /// Reports the wall time of every plugin call to `f` as well (set once). Calls are always
@@ -189,6 +198,11 @@ impl PluginRuntime {
         b
     }
 
+    /// Plugin instances alive now, across all requests: back to 0 once requests end.
+    pub fn live_instances(&self) -> usize {
+        self.live.load(Ordering::Relaxed)
+    }
+
     /// Requests with a live budget entry (for the leak tests).
     pub fn tracked_requests(&self) -> usize {
         self.budgets.lock().unwrap_or_else(|e| e.into_inner()).values().filter(|w| w.strong_count() > 0).count()
@@ -247,6 +261,7 @@ impl PluginRuntime {
             poisoned: false,
             observer: self.observer.clone(),
             budget: None,
+            _live: LiveGuard::new(&self.live),
         })
     }
 }
@@ -338,6 +353,23 @@ pub struct PluginInstance {
     observer: CallObserver,
     /// The request's shared plugin-time budget (none for an instance made outside a request).
     budget: Option<Arc<Budget>>,
+    _live: LiveGuard,
+}
+
+/// Counts an instance in [`PluginRuntime::live_instances`] while it exists.
+struct LiveGuard(Arc<std::sync::atomic::AtomicUsize>);
+
+impl LiveGuard {
+    fn new(count: &Arc<std::sync::atomic::AtomicUsize>) -> Self {
+        count.fetch_add(1, Ordering::Relaxed);
+        Self(count.clone())
+    }
+}
+
+impl Drop for LiveGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl PluginInstance {
