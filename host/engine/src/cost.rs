@@ -136,7 +136,7 @@ impl CostModel {
         steps as f64 * self.step_seconds(key) + self.one_shot_seconds(key)
     }
 
-    /// Predicted seconds left of a request that has run `steps_done` steps and spent
+    /// Predicted seconds left of a request with `steps_left` denoise steps to go that has spent
     /// `one_shot_spent` seconds in one-shot stages.
     pub fn remaining_seconds(&self, key: &CostKey, steps_left: u32, one_shot_spent: f64) -> f64 {
         steps_left as f64 * self.step_seconds(key) + (self.one_shot_seconds(key) - one_shot_spent).max(0.0)

@@ -27,7 +27,7 @@ use crate::session::{
 };
 use crate::{EngineError, Metrics};
 
-/// Engine settings (the `[engine]` table of a deploy config).
+/// Engine settings (`fastvideo serve`'s scheduling and admission flags).
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
     pub policy: Policy,

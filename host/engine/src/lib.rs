@@ -1,4 +1,4 @@
-//! The execution plane (DESIGN.md §3): an async engine in front of one executor thread that
+//! The execution plane (docs/architecture.md): an async engine in front of one executor thread that
 //! runs a step scheduler over every admitted request.
 //!
 //! - [`scheduler::State`]: which request's next unit of work (one denoise step, or one whole

@@ -32,7 +32,7 @@ pub enum Advance {
 
 /// One request's walk through a pipeline, one unit of work per [`advance`](Self::advance): a
 /// whole one-shot node, a loop's `init`, one loop `step`, or a loop's `finalize`. The caller —
-/// the CLI's simple loop today, the step scheduler tomorrow — decides when to advance which run.
+/// the CLI's simple loop, or the engine's step scheduler — decides when to advance which run.
 pub struct PipelineRun {
     spec: Arc<PipelineSpec>,
     request: ResolvedRequest,

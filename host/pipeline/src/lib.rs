@@ -1,4 +1,4 @@
-//! The pipeline plane (DESIGN.md §3): how a model family's work is laid out and who iterates.
+//! The pipeline plane (docs/architecture.md): how a model family's work is laid out and who iterates.
 //!
 //! The keystone is loop inversion. A family never writes `for t in timesteps { ... }`; it
 //! implements [`LoopStage`] (`init` → [`LoopState`], `step`, `finalize`), and a driver outside the

@@ -1,4 +1,4 @@
-//! The request plane (DESIGN.md §3): what a caller asks for, what it gets back, and what it sees
+//! The request plane (docs/architecture.md): what a caller asks for, what it gets back, and what it sees
 //! while it waits.
 //!
 //! Everything here is plain serde data with no tensors, so the CLI, the HTTP server and plugins can
