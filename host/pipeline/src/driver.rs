@@ -311,11 +311,18 @@ impl PipelineRun {
             artifacts: Default::default(),
             metrics: std::mem::take(&mut self.metrics),
         };
-        if let Some(Value::Video(v)) = self.values.remove("video") {
-            out.artifacts.insert("video".into(), Artifact::Video(v));
+        // The spec names what a request returns; a final output that is not a video (a toy
+        // pipeline ending in latents) stays a value.
+        let spec = Arc::clone(&self.spec);
+        match self.values.remove(&spec.final_output) {
+            Some(Value::Video(v)) => {
+                out.artifacts.insert(spec.final_output.clone(), Artifact::Video(v));
+            }
+            Some(other) => self.values.insert(spec.final_output.clone(), other),
+            None => {}
         }
         if self.request.outputs.return_latents {
-            let t = self.values.tensor("latents")?.to_kind(Kind::Float).to_device(Device::Cpu).contiguous();
+            let t = self.values.tensor(&spec.latents)?.to_kind(Kind::Float).to_device(Device::Cpu).contiguous();
             let data = Vec::<f32>::try_from(t.flatten(0, -1))?;
             out.artifacts.insert("latents".into(), Artifact::Latents(LatentsArtifact { shape: t.size(), data }));
         }

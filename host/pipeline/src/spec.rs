@@ -65,6 +65,11 @@ pub struct PipelineSpec {
     pub nodes: Vec<Node>,
     /// Watch every request run through this pipeline (bound by the deploy; none by default).
     pub observers: Vec<Arc<dyn Observer>>,
+    /// The value a finished request returns (its artifact has this name), checked to be
+    /// produced for every task.
+    pub final_output: String,
+    /// The value returned as the `latents` artifact when a request asks for them.
+    pub latents: String,
 }
 
 impl PipelineSpec {
@@ -101,7 +106,14 @@ impl PipelineSpec {
                 return Err(SpecError::NoLoop { pipeline, task: task.as_str() });
             }
         }
-        Ok(Self { name: pipeline, tasks, nodes, observers: Vec::new() })
+        Ok(Self {
+            name: pipeline,
+            tasks,
+            nodes,
+            observers: Vec::new(),
+            final_output: final_output.into(),
+            latents: "latents".into(),
+        })
     }
 
     /// The same pipeline with these observers watching every request.

@@ -418,3 +418,37 @@ fn observed_or_intercepted_runs_are_not_batched() {
     plain.advance(&mut |_| {}).unwrap();
     assert!(plain.batch_key().is_some());
 }
+
+/// Writes a one-frame "video" under the spec's final output name.
+struct Clip;
+impl Stage for Clip {
+    fn run(&self, _ctx: &NodeCtx, values: &mut Values) -> Result<()> {
+        let v = fastvideo_request::VideoArtifact { fps: 8, num_frames: 1, height: 1, width: 1, rgb: vec![1, 2, 3] };
+        values.insert("clip", Value::Video(v));
+        Ok(())
+    }
+}
+
+#[test]
+fn the_artifact_is_the_value_the_spec_names_as_its_final_output() {
+    let denoise = DenoiseLoop {
+        denoiser: Arc::new(Toy),
+        guidance: Arc::new(ClassicCfg),
+        blocks: None,
+        steps: None,
+        contexts: BTreeMap::from([("cond".into(), "cond".into()), ("uncond".into(), "uncond".into())]),
+        initial_latents: "init".into(),
+        output: "latents".into(),
+    };
+    let nodes = vec![
+        Node::stage("contexts", Arc::new(Contexts), &[], &["cond", "uncond"]),
+        Node::looped("denoise", Arc::new(denoise), &["cond"], &["latents"]),
+        Node::stage("clip", Arc::new(Clip), &["latents"], &["clip"]),
+    ];
+    let spec = Arc::new(PipelineSpec::new("toy", vec![TaskType::T2v], nodes, &[], "clip").unwrap());
+    assert_eq!(spec.final_output, "clip");
+    let mut run = PipelineRun::new(spec, request(2, 1.0), Device::Cpu, Values::default(), Default::default());
+    run.run_to_end(&mut |_| {}).unwrap();
+    let out = run.finish(&mut |_| {}).unwrap();
+    assert!(out.artifacts.contains_key("clip") && !out.artifacts.contains_key("video"), "{:?}", out.artifacts.keys());
+}
