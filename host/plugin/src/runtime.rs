@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tch::Tensor;
 use wasmtime::component::{Component, InstancePre, Linker, Resource};
-use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, StoreLimitsBuilder, Trap};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap};
 
 use crate::bindings::exports::fastvideo::plugin as exports;
 use crate::bindings::fastvideo::plugin as imports;
@@ -211,7 +211,7 @@ impl PluginRuntime {
     /// A fresh instance for one request.
     pub fn instantiate(&self, plugin: &LoadedPlugin) -> Result<PluginInstance, PluginError> {
         let l = self.limits;
-        let limits = StoreLimitsBuilder::new().memory_size(l.memory_bytes).trap_on_grow_failure(true).build();
+        let limits = crate::state::MemoryCap { bytes: l.memory_bytes };
         let state = HostState::new(
             plugin.name.clone(),
             InstanceLimits {
@@ -286,15 +286,19 @@ fn link(linker: &mut Linker<HostState>, caps: &[String]) -> wasmtime::Result<()>
     Ok(())
 }
 
+/// How a call failed, by the error's type: wasmtime's trap codes, and our own limiter's and
+/// host functions' error types (never by message text).
 fn classify(e: &wasmtime::Error) -> FailureKind {
-    let root = e.root_cause().to_string();
+    if e.downcast_ref::<crate::state::MemoryCapHit>().is_some() {
+        return FailureKind::Memory;
+    }
+    if e.downcast_ref::<crate::state::HandleCapHit>().is_some() {
+        return FailureKind::Invalid;
+    }
     match e.downcast_ref::<Trap>() {
         Some(Trap::Interrupt) => FailureKind::Timeout,
         Some(Trap::OutOfFuel) => FailureKind::Fuel,
-        Some(_) => FailureKind::Trap,
-        None if root.contains("growing memory") => FailureKind::Memory,
-        None if root.contains("tensor handles") => FailureKind::Invalid,
-        None => FailureKind::Trap,
+        _ => FailureKind::Trap,
     }
 }
 

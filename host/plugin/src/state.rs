@@ -5,7 +5,6 @@ use std::sync::Arc;
 
 use tch::{Kind, Tensor};
 use wasmtime::component::{Resource, ResourceTable};
-use wasmtime::StoreLimits;
 
 use crate::bindings::fastvideo::plugin::{clock, events, log, tensor, tensor_ops, tensor_read, types};
 
@@ -56,12 +55,45 @@ fn cut(mut s: String, max: usize) -> String {
     s
 }
 
+/// The instance's memory cap as a resource limiter: growth past it traps with [`MemoryCapHit`],
+/// which the runtime recognises by type.
+#[derive(Debug, Clone, Copy)]
+pub struct MemoryCap {
+    pub bytes: usize,
+}
+
+/// A linear memory asked to grow past [`MemoryCap`].
+#[derive(Debug, thiserror::Error)]
+#[error("growing memory to {desired} bytes, past the {cap} byte cap")]
+pub struct MemoryCapHit {
+    pub desired: usize,
+    pub cap: usize,
+}
+
+/// A plugin asked for a tensor handle past the deploy's cap.
+#[derive(Debug, thiserror::Error)]
+#[error("holds more than {0} tensor handles (the deploy's cap)")]
+pub struct HandleCapHit(pub usize);
+
+impl wasmtime::ResourceLimiter for MemoryCap {
+    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        if desired > self.bytes {
+            return Err(MemoryCapHit { desired, cap: self.bytes }.into());
+        }
+        Ok(true)
+    }
+
+    fn table_growing(&mut self, _current: usize, _desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        Ok(true)
+    }
+}
+
 pub struct HostState {
     pub(crate) plugin: Arc<str>,
     pub(crate) table: ResourceTable,
     pub(crate) live_handles: usize,
     pub(crate) instance_limits: InstanceLimits,
-    pub(crate) limits: StoreLimits,
+    pub(crate) limits: MemoryCap,
     pub(crate) events: Vec<PluginEvent>,
     pub(crate) counts: OutputCounts,
     /// Time host ops spent waiting for a GPU to finish queued work before reading a value,
@@ -91,7 +123,7 @@ impl HostState {
         ms
     }
 
-    pub fn new(plugin: Arc<str>, instance_limits: InstanceLimits, limits: StoreLimits) -> Self {
+    pub fn new(plugin: Arc<str>, instance_limits: InstanceLimits, limits: MemoryCap) -> Self {
         Self {
             plugin,
             table: ResourceTable::new(),
@@ -108,7 +140,7 @@ impl HostState {
     /// Hands a tensor to the plugin as a new handle, within the handle cap.
     pub fn push(&mut self, t: Tensor) -> wasmtime::Result<Resource<PluginTensor>> {
         if self.live_handles >= self.instance_limits.max_handles {
-            wasmtime::bail!("holds more than {} tensor handles (the deploy's cap)", self.instance_limits.max_handles);
+            return Err(HandleCapHit(self.instance_limits.max_handles).into());
         }
         self.live_handles += 1;
         Ok(self.table.push(PluginTensor(t))?)
