@@ -28,7 +28,7 @@ pub struct PluginEntry {
     pub source: PathBuf,
     /// Hex blake3 of the file (`fastvideo plugin hash`); a different file refuses to start.
     pub blake3: String,
-    /// Interfaces the plugin may import (`tensor`, `tensor-ops`, `tensor-read`, `log`, `events`).
+    /// Interfaces the plugin may import (`tensor`, `tensor-ops`, `tensor-read`, `log`, `events`, `clock`; see [`crate::PROVIDED`]).
     #[serde(default)]
     pub grants: Vec<String>,
     /// Default parameters, overridden per request by `plugin_params.<name>`.

@@ -3,6 +3,9 @@
 //! Each plugin kind is a WIT world; this crate generates the bindings of every world once so a
 //! plugin only implements a trait and names itself:
 //!
+//! (`ignore`: it builds only as a wasm32 plugin; `plugins/guiders/cfg` is this example, built in
+//! CI.)
+//!
 //! ```ignore
 //! use fastvideo_plugin_sdk::guider::exports::fastvideo::plugin::guider::Guest;
 //! use fastvideo_plugin_sdk::guider::fastvideo::plugin::{tensor::Tensor, tensor_ops, types::StepContext};
@@ -10,9 +13,9 @@
 //! struct Cfg;
 //! impl Guest for Cfg {
 //!     fn init(_params: String) -> Result<Vec<String>, String> { Ok(vec!["cond".into(), "uncond".into()]) }
-//!     fn combine(ctx: StepContext, preds: Vec<&Tensor>) -> Result<Tensor, String> {
+//!     fn combine(ctx: StepContext, preds: Vec<Tensor>) -> Result<Tensor, String> {
 //!         let s = ctx.guidance_scale;
-//!         tensor_ops::linear_combination(&preds, &[s, 1.0 - s])
+//!         tensor_ops::linear_combination(&[&preds[0], &preds[1]], &[s, 1.0 - s])
 //!     }
 //! }
 //! fastvideo_plugin_sdk::guider::export_guider!(Cfg);
