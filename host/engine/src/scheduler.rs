@@ -193,8 +193,10 @@ impl State {
                 // Only such a request can be starved by shortest-first; one waiting behind older
                 // work of its own size (every short job, when the server is over capacity) is
                 // not, and calling it overdue would only turn the order into FIFO.
+                let past_stretch = |e: &Entry| in_system(e) > (self.max_stretch * e.total).max(MIN_OVERDUE_SECONDS);
+                // Per unit: the sort below runs only once some request is past its stretch.
                 let mut overtaken = std::collections::HashSet::new();
-                if self.max_stretch.is_finite() {
+                if self.max_stretch.is_finite() && self.entries.values().any(past_stretch) {
                     let mut by_age: Vec<(u64, u64, f64)> =
                         self.entries.iter().map(|(k, e)| (e.arrival, *k, e.remaining)).collect();
                     by_age.sort_by_key(|a| std::cmp::Reverse(a.0));
@@ -206,9 +208,7 @@ impl State {
                         least_younger = least_younger.min(remaining);
                     }
                 }
-                let overdue = |k: &u64, e: &Entry| {
-                    overtaken.contains(k) && in_system(e) > (self.max_stretch * e.total).max(MIN_OVERDUE_SECONDS)
-                };
+                let overdue = |k: &u64, e: &Entry| overtaken.contains(k) && past_stretch(e);
                 let runnable = || self.entries.iter().filter(|(_, e)| fits(e));
                 // Overdue: priority, then oldest first — so once overdue, only older overdue
                 // requests go before it within the share, which is what makes the bound hold

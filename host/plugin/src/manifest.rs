@@ -232,13 +232,6 @@ fn check_manifest(m: &Manifest, exports: &[String]) -> Vec<String> {
     problems
 }
 
-impl Audit {
-    /// Capabilities the plugin needs that `grants` does not give, in import order.
-    pub fn missing_grants(&self, grants: &[String]) -> Vec<String> {
-        self.capabilities.iter().filter(|c| !grants.contains(c)).cloned().collect()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

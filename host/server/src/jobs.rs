@@ -59,6 +59,17 @@ pub struct VideoObject {
     pub predicted_seconds: f64,
 }
 
+impl Status {
+    fn as_str(self) -> &'static str {
+        match self {
+            Status::Queued => "queued",
+            Status::InProgress => "in_progress",
+            Status::Completed => "completed",
+            Status::Failed => "failed",
+        }
+    }
+}
+
 impl VideoObject {
     fn ended(&self) -> bool {
         matches!(self.status, Status::Completed | Status::Failed)
@@ -155,6 +166,12 @@ impl Job {
 
     fn visible_to(&self, who: Caller) -> bool {
         !self.deleted && self.owner == who && !self.expired(now_secs())
+    }
+
+    /// The events now live in the store; subscribers read them there.
+    fn history_to_store(&mut self) {
+        self.history = Vec::new();
+        self.history_stored = true;
     }
 
     fn record(&self) -> Record {
@@ -409,28 +426,22 @@ impl Jobs {
                     }
                     Err(why) => {
                         out.failed += 1;
+                        let message = format!(
+                            "the server restarted while this job was {}; it did not run again: {why}",
+                            was.as_str()
+                        );
+                        let e = JobError { code: "server_restarted".into(), message };
                         job.video.status = Status::Failed;
-                        job.video.error = Some(JobError {
-                            code: "server_restarted".into(),
-                            message: format!(
-                                "the server restarted while this job was {}; it did not run again: {why}",
-                                serde_json::to_value(was)
-                                    .ok()
-                                    .and_then(|v| v.as_str().map(String::from))
-                                    .unwrap_or_default()
-                            ),
-                        });
-                        let e = job.video.error.clone().unwrap();
                         job.video.completed_at = Some(now_secs());
                         job.video.expires_at = self.expiry();
                         job.history.push(OmniEvent::Error {
                             request_id: job.video.id.clone(),
-                            code: e.code,
-                            message: e.message,
+                            code: e.code.clone(),
+                            message: e.message.clone(),
                         });
+                        job.video.error = Some(e);
                         store.put(&job.record(), Some(&job.history))?;
-                        job.history = Vec::new();
-                        job.history_stored = true;
+                        job.history_to_store();
                     }
                 }
             }
@@ -528,8 +539,7 @@ impl Jobs {
             // A completed job's events went to the store with its MP4 (the same ones: `done`
             // included); from now on subscribers read them there.
             if matches!(j.mp4, Some(Mp4::Stored(_))) {
-                j.history = Vec::new();
-                j.history_stored = true;
+                j.history_to_store();
             }
             let n = j.mp4_bytes;
             g.used_bytes += n;
@@ -538,10 +548,7 @@ impl Jobs {
         if let (Some(store), Some((rec, history))) = (self.store.clone(), failed) {
             match tokio::task::spawn_blocking(move || store.put(&rec, Some(&history))).await {
                 Ok(Ok(())) => {
-                    self.with(&id, |j| {
-                        j.history = Vec::new();
-                        j.history_stored = true;
-                    });
+                    self.with(&id, Job::history_to_store);
                 }
                 Ok(Err(e)) => tracing::warn!(id, "storing a failed job: {e:#}"),
                 Err(e) => tracing::warn!(id, "storing a failed job: {e}"),

@@ -123,8 +123,7 @@ impl Store {
         Ok(())
     }
 
-    /// Stores a finished job's MP4, then its completed record and events. Returns the bytes
-    /// written.
+    /// Stores a finished job's MP4, then its completed record (with the MP4's size) and events.
     pub fn complete(&self, rec: &mut Record, mp4: &[u8], events: &[OmniEvent]) -> Result<()> {
         let path = self.mp4_path(&rec.video.id)?;
         let tmp = path.with_extension("mp4.tmp");
