@@ -6,7 +6,7 @@ use anyhow::Result;
 use fastvideo_request::{OmniEvent, ResolvedRequest};
 use tch::Tensor;
 
-use crate::StepCtx;
+use crate::{PluginMeter, StepCtx};
 
 /// What to do after a block.
 pub enum BlockAction {
@@ -25,7 +25,7 @@ pub trait BlockHook {
 
 /// A block policy bound when the pipeline is built; per-request state comes from `init`.
 pub trait BlockPolicy: Send + Sync {
-    fn init(&self, req: &ResolvedRequest) -> Result<Box<dyn BlockPolicyState>>;
+    fn init(&self, req: &ResolvedRequest, meter: &PluginMeter) -> Result<Box<dyn BlockPolicyState>>;
 }
 
 /// A request's block-policy state; calls carry the step and the guidance branch, so a cache can

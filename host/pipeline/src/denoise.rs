@@ -122,7 +122,7 @@ impl LoopStage for DenoiseLoop {
             }
             None => seeded_noise(&shape, req.seed, ctx.device),
         };
-        let plan = self.guidance.init(req).context("guidance init")?;
+        let plan = self.guidance.init(req, ctx.meter).context("guidance init")?;
         let branches = plan.branches;
         let mut contexts = Vec::with_capacity(branches.len());
         for b in &branches {
@@ -138,11 +138,11 @@ impl LoopStage for DenoiseLoop {
             contexts,
             guidance: plan.state,
             blocks: match &self.blocks {
-                Some(p) => Some(p.init(req).context("block policy init")?),
+                Some(p) => Some(p.init(req, ctx.meter).context("block policy init")?),
                 None => None,
             },
             steps: match &self.steps {
-                Some(p) => Some(p.init(req).context("step interceptor init")?),
+                Some(p) => Some(p.init(req, ctx.meter).context("step interceptor init")?),
                 None => None,
             },
         };

@@ -6,7 +6,7 @@ use anyhow::{anyhow, Context, Result};
 use fastvideo_request::{Artifact, LatentsArtifact, OmniEvent, OmniOutput, RequestMetrics, ResolvedRequest};
 use tch::{Device, Kind};
 
-use crate::{LoopState, NodeCtx, NodeKind, Observed, ObserverState, PipelineSpec, Value, Values};
+use crate::{LoopState, NodeCtx, NodeKind, Observed, ObserverState, PipelineSpec, PluginMeter, Value, Values};
 
 /// Cancels a run at its next step boundary. Cheap to clone and share with other threads.
 #[derive(Clone, Default)]
@@ -47,6 +47,8 @@ pub struct PipelineRun {
     /// Per-request states of the spec's observers, made on the first `advance`.
     observers: Vec<Box<dyn ObserverState>>,
     observing: bool,
+    /// Plugin time of this request, charged by its policies' states.
+    meter: PluginMeter,
 }
 
 /// Tells every observer; the first error fails the request.
@@ -86,6 +88,7 @@ impl PipelineRun {
             node_started: now,
             observers: Vec::new(),
             observing: false,
+            meter: PluginMeter::default(),
         }
     }
 
@@ -110,9 +113,8 @@ impl PipelineRun {
     /// Does one unit of work; events go to `emit`. Returns an error naming the node (and step)
     /// that failed, or `cancelled` when the token was set; either way the run is over.
     pub fn advance(&mut self, emit: &mut dyn FnMut(OmniEvent)) -> Result<Advance> {
-        crate::policies::take_plugin_seconds(); // whatever ran on this thread before is not ours
         let r = self.advance_unit(emit);
-        self.metrics.plugin_seconds += crate::policies::take_plugin_seconds();
+        self.metrics.plugin_seconds = self.meter.used().as_secs_f64();
         if let Err(e) = &r {
             if self.observing {
                 let outcome = if self.cancel.is_cancelled() { "cancelled" } else { "failed" };
@@ -142,7 +144,7 @@ impl PipelineRun {
         }
         if self.cursor == 0 && self.active.is_none() && !self.spec.observers.is_empty() && self.observers.is_empty() {
             for o in &self.spec.observers {
-                self.observers.push(o.init(&self.request).context("observer init")?);
+                self.observers.push(o.init(&self.request, &self.meter).context("observer init")?);
             }
             self.observing = true;
             notify(&mut self.observers, Observed::RequestStart, None, emit)?;
@@ -152,7 +154,7 @@ impl PipelineRun {
         };
         let spec = Arc::clone(&self.spec);
         let node = &spec.nodes[idx];
-        let ctx = NodeCtx { request: &self.request, node: &node.name, device: self.device };
+        let ctx = NodeCtx { request: &self.request, node: &node.name, device: self.device, meter: &self.meter };
         let _guard = tch::no_grad_guard();
         let rid = &self.request.request_id;
         let observing = self.observing;
@@ -248,7 +250,7 @@ impl PipelineRun {
         if st.step >= st.total_steps || self.cancel.is_cancelled() || !self.spec.observers.is_empty() {
             return None;
         }
-        let ctx = NodeCtx { request: &self.request, node: &node.name, device: self.device };
+        let ctx = NodeCtx { request: &self.request, node: &node.name, device: self.device, meter: &self.meter };
         stage.batch_key(&ctx, st).map(|k| (idx, k))
     }
 
@@ -268,20 +270,20 @@ impl PipelineRun {
         let NodeKind::Loop(stage) = &node.kind else { unreachable!("batch keys come from loop nodes") };
         let _guard = tch::no_grad_guard();
         let mut states: Vec<LoopState> = runs.iter_mut().map(|r| r.active.take().expect("checked")).collect();
-        crate::policies::take_plugin_seconds();
         let t = Instant::now();
         let results = {
-            let ctxs: Vec<NodeCtx> =
-                runs.iter().map(|r| NodeCtx { request: &r.request, node: &node.name, device: r.device }).collect();
+            let ctxs: Vec<NodeCtx> = runs
+                .iter()
+                .map(|r| NodeCtx { request: &r.request, node: &node.name, device: r.device, meter: &r.meter })
+                .collect();
             let mut refs: Vec<&mut LoopState> = states.iter_mut().collect();
             stage.step_batch(&ctxs, &mut refs)
         };
         let elapsed = t.elapsed().as_secs_f64();
-        // Plugin time of a batched step is shared equally (guiders run per request inside it).
-        let plugin_share = crate::policies::take_plugin_seconds() / runs.len() as f64;
         let mut out = Vec::with_capacity(runs.len());
         for (i, ((run, st), r)) in runs.iter_mut().zip(states).zip(results).enumerate() {
-            run.metrics.plugin_seconds += plugin_share;
+            // Each request's policies charged their own meter inside the batched step.
+            run.metrics.plugin_seconds = run.meter.used().as_secs_f64();
             match r {
                 Ok(r) => {
                     run.record_step(&node.name, st, r, elapsed, &mut |e| emit(i, e));
@@ -326,7 +328,6 @@ impl PipelineRun {
             let data = Vec::<f32>::try_from(t.flatten(0, -1))?;
             out.artifacts.insert("latents".into(), Artifact::Latents(LatentsArtifact { shape: t.size(), data }));
         }
-        crate::policies::take_plugin_seconds();
         for name in out.artifacts.keys() {
             emit(OmniEvent::Artifact { request_id: out.request_id.clone(), name: name.clone() });
             if self.observing {
@@ -336,7 +337,7 @@ impl PipelineRun {
         if self.observing {
             notify(&mut self.observers, Observed::RequestEnd("completed"), None, emit)?;
         }
-        out.metrics.plugin_seconds += crate::policies::take_plugin_seconds();
+        out.metrics.plugin_seconds = self.meter.used().as_secs_f64();
         out.metrics.total_seconds = self.started.elapsed().as_secs_f64();
         emit(OmniEvent::Done { request_id: out.request_id.clone(), metrics: out.metrics.clone() });
         Ok(out)

@@ -4,6 +4,8 @@ use anyhow::{bail, Result};
 use fastvideo_request::ResolvedRequest;
 use tch::Tensor;
 
+use crate::PluginMeter;
+
 /// Per-request state of a guidance policy (CFG-Zero*, APG and plugin guiders keep some; classic
 /// CFG keeps none). Lives in the request's `LoopState`, never in the policy object.
 pub struct GuidanceState(pub Box<dyn Any + Send>);
@@ -31,7 +33,7 @@ pub struct StepCtx<'a> {
 /// built and shared by all requests; anything that changes per request is in [`GuidanceState`].
 pub trait Guidance: Send + Sync {
     /// Called once per request before the first step; an error fails that request only.
-    fn init(&self, req: &ResolvedRequest) -> Result<GuidancePlan>;
+    fn init(&self, req: &ResolvedRequest, meter: &PluginMeter) -> Result<GuidancePlan>;
     /// `preds[i]` is the prediction of `plan.branches[i]`.
     fn combine(&self, ctx: &StepCtx, preds: &[Tensor], state: &mut GuidanceState) -> Result<Tensor>;
 }
@@ -40,7 +42,7 @@ pub trait Guidance: Send + Sync {
 pub struct ClassicCfg;
 
 impl Guidance for ClassicCfg {
-    fn init(&self, req: &ResolvedRequest) -> Result<GuidancePlan> {
+    fn init(&self, req: &ResolvedRequest, _meter: &PluginMeter) -> Result<GuidancePlan> {
         let branches = if req.does_cfg() { vec!["cond", "uncond"] } else { vec!["cond"] };
         Ok(GuidancePlan {
             branches: branches.into_iter().map(String::from).collect(),

@@ -2,8 +2,9 @@
 //! pipeline. Like guidance and block policies, each is an object shared by all requests that
 //! hands out per-request state from `init`; none bound costs nothing in the loop.
 
-use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Result;
 use fastvideo_request::{OmniEvent, ResolvedRequest};
@@ -14,7 +15,7 @@ use crate::{BlockPolicy, Guidance, StepCtx};
 /// Around every solver step: may supply the step's model output (so no forward runs) and sees
 /// the output the sampler used. Step caches such as TaylorSeer are written against this.
 pub trait StepPolicy: Send + Sync {
-    fn init(&self, req: &ResolvedRequest) -> Result<Box<dyn StepPolicyState>>;
+    fn init(&self, req: &ResolvedRequest, meter: &PluginMeter) -> Result<Box<dyn StepPolicyState>>;
 }
 
 /// A request's step-interceptor state.
@@ -48,7 +49,7 @@ pub enum Observed<'a> {
 /// A read-only watcher of requests (NaN watchdogs, profilers). Observers are driven by the
 /// pipeline driver, so they see every node, not only the loop.
 pub trait Observer: Send + Sync {
-    fn init(&self, req: &ResolvedRequest) -> Result<Box<dyn ObserverState>>;
+    fn init(&self, req: &ResolvedRequest, meter: &PluginMeter) -> Result<Box<dyn ObserverState>>;
 }
 
 /// A request's observer state. `emit` puts events into the request's stream (SSE, WebSocket).
@@ -73,18 +74,21 @@ impl LoopPolicies {
     }
 }
 
-thread_local! {
-    static PLUGIN_SECONDS: Cell<f64> = const { Cell::new(0.0) };
-}
+/// Wall time a request has spent inside sandboxed policies (plugins), shared by all of the
+/// request's policy states. The driver makes one per run and hands it to every policy's `init`;
+/// the plugin host charges each call to it and enforces the per-request budget against it, and
+/// the driver reads it into `RequestMetrics::plugin_seconds`. Native policies ignore it.
+#[derive(Debug, Clone, Default)]
+pub struct PluginMeter(Arc<AtomicU64>);
 
-/// Sandboxed policies (plugins) report the wall time of each call here. A request's units run
-/// on one thread at a time, so the driver attributes what accumulated during a unit to the
-/// request that ran it (`RequestMetrics::plugin_seconds`).
-pub fn record_plugin_seconds(seconds: f64) {
-    PLUGIN_SECONDS.with(|c| c.set(c.get() + seconds));
-}
+impl PluginMeter {
+    /// Adds one call's time.
+    pub fn charge(&self, spent: Duration) {
+        self.0.fetch_add(spent.as_micros() as u64, Ordering::Relaxed);
+    }
 
-/// What was recorded on this thread since the last take.
-pub(crate) fn take_plugin_seconds() -> f64 {
-    PLUGIN_SECONDS.with(|c| c.replace(0.0))
+    /// All the time charged so far.
+    pub fn used(&self) -> Duration {
+        Duration::from_micros(self.0.load(Ordering::Relaxed))
+    }
 }

@@ -4,7 +4,7 @@ use anyhow::Result;
 use fastvideo_request::{OmniEvent, ResolvedRequest};
 use tch::{Device, Tensor};
 
-use crate::{StepCtx, Values};
+use crate::{PluginMeter, StepCtx, Values};
 
 /// What a stage sees of its request: the resolved parameters, the device, and where to send
 /// events. Built by the driver per call; stages keep nothing request-specific in `self`.
@@ -12,6 +12,8 @@ pub struct NodeCtx<'a> {
     pub request: &'a ResolvedRequest,
     pub node: &'a str,
     pub device: Device,
+    /// The run's plugin-time meter, for the policies a loop stage initialises.
+    pub meter: &'a PluginMeter,
 }
 
 /// A one-shot node: text encode, VAE decode, assemble.

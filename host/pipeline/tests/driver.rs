@@ -10,7 +10,7 @@ use fastvideo_pipeline::denoise::seeded_noise;
 use fastvideo_pipeline::sampler::{FlowMatchEuler, Sampler};
 use fastvideo_pipeline::{
     Advance, CancelToken, ClassicCfg, DenoiseLoop, Denoiser, Node, NodeCtx, Observed, Observer, ObserverState,
-    PipelineRun, PipelineSpec, SpecError, Stage, StepCtx, StepPolicy, StepPolicyState, Value, Values,
+    PipelineRun, PipelineSpec, PluginMeter, SpecError, Stage, StepCtx, StepPolicy, StepPolicyState, Value, Values,
 };
 use fastvideo_request::{Defaults, ModelLimits, OmniEvent, OmniRequest, ResolvedRequest, SamplerKind, TaskType};
 use tch::{Device, Tensor};
@@ -228,7 +228,7 @@ struct ReuseOddState {
     wrong_shape: bool,
 }
 impl StepPolicy for ReuseOdd {
-    fn init(&self, _req: &ResolvedRequest) -> Result<Box<dyn StepPolicyState>> {
+    fn init(&self, _req: &ResolvedRequest, _: &PluginMeter) -> Result<Box<dyn StepPolicyState>> {
         Ok(Box::new(ReuseOddState { last: None, seen: self.seen.clone(), wrong_shape: self.wrong_shape }))
     }
 }
@@ -303,7 +303,7 @@ struct Recorder {
 }
 struct RecorderState(Arc<std::sync::Mutex<Vec<String>>>, Option<&'static str>);
 impl Observer for Recorder {
-    fn init(&self, _req: &ResolvedRequest) -> Result<Box<dyn ObserverState>> {
+    fn init(&self, _req: &ResolvedRequest, _: &PluginMeter) -> Result<Box<dyn ObserverState>> {
         Ok(Box::new(RecorderState(self.log.clone(), self.fail_at)))
     }
 }

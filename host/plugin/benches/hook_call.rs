@@ -46,7 +46,7 @@ fn main() {
     let u = Tensor::randn([1, numel], (Kind::Float, Device::Cpu));
     let ctx = StepCtx { request: &req, step_index: 1, num_steps: 20, timestep: 900.0, sigma: 0.9, sigma_next: 0.8 };
     let time = |g: &dyn Guidance| {
-        let mut plan = g.init(&req).unwrap();
+        let mut plan = g.init(&req, &Default::default()).unwrap();
         for _ in 0..100 {
             let _ = g.combine(&ctx, &[c.shallow_clone(), u.shallow_clone()], &mut plan.state).unwrap();
         }
@@ -74,12 +74,12 @@ fn main() {
     let watch =
         common::deploy("fastvideo_observer_nanwatch", "nanwatch", &["tensor", "tensor-ops", "events"], "").unwrap();
     let nan = PluginObserver::new(&watch, watch.of_kind(PluginKind::Observer).next().unwrap().clone(), "bench");
-    let mut nan_state = nan.init(&req).unwrap();
+    let mut nan_state = nan.init(&req, &Default::default()).unwrap();
     let step_end_us = per_call(&mut || nan_state.on_event(Observed::StepEnd(&ctx), Some(&c), &mut |_| {}).unwrap());
     let unlisted_us = per_call(&mut || nan_state.on_event(Observed::NodeStart("denoise"), None, &mut |_| {}).unwrap());
     let seer = common::deploy("fastvideo_cache_taylorseer", "seer", &["tensor", "tensor-ops", "events"], "").unwrap();
     let seer = PluginStepPolicy::new(&seer, seer.of_kind(PluginKind::StepInterceptor).next().unwrap().clone(), "b");
-    let mut seer_state = seer.init(&req).unwrap();
+    let mut seer_state = seer.init(&req, &Default::default()).unwrap();
     // Step 1 is inside the warmup: before-step answers "compute", after-step updates f and f'.
     let seer_us = per_call(&mut || {
         assert!(seer_state.before_step(&ctx, &c).unwrap().is_none());

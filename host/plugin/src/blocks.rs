@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use anyhow::Result;
-use fastvideo_pipeline::{BlockAction, BlockPolicy, BlockPolicyState, StepCtx};
+use fastvideo_pipeline::{BlockAction, BlockPolicy, BlockPolicyState, PluginMeter, StepCtx};
 use fastvideo_request::{OmniEvent, ResolvedRequest};
 use tch::Tensor;
 
@@ -48,11 +48,11 @@ impl BlockPolicyState for Bypassed {
 }
 
 impl BlockPolicy for PluginBlockPolicy {
-    fn init(&self, req: &ResolvedRequest) -> Result<Box<dyn BlockPolicyState>> {
+    fn init(&self, req: &ResolvedRequest, meter: &PluginMeter) -> Result<Box<dyn BlockPolicyState>> {
         if self.plugin.bypassed_for(req) {
             return Ok(Box::new(Bypassed));
         }
-        let (inst, _) = self.runtime.start(&self.plugin, req)?;
+        let (inst, _) = self.runtime.start(&self.plugin, req, meter)?;
         Ok(Box::new(State { inst, model_id: self.model_id.clone(), request_id: req.request_id.clone() }))
     }
 }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use anyhow::Result;
-use fastvideo_pipeline::{ClassicCfg, Guidance, GuidancePlan, GuidanceState, StepCtx};
+use fastvideo_pipeline::{ClassicCfg, Guidance, GuidancePlan, GuidanceState, PluginMeter, StepCtx};
 use fastvideo_request::ResolvedRequest;
 use tch::Tensor;
 
@@ -40,11 +40,11 @@ pub fn step_context(ctx: &StepCtx, branch: Option<&str>, model_id: &str) -> Step
 }
 
 impl Guidance for PluginGuider {
-    fn init(&self, req: &ResolvedRequest) -> Result<GuidancePlan> {
+    fn init(&self, req: &ResolvedRequest, meter: &PluginMeter) -> Result<GuidancePlan> {
         if self.plugin.bypassed_for(req) {
-            return ClassicCfg.init(req);
+            return ClassicCfg.init(req, meter);
         }
-        let (inst, branches) = self.runtime.start(&self.plugin, req)?;
+        let (inst, branches) = self.runtime.start(&self.plugin, req, meter)?;
         if branches.is_empty() {
             return Err(inst.invalid("init", "declared no branches".into()).into());
         }

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use anyhow::Result;
-use fastvideo_pipeline::{Observed, Observer, ObserverState};
+use fastvideo_pipeline::{Observed, Observer, ObserverState, PluginMeter};
 use fastvideo_request::{OmniEvent, ResolvedRequest};
 use tch::Tensor;
 
@@ -62,8 +62,8 @@ struct State {
 }
 
 impl Observer for PluginObserver {
-    fn init(&self, req: &ResolvedRequest) -> Result<Box<dyn ObserverState>> {
-        let (inst, _) = self.runtime.start(&self.plugin, req)?;
+    fn init(&self, req: &ResolvedRequest, meter: &PluginMeter) -> Result<Box<dyn ObserverState>> {
+        let (inst, _) = self.runtime.start(&self.plugin, req, meter)?;
         Ok(Box::new(State {
             inst,
             model_id: self.model_id.clone(),

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use fastvideo_pipeline::PluginMeter;
 use tch::Tensor;
 use wasmtime::component::{Component, InstancePre, Linker, Resource};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap};
@@ -76,16 +77,9 @@ pub struct PluginRuntime {
     limits: Limits,
     _ticker: Ticker,
     observer: CallObserver,
-    /// The plugin time each live request has used, shared by its instances; an entry goes
-    /// when the request's last instance does.
-    budgets: std::sync::Mutex<std::collections::HashMap<String, std::sync::Weak<Budget>>>,
     /// Instances alive now (each holds a store, its memory and its tensor handles).
     live: Arc<std::sync::atomic::AtomicUsize>,
 }
-
-/// Microseconds of plugin time a request has used.
-#[derive(Debug, Default)]
-pub(crate) struct Budget(std::sync::atomic::AtomicU64);
 
 impl PluginRuntime {
     pub fn new(limits: Limits) -> Result<Self, PluginError> {
@@ -113,14 +107,7 @@ impl PluginRuntime {
                 }
             })
             .map_err(|e| PluginError::Io(format!("epoch thread: {e}")))?;
-        Ok(Self {
-            engine,
-            limits,
-            _ticker: Ticker(stop),
-            observer: Arc::default(),
-            budgets: Default::default(),
-            live: Arc::default(),
-        })
+        Ok(Self { engine, limits, _ticker: Ticker(stop), observer: Arc::default(), live: Arc::default() })
     }
 
     /// Reports the wall time of every plugin call to `f` as well (set once). Calls are always
@@ -170,10 +157,11 @@ impl PluginRuntime {
         &self,
         plugin: &crate::EnabledPlugin,
         req: &fastvideo_request::ResolvedRequest,
+        meter: &PluginMeter,
     ) -> Result<(PluginInstance, Vec<String>), PluginError> {
         let params = plugin.params_for(req)?.to_string();
         let mut inst = self.instantiate(&plugin.plugin)?;
-        inst.budget = Some(self.budget_of(&req.request_id));
+        inst.meter = Some(meter.clone());
         let none = |r: wasmtime::Result<Result<(), String>>| r.map(|r| r.map(|()| Vec::new()));
         let answer = inst.call("init", |store, g| match g {
             Guest::Guider(g) => g.call_init(store, &params),
@@ -186,26 +174,9 @@ impl PluginRuntime {
         Ok((inst, answer))
     }
 
-    /// The budget shared by every instance of `request_id`.
-    fn budget_of(&self, request_id: &str) -> Arc<Budget> {
-        let mut all = self.budgets.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(b) = all.get(request_id).and_then(std::sync::Weak::upgrade) {
-            return b;
-        }
-        all.retain(|_, w| w.strong_count() > 0);
-        let b = Arc::new(Budget::default());
-        all.insert(request_id.to_string(), Arc::downgrade(&b));
-        b
-    }
-
     /// Plugin instances alive now, across all requests: back to 0 once requests end.
     pub fn live_instances(&self) -> usize {
         self.live.load(Ordering::Relaxed)
-    }
-
-    /// Requests with a live budget entry (for the leak tests).
-    pub fn tracked_requests(&self) -> usize {
-        self.budgets.lock().unwrap_or_else(|e| e.into_inner()).values().filter(|w| w.strong_count() > 0).count()
     }
 
     /// A fresh instance for one request.
@@ -260,7 +231,7 @@ impl PluginRuntime {
             limits: l,
             poisoned: false,
             observer: self.observer.clone(),
-            budget: None,
+            meter: None,
             _live: LiveGuard::new(&self.live),
         })
     }
@@ -355,8 +326,9 @@ pub struct PluginInstance {
     limits: Limits,
     poisoned: bool,
     observer: CallObserver,
-    /// The request's shared plugin-time budget (none for an instance made outside a request).
-    budget: Option<Arc<Budget>>,
+    /// The request's plugin-time meter, shared by its instances: calls are charged to it and
+    /// the per-request budget is checked against it (none for an instance made outside a request).
+    meter: Option<PluginMeter>,
     _live: LiveGuard,
 }
 
@@ -397,10 +369,9 @@ impl PluginInstance {
             return Err(fail(FailureKind::Invalid, "instance discarded after an earlier failure".into()));
         }
         let budget_ms = self.limits.max_plugin_ms_per_request;
-        let used_us = self.budget.as_ref().map_or(0, |b| b.0.load(Ordering::Relaxed));
-        let left_ms = match (budget_ms, &self.budget) {
+        let left_ms = match (budget_ms, &self.meter) {
             (0, _) | (_, None) => u64::MAX,
-            (b, Some(_)) => (b * 1000).saturating_sub(used_us) / 1000,
+            (b, Some(m)) => (b as u128 * 1000).saturating_sub(m.used().as_micros()) as u64 / 1000,
         };
         let over = || format!("used its request's plugin budget of {budget_ms} ms (max_plugin_ms_per_request)");
         if left_ms == 0 {
@@ -419,11 +390,10 @@ impl PluginInstance {
         let result = f(&mut self.store, &self.guest);
         // GPU work queued before the hook that a host op waited for is the model's time, not the plugin's.
         let spent = t.elapsed().saturating_sub(self.store.data().call_device_wait);
-        if let Some(b) = &self.budget {
-            b.0.fetch_add(spent.as_micros() as u64, Ordering::Relaxed);
+        if let Some(m) = &self.meter {
+            m.charge(spent);
         }
         let seconds = spent.as_secs_f64();
-        fastvideo_pipeline::record_plugin_seconds(seconds);
         if let Some(observe) = self.observer.get() {
             observe(seconds);
         }

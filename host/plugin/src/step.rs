@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use anyhow::Result;
-use fastvideo_pipeline::{StepCtx, StepPolicy, StepPolicyState};
+use fastvideo_pipeline::{PluginMeter, StepCtx, StepPolicy, StepPolicyState};
 use fastvideo_request::{OmniEvent, ResolvedRequest};
 use tch::Tensor;
 
@@ -44,11 +44,11 @@ impl StepPolicyState for Bypassed {
 }
 
 impl StepPolicy for PluginStepPolicy {
-    fn init(&self, req: &ResolvedRequest) -> Result<Box<dyn StepPolicyState>> {
+    fn init(&self, req: &ResolvedRequest, meter: &PluginMeter) -> Result<Box<dyn StepPolicyState>> {
         if self.plugin.bypassed_for(req) {
             return Ok(Box::new(Bypassed));
         }
-        let (inst, _) = self.runtime.start(&self.plugin, req)?;
+        let (inst, _) = self.runtime.start(&self.plugin, req, meter)?;
         Ok(Box::new(State { inst, model_id: self.model_id.clone(), request_id: req.request_id.clone() }))
     }
 }

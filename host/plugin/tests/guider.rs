@@ -153,7 +153,6 @@ fn a_plugin_over_its_per_request_budget_fails_that_request_alone() {
     let err = run(g.clone(), request(Some(serde_json::json!({"mode": "hang"})))).unwrap_err();
     assert!(format!("{err:#}").contains("plugin budget of 30 ms"), "{err:#}");
     run(g.clone(), request(Some(serde_json::json!({"mode": "ok"})))).unwrap();
-    assert_eq!(d.runtime.tracked_requests(), 0);
     // The default budget (10 s) leaves normal requests alone.
     let d = deploy("fastvideo_testing_misbehave", "g", &["tensor", "tensor-ops", "log"], "").unwrap();
     run(guider(&d), request(Some(serde_json::json!({"mode": "slow"})))).unwrap();
@@ -186,7 +185,7 @@ fn log_spam_is_capped_and_its_request_completes() {
     assert_eq!(run(g.clone(), request(Some(serde_json::json!({"mode": "spam"})))).unwrap(), ok);
     // One combine on one instance: 50 lines kept, the rest counted as dropped.
     let req = request(Some(serde_json::json!({"mode": "spam"})));
-    let mut plan = g.init(&req).unwrap();
+    let mut plan = g.init(&req, &Default::default()).unwrap();
     let t = Tensor::ones([1, 4], (tch::Kind::Float, Device::Cpu));
     let ctx = fastvideo_pipeline::StepCtx {
         request: &req,

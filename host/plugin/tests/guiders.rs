@@ -35,7 +35,7 @@ fn compare(
     mut reference: impl FnMut(u32, &Tensor, &Tensor) -> Tensor,
 ) -> Vec<(Tensor, Tensor)> {
     tch::manual_seed(7);
-    let mut plan = g.init(req).unwrap();
+    let mut plan = g.init(req, &Default::default()).unwrap();
     assert_eq!(plan.branches, vec!["cond", "uncond"]);
     (0..steps)
         .map(|i| {

@@ -8,7 +8,7 @@ mod common;
 
 use std::sync::Arc;
 
-use fastvideo_pipeline::{Observed, PipelineRun, StepCtx, Values};
+use fastvideo_pipeline::{Observed, PipelineRun, PluginMeter, StepCtx, Values};
 use fastvideo_plugin_host::{inspect, DeployConfig, Deployment};
 use fastvideo_wan::pipeline;
 use tch::{Device, Kind, Tensor};
@@ -44,7 +44,7 @@ fn requests_leave_no_plugin_state_behind() {
     let d = deploy();
     let policies = d.policies("tiny");
     let spec = Arc::new(pipeline::text_to_video_with(common::tiny_wan(), policies.clone()).unwrap());
-    assert_eq!((d.runtime.live_instances(), d.runtime.tracked_requests()), (0, 0));
+    assert_eq!(d.runtime.live_instances(), 0);
     let mut failed = 0;
     for i in 0..40u64 {
         let mut run = PipelineRun::new(spec.clone(), request(i), Device::Cpu, Values::default(), Default::default());
@@ -58,7 +58,7 @@ fn requests_leave_no_plugin_state_behind() {
         failed += result.is_err() as u32;
     }
     assert_eq!(failed, 4, "every 10th request traps in the guider");
-    assert_eq!((d.runtime.live_instances(), d.runtime.tracked_requests()), (0, 0));
+    assert_eq!(d.runtime.live_instances(), 0);
 
     // The same hooks the loop calls, 1,000 requests' worth.
     let x = Tensor::randn([1, 16, 2, 4, 4], (Kind::Float, Device::Cpu));
@@ -67,10 +67,11 @@ fn requests_leave_no_plugin_state_behind() {
     for i in 0..1000u64 {
         let req = request(i);
         let ctx = StepCtx { request: &req, step_index: 0, num_steps: 1, timestep: 999.0, sigma: 1.0, sigma_next: 0.0 };
-        let mut obs = observer.init(&req).unwrap();
+        let meter = PluginMeter::default();
+        let mut obs = observer.init(&req, &meter).unwrap();
         obs.on_event(Observed::RequestStart, None, &mut |_| {}).unwrap();
-        let mut plan = policies.guidance.init(&req).unwrap();
-        let mut cache = blocks.init(&req).unwrap();
+        let mut plan = policies.guidance.init(&req, &meter).unwrap();
+        let mut cache = blocks.init(&req, &meter).unwrap();
         cache.begin(&ctx, "cond", 2).unwrap();
         cache.after_block(&ctx, "cond", 0, &x, &x).unwrap();
         cache.end(&ctx, "cond", &x).unwrap();
@@ -78,8 +79,8 @@ fn requests_leave_no_plugin_state_behind() {
         failed += guided.is_err() as u32;
         obs.on_event(Observed::RequestEnd("completed"), None, &mut |_| {}).unwrap();
         assert!(d.runtime.live_instances() >= 1, "the observer at least (exact requests bypass the rest)");
+        assert!(meter.used() > std::time::Duration::ZERO, "the request's calls are charged to its own meter");
     }
     assert_eq!(failed, 100);
     assert_eq!(d.runtime.live_instances(), 0, "no instance outlives its request");
-    assert_eq!(d.runtime.tracked_requests(), 0, "no budget entry outlives its request");
 }

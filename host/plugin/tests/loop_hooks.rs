@@ -10,7 +10,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use common::deploy;
-use fastvideo_pipeline::{LoopPolicies, Observer, PipelineRun, StepCtx, StepPolicy, StepPolicyState, Values};
+use fastvideo_pipeline::{
+    LoopPolicies, Observer, PipelineRun, PluginMeter, StepCtx, StepPolicy, StepPolicyState, Values,
+};
 use fastvideo_plugin_host::{PluginError, PluginKind, PluginObserver, PluginStepPolicy};
 use fastvideo_request::{OmniEvent, OmniOutput, ResolvedRequest};
 use fastvideo_wan::{pipeline, WanModel};
@@ -97,7 +99,7 @@ fn taylorseer_with_bad_parameters_fails_its_request_by_name() {
 struct PoisonAt(u32);
 struct PoisonState(u32);
 impl StepPolicy for PoisonAt {
-    fn init(&self, _req: &ResolvedRequest) -> anyhow::Result<Box<dyn StepPolicyState>> {
+    fn init(&self, _req: &ResolvedRequest, _: &PluginMeter) -> anyhow::Result<Box<dyn StepPolicyState>> {
         Ok(Box::new(PoisonState(self.0)))
     }
 }
