@@ -8,7 +8,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use fastvideo_pipeline::{LoopPolicies, PipelineRun, Values};
-use fastvideo_plugin_host::Deployment;
+use fastvideo_plugin_host::{Binding, Deployment};
 use fastvideo_request::{InputPart, OmniRequest, TextRole};
 
 use crate::args::{PluginArgs, PrecisionArgs, SamplingArgs};
@@ -61,36 +61,36 @@ pub struct GenerateArgs {
     precision: PrecisionArgs,
 }
 
-/// The loop policies of a run from its deploy (see [`policies`]), after checking each
-/// request's plugin parameters against the deploy.
+/// The loop policies of a run from its deploy, after checking each request's plugin
+/// parameters against it; each bound plugin is named on stderr unless `quiet`.
 pub fn policies_for(
     plugins: &PluginArgs,
     requests: &[&fastvideo_request::ResolvedRequest],
     model_id: &str,
     quiet: bool,
 ) -> Result<LoopPolicies> {
-    let Some(path) = plugins.deploy.as_deref() else {
-        if !plugins.plugin_params.is_empty() {
-            bail!("--plugin-param needs --deploy (plugins come from a deploy config)");
+    let deploy = match plugins.deploy.as_deref() {
+        Some(path) => Some(Arc::new(Deployment::load(path).with_context(|| format!("--deploy {}", path.display()))?)),
+        None if !plugins.plugin_params.is_empty() => {
+            bail!("--plugin-param needs --deploy (plugins come from a deploy config)")
         }
-        return Ok(fastvideo_plugin_host::loop_policies(None, model_id));
+        None => None,
     };
-    let deploy = Deployment::load(path).with_context(|| format!("--deploy {}", path.display()))?;
+    let binding = Binding::of(deploy.as_ref(), model_id);
     for r in requests {
-        deploy.check_request(r)?;
+        binding.check(r)?;
     }
-    Ok(policies(Some(&deploy), model_id, quiet))
+    announce(&binding, quiet);
+    Ok(binding.policies)
 }
 
-/// The policies a deploy enables ([`Deployment::policies`]), each bound plugin named on stderr
-/// unless `quiet`. Without a deploy: built-in CFG only.
-pub fn policies(deploy: Option<&Deployment>, model_id: &str, quiet: bool) -> LoopPolicies {
-    if let (Some(d), false) = (deploy, quiet) {
-        for line in d.describe() {
+/// Names each bound plugin on stderr unless `quiet`.
+pub fn announce(binding: &Binding, quiet: bool) {
+    if !quiet {
+        for line in binding.describe() {
             eprintln!("{line}");
         }
     }
-    fastvideo_plugin_host::loop_policies(deploy, model_id)
 }
 
 /// Checks the places outputs go before any work, so a typo never costs a generation.

@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use fastvideo_engine::{Engine, EngineConfig, EngineModel, Metrics, Policy};
-use fastvideo_plugin_host::Deployment;
+use fastvideo_plugin_host::{Binding, Deployment};
 use fastvideo_server::{AppState, DrainMode, ServerConfig};
 use fastvideo_wan::pipeline;
 
@@ -221,12 +221,10 @@ pub fn run(args: ServeArgs) -> Result<()> {
         Some(p) => Some(Arc::new(Deployment::load(p).with_context(|| format!("--deploy {}", p.display()))?)),
         None => None,
     };
-    let policies = crate::generate::policies(deploy.as_deref(), &model_id, false);
-    let spec = Arc::new(pipeline::text_to_video_with(&model, policies)?);
-    let deploy_for_check = deploy.clone();
-    let check = Box::new(move |r: &fastvideo_request::ResolvedRequest| {
-        fastvideo_plugin_host::check_request(deploy_for_check.as_deref(), r)
-    });
+    let binding = Binding::of(deploy.as_ref(), &model_id);
+    crate::generate::announce(&binding, false);
+    let spec = Arc::new(pipeline::text_to_video_with(&model, binding.policies.clone())?);
+    let check = Box::new(binding.request_check());
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = Metrics::register(&mut registry);
     let memory_bytes = match (args.memory_mib, device) {
@@ -275,7 +273,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
     }
     let limits = model.limits();
     let engine = Engine::start_with_sessions(
-        EngineModel { id: model_id, limits, spec, device, check, classify: fastvideo_plugin_host::classify_failure },
+        EngineModel { id: model_id, limits, spec, device, check, classify: Binding::classify_failure },
         sessions,
         cfg,
         metrics,

@@ -46,36 +46,76 @@ impl Deployment {
     }
 }
 
-/// The loop policies of `deploy`, or built-in CFG alone without one.
-pub fn loop_policies(deploy: Option<&Deployment>, model_id: &str) -> LoopPolicies {
-    match deploy {
-        Some(d) => d.policies(model_id),
-        None => LoopPolicies::new(Arc::new(ClassicCfg)),
+/// A deploy (or none) bound for one model: everything an embedder wires into its pipeline and
+/// engine, from one call. Cheap to clone.
+#[derive(Clone)]
+pub struct Binding {
+    deploy: Option<Arc<Deployment>>,
+    /// The loop policies to build the pipeline with.
+    pub policies: LoopPolicies,
+}
+
+impl Deployment {
+    /// Binds this deploy for `model_id` (what plugins see in their step context).
+    pub fn bind(self: &Arc<Self>, model_id: &str) -> Binding {
+        Binding { policies: self.policies(model_id), deploy: Some(Arc::clone(self)) }
     }
 }
 
-/// The request-time check an engine runs at admission: parameters only for enabled plugins,
-/// valid against their schemas, none for a plugin an exact request runs without; without a
-/// deploy, no `plugin_params` at all. The error names the field (`plugin_params.NAME`).
-pub fn check_request(deploy: Option<&Deployment>, r: &ResolvedRequest) -> Result<(), RequestError> {
-    match deploy {
-        Some(d) => d.check_request(r).map_err(|e| match &e {
-            PluginError::Refused { plugin, .. } => RequestError::new(format!("plugin_params.{plugin}"), e.to_string()),
-            _ => RequestError::new("plugin_params", e.to_string()),
-        }),
-        None if !r.plugin_params.is_empty() => {
-            Err(RequestError::new("plugin_params", "this server enables no plugins (it was started without --deploy)"))
+impl Binding {
+    /// No deploy: built-in CFG alone, and requests may carry no `plugin_params`.
+    pub fn none() -> Self {
+        Binding { deploy: None, policies: LoopPolicies::new(Arc::new(ClassicCfg)) }
+    }
+
+    /// [`Deployment::bind`] when there is a deploy, else [`Binding::none`].
+    pub fn of(deploy: Option<&Arc<Deployment>>, model_id: &str) -> Self {
+        deploy.map_or_else(Self::none, |d| d.bind(model_id))
+    }
+
+    /// The bound deploy, if any.
+    pub fn deployment(&self) -> Option<&Arc<Deployment>> {
+        self.deploy.as_ref()
+    }
+
+    /// The request-time check an engine runs at admission: parameters only for enabled
+    /// plugins, valid against their schemas, none for a plugin an exact request runs without;
+    /// without a deploy, no `plugin_params` at all. The error names the field
+    /// (`plugin_params.NAME`).
+    pub fn check(&self, r: &ResolvedRequest) -> Result<(), RequestError> {
+        match &self.deploy {
+            Some(d) => d.check_request(r).map_err(|e| match &e {
+                PluginError::Refused { plugin, .. } => {
+                    RequestError::new(format!("plugin_params.{plugin}"), e.to_string())
+                }
+                _ => RequestError::new("plugin_params", e.to_string()),
+            }),
+            None if !r.plugin_params.is_empty() => Err(RequestError::new(
+                "plugin_params",
+                "this server enables no plugins (it was started without --deploy)",
+            )),
+            None => Ok(()),
         }
-        None => Ok(()),
     }
-}
 
-/// The error code of a failed request: `plugin_failed` when a plugin call failed anywhere in
-/// its chain (by type, not by message text), else `pipeline_failed`.
-pub fn classify_failure(e: &anyhow::Error) -> &'static str {
-    if e.chain().any(|c| matches!(c.downcast_ref::<PluginError>(), Some(PluginError::Call { .. }))) {
-        "plugin_failed"
-    } else {
-        "pipeline_failed"
+    /// [`check`](Self::check) as an owned closure, for an engine's admission hook.
+    pub fn request_check(&self) -> impl Fn(&ResolvedRequest) -> Result<(), RequestError> + Send + Sync + 'static {
+        let me = self.clone();
+        move |r| me.check(r)
+    }
+
+    /// The error code of a failed request: `plugin_failed` when a plugin call failed anywhere
+    /// in its chain (by type, not by message text), else `pipeline_failed`.
+    pub fn classify_failure(e: &anyhow::Error) -> &'static str {
+        if e.chain().any(|c| matches!(c.downcast_ref::<PluginError>(), Some(PluginError::Call { .. }))) {
+            "plugin_failed"
+        } else {
+            "pipeline_failed"
+        }
+    }
+
+    /// What is bound where, one line per plugin; empty without a deploy.
+    pub fn describe(&self) -> Vec<String> {
+        self.deploy.as_ref().map(|d| d.describe()).unwrap_or_default()
     }
 }

@@ -17,7 +17,7 @@ mod runtime;
 mod state;
 mod step;
 
-pub use bind::{check_request, classify_failure, loop_policies};
+pub use bind::Binding;
 pub use blocks::PluginBlockPolicy;
 pub use build::build_plugins;
 pub use componentize::{componentize, embed_manifest};
