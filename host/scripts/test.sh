@@ -17,4 +17,6 @@ cargo fmt --all -- --check
 cargo fmt --manifest-path plugins/Cargo.toml --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo clippy --manifest-path plugins/Cargo.toml --target wasm32-unknown-unknown --locked -- -D warnings
+# The guest SDK's own tests (its typed manifest, its doc examples) run on the host.
+cargo test --manifest-path plugins/Cargo.toml -p fastvideo-plugin-sdk --locked
 cargo test --workspace --locked

@@ -40,15 +40,19 @@ pub trait Denoiser: Send + Sync {
 /// The loop node. `contexts` maps each guidance branch name to the value holding its
 /// conditioning (e.g. `cond` → `prompt_embeds`).
 pub struct DenoiseLoop {
+    /// The model evaluated for each guidance branch.
     pub denoiser: Arc<dyn Denoiser>,
+    /// Combines the branch predictions into the one the sampler uses.
     pub guidance: Arc<dyn Guidance>,
     /// Optional block policy (a block cache); none costs nothing.
     pub blocks: Option<Arc<dyn BlockPolicy>>,
     /// Optional step interceptor (a step cache such as TaylorSeer); none costs nothing.
     pub steps: Option<Arc<dyn StepPolicy>>,
+    /// Guidance branch name → name of the value holding that branch's conditioning.
     pub contexts: BTreeMap<String, String>,
     /// Value name of optional initial latents (request-supplied noise); seeded noise otherwise.
     pub initial_latents: String,
+    /// Value name the denoised latents are written to by `finalize`.
     pub output: String,
 }
 

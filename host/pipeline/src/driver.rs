@@ -13,9 +13,11 @@ use crate::{LoopState, NodeCtx, NodeKind, Observed, ObserverState, PipelineSpec,
 pub struct CancelToken(Arc<AtomicBool>);
 
 impl CancelToken {
+    /// Asks the run to stop; its next `advance` fails with `cancelled`.
     pub fn cancel(&self) {
         self.0.store(true, Ordering::Relaxed)
     }
+    /// Whether [`cancel`](Self::cancel) has been called on this token or a clone of it.
     pub fn is_cancelled(&self) -> bool {
         self.0.load(Ordering::Relaxed)
     }
@@ -65,7 +67,8 @@ fn notify(
 }
 
 impl PipelineRun {
-    /// `values` holds request-provided values (e.g. initial latents).
+    /// A run at the first node; nothing executes until the first `advance`. `values` holds
+    /// request-provided values (e.g. initial latents).
     pub fn new(
         spec: Arc<PipelineSpec>,
         request: ResolvedRequest,
@@ -92,6 +95,7 @@ impl PipelineRun {
         }
     }
 
+    /// The request this run is serving.
     pub fn request(&self) -> &ResolvedRequest {
         &self.request
     }

@@ -15,6 +15,8 @@ use tch::Tensor;
 /// Called with `true` on a hit and `false` on a miss (wired to metrics by the server).
 pub type CacheObserver = Box<dyn Fn(bool) + Send + Sync>;
 
+/// Text embeddings of one text encoder, shared by every request (and thread) that encodes with
+/// it; when full, the oldest inserted entry is evicted.
 pub struct EmbeddingCache {
     identity: String,
     capacity: usize,
@@ -32,7 +34,8 @@ struct Lru {
 }
 
 impl EmbeddingCache {
-    /// `capacity` entries (0 disables caching).
+    /// An empty cache for the encoder named by `identity`, holding up to `capacity` entries
+    /// (0 disables caching).
     pub fn new(identity: impl Into<String>, capacity: usize) -> Self {
         Self {
             identity: identity.into(),
@@ -56,6 +59,7 @@ impl EmbeddingCache {
         *self.inner.lock().unwrap() = Lru::default();
     }
 
+    /// `(hits, misses)` since the cache was made (epoch bumps do not reset them).
     pub fn stats(&self) -> (u64, u64) {
         (self.hits.load(Ordering::Relaxed), self.misses.load(Ordering::Relaxed))
     }

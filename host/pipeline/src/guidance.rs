@@ -14,18 +14,26 @@ pub struct GuidanceState(pub Box<dyn Any + Send>);
 /// conditional one; `cond` and `uncond` are bound to the prompt and negative prompt) and the
 /// policy's per-request state.
 pub struct GuidancePlan {
+    /// Branch names, conditional first; each must be bound to a conditioning value in the loop.
     pub branches: Vec<String>,
+    /// The policy's state for this request, handed back on every `combine`.
     pub state: GuidanceState,
 }
 
 /// Where in the loop a combine happens (plugins see the same fields in their step context).
 #[derive(Debug, Clone, Copy)]
 pub struct StepCtx<'a> {
+    /// The request being denoised.
     pub request: &'a ResolvedRequest,
+    /// 0-based index of this step.
     pub step_index: u32,
+    /// Steps in the request's schedule.
     pub num_steps: u32,
+    /// The model time passed to the denoiser this step (on the 0..1000 training scale).
     pub timestep: f32,
+    /// Noise level at this step.
     pub sigma: f32,
+    /// Noise level after this step (0 after the last).
     pub sigma_next: f32,
 }
 

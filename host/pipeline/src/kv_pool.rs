@@ -18,27 +18,58 @@ use tch::{Device, Kind, Tensor};
 /// Why the pool refused.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum KvError {
+    /// Opening the session needs more free slabs than the pool has.
     #[error(
         "kv pool: a window of {window} frames needs {needed_mib} MiB of key/value slabs, the pool has {free_mib} MiB \
          free of {capacity_mib} MiB; ask for a smaller window or close other sessions"
     )]
-    Budget { window: usize, needed_mib: u64, free_mib: u64, capacity_mib: u64 },
+    Budget {
+        /// The window asked for, in frames.
+        window: usize,
+        /// Size of the slabs the session needs, in MiB.
+        needed_mib: u64,
+        /// Size of the free slabs, in MiB.
+        free_mib: u64,
+        /// Size of all the pool's slabs, in MiB.
+        capacity_mib: u64,
+    },
+    /// The window is empty or not larger than the sink.
     #[error("kv pool: window {window} must be at least 1 and larger than sink {sink}")]
-    Window { window: usize, sink: usize },
+    Window {
+        /// The window asked for, in frames.
+        window: usize,
+        /// The sink frames asked for.
+        sink: usize,
+    },
+    /// The session id is not (or no longer) open.
     #[error("kv pool: session {0} is not open")]
     Closed(u64),
+    /// A frame index was committed that is not after the session's last committed frame.
     #[error("kv pool: frame {frame} of session {session} comes after frame {last}; frames are committed in order")]
-    Order { session: u64, frame: u64, last: u64 },
+    Order {
+        /// The session id.
+        session: u64,
+        /// The frame index that was refused.
+        frame: u64,
+        /// The last frame index committed.
+        last: u64,
+    },
 }
 
 /// Counters for `/metrics`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PoolStats {
+    /// Slabs the pool holds in all.
     pub capacity_slabs: u64,
+    /// Slabs reserved by open sessions.
     pub used_slabs: u64,
+    /// Sessions open now.
     pub sessions: u64,
+    /// Frames overwritten to make room, over the pool's life.
     pub evictions: u64,
+    /// Sessions opened over the pool's life.
     pub opened: u64,
+    /// Sessions closed over the pool's life.
     pub closed: u64,
 }
 
@@ -69,6 +100,7 @@ pub struct SlabState {
 }
 
 impl SlabState {
+    /// `capacity` free slabs of `slab_bytes` each, for a model of `layers` layers (at least 1).
     pub fn new(capacity: u32, layers: usize, slab_bytes: u64) -> Self {
         Self {
             layers: layers.max(1),
@@ -157,6 +189,7 @@ impl SlabState {
         Ok(s.slabs[pos * self.layers + layer])
     }
 
+    /// The pool's counters now.
     pub fn stats(&self) -> PoolStats {
         PoolStats {
             capacity_slabs: self.capacity as u64,
@@ -172,16 +205,22 @@ impl SlabState {
 /// What one slab holds: keys and values of up to `tokens_per_frame` tokens of width `dim`.
 #[derive(Debug, Clone, Copy)]
 pub struct KvPoolConfig {
+    /// Attention layers of the model; a session holds one slab per layer per window frame.
     pub layers: usize,
     /// The most tokens a latent frame may have (smaller frames use a prefix of the slab).
     pub tokens_per_frame: i64,
+    /// Width of one key or value token.
     pub dim: i64,
+    /// Element type of the arena.
     pub kind: Kind,
+    /// Where the arena is allocated.
     pub device: Device,
+    /// Bytes the arena may take; the pool holds as many whole slabs as fit.
     pub budget_bytes: u64,
 }
 
 impl KvPoolConfig {
+    /// Bytes of one slab: keys and values of `tokens_per_frame` tokens of width `dim`.
     pub fn slab_bytes(&self) -> u64 {
         2 * self.tokens_per_frame as u64 * self.dim as u64 * self.kind.elt_size_in_bytes() as u64
     }
@@ -207,6 +246,7 @@ impl KvPool {
         Arc::new(Self { state: Mutex::new(SlabState::new(capacity, cfg.layers, cfg.slab_bytes())), cfg, arena })
     }
 
+    /// The configuration the pool was made with.
     pub fn config(&self) -> &KvPoolConfig {
         &self.cfg
     }
@@ -221,6 +261,7 @@ impl KvPool {
         Ok(KvSession { pool: self.clone(), id, committed: 0 })
     }
 
+    /// The pool's counters now (for `/metrics`).
     pub fn stats(&self) -> PoolStats {
         self.state().stats()
     }
@@ -234,6 +275,7 @@ pub struct KvSession {
 }
 
 impl KvSession {
+    /// The session's id in the pool (appears in errors).
     pub fn id(&self) -> u64 {
         self.id
     }

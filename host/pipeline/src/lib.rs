@@ -11,6 +11,72 @@
 //! validated once when the pipeline is built. Model-specific behaviour that varies per deploy —
 //! classifier-free guidance, for one — is a policy object bound at build time ([`Guidance`]),
 //! while its per-request state lives in the request's [`LoopState`].
+//!
+//! # Example
+//!
+//! A two-node pipeline on the CPU: a one-shot stage writes `x`, and a loop stage doubles it once
+//! per requested step. The driver, not the stage, runs the loop; asking for the result as the
+//! `latents` artifact reads it back.
+//!
+//! ```rust
+//! use std::sync::Arc;
+//!
+//! use fastvideo_pipeline::{
+//!     CancelToken, LoopStage, LoopState, Node, NodeCtx, PipelineRun, PipelineSpec, Stage, StepResult, Value, Values,
+//! };
+//! use fastvideo_request::{Artifact, ModelLimits, OmniRequest, TaskType};
+//! use tch::{Device, Tensor};
+//!
+//! struct Start;
+//! impl Stage for Start {
+//!     fn run(&self, _ctx: &NodeCtx, values: &mut Values) -> anyhow::Result<()> {
+//!         values.insert("x", Value::Tensor(Tensor::from_slice(&[1f32])));
+//!         Ok(())
+//!     }
+//! }
+//!
+//! struct Double;
+//! impl LoopStage for Double {
+//!     fn init(&self, ctx: &NodeCtx, values: &mut Values) -> anyhow::Result<LoopState> {
+//!         let x = values.tensor("x")?.shallow_clone();
+//!         Ok(LoopState { step: 0, total_steps: ctx.request.steps, inner: Box::new(x) })
+//!     }
+//!     fn step(&self, _ctx: &NodeCtx, state: &mut LoopState) -> anyhow::Result<StepResult> {
+//!         let x: &mut Tensor = state.get_mut()?;
+//!         *x = &*x * 2.0;
+//!         Ok(StepResult::default())
+//!     }
+//!     fn finalize(&self, _ctx: &NodeCtx, mut state: LoopState, values: &mut Values) -> anyhow::Result<()> {
+//!         let x: &mut Tensor = state.get_mut()?;
+//!         values.insert("y", Value::Tensor(x.shallow_clone()));
+//!         Ok(())
+//!     }
+//! }
+//!
+//! # fn main() -> anyhow::Result<()> {
+//! let nodes = vec![
+//!     Node::stage("start", Arc::new(Start), &[], &["x"]),
+//!     Node::looped("double", Arc::new(Double), &["x"], &["y"]),
+//! ];
+//! let mut spec = PipelineSpec::new("doubler", vec![TaskType::T2v], nodes, &[], "y")?;
+//! spec.latents = "y".into();
+//!
+//! let mut req = OmniRequest::text_to_video("req-1", "a red circle").resolve(&ModelLimits::example(), || 7)?;
+//! req.steps = 3;
+//! req.outputs.return_latents = true;
+//!
+//! let mut run = PipelineRun::new(Arc::new(spec), req, Device::Cpu, Values::default(), CancelToken::default());
+//! run.run_to_end(&mut |_event| {})?;
+//! let out = run.finish(&mut |_event| {})?;
+//!
+//! let Some(Artifact::Latents(y)) = out.artifacts.get("latents") else { panic!("no latents artifact") };
+//! assert_eq!(y.data, [8.0]); // 1 doubled three times
+//! assert_eq!(out.metrics.step_seconds.len(), 3);
+//! # Ok(())
+//! # }
+//! ```
+
+#![deny(missing_docs)]
 
 mod blocks;
 pub mod denoise;

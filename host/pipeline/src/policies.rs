@@ -15,6 +15,7 @@ use crate::{BlockPolicy, Guidance, StepCtx};
 /// Around every solver step: may supply the step's model output (so no forward runs) and sees
 /// the output the sampler used. Step caches such as TaylorSeer are written against this.
 pub trait StepPolicy: Send + Sync {
+    /// Called once per request when its denoise loop starts; an error fails that request only.
     fn init(&self, req: &ResolvedRequest, meter: &PluginMeter) -> Result<Box<dyn StepPolicyState>>;
 }
 
@@ -35,12 +36,17 @@ pub trait StepPolicyState: Send {
 /// (with step start/end inside loop nodes), artifacts, request end.
 #[derive(Debug, Clone, Copy)]
 pub enum Observed<'a> {
+    /// Before the first node runs.
     RequestStart,
+    /// Before the named node's work (for a loop node: before its `init`).
     NodeStart(&'a str),
+    /// After the named node's work (for a loop node: after its `finalize`).
     NodeEnd(&'a str),
+    /// Before a loop step; an observer error here fails the request before the step runs.
     StepStart(&'a StepCtx<'a>),
     /// Comes with the step's guided model output.
     StepEnd(&'a StepCtx<'a>),
+    /// The named artifact was collected by [`PipelineRun::finish`](crate::PipelineRun::finish).
     Artifact(&'a str),
     /// `completed`, `failed` or `cancelled`.
     RequestEnd(&'a str),
@@ -49,11 +55,13 @@ pub enum Observed<'a> {
 /// A read-only watcher of requests (NaN watchdogs, profilers). Observers are driven by the
 /// pipeline driver, so they see every node, not only the loop.
 pub trait Observer: Send + Sync {
+    /// Called once per request on its first `advance`; an error fails that request only.
     fn init(&self, req: &ResolvedRequest, meter: &PluginMeter) -> Result<Box<dyn ObserverState>>;
 }
 
 /// A request's observer state. `emit` puts events into the request's stream (SSE, WebSocket).
 pub trait ObserverState: Send {
+    /// Sees one event; `output` is set only for [`Observed::StepEnd`]. An error fails the request.
     fn on_event(&mut self, event: Observed, output: Option<&Tensor>, emit: &mut dyn FnMut(OmniEvent)) -> Result<()>;
 }
 
@@ -61,9 +69,13 @@ pub trait ObserverState: Send {
 /// block policy, a step interceptor and any number of observers.
 #[derive(Clone)]
 pub struct LoopPolicies {
+    /// How branch predictions are combined each step.
     pub guidance: Arc<dyn Guidance>,
+    /// A block cache hooked into each forward, if any.
     pub blocks: Option<Arc<dyn BlockPolicy>>,
+    /// A step interceptor (step cache) around each solver step, if any.
     pub steps: Option<Arc<dyn StepPolicy>>,
+    /// Watchers of every request through the pipeline.
     pub observers: Vec<Arc<dyn Observer>>,
 }
 

@@ -9,7 +9,9 @@ use crate::{LoopStage, Observer, Stage};
 /// What a node runs.
 #[derive(Clone)]
 pub enum NodeKind {
+    /// A one-shot stage, run in a single `advance`.
     Stage(Arc<dyn Stage>),
+    /// A loop stage, driven through `init`, one `advance` per step, and `finalize`.
     Loop(Arc<dyn LoopStage>),
 }
 
@@ -17,7 +19,10 @@ pub enum NodeKind {
 /// earlier nodes list in their `outputs` (or that the request provides).
 #[derive(Clone)]
 pub struct Node {
+    /// Unique within the pipeline; used in errors, events, metrics and per-node request
+    /// parameters.
     pub name: String,
+    /// The stage this node runs.
     pub kind: NodeKind,
     /// Values this node needs.
     pub inputs: Vec<String>,
@@ -28,9 +33,11 @@ pub struct Node {
 }
 
 impl Node {
+    /// A one-shot node that runs for every task, reading `inputs` and producing `outputs`.
     pub fn stage(name: &str, stage: Arc<dyn Stage>, inputs: &[&str], outputs: &[&str]) -> Self {
         Self::new(name, NodeKind::Stage(stage), inputs, outputs)
     }
+    /// A loop node that runs for every task, reading `inputs` and producing `outputs`.
     pub fn looped(name: &str, stage: Arc<dyn LoopStage>, inputs: &[&str], outputs: &[&str]) -> Self {
         Self::new(name, NodeKind::Loop(stage), inputs, outputs)
     }
@@ -38,6 +45,7 @@ impl Node {
         let own = |v: &[&str]| v.iter().map(|s| s.to_string()).collect();
         Self { name: name.into(), kind, inputs: own(inputs), outputs: own(outputs), tasks: Vec::new() }
     }
+    /// Whether this node runs for requests of `task`.
     pub fn runs_for(&self, task: TaskType) -> bool {
         self.tasks.is_empty() || self.tasks.contains(&task)
     }
@@ -47,21 +55,50 @@ impl Node {
 /// pipeline is built rather than when a request reaches the bad node.
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum SpecError {
+    /// Two nodes share a name.
     #[error("pipeline `{pipeline}`: node name `{node}` is used twice")]
-    DuplicateNode { pipeline: String, node: String },
+    DuplicateNode {
+        /// The pipeline's name.
+        pipeline: String,
+        /// The repeated node name.
+        node: String,
+    },
+    /// For some task, a node reads a value that neither the request nor an earlier node provides.
     #[error("pipeline `{pipeline}`: node `{node}` reads `{value}`, which no earlier node produces")]
-    MissingInput { pipeline: String, node: String, value: String },
+    MissingInput {
+        /// The pipeline's name.
+        pipeline: String,
+        /// The node with the unmet input.
+        node: String,
+        /// The value it reads.
+        value: String,
+    },
+    /// For some task, no node produces the pipeline's final output.
     #[error("pipeline `{pipeline}`: no node produces the final output `{value}`")]
-    MissingOutput { pipeline: String, value: String },
+    MissingOutput {
+        /// The pipeline's name.
+        pipeline: String,
+        /// The final output's value name.
+        value: String,
+    },
+    /// A declared task has no loop node among the nodes that run for it.
     #[error("pipeline `{pipeline}` declares task `{task}` but has no loop node for it")]
-    NoLoop { pipeline: String, task: &'static str },
+    NoLoop {
+        /// The pipeline's name.
+        pipeline: String,
+        /// The task, as its wire name.
+        task: &'static str,
+    },
 }
 
 /// A declarative, validated pipeline graph for one model family.
 #[derive(Clone)]
 pub struct PipelineSpec {
+    /// The pipeline's name, used in validation errors.
     pub name: String,
+    /// Tasks this pipeline serves; each was validated on its own.
     pub tasks: Vec<TaskType>,
+    /// Nodes in run order; a run skips those whose `tasks` exclude the request's task.
     pub nodes: Vec<Node>,
     /// Watch every request run through this pipeline (bound by the deploy; none by default).
     pub observers: Vec<Arc<dyn Observer>>,

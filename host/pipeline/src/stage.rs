@@ -9,8 +9,11 @@ use crate::{PluginMeter, StepCtx, Values};
 /// What a stage sees of its request: the resolved parameters, the device, and where to send
 /// events. Built by the driver per call; stages keep nothing request-specific in `self`.
 pub struct NodeCtx<'a> {
+    /// The request being run, with every parameter concrete.
     pub request: &'a ResolvedRequest,
+    /// This node's name in the spec (the key of its per-node request parameters).
     pub node: &'a str,
+    /// Where the run's tensors live.
     pub device: Device,
     /// The run's plugin-time meter, for the policies a loop stage initialises.
     pub meter: &'a PluginMeter,
@@ -18,14 +21,20 @@ pub struct NodeCtx<'a> {
 
 /// A one-shot node: text encode, VAE decode, assemble.
 pub trait Stage: Send + Sync {
+    /// Does the node's whole work: reads its inputs from `values` and inserts its outputs. An
+    /// error fails the request, reported with the node's name.
     fn run(&self, ctx: &NodeCtx, values: &mut Values) -> Result<()>;
 }
 
 /// Per-request state of a loop node. The concrete type belongs to the loop stage; the driver
 /// only counts steps.
 pub struct LoopState {
+    /// Steps run so far; the driver increments it after each `step`.
     pub step: u32,
+    /// Steps the loop will run; the driver calls `finalize` once `step` reaches it (a step that
+    /// reports `done` sets it to the steps run).
     pub total_steps: u32,
+    /// The loop stage's own state, read back with [`get_mut`](Self::get_mut).
     pub inner: Box<dyn Any + Send>,
 }
 
@@ -56,8 +65,13 @@ pub struct StepResult {
 /// `finalize` once. One `step` must be a bounded unit of work (for denoising: one solver step),
 /// because the step boundary is where the runtime interleaves, cancels and observes.
 pub trait LoopStage: Send + Sync {
+    /// Called once per request before the first step: reads inputs from `values` and builds the
+    /// request's state, including how many steps it will take.
     fn init(&self, ctx: &NodeCtx, values: &mut Values) -> Result<LoopState>;
+    /// Runs one bounded unit of the loop on the request's state.
     fn step(&self, ctx: &NodeCtx, state: &mut LoopState) -> Result<StepResult>;
+    /// Called once after the last step: consumes the state and inserts the node's outputs into
+    /// `values`.
     fn finalize(&self, ctx: &NodeCtx, state: LoopState, values: &mut Values) -> Result<()>;
 
     /// Where the next step is in its schedule (observers get it on step start and end).

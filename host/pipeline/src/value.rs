@@ -7,7 +7,9 @@ use tch::Tensor;
 /// A value carried on a pipeline edge.
 #[derive(Debug)]
 pub enum Value {
+    /// A tensor on the run's device (embeddings, latents).
     Tensor(Tensor),
+    /// Decoded frames; as a spec's final output it becomes the request's video artifact.
     Video(VideoArtifact),
 }
 
@@ -18,9 +20,11 @@ pub enum Value {
 pub struct Values(BTreeMap<String, Value>);
 
 impl Values {
+    /// Stores `v` under `name`, replacing any value already there.
     pub fn insert(&mut self, name: impl Into<String>, v: Value) {
         self.0.insert(name.into(), v);
     }
+    /// The tensor named `name`; an error if it was not produced or is not a tensor.
     pub fn tensor(&self, name: &str) -> Result<&Tensor> {
         match self.0.get(name) {
             Some(Value::Tensor(t)) => Ok(t),
@@ -35,12 +39,15 @@ impl Values {
             _ => None,
         }
     }
+    /// Takes the value out, if present.
     pub fn remove(&mut self, name: &str) -> Option<Value> {
         self.0.remove(name)
     }
+    /// Whether a value named `name` is present.
     pub fn contains(&self, name: &str) -> bool {
         self.0.contains_key(name)
     }
+    /// The names of the values present, in sorted order.
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.0.keys().map(String::as_str)
     }

@@ -14,6 +14,8 @@ use crate::deploy::{Deployment, EnabledPlugin};
 use crate::guider::step_context;
 use crate::runtime::{Guest, PluginInstance, PluginRuntime};
 
+/// A block-interceptor plugin as the loop's [`BlockPolicy`]. For an exact request a
+/// distribution-altering one is not called and every block runs.
 pub struct PluginBlockPolicy {
     runtime: Arc<PluginRuntime>,
     plugin: Arc<EnabledPlugin>,
@@ -21,6 +23,8 @@ pub struct PluginBlockPolicy {
 }
 
 impl PluginBlockPolicy {
+    /// Binds `plugin`, which must be a block interceptor enabled in `deploy`; `model_id` goes into
+    /// every step context it sees.
     pub fn new(deploy: &Deployment, plugin: Arc<EnabledPlugin>, model_id: impl Into<String>) -> Self {
         Self { runtime: deploy.runtime.clone(), plugin, model_id: model_id.into() }
     }

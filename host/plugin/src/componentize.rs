@@ -4,6 +4,8 @@
 
 use crate::{inspect, PluginError, MANIFEST_SECTION};
 
+/// Wraps an SDK-built core module (`wasm32-unknown-unknown`, with its WIT bindings embedded)
+/// into a validated component. A module it cannot encode is [`PluginError::Invalid`].
 pub fn componentize(core: &[u8]) -> Result<Vec<u8>, PluginError> {
     let invalid = |reason: String| PluginError::Invalid { reason };
     wit_component::ComponentEncoder::default()

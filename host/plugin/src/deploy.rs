@@ -11,18 +11,25 @@ use crate::manifest::{blake3_hex, PluginKind};
 use crate::runtime::{Limits, LoadedPlugin, PluginRuntime};
 use crate::PluginError;
 
+/// A parsed deploy file. Unknown keys are refused, so a typo fails to parse instead of being
+/// ignored.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DeployConfig {
+    /// The `[limits]` table, shared by every plugin; keys left out keep [`Limits::default`].
     #[serde(default)]
     pub limits: Limits,
+    /// The `[[plugins]]` tables, in file order; none is a valid (empty) deploy.
     #[serde(default)]
     pub plugins: Vec<PluginEntry>,
 }
 
+/// One `[[plugins]]` table: a component to enable, pinned by hash.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PluginEntry {
+    /// The plugin's name in this deploy (unique): requests key its parameters by it, and errors,
+    /// logs and events name it.
     pub name: String,
     /// Path of the `.wasm` component, relative to the deploy file.
     pub source: PathBuf,
@@ -38,12 +45,15 @@ pub struct PluginEntry {
 
 /// A plugin enabled by the deploy, compiled and ready to instantiate per request.
 pub struct EnabledPlugin {
+    /// The compiled, linked component and its audit.
     pub plugin: LoadedPlugin,
+    /// The entry's `params` as JSON, already checked against the plugin's schema.
     pub defaults: serde_json::Value,
     schema: Option<jsonschema::Validator>,
 }
 
 impl EnabledPlugin {
+    /// The plugin's name in the deploy ([`PluginEntry::name`]).
     pub fn name(&self) -> &str {
         &self.plugin.name
     }
@@ -92,7 +102,9 @@ impl EnabledPlugin {
 
 /// Every plugin of a deploy, loaded.
 pub struct Deployment {
+    /// The engine every plugin of the deploy is compiled in and instantiated from.
     pub runtime: Arc<PluginRuntime>,
+    /// The enabled plugins, in deploy-file order.
     pub plugins: Vec<Arc<EnabledPlugin>>,
 }
 
@@ -105,6 +117,10 @@ impl Deployment {
         Self::from_config(cfg, path.parent().unwrap_or(Path::new(".")))
     }
 
+    /// [`load`](Self::load) for a config already parsed, `source` paths relative to `base`.
+    /// Refuses, naming the plugin, a name listed twice, a file that is missing, altered (hash) or
+    /// not a loadable plugin, ungranted imports, defaults the schema rejects, and a second
+    /// guider, block or step interceptor.
     pub fn from_config(cfg: DeployConfig, base: &Path) -> Result<Self, PluginError> {
         let runtime = Arc::new(PluginRuntime::new(cfg.limits)?);
         let mut plugins: Vec<Arc<EnabledPlugin>> = Vec::new();
@@ -153,10 +169,12 @@ impl Deployment {
         Ok(Self { runtime, plugins })
     }
 
+    /// The enabled plugin of that deploy name, if any.
     pub fn get(&self, name: &str) -> Option<&Arc<EnabledPlugin>> {
         self.plugins.iter().find(|p| p.name() == name)
     }
 
+    /// The enabled plugins of one kind, in deploy-file order.
     pub fn of_kind(&self, kind: PluginKind) -> impl Iterator<Item = &Arc<EnabledPlugin>> {
         self.plugins.iter().filter(move |p| p.plugin.audit.manifest.kind == kind)
     }

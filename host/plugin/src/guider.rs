@@ -12,6 +12,8 @@ use crate::bindings::fastvideo::plugin::types::StepContext;
 use crate::deploy::{Deployment, EnabledPlugin};
 use crate::runtime::{Guest, PluginInstance, PluginRuntime};
 
+/// A guider plugin as the loop's [`Guidance`]: it names the branches to run and combines their
+/// predictions. For an exact request a distribution-altering guider gives way to built-in CFG.
 pub struct PluginGuider {
     runtime: Arc<PluginRuntime>,
     plugin: Arc<EnabledPlugin>,
@@ -19,6 +21,8 @@ pub struct PluginGuider {
 }
 
 impl PluginGuider {
+    /// Binds `plugin`, which must be a guider enabled in `deploy`; `model_id` goes into every step
+    /// context it sees.
     pub fn new(deploy: &Deployment, plugin: Arc<EnabledPlugin>, model_id: impl Into<String>) -> Self {
         Self { runtime: deploy.runtime.clone(), plugin, model_id: model_id.into() }
     }

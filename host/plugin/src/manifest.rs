@@ -13,14 +13,25 @@ pub const MANIFEST_SECTION: &str = "fastvideo-manifest";
 pub const SUPPORTED_WIT: &[&str] = &["0.1.0", "0.1.1"];
 const PACKAGE: &str = "fastvideo:plugin/";
 
+/// What a plugin is: the one WIT interface it exports (kebab-case in the manifest, e.g.
+/// `step-interceptor`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum PluginKind {
+    /// Names the guidance branches to run and combines their predictions each step (CFG and
+    /// its variants).
     Guider,
+    /// Around every solver step: may supply the step's model output, skipping the forwards
+    /// (step caches).
     StepInterceptor,
+    /// Around the transformer blocks of a forward: sees each block's output and may jump to
+    /// another block with a hidden state of its own (block caches).
     BlockInterceptor,
+    /// Watches a request's events and may emit its own; changes nothing.
     Observer,
+    /// Scores a generated video (RL rollouts, best-of-n). Loaded and audited, not yet called.
     Reward,
+    /// Translates a ComfyUI node into pipeline-graph nodes. Loaded and audited, not yet called.
     WorkflowTranslator,
 }
 
@@ -55,9 +66,13 @@ impl PluginKind {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Manifest {
+    /// The name its author gave it (a deploy enables it under a name of its own).
     pub name: String,
+    /// Its author's version string; informational, the deploy pins the hash.
     pub version: String,
+    /// The interface it exports; the component must export it at version `wit`.
     pub kind: PluginKind,
+    /// The hooks it implements, from [`PluginKind::hooks`]; an observer is called only for these.
     pub hooks: Vec<String>,
     /// Changes what the model samples (guiders other than plain CFG, caches): refused in exact mode.
     #[serde(default)]
@@ -70,6 +85,7 @@ pub struct Manifest {
     /// JSON schema of the plugin's parameters.
     #[serde(default)]
     pub params_schema: serde_json::Value,
+    /// What it does, in its author's words.
     #[serde(default)]
     pub description: String,
 }
@@ -77,11 +93,15 @@ pub struct Manifest {
 /// Everything `fastvideo plugin audit` reports, computed from the bytes alone.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Audit {
+    /// Hex blake3 of the bytes: what a deploy pins.
     pub blake3: String,
+    /// Size of the component, in bytes.
     pub size: u64,
+    /// The embedded manifest, consistent with the exports.
     pub manifest: Manifest,
     /// Imported interfaces, as the component names them (`fastvideo:plugin/tensor-ops@0.1.0`).
     pub imports: Vec<String>,
+    /// Exported interfaces, as the component names them (`fastvideo:plugin/guider@0.1.0`).
     pub exports: Vec<String>,
     /// The grants the imports need (`tensor-ops`, `log`, or a full `wasi:…` name).
     pub capabilities: Vec<String>,
@@ -98,6 +118,7 @@ fn capability(import: &str) -> Option<String> {
     }
 }
 
+/// Hex blake3 of `bytes`, the hash a deploy's `blake3` pins.
 pub fn blake3_hex(bytes: &[u8]) -> String {
     blake3::hash(bytes).to_hex().to_string()
 }
@@ -106,10 +127,15 @@ pub fn blake3_hex(bytes: &[u8]) -> String {
 /// an untrusted file sees its imports and exports first, then why it cannot load.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Inspection {
+    /// Hex blake3 of the bytes: what a deploy pins.
     pub blake3: String,
+    /// Size of the component, in bytes.
     pub size: u64,
+    /// The embedded manifest, if there is one that parses (it may still disagree with the exports).
     pub manifest: Option<Manifest>,
+    /// Imported interfaces, as the component names them (`fastvideo:plugin/tensor-ops@0.1.0`).
     pub imports: Vec<String>,
+    /// Exported interfaces, as the component names them (`fastvideo:plugin/guider@0.1.0`).
     pub exports: Vec<String>,
     /// The grants the imports need (`tensor-ops`, `log`, or a full `wasi:…` name).
     pub capabilities: Vec<String>,
@@ -188,6 +214,7 @@ pub fn inspect(bytes: &[u8]) -> Result<Audit, PluginError> {
 }
 
 impl Inspection {
+    /// The [`Audit`] of a loadable plugin; with any problem, [`PluginError::Invalid`] listing them all.
     pub fn into_audit(self) -> Result<Audit, PluginError> {
         let Inspection { blake3, size, manifest, imports, exports, capabilities, problems } = self;
         match manifest {

@@ -15,6 +15,8 @@ use crate::guider::step_context;
 use crate::manifest::PluginKind;
 use crate::runtime::{Guest, PluginInstance, PluginRuntime};
 
+/// An observer plugin as one of the loop's [`Observer`]s: called only for the events its manifest
+/// lists, and for exact requests too, since it cannot alter what is sampled.
 pub struct PluginObserver {
     runtime: Arc<PluginRuntime>,
     plugin: Arc<EnabledPlugin>,
@@ -23,6 +25,8 @@ pub struct PluginObserver {
 }
 
 impl PluginObserver {
+    /// Binds `plugin`, which must be an observer enabled in `deploy`; `model_id` goes into every
+    /// step context it sees.
     pub fn new(deploy: &Deployment, plugin: Arc<EnabledPlugin>, model_id: impl Into<String>) -> Self {
         let hooks = Hooks::of(&plugin.plugin.audit.manifest.hooks);
         Self { runtime: deploy.runtime.clone(), plugin, model_id: model_id.into(), hooks }

@@ -27,11 +27,14 @@ pub struct Limits {
     pub memory_bytes: usize,
     /// Wasm fuel per call; none = unmetered (metering costs ~10-20% of guest time).
     pub fuel_per_call: Option<u64>,
+    /// Tensor handles one instance may hold at once; asking for more fails the call as `invalid`.
     pub max_tensor_handles: usize,
+    /// Most elements one `tensor-read` call copies out; a larger tensor is an error the plugin sees.
     pub max_read_elements: usize,
     /// Log lines and events one instance (one request) may produce; the rest are dropped and
     /// counted, so a chatty plugin cannot flood the logs or a request's stream.
     pub max_log_lines: u32,
+    /// Events one instance may emit, on the same terms as `max_log_lines`.
     pub max_events: u32,
     /// Longest log line or event payload kept, in bytes (longer ones are cut).
     pub max_message_bytes: usize,
@@ -72,6 +75,8 @@ impl Drop for Ticker {
 /// Called with the seconds of every plugin call (wired to metrics by the server).
 pub type CallObserver = Arc<std::sync::OnceLock<Box<dyn Fn(f64) + Send + Sync>>>;
 
+/// The wasmtime engine all of a deploy's plugins are compiled in, with its [`Limits`] and the
+/// epoch thread (1 ms ticks) that enforces call deadlines.
 pub struct PluginRuntime {
     engine: Engine,
     limits: Limits,
@@ -82,6 +87,8 @@ pub struct PluginRuntime {
 }
 
 impl PluginRuntime {
+    /// An engine sized and metered by `limits`, and its epoch thread, stopped when the runtime
+    /// is dropped. [`PluginError::Io`] if either cannot start.
     pub fn new(limits: Limits) -> Result<Self, PluginError> {
         let mut pool = PoolingAllocationConfig::default();
         pool.total_component_instances(limits.max_instances)
@@ -116,6 +123,7 @@ impl PluginRuntime {
         let _ = self.observer.set(f);
     }
 
+    /// The limits the runtime was made with.
     pub fn limits(&self) -> Limits {
         self.limits
     }
@@ -275,7 +283,9 @@ fn classify(e: &wasmtime::Error) -> FailureKind {
 
 /// A compiled, pre-linked plugin (shared by all requests).
 pub struct LoadedPlugin {
+    /// The plugin's deploy name, which its errors, logs and events carry.
     pub name: Arc<str>,
+    /// What inspecting its bytes found: hash, manifest, imports, exports, capabilities.
     pub audit: Audit,
     pre: InstancePre<HostState>,
     exports: ExportIndices,
@@ -349,10 +359,12 @@ impl Drop for LiveGuard {
 }
 
 impl PluginInstance {
+    /// The plugin's deploy name.
     pub fn name(&self) -> &str {
         &self.name
     }
 
+    /// The instance's store data: its tensor handles, pending events and output counts.
     pub fn state(&mut self) -> &mut HostState {
         self.store.data_mut()
     }

@@ -14,8 +14,11 @@ pub struct PluginTensor(pub Tensor);
 /// An event a plugin emitted, tagged with the plugin's name.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PluginEvent {
+    /// The emitting plugin's deploy name.
     pub plugin: String,
+    /// The event's name as the plugin gave it, cut to 256 bytes.
     pub name: String,
+    /// The payload, JSON by convention but not checked, cut to the deploy's `max_message_bytes`.
     pub payload_json: String,
 }
 
@@ -28,6 +31,7 @@ pub struct InstanceLimits {
     pub max_read_elements: usize,
     /// Log lines and events kept per instance; later ones are dropped and counted.
     pub max_log_lines: u32,
+    /// Events kept per instance; later ones are dropped and counted.
     pub max_events: u32,
     /// Log lines and event payloads are cut to this many bytes.
     pub max_message_bytes: usize,
@@ -36,9 +40,13 @@ pub struct InstanceLimits {
 /// How much a plugin instance logged and emitted, and how much of it was dropped.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct OutputCounts {
+    /// Log lines written to the host's log.
     pub log_lines: u32,
+    /// Log lines dropped past the cap.
     pub dropped_log_lines: u32,
+    /// Events kept.
     pub events: u32,
+    /// Events dropped past the cap.
     pub dropped_events: u32,
 }
 
@@ -59,6 +67,7 @@ fn cut(mut s: String, max: usize) -> String {
 /// which the runtime recognises by type.
 #[derive(Debug, Clone, Copy)]
 pub struct MemoryCap {
+    /// The most linear memory an instance may have, in bytes.
     pub bytes: usize,
 }
 
@@ -66,7 +75,9 @@ pub struct MemoryCap {
 #[derive(Debug, thiserror::Error)]
 #[error("growing memory to {desired} bytes, past the {cap} byte cap")]
 pub struct MemoryCapHit {
+    /// The size the memory asked to grow to, in bytes.
     pub desired: usize,
+    /// The cap, in bytes.
     pub cap: usize,
 }
 
@@ -88,6 +99,8 @@ impl wasmtime::ResourceLimiter for MemoryCap {
     }
 }
 
+/// The data of one instance's store: the plugin's tensor handles, its limits, the events it
+/// emitted and its output counts. The host side of every imported interface is implemented on it.
 pub struct HostState {
     pub(crate) plugin: Arc<str>,
     pub(crate) table: ResourceTable,
@@ -123,6 +136,7 @@ impl HostState {
         ms
     }
 
+    /// Empty state for an instance of `plugin` (its deploy name, which logs and events carry).
     pub fn new(plugin: Arc<str>, instance_limits: InstanceLimits, limits: MemoryCap) -> Self {
         Self {
             plugin,
@@ -146,6 +160,7 @@ impl HostState {
         Ok(self.table.push(PluginTensor(t))?)
     }
 
+    /// The tensor behind a handle; an error for a handle this store does not hold.
     pub fn get(&self, r: &Resource<PluginTensor>) -> wasmtime::Result<&Tensor> {
         Ok(&self.table.get(r)?.0)
     }
@@ -167,6 +182,7 @@ impl HostState {
         self.counts
     }
 
+    /// Takes the events emitted since the last drain.
     pub fn drain_events(&mut self) -> Vec<PluginEvent> {
         std::mem::take(&mut self.events)
     }

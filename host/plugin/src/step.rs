@@ -13,6 +13,8 @@ use crate::deploy::{Deployment, EnabledPlugin};
 use crate::guider::step_context;
 use crate::runtime::{Guest, PluginInstance, PluginRuntime};
 
+/// A step-interceptor plugin as the loop's [`StepPolicy`]. For an exact request a
+/// distribution-altering one is not called and every step is computed.
 pub struct PluginStepPolicy {
     runtime: Arc<PluginRuntime>,
     plugin: Arc<EnabledPlugin>,
@@ -20,6 +22,8 @@ pub struct PluginStepPolicy {
 }
 
 impl PluginStepPolicy {
+    /// Binds `plugin`, which must be a step interceptor enabled in `deploy`; `model_id` goes into
+    /// every step context it sees.
     pub fn new(deploy: &Deployment, plugin: Arc<EnabledPlugin>, model_id: impl Into<String>) -> Self {
         Self { runtime: deploy.runtime.clone(), plugin, model_id: model_id.into() }
     }

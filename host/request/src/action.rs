@@ -5,6 +5,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::RequestError;
 
+/// One action sent to a live world-model session: a `key`, a `delta`, or both, plus the frame it
+/// applies from. Unknown fields are refused; [`check`](Self::check) validates it against a model.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ActionPart {

@@ -12,6 +12,7 @@ pub struct RequestError {
 }
 
 impl RequestError {
+    /// An error for `field` (a dotted path such as `diffusion.width`) that broke `rule`.
     pub fn new(field: impl Into<String>, rule: impl Into<String>) -> Self {
         Self { field: field.into(), rule: rule.into() }
     }

@@ -8,23 +8,71 @@ use crate::RequestMetrics;
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum OmniEvent {
     /// A pipeline node started.
-    NodeStarted { request_id: String, node: String },
+    NodeStarted {
+        /// The request this event belongs to.
+        request_id: String,
+        /// Name of the pipeline node, as in the pipeline spec.
+        node: String,
+    },
     /// One denoise step finished (`step` counts from 1).
-    Progress { request_id: String, node: String, step: u32, total_steps: u32 },
+    Progress {
+        /// The request this event belongs to.
+        request_id: String,
+        /// Name of the loop node that ran the step (e.g. `denoise`).
+        node: String,
+        /// Steps finished so far, counting from 1.
+        step: u32,
+        /// Steps the loop will run in all.
+        total_steps: u32,
+    },
     /// A decoded preview of the current estimate (PNG bytes, base64 in JSON).
-    Preview { request_id: String, step: u32, png_b64: String },
+    Preview {
+        /// The request this event belongs to.
+        request_id: String,
+        /// The denoise step whose estimate this is.
+        step: u32,
+        /// The PNG image, base64-encoded.
+        png_b64: String,
+    },
     /// An event a plugin emitted (observers such as NaNWatch and Profiler). `payload` is the
     /// plugin's JSON (a string when the plugin sent something that is not JSON).
-    Plugin { request_id: String, plugin: String, name: String, payload: serde_json::Value },
+    Plugin {
+        /// The request this event belongs to.
+        request_id: String,
+        /// Name of the plugin that emitted it.
+        plugin: String,
+        /// The event's name, chosen by the plugin.
+        name: String,
+        /// The plugin's data: parsed JSON, or a JSON string holding the raw text.
+        payload: serde_json::Value,
+    },
     /// An artifact is ready (the bytes travel separately).
-    Artifact { request_id: String, name: String },
+    Artifact {
+        /// The request this event belongs to.
+        request_id: String,
+        /// The artifact's key in [`OmniOutput::artifacts`](crate::OmniOutput::artifacts), e.g. `video`.
+        name: String,
+    },
     /// The request failed; no `Done` follows.
-    Error { request_id: String, code: String, message: String },
+    Error {
+        /// The request this event belongs to.
+        request_id: String,
+        /// Short machine-readable reason, e.g. `encode_failed`.
+        code: String,
+        /// Human-readable description of the failure.
+        message: String,
+    },
     /// The request finished.
-    Done { request_id: String, metrics: RequestMetrics },
+    Done {
+        /// The request this event belongs to.
+        request_id: String,
+        /// Timings and counts for the whole request.
+        metrics: RequestMetrics,
+    },
 }
 
 impl OmniEvent {
+    /// The id of the request this event belongs to, whatever the variant.
     pub fn request_id(&self) -> &str {
         match self {
             OmniEvent::NodeStarted { request_id, .. }

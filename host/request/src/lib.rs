@@ -6,6 +6,41 @@
 //! present. [`OmniRequest::resolve`] checks a request against a model's [`ModelLimits`] and fills
 //! defaults, producing a [`ResolvedRequest`] whose every parameter is concrete — the only form the
 //! pipeline accepts.
+//!
+//! ```rust
+//! use fastvideo_request::{ModelLimits, OmniRequest, TaskType};
+//!
+//! let limits = ModelLimits::example(); // Wan-like: 64x64, 17 frames, 20 steps by default
+//! let req: OmniRequest = serde_json::from_str(
+//!     r#"{
+//!         "request_id": "r1",
+//!         "task": "t2v",
+//!         "inputs": [{"type": "text", "text": "a red circle"}],
+//!         "diffusion": {"num_inference_steps": 8}
+//!     }"#,
+//! )
+//! .unwrap();
+//!
+//! // Given fields are kept, missing ones come from the model's defaults, and the seed from the
+//! // closure because the request has none.
+//! let r = req.resolve(&limits, || 42).unwrap();
+//! assert_eq!(r.task, TaskType::T2v);
+//! assert_eq!(r.prompt, "a red circle");
+//! assert_eq!((r.steps, r.height, r.width, r.num_frames, r.seed), (8, 64, 64, 17, 42));
+//!
+//! // A value the model cannot take is refused with the field's dotted path.
+//! let mut bad = req.clone();
+//! bad.diffusion.num_frames = Some(16);
+//! let e = bad.resolve(&limits, || 42).unwrap_err();
+//! assert_eq!(e.field, "diffusion.num_frames");
+//! assert!(e.to_string().starts_with("diffusion.num_frames: 16: Wan needs frames = 4k+1"), "{e}");
+//!
+//! // Unknown fields are refused at parse time.
+//! let typo = r#"{"request_id": "r2", "task": "t2v", "inputs": [], "diffusion": {"stepz": 3}}"#;
+//! assert!(serde_json::from_str::<OmniRequest>(typo).unwrap_err().to_string().contains("stepz"));
+//! ```
+
+#![deny(missing_docs)]
 
 mod action;
 mod error;

@@ -5,9 +5,13 @@ use serde::{Deserialize, Serialize};
 /// A decoded video: `frames` RGB8 images of `height`x`width`, row-major, interleaved.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct VideoArtifact {
+    /// Playback rate in frames per second (the request's `fps`).
     pub fps: u32,
+    /// Frames in `rgb`.
     pub num_frames: u32,
+    /// Frame height in pixels.
     pub height: u32,
+    /// Frame width in pixels.
     pub width: u32,
     /// `num_frames * height * width * 3` bytes; not serialized (encode it as MP4/PNG instead).
     #[serde(skip)]
@@ -25,7 +29,9 @@ impl VideoArtifact {
 /// Final latents in row-major f32.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LatentsArtifact {
+    /// Tensor dimensions, outermost first.
     pub shape: Vec<i64>,
+    /// Row-major values, as many as the product of `shape`; not serialized.
     #[serde(skip)]
     pub data: Vec<f32>,
 }
@@ -34,14 +40,18 @@ pub struct LatentsArtifact {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Artifact {
+    /// Decoded RGB frames.
     Video(VideoArtifact),
+    /// Final latents, returned when the request set `outputs.return_latents`.
     Latents(LatentsArtifact),
 }
 
 /// Where a request's time went.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RequestMetrics {
+    /// The seed the request ran with (the drawn one when the request gave none).
     pub seed: u64,
+    /// Solver steps the request was resolved to.
     pub steps: u32,
     /// Wall time per pipeline node, in node order.
     pub node_seconds: Vec<(String, f64)>,
@@ -52,18 +62,23 @@ pub struct RequestMetrics {
     /// Wall time spent inside plugin calls (guiders, caches, observers) for this request.
     #[serde(default)]
     pub plugin_seconds: f64,
+    /// Wall time of the whole run, in seconds.
     pub total_seconds: f64,
 }
 
 /// What a finished request returns, artifacts by name (`video`, `latents`, ...).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OmniOutput {
+    /// Id of the request that produced it.
     pub request_id: String,
+    /// Results by name, e.g. `video` or `latents`.
     pub artifacts: BTreeMap<String, Artifact>,
+    /// Where the request's time went; the seed it ran with.
     pub metrics: RequestMetrics,
 }
 
 impl OmniOutput {
+    /// The artifact named `video`, if there is one and it is a video.
     pub fn video(&self) -> Option<&VideoArtifact> {
         match self.artifacts.get("video") {
             Some(Artifact::Video(v)) => Some(v),

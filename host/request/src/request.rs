@@ -17,6 +17,7 @@ pub enum TaskType {
 }
 
 impl TaskType {
+    /// The wire name (`t2v`, `i2v`, `t2i`, `v2v`), as it appears in JSON and in error messages.
     pub fn as_str(self) -> &'static str {
         match self {
             TaskType::T2v => "t2v",
@@ -31,8 +32,10 @@ impl TaskType {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TextRole {
+    /// What to generate (the default when `role` is absent).
     #[default]
     Prompt,
+    /// What to steer away from; used when `diffusion.negative_prompt` is absent.
     Negative,
 }
 
@@ -40,24 +43,40 @@ pub enum TextRole {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum InputPart {
+    /// Text: the prompt, or a negative prompt with `role: negative`.
     Text {
+        /// The text; several parts of one role are joined by a space.
         text: String,
+        /// What the text is for; a prompt when absent.
         #[serde(default)]
         role: TextRole,
     },
     /// An image given as a file path on the server or base64 PNG/JPEG bytes.
     Image {
+        /// Path of the image file on the server.
         #[serde(default)]
         path: Option<String>,
+        /// The PNG or JPEG bytes, base64-encoded.
         #[serde(default)]
         b64: Option<String>,
     },
     /// A video given as a file path.
-    Video { path: String },
+    Video {
+        /// Path of the video file.
+        path: String,
+    },
     /// Controller actions for world models, as opaque JSON.
-    Action { action: serde_json::Value },
+    Action {
+        /// The actions, passed on uninterpreted.
+        action: serde_json::Value,
+    },
     /// Starting latents (shape, row-major f32 values).
-    Latent { shape: Vec<i64>, data: Vec<f32> },
+    Latent {
+        /// Tensor dimensions, outermost first.
+        shape: Vec<i64>,
+        /// Row-major values, as many as the product of `shape`.
+        data: Vec<f32>,
+    },
 }
 
 /// Solver choice. `None` fields in the request take the model's defaults.
@@ -71,6 +90,7 @@ pub enum SamplerKind {
 }
 
 impl SamplerKind {
+    /// The wire name (`euler`, `unipc`), as it appears in JSON.
     pub fn as_str(self) -> &'static str {
         match self {
             SamplerKind::Euler => "euler",
@@ -85,10 +105,11 @@ impl SamplerKind {
 pub struct SamplingParams {
     /// Seed of the initial noise; a random one is drawn (and reported in metrics) when absent.
     pub seed: Option<u64>,
+    /// Solver; the model's default ([`Defaults::sampler`](crate::Defaults::sampler)) when absent.
     pub sampler: Option<SamplerKind>,
 }
 
-/// Denoising and shape parameters.
+/// Denoising and shape parameters. Each one left out takes the model's [`Defaults`](crate::Defaults).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DiffusionParams {
@@ -98,10 +119,18 @@ pub struct DiffusionParams {
     pub guidance_scale: Option<f32>,
     /// Flow-matching timestep shift.
     pub shift: Option<f32>,
+    /// Output height in pixels; a multiple of the model's `spatial_multiple`. The server fills it
+    /// from `height` or from OpenAI's `size` (`WIDTHxHEIGHT`).
     pub height: Option<u32>,
+    /// Output width in pixels; a multiple of the model's `spatial_multiple`. The server fills it
+    /// from `width` or from OpenAI's `size` (`WIDTHxHEIGHT`).
     pub width: Option<u32>,
+    /// Frames to generate, `frame_multiple * k + 1`; ignored for `t2i` (always one frame). The
+    /// server derives it from OpenAI's `seconds` when `num_frames` is not given.
     pub num_frames: Option<u32>,
+    /// Frames per second of the output video, 1..=240.
     pub fps: Option<u32>,
+    /// What to steer away from; takes precedence over negative text parts.
     pub negative_prompt: Option<String>,
 }
 
@@ -109,8 +138,11 @@ pub struct DiffusionParams {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Modality {
+    /// Decoded video frames.
     Video,
+    /// A still image.
     Image,
+    /// The final latents.
     Latents,
 }
 
@@ -118,6 +150,7 @@ pub enum Modality {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct OutputSpec {
+    /// Modalities to return (`[video]` by default); an empty list is refused by `resolve`.
     pub modalities: Vec<Modality>,
     /// Emit a progress event per denoise step.
     pub stream_progress: bool,
@@ -135,13 +168,21 @@ impl Default for OutputSpec {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OmniRequest {
+    /// Names the job in every event and in its output; must not be empty. The engine refuses a
+    /// second live request with the same id.
     pub request_id: String,
+    /// What to generate; must be one of the model's `ModelLimits::tasks`.
     pub task: TaskType,
+    /// Prompt text and other conditioning; `t2v` takes text parts only. OpenAI's `prompt` becomes
+    /// one text part.
     pub inputs: Vec<InputPart>,
+    /// Seed and solver, each optional.
     #[serde(default)]
     pub sampling: SamplingParams,
+    /// Steps, guidance and output shape, each optional.
     #[serde(default)]
     pub diffusion: DiffusionParams,
+    /// What to return and stream; by default a video, with progress events.
     #[serde(default)]
     pub outputs: OutputSpec,
     /// Per-pipeline-node overrides, keyed by node name (e.g. `"vae_decode": {"tile": true}`).

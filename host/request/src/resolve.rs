@@ -7,14 +7,23 @@ use crate::{InputPart, OmniRequest, OutputSpec, RequestError, SamplerKind, TaskT
 /// Parameter values a model uses when a request leaves them out.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Defaults {
+    /// Solver steps, for `diffusion.num_inference_steps`.
     pub steps: u32,
+    /// Classifier-free guidance scale, for `diffusion.guidance_scale`.
     pub guidance_scale: f32,
+    /// Flow-matching timestep shift, for `diffusion.shift`.
     pub shift: f32,
+    /// Output height in pixels, for `diffusion.height`.
     pub height: u32,
+    /// Output width in pixels, for `diffusion.width`.
     pub width: u32,
+    /// Frame count, for `diffusion.num_frames` (`t2i` always uses 1).
     pub num_frames: u32,
+    /// Frames per second, for `diffusion.fps`.
     pub fps: u32,
+    /// Solver, for `sampling.sampler`.
     pub sampler: SamplerKind,
+    /// Negative prompt used when the request gives none; empty means none.
     pub negative_prompt: String,
 }
 
@@ -23,14 +32,19 @@ pub struct Defaults {
 pub struct ModelLimits {
     /// Family name used in messages, e.g. `Wan`.
     pub family: String,
+    /// Tasks the model runs; a request for any other is refused.
     pub tasks: Vec<TaskType>,
     /// Frames must equal `frame_multiple * k + 1` (Wan: 4, from the VAE's 4x temporal stride).
     pub frame_multiple: u32,
     /// Height and width must be multiples of this (Wan: 16 = VAE stride 8 x patch 2).
     pub spatial_multiple: u32,
+    /// Most frames a request may ask for.
     pub max_frames: u32,
+    /// Largest height or width, in pixels.
     pub max_side: u32,
+    /// Most solver steps a request may ask for.
     pub max_steps: u32,
+    /// Values for the parameters a request leaves out.
     pub defaults: Defaults,
 }
 
@@ -63,23 +77,42 @@ impl ModelLimits {
 /// A request checked against a model, with every parameter concrete.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ResolvedRequest {
+    /// The request's id, unchanged.
     pub request_id: String,
+    /// The declared task, one the model supports.
     pub task: TaskType,
+    /// The prompt text parts joined by a space; never blank.
     pub prompt: String,
+    /// `diffusion.negative_prompt`, else the negative text parts, else the model's default (may be
+    /// empty).
     pub negative_prompt: String,
+    /// The request's seed, or the one `random_seed` supplied.
     pub seed: u64,
+    /// The solver to run.
     pub sampler: SamplerKind,
+    /// Solver steps, in `1..=max_steps`.
     pub steps: u32,
+    /// Classifier-free guidance scale, in `0..=100`; above 1 the unconditional branch runs.
     pub guidance_scale: f32,
+    /// Flow-matching timestep shift, in `(0, 100]`.
     pub shift: f32,
+    /// Output height in pixels: a positive multiple of `spatial_multiple`, at most `max_side`.
     pub height: u32,
+    /// Output width in pixels: a positive multiple of `spatial_multiple`, at most `max_side`.
     pub width: u32,
+    /// Frames, `frame_multiple * k + 1` and at most `max_frames`; 1 for `t2i`.
     pub num_frames: u32,
+    /// Frames per second, in `1..=240`.
     pub fps: u32,
+    /// What to return and stream, as requested.
     pub outputs: OutputSpec,
+    /// Per-node overrides, as requested.
     pub node_params: BTreeMap<String, serde_json::Value>,
+    /// Per-plugin parameters, as requested.
     pub plugin_params: BTreeMap<String, serde_json::Value>,
+    /// Exact mode, as requested (see [`OmniRequest::exact`]).
     pub exact: bool,
+    /// Scheduling priority, as requested; higher runs first.
     pub priority: i32,
 }
 

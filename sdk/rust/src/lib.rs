@@ -1,133 +1,233 @@
-//! The guest side of the fastvideo plugin ABI (`wit/fastvideo-plugin`).
+//! Write fastvideo plugins in a few lines: the guest side of the plugin ABI
+//! (`wit/fastvideo-plugin`), as one trait per plugin kind, the host's tensor operations, and a
+//! typed [`manifest!`].
 //!
-//! Each plugin kind is a WIT world; this crate generates the bindings of every world once so a
-//! plugin only implements a trait and names itself:
+//! A plugin implements one kind's trait, exports it with that kind's macro and declares its
+//! manifest. This is `plugins/guiders/cfg`:
 //!
-//! (`ignore`: it builds only as a wasm32 plugin; `plugins/guiders/cfg` is this example, built in
-//! CI.)
-//!
-//! ```ignore
-//! use fastvideo_plugin_sdk::guider::exports::fastvideo::plugin::guider::Guest;
-//! use fastvideo_plugin_sdk::guider::fastvideo::plugin::{tensor::Tensor, tensor_ops, types::StepContext};
+//! ```no_run
+//! use fastvideo_plugin_sdk::{tensor_ops, Guider, StepContext, Tensor};
 //!
 //! struct Cfg;
-//! impl Guest for Cfg {
-//!     fn init(_params: String) -> Result<Vec<String>, String> { Ok(vec!["cond".into(), "uncond".into()]) }
+//!
+//! impl Guider for Cfg {
+//!     fn init(_params: String) -> Result<Vec<String>, String> {
+//!         Ok(vec!["cond".into(), "uncond".into()])
+//!     }
+//!
 //!     fn combine(ctx: StepContext, preds: Vec<Tensor>) -> Result<Tensor, String> {
-//!         let s = ctx.guidance_scale;
-//!         tensor_ops::linear_combination(&[&preds[0], &preds[1]], &[s, 1.0 - s])
+//!         let [cond, uncond] = preds.as_slice() else { return Err("cfg: expected 2 predictions".into()) };
+//!         let delta = tensor_ops::sub(cond, uncond)?;
+//!         tensor_ops::add(uncond, &tensor_ops::scale(&delta, ctx.guidance_scale))
 //!     }
 //! }
-//! fastvideo_plugin_sdk::guider::export_guider!(Cfg);
-//! fastvideo_plugin_sdk::manifest!(r#"{"name": "cfg", "version": "0.1.0", "kind": "guider", ...}"#);
+//!
+//! fastvideo_plugin_sdk::export_guider!(Cfg);
+//! fastvideo_plugin_sdk::manifest! {
+//!     name: "cfg",
+//!     version: "0.1.0",
+//!     kind: guider,
+//!     hooks: [combine],
+//!     distribution_altering: false,
+//!     params_schema: { "type": "object", "properties": {}, "additionalProperties": false },
+//! }
+//! # fn main() {}
 //! ```
 //!
+//! (`no_run`: host calls only exist inside the fastvideo host; built for
+//! `wasm32-unknown-unknown` and wrapped by `fastvideo plugin componentize`, this is a plugin.)
+//!
 //! The manifest travels in the component as the custom section `fastvideo-manifest`, so
-//! `fastvideo plugin audit` reads it without running the plugin.
+//! `fastvideo plugin audit` reads it without running the plugin; [`manifest!`] writes the WIT
+//! version this SDK was built against ([`WIT_VERSION`]) into it.
 
-#![no_std]
+#![cfg_attr(not(test), no_std)]
+#![deny(missing_docs)]
 extern crate alloc;
 
-/// Guider plugins: combine the guidance branches' predictions. Implement `guider::exports::fastvideo::plugin::guider::Guest` and call
-/// `export_guider!(YourType)`.
+mod manifest;
+
+#[doc(hidden)]
+pub use manifest::{json_bytes, json_len, Part};
+
+/// The version of the `fastvideo:plugin` WIT package this SDK is generated from; [`manifest!`]
+/// records it, and a host loads only the versions it supports.
+pub const WIT_VERSION: &str = env!("FASTVIDEO_WIT_VERSION");
+
+/// A monotonic microsecond clock (the `clock` grant).
+pub use __imports::fastvideo::plugin::clock;
+/// Events into the request's stream (the `events` grant).
+pub use __imports::fastvideo::plugin::events;
+/// Log lines attributed to the plugin (the `log` grant).
+pub use __imports::fastvideo::plugin::log;
+pub use __imports::fastvideo::plugin::tensor::Tensor;
+/// Host tensor arithmetic (the `tensor-ops` grant): runs on the tensors' device, no data copied.
+pub use __imports::fastvideo::plugin::tensor_ops;
+/// Copies tensor data into the sandbox (the `tensor-read` grant), up to the deploy's cap.
+pub use __imports::fastvideo::plugin::tensor_read;
+pub use __imports::fastvideo::plugin::types::{Dtype, StepContext};
+
+/// A block interceptor (block cache): decides which transformer blocks run. Export with
+/// [`export_block_interceptor!`].
+pub use __block_interceptor::exports::fastvideo::plugin::block_interceptor::{BlockAction, Guest as BlockInterceptor};
+/// A guider: turns the guidance branches' predictions into one. Export with [`export_guider!`].
+pub use __guider::exports::fastvideo::plugin::guider::Guest as Guider;
+/// An observer: read-only events of a request's life. Export with [`export_observer!`].
+pub use __observer::exports::fastvideo::plugin::observer::{Event, Guest as Observer};
+/// A reward: scores a finished video. Export with [`export_reward!`].
+pub use __reward::exports::fastvideo::plugin::reward::Guest as Reward;
+/// A step interceptor: sees every solver step and may supply its output, skipping the forwards.
+/// Export with [`export_step_interceptor!`].
+pub use __step_interceptor::exports::fastvideo::plugin::step_interceptor::Guest as StepInterceptor;
+/// A workflow translator: one ComfyUI node into pipeline graph nodes (pure data). Export with
+/// [`export_workflow_translator!`].
+pub use __workflow_translator::exports::fastvideo::plugin::workflow_translator::{
+    ComfyNode, GraphNode, Guest as WorkflowTranslator, NodeInput,
+};
+
+pub use __block_interceptor::export_block_interceptor;
+pub use __guider::export_guider;
+pub use __observer::export_observer;
+pub use __reward::export_reward;
+pub use __step_interceptor::export_step_interceptor;
+pub use __workflow_translator::export_workflow_translator;
+
+// Generated bindings. Every world shares one copy of the imported interfaces, so a `Tensor`
+// is the same type whichever kind uses it; plugins use the re-exports above, not these paths.
+
+#[doc(hidden)]
 #[allow(missing_docs, clippy::all)]
-pub mod guider {
+pub mod __imports {
     wit_bindgen::generate!({
         path: "../../wit/fastvideo-plugin",
-        world: "guider-plugin",
+        inline: "
+            package fastvideo:sdk;
+            world imports {
+                import fastvideo:plugin/tensor@0.1.1;
+                import fastvideo:plugin/tensor-ops@0.1.1;
+                import fastvideo:plugin/tensor-read@0.1.1;
+                import fastvideo:plugin/log@0.1.1;
+                import fastvideo:plugin/events@0.1.1;
+                import fastvideo:plugin/clock@0.1.1;
+            }
+        ",
+        world: "fastvideo:sdk/imports",
+        generate_all,
+    });
+}
+
+#[doc(hidden)]
+#[allow(missing_docs, clippy::all)]
+pub mod __guider {
+    wit_bindgen::generate!({
+        path: "../../wit/fastvideo-plugin",
+        world: "fastvideo:plugin/guider-plugin@0.1.1",
+        with: {
+            "fastvideo:plugin/types@0.1.1": crate::__imports::fastvideo::plugin::types,
+            "fastvideo:plugin/tensor@0.1.1": crate::__imports::fastvideo::plugin::tensor,
+            "fastvideo:plugin/tensor-ops@0.1.1": crate::__imports::fastvideo::plugin::tensor_ops,
+            "fastvideo:plugin/tensor-read@0.1.1": crate::__imports::fastvideo::plugin::tensor_read,
+            "fastvideo:plugin/log@0.1.1": crate::__imports::fastvideo::plugin::log,
+        },
         pub_export_macro: true,
         export_macro_name: "export_guider",
-        default_bindings_module: "fastvideo_plugin_sdk::guider",
+        default_bindings_module: "fastvideo_plugin_sdk::__guider",
     });
 }
 
-/// Step interceptors: see every solver step; may supply its output and skip the forwards. Implement `step_interceptor::exports::fastvideo::plugin::step_interceptor::Guest` and call
-/// `export_step_interceptor!(YourType)`.
+#[doc(hidden)]
 #[allow(missing_docs, clippy::all)]
-pub mod step_interceptor {
+pub mod __step_interceptor {
     wit_bindgen::generate!({
         path: "../../wit/fastvideo-plugin",
-        world: "step-interceptor-plugin",
+        world: "fastvideo:plugin/step-interceptor-plugin@0.1.1",
+        with: {
+            "fastvideo:plugin/types@0.1.1": crate::__imports::fastvideo::plugin::types,
+            "fastvideo:plugin/tensor@0.1.1": crate::__imports::fastvideo::plugin::tensor,
+            "fastvideo:plugin/tensor-ops@0.1.1": crate::__imports::fastvideo::plugin::tensor_ops,
+            "fastvideo:plugin/tensor-read@0.1.1": crate::__imports::fastvideo::plugin::tensor_read,
+            "fastvideo:plugin/log@0.1.1": crate::__imports::fastvideo::plugin::log,
+            "fastvideo:plugin/events@0.1.1": crate::__imports::fastvideo::plugin::events,
+            "fastvideo:plugin/clock@0.1.1": crate::__imports::fastvideo::plugin::clock,
+        },
         pub_export_macro: true,
         export_macro_name: "export_step_interceptor",
-        default_bindings_module: "fastvideo_plugin_sdk::step_interceptor",
+        default_bindings_module: "fastvideo_plugin_sdk::__step_interceptor",
     });
 }
 
-/// Block interceptors (block caches): plan which transformer blocks run. Implement `block_interceptor::exports::fastvideo::plugin::block_interceptor::Guest` and call
-/// `export_block_interceptor!(YourType)`.
+#[doc(hidden)]
 #[allow(missing_docs, clippy::all)]
-pub mod block_interceptor {
+pub mod __block_interceptor {
     wit_bindgen::generate!({
         path: "../../wit/fastvideo-plugin",
-        world: "block-interceptor-plugin",
+        world: "fastvideo:plugin/block-interceptor-plugin@0.1.1",
+        with: {
+            "fastvideo:plugin/types@0.1.1": crate::__imports::fastvideo::plugin::types,
+            "fastvideo:plugin/tensor@0.1.1": crate::__imports::fastvideo::plugin::tensor,
+            "fastvideo:plugin/tensor-ops@0.1.1": crate::__imports::fastvideo::plugin::tensor_ops,
+            "fastvideo:plugin/tensor-read@0.1.1": crate::__imports::fastvideo::plugin::tensor_read,
+            "fastvideo:plugin/log@0.1.1": crate::__imports::fastvideo::plugin::log,
+            "fastvideo:plugin/events@0.1.1": crate::__imports::fastvideo::plugin::events,
+            "fastvideo:plugin/clock@0.1.1": crate::__imports::fastvideo::plugin::clock,
+        },
         pub_export_macro: true,
         export_macro_name: "export_block_interceptor",
-        default_bindings_module: "fastvideo_plugin_sdk::block_interceptor",
+        default_bindings_module: "fastvideo_plugin_sdk::__block_interceptor",
     });
 }
 
-/// Observers: read-only events of a request's life. Implement `observer::exports::fastvideo::plugin::observer::Guest` and call
-/// `export_observer!(YourType)`.
+#[doc(hidden)]
 #[allow(missing_docs, clippy::all)]
-pub mod observer {
+pub mod __observer {
     wit_bindgen::generate!({
         path: "../../wit/fastvideo-plugin",
-        world: "observer-plugin",
+        world: "fastvideo:plugin/observer-plugin@0.1.1",
+        with: {
+            "fastvideo:plugin/types@0.1.1": crate::__imports::fastvideo::plugin::types,
+            "fastvideo:plugin/tensor@0.1.1": crate::__imports::fastvideo::plugin::tensor,
+            "fastvideo:plugin/tensor-ops@0.1.1": crate::__imports::fastvideo::plugin::tensor_ops,
+            "fastvideo:plugin/tensor-read@0.1.1": crate::__imports::fastvideo::plugin::tensor_read,
+            "fastvideo:plugin/log@0.1.1": crate::__imports::fastvideo::plugin::log,
+            "fastvideo:plugin/events@0.1.1": crate::__imports::fastvideo::plugin::events,
+            "fastvideo:plugin/clock@0.1.1": crate::__imports::fastvideo::plugin::clock,
+        },
         pub_export_macro: true,
         export_macro_name: "export_observer",
-        default_bindings_module: "fastvideo_plugin_sdk::observer",
+        default_bindings_module: "fastvideo_plugin_sdk::__observer",
     });
 }
 
-/// Rewards: score an artifact. Implement `reward::exports::fastvideo::plugin::reward::Guest` and call
-/// `export_reward!(YourType)`.
+#[doc(hidden)]
 #[allow(missing_docs, clippy::all)]
-pub mod reward {
+pub mod __reward {
     wit_bindgen::generate!({
         path: "../../wit/fastvideo-plugin",
-        world: "reward-plugin",
+        world: "fastvideo:plugin/reward-plugin@0.1.1",
+        with: {
+            "fastvideo:plugin/types@0.1.1": crate::__imports::fastvideo::plugin::types,
+            "fastvideo:plugin/tensor@0.1.1": crate::__imports::fastvideo::plugin::tensor,
+            "fastvideo:plugin/tensor-ops@0.1.1": crate::__imports::fastvideo::plugin::tensor_ops,
+            "fastvideo:plugin/tensor-read@0.1.1": crate::__imports::fastvideo::plugin::tensor_read,
+            "fastvideo:plugin/log@0.1.1": crate::__imports::fastvideo::plugin::log,
+        },
         pub_export_macro: true,
         export_macro_name: "export_reward",
-        default_bindings_module: "fastvideo_plugin_sdk::reward",
+        default_bindings_module: "fastvideo_plugin_sdk::__reward",
     });
 }
 
-/// Workflow translators: ComfyUI node to pipeline graph fragment (pure data). Implement `workflow_translator::exports::fastvideo::plugin::workflow_translator::Guest` and call
-/// `export_workflow_translator!(YourType)`.
+#[doc(hidden)]
 #[allow(missing_docs, clippy::all)]
-pub mod workflow_translator {
+pub mod __workflow_translator {
     wit_bindgen::generate!({
         path: "../../wit/fastvideo-plugin",
-        world: "workflow-translator-plugin",
+        world: "fastvideo:plugin/workflow-translator-plugin@0.1.1",
+        with: {
+            "fastvideo:plugin/log@0.1.1": crate::__imports::fastvideo::plugin::log,
+        },
         pub_export_macro: true,
         export_macro_name: "export_workflow_translator",
-        default_bindings_module: "fastvideo_plugin_sdk::workflow_translator",
+        default_bindings_module: "fastvideo_plugin_sdk::__workflow_translator",
     });
-}
-
-/// Copies a string into a fixed-size array at compile time (used by [`manifest!`]).
-#[doc(hidden)]
-pub const fn manifest_bytes<const N: usize>(s: &str) -> [u8; N] {
-    let b = s.as_bytes();
-    let mut out = [0u8; N];
-    let mut i = 0;
-    while i < N {
-        out[i] = b[i];
-        i += 1;
-    }
-    out
-}
-
-/// Embeds the plugin manifest (JSON) as the `fastvideo-manifest` custom section.
-#[macro_export]
-macro_rules! manifest {
-    ($json:expr) => {
-        const _: () = {
-            const JSON: &str = $json;
-            #[used]
-            #[link_section = "fastvideo-manifest"]
-            static MANIFEST: [u8; JSON.len()] = $crate::manifest_bytes::<{ JSON.len() }>(JSON);
-        };
-    };
 }

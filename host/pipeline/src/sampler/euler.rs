@@ -10,6 +10,7 @@ pub struct FlowMatchEuler {
 }
 
 impl FlowMatchEuler {
+    /// The schedule for `steps` steps with timestep shift `shift`.
     pub fn new(steps: usize, shift: f64) -> Self {
         let n = NUM_TRAIN_TIMESTEPS as f32;
         // The scheduler's construction: float32 training sigmas 1000/1000 .. 1/1000, shifted.

@@ -44,16 +44,20 @@ impl Schedule {
 
 /// One request's solver.
 pub trait Sampler: Send {
+    /// The sampler's timesteps, sigmas and position.
     fn schedule(&self) -> &Schedule;
     /// Advances `sample` by one solver step given the model's (guided) prediction.
     fn step(&mut self, model_output: &Tensor, sample: &Tensor) -> Result<Tensor>;
 
+    /// The model time of each step ([`Schedule::timesteps`]).
     fn timesteps(&self) -> &[f32] {
         &self.schedule().timesteps
     }
+    /// Noise levels, one more than steps, ending at 0 ([`Schedule::sigmas`]).
     fn sigmas(&self) -> &[f32] {
         &self.schedule().sigmas
     }
+    /// Index of the next step; equals the step count once every step has been taken.
     fn step_index(&self) -> usize {
         self.schedule().index
     }

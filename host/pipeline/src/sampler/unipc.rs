@@ -6,7 +6,9 @@ use super::{linspace, shift_sigma, Sampler, Schedule, NUM_TRAIN_TIMESTEPS};
 /// The subset of diffusers' `UniPCMultistepScheduler` options that flow-matching models use.
 #[derive(Debug, Clone)]
 pub struct UniPcConfig {
+    /// Timestep shift applied to the flow sigmas (diffusers `flow_shift`).
     pub flow_shift: f64,
+    /// Model outputs the multistep update uses at most (diffusers `solver_order`).
     pub solver_order: usize,
     /// Use first order on the last steps (diffusers default, and Wan's).
     pub lower_order_final: bool,
@@ -33,6 +35,7 @@ pub struct UniPc {
 }
 
 impl UniPc {
+    /// The solver and its schedule for `steps` steps.
     pub fn new(cfg: UniPcConfig, steps: usize) -> Self {
         let n = NUM_TRAIN_TIMESTEPS as f64;
         let mut s: Vec<f64> = linspace(1.0, 1.0 / n, steps + 1);

@@ -9,10 +9,7 @@
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 
-use fastvideo_plugin_sdk::block_interceptor::exports::fastvideo::plugin::block_interceptor::{BlockAction, Guest};
-use fastvideo_plugin_sdk::block_interceptor::fastvideo::plugin::{
-    events, tensor::Tensor, tensor_ops as ops, types::StepContext,
-};
+use fastvideo_plugin_sdk::{events, tensor_ops as ops, BlockAction, BlockInterceptor, StepContext, Tensor};
 
 #[derive(Clone, Copy, serde::Deserialize)]
 #[serde(default)]
@@ -56,7 +53,7 @@ fn branch_name(ctx: &StepContext) -> String {
 
 struct DbCache;
 
-impl Guest for DbCache {
+impl BlockInterceptor for DbCache {
     fn init(params: String) -> Result<(), String> {
         let p: Params = serde_json::from_str(&params).map_err(|e| format!("dbcache params: {e}"))?;
         if p.fn_blocks == 0 {
@@ -131,7 +128,23 @@ impl Guest for DbCache {
     }
 }
 
-fastvideo_plugin_sdk::block_interceptor::export_block_interceptor!(DbCache);
-fastvideo_plugin_sdk::manifest!(
-    r#"{"name":"dbcache","version":"0.1.0","kind":"block-interceptor","hooks":["begin-forward","after-block","end-forward"],"distribution_altering":true,"wit":"0.1.1","description":"DBCache / FBCache block cache","params_schema":{"type":"object","properties":{"fn_blocks":{"type":"integer","minimum":1},"bn_blocks":{"type":"integer","minimum":0},"residual_diff_threshold":{"type":"number","minimum":0},"warmup_steps":{"type":"integer","minimum":0},"max_cached_steps":{"type":"integer","minimum":0}},"additionalProperties":false}}"#
-);
+fastvideo_plugin_sdk::export_block_interceptor!(DbCache);
+fastvideo_plugin_sdk::manifest! {
+    name: "dbcache",
+    version: "0.1.0",
+    kind: block_interceptor,
+    hooks: [begin_forward, after_block, end_forward],
+    distribution_altering: true,
+    description: "DBCache / FBCache block cache",
+    params_schema: {
+        "type": "object",
+        "properties": {
+            "fn_blocks": {"type": "integer", "minimum": 1},
+            "bn_blocks": {"type": "integer", "minimum": 0},
+            "residual_diff_threshold": {"type": "number", "minimum": 0},
+            "warmup_steps": {"type": "integer", "minimum": 0},
+            "max_cached_steps": {"type": "integer", "minimum": 0}
+        },
+        "additionalProperties": false
+    },
+}

@@ -7,10 +7,7 @@
 
 use std::cell::RefCell;
 
-use fastvideo_plugin_sdk::step_interceptor::exports::fastvideo::plugin::step_interceptor::Guest;
-use fastvideo_plugin_sdk::step_interceptor::fastvideo::plugin::{
-    events, tensor::Tensor, tensor_ops as ops, types::StepContext,
-};
+use fastvideo_plugin_sdk::{events, tensor_ops as ops, StepContext, StepInterceptor, Tensor};
 
 #[derive(Clone, Copy, serde::Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -52,7 +49,7 @@ impl Seer {
 
 struct TaylorSeer;
 
-impl Guest for TaylorSeer {
+impl StepInterceptor for TaylorSeer {
     fn init(params: String) -> Result<(), String> {
         let params: Params = serde_json::from_str(&params).map_err(|e| format!("taylorseer params: {e}"))?;
         if !(1..=2).contains(&params.order) || params.interval == 0 {
@@ -97,7 +94,22 @@ impl Guest for TaylorSeer {
     }
 }
 
-fastvideo_plugin_sdk::step_interceptor::export_step_interceptor!(TaylorSeer);
-fastvideo_plugin_sdk::manifest!(
-    r#"{"name":"taylorseer","version":"0.1.0","kind":"step-interceptor","hooks":["before-step","after-step"],"distribution_altering":true,"wit":"0.1.1","description":"TaylorSeer step cache: extrapolate the model output on skipped steps","params_schema":{"type":"object","properties":{"order":{"type":"integer","minimum":1,"maximum":2},"interval":{"type":"integer","minimum":1},"warmup_steps":{"type":"integer","minimum":0},"final_steps":{"type":"integer","minimum":0}},"additionalProperties":false}}"#
-);
+fastvideo_plugin_sdk::export_step_interceptor!(TaylorSeer);
+fastvideo_plugin_sdk::manifest! {
+    name: "taylorseer",
+    version: "0.1.0",
+    kind: step_interceptor,
+    hooks: [before_step, after_step],
+    distribution_altering: true,
+    description: "TaylorSeer step cache: extrapolate the model output on skipped steps",
+    params_schema: {
+        "type": "object",
+        "properties": {
+            "order": {"type": "integer", "minimum": 1, "maximum": 2},
+            "interval": {"type": "integer", "minimum": 1},
+            "warmup_steps": {"type": "integer", "minimum": 0},
+            "final_steps": {"type": "integer", "minimum": 0}
+        },
+        "additionalProperties": false
+    },
+}

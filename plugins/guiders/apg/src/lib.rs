@@ -6,8 +6,7 @@
 
 use std::cell::{Cell, RefCell};
 
-use fastvideo_plugin_sdk::guider::exports::fastvideo::plugin::guider::Guest;
-use fastvideo_plugin_sdk::guider::fastvideo::plugin::{tensor::Tensor, tensor_ops as ops, types::StepContext};
+use fastvideo_plugin_sdk::{tensor_ops as ops, Guider, StepContext, Tensor};
 
 thread_local! {
     static ETA: Cell<f32> = const { Cell::new(0.0) };
@@ -26,7 +25,7 @@ struct Params {
 
 struct Apg;
 
-impl Guest for Apg {
+impl Guider for Apg {
     fn init(params: String) -> Result<Vec<String>, String> {
         let p: Params = serde_json::from_str(&params).map_err(|e| format!("apg params: {e}"))?;
         ETA.set(p.eta);
@@ -72,7 +71,21 @@ impl Guest for Apg {
     }
 }
 
-fastvideo_plugin_sdk::guider::export_guider!(Apg);
-fastvideo_plugin_sdk::manifest!(
-    r#"{"name":"apg","version":"0.1.0","kind":"guider","hooks":["combine"],"distribution_altering":true,"wit":"0.1.1","description":"Adaptive projected guidance","params_schema":{"type":"object","properties":{"eta":{"type":"number"},"norm_threshold":{"type":"number","minimum":0},"momentum":{"type":"number","minimum":-1,"maximum":1}},"additionalProperties":false}}"#
-);
+fastvideo_plugin_sdk::export_guider!(Apg);
+fastvideo_plugin_sdk::manifest! {
+    name: "apg",
+    version: "0.1.0",
+    kind: guider,
+    hooks: [combine],
+    distribution_altering: true,
+    description: "Adaptive projected guidance",
+    params_schema: {
+        "type": "object",
+        "properties": {
+            "eta": {"type": "number"},
+            "norm_threshold": {"type": "number", "minimum": 0},
+            "momentum": {"type": "number", "minimum": -1, "maximum": 1}
+        },
+        "additionalProperties": false
+    },
+}

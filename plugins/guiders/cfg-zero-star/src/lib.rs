@@ -4,8 +4,7 @@
 
 use std::cell::Cell;
 
-use fastvideo_plugin_sdk::guider::exports::fastvideo::plugin::guider::Guest;
-use fastvideo_plugin_sdk::guider::fastvideo::plugin::{tensor::Tensor, tensor_ops as ops, types::StepContext};
+use fastvideo_plugin_sdk::{tensor_ops as ops, Guider, StepContext, Tensor};
 
 thread_local! {
     static ZERO_INIT_STEPS: Cell<u32> = const { Cell::new(1) };
@@ -25,7 +24,7 @@ impl Default for Params {
 
 struct CfgZeroStar;
 
-impl Guest for CfgZeroStar {
+impl Guider for CfgZeroStar {
     fn init(params: String) -> Result<Vec<String>, String> {
         let p: Params = serde_json::from_str(&params).map_err(|e| format!("cfg-zero-star params: {e}"))?;
         ZERO_INIT_STEPS.set(p.zero_init_steps);
@@ -49,7 +48,19 @@ impl Guest for CfgZeroStar {
     }
 }
 
-fastvideo_plugin_sdk::guider::export_guider!(CfgZeroStar);
-fastvideo_plugin_sdk::manifest!(
-    r#"{"name":"cfg-zero-star","version":"0.1.0","kind":"guider","hooks":["combine"],"distribution_altering":true,"wit":"0.1.1","description":"CFG-Zero*: optimized scale and zero-init","params_schema":{"type":"object","properties":{"zero_init_steps":{"type":"integer","minimum":0,"maximum":1000}},"additionalProperties":false}}"#
-);
+fastvideo_plugin_sdk::export_guider!(CfgZeroStar);
+fastvideo_plugin_sdk::manifest! {
+    name: "cfg-zero-star",
+    version: "0.1.0",
+    kind: guider,
+    hooks: [combine],
+    distribution_altering: true,
+    description: "CFG-Zero*: optimized scale and zero-init",
+    params_schema: {
+        "type": "object",
+        "properties": {
+            "zero_init_steps": {"type": "integer", "minimum": 0, "maximum": 1000}
+        },
+        "additionalProperties": false
+    },
+}

@@ -2,12 +2,11 @@
 //! order the built-in policy computes them (so the result is bit-identical to it): no tensor
 //! data enters the sandbox.
 
-use fastvideo_plugin_sdk::guider::exports::fastvideo::plugin::guider::Guest;
-use fastvideo_plugin_sdk::guider::fastvideo::plugin::{tensor::Tensor, tensor_ops, types::StepContext};
+use fastvideo_plugin_sdk::{tensor_ops, Guider, StepContext, Tensor};
 
 struct Cfg;
 
-impl Guest for Cfg {
+impl Guider for Cfg {
     fn init(_params: String) -> Result<Vec<String>, String> {
         Ok(vec!["cond".into(), "uncond".into()])
     }
@@ -24,7 +23,13 @@ impl Guest for Cfg {
     }
 }
 
-fastvideo_plugin_sdk::guider::export_guider!(Cfg);
-fastvideo_plugin_sdk::manifest!(
-    r#"{"name":"cfg","version":"0.1.0","kind":"guider","hooks":["combine"],"distribution_altering":false,"needs_eager":false,"wit":"0.1.1","params_schema":{"type":"object","properties":{},"additionalProperties":false}}"#
-);
+fastvideo_plugin_sdk::export_guider!(Cfg);
+fastvideo_plugin_sdk::manifest! {
+    name: "cfg",
+    version: "0.1.0",
+    kind: guider,
+    hooks: [combine],
+    distribution_altering: false,
+    needs_eager: false,
+    params_schema: {"type": "object", "properties": {}, "additionalProperties": false},
+}

@@ -6,8 +6,7 @@
 
 use std::cell::RefCell;
 
-use fastvideo_plugin_sdk::observer::exports::fastvideo::plugin::observer::{Event, Guest};
-use fastvideo_plugin_sdk::observer::fastvideo::plugin::{events, tensor::Tensor, tensor_ops};
+use fastvideo_plugin_sdk::{events, tensor_ops, Event, Observer, Tensor};
 
 #[derive(Clone, Copy, Default, serde::Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -28,7 +27,7 @@ thread_local! {
 
 struct NanWatch;
 
-impl Guest for NanWatch {
+impl Observer for NanWatch {
     fn init(params: String) -> Result<(), String> {
         let params: Params = serde_json::from_str(&params).map_err(|e| format!("nanwatch params: {e}"))?;
         WATCH.set(Watch { params, ..Watch::default() });
@@ -63,7 +62,19 @@ impl Guest for NanWatch {
     }
 }
 
-fastvideo_plugin_sdk::observer::export_observer!(NanWatch);
-fastvideo_plugin_sdk::manifest!(
-    r#"{"name":"nanwatch","version":"0.1.0","kind":"observer","hooks":["step-end","request-end"],"distribution_altering":false,"wit":"0.1.1","description":"First NaN/Inf in the model output, by step","params_schema":{"type":"object","properties":{"fail":{"type":"boolean"}},"additionalProperties":false}}"#
-);
+fastvideo_plugin_sdk::export_observer!(NanWatch);
+fastvideo_plugin_sdk::manifest! {
+    name: "nanwatch",
+    version: "0.1.0",
+    kind: observer,
+    hooks: [step_end, request_end],
+    distribution_altering: false,
+    description: "First NaN/Inf in the model output, by step",
+    params_schema: {
+        "type": "object",
+        "properties": {
+            "fail": {"type": "boolean"}
+        },
+        "additionalProperties": false
+    },
+}

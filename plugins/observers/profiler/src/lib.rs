@@ -5,8 +5,7 @@
 
 use std::cell::RefCell;
 
-use fastvideo_plugin_sdk::observer::exports::fastvideo::plugin::observer::{Event, Guest};
-use fastvideo_plugin_sdk::observer::fastvideo::plugin::{clock, events, tensor::Tensor};
+use fastvideo_plugin_sdk::{clock, events, Event, Observer, Tensor};
 
 #[derive(Clone, Copy, serde::Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -39,7 +38,7 @@ fn ms_since(t0: u64) -> f64 {
 
 struct Profiler;
 
-impl Guest for Profiler {
+impl Observer for Profiler {
     fn init(params: String) -> Result<(), String> {
         let params: Params = serde_json::from_str(&params).map_err(|e| format!("profiler params: {e}"))?;
         T.set(Timings { params, ..Timings::default() });
@@ -81,7 +80,19 @@ impl Guest for Profiler {
     }
 }
 
-fastvideo_plugin_sdk::observer::export_observer!(Profiler);
-fastvideo_plugin_sdk::manifest!(
-    r#"{"name":"profiler","version":"0.1.0","kind":"observer","hooks":["request-start","node-start","node-end","step-start","step-end","request-end"],"distribution_altering":false,"wit":"0.1.1","description":"Per-step and per-node wall times as events","params_schema":{"type":"object","properties":{"per_step":{"type":"boolean"}},"additionalProperties":false}}"#
-);
+fastvideo_plugin_sdk::export_observer!(Profiler);
+fastvideo_plugin_sdk::manifest! {
+    name: "profiler",
+    version: "0.1.0",
+    kind: observer,
+    hooks: [request_start, node_start, node_end, step_start, step_end, request_end],
+    distribution_altering: false,
+    description: "Per-step and per-node wall times as events",
+    params_schema: {
+        "type": "object",
+        "properties": {
+            "per_step": {"type": "boolean"}
+        },
+        "additionalProperties": false
+    },
+}

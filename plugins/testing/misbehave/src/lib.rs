@@ -7,8 +7,7 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use fastvideo_plugin_sdk::guider::exports::fastvideo::plugin::guider::Guest;
-use fastvideo_plugin_sdk::guider::fastvideo::plugin::{log, tensor::Tensor, tensor_ops, types::StepContext};
+use fastvideo_plugin_sdk::{log, tensor_ops, Guider, StepContext, Tensor};
 
 static MODE: AtomicU32 = AtomicU32::new(0);
 static INITS: AtomicU32 = AtomicU32::new(0);
@@ -24,7 +23,7 @@ pub const SPAM_LINES: u32 = 20_000;
 
 struct Misbehave;
 
-impl Guest for Misbehave {
+impl Guider for Misbehave {
     fn init(params: String) -> Result<Vec<String>, String> {
         let mode = MODES.iter().position(|m| params.contains(&format!("\"mode\":\"{m}\""))).unwrap_or(0);
         MODE.store(mode as u32, Ordering::Relaxed);
@@ -77,7 +76,18 @@ impl Guest for Misbehave {
     }
 }
 
-fastvideo_plugin_sdk::guider::export_guider!(Misbehave);
-fastvideo_plugin_sdk::manifest!(
-    r#"{"name":"misbehave","version":"0.1.0","kind":"guider","hooks":["combine"],"distribution_altering":true,"wit":"0.1.1","params_schema":{"type":"object","properties":{"mode":{"enum":["ok","trap","hang","shape","memory","handles","error","count","spam","slow"]}},"additionalProperties":false}}"#
-);
+fastvideo_plugin_sdk::export_guider!(Misbehave);
+fastvideo_plugin_sdk::manifest! {
+    name: "misbehave",
+    version: "0.1.0",
+    kind: guider,
+    hooks: [combine],
+    distribution_altering: true,
+    params_schema: {
+        "type": "object",
+        "properties": {
+            "mode": {"enum": ["ok", "trap", "hang", "shape", "memory", "handles", "error", "count", "spam", "slow"]}
+        },
+        "additionalProperties": false
+    },
+}
