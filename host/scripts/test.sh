@@ -11,6 +11,8 @@ bash host/scripts/bootstrap.sh
 bash host/scripts/client-venv.sh
 # The WebRTC test drives a real browser.
 bash host/scripts/browser.sh
+# The ComfyUI workflow tests read the public template corpus (PyPI, pinned).
+bash host/scripts/comfy-corpus.sh >/dev/null
 # Plugins (plugins/, sdk/) build for wasm32-unknown-unknown; the plugin tests build them.
 rustup target add wasm32-unknown-unknown >/dev/null 2>&1 || rustup target add wasm32-unknown-unknown
 cargo fmt --all -- --check

@@ -11,6 +11,7 @@ mod generate;
 mod plugin;
 mod progress;
 mod serve;
+mod workflow;
 mod world;
 
 use std::process::ExitCode;
@@ -41,6 +42,9 @@ enum Command {
     /// Inspect and build Wasm plugins.
     #[command(subcommand)]
     Plugin(plugin::PluginCommand),
+    /// Read ComfyUI workflows and measure how many we handle.
+    #[command(subcommand)]
+    Workflow(workflow::WorkflowCommand),
 }
 
 fn main() -> ExitCode {
@@ -67,6 +71,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Plugin(cmd) => plugin::run(cmd),
+        Command::Workflow(cmd) => workflow::run(cmd),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
