@@ -22,3 +22,44 @@ impl WorkflowError {
         Self { node: None, field: field.into(), message: message.into() }
     }
 }
+
+/// A workflow that reads but cannot become a pipeline here.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CompileError {
+    /// The workflow itself is malformed.
+    #[error(transparent)]
+    Workflow(#[from] WorkflowError),
+    /// Nodes no enabled translator handles: (node id, class type), every one.
+    #[error("no translator for {}", .0.iter().map(|(id, ty)| format!("node {id} ({ty})")).collect::<Vec<_>>().join(", "))]
+    Untranslated(Vec<(String, String)>),
+    /// A translator refused a node.
+    #[error("node {node} ({class_type}): translator `{translator}`: {message}")]
+    Translator {
+        /// The node.
+        node: String,
+        /// Its type.
+        class_type: String,
+        /// The translator's name in the deploy.
+        translator: String,
+        /// Its message.
+        message: String,
+    },
+    /// The translated graph is not valid, or asks for what this runtime does not run.
+    #[error("node {node}: {message}")]
+    Node {
+        /// The ComfyUI node at fault.
+        node: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// Something about the graph as a whole (no output node, …).
+    #[error("{0}")]
+    Graph(String),
+}
+
+impl CompileError {
+    /// An error at ComfyUI node `node`.
+    pub fn node(node: impl Into<String>, message: impl Into<String>) -> Self {
+        CompileError::Node { node: node.into(), message: message.into() }
+    }
+}

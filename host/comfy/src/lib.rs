@@ -20,16 +20,25 @@
 
 #![deny(missing_docs)]
 
+mod compile;
 mod coverage;
 mod error;
 mod graph;
+mod lower;
+mod pipeline_graph;
 mod schema;
+pub mod stages;
+mod translate;
 mod ui;
 
+pub use compile::{compile, Compiled, WorkflowConfig};
 pub use coverage::{Coverage, TypeCoverage, WorkflowCoverage};
-pub use error::WorkflowError;
+pub use error::{CompileError, WorkflowError};
 pub use graph::{parse_api, Input, Node, Workflow};
+pub use lower::{plan, ModelFile, OutputPlan, RunPlan};
+pub use pipeline_graph::PipelineGraph;
 pub use schema::{InputDecl, NodeSchema, Schemas};
+pub use translate::{as_ref, value_name, value_ref, ComfyNode, GraphNode, Translator, Translators};
 pub use ui::parse_ui;
 
 use serde_json::Value;

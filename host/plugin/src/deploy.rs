@@ -22,6 +22,9 @@ pub struct DeployConfig {
     /// The `[[plugins]]` tables, in file order; none is a valid (empty) deploy.
     #[serde(default)]
     pub plugins: Vec<PluginEntry>,
+    /// The `[workflows]` table: which model folders serve the files ComfyUI workflows name.
+    #[serde(default)]
+    pub workflows: fastvideo_comfy::WorkflowConfig,
 }
 
 /// One `[[plugins]]` table: a component to enable, pinned by hash.
@@ -106,6 +109,8 @@ pub struct Deployment {
     pub runtime: Arc<PluginRuntime>,
     /// The enabled plugins, in deploy-file order.
     pub plugins: Vec<Arc<EnabledPlugin>>,
+    /// Model folders for ComfyUI workflows' model files (paths as written in the deploy file).
+    pub workflows: fastvideo_comfy::WorkflowConfig,
 }
 
 impl Deployment {
@@ -124,6 +129,7 @@ impl Deployment {
     pub fn from_config(cfg: DeployConfig, base: &Path) -> Result<Self, PluginError> {
         let runtime = Arc::new(PluginRuntime::new(cfg.limits)?);
         let mut plugins: Vec<Arc<EnabledPlugin>> = Vec::new();
+        let workflows = cfg.workflows;
         for p in cfg.plugins {
             let refuse = |reason: String| PluginError::Refused { plugin: p.name.clone(), reason };
             if plugins.iter().any(|q| q.name() == p.name) {
@@ -166,7 +172,7 @@ impl Deployment {
                 });
             }
         }
-        Ok(Self { runtime, plugins })
+        Ok(Self { runtime, plugins, workflows })
     }
 
     /// The enabled plugin of that deploy name, if any.

@@ -66,6 +66,7 @@ mod observer;
 mod runtime;
 mod state;
 mod step;
+mod translator;
 
 pub use bind::Binding;
 pub use blocks::PluginBlockPolicy;
@@ -81,3 +82,4 @@ pub use observer::PluginObserver;
 pub use runtime::{Limits, LoadedPlugin, PluginInstance, PluginRuntime, PROVIDED};
 pub use state::{HostState, InstanceLimits, OutputCounts, PluginEvent, PluginTensor};
 pub use step::PluginStepPolicy;
+pub use translator::PluginTranslator;

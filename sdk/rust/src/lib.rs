@@ -103,12 +103,12 @@ pub mod __imports {
         inline: "
             package fastvideo:sdk;
             world imports {
-                import fastvideo:plugin/tensor@0.1.1;
-                import fastvideo:plugin/tensor-ops@0.1.1;
-                import fastvideo:plugin/tensor-read@0.1.1;
-                import fastvideo:plugin/log@0.1.1;
-                import fastvideo:plugin/events@0.1.1;
-                import fastvideo:plugin/clock@0.1.1;
+                import fastvideo:plugin/tensor@0.1.2;
+                import fastvideo:plugin/tensor-ops@0.1.2;
+                import fastvideo:plugin/tensor-read@0.1.2;
+                import fastvideo:plugin/log@0.1.2;
+                import fastvideo:plugin/events@0.1.2;
+                import fastvideo:plugin/clock@0.1.2;
             }
         ",
         world: "fastvideo:sdk/imports",
@@ -121,13 +121,13 @@ pub mod __imports {
 pub mod __guider {
     wit_bindgen::generate!({
         path: "../../wit/fastvideo-plugin",
-        world: "fastvideo:plugin/guider-plugin@0.1.1",
+        world: "fastvideo:plugin/guider-plugin@0.1.2",
         with: {
-            "fastvideo:plugin/types@0.1.1": crate::__imports::fastvideo::plugin::types,
-            "fastvideo:plugin/tensor@0.1.1": crate::__imports::fastvideo::plugin::tensor,
-            "fastvideo:plugin/tensor-ops@0.1.1": crate::__imports::fastvideo::plugin::tensor_ops,
-            "fastvideo:plugin/tensor-read@0.1.1": crate::__imports::fastvideo::plugin::tensor_read,
-            "fastvideo:plugin/log@0.1.1": crate::__imports::fastvideo::plugin::log,
+            "fastvideo:plugin/types@0.1.2": crate::__imports::fastvideo::plugin::types,
+            "fastvideo:plugin/tensor@0.1.2": crate::__imports::fastvideo::plugin::tensor,
+            "fastvideo:plugin/tensor-ops@0.1.2": crate::__imports::fastvideo::plugin::tensor_ops,
+            "fastvideo:plugin/tensor-read@0.1.2": crate::__imports::fastvideo::plugin::tensor_read,
+            "fastvideo:plugin/log@0.1.2": crate::__imports::fastvideo::plugin::log,
         },
         pub_export_macro: true,
         export_macro_name: "export_guider",
@@ -140,15 +140,15 @@ pub mod __guider {
 pub mod __step_interceptor {
     wit_bindgen::generate!({
         path: "../../wit/fastvideo-plugin",
-        world: "fastvideo:plugin/step-interceptor-plugin@0.1.1",
+        world: "fastvideo:plugin/step-interceptor-plugin@0.1.2",
         with: {
-            "fastvideo:plugin/types@0.1.1": crate::__imports::fastvideo::plugin::types,
-            "fastvideo:plugin/tensor@0.1.1": crate::__imports::fastvideo::plugin::tensor,
-            "fastvideo:plugin/tensor-ops@0.1.1": crate::__imports::fastvideo::plugin::tensor_ops,
-            "fastvideo:plugin/tensor-read@0.1.1": crate::__imports::fastvideo::plugin::tensor_read,
-            "fastvideo:plugin/log@0.1.1": crate::__imports::fastvideo::plugin::log,
-            "fastvideo:plugin/events@0.1.1": crate::__imports::fastvideo::plugin::events,
-            "fastvideo:plugin/clock@0.1.1": crate::__imports::fastvideo::plugin::clock,
+            "fastvideo:plugin/types@0.1.2": crate::__imports::fastvideo::plugin::types,
+            "fastvideo:plugin/tensor@0.1.2": crate::__imports::fastvideo::plugin::tensor,
+            "fastvideo:plugin/tensor-ops@0.1.2": crate::__imports::fastvideo::plugin::tensor_ops,
+            "fastvideo:plugin/tensor-read@0.1.2": crate::__imports::fastvideo::plugin::tensor_read,
+            "fastvideo:plugin/log@0.1.2": crate::__imports::fastvideo::plugin::log,
+            "fastvideo:plugin/events@0.1.2": crate::__imports::fastvideo::plugin::events,
+            "fastvideo:plugin/clock@0.1.2": crate::__imports::fastvideo::plugin::clock,
         },
         pub_export_macro: true,
         export_macro_name: "export_step_interceptor",
@@ -161,15 +161,15 @@ pub mod __step_interceptor {
 pub mod __block_interceptor {
     wit_bindgen::generate!({
         path: "../../wit/fastvideo-plugin",
-        world: "fastvideo:plugin/block-interceptor-plugin@0.1.1",
+        world: "fastvideo:plugin/block-interceptor-plugin@0.1.2",
         with: {
-            "fastvideo:plugin/types@0.1.1": crate::__imports::fastvideo::plugin::types,
-            "fastvideo:plugin/tensor@0.1.1": crate::__imports::fastvideo::plugin::tensor,
-            "fastvideo:plugin/tensor-ops@0.1.1": crate::__imports::fastvideo::plugin::tensor_ops,
-            "fastvideo:plugin/tensor-read@0.1.1": crate::__imports::fastvideo::plugin::tensor_read,
-            "fastvideo:plugin/log@0.1.1": crate::__imports::fastvideo::plugin::log,
-            "fastvideo:plugin/events@0.1.1": crate::__imports::fastvideo::plugin::events,
-            "fastvideo:plugin/clock@0.1.1": crate::__imports::fastvideo::plugin::clock,
+            "fastvideo:plugin/types@0.1.2": crate::__imports::fastvideo::plugin::types,
+            "fastvideo:plugin/tensor@0.1.2": crate::__imports::fastvideo::plugin::tensor,
+            "fastvideo:plugin/tensor-ops@0.1.2": crate::__imports::fastvideo::plugin::tensor_ops,
+            "fastvideo:plugin/tensor-read@0.1.2": crate::__imports::fastvideo::plugin::tensor_read,
+            "fastvideo:plugin/log@0.1.2": crate::__imports::fastvideo::plugin::log,
+            "fastvideo:plugin/events@0.1.2": crate::__imports::fastvideo::plugin::events,
+            "fastvideo:plugin/clock@0.1.2": crate::__imports::fastvideo::plugin::clock,
         },
         pub_export_macro: true,
         export_macro_name: "export_block_interceptor",
@@ -182,15 +182,15 @@ pub mod __block_interceptor {
 pub mod __observer {
     wit_bindgen::generate!({
         path: "../../wit/fastvideo-plugin",
-        world: "fastvideo:plugin/observer-plugin@0.1.1",
+        world: "fastvideo:plugin/observer-plugin@0.1.2",
         with: {
-            "fastvideo:plugin/types@0.1.1": crate::__imports::fastvideo::plugin::types,
-            "fastvideo:plugin/tensor@0.1.1": crate::__imports::fastvideo::plugin::tensor,
-            "fastvideo:plugin/tensor-ops@0.1.1": crate::__imports::fastvideo::plugin::tensor_ops,
-            "fastvideo:plugin/tensor-read@0.1.1": crate::__imports::fastvideo::plugin::tensor_read,
-            "fastvideo:plugin/log@0.1.1": crate::__imports::fastvideo::plugin::log,
-            "fastvideo:plugin/events@0.1.1": crate::__imports::fastvideo::plugin::events,
-            "fastvideo:plugin/clock@0.1.1": crate::__imports::fastvideo::plugin::clock,
+            "fastvideo:plugin/types@0.1.2": crate::__imports::fastvideo::plugin::types,
+            "fastvideo:plugin/tensor@0.1.2": crate::__imports::fastvideo::plugin::tensor,
+            "fastvideo:plugin/tensor-ops@0.1.2": crate::__imports::fastvideo::plugin::tensor_ops,
+            "fastvideo:plugin/tensor-read@0.1.2": crate::__imports::fastvideo::plugin::tensor_read,
+            "fastvideo:plugin/log@0.1.2": crate::__imports::fastvideo::plugin::log,
+            "fastvideo:plugin/events@0.1.2": crate::__imports::fastvideo::plugin::events,
+            "fastvideo:plugin/clock@0.1.2": crate::__imports::fastvideo::plugin::clock,
         },
         pub_export_macro: true,
         export_macro_name: "export_observer",
@@ -203,13 +203,13 @@ pub mod __observer {
 pub mod __reward {
     wit_bindgen::generate!({
         path: "../../wit/fastvideo-plugin",
-        world: "fastvideo:plugin/reward-plugin@0.1.1",
+        world: "fastvideo:plugin/reward-plugin@0.1.2",
         with: {
-            "fastvideo:plugin/types@0.1.1": crate::__imports::fastvideo::plugin::types,
-            "fastvideo:plugin/tensor@0.1.1": crate::__imports::fastvideo::plugin::tensor,
-            "fastvideo:plugin/tensor-ops@0.1.1": crate::__imports::fastvideo::plugin::tensor_ops,
-            "fastvideo:plugin/tensor-read@0.1.1": crate::__imports::fastvideo::plugin::tensor_read,
-            "fastvideo:plugin/log@0.1.1": crate::__imports::fastvideo::plugin::log,
+            "fastvideo:plugin/types@0.1.2": crate::__imports::fastvideo::plugin::types,
+            "fastvideo:plugin/tensor@0.1.2": crate::__imports::fastvideo::plugin::tensor,
+            "fastvideo:plugin/tensor-ops@0.1.2": crate::__imports::fastvideo::plugin::tensor_ops,
+            "fastvideo:plugin/tensor-read@0.1.2": crate::__imports::fastvideo::plugin::tensor_read,
+            "fastvideo:plugin/log@0.1.2": crate::__imports::fastvideo::plugin::log,
         },
         pub_export_macro: true,
         export_macro_name: "export_reward",
@@ -222,9 +222,9 @@ pub mod __reward {
 pub mod __workflow_translator {
     wit_bindgen::generate!({
         path: "../../wit/fastvideo-plugin",
-        world: "fastvideo:plugin/workflow-translator-plugin@0.1.1",
+        world: "fastvideo:plugin/workflow-translator-plugin@0.1.2",
         with: {
-            "fastvideo:plugin/log@0.1.1": crate::__imports::fastvideo::plugin::log,
+            "fastvideo:plugin/log@0.1.2": crate::__imports::fastvideo::plugin::log,
         },
         pub_export_macro: true,
         export_macro_name: "export_workflow_translator",

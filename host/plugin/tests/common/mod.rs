@@ -78,3 +78,8 @@ pub fn resolve_tiny(mut r: OmniRequest, plugin: Option<(&str, serde_json::Value)
     }
     r.resolve(&tiny_wan().limits(), || 0).unwrap()
 }
+
+/// The blake3 a deploy pins plugin `stem` by.
+pub fn inspect_blake3(stem: &str) -> String {
+    inspect(&wasm(stem)).unwrap().blake3
+}

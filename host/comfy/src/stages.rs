@@ -1,0 +1,71 @@
+//! The stages a pipeline graph is made of, with the types of what they read and produce: the
+//! vocabulary translators write to and the compiler checks against.
+
+/// One stage kind.
+#[derive(Debug, Clone, Copy)]
+pub struct StageDecl {
+    /// Its name in a graph node's `stage`.
+    pub name: &'static str,
+    /// Parameters that are values of other nodes: (param, type, required).
+    pub refs: &'static [(&'static str, &'static str, bool)],
+    /// Types of what it produces, by output index.
+    pub outputs: &'static [&'static str],
+}
+
+macro_rules! stage {
+    ($name:literal, [$(($p:literal, $t:literal, $req:literal)),* $(,)?], [$($o:literal),* $(,)?]) => {
+        StageDecl { name: $name, refs: &[$(($p, $t, $req)),*], outputs: &[$($o),*] }
+    };
+}
+
+/// Every stage a graph may use. `value` is a literal (primitive nodes); the compiler folds it
+/// into the parameters that read it.
+pub const STAGES: &[StageDecl] = &[
+    stage!("value", [], ["value"]),
+    stage!("load.diffusion_model", [], ["model"]),
+    stage!("load.text_encoder", [], ["text_encoder"]),
+    stage!("load.vae", [], ["vae"]),
+    stage!("load.checkpoint", [], ["model", "text_encoder", "vae"]),
+    stage!("encode.text", [("text_encoder", "text_encoder", true)], ["conditioning"]),
+    stage!("latent.empty", [], ["latent"]),
+    stage!("model.shift", [("model", "model", true)], ["model"]),
+    stage!(
+        "sample",
+        [
+            ("model", "model", true),
+            ("positive", "conditioning", true),
+            ("negative", "conditioning", false),
+            ("latent", "latent", true)
+        ],
+        ["latent"]
+    ),
+    stage!(
+        "guider.cfg",
+        [("model", "model", true), ("positive", "conditioning", true), ("negative", "conditioning", false)],
+        ["guider"]
+    ),
+    stage!("schedule", [("model", "model", true)], ["sigmas"]),
+    stage!("sampler.select", [], ["sampler"]),
+    stage!("noise.random", [], ["noise"]),
+    stage!(
+        "sample.custom",
+        [
+            ("noise", "noise", true),
+            ("guider", "guider", true),
+            ("sampler", "sampler", true),
+            ("sigmas", "sigmas", true),
+            ("latent", "latent", true)
+        ],
+        ["latent", "latent"]
+    ),
+    stage!("decode.vae", [("latent", "latent", true), ("vae", "vae", true)], ["images"]),
+    stage!("encode.vae", [("images", "images", true), ("vae", "vae", true)], ["latent"]),
+    stage!("video.create", [("images", "images", true), ("audio", "audio", false)], ["video"]),
+    stage!("output.video", [("video", "video", true)], []),
+    stage!("output.image", [("images", "images", true)], []),
+];
+
+/// The declaration of `stage`.
+pub fn stage(name: &str) -> Option<&'static StageDecl> {
+    STAGES.iter().find(|s| s.name == name)
+}

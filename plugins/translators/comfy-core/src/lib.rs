@@ -1,0 +1,238 @@
+//! The core translator pack: each ComfyUI core node this runtime runs, as pipeline stages.
+//! Node schemas are `object_info.json` (ComfyUI's own declarations, with the choices this
+//! runtime accepts), which `declare` returns and `handles` reads its types from.
+
+use fastvideo_plugin_sdk::{ComfyNode, GraphNode, WorkflowTranslator};
+use serde_json::{json, Map, Value};
+
+const OBJECT_INFO: &str = include_str!("../object_info.json");
+
+/// How one node type maps: the stage, how many values it makes, and stage parameter ←
+/// ComfyUI input (renamed where the stage's vocabulary differs).
+struct Rule {
+    class_type: &'static str,
+    stage: &'static str,
+    outputs: usize,
+    params: &'static [(&'static str, &'static str)],
+}
+
+const RULES: &[Rule] = &[
+    Rule {
+        class_type: "UNETLoader",
+        stage: "load.diffusion_model",
+        outputs: 1,
+        params: &[("file", "unet_name"), ("dtype", "weight_dtype")],
+    },
+    Rule {
+        class_type: "CLIPLoader",
+        stage: "load.text_encoder",
+        outputs: 1,
+        params: &[("file", "clip_name"), ("type", "type"), ("device", "device")],
+    },
+    Rule { class_type: "VAELoader", stage: "load.vae", outputs: 1, params: &[("file", "vae_name")] },
+    Rule {
+        class_type: "CheckpointLoaderSimple",
+        stage: "load.checkpoint",
+        outputs: 3,
+        params: &[("file", "ckpt_name")],
+    },
+    Rule {
+        class_type: "CLIPTextEncode",
+        stage: "encode.text",
+        outputs: 1,
+        params: &[("text", "text"), ("text_encoder", "clip")],
+    },
+    Rule {
+        class_type: "KSampler",
+        stage: "sample",
+        outputs: 1,
+        params: &[
+            ("model", "model"),
+            ("positive", "positive"),
+            ("negative", "negative"),
+            ("latent", "latent_image"),
+            ("seed", "seed"),
+            ("steps", "steps"),
+            ("cfg", "cfg"),
+            ("sampler", "sampler_name"),
+            ("scheduler", "scheduler"),
+            ("denoise", "denoise"),
+        ],
+    },
+    Rule {
+        class_type: "KSamplerAdvanced",
+        stage: "sample",
+        outputs: 1,
+        params: &[
+            ("model", "model"),
+            ("positive", "positive"),
+            ("negative", "negative"),
+            ("latent", "latent_image"),
+            ("seed", "noise_seed"),
+            ("steps", "steps"),
+            ("cfg", "cfg"),
+            ("sampler", "sampler_name"),
+            ("scheduler", "scheduler"),
+            ("add_noise", "add_noise"),
+            ("start_step", "start_at_step"),
+            ("end_step", "end_at_step"),
+            ("return_noisy", "return_with_leftover_noise"),
+        ],
+    },
+    Rule {
+        class_type: "SamplerCustomAdvanced",
+        stage: "sample.custom",
+        outputs: 2,
+        params: &[
+            ("noise", "noise"),
+            ("guider", "guider"),
+            ("sampler", "sampler"),
+            ("sigmas", "sigmas"),
+            ("latent", "latent_image"),
+        ],
+    },
+    Rule {
+        class_type: "CFGGuider",
+        stage: "guider.cfg",
+        outputs: 1,
+        params: &[("model", "model"), ("positive", "positive"), ("negative", "negative"), ("cfg", "cfg")],
+    },
+    Rule {
+        class_type: "BasicScheduler",
+        stage: "schedule",
+        outputs: 1,
+        params: &[("model", "model"), ("scheduler", "scheduler"), ("steps", "steps"), ("denoise", "denoise")],
+    },
+    Rule { class_type: "KSamplerSelect", stage: "sampler.select", outputs: 1, params: &[("sampler", "sampler_name")] },
+    Rule { class_type: "RandomNoise", stage: "noise.random", outputs: 1, params: &[("seed", "noise_seed")] },
+    Rule {
+        class_type: "EmptyHunyuanLatentVideo",
+        stage: "latent.empty",
+        outputs: 1,
+        params: &[("width", "width"), ("height", "height"), ("frames", "length"), ("batch", "batch_size")],
+    },
+    Rule {
+        class_type: "EmptyLatentImage",
+        stage: "latent.empty",
+        outputs: 1,
+        params: &[("width", "width"), ("height", "height"), ("batch", "batch_size")],
+    },
+    Rule {
+        class_type: "EmptySD3LatentImage",
+        stage: "latent.empty",
+        outputs: 1,
+        params: &[("width", "width"), ("height", "height"), ("batch", "batch_size")],
+    },
+    Rule {
+        class_type: "ModelSamplingSD3",
+        stage: "model.shift",
+        outputs: 1,
+        params: &[("model", "model"), ("shift", "shift")],
+    },
+    Rule { class_type: "VAEDecode", stage: "decode.vae", outputs: 1, params: &[("latent", "samples"), ("vae", "vae")] },
+    Rule { class_type: "VAEEncode", stage: "encode.vae", outputs: 1, params: &[("images", "pixels"), ("vae", "vae")] },
+    Rule {
+        class_type: "CreateVideo",
+        stage: "video.create",
+        outputs: 1,
+        params: &[("images", "images"), ("fps", "fps"), ("audio", "audio")],
+    },
+    Rule {
+        class_type: "SaveVideo",
+        stage: "output.video",
+        outputs: 0,
+        params: &[("video", "video"), ("prefix", "filename_prefix"), ("format", "format"), ("codec", "codec")],
+    },
+    Rule {
+        class_type: "SaveImage",
+        stage: "output.image",
+        outputs: 0,
+        params: &[("images", "images"), ("prefix", "filename_prefix")],
+    },
+    Rule {
+        class_type: "SaveAnimatedWEBP",
+        stage: "output.image",
+        outputs: 0,
+        params: &[
+            ("images", "images"),
+            ("prefix", "filename_prefix"),
+            ("fps", "fps"),
+            ("lossless", "lossless"),
+            ("quality", "quality"),
+        ],
+    },
+    Rule { class_type: "PrimitiveInt", stage: "value", outputs: 1, params: &[("value", "value")] },
+    Rule { class_type: "PrimitiveFloat", stage: "value", outputs: 1, params: &[("value", "value")] },
+    Rule { class_type: "PrimitiveString", stage: "value", outputs: 1, params: &[("value", "value")] },
+    Rule { class_type: "PrimitiveStringMultiline", stage: "value", outputs: 1, params: &[("value", "value")] },
+    Rule { class_type: "PrimitiveBoolean", stage: "value", outputs: 1, params: &[("value", "value")] },
+];
+
+/// `{"$ref": NAME}`'s NAME.
+fn ref_name(v: &Value) -> Option<&str> {
+    v.as_object().filter(|o| o.len() == 1)?.get("$ref")?.as_str()
+}
+
+/// ComfyUI's "enable"/"disable" combos as booleans (a reference stays one).
+fn enable(v: Value) -> Value {
+    match v.as_str() {
+        Some("enable") => Value::Bool(true),
+        Some("disable") => Value::Bool(false),
+        _ => v,
+    }
+}
+
+struct Core;
+
+impl WorkflowTranslator for Core {
+    fn handles() -> Vec<String> {
+        RULES.iter().map(|r| r.class_type.to_string()).collect()
+    }
+
+    fn declare() -> String {
+        OBJECT_INFO.to_string()
+    }
+
+    fn translate(node: ComfyNode) -> Result<Vec<GraphNode>, String> {
+        let rule = RULES
+            .iter()
+            .find(|r| r.class_type == node.class_type)
+            .ok_or_else(|| format!("not a core node: {}", node.class_type))?;
+        let mut params = Map::new();
+        let mut inputs = Vec::new();
+        for (param, input) in rule.params {
+            let Some(i) = node.inputs.iter().find(|i| i.name == *input) else { continue };
+            let mut v: Value = serde_json::from_str(&i.value_json).map_err(|e| format!("input `{input}`: {e}"))?;
+            if matches!(*param, "add_noise" | "return_noisy") {
+                v = enable(v);
+            }
+            if let Some(r) = ref_name(&v) {
+                inputs.push(r.to_string());
+            }
+            params.insert(param.to_string(), v);
+        }
+        if rule.class_type == "SaveImage" {
+            params.insert("format".into(), json!("png"));
+        } else if rule.class_type == "SaveAnimatedWEBP" {
+            params.insert("format".into(), json!("webp"));
+        }
+        Ok(vec![GraphNode {
+            name: node.id.clone(),
+            stage: rule.stage.to_string(),
+            inputs,
+            outputs: (0..rule.outputs).map(|k| format!("{}.{k}", node.id)).collect(),
+            params_json: Value::Object(params).to_string(),
+        }])
+    }
+}
+
+fastvideo_plugin_sdk::export_workflow_translator!(Core);
+fastvideo_plugin_sdk::manifest! {
+    name: "comfy-core",
+    version: "0.1.0",
+    kind: workflow_translator,
+    hooks: [translate],
+    distribution_altering: false,
+    description: "ComfyUI core nodes: loaders, CLIPTextEncode, KSampler(Advanced), SamplerCustomAdvanced and its parts, empty latents, ModelSamplingSD3, VAE, CreateVideo, SaveVideo/SaveImage, primitives",
+    params_schema: { "type": "object", "properties": {}, "additionalProperties": false },
+}
