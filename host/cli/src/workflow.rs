@@ -1,20 +1,42 @@
-//! `fastvideo workflow …`: ComfyUI workflows (UI or API format).
+//! `fastvideo workflow …`: ComfyUI workflows (UI or API format), compiled with the deploy's
+//! translator plugins and run on the local model folders its `[workflows.models]` names.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use anyhow::{Context, Result};
-use clap::Subcommand;
-use fastvideo_comfy::{core_pack_schemas, parse, Coverage};
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use fastvideo_comfy::{compile, core_pack_schemas, next_output, parse, Compiled, Coverage};
+use fastvideo_pipeline::{PipelineRun, Values};
+use fastvideo_plugin_host::{Binding, Deployment};
+use fastvideo_wan::pipeline;
+
+use crate::args::PrecisionArgs;
+use crate::progress::Progress;
 
 #[derive(Subcommand)]
 pub enum WorkflowCommand {
     /// Read a workflow (UI or API format) and print it in ComfyUI's API format: subgraphs
     /// expanded, bypassed and muted nodes gone, widget values named.
     Parse { file: PathBuf },
-    /// For every workflow in DIR: does it parse, and the first node type the core translator
-    /// pack does not declare; per node type, how many workflows need it.
+    /// Compile a workflow with the deploy's translators and print the pipeline graph and the
+    /// runs it lowers to (JSON).
+    Compile {
+        file: PathBuf,
+        /// Deploy config enabling workflow translators (`examples/plugins-deploy.sh` writes
+        /// `deploys/comfyui.toml`).
+        #[arg(long)]
+        deploy: PathBuf,
+    },
+    /// Compile a workflow and run it; outputs are written as ComfyUI names them.
+    Run(RunArgs),
+    /// For every workflow in DIR: does it parse, the first node type nothing handles, and (with
+    /// --deploy) whether it compiles and runs here; per node type, how many workflows need it.
     Coverage {
         dir: PathBuf,
+        /// Use this deploy's translators; without it, the core pack's declared node types.
+        #[arg(long)]
+        deploy: Option<PathBuf>,
         /// Print the full report as JSON instead of Markdown.
         #[arg(long)]
         json: bool,
@@ -24,24 +46,123 @@ pub enum WorkflowCommand {
     },
 }
 
+#[derive(Args)]
+pub struct RunArgs {
+    file: PathBuf,
+    #[arg(long)]
+    deploy: PathBuf,
+    /// Where outputs go (`filename_prefix` subfolders inside it).
+    #[arg(long, default_value = "output")]
+    out_dir: PathBuf,
+    /// cpu, cuda, cuda:N, or auto.
+    #[arg(long, default_value = "auto")]
+    device: String,
+    #[command(flatten)]
+    precision: PrecisionArgs,
+    /// No progress bar or summary on stderr.
+    #[arg(long)]
+    quiet: bool,
+}
+
+fn read_json(file: &Path) -> Result<serde_json::Value> {
+    let text = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("{}: not JSON", file.display()))
+}
+
+fn load_deploy(path: &Path) -> Result<Arc<Deployment>> {
+    Ok(Arc::new(Deployment::load(path).with_context(|| format!("--deploy {}", path.display()))?))
+}
+
+fn compiled(file: &Path, deploy: &Deployment) -> Result<Compiled> {
+    let translators = deploy.translators().map_err(anyhow::Error::msg)?;
+    compile(&read_json(file)?, &translators).with_context(|| file.display().to_string())
+}
+
+/// A `[workflows.models]` folder: `default` is the embedded default model, anything else is
+/// relative to the deploy file.
+pub fn model_folder(deploy_file: &Path, folder: &str) -> Result<PathBuf> {
+    if folder == "default" {
+        return crate::default_model::locate();
+    }
+    Ok(deploy_file.parent().unwrap_or(Path::new(".")).join(folder))
+}
+
 pub fn run(cmd: WorkflowCommand) -> Result<()> {
-    let schemas = core_pack_schemas();
     match cmd {
         WorkflowCommand::Parse { file } => {
-            let text = std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
-            let v: serde_json::Value =
-                serde_json::from_str(&text).with_context(|| format!("{}: not JSON", file.display()))?;
-            let w = parse(&v, &schemas).with_context(|| file.display().to_string())?;
+            let w = parse(&read_json(&file)?, &core_pack_schemas()).with_context(|| file.display().to_string())?;
             println!("{}", serde_json::to_string_pretty(&w.to_api())?);
         }
-        WorkflowCommand::Coverage { dir, json, top } => {
-            let c = Coverage::of_dir(&dir, &schemas, &|t| schemas.get(t).is_some())
-                .with_context(|| format!("reading {}", dir.display()))?;
+        WorkflowCommand::Compile { file, deploy } => {
+            let c = compiled(&file, &*load_deploy(&deploy)?)?;
+            let out = serde_json::json!({ "graph": c.graph.to_json(), "runs": c.runs });
+            println!("{}", serde_json::to_string_pretty(&out)?);
+        }
+        WorkflowCommand::Run(args) => run_workflow(args)?,
+        WorkflowCommand::Coverage { dir, deploy, json, top } => {
+            let read = |e: std::io::Error| anyhow::anyhow!("reading {}: {e}", dir.display());
+            let c = match deploy {
+                None => {
+                    let schemas = core_pack_schemas();
+                    Coverage::of_dir(&dir, &schemas, &|t| schemas.get(t).is_some()).map_err(read)?
+                }
+                Some(path) => {
+                    let d = load_deploy(&path)?;
+                    let t = d.translators().map_err(anyhow::Error::msg)?;
+                    let mut c = Coverage::of_dir(&dir, t.schemas(), &|ty| t.handles(ty)).map_err(read)?;
+                    c.compile_with(&dir, &t, &d.workflows).map_err(read)?;
+                    c
+                }
+            };
             if json {
                 println!("{}", serde_json::to_string_pretty(&c)?);
             } else {
                 print!("{}", c.to_markdown(top));
             }
+        }
+    }
+    Ok(())
+}
+
+fn run_workflow(args: RunArgs) -> Result<()> {
+    let deploy = load_deploy(&args.deploy)?;
+    let c = compiled(&args.file, &deploy)?;
+    let device = fastvideo_torch::device(&args.device)?;
+    for (i, plan) in c.runs.iter().enumerate() {
+        let folder = deploy.workflows.folder_for(plan).with_context(|| args.file.display().to_string())?;
+        let dir = model_folder(&args.deploy, &folder)?;
+        let model = args.precision.load(&dir, device).with_context(|| format!("model folder {}", dir.display()))?;
+        let req = plan
+            .request(&format!("workflow-{}-{i}", std::process::id()))
+            .resolve(&model.limits(), || plan.seed)
+            .map_err(|e| anyhow::anyhow!("node {}: {e} (model {})", plan.node_of(&e.field), dir.display()))?;
+        let binding = Binding::of(Some(&deploy), &dir.display().to_string());
+        binding.check(&req)?;
+        let spec = Arc::new(pipeline::text_to_video_with(&model, binding.policies.clone())?);
+        let mut run = PipelineRun::new(spec, req, device, Values::default(), Default::default());
+        let mut progress = Progress::new(args.quiet);
+        let result = run.run_to_end(&mut |e| progress.on_event(&e));
+        progress.finish();
+        result?;
+        let out = run.finish(&mut |e| progress.on_event(&e))?;
+        let video = out.video().context("the pipeline produced no video")?;
+        for o in &plan.outputs {
+            let ext = if o.kind == "video" { "mp4" } else { "png" };
+            let name =
+                next_output(&args.out_dir, &o.prefix, ext).map_err(|e| anyhow::anyhow!("node {}: {e}", o.node))?;
+            let path = name.path(&args.out_dir);
+            std::fs::create_dir_all(path.parent().expect("has a folder"))
+                .with_context(|| format!("creating {}", path.display()))?;
+            if o.kind == "video" {
+                fastvideo_media::write_mp4(video, &path)?;
+            } else {
+                if video.num_frames != 1 {
+                    bail!("node {}: SaveImage of a {}-frame video; use SaveVideo", o.node, video.num_frames);
+                }
+                std::fs::write(&path, fastvideo_media::png_bytes(video, 0)?)
+                    .with_context(|| format!("writing {}", path.display()))?;
+            }
+            println!("{}", path.display());
         }
     }
     Ok(())

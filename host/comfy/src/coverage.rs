@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::{format_of, parse, Schemas};
+use crate::{compile, format_of, parse, Schemas, Translators, WorkflowConfig};
 
 /// One workflow file's result.
 #[derive(Debug, Clone, Serialize)]
@@ -21,9 +21,30 @@ pub struct WorkflowCoverage {
     pub nodes: usize,
     /// Node types nothing handles, in the order they first appear.
     pub missing: Vec<String>,
+    /// When compiled (see [`Coverage::compile_with`]): whether it compiles.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compiles: Option<bool>,
+    /// Why it does not compile.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compile_error: Option<String>,
+    /// When compiled with a deploy: every run's model files map to a model folder here.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runs_here: Option<bool>,
 }
 
 impl WorkflowCoverage {
+    fn failed(file: String, error: String) -> Self {
+        Self {
+            file,
+            error: Some(error),
+            nodes: 0,
+            missing: vec![],
+            compiles: None,
+            compile_error: None,
+            runs_here: None,
+        }
+    }
+
     /// Parses, and every node type is handled.
     pub fn covered(&self) -> bool {
         self.error.is_none() && self.missing.is_empty()
@@ -66,12 +87,7 @@ impl Coverage {
             let v: Value = match serde_json::from_str(&text) {
                 Ok(v) => v,
                 Err(e) => {
-                    c.workflows.push(WorkflowCoverage {
-                        file,
-                        error: Some(format!("not JSON: {e}")),
-                        nodes: 0,
-                        missing: vec![],
-                    });
+                    c.workflows.push(WorkflowCoverage::failed(file, format!("not JSON: {e}")));
                     continue;
                 }
             };
@@ -88,7 +104,7 @@ impl Coverage {
         let w = match parse(v, schemas) {
             Ok(w) => w,
             Err(e) => {
-                self.workflows.push(WorkflowCoverage { file, error: Some(e.to_string()), nodes: 0, missing: vec![] });
+                self.workflows.push(WorkflowCoverage::failed(file, e.to_string()));
                 return;
             }
         };
@@ -104,7 +120,46 @@ impl Coverage {
             e.handled = handled(t);
         }
         let missing = types.iter().filter(|t| !handled(t)).map(|t| t.to_string()).collect();
-        self.workflows.push(WorkflowCoverage { file, error: None, nodes: w.nodes.len(), missing });
+        self.workflows.push(WorkflowCoverage {
+            file,
+            error: None,
+            nodes: w.nodes.len(),
+            missing,
+            compiles: None,
+            compile_error: None,
+            runs_here: None,
+        });
+    }
+
+    /// Compiles every workflow in `dir` whose node types are all handled, recording whether it
+    /// compiles and whether `models` maps every run's model files (so it runs here).
+    pub fn compile_with(
+        &mut self,
+        dir: &Path,
+        translators: &Translators,
+        models: &WorkflowConfig,
+    ) -> std::io::Result<()> {
+        for w in self.workflows.iter_mut().filter(|w| w.covered()) {
+            let v: Value = serde_json::from_str(&std::fs::read_to_string(dir.join(&w.file))?)?;
+            match compile(&v, translators) {
+                Ok(c) => {
+                    w.compiles = Some(true);
+                    w.runs_here = Some(c.runs.iter().all(|r| models.folder_for(r).is_ok()));
+                }
+                Err(e) => (w.compiles, w.compile_error) = (Some(false), Some(e.to_string())),
+            }
+        }
+        Ok(())
+    }
+
+    /// Workflows that compile (after [`compile_with`](Self::compile_with)).
+    pub fn compiled(&self) -> usize {
+        self.workflows.iter().filter(|w| w.compiles == Some(true)).count()
+    }
+
+    /// Workflows that compile and whose model files all map to a folder here.
+    pub fn runs_here(&self) -> usize {
+        self.workflows.iter().filter(|w| w.runs_here == Some(true)).count()
     }
 
     /// Workflows that parse.
@@ -121,10 +176,12 @@ impl Coverage {
     /// row per workflow.
     pub fn to_markdown(&self, top: usize) -> String {
         let mut s = format!(
-            "{} workflows: {} parse, {} have every node type handled ({} other JSON files skipped).\n\n",
+            "{} workflows: {} parse, {} have every node type handled, {} compile, {} run here ({} other JSON files skipped).\n\n",
             self.workflows.len(),
             self.parsed(),
             self.covered(),
+            self.compiled(),
+            self.runs_here(),
             self.skipped.len()
         );
         let mut missing: Vec<(&String, &TypeCoverage)> = self.node_types.iter().filter(|(_, t)| !t.handled).collect();
@@ -133,14 +190,24 @@ impl Coverage {
         for (t, c) in missing.iter().take(top) {
             s += &format!("| `{t}` | {} |\n", c.workflows);
         }
-        s += "\n| workflow | parses | nodes | first missing node type |\n|---|---|---|---|\n";
+        s += "\n| workflow | parses | nodes | first missing node type | compiles | runs here |\n|---|---|---|---|---|---|\n";
         for w in &self.workflows {
             let parses = match &w.error {
                 None => "yes".to_string(),
                 Some(e) => format!("no: {}", e.replace('|', "\\|")),
             };
             let first = w.missing.first().map(|t| format!("`{t}`")).unwrap_or_else(|| "—".into());
-            s += &format!("| {} | {parses} | {} | {first} |\n", w.file, w.nodes);
+            let compiles = match (w.compiles, &w.compile_error) {
+                (None, _) => "—".to_string(),
+                (Some(true), _) => "yes".into(),
+                (Some(false), e) => format!("no: {}", e.as_deref().unwrap_or_default().replace('|', "\\|")),
+            };
+            let here = match w.runs_here {
+                None => "—",
+                Some(true) => "yes",
+                Some(false) => "no (model files not mapped)",
+            };
+            s += &format!("| {} | {parses} | {} | {first} | {compiles} | {here} |\n", w.file, w.nodes);
         }
         s
     }

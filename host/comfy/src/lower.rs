@@ -43,6 +43,8 @@ pub struct OutputPlan {
 pub struct RunPlan {
     /// The sampler node.
     pub sampler_node: String,
+    /// The node setting width, height and frames (the empty latent).
+    pub latent_node: String,
     /// Text to video, or to image.
     pub task: TaskType,
     /// The model files its loaders name.
@@ -69,11 +71,23 @@ pub struct RunPlan {
     pub frames: u32,
     /// Frame rate of the video output, if one sets it.
     pub fps: Option<f32>,
+    /// The node setting it (`CreateVideo`).
+    pub fps_node: Option<String>,
     /// The output nodes this run feeds.
     pub outputs: Vec<OutputPlan>,
 }
 
 impl RunPlan {
+    /// The node a request field (`diffusion.width`, as a request error names it) came from,
+    /// so an error can name it: size and frames from the empty latent, the rest the sampler.
+    pub fn node_of(&self, field: &str) -> &str {
+        match field {
+            "diffusion.width" | "diffusion.height" | "diffusion.num_frames" => &self.latent_node,
+            "diffusion.fps" => self.fps_node.as_deref().unwrap_or(&self.sampler_node),
+            _ => &self.sampler_node,
+        }
+    }
+
     /// The request for this run.
     pub fn request(&self, request_id: &str) -> OmniRequest {
         let mut r = OmniRequest::text_to_video(request_id, self.prompt.clone());
@@ -243,6 +257,7 @@ impl<'a> Lowering<'a> {
         let frames = latent.params.get("frames").and_then(Value::as_u64);
         Ok(RunPlan {
             sampler_node: sampler.origin.clone(),
+            latent_node: latent.origin.clone(),
             task: if frames.is_some() { TaskType::T2v } else { TaskType::T2i },
             files,
             prompt,
@@ -256,6 +271,7 @@ impl<'a> Lowering<'a> {
             height: number(latent, "height")? as u32,
             frames: frames.unwrap_or(1) as u32,
             fps: None,
+            fps_node: None,
             outputs: Vec::new(),
         })
     }
@@ -324,9 +340,13 @@ pub fn plan(g: &PipelineGraph) -> Result<Vec<RunPlan>, CompileError> {
         let prefix = out.params.get("prefix").and_then(Value::as_str).unwrap_or("ComfyUI").to_string();
         let (images_of, kind, fps) = if out.stage == "output.video" {
             let (video, _) = l.expect(out, "video", &["video.create"])?;
-            let fps = video.params.get("fps").and_then(Value::as_f64).map(|f| f as f32);
+            let fps = video.params.get("fps").and_then(Value::as_f64).map(|f| (f as f32, video.origin.clone()));
             (video, "video", fps)
         } else {
+            if let Some(f) = out.params.get("format").and_then(Value::as_str).filter(|f| *f != "png") {
+                let msg = format!("`{f}` image output is not supported; use SaveVideo (MP4) or SaveImage (PNG)");
+                return Err(CompileError::node(&out.origin, msg));
+            }
             (out, "image", None)
         };
         let (decode, _) = l.expect(images_of, "images", &["decode.vae"])?;
@@ -335,11 +355,13 @@ pub fn plan(g: &PipelineGraph) -> Result<Vec<RunPlan>, CompileError> {
         let plan = OutputPlan { node: out.origin.clone(), kind, prefix };
         if let Some(run) = runs.iter_mut().find(|r| r.sampler_node == sampler.origin) {
             run.outputs.push(plan);
-            run.fps = run.fps.or(fps);
+            if run.fps.is_none() {
+                (run.fps, run.fps_node) = fps.map_or((None, None), |(f, n)| (Some(f), Some(n)));
+            }
             continue;
         }
         let mut run = l.run(sampler, vae)?;
-        run.fps = fps;
+        (run.fps, run.fps_node) = fps.map_or((None, None), |(f, n)| (Some(f), Some(n)));
         run.outputs.push(plan);
         runs.push(run);
     }
