@@ -13,6 +13,8 @@ bash host/scripts/client-venv.sh
 bash host/scripts/browser.sh
 # The ComfyUI workflow tests read the public template corpus (PyPI, pinned).
 bash host/scripts/comfy-corpus.sh >/dev/null
+# ComfyUI's own client, which a server test drives the ComfyUI API with.
+bash host/scripts/comfy-client.sh
 # Plugins (plugins/, sdk/) build for wasm32-unknown-unknown; the plugin tests build them.
 rustup target add wasm32-unknown-unknown >/dev/null 2>&1 || rustup target add wasm32-unknown-unknown
 cargo fmt --all -- --check

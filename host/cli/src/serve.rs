@@ -1,7 +1,7 @@
 //! `fastvideo serve`: the model behind the OpenAI-compatible HTTP API (see docs/api.md).
 
 use std::net::{IpAddr, SocketAddr};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -127,23 +127,89 @@ pub struct ServeArgs {
     /// or marked failed with `server_restarted` (`fail`).
     #[arg(long, default_value = "requeue", value_parser = ["requeue", "fail"])]
     restart_jobs: String,
+    /// Where prompts from ComfyUI clients write their outputs and uploads go (`output/`,
+    /// `input/`). Default: comfyui/ in the data directory (a temporary folder with --ephemeral).
+    #[arg(long)]
+    comfy_dir: Option<PathBuf>,
     #[command(flatten)]
     precision: crate::args::PrecisionArgs,
+}
+
+/// The data directory (`None` with `--ephemeral`).
+fn data_dir(args: &ServeArgs) -> Result<Option<PathBuf>> {
+    if args.ephemeral {
+        return Ok(None);
+    }
+    Ok(Some(match &args.data_dir {
+        Some(d) => d.clone(),
+        None => dirs::data_dir()
+            .context("--data-dir: this user has no data directory; pass --data-dir DIR or --ephemeral")?
+            .join("fastvideo"),
+    }))
 }
 
 /// The job store, opened before the model loads so a second server on the same directory is
 /// told at once.
 fn job_store(args: &ServeArgs) -> Result<Option<fastvideo_server::Store>> {
-    if args.ephemeral {
+    data_dir(args)?.map(|d| fastvideo_server::Store::open(&d)).transpose()
+}
+
+/// ComfyUI's API, when the deploy enables workflow translators: prompts' outputs and uploads
+/// under `--comfy-dir` (default: comfyui/ in the data directory), model folders from the
+/// deploy's `[workflows.models]`, of which only the served model's are accepted.
+fn comfyui(
+    args: &ServeArgs,
+    deploy: Option<&Arc<Deployment>>,
+    model_dir: &Path,
+    device: tch::Device,
+) -> Result<Option<fastvideo_server::ComfyConfig>> {
+    let (Some(d), Some(path)) = (deploy, args.deploy.as_deref()) else { return Ok(None) };
+    let translators = d.translators().map_err(|e| anyhow::anyhow!("--deploy {}: {e}", path.display()))?;
+    if translators.types().is_empty() {
         return Ok(None);
     }
-    let dir = match &args.data_dir {
-        Some(d) => d.clone(),
-        None => dirs::data_dir()
-            .context("--data-dir: this user has no data directory; pass --data-dir DIR or --ephemeral")?
-            .join("fastvideo"),
+    let root = match (&args.comfy_dir, data_dir(args)?) {
+        (Some(d), _) => d.clone(),
+        (None, Some(data)) => data.join("comfyui"),
+        (None, None) => std::env::temp_dir().join(format!("fastvideo-comfyui-{}", std::process::id())),
     };
-    Ok(Some(fastvideo_server::Store::open(&dir)?))
+    for sub in ["output", "input", "temp"] {
+        std::fs::create_dir_all(root.join(sub))
+            .with_context(|| format!("--comfy-dir: creating {}", root.join(sub).display()))?;
+    }
+    let served = model_dir.canonicalize().unwrap_or_else(|_| model_dir.to_path_buf());
+    let deploy_file = path.to_path_buf();
+    let serves = Arc::new(move |folder: &str| {
+        crate::workflow::model_folder(&deploy_file, folder)
+            .ok()
+            .and_then(|p| p.canonicalize().ok())
+            .is_some_and(|p| p == served)
+    });
+    let device_info = match device {
+        tch::Device::Cuda(i) => {
+            let free = fastvideo_kernels::cuda::memory_free(i).unwrap_or(0);
+            let total = fastvideo_kernels::cuda::memory_used(i).map_or(0, |used| used + free);
+            fastvideo_server::DeviceInfo {
+                kind: "cuda".into(),
+                name: format!("cuda:{i}"),
+                vram_total: total,
+                vram_free: free,
+            }
+        }
+        _ => fastvideo_server::DeviceInfo { kind: "cpu".into(), name: "cpu".into(), ..Default::default() },
+    };
+    eprintln!(
+        "fastvideo: ComfyUI API on (/prompt, /ws): {} node types, files in {}",
+        translators.types().len(),
+        root.display()
+    );
+    Ok(Some(fastvideo_server::ComfyConfig {
+        translators,
+        models: d.workflows.clone(),
+        serves,
+        root,
+        device: device_info,
+    }))
 }
 
 /// `512M`, `20G`, `1.5T` (binary units) or a plain byte count.
@@ -221,6 +287,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         Some(p) => Some(Arc::new(Deployment::load(p).with_context(|| format!("--deploy {}", p.display()))?)),
         None => None,
     };
+    let comfy = comfyui(&args, deploy.as_ref(), &model_dir, device)?;
     let binding = Binding::of(deploy.as_ref(), &model_id);
     crate::generate::announce(&binding, false);
     let spec = Arc::new(pipeline::text_to_video_with(&model, binding.policies.clone())?);
@@ -303,10 +370,13 @@ pub fn run(args: ServeArgs) -> Result<()> {
         connect_timeout: Duration::from_secs(args.webrtc_connect_timeout.max(1)),
         ..Default::default()
     };
-    let state = AppState::new(engine, registry)
+    let mut state = AppState::new(engine, registry)
         .with_job_store(store, retention)
         .with_webrtc(webrtc)
         .with_api_keys(fastvideo_server::ApiKeys::new(&keys, args.metrics_public));
+    if let Some(c) = comfy {
+        state = state.with_comfyui(c);
+    }
     rt.block_on(fastvideo_server::serve(state, server))
 }
 

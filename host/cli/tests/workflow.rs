@@ -3,18 +3,14 @@
 //! Wan 2.1 text-to-video template compiled by the core translator pack and run on the
 //! embedded default model.
 
-use std::path::{Path, PathBuf};
+mod common;
+
 use std::process::{Command, Output};
-use std::sync::OnceLock;
+
+use common::comfy::corpus;
 
 fn fastvideo(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_fastvideo")).args(args).env("RUST_BACKTRACE", "1").output().expect("binary runs")
-}
-
-fn corpus() -> PathBuf {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.comfy-corpus/0.1.123/templates");
-    assert!(dir.is_dir(), "no template corpus at {}: run `bash host/scripts/comfy-corpus.sh`", dir.display());
-    dir
 }
 
 #[test]
@@ -56,50 +52,11 @@ fn coverage_reports_every_template_and_bad_files_get_one_error_line() {
     assert!(err.contains("node 4: inputs.model: link 9 is not in the link table"), "{err}");
 }
 
-/// A deploy enabling the core translator pack, with the Wan template's model files served by
-/// the embedded default model.
-fn comfy_deploy(dir: &Path) -> PathBuf {
-    static CORE: OnceLock<PathBuf> = OnceLock::new();
-    let core = CORE.get_or_init(|| {
-        let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-        fastvideo_plugin_host::build_plugins(&repo.join("plugins")).expect("plugins build")
-            ["fastvideo_translator_comfy_core"]
-            .clone()
-    });
-    let hash = blake3::hash(&std::fs::read(core).unwrap()).to_hex().to_string();
-    let mut toml = format!(
-        "[[plugins]]\nname = \"comfy-core\"\nsource = \"{}\"\nblake3 = \"{hash}\"\n\n[workflows.models]\n",
-        core.display()
-    );
-    for f in ["wan2.1_t2v_1.3B_fp16.safetensors", "umt5_xxl_fp8_e4m3fn_scaled.safetensors", "wan_2.1_vae.safetensors"] {
-        toml += &format!("\"{f}\" = \"default\"\n");
-    }
-    let p = dir.join("comfyui.toml");
-    std::fs::write(&p, toml).unwrap();
-    p
-}
-
-/// The Wan template at a size the default model serves (64×64, 17 frames), 6 steps.
-fn small_wan(dir: &Path) -> PathBuf {
-    let mut w: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(corpus().join("text_to_video_wan.json")).unwrap()).unwrap();
-    for n in w["nodes"].as_array_mut().unwrap() {
-        match n["type"].as_str().unwrap() {
-            "EmptyHunyuanLatentVideo" => n["widgets_values"] = serde_json::json!([64, 64, 17, 1]),
-            "KSampler" => n["widgets_values"][2] = serde_json::json!(6),
-            _ => {}
-        }
-    }
-    let p = dir.join("wan_small.json");
-    std::fs::write(&p, w.to_string()).unwrap();
-    p
-}
-
 #[test]
 fn the_wan_template_compiles_and_runs_on_the_default_model() {
     let dir = tempfile::tempdir().unwrap();
-    let deploy = comfy_deploy(dir.path());
-    let wf = small_wan(dir.path());
+    let deploy = common::comfy::deploy(dir.path());
+    let wf = common::comfy::small_wan_file(dir.path(), 6);
     let (d, w) = (deploy.to_str().unwrap(), wf.to_str().unwrap());
 
     let out = fastvideo(&["workflow", "compile", w, "--deploy", d]);
@@ -120,9 +77,7 @@ fn the_wan_template_compiles_and_runs_on_the_default_model() {
     let written = String::from_utf8_lossy(&out.stdout).trim().to_string();
     assert_eq!(written, out_dir.join("video/ComfyUI_00001_.mp4").display().to_string(), "named as ComfyUI names it");
     let bytes = std::fs::read(&written).unwrap();
-    let mp4 = mp4::Mp4Reader::read_header(std::io::Cursor::new(&bytes), bytes.len() as u64).unwrap();
-    let track = mp4.tracks().values().next().unwrap();
-    assert_eq!((track.width(), track.height(), track.sample_count()), (64, 64, 17));
+    assert_eq!(common::comfy::mp4_shape(&bytes), (64, 64, 17));
     // The same workflow again: same seed, same video, the next counter.
     let again = String::from_utf8_lossy(&run(&[]).stdout).trim().to_string();
     assert!(again.ends_with("ComfyUI_00002_.mp4"), "{again}");

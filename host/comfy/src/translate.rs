@@ -61,8 +61,8 @@ pub trait Translator: Send + Sync {
     fn name(&self) -> &str;
     /// The class types it handles.
     fn handles(&self) -> Result<Vec<String>, String>;
-    /// Their schemas (`/object_info` shape).
-    fn schemas(&self) -> Result<Schemas, String>;
+    /// Their schemas, as ComfyUI's `/object_info` answers (an object keyed by class type).
+    fn declare(&self) -> Result<Value, String>;
     /// One node's fragment.
     fn translate(&self, node: &ComfyNode) -> Result<Vec<GraphNode>, String>;
 }
@@ -73,17 +73,20 @@ pub struct Translators {
     list: Vec<Arc<dyn Translator>>,
     by_type: HashMap<String, usize>,
     schemas: Schemas,
+    object_info: serde_json::Map<String, Value>,
 }
 
 impl Translators {
     /// Asks each translator what it handles and declares. Two translators claiming one class
     /// type is a deploy mistake and refused, naming both.
     pub fn new(list: Vec<Arc<dyn Translator>>) -> Result<Self, String> {
-        let mut t = Translators { list: Vec::new(), by_type: HashMap::new(), schemas: Schemas::default() };
+        let mut t = Translators::default();
         for tr in list {
             let i = t.list.len();
             let types = tr.handles().map_err(|e| format!("translator `{}`: handles: {e}", tr.name()))?;
-            let schemas = tr.schemas().map_err(|e| format!("translator `{}`: declare: {e}", tr.name()))?;
+            let declared = tr.declare().map_err(|e| format!("translator `{}`: declare: {e}", tr.name()))?;
+            let schemas = Schemas::from_object_info(&declared)
+                .map_err(|e| format!("translator `{}`: declare: {e}", tr.name()))?;
             for ty in types {
                 if schemas.get(&ty).is_none() {
                     return Err(format!("translator `{}` handles `{ty}` but declares no schema for it", tr.name()));
@@ -98,6 +101,9 @@ impl Translators {
                 t.by_type.insert(ty, i);
             }
             t.schemas.extend(schemas);
+            if let Value::Object(m) = declared {
+                t.object_info.extend(m);
+            }
             t.list.push(tr);
         }
         Ok(t)
@@ -106,6 +112,11 @@ impl Translators {
     /// The declared schemas of every handled type.
     pub fn schemas(&self) -> &Schemas {
         &self.schemas
+    }
+
+    /// The declared schemas as ComfyUI's `/object_info` serves them.
+    pub fn object_info(&self) -> &serde_json::Map<String, Value> {
+        &self.object_info
     }
 
     /// Whether some translator handles `class_type`.

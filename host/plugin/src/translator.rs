@@ -4,7 +4,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use fastvideo_comfy::{ComfyNode, GraphNode, Schemas, Translator, Translators};
+use fastvideo_comfy::{ComfyNode, GraphNode, Translator, Translators};
 
 use crate::bindings::exports::fastvideo::plugin::workflow_translator as wit;
 use crate::deploy::{Deployment, EnabledPlugin};
@@ -54,10 +54,9 @@ impl Translator for PluginTranslator {
         self.with(|i| i.call("handles", |s, g| translator(g).call_handles(s).map(Ok)))
     }
 
-    fn schemas(&self) -> Result<Schemas, String> {
+    fn declare(&self) -> Result<serde_json::Value, String> {
         let json = self.with(|i| i.call("declare", |s, g| translator(g).call_declare(s).map(Ok)))?;
-        let v: serde_json::Value = serde_json::from_str(&json).map_err(|e| format!("declare: not JSON: {e}"))?;
-        Schemas::from_object_info(&v).map_err(|e| format!("declare: {e}"))
+        serde_json::from_str(&json).map_err(|e| format!("not JSON: {e}"))
     }
 
     fn translate(&self, node: &ComfyNode) -> Result<Vec<GraphNode>, String> {

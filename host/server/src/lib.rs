@@ -4,6 +4,7 @@
 //! The server owns no model code: it is handed a started [`Engine`] and a metrics registry.
 
 mod auth;
+mod comfy;
 mod error;
 mod images;
 mod jobs;
@@ -31,6 +32,7 @@ use fastvideo_engine::Engine;
 use prometheus_client::registry::Registry;
 
 pub use auth::ApiKeys;
+pub use comfy::{ComfyConfig, DeviceInfo};
 pub use error::ApiError;
 pub use fastvideo_webrtc::{IceServer, RtcConfig};
 pub use jobs::{Restored, Retention, Status, VideoObject};
@@ -70,6 +72,7 @@ pub struct AppState {
     registry: Arc<Registry>,
     counter: Arc<AtomicU64>,
     keys: Arc<ApiKeys>,
+    comfy: Option<Arc<comfy::Comfy>>,
 }
 
 impl AppState {
@@ -83,7 +86,15 @@ impl AppState {
             registry: Arc::new(registry),
             counter: Arc::new(AtomicU64::new(0)),
             keys: Arc::new(ApiKeys::default()),
+            comfy: None,
         }
+    }
+
+    /// Serves ComfyUI's API (`/prompt`, `/ws`, …) with the deploy's translators; without this
+    /// those routes answer 404 saying how to turn them on.
+    pub fn with_comfyui(mut self, cfg: ComfyConfig) -> Self {
+        self.comfy = Some(comfy::Comfy::new(cfg));
+        self
     }
 
     /// Keeps jobs in `store` (when given) under `retention`; [`serve`] reads back what a
@@ -132,6 +143,7 @@ pub fn router(state: AppState) -> Router {
         .route("/health", get(|| async { Json(serde_json::json!({"status": "ok"})) }))
         .route("/ready", get(ready))
         .route("/metrics", get(metrics))
+        .merge(comfy::routes())
         .fallback(|| async { ApiError::NotFound { what: "route".into() } })
         .layer(axum::middleware::map_response(ApiError::json_errors))
         .layer(axum::middleware::from_fn_with_state(state.clone(), auth::require_key))

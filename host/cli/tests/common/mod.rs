@@ -2,4 +2,5 @@
 #![allow(dead_code)]
 
 pub mod browser;
+pub mod comfy;
 pub mod server;

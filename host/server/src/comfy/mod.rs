@@ -1,0 +1,350 @@
+//! ComfyUI's HTTP and WebSocket API, so existing ComfyUI clients drive fastvideo unmodified:
+//! `POST /prompt` takes an API-format workflow, which the deploy's translator plugins compile
+//! into engine requests; `/queue`, `/history`, `/view`, `/upload/image`, `/object_info`,
+//! `/system_stats`, `/interrupt` and `/ws?clientId=` answer with the shapes ComfyUI's own
+//! `server.py` gives. Every route is also under `/api/`, as ComfyUI registers them.
+
+mod files;
+mod prompt;
+mod queue;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use fastvideo_comfy::{Translators, WorkflowConfig};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::AppState;
+
+/// What the ComfyUI API needs from the deploy and the process.
+#[derive(Clone)]
+pub struct ComfyConfig {
+    /// The deploy's workflow translators.
+    pub translators: Translators,
+    /// The deploy's `[workflows.models]`.
+    pub models: WorkflowConfig,
+    /// Whether a `[workflows.models]` folder is the model this server serves.
+    pub serves: Arc<dyn Fn(&str) -> bool + Send + Sync>,
+    /// Holds `output/` (what prompts write, what `/view` serves) and `input/` (uploads).
+    pub root: PathBuf,
+    /// The device for `/system_stats` (`cuda`, `cpu`), its name and memory in bytes.
+    pub device: DeviceInfo,
+}
+
+/// One device as `/system_stats` lists it.
+#[derive(Clone, Debug, Default)]
+pub struct DeviceInfo {
+    /// `cuda` or `cpu`.
+    pub kind: String,
+    /// E.g. `cuda:0 NVIDIA H200`.
+    pub name: String,
+    /// Device memory (0 on CPU).
+    pub vram_total: u64,
+    /// Free device memory when the server started.
+    pub vram_free: u64,
+}
+
+/// The API's state.
+pub struct Comfy {
+    cfg: ComfyConfig,
+    /// The translators' declarations, model-file choices filled in.
+    object_info: Value,
+    queue: queue::Queue,
+    number: AtomicU64,
+    /// Serializes picking output names.
+    writing: tokio::sync::Mutex<()>,
+}
+
+impl Comfy {
+    /// The API over `cfg`.
+    pub fn new(cfg: ComfyConfig) -> Arc<Self> {
+        let object_info = with_model_files(cfg.translators.object_info(), &cfg.models);
+        Arc::new(Comfy {
+            cfg,
+            object_info,
+            queue: queue::Queue::default(),
+            number: AtomicU64::new(0),
+            writing: Default::default(),
+        })
+    }
+}
+
+/// Translators declare model-file inputs (`unet_name`, `vae_name`, …) as combos without
+/// choices, since the files are the deploy's; here they get the deploy's file names, as
+/// ComfyUI lists its model folders, so clients that check values against `/object_info`
+/// accept them.
+fn with_model_files(info: &serde_json::Map<String, Value>, models: &WorkflowConfig) -> Value {
+    let files: Vec<&String> = models.models.keys().collect();
+    let mut info = Value::Object(info.clone());
+    for node in info.as_object_mut().into_iter().flat_map(|m| m.values_mut()) {
+        for group in ["required", "optional"] {
+            let Some(inputs) = node.pointer_mut(&format!("/input/{group}")).and_then(Value::as_object_mut) else {
+                continue;
+            };
+            for decl in inputs.values_mut() {
+                if decl[0] == "COMBO" && decl[1]["options"].as_array().is_some_and(Vec::is_empty) {
+                    decl[1]["options"] = json!(files);
+                }
+            }
+        }
+    }
+    info
+}
+
+/// The routes, at `/` and `/api/`.
+pub fn routes() -> Router<AppState> {
+    let api = Router::new()
+        .route("/prompt", post(post_prompt).get(get_prompt))
+        .route("/queue", get(get_queue).post(post_queue))
+        .route("/history", get(get_history).post(post_history))
+        .route("/history/{id}", get(get_history_of))
+        .route("/view", get(files::view))
+        .route("/upload/image", post(files::upload_image))
+        .route("/object_info", get(object_info))
+        .route("/object_info/{class}", get(object_info_of))
+        .route("/system_stats", get(system_stats))
+        .route("/interrupt", post(interrupt))
+        .route("/features", get(features))
+        .route("/ws", get(ws));
+    Router::new().merge(api.clone()).nest("/api", api)
+}
+
+/// The API as a handler argument; when it is off, the request gets a 404 naming how to
+/// enable it.
+pub struct Api(Arc<Comfy>);
+
+impl axum::extract::FromRequestParts<AppState> for Api {
+    type Rejection = Response;
+
+    async fn from_request_parts(_: &mut axum::http::request::Parts, s: &AppState) -> Result<Self, Response> {
+        s.comfy.clone().map(Api).ok_or_else(|| {
+            let msg = "the ComfyUI API is off: start `fastvideo serve --deploy` with a deploy that enables workflow translators";
+            let error = json!({ "error": { "type": "not_enabled", "message": msg, "details": "", "extra_info": {} } });
+            (StatusCode::NOT_FOUND, Json(error)).into_response()
+        })
+    }
+}
+
+fn bad_request(kind: &str, message: &str) -> Response {
+    let error = json!({ "type": kind, "message": message, "details": message, "extra_info": {} });
+    (StatusCode::BAD_REQUEST, Json(json!({ "error": error, "node_errors": {} }))).into_response()
+}
+
+/// A random UUID (v4 layout), as ComfyUI names prompts.
+fn uuid() -> String {
+    let mut b = [0u8; 16];
+    let seed = format!("{:?}:{:?}", std::time::SystemTime::now(), std::thread::current().id());
+    b.copy_from_slice(&blake3::hash(format!("{seed}:{}", std::process::id()).as_bytes()).as_bytes()[..16]);
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!("{}-{}-{}-{}-{}", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..])
+}
+
+async fn post_prompt(Api(c): Api, State(s): State<AppState>, body: Bytes) -> Response {
+    let Ok(body) = serde_json::from_slice::<Value>(&body) else {
+        return bad_request("invalid_json", "the body is not JSON");
+    };
+    let Some(prompt) = body.get("prompt").filter(|p| p.is_object()) else {
+        return bad_request("no_prompt", "No prompt provided");
+    };
+    let number = match body.get("number").and_then(Value::as_f64) {
+        Some(n) => json!(n),
+        None => {
+            let n = c.number.fetch_add(1, Ordering::Relaxed) as i64;
+            json!(if body.get("front").and_then(Value::as_bool) == Some(true) { -n } else { n })
+        }
+    };
+    let prompt_id = body.get("prompt_id").and_then(Value::as_str).map(String::from).unwrap_or_else(uuid);
+    let checked = match prompt::check(&c, &s, prompt, &prompt_id) {
+        Ok(ch) => ch,
+        Err(r) => {
+            tracing::info!(prompt_id, error = %r.error, "comfyui: invalid prompt");
+            return (StatusCode::BAD_REQUEST, Json(json!({ "error": r.error, "node_errors": r.node_errors })))
+                .into_response();
+        }
+    };
+    let mut extra_data = body.get("extra_data").cloned().filter(Value::is_object).unwrap_or_else(|| json!({}));
+    if let Some(client) = body.get("client_id").filter(|v| v.is_string()) {
+        extra_data["client_id"] = client.clone();
+    }
+    let entry = queue::Entry {
+        number: number.clone(),
+        prompt_id: prompt_id.clone(),
+        prompt: prompt.clone(),
+        extra_data,
+        outputs: checked.outputs.clone(),
+        requests: Vec::new(),
+        interrupted: false,
+    };
+    c.queue.push(entry.clone());
+    c.queue.broadcast_status();
+    tokio::spawn(prompt::run(c.clone(), s.clone(), entry, checked));
+    Json(json!({ "prompt_id": prompt_id, "number": number, "node_errors": {} })).into_response()
+}
+
+async fn get_prompt(Api(c): Api) -> Response {
+    Json(c.queue.info()).into_response()
+}
+
+async fn get_queue(Api(c): Api) -> Response {
+    Json(c.queue.queue()).into_response()
+}
+
+/// `{"clear": true}` empties the pending queue; `{"delete": [ids]}` removes those.
+#[derive(Deserialize, Default)]
+struct Clear {
+    #[serde(default)]
+    clear: bool,
+    #[serde(default)]
+    delete: Option<Vec<String>>,
+}
+
+fn clear_body(body: &Bytes) -> Clear {
+    serde_json::from_slice(body).unwrap_or_default()
+}
+
+async fn post_queue(Api(c): Api, body: Bytes) -> Response {
+    let b = clear_body(&body);
+    if b.clear {
+        c.queue.delete_pending(None);
+    }
+    if let Some(ids) = &b.delete {
+        c.queue.delete_pending(Some(ids));
+    }
+    c.queue.broadcast_status();
+    StatusCode::OK.into_response()
+}
+
+#[derive(Deserialize)]
+struct HistoryQuery {
+    max_items: Option<usize>,
+    offset: Option<usize>,
+}
+
+async fn get_history(Api(c): Api, Query(q): Query<HistoryQuery>) -> Response {
+    Json(c.queue.history(q.max_items, q.offset)).into_response()
+}
+
+async fn get_history_of(Api(c): Api, Path(id): Path<String>) -> Response {
+    Json(c.queue.history_of(&id).map_or_else(|| json!({}), |r| json!({ id: r }))).into_response()
+}
+
+async fn post_history(Api(c): Api, body: Bytes) -> Response {
+    let b = clear_body(&body);
+    if b.clear {
+        c.queue.delete_history(None);
+    }
+    if let Some(ids) = &b.delete {
+        c.queue.delete_history(Some(ids));
+    }
+    StatusCode::OK.into_response()
+}
+
+async fn object_info(Api(c): Api) -> Response {
+    Json(c.object_info.clone()).into_response()
+}
+
+async fn object_info_of(Api(c): Api, Path(class): Path<String>) -> Response {
+    let info = c.object_info.get(&class).cloned();
+    Json(info.map_or_else(|| json!({}), |i| json!({ class: i }))).into_response()
+}
+
+/// Total and available memory from `/proc/meminfo`, in bytes (0 where unknown).
+fn ram() -> (u64, u64) {
+    let text = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let field = |k: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(k)?.trim().strip_suffix("kB")?.trim().parse::<u64>().ok())
+            .map_or(0, |kb| kb * 1024)
+    };
+    (field("MemTotal:"), field("MemAvailable:"))
+}
+
+async fn system_stats(Api(c): Api) -> Response {
+    let (ram_total, ram_free) = ram();
+    let d = &c.cfg.device;
+    Json(json!({
+        "system": {
+            // Python's `os.name`, which ComfyUI reports.
+            "os": if cfg!(unix) { "posix" } else { "nt" },
+            "python_version": "",
+            "embedded_python": false,
+            "comfyui_version": format!("fastvideo {}", env!("CARGO_PKG_VERSION")),
+            "pytorch_version": "",
+            "argv": std::env::args().collect::<Vec<_>>(),
+            "ram_total": ram_total,
+            "ram_free": ram_free,
+        },
+        "devices": [{
+            "name": d.name, "type": d.kind, "index": if d.kind == "cpu" { Value::Null } else { json!(0) },
+            "vram_total": d.vram_total, "vram_free": d.vram_free,
+            "torch_vram_total": d.vram_total, "torch_vram_free": d.vram_free,
+        }],
+    }))
+    .into_response()
+}
+
+async fn interrupt(Api(c): Api, State(s): State<AppState>, body: Bytes) -> Response {
+    let id = serde_json::from_slice::<Value>(&body).ok().and_then(|b| b.get("prompt_id")?.as_str().map(String::from));
+    for request in c.queue.interrupt(id.as_deref()) {
+        s.engine.cancel(&request);
+    }
+    StatusCode::OK.into_response()
+}
+
+/// What we tell clients we support (`/features`, the WebSocket's `feature_flags`).
+static FEATURES: std::sync::LazyLock<Value> =
+    std::sync::LazyLock::new(|| json!({ "supports_preview_metadata": false, "max_upload_size": 104857600.0 }));
+
+async fn features() -> Json<Value> {
+    Json(FEATURES.clone())
+}
+
+#[derive(Deserialize)]
+struct WsQuery {
+    #[serde(rename = "clientId")]
+    client_id: Option<String>,
+}
+
+async fn ws(Api(c): Api, Query(q): Query<WsQuery>, upgrade: WebSocketUpgrade) -> Response {
+    let id = q.client_id.filter(|i| !i.is_empty()).unwrap_or_else(|| uuid().replace('-', ""));
+    upgrade.on_upgrade(move |socket| client(c, socket, id))
+}
+
+/// Forwards the client's messages until it goes. Of what it sends only a first
+/// `feature_flags` message is answered (with ours); the rest is ignored, as ComfyUI does.
+async fn client(c: Arc<Comfy>, mut socket: WebSocket, id: String) {
+    let mut rx = c.queue.connect(&id);
+    let mut first = true;
+    loop {
+        tokio::select! {
+            msg = rx.recv() => match msg {
+                Some(text) => if socket.send(Message::Text(text.into())).await.is_err() { break },
+                None => break,
+            },
+            incoming = socket.recv() => match incoming {
+                Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break,
+                Some(Ok(Message::Text(t))) if std::mem::take(&mut first) => {
+                    let flags = serde_json::from_str::<Value>(&t).ok().filter(|v| v["type"] == "feature_flags");
+                    if flags.is_some() {
+                        let ours = json!({ "type": "feature_flags", "data": FEATURES.clone() });
+                        if socket.send(Message::Text(ours.to_string().into())).await.is_err() { break }
+                    }
+                }
+                Some(Ok(_)) => first = false,
+            },
+        }
+    }
+    drop(rx);
+    c.queue.disconnect(&id);
+}
