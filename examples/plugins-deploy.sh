@@ -42,11 +42,12 @@ write profiler fastvideo_observer_profiler '["tensor", "events", "clock"]' 'per_
 # Several plugins in one deploy: a guider, a block cache and two observers.
 cat "$out/cfg-zero-star.toml" "$out/dbcache.toml" "$out/nanwatch.toml" "$out/profiler.toml" > "$out/watched.toml"
 echo "wrote $out/watched.toml"
-# ComfyUI workflows: the core translator pack, and the model files of ComfyUI's Wan 2.1
+# ComfyUI workflows: the core and Wan translator packs, and the model files of ComfyUI's Wan 2.1
 # text-to-video template served by the embedded default model.
 write comfy-core fastvideo_translator_comfy_core '[]'
+write comfy-wan fastvideo_translator_comfy_wan '[]'
 {
-  cat "$out/comfy-core.toml"
+  cat "$out/comfy-core.toml" "$out/comfy-wan.toml"
   echo
   echo "[workflows.models]"
   for f in wan2.1_t2v_1.3B_fp16.safetensors umt5_xxl_fp8_e4m3fn_scaled.safetensors wan_2.1_vae.safetensors; do

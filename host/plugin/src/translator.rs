@@ -9,7 +9,7 @@ use fastvideo_comfy::{ComfyNode, GraphNode, Translator, Translators};
 use crate::bindings::exports::fastvideo::plugin::workflow_translator as wit;
 use crate::deploy::{Deployment, EnabledPlugin};
 use crate::runtime::{Guest, PluginInstance, PluginRuntime};
-use crate::{PluginError, PluginKind};
+use crate::{FailureKind, PluginError, PluginKind};
 
 /// A translator plugin enabled in a deploy.
 pub struct PluginTranslator {
@@ -34,7 +34,11 @@ impl PluginTranslator {
         if r.is_err() {
             *slot = None;
         }
-        r.map_err(|e| e.to_string())
+        // A translator's own refusal is its message; traps and limits say what happened.
+        r.map_err(|e| match e {
+            PluginError::Call { kind: FailureKind::Returned, message, .. } => message,
+            e => e.to_string(),
+        })
     }
 }
 

@@ -162,3 +162,22 @@ fn the_deploy_maps_model_files_to_one_folder() {
     );
     assert_eq!(d.workflows.folder_for(&c.runs[0]).unwrap(), "default");
 }
+
+#[test]
+fn the_wan_pack_adds_wan_2_2s_text_to_video_latent() {
+    let w = template("video_wan2_2_5B_ti2v.json");
+    let e = compile(&w, &core()).unwrap_err();
+    assert_eq!(e, CompileError::Untranslated(vec![("55".into(), "Wan22ImageToVideoLatent".into())]));
+    let both = deploy(&[("fastvideo_translator_comfy_core", "comfy-core"), ("fastvideo_translator_comfy_wan", "comfy-wan")], "");
+    let t = both.translators().unwrap();
+    let c = compile(&w, &t).unwrap();
+    let r = &c.runs[0];
+    assert_eq!((r.width, r.height, r.frames, r.steps, r.fps), (1280, 704, 121, 20, Some(24.0)));
+    assert_eq!(r.latent_node, "55");
+    // With a start image it is image to video, refused by name.
+    let mut api = c.workflow.to_api();
+    api["90"] = json!({"class_type": "PrimitiveInt", "inputs": {"value": 1}});
+    api["55"]["inputs"]["start_image"] = json!(["90", 0]);
+    let e = compile(&json!({ "prompt": api }), &t).unwrap_err().to_string();
+    assert!(e.starts_with("node 55 (Wan22ImageToVideoLatent): translator `comfy-wan`: start_image: image to video is not supported"), "{e}");
+}
