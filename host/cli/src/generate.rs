@@ -93,6 +93,21 @@ pub fn announce(binding: &Binding, quiet: bool) {
     }
 }
 
+/// Runs one request to its end in this thread, with a progress bar on stderr unless `quiet`.
+pub fn run_with_progress(
+    spec: Arc<fastvideo_pipeline::PipelineSpec>,
+    req: fastvideo_request::ResolvedRequest,
+    device: tch::Device,
+    quiet: bool,
+) -> Result<fastvideo_request::OmniOutput> {
+    let mut run = PipelineRun::new(spec, req, device, Values::default(), Default::default());
+    let mut progress = Progress::new(quiet);
+    let result = run.run_to_end(&mut |e| progress.on_event(&e));
+    progress.finish();
+    result?;
+    run.finish(&mut |e| progress.on_event(&e))
+}
+
 /// Checks the places outputs go before any work, so a typo never costs a generation.
 fn check_output(path: &Path) -> Result<()> {
     let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
@@ -164,12 +179,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     let model_id = model_dir.display().to_string();
     let policies = policies_for(&args.plugins, &[&req], &model_id, args.quiet)?;
     let spec = Arc::new(pipeline::text_to_video_with(&model, policies)?);
-    let mut run = PipelineRun::new(spec, req, device, Values::default(), Default::default());
-    let mut progress = Progress::new(args.quiet);
-    let result = run.run_to_end(&mut |e| progress.on_event(&e));
-    progress.finish();
-    result?;
-    let out = run.finish(&mut |e| progress.on_event(&e))?;
+    let out = run_with_progress(spec, req, device, args.quiet)?;
     let video = out.video().context("the pipeline produced no video")?;
     fastvideo_media::write_mp4(video, &args.out)?;
     if let Some(dir) = &args.frames_dir {

@@ -7,12 +7,10 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use fastvideo_comfy::{compile, core_pack_schemas, next_output, parse, Compiled, Coverage};
-use fastvideo_pipeline::{PipelineRun, Values};
 use fastvideo_plugin_host::{Binding, Deployment};
 use fastvideo_wan::pipeline;
 
 use crate::args::PrecisionArgs;
-use crate::progress::Progress;
 
 #[derive(Subcommand)]
 pub enum WorkflowCommand {
@@ -139,12 +137,7 @@ fn run_workflow(args: RunArgs) -> Result<()> {
         let binding = Binding::of(Some(&deploy), &dir.display().to_string());
         binding.check(&req)?;
         let spec = Arc::new(pipeline::text_to_video_with(&model, binding.policies.clone())?);
-        let mut run = PipelineRun::new(spec, req, device, Values::default(), Default::default());
-        let mut progress = Progress::new(args.quiet);
-        let result = run.run_to_end(&mut |e| progress.on_event(&e));
-        progress.finish();
-        result?;
-        let out = run.finish(&mut |e| progress.on_event(&e))?;
+        let out = crate::generate::run_with_progress(spec, req, device, args.quiet)?;
         let video = out.video().context("the pipeline produced no video")?;
         for o in &plan.outputs {
             let ext = if o.kind == "video" { "mp4" } else { "png" };

@@ -168,7 +168,10 @@ fn the_wan_pack_adds_wan_2_2s_text_to_video_latent() {
     let w = template("video_wan2_2_5B_ti2v.json");
     let e = compile(&w, &core()).unwrap_err();
     assert_eq!(e, CompileError::Untranslated(vec![("55".into(), "Wan22ImageToVideoLatent".into())]));
-    let both = deploy(&[("fastvideo_translator_comfy_core", "comfy-core"), ("fastvideo_translator_comfy_wan", "comfy-wan")], "");
+    let both = deploy(
+        &[("fastvideo_translator_comfy_core", "comfy-core"), ("fastvideo_translator_comfy_wan", "comfy-wan")],
+        "",
+    );
     let t = both.translators().unwrap();
     let c = compile(&w, &t).unwrap();
     let r = &c.runs[0];
@@ -179,5 +182,10 @@ fn the_wan_pack_adds_wan_2_2s_text_to_video_latent() {
     api["90"] = json!({"class_type": "PrimitiveInt", "inputs": {"value": 1}});
     api["55"]["inputs"]["start_image"] = json!(["90", 0]);
     let e = compile(&json!({ "prompt": api }), &t).unwrap_err().to_string();
-    assert!(e.starts_with("node 55 (Wan22ImageToVideoLatent): translator `comfy-wan`: start_image: image to video is not supported"), "{e}");
+    assert!(
+        e.starts_with(
+            "node 55 (Wan22ImageToVideoLatent): translator `comfy-wan`: start_image: image to video is not supported"
+        ),
+        "{e}"
+    );
 }

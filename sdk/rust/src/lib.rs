@@ -116,118 +116,108 @@ pub mod __imports {
     });
 }
 
-#[doc(hidden)]
-#[allow(missing_docs, clippy::all)]
-pub mod __guider {
-    wit_bindgen::generate!({
-        path: "../../wit/fastvideo-plugin",
-        world: "fastvideo:plugin/guider-plugin@0.1.2",
-        with: {
-            "fastvideo:plugin/types@0.1.2": crate::__imports::fastvideo::plugin::types,
-            "fastvideo:plugin/tensor@0.1.2": crate::__imports::fastvideo::plugin::tensor,
-            "fastvideo:plugin/tensor-ops@0.1.2": crate::__imports::fastvideo::plugin::tensor_ops,
-            "fastvideo:plugin/tensor-read@0.1.2": crate::__imports::fastvideo::plugin::tensor_read,
-            "fastvideo:plugin/log@0.1.2": crate::__imports::fastvideo::plugin::log,
-        },
-        pub_export_macro: true,
-        export_macro_name: "export_guider",
-        default_bindings_module: "fastvideo_plugin_sdk::__guider",
-    });
+/// One kind's world over the shared imports: `with` points each imported interface at
+/// [`__imports`], so a `Tensor` is one type whichever kind uses it. (Arguments are `tt` so the
+/// bindings macro sees plain literals.)
+macro_rules! kind {
+    ($module:ident, $world:tt, $export:tt, $bindings:tt, [$($iface:tt => $seg:ident),* $(,)?]) => {
+        #[doc(hidden)]
+        #[allow(missing_docs, clippy::all)]
+        pub mod $module {
+            wit_bindgen::generate!({
+                path: "../../wit/fastvideo-plugin",
+                world: $world,
+                with: { $($iface: crate::__imports::fastvideo::plugin::$seg),* },
+                pub_export_macro: true,
+                export_macro_name: $export,
+                default_bindings_module: $bindings,
+            });
+        }
+    };
 }
 
-#[doc(hidden)]
-#[allow(missing_docs, clippy::all)]
-pub mod __step_interceptor {
-    wit_bindgen::generate!({
-        path: "../../wit/fastvideo-plugin",
-        world: "fastvideo:plugin/step-interceptor-plugin@0.1.2",
-        with: {
-            "fastvideo:plugin/types@0.1.2": crate::__imports::fastvideo::plugin::types,
-            "fastvideo:plugin/tensor@0.1.2": crate::__imports::fastvideo::plugin::tensor,
-            "fastvideo:plugin/tensor-ops@0.1.2": crate::__imports::fastvideo::plugin::tensor_ops,
-            "fastvideo:plugin/tensor-read@0.1.2": crate::__imports::fastvideo::plugin::tensor_read,
-            "fastvideo:plugin/log@0.1.2": crate::__imports::fastvideo::plugin::log,
-            "fastvideo:plugin/events@0.1.2": crate::__imports::fastvideo::plugin::events,
-            "fastvideo:plugin/clock@0.1.2": crate::__imports::fastvideo::plugin::clock,
-        },
-        pub_export_macro: true,
-        export_macro_name: "export_step_interceptor",
-        default_bindings_module: "fastvideo_plugin_sdk::__step_interceptor",
-    });
-}
+kind!(
+    __guider,
+    "fastvideo:plugin/guider-plugin@0.1.2",
+    "export_guider",
+    "fastvideo_plugin_sdk::__guider",
+    [
+        "fastvideo:plugin/types@0.1.2" => types,
+        "fastvideo:plugin/tensor@0.1.2" => tensor,
+        "fastvideo:plugin/tensor-ops@0.1.2" => tensor_ops,
+        "fastvideo:plugin/tensor-read@0.1.2" => tensor_read,
+        "fastvideo:plugin/log@0.1.2" => log,
+    ]
+);
 
-#[doc(hidden)]
-#[allow(missing_docs, clippy::all)]
-pub mod __block_interceptor {
-    wit_bindgen::generate!({
-        path: "../../wit/fastvideo-plugin",
-        world: "fastvideo:plugin/block-interceptor-plugin@0.1.2",
-        with: {
-            "fastvideo:plugin/types@0.1.2": crate::__imports::fastvideo::plugin::types,
-            "fastvideo:plugin/tensor@0.1.2": crate::__imports::fastvideo::plugin::tensor,
-            "fastvideo:plugin/tensor-ops@0.1.2": crate::__imports::fastvideo::plugin::tensor_ops,
-            "fastvideo:plugin/tensor-read@0.1.2": crate::__imports::fastvideo::plugin::tensor_read,
-            "fastvideo:plugin/log@0.1.2": crate::__imports::fastvideo::plugin::log,
-            "fastvideo:plugin/events@0.1.2": crate::__imports::fastvideo::plugin::events,
-            "fastvideo:plugin/clock@0.1.2": crate::__imports::fastvideo::plugin::clock,
-        },
-        pub_export_macro: true,
-        export_macro_name: "export_block_interceptor",
-        default_bindings_module: "fastvideo_plugin_sdk::__block_interceptor",
-    });
-}
+kind!(
+    __step_interceptor,
+    "fastvideo:plugin/step-interceptor-plugin@0.1.2",
+    "export_step_interceptor",
+    "fastvideo_plugin_sdk::__step_interceptor",
+    [
+        "fastvideo:plugin/types@0.1.2" => types,
+        "fastvideo:plugin/tensor@0.1.2" => tensor,
+        "fastvideo:plugin/tensor-ops@0.1.2" => tensor_ops,
+        "fastvideo:plugin/tensor-read@0.1.2" => tensor_read,
+        "fastvideo:plugin/log@0.1.2" => log,
+        "fastvideo:plugin/events@0.1.2" => events,
+        "fastvideo:plugin/clock@0.1.2" => clock,
+    ]
+);
 
-#[doc(hidden)]
-#[allow(missing_docs, clippy::all)]
-pub mod __observer {
-    wit_bindgen::generate!({
-        path: "../../wit/fastvideo-plugin",
-        world: "fastvideo:plugin/observer-plugin@0.1.2",
-        with: {
-            "fastvideo:plugin/types@0.1.2": crate::__imports::fastvideo::plugin::types,
-            "fastvideo:plugin/tensor@0.1.2": crate::__imports::fastvideo::plugin::tensor,
-            "fastvideo:plugin/tensor-ops@0.1.2": crate::__imports::fastvideo::plugin::tensor_ops,
-            "fastvideo:plugin/tensor-read@0.1.2": crate::__imports::fastvideo::plugin::tensor_read,
-            "fastvideo:plugin/log@0.1.2": crate::__imports::fastvideo::plugin::log,
-            "fastvideo:plugin/events@0.1.2": crate::__imports::fastvideo::plugin::events,
-            "fastvideo:plugin/clock@0.1.2": crate::__imports::fastvideo::plugin::clock,
-        },
-        pub_export_macro: true,
-        export_macro_name: "export_observer",
-        default_bindings_module: "fastvideo_plugin_sdk::__observer",
-    });
-}
+kind!(
+    __block_interceptor,
+    "fastvideo:plugin/block-interceptor-plugin@0.1.2",
+    "export_block_interceptor",
+    "fastvideo_plugin_sdk::__block_interceptor",
+    [
+        "fastvideo:plugin/types@0.1.2" => types,
+        "fastvideo:plugin/tensor@0.1.2" => tensor,
+        "fastvideo:plugin/tensor-ops@0.1.2" => tensor_ops,
+        "fastvideo:plugin/tensor-read@0.1.2" => tensor_read,
+        "fastvideo:plugin/log@0.1.2" => log,
+        "fastvideo:plugin/events@0.1.2" => events,
+        "fastvideo:plugin/clock@0.1.2" => clock,
+    ]
+);
 
-#[doc(hidden)]
-#[allow(missing_docs, clippy::all)]
-pub mod __reward {
-    wit_bindgen::generate!({
-        path: "../../wit/fastvideo-plugin",
-        world: "fastvideo:plugin/reward-plugin@0.1.2",
-        with: {
-            "fastvideo:plugin/types@0.1.2": crate::__imports::fastvideo::plugin::types,
-            "fastvideo:plugin/tensor@0.1.2": crate::__imports::fastvideo::plugin::tensor,
-            "fastvideo:plugin/tensor-ops@0.1.2": crate::__imports::fastvideo::plugin::tensor_ops,
-            "fastvideo:plugin/tensor-read@0.1.2": crate::__imports::fastvideo::plugin::tensor_read,
-            "fastvideo:plugin/log@0.1.2": crate::__imports::fastvideo::plugin::log,
-        },
-        pub_export_macro: true,
-        export_macro_name: "export_reward",
-        default_bindings_module: "fastvideo_plugin_sdk::__reward",
-    });
-}
+kind!(
+    __observer,
+    "fastvideo:plugin/observer-plugin@0.1.2",
+    "export_observer",
+    "fastvideo_plugin_sdk::__observer",
+    [
+        "fastvideo:plugin/types@0.1.2" => types,
+        "fastvideo:plugin/tensor@0.1.2" => tensor,
+        "fastvideo:plugin/tensor-ops@0.1.2" => tensor_ops,
+        "fastvideo:plugin/tensor-read@0.1.2" => tensor_read,
+        "fastvideo:plugin/log@0.1.2" => log,
+        "fastvideo:plugin/events@0.1.2" => events,
+        "fastvideo:plugin/clock@0.1.2" => clock,
+    ]
+);
 
-#[doc(hidden)]
-#[allow(missing_docs, clippy::all)]
-pub mod __workflow_translator {
-    wit_bindgen::generate!({
-        path: "../../wit/fastvideo-plugin",
-        world: "fastvideo:plugin/workflow-translator-plugin@0.1.2",
-        with: {
-            "fastvideo:plugin/log@0.1.2": crate::__imports::fastvideo::plugin::log,
-        },
-        pub_export_macro: true,
-        export_macro_name: "export_workflow_translator",
-        default_bindings_module: "fastvideo_plugin_sdk::__workflow_translator",
-    });
-}
+kind!(
+    __reward,
+    "fastvideo:plugin/reward-plugin@0.1.2",
+    "export_reward",
+    "fastvideo_plugin_sdk::__reward",
+    [
+        "fastvideo:plugin/types@0.1.2" => types,
+        "fastvideo:plugin/tensor@0.1.2" => tensor,
+        "fastvideo:plugin/tensor-ops@0.1.2" => tensor_ops,
+        "fastvideo:plugin/tensor-read@0.1.2" => tensor_read,
+        "fastvideo:plugin/log@0.1.2" => log,
+    ]
+);
+
+kind!(
+    __workflow_translator,
+    "fastvideo:plugin/workflow-translator-plugin@0.1.2",
+    "export_workflow_translator",
+    "fastvideo_plugin_sdk::__workflow_translator",
+    [
+        "fastvideo:plugin/log@0.1.2" => log,
+    ]
+);

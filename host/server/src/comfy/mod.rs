@@ -209,18 +209,24 @@ struct Clear {
     delete: Option<Vec<String>>,
 }
 
-fn clear_body(body: &Bytes) -> Clear {
-    serde_json::from_slice(body).unwrap_or_default()
+impl Clear {
+    /// Reads the body (nothing to do when it is not one) and applies it with `delete`
+    /// (`None` = everything).
+    fn apply(body: &Bytes, mut delete: impl FnMut(Option<&[String]>)) {
+        let b: Clear = serde_json::from_slice(body).unwrap_or_default();
+        if b.clear {
+            delete(None);
+        }
+        if let Some(ids) = &b.delete {
+            delete(Some(ids));
+        }
+    }
 }
 
 async fn post_queue(Api(c): Api, body: Bytes) -> Response {
-    let b = clear_body(&body);
-    if b.clear {
-        c.queue.delete_pending(None);
-    }
-    if let Some(ids) = &b.delete {
-        c.queue.delete_pending(Some(ids));
-    }
+    Clear::apply(&body, |ids| {
+        c.queue.delete_pending(ids);
+    });
     c.queue.broadcast_status();
     StatusCode::OK.into_response()
 }
@@ -240,13 +246,7 @@ async fn get_history_of(Api(c): Api, Path(id): Path<String>) -> Response {
 }
 
 async fn post_history(Api(c): Api, body: Bytes) -> Response {
-    let b = clear_body(&body);
-    if b.clear {
-        c.queue.delete_history(None);
-    }
-    if let Some(ids) = &b.delete {
-        c.queue.delete_history(Some(ids));
-    }
+    Clear::apply(&body, |ids| c.queue.delete_history(ids));
     StatusCode::OK.into_response()
 }
 

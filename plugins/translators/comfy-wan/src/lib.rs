@@ -47,7 +47,9 @@ impl WorkflowTranslator for Wan {
             let v: Value = serde_json::from_str(&i.value_json).map_err(|e| format!("input `{}`: {e}", i.name))?;
             let key = match i.name.as_str() {
                 "start_image" if !v.is_null() => {
-                    return Err("start_image: image to video is not supported; leave it unconnected for text to video".into())
+                    return Err(
+                        "start_image: image to video is not supported; leave it unconnected for text to video".into()
+                    )
                 }
                 "width" | "height" => i.name.clone(),
                 "length" => "frames".into(),
