@@ -37,7 +37,7 @@ pub use error::ApiError;
 pub use fastvideo_webrtc::{IceServer, RtcConfig};
 pub use jobs::{Restored, Retention, Status, VideoObject};
 pub use listener::ConnLimits;
-pub use params::{video_request_from_form, video_request_from_json};
+pub use params::{video_request_from_form, video_request_from_json, CreateParams, SecondsValue};
 pub use store::Store;
 pub use webrtc::{WebRtc, WebRtcMetrics};
 

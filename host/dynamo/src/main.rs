@@ -1,0 +1,232 @@
+//! `fastvideo-dynamo`: fastvideo as an NVIDIA Dynamo worker. It loads a model, starts
+//! fastvideo's engine (the step scheduler `fastvideo serve` runs, with the same deploy and
+//! plugins), and serves it to Dynamo's frontend as a Videos and an Images model, found through
+//! Dynamo's discovery (a shared folder on one machine, etcd or Kubernetes across machines).
+//!
+//! Built on `dynamo-runtime` alone, not `dynamo-backend-common`: the latter's `RawEngine` brings
+//! `dynamo-llm`, whose memory crate compiles NIXL bindings (libclang, a C++ compiler) and
+//! several hundred more crates, for a lifecycle (signals, readiness, drain) that is a page here.
+//!
+//! Lifecycle: not ready until the model is loaded and both endpoints are registered; on
+//! SIGTERM or Ctrl-C it turns not ready, leaves discovery at once (the frontend stops routing
+//! to it), lets in-flight requests finish, and exits 0.
+
+mod handler;
+mod protocol;
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use dynamo_runtime::config::HealthStatus;
+use dynamo_runtime::discovery::DiscoverySpec;
+use dynamo_runtime::metrics::MetricsHierarchy;
+use dynamo_runtime::engine::AsyncEngine;
+use dynamo_runtime::local_endpoint_registry::LocalAsyncEngine;
+use dynamo_runtime::pipeline::network::Ingress;
+use dynamo_runtime::pipeline::{ManyOut, SingleIn};
+use dynamo_runtime::protocols::annotated::Annotated;
+use dynamo_runtime::{DistributedRuntime, Runtime};
+use fastvideo_engine::{Engine, EngineConfig, EngineModel};
+use fastvideo_plugin_host::{Binding, Deployment};
+use serde_json::{json, Value};
+
+use handler::{Endpoint, Handler, Load, Media};
+use protocol::Kind;
+
+#[derive(Parser)]
+#[command(name = "fastvideo-dynamo", version, about = "fastvideo as an NVIDIA Dynamo worker")]
+struct Args {
+    /// A diffusers-layout model folder; without it, the embedded default model.
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// The model name clients ask for (`model` in requests, `/v1/models`).
+    #[arg(long)]
+    name: Option<String>,
+    /// Deploy config: plugins, limits (as for `fastvideo serve`).
+    #[arg(long)]
+    deploy: Option<PathBuf>,
+    /// cpu, cuda, cuda:N or auto.
+    #[arg(long, default_value = "auto")]
+    device: String,
+    /// Dynamo namespace and component the endpoints live in.
+    #[arg(long, default_value = "dynamo")]
+    namespace: String,
+    #[arg(long, default_value = "fastvideo")]
+    component: String,
+    /// Where videos asked for as `url` are written.
+    #[arg(long, default_value = "media")]
+    media_dir: PathBuf,
+    /// The URL that serves --media-dir (default: its file:// URL).
+    #[arg(long)]
+    media_url: Option<String>,
+    /// Requests the engine runs at once, and holds queued; past that the frontend answers 529.
+    #[arg(long, default_value_t = 16)]
+    max_active: usize,
+    #[arg(long, default_value_t = 64)]
+    max_queue: usize,
+    /// Longest wait for in-flight requests after SIGTERM.
+    #[arg(long, default_value_t = 300)]
+    drain_timeout: u64,
+    /// Seconds after leaving discovery during which requests still arrive and are served (the
+    /// frontend needs a moment to see the worker gone); then new ones are refused.
+    #[arg(long, default_value_t = 3)]
+    drain_grace: u64,
+}
+
+fn default_model() -> Result<PathBuf> {
+    let candidates = [
+        std::env::var_os("FASTVIDEO_DEFAULT_MODEL").map(PathBuf::from),
+        Some(PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/default"))),
+        Some(PathBuf::from("models/default")),
+    ];
+    candidates
+        .into_iter()
+        .flatten()
+        .find(|c| c.join("model_index.json").exists())
+        .context("no --model given and models/default was not found; set FASTVIDEO_DEFAULT_MODEL")
+}
+
+/// The card the frontend's model watcher reads: a name-only model (no tokenizer) taking text.
+fn card(name: &str, model_type: &str) -> serde_json::Value {
+    let slug: String =
+        name.to_lowercase().chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect();
+    json!({
+        "display_name": name, "slug": slug, "kv_cache_block_size": 0, "migration_limit": 0,
+        "model_type": model_type, "model_input": "Text", "worker_type": "aggregated", "needs": [], "runtime_config": {},
+    })
+}
+
+/// Loads the model and starts fastvideo's engine, as `fastvideo serve` does.
+fn start_engine(args: &Args) -> Result<(Engine, String)> {
+    let device = fastvideo_torch::device(&args.device)?;
+    let dir = match &args.model {
+        Some(m) => m.clone(),
+        None => default_model()?,
+    };
+    let name = args.name.clone().unwrap_or_else(|| {
+        if args.model.is_none() {
+            "fastvideo-default".into()
+        } else {
+            dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or("model".into())
+        }
+    });
+    let model = fastvideo_wan::WanModel::load(&dir, device).with_context(|| format!("model folder {}", dir.display()))?;
+    let deploy = match &args.deploy {
+        Some(p) => Some(Arc::new(Deployment::load(p).with_context(|| format!("--deploy {}", p.display()))?)),
+        None => None,
+    };
+    let binding = Binding::of(deploy.as_ref(), &name);
+    let spec = Arc::new(fastvideo_wan::pipeline::text_to_video_with(&model, binding.policies.clone())?);
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = fastvideo_engine::Metrics::register(&mut registry);
+    let cfg = EngineConfig {
+        max_active: args.max_active,
+        max_queue: args.max_queue,
+        max_batch: if device.is_cuda() { 8 } else { 1 },
+        cost: fastvideo_engine::CostConfig::for_device(device.is_cuda()),
+        ..Default::default()
+    };
+    let limits = model.limits();
+    let check = Box::new(binding.request_check());
+    let engine = Engine::start(
+        EngineModel { id: name.clone(), limits, spec, device, check, classify: Binding::classify_failure },
+        cfg,
+        metrics,
+    );
+    eprintln!("fastvideo-dynamo: model {} loaded from {} on {device:?}", name, dir.display());
+    Ok((engine, name))
+}
+
+fn main() -> Result<()> {
+    dynamo_runtime::logging::init();
+    let args = Args::parse();
+    let (engine, name) = start_engine(&args)?;
+    std::fs::create_dir_all(&args.media_dir).with_context(|| format!("--media-dir {}", args.media_dir.display()))?;
+    let media_dir = args.media_dir.canonicalize()?;
+    let base_url = args.media_url.clone().unwrap_or_else(|| format!("file://{}/", media_dir.display()));
+    let media = Media { dir: media_dir, base_url: if base_url.ends_with('/') { base_url } else { format!("{base_url}/") } };
+    let rt = Runtime::from_settings()?;
+    let secondary = rt.secondary();
+    secondary.block_on(serve(rt, args, engine, name, media))
+}
+
+async fn serve(rt: Runtime, args: Args, engine: Engine, name: String, media: Media) -> Result<()> {
+    let drt = DistributedRuntime::from_settings(rt.clone()).await?;
+    let component = drt.namespace(args.namespace.clone())?.component(args.component.clone())?;
+    let load = Arc::new(Load::default());
+    let mut started = Vec::new();
+    let mut cards = Vec::new();
+    for (kind, endpoint, model_type) in [(Kind::Videos, "videos", "Videos"), (Kind::Images, "images", "Images")] {
+        let handler = Arc::new(Handler { engine: engine.clone(), kind, media: media.clone(), load: load.clone() });
+        let ep = component.endpoint(endpoint.to_string());
+        let service: LocalAsyncEngine = Arc::new(Endpoint(handler));
+        let as_engine: Arc<dyn AsyncEngine<SingleIn<Value>, ManyOut<Annotated<Value>>, anyhow::Error>> = service.clone();
+        let ingress = Ingress::for_engine(as_engine)?;
+        let spec = DiscoverySpec::from_model(args.namespace.clone(), args.component.clone(), endpoint.into(), &card(&name, model_type))?;
+        cards.push(drt.discovery().register(spec).await?);
+        // The canary payload: the smallest request the model takes, one step.
+        let probe = json!({ "prompt": "health check", "nvext": { "num_inference_steps": 1, "num_frames": 1 } });
+        let builder = ep
+            .endpoint_builder()
+            .handler(ingress)
+            .graceful_shutdown(true)
+            .health_check_payload(probe)
+            .register_local_engine(service)?;
+        started.push(builder.start_with_registration().await?);
+    }
+    // What the frontend cannot see for non-token work: each request's predicted cost.
+    let m = component.metrics();
+    let live = m.create_gauge("fastvideo_live_requests", "Requests admitted and not finished", &[])?;
+    let backlog = m.create_gauge("fastvideo_backlog_seconds", "Predicted seconds of the work admitted and not finished", &[])?;
+    let (l, e) = (load.clone(), engine.clone());
+    tokio::spawn(async move {
+        loop {
+            live.set(l.live.load(Ordering::Relaxed).max(e.live() as u64) as f64);
+            backlog.set(l.backlog_ms.load(Ordering::Relaxed) as f64 / 1000.0);
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    });
+    drt.system_health().lock().set_health_status(HealthStatus::Ready);
+    eprintln!("fastvideo-dynamo: serving {name} (videos, images) as {}/{}", args.namespace, args.component);
+
+    stop_signal().await;
+    // Not ready and out of discovery first, so the frontend routes new requests elsewhere;
+    // then in-flight requests finish (the runtime waits for open response streams).
+    eprintln!("fastvideo-dynamo: draining ({} requests in flight)", engine.live());
+    drt.system_health().lock().set_health_status(HealthStatus::NotReady);
+    for c in cards {
+        if let Err(e) = drt.discovery().unregister(c).await {
+            tracing::warn!("unregistering a model card: {e:#}");
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(args.drain_grace)).await;
+    engine.drain(false);
+    if tokio::time::timeout(Duration::from_secs(args.drain_timeout), engine.idle()).await.is_err() {
+        eprintln!("fastvideo-dynamo: drain timeout; cancelling {} requests", engine.live());
+        engine.drain(true);
+    }
+    // Replies still streaming out, then the runtime's own shutdown.
+    while load.live.load(Ordering::Relaxed) > 0 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    drt.shutdown();
+    for s in started {
+        let _ = tokio::time::timeout(Duration::from_secs(10), s.wait()).await;
+    }
+    eprintln!("fastvideo-dynamo: drained");
+    Ok(())
+}
+
+/// SIGTERM or Ctrl-C.
+async fn stop_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("a SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {},
+        _ = term.recv() => {},
+    }
+}
