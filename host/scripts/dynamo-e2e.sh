@@ -7,5 +7,5 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 bash host/scripts/dynamo-venv.sh
 worker=$(bash host/scripts/dynamo-worker.sh | tail -n1)
 # The worker's own tests (protocol mapping), on the release build just made.
-(cd host/dynamo && cargo test --release --locked)
+(cd host/dynamo && CARGO_TARGET_DIR="$PWD/target" cargo test --release --locked)
 FASTVIDEO_DYNAMO="$worker" .venv-dynamo/bin/python tests/dynamo/e2e.py

@@ -18,6 +18,8 @@ fi
 bash host/scripts/bootstrap.sh >/dev/null
 # From inside host/dynamo, so its .cargo/config.toml (the tokio_unstable flag) applies; the
 # repository's config (LIBTORCH) still does, one folder up.
+# Its own target folder, whatever CARGO_TARGET_DIR says: its flags differ from the main build's.
 cd host/dynamo
+export CARGO_TARGET_DIR="$PWD/target"
 cargo build --release --locked "$@"
 echo "$PWD/target/release/fastvideo-dynamo"

@@ -24,3 +24,5 @@ cargo clippy --manifest-path plugins/Cargo.toml --target wasm32-unknown-unknown 
 # The guest SDK's own tests (its typed manifest, its doc examples) run on the host.
 cargo test --manifest-path plugins/Cargo.toml -p fastvideo-plugin-sdk --locked
 cargo test --workspace --locked
+# The fleet test: Dynamo's frontend and two fastvideo-dynamo workers (its own build, ~20 min cold).
+bash host/scripts/dynamo-e2e.sh

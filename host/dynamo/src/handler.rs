@@ -72,7 +72,11 @@ fn failure(e: DynamoError) -> Annotated<Value> {
 
 impl Handler {
     /// Runs one request to its end; `progress` gets (step, steps) as they happen.
-    async fn run_one(&self, mut handle: Handle, mut progress: impl FnMut(u32, u32)) -> Result<VideoArtifact, DynamoError> {
+    async fn run_one(
+        &self,
+        mut handle: Handle,
+        mut progress: impl FnMut(u32, u32),
+    ) -> Result<VideoArtifact, DynamoError> {
         let predicted_ms = (handle.predicted_seconds * 1000.0) as u64;
         self.load.backlog_ms.fetch_add(predicted_ms, Ordering::Relaxed);
         while let Some(ev) = handle.events.recv().await {
@@ -185,7 +189,8 @@ impl AsyncEngine<SingleIn<Value>, ManyOut<Annotated<Value>>, anyhow::Error> for 
                     match h.engine.submit(req) {
                         Err(e) => Box::pin(stream::once(async move { failure(protocol::engine_error(&e)) })),
                         Ok(handle) => {
-                            let first = Annotated::from_data(json!({ "id": handle.request_id, "status": "in_progress" }));
+                            let first =
+                                Annotated::from_data(json!({ "id": handle.request_id, "status": "in_progress" }));
                             let last = async move {
                                 let done = handle.wait().await.is_ok();
                                 Annotated::from_data(json!({ "status": if done { "completed" } else { "failed" } }))
@@ -219,6 +224,8 @@ impl AsyncEngine<SingleIn<Value>, ManyOut<Annotated<Value>>, anyhow::Error> for 
 }
 
 /// An unbounded receiver as a stream.
-fn tokio_stream_from<T: Send + 'static>(rx: tokio::sync::mpsc::UnboundedReceiver<T>) -> impl futures::Stream<Item = T> + Send {
+fn tokio_stream_from<T: Send + 'static>(
+    rx: tokio::sync::mpsc::UnboundedReceiver<T>,
+) -> impl futures::Stream<Item = T> + Send {
     stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|v| (v, rx)) }).boxed()
 }

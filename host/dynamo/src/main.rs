@@ -23,9 +23,9 @@ use anyhow::{Context, Result};
 use clap::Parser;
 use dynamo_runtime::config::HealthStatus;
 use dynamo_runtime::discovery::DiscoverySpec;
-use dynamo_runtime::metrics::MetricsHierarchy;
 use dynamo_runtime::engine::AsyncEngine;
 use dynamo_runtime::local_endpoint_registry::LocalAsyncEngine;
+use dynamo_runtime::metrics::MetricsHierarchy;
 use dynamo_runtime::pipeline::network::Ingress;
 use dynamo_runtime::pipeline::{ManyOut, SingleIn};
 use dynamo_runtime::protocols::annotated::Annotated;
@@ -92,8 +92,11 @@ fn default_model() -> Result<PathBuf> {
 
 /// The card the frontend's model watcher reads: a name-only model (no tokenizer) taking text.
 fn card(name: &str, model_type: &str) -> serde_json::Value {
-    let slug: String =
-        name.to_lowercase().chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect();
+    let slug: String = name
+        .to_lowercase()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
+        .collect();
     json!({
         "display_name": name, "slug": slug, "kv_cache_block_size": 0, "migration_limit": 0,
         "model_type": model_type, "model_input": "Text", "worker_type": "aggregated", "needs": [], "runtime_config": {},
@@ -114,7 +117,8 @@ fn start_engine(args: &Args) -> Result<(Engine, String)> {
             dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or("model".into())
         }
     });
-    let model = fastvideo_wan::WanModel::load(&dir, device).with_context(|| format!("model folder {}", dir.display()))?;
+    let model =
+        fastvideo_wan::WanModel::load(&dir, device).with_context(|| format!("model folder {}", dir.display()))?;
     let deploy = match &args.deploy {
         Some(p) => Some(Arc::new(Deployment::load(p).with_context(|| format!("--deploy {}", p.display()))?)),
         None => None,
@@ -148,7 +152,8 @@ fn main() -> Result<()> {
     std::fs::create_dir_all(&args.media_dir).with_context(|| format!("--media-dir {}", args.media_dir.display()))?;
     let media_dir = args.media_dir.canonicalize()?;
     let base_url = args.media_url.clone().unwrap_or_else(|| format!("file://{}/", media_dir.display()));
-    let media = Media { dir: media_dir, base_url: if base_url.ends_with('/') { base_url } else { format!("{base_url}/") } };
+    let media =
+        Media { dir: media_dir, base_url: if base_url.ends_with('/') { base_url } else { format!("{base_url}/") } };
     let rt = Runtime::from_settings()?;
     let secondary = rt.secondary();
     secondary.block_on(serve(rt, args, engine, name, media))
@@ -164,9 +169,15 @@ async fn serve(rt: Runtime, args: Args, engine: Engine, name: String, media: Med
         let handler = Arc::new(Handler { engine: engine.clone(), kind, media: media.clone(), load: load.clone() });
         let ep = component.endpoint(endpoint.to_string());
         let service: LocalAsyncEngine = Arc::new(Endpoint(handler));
-        let as_engine: Arc<dyn AsyncEngine<SingleIn<Value>, ManyOut<Annotated<Value>>, anyhow::Error>> = service.clone();
+        let as_engine: Arc<dyn AsyncEngine<SingleIn<Value>, ManyOut<Annotated<Value>>, anyhow::Error>> =
+            service.clone();
         let ingress = Ingress::for_engine(as_engine)?;
-        let spec = DiscoverySpec::from_model(args.namespace.clone(), args.component.clone(), endpoint.into(), &card(&name, model_type))?;
+        let spec = DiscoverySpec::from_model(
+            args.namespace.clone(),
+            args.component.clone(),
+            endpoint.into(),
+            &card(&name, model_type),
+        )?;
         cards.push(drt.discovery().register(spec).await?);
         // The canary payload: the smallest request the model takes, one step.
         let probe = json!({ "prompt": "health check", "nvext": { "num_inference_steps": 1, "num_frames": 1 } });
@@ -181,7 +192,8 @@ async fn serve(rt: Runtime, args: Args, engine: Engine, name: String, media: Med
     // What the frontend cannot see for non-token work: each request's predicted cost.
     let m = component.metrics();
     let live = m.create_gauge("fastvideo_live_requests", "Requests admitted and not finished", &[])?;
-    let backlog = m.create_gauge("fastvideo_backlog_seconds", "Predicted seconds of the work admitted and not finished", &[])?;
+    let backlog =
+        m.create_gauge("fastvideo_backlog_seconds", "Predicted seconds of the work admitted and not finished", &[])?;
     let (l, e) = (load.clone(), engine.clone());
     tokio::spawn(async move {
         loop {
@@ -224,7 +236,8 @@ async fn serve(rt: Runtime, args: Args, engine: Engine, name: String, media: Med
 
 /// SIGTERM or Ctrl-C.
 async fn stop_signal() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("a SIGTERM handler");
+    let mut term =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("a SIGTERM handler");
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {},
         _ = term.recv() => {},

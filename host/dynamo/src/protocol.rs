@@ -93,7 +93,8 @@ pub fn parse(kind: Kind, v: &Value, id: &str, model: &str, limits: &ModelLimits)
         Some(Ok(n)) => n,
         Some(Err(())) => return Err(invalid("n: must be a whole number from 1 to 8")),
     };
-    let params: CreateParams = serde_json::from_value(Value::Object(flat)).map_err(|e| invalid(format!("request: {e}")))?;
+    let params: CreateParams =
+        serde_json::from_value(Value::Object(flat)).map_err(|e| invalid(format!("request: {e}")))?;
     let task = if kind == Kind::Videos { TaskType::T2v } else { TaskType::T2i };
     let first = params.to_request(id.to_string(), task, model, limits).map_err(|e| {
         let body = e.body();
@@ -177,7 +178,8 @@ mod tests {
 
     #[test]
     fn images_take_n_with_consecutive_seeds() {
-        let p = parse(Kind::Images, &json!({"prompt": "x", "n": 3, "nvext": {"seed": 10}}), "r", "m", &limits()).unwrap();
+        let p =
+            parse(Kind::Images, &json!({"prompt": "x", "n": 3, "nvext": {"seed": 10}}), "r", "m", &limits()).unwrap();
         let seeds: Vec<_> = p.requests.iter().map(|r| r.sampling.seed).collect();
         assert_eq!(seeds, [Some(10), Some(11), Some(12)]);
         assert_eq!(p.requests[1].request_id, "r-1");
@@ -188,9 +190,6 @@ mod tests {
     #[test]
     fn engine_refusals_map_to_the_frontends_statuses() {
         assert_eq!(engine_error(&EngineError::QueueFull { queued: 3 }).error_type(), ErrorType::WorkerOverloaded);
-        assert_eq!(
-            engine_error(&EngineError::Draining).error_type(),
-            ErrorType::Backend(BackendError::EngineShutdown)
-        );
+        assert_eq!(engine_error(&EngineError::Draining).error_type(), ErrorType::Backend(BackendError::EngineShutdown));
     }
 }
