@@ -155,6 +155,20 @@ def main():
         img = client.images.generate(model=MODEL, prompt="a blue star on a gray background", size="64x64",
                                      response_format="b64_json")
         check(base64.b64decode(img.data[0].b64_json)[:8] == b"\x89PNG\r\n\x1a\n", "an image through the frontend")
+        # Streaming: a progress item per denoise step, then the result.
+        req = urllib.request.Request(f"http://127.0.0.1:{fleet.http}/v1/videos", method="POST",
+                                     headers={"Content-Type": "application/json"},
+                                     data=json.dumps({"model": MODEL, "prompt": "a green square", "size": "64x64",
+                                                      "stream": True, "nvext": {"num_frames": 17,
+                                                                                "num_inference_steps": 5}}).encode())
+        items = []
+        with urllib.request.urlopen(req, timeout=120) as r:
+            for line in r:
+                line = line.decode().strip()
+                if line.startswith("data: ") and line != "data: [DONE]":
+                    items.append(json.loads(line[6:]))
+        check([i["status"] for i in items] == ["in_progress"] * 5 + ["completed"] and items[-1]["data"],
+              f"a streamed video: 5 progress items, then the result ({[i['progress'] for i in items]})")
         try:
             video_bad = client.post("/videos", body={"model": MODEL, "prompt": "x", "size": "big"}, cast_to=object)
             check(False, f"a bad size is refused (got {video_bad})")
