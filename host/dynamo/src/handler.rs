@@ -216,16 +216,9 @@ impl AsyncEngine<SingleIn<Value>, ManyOut<Annotated<Value>>, anyhow::Error> for 
                         }
                     });
                     tokio::spawn(handler.reply(id, p, tx, done_tx));
-                    Box::pin(tokio_stream_from(rx))
+                    Box::pin(stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|v| (v, rx)) }))
                 }
             };
         Ok(ResponseStream::new(stream, ctx))
     }
-}
-
-/// An unbounded receiver as a stream.
-fn tokio_stream_from<T: Send + 'static>(
-    rx: tokio::sync::mpsc::UnboundedReceiver<T>,
-) -> impl futures::Stream<Item = T> + Send {
-    stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|v| (v, rx)) }).boxed()
 }
