@@ -42,6 +42,11 @@ write profiler fastvideo_observer_profiler '["tensor", "events", "clock"]' 'per_
 # Several plugins in one deploy: a guider, a block cache and two observers.
 cat "$out/cfg-zero-star.toml" "$out/dbcache.toml" "$out/nanwatch.toml" "$out/profiler.toml" > "$out/watched.toml"
 echo "wrote $out/watched.toml"
+# RL rewards (examples/rl, docs/rl.md): both scene rewards in one deploy.
+write color_match fastvideo_reward_color_match '["tensor", "tensor-ops"]'
+write motion_direction fastvideo_reward_motion_direction '["tensor", "tensor-ops"]'
+cat "$out/color_match.toml" "$out/motion_direction.toml" > "$out/rewards.toml"
+echo "wrote $out/rewards.toml"
 # ComfyUI workflows: the core and Wan translator packs, and the model files of ComfyUI's Wan 2.1
 # text-to-video template served by the embedded default model.
 write comfy-core fastvideo_translator_comfy_core '[]'

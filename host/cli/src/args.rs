@@ -17,14 +17,22 @@ pub struct SamplingArgs {
     /// Flow-matching timestep shift.
     #[arg(long)]
     pub shift: Option<f32>,
-    /// euler or unipc (model default when omitted).
+    /// euler, unipc or flow_sde (model default when omitted).
     #[arg(long, value_parser = parse_sampler)]
     pub sampler: Option<SamplerKind>,
+    /// flow_sde: the SDE noise scale (0.7 when omitted).
+    #[arg(long)]
+    pub noise_level: Option<f32>,
+    /// flow_sde: the stochastic steps, comma-separated from 0 (every step when omitted).
+    #[arg(long, value_delimiter = ',')]
+    pub sde_steps: Option<Vec<u32>>,
 }
 
 impl SamplingArgs {
     pub fn apply(&self, r: &mut OmniRequest) {
         r.sampling.sampler = self.sampler;
+        r.sampling.noise_level = self.noise_level;
+        r.sampling.sde_steps = self.sde_steps.clone();
         r.diffusion.num_inference_steps = self.steps;
         r.diffusion.guidance_scale = self.guidance;
         r.diffusion.shift = self.shift;
@@ -35,7 +43,8 @@ pub fn parse_sampler(s: &str) -> Result<SamplerKind, String> {
     match s {
         "euler" => Ok(SamplerKind::Euler),
         "unipc" => Ok(SamplerKind::Unipc),
-        other => Err(format!("unknown sampler `{other}` (euler or unipc)")),
+        "flow_sde" | "flow-sde" => Ok(SamplerKind::FlowSde),
+        other => Err(format!("unknown sampler `{other}` (euler, unipc or flow_sde)")),
     }
 }
 

@@ -49,6 +49,14 @@ pub struct GenerateArgs {
     /// Also write each frame as PNG into this folder.
     #[arg(long)]
     frames_dir: Option<PathBuf>,
+    /// Also write the denoising trajectory (kept latents, timesteps, sigmas, the flow_sde steps'
+    /// log-probabilities) and final latents as a safetensors file, as `/v1/rollouts` returns a
+    /// sample.
+    #[arg(long)]
+    trajectory_out: Option<PathBuf>,
+    /// Reward plugins (enabled by --deploy) to score the video with; printed with the result.
+    #[arg(long, value_delimiter = ',')]
+    reward: Vec<String>,
     /// Print the request's output record (metrics) as JSON on stdout.
     #[arg(long)]
     json: bool,
@@ -138,6 +146,9 @@ fn request(args: &GenerateArgs) -> OmniRequest {
     d.height = args.height;
     d.width = args.width;
     d.fps = args.fps;
+    r.outputs.return_trajectory = args.trajectory_out.is_some();
+    r.outputs.return_latents = args.trajectory_out.is_some();
+    r.outputs.rewards = args.reward.clone();
     r
 }
 
@@ -179,7 +190,16 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     let model_id = model_dir.display().to_string();
     let policies = policies_for(&args.plugins, &[&req], &model_id, args.quiet)?;
     let spec = Arc::new(pipeline::text_to_video_with(&model, policies)?);
+    let (prompt, seed) = (req.prompt.clone(), req.seed);
     let out = run_with_progress(spec, req, device, args.quiet)?;
+    if let Some(path) = &args.trajectory_out {
+        let sample = fastvideo_engine::RolloutSample { prompt_index: 0, group_index: 0, prompt, seed, output: out.clone() };
+        let bytes = sample.to_safetensors().context("packing the trajectory")?;
+        std::fs::write(path, bytes).with_context(|| format!("--trajectory-out {}", path.display()))?;
+    }
+    for (name, value) in &out.rewards {
+        eprintln!("reward {name}: {value:.4}");
+    }
     let video = out.video().context("the pipeline produced no video")?;
     fastvideo_media::write_mp4(video, &args.out)?;
     if let Some(dir) = &args.frames_dir {

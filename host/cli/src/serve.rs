@@ -292,6 +292,11 @@ pub fn run(args: ServeArgs) -> Result<()> {
     crate::generate::announce(&binding, false);
     let spec = Arc::new(pipeline::text_to_video_with(&model, binding.policies.clone())?);
     let check = Box::new(binding.request_check());
+    // POST /v1/weights rebuilds the pipeline around new transformer weights, same policies.
+    let weights = Some(fastvideo_engine::WeightUpdates {
+        loader: Arc::new(fastvideo_wan::update::WanWeightLoader::new(&model, binding.policies.clone())),
+        initial: model.dir.join("transformer"),
+    });
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = Metrics::register(&mut registry);
     let memory_bytes = match (args.memory_mib, device) {
@@ -340,7 +345,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
     }
     let limits = model.limits();
     let engine = Engine::start_with_sessions(
-        EngineModel { id: model_id, limits, spec, device, check, classify: Binding::classify_failure },
+        EngineModel { id: model_id, limits, spec, device, check, classify: Binding::classify_failure, weights },
         sessions,
         cfg,
         metrics,

@@ -41,6 +41,13 @@ pub enum EngineError {
     /// The cap on live sessions is reached; try again later.
     #[error("{max} sessions are live, the most this server runs at once; retry later")]
     SessionsFull { max: usize },
+    /// New weights did not load (missing file, wrong tensor names or shapes); the old ones keep
+    /// serving.
+    #[error("{0}")]
+    WeightsRefused(String),
+    /// This engine's model takes no weight updates.
+    #[error("this server's model takes no weight updates")]
+    NoWeightUpdates,
 }
 
 fn as_string<S: serde::Serializer>(e: &RequestError, s: S) -> Result<S::Ok, S::Error> {
@@ -68,6 +75,8 @@ impl EngineError {
             EngineError::NoSessions => "no_world_model",
             EngineError::NoSession(_) => "session_not_found",
             EngineError::SessionsFull { .. } => "sessions_full",
+            EngineError::WeightsRefused(_) => "weights_refused",
+            EngineError::NoWeightUpdates => "no_weight_updates",
         }
     }
 

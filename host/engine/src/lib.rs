@@ -15,12 +15,16 @@ pub mod cost;
 mod engine;
 mod error;
 mod metrics;
+pub mod rollout;
 pub mod scheduler;
 pub mod session;
 pub mod share;
+mod weights;
 
 pub use cost::CostConfig;
 pub use engine::{Classifier, Engine, EngineConfig, EngineModel, Handle, RequestCheck};
 pub use error::EngineError;
 pub use metrics::Metrics;
+pub use rollout::{Rollout, RolloutFailure, RolloutRequest, RolloutSample};
 pub use scheduler::Policy;
+pub use weights::{WeightLoader, WeightUpdates, WeightsInfo};

@@ -110,6 +110,7 @@ fn engine(cfg: EngineConfig, step_ms: u64) -> Engine {
             Ok(())
         }),
         classify: |_| "pipeline_failed",
+        weights: None,
     };
     let mut registry = prometheus_client::registry::Registry::default();
     Engine::start(model, cfg, Metrics::register(&mut registry))

@@ -6,7 +6,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use anyhow::{bail, ensure, Context, Result};
-use fastvideo_request::ResolvedRequest;
+use fastvideo_request::{ResolvedRequest, TrajectoryArtifact};
 use rand::SeedableRng;
 use rand_distr::{Distribution, StandardNormal};
 use tch::{Device, Kind, Tensor};
@@ -56,9 +56,63 @@ pub struct DenoiseLoop {
     pub output: String,
 }
 
+/// Value name under which the loop leaves the request's trajectory when it asked for one.
+pub const TRAJECTORY: &str = "trajectory";
+
+/// The latents a request's trajectory keeps: at each boundary `i` in `keep`, the sample before
+/// step `i` (the final one at `i = steps`).
+struct Capture {
+    keep: Vec<bool>,
+    latents: Vec<(u32, Tensor)>,
+}
+
+impl Capture {
+    fn of(req: &ResolvedRequest) -> Option<Self> {
+        if !req.outputs.return_trajectory {
+            return None;
+        }
+        let n = req.steps as usize;
+        let mut keep = vec![req.sde_steps.is_empty(); n + 1];
+        for &i in &req.sde_steps {
+            keep[i as usize] = true;
+            keep[i as usize + 1] = true;
+        }
+        Some(Self { keep, latents: Vec::new() })
+    }
+
+    fn see(&mut self, index: usize, latents: &Tensor) {
+        if self.keep.get(index).copied().unwrap_or(false) {
+            // The loop replaces its latents every step, never writes into them: no copy needed.
+            self.latents.push((index as u32, latents.shallow_clone()));
+        }
+    }
+
+    fn into_artifact(self, req: &ResolvedRequest, sampler: &dyn Sampler) -> Result<TrajectoryArtifact> {
+        let latent_shape = self.latents.first().map(|(_, t)| t.size()).unwrap_or_default();
+        let latent_steps = self.latents.iter().map(|(i, _)| *i).collect();
+        let mut latents = Vec::new();
+        for (_, t) in &self.latents {
+            let t = t.to_kind(Kind::Float).to_device(Device::Cpu).contiguous();
+            latents.extend(Vec::<f32>::try_from(t.flatten(0, -1))?);
+        }
+        let lp = sampler.log_probs();
+        Ok(TrajectoryArtifact {
+            timesteps: sampler.timesteps().to_vec(),
+            sigmas: sampler.sigmas().to_vec(),
+            noise_level: req.noise_level,
+            sde_steps: lp.iter().map(|(i, _)| *i).collect(),
+            log_probs: lp.iter().map(|(_, p)| *p).collect(),
+            latent_steps,
+            latent_shape,
+            latents,
+        })
+    }
+}
+
 struct DenoiseState {
     latents: Tensor,
     sampler: Box<dyn Sampler>,
+    capture: Option<Capture>,
     branches: Vec<String>,
     contexts: Vec<Tensor>,
     guidance: GuidanceState,
@@ -92,6 +146,21 @@ fn batches_branches(device: Device, s: &DenoiseState) -> bool {
         && s.contexts.len() > 1
         && s.latents.numel() as i64 <= BRANCH_BATCH_MAX_LATENTS
         && s.contexts.iter().all(|c| c.size() == s.contexts[0].size())
+}
+
+impl DenoiseState {
+    /// The sampler update with the guided prediction, seen by the trajectory capture.
+    fn advance(&mut self, guided: &Tensor) -> Result<()> {
+        let i = self.sampler.step_index();
+        if let Some(c) = &mut self.capture {
+            c.see(i, &self.latents);
+        }
+        self.latents = self.sampler.step(guided, &self.latents)?;
+        if let Some(c) = &mut self.capture {
+            c.see(i + 1, &self.latents);
+        }
+        Ok(())
+    }
 }
 
 impl DenoiseLoop {
@@ -137,7 +206,8 @@ impl LoopStage for DenoiseLoop {
         }
         let state = DenoiseState {
             latents,
-            sampler: sampler::build(req.sampler, req.steps as usize, req.shift as f64),
+            sampler: sampler::build(req),
+            capture: Capture::of(req),
             branches,
             contexts,
             guidance: plan.state,
@@ -198,7 +268,7 @@ impl LoopStage for DenoiseLoop {
                 (self.guidance.combine(&step, &preds, &mut s.guidance)?, preds.len() as u32)
             }
         };
-        s.latents = s.sampler.step(&guided, &s.latents)?;
+        s.advance(&guided)?;
         let mut emit = Vec::new();
         if let Some(p) = s.steps.as_deref_mut() {
             p.after_step(&step, &guided).context("step interceptor after-step")?;
@@ -270,15 +340,19 @@ impl LoopStage for DenoiseLoop {
                 let preds: Vec<Tensor> = rows.by_ref().take(s.branches.len()).collect();
                 let step = Self::step_ctx(ctx, s);
                 let guided = self.guidance.combine(&step, &preds, &mut s.guidance)?;
-                s.latents = s.sampler.step(&guided, &s.latents)?;
+                s.advance(&guided)?;
                 let done = s.sampler.step_index() == s.sampler.timesteps().len();
                 Ok(StepResult { done, emit: Vec::new(), forwards: preds.len() as u32, output: Some(guided) })
             })
             .collect()
     }
 
-    fn finalize(&self, _ctx: &NodeCtx, state: LoopState, values: &mut Values) -> Result<()> {
+    fn finalize(&self, ctx: &NodeCtx, state: LoopState, values: &mut Values) -> Result<()> {
         let s = state.inner.downcast::<DenoiseState>().map_err(|_| anyhow::anyhow!("denoise: wrong loop state"))?;
+        if let Some(c) = s.capture {
+            let t = c.into_artifact(ctx.request, s.sampler.as_ref())?;
+            values.insert(TRAJECTORY, Value::Trajectory(Box::new(t)));
+        }
         values.insert(self.output.clone(), Value::Tensor(s.latents));
         Ok(())
     }

@@ -76,7 +76,12 @@ impl PipelineRun {
         values: Values,
         cancel: CancelToken,
     ) -> Self {
-        let metrics = RequestMetrics { seed: request.seed, steps: request.steps, ..Default::default() };
+        let metrics = RequestMetrics {
+            seed: request.seed,
+            steps: request.steps,
+            weight_epoch: spec.weight_epoch,
+            ..Default::default()
+        };
         let now = Instant::now();
         Self {
             spec,
@@ -303,6 +308,30 @@ impl PipelineRun {
         out
     }
 
+    /// Scores the finished video with every reward the request named, in the order named.
+    fn score_rewards(&mut self, out: &mut OmniOutput, emit: &mut dyn FnMut(OmniEvent)) -> Result<()> {
+        if self.request.outputs.rewards.is_empty() {
+            return Ok(());
+        }
+        let Some(v) = out.video() else {
+            return Err(anyhow!("outputs.rewards: this request produced no video to score"));
+        };
+        let video = tch::Tensor::from_slice(&v.rgb)
+            .reshape([v.num_frames as i64, v.height as i64, v.width as i64, 3])
+            .to_device(self.device)
+            .to_kind(Kind::Float)
+            / 255.0;
+        for name in &self.request.outputs.rewards {
+            let reward = self.spec.reward(name).ok_or_else(|| anyhow!("outputs.rewards: no reward named `{name}`"))?;
+            let t = Instant::now();
+            let value = reward.score(&self.request, &self.meter, &video).with_context(|| format!("reward `{name}`"))?;
+            out.metrics.node_seconds.push((format!("reward:{name}"), t.elapsed().as_secs_f64()));
+            out.rewards.insert(name.clone(), value);
+            emit(OmniEvent::Reward { request_id: out.request_id.clone(), name: name.clone(), value });
+        }
+        Ok(())
+    }
+
     /// Advances until finished (the single-request path: CLI, tests).
     pub fn run_to_end(&mut self, emit: &mut dyn FnMut(OmniEvent)) -> Result<()> {
         while self.advance(emit)? == Advance::Worked {}
@@ -316,6 +345,7 @@ impl PipelineRun {
             request_id: self.request.request_id.clone(),
             artifacts: Default::default(),
             metrics: std::mem::take(&mut self.metrics),
+            rewards: Default::default(),
         };
         // The spec names what a request returns; a final output that is not a video (a toy
         // pipeline ending in latents) stays a value.
@@ -332,6 +362,15 @@ impl PipelineRun {
             let data = Vec::<f32>::try_from(t.flatten(0, -1))?;
             out.artifacts.insert("latents".into(), Artifact::Latents(LatentsArtifact { shape: t.size(), data }));
         }
+        if self.request.outputs.return_trajectory {
+            match self.values.remove(crate::denoise::TRAJECTORY) {
+                Some(Value::Trajectory(t)) => {
+                    out.artifacts.insert(crate::denoise::TRAJECTORY.into(), Artifact::Trajectory(*t));
+                }
+                _ => return Err(anyhow!("this pipeline's loop records no trajectory (outputs.return_trajectory)")),
+            }
+        }
+        self.score_rewards(&mut out, emit)?;
         for name in out.artifacts.keys() {
             emit(OmniEvent::Artifact { request_id: out.request_id.clone(), name: name.clone() });
             if self.observing {

@@ -77,13 +77,25 @@ pub struct LoopPolicies {
     pub steps: Option<Arc<dyn StepPolicy>>,
     /// Watchers of every request through the pipeline.
     pub observers: Vec<Arc<dyn Observer>>,
+    /// Scorers of finished videos that requests may name.
+    pub rewards: Vec<Arc<dyn Reward>>,
 }
 
 impl LoopPolicies {
-    /// Only a guidance policy (no caches, no observers).
+    /// Only a guidance policy (no caches, no observers, no rewards).
     pub fn new(guidance: Arc<dyn Guidance>) -> Self {
-        Self { guidance, blocks: None, steps: None, observers: Vec::new() }
+        Self { guidance, blocks: None, steps: None, observers: Vec::new(), rewards: Vec::new() }
     }
+}
+
+/// Scores a finished request (RL rollouts, best-of-n): runs once, after the pipeline's last
+/// node, for requests that name it in `outputs.rewards`.
+pub trait Reward: Send + Sync {
+    /// The name requests use for it (the plugin's deploy name).
+    fn name(&self) -> &str;
+    /// Scores the request's decoded video, `[frames, height, width, 3]` float in `[0, 1]` on
+    /// the run's device. An error fails the request.
+    fn score(&self, req: &ResolvedRequest, meter: &PluginMeter, video: &Tensor) -> Result<f32>;
 }
 
 /// Wall time a request has spent inside sandboxed policies (plugins), shared by all of the

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use fastvideo_request::TaskType;
 use thiserror::Error;
 
-use crate::{LoopStage, Observer, Stage};
+use crate::{LoopStage, Observer, Reward, Stage};
 
 /// What a node runs.
 #[derive(Clone)]
@@ -107,6 +107,11 @@ pub struct PipelineSpec {
     pub final_output: String,
     /// The value returned as the `latents` artifact when a request asks for them.
     pub latents: String,
+    /// Rewards a request may name in `outputs.rewards` (bound by the deploy; none by default).
+    pub rewards: Vec<Arc<dyn Reward>>,
+    /// Which weights this pipeline's model holds: 0 as loaded, one more per weight update
+    /// (each update builds a new spec; runs keep the spec, so the epoch, they started with).
+    pub weight_epoch: u64,
 }
 
 impl PipelineSpec {
@@ -150,6 +155,8 @@ impl PipelineSpec {
             observers: Vec::new(),
             final_output: final_output.into(),
             latents: "latents".into(),
+            rewards: Vec::new(),
+            weight_epoch: 0,
         })
     }
 
@@ -157,5 +164,16 @@ impl PipelineSpec {
     pub fn with_observers(mut self, observers: Vec<Arc<dyn Observer>>) -> Self {
         self.observers = observers;
         self
+    }
+
+    /// The same pipeline with these rewards available to requests.
+    pub fn with_rewards(mut self, rewards: Vec<Arc<dyn Reward>>) -> Self {
+        self.rewards = rewards;
+        self
+    }
+
+    /// The reward named `name`, if the pipeline has one.
+    pub fn reward(&self, name: &str) -> Option<&Arc<dyn Reward>> {
+        self.rewards.iter().find(|r| r.name() == name)
     }
 }

@@ -1,7 +1,7 @@
 use std::collections::BTreeMap;
 
 use anyhow::{anyhow, Result};
-use fastvideo_request::VideoArtifact;
+use fastvideo_request::{TrajectoryArtifact, VideoArtifact};
 use tch::Tensor;
 
 /// A value carried on a pipeline edge.
@@ -11,6 +11,8 @@ pub enum Value {
     Tensor(Tensor),
     /// Decoded frames; as a spec's final output it becomes the request's video artifact.
     Video(VideoArtifact),
+    /// A denoise loop's trajectory (`outputs.return_trajectory`); becomes the `trajectory` artifact.
+    Trajectory(Box<TrajectoryArtifact>),
 }
 
 /// The named values of one request's run. Node names and value names are checked against the

@@ -56,3 +56,75 @@ fn euler_matches_diffusers() {
     let fx = fixtures();
     check("euler", Box::new(FlowMatchEuler::new(5, 5.0)), &fx);
 }
+
+/// Flow-GRPO's SDE step (fixture: a reference written against diffusers'
+/// FlowMatchEulerDiscreteScheduler in make_fixtures.py, `sde.safetensors`): per step, the
+/// transition's mean and std, the next sample from given noise, and its log-probability.
+/// Tolerance 1e-5 (relative for mean and sample, absolute for std and log-prob): both sides are
+/// float32; ours computes the scalar coefficients in f32 too.
+#[test]
+fn flow_sde_steps_match_flow_grpo_reference() {
+    use fastvideo_pipeline::sampler::{flow_sde_step, SdeDraw};
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/sde.safetensors");
+    let fx: HashMap<String, Tensor> = Tensor::read_safetensors(&path).expect("fixture readable").into_iter().collect();
+    let ours = FlowMatchEuler::new(6, 3.0);
+    let sig = floats(&fx["sigmas"]);
+    for (i, (a, b)) in ours.sigmas().iter().zip(&sig).enumerate() {
+        assert!((a - b).abs() <= 1e-6, "sigma {i}: {a} vs {b}");
+    }
+    let a = floats(&fx["noise_level"])[0];
+    let mut sample = fx["sample.0"].shallow_clone();
+    for i in 0..6 {
+        let mo = &fx[&format!("model_output.{i}")];
+        let noise = &fx[&format!("noise.{i}")];
+        let s = ours.sigmas();
+        let out = flow_sde_step(mo, &sample, s[i], s[i + 1], s[1], a, SdeDraw::Noise(noise));
+        let mean_err = rel_err(&out.mean, &fx[&format!("mean.{i}")]);
+        assert!(mean_err < 1e-5, "step {i}: mean relative error {mean_err}");
+        let std = floats(&fx[&format!("std.{i}")])[0];
+        assert!((out.std - std).abs() < 1e-5 * std.max(1.0), "step {i}: std {} vs {std}", out.std);
+        let lp = floats(&fx[&format!("log_prob.{i}")])[0];
+        let got = out.log_prob.double_value(&[0]) as f32;
+        assert!((got - lp).abs() < 1e-5 * lp.abs().max(1.0), "step {i}: log-prob {got} vs {lp}");
+        let want = &fx[&format!("sample.{}", i + 1)];
+        let e = rel_err(&out.sample, want);
+        assert!(e < 1e-5, "step {i}: sample relative error {e}");
+        // Scoring the sample taken (the trainer's recomputation) gives the same log-probability.
+        let again = flow_sde_step(mo, &sample, s[i], s[i + 1], s[1], a, SdeDraw::Given(want));
+        let lp2 = again.log_prob.double_value(&[0]) as f32;
+        assert!((lp2 - lp).abs() < 1e-5 * lp.abs().max(1.0), "step {i}: rescored log-prob {lp2} vs {lp}");
+        sample = want.shallow_clone();
+    }
+}
+
+/// The `flow_sde` sampler: the steps not chosen are Euler's exactly, the chosen ones report a
+/// log-probability each, and the same seed draws the same noise.
+#[test]
+fn flow_sde_sampler_mixes_ode_and_sde_steps() {
+    use fastvideo_pipeline::sampler::FlowSde;
+    let fx = fixtures();
+    let x0 = fx["euler.sample0"].shallow_clone();
+    let run = |sde: &[u32], seed: u64| {
+        let mut s = FlowSde::new(5, 5.0, 0.7, sde, seed);
+        let mut e = FlowMatchEuler::new(5, 5.0);
+        let mut x = x0.shallow_clone();
+        let mut ode_match = Vec::new();
+        for i in 0..5 {
+            let mo = &fx[&format!("euler.model_output.{i}")];
+            let next = s.step(mo, &x).unwrap();
+            let euler = e.step(mo, &x).unwrap();
+            ode_match.push(rel_err(&next, &euler) == 0.0);
+            x = next;
+        }
+        (x, s.log_probs().to_vec(), ode_match)
+    };
+    let (xa, lpa, ode) = run(&[1, 3], 9);
+    assert_eq!(ode, [true, false, true, false, true], "only steps 1 and 3 are stochastic");
+    assert_eq!(lpa.iter().map(|(i, _)| *i).collect::<Vec<_>>(), [1, 3]);
+    assert!(lpa.iter().all(|(_, p)| p.is_finite()));
+    let (xb, lpb, _) = run(&[1, 3], 9);
+    assert_eq!(rel_err(&xa, &xb), 0.0, "same seed, same sample");
+    assert_eq!(lpa, lpb);
+    let (xc, _, _) = run(&[1, 3], 10);
+    assert!(rel_err(&xa, &xc) > 1e-3, "another seed draws other noise");
+}

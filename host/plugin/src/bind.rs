@@ -4,14 +4,16 @@
 
 use std::sync::Arc;
 
-use fastvideo_pipeline::{BlockPolicy, ClassicCfg, Guidance, LoopPolicies, Observer, StepPolicy};
+use fastvideo_pipeline::{BlockPolicy, ClassicCfg, Guidance, LoopPolicies, Observer, Reward, StepPolicy};
 use fastvideo_request::{RequestError, ResolvedRequest};
 
-use crate::{Deployment, PluginBlockPolicy, PluginError, PluginGuider, PluginKind, PluginObserver, PluginStepPolicy};
+use crate::{
+    Deployment, PluginBlockPolicy, PluginError, PluginGuider, PluginKind, PluginObserver, PluginReward, PluginStepPolicy,
+};
 
 impl Deployment {
     /// The loop policies this deploy enables: its guider (else built-in CFG), its block and step
-    /// interceptors if any, and every observer. `model_id` is what plugins see in their step
+    /// interceptors if any, every observer and every reward. `model_id` is what plugins see in their step
     /// context.
     pub fn policies(&self, model_id: &str) -> LoopPolicies {
         let first = |kind| self.of_kind(kind).next().cloned();
@@ -27,7 +29,11 @@ impl Deployment {
             .of_kind(PluginKind::Observer)
             .map(|p| Arc::new(PluginObserver::new(self, p.clone(), model_id)) as Arc<dyn Observer>)
             .collect();
-        LoopPolicies { guidance, blocks, steps, observers }
+        let rewards = self
+            .of_kind(PluginKind::Reward)
+            .map(|p| Arc::new(PluginReward::new(self, p.clone())) as Arc<dyn Reward>)
+            .collect();
+        LoopPolicies { guidance, blocks, steps, observers, rewards }
     }
 
     /// What is bound where, one line per plugin (`guider: plugin `cfg` (blake3 …)`), for logs.
@@ -83,6 +89,15 @@ impl Binding {
     /// without a deploy, no `plugin_params` at all. The error names the field
     /// (`plugin_params.NAME`).
     pub fn check(&self, r: &ResolvedRequest) -> Result<(), RequestError> {
+        if let Some(name) = r.outputs.rewards.iter().find(|n| !self.has_reward(n)) {
+            let enabled: Vec<&str> = self.policies.rewards.iter().map(|r| r.name()).collect();
+            let known = if enabled.is_empty() {
+                "this server enables no reward plugins".to_string()
+            } else {
+                format!("enabled rewards: {}", enabled.join(", "))
+            };
+            return Err(RequestError::new("outputs.rewards", format!("no reward plugin named `{name}` ({known})")));
+        }
         match &self.deploy {
             Some(d) => d.check_request(r).map_err(|e| match &e {
                 PluginError::Refused { plugin, .. } => {
@@ -96,6 +111,11 @@ impl Binding {
             )),
             None => Ok(()),
         }
+    }
+
+    /// Whether the deploy enables a reward plugin named `name`.
+    pub fn has_reward(&self, name: &str) -> bool {
+        self.policies.rewards.iter().any(|r| r.name() == name)
     }
 
     /// [`check`](Self::check) as an owned closure, for an engine's admission hook.

@@ -63,6 +63,7 @@ mod error;
 mod guider;
 mod manifest;
 mod observer;
+mod reward;
 mod runtime;
 mod state;
 mod step;
@@ -79,6 +80,7 @@ pub use manifest::{
     blake3_hex, inspect, inspect_any, Audit, Inspection, Manifest, PluginKind, MANIFEST_SECTION, SUPPORTED_WIT,
 };
 pub use observer::PluginObserver;
+pub use reward::PluginReward;
 pub use runtime::{Limits, LoadedPlugin, PluginInstance, PluginRuntime, PROVIDED};
 pub use state::{HostState, InstanceLimits, OutputCounts, PluginEvent, PluginTensor};
 pub use step::PluginStepPolicy;

@@ -10,7 +10,7 @@ use crate::PluginError;
 /// Name of the custom section the SDK's `manifest!` macro writes.
 pub const MANIFEST_SECTION: &str = "fastvideo-manifest";
 /// WIT package versions this host loads.
-pub const SUPPORTED_WIT: &[&str] = &["0.1.0", "0.1.1", "0.1.2"];
+pub const SUPPORTED_WIT: &[&str] = &["0.1.0", "0.1.1", "0.1.2", "0.1.3"];
 const PACKAGE: &str = "fastvideo:plugin/";
 
 /// What a plugin is: the one WIT interface it exports (kebab-case in the manifest, e.g.

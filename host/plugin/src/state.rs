@@ -360,6 +360,21 @@ impl tensor_ops::Host for HostState {
         self.wait_for_device(&x);
         Ok(Ok(x.double_value(&[]) as f32))
     }
+    fn constant(&mut self, like: Resource<PluginTensor>, values: Vec<f32>, shape: Vec<i64>) -> OpResult {
+        let n = shape.iter().try_fold(1i64, |acc, &d| if d < 0 { None } else { acc.checked_mul(d) });
+        if n != Some(values.len() as i64) {
+            return Ok(Err(format!("constant: {} values do not fill shape {shape:?}", values.len())));
+        }
+        if values.len() > self.instance_limits.max_read_elements {
+            return Ok(Err(format!(
+                "constant: {} values, more than this deploy's cap of {}",
+                values.len(),
+                self.instance_limits.max_read_elements
+            )));
+        }
+        let device = self.get(&like)?.device();
+        self.op("constant", |_| Tensor::from_slice(&values).f_reshape(shape.as_slice())?.f_to_device(device))
+    }
 }
 
 fn to_tch(e: wasmtime::Error) -> tch::TchError {

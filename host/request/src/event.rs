@@ -53,6 +53,15 @@ pub enum OmniEvent {
         /// The artifact's key in [`OmniOutput::artifacts`](crate::OmniOutput::artifacts), e.g. `video`.
         name: String,
     },
+    /// A reward plugin scored the finished video (before `Done`).
+    Reward {
+        /// The request this event belongs to.
+        request_id: String,
+        /// The reward plugin's name in the deploy.
+        name: String,
+        /// Its score.
+        value: f32,
+    },
     /// The request failed; no `Done` follows.
     Error {
         /// The request this event belongs to.
@@ -80,6 +89,7 @@ impl OmniEvent {
             | OmniEvent::Preview { request_id, .. }
             | OmniEvent::Plugin { request_id, .. }
             | OmniEvent::Artifact { request_id, .. }
+            | OmniEvent::Reward { request_id, .. }
             | OmniEvent::Error { request_id, .. }
             | OmniEvent::Done { request_id, .. } => request_id,
         }

@@ -52,8 +52,8 @@ mod resolve;
 pub use action::ActionPart;
 pub use error::RequestError;
 pub use event::OmniEvent;
-pub use output::{Artifact, LatentsArtifact, OmniOutput, RequestMetrics, VideoArtifact};
+pub use output::{Artifact, LatentsArtifact, OmniOutput, RequestMetrics, TrajectoryArtifact, VideoArtifact};
 pub use request::{
     DiffusionParams, InputPart, Modality, OmniRequest, OutputSpec, SamplerKind, SamplingParams, TaskType, TextRole,
 };
-pub use resolve::{Defaults, ModelLimits, ResolvedRequest};
+pub use resolve::{Defaults, ModelLimits, ResolvedRequest, DEFAULT_NOISE_LEVEL};

@@ -36,6 +36,31 @@ pub struct LatentsArtifact {
     pub data: Vec<f32>,
 }
 
+/// The denoising trajectory of a request (`outputs.return_trajectory`): what an RL trainer needs
+/// to recompute each stochastic step's log-probability under its own weights.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrajectoryArtifact {
+    /// Model time of each step, one per step.
+    pub timesteps: Vec<f32>,
+    /// Noise level at each step boundary, one more than steps (ends at 0).
+    pub sigmas: Vec<f32>,
+    /// The SDE noise scale `a` (0 for deterministic samplers).
+    pub noise_level: f32,
+    /// The stochastic steps, ascending.
+    pub sde_steps: Vec<u32>,
+    /// Log-probability of each stochastic step's sample under its Gaussian transition (mean over
+    /// latent elements, as Flow-GRPO reports it), in `sde_steps` order.
+    pub log_probs: Vec<f32>,
+    /// Step boundaries whose latents are kept, ascending: `i` is the sample before step `i`
+    /// (`steps` is the final one). For each stochastic step `i`, both `i` and `i + 1`.
+    pub latent_steps: Vec<u32>,
+    /// One latent's shape, e.g. `[1, C, F, H, W]`.
+    pub latent_shape: Vec<i64>,
+    /// The kept latents, row-major f32, `latent_steps.len()` of them back to back; not serialized.
+    #[serde(skip)]
+    pub latents: Vec<f32>,
+}
+
 /// A named result of a request.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -44,6 +69,8 @@ pub enum Artifact {
     Video(VideoArtifact),
     /// Final latents, returned when the request set `outputs.return_latents`.
     Latents(LatentsArtifact),
+    /// The denoising trajectory, returned when the request set `outputs.return_trajectory`.
+    Trajectory(TrajectoryArtifact),
 }
 
 /// Where a request's time went.
@@ -64,6 +91,10 @@ pub struct RequestMetrics {
     pub plugin_seconds: f64,
     /// Wall time of the whole run, in seconds.
     pub total_seconds: f64,
+    /// Which transformer weights the request ran with: 0 for the weights loaded at start, one
+    /// more for each weight update since. A request runs on one epoch from its first step on.
+    #[serde(default)]
+    pub weight_epoch: u64,
 }
 
 /// What a finished request returns, artifacts by name (`video`, `latents`, ...).
@@ -75,6 +106,9 @@ pub struct OmniOutput {
     pub artifacts: BTreeMap<String, Artifact>,
     /// Where the request's time went; the seed it ran with.
     pub metrics: RequestMetrics,
+    /// Scores of the reward plugins the request named in `outputs.rewards`, by plugin name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub rewards: BTreeMap<String, f32>,
 }
 
 impl OmniOutput {
@@ -82,6 +116,14 @@ impl OmniOutput {
     pub fn video(&self) -> Option<&VideoArtifact> {
         match self.artifacts.get("video") {
             Some(Artifact::Video(v)) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// The artifact named `trajectory`, if the request asked for it.
+    pub fn trajectory(&self) -> Option<&TrajectoryArtifact> {
+        match self.artifacts.get("trajectory") {
+            Some(Artifact::Trajectory(t)) => Some(t),
             _ => None,
         }
     }

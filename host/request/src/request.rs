@@ -87,6 +87,9 @@ pub enum SamplerKind {
     Euler,
     /// UniPC multistep, bh2, flow sigmas (diffusers `UniPCMultistepScheduler`; Wan's default).
     Unipc,
+    /// Euler's schedule with stochastic (SDE) steps that report their log-probability: the
+    /// Flow-GRPO sampler for RL rollouts (`sampling.noise_level`, `sampling.sde_steps`).
+    FlowSde,
 }
 
 impl SamplerKind {
@@ -95,6 +98,7 @@ impl SamplerKind {
         match self {
             SamplerKind::Euler => "euler",
             SamplerKind::Unipc => "unipc",
+            SamplerKind::FlowSde => "flow_sde",
         }
     }
 }
@@ -107,6 +111,14 @@ pub struct SamplingParams {
     pub seed: Option<u64>,
     /// Solver; the model's default ([`Defaults::sampler`](crate::Defaults::sampler)) when absent.
     pub sampler: Option<SamplerKind>,
+    /// `flow_sde` only: the SDE noise scale `a` in Flow-GRPO's `σ_t = a·√(σ/(1−σ))`; 0.7 when
+    /// absent (Flow-GRPO's default), in `(0, 5]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub noise_level: Option<f32>,
+    /// `flow_sde` only: the steps (0-based) that are stochastic and report a log-probability;
+    /// the others are deterministic Euler steps. Every step when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sde_steps: Option<Vec<u32>>,
 }
 
 /// Denoising and shape parameters. Each one left out takes the model's [`Defaults`](crate::Defaults).
@@ -156,11 +168,26 @@ pub struct OutputSpec {
     pub stream_progress: bool,
     /// Also return the final latents as an artifact.
     pub return_latents: bool,
+    /// Also return the denoising trajectory (`trajectory` artifact): the latents the sampler
+    /// stepped from and to at each stochastic step (every step for deterministic samplers),
+    /// the timesteps and sigmas, and each stochastic step's log-probability.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub return_trajectory: bool,
+    /// Reward plugins (enabled by the deploy) to score the finished video with, by name; each
+    /// score lands in [`OmniOutput::rewards`](crate::OmniOutput::rewards) and the event stream.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rewards: Vec<String>,
 }
 
 impl Default for OutputSpec {
     fn default() -> Self {
-        Self { modalities: vec![Modality::Video], stream_progress: true, return_latents: false }
+        Self {
+            modalities: vec![Modality::Video],
+            stream_progress: true,
+            return_latents: false,
+            return_trajectory: false,
+            rewards: Vec::new(),
+        }
     }
 }
 

@@ -90,6 +90,12 @@ pub struct ResolvedRequest {
     pub seed: u64,
     /// The solver to run.
     pub sampler: SamplerKind,
+    /// `flow_sde`'s noise scale `a` (0 for the other samplers).
+    #[serde(default)]
+    pub noise_level: f32,
+    /// `flow_sde`'s stochastic steps, sorted, each below `steps` (empty for the other samplers).
+    #[serde(default)]
+    pub sde_steps: Vec<u32>,
     /// Solver steps, in `1..=max_steps`.
     pub steps: u32,
     /// Classifier-free guidance scale, in `0..=100`; above 1 the unconditional branch runs.
@@ -204,13 +210,17 @@ impl OmniRequest {
         if self.outputs.modalities.is_empty() {
             return Err(RequestError::new("outputs.modalities", "must name at least one modality"));
         }
+        let sampler = self.sampling.sampler.unwrap_or(def.sampler);
+        let (noise_level, sde_steps) = self.sampling.resolve_sde(sampler, steps)?;
         Ok(ResolvedRequest {
             request_id: self.request_id.clone(),
             task: self.task,
             prompt,
             negative_prompt: self.negative_prompt().unwrap_or_else(|| def.negative_prompt.clone()),
             seed: self.sampling.seed.unwrap_or_else(random_seed),
-            sampler: self.sampling.sampler.unwrap_or(def.sampler),
+            sampler,
+            noise_level,
+            sde_steps,
             steps,
             guidance_scale,
             shift,
@@ -224,6 +234,46 @@ impl OmniRequest {
             exact: self.exact,
             priority: self.priority,
         })
+    }
+}
+
+/// Flow-GRPO's SDE noise scale, used when a `flow_sde` request gives none.
+pub const DEFAULT_NOISE_LEVEL: f32 = 0.7;
+
+impl crate::SamplingParams {
+    /// `(noise_level, sde_steps)` for `sampler`: the SDE fields are refused, naming them, for
+    /// any other sampler, and checked against the step count for `flow_sde`.
+    fn resolve_sde(&self, sampler: SamplerKind, steps: u32) -> Result<(f32, Vec<u32>), RequestError> {
+        if sampler != SamplerKind::FlowSde {
+            for (field, given) in
+                [("sampling.noise_level", self.noise_level.is_some()), ("sampling.sde_steps", self.sde_steps.is_some())]
+            {
+                if given {
+                    return Err(RequestError::new(
+                        field,
+                        format!("only applies to sampler `flow_sde` (this request uses `{}`)", sampler.as_str()),
+                    ));
+                }
+            }
+            return Ok((0.0, Vec::new()));
+        }
+        let a = self.noise_level.unwrap_or(DEFAULT_NOISE_LEVEL);
+        if !a.is_finite() || a <= 0.0 || a > 5.0 {
+            return Err(RequestError::new("sampling.noise_level", format!("{a} must be in (0, 5]")));
+        }
+        let mut chosen = match &self.sde_steps {
+            Some(s) => s.clone(),
+            None => (0..steps).collect(),
+        };
+        chosen.sort_unstable();
+        chosen.dedup();
+        if let Some(bad) = chosen.iter().find(|&&i| i >= steps) {
+            return Err(RequestError::new(
+                "sampling.sde_steps",
+                format!("step {bad} is past the last of {steps} steps (steps count from 0)"),
+            ));
+        }
+        Ok((a, chosen))
     }
 }
 
@@ -321,6 +371,32 @@ mod tests {
         assert_eq!(out.negative_prompt, "blurry");
         r.diffusion.negative_prompt = Some("grainy".into());
         assert_eq!(r.resolve(&limits(), || 0).unwrap().negative_prompt, "grainy");
+    }
+
+    #[test]
+    fn sde_fields_are_checked_and_defaulted() {
+        let mut r = req();
+        r.sampling.sampler = Some(SamplerKind::FlowSde);
+        r.diffusion.num_inference_steps = Some(4);
+        let out = r.resolve(&limits(), || 0).unwrap();
+        assert_eq!((out.noise_level, out.sde_steps.clone()), (DEFAULT_NOISE_LEVEL, vec![0, 1, 2, 3]));
+        r.sampling.sde_steps = Some(vec![2, 0, 2]);
+        r.sampling.noise_level = Some(1.2);
+        let out = r.resolve(&limits(), || 0).unwrap();
+        assert_eq!((out.noise_level, out.sde_steps), (1.2, vec![0, 2]));
+        r.sampling.sde_steps = Some(vec![4]);
+        let e = r.resolve(&limits(), || 0).unwrap_err();
+        assert_eq!(e.field, "sampling.sde_steps");
+        assert!(e.rule.contains("past the last of 4"), "{e}");
+        r.sampling.sde_steps = None;
+        r.sampling.noise_level = Some(0.0);
+        assert_eq!(r.resolve(&limits(), || 0).unwrap_err().field, "sampling.noise_level");
+        // The SDE fields mean nothing to a deterministic sampler: refused, not ignored.
+        let mut r = req();
+        r.sampling.noise_level = Some(0.5);
+        let e = r.resolve(&limits(), || 0).unwrap_err();
+        assert_eq!(e.field, "sampling.noise_level");
+        assert!(e.rule.contains("flow_sde") && e.rule.contains("unipc"), "{e}");
     }
 
     #[test]

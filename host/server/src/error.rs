@@ -153,6 +153,12 @@ impl From<EngineError> for ApiError {
                 ApiError::Busy { code: e.code().to_string(), message: e.to_string() }
             }
             EngineError::NoSession(id) => ApiError::NotFound { what: format!("session `{id}`") },
+            EngineError::WeightsRefused(_) => {
+                ApiError::BadRequest { param: Some("path".into()), code: e.code().to_string(), message: e.to_string() }
+            }
+            EngineError::NoWeightUpdates => {
+                ApiError::BadRequest { param: None, code: e.code().to_string(), message: e.to_string() }
+            }
             EngineError::NoSessions => {
                 ApiError::BadRequest { param: Some("model".into()), code: e.code().to_string(), message: e.to_string() }
             }

@@ -10,11 +10,13 @@ mod images;
 mod jobs;
 mod listener;
 mod params;
+mod rollouts;
 mod sessions;
 mod store;
 mod stream;
 mod videos;
 mod webrtc;
+mod weights;
 mod world_page;
 
 use std::net::SocketAddr;
@@ -37,6 +39,7 @@ pub use error::ApiError;
 pub use fastvideo_webrtc::{IceServer, RtcConfig};
 pub use jobs::{Restored, Retention, Status, VideoObject};
 pub use listener::ConnLimits;
+pub use rollouts::ROLLOUT_MEDIA_TYPE;
 pub use params::{video_request_from_form, video_request_from_json, CreateParams, SecondsValue};
 pub use store::Store;
 pub use webrtc::{WebRtc, WebRtcMetrics};
@@ -133,6 +136,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/videos/{id}/events", get(stream::video_events))
         .route("/v1/stream", get(stream::websocket))
         .route("/v1/images/generations", post(images::generate_images))
+        .route("/v1/rollouts", post(rollouts::create_rollout))
+        .route("/v1/weights", get(weights::get_weights).post(weights::update_weights))
         .route("/v1/sessions", post(sessions::create_session))
         .route("/v1/sessions/{id}", get(sessions::get_session).delete(sessions::delete_session))
         .route("/v1/sessions/{id}/actions", post(sessions::post_action))

@@ -43,6 +43,9 @@ pub struct CreateParams {
     pub exact: Option<bool>,
     #[serde(default)]
     pub plugin_params: BTreeMap<String, serde_json::Value>,
+    /// Reward plugins (enabled by the deploy) to score the result with.
+    #[serde(default)]
+    pub rewards: Vec<String>,
     /// Accepted so OpenAI clients can send it; images conditioning is not served yet.
     pub input_reference: Option<serde_json::Value>,
     /// Accepted from OpenAI clients; no effect here.
@@ -248,6 +251,7 @@ impl CreateParams {
         r.sampling.seed = self.seed;
         r.sampling.sampler = self.sampler;
         r.plugin_params = self.plugin_params.clone();
+        r.outputs.rewards = self.rewards.clone();
         r.priority = self.priority.unwrap_or(0);
         r.exact = self.exact.unwrap_or(false);
         Ok(r)

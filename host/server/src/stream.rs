@@ -25,6 +25,7 @@ fn kind(ev: &OmniEvent) -> &'static str {
         OmniEvent::Preview { .. } => "preview",
         OmniEvent::Plugin { .. } => "plugin",
         OmniEvent::Artifact { .. } => "artifact",
+        OmniEvent::Reward { .. } => "reward",
         OmniEvent::Error { .. } => "error",
         OmniEvent::Done { .. } => "done",
     }

@@ -15,6 +15,7 @@ pub mod sessions;
 pub mod tokenizer;
 pub mod transformer;
 pub mod umt5;
+pub mod update;
 pub mod vae;
 pub mod weights;
 pub mod world;

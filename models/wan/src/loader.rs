@@ -233,6 +233,23 @@ impl WanModel {
         }
     }
 
+    /// Another handle to the same loaded components (nothing is copied): for building a second
+    /// pipeline around them, e.g. with other transformer weights.
+    pub fn share(&self) -> WanModel {
+        WanModel {
+            dir: self.dir.clone(),
+            tokenizer: self.tokenizer.clone(),
+            text_encoder: Arc::clone(&self.text_encoder),
+            transformer: Arc::clone(&self.transformer),
+            vae: Arc::clone(&self.vae),
+            text_cache: Arc::clone(&self.text_cache),
+            scheduler: self.scheduler.clone(),
+            run: self.run.clone(),
+            device: self.device,
+            load_report: self.load_report.clone(),
+        }
+    }
+
     pub fn max_sequence_length(&self) -> usize {
         self.run.max_sequence_length.unwrap_or(512)
     }

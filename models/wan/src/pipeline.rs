@@ -164,7 +164,7 @@ pub fn text_to_video(model: &WanModel, guidance: Arc<dyn Guidance>) -> Result<Pi
 /// [`text_to_video`] with every policy a deploy binds: guidance, an optional block cache and
 /// step interceptor in the denoise loop, and observers watching each request.
 pub fn text_to_video_with(model: &WanModel, policies: LoopPolicies) -> Result<PipelineSpec> {
-    let LoopPolicies { guidance, blocks, steps, observers } = policies;
+    let LoopPolicies { guidance, blocks, steps, observers, rewards } = policies;
     let denoiser = WanDenoiser {
         transformer: Arc::clone(&model.transformer),
         z_dim: model.vae.cfg.z_dim,
@@ -192,7 +192,9 @@ pub fn text_to_video_with(model: &WanModel, policies: LoopPolicies) -> Result<Pi
         Node::stage("vae_decode", Arc::new(VaeDecode { vae: Arc::clone(&model.vae) }), &[LATENTS], &[FRAMES]),
         Node::stage("assemble", Arc::new(Assemble), &[FRAMES], &[VIDEO]),
     ];
-    Ok(PipelineSpec::new("wan-t2v", vec![TaskType::T2v, TaskType::T2i], nodes, &[], VIDEO)?.with_observers(observers))
+    Ok(PipelineSpec::new("wan-t2v", vec![TaskType::T2v, TaskType::T2i], nodes, &[], VIDEO)?
+        .with_observers(observers)
+        .with_rewards(rewards))
 }
 
 /// The default guidance policy: classic CFG.

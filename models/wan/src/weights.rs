@@ -87,15 +87,12 @@ fn map_file(file: &Path, index: usize, entries: &mut HashMap<String, Entry>) -> 
 impl Weights {
     /// Maps `dir/<stem>.safetensors`, or the shards listed in `dir/<stem>.safetensors.index.json`.
     pub fn from_dir(dir: &Path, stem: &str, device: Device, kind: Kind) -> Result<Self> {
-        let single = dir.join(format!("{stem}.safetensors"));
-        let index = dir.join(format!("{stem}.safetensors.index.json"));
-        let files = if single.exists() {
-            vec![single]
-        } else if index.exists() {
-            shard_files(&index)?
-        } else {
-            bail!("{}: neither {stem}.safetensors nor {stem}.safetensors.index.json exists", dir.display());
-        };
+        let files = checkpoint_files(dir, stem)?;
+        Self::from_files(&files, dir, device, kind)
+    }
+
+    /// Maps the given safetensors files as one checkpoint (`origin` names it in errors).
+    pub fn from_files(files: &[PathBuf], origin: &Path, device: Device, kind: Kind) -> Result<Self> {
         let mut entries = HashMap::new();
         let mut maps = Vec::new();
         for (i, f) in files.iter().enumerate() {
@@ -104,7 +101,7 @@ impl Weights {
         let store = Store {
             source: Source::Mapped { maps, entries },
             used: RefCell::new(BTreeSet::new()),
-            origin: dir.to_path_buf(),
+            origin: origin.to_path_buf(),
         };
         Ok(Self { store: Rc::new(store), prefix: String::new(), device, kind })
     }
@@ -229,6 +226,20 @@ impl Weights {
         if !unused.is_empty() {
             tracing::warn!(component, count = unused.len(), first = %unused[0], "checkpoint tensors not used by the model");
         }
+    }
+}
+
+/// The files of the checkpoint `dir/<stem>.safetensors`, or of its shards listed in
+/// `dir/<stem>.safetensors.index.json`, in order.
+pub fn checkpoint_files(dir: &Path, stem: &str) -> Result<Vec<PathBuf>> {
+    let single = dir.join(format!("{stem}.safetensors"));
+    let index = dir.join(format!("{stem}.safetensors.index.json"));
+    if single.exists() {
+        Ok(vec![single])
+    } else if index.exists() {
+        shard_files(&index)
+    } else {
+        bail!("{}: neither {stem}.safetensors nor {stem}.safetensors.index.json exists", dir.display())
     }
 }
 

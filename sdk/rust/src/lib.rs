@@ -103,12 +103,12 @@ pub mod __imports {
         inline: "
             package fastvideo:sdk;
             world imports {
-                import fastvideo:plugin/tensor@0.1.2;
-                import fastvideo:plugin/tensor-ops@0.1.2;
-                import fastvideo:plugin/tensor-read@0.1.2;
-                import fastvideo:plugin/log@0.1.2;
-                import fastvideo:plugin/events@0.1.2;
-                import fastvideo:plugin/clock@0.1.2;
+                import fastvideo:plugin/tensor@0.1.3;
+                import fastvideo:plugin/tensor-ops@0.1.3;
+                import fastvideo:plugin/tensor-read@0.1.3;
+                import fastvideo:plugin/log@0.1.3;
+                import fastvideo:plugin/events@0.1.3;
+                import fastvideo:plugin/clock@0.1.3;
             }
         ",
         world: "fastvideo:sdk/imports",
@@ -138,86 +138,86 @@ macro_rules! kind {
 
 kind!(
     __guider,
-    "fastvideo:plugin/guider-plugin@0.1.2",
+    "fastvideo:plugin/guider-plugin@0.1.3",
     "export_guider",
     "fastvideo_plugin_sdk::__guider",
     [
-        "fastvideo:plugin/types@0.1.2" => types,
-        "fastvideo:plugin/tensor@0.1.2" => tensor,
-        "fastvideo:plugin/tensor-ops@0.1.2" => tensor_ops,
-        "fastvideo:plugin/tensor-read@0.1.2" => tensor_read,
-        "fastvideo:plugin/log@0.1.2" => log,
+        "fastvideo:plugin/types@0.1.3" => types,
+        "fastvideo:plugin/tensor@0.1.3" => tensor,
+        "fastvideo:plugin/tensor-ops@0.1.3" => tensor_ops,
+        "fastvideo:plugin/tensor-read@0.1.3" => tensor_read,
+        "fastvideo:plugin/log@0.1.3" => log,
     ]
 );
 
 kind!(
     __step_interceptor,
-    "fastvideo:plugin/step-interceptor-plugin@0.1.2",
+    "fastvideo:plugin/step-interceptor-plugin@0.1.3",
     "export_step_interceptor",
     "fastvideo_plugin_sdk::__step_interceptor",
     [
-        "fastvideo:plugin/types@0.1.2" => types,
-        "fastvideo:plugin/tensor@0.1.2" => tensor,
-        "fastvideo:plugin/tensor-ops@0.1.2" => tensor_ops,
-        "fastvideo:plugin/tensor-read@0.1.2" => tensor_read,
-        "fastvideo:plugin/log@0.1.2" => log,
-        "fastvideo:plugin/events@0.1.2" => events,
-        "fastvideo:plugin/clock@0.1.2" => clock,
+        "fastvideo:plugin/types@0.1.3" => types,
+        "fastvideo:plugin/tensor@0.1.3" => tensor,
+        "fastvideo:plugin/tensor-ops@0.1.3" => tensor_ops,
+        "fastvideo:plugin/tensor-read@0.1.3" => tensor_read,
+        "fastvideo:plugin/log@0.1.3" => log,
+        "fastvideo:plugin/events@0.1.3" => events,
+        "fastvideo:plugin/clock@0.1.3" => clock,
     ]
 );
 
 kind!(
     __block_interceptor,
-    "fastvideo:plugin/block-interceptor-plugin@0.1.2",
+    "fastvideo:plugin/block-interceptor-plugin@0.1.3",
     "export_block_interceptor",
     "fastvideo_plugin_sdk::__block_interceptor",
     [
-        "fastvideo:plugin/types@0.1.2" => types,
-        "fastvideo:plugin/tensor@0.1.2" => tensor,
-        "fastvideo:plugin/tensor-ops@0.1.2" => tensor_ops,
-        "fastvideo:plugin/tensor-read@0.1.2" => tensor_read,
-        "fastvideo:plugin/log@0.1.2" => log,
-        "fastvideo:plugin/events@0.1.2" => events,
-        "fastvideo:plugin/clock@0.1.2" => clock,
+        "fastvideo:plugin/types@0.1.3" => types,
+        "fastvideo:plugin/tensor@0.1.3" => tensor,
+        "fastvideo:plugin/tensor-ops@0.1.3" => tensor_ops,
+        "fastvideo:plugin/tensor-read@0.1.3" => tensor_read,
+        "fastvideo:plugin/log@0.1.3" => log,
+        "fastvideo:plugin/events@0.1.3" => events,
+        "fastvideo:plugin/clock@0.1.3" => clock,
     ]
 );
 
 kind!(
     __observer,
-    "fastvideo:plugin/observer-plugin@0.1.2",
+    "fastvideo:plugin/observer-plugin@0.1.3",
     "export_observer",
     "fastvideo_plugin_sdk::__observer",
     [
-        "fastvideo:plugin/types@0.1.2" => types,
-        "fastvideo:plugin/tensor@0.1.2" => tensor,
-        "fastvideo:plugin/tensor-ops@0.1.2" => tensor_ops,
-        "fastvideo:plugin/tensor-read@0.1.2" => tensor_read,
-        "fastvideo:plugin/log@0.1.2" => log,
-        "fastvideo:plugin/events@0.1.2" => events,
-        "fastvideo:plugin/clock@0.1.2" => clock,
+        "fastvideo:plugin/types@0.1.3" => types,
+        "fastvideo:plugin/tensor@0.1.3" => tensor,
+        "fastvideo:plugin/tensor-ops@0.1.3" => tensor_ops,
+        "fastvideo:plugin/tensor-read@0.1.3" => tensor_read,
+        "fastvideo:plugin/log@0.1.3" => log,
+        "fastvideo:plugin/events@0.1.3" => events,
+        "fastvideo:plugin/clock@0.1.3" => clock,
     ]
 );
 
 kind!(
     __reward,
-    "fastvideo:plugin/reward-plugin@0.1.2",
+    "fastvideo:plugin/reward-plugin@0.1.3",
     "export_reward",
     "fastvideo_plugin_sdk::__reward",
     [
-        "fastvideo:plugin/types@0.1.2" => types,
-        "fastvideo:plugin/tensor@0.1.2" => tensor,
-        "fastvideo:plugin/tensor-ops@0.1.2" => tensor_ops,
-        "fastvideo:plugin/tensor-read@0.1.2" => tensor_read,
-        "fastvideo:plugin/log@0.1.2" => log,
+        "fastvideo:plugin/types@0.1.3" => types,
+        "fastvideo:plugin/tensor@0.1.3" => tensor,
+        "fastvideo:plugin/tensor-ops@0.1.3" => tensor_ops,
+        "fastvideo:plugin/tensor-read@0.1.3" => tensor_read,
+        "fastvideo:plugin/log@0.1.3" => log,
     ]
 );
 
 kind!(
     __workflow_translator,
-    "fastvideo:plugin/workflow-translator-plugin@0.1.2",
+    "fastvideo:plugin/workflow-translator-plugin@0.1.3",
     "export_workflow_translator",
     "fastvideo_plugin_sdk::__workflow_translator",
     [
-        "fastvideo:plugin/log@0.1.2" => log,
+        "fastvideo:plugin/log@0.1.3" => log,
     ]
 );

@@ -26,6 +26,11 @@ impl FlowMatchEuler {
         sigmas.push(0.0);
         Self { schedule: Schedule { timesteps, sigmas, index: 0 } }
     }
+
+    /// Moves past a step taken by someone else (the SDE sampler's stochastic steps).
+    pub(crate) fn advance(&mut self) {
+        self.schedule.index += 1;
+    }
 }
 
 impl Sampler for FlowMatchEuler {

@@ -6,13 +6,15 @@
 //! float64 from those float32 sigmas.
 
 mod euler;
+mod sde;
 mod unipc;
 
 pub use euler::FlowMatchEuler;
+pub use sde::{flow_sde_step, step_noise_seed, FlowSde, SdeDraw, SdeStep};
 pub use unipc::{UniPc, UniPcConfig};
 
 use anyhow::Result;
-use fastvideo_request::SamplerKind;
+use fastvideo_request::{ResolvedRequest, SamplerKind};
 use tch::Tensor;
 
 /// Training timesteps of the flow-matching models we run (diffusers `num_train_timesteps`).
@@ -61,13 +63,20 @@ pub trait Sampler: Send {
     fn step_index(&self) -> usize {
         self.schedule().index
     }
+    /// `(step, log-probability)` of each stochastic step taken so far; empty for deterministic
+    /// samplers.
+    fn log_probs(&self) -> &[(u32, f32)] {
+        &[]
+    }
 }
 
 /// Builds the sampler a request asked for.
-pub fn build(kind: SamplerKind, steps: usize, shift: f64) -> Box<dyn Sampler> {
-    match kind {
+pub fn build(req: &ResolvedRequest) -> Box<dyn Sampler> {
+    let (steps, shift) = (req.steps as usize, req.shift as f64);
+    match req.sampler {
         SamplerKind::Euler => Box::new(FlowMatchEuler::new(steps, shift)),
         SamplerKind::Unipc => Box::new(UniPc::new(UniPcConfig { flow_shift: shift, ..UniPcConfig::default() }, steps)),
+        SamplerKind::FlowSde => Box::new(FlowSde::new(steps, shift, req.noise_level, &req.sde_steps, req.seed)),
     }
 }
 

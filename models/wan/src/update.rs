@@ -1,0 +1,99 @@
+//! Weight updates for a loaded model (RL): the transformer rebuilt from another checkpoint of
+//! the same architecture, and the pipeline around it rebuilt with the same policies. The text
+//! encoder and VAE are shared with the running pipeline, not reloaded, so cached prompt
+//! embeddings stay valid.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use fastvideo_engine::WeightLoader;
+use fastvideo_pipeline::{LoopPolicies, PipelineSpec};
+
+use crate::loader::WanModel;
+use crate::pipeline::text_to_video_with;
+use crate::transformer::WanTransformer3DModel;
+use crate::weights::{checkpoint_files, Weights};
+
+const STEM: &str = "diffusion_pytorch_model";
+
+/// The checkpoint files at `path`: a `.safetensors` file; a transformer folder
+/// (`diffusion_pytorch_model.safetensors` or its sharded index); or a model folder holding one
+/// under `transformer/`.
+pub fn transformer_files(path: &Path) -> Result<Vec<PathBuf>> {
+    if path.is_file() {
+        if path.extension().and_then(|e| e.to_str()) != Some("safetensors") {
+            bail!("{}: not a .safetensors file", path.display());
+        }
+        return Ok(vec![path.to_path_buf()]);
+    }
+    if !path.is_dir() {
+        bail!("{}: no such file or folder", path.display());
+    }
+    let sub = path.join("transformer");
+    let dir = if sub.is_dir() { sub } else { path.to_path_buf() };
+    checkpoint_files(&dir, STEM)
+}
+
+/// A new transformer for `model` from the checkpoint at `path`: same config, device and dtype.
+/// Refused, naming the tensor, when a tensor is missing or has another shape, and when the
+/// checkpoint holds tensors this architecture does not have (the weights of another model).
+pub fn load_transformer(model: &WanModel, path: &Path) -> Result<WanTransformer3DModel> {
+    let files = transformer_files(path)?;
+    let kind = model.load_report.transformer_dtype;
+    let w = Weights::from_files(&files, path, model.device, kind)?;
+    let t = WanTransformer3DModel::new(model.transformer.cfg.clone(), &w)
+        .with_context(|| format!("{}: not a checkpoint of this model's transformer", path.display()))?;
+    let unused = w.unused();
+    if let Some(first) = unused.first() {
+        bail!(
+            "{}: {} tensors this model's transformer does not have (first: `{first}`); the weights belong to another model",
+            path.display(),
+            unused.len()
+        );
+    }
+    Ok(t)
+}
+
+/// blake3 of the checkpoint's bytes, every file in order.
+pub fn checkpoint_hash(files: &[PathBuf]) -> Result<String> {
+    let mut h = blake3::Hasher::new();
+    let mut buf = vec![0u8; 1 << 20];
+    for f in files {
+        let mut file = std::fs::File::open(f).with_context(|| format!("opening {}", f.display()))?;
+        loop {
+            let n = file.read(&mut buf).with_context(|| format!("reading {}", f.display()))?;
+            if n == 0 {
+                break;
+            }
+            h.update(&buf[..n]);
+        }
+    }
+    Ok(h.finalize().to_hex().to_string())
+}
+
+/// Rebuilds a served Wan pipeline with other transformer weights, keeping its policies.
+pub struct WanWeightLoader {
+    model: WanModel,
+    policies: LoopPolicies,
+}
+
+impl WanWeightLoader {
+    /// Updates for the pipeline built from `model` with `policies`.
+    pub fn new(model: &WanModel, policies: LoopPolicies) -> Self {
+        Self { model: model.share(), policies }
+    }
+}
+
+impl WeightLoader for WanWeightLoader {
+    fn load(&self, path: &Path) -> Result<PipelineSpec> {
+        let t = load_transformer(&self.model, path)?;
+        let model = WanModel { transformer: Arc::new(t), ..self.model.share() };
+        text_to_video_with(&model, self.policies.clone())
+    }
+
+    fn hash(&self, path: &Path) -> Result<String> {
+        checkpoint_hash(&transformer_files(path)?)
+    }
+}
