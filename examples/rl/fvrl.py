@@ -73,6 +73,17 @@ def get_weights(server):
 # ---------------------------------------------------------------- the model
 
 
+def load_transformer(folder):
+    """diffusers' WanTransformer3DModel from a transformer folder, in float32 (built from its
+    config and loaded strictly, so it needs no `accelerate`)."""
+    from diffusers import WanTransformer3DModel
+    from safetensors.torch import load_file
+
+    model = WanTransformer3DModel.from_config(WanTransformer3DModel.load_config(folder))
+    model.load_state_dict(load_file(f"{folder}/diffusion_pytorch_model.safetensors"), strict=True)
+    return model.float()
+
+
 class TextEncoder:
     """Prompt embeddings as the engine makes them: tokens padded to `max_len`, UMT5, positions
     past the prompt zeroed (diffusers' WanPipeline trims and re-pads with zeros: the same)."""

@@ -23,7 +23,6 @@ import sys
 import time
 
 import torch
-from diffusers import WanTransformer3DModel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fvrl  # noqa: E402
@@ -104,7 +103,7 @@ def main():
         print(json.dumps(kw), file=sys.stderr)
 
     run_cfg = json.load(open(os.path.join(args.model, "fastvideo.json")))
-    transformer = WanTransformer3DModel.from_pretrained(os.path.join(args.model, "transformer"))
+    transformer = fvrl.load_transformer(os.path.join(args.model, "transformer"))
     transformer.train()
     text = fvrl.TextEncoder(args.model, run_cfg.get("max_sequence_length", 512))
     negative = run_cfg.get("negative_prompt", "")

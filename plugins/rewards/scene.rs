@@ -7,6 +7,7 @@
 //! its motion the least-squares slope of its centroid. Here the background is the prompt's,
 //! the mask is soft (a ramp instead of a threshold) so the score moves smoothly with the
 //! video, and every sum is a host op.
+#![allow(dead_code)] // each reward uses part of it
 
 use fastvideo_plugin_sdk::{tensor_ops as ops, Tensor};
 

@@ -81,7 +81,8 @@ impl Capture {
     }
 
     fn see(&mut self, index: usize, latents: &Tensor) {
-        if self.keep.get(index).copied().unwrap_or(false) {
+        let seen = self.latents.last().is_some_and(|(i, _)| *i as usize == index);
+        if !seen && self.keep.get(index).copied().unwrap_or(false) {
             // The loop replaces its latents every step, never writes into them: no copy needed.
             self.latents.push((index as u32, latents.shallow_clone()));
         }

@@ -23,6 +23,9 @@ use crate::{FailureKind, PluginError};
 pub struct Limits {
     /// Wall-clock budget of one hook call, in milliseconds (epoch ticks of 1 ms).
     pub call_deadline_ms: u64,
+    /// The same for a reward's `score`, which runs once per request over the whole video
+    /// rather than per step or block.
+    pub reward_deadline_ms: u64,
     /// Linear memory one instance may grow to.
     pub memory_bytes: usize,
     /// Wasm fuel per call; none = unmetered (metering costs ~10-20% of guest time).
@@ -51,6 +54,7 @@ impl Default for Limits {
     fn default() -> Self {
         Self {
             call_deadline_ms: 50,
+            reward_deadline_ms: 2000,
             memory_bytes: 64 << 20,
             fuel_per_call: None,
             max_tensor_handles: 256,
@@ -391,7 +395,8 @@ impl PluginInstance {
             return Err(fail(FailureKind::Budget, over()));
         }
         // The call may run until the per-call deadline or the rest of the request's budget.
-        let deadline = self.limits.call_deadline_ms.max(1).min(left_ms);
+        let own = if hook == "score" { self.limits.reward_deadline_ms } else { self.limits.call_deadline_ms };
+        let deadline = own.max(1).min(left_ms);
         self.store.set_epoch_deadline(deadline);
         self.store.data_mut().take_device_wait_ticks();
         self.store.data_mut().call_device_wait = Duration::ZERO;
@@ -415,12 +420,12 @@ impl PluginInstance {
             Err(e) => {
                 self.poisoned = true;
                 let kind = match classify(&e) {
-                    FailureKind::Timeout if deadline < self.limits.call_deadline_ms => FailureKind::Budget,
+                    FailureKind::Timeout if deadline < own => FailureKind::Budget,
                     k => k,
                 };
                 let message = match kind {
                     FailureKind::Budget => over(),
-                    FailureKind::Timeout => format!("exceeded the {} ms call deadline", self.limits.call_deadline_ms),
+                    FailureKind::Timeout => format!("exceeded the {own} ms call deadline"),
                     FailureKind::Fuel => format!("ran out of fuel ({:?} per call)", self.limits.fuel_per_call),
                     FailureKind::Memory => format!("hit the {} byte memory cap", self.limits.memory_bytes),
                     _ => e.root_cause().to_string(),
