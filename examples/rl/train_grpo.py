@@ -2,7 +2,7 @@
 
 Each iteration: ask the server for grouped rollouts of training prompts (`POST /v1/rollouts`,
 `flow_sde` sampler, rewards scored by the server's reward plugins), normalize rewards within
-each prompt's group, take PPO-clipped policy-gradient steps on the captured trajectories with
+each prompt's group, take PPO-clipped policy-gradient steps (minibatches) on the captured trajectories with
 the transformer in PyTorch (diffusers' WanTransformer3DModel, the same weights the server runs),
 save the weights and push them back (`POST /v1/weights`). The log-probabilities the engine
 returned are the behaviour policy's (C1: same weights, fp32 both sides), so the first ratio of
@@ -81,7 +81,7 @@ def main():
     ap.add_argument("--guidance", type=float, default=4.0)
     ap.add_argument("--lr", type=float, default=3e-5)
     ap.add_argument("--clip", type=float, default=0.2)
-    ap.add_argument("--inner", type=int, default=1, help="optimizer passes over each batch")
+    ap.add_argument("--minibatches", type=int, default=4, help="optimizer steps per iteration (PPO minibatches)")
     ap.add_argument("--reward-weights", default='{"color_match": 0.5, "motion_direction": 0.5}')
     ap.add_argument("--eval-every", type=int, default=5)
     ap.add_argument("--eval-prompts", type=int, default=24)
@@ -113,7 +113,10 @@ def main():
     train = [p for p, held in all_scenes if not held]
     held_out = [p for p, held in all_scenes if held]
     eval_prompts = random.Random(7).sample(held_out, min(args.eval_prompts, len(held_out)))
-    epoch = fvrl.get_weights(args.server)["epoch"]
+    # Start the server on exactly the weights trained here (whatever it served before).
+    out = os.path.join(args.work, "transformer")
+    transformer.save_pretrained(out, safe_serialization=True)
+    epoch = fvrl.push_weights(args.server, out)["epoch"]
     record(event="start", epoch=epoch, args=vars(args), train_prompts=len(train), eval_prompts=len(eval_prompts))
     record(event="eval", iteration=0, epoch=epoch, **evaluate(args, weights, eval_prompts, epoch))
 
@@ -145,23 +148,29 @@ def main():
         t1 = time.time()
         diffs, clipped, losses = [], [], []
         n_terms = sum(len(s["tensors"]["trajectory.sde_steps"]) for s in samples)
-        for inner in range(args.inner):
+        order = samples[:]
+        rng.shuffle(order)
+        batches = [order[i :: args.minibatches] for i in range(args.minibatches)]
+        for b, batch in enumerate(batches):
+            if not batch:
+                continue
             opt.zero_grad()
-            for s in samples:
+            terms = sum(len(s["tensors"]["trajectory.sde_steps"]) for s in batch)
+            for s in batch:
                 old = s["tensors"]["trajectory.log_probs"]
                 new = fvrl.recompute_log_probs(transformer, text, s, args.guidance, negative)
-                if inner == 0:
+                if b == 0:
+                    # Before any update: the trainer's log-probs against the engine's (C1).
                     diffs.extend((new.detach() - old).abs().tolist())
                 ratio = torch.exp(new - old)
                 adv = s["adv"]
-                loss = torch.maximum(-adv * ratio, -adv * ratio.clamp(1 - args.clip, 1 + args.clip)).sum() / n_terms
+                loss = torch.maximum(-adv * ratio, -adv * ratio.clamp(1 - args.clip, 1 + args.clip)).sum() / terms
                 loss.backward()
                 losses.append(loss.item())
-                clipped.extend(((ratio - 1).abs() > args.clip).float().tolist())
+                clipped.extend(((ratio.detach() - 1).abs() > args.clip).float().tolist())
             torch.nn.utils.clip_grad_norm_(transformer.parameters(), 1.0)
             opt.step()
         train_s = time.time() - t1
-        out = os.path.join(args.work, "transformer")
         transformer.save_pretrained(out, safe_serialization=True)
         t2 = time.time()
         epoch = fvrl.push_weights(args.server, out)["epoch"]
@@ -169,7 +178,7 @@ def main():
         mean = lambda v: sum(v) / max(len(v), 1)  # noqa: E731
         record(event="train", iteration=it, epoch=epoch, reward=mean([s["r"] for s in samples]),
                samples=len(samples), sde_terms=n_terms, c1_logprob_diff=max(diffs) if diffs else 0.0,
-               clip_frac=mean(clipped), loss=sum(losses), rollout_s=round(rollout_s, 2),
+               clip_frac=mean(clipped), loss=round(sum(losses), 6), rollout_s=round(rollout_s, 2),
                samples_per_s=round(len(samples) / rollout_s, 2), train_s=round(train_s, 2), push_s=round(push_s, 2))
         if it % args.eval_every == 0 or it == args.iterations:
             record(event="eval", iteration=it, epoch=epoch, **evaluate(args, weights, eval_prompts, epoch))

@@ -193,7 +193,8 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     let (prompt, seed) = (req.prompt.clone(), req.seed);
     let out = run_with_progress(spec, req, device, args.quiet)?;
     if let Some(path) = &args.trajectory_out {
-        let sample = fastvideo_engine::RolloutSample { prompt_index: 0, group_index: 0, prompt, seed, output: out.clone() };
+        let sample =
+            fastvideo_engine::RolloutSample { prompt_index: 0, group_index: 0, prompt, seed, output: out.clone() };
         let bytes = sample.to_safetensors().context("packing the trajectory")?;
         std::fs::write(path, bytes).with_context(|| format!("--trajectory-out {}", path.display()))?;
     }

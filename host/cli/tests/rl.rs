@@ -55,7 +55,8 @@ impl Record {
 
 /// POSTs a rollout and reads its stream to the end: (status, records or the JSON error).
 fn rollout(server: &Server, body: Value) -> Result<Vec<Record>, (u16, Value)> {
-    let r = ureq::post(&server.url("/v1/rollouts")).config().http_status_as_error(false).build().send_json(&body).unwrap();
+    let r =
+        ureq::post(&server.url("/v1/rollouts")).config().http_status_as_error(false).build().send_json(&body).unwrap();
     let status = r.status().as_u16();
     if status != 200 {
         return Err((status, r.into_body().read_json().unwrap()));
@@ -122,8 +123,9 @@ fn rollouts_stream_groups_with_trajectories_log_probs_and_rewards() {
         assert!(lat[3 * 5120..] == r.f32s("latents")[..], "the trajectory ends at the final latents");
     }
     // Same seed, same sample: the first sample of a one-prompt rollout seeded 100 is (0, 0) above.
-    let again = rollout(&server, json!({"prompts": [PROMPTS[0]], "seed": 100, "num_inference_steps": 4, "sde_steps": [1, 3]}))
-        .unwrap();
+    let again =
+        rollout(&server, json!({"prompts": [PROMPTS[0]], "seed": 100, "num_inference_steps": 4, "sde_steps": [1, 3]}))
+            .unwrap();
     let first = recs.iter().find(|r| r.num("prompt_index") == 0 && r.num("group_index") == 0).unwrap();
     assert_eq!(again[0].f32s("trajectory.log_probs"), first.f32s("trajectory.log_probs"));
     assert!(again[0].f32s("latents") == first.f32s("latents"), "same seed, same latents");

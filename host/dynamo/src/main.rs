@@ -137,7 +137,15 @@ fn start_engine(args: &Args) -> Result<(Engine, String)> {
     let limits = model.limits();
     let check = Box::new(binding.request_check());
     let engine = Engine::start(
-        EngineModel { id: name.clone(), limits, spec, device, check, classify: Binding::classify_failure, weights: None },
+        EngineModel {
+            id: name.clone(),
+            limits,
+            spec,
+            device,
+            check,
+            classify: Binding::classify_failure,
+            weights: None,
+        },
         cfg,
         metrics,
     );

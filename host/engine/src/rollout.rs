@@ -235,10 +235,25 @@ impl RolloutSample {
                     shape.extend(t.latent_shape.iter().map(|&d| d as usize));
                     bufs.push(("trajectory.latents".into(), Dtype::F32, shape, f32_bytes(&t.latents)));
                     let steps = t.latent_steps.iter().map(|&s| s as i64);
-                    bufs.push(("trajectory.latent_steps".into(), Dtype::I64, vec![t.latent_steps.len()], i64_bytes(steps)));
-                    bufs.push(("trajectory.timesteps".into(), Dtype::F32, vec![t.timesteps.len()], f32_bytes(&t.timesteps)));
+                    bufs.push((
+                        "trajectory.latent_steps".into(),
+                        Dtype::I64,
+                        vec![t.latent_steps.len()],
+                        i64_bytes(steps),
+                    ));
+                    bufs.push((
+                        "trajectory.timesteps".into(),
+                        Dtype::F32,
+                        vec![t.timesteps.len()],
+                        f32_bytes(&t.timesteps),
+                    ));
                     bufs.push(("trajectory.sigmas".into(), Dtype::F32, vec![t.sigmas.len()], f32_bytes(&t.sigmas)));
-                    bufs.push(("trajectory.log_probs".into(), Dtype::F32, vec![t.log_probs.len()], f32_bytes(&t.log_probs)));
+                    bufs.push((
+                        "trajectory.log_probs".into(),
+                        Dtype::F32,
+                        vec![t.log_probs.len()],
+                        f32_bytes(&t.log_probs),
+                    ));
                     let sde = t.sde_steps.iter().map(|&s| s as i64);
                     bufs.push(("trajectory.sde_steps".into(), Dtype::I64, vec![t.sde_steps.len()], i64_bytes(sde)));
                 }

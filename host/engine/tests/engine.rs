@@ -320,3 +320,51 @@ fn measured_steps_calibrate_the_prediction() {
         assert!((0.15..0.6).contains(&learned), "prior {prior}, learned {learned}");
     });
 }
+
+/// The in-process rollout API: prompts × K samples, each its own request with seed
+/// `seed + p·K + k`, arriving as they finish; a failing sample fails alone; bad input is refused
+/// before anything is admitted.
+#[test]
+fn rollouts_run_groups_and_report_each_sample() {
+    use fastvideo_engine::RolloutRequest;
+    let rt = rt();
+    rt.block_on(async {
+        let e = engine(EngineConfig::default(), 1);
+        let r = RolloutRequest {
+            prompts: vec!["a".into(), "fail".into(), "c".into()],
+            group_size: 2,
+            seed: Some(40),
+            sampler: Some(SamplerKind::Euler),
+            num_inference_steps: Some(3),
+            return_latents: false,
+            return_trajectory: false,
+            ..Default::default()
+        };
+        let mut roll = e.rollouts(&r, "roll", 0).unwrap();
+        assert_eq!(roll.total, 6);
+        let (mut ok, mut failed) = (Vec::new(), Vec::new());
+        while let Some(s) = roll.samples.recv().await {
+            match s {
+                Ok(s) => {
+                    assert_eq!(s.seed, 40 + s.prompt_index as u64 * 2 + s.group_index as u64);
+                    assert_eq!(s.output.metrics.seed, s.seed);
+                    assert_eq!(s.prompt, r.prompts[s.prompt_index]);
+                    ok.push((s.prompt_index, s.group_index));
+                }
+                Err(f) => {
+                    assert!(matches!(&f.error, EngineError::Failed { message, .. } if message.contains("toy failure")));
+                    failed.push((f.prompt_index, f.group_index));
+                }
+            }
+        }
+        ok.sort();
+        failed.sort();
+        assert_eq!(ok, [(0, 0), (0, 1), (2, 0), (2, 1)]);
+        assert_eq!(failed, [(1, 0), (1, 1)]);
+        // Refused whole, naming the field; nothing was admitted.
+        let bad = RolloutRequest { prompts: vec!["a".into()], group_size: 0, ..Default::default() };
+        let Err(EngineError::Invalid(err)) = e.rollouts(&bad, "bad", 0) else { panic!("group_size 0 accepted") };
+        assert_eq!(err.field, "group_size");
+        assert_eq!(e.live(), 0);
+    });
+}

@@ -8,7 +8,8 @@ use fastvideo_pipeline::{BlockPolicy, ClassicCfg, Guidance, LoopPolicies, Observ
 use fastvideo_request::{RequestError, ResolvedRequest};
 
 use crate::{
-    Deployment, PluginBlockPolicy, PluginError, PluginGuider, PluginKind, PluginObserver, PluginReward, PluginStepPolicy,
+    Deployment, PluginBlockPolicy, PluginError, PluginGuider, PluginKind, PluginObserver, PluginReward,
+    PluginStepPolicy,
 };
 
 impl Deployment {

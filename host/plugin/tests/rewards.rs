@@ -119,7 +119,9 @@ fn rewards_reach_the_output_and_the_stream() {
     let out = run.finish(&mut |e| events.push(e)).unwrap();
     let v = out.rewards["color_match"];
     assert!((0.0..=1.0).contains(&v), "{v}");
-    assert!(events.iter().any(|e| matches!(e, OmniEvent::Reward { name, value, .. } if name == "color_match" && *value == v)));
+    assert!(events
+        .iter()
+        .any(|e| matches!(e, OmniEvent::Reward { name, value, .. } if name == "color_match" && *value == v)));
     // A reward the deploy does not enable is refused before any work, naming the field.
     r.outputs.rewards = vec!["aesthetics".into()];
     let e = binding.check(&resolve_tiny(r.clone(), None)).unwrap_err();

@@ -39,8 +39,8 @@ pub use error::ApiError;
 pub use fastvideo_webrtc::{IceServer, RtcConfig};
 pub use jobs::{Restored, Retention, Status, VideoObject};
 pub use listener::ConnLimits;
-pub use rollouts::ROLLOUT_MEDIA_TYPE;
 pub use params::{video_request_from_form, video_request_from_json, CreateParams, SecondsValue};
+pub use rollouts::ROLLOUT_MEDIA_TYPE;
 pub use store::Store;
 pub use webrtc::{WebRtc, WebRtcMetrics};
 

@@ -48,7 +48,9 @@ pub async fn create_rollout(State(s): State<AppState>, req: Request) -> Result<R
     let zstd = match r.compress.as_deref() {
         None | Some("none") => false,
         Some("zstd") => true,
-        Some(other) => return Err(ApiError::field("compress", format!("compress: `{other}` is not one of zstd, none"))),
+        Some(other) => {
+            return Err(ApiError::field("compress", format!("compress: `{other}` is not one of zstd, none")))
+        }
     };
     let prefix = s.new_id("roll");
     let base_seed = u64::from_str_radix(&prefix[5..21], 16).unwrap_or(0);
@@ -90,7 +92,10 @@ pub async fn create_rollout(State(s): State<AppState>, req: Request) -> Result<R
         Some((Err(std::io::Error::other(msg)), (rx, guard)))
     });
     Ok((
-        [(CONTENT_TYPE, ROLLOUT_MEDIA_TYPE.to_string()), (HeaderName::from_static("x-rollout-samples"), total.to_string())],
+        [
+            (CONTENT_TYPE, ROLLOUT_MEDIA_TYPE.to_string()),
+            (HeaderName::from_static("x-rollout-samples"), total.to_string()),
+        ],
         Body::from_stream(stream),
     )
         .into_response())

@@ -48,17 +48,21 @@ pub async fn update_weights(State(s): State<AppState>, req: Request) -> Result<J
         .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("application/octet-stream"));
-    let (path, _upload) = if binary {
+    let (path, upload) = if binary {
         let bytes = axum::body::to_bytes(req.into_body(), MAX_UPLOAD).await.map_err(|e| {
-            ApiError::field("body", format!("body: unreadable or over {} MiB ({e}); give a path instead", MAX_UPLOAD >> 20))
+            ApiError::field(
+                "body",
+                format!("body: unreadable or over {} MiB ({e}); give a path instead", MAX_UPLOAD >> 20),
+            )
         })?;
         if bytes.is_empty() {
             return Err(ApiError::field("body", "body: empty; send a safetensors file or {\"path\": ...}"));
         }
         let path = std::env::temp_dir().join(format!("{}.safetensors", s.new_id("weights")));
-        tokio::fs::write(&path, &bytes)
-            .await
-            .map_err(|e| ApiError::Internal { code: "upload_failed".into(), message: format!("{}: {e}", path.display()) })?;
+        tokio::fs::write(&path, &bytes).await.map_err(|e| ApiError::Internal {
+            code: "upload_failed".into(),
+            message: format!("{}: {e}", path.display()),
+        })?;
         (path.clone(), Some(Upload(path)))
     } else {
         let b: UpdateBody = read_body(req).await?;
@@ -67,7 +71,7 @@ pub async fn update_weights(State(s): State<AppState>, req: Request) -> Result<J
         }
         (PathBuf::from(b.path), None)
     };
-    let label = _upload.as_ref().map(|_| PathBuf::from("upload"));
+    let label = upload.as_ref().map(|_| PathBuf::from("upload"));
     let info = s.engine.update_weights(path, label).await?;
     Ok(Json(serde_json::json!({"object": "weights", "model": s.engine.model_id(), "epoch": info.epoch,
         "hash": info.hash, "source": info.source, "since": info.since})))

@@ -62,7 +62,7 @@ impl Reward for MotionDirection {
         }
         let mask = scene::object_mask(video, bg)?;
         let area = ops::sum(&mask, &[1, 2], false)?; // [F]
-        // A frame counts fully once its object covers 0.5 % of it (the analyzer's minimum area).
+                                                     // A frame counts fully once its object covers 0.5 % of it (the analyzer's minimum area).
         let weights = ops::clamp(&ops::scale(&area, 1.0 / (0.005 * (h * w) as f32)), 0.0, 1.0);
         let ts: Vec<f32> = (0..f).map(|i| i as f32 / (f - 1) as f32).collect();
         let moved = match dir {
@@ -73,10 +73,8 @@ impl Reward for MotionDirection {
                 };
                 let grid: Vec<f32> = (0..n).map(|i| (i as f32 + 0.5) / n as f32).collect();
                 let grid = ops::constant(video, &grid, &shape)?;
-                let centroid = ops::div(
-                    &ops::sum(&ops::mul(&mask, &grid)?, &[1, 2], false)?,
-                    &ops::add_scalar(&area, 1e-3),
-                )?;
+                let centroid =
+                    ops::div(&ops::sum(&ops::mul(&mask, &grid)?, &[1, 2], false)?, &ops::add_scalar(&area, 1e-3))?;
                 sign * slope(&ts, &weights, &centroid, video)? / FULL_MOVE
             }
             Direction::Area(sign) => {
