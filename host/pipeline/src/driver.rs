@@ -6,7 +6,9 @@ use anyhow::{anyhow, Context, Result};
 use fastvideo_request::{Artifact, LatentsArtifact, OmniEvent, OmniOutput, RequestMetrics, ResolvedRequest};
 use tch::{Device, Kind};
 
-use crate::{LoopState, NodeCtx, NodeKind, Observed, ObserverState, PipelineSpec, PluginMeter, Value, Values};
+use crate::{
+    LoopState, NodeCtx, NodeKind, Observed, ObserverState, PipelineSpec, PluginMeter, RewardInput, Value, Values,
+};
 
 /// Cancels a run at its next step boundary. Cheap to clone and share with other threads.
 #[derive(Clone, Default)]
@@ -308,23 +310,37 @@ impl PipelineRun {
         out
     }
 
-    /// Scores the finished video with every reward the request named, in the order named.
+    /// Scores the finished request with every reward the request named, in the order named:
+    /// each gets the decoded video or the final latents, as it declares.
     fn score_rewards(&mut self, out: &mut OmniOutput, emit: &mut dyn FnMut(OmniEvent)) -> Result<()> {
         if self.request.outputs.rewards.is_empty() {
             return Ok(());
         }
-        let Some(v) = out.video() else {
-            return Err(anyhow!("outputs.rewards: this request produced no video to score"));
-        };
-        let video = tch::Tensor::from_slice(&v.rgb)
-            .reshape([v.num_frames as i64, v.height as i64, v.width as i64, 3])
-            .to_device(self.device)
-            .to_kind(Kind::Float)
-            / 255.0;
+        let spec = Arc::clone(&self.spec);
+        let mut video = None;
         for name in &self.request.outputs.rewards {
-            let reward = self.spec.reward(name).ok_or_else(|| anyhow!("outputs.rewards: no reward named `{name}`"))?;
+            let reward = spec.reward(name).ok_or_else(|| anyhow!("outputs.rewards: no reward named `{name}`"))?;
+            let input = match reward.input() {
+                RewardInput::Latents => self.values.tensor(&spec.latents)?.to_kind(Kind::Float),
+                RewardInput::Video => match &video {
+                    Some(v) => tch::Tensor::shallow_clone(v),
+                    None => {
+                        let Some(v) = out.video() else {
+                            return Err(anyhow!(
+                                "outputs.rewards: this request produced no video for `{name}` to score"
+                            ));
+                        };
+                        let t = tch::Tensor::from_slice(&v.rgb)
+                            .reshape([v.num_frames as i64, v.height as i64, v.width as i64, 3])
+                            .to_device(self.device)
+                            .to_kind(Kind::Float)
+                            / 255.0;
+                        video.insert(t).shallow_clone()
+                    }
+                },
+            };
             let t = Instant::now();
-            let value = reward.score(&self.request, &self.meter, &video).with_context(|| format!("reward `{name}`"))?;
+            let value = reward.score(&self.request, &self.meter, &input).with_context(|| format!("reward `{name}`"))?;
             out.metrics.node_seconds.push((format!("reward:{name}"), t.elapsed().as_secs_f64()));
             out.rewards.insert(name.clone(), value);
             emit(OmniEvent::Reward { request_id: out.request_id.clone(), name: name.clone(), value });

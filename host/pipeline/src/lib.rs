@@ -95,7 +95,9 @@ pub use denoise::{DenoiseLoop, Denoiser};
 pub use driver::{Advance, CancelToken, PipelineRun};
 pub use embedding_cache::{CacheObserver, EmbeddingCache};
 pub use guidance::{ClassicCfg, Guidance, GuidancePlan, GuidanceState, StepCtx};
-pub use policies::{LoopPolicies, Observed, Observer, ObserverState, PluginMeter, Reward, StepPolicy, StepPolicyState};
+pub use policies::{
+    LoopPolicies, Observed, Observer, ObserverState, PluginMeter, Reward, RewardInput, StepPolicy, StepPolicyState,
+};
 pub use spec::{Node, NodeKind, PipelineSpec, SpecError};
 pub use stage::{LoopStage, LoopState, NodeCtx, Stage, StepResult};
 pub use value::{Value, Values};

@@ -88,14 +88,27 @@ impl LoopPolicies {
     }
 }
 
+/// What a [`Reward`] scores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RewardInput {
+    /// The decoded video, `[frames, height, width, 3]` float in `[0, 1]`.
+    Video,
+    /// The final latents (the spec's `latents` value, e.g. `[1, C, F, H, W]`), as float32.
+    Latents,
+}
+
 /// Scores a finished request (RL rollouts, best-of-n): runs once, after the pipeline's last
 /// node, for requests that name it in `outputs.rewards`.
 pub trait Reward: Send + Sync {
     /// The name requests use for it (the plugin's deploy name).
     fn name(&self) -> &str;
-    /// Scores the request's decoded video, `[frames, height, width, 3]` float in `[0, 1]` on
-    /// the run's device. An error fails the request.
-    fn score(&self, req: &ResolvedRequest, meter: &PluginMeter, video: &Tensor) -> Result<f32>;
+    /// What it scores; the decoded video unless it says otherwise.
+    fn input(&self) -> RewardInput {
+        RewardInput::Video
+    }
+    /// Scores the request's [`input`](Self::input), on the run's device. An error fails the
+    /// request.
+    fn score(&self, req: &ResolvedRequest, meter: &PluginMeter, input: &Tensor) -> Result<f32>;
 }
 
 /// Wall time a request has spent inside sandboxed policies (plugins), shared by all of the

@@ -29,9 +29,10 @@ pub enum PluginKind {
     BlockInterceptor,
     /// Watches a request's events and may emit its own; changes nothing.
     Observer,
-    /// Scores a generated video (RL rollouts, best-of-n). Loaded and audited, not yet called.
+    /// Scores a finished request (RL rollouts, best-of-n): its decoded video (hook `score`), or
+    /// its final latents (hook `score-latents`).
     Reward,
-    /// Translates a ComfyUI node into pipeline-graph nodes. Loaded and audited, not yet called.
+    /// Translates a ComfyUI node into pipeline-graph nodes.
     WorkflowTranslator,
 }
 
@@ -56,7 +57,7 @@ impl PluginKind {
             PluginKind::Observer => {
                 &["request-start", "node-start", "node-end", "step-start", "step-end", "artifact", "request-end"]
             }
-            PluginKind::Reward => &["score"],
+            PluginKind::Reward => &["score", "score-latents"],
             PluginKind::WorkflowTranslator => &["translate"],
         }
     }

@@ -130,3 +130,22 @@ fn rewards_reach_the_output_and_the_stream() {
     let e = Binding::none().check(&resolve_tiny(r, None)).unwrap_err();
     assert!(e.rule.contains("enables no reward plugins"), "{e}");
 }
+
+/// A reward whose manifest lists `score-latents` scores the final latents, not the video.
+#[test]
+fn a_latents_reward_gets_the_final_latents() {
+    let d = Arc::new(deploy("fastvideo_testing_latent_mean", "latent_mean", &["tensor", "tensor-ops"], "").unwrap());
+    let binding = d.bind("tiny");
+    assert_eq!(binding.policies.rewards[0].input(), fastvideo_pipeline::RewardInput::Latents);
+    let spec = Arc::new(fastvideo_wan::pipeline::text_to_video_with(tiny_wan(), binding.policies.clone()).unwrap());
+    let mut r = tiny_request("a red circle moving left on a white background", 2, 3);
+    r.outputs.rewards = vec!["latent_mean".into()];
+    r.outputs.return_latents = true;
+    let mut run = PipelineRun::new(spec, resolve_tiny(r, None), Device::Cpu, Values::default(), CancelToken::default());
+    run.run_to_end(&mut |_| {}).unwrap();
+    let out = run.finish(&mut |_| {}).unwrap();
+    let Some(fastvideo_request::Artifact::Latents(l)) = out.artifacts.get("latents") else { panic!("no latents") };
+    let want = l.data.iter().map(|x| x.abs()).sum::<f32>() / l.data.len() as f32;
+    let got = out.rewards["latent_mean"];
+    assert!((got - want).abs() <= 1e-5 * want, "{got} vs mean |latent| {want}");
+}

@@ -282,6 +282,10 @@ macro_rules! __hook {
     (reward score) => {
         "score"
     };
+    // `score` is called with the final latents instead of the decoded video.
+    (reward score_latents) => {
+        "score-latents"
+    };
     (workflow_translator translate) => {
         "translate"
     };
