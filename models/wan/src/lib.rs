@@ -11,6 +11,7 @@ pub mod nn;
 pub mod pipeline;
 pub mod rollout;
 pub mod scheduler;
+pub mod sequence_parallel;
 pub mod sessions;
 pub mod tokenizer;
 pub mod transformer;
