@@ -158,6 +158,8 @@ pub struct RolloutFailure {
 pub struct Rollout {
     /// Samples in the rollout (prompts × K).
     pub total: usize,
+    /// The samples' request ids, prompt-major (for cancelling what has not finished).
+    pub request_ids: Vec<String>,
     pub samples: mpsc::UnboundedReceiver<Result<RolloutSample, RolloutFailure>>,
 }
 
@@ -181,6 +183,7 @@ impl Engine {
         }
         let (tx, rx) = mpsc::unbounded_channel();
         let total = handles.len();
+        let request_ids = handles.iter().map(|(_, _, _, h)| h.request_id.clone()).collect();
         for (p, g, seed, h) in handles {
             let (tx, prompt) = (tx.clone(), r.prompts[p].clone());
             tokio::spawn(async move {
@@ -191,7 +194,7 @@ impl Engine {
                 let _ = tx.send(item);
             });
         }
-        Ok(Rollout { total, samples: rx })
+        Ok(Rollout { total, request_ids, samples: rx })
     }
 }
 

@@ -80,15 +80,22 @@ impl Capture {
         Some(Self { keep, latents: Vec::new() })
     }
 
+    /// Boundary `index`'s latents, kept if wanted; each boundary is seen once (before its step,
+    /// the last one at finalize).
     fn see(&mut self, index: usize, latents: &Tensor) {
-        let seen = self.latents.last().is_some_and(|(i, _)| *i as usize == index);
-        if !seen && self.keep.get(index).copied().unwrap_or(false) {
+        if self.keep.get(index).copied().unwrap_or(false) {
             // The loop replaces its latents every step, never writes into them: no copy needed.
             self.latents.push((index as u32, latents.shallow_clone()));
         }
     }
 
-    fn into_artifact(self, req: &ResolvedRequest, sampler: &dyn Sampler) -> Result<TrajectoryArtifact> {
+    fn into_artifact(
+        mut self,
+        req: &ResolvedRequest,
+        sampler: &dyn Sampler,
+        last: &Tensor,
+    ) -> Result<TrajectoryArtifact> {
+        self.see(sampler.step_index(), last);
         let latent_shape = self.latents.first().map(|(_, t)| t.size()).unwrap_or_default();
         let latent_steps = self.latents.iter().map(|(i, _)| *i).collect();
         let mut latents = Vec::new();
@@ -150,16 +157,13 @@ fn batches_branches(device: Device, s: &DenoiseState) -> bool {
 }
 
 impl DenoiseState {
-    /// The sampler update with the guided prediction, seen by the trajectory capture.
+    /// The sampler update with the guided prediction; the trajectory capture sees the latents
+    /// it starts from.
     fn advance(&mut self, guided: &Tensor) -> Result<()> {
-        let i = self.sampler.step_index();
         if let Some(c) = &mut self.capture {
-            c.see(i, &self.latents);
+            c.see(self.sampler.step_index(), &self.latents);
         }
         self.latents = self.sampler.step(guided, &self.latents)?;
-        if let Some(c) = &mut self.capture {
-            c.see(i + 1, &self.latents);
-        }
         Ok(())
     }
 }
@@ -351,7 +355,7 @@ impl LoopStage for DenoiseLoop {
     fn finalize(&self, ctx: &NodeCtx, state: LoopState, values: &mut Values) -> Result<()> {
         let s = state.inner.downcast::<DenoiseState>().map_err(|_| anyhow::anyhow!("denoise: wrong loop state"))?;
         if let Some(c) = s.capture {
-            let t = c.into_artifact(ctx.request, s.sampler.as_ref())?;
+            let t = c.into_artifact(ctx.request, s.sampler.as_ref(), &s.latents)?;
             values.insert(TRAJECTORY, Value::Trajectory(Box::new(t)));
         }
         values.insert(self.output.clone(), Value::Tensor(s.latents));

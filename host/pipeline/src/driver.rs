@@ -55,6 +55,18 @@ pub struct PipelineRun {
     meter: PluginMeter,
 }
 
+/// The request's decoded video as `[frames, height, width, 3]` float in `[0, 1]` on `device`,
+/// for the rewards that score it (`name` is the first one, for the error).
+fn video_tensor(out: &OmniOutput, device: Device, name: &str) -> Result<tch::Tensor> {
+    let v =
+        out.video().ok_or_else(|| anyhow!("outputs.rewards: this request produced no video for `{name}` to score"))?;
+    Ok(tch::Tensor::from_slice(&v.rgb)
+        .reshape([v.num_frames as i64, v.height as i64, v.width as i64, 3])
+        .to_device(device)
+        .to_kind(Kind::Float)
+        / 255.0)
+}
+
 /// Tells every observer; the first error fails the request.
 fn notify(
     observers: &mut [Box<dyn ObserverState>],
@@ -320,24 +332,10 @@ impl PipelineRun {
         let mut video = None;
         for name in &self.request.outputs.rewards {
             let reward = spec.reward(name).ok_or_else(|| anyhow!("outputs.rewards: no reward named `{name}`"))?;
-            let input = match reward.input() {
-                RewardInput::Latents => self.values.tensor(&spec.latents)?.to_kind(Kind::Float),
-                RewardInput::Video => match &video {
-                    Some(v) => tch::Tensor::shallow_clone(v),
-                    None => {
-                        let Some(v) = out.video() else {
-                            return Err(anyhow!(
-                                "outputs.rewards: this request produced no video for `{name}` to score"
-                            ));
-                        };
-                        let t = tch::Tensor::from_slice(&v.rgb)
-                            .reshape([v.num_frames as i64, v.height as i64, v.width as i64, 3])
-                            .to_device(self.device)
-                            .to_kind(Kind::Float)
-                            / 255.0;
-                        video.insert(t).shallow_clone()
-                    }
-                },
+            let input = match (reward.input(), &video) {
+                (RewardInput::Latents, _) => self.values.tensor(&spec.latents)?.to_kind(Kind::Float),
+                (RewardInput::Video, Some(v)) => tch::Tensor::shallow_clone(v),
+                (RewardInput::Video, None) => video.insert(video_tensor(out, self.device, name)?).shallow_clone(),
             };
             let t = Instant::now();
             let value = reward.score(&self.request, &self.meter, &input).with_context(|| format!("reward `{name}`"))?;

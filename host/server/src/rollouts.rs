@@ -56,8 +56,7 @@ pub async fn create_rollout(State(s): State<AppState>, req: Request) -> Result<R
     let base_seed = u64::from_str_radix(&prefix[5..21], 16).unwrap_or(0);
     let rollout = s.engine.rollouts(&r, &prefix, base_seed)?;
     let total = rollout.total;
-    let ids = r.requests(&prefix, 0).map(|v| v.into_iter().map(|(_, _, q)| q.request_id).collect()).unwrap_or_default();
-    let guard = CancelRest { engine: s.engine.clone(), ids };
+    let guard = CancelRest { engine: s.engine.clone(), ids: rollout.request_ids };
     let stream = futures_util::stream::unfold((rollout.samples, guard), move |(mut rx, guard)| async move {
         let item = rx.recv().await?;
         let bytes = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, String> {

@@ -37,19 +37,31 @@ pub fn gather_sequence(shards: &[Tensor]) -> Tensor {
     Tensor::cat(shards, 1)
 }
 
+/// An all-to-all over every rank's tensor: rank `r` splits its tensor into `d` pieces along
+/// `split` and sends piece `j` to rank `j`; each rank concatenates what it receives, in rank
+/// order, along `join`.
+fn all_to_all(shards: &[Tensor], split: i64, join: i64) -> Vec<Tensor> {
+    let d = shards.len();
+    let pieces: Vec<Vec<Tensor>> = shards.iter().map(|s| s.chunk(d as i64, split)).collect();
+    (0..d).map(|r| Tensor::cat(&pieces.iter().map(|p| p[r].shallow_clone()).collect::<Vec<_>>(), join)).collect()
+}
+
 /// First all-to-all: each rank's `[B, N/d, H, D]` (its tokens, all heads) to `[B, N, H/d, D]`
 /// (all tokens, its heads). Rank `r` receives head group `r` from every rank, in rank order.
 pub fn sequence_to_heads(shards: &[Tensor]) -> Vec<Tensor> {
-    let d = shards.len() as i64;
-    let pieces: Vec<Vec<Tensor>> = shards.iter().map(|s| s.chunk(d, 2)).collect();
-    (0..d as usize).map(|r| Tensor::cat(&pieces.iter().map(|p| p[r].shallow_clone()).collect::<Vec<_>>(), 1)).collect()
+    all_to_all(shards, 2, 1)
 }
 
 /// Second all-to-all, the inverse: each rank's `[B, N, H/d, D]` back to `[B, N/d, H, D]`.
 pub fn heads_to_sequence(shards: &[Tensor]) -> Vec<Tensor> {
-    let d = shards.len() as i64;
-    let pieces: Vec<Vec<Tensor>> = shards.iter().map(|s| s.chunk(d, 1)).collect();
-    (0..d as usize).map(|r| Tensor::cat(&pieces.iter().map(|p| p[r].shallow_clone()).collect::<Vec<_>>(), 2)).collect()
+    all_to_all(shards, 1, 2)
+}
+
+/// Attention of `[B, N, H, D]` queries over keys and values of the same layout.
+fn attend(q: &Tensor, k: &Tensor, v: &Tensor) -> Tensor {
+    // SDPA wants [B, H, N, D].
+    let t = |x: &Tensor| x.transpose(1, 2);
+    Tensor::scaled_dot_product_attention(&t(q), &t(k), &t(v), None::<Tensor>, 0.0, false, None, false).transpose(1, 2)
 }
 
 /// Self-attention of `[B, N, H, D]` queries, keys and values held sequence-sharded by `degree`
@@ -57,25 +69,7 @@ pub fn heads_to_sequence(shards: &[Tensor]) -> Vec<Tensor> {
 /// rank over the whole sequence, all-to-all back. Returns every rank's `[B, N/d, H, D]` output.
 pub fn ulysses_attention(q: &[Tensor], k: &[Tensor], v: &[Tensor]) -> Vec<Tensor> {
     let (q, k, v) = (sequence_to_heads(q), sequence_to_heads(k), sequence_to_heads(v));
-    let out: Vec<Tensor> = q
-        .iter()
-        .zip(&k)
-        .zip(&v)
-        .map(|((q, k), v)| {
-            // SDPA wants [B, H, N, D].
-            let o = Tensor::scaled_dot_product_attention(
-                &q.transpose(1, 2),
-                &k.transpose(1, 2),
-                &v.transpose(1, 2),
-                None::<Tensor>,
-                0.0,
-                false,
-                None,
-                false,
-            );
-            o.transpose(1, 2)
-        })
-        .collect();
+    let out: Vec<Tensor> = q.iter().zip(&k).zip(&v).map(|((q, k), v)| attend(q, k, v)).collect();
     heads_to_sequence(&out)
 }
 
@@ -86,20 +80,6 @@ mod tests {
 
     fn randn(shape: &[i64]) -> Tensor {
         Tensor::randn(shape, (Kind::Float, Device::Cpu))
-    }
-
-    fn unsharded(q: &Tensor, k: &Tensor, v: &Tensor) -> Tensor {
-        Tensor::scaled_dot_product_attention(
-            &q.transpose(1, 2),
-            &k.transpose(1, 2),
-            &v.transpose(1, 2),
-            None::<Tensor>,
-            0.0,
-            false,
-            None,
-            false,
-        )
-        .transpose(1, 2)
     }
 
     #[test]
@@ -120,7 +100,7 @@ mod tests {
         // Wan-like: 12 heads of 16, a sequence that degrees 2, 3, 4 and 6 divide.
         tch::manual_seed(2);
         let (q, k, v) = (randn(&[1, 48, 12, 16]), randn(&[1, 48, 12, 16]), randn(&[1, 48, 12, 16]));
-        let want = unsharded(&q, &k, &v);
+        let want = attend(&q, &k, &v);
         for degree in [1, 2, 3, 4, 6] {
             check_degree(degree, 12, 48).unwrap();
             let out = ulysses_attention(

@@ -3,7 +3,6 @@
 //! encoder and VAE are shared with the running pipeline, not reloaded, so cached prompt
 //! embeddings stay valid.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -59,16 +58,9 @@ pub fn load_transformer(model: &WanModel, path: &Path) -> Result<WanTransformer3
 /// blake3 of the checkpoint's bytes, every file in order.
 pub fn checkpoint_hash(files: &[PathBuf]) -> Result<String> {
     let mut h = blake3::Hasher::new();
-    let mut buf = vec![0u8; 1 << 20];
     for f in files {
-        let mut file = std::fs::File::open(f).with_context(|| format!("opening {}", f.display()))?;
-        loop {
-            let n = file.read(&mut buf).with_context(|| format!("reading {}", f.display()))?;
-            if n == 0 {
-                break;
-            }
-            h.update(&buf[..n]);
-        }
+        let file = std::fs::File::open(f).with_context(|| format!("opening {}", f.display()))?;
+        h.update_reader(file).with_context(|| format!("reading {}", f.display()))?;
     }
     Ok(h.finalize().to_hex().to_string())
 }

@@ -64,9 +64,9 @@ pub trait Sampler: Send {
         self.schedule().index
     }
     /// `(step, log-probability)` of each stochastic step taken so far; empty for deterministic
-    /// samplers.
-    fn log_probs(&self) -> &[(u32, f32)] {
-        &[]
+    /// samplers. Reads the values back from the device: call it once, at the end.
+    fn log_probs(&self) -> Vec<(u32, f32)> {
+        Vec::new()
     }
 }
 

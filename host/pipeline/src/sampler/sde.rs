@@ -11,11 +11,10 @@
 //! steps (`σ_t = 0`). Arithmetic is float32, like the reference.
 
 use anyhow::Result;
-use rand::SeedableRng;
-use rand_distr::{Distribution, StandardNormal};
 use tch::{Kind, Tensor};
 
 use super::{FlowMatchEuler, Sampler, Schedule};
+use crate::denoise::seeded_noise;
 
 /// One stochastic step's transition: the sample taken, its Gaussian's mean and standard
 /// deviation (`σ_t·√(−dt)`), and the sample's log-probability (mean over elements).
@@ -90,7 +89,7 @@ pub struct FlowSde {
     noise_level: f32,
     stochastic: Vec<bool>,
     seed: u64,
-    log_probs: Vec<(u32, f32)>,
+    log_probs: Vec<(u32, Tensor)>,
 }
 
 impl FlowSde {
@@ -105,13 +104,6 @@ impl FlowSde {
         }
         Self { euler: FlowMatchEuler::new(steps, shift), noise_level, stochastic, seed, log_probs: Vec::new() }
     }
-}
-
-fn noise_like(t: &Tensor, seed: u64) -> Tensor {
-    let n = t.numel();
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-    let data: Vec<f32> = (0..n).map(|_| StandardNormal.sample(&mut rng)).collect();
-    Tensor::from_slice(&data).reshape(t.size()).to_device(t.device())
 }
 
 impl Sampler for FlowSde {
@@ -129,14 +121,15 @@ impl Sampler for FlowSde {
         let (sigma, next) = (s.sigmas[i], s.sigmas[i + 1]);
         // Flow-GRPO replaces σ = 1 (the first step) with the schedule's second sigma.
         let sigma_max = s.sigmas.get(1).copied().unwrap_or(sigma);
-        let noise = noise_like(sample, step_noise_seed(self.seed, i as u32));
+        let noise = seeded_noise(&sample.size(), step_noise_seed(self.seed, i as u32), sample.device());
         let out = flow_sde_step(model_output, sample, sigma, next, sigma_max, self.noise_level, SdeDraw::Noise(&noise));
-        self.log_probs.push((i as u32, out.log_prob.double_value(&[0]) as f32));
+        // Kept on the device: reading it here would wait for the step's kernels every step.
+        self.log_probs.push((i as u32, out.log_prob));
         self.euler.advance();
         Ok(out.sample.to_kind(sample.kind()))
     }
 
-    fn log_probs(&self) -> &[(u32, f32)] {
-        &self.log_probs
+    fn log_probs(&self) -> Vec<(u32, f32)> {
+        self.log_probs.iter().map(|(i, lp)| (*i, lp.double_value(&[0]) as f32)).collect()
     }
 }
