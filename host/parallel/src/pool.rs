@@ -1,0 +1,271 @@
+//! The rank workers: one thread per rank, each running the part of a forward its rank owns.
+//! The caller (the engine's executor thread, i.e. rank 0's decider) hands every rank a job and
+//! waits for all of them; a rank that fails or panics aborts its group, so the others return
+//! too, and the pool rebuilds its communicators before the next forward.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use anyhow::{anyhow, Result};
+use tch::{Device, Tensor};
+
+use crate::comm::Communicator;
+use crate::plan::ParallelPlan;
+use crate::{local, nccl};
+
+/// What a rank's job sees: its rank, device and its sequence-parallel group's communicator.
+pub struct RankCtx {
+    pub rank: usize,
+    pub device: Device,
+    pub comm: Arc<dyn Communicator>,
+}
+
+/// One rank's part of a forward.
+pub type RankJob = Box<dyn FnOnce(&RankCtx) -> Result<Tensor> + Send>;
+
+/// How a group of ranks exchanges tensors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    Nccl,
+    Local,
+}
+
+impl Transport {
+    /// NCCL when the group's ranks are on distinct GPUs, else in-process copies.
+    /// `FASTVIDEO_COLLECTIVE=local` forces the copies (a fallback, and a comparison).
+    pub fn for_devices(devices: &[Device]) -> Self {
+        let forced = std::env::var("FASTVIDEO_COLLECTIVE").ok();
+        let mut ordinals: Vec<usize> =
+            devices.iter().filter_map(|d| if let Device::Cuda(i) = d { Some(*i) } else { None }).collect();
+        ordinals.sort_unstable();
+        ordinals.dedup();
+        if forced.as_deref() == Some("local") || devices.len() < 2 || ordinals.len() != devices.len() {
+            Transport::Local
+        } else {
+            Transport::Nccl
+        }
+    }
+}
+
+struct Worker {
+    jobs: Sender<(RankJob, Arc<dyn Communicator>)>,
+    thread: Option<JoinHandle<()>>,
+}
+
+struct Inner {
+    workers: Vec<Worker>,
+    results: Receiver<(usize, Result<Tensor>)>,
+    /// Each rank's group communicator; `None` after a failure, rebuilt on the next run.
+    comms: Option<Vec<Arc<dyn Communicator>>>,
+}
+
+/// The worker threads of a [`ParallelPlan`]'s ranks.
+pub struct RankPool {
+    pub plan: ParallelPlan,
+    pub devices: Vec<Device>,
+    pub transport: Transport,
+    inner: Mutex<Inner>,
+}
+
+impl RankPool {
+    /// Starts one worker per rank (rank `r` on `devices[r]`) and connects each
+    /// sequence-parallel group.
+    pub fn new(plan: ParallelPlan, devices: Vec<Device>) -> Result<Self> {
+        anyhow::ensure!(devices.len() == plan.ranks(), "{} devices for {} ranks", devices.len(), plan.ranks());
+        let transport = (0..plan.cfg)
+            .map(|g| Transport::for_devices(&devices[g * plan.sp..(g + 1) * plan.sp]))
+            .fold(Transport::Nccl, |a, b| if a == Transport::Local || b == Transport::Local { Transport::Local } else { a });
+        let transport = if plan.sp == 1 { Transport::Local } else { transport };
+        let (done_tx, results) = channel();
+        let mut workers = Vec::with_capacity(devices.len());
+        for (rank, &device) in devices.iter().enumerate() {
+            let (jobs, rx) = channel::<(RankJob, Arc<dyn Communicator>)>();
+            let done = done_tx.clone();
+            let thread = std::thread::Builder::new()
+                .name(format!("fastvideo-rank-{rank}"))
+                .spawn(move || worker(rank, device, rx, done))
+                .map_err(|e| anyhow!("starting rank {rank}'s thread: {e}"))?;
+            workers.push(Worker { jobs, thread: Some(thread) });
+        }
+        let pool = Self { plan, devices, transport, inner: Mutex::new(Inner { workers, results, comms: None }) };
+        let comms = pool.connect()?;
+        pool.inner.lock().unwrap_or_else(|e| e.into_inner()).comms = Some(comms);
+        tracing::info!(?plan, devices = ?pool.devices, ?transport, "rank workers started");
+        Ok(pool)
+    }
+
+    fn connect(&self) -> Result<Vec<Arc<dyn Communicator>>> {
+        let sp = self.plan.sp;
+        let mut comms: Vec<Arc<dyn Communicator>> = Vec::with_capacity(self.devices.len());
+        for g in 0..self.plan.cfg {
+            let devs = &self.devices[g * sp..(g + 1) * sp];
+            match self.transport {
+                Transport::Nccl => {
+                    let ordinals: Vec<usize> =
+                        devs.iter().map(|d| if let Device::Cuda(i) = d { *i } else { unreachable!() }).collect();
+                    comms.extend(nccl::group(&ordinals)?.into_iter().map(|c| Arc::new(c) as Arc<dyn Communicator>));
+                }
+                Transport::Local => {
+                    comms.extend(local::group(devs).into_iter().map(|c| Arc::new(c) as Arc<dyn Communicator>))
+                }
+            }
+        }
+        Ok(comms)
+    }
+
+    /// Runs `jobs[r]` on rank `r` (a `None` rank sits this forward out, with its whole group)
+    /// and returns each rank's output. Any rank's failure is the forward's failure; the
+    /// message names the rank.
+    pub fn run(&self, jobs: Vec<Option<RankJob>>) -> Result<Vec<Option<Tensor>>> {
+        anyhow::ensure!(jobs.len() == self.devices.len(), "{} jobs for {} ranks", jobs.len(), self.devices.len());
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if inner.comms.is_none() {
+            inner.comms = Some(self.connect()?);
+        }
+        let comms = inner.comms.clone().expect("connected");
+        let mut pending = 0;
+        for (rank, job) in jobs.into_iter().enumerate() {
+            if let Some(job) = job {
+                inner.workers[rank]
+                    .jobs
+                    .send((job, Arc::clone(&comms[rank])))
+                    .map_err(|_| anyhow!("rank {rank}'s worker thread has exited"))?;
+                pending += 1;
+            }
+        }
+        let mut out: Vec<Option<Tensor>> = (0..self.devices.len()).map(|_| None).collect();
+        let mut first_error = None;
+        for _ in 0..pending {
+            let (rank, r) = inner.results.recv().map_err(|_| anyhow!("the rank workers have exited"))?;
+            match r {
+                Ok(t) => out[rank] = Some(t),
+                Err(e) => {
+                    first_error.get_or_insert(e.context(format!("rank {rank} on {:?}", self.devices[rank])));
+                }
+            }
+        }
+        if let Some(e) = first_error {
+            // Every rank has returned; stop whatever a peer left waiting on the device and start
+            // the next forward on fresh communicators.
+            for c in &comms {
+                c.abort("a rank failed this forward");
+            }
+            inner.comms = None;
+            return Err(e);
+        }
+        Ok(out)
+    }
+}
+
+fn worker(
+    rank: usize,
+    device: Device,
+    jobs: Receiver<(RankJob, Arc<dyn Communicator>)>,
+    done: Sender<(usize, Result<Tensor>)>,
+) {
+    while let Ok((job, comm)) = jobs.recv() {
+        let ctx = RankCtx { rank, device, comm };
+        let r = match catch_unwind(AssertUnwindSafe(|| job(&ctx))) {
+            Ok(r) => r,
+            Err(p) => {
+                let msg = p
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_else(|| "panic".into());
+                Err(anyhow!("{msg}"))
+            }
+        };
+        if let Err(e) = &r {
+            // Release the peers waiting on this rank in a collective.
+            ctx.comm.abort(&format!("{e:#}"));
+        }
+        if done.send((rank, r)).is_err() {
+            return;
+        }
+    }
+}
+
+impl Drop for RankPool {
+    fn drop(&mut self) {
+        let inner = self.inner.get_mut().unwrap_or_else(|e| e.into_inner());
+        let threads: Vec<_> = inner
+            .workers
+            .drain(..)
+            .map(|mut w| {
+                drop(w.jobs);
+                w.thread.take()
+            })
+            .collect();
+        for t in threads.into_iter().flatten() {
+            let _ = t.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tch::Kind;
+
+    fn pool(cfg: usize, sp: usize) -> RankPool {
+        let plan = ParallelPlan { cfg, sp };
+        RankPool::new(plan, vec![Device::Cpu; plan.ranks()]).unwrap()
+    }
+
+    #[test]
+    fn each_rank_runs_its_job_and_groups_exchange_within_themselves() {
+        let p = pool(2, 2);
+        assert_eq!(p.transport, Transport::Local);
+        let jobs = (0..4)
+            .map(|r| {
+                Some(Box::new(move |ctx: &RankCtx| {
+                    assert_eq!(ctx.rank, r);
+                    let mine = Tensor::from_slice(&[r as f32]);
+                    let all = ctx.comm.all_gather(&mine, &[vec![1], vec![1]])?;
+                    Ok(Tensor::cat(&all, 0))
+                }) as RankJob)
+            })
+            .collect();
+        let out = p.run(jobs).unwrap();
+        let got: Vec<Vec<f32>> = out.iter().map(|t| Vec::<f32>::try_from(t.as_ref().unwrap()).unwrap()).collect();
+        // Group 0 is ranks 0-1, group 1 ranks 2-3: each sees only its own group.
+        assert_eq!(got, vec![vec![0., 1.], vec![0., 1.], vec![2., 3.], vec![2., 3.]]);
+    }
+
+    #[test]
+    fn a_failing_or_panicking_rank_fails_the_forward_and_the_next_one_runs() {
+        let p = pool(1, 3);
+        let job = |fail: Option<bool>| -> Option<RankJob> {
+            Some(Box::new(move |ctx: &RankCtx| {
+                match fail {
+                    Some(true) => panic!("CUDA out of memory (simulated)"),
+                    Some(false) => anyhow::bail!("bad shape (simulated)"),
+                    None => {}
+                }
+                let t = Tensor::ones([2], (Kind::Float, Device::Cpu));
+                let all = ctx.comm.all_gather(&t, &vec![vec![2]; 3])?;
+                Ok(Tensor::cat(&all, 0))
+            }))
+        };
+        for fail in [true, false] {
+            let e = p.run(vec![job(None), job(Some(fail)), job(None)]).unwrap_err();
+            let e = format!("{e:#}");
+            assert!(e.contains("rank 1"), "{e}");
+            assert!(e.contains("simulated"), "{e}");
+            // The ranks that waited on rank 1 came back; the next forward works.
+            let out = p.run(vec![job(None), job(None), job(None)]).unwrap();
+            assert_eq!(out[2].as_ref().unwrap().sum(Kind::Float).double_value(&[]), 6.0);
+        }
+    }
+
+    #[test]
+    fn ranks_can_sit_a_forward_out() {
+        let p = pool(2, 1);
+        let job: RankJob = Box::new(|ctx: &RankCtx| Ok(Tensor::from_slice(&[ctx.rank as f32])));
+        let out = p.run(vec![Some(job), None]).unwrap();
+        assert!(out[0].is_some() && out[1].is_none());
+    }
+}
