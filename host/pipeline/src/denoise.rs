@@ -35,6 +35,11 @@ pub trait Denoiser: Send + Sync {
     }
     /// Latent shape `[1, C, F, H, W]` for a request.
     fn latent_shape(&self, req: &ResolvedRequest) -> Vec<i64>;
+    /// Whether the rows of one forward run side by side (CFG-parallel: each guidance group on
+    /// its own GPUs), so a request's branches should always come as one batch.
+    fn splits_batch(&self) -> bool {
+        false
+    }
 }
 
 /// The loop node. `contexts` maps each guidance branch name to the value holding its
@@ -145,15 +150,18 @@ pub fn seeded_noise(shape: &[i64], seed: u64, device: Device) -> Tensor {
 /// below that. On the CPU a batch of two costs two forwards plus copies: never.
 const BRANCH_BATCH_MAX_LATENTS: i64 = 1 << 20;
 
-fn batches_branches(device: Device, s: &DenoiseState) -> bool {
+fn batches_branches(denoiser: &dyn Denoiser, device: Device, s: &DenoiseState) -> bool {
     // FASTVIDEO_NO_BRANCH_BATCH=1: run the branches one by one (a diagnostic, for measuring).
     static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    device.is_cuda()
+    let batchable =
+        s.blocks.is_none() && s.contexts.len() > 1 && s.contexts.iter().all(|c| c.size() == s.contexts[0].size());
+    if denoiser.splits_batch() {
+        return batchable;
+    }
+    batchable
+        && device.is_cuda()
         && !*OFF.get_or_init(|| std::env::var_os("FASTVIDEO_NO_BRANCH_BATCH").is_some_and(|v| v != "0"))
-        && s.blocks.is_none()
-        && s.contexts.len() > 1
         && s.latents.numel() as i64 <= BRANCH_BATCH_MAX_LATENTS
-        && s.contexts.iter().all(|c| c.size() == s.contexts[0].size())
 }
 
 impl DenoiseState {
@@ -245,7 +253,7 @@ impl LoopStage for DenoiseLoop {
                 );
                 (out, 0)
             }
-            None if batches_branches(ctx.device, s) => {
+            None if batches_branches(self.denoiser.as_ref(), ctx.device, s) => {
                 let n = s.contexts.len();
                 let timestep = Tensor::from_slice(&vec![step.timestep; n]).to_device(ctx.device);
                 let x = Tensor::cat(&vec![&s.latents; n], 0);

@@ -15,7 +15,7 @@ use anyhow::{ensure, Result};
 use fastvideo_pipeline::kv_pool::{KvError, KvSession};
 use tch::{Device, Tensor};
 
-use crate::transformer::{Cross, Rope, WanTransformer3DModel};
+use crate::transformer::{Cross, Keys, Rope, WanTransformer3DModel};
 
 /// Where a chunk's self-attention keys and values come from and go to.
 pub trait FrameKv {
@@ -113,10 +113,9 @@ impl WanTransformer3DModel {
                 Cross::Kv(ck, cv),
                 &temb6,
                 &rope,
-                past.as_ref().map(|(k, v)| (k, v)),
-                None,
+                Keys::Local { past: past.as_ref().map(|(k, v)| (k, v)), mask: None },
                 commit,
-            );
+            )?;
             x = out;
             fresh.extend(own);
         }
@@ -163,7 +162,8 @@ impl WanTransformer3DModel {
         let context = self.text_context(context);
         let mut x = self.patchify(latents);
         for block in &self.blocks {
-            x = block.forward_with(&x, Cross::Text(&context), &temb6, &rope, None, Some(&mask), false).0;
+            let keys = Keys::Local { past: None, mask: Some(&mask) };
+            x = block.forward_with(&x, Cross::Text(&context), &temb6, &rope, keys, false)?.0;
         }
         Ok(self.head(&x, &temb, latents))
     }

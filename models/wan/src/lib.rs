@@ -8,6 +8,7 @@ pub mod causal;
 pub mod config;
 pub mod loader;
 pub mod nn;
+pub mod parallel;
 pub mod pipeline;
 pub mod rollout;
 pub mod scheduler;

@@ -4,7 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
+use fastvideo_parallel::ParallelPlan;
 use fastvideo_request::{Defaults, ModelLimits, TaskType};
 use fastvideo_torch::Precision;
 use serde::Deserialize;
@@ -12,6 +13,7 @@ use serde_json::Value;
 use tch::{Device, Kind};
 
 use crate::config::unsupported;
+use crate::parallel::ParallelTransformer;
 use crate::scheduler::{self, SchedulerDefaults};
 use crate::tokenizer::TextTokenizer;
 use crate::transformer::{TransformerConfig, WanTransformer3DModel};
@@ -82,6 +84,8 @@ pub struct WanModel {
     pub run: RunDefaults,
     pub device: Device,
     pub load_report: LoadReport,
+    /// The transformer over several ranks (`--gpus N --parallel …`); `None` runs it on `device`.
+    pub parallel: Option<Arc<ParallelTransformer>>,
 }
 
 fn component_class(dir: &Path, index: &serde_json::Map<String, Value>, name: &str) -> Result<String> {
@@ -200,7 +204,23 @@ impl WanModel {
             scheduler,
             run,
             device,
+            parallel: None,
         })
+    }
+
+    /// Runs the transformer over the ranks of `plan` on `devices` (rank 0 = this model's device;
+    /// `first` of [`ParallelPlan::devices`]). The other devices load the transformer's
+    /// checkpoint; the text encoder and VAE stay on rank 0.
+    pub fn parallelize(&mut self, plan: ParallelPlan, devices: Vec<Device>) -> Result<()> {
+        if plan.is_single() {
+            self.parallel = None;
+            return Ok(());
+        }
+        ensure!(devices.first() == Some(&self.device), "rank 0 must be the model's device {:?}", self.device);
+        let files = crate::parallel::transformer_checkpoint(&self.dir)?;
+        let p = ParallelTransformer::new(plan, devices, Arc::clone(&self.transformer), &files, &self.dir.join("transformer"))?;
+        self.parallel = Some(Arc::new(p));
+        Ok(())
     }
 
     /// What requests to this model may ask for, with its defaults.
@@ -247,6 +267,7 @@ impl WanModel {
             run: self.run.clone(),
             device: self.device,
             load_report: self.load_report.clone(),
+            parallel: self.parallel.clone(),
         }
     }
 

@@ -13,6 +13,7 @@ use fastvideo_request::{ResolvedRequest, TaskType, VideoArtifact};
 use tch::{Device, Kind, Tensor};
 
 use crate::loader::WanModel;
+use crate::parallel::ParallelTransformer;
 use crate::tokenizer::TextTokenizer;
 use crate::transformer::WanTransformer3DModel;
 use crate::umt5::Umt5Encoder;
@@ -89,6 +90,8 @@ fn node_param_usize(req: &ResolvedRequest, node: &str, key: &str) -> Result<Opti
 /// The transformer as the loop's denoiser.
 struct WanDenoiser {
     transformer: Arc<WanTransformer3DModel>,
+    /// The same transformer over several ranks, when the model runs parallel.
+    parallel: Option<Arc<ParallelTransformer>>,
     z_dim: i64,
     temporal: i64,
     spatial: i64,
@@ -96,7 +99,10 @@ struct WanDenoiser {
 
 impl Denoiser for WanDenoiser {
     fn forward(&self, latents: &Tensor, timestep: &Tensor, context: &Tensor) -> Result<Tensor> {
-        self.transformer.forward(latents, timestep, context)
+        match &self.parallel {
+            Some(p) => p.forward(latents, timestep, context),
+            None => self.transformer.forward(latents, timestep, context),
+        }
     }
     fn forward_hooked(
         &self,
@@ -105,7 +111,11 @@ impl Denoiser for WanDenoiser {
         context: &Tensor,
         hook: &mut dyn BlockHook,
     ) -> Result<Tensor> {
+        ensure!(self.parallel.is_none(), "a block policy cannot run on a parallel transformer");
         self.transformer.forward_hooked(latents, timestep, context, Some(hook))
+    }
+    fn splits_batch(&self) -> bool {
+        self.parallel.as_ref().is_some_and(|p| p.plan().cfg > 1)
     }
     fn latent_shape(&self, req: &ResolvedRequest) -> Vec<i64> {
         let f = (req.num_frames as i64 - 1) / self.temporal + 1;
@@ -165,8 +175,16 @@ pub fn text_to_video(model: &WanModel, guidance: Arc<dyn Guidance>) -> Result<Pi
 /// step interceptor in the denoise loop, and observers watching each request.
 pub fn text_to_video_with(model: &WanModel, policies: LoopPolicies) -> Result<PipelineSpec> {
     let LoopPolicies { guidance, blocks, steps, observers, rewards } = policies;
+    if let (Some(p), Some(_)) = (&model.parallel, &blocks) {
+        anyhow::bail!(
+            "a block policy (block cache) needs the whole block loop on one device; it cannot run with --gpus {} \
+             (deploy without it, or run on one GPU)",
+            p.plan().ranks()
+        );
+    }
     let denoiser = WanDenoiser {
         transformer: Arc::clone(&model.transformer),
+        parallel: model.parallel.clone(),
         z_dim: model.vae.cfg.z_dim,
         temporal: model.vae.cfg.temporal_factor(),
         spatial: model.vae.cfg.spatial_factor(),

@@ -1,19 +1,27 @@
-//! Ulysses sequence parallelism (issue 18, groundwork): the sharding and reassembly around the
-//! transformer's self-attention when a step is split over `degree` ranks.
+//! Ulysses sequence parallelism: the exchanges around the transformer's self-attention when a
+//! step is split over the ranks of a group.
 //!
 //! Every rank holds a contiguous slice of the token sequence for everything but attention
-//! (norms, modulation, feed-forward and cross-attention are per token). Around self-attention an
-//! all-to-all turns "my tokens, all heads" into "all tokens, my heads", each rank attends over
-//! the whole sequence for its heads, and a second all-to-all turns it back. These functions are
-//! the exchanges as pure functions over every rank's tensors — what NCCL's all-to-all computes —
-//! so the layout logic is tested on the CPU against the unsharded attention; a multi-GPU backend
-//! runs the same per-rank slicing with the collective in the middle.
+//! (norms, modulation, feed-forward, cross-attention and the output head are per token). Around
+//! self-attention one all-to-all turns "my tokens, all heads" into "all tokens, my heads" (q, k
+//! and v in one exchange), each rank attends over the whole sequence with its heads, and a
+//! second all-to-all turns the output back. Heads must divide evenly; tokens need not (the first
+//! `N mod d` ranks hold one more), so any grid works at any degree that divides the heads.
+
+use std::sync::Arc;
 
 use anyhow::{bail, Result};
+use fastvideo_parallel::Communicator;
 use tch::Tensor;
 
-/// Checks that `degree` ranks can split `heads` attention heads and `tokens` tokens evenly; the
-/// error says which does not divide (`--gpus` and `--parallel sp` report it as is).
+/// Tokens of each rank when `degree` ranks split `tokens`: contiguous, sizes differing by at
+/// most one (the first `tokens mod degree` ranks take the extra ones).
+pub fn split_counts(tokens: i64, degree: i64) -> Vec<i64> {
+    (0..degree).map(|r| tokens / degree + i64::from(r < tokens % degree)).collect()
+}
+
+/// Checks that `degree` ranks can split `heads` attention heads evenly and that each gets a
+/// token; the error names what does not fit.
 pub fn check_degree(degree: i64, heads: i64, tokens: i64) -> Result<()> {
     if degree < 1 {
         bail!("sequence parallel degree {degree} must be at least 1");
@@ -21,61 +29,87 @@ pub fn check_degree(degree: i64, heads: i64, tokens: i64) -> Result<()> {
     if heads % degree != 0 {
         bail!("sequence parallel degree {degree} does not divide the model's {heads} attention heads");
     }
-    if tokens % degree != 0 {
-        bail!("sequence parallel degree {degree} does not divide the request's {tokens} tokens");
+    if tokens < degree {
+        bail!("sequence parallel degree {degree} exceeds the request's {tokens} tokens");
     }
     Ok(())
 }
 
-/// Rank `r`'s slice of the sequence (dim 1 of `[B, N, …]`), for every rank.
-pub fn shard_sequence(x: &Tensor, degree: i64) -> Vec<Tensor> {
-    x.chunk(degree, 1)
+/// One rank's slice of a sequence split over its group.
+pub struct SequenceShard {
+    comm: Arc<dyn Communicator>,
+    counts: Vec<i64>,
+    heads: i64,
 }
 
-/// The sequence back from every rank's slice.
-pub fn gather_sequence(shards: &[Tensor]) -> Tensor {
-    Tensor::cat(shards, 1)
+impl SequenceShard {
+    /// The slice rank `comm.rank()` holds of `tokens` tokens, for a model with `heads` heads.
+    pub fn new(comm: Arc<dyn Communicator>, tokens: i64, heads: i64) -> Result<Self> {
+        let degree = comm.size() as i64;
+        check_degree(degree, heads, tokens)?;
+        Ok(Self { counts: split_counts(tokens, degree), comm, heads })
+    }
+
+    pub fn rank(&self) -> usize {
+        self.comm.rank()
+    }
+
+    /// First token of this rank's slice.
+    pub fn start(&self) -> i64 {
+        self.counts[..self.rank()].iter().sum()
+    }
+
+    /// Tokens in this rank's slice.
+    pub fn len(&self) -> i64 {
+        self.counts[self.rank()]
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
-/// An all-to-all over every rank's tensor: rank `r` splits its tensor into `d` pieces along
-/// `split` and sends piece `j` to rank `j`; each rank concatenates what it receives, in rank
-/// order, along `join`.
-fn all_to_all(shards: &[Tensor], split: i64, join: i64) -> Vec<Tensor> {
-    let d = shards.len();
-    let pieces: Vec<Vec<Tensor>> = shards.iter().map(|s| s.chunk(d as i64, split)).collect();
-    (0..d).map(|r| Tensor::cat(&pieces.iter().map(|p| p[r].shallow_clone()).collect::<Vec<_>>(), join)).collect()
-}
-
-/// First all-to-all: each rank's `[B, N/d, H, D]` (its tokens, all heads) to `[B, N, H/d, D]`
-/// (all tokens, its heads). Rank `r` receives head group `r` from every rank, in rank order.
-pub fn sequence_to_heads(shards: &[Tensor]) -> Vec<Tensor> {
-    all_to_all(shards, 2, 1)
-}
-
-/// Second all-to-all, the inverse: each rank's `[B, N, H/d, D]` back to `[B, N/d, H, D]`.
-pub fn heads_to_sequence(shards: &[Tensor]) -> Vec<Tensor> {
-    all_to_all(shards, 1, 2)
-}
-
-/// Attention of `[B, N, H, D]` queries over keys and values of the same layout.
-fn attend(q: &Tensor, k: &Tensor, v: &Tensor) -> Tensor {
-    // SDPA wants [B, H, N, D].
-    let t = |x: &Tensor| x.transpose(1, 2);
-    Tensor::scaled_dot_product_attention(&t(q), &t(k), &t(v), None::<Tensor>, 0.0, false, None, false).transpose(1, 2)
-}
-
-/// Self-attention of `[B, N, H, D]` queries, keys and values held sequence-sharded by `degree`
-/// ranks (given as every rank's slices), the Ulysses way: all-to-all to heads, attention per
-/// rank over the whole sequence, all-to-all back. Returns every rank's `[B, N/d, H, D]` output.
-pub fn ulysses_attention(q: &[Tensor], k: &[Tensor], v: &[Tensor]) -> Vec<Tensor> {
-    let (q, k, v) = (sequence_to_heads(q), sequence_to_heads(k), sequence_to_heads(v));
-    let out: Vec<Tensor> = q.iter().zip(&k).zip(&v).map(|((q, k), v)| attend(q, k, v)).collect();
-    heads_to_sequence(&out)
+/// Self-attention of this rank's `[B, n, H·D]` queries, keys and values (q and k normalised and
+/// rotated) over the whole sequence, the Ulysses way. Returns `[B, H, n, D]` (what
+/// [`merge_heads`](crate::nn::merge_heads) takes).
+pub fn ulysses_attention(q: &Tensor, k: &Tensor, v: &Tensor, heads: i64, shard: &SequenceShard) -> Result<Tensor> {
+    anyhow::ensure!(heads == shard.heads, "attention with {heads} heads on a shard made for {}", shard.heads);
+    let (b, n, hd_all) = q.size3()?;
+    let degree = shard.counts.len() as i64;
+    let (group, hd) = (heads / degree, hd_all / heads);
+    let [q, k, v] = [q, k, v].map(|t| t.view([b, n, heads, hd]));
+    // Head group j of my tokens goes to rank j; rank i's tokens of my head group come back.
+    let send: Vec<Tensor> = (0..degree)
+        .map(|j| {
+            let part = |t: &Tensor| t.narrow(2, j * group, group);
+            Tensor::stack(&[part(&q), part(&k), part(&v)], 0)
+        })
+        .collect();
+    let shapes: Vec<Vec<i64>> = shard.counts.iter().map(|&c| vec![3, b, c, group, hd]).collect();
+    let qkv = Tensor::cat(&shard.comm.all_to_all(&send, &shapes)?, 2); // [3, B, N, group, D]
+    drop(send);
+    let t = |i: i64| qkv.get(i).transpose(1, 2); // [B, group, N, D]
+    let o = Tensor::scaled_dot_product_attention(&t(0), &t(1), &t(2), None::<Tensor>, 0.0, false, None, false);
+    drop(qkv);
+    // My head group of rank j's tokens goes back to rank j; every head group of mine comes back.
+    let mut start = 0;
+    let send: Vec<Tensor> = shard
+        .counts
+        .iter()
+        .map(|&c| {
+            let piece = o.narrow(2, start, c).contiguous();
+            start += c;
+            piece
+        })
+        .collect();
+    let shapes: Vec<Vec<i64>> = shard.counts.iter().map(|_| vec![b, group, n, hd]).collect();
+    Ok(Tensor::cat(&shard.comm.all_to_all(&send, &shapes)?, 1))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fastvideo_parallel::local;
     use tch::{Device, Kind};
 
     fn randn(shape: &[i64]) -> Tensor {
@@ -83,33 +117,38 @@ mod tests {
     }
 
     #[test]
-    fn the_exchanges_are_inverse_and_move_the_right_slices() {
-        tch::manual_seed(1);
-        let x = randn(&[1, 12, 4, 3]);
-        let shards = shard_sequence(&x, 2);
-        let heads = sequence_to_heads(&shards);
-        // Rank 1 holds every token of heads 2..4.
-        assert_eq!(heads[1].size(), [1, 12, 2, 3]);
-        assert!(heads[1].equal(&x.narrow(2, 2, 2)));
-        let back = heads_to_sequence(&heads);
-        assert!(gather_sequence(&back).equal(&x), "the round trip is exact");
+    fn counts_cover_the_sequence_in_order() {
+        assert_eq!(split_counts(10, 4), vec![3, 3, 2, 2]);
+        assert_eq!(split_counts(8, 4), vec![2, 2, 2, 2]);
+        assert_eq!(split_counts(10, 4).iter().sum::<i64>(), 10);
     }
 
     #[test]
-    fn sharded_attention_equals_the_unsharded_forward() {
-        // Wan-like: 12 heads of 16, a sequence that degrees 2, 3, 4 and 6 divide.
+    fn sharded_attention_equals_the_unsharded_attention() {
+        // Wan-like: 12 heads of 16; 50 tokens, which 3, 4 and 6 do not divide.
         tch::manual_seed(2);
-        let (q, k, v) = (randn(&[1, 48, 12, 16]), randn(&[1, 48, 12, 16]), randn(&[1, 48, 12, 16]));
-        let want = attend(&q, &k, &v);
+        let (heads, tokens) = (12, 50);
+        let (q, k, v) = (randn(&[2, tokens, heads * 16]), randn(&[2, tokens, heads * 16]), randn(&[2, tokens, heads * 16]));
+        let split = |t: &Tensor| t.view([2, tokens, heads, 16]).transpose(1, 2);
+        let want = Tensor::scaled_dot_product_attention(&split(&q), &split(&k), &split(&v), None::<Tensor>, 0.0, false, None, false);
         for degree in [1, 2, 3, 4, 6] {
-            check_degree(degree, 12, 48).unwrap();
-            let out = ulysses_attention(
-                &shard_sequence(&q, degree),
-                &shard_sequence(&k, degree),
-                &shard_sequence(&v, degree),
-            );
-            assert_eq!(out.len(), degree as usize);
-            let got = gather_sequence(&out);
+            let comms: Vec<Arc<dyn Communicator>> =
+                local::group(&vec![Device::Cpu; degree]).into_iter().map(|c| Arc::new(c) as _).collect();
+            let outs: Vec<Tensor> = std::thread::scope(|s| {
+                let handles: Vec<_> = comms
+                    .iter()
+                    .map(|c| {
+                        let (q, k, v) = (q.shallow_clone(), k.shallow_clone(), v.shallow_clone());
+                        s.spawn(move || {
+                            let shard = SequenceShard::new(Arc::clone(c), tokens, heads).unwrap();
+                            let mine = |t: &Tensor| t.narrow(1, shard.start(), shard.len());
+                            ulysses_attention(&mine(&q), &mine(&k), &mine(&v), heads, &shard).unwrap()
+                        })
+                    })
+                    .collect();
+                handles.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            let got = Tensor::cat(&outs, 2);
             let err = (&got - &want).abs().max().double_value(&[]);
             // Each rank runs the same attention over the same rows: fp32 rounding only.
             assert!(err < 1e-6, "degree {degree}: max |sharded - unsharded| = {err}");
@@ -117,11 +156,12 @@ mod tests {
     }
 
     #[test]
-    fn degrees_that_do_not_divide_are_refused_naming_what() {
+    fn degrees_that_do_not_fit_are_refused_naming_what() {
         let e = check_degree(5, 12, 40).unwrap_err().to_string();
         assert!(e.contains("12 attention heads"), "{e}");
-        let e = check_degree(4, 12, 42).unwrap_err().to_string();
-        assert!(e.contains("42 tokens"), "{e}");
+        let e = check_degree(4, 12, 3).unwrap_err().to_string();
+        assert!(e.contains("3 tokens"), "{e}");
         assert!(check_degree(0, 12, 48).is_err());
+        check_degree(4, 12, 42).unwrap();
     }
 }

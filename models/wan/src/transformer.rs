@@ -4,7 +4,7 @@
 //! adaLN output head and unpatchify. Module names equal checkpoint keys.
 
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use anyhow::{ensure, Result};
 use fastvideo_pipeline::{BlockAction, BlockHook};
@@ -13,6 +13,8 @@ use tch::{Device, Kind, Tensor};
 
 use crate::config::{read_config, unsupported};
 use crate::nn::{merge_heads, split_heads, Linear};
+use crate::sequence_parallel::{ulysses_attention, SequenceShard};
+use fastvideo_parallel::Communicator;
 use crate::weights::Weights;
 
 /// `transformer/config.json`. Defaults are Wan2.1-T2V-14B's (diffusers class defaults).
@@ -119,17 +121,9 @@ impl SelfAttention {
 
     /// Returns the output and, with `keep_kv`, this input's keys (normalised, rotated) and values
     /// for a causal rollout to keep (otherwise they are freed at once: held through the rest of the
-    /// block they cost 0.3 GiB of peak memory at 480x832x81). `past` keys/values of earlier frames
-    /// are attended before this input's own; `mask` (`[N, M]`, true = attend) restricts which
-    /// keys each query sees.
-    fn forward(
-        &self,
-        x: &Tensor,
-        rope: &Rope,
-        past: Option<(&Tensor, &Tensor)>,
-        mask: Option<&Tensor>,
-        keep_kv: bool,
-    ) -> (Tensor, Option<KeyValues>) {
+    /// block they cost 0.3 GiB of peak memory at 480x832x81). `keys` says what else is attended:
+    /// earlier frames and a mask, or the rest of a sequence other ranks hold.
+    fn forward(&self, x: &Tensor, rope: &Rope, keys: Keys, keep_kv: bool) -> Result<(Tensor, Option<KeyValues>)> {
         let d = self.norm_q.size()[0];
         // Each intermediate is freed as soon as it is used (the fused projection right after the
         // norm, q/k/v before the output projection): at 32,760 tokens each is 0.1-0.2 GiB, and
@@ -146,16 +140,17 @@ impl SelfAttention {
             (qk.pop().expect("q"), k)
         };
         let v = self.to_v.forward(x);
-        let o = match past {
-            Some((pk, pv)) => {
+        let o = match keys {
+            Keys::Local { past: Some((pk, pv)), mask } => {
                 let (keys, values) = (Tensor::cat(&[pk, &k], 1), Tensor::cat(&[pv, &v], 1));
                 attention(&q, &keys, &values, self.heads, mask)
             }
-            None => attention(&q, &k, &v, self.heads, mask),
+            Keys::Local { past: None, mask } => attention(&q, &k, &v, self.heads, mask),
+            Keys::Sharded(shard) => ulysses_attention(&q, &k, &v, self.heads, shard)?,
         };
         drop(q);
         let kept = keep_kv.then_some((k, v));
-        (self.to_out.forward(&merge_heads(&o)), kept)
+        Ok((self.to_out.forward(&merge_heads(&o)), kept))
     }
 }
 
@@ -211,6 +206,21 @@ impl CrossAttention {
 
 /// A self-attention's keys and values (`[B, N, H*D]` each).
 pub type KeyValues = (Tensor, Tensor);
+
+/// What a self-attention attends to besides its own input's keys.
+#[derive(Clone, Copy)]
+pub enum Keys<'a> {
+    /// Keys/values of earlier frames (attended before this input's own; a causal rollout's) and
+    /// a mask (`[N, M]`, true = attend) restricting which keys each query sees.
+    Local { past: Option<(&'a Tensor, &'a Tensor)>, mask: Option<&'a Tensor> },
+    /// The whole sequence, of which this rank holds one slice (Ulysses sequence parallelism).
+    Sharded(&'a SequenceShard),
+}
+
+impl Keys<'_> {
+    /// The input's own keys only.
+    pub const OWN: Keys<'static> = Keys::Local { past: None, mask: None };
+}
 
 /// What the cross-attention attends to: the projected text, or its keys and values computed
 /// once (a causal session's).
@@ -278,6 +288,11 @@ impl Rope {
     fn shallow_clone(&self) -> Self {
         Self { cos: self.cos.shallow_clone(), sin: self.sin.shallow_clone() }
     }
+
+    /// The tables of tokens `start..start + len` (a sequence-parallel rank's slice).
+    fn rows(&self, start: i64, len: i64) -> Self {
+        Self { cos: self.cos.narrow(0, start, len), sin: self.sin.narrow(0, start, len) }
+    }
 }
 
 /// One `WanTransformerBlock`. The modulation table and the cross-attention norm stay float32
@@ -313,25 +328,25 @@ impl Block {
         })
     }
 
-    /// `temb6` is the per-sample modulation `[B, 6, dim]` (any dtype; added to the table in fp32).
-    pub fn forward(&self, x: &Tensor, context: &Tensor, temb6: &Tensor, rope: &Rope) -> Tensor {
-        self.forward_with(x, Cross::Text(context), temb6, rope, None, None, false).0
+    /// One block over `inputs`: `temb6` is the per-sample modulation `[B, 6, dim]` (any dtype;
+    /// added to the table in fp32), `shard` a sequence-parallel rank's slice, if any.
+    pub fn forward(&self, x: &Tensor, inputs: &BlockInputs) -> Result<Tensor> {
+        let keys = inputs.shard.map_or(Keys::OWN, Keys::Sharded);
+        Ok(self.forward_with(x, Cross::Text(inputs.context), inputs.temb6, inputs.rope, keys, false)?.0)
     }
 
     /// The block with what a causal rollout needs: `temb6` may be per token (`[B, N, 6, dim]`, one
-    /// timestep per frame), `past`/`mask` go to the self-attention, and with `keep_kv` the
+    /// timestep per frame), `keys` go to the self-attention, and with `keep_kv` the
     /// self-attention's keys and values come back beside the output.
-    #[allow(clippy::too_many_arguments)]
     pub fn forward_with(
         &self,
         x: &Tensor,
         context: Cross,
         temb6: &Tensor,
         rope: &Rope,
-        past: Option<(&Tensor, &Tensor)>,
-        mask: Option<&Tensor>,
+        keys: Keys,
         keep_kv: bool,
-    ) -> (Tensor, Option<KeyValues>) {
+    ) -> Result<(Tensor, Option<KeyValues>)> {
         use fastvideo_kernels::{gated_residual, layer_norm_modulate, residual_layer_norm_modulate, LayerNormSpec};
         let m = modulation(&self.scale_shift_table, temb6, 6);
         let (shift, scale, gate, c_shift, c_scale, c_gate) = (&m[0], &m[1], &m[2], &m[3], &m[4], &m[5]);
@@ -340,7 +355,7 @@ impl Block {
         // at 32,760 tokens each is 0.1 GiB, the FFN's 0.55 GiB, and live ones add up in the peak.
         let (a, kv) = {
             let h = layer_norm_modulate(x, &LayerNormSpec { eps, affine: None, modulation: Some((scale, shift)) });
-            self.attn1.forward(&h, rope, past, mask, keep_kv)
+            self.attn1.forward(&h, rope, keys, keep_kv)?
         };
         let (x1, h) = match &self.norm2 {
             Some((w, b)) => residual_layer_norm_modulate(
@@ -369,7 +384,7 @@ impl Block {
         drop(h);
         let ff = self.ffn_out.forward(&g);
         drop(g);
-        (gated_residual(&x2, &ff, Some(c_gate)), kv)
+        Ok((gated_residual(&x2, &ff, Some(c_gate)), kv))
     }
 }
 
@@ -389,6 +404,8 @@ pub struct BlockInputs<'a> {
     pub context: &'a Tensor,
     pub temb6: &'a Tensor,
     pub rope: &'a Rope,
+    /// The sequence-parallel slice this rank holds (`rope` is already its rows), if any.
+    pub shard: Option<&'a SequenceShard>,
 }
 
 /// The Wan 2.1 diffusion transformer.
@@ -473,14 +490,14 @@ impl WanTransformer3DModel {
         let n = self.blocks.len();
         let Some(hook) = hook else {
             for block in &self.blocks {
-                x = block.forward(&x, inputs.context, inputs.temb6, inputs.rope);
+                x = block.forward(&x, inputs)?;
             }
             return Ok(x);
         };
         hook.begin(n)?;
         let mut i = 0;
         while i < n {
-            let out = self.blocks[i].forward(&x, inputs.context, inputs.temb6, inputs.rope);
+            let out = self.blocks[i].forward(&x, inputs)?;
             match hook.after_block(i, &x, &out)? {
                 BlockAction::Proceed => {
                     x = out;
@@ -517,6 +534,18 @@ impl WanTransformer3DModel {
         context: &Tensor,
         hook: Option<&mut dyn BlockHook>,
     ) -> Result<Tensor> {
+        self.check_inputs(latents, timestep, context)?;
+        let [_, f, h, w] = self.grid(latents);
+        let rope = self.rope(f, h, w, latents.device());
+        let x = self.patchify(latents);
+        let (temb, temb6) = self.time_embedding(timestep);
+        let context = self.text_context(context);
+        let x = self.run_blocks(x, &BlockInputs { context: &context, temb6: &temb6, rope: &rope, shard: None }, hook)?;
+        Ok(self.head(&x, &temb, latents))
+    }
+
+    /// Shapes of a forward's inputs, and the grid against the rotary table's length.
+    fn check_inputs(&self, latents: &Tensor, timestep: &Tensor, context: &Tensor) -> Result<()> {
         let s = latents.size();
         let [pt, ph, pw] = self.cfg.patch_size;
         ensure!(
@@ -539,12 +568,32 @@ impl WanTransformer3DModel {
             "transformer: grid {f}x{h}x{w} exceeds rope_max_seq_len {}",
             self.cfg.rope_max_seq_len
         );
-        let rope = self.rope(f, h, w, latents.device());
-        let x = self.patchify(latents);
+        Ok(())
+    }
+
+    /// One rank's part of a sequence-parallel forward: the same inputs as
+    /// [`forward`](Self::forward) on every rank of the group, this rank's slice of the tokens
+    /// through the blocks (exchanging with the others around self-attention), and its slice of
+    /// the output tokens `[B, n, C·pt·ph·pw]` back, for [`unpatchify`](Self::unpatchify) once the
+    /// slices are joined in rank order.
+    pub fn forward_rank(
+        &self,
+        latents: &Tensor,
+        timestep: &Tensor,
+        context: &Tensor,
+        comm: Arc<dyn Communicator>,
+    ) -> Result<Tensor> {
+        self.check_inputs(latents, timestep, context)?;
+        let [_, f, h, w] = self.grid(latents);
+        let shard = SequenceShard::new(comm, f * h * w, self.cfg.num_attention_heads)?;
+        let (start, len) = (shard.start(), shard.len());
+        let rope = self.rope(f, h, w, latents.device()).rows(start, len);
+        let x = self.patchify(latents).narrow(1, start, len);
         let (temb, temb6) = self.time_embedding(timestep);
         let context = self.text_context(context);
-        let x = self.run_blocks(x, &BlockInputs { context: &context, temb6: &temb6, rope: &rope }, hook)?;
-        Ok(self.head(&x, &temb, latents))
+        let inputs = BlockInputs { context: &context, temb6: &temb6, rope: &rope, shard: Some(&shard) };
+        let x = self.run_blocks(x, &inputs, None)?;
+        Ok(self.head_tokens(&x, &temb))
     }
 
     /// `[B, F, H, W]` of the token grid (after patching) of `latents [B, C, F·pt, H·ph, W·pw]`.
@@ -605,14 +654,24 @@ impl WanTransformer3DModel {
     /// Output norm, projection and unpatchify back to `like`'s shape and dtype. `temb` is
     /// `[B, dim]`, or `[B, N, dim]` per token.
     pub(crate) fn head(&self, x: &Tensor, temb: &Tensor, like: &Tensor) -> Tensor {
-        let [b, f, h, w] = self.grid(like);
-        let [pt, ph, pw] = self.cfg.patch_size;
+        self.unpatchify(&self.head_tokens(x, temb), like)
+    }
+
+    /// Output norm and projection, per token: `[B, n, dim]` → `[B, n, C·pt·ph·pw]`.
+    fn head_tokens(&self, x: &Tensor, temb: &Tensor) -> Tensor {
         let temb = if temb.dim() == 2 { temb.unsqueeze(1) } else { temb.shallow_clone() };
         let m = modulation(&self.scale_shift_table, &temb.unsqueeze(2), 2);
         let spec =
             fastvideo_kernels::LayerNormSpec { eps: self.cfg.eps, affine: None, modulation: Some((&m[1], &m[0])) };
         let x = fastvideo_kernels::layer_norm_modulate(x, &spec);
-        let x = self.proj_out.forward(&x).to_kind(like.kind());
+        self.proj_out.forward(&x)
+    }
+
+    /// Output tokens `[B, N, C·pt·ph·pw]` back to `like`'s shape `[B, C, F, H, W]` and dtype.
+    pub fn unpatchify(&self, tokens: &Tensor, like: &Tensor) -> Tensor {
+        let [b, f, h, w] = self.grid(like);
+        let [pt, ph, pw] = self.cfg.patch_size;
+        let x = tokens.to_kind(like.kind());
         let x = x.view(&[b, f, h, w, pt, ph, pw, -1][..]).permute([0, 7, 1, 4, 2, 5, 3, 6]);
         x.reshape([b, -1, f * pt, h * ph, w * pw])
     }

@@ -80,8 +80,12 @@ impl WanWeightLoader {
 
 impl WeightLoader for WanWeightLoader {
     fn load(&self, path: &Path) -> Result<PipelineSpec> {
-        let t = load_transformer(&self.model, path)?;
-        let model = WanModel { transformer: Arc::new(t), ..self.model.share() };
+        let t = Arc::new(load_transformer(&self.model, path)?);
+        let parallel = match &self.model.parallel {
+            Some(p) => Some(Arc::new(p.with_weights(Arc::clone(&t), &transformer_files(path)?, path)?)),
+            None => None,
+        };
+        let model = WanModel { transformer: t, parallel, ..self.model.share() };
         text_to_video_with(&model, self.policies.clone())
     }
 
