@@ -128,3 +128,21 @@ impl PrecisionArgs {
         fastvideo_wan::LoadOptions { device, dtype: self.dtype, vae_dtype: self.vae_dtype }
     }
 }
+
+/// Several GPUs for one model: shared by `generate` and `serve`.
+#[derive(Args, Clone)]
+pub struct ParallelArgs {
+    /// GPUs to split each denoising step over (rank 0 is --device, the others follow it).
+    #[arg(long, default_value_t = 1)]
+    pub gpus: usize,
+    /// How the GPUs split a step: cfg (the two guidance branches side by side), sp (the token
+    /// sequence, Ulysses) or cfg+sp.
+    #[arg(long)]
+    pub parallel: Option<fastvideo_parallel::ParallelMode>,
+}
+
+impl ParallelArgs {
+    pub fn apply(&self, model: &mut fastvideo_wan::WanModel) -> anyhow::Result<()> {
+        fastvideo_wan::parallel::setup(model, self.gpus, self.parallel)
+    }
+}

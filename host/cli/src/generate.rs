@@ -11,7 +11,7 @@ use fastvideo_pipeline::{LoopPolicies, PipelineRun, Values};
 use fastvideo_plugin_host::{Binding, Deployment};
 use fastvideo_request::{InputPart, OmniRequest, TextRole};
 
-use crate::args::{PluginArgs, PrecisionArgs, SamplingArgs};
+use crate::args::{ParallelArgs, PluginArgs, PrecisionArgs, SamplingArgs};
 use fastvideo_wan::pipeline;
 
 use crate::progress::Progress;
@@ -67,6 +67,8 @@ pub struct GenerateArgs {
     plugins: PluginArgs,
     #[command(flatten)]
     precision: PrecisionArgs,
+    #[command(flatten)]
+    parallel: ParallelArgs,
 }
 
 /// The loop policies of a run from its deploy, after checking each request's plugin
@@ -160,7 +162,8 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         None => crate::default_model::locate()?,
     };
     let t0 = Instant::now();
-    let model = args.precision.load(&model_dir, device)?;
+    let mut model = args.precision.load(&model_dir, device)?;
+    args.parallel.apply(&mut model)?;
     let load_s = t0.elapsed().as_secs_f64();
     let req = request(&args).resolve(&model.limits(), random_seed)?;
     if !args.quiet {
@@ -171,6 +174,9 @@ pub fn run(args: GenerateArgs) -> Result<()> {
             fastvideo_torch::kind_name(r.transformer_dtype),
             fastvideo_torch::kind_name(r.vae_dtype)
         );
+        if let Some(p) = &model.parallel {
+            eprintln!("parallel: {:?} over {:?}", p.plan(), p.devices());
+        }
         if let Some(d) = &model.run.description {
             eprintln!("note: {d}");
         }

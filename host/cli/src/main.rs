@@ -3,6 +3,7 @@
 
 mod args;
 mod bench;
+mod bench_parallel;
 mod dataset;
 mod default_model;
 mod eval;
@@ -37,6 +38,8 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Time a model's components at one shape (forward, CFG step, text encode, VAE decode).
     Bench(bench::BenchArgs),
+    /// Time one CFG step of the transformer split over GPUs, for each parallel layout.
+    BenchParallel(bench_parallel::BenchParallelArgs),
     /// Roll out the world model under a list of actions and write the MP4.
     World(world::WorldArgs),
     /// Inspect and build Wasm plugins.
@@ -70,6 +73,7 @@ fn main() -> ExitCode {
         Command::Eval(args) => eval::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::BenchParallel(args) => bench_parallel::run(args),
         Command::Plugin(cmd) => plugin::run(cmd),
         Command::Workflow(cmd) => workflow::run(cmd),
     };

@@ -133,6 +133,8 @@ pub struct ServeArgs {
     comfy_dir: Option<PathBuf>,
     #[command(flatten)]
     precision: crate::args::PrecisionArgs,
+    #[command(flatten)]
+    parallel: crate::args::ParallelArgs,
 }
 
 /// The data directory (`None` with `--ephemeral`).
@@ -282,7 +284,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
         Some(m) => (m.clone(), m.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or("model".into())),
         None => (crate::default_model::locate()?, "fastvideo-default".to_string()),
     };
-    let model = args.precision.load(&model_dir, device)?;
+    let mut model = args.precision.load(&model_dir, device)?;
+    args.parallel.apply(&mut model)?;
     let deploy = match &args.deploy {
         Some(p) => Some(Arc::new(Deployment::load(p).with_context(|| format!("--deploy {}", p.display()))?)),
         None => None,

@@ -9,6 +9,7 @@ pub mod config;
 pub mod loader;
 pub mod nn;
 pub mod parallel;
+pub mod parallel_bench;
 pub mod pipeline;
 pub mod rollout;
 pub mod scheduler;

@@ -218,7 +218,8 @@ impl WanModel {
         }
         ensure!(devices.first() == Some(&self.device), "rank 0 must be the model's device {:?}", self.device);
         let files = crate::parallel::transformer_checkpoint(&self.dir)?;
-        let p = ParallelTransformer::new(plan, devices, Arc::clone(&self.transformer), &files, &self.dir.join("transformer"))?;
+        let load = crate::parallel::load_from_files(&self.transformer, files, self.dir.join("transformer"));
+        let p = ParallelTransformer::new(plan, devices, Arc::clone(&self.transformer), &load)?;
         self.parallel = Some(Arc::new(p));
         Ok(())
     }

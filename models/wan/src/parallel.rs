@@ -5,15 +5,15 @@
 //! guiders, samplers and cancellation are unchanged, and every unit is decided there once.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use fastvideo_parallel::{ParallelPlan, RankJob, RankPool};
-use tch::{Device, Kind, Tensor};
+use tch::{Device, Tensor};
 
 use crate::sequence_parallel::split_counts;
-use crate::transformer::{TransformerConfig, WanTransformer3DModel};
+use crate::transformer::WanTransformer3DModel;
 use crate::weights::{checkpoint_files, Weights};
 
 /// The transformer's replicas (one per device; ranks on one device share it) and the rank
@@ -24,19 +24,19 @@ pub struct ParallelTransformer {
 }
 
 impl ParallelTransformer {
-    /// `first` is the loaded transformer (on rank 0's device); the other devices load the same
-    /// checkpoint `files` in the same dtype.
-    pub fn new(plan: ParallelPlan, devices: Vec<Device>, first: Arc<WanTransformer3DModel>, files: &[std::path::PathBuf], origin: &Path) -> Result<Self> {
+    /// `first` is the loaded transformer (on rank 0's device); `load` makes the same
+    /// transformer on each other device (once per device: ranks on one device share it).
+    pub fn new(plan: ParallelPlan, devices: Vec<Device>, first: Arc<WanTransformer3DModel>, load: &LoadOn<'_>) -> Result<Self> {
         plan.check_heads(first.cfg.num_attention_heads)?;
-        let replicas = replicas(&devices, first, files, origin)?;
+        let replicas = replicas(&devices, first, load)?;
         let pool = Arc::new(RankPool::new(plan, devices)?);
         Ok(Self { pool, replicas })
     }
 
     /// The same ranks with other weights (a weight update): the workers and their
     /// communicators are kept.
-    pub fn with_weights(&self, first: Arc<WanTransformer3DModel>, files: &[std::path::PathBuf], origin: &Path) -> Result<Self> {
-        Ok(Self { pool: Arc::clone(&self.pool), replicas: replicas(&self.pool.devices, first, files, origin)? })
+    pub fn with_weights(&self, first: Arc<WanTransformer3DModel>, load: &LoadOn<'_>) -> Result<Self> {
+        Ok(Self { pool: Arc::clone(&self.pool), replicas: replicas(&self.pool.devices, first, load)? })
     }
 
     pub fn plan(&self) -> ParallelPlan {
@@ -95,38 +95,55 @@ impl ParallelTransformer {
     }
 }
 
+/// Makes the transformer on a device (another rank's replica).
+pub type LoadOn<'a> = dyn Fn(Device) -> Result<Arc<WanTransformer3DModel>> + 'a;
+
 /// A replica per rank: `first` for ranks on its device, one load per other device.
-fn replicas(
-    devices: &[Device],
-    first: Arc<WanTransformer3DModel>,
-    files: &[std::path::PathBuf],
-    origin: &Path,
-) -> Result<Vec<Arc<WanTransformer3DModel>>> {
-    let home = devices[0];
-    let mut loaded: HashMap<Device, Arc<WanTransformer3DModel>> = HashMap::from([(home, first)]);
+fn replicas(devices: &[Device], first: Arc<WanTransformer3DModel>, load: &LoadOn<'_>) -> Result<Vec<Arc<WanTransformer3DModel>>> {
+    let mut loaded: HashMap<Device, Arc<WanTransformer3DModel>> = HashMap::from([(devices[0], first)]);
     let mut out = Vec::with_capacity(devices.len());
     for &d in devices {
         if !loaded.contains_key(&d) {
-            let cfg = loaded[&home].cfg.clone();
-            let t = load_on(cfg, files, origin, d, loaded[&home].kind())
-                .with_context(|| format!("loading the transformer onto {d:?}"))?;
-            loaded.insert(d, Arc::new(t));
+            let t = load(d).with_context(|| format!("loading the transformer onto {d:?}"))?;
+            loaded.insert(d, t);
         }
         out.push(Arc::clone(&loaded[&d]));
     }
     Ok(out)
 }
 
-fn load_on(cfg: TransformerConfig, files: &[std::path::PathBuf], origin: &Path, device: Device, kind: Kind) -> Result<WanTransformer3DModel> {
-    let w = Weights::from_files(files, origin, device, kind)?;
-    WanTransformer3DModel::new(cfg, &w)
+/// [`LoadOn`] for a checkpoint's files: the same config and dtype as `like`.
+pub fn load_from_files(
+    like: &WanTransformer3DModel,
+    files: Vec<PathBuf>,
+    origin: PathBuf,
+) -> impl Fn(Device) -> Result<Arc<WanTransformer3DModel>> {
+    let (cfg, kind) = (like.cfg.clone(), like.kind());
+    move |device| {
+        Ok(Arc::new(WanTransformer3DModel::new(cfg.clone(), &Weights::from_files(&files, &origin, device, kind)?)?))
+    }
 }
 
 /// The checkpoint files of a model folder's transformer (what the other ranks load).
-pub fn transformer_checkpoint(model_dir: &Path) -> Result<Vec<std::path::PathBuf>> {
+pub fn transformer_checkpoint(model_dir: &Path) -> Result<Vec<PathBuf>> {
     let dir = model_dir.join("transformer");
     if !dir.is_dir() {
         bail!("{}: no transformer folder", model_dir.display());
     }
     checkpoint_files(&dir, "diffusion_pytorch_model")
+}
+
+/// Sets `model` up for `--gpus gpus --parallel mode`: checks the plan against the machine's
+/// GPUs and the model's heads, then loads the other ranks' replicas. Rank 0 is the model's
+/// device; the others follow it (`cuda:1`, `cuda:2`, …). With `FASTVIDEO_PARALLEL_ONE_DEVICE=1`
+/// every rank runs on the model's device: the same arithmetic and exchanges, to check a layout
+/// (or measure its overhead) on one GPU or the CPU.
+pub fn setup(model: &mut crate::WanModel, gpus: usize, mode: Option<fastvideo_parallel::ParallelMode>) -> Result<()> {
+    let plan = ParallelPlan::new(gpus, mode)?;
+    if plan.is_single() {
+        return Ok(());
+    }
+    let one_device = std::env::var_os("FASTVIDEO_PARALLEL_ONE_DEVICE").is_some_and(|v| v != "0");
+    let devices = plan.devices(model.device, fastvideo_torch::init().cuda_devices, one_device)?;
+    model.parallelize(plan, devices)
 }

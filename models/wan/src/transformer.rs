@@ -84,6 +84,16 @@ impl TransformerConfig {
         );
         Ok(cfg)
     }
+    /// The published shapes by name, for benchmarks with random weights: `wan-1.3b`
+    /// (Wan2.1-T2V-1.3B) and `wan-14b` (Wan2.1-T2V-14B, the class defaults).
+    pub fn preset(name: &str) -> Result<Self> {
+        match name {
+            "wan-14b" => Ok(Self::default()),
+            "wan-1.3b" => Ok(Self { num_attention_heads: 12, ffn_dim: 8960, num_layers: 30, ..Self::default() }),
+            other => anyhow::bail!("unknown transformer shape `{other}` (wan-1.3b or wan-14b, or a config.json path)"),
+        }
+    }
+
     pub fn inner_dim(&self) -> i64 {
         self.num_attention_heads * self.attention_head_dim
     }
@@ -676,7 +686,13 @@ impl WanTransformer3DModel {
         x.reshape([b, -1, f * pt, h * ph, w * pw])
     }
 
-    pub(crate) fn kind(&self) -> Kind {
+    /// The device the weights are on.
+    pub fn patch_device(&self) -> Device {
+        self.patch_weight.device()
+    }
+
+    /// The compute dtype.
+    pub fn kind(&self) -> Kind {
         self.kind
     }
 }

@@ -82,7 +82,10 @@ impl WeightLoader for WanWeightLoader {
     fn load(&self, path: &Path) -> Result<PipelineSpec> {
         let t = Arc::new(load_transformer(&self.model, path)?);
         let parallel = match &self.model.parallel {
-            Some(p) => Some(Arc::new(p.with_weights(Arc::clone(&t), &transformer_files(path)?, path)?)),
+            Some(p) => {
+                let load = crate::parallel::load_from_files(&t, transformer_files(path)?, path.to_path_buf());
+                Some(Arc::new(p.with_weights(Arc::clone(&t), &load)?))
+            }
             None => None,
         };
         let model = WanModel { transformer: t, parallel, ..self.model.share() };

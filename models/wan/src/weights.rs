@@ -29,6 +29,8 @@ struct Entry {
 enum Source {
     Mapped { maps: Vec<(PathBuf, Mmap)>, entries: HashMap<String, Entry> },
     InMemory(HashMap<String, Tensor>),
+    /// Made up on request (benchmarks of shapes whose checkpoints are not at hand).
+    Random { seed: u64 },
 }
 
 struct Store {
@@ -106,6 +108,19 @@ impl Weights {
         Ok(Self { store: Rc::new(store), prefix: String::new(), device, kind })
     }
 
+    /// Random weights for whatever the model asks for, the way freshly initialised layers look:
+    /// matrices and convolutions `N(0, 1/fan_in)`, 1-D weights (norms) ones, biases zeros. The
+    /// same `seed` gives the same tensors on every device of one kind (each is drawn from a
+    /// generator seeded by the seed and the key).
+    pub fn random(seed: u64, device: Device, kind: Kind) -> Self {
+        let store = Store {
+            source: Source::Random { seed },
+            used: RefCell::new(BTreeSet::new()),
+            origin: PathBuf::from(format!("random weights (seed {seed})")),
+        };
+        Self { store: Rc::new(store), prefix: String::new(), device, kind }
+    }
+
     pub fn from_tensors(tensors: HashMap<String, Tensor>, source: PathBuf, device: Device, kind: Kind) -> Self {
         let store = Store { source: Source::InMemory(tensors), used: RefCell::new(BTreeSet::new()), origin: source };
         Self { store: Rc::new(store), prefix: String::new(), device, kind }
@@ -145,6 +160,7 @@ impl Weights {
         match &self.store.source {
             Source::Mapped { entries, .. } => entries.contains_key(&key),
             Source::InMemory(t) => t.contains_key(&key),
+            Source::Random { .. } => true,
         }
     }
 
@@ -161,6 +177,20 @@ impl Weights {
                     bail!("{origin}: tensor `{key}` has shape {:?}, the config implies {shape:?}", t.size());
                 }
                 t.to_device(self.device).to_kind(self.kind)
+            }
+            Source::Random { seed } => {
+                let opts = (Kind::Float, self.device);
+                let t = if shape.len() >= 2 {
+                    let key_seed = u64::from_le_bytes(blake3::hash(key.as_bytes()).as_bytes()[..8].try_into().unwrap());
+                    tch::manual_seed((seed ^ key_seed) as i64 & i64::MAX);
+                    let fan_in: i64 = shape[1..].iter().product();
+                    Tensor::randn(shape, opts) / (fan_in as f64).sqrt()
+                } else if key.ends_with("bias") {
+                    Tensor::zeros(shape, opts)
+                } else {
+                    Tensor::ones(shape, opts)
+                };
+                t.to_kind(self.kind)
             }
             Source::Mapped { maps, entries } => {
                 let Some(e) = entries.get(&key) else {
@@ -214,6 +244,7 @@ impl Weights {
         let keys: Vec<&String> = match &self.store.source {
             Source::Mapped { entries, .. } => entries.keys().collect(),
             Source::InMemory(t) => t.keys().collect(),
+            Source::Random { .. } => Vec::new(),
         };
         let mut v: Vec<String> = keys.into_iter().filter(|k| !used.contains(*k)).cloned().collect();
         v.sort();
