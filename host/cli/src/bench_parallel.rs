@@ -48,7 +48,8 @@ pub struct BenchParallelArgs {
     /// Timed steps per layout (median reported), after one warm-up.
     #[arg(long, default_value_t = 3)]
     runs: usize,
-    /// Also check NCCL's all-to-all on the GPUs against the in-process exchange, and time it.
+    /// Check NCCL's all-to-all on every GPU against the in-process exchange and time it (alone
+    /// when neither --model nor --shape is given).
     #[arg(long)]
     check_collectives: bool,
 }
@@ -69,6 +70,9 @@ pub fn run(args: BenchParallelArgs) -> Result<()> {
     if args.check_collectives {
         let report = fastvideo_parallel::check::run(cuda_devices).context("--check-collectives")?;
         println!("{}", serde_json::to_string(&serde_json::json!({ "collectives": report }))?);
+        if args.model.is_none() && args.shape.is_none() {
+            return Ok(());
+        }
     }
     let (cfg, weights_of): (TransformerConfig, Box<dyn Fn(Device) -> Result<Weights>>) = match (&args.model, &args.shape) {
         (Some(dir), _) => {

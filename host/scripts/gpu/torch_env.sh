@@ -16,3 +16,13 @@ except ImportError:
     pass
 print(":".join(dict.fromkeys(d)))')"
 export LD_LIBRARY_PATH="$FASTVIDEO_TORCH_LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# NCCL ships as libnccl.so.2 only; cudarc (the multi-GPU exchanges) opens libnccl.so.
+if ! ls $(echo "$FASTVIDEO_TORCH_LIBS" | tr ':' ' ' | sed 's|\([^ ]*\)|\1/libnccl.so|g') >/dev/null 2>&1; then
+  for d in $(echo "$FASTVIDEO_TORCH_LIBS" | tr ':' ' '); do
+    if [ -f "$d/libnccl.so.2" ]; then
+      mkdir -p /tmp/fastvideo-nccl && ln -sf "$d/libnccl.so.2" /tmp/fastvideo-nccl/libnccl.so
+      export LD_LIBRARY_PATH="/tmp/fastvideo-nccl:$LD_LIBRARY_PATH"
+      break
+    fi
+  done
+fi
