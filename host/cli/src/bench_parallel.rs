@@ -48,6 +48,9 @@ pub struct BenchParallelArgs {
     /// Timed steps per layout (median reported), after one warm-up.
     #[arg(long, default_value_t = 3)]
     runs: usize,
+    /// Both guidance branches as one forward of two rows on every layout.
+    #[arg(long)]
+    batch_branches: bool,
     /// Check NCCL's all-to-all on every GPU against the in-process exchange and time it (alone
     /// when neither --model nor --shape is given).
     #[arg(long)]
@@ -74,22 +77,24 @@ pub fn run(args: BenchParallelArgs) -> Result<()> {
             return Ok(());
         }
     }
-    let (cfg, weights_of): (TransformerConfig, Box<dyn Fn(Device) -> Result<Weights>>) = match (&args.model, &args.shape) {
-        (Some(dir), _) => {
-            let t = dir.join("transformer");
-            let cfg = TransformerConfig::load(&t.join("config.json")).with_context(|| format!("--model {}", dir.display()))?;
-            (cfg, Box::new(move |d| Weights::from_dir(&t, "diffusion_pytorch_model", d, kind)))
-        }
-        (None, Some(shape)) => {
-            let cfg = if shape.ends_with(".json") {
-                TransformerConfig::load(std::path::Path::new(shape))?
-            } else {
-                TransformerConfig::preset(shape).context("--shape")?
-            };
-            (cfg, Box::new(move |d| Ok(Weights::random(7, d, kind))))
-        }
-        (None, None) => anyhow::bail!("give --model DIR or --shape wan-1.3b|wan-14b|CONFIG.json"),
-    };
+    let (cfg, weights_of): (TransformerConfig, Box<dyn Fn(Device) -> Result<Weights>>) =
+        match (&args.model, &args.shape) {
+            (Some(dir), _) => {
+                let t = dir.join("transformer");
+                let cfg = TransformerConfig::load(&t.join("config.json"))
+                    .with_context(|| format!("--model {}", dir.display()))?;
+                (cfg, Box::new(move |d| Weights::from_dir(&t, "diffusion_pytorch_model", d, kind)))
+            }
+            (None, Some(shape)) => {
+                let cfg = if shape.ends_with(".json") {
+                    TransformerConfig::load(std::path::Path::new(shape))?
+                } else {
+                    TransformerConfig::preset(shape).context("--shape")?
+                };
+                (cfg, Box::new(move |d| Ok(Weights::random(7, d, kind))))
+            }
+            (None, None) => anyhow::bail!("give --model DIR or --shape wan-1.3b|wan-14b|CONFIG.json"),
+        };
     let load = |d: Device| -> Result<Arc<WanTransformer3DModel>> {
         Ok(Arc::new(WanTransformer3DModel::new(cfg.clone(), &weights_of(d)?)?))
     };
@@ -108,6 +113,7 @@ pub fn run(args: BenchParallelArgs) -> Result<()> {
         one_device: args.one_device,
         runs: args.runs,
         guidance: 5.0,
+        batch_branches: args.batch_branches,
     };
     let report = parallel_bench::run(first, &load, cuda_devices, &opts)?;
     println!("{}", serde_json::to_string(&report)?);

@@ -25,8 +25,8 @@ pub fn run(gpus: usize) -> Result<Value> {
     let mut exact = Vec::new();
     for kind in [Kind::BFloat16, Kind::Float] {
         // Rank r sends r+j+1 rows of 37 values to rank j (uneven, odd sizes).
-        let by_nccl = exchange(&nccl, &devices, kind, 37, 3)?;
-        let by_copies = exchange(&local, &devices, kind, 37, 3)?;
+        let by_nccl = exchange(&nccl, &devices, kind, 37, 3, true)?;
+        let by_copies = exchange(&local, &devices, kind, 37, 3, true)?;
         let same = by_nccl.iter().zip(&by_copies).all(|(a, b)| a.equal(b));
         ensure!(same, "NCCL's all-to-all differs from the in-process exchange in {kind:?}");
         exact.push(format!("{kind:?}"));
@@ -37,7 +37,7 @@ pub fn run(gpus: usize) -> Result<Value> {
     let mut times = Vec::new();
     for _ in 0..6 {
         let t0 = Instant::now();
-        exchange(&nccl, &devices, Kind::BFloat16, per_rank / gpus as i64, 0)?;
+        exchange(&nccl, &devices, Kind::BFloat16, per_rank / gpus as i64, 0, false)?;
         times.push(t0.elapsed().as_secs_f64());
     }
     times.sort_by(f64::total_cmp);
@@ -55,8 +55,15 @@ pub fn run(gpus: usize) -> Result<Value> {
 
 /// One all-to-all over `comms` (one thread per rank); rank `r` sends `base + (r + j) * step`
 /// values to rank `j`, filled with values that name sender, receiver and position. Returns every
-/// rank's received pieces joined, on the CPU, after synchronising.
-fn exchange(comms: &[Arc<dyn Communicator>], devices: &[Device], kind: Kind, base: i64, step: i64) -> Result<Vec<Tensor>> {
+/// rank's received pieces joined (copied to the CPU with `to_host`), after synchronising.
+fn exchange(
+    comms: &[Arc<dyn Communicator>],
+    devices: &[Device],
+    kind: Kind,
+    base: i64,
+    step: i64,
+    to_host: bool,
+) -> Result<Vec<Tensor>> {
     let n = comms.len() as i64;
     let len = move |from: i64, to: i64| base + (from + to) * step;
     let outs: Vec<Result<Tensor>> = std::thread::scope(|s| {
@@ -77,7 +84,7 @@ fn exchange(comms: &[Arc<dyn Communicator>], devices: &[Device], kind: Kind, bas
                     if let Device::Cuda(i) = d {
                         tch::Cuda::synchronize(i as i64);
                     }
-                    Ok(got.to_device(Device::Cpu))
+                    Ok(if to_host { got.to_device(Device::Cpu) } else { got })
                 })
             })
             .collect();

@@ -1,6 +1,12 @@
 //! In-process collectives: ranks are threads of this process and exchange tensors by reference,
 //! each copying what it receives to its own device. The transport for ranks sharing a device
 //! (the CPU tests, a parallel plan checked on one GPU) and a fallback where NCCL is missing.
+//!
+//! Ranks that share a GPU share its stream, and libtorch's multi-kernel operations (a split-K
+//! GEMM and its reduction, with a workspace shared per stream) are not atomic when two threads
+//! enqueue onto one stream at once: measured on the H200, two ranks on one GPU gave outputs
+//! that differed run to run. Such ranks therefore take turns ([`Turn`]): a rank holds its
+//! device's turn while it enqueues work and gives it up only while it waits in a collective.
 
 use std::sync::{Arc, Condvar, Mutex};
 
@@ -26,16 +32,46 @@ struct Shared {
     changed: Condvar,
 }
 
+/// Exclusive use of a GPU's stream by one of the ranks sharing it.
+#[derive(Default)]
+pub struct Turn {
+    busy: Mutex<bool>,
+    free: Condvar,
+}
+
+impl Turn {
+    pub fn take(&self) {
+        let mut busy = self.busy.lock().unwrap_or_else(|e| e.into_inner());
+        while *busy {
+            busy = self.free.wait(busy).unwrap_or_else(|e| e.into_inner());
+        }
+        *busy = true;
+    }
+
+    pub fn give(&self) {
+        *self.busy.lock().unwrap_or_else(|e| e.into_inner()) = false;
+        self.free.notify_one();
+    }
+}
+
 /// One rank of a [`group`].
 pub struct LocalComm {
     shared: Arc<Shared>,
     rank: usize,
     size: usize,
     device: Device,
+    /// The turn this rank holds while it runs (ranks sharing a GPU), given up while it waits.
+    turn: Option<Arc<Turn>>,
 }
 
 /// A group of ranks on `devices` (rank `i` on `devices[i]`).
 pub fn group(devices: &[Device]) -> Vec<LocalComm> {
+    group_with_turns(devices, &vec![None; devices.len()])
+}
+
+/// [`group`] for ranks that take turns on a shared GPU: `turns[i]` is rank `i`'s (which its
+/// worker holds while the rank runs).
+pub fn group_with_turns(devices: &[Device], turns: &[Option<Arc<Turn>>]) -> Vec<LocalComm> {
     let n = devices.len();
     let shared = Arc::new(Shared {
         board: Mutex::new(Board {
@@ -48,11 +84,26 @@ pub fn group(devices: &[Device]) -> Vec<LocalComm> {
         }),
         changed: Condvar::new(),
     });
-    devices.iter().enumerate().map(|(rank, &device)| LocalComm { shared: Arc::clone(&shared), rank, size: n, device }).collect()
+    devices
+        .iter()
+        .zip(turns)
+        .enumerate()
+        .map(|(rank, (&device, turn))| LocalComm {
+            shared: Arc::clone(&shared),
+            rank,
+            size: n,
+            device,
+            turn: turn.clone(),
+        })
+        .collect()
 }
 
 impl LocalComm {
-    fn wait<'a>(&self, mut b: std::sync::MutexGuard<'a, Board>, until: impl Fn(&Board) -> bool) -> Result<std::sync::MutexGuard<'a, Board>> {
+    fn wait<'a>(
+        &self,
+        mut b: std::sync::MutexGuard<'a, Board>,
+        until: impl Fn(&Board) -> bool,
+    ) -> Result<std::sync::MutexGuard<'a, Board>> {
         loop {
             if let Some(why) = &b.failed {
                 bail!("rank {}: the group was aborted: {why}", self.rank);
@@ -75,27 +126,14 @@ impl Communicator for LocalComm {
 
     fn all_to_all(&self, send: &[Tensor], recv_shapes: &[Vec<i64>]) -> Result<Vec<Tensor>> {
         check_call(self, send, recv_shapes)?;
-        let lock = self.shared.board.lock().unwrap_or_else(|e| e.into_inner());
-        // The previous round must be fully taken before this rank posts to the next.
-        let mut b = self.wait(lock, |b| !b.draining)?;
-        let round = b.round;
-        b.posted[self.rank] = Some(send.iter().map(Tensor::shallow_clone).collect());
-        b.arrived += 1;
-        if b.arrived == self.size {
-            b.draining = true;
-            self.shared.changed.notify_all();
+        if let Some(t) = &self.turn {
+            t.give();
         }
-        let mut b = self.wait(b, |b| b.draining && b.round == round)?;
-        let column: Vec<Tensor> =
-            b.posted.iter().map(|p| p.as_ref().expect("every rank posted")[self.rank].shallow_clone()).collect();
-        b.taken += 1;
-        if b.taken == self.size {
-            b.posted.iter_mut().for_each(|p| *p = None);
-            (b.arrived, b.taken, b.draining) = (0, 0, false);
-            b.round += 1;
-            self.shared.changed.notify_all();
+        let column = self.post_and_take(send);
+        if let Some(t) = &self.turn {
+            t.take();
         }
-        drop(b);
+        let column = column?;
         let mut out = Vec::with_capacity(self.size);
         for (i, (t, want)) in column.into_iter().zip(recv_shapes).enumerate() {
             ensure!(
@@ -116,6 +154,33 @@ impl Communicator for LocalComm {
     }
 }
 
+impl LocalComm {
+    /// Posts this rank's pieces and takes what the others posted for it, once all have posted.
+    fn post_and_take(&self, send: &[Tensor]) -> Result<Vec<Tensor>> {
+        let lock = self.shared.board.lock().unwrap_or_else(|e| e.into_inner());
+        // The previous round must be fully taken before this rank posts to the next.
+        let mut b = self.wait(lock, |b| !b.draining)?;
+        let round = b.round;
+        b.posted[self.rank] = Some(send.iter().map(Tensor::shallow_clone).collect());
+        b.arrived += 1;
+        if b.arrived == self.size {
+            b.draining = true;
+            self.shared.changed.notify_all();
+        }
+        let mut b = self.wait(b, |b| b.draining && b.round == round)?;
+        let column: Vec<Tensor> =
+            b.posted.iter().map(|p| p.as_ref().expect("every rank posted")[self.rank].shallow_clone()).collect();
+        b.taken += 1;
+        if b.taken == self.size {
+            b.posted.iter_mut().for_each(|p| *p = None);
+            (b.arrived, b.taken, b.draining) = (0, 0, false);
+            b.round += 1;
+            self.shared.changed.notify_all();
+        }
+        Ok(column)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -130,7 +195,13 @@ mod tests {
                     for round in 0..50i64 {
                         // Rank r sends (100 r + j + round) to rank j, as a piece of r+1 values.
                         let send: Vec<Tensor> = (0..3)
-                            .map(|j| Tensor::full([c.rank() as i64 + 1], (100 * c.rank() as i64 + j + round) as f64, (Kind::Float, Device::Cpu)))
+                            .map(|j| {
+                                Tensor::full(
+                                    [c.rank() as i64 + 1],
+                                    (100 * c.rank() as i64 + j + round) as f64,
+                                    (Kind::Float, Device::Cpu),
+                                )
+                            })
                             .collect();
                         let shapes: Vec<Vec<i64>> = (0..3).map(|i| vec![i + 1]).collect();
                         let got = c.all_to_all(&send, &shapes).unwrap();

@@ -129,7 +129,13 @@ impl Communicator for NcclComm {
         let send: Vec<Tensor> = send
             .iter()
             .map(|t| {
-                ensure!(t.device() == device && t.kind() == kind, "rank {}: piece on {:?} as {:?}", self.rank, t.device(), t.kind());
+                ensure!(
+                    t.device() == device && t.kind() == kind,
+                    "rank {}: piece on {:?} as {:?}",
+                    self.rank,
+                    t.device(),
+                    t.kind()
+                );
                 Ok(t.contiguous())
             })
             .collect::<Result<_>>()?;

@@ -3,6 +3,7 @@
 //! waits for all of them; a rank that fails or panics aborts its group, so the others return
 //! too, and the pool rebuilds its communicators before the next forward.
 
+use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
@@ -12,6 +13,7 @@ use anyhow::{anyhow, Result};
 use tch::{Device, Tensor};
 
 use crate::comm::Communicator;
+use crate::local::Turn;
 use crate::plan::ParallelPlan;
 use crate::{local, nccl};
 
@@ -49,8 +51,10 @@ impl Transport {
     }
 }
 
+type Task = (RankJob, Arc<dyn Communicator>, Option<Arc<Turn>>);
+
 struct Worker {
-    jobs: Sender<(RankJob, Arc<dyn Communicator>)>,
+    jobs: Sender<Task>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -66,6 +70,8 @@ pub struct RankPool {
     pub plan: ParallelPlan,
     pub devices: Vec<Device>,
     pub transport: Transport,
+    /// Rank `r`'s turn on a GPU it shares with other ranks (see [`local`]).
+    turns: Vec<Option<Arc<Turn>>>,
     inner: Mutex<Inner>,
 }
 
@@ -74,14 +80,15 @@ impl RankPool {
     /// sequence-parallel group.
     pub fn new(plan: ParallelPlan, devices: Vec<Device>) -> Result<Self> {
         anyhow::ensure!(devices.len() == plan.ranks(), "{} devices for {} ranks", devices.len(), plan.ranks());
-        let transport = (0..plan.cfg)
-            .map(|g| Transport::for_devices(&devices[g * plan.sp..(g + 1) * plan.sp]))
-            .fold(Transport::Nccl, |a, b| if a == Transport::Local || b == Transport::Local { Transport::Local } else { a });
+        let transport = (0..plan.cfg).map(|g| Transport::for_devices(&devices[g * plan.sp..(g + 1) * plan.sp])).fold(
+            Transport::Nccl,
+            |a, b| if a == Transport::Local || b == Transport::Local { Transport::Local } else { a },
+        );
         let transport = if plan.sp == 1 { Transport::Local } else { transport };
         let (done_tx, results) = channel();
         let mut workers = Vec::with_capacity(devices.len());
         for (rank, &device) in devices.iter().enumerate() {
-            let (jobs, rx) = channel::<(RankJob, Arc<dyn Communicator>)>();
+            let (jobs, rx) = channel::<Task>();
             let done = done_tx.clone();
             let thread = std::thread::Builder::new()
                 .name(format!("fastvideo-rank-{rank}"))
@@ -89,7 +96,14 @@ impl RankPool {
                 .map_err(|e| anyhow!("starting rank {rank}'s thread: {e}"))?;
             workers.push(Worker { jobs, thread: Some(thread) });
         }
-        let pool = Self { plan, devices, transport, inner: Mutex::new(Inner { workers, results, comms: None }) };
+        let mut shared: HashMap<Device, Arc<Turn>> = HashMap::new();
+        for d in &devices {
+            if d.is_cuda() && devices.iter().filter(|x| *x == d).count() > 1 {
+                shared.entry(*d).or_default();
+            }
+        }
+        let turns = devices.iter().map(|d| shared.get(d).cloned()).collect();
+        let pool = Self { plan, devices, transport, turns, inner: Mutex::new(Inner { workers, results, comms: None }) };
         let comms = pool.connect()?;
         pool.inner.lock().unwrap_or_else(|e| e.into_inner()).comms = Some(comms);
         tracing::info!(?plan, devices = ?pool.devices, ?transport, "rank workers started");
@@ -107,9 +121,11 @@ impl RankPool {
                         devs.iter().map(|d| if let Device::Cuda(i) = d { *i } else { unreachable!() }).collect();
                     comms.extend(nccl::group(&ordinals)?.into_iter().map(|c| Arc::new(c) as Arc<dyn Communicator>));
                 }
-                Transport::Local => {
-                    comms.extend(local::group(devs).into_iter().map(|c| Arc::new(c) as Arc<dyn Communicator>))
-                }
+                Transport::Local => comms.extend(
+                    local::group_with_turns(devs, &self.turns[g * sp..(g + 1) * sp])
+                        .into_iter()
+                        .map(|c| Arc::new(c) as Arc<dyn Communicator>),
+                ),
             }
         }
         Ok(comms)
@@ -130,7 +146,7 @@ impl RankPool {
             if let Some(job) = job {
                 inner.workers[rank]
                     .jobs
-                    .send((job, Arc::clone(&comms[rank])))
+                    .send((job, Arc::clone(&comms[rank]), self.turns[rank].clone()))
                     .map_err(|_| anyhow!("rank {rank}'s worker thread has exited"))?;
                 pending += 1;
             }
@@ -159,15 +175,17 @@ impl RankPool {
     }
 }
 
-fn worker(
-    rank: usize,
-    device: Device,
-    jobs: Receiver<(RankJob, Arc<dyn Communicator>)>,
-    done: Sender<(usize, Result<Tensor>)>,
-) {
-    while let Ok((job, comm)) = jobs.recv() {
+fn worker(rank: usize, device: Device, jobs: Receiver<Task>, done: Sender<(usize, Result<Tensor>)>) {
+    while let Ok((job, comm, turn)) = jobs.recv() {
         let ctx = RankCtx { rank, device, comm };
-        let r = match catch_unwind(AssertUnwindSafe(|| job(&ctx))) {
+        if let Some(t) = &turn {
+            t.take();
+        }
+        let r = catch_unwind(AssertUnwindSafe(|| job(&ctx)));
+        if let Some(t) = &turn {
+            t.give();
+        }
+        let r = match r {
             Ok(r) => r,
             Err(p) => {
                 let msg = p

@@ -4,7 +4,7 @@
 //! engine's executor thread calls it exactly as the one-device transformer, so the scheduler,
 //! guiders, samplers and cancellation are unchanged, and every unit is decided there once.
 
-use std::collections::HashMap;
+use std::collections::hash_map::{Entry, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -26,7 +26,12 @@ pub struct ParallelTransformer {
 impl ParallelTransformer {
     /// `first` is the loaded transformer (on rank 0's device); `load` makes the same
     /// transformer on each other device (once per device: ranks on one device share it).
-    pub fn new(plan: ParallelPlan, devices: Vec<Device>, first: Arc<WanTransformer3DModel>, load: &LoadOn<'_>) -> Result<Self> {
+    pub fn new(
+        plan: ParallelPlan,
+        devices: Vec<Device>,
+        first: Arc<WanTransformer3DModel>,
+        load: &LoadOn<'_>,
+    ) -> Result<Self> {
         plan.check_heads(first.cfg.num_attention_heads)?;
         let replicas = replicas(&devices, first, load)?;
         let pool = Arc::new(RankPool::new(plan, devices)?);
@@ -99,15 +104,21 @@ impl ParallelTransformer {
 pub type LoadOn<'a> = dyn Fn(Device) -> Result<Arc<WanTransformer3DModel>> + 'a;
 
 /// A replica per rank: `first` for ranks on its device, one load per other device.
-fn replicas(devices: &[Device], first: Arc<WanTransformer3DModel>, load: &LoadOn<'_>) -> Result<Vec<Arc<WanTransformer3DModel>>> {
+fn replicas(
+    devices: &[Device],
+    first: Arc<WanTransformer3DModel>,
+    load: &LoadOn<'_>,
+) -> Result<Vec<Arc<WanTransformer3DModel>>> {
     let mut loaded: HashMap<Device, Arc<WanTransformer3DModel>> = HashMap::from([(devices[0], first)]);
     let mut out = Vec::with_capacity(devices.len());
     for &d in devices {
-        if !loaded.contains_key(&d) {
-            let t = load(d).with_context(|| format!("loading the transformer onto {d:?}"))?;
-            loaded.insert(d, t);
-        }
-        out.push(Arc::clone(&loaded[&d]));
+        let t = match loaded.entry(d) {
+            Entry::Occupied(e) => Arc::clone(e.get()),
+            Entry::Vacant(e) => {
+                Arc::clone(e.insert(load(d).with_context(|| format!("loading the transformer onto {d:?}"))?))
+            }
+        };
+        out.push(t);
     }
     Ok(out)
 }

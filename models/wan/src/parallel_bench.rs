@@ -55,6 +55,9 @@ pub struct ParallelBenchOptions {
     pub one_device: bool,
     pub runs: usize,
     pub guidance: f64,
+    /// Both guidance branches as one forward of two rows on every layout (as the engine runs
+    /// them when it batches), instead of one forward per branch where the layout allows.
+    pub batch_branches: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -87,7 +90,8 @@ pub struct ParallelBenchReport {
 }
 
 fn sync(devices: &[Device]) {
-    let mut seen: Vec<i64> = devices.iter().filter_map(|d| if let Device::Cuda(i) = d { Some(*i as i64) } else { None }).collect();
+    let mut seen: Vec<i64> =
+        devices.iter().filter_map(|d| if let Device::Cuda(i) = d { Some(*i as i64) } else { None }).collect();
     seen.dedup();
     for i in seen {
         tch::Cuda::synchronize(i);
@@ -96,7 +100,12 @@ fn sync(devices: &[Device]) {
 
 /// Runs every layout of `opts` with `first` (on its device, rank 0's) and `load` for the other
 /// devices' replicas (each loaded once and reused across layouts).
-pub fn run(first: Arc<WanTransformer3DModel>, load: &LoadOn<'_>, cuda_devices: usize, opts: &ParallelBenchOptions) -> Result<ParallelBenchReport> {
+pub fn run(
+    first: Arc<WanTransformer3DModel>,
+    load: &LoadOn<'_>,
+    cuda_devices: usize,
+    opts: &ParallelBenchOptions,
+) -> Result<ParallelBenchReport> {
     let home = first.patch_device();
     let cfg = first.cfg.clone();
     let [c, f, h, w] = opts.latent;
@@ -136,8 +145,12 @@ pub fn run(first: Arc<WanTransformer3DModel>, load: &LoadOn<'_>, cuda_devices: u
         };
         let step = || -> Result<Tensor> {
             let (pc, pu) = match &parallel {
-                Some(p) if plan.cfg > 1 => {
+                Some(p) if plan.cfg > 1 || opts.batch_branches => {
                     let out = p.forward(&both.0, &both.1, &both.2)?;
+                    (out.get(0).unsqueeze(0), out.get(1).unsqueeze(0))
+                }
+                None if opts.batch_branches => {
+                    let out = first.forward(&both.0, &both.1, &both.2)?;
                     (out.get(0).unsqueeze(0), out.get(1).unsqueeze(0))
                 }
                 Some(p) => (p.forward(&latents, &t1, &cond)?, p.forward(&latents, &t1, &uncond)?),

@@ -86,11 +86,13 @@ pub fn ulysses_attention(q: &Tensor, k: &Tensor, v: &Tensor, heads: i64, shard: 
         })
         .collect();
     let shapes: Vec<Vec<i64>> = shard.counts.iter().map(|&c| vec![3, b, c, group, hd]).collect();
-    let qkv = Tensor::cat(&shard.comm.all_to_all(&send, &shapes)?, 2); // [3, B, N, group, D]
+    let recv = shard.comm.all_to_all(&send, &shapes)?;
     drop(send);
-    let t = |i: i64| qkv.get(i).transpose(1, 2); // [B, group, N, D]
+    // q, k and v each joined into its own tensor `[B, N, group, D]`, seen as `[B, group, N, D]`:
+    // the layout `split_heads` gives the one-device attention, so SDPA picks the same backend.
+    let t = |i: i64| Tensor::cat(&recv.iter().map(|r| r.get(i)).collect::<Vec<_>>(), 1).transpose(1, 2);
     let o = Tensor::scaled_dot_product_attention(&t(0), &t(1), &t(2), None::<Tensor>, 0.0, false, None, false);
-    drop(qkv);
+    drop(recv);
     // My head group of rank j's tokens goes back to rank j; every head group of mine comes back.
     let mut start = 0;
     let send: Vec<Tensor> = shard
@@ -128,9 +130,19 @@ mod tests {
         // Wan-like: 12 heads of 16; 50 tokens, which 3, 4 and 6 do not divide.
         tch::manual_seed(2);
         let (heads, tokens) = (12, 50);
-        let (q, k, v) = (randn(&[2, tokens, heads * 16]), randn(&[2, tokens, heads * 16]), randn(&[2, tokens, heads * 16]));
+        let (q, k, v) =
+            (randn(&[2, tokens, heads * 16]), randn(&[2, tokens, heads * 16]), randn(&[2, tokens, heads * 16]));
         let split = |t: &Tensor| t.view([2, tokens, heads, 16]).transpose(1, 2);
-        let want = Tensor::scaled_dot_product_attention(&split(&q), &split(&k), &split(&v), None::<Tensor>, 0.0, false, None, false);
+        let want = Tensor::scaled_dot_product_attention(
+            &split(&q),
+            &split(&k),
+            &split(&v),
+            None::<Tensor>,
+            0.0,
+            false,
+            None,
+            false,
+        );
         for degree in [1, 2, 3, 4, 6] {
             let comms: Vec<Arc<dyn Communicator>> =
                 local::group(&vec![Device::Cpu; degree]).into_iter().map(|c| Arc::new(c) as _).collect();

@@ -14,8 +14,8 @@ use tch::{Device, Kind, Tensor};
 use crate::config::{read_config, unsupported};
 use crate::nn::{merge_heads, split_heads, Linear};
 use crate::sequence_parallel::{ulysses_attention, SequenceShard};
-use fastvideo_parallel::Communicator;
 use crate::weights::Weights;
+use fastvideo_parallel::Communicator;
 
 /// `transformer/config.json`. Defaults are Wan2.1-T2V-14B's (diffusers class defaults).
 #[derive(Debug, Clone, Deserialize)]
@@ -550,7 +550,8 @@ impl WanTransformer3DModel {
         let x = self.patchify(latents);
         let (temb, temb6) = self.time_embedding(timestep);
         let context = self.text_context(context);
-        let x = self.run_blocks(x, &BlockInputs { context: &context, temb6: &temb6, rope: &rope, shard: None }, hook)?;
+        let x =
+            self.run_blocks(x, &BlockInputs { context: &context, temb6: &temb6, rope: &rope, shard: None }, hook)?;
         Ok(self.head(&x, &temb, latents))
     }
 
@@ -598,7 +599,9 @@ impl WanTransformer3DModel {
         let shard = SequenceShard::new(comm, f * h * w, self.cfg.num_attention_heads)?;
         let (start, len) = (shard.start(), shard.len());
         let rope = self.rope(f, h, w, latents.device()).rows(start, len);
-        let x = self.patchify(latents).narrow(1, start, len);
+        // Contiguous, as the fused norm kernels need (a slice of several rows is not; the tch
+        // fallback they would take rounds differently from the one-device forward).
+        let x = self.patchify(latents).narrow(1, start, len).contiguous();
         let (temb, temb6) = self.time_embedding(timestep);
         let context = self.text_context(context);
         let inputs = BlockInputs { context: &context, temb6: &temb6, rope: &rope, shard: Some(&shard) };

@@ -27,10 +27,15 @@ struct Entry {
 }
 
 enum Source {
-    Mapped { maps: Vec<(PathBuf, Mmap)>, entries: HashMap<String, Entry> },
+    Mapped {
+        maps: Vec<(PathBuf, Mmap)>,
+        entries: HashMap<String, Entry>,
+    },
     InMemory(HashMap<String, Tensor>),
     /// Made up on request (benchmarks of shapes whose checkpoints are not at hand).
-    Random { seed: u64 },
+    Random {
+        seed: u64,
+    },
 }
 
 struct Store {

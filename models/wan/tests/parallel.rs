@@ -41,7 +41,8 @@ fn every_layout_matches_the_unsharded_forward() {
     let timestep = Tensor::from_slice(&[700.0f32, 250.0]);
     let context = Tensor::randn([2, 7, cfg.text_dim], (Kind::Float, Device::Cpu));
     let want = m.transformer.forward(&latents, &timestep, &context).unwrap();
-    for (gpus, mode) in [(2, ParallelMode::Sp), (4, ParallelMode::Sp), (2, ParallelMode::Cfg), (4, ParallelMode::CfgSp)] {
+    for (gpus, mode) in [(2, ParallelMode::Sp), (4, ParallelMode::Sp), (2, ParallelMode::Cfg), (4, ParallelMode::CfgSp)]
+    {
         let p = parallel(&m, gpus, mode);
         let t = p.parallel.as_ref().unwrap();
         let got = t.forward(&latents, &timestep, &context).unwrap();
