@@ -21,8 +21,9 @@ pub trait Communicator: Send + Sync {
         self.all_to_all(&send, shapes)
     }
 
-    /// Marks the group failed: collectives in progress or started later on any rank return an
-    /// error carrying `reason` instead of waiting for this rank.
+    /// Marks this rank's end failed. In-process groups release every rank waiting in a
+    /// collective with an error carrying `reason`; an NCCL communicator is aborted, which stops
+    /// its kernels still waiting for a peer (the pool aborts every rank's end when one fails).
     fn abort(&self, reason: &str);
 }
 

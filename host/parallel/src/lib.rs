@@ -4,8 +4,11 @@
 //! executor thread is the only place a unit is decided: a parallel forward is a function call
 //! that hands each rank its part and waits for all of them, so there is no decision protocol
 //! between processes to keep consistent, weights are read from disk once, and a failure on any
-//! rank fails that forward on every rank ([`Communicator::abort`] wakes ranks blocked in a
-//! collective). Inputs and outputs (megabytes per step) cross devices as peer copies; the
+//! rank fails that forward on every rank: in-process groups release the ranks waiting for the
+//! failed one at once; NCCL groups are connected (and warmed up) before any forward so a
+//! healthy rank only enqueues and returns, and the pool then aborts the group, which stops
+//! kernels left waiting for the failed peer (with a timeout for a rank that never returns).
+//! Inputs and outputs (megabytes per step) cross devices as peer copies; the
 //! all-to-alls inside attention (the heavy traffic) go through a [`Communicator`]: NCCL between
 //! distinct GPUs ([`nccl`]), in-process copies on one device or the CPU ([`local`]), which is
 //! what the CPU tests and single-GPU runs of a parallel plan use.

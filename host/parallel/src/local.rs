@@ -35,22 +35,29 @@ struct Shared {
 /// Exclusive use of a GPU's stream by one of the ranks sharing it.
 #[derive(Default)]
 pub struct Turn {
-    busy: Mutex<bool>,
+    /// The rank holding the turn.
+    holder: Mutex<Option<usize>>,
     free: Condvar,
 }
 
 impl Turn {
-    pub fn take(&self) {
-        let mut busy = self.busy.lock().unwrap_or_else(|e| e.into_inner());
-        while *busy {
-            busy = self.free.wait(busy).unwrap_or_else(|e| e.into_inner());
+    /// Waits until no rank holds the turn, then holds it as `rank`.
+    pub fn take(&self, rank: usize) {
+        let mut holder = self.holder.lock().unwrap_or_else(|e| e.into_inner());
+        while holder.is_some() {
+            holder = self.free.wait(holder).unwrap_or_else(|e| e.into_inner());
         }
-        *busy = true;
+        *holder = Some(rank);
     }
 
-    pub fn give(&self) {
-        *self.busy.lock().unwrap_or_else(|e| e.into_inner()) = false;
-        self.free.notify_one();
+    /// Gives the turn up if `rank` holds it (a rank that unwound out of a collective while
+    /// waiting does not hold it, and must not free another rank's).
+    pub fn give(&self, rank: usize) {
+        let mut holder = self.holder.lock().unwrap_or_else(|e| e.into_inner());
+        if *holder == Some(rank) {
+            *holder = None;
+            self.free.notify_all();
+        }
     }
 }
 
@@ -127,11 +134,11 @@ impl Communicator for LocalComm {
     fn all_to_all(&self, send: &[Tensor], recv_shapes: &[Vec<i64>]) -> Result<Vec<Tensor>> {
         check_call(self, send, recv_shapes)?;
         if let Some(t) = &self.turn {
-            t.give();
+            t.give(self.rank);
         }
         let column = self.post_and_take(send);
         if let Some(t) = &self.turn {
-            t.take();
+            t.take(self.rank);
         }
         let column = column?;
         let mut out = Vec::with_capacity(self.size);

@@ -28,8 +28,8 @@ pub struct NcclComm {
 }
 
 // SAFETY: an NCCL communicator may be used from any thread as long as calls on it do not
-// overlap; each rank's worker thread is the only caller of its own communicator, and `abort` is
-// the one call NCCL allows from another thread.
+// overlap: each rank's worker thread is its only caller during a forward, and the pool calls
+// `abort` only after that rank has returned (or after the pool's timeout has given up on it).
 unsafe impl Send for NcclComm {}
 unsafe impl Sync for NcclComm {}
 
@@ -66,14 +66,18 @@ pub fn group(ordinals: &[usize]) -> Result<Vec<NcclComm>> {
     sorted.sort_unstable();
     sorted.dedup();
     ensure!(sorted.len() == n, "NCCL ranks need distinct GPUs, got {ordinals:?}");
+    // Contexts first: nothing to clean up if one cannot be made.
+    let ctxs = ordinals
+        .iter()
+        .map(|&o| CudaContext::new(o).map_err(|e| anyhow!("CUDA device {o}: {e:?}")))
+        .collect::<Result<Vec<_>>>()?;
     let devs: Vec<i32> = ordinals.iter().map(|&o| o as i32).collect();
     let mut comms: Vec<sys::ncclComm_t> = vec![std::ptr::null_mut(); n];
     // SAFETY: `comms` has room for `n` communicators and `devs` lists `n` devices.
     unsafe { result::comm_init_all(comms.as_mut_ptr(), n as i32, devs.as_ptr()) }
         .map_err(|e| nccl_error("ncclCommInitAll", e))?;
     let mut out = Vec::with_capacity(n);
-    for (rank, (&comm, &ordinal)) in comms.iter().zip(ordinals).enumerate() {
-        let ctx = CudaContext::new(ordinal).map_err(|e| anyhow!("CUDA device {ordinal}: {e:?}"))?;
+    for (rank, ((&comm, &ordinal), ctx)) in comms.iter().zip(ordinals).zip(ctxs).enumerate() {
         out.push(NcclComm {
             comm,
             rank,

@@ -5,11 +5,12 @@
 
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, Result};
+use anyhow::{anyhow, bail, Result};
 use tch::{Device, Tensor};
 
 use crate::comm::Communicator;
@@ -51,7 +52,9 @@ impl Transport {
     }
 }
 
-type Task = (RankJob, Arc<dyn Communicator>, Option<Arc<Turn>>);
+/// A job with the run it belongs to (results of an abandoned run are recognised and dropped).
+type Task = (u64, RankJob, Arc<dyn Communicator>, Option<Arc<Turn>>);
+type Done = (u64, usize, Result<Tensor>);
 
 struct Worker {
     jobs: Sender<Task>,
@@ -60,10 +63,22 @@ struct Worker {
 
 struct Inner {
     workers: Vec<Worker>,
-    results: Receiver<(usize, Result<Tensor>)>,
+    results: Receiver<Done>,
     /// Each rank's group communicator; `None` after a failure, rebuilt on the next run.
     comms: Option<Vec<Arc<dyn Communicator>>>,
+    runs: u64,
 }
+
+/// How long a forward may take on a rank before the pool gives up on it (aborting its
+/// communicators, which stops NCCL kernels waiting for a peer): `FASTVIDEO_RANK_TIMEOUT_S`,
+/// default 30 minutes (a 14B forward at 720p takes seconds). Once one rank has failed, the others
+/// get [`GRACE`] to return before their groups are aborted under them.
+fn rank_timeout() -> Duration {
+    let secs = std::env::var("FASTVIDEO_RANK_TIMEOUT_S").ok().and_then(|v| v.parse().ok()).unwrap_or(1800);
+    Duration::from_secs(secs)
+}
+
+const GRACE: Duration = Duration::from_secs(30);
 
 /// The worker threads of a [`ParallelPlan`]'s ranks.
 pub struct RankPool {
@@ -103,14 +118,47 @@ impl RankPool {
             }
         }
         let turns = devices.iter().map(|d| shared.get(d).cloned()).collect();
-        let pool = Self { plan, devices, transport, turns, inner: Mutex::new(Inner { workers, results, comms: None }) };
+        let pool = Self {
+            plan,
+            devices,
+            transport,
+            turns,
+            inner: Mutex::new(Inner { workers, results, comms: None, runs: 0 }),
+        };
         let comms = pool.connect()?;
         pool.inner.lock().unwrap_or_else(|e| e.into_inner()).comms = Some(comms);
         tracing::info!(?plan, devices = ?pool.devices, ?transport, "rank workers started");
         Ok(pool)
     }
 
+    /// Connects every group and runs one small exchange on each, so that NCCL's connections
+    /// (set up lazily, on a group's first exchange, with every peer taking part) are made here
+    /// while every rank is healthy, not inside a forward where a failed rank would leave its
+    /// peers waiting for it on the host.
     fn connect(&self) -> Result<Vec<Arc<dyn Communicator>>> {
+        let comms = self.groups()?;
+        if self.transport == Transport::Nccl {
+            std::thread::scope(|s| -> Result<()> {
+                let handles: Vec<_> = comms
+                    .iter()
+                    .zip(&self.devices)
+                    .map(|(c, &d)| {
+                        s.spawn(move || -> Result<()> {
+                            let t = Tensor::zeros([1], (tch::Kind::Float, d));
+                            c.all_gather(&t, &vec![vec![1]; c.size()]).map(|_| ())
+                        })
+                    })
+                    .collect();
+                for h in handles {
+                    h.join().map_err(|_| anyhow!("a rank panicked while connecting"))??;
+                }
+                Ok(())
+            })?;
+        }
+        Ok(comms)
+    }
+
+    fn groups(&self) -> Result<Vec<Arc<dyn Communicator>>> {
         let sp = self.plan.sp;
         let mut comms: Vec<Arc<dyn Communicator>> = Vec::with_capacity(self.devices.len());
         for g in 0..self.plan.cfg {
@@ -141,30 +189,52 @@ impl RankPool {
             inner.comms = Some(self.connect()?);
         }
         let comms = inner.comms.clone().expect("connected");
-        let mut pending = 0;
+        inner.runs += 1;
+        let run = inner.runs;
+        let mut pending = vec![false; self.devices.len()];
+        let mut first_error = None;
         for (rank, job) in jobs.into_iter().enumerate() {
             if let Some(job) = job {
-                inner.workers[rank]
-                    .jobs
-                    .send((job, Arc::clone(&comms[rank]), self.turns[rank].clone()))
-                    .map_err(|_| anyhow!("rank {rank}'s worker thread has exited"))?;
-                pending += 1;
+                let task = (run, job, Arc::clone(&comms[rank]), self.turns[rank].clone());
+                if inner.workers[rank].jobs.send(task).is_err() {
+                    first_error = Some(anyhow!("rank {rank}'s worker thread has exited"));
+                    break;
+                }
+                pending[rank] = true;
             }
         }
         let mut out: Vec<Option<Tensor>> = (0..self.devices.len()).map(|_| None).collect();
-        let mut first_error = None;
-        for _ in 0..pending {
-            let (rank, r) = inner.results.recv().map_err(|_| anyhow!("the rank workers have exited"))?;
+        let mut deadline = Instant::now() + if first_error.is_some() { GRACE } else { rank_timeout() };
+        while pending.contains(&true) {
+            let wait = deadline.saturating_duration_since(Instant::now());
+            let (id, rank, r) = match inner.results.recv_timeout(wait) {
+                Ok(done) => done,
+                Err(RecvTimeoutError::Timeout) => {
+                    let late: Vec<usize> = (0..pending.len()).filter(|&r| pending[r]).collect();
+                    first_error.get_or_insert_with(|| {
+                        anyhow!("rank(s) {late:?} did not finish the forward within {:?}", rank_timeout())
+                    });
+                    break;
+                }
+                Err(RecvTimeoutError::Disconnected) => bail!("the rank workers have exited"),
+            };
+            if id != run {
+                continue; // a rank of an abandoned run coming back late
+            }
+            pending[rank] = false;
             match r {
                 Ok(t) => out[rank] = Some(t),
                 Err(e) => {
+                    if first_error.is_none() {
+                        deadline = deadline.min(Instant::now() + GRACE);
+                    }
                     first_error.get_or_insert(e.context(format!("rank {rank} on {:?}", self.devices[rank])));
                 }
             }
         }
         if let Some(e) = first_error {
-            // Every rank has returned; stop whatever a peer left waiting on the device and start
-            // the next forward on fresh communicators.
+            // Stop whatever a peer left waiting for the failed rank on the device (NCCL kernels)
+            // or on the host, and start the next forward on fresh communicators.
             for c in &comms {
                 c.abort("a rank failed this forward");
             }
@@ -175,15 +245,15 @@ impl RankPool {
     }
 }
 
-fn worker(rank: usize, device: Device, jobs: Receiver<Task>, done: Sender<(usize, Result<Tensor>)>) {
-    while let Ok((job, comm, turn)) = jobs.recv() {
+fn worker(rank: usize, device: Device, jobs: Receiver<Task>, done: Sender<Done>) {
+    while let Ok((run, job, comm, turn)) = jobs.recv() {
         let ctx = RankCtx { rank, device, comm };
         if let Some(t) = &turn {
-            t.take();
+            t.take(rank);
         }
         let r = catch_unwind(AssertUnwindSafe(|| job(&ctx)));
         if let Some(t) = &turn {
-            t.give();
+            t.give(rank);
         }
         let r = match r {
             Ok(r) => r,
@@ -200,7 +270,7 @@ fn worker(rank: usize, device: Device, jobs: Receiver<Task>, done: Sender<(usize
             // Release the peers waiting on this rank in a collective.
             ctx.comm.abort(&format!("{e:#}"));
         }
-        if done.send((rank, r)).is_err() {
+        if done.send((run, rank, r)).is_err() {
             return;
         }
     }
@@ -277,6 +347,24 @@ mod tests {
             let out = p.run(vec![job(None), job(None), job(None)]).unwrap();
             assert_eq!(out[2].as_ref().unwrap().sum(Kind::Float).double_value(&[]), 6.0);
         }
+    }
+
+    #[test]
+    fn a_rank_that_never_returns_times_out_and_its_late_result_is_dropped() {
+        // Every other test here finishes in milliseconds, well inside this timeout.
+        std::env::set_var("FASTVIDEO_RANK_TIMEOUT_S", "1");
+        let p = pool(1, 2);
+        let job = |sleep: u64, value: f32| -> Option<RankJob> {
+            Some(Box::new(move |_: &RankCtx| {
+                std::thread::sleep(std::time::Duration::from_millis(sleep));
+                Ok(Tensor::from_slice(&[value]))
+            }))
+        };
+        let e = p.run(vec![job(0, 1.0), job(1500, 2.0)]).unwrap_err().to_string();
+        assert!(e.contains("[1] did not finish"), "{e}");
+        // Rank 1 is still sleeping; its old result must not be taken for this run's.
+        let out = p.run(vec![job(0, 3.0), job(0, 4.0)]).unwrap();
+        assert_eq!(out[1].as_ref().unwrap().double_value(&[0]), 4.0);
     }
 
     #[test]

@@ -57,6 +57,7 @@ impl ParallelTransformer {
     pub fn forward(&self, latents: &Tensor, timestep: &Tensor, context: &Tensor) -> Result<Tensor> {
         let plan = self.pool.plan;
         let home = latents.device();
+        anyhow::ensure!(latents.size().first().is_some_and(|&b| b > 0), "transformer: no rows to run");
         let rows = split_counts(latents.size()[0], plan.cfg as i64);
         let mut jobs: Vec<Option<RankJob>> = Vec::with_capacity(plan.ranks());
         let mut start = 0;
