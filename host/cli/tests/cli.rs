@@ -5,6 +5,9 @@ use std::io::Cursor;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+mod common;
+use common::assert_user_error;
+
 fn fastvideo(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_fastvideo")).args(args).env("RUST_BACKTRACE", "1").output().expect("binary runs")
 }
@@ -13,15 +16,6 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// Asserts a user error: non-zero exit, one `error:` line containing `needle`, no panic.
-fn assert_user_error(out: &Output, needle: &str) {
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "expected failure, got success; stderr: {err}");
-    assert!(!err.contains("panicked"), "panicked: {err}");
-    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("error:")).collect();
-    assert_eq!(lines.len(), 1, "one error line expected: {err}");
-    assert!(lines[0].contains(needle), "`{needle}` not in: {}", lines[0]);
-}
 
 fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();

@@ -8,6 +8,9 @@ use std::process::{Command, Output};
 
 use safetensors::SafeTensors;
 
+mod common;
+use common::assert_user_error;
+
 fn generate(extra: &[&str], one_device: bool, trajectory: &Path) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_fastvideo"));
     cmd.args(["generate", "--device", "cpu", "--prompt", "a red circle moving left on a white background"])
@@ -24,14 +27,6 @@ fn generate(extra: &[&str], one_device: bool, trajectory: &Path) -> Output {
     cmd.output().expect("binary runs")
 }
 
-fn assert_user_error(out: &Output, needle: &str) {
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "expected failure; stderr: {err}");
-    assert!(!err.contains("panicked"), "panicked: {err}");
-    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("error:")).collect();
-    assert_eq!(lines.len(), 1, "one error line expected: {err}");
-    assert!(lines[0].contains(needle), "`{needle}` not in: {}", lines[0]);
-}
 
 fn latents(path: &Path) -> Vec<f32> {
     let bytes = std::fs::read(path).unwrap();
