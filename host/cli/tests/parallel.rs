@@ -27,7 +27,6 @@ fn generate(extra: &[&str], one_device: bool, trajectory: &Path) -> Output {
     cmd.output().expect("binary runs")
 }
 
-
 fn latents(path: &Path) -> Vec<f32> {
     let bytes = std::fs::read(path).unwrap();
     let st = SafeTensors::deserialize(&bytes).unwrap();
