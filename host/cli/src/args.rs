@@ -146,3 +146,15 @@ impl ParallelArgs {
         fastvideo_wan::parallel::setup(model, self.gpus, self.parallel)
     }
 }
+
+/// The clip shape a benchmark measures: Wan's default 480×832×81.
+#[derive(Args, Clone, Copy)]
+pub struct ShapeArgs {
+    /// Frame count (4k+1) of the measured shape.
+    #[arg(long, default_value_t = 81)]
+    pub frames: i64,
+    #[arg(long, default_value_t = 480)]
+    pub height: i64,
+    #[arg(long, default_value_t = 832)]
+    pub width: i64,
+}

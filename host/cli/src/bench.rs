@@ -10,7 +10,7 @@ use clap::Args;
 use fastvideo_wan::bench::{self, BenchOptions};
 use tch::Tensor;
 
-use crate::args::PrecisionArgs;
+use crate::args::{PrecisionArgs, ShapeArgs};
 
 #[derive(Args)]
 pub struct BenchArgs {
@@ -21,13 +21,8 @@ pub struct BenchArgs {
     device: String,
     #[command(flatten)]
     precision: PrecisionArgs,
-    /// Frame count (4k+1) of the measured shape.
-    #[arg(long, default_value_t = 81)]
-    frames: i64,
-    #[arg(long, default_value_t = 480)]
-    height: i64,
-    #[arg(long, default_value_t = 832)]
-    width: i64,
+    #[command(flatten)]
+    shape: ShapeArgs,
     /// Timed runs per transformer figure (median reported), after one warm-up.
     #[arg(long, default_value_t = 5)]
     runs: usize,
@@ -63,9 +58,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
     };
     let model = args.precision.load(&dir, device)?;
     let opts = BenchOptions {
-        frames: args.frames,
-        height: args.height,
-        width: args.width,
+        frames: args.shape.frames,
+        height: args.shape.height,
+        width: args.shape.width,
         runs: args.runs,
         vae_runs: args.vae_runs,
         inputs,

@@ -25,13 +25,9 @@ pub struct BenchParallelArgs {
     /// Compute dtype: auto (bf16 on CUDA, fp32 on CPU), bf16, fp16 or fp32.
     #[arg(long, default_value = "auto")]
     dtype: fastvideo_torch::Precision,
-    /// Frame count (4k+1) and size in pixels (Wan's VAE: 4x in time, 8x in space).
-    #[arg(long, default_value_t = 81)]
-    frames: i64,
-    #[arg(long, default_value_t = 480)]
-    height: i64,
-    #[arg(long, default_value_t = 832)]
-    width: i64,
+    /// Clip size in pixels (Wan's VAE: 4x in time, 8x in space).
+    #[command(flatten)]
+    size: crate::args::ShapeArgs,
     /// Text tokens of each guidance branch's context.
     #[arg(long, default_value_t = 512)]
     text_len: i64,
@@ -67,6 +63,9 @@ fn default_layouts(gpus: usize) -> Vec<Layout> {
 }
 
 pub fn run(args: BenchParallelArgs) -> Result<()> {
+    let crate::args::ShapeArgs { frames, height, width } = args.size;
+    anyhow::ensure!((frames - 1) % 4 == 0, "--frames {frames} must be 4k+1");
+    anyhow::ensure!(height % 16 == 0 && width % 16 == 0, "--height and --width must be multiples of 16");
     let device = fastvideo_torch::device(&args.device)?;
     let kind = args.dtype.resolve(device);
     let cuda_devices = fastvideo_torch::init().cuda_devices;
@@ -104,10 +103,8 @@ pub fn run(args: BenchParallelArgs) -> Result<()> {
     } else {
         args.layouts.clone()
     };
-    anyhow::ensure!((args.frames - 1) % 4 == 0, "--frames {} must be 4k+1", args.frames);
-    anyhow::ensure!(args.height % 16 == 0 && args.width % 16 == 0, "--height and --width must be multiples of 16");
     let opts = ParallelBenchOptions {
-        latent: [cfg.in_channels, (args.frames - 1) / 4 + 1, args.height / 8, args.width / 8],
+        latent: [cfg.in_channels, (frames - 1) / 4 + 1, height / 8, width / 8],
         text_len: args.text_len,
         layouts,
         one_device: args.one_device,

@@ -538,13 +538,6 @@ fn jobs_span(keys: &[u64]) -> tracing::span::EnteredSpan {
     tracing::debug_span!("step_batch", slots = ?keys).entered()
 }
 
-fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
-    p.downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| p.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "unknown panic".into())
-}
-
 impl Executor {
     fn run(mut self, rx: std_mpsc::Receiver<Command>) {
         loop {
@@ -711,7 +704,7 @@ impl Executor {
                 })
                 .collect(),
             Err(p) => {
-                let message = format!("batched step panicked: {}", panic_message(p.as_ref()));
+                let message = format!("batched step panicked: {}", fastvideo_torch::panic_message(p.as_ref()));
                 (0..n)
                     .map(|_| Err(EngineError::Failed { code: "internal_error".into(), message: message.clone() }))
                     .collect()
@@ -785,7 +778,7 @@ impl Executor {
                 self.fail(k, err);
             }
             Err(p) => {
-                let message = format!("node `{node}` panicked: {}", panic_message(p.as_ref()));
+                let message = format!("node `{node}` panicked: {}", fastvideo_torch::panic_message(p.as_ref()));
                 self.fail(k, EngineError::Failed { code: "internal_error".into(), message });
             }
         }
@@ -811,7 +804,7 @@ impl Executor {
             Ok(Err(e)) => Err(EngineError::Failed { code: (self.classify)(&e).to_string(), message: format!("{e:#}") }),
             Err(p) => Err(EngineError::Failed {
                 code: "internal_error".into(),
-                message: format!("collecting outputs panicked: {}", panic_message(p.as_ref())),
+                message: format!("collecting outputs panicked: {}", fastvideo_torch::panic_message(p.as_ref())),
             }),
         };
         match result {

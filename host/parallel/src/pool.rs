@@ -95,11 +95,9 @@ impl RankPool {
     /// sequence-parallel group.
     pub fn new(plan: ParallelPlan, devices: Vec<Device>) -> Result<Self> {
         anyhow::ensure!(devices.len() == plan.ranks(), "{} devices for {} ranks", devices.len(), plan.ranks());
-        let transport = (0..plan.cfg).map(|g| Transport::for_devices(&devices[g * plan.sp..(g + 1) * plan.sp])).fold(
-            Transport::Nccl,
-            |a, b| if a == Transport::Local || b == Transport::Local { Transport::Local } else { a },
-        );
-        let transport = if plan.sp == 1 { Transport::Local } else { transport };
+        // Groups of one exchange nothing; otherwise NCCL only if every group can use it.
+        let nccl = plan.sp > 1 && devices.chunks(plan.sp).all(|g| Transport::for_devices(g) == Transport::Nccl);
+        let transport = if nccl { Transport::Nccl } else { Transport::Local };
         let (done_tx, results) = channel();
         let mut workers = Vec::with_capacity(devices.len());
         for (rank, &device) in devices.iter().enumerate() {
@@ -255,17 +253,7 @@ fn worker(rank: usize, device: Device, jobs: Receiver<Task>, done: Sender<Done>)
         if let Some(t) = &turn {
             t.give(rank);
         }
-        let r = match r {
-            Ok(r) => r,
-            Err(p) => {
-                let msg = p
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                    .unwrap_or_else(|| "panic".into());
-                Err(anyhow!("{msg}"))
-            }
-        };
+        let r = r.unwrap_or_else(|p| Err(anyhow!("{}", fastvideo_torch::panic_message(p.as_ref()))));
         if let Err(e) = &r {
             // Release the peers waiting on this rank in a collective.
             ctx.comm.abort(&format!("{e:#}"));

@@ -112,6 +112,15 @@ fn loaded_libtorch_dir() -> Option<PathBuf> {
         .and_then(|p| Path::new(p).parent().map(Path::to_path_buf))
 }
 
+/// The message of a caught panic: tch reports libtorch's errors (a CUDA out-of-memory, a shape
+/// mismatch) as panics carrying libtorch's text, which callers that catch them pass on.
+pub fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -52,6 +52,11 @@ impl ParallelTransformer {
         &self.pool.devices
     }
 
+    /// How the ranks of a group exchange tensors.
+    pub fn transport(&self) -> fastvideo_parallel::pool::Transport {
+        self.pool.transport
+    }
+
     /// [`WanTransformer3DModel::forward`] over the ranks: rows split across the CFG groups,
     /// tokens across each group's ranks; the result lands on the device of `latents`.
     pub fn forward(&self, latents: &Tensor, timestep: &Tensor, context: &Tensor) -> Result<Tensor> {

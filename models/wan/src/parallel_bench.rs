@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Result;
-use fastvideo_parallel::{pool::Transport, ParallelMode, ParallelPlan};
+use fastvideo_parallel::{ParallelMode, ParallelPlan};
 use serde::Serialize;
 use tch::{Device, Kind, Tensor};
 
@@ -141,7 +141,7 @@ pub fn run(
         let transport = match &parallel {
             None => "none".to_string(),
             Some(_) if plan.sp == 1 => "peer copies".to_string(),
-            Some(_) => format!("{:?}", Transport::for_devices(&devices[..plan.sp])),
+            Some(p) => format!("{:?}", p.transport()),
         };
         let step = || -> Result<Tensor> {
             let (pc, pu) = match &parallel {
