@@ -34,7 +34,7 @@ BACKGROUNDS = ["white", "black", "gray"]
 
 
 def scenes():
-    """(prompt, held_out) of every scene, as host/synth's vocabulary makes them."""
+    """(prompt, held_out) of every scene, as host/procedural's vocabulary makes them."""
     out = []
     for si, s in enumerate(SHAPES):
         for ci, c in enumerate(COLORS):

@@ -2,7 +2,7 @@
 //! `a red circle moving left on a white background`) and the soft object mask, computed with
 //! host tensor ops so no pixel enters the sandbox.
 //!
-//! The ideas are the classical analyzer's (host/synth `analyze`): the object is what differs
+//! The ideas are the classical analyzer's (host/procedural `analyze`): the object is what differs
 //! from the background colour by more than ~70/255, its colour is the mean of those pixels,
 //! its motion the least-squares slope of its centroid. Here the background is the prompt's,
 //! the mask is soft (a ramp instead of a threshold) so the score moves smoothly with the

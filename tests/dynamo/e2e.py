@@ -27,7 +27,7 @@ import urllib.request
 import openai
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-WORKER = os.environ.get("FASTVIDEO_DYNAMO", os.path.join(ROOT, "host/dynamo/target/release/fastvideo-dynamo"))
+WORKER = os.environ.get("FASTVIDEO_DYNAMO", os.path.join(ROOT, "target/debug/fastvideo-dynamo"))
 PY = sys.executable
 MODEL = "fastvideo-default"
 

@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-#[path = "../tests/common/mod.rs"]
+#[path = "../tests/all/common/mod.rs"]
+#[allow(dead_code)] // the bench uses a few of the tests' helpers
 mod common;
 use common::browser::Browser;
 use common::server::{metric, Server};

@@ -84,68 +84,7 @@ pub fn parse_plugin_param(s: &str) -> Result<PluginParam, String> {
     Ok((plugin.to_string(), key.to_string(), v))
 }
 
-/// Compute dtypes and kernels, shared by every command that loads a model.
-#[derive(Args, Clone)]
-pub struct PrecisionArgs {
-    /// Transformer and text-encoder dtype: auto (bf16 on CUDA, fp32 on CPU), bf16, fp16 or fp32.
-    #[arg(long, default_value = "auto")]
-    pub dtype: fastvideo_torch::Precision,
-    /// VAE dtype: auto (measured best on CUDA, fp32 on CPU), bf16, fp16 or fp32.
-    #[arg(long, default_value = "auto")]
-    pub vae_dtype: fastvideo_torch::Precision,
-    /// Fused CUDA kernels (`on`) or plain libtorch ops everywhere (`off`).
-    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
-    pub kernels: String,
-}
-
-impl PrecisionArgs {
-    /// Applies `--kernels` and loads the model folder with these dtypes on `device`.
-    pub fn load(&self, dir: &std::path::Path, device: tch::Device) -> anyhow::Result<fastvideo_wan::WanModel> {
-        use anyhow::Context;
-        if self.kernels == "off" {
-            // Only ever switched off here, so `FASTVIDEO_NO_KERNELS` still holds with the default.
-            fastvideo_kernels::set_enabled(false);
-        }
-        fastvideo_wan::WanModel::load_with(dir, self.options(device))
-            .with_context(|| format!("--model {}", dir.display()))
-    }
-
-    /// The same for a world-model folder (the Wan folder plus `action_embedder/` and `world.json`).
-    pub fn load_world(
-        &self,
-        dir: &std::path::Path,
-        device: tch::Device,
-    ) -> anyhow::Result<fastvideo_wan::world::WorldModel> {
-        use anyhow::Context;
-        if self.kernels == "off" {
-            fastvideo_kernels::set_enabled(false);
-        }
-        fastvideo_wan::world::WorldModel::load(dir, self.options(device))
-            .with_context(|| format!("--model {}", dir.display()))
-    }
-
-    fn options(&self, device: tch::Device) -> fastvideo_wan::LoadOptions {
-        fastvideo_wan::LoadOptions { device, dtype: self.dtype, vae_dtype: self.vae_dtype }
-    }
-}
-
-/// Several GPUs for one model: shared by `generate` and `serve`.
-#[derive(Args, Clone)]
-pub struct ParallelArgs {
-    /// GPUs to split each denoising step over (rank 0 is --device, the others follow it).
-    #[arg(long, default_value_t = 1)]
-    pub gpus: usize,
-    /// How the GPUs split a step: cfg (the two guidance branches side by side), sp (the token
-    /// sequence, Ulysses) or cfg+sp.
-    #[arg(long)]
-    pub parallel: Option<fastvideo_parallel::ParallelMode>,
-}
-
-impl ParallelArgs {
-    pub fn apply(&self, model: &mut fastvideo_wan::WanModel) -> anyhow::Result<()> {
-        fastvideo_wan::parallel::setup(model, self.gpus, self.parallel)
-    }
-}
+pub use fastvideo_assembly::args::{ParallelArgs, PrecisionArgs};
 
 /// The clip shape a benchmark measures: Wan's default 480×832×81.
 #[derive(Args, Clone, Copy)]

@@ -47,7 +47,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let device = fastvideo_torch::device(&args.device)?;
     let dir = match &args.model {
         Some(m) => m.clone(),
-        None => crate::default_model::locate()?,
+        None => fastvideo_assembly::default_model()?,
     };
     let inputs: HashMap<String, Tensor> = match &args.inputs {
         Some(p) => Tensor::read_safetensors(p)

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::{ensure, Context, Result};
 use clap::Args;
-use fastvideo_synth::{render, Scene, Variation};
+use fastvideo_procedural::{render, Scene, Variation};
 
 #[derive(Args)]
 pub struct DatasetArgs {
@@ -88,7 +88,7 @@ pub fn run(args: DatasetArgs) -> Result<()> {
 }
 
 fn world(args: &DatasetArgs) -> Result<()> {
-    use fastvideo_synth::world::{rollout, sample_actions, Action, WorldState};
+    use fastvideo_procedural::world::{rollout, sample_actions, Action, WorldState};
     ensure!(args.steps >= 2, "--steps must be at least 2 (the first latent frame has no action)");
     std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
     let seeds: Vec<u64> = (0..args.clips as u64).map(|i| args.seed.wrapping_mul(1_000_003).wrapping_add(i)).collect();

@@ -1,5 +1,5 @@
 //! `fastvideo eval`: prompt adherence as a number. Generates one clip per (scene, seed) for a
-//! fixed scene list, reads each back with the classical analyzer of `fastvideo-synth` and prints
+//! fixed scene list, reads each back with the classical analyzer of `fastvideo-procedural` and prints
 //! per-attribute accuracy and time per clip. Held-out scenes are combinations the default model
 //! never saw in training.
 
@@ -11,9 +11,9 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use fastvideo_pipeline::{PipelineRun, Values};
+use fastvideo_procedural::{analyze, render, Clip, Scene, Tally, Variation};
 use fastvideo_request::OmniRequest;
 use fastvideo_request::{ResolvedRequest, VideoArtifact};
-use fastvideo_synth::{analyze, render, Clip, Scene, Tally, Variation};
 use fastvideo_wan::{pipeline, WanModel};
 use tch::{Kind, Tensor};
 
@@ -87,7 +87,7 @@ pub fn run(args: EvalArgs) -> Result<()> {
         let device = fastvideo_torch::device(&args.device)?;
         let dir = match &args.model {
             Some(m) => m.clone(),
-            None => crate::default_model::locate_world()?,
+            None => fastvideo_assembly::world_model()?,
         };
         let model = args.precision.load_world(&dir, device)?;
         return crate::eval_world::run(&model, args.seeds, args.world_steps, device, args.dump.as_deref(), args.json);
@@ -102,7 +102,7 @@ pub fn run(args: EvalArgs) -> Result<()> {
     let device = fastvideo_torch::device(&args.device)?;
     let model_dir = match &args.model {
         Some(m) => m.clone(),
-        None => crate::default_model::locate()?,
+        None => fastvideo_assembly::default_model()?,
     };
     let model = args.precision.load(&model_dir, device)?;
     let limits = model.limits();

@@ -1,16 +1,16 @@
 //! `fastvideo eval --world`: the world model rolled out under held-out action sequences, scored
-//! with the world's own simulator (`fastvideo_synth::world::ActionScore`): per chunk, did the ball
+//! with the world's own simulator (`fastvideo_procedural::world::ActionScore`): per chunk, did the ball
 //! move as the action said (from where it was, walls included); per frame, is it still there.
 
 use std::path::Path;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use fastvideo_synth::world::{sample_actions, ActionScore, WorldState};
-use fastvideo_synth::Clip;
-use fastvideo_wan::rollout;
+use fastvideo_procedural::world::{sample_actions, ActionScore};
+use fastvideo_procedural::Clip;
+use fastvideo_wan::chunk_rollout;
 use fastvideo_wan::world::WorldModel;
-use tch::{Device, Kind, Tensor};
+use tch::Device;
 
 /// Action sequences from seeds the training data never used (it takes 0..clips).
 const HELD_OUT_SEED: u64 = 5_000_000;
@@ -36,9 +36,10 @@ pub fn run(
         let names: Vec<String> = actions.iter().skip(1).map(|a| a.word().to_string()).collect();
         // Each sequence starts from the simulator's first frame, so every chunk after it is judged
         // against a known world (a generated first frame would be a guess at where things are).
-        let frame = simulator_frame(model, HELD_OUT_SEED + i)?;
-        let out =
-            tch::no_grad(|| rollout::run_offline(model, &names, &model.spec.prompt, Some(&frame), i, device, |_| {}))?;
+        let frame = fastvideo_assembly::world::simulator_frame(model, HELD_OUT_SEED + i)?;
+        let out = tch::no_grad(|| {
+            chunk_rollout::run_offline(model, &names, &model.spec.prompt, Some(&frame), i, device, |_| {})
+        })?;
         let video = fastvideo_wan::pipeline::frames_to_video(&out, model.spec.fps)?;
         if let Some(d) = dump {
             fastvideo_media::write_mp4(&video, &d.join(format!("world-{i}.mp4")))?;
@@ -85,15 +86,4 @@ pub fn run(
         );
     }
     Ok(())
-}
-
-/// The world simulator's first frame for `seed`, as the model's input `[1, 3, 1, H, W]` in [-1, 1].
-pub fn simulator_frame(model: &WorldModel, seed: u64) -> Result<Tensor> {
-    if model.spec.height != model.spec.width {
-        bail!("the world simulator draws square frames; this model is {}x{}", model.spec.width, model.spec.height);
-    }
-    let size = model.spec.width as i64;
-    let rgb = WorldState::sample(seed).draw(size as usize);
-    let frame = Tensor::from_slice(&rgb).view([1, size, size, 3]).permute([3, 0, 1, 2]).unsqueeze(0);
-    Ok(frame.to_kind(Kind::Float) / 127.5 - 1.0)
 }

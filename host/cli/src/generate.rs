@@ -159,11 +159,11 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     let device = fastvideo_torch::device(&args.device)?;
     let model_dir = match &args.model {
         Some(m) => m.clone(),
-        None => crate::default_model::locate()?,
+        None => fastvideo_assembly::default_model()?,
     };
     let t0 = Instant::now();
     let mut model = args.precision.load(&model_dir, device)?;
-    args.parallel.apply(&mut model)?;
+    args.parallel.split(&mut model)?;
     let load_s = t0.elapsed().as_secs_f64();
     let req = request(&args).resolve(&model.limits(), random_seed)?;
     if !args.quiet {

@@ -5,7 +5,6 @@ mod args;
 mod bench;
 mod bench_parallel;
 mod dataset;
-mod default_model;
 mod eval;
 mod eval_world;
 mod generate;
@@ -35,7 +34,7 @@ enum Command {
     /// Score prompt adherence: generate clips for fixed scenes and analyze them.
     Eval(eval::EvalArgs),
     /// Serve the model over an OpenAI-compatible HTTP API (videos, images, SSE, WebSocket).
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Time a model's components at one shape (forward, CFG step, text encode, VAE decode).
     Bench(bench::BenchArgs),
     /// Time one CFG step of the transformer split over GPUs, for each parallel layout.
@@ -71,7 +70,7 @@ fn main() -> ExitCode {
         Command::Dataset(args) => dataset::run(args),
         Command::World(args) => world::run(args),
         Command::Eval(args) => eval::run(args),
-        Command::Serve(args) => serve::run(args),
+        Command::Serve(args) => serve::run(*args),
         Command::Bench(args) => bench::run(args),
         Command::BenchParallel(args) => bench_parallel::run(args),
         Command::Plugin(cmd) => plugin::run(cmd),

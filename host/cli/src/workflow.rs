@@ -76,15 +76,6 @@ fn compiled(file: &Path, deploy: &Deployment) -> Result<Compiled> {
     compile(&read_json(file)?, &translators).with_context(|| file.display().to_string())
 }
 
-/// A `[workflows.models]` folder: `default` is the embedded default model, anything else is
-/// relative to the deploy file.
-pub fn model_folder(deploy_file: &Path, folder: &str) -> Result<PathBuf> {
-    if folder == "default" {
-        return crate::default_model::locate();
-    }
-    Ok(deploy_file.parent().unwrap_or(Path::new(".")).join(folder))
-}
-
 pub fn run(cmd: WorkflowCommand) -> Result<()> {
     match cmd {
         WorkflowCommand::Parse { file } => {
@@ -128,7 +119,7 @@ fn run_workflow(args: RunArgs) -> Result<()> {
     let device = fastvideo_torch::device(&args.device)?;
     for (i, plan) in c.runs.iter().enumerate() {
         let folder = deploy.workflows.folder_for(plan).with_context(|| args.file.display().to_string())?;
-        let dir = model_folder(&args.deploy, &folder)?;
+        let dir = fastvideo_assembly::workflow_model_folder(&args.deploy, &folder)?;
         let model = args.precision.load(&dir, device).with_context(|| format!("model folder {}", dir.display()))?;
         let req = plan
             .request(&format!("workflow-{}-{i}", std::process::id()))

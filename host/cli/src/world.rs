@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use fastvideo_wan::rollout;
+use fastvideo_wan::chunk_rollout;
 
 #[derive(Args)]
 pub struct WorldArgs {
@@ -39,20 +39,20 @@ pub fn run(args: WorldArgs) -> Result<()> {
     let device = fastvideo_torch::device(&args.device)?;
     let dir = match &args.model {
         Some(m) => m.clone(),
-        None => crate::default_model::locate_world()?,
+        None => fastvideo_assembly::world_model()?,
     };
     let model = args.precision.load_world(&dir, device)?;
-    let actions = rollout::parse_actions(&args.actions)?;
+    let actions = chunk_rollout::parse_actions(&args.actions)?;
     for a in &actions {
         model.actions.index(a).with_context(|| "--actions")?;
     }
     let prompt = args.prompt.clone().unwrap_or_else(|| model.spec.prompt.clone());
-    let first = args.start_seed.map(|s| crate::eval_world::simulator_frame(&model, s)).transpose()?;
+    let first = args.start_seed.map(|s| fastvideo_assembly::world::simulator_frame(&model, s)).transpose()?;
     let t0 = Instant::now();
     let mut last = t0;
     let mut chunk_seconds = Vec::new();
     let frames = tch::no_grad(|| {
-        rollout::run_offline(&model, &actions, &prompt, first.as_ref(), args.seed, device, |_| {
+        chunk_rollout::run_offline(&model, &actions, &prompt, first.as_ref(), args.seed, device, |_| {
             chunk_seconds.push(last.elapsed().as_secs_f64());
             last = Instant::now();
         })

@@ -30,8 +30,9 @@ use dynamo_runtime::pipeline::network::Ingress;
 use dynamo_runtime::pipeline::{ManyOut, SingleIn};
 use dynamo_runtime::protocols::annotated::Annotated;
 use dynamo_runtime::{DistributedRuntime, Runtime};
-use fastvideo_engine::{Engine, EngineConfig, EngineModel};
-use fastvideo_plugin_host::{Binding, Deployment};
+use fastvideo_assembly::args::EngineArgs;
+use fastvideo_assembly::ServeConfig;
+use fastvideo_engine::Engine;
 use serde_json::{json, Value};
 
 use handler::{Endpoint, Handler, Load, Media};
@@ -40,18 +41,10 @@ use protocol::Kind;
 #[derive(Parser)]
 #[command(name = "fastvideo-dynamo", version, about = "fastvideo as an NVIDIA Dynamo worker")]
 struct Args {
-    /// A diffusers-layout model folder; without it, the embedded default model.
-    #[arg(long)]
-    model: Option<PathBuf>,
-    /// The model name clients ask for (`model` in requests, `/v1/models`).
-    #[arg(long)]
-    name: Option<String>,
-    /// Deploy config: plugins, limits (as for `fastvideo serve`).
-    #[arg(long)]
-    deploy: Option<PathBuf>,
-    /// cpu, cuda, cuda:N or auto.
-    #[arg(long, default_value = "auto")]
-    device: String,
+    /// The model, its precision and parallel layout, the deploy and the scheduler: the same
+    /// options (and `--config` file) as `fastvideo serve`, built by the same assembly.
+    #[command(flatten)]
+    engine: EngineArgs,
     /// Dynamo namespace and component the endpoints live in.
     #[arg(long, default_value = "dynamo")]
     namespace: String,
@@ -63,11 +56,6 @@ struct Args {
     /// The URL that serves --media-dir (default: its file:// URL).
     #[arg(long)]
     media_url: Option<String>,
-    /// Requests the engine runs at once, and holds queued; past that the frontend answers 529.
-    #[arg(long, default_value_t = 16)]
-    max_active: usize,
-    #[arg(long, default_value_t = 64)]
-    max_queue: usize,
     /// Longest wait for in-flight requests after SIGTERM.
     #[arg(long, default_value_t = 300)]
     drain_timeout: u64,
@@ -75,19 +63,10 @@ struct Args {
     /// frontend needs a moment to see the worker gone); then new ones are refused.
     #[arg(long, default_value_t = 3)]
     drain_grace: u64,
-}
-
-fn default_model() -> Result<PathBuf> {
-    let candidates = [
-        std::env::var_os("FASTVIDEO_DEFAULT_MODEL").map(PathBuf::from),
-        Some(PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/default"))),
-        Some(PathBuf::from("models/default")),
-    ];
-    candidates
-        .into_iter()
-        .flatten()
-        .find(|c| c.join("model_index.json").exists())
-        .context("no --model given and models/default was not found; set FASTVIDEO_DEFAULT_MODEL")
+    /// Build the engine, print what was built (as `fastvideo serve --print-engine` does) and
+    /// exit without joining Dynamo.
+    #[arg(long)]
+    print_engine: bool,
 }
 
 /// The card the frontend's model watcher reads: a name-only model (no tokenizer) taking text.
@@ -103,60 +82,36 @@ fn card(name: &str, model_type: &str) -> serde_json::Value {
     })
 }
 
-/// Loads the model and starts fastvideo's engine, as `fastvideo serve` does.
-fn start_engine(args: &Args) -> Result<(Engine, String)> {
-    let device = fastvideo_torch::device(&args.device)?;
-    let dir = match &args.model {
-        Some(m) => m.clone(),
-        None => default_model()?,
-    };
-    let name = args.name.clone().unwrap_or_else(|| {
-        if args.model.is_none() {
-            "fastvideo-default".into()
-        } else {
-            dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or("model".into())
-        }
-    });
-    let model =
-        fastvideo_wan::WanModel::load(&dir, device).with_context(|| format!("model folder {}", dir.display()))?;
-    let deploy = match &args.deploy {
-        Some(p) => Some(Arc::new(Deployment::load(p).with_context(|| format!("--deploy {}", p.display()))?)),
-        None => None,
-    };
-    let binding = Binding::of(deploy.as_ref(), &name);
-    let spec = Arc::new(fastvideo_wan::pipeline::text_to_video_with(&model, binding.policies.clone())?);
-    let mut registry = prometheus_client::registry::Registry::default();
-    let metrics = fastvideo_engine::Metrics::register(&mut registry);
-    let cfg = EngineConfig {
-        max_active: args.max_active,
-        max_queue: args.max_queue,
-        max_batch: if device.is_cuda() { 8 } else { 1 },
-        cost: fastvideo_engine::CostConfig::for_device(device.is_cuda()),
-        ..Default::default()
-    };
-    let limits = model.limits();
-    let check = Box::new(binding.request_check());
-    let engine = Engine::start(
-        EngineModel {
-            id: name.clone(),
-            limits,
-            spec,
-            device,
-            check,
-            classify: Binding::classify_failure,
-            weights: None,
-        },
-        cfg,
-        metrics,
+/// Loads the model and starts fastvideo's engine from the same config `fastvideo serve` takes.
+fn start_engine(cfg: &ServeConfig) -> Result<(Engine, String)> {
+    let built = fastvideo_assembly::build_engine(cfg)?;
+    for line in &built.description.plugins {
+        eprintln!("{line}");
+    }
+    eprintln!(
+        "fastvideo-dynamo: model {} loaded from {} on {:?}",
+        built.model.name,
+        built.model.dir.display(),
+        built.device
     );
-    eprintln!("fastvideo-dynamo: model {} loaded from {} on {device:?}", name, dir.display());
-    Ok((engine, name))
+    Ok((built.engine, built.model.name))
 }
 
 fn main() -> Result<()> {
     dynamo_runtime::logging::init();
     let args = Args::parse();
-    let (engine, name) = start_engine(&args)?;
+    let cfg = args.engine.config()?;
+    if cfg.world.model.is_some() {
+        anyhow::bail!(
+            "--world: world sessions are served by `fastvideo serve` (the Dynamo worker serves videos and images)"
+        );
+    }
+    if args.print_engine {
+        let built = fastvideo_assembly::build_engine(&cfg)?;
+        println!("{}", serde_json::to_string_pretty(&built.description)?);
+        return Ok(());
+    }
+    let (engine, name) = start_engine(&cfg)?;
     std::fs::create_dir_all(&args.media_dir).with_context(|| format!("--media-dir {}", args.media_dir.display()))?;
     let media_dir = args.media_dir.canonicalize()?;
     let base_url = args.media_url.clone().unwrap_or_else(|| format!("file://{}/", media_dir.display()));

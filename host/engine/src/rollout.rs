@@ -33,6 +33,10 @@ fn one() -> u32 {
 }
 
 /// A rollout request: every prompt sampled `group_size` times with the same settings.
+///
+/// Its sampling and diffusion fields are the flat wire shape of `/v1/rollouts` (JSON, unknown
+/// fields refused by name, which serde's `flatten` would lose); [`RolloutRequest::requests`]
+/// maps them onto `OmniRequest`'s nested params in one place.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RolloutRequest {

@@ -30,6 +30,16 @@ impl FromStr for ParallelMode {
     }
 }
 
+impl std::fmt::Display for ParallelMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Cfg => "cfg",
+            Self::Sp => "sp",
+            Self::CfgSp => "cfg+sp",
+        })
+    }
+}
+
 /// The degrees of a parallel run. `ParallelPlan::single()` is today's one-device run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ParallelPlan {

@@ -6,7 +6,8 @@ use anyhow::Result;
 use fastvideo_request::{OmniEvent, ResolvedRequest};
 use tch::Tensor;
 
-use crate::{PluginMeter, StepCtx};
+use crate::guidance::StepCtx;
+use crate::meter::PluginMeter;
 
 /// What to do after a block.
 pub enum BlockAction {

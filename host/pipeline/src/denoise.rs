@@ -7,10 +7,9 @@ use std::sync::Arc;
 
 use anyhow::{bail, ensure, Context, Result};
 use fastvideo_request::{ResolvedRequest, TrajectoryArtifact};
-use rand::SeedableRng;
-use rand_distr::{Distribution, StandardNormal};
 use tch::{Device, Kind, Tensor};
 
+pub use crate::noise::seeded_noise;
 use crate::sampler::{self, Sampler};
 use crate::{
     BlockHook, BlockPolicy, BlockPolicyState, BoundHook, Guidance, GuidanceState, LoopStage, LoopState, NodeCtx,
@@ -131,16 +130,6 @@ struct DenoiseState {
     guidance: GuidanceState,
     blocks: Option<Box<dyn BlockPolicyState>>,
     steps: Option<Box<dyn StepPolicyState>>,
-}
-
-/// Standard-normal noise from a seed, generated on the host with ChaCha so the same seed gives
-/// the same video on every device and is independent of libtorch's global generator (which
-/// concurrent requests would otherwise share).
-pub fn seeded_noise(shape: &[i64], seed: u64, device: Device) -> Tensor {
-    let n: i64 = shape.iter().product();
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-    let data: Vec<f32> = (0..n).map(|_| StandardNormal.sample(&mut rng)).collect();
-    Tensor::from_slice(&data).reshape(shape).to_device(device)
 }
 
 /// Latent elements up to which a request's guidance branches run as one batched forward on CUDA.

@@ -4,7 +4,7 @@ use anyhow::{bail, Result};
 use fastvideo_request::ResolvedRequest;
 use tch::Tensor;
 
-use crate::PluginMeter;
+use crate::meter::PluginMeter;
 
 /// Per-request state of a guidance policy (CFG-Zero*, APG and plugin guiders keep some; classic
 /// CFG keeps none). Lives in the request's `LoopState`, never in the policy object.

@@ -84,6 +84,8 @@ mod driver;
 mod embedding_cache;
 mod guidance;
 pub mod kv_pool;
+mod meter;
+mod noise;
 mod policies;
 pub mod sampler;
 mod spec;
@@ -95,9 +97,8 @@ pub use denoise::{DenoiseLoop, Denoiser};
 pub use driver::{Advance, CancelToken, PipelineRun};
 pub use embedding_cache::{CacheObserver, EmbeddingCache};
 pub use guidance::{ClassicCfg, Guidance, GuidancePlan, GuidanceState, StepCtx};
-pub use policies::{
-    LoopPolicies, Observed, Observer, ObserverState, PluginMeter, Reward, RewardInput, StepPolicy, StepPolicyState,
-};
+pub use meter::PluginMeter;
+pub use policies::{LoopPolicies, Observed, Observer, ObserverState, Reward, RewardInput, StepPolicy, StepPolicyState};
 pub use spec::{Node, NodeKind, PipelineSpec, SpecError};
 pub use stage::{LoopStage, LoopState, NodeCtx, Stage, StepResult};
 pub use value::{Value, Values};

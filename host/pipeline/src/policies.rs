@@ -2,15 +2,15 @@
 //! pipeline. Like guidance and block policies, each is an object shared by all requests that
 //! hands out per-request state from `init`; none bound costs nothing in the loop.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Result;
 use fastvideo_request::{OmniEvent, ResolvedRequest};
 use tch::Tensor;
 
-use crate::{BlockPolicy, Guidance, StepCtx};
+use crate::blocks::BlockPolicy;
+use crate::guidance::{Guidance, StepCtx};
+use crate::meter::PluginMeter;
 
 /// Around every solver step: may supply the step's model output (so no forward runs) and sees
 /// the output the sampler used. Step caches such as TaylorSeer are written against this.
@@ -109,23 +109,4 @@ pub trait Reward: Send + Sync {
     /// Scores the request's [`input`](Self::input), on the run's device. An error fails the
     /// request.
     fn score(&self, req: &ResolvedRequest, meter: &PluginMeter, input: &Tensor) -> Result<f32>;
-}
-
-/// Wall time a request has spent inside sandboxed policies (plugins), shared by all of the
-/// request's policy states. The driver makes one per run and hands it to every policy's `init`;
-/// the plugin host charges each call to it and enforces the per-request budget against it, and
-/// the driver reads it into `RequestMetrics::plugin_seconds`. Native policies ignore it.
-#[derive(Debug, Clone, Default)]
-pub struct PluginMeter(Arc<AtomicU64>);
-
-impl PluginMeter {
-    /// Adds one call's time.
-    pub fn charge(&self, spent: Duration) {
-        self.0.fetch_add(spent.as_micros() as u64, Ordering::Relaxed);
-    }
-
-    /// All the time charged so far.
-    pub fn used(&self) -> Duration {
-        Duration::from_micros(self.0.load(Ordering::Relaxed))
-    }
 }

@@ -9,7 +9,8 @@
 //! Env: FASTVIDEO_BENCH_ITERS (default 2000), FASTVIDEO_BENCH_NUMEL (latent elements, default
 //! 16*5*8*8 = the default model's latents).
 
-#[path = "../tests/common/mod.rs"]
+#[path = "../tests/all/common/mod.rs"]
+#[allow(dead_code)] // the bench uses a few of the tests' helpers
 mod common;
 
 use std::sync::Arc;

@@ -4,7 +4,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::{InputPart, OmniRequest, OutputSpec, RequestError, SamplerKind, TaskType};
 
-/// Parameter values a model uses when a request leaves them out.
+/// Parameter values a model uses when a request leaves them out. The same names as
+/// `DiffusionParams`/`SamplingParams` (the request's optional overrides) and `ResolvedRequest`
+/// (the concrete result): three stages of one value, each typed for what it can hold.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Defaults {
     /// Solver steps, for `diffusion.num_inference_steps`.

@@ -4,11 +4,13 @@
 //! is taken too. Keys are compared as blake3 hashes, whose equality is constant-time, and every
 //! key is compared, so the time taken says nothing about which key nearly matched.
 
+use std::sync::Arc;
+
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use crate::{ApiError, AppState};
+use crate::error::ApiError;
 
 /// Who is calling: the index of their API key, `None` on a server without keys. Jobs belong to
 /// the key that created them; another key sees them as not found.
@@ -77,9 +79,9 @@ fn token(req: &Request) -> Option<&str> {
     req.uri().query()?.split('&').find_map(|kv| kv.strip_prefix("api_key="))
 }
 
-/// The middleware: passes open paths and requests with a known key, answers 401 otherwise.
-pub async fn require_key(State(s): State<AppState>, mut req: Request, next: Next) -> Response {
-    let keys = &s.keys;
+/// The middleware: passes open paths and requests with a known key, answers 401 otherwise. It
+/// takes the keys alone, not the whole server state, so this module needs nothing of the state.
+pub async fn require_key(State(keys): State<Arc<ApiKeys>>, mut req: Request, next: Next) -> Response {
     if !keys.enabled() || keys.open_path(req.uri().path()) {
         req.extensions_mut().insert(Caller(None));
         return next.run(req).await;

@@ -7,7 +7,7 @@ use fastvideo_request::TaskType;
 
 use crate::error::ApiError;
 use crate::params::{read_body, CreateParams};
-use crate::AppState;
+use crate::state::AppState;
 
 const MAX_N: u32 = 8;
 
@@ -59,5 +59,5 @@ pub async fn generate_images(State(s): State<AppState>, req: Request) -> Result<
             "seed": seed,
         }));
     }
-    Ok(Json(serde_json::json!({"created": crate::jobs::now_secs(), "data": data})))
+    Ok(Json(serde_json::json!({"created": crate::job::now_secs(), "data": data})))
 }

@@ -1,17 +1,21 @@
 //! The HTTP face of the engine (axum): OpenAI-compatible video and image endpoints, SSE and
 //! WebSocket event streams, health, readiness, Prometheus metrics and a graceful drain.
 //!
-//! The server owns no model code: it is handed a started [`Engine`] and a metrics registry.
+//! The server owns no model code: it is handed a started [`Engine`](fastvideo_engine::Engine) and a
+//! metrics registry.
 
 mod auth;
 mod comfy;
 mod error;
 mod images;
+mod job;
 mod jobs;
 mod listener;
 mod params;
 mod rollouts;
+mod session_streams;
 mod sessions;
+mod state;
 mod store;
 mod stream;
 mod videos;
@@ -20,8 +24,6 @@ mod weights;
 mod world_page;
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::State;
@@ -30,17 +32,17 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use fastvideo_engine::Engine;
-use prometheus_client::registry::Registry;
 
 pub use auth::ApiKeys;
 pub use comfy::{ComfyConfig, DeviceInfo};
 pub use error::ApiError;
 pub use fastvideo_webrtc::{IceServer, RtcConfig};
-pub use jobs::{Restored, Retention, Status, VideoObject};
+pub use job::{Status, VideoObject};
+pub use jobs::{Restored, Retention};
 pub use listener::ConnLimits;
 pub use params::{video_request_from_form, video_request_from_json, CreateParams, SecondsValue};
 pub use rollouts::ROLLOUT_MEDIA_TYPE;
+pub use state::AppState;
 pub use store::Store;
 pub use webrtc::{WebRtc, WebRtcMetrics};
 
@@ -63,69 +65,6 @@ pub struct ServerConfig {
     pub limits: ConnLimits,
     /// After a restart, run stored unfinished jobs again (else they turn `failed`).
     pub requeue_unfinished: bool,
-}
-
-/// Shared by every handler.
-#[derive(Clone)]
-pub struct AppState {
-    pub engine: Engine,
-    jobs: jobs::Jobs,
-    sessions: sessions::SessionStreams,
-    webrtc: Arc<WebRtc>,
-    registry: Arc<Registry>,
-    counter: Arc<AtomicU64>,
-    keys: Arc<ApiKeys>,
-    comfy: Option<Arc<comfy::Comfy>>,
-}
-
-impl AppState {
-    pub fn new(engine: Engine, mut registry: Registry) -> Self {
-        let webrtc = WebRtc::new(RtcConfig::default(), WebRtcMetrics::register(&mut registry));
-        Self {
-            engine,
-            jobs: jobs::Jobs::default(),
-            sessions: sessions::SessionStreams::default(),
-            webrtc,
-            registry: Arc::new(registry),
-            counter: Arc::new(AtomicU64::new(0)),
-            keys: Arc::new(ApiKeys::default()),
-            comfy: None,
-        }
-    }
-
-    /// Serves ComfyUI's API (`/prompt`, `/ws`, …) with the deploy's translators; without this
-    /// those routes answer 404 saying how to turn them on.
-    pub fn with_comfyui(mut self, cfg: ComfyConfig) -> Self {
-        self.comfy = Some(comfy::Comfy::new(cfg));
-        self
-    }
-
-    /// Keeps jobs in `store` (when given) under `retention`; [`serve`] reads back what a
-    /// previous process left there.
-    pub fn with_job_store(mut self, store: Option<Store>, retention: Retention) -> Self {
-        self.jobs = jobs::Jobs::durable(store, retention);
-        self
-    }
-
-    /// Requires one of these API keys on every route but the probes ([`auth`]).
-    pub fn with_api_keys(mut self, keys: ApiKeys) -> Self {
-        self.keys = Arc::new(keys);
-        self
-    }
-
-    /// How WebRTC peers connect (bind address, STUN/TURN servers, timeouts).
-    pub fn with_webrtc(mut self, config: RtcConfig) -> Self {
-        self.webrtc = WebRtc::new(config, self.webrtc.metrics.clone());
-        self
-    }
-
-    /// A fresh, unguessable-enough id: process start entropy plus a counter.
-    fn new_id(&self, prefix: &str) -> String {
-        let n = self.counter.fetch_add(1, Ordering::Relaxed);
-        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
-        let h = blake3::hash(format!("{t}:{n}:{}", std::process::id()).as_bytes());
-        format!("{prefix}_{}", &h.to_hex()[..24])
-    }
 }
 
 pub fn router(state: AppState) -> Router {
@@ -151,7 +90,7 @@ pub fn router(state: AppState) -> Router {
         .merge(comfy::routes())
         .fallback(|| async { ApiError::NotFound { what: "route".into() } })
         .layer(axum::middleware::map_response(ApiError::json_errors))
-        .layer(axum::middleware::from_fn_with_state(state.clone(), auth::require_key))
+        .layer(axum::middleware::from_fn_with_state(state.keys.clone(), auth::require_key))
         .with_state(state)
 }
 

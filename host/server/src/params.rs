@@ -15,6 +15,11 @@ use crate::error::ApiError;
 use crate::listener::BodyTimeout;
 
 /// Fields of `POST /v1/videos` and `POST /v1/images/generations`: OpenAI's, then ours.
+///
+/// Why the diffusion fields are spelled again here rather than flattened from
+/// `DiffusionParams`: this is OpenAI's flat wire shape, read from JSON *and* multipart forms,
+/// and serde cannot combine `flatten` with `deny_unknown_fields` (an unknown field would no
+/// longer be named). [`video_request_from_json`] maps it onto `OmniRequest` in one place.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CreateParams {

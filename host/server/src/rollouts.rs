@@ -17,7 +17,7 @@ use std::collections::HashMap;
 
 use crate::error::ApiError;
 use crate::params::read_body;
-use crate::AppState;
+use crate::state::AppState;
 
 /// The response's media type.
 pub const ROLLOUT_MEDIA_TYPE: &str = "application/x-fastvideo-rollout";

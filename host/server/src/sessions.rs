@@ -9,9 +9,6 @@
 //! (drop the chunks made but not yet sent; answered `{"type": "flushed", "chunks"}`),
 //! `{"type": "ping", "t"}` (answered `pong`) or `{"type": "close"}`. A client that goes away closes its session, returning its slabs.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{Path, Request, State};
 use axum::response::Response;
@@ -25,14 +22,7 @@ use tokio::sync::mpsc;
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::params::read_body;
-use crate::AppState;
-
-/// Streams not yet taken by a WebSocket, by session id; and who opened each session.
-#[derive(Clone, Default)]
-pub struct SessionStreams(
-    Arc<Mutex<HashMap<String, mpsc::Receiver<SessionEvent>>>>,
-    Arc<Mutex<HashMap<String, Caller>>>,
-);
+use crate::state::AppState;
 
 /// A session opened with another API key is, for this caller, not there.
 pub(crate) fn check_owner(s: &AppState, id: &str, who: Caller) -> Result<(), ApiError> {
@@ -45,13 +35,6 @@ pub(crate) fn check_owner(s: &AppState, id: &str, who: Caller) -> Result<(), Api
 /// The caller recorded by the auth layer (none on a server without keys).
 pub(crate) fn caller(req: &Request) -> Caller {
     req.extensions().get::<Caller>().copied().unwrap_or_default()
-}
-
-impl SessionStreams {
-    /// Returns a stream taken for a client that then failed to connect.
-    pub(crate) fn put_back(&self, id: &str, rx: mpsc::Receiver<SessionEvent>) {
-        self.0.lock().unwrap().insert(id.to_string(), rx);
-    }
 }
 
 #[derive(Deserialize)]

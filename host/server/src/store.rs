@@ -16,7 +16,7 @@ use fastvideo_request::{OmniEvent, OmniRequest};
 use redb::{Database, DatabaseError, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 
-use crate::jobs::{Status, VideoObject};
+use crate::job::{JobError, Status, VideoObject};
 
 const JOBS: TableDefinition<&str, &[u8]> = TableDefinition::new("jobs");
 /// zstd-compressed JSON of a finished job's events: progress events repeat the same keys and
@@ -186,7 +186,7 @@ impl Store {
             if on_disk.is_none() || on_disk != rec.mp4_bytes {
                 lost += 1;
                 rec.video.status = Status::Failed;
-                rec.video.error = Some(crate::jobs::JobError {
+                rec.video.error = Some(JobError {
                     code: "artifact_lost".into(),
                     message: format!("the stored video of `{}` is missing or damaged", rec.video.id),
                 });
@@ -216,7 +216,7 @@ mod tests {
     use super::*;
 
     fn record(id: &str, seq: u64) -> Record {
-        let mut video = crate::jobs::tests::video(id);
+        let mut video = crate::job::tests::video(id);
         video.status = Status::Queued;
         Record { video, seq, owner: Some("tag".into()), request: None, mp4_bytes: None }
     }

@@ -16,7 +16,7 @@ use tokio::sync::{broadcast, mpsc};
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::params::CreateParams;
-use crate::AppState;
+use crate::state::AppState;
 
 fn kind(ev: &OmniEvent) -> &'static str {
     match ev {

@@ -9,9 +9,9 @@ use serde::Deserialize;
 
 use crate::auth::Caller;
 use crate::error::ApiError;
-use crate::jobs::{now_secs, Status, VideoObject};
+use crate::job::{now_secs, Status, VideoObject};
 use crate::params::{read_body, CreateParams};
-use crate::AppState;
+use crate::state::AppState;
 
 /// Admits a video job and starts following it; shared by HTTP and WebSocket.
 pub fn create(s: &AppState, p: &CreateParams, who: Caller) -> Result<VideoObject, ApiError> {

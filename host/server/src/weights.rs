@@ -16,7 +16,7 @@ use serde::Deserialize;
 
 use crate::error::ApiError;
 use crate::params::read_body;
-use crate::AppState;
+use crate::state::AppState;
 
 /// Largest weights upload taken in the body; larger checkpoints are given by path.
 pub const MAX_UPLOAD: usize = 2 << 30;

@@ -5,13 +5,13 @@
 
 pub mod bench;
 pub mod causal;
+pub mod chunk_rollout;
 pub mod config;
 pub mod loader;
 pub mod nn;
 pub mod parallel;
 pub mod parallel_bench;
 pub mod pipeline;
-pub mod rollout;
 pub mod scheduler;
 pub mod sequence_parallel;
 pub mod sessions;

@@ -13,7 +13,7 @@ use serde_json::Value;
 use tch::{Device, Kind};
 
 use crate::config::unsupported;
-use crate::parallel::ParallelTransformer;
+use crate::parallel::transformer::{load_from_files, transformer_checkpoint, ParallelTransformer};
 use crate::scheduler::{self, SchedulerDefaults};
 use crate::tokenizer::TextTokenizer;
 use crate::transformer::{TransformerConfig, WanTransformer3DModel};
@@ -21,6 +21,9 @@ use crate::umt5::{Umt5Config, Umt5Encoder};
 use crate::vae::{AutoencoderKLWan, VaeConfig};
 use crate::weights::Weights;
 
+/// A file format (every field optional), so it cannot be `Defaults` (every field required):
+/// [`WanModel::limits`] fills `Defaults` from it and the family's own values.
+///
 /// Optional `fastvideo.json` beside `model_index.json`: run defaults that diffusers keeps in
 /// pipeline code rather than in the checkpoint. Every field is optional.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -217,8 +220,8 @@ impl WanModel {
             return Ok(());
         }
         ensure!(devices.first() == Some(&self.device), "rank 0 must be the model's device {:?}", self.device);
-        let files = crate::parallel::transformer_checkpoint(&self.dir)?;
-        let load = crate::parallel::load_from_files(&self.transformer, files, self.dir.join("transformer"));
+        let files = transformer_checkpoint(&self.dir)?;
+        let load = load_from_files(&self.transformer, files, self.dir.join("transformer"));
         let p = ParallelTransformer::new(plan, devices, Arc::clone(&self.transformer), &load)?;
         self.parallel = Some(Arc::new(p));
         Ok(())

@@ -1,4 +1,4 @@
-//! A world model as the engine's session model: each session is a [`Rollout`] against one shared
+//! A world model as the engine's session model: each session is a [`ChunkRollout`] against one shared
 //! key/value pool, its chunks handed out as RGB video.
 
 use std::sync::Arc;
@@ -9,7 +9,7 @@ use fastvideo_pipeline::kv_pool::KvPool;
 use fastvideo_request::{ActionPart, RequestError};
 use tch::{Device, Tensor};
 
-use crate::rollout::Rollout;
+use crate::chunk_rollout::ChunkRollout;
 use crate::world::WorldModel;
 
 /// Makes a session's first frame from a seed (`[1, 3, 1, H, W]` in [-1, 1]), for models whose
@@ -95,12 +95,12 @@ impl SessionModel for WorldSessions {
                 })?;
                 let frame = f(seed).map_err(|e| RequestError::new("start_seed", format!("{e:#}")))?;
                 tch::no_grad(|| {
-                    Rollout::from_frame(&self.model, &self.pool, &prompt, &frame, window, req.seed, self.device)
+                    ChunkRollout::from_frame(&self.model, &self.pool, &prompt, &frame, window, req.seed, self.device)
                 })
             }
-            None => {
-                tch::no_grad(|| Rollout::with_window(&self.model, &self.pool, &prompt, window, req.seed, self.device))
-            }
+            None => tch::no_grad(|| {
+                ChunkRollout::with_window(&self.model, &self.pool, &prompt, window, req.seed, self.device)
+            }),
         }
         .map_err(|e| RequestError::new("session", format!("{e:#}")))?;
         Ok(Box::new(WorldSessionRun {
@@ -117,7 +117,7 @@ impl SessionModel for WorldSessions {
 struct WorldSessionRun {
     model: Arc<WorldModel>,
     /// `None` only while dropping (so the pool's gauge can be read after the slabs return).
-    rollout: Option<Rollout>,
+    rollout: Option<ChunkRollout>,
     /// Video frames finished so far (the next chunk's first frame).
     frames: u64,
     /// Actions waiting for their `from_frame`, as (frame, key index, id).
@@ -161,7 +161,7 @@ impl SessionRun for WorldSessionRun {
 }
 
 impl WorldSessionRun {
-    fn rollout(&mut self) -> &mut Rollout {
+    fn rollout(&mut self) -> &mut ChunkRollout {
         self.rollout.as_mut().expect("a live session has its rollout")
     }
 

@@ -1,7 +1,7 @@
 use anyhow::Result;
 use tch::Tensor;
 
-use super::{linspace, shift_sigma, Sampler, Schedule, NUM_TRAIN_TIMESTEPS};
+use super::schedule::{linspace, shift_sigma, Sampler, Schedule, NUM_TRAIN_TIMESTEPS};
 
 /// Flow-matching Euler, matching diffusers' `FlowMatchEulerDiscreteScheduler` with a static
 /// `shift` (no dynamic shifting, no stochastic sampling).

@@ -6,69 +6,16 @@
 //! float64 from those float32 sigmas.
 
 mod euler;
+mod schedule;
 mod sde;
 mod unipc;
 
 pub use euler::FlowMatchEuler;
+pub use schedule::{Sampler, Schedule, NUM_TRAIN_TIMESTEPS};
 pub use sde::{flow_sde_step, step_noise_seed, FlowSde, SdeDraw, SdeStep};
 pub use unipc::{UniPc, UniPcConfig};
 
-use anyhow::Result;
 use fastvideo_request::{ResolvedRequest, SamplerKind};
-use tch::Tensor;
-
-/// Training timesteps of the flow-matching models we run (diffusers `num_train_timesteps`).
-pub const NUM_TRAIN_TIMESTEPS: usize = 1000;
-
-/// A sampler's timesteps and noise levels, and how far it has got.
-#[derive(Debug, Clone)]
-pub struct Schedule {
-    /// The model time passed to the transformer at each step.
-    pub timesteps: Vec<f32>,
-    /// Noise levels, one more than steps (ends at 0).
-    pub sigmas: Vec<f32>,
-    /// Index of the next step.
-    pub index: usize,
-}
-
-impl Schedule {
-    /// Fails once every step has been taken.
-    fn ensure_step_left(&self, sampler: &str) -> Result<()> {
-        anyhow::ensure!(
-            self.index < self.timesteps.len(),
-            "{sampler}: step {} past the last of {}",
-            self.index,
-            self.timesteps.len()
-        );
-        Ok(())
-    }
-}
-
-/// One request's solver.
-pub trait Sampler: Send {
-    /// The sampler's timesteps, sigmas and position.
-    fn schedule(&self) -> &Schedule;
-    /// Advances `sample` by one solver step given the model's (guided) prediction.
-    fn step(&mut self, model_output: &Tensor, sample: &Tensor) -> Result<Tensor>;
-
-    /// The model time of each step ([`Schedule::timesteps`]).
-    fn timesteps(&self) -> &[f32] {
-        &self.schedule().timesteps
-    }
-    /// Noise levels, one more than steps, ending at 0 ([`Schedule::sigmas`]).
-    fn sigmas(&self) -> &[f32] {
-        &self.schedule().sigmas
-    }
-    /// Index of the next step; equals the step count once every step has been taken.
-    fn step_index(&self) -> usize {
-        self.schedule().index
-    }
-    /// `(step, log-probability)` of each stochastic step taken so far; empty for deterministic
-    /// samplers. Reads the values back from the device: call it once, at the end.
-    fn log_probs(&self) -> Vec<(u32, f32)> {
-        Vec::new()
-    }
-}
 
 /// Builds the sampler a request asked for.
 pub fn build(req: &ResolvedRequest) -> Box<dyn Sampler> {
@@ -78,19 +25,4 @@ pub fn build(req: &ResolvedRequest) -> Box<dyn Sampler> {
         SamplerKind::Unipc => Box::new(UniPc::new(UniPcConfig { flow_shift: shift, ..UniPcConfig::default() }, steps)),
         SamplerKind::FlowSde => Box::new(FlowSde::new(steps, shift, req.noise_level, &req.sde_steps, req.seed)),
     }
-}
-
-/// `shift * s / (1 + (shift - 1) * s)`, the flow-matching timestep shift.
-pub(crate) fn shift_sigma(s: f64, shift: f64) -> f64 {
-    shift * s / (1.0 + (shift - 1.0) * s)
-}
-
-/// `numpy.linspace(start, stop, n)`.
-pub(crate) fn linspace(start: f64, stop: f64, n: usize) -> Vec<f64> {
-    if n == 1 {
-        return vec![start];
-    }
-    let step = (stop - start) / (n - 1) as f64;
-    // numpy computes start + i*step and pins the last element to stop.
-    (0..n).map(|i| if i == n - 1 { stop } else { start + i as f64 * step }).collect()
 }

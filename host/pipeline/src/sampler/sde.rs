@@ -13,8 +13,9 @@
 use anyhow::Result;
 use tch::{Kind, Tensor};
 
-use super::{FlowMatchEuler, Sampler, Schedule};
-use crate::denoise::seeded_noise;
+use super::euler::FlowMatchEuler;
+use super::schedule::{Sampler, Schedule};
+use crate::noise::seeded_noise;
 
 /// One stochastic step's transition: the sample taken, its Gaussian's mean and standard
 /// deviation (`σ_t·√(−dt)`), and the sample's log-probability (mean over elements).

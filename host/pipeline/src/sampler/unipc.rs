@@ -1,7 +1,7 @@
 use anyhow::Result;
 use tch::Tensor;
 
-use super::{linspace, shift_sigma, Sampler, Schedule, NUM_TRAIN_TIMESTEPS};
+use super::schedule::{linspace, shift_sigma, Sampler, Schedule, NUM_TRAIN_TIMESTEPS};
 
 /// The subset of diffusers' `UniPCMultistepScheduler` options that flow-matching models use.
 #[derive(Debug, Clone)]

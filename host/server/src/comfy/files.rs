@@ -10,7 +10,7 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::Api;
+use super::api::Api;
 
 #[derive(Deserialize)]
 pub struct ViewQuery {

@@ -10,8 +10,8 @@ use fastvideo_request::{OmniEvent, OmniRequest};
 use serde_json::{json, Value};
 
 use super::queue::Entry;
-use super::Comfy;
-use crate::AppState;
+use super::service::Comfy;
+use crate::state::AppState;
 
 /// Milliseconds since the epoch, as ComfyUI stamps its messages.
 fn now_ms() -> u64 {

@@ -1,0 +1,310 @@
+//! The command-line face of [`ServeConfig`]: clap argument groups that `fastvideo serve`, the
+//! other `fastvideo` commands and the Dynamo worker flatten into their own arguments. Every flag
+//! is optional and overrides the config's field only when given, so the defaults live in one
+//! place ([`ServeConfig`]'s `Default`), whether the config came from a file or not.
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+use fastvideo_engine::Policy;
+use fastvideo_parallel::ParallelMode;
+use fastvideo_torch::Precision;
+use fastvideo_wan::world::WorldModel;
+use fastvideo_wan::WanModel;
+use tch::Device;
+
+use crate::config::{Drain, ModelConfig, RestartJobs, ServeConfig};
+
+fn set<T: Clone>(field: &mut T, flag: &Option<T>) {
+    if let Some(v) = flag {
+        field.clone_from(v);
+    }
+}
+
+fn set_opt<T: Clone>(field: &mut Option<T>, flag: &Option<T>) {
+    if flag.is_some() {
+        field.clone_from(flag);
+    }
+}
+
+/// Compute dtypes and kernels, shared by every command that loads a model.
+#[derive(Args, Clone, Debug, Default)]
+pub struct PrecisionArgs {
+    /// Transformer and text-encoder dtype: auto (bf16 on CUDA, fp32 on CPU), bf16, fp16 or fp32
+    /// [default: auto].
+    #[arg(long)]
+    pub dtype: Option<Precision>,
+    /// VAE dtype: auto (measured best on CUDA, fp32 on CPU), bf16, fp16 or fp32 [default: auto].
+    #[arg(long)]
+    pub vae_dtype: Option<Precision>,
+    /// Fused CUDA kernels (`on`) or plain libtorch ops everywhere (`off`) [default: on].
+    #[arg(long, value_parser = ["on", "off"])]
+    pub kernels: Option<String>,
+}
+
+impl PrecisionArgs {
+    pub fn apply(&self, m: &mut ModelConfig) {
+        set(&mut m.dtype, &self.dtype);
+        set(&mut m.vae_dtype, &self.vae_dtype);
+        if let Some(k) = &self.kernels {
+            m.kernels = k == "on";
+        }
+    }
+
+    /// The default model config with these flags applied.
+    pub fn model_config(&self) -> ModelConfig {
+        let mut m = ModelConfig::default();
+        self.apply(&mut m);
+        m
+    }
+
+    /// Loads the Wan folder `dir` with these dtypes and kernels ([`ModelConfig::load_at`]).
+    pub fn load(&self, dir: &Path, device: Device) -> anyhow::Result<WanModel> {
+        self.model_config().load_at(dir, device)
+    }
+
+    /// Loads a world-model folder with these dtypes and kernels.
+    pub fn load_world(&self, dir: &Path, device: Device) -> anyhow::Result<WorldModel> {
+        self.model_config().load_world(dir, device)
+    }
+}
+
+/// Several GPUs for one model.
+#[derive(Args, Clone, Debug, Default)]
+pub struct ParallelArgs {
+    /// GPUs to split each denoising step over (rank 0 is --device, the others follow it)
+    /// [default: 1].
+    #[arg(long)]
+    pub gpus: Option<usize>,
+    /// How the GPUs split a step: cfg (the two guidance branches side by side), sp (the token
+    /// sequence, Ulysses) or cfg+sp.
+    #[arg(long)]
+    pub parallel: Option<ParallelMode>,
+}
+
+impl ParallelArgs {
+    pub fn apply(&self, m: &mut ModelConfig) {
+        set(&mut m.gpus, &self.gpus);
+        set_opt(&mut m.parallel, &self.parallel);
+    }
+
+    /// Splits a loaded model over the GPUs these flags name.
+    pub fn split(&self, model: &mut WanModel) -> anyhow::Result<()> {
+        fastvideo_wan::parallel::setup(model, self.gpus.unwrap_or(1), self.parallel)
+    }
+}
+
+/// What the engine serves and how it schedules: the part of `serve` the Dynamo worker shares.
+#[derive(Args, Clone, Debug, Default)]
+pub struct EngineArgs {
+    /// A serve config (TOML, see docs/operators.md); flags given beside it override its fields.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Diffusers-layout Wan folder; the default model when omitted.
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    /// The model name clients ask for (`model` in requests, `/v1/models`) [default: the
+    /// folder's name, or fastvideo-default].
+    #[arg(long, alias = "name")]
+    pub model_name: Option<String>,
+    /// Deploy config enabling plugins by hash (see docs/plugins.md).
+    #[arg(long)]
+    pub deploy: Option<PathBuf>,
+    /// auto, cpu, cuda or cuda:N [default: auto].
+    #[arg(long)]
+    pub device: Option<String>,
+    #[command(flatten)]
+    pub precision: PrecisionArgs,
+    #[command(flatten)]
+    pub parallel: ParallelArgs,
+    /// shortest_remaining (step-level; short jobs overtake long ones) or fifo (request-level)
+    /// [default: shortest_remaining].
+    #[arg(long)]
+    pub policy: Option<Policy>,
+    /// Requests holding state at once [default: 16].
+    #[arg(long)]
+    pub max_active: Option<usize>,
+    /// Requests admitted (queued or running) at once; more get HTTP 429 [default: 1024].
+    #[arg(long)]
+    pub max_queue: Option<usize>,
+    /// Memory the active requests may hold together, in MiB (admission refuses larger requests).
+    /// Default: 8192 on CPU; on CUDA, 90 % of the device memory free once the model is loaded.
+    #[arg(long)]
+    pub memory_mib: Option<u64>,
+    /// Most requests whose compatible denoise steps run as one batched forward (1: never
+    /// batch). Default: 8 on CUDA, 1 on CPU, where batching measured slower (docs/benchmarks.md).
+    #[arg(long)]
+    pub max_batch: Option<usize>,
+    /// Refuse requests predicted to take longer than this many seconds.
+    #[arg(long)]
+    pub max_request_seconds: Option<f64>,
+    /// A job in the server longer than this many times its predicted solo time is overdue:
+    /// overdue jobs get --overdue-share of the executor while other jobs wait too, so a long job
+    /// behind a stream of short ones still finishes (docs/operators.md). 0: off [default: 3].
+    #[arg(long)]
+    pub max_stretch: Option<f64>,
+    /// The share of the executor (0 to 1) overdue jobs get while others wait too [default: 0.5].
+    #[arg(long)]
+    pub overdue_share: Option<f64>,
+    /// Also run live world-model sessions (`/v1/sessions`): a world-model folder, or
+    /// `default` for the shipped `models/world`.
+    #[arg(long)]
+    pub world: Option<String>,
+    /// Live sessions at once (the key/value pool is sized for them); more get HTTP 429
+    /// [default: 4].
+    #[arg(long)]
+    pub max_sessions: Option<usize>,
+    /// Seconds a session may go without a stream or an action before it is closed [default: 60].
+    #[arg(long)]
+    pub session_idle: Option<u64>,
+    /// The share of the executor that waiting jobs keep when more sessions run than the machine
+    /// can keep at their frame rate (0 to 1; 0: sessions first, always) [default: 0.25].
+    #[arg(long)]
+    pub job_floor: Option<f64>,
+}
+
+impl EngineArgs {
+    /// The config file's contents (or the defaults), with every given flag applied over it.
+    pub fn config(&self) -> anyhow::Result<ServeConfig> {
+        let mut cfg = match &self.config {
+            Some(path) => ServeConfig::load(path)?,
+            None => ServeConfig::default(),
+        };
+        self.apply(&mut cfg);
+        Ok(cfg)
+    }
+
+    pub fn apply(&self, cfg: &mut ServeConfig) {
+        set_opt(&mut cfg.deploy, &self.deploy);
+        let m = &mut cfg.model;
+        set_opt(&mut m.path, &self.model);
+        set_opt(&mut m.name, &self.model_name);
+        set(&mut m.device, &self.device);
+        self.precision.apply(m);
+        self.parallel.apply(m);
+        let s = &mut cfg.scheduler;
+        set(&mut s.policy, &self.policy);
+        set(&mut s.max_active, &self.max_active);
+        set(&mut s.max_queue, &self.max_queue);
+        set_opt(&mut s.memory_mib, &self.memory_mib);
+        set_opt(&mut s.max_batch, &self.max_batch);
+        set_opt(&mut s.max_request_seconds, &self.max_request_seconds);
+        set(&mut s.max_stretch, &self.max_stretch);
+        set(&mut s.overdue_share, &self.overdue_share);
+        let w = &mut cfg.world;
+        set_opt(&mut w.model, &self.world);
+        set(&mut w.max_sessions, &self.max_sessions);
+        set(&mut w.idle_seconds, &self.session_idle);
+        set(&mut w.job_floor, &self.job_floor);
+    }
+}
+
+/// The HTTP server's own options: listener, drain, WebRTC, keys, storage.
+#[derive(Args, Clone, Debug, Default)]
+pub struct ServerArgs {
+    /// Address to listen on [default: 127.0.0.1].
+    #[arg(long)]
+    pub host: Option<IpAddr>,
+    /// 0 picks a free port (printed at start) [default: 8000].
+    #[arg(long)]
+    pub port: Option<u16>,
+    /// On SIGTERM: `finish` admitted jobs, or `cancel` them [default: finish].
+    #[arg(long, value_parser = ["finish", "cancel"])]
+    pub drain: Option<String>,
+    /// Seconds to wait for admitted jobs during a drain [default: 300].
+    #[arg(long)]
+    pub drain_timeout: Option<u64>,
+    /// Seconds a client has to send a request's head (method, path, headers); a connection that
+    /// has not finished by then is closed [default: 10].
+    #[arg(long)]
+    pub header_timeout: Option<u64>,
+    /// Seconds a client has to send a request's body once its head is in (408 after) [default: 30].
+    #[arg(long)]
+    pub body_timeout: Option<u64>,
+    /// Connections served at once; more wait to be accepted [default: 1024].
+    #[arg(long)]
+    pub max_connections: Option<usize>,
+    /// Address WebRTC peers bind their UDP sockets to; it is the host candidate clients connect
+    /// to, so it must be reachable by them. Default: --host, or 127.0.0.1 when --host is 0.0.0.0.
+    #[arg(long)]
+    pub webrtc_bind: Option<IpAddr>,
+    /// A STUN or TURN server for WebRTC peers (repeatable): stun:HOST:PORT or
+    /// turn:USER:PASS@HOST:PORT.
+    #[arg(long = "webrtc-ice")]
+    pub webrtc_ice: Vec<String>,
+    /// Seconds a WebRTC peer may take to connect after the answer; then its session is closed
+    /// [default: 10].
+    #[arg(long)]
+    pub webrtc_connect_timeout: Option<u64>,
+    /// An API key clients must send as `Authorization: Bearer KEY` (repeatable); without any,
+    /// the server is open to whoever reaches its port.
+    #[arg(long = "api-key")]
+    pub api_keys: Vec<String>,
+    /// A file of API keys, one per line (blank lines and `#` comments skipped); keeps keys out of
+    /// the process list.
+    #[arg(long)]
+    pub api_key_file: Option<PathBuf>,
+    /// Serve `/metrics` without a key even when keys are set.
+    #[arg(long)]
+    pub metrics_public: bool,
+    /// Where jobs and their videos are kept, so a restart (even a crash) loses no finished
+    /// work. Default: fastvideo/ in the user's data directory (~/.local/share on Linux).
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Keep jobs in memory only: a restart forgets them.
+    #[arg(long, conflicts_with = "data_dir")]
+    pub ephemeral: bool,
+    /// Seconds a finished video is kept (its `expires_at`); then it is deleted. 0: until
+    /// deleted by a client [default: 86400].
+    #[arg(long)]
+    pub job_ttl: Option<u64>,
+    /// Space the kept videos may take (bytes, or with K, M, G or T: 512M, 20G); new jobs get
+    /// HTTP 507 once they take it. 0: no budget [default: 20G].
+    #[arg(long, value_parser = crate::size::parse_size)]
+    pub disk_budget: Option<u64>,
+    /// After a restart, jobs that were queued or running are run again (`requeue`, same seed)
+    /// or marked failed with `server_restarted` (`fail`) [default: requeue].
+    #[arg(long, value_parser = ["requeue", "fail"])]
+    pub restart_jobs: Option<String>,
+    /// Where prompts from ComfyUI clients write their outputs and uploads go (`output/`,
+    /// `input/`). Default: comfyui/ in the data directory (a temporary folder with --ephemeral).
+    #[arg(long)]
+    pub comfy_dir: Option<PathBuf>,
+}
+
+impl ServerArgs {
+    pub fn apply(&self, cfg: &mut ServeConfig) {
+        let h = &mut cfg.http;
+        set(&mut h.host, &self.host);
+        set(&mut h.port, &self.port);
+        if let Some(d) = &self.drain {
+            h.drain = if d == "cancel" { Drain::Cancel } else { Drain::Finish };
+        }
+        set(&mut h.drain_timeout, &self.drain_timeout);
+        set(&mut h.header_timeout, &self.header_timeout);
+        set(&mut h.body_timeout, &self.body_timeout);
+        set(&mut h.max_connections, &self.max_connections);
+        set_opt(&mut cfg.webrtc.bind, &self.webrtc_bind);
+        cfg.webrtc.ice.extend(self.webrtc_ice.iter().cloned());
+        set(&mut cfg.webrtc.connect_timeout, &self.webrtc_connect_timeout);
+        cfg.auth.api_keys.extend(self.api_keys.iter().cloned());
+        set_opt(&mut cfg.auth.api_key_file, &self.api_key_file);
+        cfg.auth.metrics_public |= self.metrics_public;
+        let s = &mut cfg.storage;
+        if self.ephemeral {
+            s.ephemeral = true;
+            s.data_dir = None;
+        }
+        if self.data_dir.is_some() {
+            s.ephemeral = false;
+            s.data_dir.clone_from(&self.data_dir);
+        }
+        set(&mut s.job_ttl, &self.job_ttl);
+        set(&mut s.disk_budget, &self.disk_budget);
+        if let Some(r) = &self.restart_jobs {
+            s.restart_jobs = if r == "fail" { RestartJobs::Fail } else { RestartJobs::Requeue };
+        }
+        set_opt(&mut s.comfy_dir, &self.comfy_dir);
+    }
+}

@@ -1,0 +1,373 @@
+//! [`ServeConfig`]: everything a front end decides about an engine and its server, as one serde
+//! value. `fastvideo serve --config serve.toml` reads it from a file; every flag of `serve` (and
+//! of the Dynamo worker) is one field of it, so an option is added once, here, with its default.
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use fastvideo_engine::Policy;
+use fastvideo_parallel::ParallelMode;
+use fastvideo_torch::Precision;
+use serde::{Deserialize, Serialize};
+
+use crate::size::parse_size;
+
+/// How one process serves: the model, how it runs, and (for `serve`) its HTTP face.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServeConfig {
+    /// Deploy config enabling plugins by hash (see docs/plugins.md).
+    pub deploy: Option<PathBuf>,
+    pub model: ModelConfig,
+    pub scheduler: SchedulerConfig,
+    pub world: WorldConfig,
+    pub http: HttpConfig,
+    pub webrtc: WebRtcConfig,
+    pub auth: AuthConfig,
+    pub storage: StorageConfig,
+}
+
+/// Which model, on which device, in which dtypes, over how many GPUs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ModelConfig {
+    /// Diffusers-layout Wan folder; the embedded default model when `None`.
+    pub path: Option<PathBuf>,
+    /// The name clients ask for (`model` in requests); the folder's name when `None`, or
+    /// `fastvideo-default` for the embedded model.
+    pub name: Option<String>,
+    /// auto, cpu, cuda or cuda:N.
+    pub device: String,
+    /// Transformer and text-encoder dtype: auto (bf16 on CUDA, fp32 on CPU), bf16, fp16, fp32.
+    #[serde(with = "from_str")]
+    pub dtype: Precision,
+    /// VAE dtype: auto (measured best on CUDA, fp32 on CPU), bf16, fp16 or fp32.
+    #[serde(with = "from_str")]
+    pub vae_dtype: Precision,
+    /// Fused CUDA kernels, or plain libtorch ops everywhere.
+    pub kernels: bool,
+    /// GPUs each denoising step is split over (rank 0 is `device`).
+    pub gpus: usize,
+    /// How the GPUs split a step: cfg, sp or cfg+sp.
+    #[serde(with = "from_str_opt")]
+    pub parallel: Option<ParallelMode>,
+}
+
+impl Default for ModelConfig {
+    fn default() -> Self {
+        Self {
+            path: None,
+            name: None,
+            device: "auto".into(),
+            dtype: Precision::Auto,
+            vae_dtype: Precision::Auto,
+            kernels: true,
+            gpus: 1,
+            parallel: None,
+        }
+    }
+}
+
+/// Admission and the step scheduler (docs/operators.md).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SchedulerConfig {
+    /// shortest_remaining (step-level; short jobs overtake long ones) or fifo.
+    pub policy: Policy,
+    /// Requests holding state at once.
+    pub max_active: usize,
+    /// Requests admitted (queued or running) at once; more are refused (HTTP 429).
+    pub max_queue: usize,
+    /// Memory the active requests may hold together, in MiB. `None`: 8192 on CPU; on CUDA, 90 %
+    /// of the device memory free once the model is loaded.
+    pub memory_mib: Option<u64>,
+    /// Most requests whose compatible steps run as one batched forward. `None`: 8 on CUDA, 1 on
+    /// CPU, where batching measured slower (docs/benchmarks.md).
+    pub max_batch: Option<usize>,
+    /// Refuse requests predicted to take longer than this many seconds.
+    pub max_request_seconds: Option<f64>,
+    /// A job in the server longer than this many times its predicted solo time is overdue. 0: off.
+    pub max_stretch: f64,
+    /// The share of the executor (0 to 1) overdue jobs get while others wait too.
+    pub overdue_share: f64,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        Self {
+            policy: Policy::ShortestRemaining,
+            max_active: 16,
+            max_queue: 1024,
+            memory_mib: None,
+            max_batch: None,
+            max_request_seconds: None,
+            max_stretch: 3.0,
+            overdue_share: 0.5,
+        }
+    }
+}
+
+/// Live world-model sessions (`/v1/sessions`), off unless `model` is set.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WorldConfig {
+    /// A world-model folder, or `default` for the shipped `models/world`.
+    pub model: Option<String>,
+    /// Live sessions at once (the key/value pool is sized for them); more get HTTP 429.
+    pub max_sessions: usize,
+    /// Seconds a session may go without a stream or an action before it is closed.
+    pub idle_seconds: u64,
+    /// The share of the executor that waiting jobs keep when sessions ask for all of it.
+    pub job_floor: f64,
+}
+
+impl Default for WorldConfig {
+    fn default() -> Self {
+        Self { model: None, max_sessions: 4, idle_seconds: 60, job_floor: 0.25 }
+    }
+}
+
+/// What happens to admitted work on SIGTERM.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Drain {
+    /// Let queued and running jobs finish.
+    #[default]
+    Finish,
+    /// Cancel them.
+    Cancel,
+}
+
+/// The HTTP listener.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpConfig {
+    pub host: IpAddr,
+    /// 0 picks a free port (printed at start).
+    pub port: u16,
+    pub drain: Drain,
+    /// Seconds to wait for admitted jobs during a drain.
+    pub drain_timeout: u64,
+    /// Seconds a client has to send a request's head.
+    pub header_timeout: u64,
+    /// Seconds a client has to send a request's body once its head is in (408 after).
+    pub body_timeout: u64,
+    /// Connections served at once; more wait to be accepted.
+    pub max_connections: usize,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        Self {
+            host: IpAddr::from([127, 0, 0, 1]),
+            port: 8000,
+            drain: Drain::Finish,
+            drain_timeout: 300,
+            header_timeout: 10,
+            body_timeout: 30,
+            max_connections: 1024,
+        }
+    }
+}
+
+/// WebRTC peers of world sessions.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WebRtcConfig {
+    /// Address peers bind their UDP sockets to. `None`: `http.host`, or 127.0.0.1 when that is
+    /// 0.0.0.0.
+    pub bind: Option<IpAddr>,
+    /// STUN or TURN servers: `stun:HOST:PORT` or `turn:USER:PASS@HOST:PORT`.
+    pub ice: Vec<String>,
+    /// Seconds a peer may take to connect after the answer.
+    pub connect_timeout: u64,
+}
+
+impl Default for WebRtcConfig {
+    fn default() -> Self {
+        Self { bind: None, ice: Vec::new(), connect_timeout: 10 }
+    }
+}
+
+/// Bearer API keys.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    pub api_keys: Vec<String>,
+    /// A file of keys, one per line (blank lines and `#` comments skipped).
+    pub api_key_file: Option<PathBuf>,
+    /// Serve `/metrics` without a key even when keys are set.
+    pub metrics_public: bool,
+}
+
+/// What happens to jobs after a restart.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RestartJobs {
+    /// Run queued and running jobs again (same seed).
+    #[default]
+    Requeue,
+    /// Mark them failed with `server_restarted`.
+    Fail,
+}
+
+/// Where jobs, videos and ComfyUI files are kept.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StorageConfig {
+    /// Default: fastvideo/ in the user's data directory (~/.local/share on Linux).
+    pub data_dir: Option<PathBuf>,
+    /// Keep jobs in memory only: a restart forgets them.
+    pub ephemeral: bool,
+    /// Seconds a finished video is kept; 0: until deleted.
+    pub job_ttl: u64,
+    /// Space the kept videos may take: bytes, or 512M, 20G; 0: no budget.
+    #[serde(with = "size")]
+    pub disk_budget: u64,
+    pub restart_jobs: RestartJobs,
+    /// ComfyUI outputs and uploads. Default: comfyui/ in the data directory.
+    pub comfy_dir: Option<PathBuf>,
+}
+
+impl Default for StorageConfig {
+    fn default() -> Self {
+        Self {
+            data_dir: None,
+            ephemeral: false,
+            job_ttl: 86_400,
+            disk_budget: 20 << 30,
+            restart_jobs: RestartJobs::Requeue,
+            comfy_dir: None,
+        }
+    }
+}
+
+impl ServeConfig {
+    /// Reads a TOML file; relative paths in it are relative to the file's folder. Errors name
+    /// the file and the key.
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("--config: reading {}", path.display()))?;
+        let mut cfg: Self = toml::from_str(&text).map_err(|e| {
+            // One line: the key's line and toml's message (its own text spans several lines).
+            let at = e
+                .span()
+                .map(|s| {
+                    let n = text[..s.start].matches('\n').count();
+                    format!(" line {} `{}`:", n + 1, text.lines().nth(n).unwrap_or("").trim())
+                })
+                .unwrap_or_default();
+            anyhow::anyhow!("--config {}:{at} {}", path.display(), e.message().trim())
+        })?;
+        cfg.rebase(path.parent().unwrap_or(Path::new(".")));
+        Ok(cfg)
+    }
+
+    /// Makes every relative path absolute against `dir`.
+    fn rebase(&mut self, dir: &Path) {
+        let join = |p: &mut Option<PathBuf>| {
+            if let Some(q) = p.as_mut().filter(|q| q.is_relative()) {
+                *q = dir.join(&*q);
+            }
+        };
+        join(&mut self.deploy);
+        join(&mut self.model.path);
+        join(&mut self.auth.api_key_file);
+        join(&mut self.storage.data_dir);
+        join(&mut self.storage.comfy_dir);
+        if let Some(w) = self.world.model.as_mut().filter(|w| *w != "default" && Path::new(w).is_relative()) {
+            *w = dir.join(&*w).display().to_string();
+        }
+    }
+
+    /// Checks what can be checked without loading anything; each error names the field (as
+    /// the config file spells it, with the `serve` flag beside it).
+    pub fn validate(&self) -> Result<()> {
+        let s = &self.scheduler;
+        if s.max_active == 0 || s.max_queue == 0 || s.max_batch == Some(0) {
+            bail!("scheduler.max_active, max_queue and max_batch (--max-active, --max-queue, --max-batch) must be positive");
+        }
+        if s.max_stretch.is_nan() || (s.max_stretch != 0.0 && s.max_stretch < 1.0) {
+            bail!(
+                "scheduler.max_stretch (--max-stretch): {} must be at least 1 (a multiple of a job's solo time), or 0 for off",
+                s.max_stretch
+            );
+        }
+        if !(s.overdue_share > 0.0 && s.overdue_share <= 1.0) {
+            bail!(
+                "scheduler.overdue_share (--overdue-share): {} is not a share above 0 and at most 1",
+                s.overdue_share
+            );
+        }
+        if !(0.0..=1.0).contains(&self.world.job_floor) {
+            bail!("world.job_floor (--job-floor): {} is not a share between 0 and 1", self.world.job_floor);
+        }
+        if let Some(t) = s.max_request_seconds.filter(|t| t.is_nan() || *t <= 0.0) {
+            bail!("scheduler.max_request_seconds (--max-request-seconds): {t} is not a positive number of seconds");
+        }
+        if self.storage.ephemeral && self.storage.data_dir.is_some() {
+            bail!("storage.ephemeral (--ephemeral) and storage.data_dir (--data-dir) exclude each other");
+        }
+        for ice in &self.webrtc.ice {
+            fastvideo_server::RtcConfig::parse_ice_server(ice)
+                .map_err(|e| anyhow::anyhow!("webrtc.ice (--webrtc-ice): {e}"))?;
+        }
+        Ok(())
+    }
+}
+
+/// Fields stored as their `FromStr`/`Display` text (`"bf16"`, `"cfg+sp"`).
+mod from_str {
+    use std::fmt::Display;
+    use std::str::FromStr;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<T: Display, S: Serializer>(v: &T, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(v)
+    }
+
+    pub fn deserialize<'de, T: FromStr<Err = String>, D: Deserializer<'de>>(d: D) -> Result<T, D::Error> {
+        String::deserialize(d)?.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+mod from_str_opt {
+    use std::fmt::Display;
+    use std::str::FromStr;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<T: Display, S: Serializer>(v: &Option<T>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(v) => s.collect_str(v),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, T: FromStr<Err = String>, D: Deserializer<'de>>(d: D) -> Result<Option<T>, D::Error> {
+        Option::<String>::deserialize(d)?.map(|t| t.parse().map_err(serde::de::Error::custom)).transpose()
+    }
+}
+
+/// A size as bytes or as text with a binary unit (`"20G"`).
+mod size {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(*v)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Size {
+            Bytes(u64),
+            Text(String),
+        }
+        match Size::deserialize(d)? {
+            Size::Bytes(n) => Ok(n),
+            Size::Text(t) => super::parse_size(&t).map_err(serde::de::Error::custom),
+        }
+    }
+}

@@ -1,0 +1,204 @@
+//! [`build_engine`]: a [`ServeConfig`] made into a running engine, its metrics registry and a
+//! description of what was built. `fastvideo serve` and the Dynamo worker both start their
+//! engine here, so the same config gives the same engine whichever front end reads it.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use fastvideo_engine::{CostConfig, Engine, EngineConfig, EngineModel, Metrics, WeightUpdates};
+use fastvideo_plugin_host::{Binding, Deployment};
+use fastvideo_wan::WanModel;
+use prometheus_client::registry::Registry;
+use serde::Serialize;
+use tch::Device;
+
+use crate::config::ServeConfig;
+use crate::model::ModelLocation;
+
+/// A started engine and what a front end needs beside it.
+pub struct Assembly {
+    pub engine: Engine,
+    /// Every metric the engine publishes is registered here; servers add theirs.
+    pub registry: Registry,
+    pub metrics: Metrics,
+    pub model: ModelLocation,
+    pub device: Device,
+    pub deploy: Option<Arc<Deployment>>,
+    pub description: EngineDescription,
+}
+
+/// What an engine was built with, as JSON-friendly data: two front ends that print the same
+/// description built the same engine.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EngineDescription {
+    pub model: String,
+    pub model_dir: PathBuf,
+    pub device: String,
+    pub transformer_dtype: String,
+    pub text_encoder_dtype: String,
+    pub vae_dtype: String,
+    pub kernels: bool,
+    /// `cfg`/`sp` degrees and devices when split over GPUs.
+    pub parallel: Option<String>,
+    pub limits: fastvideo_request::ModelLimits,
+    /// The plugins bound into the pipeline, one line each.
+    pub plugins: Vec<String>,
+    pub weight_updates: bool,
+    /// The world model serving sessions, if any.
+    pub world: Option<String>,
+    pub scheduler: SchedulerDescription,
+    /// Metrics fed by hooks outside the engine (the embedding cache, plugin time).
+    pub metric_hooks: Vec<&'static str>,
+}
+
+/// The engine's scheduling parameters after device-derived defaults were filled in.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SchedulerDescription {
+    pub policy: fastvideo_engine::Policy,
+    pub max_active: usize,
+    pub max_queue: usize,
+    pub memory_bytes: u64,
+    pub max_batch: usize,
+    pub max_request_seconds: Option<f64>,
+    /// `None`: off.
+    pub max_stretch: Option<f64>,
+    pub overdue_share: f64,
+    pub max_sessions: usize,
+    pub session_idle_seconds: u64,
+    pub job_floor: f64,
+    pub cost_prior_step_seconds_per_mpx_forward: f64,
+}
+
+/// The deploy config `cfg.deploy` names, loaded (plugins compiled, hashes checked).
+pub fn load_deploy(cfg: &ServeConfig) -> Result<Option<Arc<Deployment>>> {
+    cfg.deploy
+        .as_deref()
+        .map(|p| Deployment::load(p).map(Arc::new).with_context(|| format!("--deploy {}", p.display())))
+        .transpose()
+}
+
+/// The engine's parameters: the config's, with the device's defaults where it left them open
+/// (memory: 90 % of the CUDA memory free now, else 8 GiB; batching: 8 on CUDA, 1 on CPU).
+pub fn engine_config(cfg: &ServeConfig, device: Device) -> EngineConfig {
+    let s = &cfg.scheduler;
+    let memory_bytes = match (s.memory_mib, device) {
+        (Some(mib), _) => mib << 20,
+        (None, Device::Cuda(i)) => fastvideo_kernels::cuda::memory_free(i).map_or(8 << 30, |free| free / 10 * 9),
+        (None, _) => 8 << 30,
+    };
+    EngineConfig {
+        policy: s.policy,
+        max_active: s.max_active,
+        max_queue: s.max_queue,
+        memory_bytes,
+        max_request_seconds: s.max_request_seconds,
+        max_batch: s.max_batch.unwrap_or(if device.is_cuda() { 8 } else { 1 }),
+        cost: CostConfig::for_device(device.is_cuda()),
+        max_sessions: cfg.world.max_sessions.max(1),
+        session_idle: Duration::from_secs(cfg.world.idle_seconds.max(1)),
+        job_floor: cfg.world.job_floor,
+        max_stretch: if s.max_stretch == 0.0 { f64::INFINITY } else { s.max_stretch },
+        overdue_share: s.overdue_share,
+        ..Default::default()
+    }
+}
+
+/// Loads the model (and the world model, when sessions are on), binds the deploy's plugins and
+/// starts the engine. Nothing is started when a step fails; errors name the flag or field.
+pub fn build_engine(cfg: &ServeConfig) -> Result<Assembly> {
+    cfg.validate()?;
+    let device = cfg.model.torch_device()?;
+    let location = cfg.model.locate()?;
+    let model = cfg.model.load_parallel(&location.dir, device)?;
+    let deploy = load_deploy(cfg)?;
+    let binding = Binding::of(deploy.as_ref(), &location.name);
+    let spec = Arc::new(fastvideo_wan::pipeline::text_to_video_with(&model, binding.policies.clone())?);
+    // POST /v1/weights rebuilds the pipeline around new transformer weights, same policies.
+    let weights = WeightUpdates {
+        loader: Arc::new(fastvideo_wan::update::WanWeightLoader::new(&model, binding.policies.clone())),
+        initial: model.dir.join("transformer"),
+    };
+    let mut registry = Registry::default();
+    let metrics = Metrics::register(&mut registry);
+    let engine_cfg = engine_config(cfg, device);
+    let world = crate::world::sessions(&cfg.world, &cfg.model, device, &metrics)?;
+    let metric_hooks = observe(&model, deploy.as_deref(), &metrics);
+    let description = EngineDescription {
+        metric_hooks,
+        ..describe(cfg, &location, &model, &binding, &engine_cfg, world.as_ref().map(|w| w.0.clone()))
+    };
+    let engine = Engine::start_with_sessions(
+        EngineModel {
+            id: location.name.clone(),
+            limits: model.limits(),
+            spec,
+            device,
+            check: Box::new(binding.request_check()),
+            classify: Binding::classify_failure,
+            weights: Some(weights),
+        },
+        world.map(|w| w.1),
+        engine_cfg,
+        metrics.clone(),
+    );
+    Ok(Assembly { engine, registry, metrics, model: location, device, deploy, description })
+}
+
+/// Feeds the embedding-cache and plugin-time metrics from their sources; names what it hooked.
+fn observe(model: &WanModel, deploy: Option<&Deployment>, metrics: &Metrics) -> Vec<&'static str> {
+    let (hits, misses) = (metrics.embedding_cache_hits.clone(), metrics.embedding_cache_misses.clone());
+    model.text_cache.observe(Box::new(move |hit| {
+        if hit { &hits } else { &misses }.inc();
+    }));
+    let mut hooks = vec!["embedding_cache"];
+    if let Some(d) = deploy {
+        let plugin_seconds = metrics.plugin_seconds.clone();
+        d.runtime.observe_calls(Box::new(move |s| {
+            plugin_seconds.inc_by(s);
+        }));
+        hooks.push("plugin_seconds");
+    }
+    hooks
+}
+
+fn describe(
+    cfg: &ServeConfig,
+    location: &ModelLocation,
+    model: &WanModel,
+    binding: &Binding,
+    e: &EngineConfig,
+    world: Option<String>,
+) -> EngineDescription {
+    let r = &model.load_report;
+    EngineDescription {
+        model: location.name.clone(),
+        model_dir: location.dir.canonicalize().unwrap_or_else(|_| location.dir.clone()),
+        device: format!("{:?}", model.device),
+        transformer_dtype: fastvideo_torch::kind_name(r.transformer_dtype).into(),
+        text_encoder_dtype: fastvideo_torch::kind_name(r.text_encoder_dtype).into(),
+        vae_dtype: fastvideo_torch::kind_name(r.vae_dtype).into(),
+        kernels: cfg.model.kernels,
+        parallel: model.parallel.as_ref().map(|p| format!("{:?} over {:?}", p.plan(), p.devices())),
+        limits: model.limits(),
+        plugins: binding.describe(),
+        weight_updates: true,
+        world,
+        scheduler: SchedulerDescription {
+            policy: e.policy,
+            max_active: e.max_active,
+            max_queue: e.max_queue,
+            memory_bytes: e.memory_bytes,
+            max_batch: e.max_batch,
+            max_request_seconds: e.max_request_seconds,
+            max_stretch: e.max_stretch.is_finite().then_some(e.max_stretch),
+            overdue_share: e.overdue_share,
+            max_sessions: e.max_sessions,
+            session_idle_seconds: e.session_idle.as_secs(),
+            job_floor: e.job_floor,
+            cost_prior_step_seconds_per_mpx_forward: e.cost.prior_step_seconds_per_mpx_forward,
+        },
+        metric_hooks: Vec::new(),
+    }
+}

@@ -1,0 +1,27 @@
+//! One assembly for every front end: a [`ServeConfig`] (a TOML file, or flags mapped onto it by
+//! the [`args`] groups) becomes the engine, its metrics registry and, for `fastvideo serve`, the
+//! HTTP server's state. `fastvideo serve`, `generate`, `world`, `workflow run` and the Dynamo
+//! worker hold no wiring of their own, so a new option or input is added here once and reaches
+//! every one of them.
+
+pub mod args;
+mod config;
+mod engine;
+mod locate;
+mod model;
+mod server;
+mod size;
+pub mod world;
+
+pub use config::{
+    AuthConfig, Drain, HttpConfig, ModelConfig, RestartJobs, SchedulerConfig, ServeConfig, StorageConfig, WebRtcConfig,
+    WorldConfig,
+};
+pub use engine::{build_engine, engine_config, load_deploy, Assembly, EngineDescription, SchedulerDescription};
+pub use locate::{default_model, workflow_model_folder, world_model};
+pub use model::ModelLocation;
+pub use server::{api_keys, build_server, data_dir, Served};
+pub use size::parse_size;
+
+#[cfg(test)]
+mod tests;

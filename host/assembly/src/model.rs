@@ -1,0 +1,73 @@
+//! Loading the served model as a [`ModelConfig`] says: where it is, its name, dtypes, kernels
+//! and parallel layout. Every command that loads a model goes through here.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use fastvideo_wan::world::WorldModel;
+use fastvideo_wan::{LoadOptions, WanModel};
+use tch::Device;
+
+use crate::config::ModelConfig;
+use crate::locate;
+
+/// A model folder and the name clients ask for it by.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelLocation {
+    pub dir: PathBuf,
+    pub name: String,
+    /// The embedded default model (no `path` given).
+    pub embedded: bool,
+}
+
+impl ModelConfig {
+    /// The device `device` names (`auto` picks CUDA when present).
+    pub fn torch_device(&self) -> Result<Device> {
+        fastvideo_torch::device(&self.device)
+    }
+
+    /// The folder (`path`, else the embedded default model) and the served name (`name`, else
+    /// the folder's name, or `fastvideo-default` for the embedded model).
+    pub fn locate(&self) -> Result<ModelLocation> {
+        let (dir, embedded) = match &self.path {
+            Some(p) => (p.clone(), false),
+            None => (locate::default_model()?, true),
+        };
+        let name = match (&self.name, embedded) {
+            (Some(n), _) => n.clone(),
+            (None, true) => "fastvideo-default".into(),
+            (None, false) => dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or("model".into()),
+        };
+        Ok(ModelLocation { dir, name, embedded })
+    }
+
+    /// Applies `kernels` (process-wide) and loads the Wan folder `dir` with these dtypes.
+    pub fn load_at(&self, dir: &Path, device: Device) -> Result<WanModel> {
+        self.apply_kernels();
+        WanModel::load_with(dir, self.options(device)).with_context(|| format!("--model {}", dir.display()))
+    }
+
+    /// [`load_at`](Self::load_at), then split over `gpus` as `parallel` says.
+    pub fn load_parallel(&self, dir: &Path, device: Device) -> Result<WanModel> {
+        let mut model = self.load_at(dir, device)?;
+        fastvideo_wan::parallel::setup(&mut model, self.gpus, self.parallel)?;
+        Ok(model)
+    }
+
+    /// The same for a world-model folder (the Wan folder plus `action_embedder/` and `world.json`).
+    pub fn load_world(&self, dir: &Path, device: Device) -> Result<WorldModel> {
+        self.apply_kernels();
+        WorldModel::load(dir, self.options(device)).with_context(|| format!("--model {}", dir.display()))
+    }
+
+    fn apply_kernels(&self) {
+        if !self.kernels {
+            // Only ever switched off here, so `FASTVIDEO_NO_KERNELS` still holds with the default.
+            fastvideo_kernels::set_enabled(false);
+        }
+    }
+
+    fn options(&self, device: Device) -> LoadOptions {
+        LoadOptions { device, dtype: self.dtype, vae_dtype: self.vae_dtype }
+    }
+}

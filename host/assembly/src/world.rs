@@ -1,0 +1,54 @@
+//! Live world-model sessions for the engine: the world model, its session pool, and the first
+//! frame drawn by the shipped world's simulator.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{bail, Result};
+use fastvideo_engine::session::SessionModel;
+use fastvideo_engine::Metrics;
+use fastvideo_procedural::world::WorldState;
+use fastvideo_wan::sessions::WorldSessions;
+use fastvideo_wan::world::WorldModel;
+use tch::{Device, Kind, Tensor};
+
+use crate::config::{ModelConfig, WorldConfig};
+use crate::locate;
+
+/// The world-model folder `model` names (`default`: the shipped one).
+pub fn world_dir(model: &str) -> Result<PathBuf> {
+    if model == "default" {
+        locate::world_model()
+    } else {
+        Ok(PathBuf::from(model))
+    }
+}
+
+/// Loads the world model and makes the engine's session model, sized for `max_sessions`.
+pub fn sessions(
+    world: &WorldConfig,
+    model: &ModelConfig,
+    device: Device,
+    metrics: &Metrics,
+) -> Result<Option<(String, Arc<dyn SessionModel>)>> {
+    let Some(name) = &world.model else { return Ok(None) };
+    let dir = world_dir(name)?;
+    let loaded = Arc::new(model.load_world(&dir, device)?);
+    let id = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or("world".into());
+    let first = loaded.clone();
+    let s = WorldSessions::new(id.clone(), loaded, world.max_sessions.max(1), device)
+        .with_first_frame(Box::new(move |seed| simulator_frame(&first, seed)))
+        .with_metrics(metrics.clone());
+    Ok(Some((id, Arc::new(s))))
+}
+
+/// The world simulator's first frame for `seed`, as the model's input `[1, 3, 1, H, W]` in [-1, 1].
+pub fn simulator_frame(model: &WorldModel, seed: u64) -> Result<Tensor> {
+    if model.spec.height != model.spec.width {
+        bail!("the world simulator draws square frames; this model is {}x{}", model.spec.width, model.spec.height);
+    }
+    let size = model.spec.width as i64;
+    let rgb = WorldState::sample(seed).draw(size as usize);
+    let frame = Tensor::from_slice(&rgb).view([1, size, size, 3]).permute([3, 0, 1, 2]).unsqueeze(0);
+    Ok(frame.to_kind(Kind::Float) / 127.5 - 1.0)
+}

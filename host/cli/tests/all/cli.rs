@@ -1,0 +1,152 @@
+//! The `fastvideo` binary as a user runs it: the default generation writes a real MP4, and bad
+//! input gives one clear line and a non-zero exit, never a panic.
+
+use std::io::Cursor;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use crate::common::assert_user_error;
+
+fn fastvideo(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_fastvideo")).args(args).env("RUST_BACKTRACE", "1").output().expect("binary runs")
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let dst = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &dst);
+        } else {
+            std::fs::copy(e.path(), dst).unwrap();
+        }
+    }
+}
+
+#[test]
+fn default_model_writes_a_playable_mp4_with_the_requested_shape() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("clip.mp4");
+    let frames = dir.path().join("frames");
+    let r = fastvideo(&[
+        "generate",
+        "--prompt",
+        "a red circle moving left",
+        "--frames",
+        "9",
+        "--height",
+        "32",
+        "--width",
+        "48",
+        "--steps",
+        "3",
+        "--seed",
+        "7",
+        "--out",
+        out.to_str().unwrap(),
+        "--frames-dir",
+        frames.to_str().unwrap(),
+        "--json",
+    ]);
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(r.status.success(), "{err}");
+    assert!(err.contains("trained by this project"), "the CLI names the shipped model: {err}");
+    let json: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
+    assert_eq!(json["metrics"]["seed"], 7);
+    assert_eq!(json["metrics"]["step_seconds"].as_array().unwrap().len(), 3);
+    let bytes = std::fs::read(&out).unwrap();
+    let size = bytes.len() as u64;
+    let reader = mp4::Mp4Reader::read_header(Cursor::new(bytes), size).unwrap();
+    let (&id, track) = reader.tracks().iter().next().unwrap();
+    assert_eq!((track.width(), track.height()), (48, 32));
+    assert_eq!(reader.sample_count(id).unwrap(), 9);
+    assert_eq!(std::fs::read_dir(&frames).unwrap().count(), 9);
+}
+
+#[test]
+fn same_seed_same_video() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("a.mp4");
+    let b = dir.path().join("b.mp4");
+    for p in [&a, &b] {
+        let r = fastvideo(&[
+            "generate",
+            "--prompt",
+            "a blue square",
+            "--steps",
+            "2",
+            "--seed",
+            "3",
+            "--quiet",
+            "--out",
+            p.to_str().unwrap(),
+        ]);
+        assert!(r.status.success());
+    }
+    assert_eq!(std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap());
+}
+
+#[test]
+fn bad_request_values_name_the_field() {
+    let out = "/tmp/fastvideo-never-written.mp4";
+    assert_user_error(
+        &fastvideo(&["generate", "--prompt", "x", "--frames", "16", "--out", out]),
+        "diffusion.num_frames: 16: Wan needs frames = 4k+1",
+    );
+    assert_user_error(&fastvideo(&["generate", "--prompt", "x", "--width", "70", "--out", out]), "diffusion.width");
+    assert_user_error(&fastvideo(&["generate", "--prompt", "  ", "--out", out]), "prompt: must not be empty");
+    assert_user_error(
+        &fastvideo(&["generate", "--prompt", "x", "--out", "/no/such/dir/x.mp4"]),
+        "--out: folder /no/such/dir does not exist",
+    );
+    assert!(!Path::new(out).exists());
+}
+
+#[test]
+fn missing_and_corrupt_models_are_named() {
+    assert_user_error(
+        &fastvideo(&["generate", "--prompt", "x", "--model", "/no/such/model"]),
+        "model folder /no/such/model does not exist",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    assert_user_error(
+        &fastvideo(&["generate", "--prompt", "x", "--model", dir.path().to_str().unwrap()]),
+        "is not a diffusers model folder",
+    );
+
+    let tiny = repo().join("tests/fixtures/tiny-wan");
+    let corrupt = dir.path().join("corrupt");
+    copy_dir(&tiny, &corrupt);
+    let weights = corrupt.join("transformer/diffusion_pytorch_model.safetensors");
+    let bytes = std::fs::read(&weights).unwrap();
+    std::fs::write(&weights, &bytes[..bytes.len() / 2]).unwrap();
+    assert_user_error(
+        &fastvideo(&["generate", "--prompt", "x", "--model", corrupt.to_str().unwrap()]),
+        "diffusion_pytorch_model.safetensors: not a readable safetensors file",
+    );
+
+    let unknown = dir.path().join("unknown");
+    copy_dir(&tiny, &unknown);
+    let cfg = unknown.join("transformer/config.json");
+    let text = std::fs::read_to_string(&cfg).unwrap().replacen('{', "{\n  \"sliding_window\": 4,", 1);
+    std::fs::write(&cfg, text).unwrap();
+    assert_user_error(
+        &fastvideo(&["generate", "--prompt", "x", "--model", unknown.to_str().unwrap()]),
+        "unsupported config key `sliding_window`",
+    );
+
+    let unsupported = dir.path().join("unsupported");
+    copy_dir(&tiny, &unsupported);
+    let cfg = unsupported.join("vae/config.json");
+    let text = std::fs::read_to_string(&cfg).unwrap().replace("\"is_residual\": false", "\"is_residual\": true");
+    std::fs::write(&cfg, text).unwrap();
+    assert_user_error(
+        &fastvideo(&["generate", "--prompt", "x", "--model", unsupported.to_str().unwrap()]),
+        "config key `is_residual` = true is not supported",
+    );
+}

@@ -1,0 +1,287 @@
+//! `fastvideo serve`'s ComfyUI API driven by ComfyUI clients: ComfyUI's own `comfy run`
+//! (comfy-cli from PyPI, installed by `host/scripts/comfy-client.sh`) runs the Wan 2.1
+//! template unmodified, and a client following ComfyUI's `websockets_api_example.py` checks
+//! the protocol step by step: messages and their order, history, `/view`, errors in
+//! `node_errors`, uploads, interrupts, and prompts beside OpenAI-API jobs.
+
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::common::comfy;
+use crate::common::server::Server;
+use serde_json::{json, Value};
+use tungstenite::stream::MaybeTlsStream;
+use tungstenite::{Message, WebSocket};
+
+fn start(dir: &Path) -> Server {
+    let deploy = comfy::deploy(dir);
+    let files = dir.join("comfy");
+    Server::start(&["--deploy", deploy.to_str().unwrap(), "--comfy-dir", files.to_str().unwrap()])
+}
+
+/// The small Wan template in the API format, as ComfyUI's "Export (API)" gives it.
+fn api_prompt(dir: &Path, steps: u32) -> Value {
+    let file = comfy::small_wan_file(dir, steps);
+    let out = Command::new(env!("CARGO_BIN_EXE_fastvideo")).args(["workflow", "parse"]).arg(&file).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+type Ws = WebSocket<MaybeTlsStream<TcpStream>>;
+
+fn connect(s: &Server, client_id: &str) -> Ws {
+    let url = format!("{}/ws?clientId={client_id}", s.base.replace("http://", "ws://"));
+    let (mut ws, _) = tungstenite::connect(url).unwrap();
+    if let MaybeTlsStream::Plain(t) = ws.get_mut() {
+        t.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+    }
+    ws
+}
+
+fn next(ws: &mut Ws) -> Value {
+    loop {
+        match ws.read().unwrap() {
+            Message::Text(t) => return serde_json::from_str(&t).unwrap(),
+            Message::Binary(_) | Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => {}
+            Message::Close(_) => panic!("server closed the socket"),
+        }
+    }
+}
+
+/// Reads messages until `executing` with `node: null` for `prompt_id`, as ComfyUI's example
+/// client does.
+fn until_done(ws: &mut Ws, prompt_id: &str) -> Vec<Value> {
+    let mut seen = Vec::new();
+    loop {
+        let m = next(ws);
+        let done = m["type"] == "executing" && m["data"]["node"].is_null() && m["data"]["prompt_id"] == prompt_id;
+        seen.push(m);
+        if done {
+            return seen;
+        }
+    }
+}
+
+#[test]
+fn comfy_cli_runs_the_wan_template_unmodified() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(dir.path());
+    let port = s.base.rsplit(':').next().unwrap().to_string();
+    let workflow = comfy::small_wan_file(dir.path(), 6);
+    let comfy_bin = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv-comfy/bin/comfy");
+    assert!(comfy_bin.exists(), "no comfy-cli at {}: run `bash host/scripts/comfy-client.sh`", comfy_bin.display());
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let out = Command::new(&comfy_bin)
+        .args(["--skip-prompt", "--json", "run", "--workflow"])
+        .arg(&workflow)
+        .args(["--host", "127.0.0.1", "--port", &port, "--wait", "--timeout", "120"])
+        .env("HOME", &home)
+        .env("XDG_CONFIG_HOME", home.join(".config"))
+        .env("DO_NOT_TRACK", "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "comfy run failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let envelope: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(envelope["ok"], true, "{envelope}");
+    assert_eq!(envelope["data"]["status"], "completed");
+    let url = envelope["data"]["outputs_by_node"]["50"][0].as_str().unwrap();
+    assert!(url.contains("filename=ComfyUI_00001_.mp4") && url.contains("subfolder=video"), "{url}");
+    let bytes = ureq::get(url).call().unwrap().into_body().read_to_vec().unwrap();
+    assert_eq!(comfy::mp4_shape(&bytes), (64, 64, 17), "comfy-cli's UI→API conversion used our /object_info");
+}
+
+#[test]
+fn the_protocol_as_comfyuis_example_client_sees_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(dir.path());
+    let mut ws = connect(&s, "client-1");
+    let hello = next(&mut ws);
+    assert_eq!(
+        hello,
+        json!({"type": "status", "data": {"status": {"exec_info": {"queue_remaining": 0}}, "sid": "client-1"}})
+    );
+
+    let prompt = api_prompt(dir.path(), 5);
+    let (code, r) = s.post("/prompt", json!({"prompt": prompt, "client_id": "client-1", "prompt_id": "p-1"}));
+    assert_eq!((code, &r), (200, &json!({"prompt_id": "p-1", "number": 0, "node_errors": {}})));
+    let seen = until_done(&mut ws, "p-1");
+    let kinds: Vec<&str> = seen.iter().map(|m| m["type"].as_str().unwrap()).filter(|k| *k != "status").collect();
+    let mut expected = vec!["execution_start", "execution_cached", "executing"];
+    expected.extend(["progress"; 5]);
+    expected.extend(["executing", "executed", "execution_success", "executing"]);
+    assert_eq!(kinds, expected, "{seen:?}");
+    let by = |k: &str| seen.iter().filter(|m| m["type"] == k).map(|m| &m["data"]).collect::<Vec<_>>();
+    assert_eq!(by("executing")[0], &json!({"node": "3", "display_node": "3", "prompt_id": "p-1"}));
+    let steps: Vec<(u64, u64)> =
+        by("progress").iter().map(|p| (p["value"].as_u64().unwrap(), p["max"].as_u64().unwrap())).collect();
+    assert_eq!(steps, [(1, 5), (2, 5), (3, 5), (4, 5), (5, 5)]);
+    assert!(by("progress").iter().all(|p| p["node"] == "3" && p["prompt_id"] == "p-1"));
+    let file = json!({"filename": "ComfyUI_00001_.mp4", "subfolder": "video", "type": "output"});
+    let executed = by("executed")[0];
+    assert_eq!(executed["node"], "50");
+    assert_eq!(executed["output"], json!({"images": [file], "animated": [true]}), "ComfyUI's SaveVideo shape");
+    assert!(by("execution_start")[0]["timestamp"].as_u64().unwrap() > 1_600_000_000_000, "milliseconds");
+
+    let (_, h) = s.get("/history/p-1");
+    let rec = &h["p-1"];
+    assert_eq!(rec["status"]["status_str"], "success");
+    assert_eq!(rec["status"]["completed"], true);
+    let logged: Vec<&str> =
+        rec["status"]["messages"].as_array().unwrap().iter().map(|m| m[0].as_str().unwrap()).collect();
+    assert_eq!(logged, ["execution_start", "execution_cached", "execution_success"]);
+    assert_eq!(rec["outputs"]["50"], executed["output"]);
+    assert_eq!((rec["prompt"][1].clone(), rec["prompt"][3]["client_id"].clone()), (json!("p-1"), json!("client-1")));
+    assert_eq!(rec["prompt"][4], json!(["50"]));
+    assert_eq!(s.get("/history/unknown"), (200, json!({})));
+    assert_eq!(s.get("/api/history?max_items=1").1.as_object().unwrap().len(), 1, "the /api/ alias");
+    assert_eq!(s.get("/queue").1, json!({"queue_running": [], "queue_pending": []}));
+
+    let (code, bytes) = s.bytes("/view?filename=ComfyUI_00001_.mp4&subfolder=video&type=output");
+    assert_eq!((code, comfy::mp4_shape(&bytes)), (200, (64, 64, 17)));
+    assert_eq!(s.bytes("/view?filename=../x.mp4&type=output").0, 400);
+    assert_eq!(s.bytes("/view?filename=x.mp4&subfolder=../..&type=output").0, 403);
+    assert_eq!(s.bytes("/view?filename=nope.mp4&type=output").0, 404);
+    assert_eq!(s.bytes("/view?filename=x.mp4&type=models").0, 400);
+
+    let info = s.get("/object_info/KSampler").1;
+    assert_eq!(info["KSampler"]["input_order"]["required"][1], "seed");
+    let unet = s.get("/object_info/UNETLoader").1;
+    assert!(unet["UNETLoader"]["input"]["required"]["unet_name"][1]["options"]
+        .as_array()
+        .unwrap()
+        .contains(&json!("wan2.1_t2v_1.3B_fp16.safetensors")));
+    let stats = s.get("/system_stats").1;
+    assert_eq!((stats["system"]["os"].clone(), stats["devices"][0]["type"].clone()), (json!("posix"), json!("cpu")));
+}
+
+#[test]
+fn bad_prompts_get_comfyuis_node_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(dir.path());
+    let good = api_prompt(dir.path(), 2);
+
+    let (code, r) = s.post("/prompt", json!({"client_id": "c"}));
+    assert_eq!((code, r["error"]["type"].clone()), (400, json!("no_prompt")));
+
+    let mut p = good.clone();
+    p["3"]["inputs"]["sampler_name"] = json!("dpmpp_2m");
+    let (code, r) = s.post("/prompt", json!({"prompt": p}));
+    assert_eq!((code, r["error"]["type"].clone()), (400, json!("prompt_outputs_failed_validation")));
+    let e = &r["node_errors"]["3"];
+    assert_eq!(e["class_type"], "KSampler");
+    assert!(
+        e["errors"][0]["message"].as_str().unwrap().contains("sampler `dpmpp_2m` is not one this runtime runs"),
+        "{r}"
+    );
+
+    let mut p = good.clone();
+    p["99"] = json!({"class_type": "FluxGuidance", "inputs": {}});
+    let (code, r) = s.post("/prompt", json!({"prompt": p}));
+    assert_eq!(code, 400);
+    assert_eq!(r["error"]["type"], "invalid_prompt");
+    assert_eq!(r["error"]["message"], "Cannot execute because node FluxGuidance does not exist.");
+    assert_eq!(r["node_errors"]["99"]["class_type"], "FluxGuidance");
+
+    // The model's limits, at the node that set the value.
+    let mut p = good.clone();
+    p["40"]["inputs"]["width"] = json!(832);
+    let (code, r) = s.post("/prompt", json!({"prompt": p}));
+    assert_eq!(code, 400);
+    assert!(r["node_errors"]["40"]["errors"][0]["message"].as_str().unwrap().contains("diffusion.width: 832"), "{r}");
+
+    // A model file this server does not serve.
+    let mut p = good;
+    p["37"]["inputs"]["unet_name"] = json!("flux1-dev.safetensors");
+    let (code, r) = s.post("/prompt", json!({"prompt": p}));
+    assert_eq!(code, 400);
+    assert!(r["node_errors"]["37"]["errors"][0]["message"].as_str().unwrap().contains("not mapped"), "{r}");
+    assert_eq!(s.get("/queue").1["queue_pending"], json!([]), "nothing refused was queued");
+
+    // Without translators in the deploy the API is off, and says how to turn it on.
+    let plain = Server::start(&[]);
+    let (code, r) = plain.get("/prompt");
+    assert_eq!((code, r["error"]["type"].clone()), (404, json!("not_enabled")));
+    assert!(r["error"]["message"].as_str().unwrap().contains("workflow translators"), "{r}");
+}
+
+/// A multipart body with one file field and plain fields.
+fn multipart(file: (&str, &[u8]), fields: &[(&str, &str)]) -> (String, Vec<u8>) {
+    let b = "fastvideo-boundary";
+    let mut body = Vec::new();
+    for (k, v) in fields {
+        body.extend(format!("--{b}\r\nContent-Disposition: form-data; name=\"{k}\"\r\n\r\n{v}\r\n").as_bytes());
+    }
+    body.extend(format!("--{b}\r\nContent-Disposition: form-data; name=\"image\"; filename=\"{}\"\r\nContent-Type: image/png\r\n\r\n", file.0).as_bytes());
+    body.extend(file.1);
+    body.extend(format!("\r\n--{b}--\r\n").as_bytes());
+    (format!("multipart/form-data; boundary={b}"), body)
+}
+
+fn upload(s: &Server, file: (&str, &[u8]), fields: &[(&str, &str)]) -> Value {
+    let (ct, body) = multipart(file, fields);
+    ureq::post(&s.url("/upload/image"))
+        .header("Content-Type", &ct)
+        .send(&body[..])
+        .unwrap()
+        .into_body()
+        .read_json()
+        .unwrap()
+}
+
+#[test]
+fn uploads_interrupts_and_prompts_beside_openai_jobs() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(dir.path());
+    assert_eq!(upload(&s, ("cat.png", b"one"), &[]), json!({"name": "cat.png", "subfolder": "", "type": "input"}));
+    assert_eq!(
+        upload(&s, ("cat.png", b"one"), &[]),
+        json!({"name": "cat.png", "subfolder": "", "type": "input"}),
+        "same bytes"
+    );
+    assert_eq!(upload(&s, ("cat.png", b"two"), &[("subfolder", "")])["name"], "cat (1).png");
+    assert_eq!(upload(&s, ("cat.png", b"three"), &[("overwrite", "true")])["name"], "cat.png");
+    assert_eq!(s.bytes("/view?filename=cat.png&type=input"), (200, b"three".to_vec()));
+
+    // A long prompt, interrupted once it is denoising.
+    let mut ws = connect(&s, "c2");
+    let (_, r) = s.post("/prompt", json!({"prompt": api_prompt(dir.path(), 400), "client_id": "c2"}));
+    let id = r["prompt_id"].as_str().unwrap().to_string();
+    assert_eq!(id.len(), 36, "a uuid: {id}");
+    loop {
+        let m = next(&mut ws);
+        if m["type"] == "progress" {
+            break;
+        }
+    }
+    let running = s.get("/queue").1;
+    assert_eq!(running["queue_running"][0][1], json!(id));
+    let r = ureq::post(&s.url("/interrupt")).send_json(json!({})).unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let seen = until_done(&mut ws, &id);
+    let stopped = seen.iter().find(|m| m["type"] == "execution_interrupted").expect("interrupted");
+    assert_eq!(
+        (stopped["data"]["node_id"].clone(), stopped["data"]["node_type"].clone()),
+        (json!("3"), json!("KSampler"))
+    );
+    let rec = &s.get(&format!("/history/{id}")).1[&id];
+    assert_eq!(
+        (rec["status"]["status_str"].clone(), rec["status"]["completed"].clone()),
+        (json!("error"), json!(false))
+    );
+
+    // A prompt and an OpenAI-API job at once, through the same step scheduler.
+    let t0 = Instant::now();
+    let (_, job) =
+        s.post("/v1/videos", json!({"prompt": "a red circle moving left on a white background", "seconds": "1"}));
+    let (_, r) = s.post("/prompt", json!({"prompt": api_prompt(dir.path(), 8), "client_id": "c2"}));
+    let pid = r["prompt_id"].as_str().unwrap().to_string();
+    until_done(&mut ws, &pid);
+    let done = s.wait_done(job["id"].as_str().unwrap());
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(s.get(&format!("/history/{pid}")).1[&pid]["status"]["status_str"], "success");
+    assert!(t0.elapsed() < Duration::from_secs(120));
+}

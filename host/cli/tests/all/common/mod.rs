@@ -1,0 +1,30 @@
+//! Helpers shared by the integration-test suites (and, through `#[path]`, the `world_latency` bench).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+pub mod browser;
+pub mod comfy;
+pub mod server;
+
+/// The first-party plugins (`plugins/`) by crate file stem, built once for every suite: the suites
+/// share one process, and builds running at once would rewrite the `.component.wasm` files that
+/// another test is hashing.
+pub fn plugins() -> &'static BTreeMap<String, PathBuf> {
+    static P: OnceLock<BTreeMap<String, PathBuf>> = OnceLock::new();
+    P.get_or_init(|| {
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        fastvideo_plugin_host::build_plugins(&repo.join("plugins")).expect("plugins build")
+    })
+}
+
+/// Asserts a user error: non-zero exit, one `error:` line containing `needle`, no panic.
+pub fn assert_user_error(out: &std::process::Output, needle: &str) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "expected failure, got success; stderr: {err}");
+    assert!(!err.contains("panicked"), "panicked: {err}");
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(lines.len(), 1, "one error line expected: {err}");
+    assert!(lines[0].contains(needle), "`{needle}` not in: {}", lines[0]);
+}

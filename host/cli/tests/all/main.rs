@@ -1,0 +1,18 @@
+//! Every integration test of this crate, as modules of one test binary (wasmtime's `tests/all`
+//! layout): each test binary links libtorch, hundreds of MB and the slowest step of a CI build,
+//! so one binary per crate instead of one per file. Add a suite as a module here.
+//! One suite: `cargo test -p fastvideo --test all -- serve::`.
+
+mod assembly;
+mod browser;
+mod cli;
+mod comfyui;
+mod common;
+mod default_model;
+mod parallel;
+mod plugin;
+mod rl;
+mod serve;
+mod store;
+mod workflow;
+mod world;

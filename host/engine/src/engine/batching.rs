@@ -1,0 +1,66 @@
+//! Batched steps: started requests whose next step has the same batch key run it as one call.
+//! Plain functions over the executor's jobs, so the executor keeps the bookkeeping (costs,
+//! scheduler, failures) in one place.
+
+use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::Instant;
+
+use fastvideo_pipeline::PipelineRun;
+use fastvideo_request::OmniEvent;
+use tokio::sync::mpsc;
+
+use super::command::Job;
+use super::model::Classifier;
+use crate::EngineError;
+
+/// A span naming the scheduler slots stepped together (for logs).
+fn jobs_span(keys: &[u64]) -> tracing::span::EnteredSpan {
+    tracing::debug_span!("step_batch", slots = ?keys).entered()
+}
+
+/// Started requests whose next step can run in one call with `k`'s (same batch key), at most
+/// `max_batch - 1` of them, lowest slots first.
+pub(super) fn partners(jobs: &HashMap<u64, Job>, k: u64, max_batch: usize) -> Vec<u64> {
+    if max_batch < 2 {
+        return Vec::new();
+    }
+    let Some(key) = jobs.get(&k).and_then(|j| j.run.as_ref()).and_then(|r| r.batch_key()) else {
+        return Vec::new();
+    };
+    let mut partners: Vec<u64> = jobs
+        .iter()
+        .filter(|(o, j)| **o != k && j.run.as_ref().is_some_and(|r| r.batch_key() == Some(key)))
+        .map(|(o, _)| *o)
+        .collect();
+    partners.sort_unstable();
+    partners.truncate(max_batch - 1);
+    partners
+}
+
+/// One step of every job (all started, slots `keys`) as one batched call: each job's outcome,
+/// and the seconds the call took. A panic fails every job of the batch.
+pub(super) fn step(jobs: &mut [Job], keys: &[u64], classify: Classifier) -> (Vec<Result<(), EngineError>>, f64) {
+    let senders: Vec<mpsc::UnboundedSender<OmniEvent>> = jobs.iter().map(|j| j.events.clone()).collect();
+    let t = Instant::now();
+    let results = {
+        let mut runs: Vec<&mut PipelineRun> = jobs.iter_mut().map(|j| j.run.as_mut().expect("started")).collect();
+        let _e = jobs_span(keys);
+        catch_unwind(AssertUnwindSafe(|| PipelineRun::step_batch(&mut runs, &mut |i, e| drop(senders[i].send(e)))))
+    };
+    let seconds = t.elapsed().as_secs_f64();
+    let n = keys.len();
+    let results = match results {
+        Ok(rs) => rs
+            .into_iter()
+            .map(|r| r.map_err(|e| EngineError::Failed { code: classify(&e).to_string(), message: format!("{e:#}") }))
+            .collect(),
+        Err(p) => {
+            let message = format!("batched step panicked: {}", fastvideo_torch::panic_message(p.as_ref()));
+            (0..n)
+                .map(|_| Err(EngineError::Failed { code: "internal_error".into(), message: message.clone() }))
+                .collect()
+        }
+    };
+    (results, seconds)
+}

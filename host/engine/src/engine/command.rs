@@ -1,0 +1,39 @@
+//! What the front sends the executor: commands over one channel, and an admitted request
+//! ([`Job`]) as it travels and as the executor keeps it until it ends.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use fastvideo_pipeline::{CancelToken, PipelineRun, PipelineSpec};
+use fastvideo_request::{OmniEvent, OmniOutput, ResolvedRequest};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::cost::CostKey;
+use crate::session::SessionCommand;
+use crate::EngineError;
+
+pub(super) enum Command {
+    Submit(Box<Job>),
+    Cancel(String),
+    CancelAll,
+    Session(SessionCommand),
+    /// New requests start on this pipeline from now on.
+    Swap(Arc<PipelineSpec>, oneshot::Sender<()>),
+}
+
+pub(super) struct Job {
+    pub(super) id: String,
+    pub(super) req: Option<ResolvedRequest>,
+    pub(super) run: Option<PipelineRun>,
+    pub(super) key: CostKey,
+    /// Admission's prediction, handed to the scheduler as is.
+    pub(super) predicted: f64,
+    pub(super) memory: u64,
+    pub(super) steps_left: u32,
+    pub(super) one_shot_spent: f64,
+    pub(super) submitted: Instant,
+    pub(super) cancel: CancelToken,
+    pub(super) events: mpsc::UnboundedSender<OmniEvent>,
+    pub(super) done: Option<oneshot::Sender<Result<OmniOutput, EngineError>>>,
+    pub(super) span: tracing::Span,
+}

@@ -1,0 +1,318 @@
+//! The executor thread: it owns every tensor, takes commands from the front, asks the scheduler
+//! which request's next unit runs (or lets a live session run its unit), advances it, and feeds
+//! the measured time back into the cost model.
+
+use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{mpsc as std_mpsc, Arc};
+use std::time::Instant;
+
+use fastvideo_pipeline::{Advance, PipelineRun, PipelineSpec, Values};
+use fastvideo_request::OmniEvent;
+use tch::Device;
+
+use super::batching;
+use super::command::{Command, Job};
+use super::config::EngineConfig;
+use super::model::Classifier;
+use super::shared::Shared;
+use crate::scheduler::{Capacity, State};
+use crate::session::{Jobs, LiveSessions, Pacer, Pick};
+use crate::{EngineError, Metrics};
+
+pub(super) struct Executor {
+    spec: Arc<PipelineSpec>,
+    device: Device,
+    classify: Classifier,
+    shared: Arc<Shared>,
+    metrics: Metrics,
+    state: State,
+    jobs: HashMap<u64, Job>,
+    keys: HashMap<String, u64>,
+    next_key: u64,
+    max_batch: usize,
+    sessions: LiveSessions,
+}
+
+impl Executor {
+    pub(super) fn new(
+        spec: Arc<PipelineSpec>,
+        device: Device,
+        classify: Classifier,
+        shared: Arc<Shared>,
+        metrics: Metrics,
+        cfg: &EngineConfig,
+        sessions: LiveSessions,
+    ) -> Self {
+        Executor {
+            spec,
+            device,
+            classify,
+            shared,
+            metrics,
+            state: State::new(
+                cfg.policy,
+                cfg.aging,
+                Capacity { max_active: cfg.max_active.max(1), memory_bytes: cfg.memory_bytes },
+            )
+            .with_max_stretch(cfg.max_stretch, cfg.overdue_share),
+            jobs: HashMap::new(),
+            keys: HashMap::new(),
+            next_key: 0,
+            max_batch: cfg.max_batch.max(1),
+            sessions,
+        }
+    }
+
+    /// Runs the loop on its own thread until every sender of `rx` is gone.
+    pub(super) fn spawn(self, rx: std_mpsc::Receiver<Command>) {
+        std::thread::Builder::new()
+            .name("fastvideo-executor".into())
+            .spawn(move || self.run(rx))
+            .expect("spawning the executor thread");
+    }
+
+    fn run(mut self, rx: std_mpsc::Receiver<Command>) {
+        loop {
+            if self.state.is_empty() && self.sessions.is_empty() {
+                match rx.recv() {
+                    Ok(c) => self.command(c),
+                    Err(_) => return,
+                }
+            }
+            while let Ok(c) = rx.try_recv() {
+                self.command(c);
+            }
+            let now = Instant::now();
+            self.sessions.expire(now);
+            let job = self.state.pick(now);
+            let pick = if self.sessions.is_empty() {
+                if job.is_some() {
+                    Pick::Job
+                } else {
+                    Pick::Idle
+                }
+            } else {
+                let jobs = match job {
+                    Some(_) if self.sessions.jobs_owed() => Jobs::Owed,
+                    Some(_) => Jobs::Ready,
+                    None => Jobs::None,
+                };
+                Pacer::pick(now, &self.sessions.pace_inputs(), jobs, self.sessions.margin(), self.sessions.period())
+            };
+            match (pick, job) {
+                (Pick::Session(i), job) => self.sessions.step(i, job.is_some()),
+                (Pick::Job, Some(k)) => {
+                    let t = Instant::now();
+                    self.advance(k);
+                    let dt = t.elapsed().as_secs_f64();
+                    self.state.ran(t, dt);
+                    self.sessions.observe_job_unit(t, dt);
+                }
+                (Pick::Wait(until), _) => {
+                    if let Ok(c) = rx.recv_timeout(until.saturating_duration_since(Instant::now())) {
+                        self.command(c);
+                    }
+                }
+                (Pick::Idle, _) if self.state.is_empty() => {}
+                // Cannot happen (a lone request always fits), but never spin or die: wait for news.
+                _ => match rx.recv() {
+                    Ok(c) => self.command(c),
+                    Err(_) => return,
+                },
+            }
+            self.publish();
+        }
+    }
+
+    fn publish(&self) {
+        self.metrics.queue_depth.set(self.state.queued() as i64);
+        self.metrics.in_flight.set(self.state.active() as i64);
+        self.metrics.backlog_seconds.set(self.state.backlog_seconds());
+    }
+
+    fn command(&mut self, c: Command) {
+        match c {
+            Command::Submit(job) => {
+                let k = self.next_key;
+                self.next_key += 1;
+                let priority = job.req.as_ref().expect("a submitted job carries its request").priority;
+                self.state.add(k, priority, job.predicted, job.memory, job.submitted);
+                self.keys.insert(job.id.clone(), k);
+                self.jobs.insert(k, *job);
+            }
+            Command::Cancel(id) => {
+                if let Some(k) = self.keys.get(&id).copied() {
+                    self.fail(k, EngineError::Cancelled);
+                }
+            }
+            Command::CancelAll => {
+                let all: Vec<u64> = self.jobs.keys().copied().collect();
+                for k in all {
+                    self.fail(k, EngineError::Cancelled);
+                }
+            }
+            Command::Session(c) => self.sessions.command(c),
+            Command::Swap(spec, done) => {
+                // Runs hold their own Arc: started requests keep the old pipeline.
+                self.spec = spec;
+                let _ = done.send(());
+            }
+        }
+    }
+
+    /// Ends a job without output; its state (tensors, plugin instances) is dropped here.
+    fn fail(&mut self, k: u64, err: EngineError) {
+        let Some(mut job) = self.jobs.remove(&k) else { return };
+        self.state.remove(k);
+        let id = std::mem::take(&mut job.id);
+        self.keys.remove(&id);
+        job.cancel.cancel();
+        if let Some(mut run) = job.run.take() {
+            // Observers that saw the request start hear how it ended; their events go out first.
+            let outcome = if err == EngineError::Cancelled { "cancelled" } else { "failed" };
+            let events = job.events.clone();
+            let _ = catch_unwind(AssertUnwindSafe(|| run.abort(outcome, &mut |e| drop(events.send(e)))));
+        }
+        let (code, message) = match &err {
+            EngineError::Failed { code, message } => (code.clone(), message.clone()),
+            e => (e.code().to_string(), e.to_string()),
+        };
+        {
+            let _e = job.span.enter();
+            tracing::warn!(%code, %message, "request ended without output");
+        }
+        // Counted, released and published before the caller hears of it, so a caller that saw
+        // the end sees the outcome counter, `live()` and the gauges with it.
+        self.metrics.count(if err == EngineError::Cancelled { "cancelled" } else { "failed" });
+        self.publish();
+        self.shared.release(&id);
+        let _ = job.events.send(OmniEvent::Error { request_id: id.clone(), code, message });
+        if let Some(done) = job.done.take() {
+            let _ = done.send(Err(err));
+        }
+    }
+
+    /// One step of `k` and its partners as one batched call; each is charged its share of the
+    /// time.
+    fn advance_batch(&mut self, k: u64, partners: Vec<u64>) {
+        let keys: Vec<u64> = std::iter::once(k).chain(partners).collect();
+        let mut jobs: Vec<Job> = keys.iter().map(|k| self.jobs.remove(k).expect("partners exist")).collect();
+        let (results, seconds) = batching::step(&mut jobs, &keys, self.classify);
+        let n = keys.len();
+        let per_request = seconds / n as f64;
+        self.metrics.step_batch_size.observe(n as f64);
+        for ((k, mut job), r) in keys.into_iter().zip(jobs).zip(results) {
+            match r {
+                Ok(()) => {
+                    let mut cost = self.shared.cost.lock().unwrap();
+                    // The batch's time is shared: each request is charged its part.
+                    cost.observe_step(&job.key, per_request);
+                    job.steps_left = job.steps_left.saturating_sub(1);
+                    let left = cost.remaining_seconds(&job.key, job.steps_left, job.one_shot_spent);
+                    drop(cost);
+                    self.metrics.step_seconds.observe(per_request * n as f64);
+                    self.state.set_remaining(k, left);
+                    self.jobs.insert(k, job);
+                }
+                Err(e) => {
+                    self.jobs.insert(k, job);
+                    self.fail(k, e);
+                }
+            }
+        }
+    }
+
+    fn advance(&mut self, k: u64) {
+        let partners = batching::partners(&self.jobs, k, self.max_batch);
+        if !partners.is_empty() {
+            return self.advance_batch(k, partners);
+        }
+        let job = self.jobs.get_mut(&k).expect("scheduled jobs exist");
+        if job.run.is_none() {
+            let req = job.req.take().expect("a queued job carries its request");
+            self.metrics.queue_wait_seconds.observe(job.submitted.elapsed().as_secs_f64());
+            job.run =
+                Some(PipelineRun::new(self.spec.clone(), req, self.device, Values::default(), job.cancel.clone()));
+        }
+        let run = job.run.as_mut().expect("just started");
+        let node = run.current_node().unwrap_or("finish").to_string();
+        let steps_before = run.metrics().step_seconds.len();
+        let events = job.events.clone();
+        let t = Instant::now();
+        let result = {
+            let _e = job.span.enter();
+            catch_unwind(AssertUnwindSafe(|| run.advance(&mut |e| drop(events.send(e)))))
+        };
+        let dt = t.elapsed().as_secs_f64();
+        match result {
+            Ok(Ok(Advance::Worked)) => {
+                let mut cost = self.shared.cost.lock().unwrap();
+                if run.metrics().step_seconds.len() > steps_before {
+                    cost.observe_step(&job.key, dt);
+                    self.metrics.step_seconds.observe(dt);
+                    job.steps_left = job.steps_left.saturating_sub(1);
+                } else {
+                    job.one_shot_spent += dt;
+                    self.metrics.one_shot_seconds.observe(dt);
+                }
+                let left = cost.remaining_seconds(&job.key, job.steps_left, job.one_shot_spent);
+                drop(cost);
+                self.state.set_remaining(k, left);
+            }
+            Ok(Ok(Advance::Finished)) => self.finish(k),
+            Ok(Err(e)) => {
+                let err = if job.cancel.is_cancelled() {
+                    EngineError::Cancelled
+                } else {
+                    EngineError::Failed { code: (self.classify)(&e).to_string(), message: format!("{e:#}") }
+                };
+                self.fail(k, err);
+            }
+            Err(p) => {
+                let message = format!("node `{node}` panicked: {}", fastvideo_torch::panic_message(p.as_ref()));
+                self.fail(k, EngineError::Failed { code: "internal_error".into(), message });
+            }
+        }
+    }
+
+    fn finish(&mut self, k: u64) {
+        let mut job = self.jobs.remove(&k).expect("finishing a known job");
+        self.state.remove(k);
+        let run = job.run.take().expect("a finished job has a run");
+        let id = job.id.clone();
+        self.keys.remove(&id);
+        let events = job.events.clone();
+        let out = {
+            let _e = job.span.enter();
+            catch_unwind(AssertUnwindSafe(|| run.finish(&mut |e| drop(events.send(e)))))
+        };
+        let result = match out {
+            Ok(Ok(out)) => {
+                self.shared.cost.lock().unwrap().observe_one_shot(&job.key, job.one_shot_spent);
+                self.metrics.count("completed");
+                Ok(out)
+            }
+            Ok(Err(e)) => Err(EngineError::Failed { code: (self.classify)(&e).to_string(), message: format!("{e:#}") }),
+            Err(p) => Err(EngineError::Failed {
+                code: "internal_error".into(),
+                message: format!("collecting outputs panicked: {}", fastvideo_torch::panic_message(p.as_ref())),
+            }),
+        };
+        match result {
+            Ok(out) => {
+                self.publish();
+                self.shared.release(&id);
+                if let Some(done) = job.done.take() {
+                    let _ = done.send(Ok(out));
+                }
+            }
+            Err(err) => {
+                // Put it back so `fail` reports it like any other failure.
+                self.keys.insert(id, k);
+                self.jobs.insert(k, job);
+                self.fail(k, err);
+            }
+        }
+    }
+}

@@ -1,0 +1,134 @@
+//! The engine's async front: the cheap handle callers clone, starting the executor behind it, and
+//! the controls that need no admission (cancel, drain, idle).
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc as std_mpsc, Arc, Mutex};
+
+use fastvideo_request::ModelLimits;
+use tokio::sync::watch;
+
+use super::command::Command;
+use super::config::EngineConfig;
+use super::executor::Executor;
+use super::model::{EngineModel, RequestCheck};
+use super::shared::Shared;
+use crate::cost::CostModel;
+use crate::session::{LiveSessions, SessionModel, SessionShared};
+use crate::{Metrics, WeightUpdates, WeightsInfo};
+
+pub(super) struct Inner {
+    pub(super) tx: Mutex<std_mpsc::Sender<Command>>,
+    pub(super) shared: Arc<Shared>,
+    pub(super) cfg: EngineConfig,
+    pub(super) model_id: String,
+    pub(super) limits: ModelLimits,
+    pub(super) check: RequestCheck,
+    pub(super) metrics: Metrics,
+    pub(super) sessions: Option<Arc<dyn SessionModel>>,
+    pub(super) session_shared: Arc<SessionShared>,
+    pub(super) weights: Option<WeightUpdates>,
+    /// Which weights new requests get; the update lock serializes updates.
+    pub(super) serving: Mutex<Option<WeightsInfo>>,
+    pub(super) update: tokio::sync::Mutex<()>,
+}
+
+/// The engine: cheap to clone, usable from any thread or task.
+#[derive(Clone)]
+pub struct Engine(pub(super) Arc<Inner>);
+
+impl Engine {
+    /// Starts the executor thread for `model`.
+    pub fn start(model: EngineModel, cfg: EngineConfig, metrics: Metrics) -> Self {
+        Self::start_with_sessions(model, None, cfg, metrics)
+    }
+
+    /// [`start`](Self::start), also serving live sessions of a world model on the same executor.
+    pub fn start_with_sessions(
+        model: EngineModel,
+        sessions: Option<Arc<dyn SessionModel>>,
+        cfg: EngineConfig,
+        metrics: Metrics,
+    ) -> Self {
+        let (tx, rx) = std_mpsc::channel();
+        let session_shared = Arc::new(SessionShared::default());
+        let shared = Arc::new(Shared {
+            live: Mutex::new(HashSet::new()),
+            draining: AtomicBool::new(false),
+            cost: Mutex::new(CostModel::new(cfg.cost)),
+            live_count: watch::channel(0).0,
+        });
+        let EngineModel { id, limits, spec, device, check, classify, weights } = model;
+        let live_sessions = LiveSessions::new(
+            sessions.clone(),
+            cfg.session_idle,
+            cfg.job_floor,
+            session_shared.clone(),
+            metrics.clone(),
+        );
+        Executor::new(spec, device, classify, shared.clone(), metrics.clone(), &cfg, live_sessions).spawn(rx);
+        Engine(Arc::new(Inner {
+            tx: Mutex::new(tx),
+            shared,
+            cfg,
+            model_id: id,
+            limits,
+            check,
+            metrics,
+            sessions,
+            session_shared,
+            weights,
+            serving: Mutex::new(None),
+            update: tokio::sync::Mutex::new(()),
+        }))
+    }
+
+    pub fn model_id(&self) -> &str {
+        &self.0.model_id
+    }
+
+    pub fn limits(&self) -> &ModelLimits {
+        &self.0.limits
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.0.cfg
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.0.metrics
+    }
+
+    /// Cancels a queued or running request at its next unit boundary. `false` when the id is not
+    /// live (unknown, or already finished).
+    pub fn cancel(&self, request_id: &str) -> bool {
+        let live = self.0.shared.live.lock().unwrap().contains(request_id);
+        if live {
+            let _ = self.0.tx.lock().unwrap().send(Command::Cancel(request_id.to_string()));
+        }
+        live
+    }
+
+    /// Requests queued or running.
+    pub fn live(&self) -> usize {
+        *self.0.shared.live_count.borrow()
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.0.shared.draining.load(Ordering::SeqCst)
+    }
+
+    /// Stops admitting; with `cancel_running`, also cancels everything admitted.
+    pub fn drain(&self, cancel_running: bool) {
+        self.0.shared.draining.store(true, Ordering::SeqCst);
+        if cancel_running {
+            let _ = self.0.tx.lock().unwrap().send(Command::CancelAll);
+        }
+    }
+
+    /// Resolves once no request is queued or running.
+    pub async fn idle(&self) {
+        let mut rx = self.0.shared.live_count.subscribe();
+        let _ = rx.wait_for(|n| *n == 0).await;
+    }
+}

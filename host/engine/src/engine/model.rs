@@ -1,0 +1,27 @@
+//! What the engine serves: one model's pipeline on one device, with the model's own checks.
+
+use std::sync::Arc;
+
+use fastvideo_pipeline::PipelineSpec;
+use fastvideo_request::{ModelLimits, RequestError, ResolvedRequest};
+use tch::Device;
+
+use crate::WeightUpdates;
+
+/// Classifies a run's error into a short stable code (e.g. `plugin_failed`).
+pub type Classifier = fn(&anyhow::Error) -> &'static str;
+
+/// Extra admission check beyond the model's limits (plugin parameters against the deploy).
+pub type RequestCheck = Box<dyn Fn(&ResolvedRequest) -> Result<(), RequestError> + Send + Sync>;
+
+/// What the engine serves: one model's pipeline on one device.
+pub struct EngineModel {
+    pub id: String,
+    pub limits: ModelLimits,
+    pub spec: Arc<PipelineSpec>,
+    pub device: Device,
+    pub check: RequestCheck,
+    pub classify: Classifier,
+    /// How to load other weights (`update_weights`); none refuses updates.
+    pub weights: Option<WeightUpdates>,
+}

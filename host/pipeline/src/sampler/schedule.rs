@@ -1,0 +1,74 @@
+//! What every sampler is: the [`Sampler`] trait, the [`Schedule`] of timesteps and noise levels it
+//! walks, and the schedule arithmetic the samplers share. Apart from [`build`](super::build) so
+//! the samplers depend on this and not on the module that picks among them.
+
+use anyhow::Result;
+use tch::Tensor;
+
+/// Training timesteps of the flow-matching models we run (diffusers `num_train_timesteps`).
+pub const NUM_TRAIN_TIMESTEPS: usize = 1000;
+
+/// A sampler's timesteps and noise levels, and how far it has got.
+#[derive(Debug, Clone)]
+pub struct Schedule {
+    /// The model time passed to the transformer at each step.
+    pub timesteps: Vec<f32>,
+    /// Noise levels, one more than steps (ends at 0).
+    pub sigmas: Vec<f32>,
+    /// Index of the next step.
+    pub index: usize,
+}
+
+impl Schedule {
+    /// Fails once every step has been taken.
+    pub(super) fn ensure_step_left(&self, sampler: &str) -> Result<()> {
+        anyhow::ensure!(
+            self.index < self.timesteps.len(),
+            "{sampler}: step {} past the last of {}",
+            self.index,
+            self.timesteps.len()
+        );
+        Ok(())
+    }
+}
+
+/// One request's solver.
+pub trait Sampler: Send {
+    /// The sampler's timesteps, sigmas and position.
+    fn schedule(&self) -> &Schedule;
+    /// Advances `sample` by one solver step given the model's (guided) prediction.
+    fn step(&mut self, model_output: &Tensor, sample: &Tensor) -> Result<Tensor>;
+
+    /// The model time of each step ([`Schedule::timesteps`]).
+    fn timesteps(&self) -> &[f32] {
+        &self.schedule().timesteps
+    }
+    /// Noise levels, one more than steps, ending at 0 ([`Schedule::sigmas`]).
+    fn sigmas(&self) -> &[f32] {
+        &self.schedule().sigmas
+    }
+    /// Index of the next step; equals the step count once every step has been taken.
+    fn step_index(&self) -> usize {
+        self.schedule().index
+    }
+    /// `(step, log-probability)` of each stochastic step taken so far; empty for deterministic
+    /// samplers. Reads the values back from the device: call it once, at the end.
+    fn log_probs(&self) -> Vec<(u32, f32)> {
+        Vec::new()
+    }
+}
+
+/// `shift * s / (1 + (shift - 1) * s)`, the flow-matching timestep shift.
+pub(super) fn shift_sigma(s: f64, shift: f64) -> f64 {
+    shift * s / (1.0 + (shift - 1.0) * s)
+}
+
+/// `numpy.linspace(start, stop, n)`.
+pub(super) fn linspace(start: f64, stop: f64, n: usize) -> Vec<f64> {
+    if n == 1 {
+        return vec![start];
+    }
+    let step = (stop - start) / (n - 1) as f64;
+    // numpy computes start + i*step and pins the last element to stop.
+    (0..n).map(|i| if i == n - 1 { stop } else { start + i as f64 * step }).collect()
+}

@@ -1,0 +1,86 @@
+//! The ComfyUI API's state: the deploy's settings and translators, the translators' node
+//! declarations, and the prompt queue.
+
+use std::path::PathBuf;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+use fastvideo_comfy::{Translators, WorkflowConfig};
+use serde_json::{json, Value};
+
+use super::queue;
+
+/// What the ComfyUI API needs from the deploy and the process.
+#[derive(Clone)]
+pub struct ComfyConfig {
+    /// The deploy's workflow translators.
+    pub translators: Translators,
+    /// The deploy's `[workflows.models]`.
+    pub models: WorkflowConfig,
+    /// Whether a `[workflows.models]` folder is the model this server serves.
+    pub serves: Arc<dyn Fn(&str) -> bool + Send + Sync>,
+    /// Holds `output/` (what prompts write, what `/view` serves) and `input/` (uploads).
+    pub root: PathBuf,
+    /// The device for `/system_stats` (`cuda`, `cpu`), its name and memory in bytes.
+    pub device: DeviceInfo,
+}
+
+/// One device as `/system_stats` lists it.
+#[derive(Clone, Debug, Default)]
+pub struct DeviceInfo {
+    /// `cuda` or `cpu`.
+    pub kind: String,
+    /// E.g. `cuda:0 NVIDIA H200`.
+    pub name: String,
+    /// Device memory (0 on CPU).
+    pub vram_total: u64,
+    /// Free device memory when the server started.
+    pub vram_free: u64,
+}
+
+/// The API's state.
+pub struct Comfy {
+    pub(super) cfg: ComfyConfig,
+    /// The translators' declarations, model-file choices filled in.
+    pub(super) object_info: Value,
+    pub(super) queue: queue::Queue,
+    pub(super) number: AtomicU64,
+    /// Serializes picking output names.
+    pub(super) writing: tokio::sync::Mutex<()>,
+}
+
+impl Comfy {
+    /// The API over `cfg`.
+    pub fn new(cfg: ComfyConfig) -> Arc<Self> {
+        let object_info = with_model_files(cfg.translators.object_info(), &cfg.models);
+        Arc::new(Comfy {
+            cfg,
+            object_info,
+            queue: queue::Queue::default(),
+            number: AtomicU64::new(0),
+            writing: Default::default(),
+        })
+    }
+}
+
+/// Translators declare model-file inputs (`unet_name`, `vae_name`, …) as combos without
+/// choices, since the files are the deploy's; here they get the deploy's file names, as
+/// ComfyUI lists its model folders, so clients that check values against `/object_info`
+/// accept them.
+fn with_model_files(info: &serde_json::Map<String, Value>, models: &WorkflowConfig) -> Value {
+    let files: Vec<&String> = models.models.keys().collect();
+    let mut info = Value::Object(info.clone());
+    for node in info.as_object_mut().into_iter().flat_map(|m| m.values_mut()) {
+        for group in ["required", "optional"] {
+            let Some(inputs) = node.pointer_mut(&format!("/input/{group}")).and_then(Value::as_object_mut) else {
+                continue;
+            };
+            for decl in inputs.values_mut() {
+                if decl[0] == "COMBO" && decl[1]["options"].as_array().is_some_and(Vec::is_empty) {
+                    decl[1]["options"] = json!(files);
+                }
+            }
+        }
+    }
+    info
+}

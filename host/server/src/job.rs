@@ -1,0 +1,95 @@
+//! What a video job is, as clients see it and as the store keeps it: its status, its error and
+//! OpenAI's `Video` object. Its own module so that the registry ([`crate::jobs`]) and the store
+//! ([`crate::store`]) both build on it without needing each other.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Queued,
+    InProgress,
+    Completed,
+    Failed,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct JobError {
+    pub code: String,
+    pub message: String,
+}
+
+fn video_object() -> &'static str {
+    "video"
+}
+
+/// OpenAI's `Video` object plus our request echo.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct VideoObject {
+    pub id: String,
+    #[serde(skip_deserializing, default = "video_object")]
+    pub object: &'static str,
+    pub model: String,
+    pub status: Status,
+    pub progress: u32,
+    pub created_at: u64,
+    pub completed_at: Option<u64>,
+    pub expires_at: Option<u64>,
+    pub seconds: String,
+    pub size: String,
+    pub error: Option<JobError>,
+    pub remixed_from_video_id: Option<String>,
+    pub prompt: String,
+    pub seed: Option<u64>,
+    pub num_frames: u32,
+    pub predicted_seconds: f64,
+}
+
+impl Status {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Status::Queued => "queued",
+            Status::InProgress => "in_progress",
+            Status::Completed => "completed",
+            Status::Failed => "failed",
+        }
+    }
+}
+
+impl VideoObject {
+    pub(crate) fn ended(&self) -> bool {
+        matches!(self.status, Status::Completed | Status::Failed)
+    }
+}
+
+pub fn now_secs() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub(crate) fn video(id: &str) -> VideoObject {
+        VideoObject {
+            id: id.into(),
+            object: "video",
+            model: "m".into(),
+            status: Status::Queued,
+            progress: 0,
+            created_at: 0,
+            completed_at: None,
+            expires_at: None,
+            seconds: "2".into(),
+            size: "64x64".into(),
+            error: None,
+            remixed_from_video_id: None,
+            prompt: "p".into(),
+            seed: None,
+            num_frames: 17,
+            predicted_seconds: 0.0,
+        }
+    }
+}

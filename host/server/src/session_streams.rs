@@ -1,0 +1,24 @@
+//! The server's hold on live sessions' streams until a client takes them, and who opened each
+//! session. Apart from the session handlers so the server's state can hold it without them.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use fastvideo_engine::session::SessionEvent;
+use tokio::sync::mpsc;
+
+use crate::auth::Caller;
+
+/// Streams not yet taken by a WebSocket, by session id; and who opened each session.
+#[derive(Clone, Default)]
+pub struct SessionStreams(
+    pub(crate) Arc<Mutex<HashMap<String, mpsc::Receiver<SessionEvent>>>>,
+    pub(crate) Arc<Mutex<HashMap<String, Caller>>>,
+);
+
+impl SessionStreams {
+    /// Returns a stream taken for a client that then failed to connect.
+    pub(crate) fn put_back(&self, id: &str, rx: mpsc::Receiver<SessionEvent>) {
+        self.0.lock().unwrap().insert(id.to_string(), rx);
+    }
+}

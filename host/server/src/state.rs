@@ -1,0 +1,80 @@
+//! [`AppState`], what every handler gets: the engine and the server's services (jobs, session
+//! streams, WebRTC, ComfyUI, API keys, metrics). Its own module so handlers read it without
+//! going through the crate root, which names the handlers.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use fastvideo_engine::Engine;
+use fastvideo_webrtc::RtcConfig;
+use prometheus_client::registry::Registry;
+
+use crate::auth::ApiKeys;
+use crate::comfy::{Comfy, ComfyConfig};
+use crate::jobs::{Jobs, Retention};
+use crate::session_streams::SessionStreams;
+use crate::store::Store;
+use crate::webrtc::{WebRtc, WebRtcMetrics};
+
+/// Shared by every handler.
+#[derive(Clone)]
+pub struct AppState {
+    pub engine: Engine,
+    pub(crate) jobs: Jobs,
+    pub(crate) sessions: SessionStreams,
+    pub(crate) webrtc: Arc<WebRtc>,
+    pub(crate) registry: Arc<Registry>,
+    counter: Arc<AtomicU64>,
+    pub(crate) keys: Arc<ApiKeys>,
+    pub(crate) comfy: Option<Arc<Comfy>>,
+}
+
+impl AppState {
+    pub fn new(engine: Engine, mut registry: Registry) -> Self {
+        let webrtc = WebRtc::new(RtcConfig::default(), WebRtcMetrics::register(&mut registry));
+        Self {
+            engine,
+            jobs: Jobs::default(),
+            sessions: SessionStreams::default(),
+            webrtc,
+            registry: Arc::new(registry),
+            counter: Arc::new(AtomicU64::new(0)),
+            keys: Arc::new(ApiKeys::default()),
+            comfy: None,
+        }
+    }
+
+    /// Serves ComfyUI's API (`/prompt`, `/ws`, …) with the deploy's translators; without this
+    /// those routes answer 404 saying how to turn them on.
+    pub fn with_comfyui(mut self, cfg: ComfyConfig) -> Self {
+        self.comfy = Some(Comfy::new(cfg));
+        self
+    }
+
+    /// Keeps jobs in `store` (when given) under `retention`; [`serve`](crate::serve) reads back
+    /// what a previous process left there.
+    pub fn with_job_store(mut self, store: Option<Store>, retention: Retention) -> Self {
+        self.jobs = Jobs::durable(store, retention);
+        self
+    }
+
+    /// Requires one of these API keys on every route but the probes ([`auth`](crate::auth)).
+    pub fn with_api_keys(mut self, keys: ApiKeys) -> Self {
+        self.keys = Arc::new(keys);
+        self
+    }
+
+    /// How WebRTC peers connect (bind address, STUN/TURN servers, timeouts).
+    pub fn with_webrtc(mut self, config: RtcConfig) -> Self {
+        self.webrtc = WebRtc::new(config, self.webrtc.metrics.clone());
+        self
+    }
+
+    /// A fresh, unguessable-enough id: process start entropy plus a counter.
+    pub(crate) fn new_id(&self, prefix: &str) -> String {
+        let n = self.counter.fetch_add(1, Ordering::Relaxed);
+        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+        let h = blake3::hash(format!("{t}:{n}:{}", std::process::id()).as_bytes());
+        format!("{prefix}_{}", &h.to_hex()[..24])
+    }
+}

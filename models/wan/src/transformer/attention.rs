@@ -1,0 +1,162 @@
+//! The block's attention layers: self-attention over the video tokens (rotary positions, fused
+//! q/k norm, local or sequence-parallel keys) and cross-attention to the text, and what each
+//! attends to besides its input.
+
+use anyhow::Result;
+use tch::Tensor;
+
+use super::rope::Rope;
+use crate::nn::{merge_heads, split_heads, Linear};
+use crate::sequence_parallel::{ulysses_attention, SequenceShard};
+use crate::weights::Weights;
+
+/// Self-attention with q/k RMSNorm across all heads and rotary positions. q and k come from one
+/// fused projection (`to_q`/`to_k` concatenated at load), which the norm kernel reads in place;
+/// v has its own projection so it is dense, as every SDPA backend expects without copying.
+pub(super) struct SelfAttention {
+    to_qk: Linear,
+    to_v: Linear,
+    to_out: Linear,
+    norm_q: Tensor,
+    norm_k: Tensor,
+    heads: i64,
+    eps: f64,
+}
+
+impl SelfAttention {
+    pub(super) fn new(w: &Weights, dim: i64, heads: i64, eps: f64) -> Result<Self> {
+        let qk = [Linear::new(&w.pp("to_q"), dim, dim, true)?, Linear::new(&w.pp("to_k"), dim, dim, true)?];
+        Ok(Self {
+            to_qk: Linear::concat(&qk),
+            to_v: Linear::new(&w.pp("to_v"), dim, dim, true)?,
+            to_out: Linear::new(&w.pp("to_out.0"), dim, dim, true)?,
+            norm_q: w.get("norm_q.weight", &[dim])?,
+            norm_k: w.get("norm_k.weight", &[dim])?,
+            heads,
+            eps,
+        })
+    }
+
+    /// Returns the output and, with `keep_kv`, this input's keys (normalised, rotated) and values
+    /// for a causal rollout to keep (otherwise they are freed at once: held through the rest of the
+    /// block they cost 0.3 GiB of peak memory at 480x832x81). `keys` says what else is attended:
+    /// earlier frames and a mask, or the rest of a sequence other ranks hold.
+    pub(super) fn forward(
+        &self,
+        x: &Tensor,
+        rope: &Rope,
+        keys: Keys,
+        keep_kv: bool,
+    ) -> Result<(Tensor, Option<KeyValues>)> {
+        let d = self.norm_q.size()[0];
+        // Each intermediate is freed as soon as it is used (the fused projection right after the
+        // norm, q/k/v before the output projection): at 32,760 tokens each is 0.1-0.2 GiB, and
+        // they add up in the peak.
+        let (q, k) = {
+            let qk = self.to_qk.forward(x);
+            let mut qk = fastvideo_kernels::rms_norm_rope(
+                &[(&qk.narrow(2, 0, d), &self.norm_q), (&qk.narrow(2, d, d), &self.norm_k)],
+                self.eps,
+                d / self.heads,
+                Some((&rope.cos, &rope.sin)),
+            );
+            let k = qk.pop().expect("k");
+            (qk.pop().expect("q"), k)
+        };
+        let v = self.to_v.forward(x);
+        let o = match keys {
+            Keys::Local { past: Some((pk, pv)), mask } => {
+                let (keys, values) = (Tensor::cat(&[pk, &k], 1), Tensor::cat(&[pv, &v], 1));
+                attention(&q, &keys, &values, self.heads, mask)
+            }
+            Keys::Local { past: None, mask } => attention(&q, &k, &v, self.heads, mask),
+            Keys::Sharded(shard) => ulysses_attention(&q, &k, &v, self.heads, shard)?,
+        };
+        drop(q);
+        let kept = keep_kv.then_some((k, v));
+        Ok((self.to_out.forward(&merge_heads(&o)), kept))
+    }
+}
+
+/// Cross-attention to the text: q from the video tokens, k and v from the context, q and k
+/// RMS-normalised across heads, no rotary positions.
+pub(super) struct CrossAttention {
+    to_q: Linear,
+    to_k: Linear,
+    to_v: Linear,
+    to_out: Linear,
+    norm_q: Tensor,
+    norm_k: Tensor,
+    heads: i64,
+    eps: f64,
+}
+
+impl CrossAttention {
+    pub(super) fn new(w: &Weights, dim: i64, heads: i64, eps: f64) -> Result<Self> {
+        Ok(Self {
+            to_q: Linear::new(&w.pp("to_q"), dim, dim, true)?,
+            to_k: Linear::new(&w.pp("to_k"), dim, dim, true)?,
+            to_v: Linear::new(&w.pp("to_v"), dim, dim, true)?,
+            to_out: Linear::new(&w.pp("to_out.0"), dim, dim, true)?,
+            norm_q: w.get("norm_q.weight", &[dim])?,
+            norm_k: w.get("norm_k.weight", &[dim])?,
+            heads,
+            eps,
+        })
+    }
+
+    /// The text's keys (normalised) and values: what a session computes once and reuses.
+    pub(super) fn context_kv(&self, context: &Tensor) -> (Tensor, Tensor) {
+        let hd = self.norm_q.size()[0] / self.heads;
+        let mut k =
+            fastvideo_kernels::rms_norm_rope(&[(&self.to_k.forward(context), &self.norm_k)], self.eps, hd, None);
+        (k.pop().expect("k"), self.to_v.forward(context))
+    }
+
+    pub(super) fn forward(&self, x: &Tensor, context: Cross) -> Tensor {
+        let hd = self.norm_q.size()[0] / self.heads;
+        let q = fastvideo_kernels::rms_norm_rope(&[(&self.to_q.forward(x), &self.norm_q)], self.eps, hd, None);
+        let o = match context {
+            Cross::Text(c) => {
+                let (k, v) = self.context_kv(c);
+                attention(&q[0], &k, &v, self.heads, None)
+            }
+            Cross::Kv(k, v) => attention(&q[0], k, v, self.heads, None),
+        };
+        drop(q);
+        self.to_out.forward(&merge_heads(&o))
+    }
+}
+
+/// A self-attention's keys and values (`[B, N, H*D]` each).
+pub type KeyValues = (Tensor, Tensor);
+
+/// What a self-attention attends to besides its own input's keys.
+#[derive(Clone, Copy)]
+pub enum Keys<'a> {
+    /// Keys/values of earlier frames (attended before this input's own; a causal rollout's) and
+    /// a mask (`[N, M]`, true = attend) restricting which keys each query sees.
+    Local { past: Option<(&'a Tensor, &'a Tensor)>, mask: Option<&'a Tensor> },
+    /// The whole sequence, of which this rank holds one slice (Ulysses sequence parallelism).
+    Sharded(&'a SequenceShard),
+}
+
+impl Keys<'_> {
+    /// The input's own keys only.
+    pub const OWN: Keys<'static> = Keys::Local { past: None, mask: None };
+}
+
+/// What the cross-attention attends to: the projected text, or its keys and values computed
+/// once (a causal session's).
+#[derive(Clone, Copy)]
+pub enum Cross<'a> {
+    Text(&'a Tensor),
+    Kv(&'a Tensor, &'a Tensor),
+}
+
+/// `[B, N, H*D]` q, k, v → SDPA over heads → `[B, H, N, D]`. libtorch picks the backend (cuDNN's
+/// fused attention for bf16 on Hopper, the fastest of the three measured: docs/benchmarks.md).
+fn attention(q: &Tensor, k: &Tensor, v: &Tensor, heads: i64, mask: Option<&Tensor>) -> Tensor {
+    let (q, k, v) = (split_heads(q, heads), split_heads(k, heads), split_heads(v, heads));
+    Tensor::scaled_dot_product_attention(&q, &k, &v, mask, 0.0, false, None, false)
+}

@@ -1,0 +1,93 @@
+//! `transformer/config.json`, checked against what this implementation runs.
+
+use std::path::Path;
+
+use anyhow::{ensure, Result};
+use serde::Deserialize;
+
+use crate::config::{read_config, unsupported};
+
+/// `transformer/config.json`. Defaults are Wan2.1-T2V-14B's (diffusers class defaults).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TransformerConfig {
+    pub patch_size: [i64; 3],
+    pub num_attention_heads: i64,
+    pub attention_head_dim: i64,
+    pub in_channels: i64,
+    pub out_channels: Option<i64>,
+    pub text_dim: i64,
+    pub freq_dim: i64,
+    pub ffn_dim: i64,
+    pub num_layers: i64,
+    pub cross_attn_norm: bool,
+    pub qk_norm: Option<String>,
+    pub eps: f64,
+    pub image_dim: Option<i64>,
+    pub added_kv_proj_dim: Option<i64>,
+    pub rope_max_seq_len: i64,
+    pub pos_embed_seq_len: Option<i64>,
+}
+
+impl Default for TransformerConfig {
+    fn default() -> Self {
+        Self {
+            patch_size: [1, 2, 2],
+            num_attention_heads: 40,
+            attention_head_dim: 128,
+            in_channels: 16,
+            out_channels: Some(16),
+            text_dim: 4096,
+            freq_dim: 256,
+            ffn_dim: 13824,
+            num_layers: 40,
+            cross_attn_norm: true,
+            qk_norm: Some("rms_norm_across_heads".into()),
+            eps: 1e-6,
+            image_dim: None,
+            added_kv_proj_dim: None,
+            rope_max_seq_len: 1024,
+            pos_embed_seq_len: None,
+        }
+    }
+}
+
+impl TransformerConfig {
+    pub fn load(path: &Path) -> Result<Self> {
+        let cfg: Self = read_config(path)?;
+        if cfg.qk_norm.as_deref() != Some("rms_norm_across_heads") {
+            return Err(unsupported(path, "qk_norm", format!("{:?}", cfg.qk_norm), "only \"rms_norm_across_heads\""));
+        }
+        if let Some(v) = cfg.image_dim {
+            return Err(unsupported(path, "image_dim", v, "image-to-video is not implemented; use null"));
+        }
+        if let Some(v) = cfg.added_kv_proj_dim {
+            return Err(unsupported(path, "added_kv_proj_dim", v, "image-to-video is not implemented; use null"));
+        }
+        if let Some(v) = cfg.pos_embed_seq_len {
+            return Err(unsupported(path, "pos_embed_seq_len", v, "use null"));
+        }
+        ensure!(
+            cfg.attention_head_dim % 2 == 0 && cfg.freq_dim % 2 == 0,
+            "{}: attention_head_dim and freq_dim must be even",
+            path.display()
+        );
+        Ok(cfg)
+    }
+    /// The published shapes by name, for benchmarks with random weights: `wan-1.3b`
+    /// (Wan2.1-T2V-1.3B) and `wan-14b` (Wan2.1-T2V-14B, the class defaults).
+    pub fn preset(name: &str) -> Result<Self> {
+        match name {
+            "wan-14b" => Ok(Self::default()),
+            "wan-1.3b" => Ok(Self { num_attention_heads: 12, ffn_dim: 8960, num_layers: 30, ..Self::default() }),
+            other => anyhow::bail!("unknown transformer shape `{other}` (wan-1.3b or wan-14b, or a config.json path)"),
+        }
+    }
+
+    pub fn inner_dim(&self) -> i64 {
+        self.num_attention_heads * self.attention_head_dim
+    }
+    pub fn out_channels(&self) -> i64 {
+        self.out_channels.unwrap_or(self.in_channels)
+    }
+}

@@ -1,0 +1,298 @@
+//! `WanTransformer3DModel` itself: patchify, the timestep and text embeddings, the block loop
+//! (one place, so block policies can skip blocks), the adaLN output head and unpatchify.
+
+use std::sync::{Arc, Mutex};
+
+use anyhow::{ensure, Result};
+use fastvideo_parallel::Communicator;
+use fastvideo_pipeline::{BlockAction, BlockHook};
+use tch::{Device, Kind, Tensor};
+
+use super::block::{modulation, Block, BlockInputs};
+use super::config::TransformerConfig;
+use super::rope::{Rope, RopeKey};
+use crate::nn::Linear;
+use crate::sequence_parallel::SequenceShard;
+use crate::weights::Weights;
+
+/// The Wan 2.1 diffusion transformer.
+pub struct WanTransformer3DModel {
+    pub cfg: TransformerConfig,
+    patch_weight: Tensor,
+    patch_bias: Tensor,
+    time_1: Linear,
+    time_2: Linear,
+    time_proj: Linear,
+    text_1: Linear,
+    text_2: Linear,
+    pub blocks: Vec<Block>,
+    proj_out: Linear,
+    scale_shift_table: Tensor,
+    /// Rotary tables of the last grid seen: every step (and every guidance branch) of a request
+    /// reuses them instead of rebuilding them on the host and copying them to the device.
+    rope_cache: Mutex<Option<(RopeKey, Rope)>>,
+    /// The compute dtype (weights were converted to it at load).
+    kind: Kind,
+}
+
+// SAFETY: every tensor is written once in `new` and only read afterwards; libtorch allows
+// concurrent reads of a tensor from several threads.
+unsafe impl Sync for WanTransformer3DModel {}
+
+impl WanTransformer3DModel {
+    pub fn new(cfg: TransformerConfig, w: &Weights) -> Result<Self> {
+        let dim = cfg.inner_dim();
+        let [pt, ph, pw] = cfg.patch_size;
+        let ce = w.pp("condition_embedder");
+        // diffusers keeps the timestep embedder and the modulation tables in float32.
+        let time = ce.pp("time_embedder").with_kind(Kind::Float);
+        let blocks = (0..cfg.num_layers).map(|i| Block::new(&w.pp("blocks").pp(i), &cfg)).collect::<Result<_>>()?;
+        Ok(Self {
+            patch_weight: w.get("patch_embedding.weight", &[dim, cfg.in_channels, pt, ph, pw])?,
+            patch_bias: w.get("patch_embedding.bias", &[dim])?,
+            time_1: Linear::new(&time.pp("linear_1"), cfg.freq_dim, dim, true)?,
+            time_2: Linear::new(&time.pp("linear_2"), dim, dim, true)?,
+            time_proj: Linear::new(&ce.pp("time_proj"), dim, 6 * dim, true)?,
+            text_1: Linear::new(&ce.pp("text_embedder.linear_1"), cfg.text_dim, dim, true)?,
+            text_2: Linear::new(&ce.pp("text_embedder.linear_2"), dim, dim, true)?,
+            blocks,
+            proj_out: Linear::new(&w.pp("proj_out"), dim, cfg.out_channels() * pt * ph * pw, true)?,
+            scale_shift_table: w.with_kind(Kind::Float).get("scale_shift_table", &[1, 2, dim])?,
+            kind: w.kind(),
+            rope_cache: Mutex::new(None),
+            cfg,
+        })
+    }
+
+    /// Sinusoidal timestep features (`flip_sin_to_cos`, no frequency shift): `[B, freq_dim]`.
+    fn timestep_features(&self, t: &Tensor) -> Tensor {
+        let half = self.cfg.freq_dim / 2;
+        let exponent = Tensor::arange(half, (Kind::Float, t.device())) * (-(10000f64.ln()) / half as f64);
+        let args = t.to_kind(Kind::Float).unsqueeze(1) * exponent.exp().unsqueeze(0);
+        Tensor::cat(&[args.cos(), args.sin()], -1)
+    }
+
+    fn rope(&self, f: i64, h: i64, w: i64, device: Device) -> Rope {
+        self.rope_at(f, h, w, 0, device)
+    }
+
+    /// Tables for frames `first..first + f` (a causal chunk's), cached like [`rope`](Self::rope):
+    /// a chunk's denoise steps and its commit pass share them.
+    pub(crate) fn rope_at(&self, f: i64, h: i64, w: i64, first: i64, device: Device) -> Rope {
+        let key = (f, h, w, first, device);
+        let mut cache = self.rope_cache.lock().unwrap_or_else(|e| e.into_inner());
+        match &*cache {
+            Some((k, r)) if *k == key => r.shallow_clone(),
+            _ => {
+                let r = Rope::at(self.cfg.attention_head_dim, [f, h, w], first, device);
+                *cache = Some((key, r.shallow_clone()));
+                r
+            }
+        }
+    }
+
+    /// Runs the transformer blocks in order: the single place blocks are iterated, so a block
+    /// policy (a block cache) can skip a range of them through `hook` without touching the model.
+    pub fn run_blocks(&self, mut x: Tensor, inputs: &BlockInputs, hook: Option<&mut dyn BlockHook>) -> Result<Tensor> {
+        let n = self.blocks.len();
+        let Some(hook) = hook else {
+            for block in &self.blocks {
+                x = block.forward(&x, inputs)?;
+            }
+            return Ok(x);
+        };
+        hook.begin(n)?;
+        let mut i = 0;
+        while i < n {
+            let out = self.blocks[i].forward(&x, inputs)?;
+            match hook.after_block(i, &x, &out)? {
+                BlockAction::Proceed => {
+                    x = out;
+                    i += 1;
+                }
+                BlockAction::SkipTo(to, hidden) => {
+                    ensure!(to > i && to <= n, "block policy: skip from block {i} to {to} (of {n})");
+                    ensure!(
+                        hidden.size() == out.size(),
+                        "block policy: hidden state {:?} where blocks produce {:?}",
+                        hidden.size(),
+                        out.size()
+                    );
+                    x = hidden;
+                    i = to;
+                }
+            }
+        }
+        hook.end(&x)?;
+        Ok(x)
+    }
+
+    /// `latents [B, C, F, H, W]`, `timestep [B]`, `context [B, L, text_dim]` → velocity with the
+    /// latents' shape and dtype. Inputs of any float dtype are cast to the compute dtype.
+    pub fn forward(&self, latents: &Tensor, timestep: &Tensor, context: &Tensor) -> Result<Tensor> {
+        self.forward_hooked(latents, timestep, context, None)
+    }
+
+    /// [`forward`](Self::forward) with an optional block hook (see [`run_blocks`](Self::run_blocks)).
+    pub fn forward_hooked(
+        &self,
+        latents: &Tensor,
+        timestep: &Tensor,
+        context: &Tensor,
+        hook: Option<&mut dyn BlockHook>,
+    ) -> Result<Tensor> {
+        self.check_inputs(latents, timestep, context)?;
+        let [_, f, h, w] = self.grid(latents);
+        let rope = self.rope(f, h, w, latents.device());
+        let x = self.patchify(latents);
+        let (temb, temb6) = self.time_embedding(timestep);
+        let context = self.text_context(context);
+        let x =
+            self.run_blocks(x, &BlockInputs { context: &context, temb6: &temb6, rope: &rope, shard: None }, hook)?;
+        Ok(self.head(&x, &temb, latents))
+    }
+
+    /// Shapes of a forward's inputs, and the grid against the rotary table's length.
+    fn check_inputs(&self, latents: &Tensor, timestep: &Tensor, context: &Tensor) -> Result<()> {
+        let s = latents.size();
+        let [pt, ph, pw] = self.cfg.patch_size;
+        ensure!(
+            s.len() == 5 && s[1] == self.cfg.in_channels && s[2] % pt == 0 && s[3] % ph == 0 && s[4] % pw == 0,
+            "transformer: latents {s:?} must be [B, {}, F, H, W] divisible by patch {:?}",
+            self.cfg.in_channels,
+            self.cfg.patch_size
+        );
+        let c = context.size();
+        ensure!(
+            c.len() == 3 && c[0] == s[0] && c[2] == self.cfg.text_dim,
+            "transformer: context {c:?} must be [{}, L, {}]",
+            s[0],
+            self.cfg.text_dim
+        );
+        ensure!(timestep.size() == [s[0]], "transformer: timestep {:?} must be [{}]", timestep.size(), s[0]);
+        let [_, f, h, w] = self.grid(latents);
+        ensure!(
+            f.max(h).max(w) <= self.cfg.rope_max_seq_len,
+            "transformer: grid {f}x{h}x{w} exceeds rope_max_seq_len {}",
+            self.cfg.rope_max_seq_len
+        );
+        Ok(())
+    }
+
+    /// One rank's part of a sequence-parallel forward: the same inputs as
+    /// [`forward`](Self::forward) on every rank of the group, this rank's slice of the tokens
+    /// through the blocks (exchanging with the others around self-attention), and its slice of
+    /// the output tokens `[B, n, C·pt·ph·pw]` back, for [`unpatchify`](Self::unpatchify) once the
+    /// slices are joined in rank order.
+    pub fn forward_rank(
+        &self,
+        latents: &Tensor,
+        timestep: &Tensor,
+        context: &Tensor,
+        comm: Arc<dyn Communicator>,
+    ) -> Result<Tensor> {
+        self.check_inputs(latents, timestep, context)?;
+        let [_, f, h, w] = self.grid(latents);
+        let shard = SequenceShard::new(comm, f * h * w, self.cfg.num_attention_heads)?;
+        let (start, len) = (shard.start(), shard.len());
+        let rope = self.rope(f, h, w, latents.device()).rows(start, len);
+        // Contiguous, as the fused norm kernels need (a slice of several rows is not; the tch
+        // fallback they would take rounds differently from the one-device forward).
+        let x = self.patchify(latents).narrow(1, start, len).contiguous();
+        let (temb, temb6) = self.time_embedding(timestep);
+        let context = self.text_context(context);
+        let inputs = BlockInputs { context: &context, temb6: &temb6, rope: &rope, shard: Some(&shard) };
+        let x = self.run_blocks(x, &inputs, None)?;
+        Ok(self.head_tokens(&x, &temb))
+    }
+
+    /// `[B, F, H, W]` of the token grid (after patching) of `latents [B, C, F·pt, H·ph, W·pw]`.
+    pub(crate) fn grid(&self, latents: &Tensor) -> [i64; 4] {
+        let s = latents.size();
+        let [pt, ph, pw] = self.cfg.patch_size;
+        [s[0], s[2] / pt, s[3] / ph, s[4] / pw]
+    }
+
+    /// Latents → tokens `[B, N, dim]` in the compute dtype.
+    pub(crate) fn patchify(&self, latents: &Tensor) -> Tensor {
+        let [pt, ph, pw] = self.cfg.patch_size;
+        latents
+            .to_kind(self.kind)
+            .conv3d(&self.patch_weight, Some(&self.patch_bias), [pt, ph, pw], [0, 0, 0], [1, 1, 1], 1)
+            .flatten(2, -1)
+            .transpose(1, 2)
+            .contiguous()
+    }
+
+    /// `(temb, temb6)` for `timestep [B]`: `[B, dim]` (compute dtype) and `[B, 6, dim]` (fp32);
+    /// for per-frame timesteps `[B, F]`: `[B, F, dim]` and `[B, F, 6, dim]`. The embedding runs in
+    /// float32 and is cast to the compute dtype, as in diffusers; `temb6` is cast once here
+    /// rather than in each block (they add it to their fp32 tables).
+    pub(crate) fn time_embedding(&self, timestep: &Tensor) -> (Tensor, Tensor) {
+        self.time_embedding_with(timestep, None)
+    }
+
+    /// [`time_embedding`](Self::time_embedding) with `extra` (e.g. an action embedding,
+    /// `[B, F, dim]` per frame) added to `temb` before the modulation is projected from it;
+    /// a `[B]` timestep then broadcasts over the frames.
+    pub(crate) fn time_embedding_with(&self, timestep: &Tensor, extra: Option<&Tensor>) -> (Tensor, Tensor) {
+        let lead = timestep.size();
+        let flat = timestep.reshape([-1]);
+        let temb = self.time_2.forward(&self.time_1.forward(&self.timestep_features(&flat)).silu()).to_kind(self.kind);
+        let dim = self.cfg.inner_dim();
+        let temb = temb.view([lead.as_slice(), &[dim]].concat().as_slice());
+        let temb = match extra {
+            // One value for every frame: stays per sample (the fused kernels' layout).
+            Some(e) if temb.dim() == 2 && e.dim() == 3 && e.size()[1] == 1 => {
+                temb + e.squeeze_dim(1).to_kind(self.kind)
+            }
+            Some(e) if temb.dim() == 2 && e.dim() == 3 => temb.unsqueeze(1) + e.to_kind(self.kind),
+            Some(e) => temb + e.to_kind(self.kind),
+            None => temb,
+        };
+        let mut shape = temb.size();
+        shape.insert(shape.len() - 1, 6);
+        let temb6 = self.time_proj.forward(&temb.silu()).to_kind(Kind::Float).view(shape.as_slice());
+        (temb, temb6)
+    }
+
+    /// The text embedder: `[B, L, text_dim]` → `[B, L, dim]`.
+    pub(crate) fn text_context(&self, context: &Tensor) -> Tensor {
+        self.text_2.forward(&self.text_1.forward_gelu_tanh(&context.to_kind(self.kind)))
+    }
+
+    /// Output norm, projection and unpatchify back to `like`'s shape and dtype. `temb` is
+    /// `[B, dim]`, or `[B, N, dim]` per token.
+    pub(crate) fn head(&self, x: &Tensor, temb: &Tensor, like: &Tensor) -> Tensor {
+        self.unpatchify(&self.head_tokens(x, temb), like)
+    }
+
+    /// Output norm and projection, per token: `[B, n, dim]` → `[B, n, C·pt·ph·pw]`.
+    fn head_tokens(&self, x: &Tensor, temb: &Tensor) -> Tensor {
+        let temb = if temb.dim() == 2 { temb.unsqueeze(1) } else { temb.shallow_clone() };
+        let m = modulation(&self.scale_shift_table, &temb.unsqueeze(2), 2);
+        let spec =
+            fastvideo_kernels::LayerNormSpec { eps: self.cfg.eps, affine: None, modulation: Some((&m[1], &m[0])) };
+        let x = fastvideo_kernels::layer_norm_modulate(x, &spec);
+        self.proj_out.forward(&x)
+    }
+
+    /// Output tokens `[B, N, C·pt·ph·pw]` back to `like`'s shape `[B, C, F, H, W]` and dtype.
+    pub fn unpatchify(&self, tokens: &Tensor, like: &Tensor) -> Tensor {
+        let [b, f, h, w] = self.grid(like);
+        let [pt, ph, pw] = self.cfg.patch_size;
+        let x = tokens.to_kind(like.kind());
+        let x = x.view(&[b, f, h, w, pt, ph, pw, -1][..]).permute([0, 7, 1, 4, 2, 5, 3, 6]);
+        x.reshape([b, -1, f * pt, h * ph, w * pw])
+    }
+
+    /// The device the weights are on.
+    pub fn patch_device(&self) -> Device {
+        self.patch_weight.device()
+    }
+
+    /// The compute dtype.
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+}

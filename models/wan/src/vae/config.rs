@@ -1,0 +1,108 @@
+//! `vae/config.json`, checked against what this implementation runs.
+
+use std::path::Path;
+
+use anyhow::{ensure, Result};
+use serde::Deserialize;
+
+use crate::config::{read_config_with, unsupported};
+
+/// `vae/config.json`. Defaults are diffusers' class defaults (the Wan 2.1 VAE).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct VaeConfig {
+    pub base_dim: i64,
+    pub decoder_base_dim: Option<i64>,
+    pub z_dim: i64,
+    pub dim_mult: Vec<i64>,
+    pub num_res_blocks: i64,
+    pub attn_scales: Vec<f64>,
+    pub temperal_downsample: Vec<bool>,
+    pub dropout: f64,
+    pub latents_mean: Vec<f64>,
+    pub latents_std: Vec<f64>,
+    pub is_residual: bool,
+    pub in_channels: i64,
+    pub out_channels: i64,
+    pub patch_size: Option<i64>,
+    pub scale_factor_temporal: Option<i64>,
+    pub scale_factor_spatial: Option<i64>,
+}
+
+impl Default for VaeConfig {
+    fn default() -> Self {
+        Self {
+            base_dim: 96,
+            decoder_base_dim: None,
+            z_dim: 16,
+            dim_mult: vec![1, 2, 4, 4],
+            num_res_blocks: 2,
+            attn_scales: vec![],
+            temperal_downsample: vec![false, true, true],
+            dropout: 0.0,
+            latents_mean: vec![],
+            latents_std: vec![],
+            is_residual: false,
+            in_channels: 3,
+            out_channels: 3,
+            patch_size: None,
+            scale_factor_temporal: Some(4),
+            scale_factor_spatial: Some(8),
+        }
+    }
+}
+
+impl VaeConfig {
+    pub fn load(path: &Path) -> Result<Self> {
+        // `clip_output` was in an unreleased diffusers; released ones ignore it and always clamp.
+        let cfg: Self = read_config_with(path, &[&["clip_output"]])?;
+        if cfg.is_residual {
+            return Err(unsupported(path, "is_residual", true, "the Wan 2.2 residual VAE is not implemented"));
+        }
+        if let Some(p) = cfg.patch_size {
+            return Err(unsupported(path, "patch_size", p, "use null"));
+        }
+        let levels = cfg.dim_mult.len();
+        ensure!(
+            levels >= 1 && cfg.temperal_downsample.len() + 1 == levels,
+            "{}: temperal_downsample needs {} entries for dim_mult {:?}",
+            path.display(),
+            levels - 1,
+            cfg.dim_mult
+        );
+        let t = 1i64 << cfg.temperal_downsample.iter().filter(|&&b| b).count();
+        let s = 1i64 << (levels - 1);
+        if cfg.scale_factor_temporal.is_some_and(|v| v != t) {
+            return Err(unsupported(
+                path,
+                "scale_factor_temporal",
+                cfg.scale_factor_temporal.unwrap(),
+                &format!("the layers give {t}"),
+            ));
+        }
+        if cfg.scale_factor_spatial.is_some_and(|v| v != s) {
+            return Err(unsupported(
+                path,
+                "scale_factor_spatial",
+                cfg.scale_factor_spatial.unwrap(),
+                &format!("the layers give {s}"),
+            ));
+        }
+        for (k, v) in [("latents_mean", &cfg.latents_mean), ("latents_std", &cfg.latents_std)] {
+            ensure!(
+                v.len() as i64 == cfg.z_dim,
+                "{}: `{k}` has {} values, z_dim is {}",
+                path.display(),
+                v.len(),
+                cfg.z_dim
+            );
+        }
+        Ok(cfg)
+    }
+    pub fn temporal_factor(&self) -> i64 {
+        1 << self.temperal_downsample.iter().filter(|&&b| b).count()
+    }
+    pub fn spatial_factor(&self) -> i64 {
+        1 << (self.dim_mult.len() - 1)
+    }
+}

@@ -1,0 +1,97 @@
+//! Loading failures name the file and the key; text-to-image runs as a one-frame video.
+
+use crate::common::copy_dir;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use fastvideo_pipeline::{PipelineRun, Values};
+use fastvideo_request::{OmniRequest, TaskType};
+use fastvideo_wan::{pipeline, WanModel};
+use tch::Device;
+
+fn tiny() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/tiny-wan")
+}
+
+fn load_err(dir: &Path) -> String {
+    match WanModel::load(dir, Device::Cpu) {
+        Ok(_) => panic!("{} loaded but should not", dir.display()),
+        Err(e) => format!("{e:#}"),
+    }
+}
+
+#[test]
+fn a_missing_shard_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    copy_dir(&tiny(), dir.path());
+    std::fs::remove_file(dir.path().join("text_encoder/model-00002-of-00002.safetensors")).unwrap();
+    let e = load_err(dir.path());
+    assert!(
+        e.contains("shard") && e.contains("model-00002-of-00002.safetensors") && e.contains("does not exist"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_config_that_disagrees_with_the_weights_names_key_and_shapes() {
+    let dir = tempfile::tempdir().unwrap();
+    copy_dir(&tiny(), dir.path());
+    let cfg = dir.path().join("transformer/config.json");
+    let text = std::fs::read_to_string(&cfg).unwrap().replace("\"ffn_dim\": 48", "\"ffn_dim\": 64");
+    std::fs::write(&cfg, text).unwrap();
+    let e = load_err(dir.path());
+    assert!(e.contains("`blocks.0.ffn.net.0.proj.weight` has shape [48, 24], the config implies [64, 24]"), "{e}");
+}
+
+#[test]
+fn a_two_expert_wan22_index_is_refused_by_key() {
+    let dir = tempfile::tempdir().unwrap();
+    copy_dir(&tiny(), dir.path());
+    let idx = dir.path().join("model_index.json");
+    let text = std::fs::read_to_string(&idx).unwrap().replace("\"boundary_ratio\": null", "\"boundary_ratio\": 0.875");
+    std::fs::write(&idx, text).unwrap();
+    let e = load_err(dir.path());
+    assert!(e.contains("config key `boundary_ratio` = 0.875 is not supported"), "{e}");
+}
+
+#[test]
+fn text_to_image_is_a_one_frame_video() {
+    let model = WanModel::load(&tiny(), Device::Cpu).unwrap();
+    let spec = Arc::new(pipeline::text_to_video(&model, pipeline::default_guidance()).unwrap());
+    let mut r = OmniRequest::text_to_video("img", "a green star");
+    r.task = TaskType::T2i;
+    r.diffusion.height = Some(48);
+    r.diffusion.width = Some(32);
+    r.diffusion.num_inference_steps = Some(2);
+    let req = r.resolve(&model.limits(), || 1).unwrap();
+    let mut run = PipelineRun::new(spec, req, Device::Cpu, Values::default(), Default::default());
+    run.run_to_end(&mut |_| {}).unwrap();
+    let out = run.finish(&mut |_| {}).unwrap();
+    let v = out.video().unwrap();
+    assert_eq!((v.num_frames, v.height, v.width, v.rgb.len()), (1, 48, 32, 48 * 32 * 3));
+    // Random weights still give a non-constant image.
+    assert!(v.rgb.iter().any(|&b| b != v.rgb[0]));
+}
+
+#[test]
+fn a_sharded_index_cannot_point_outside_the_model_folder() {
+    use fastvideo_wan::weights::index_shards;
+    let ok = r#"{"weight_map": {"a": "m-00002.safetensors", "b": "m-00001.safetensors", "c": "m-00001.safetensors"}}"#;
+    assert_eq!(index_shards(ok).unwrap(), ["m-00001.safetensors", "m-00002.safetensors"]);
+    for (bad, says) in [
+        (r#"{"weight_map": {"a": "../x.safetensors"}}"#, "weight_map.a: `../x.safetensors` is not"),
+        (r#"{"weight_map": {"a": "/etc/x.safetensors"}}"#, "weight_map.a"),
+        (r#"{"weight_map": {"a": "sub/x.safetensors"}}"#, "weight_map.a"),
+        (r#"{"weight_map": {"a": "sub\\x.safetensors"}}"#, "weight_map.a"),
+        (r#"{"weight_map": {"a": "C:x.safetensors"}}"#, "weight_map.a"),
+        (r#"{"weight_map": {"a": "x.bin"}}"#, "weight_map.a"),
+        (r#"{"weight_map": {"a": 3}}"#, "weight_map.a: the shard must be a file name string"),
+        (r#"{"weight_map": {}}"#, "lists no tensors"),
+        (r#"{"metadata": {}}"#, "no `weight_map` object"),
+        ("{", "not valid JSON"),
+    ] {
+        let e = format!("{:#}", index_shards(bad).unwrap_err());
+        assert!(e.contains(says), "{bad}: {e}");
+    }
+}

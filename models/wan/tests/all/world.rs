@@ -1,0 +1,110 @@
+//! The world-model rollout on the tiny random fixture (CPU, float32): chunk shapes, actions
+//! taking effect from the next chunk, the incremental decode equal to decoding the whole
+//! sequence, and the session's slabs returned when the rollout is dropped.
+
+use crate::common;
+
+use std::path::Path;
+
+use fastvideo_pipeline::kv_pool::KvPool;
+use fastvideo_wan::chunk_rollout::{single_session_pool, ChunkRollout};
+use fastvideo_wan::vae::DecodeStream;
+use fastvideo_wan::world::WorldModel;
+use fastvideo_wan::LoadOptions;
+use tch::{Device, Kind, Tensor};
+
+fn tiny_world() -> (tempfile::TempDir, WorldModel) {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
+    let dir = tempfile::tempdir().unwrap();
+    common::copy_dir(&fixtures.join("tiny-wan"), dir.path());
+    common::copy_dir(&fixtures.join("tiny-world-actions"), &dir.path().join("action_embedder"));
+    let spec = serde_json::json!({"chunk_frames": 1, "timesteps": [1000, 500], "shift": 3.0, "window": 3,
+        "sink": 1, "fps": 8, "height": 32, "width": 48, "prompt": "a red circle"});
+    std::fs::write(dir.path().join("world.json"), spec.to_string()).unwrap();
+    let m = WorldModel::load(dir.path(), LoadOptions::new(Device::Cpu)).unwrap();
+    (dir, m)
+}
+
+#[test]
+fn a_rollout_emits_chunks_that_follow_the_action_set_before_them() {
+    tch::no_grad(|| {
+        let (_dir, m) = tiny_world();
+        let pool = single_session_pool(&m, Device::Cpu);
+        let mut r = ChunkRollout::new(&m, &pool, "a red circle", 0, Device::Cpu).unwrap();
+        let first = r.next_chunk(&m).unwrap();
+        assert_eq!(first.frames.size(), [1, 3, 1, 32, 48]);
+        let (right, up) = (m.actions.index("right").unwrap(), m.actions.index("up").unwrap());
+        r.set_action(right, 7);
+        // One denoise step in, a new action restarts the chunk: it is generated under `up`.
+        assert!(r.step(&m).unwrap().is_none());
+        r.set_action(up, 8);
+        assert!(r.at_chunk_start());
+        let c1 = r.next_chunk(&m).unwrap();
+        assert_eq!((c1.index, c1.action, c1.action_id), (1, up, 8));
+        assert_eq!(c1.frames.size(), [1, 3, 4, 32, 48]);
+        // The same action again does not restart anything.
+        assert!(r.step(&m).unwrap().is_none());
+        r.set_action(up, 9);
+        assert!(!r.at_chunk_start());
+        let c2 = r.next_chunk(&m).unwrap();
+        assert_eq!((c2.action, c2.action_id), (up, 8));
+        let c3 = r.next_chunk(&m).unwrap();
+        assert_eq!(c3.action_id, 9);
+        for _ in 0..2 {
+            r.next_chunk(&m).unwrap();
+        }
+        let stats = pool.stats();
+        assert_eq!((stats.sessions, stats.evictions), (1, 6 - 3));
+        drop(r);
+        assert_eq!(pool.stats().used_slabs, 0);
+    })
+}
+
+#[test]
+fn the_incremental_decode_equals_decoding_the_whole_sequence() {
+    tch::no_grad(|| {
+        let (_dir, m) = tiny_world();
+        tch::manual_seed(3);
+        let z = Tensor::randn([1, 4, 4, 4, 6], (Kind::Float, Device::Cpu));
+        let whole = m.wan.vae.decode(&z).unwrap();
+        let mut stream = DecodeStream::default();
+        let parts: Vec<Tensor> =
+            (0..4).map(|i| m.wan.vae.decode_next(&mut stream, &z.narrow(2, i, 1)).unwrap()).collect();
+        assert_eq!(parts[0].size()[2], 1);
+        assert_eq!(parts[1].size()[2], 4);
+        let streamed = Tensor::cat(&parts, 2);
+        let diff = (&streamed - &whole).abs().max().double_value(&[]);
+        assert!(diff < 1e-6, "streamed vs whole decode: {diff}");
+    })
+}
+
+#[test]
+fn a_full_pool_refuses_a_session_with_the_sizes() {
+    let (_dir, m) = tiny_world();
+    let pool = single_session_pool(&m, Device::Cpu);
+    let _held = ChunkRollout::new(&m, &pool, "a", 0, Device::Cpu).unwrap();
+    let err = ChunkRollout::new(&m, &pool, "a", 1, Device::Cpu).err().unwrap().to_string();
+    assert!(err.contains("window of 3 frames needs"), "{err}");
+    assert_eq!(KvPool::stats(&pool).sessions, 1);
+}
+
+#[test]
+fn an_action_from_a_later_frame_waits_for_the_chunk_that_starts_there() {
+    use fastvideo_engine::session::{SessionModel, SessionRequest};
+    use fastvideo_request::ActionPart;
+    use fastvideo_wan::sessions::WorldSessions;
+    tch::no_grad(|| {
+        let (_dir, m) = tiny_world();
+        let sessions = WorldSessions::new("tiny".into(), std::sync::Arc::new(m), 1, Device::Cpu);
+        let mut run = sessions.open(&SessionRequest::default()).unwrap();
+        // Chunks start at frames 0 (one frame), 1, 5, 9, ...: from frame 7 means the chunk at 9.
+        run.set_action(&ActionPart { from_frame: Some(7), ..ActionPart::key("left", 4) });
+        let mut ids = Vec::new();
+        while ids.len() < 4 {
+            if let Some(c) = run.step().unwrap() {
+                ids.push((c.first_frame, c.action_id));
+            }
+        }
+        assert_eq!(ids, [(0, 0), (1, 0), (5, 0), (9, 4)]);
+    })
+}
