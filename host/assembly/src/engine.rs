@@ -123,7 +123,7 @@ pub fn build_engine(cfg: &ServeConfig) -> Result<Assembly> {
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
     let engine_cfg = engine_config(cfg, device);
-    let world = crate::world::sessions(&cfg.world, &cfg.model, device, &metrics)?;
+    let world = crate::world::sessions(&cfg.world, &cfg.model, device)?;
     let metric_hooks = observe(&model, deploy.as_deref(), &metrics);
     let description = EngineDescription {
         metric_hooks,

@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use anyhow::{bail, Result};
 use fastvideo_engine::session::SessionModel;
-use fastvideo_engine::Metrics;
 use fastvideo_procedural::world::WorldState;
 use fastvideo_wan::sessions::WorldSessions;
 use fastvideo_wan::world::WorldModel;
@@ -29,7 +28,6 @@ pub fn sessions(
     world: &WorldConfig,
     model: &ModelConfig,
     device: Device,
-    metrics: &Metrics,
 ) -> Result<Option<(String, Arc<dyn SessionModel>)>> {
     let Some(name) = &world.model else { return Ok(None) };
     let dir = world_dir(name)?;
@@ -37,8 +35,7 @@ pub fn sessions(
     let id = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or("world".into());
     let first = loaded.clone();
     let s = WorldSessions::new(id.clone(), loaded, world.max_sessions.max(1), device)
-        .with_first_frame(Box::new(move |seed| simulator_frame(&first, seed)))
-        .with_metrics(metrics.clone());
+        .with_first_frame(Box::new(move |seed| simulator_frame(&first, seed)));
     Ok(Some((id, Arc::new(s))))
 }
 

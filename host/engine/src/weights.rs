@@ -7,21 +7,12 @@
 //! with it the old weights, is freed when the last of them ends), queued ones run on the new.
 //! A load that fails swaps nothing: the old weights keep serving.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use fastvideo_pipeline::PipelineSpec;
+pub use fastvideo_pipeline::WeightLoader;
 use serde::Serialize;
-
-/// Builds a model's pipeline with other transformer weights (implemented by the model family).
-pub trait WeightLoader: Send + Sync {
-    /// The pipeline with the weights at `path` (a safetensors file, or a folder holding the
-    /// component's checkpoint). Errors name the file and the tensor.
-    fn load(&self, path: &Path) -> anyhow::Result<PipelineSpec>;
-    /// The content hash (blake3 hex) of the weights at `path`, as [`WeightsInfo::hash`] reports.
-    fn hash(&self, path: &Path) -> anyhow::Result<String>;
-}
 
 /// Which weights new requests run on.
 #[derive(Debug, Clone, PartialEq, Serialize)]

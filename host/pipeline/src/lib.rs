@@ -88,9 +88,11 @@ mod meter;
 mod noise;
 mod policies;
 pub mod sampler;
+pub mod session;
 mod spec;
 mod stage;
 mod value;
+mod weight_loader;
 
 pub use blocks::{BlockAction, BlockHook, BlockPolicy, BlockPolicyState, BoundHook};
 pub use denoise::{DenoiseLoop, Denoiser};
@@ -102,3 +104,4 @@ pub use policies::{LoopPolicies, Observed, Observer, ObserverState, Reward, Rewa
 pub use spec::{Node, NodeKind, PipelineSpec, SpecError};
 pub use stage::{LoopStage, LoopState, NodeCtx, Stage, StepResult};
 pub use value::{Value, Values};
+pub use weight_loader::WeightLoader;

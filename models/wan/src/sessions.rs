@@ -3,9 +3,8 @@
 
 use std::sync::Arc;
 
-use fastvideo_engine::session::{SessionChunk, SessionModel, SessionRequest, SessionRun};
-use fastvideo_engine::Metrics;
-use fastvideo_pipeline::kv_pool::KvPool;
+use fastvideo_pipeline::kv_pool::{KvPool, PoolStats};
+use fastvideo_pipeline::session::{SessionChunk, SessionModel, SessionRequest, SessionRun};
 use fastvideo_request::{ActionPart, RequestError};
 use tch::{Device, Tensor};
 
@@ -22,7 +21,6 @@ pub struct WorldSessions {
     pool: Arc<KvPool>,
     device: Device,
     first_frame: Option<FirstFrame>,
-    metrics: Option<Metrics>,
 }
 
 impl WorldSessions {
@@ -38,18 +36,12 @@ impl WorldSessions {
             0,
         );
         cfg.budget_bytes = cfg.slab_bytes() * (spec.window * cfg.layers * max_sessions.max(1)) as u64;
-        Self { id, pool: KvPool::new(cfg), model, device, first_frame: None, metrics: None }
+        Self { id, pool: KvPool::new(cfg), model, device, first_frame: None }
     }
 
     pub fn with_first_frame(mut self, f: FirstFrame) -> Self {
         self.first_frame = Some(f);
         self
-    }
-
-    /// Publishes the pool's occupancy and evictions in these metrics.
-    pub fn with_metrics(self, metrics: Metrics) -> Self {
-        metrics.kv_slabs_capacity.set(self.pool.stats().capacity_slabs as i64);
-        Self { metrics: Some(metrics), ..self }
     }
 
     pub fn pool(&self) -> &Arc<KvPool> {
@@ -73,6 +65,10 @@ impl SessionModel for WorldSessions {
     fn frame_size(&self) -> (u32, u32) {
         (self.model.spec.width, self.model.spec.height)
     }
+    fn kv_stats(&self) -> Option<PoolStats> {
+        Some(self.pool.stats())
+    }
+
     fn open(&self, req: &SessionRequest) -> Result<Box<dyn SessionRun>, RequestError> {
         let prompt = req.prompt.clone().unwrap_or_else(|| self.model.spec.prompt.clone());
         let spec = &self.model.spec;
@@ -103,46 +99,35 @@ impl SessionModel for WorldSessions {
             }),
         }
         .map_err(|e| RequestError::new("session", format!("{e:#}")))?;
-        Ok(Box::new(WorldSessionRun {
-            model: self.model.clone(),
-            rollout: Some(rollout),
-            frames: 0,
-            pending: Vec::new(),
-            pool: self.pool.clone(),
-            metrics: self.metrics.clone(),
-        }))
+        Ok(Box::new(WorldSessionRun { model: self.model.clone(), rollout, frames: 0, pending: Vec::new() }))
     }
 }
 
 struct WorldSessionRun {
     model: Arc<WorldModel>,
-    /// `None` only while dropping (so the pool's gauge can be read after the slabs return).
-    rollout: Option<ChunkRollout>,
+    rollout: ChunkRollout,
     /// Video frames finished so far (the next chunk's first frame).
     frames: u64,
     /// Actions waiting for their `from_frame`, as (frame, key index, id).
     pending: Vec<(u64, i64, u64)>,
-    pool: Arc<KvPool>,
-    metrics: Option<Metrics>,
 }
 
 impl SessionRun for WorldSessionRun {
     fn step(&mut self) -> anyhow::Result<Option<SessionChunk>> {
-        if self.rollout().at_chunk_start() && !self.pending.is_empty() {
+        if self.rollout.at_chunk_start() && !self.pending.is_empty() {
             // The latest action due by this chunk's first frame takes it.
             let frames = self.frames;
             let due: Vec<_> = self.pending.iter().filter(|p| p.0 <= frames).copied().collect();
             self.pending.retain(|p| p.0 > frames);
             if let Some(&(_, key, id)) = due.iter().max_by_key(|p| p.0) {
-                self.rollout().set_action(key, id);
+                self.rollout.set_action(key, id);
             }
         }
         let model = self.model.clone();
-        let Some(chunk) = tch::no_grad(|| self.rollout().step(&model))? else { return Ok(None) };
+        let Some(chunk) = tch::no_grad(|| self.rollout.step(&model))? else { return Ok(None) };
         let video = crate::pipeline::frames_to_video(&chunk.frames, self.model.spec.fps)?;
         let first_frame = self.frames;
         self.frames += video.num_frames as u64;
-        self.publish_pool();
         Ok(Some(SessionChunk { index: chunk.index, first_frame, video, action_id: chunk.action_id }))
     }
 
@@ -151,33 +136,11 @@ impl SessionRun for WorldSessionRun {
         let id = action.id.unwrap_or(0);
         match action.from_frame {
             Some(f) if f > self.frames => self.pending.push((f, key, id)),
-            _ => self.rollout().set_action(key, id),
+            _ => self.rollout.set_action(key, id),
         }
     }
 
     fn units_per_chunk(&self) -> u32 {
         self.model.spec.timesteps.len() as u32 + 1
-    }
-}
-
-impl WorldSessionRun {
-    fn rollout(&mut self) -> &mut ChunkRollout {
-        self.rollout.as_mut().expect("a live session has its rollout")
-    }
-
-    fn publish_pool(&self) {
-        if let Some(m) = &self.metrics {
-            let st = self.pool.stats();
-            m.kv_slabs_used.set(st.used_slabs as i64);
-            m.kv_evictions.set(st.evictions as i64);
-        }
-    }
-}
-
-impl Drop for WorldSessionRun {
-    fn drop(&mut self) {
-        // Return the slabs first, then publish what the pool holds.
-        self.rollout = None;
-        self.publish_pool();
     }
 }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
-use fastvideo_engine::WeightLoader;
+use fastvideo_pipeline::WeightLoader;
 use fastvideo_pipeline::{LoopPolicies, PipelineSpec};
 
 use crate::loader::WanModel;

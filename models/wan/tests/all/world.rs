@@ -90,7 +90,7 @@ fn a_full_pool_refuses_a_session_with_the_sizes() {
 
 #[test]
 fn an_action_from_a_later_frame_waits_for_the_chunk_that_starts_there() {
-    use fastvideo_engine::session::{SessionModel, SessionRequest};
+    use fastvideo_pipeline::session::{SessionModel, SessionRequest};
     use fastvideo_request::ActionPart;
     use fastvideo_wan::sessions::WorldSessions;
     tch::no_grad(|| {

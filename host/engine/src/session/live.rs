@@ -1,218 +1,17 @@
-//! Live world-model sessions in the engine. A session is an open-ended rollout: the executor
-//! runs its units (a denoise step or a commit pass of the current chunk) between the units of
-//! ordinary jobs, with a deadline per chunk so the session keeps its frame rate while jobs run.
-//!
-//! The model side is behind [`SessionModel`] / [`SessionRun`] (the world model implements them),
-//! so the engine stays model-agnostic. [`Pacer`] is the scheduling rule alone, unit-tested
-//! without a model.
-
-use std::time::{Duration, Instant};
-
-use fastvideo_request::{ActionPart, RequestError, VideoArtifact};
-use serde::Serialize;
-
-/// What a client asks for when it opens a session.
-#[derive(Debug, Clone, Default)]
-pub struct SessionRequest {
-    /// Text conditioning; the model's own when `None`.
-    pub prompt: Option<String>,
-    /// Start from the model's simulator frame for this seed (models that have one), else generate.
-    pub start_seed: Option<u64>,
-    pub seed: u64,
-    /// Latent frames of context (at most the model's); the model's when `None`.
-    pub window: Option<usize>,
-}
-
-/// A finished chunk of a session.
-pub struct SessionChunk {
-    pub index: u64,
-    /// Index of the chunk's first video frame in the session (its presentation time is
-    /// `first_frame / fps`).
-    pub first_frame: u64,
-    pub video: VideoArtifact,
-    /// The caller's id of the action the chunk was generated under (0: none yet).
-    pub action_id: u64,
-}
-
-/// What a session's stream carries.
-pub enum SessionEvent {
-    Chunk(SessionChunk),
-    /// The session ended: closed, expired, or failed (`reason` says which and why).
-    Closed {
-        reason: String,
-    },
-}
-
-/// One session's model side; its state (key/value slabs, decoder cache) is dropped with it.
-pub trait SessionRun: Send {
-    /// Runs one unit; returns the chunk when this unit finished one.
-    fn step(&mut self) -> anyhow::Result<Option<SessionChunk>>;
-    /// An action (checked against the model's keys already): from its `from_frame`, or the
-    /// first chunk not yet committed.
-    fn set_action(&mut self, action: &ActionPart);
-    /// Units per chunk (denoise steps plus the commit pass), for pacing.
-    fn units_per_chunk(&self) -> u32;
-}
-
-/// A model that can run sessions.
-pub trait SessionModel: Send + Sync {
-    fn id(&self) -> &str;
-    /// The action keys it takes.
-    fn actions(&self) -> Vec<String>;
-    /// Whether it takes continuous deltas (`ActionPart::delta`) too.
-    fn continuous_actions(&self) -> bool {
-        false
-    }
-    fn fps(&self) -> u32;
-    /// Video frames per chunk after the first.
-    fn frames_per_chunk(&self) -> u32;
-    /// `(width, height)` of the frames.
-    fn frame_size(&self) -> (u32, u32);
-    /// Opens a session (reserving its key/value slabs); errors name the field.
-    fn open(&self, req: &SessionRequest) -> Result<Box<dyn SessionRun>, RequestError>;
-}
-
-/// Where a session stands, for `GET /v1/sessions/{id}`.
-#[derive(Debug, Clone, Serialize)]
-pub struct SessionInfo {
-    pub id: String,
-    pub chunks: u64,
-    pub frames: u64,
-    pub last_action_id: u64,
-    /// Chunks that were finished later than their deadline.
-    pub late_chunks: u64,
-}
-
-/// The pacing rule. A session's chunk `n` is due at `start + n × period`; a session is urgent
-/// when the units its chunk still needs, at the measured cost per unit, plus `margin` (the
-/// longest job unit seen, which cannot be interrupted) would reach the deadline. Jobs that are
-/// owed their floor share ([`crate::share::Share`]) run first; then urgent sessions (earliest deadline first),
-/// then jobs, then sessions that are less than one period ahead of real time; otherwise the
-/// executor waits for the next session to become urgent.
-#[derive(Debug, Clone, Copy)]
-pub struct PaceInput {
-    pub due: Instant,
-    pub units_left: u32,
-    pub unit_seconds: f64,
-    /// A new action is waiting for this session's next chunk: run it now, whatever the deadline
-    /// (at most one chunk early per action), so the action shows as soon as it can.
-    pub eager: bool,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Pick {
-    /// Run a unit of session `i` (index into the input).
-    Session(usize),
-    /// Run a job unit.
-    Job,
-    /// Nothing to do before this instant.
-    Wait(Instant),
-    /// No sessions and no jobs.
-    Idle,
-}
-
-/// Whether job units are waiting, and whether they are owed their floor share.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Jobs {
-    None,
-    Ready,
-    /// Ready, and jobs had less than their floor share of the executor lately.
-    Owed,
-}
-
-pub struct Pacer;
-
-impl Pacer {
-    pub fn pick(now: Instant, sessions: &[PaceInput], jobs: Jobs, margin: f64, period: Duration) -> Pick {
-        if jobs == Jobs::Owed {
-            return Pick::Job;
-        }
-        let jobs_ready = jobs != Jobs::None;
-        let start_by = |s: &PaceInput| {
-            let need = Duration::from_secs_f64((s.units_left as f64 * s.unit_seconds + margin).max(0.0));
-            s.due.checked_sub(need).unwrap_or(now)
-        };
-        let urgent = sessions
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| s.eager || start_by(s) <= now)
-            .min_by_key(|(_, s)| s.due)
-            .map(|(i, _)| i);
-        if let Some(i) = urgent {
-            return Pick::Session(i);
-        }
-        if jobs_ready {
-            return Pick::Job;
-        }
-        // Work ahead, but at most one period: frames are shown in real time anyway.
-        let ahead = sessions
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| s.due <= now + period)
-            .min_by_key(|(_, s)| s.due)
-            .map(|(i, _)| i);
-        if let Some(i) = ahead {
-            return Pick::Session(i);
-        }
-        match sessions.iter().map(|s| start_by(s).min(s.due.checked_sub(period).unwrap_or(now))).min() {
-            Some(t) => Pick::Wait(t),
-            None => Pick::Idle,
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn s(now: Instant, due_ms: u64, units: u32) -> PaceInput {
-        PaceInput { due: now + Duration::from_millis(due_ms), units_left: units, unit_seconds: 0.01, eager: false }
-    }
-
-    const P: Duration = Duration::from_millis(250);
-
-    #[test]
-    fn an_urgent_session_goes_before_jobs_and_the_earliest_deadline_first() {
-        let now = Instant::now();
-        // 5 units of 10 ms + 100 ms margin = 150 ms: due in 120 ms is urgent, in 400 ms is not.
-        let sessions = [s(now, 400, 5), s(now, 120, 5), s(now, 100, 5)];
-        assert_eq!(Pacer::pick(now, &sessions, Jobs::Ready, 0.1, P), Pick::Session(2));
-        assert_eq!(Pacer::pick(now, &sessions[..1], Jobs::Ready, 0.1, P), Pick::Job);
-        // A session with a fresh action runs now, even far ahead of its deadline.
-        let eager = PaceInput { eager: true, ..s(now, 900, 5) };
-        assert_eq!(Pacer::pick(now, &[eager], Jobs::Ready, 0.1, P), Pick::Session(0));
-    }
-
-    #[test]
-    fn without_jobs_sessions_work_at_most_one_period_ahead_then_wait() {
-        let now = Instant::now();
-        assert_eq!(Pacer::pick(now, &[s(now, 200, 5)], Jobs::None, 0.0, P), Pick::Session(0));
-        match Pacer::pick(now, &[s(now, 600, 5)], Jobs::None, 0.0, P) {
-            // Waits until one period before the deadline (350 ms from now).
-            Pick::Wait(t) => assert_eq!(t, now + Duration::from_millis(350)),
-            other => panic!("{other:?}"),
-        }
-        assert_eq!(Pacer::pick(now, &[], Jobs::None, 0.0, P), Pick::Idle);
-        assert_eq!(Pacer::pick(now, &[], Jobs::Ready, 0.0, P), Pick::Job);
-    }
-
-    #[test]
-    fn jobs_owed_their_floor_go_before_urgent_sessions() {
-        let now = Instant::now();
-        let late = [s(now, 0, 5), s(now, 10, 5)];
-        assert_eq!(Pacer::pick(now, &late, Jobs::Ready, 0.1, P), Pick::Session(0));
-        assert_eq!(Pacer::pick(now, &late, Jobs::Owed, 0.1, P), Pick::Job);
-    }
-}
-
-// ---- The executor's side -------------------------------------------------------------------
+//! The executor's side of sessions: the live list, their commands, one unit of a session, and
+//! the pool gauges.
 
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
+use fastvideo_pipeline::session::{SessionModel, SessionRequest, SessionRun};
+use fastvideo_request::ActionPart;
 use tokio::sync::{mpsc, oneshot};
 
+use super::info::{SessionEvent, SessionInfo};
+use super::pacer::PaceInput;
 use crate::share::Share;
 use crate::{EngineError, Metrics};
 
@@ -294,7 +93,7 @@ impl LiveSessions {
             .as_ref()
             .map(|m| Duration::from_secs_f64(frames_per_chunk as f64 / m.fps().max(1) as f64))
             .unwrap_or(Duration::from_millis(250));
-        Self {
+        let live = Self {
             model,
             list: Vec::new(),
             period,
@@ -305,6 +104,18 @@ impl LiveSessions {
             idle,
             shared,
             metrics,
+        };
+        live.publish_pool();
+        live
+    }
+
+    /// The model's key/value pool occupancy in the gauges (after a chunk, and after a session
+    /// returned its slabs).
+    fn publish_pool(&self) {
+        if let Some(st) = self.model.as_ref().and_then(|m| m.kv_stats()) {
+            self.metrics.kv_slabs_capacity.set(st.capacity_slabs as i64);
+            self.metrics.kv_slabs_used.set(st.used_slabs as i64);
+            self.metrics.kv_evictions.set(st.evictions as i64);
         }
     }
 
@@ -349,7 +160,9 @@ impl LiveSessions {
         self.shared.info.lock().unwrap().remove(&l.id);
         self.metrics.sessions_live.set(self.list.len() as i64);
         tracing::info!(session = %l.id, %reason, chunks = l.info.chunks, late = l.info.late_chunks, "session closed");
-        // Dropping `l.run` returns its key/value slabs.
+        // Dropping `l.run` returns its key/value slabs; then the pool's gauges are read.
+        drop(l);
+        self.publish_pool();
     }
 
     pub fn command(&mut self, c: SessionCommand) {
@@ -463,6 +276,10 @@ impl LiveSessions {
                 l.units_done = 0;
                 l.eager = false;
                 self.metrics.session_chunks.inc();
+                if let Some(st) = self.model.as_ref().and_then(|m| m.kv_stats()) {
+                    self.metrics.kv_slabs_used.set(st.used_slabs as i64);
+                    self.metrics.kv_evictions.set(st.evictions as i64);
+                }
                 // Updated, never re-added: the front may have closed it already.
                 if let Some(e) = self.shared.info.lock().unwrap().get_mut(&l.id) {
                     *e = l.info.clone();
@@ -488,8 +305,11 @@ impl LiveSessions {
 }
 
 #[cfg(test)]
-mod live_tests {
+mod tests {
+    use fastvideo_request::RequestError;
+
     use super::*;
+    use fastvideo_pipeline::session::SessionChunk;
 
     struct Model;
     struct Run;
