@@ -6,6 +6,10 @@
 # workspace's.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+# FASTVIDEO_DYNAMO: a worker binary already built (test.sh passes the one its test build made).
 bash host/scripts/dynamo-venv.sh
-worker=$(bash host/scripts/dynamo-worker.sh | tail -n1)
+worker="${FASTVIDEO_DYNAMO:-}"
+if [ -z "$worker" ] || [ ! -x "$worker" ]; then
+  worker=$(bash host/scripts/dynamo-worker.sh | tail -n1)
+fi
 FASTVIDEO_DYNAMO="$worker" .venv-dynamo/bin/python tests/dynamo/e2e.py

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the Dynamo worker (host/dynamo, a member of the main workspace) and prints its path.
-# It shares the workspace's target folder and lock file, so after `cargo test --workspace` this
-# only links the binary. Pass --release for an optimized build (target/release).
+# It shares the workspace's target folder and lock file (building one package resolves features
+# for it alone, so some shared crates may build once more than in `cargo test --workspace`).
+# Pass --release for an optimized build (target/release).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 bash host/scripts/protoc.sh

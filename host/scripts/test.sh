@@ -12,21 +12,26 @@ df -h . | tail -n1 | awk '{print "test.sh: " $4 " free on the disk holding the c
 
 timings=()
 started=$SECONDS
+current="" current_t0=0
 summary() {
   local rc=$?
   {
     echo "test.sh: phase timings"
-    for t in "${timings[@]}"; do echo "  $t"; done
+    for t in ${timings[@]+"${timings[@]}"}; do echo "  $t"; done
+    if [ "$rc" != 0 ] && [ -n "$current" ]; then
+      printf '  %-44s %6ds  FAILED\n' "$current" $((SECONDS - current_t0))
+    fi
     printf '  %-44s %6ds\n' "total" $((SECONDS - started))
     [ "$rc" = 0 ] || echo "test.sh: failed (exit $rc)"
   } >&2
 }
 trap summary EXIT
 phase() { # name, then the command
-  local name=$1 t0=$SECONDS
+  current=$1 current_t0=$SECONDS
   shift
   "$@"
-  timings+=("$(printf '%-44s %6ds' "$name" $((SECONDS - t0)))")
+  timings+=("$(printf '%-44s %6ds' "$current" $((SECONDS - current_t0)))")
+  current=""
 }
 
 setup() {
@@ -58,5 +63,7 @@ phase "clippy (plugins, wasm32)" cargo clippy --manifest-path plugins/Cargo.toml
 phase "sdk tests" cargo test --manifest-path plugins/Cargo.toml -p fastvideo-plugin-sdk --locked
 phase "build tests (workspace)" cargo test --workspace --locked --no-run
 phase "run tests (workspace)" cargo test --workspace --locked
-# The fleet test: Dynamo's frontend and two fastvideo-dynamo workers (the workspace's build).
-phase "dynamo fleet test" bash host/scripts/dynamo-e2e.sh
+# The fleet test: Dynamo's frontend and two fastvideo-dynamo workers: the binary the workspace's
+# test build made (its features unified with everything else's, so nothing builds again).
+phase "dynamo fleet test" env FASTVIDEO_DYNAMO="${CARGO_TARGET_DIR:-$PWD/target}/debug/fastvideo-dynamo" \
+  bash host/scripts/dynamo-e2e.sh

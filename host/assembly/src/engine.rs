@@ -43,11 +43,13 @@ pub struct EngineDescription {
     /// `cfg`/`sp` degrees and devices when split over GPUs.
     pub parallel: Option<String>,
     pub limits: fastvideo_request::ModelLimits,
+    /// The deploy file and the blake3 of its bytes (its limits and plugin defaults are in it).
+    pub deploy: Option<(PathBuf, String)>,
     /// The plugins bound into the pipeline, one line each.
     pub plugins: Vec<String>,
     pub weight_updates: bool,
-    /// The world model serving sessions, if any.
-    pub world: Option<String>,
+    /// The world model's folder, when it serves sessions.
+    pub world: Option<PathBuf>,
     pub scheduler: SchedulerDescription,
     /// Metrics fed by hooks outside the engine (the embedding cache, plugin time).
     pub metric_hooks: Vec<&'static str>,
@@ -169,7 +171,7 @@ fn describe(
     model: &WanModel,
     binding: &Binding,
     e: &EngineConfig,
-    world: Option<String>,
+    world: Option<PathBuf>,
 ) -> EngineDescription {
     let r = &model.load_report;
     EngineDescription {
@@ -179,9 +181,13 @@ fn describe(
         transformer_dtype: fastvideo_torch::kind_name(r.transformer_dtype).into(),
         text_encoder_dtype: fastvideo_torch::kind_name(r.text_encoder_dtype).into(),
         vae_dtype: fastvideo_torch::kind_name(r.vae_dtype).into(),
-        kernels: cfg.model.kernels,
+        kernels: fastvideo_kernels::enabled(),
         parallel: model.parallel.as_ref().map(|p| format!("{:?} over {:?}", p.plan(), p.devices())),
         limits: model.limits(),
+        deploy: cfg.deploy.as_ref().map(|p| {
+            let hash = std::fs::read(p).map(|b| blake3::hash(&b).to_hex().to_string()).unwrap_or_default();
+            (p.canonicalize().unwrap_or_else(|_| p.clone()), hash)
+        }),
         plugins: binding.describe(),
         weight_updates: true,
         world,

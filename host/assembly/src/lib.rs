@@ -1,8 +1,8 @@
 //! One assembly for every front end: a [`ServeConfig`] (a TOML file, or flags mapped onto it by
 //! the [`args`] groups) becomes the engine, its metrics registry and, for `fastvideo serve`, the
-//! HTTP server's state. `fastvideo serve`, `generate`, `world`, `workflow run` and the Dynamo
-//! worker hold no wiring of their own, so a new option or input is added here once and reaches
-//! every one of them.
+//! HTTP server's state. `fastvideo serve` and the Dynamo worker hold no wiring of their own, and
+//! the local commands (`generate`, `world`, `workflow run` …) load models through the same
+//! [`ModelConfig`], so a new option or input is added here once and reaches every one of them.
 
 pub mod args;
 mod config;

@@ -93,7 +93,10 @@ pub fn api_keys(cfg: &ServeConfig) -> Result<Vec<String>> {
         bail!("auth.api_keys (--api-key): keys must be at least 8 characters");
     }
     if keys.is_empty() && !cfg.http.host.is_loopback() {
-        eprintln!("fastvideo: no --api-key: anyone who reaches {} can use this server", cfg.http.host);
+        eprintln!(
+            "fastvideo: no API key (--api-key, auth.api_keys): anyone who reaches {} can use this server",
+            cfg.http.host
+        );
     }
     Ok(keys)
 }

@@ -28,15 +28,15 @@ pub fn sessions(
     world: &WorldConfig,
     model: &ModelConfig,
     device: Device,
-) -> Result<Option<(String, Arc<dyn SessionModel>)>> {
+) -> Result<Option<(PathBuf, Arc<dyn SessionModel>)>> {
     let Some(name) = &world.model else { return Ok(None) };
     let dir = world_dir(name)?;
     let loaded = Arc::new(model.load_world(&dir, device)?);
     let id = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or("world".into());
     let first = loaded.clone();
-    let s = WorldSessions::new(id.clone(), loaded, world.max_sessions.max(1), device)
+    let s = WorldSessions::new(id, loaded, world.max_sessions.max(1), device)
         .with_first_frame(Box::new(move |seed| simulator_frame(&first, seed)));
-    Ok(Some((id, Arc::new(s))))
+    Ok(Some((dir.canonicalize().unwrap_or(dir), Arc::new(s))))
 }
 
 /// The world simulator's first frame for `seed`, as the model's input `[1, 3, 1, H, W]` in [-1, 1].

@@ -82,6 +82,23 @@ fn card(name: &str, model_type: &str) -> serde_json::Value {
     })
 }
 
+/// A serve config shared with `fastvideo serve` may set what the worker has no use for (the
+/// frontend does HTTP, keys and storage): say so instead of ignoring it silently.
+fn warn_unused_sections(cfg: &ServeConfig) {
+    let unused = [
+        ("[http]", cfg.http != Default::default()),
+        ("[webrtc]", cfg.webrtc != Default::default()),
+        ("[auth]", cfg.auth != Default::default()),
+        ("[storage]", cfg.storage != Default::default()),
+        ("[world]", cfg.world != Default::default()),
+    ];
+    for (section, set) in unused {
+        if set {
+            eprintln!("fastvideo-dynamo: ignoring the config's {section} settings (fastvideo serve's; Dynamo's frontend serves HTTP)");
+        }
+    }
+}
+
 /// Loads the model and starts fastvideo's engine from the same config `fastvideo serve` takes.
 fn start_engine(cfg: &ServeConfig) -> Result<(Engine, String)> {
     let built = fastvideo_assembly::build_engine(cfg)?;
@@ -106,6 +123,7 @@ fn main() -> Result<()> {
             "--world: world sessions are served by `fastvideo serve` (the Dynamo worker serves videos and images)"
         );
     }
+    warn_unused_sections(&cfg);
     if args.print_engine {
         let built = fastvideo_assembly::build_engine(&cfg)?;
         println!("{}", serde_json::to_string_pretty(&built.description)?);

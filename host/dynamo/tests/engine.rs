@@ -3,27 +3,17 @@
 //! process. The CLI's suite checks `fastvideo serve --print-engine` against the same build, so
 //! both front ends give one engine for one config.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use fastvideo_assembly::{build_engine, ServeConfig};
 
-const CONFIG: &str = r#"
-[model]
-device = "cpu"
-name = "shared-name"
-dtype = "fp32"
-kernels = false
-
-[scheduler]
-policy = "fifo"
-max_active = 3
-max_queue = 5
-memory_mib = 777
-max_batch = 2
-max_stretch = 0
-max_request_seconds = 120.5
-"#;
+/// The shared fixture: a config file and the same settings as flags.
+fn fixture() -> (PathBuf, Vec<String>) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/serve-engine");
+    let flags = std::fs::read_to_string(dir.join("flags.txt")).unwrap().lines().map(String::from).collect();
+    (dir.join("serve.toml"), flags)
+}
 
 fn worker(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_fastvideo-dynamo")).args(args).output().expect("the worker runs")
@@ -36,9 +26,7 @@ fn printed(out: &std::process::Output) -> serde_json::Value {
 
 #[test]
 fn one_config_gives_the_worker_the_engine_the_assembly_builds() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("serve.toml");
-    std::fs::write(&file, CONFIG).unwrap();
+    let (file, flags) = fixture();
     let f = file.to_str().unwrap();
     let built = build_engine(&ServeConfig::load(Path::new(f)).unwrap()).unwrap();
     let expected = serde_json::to_value(&built.description).unwrap();
@@ -51,31 +39,8 @@ fn one_config_gives_the_worker_the_engine_the_assembly_builds() {
 
     assert_eq!(printed(&worker(&["--config", f, "--print-engine"])), expected);
     // The same settings as flags build the same engine.
-    let flags = [
-        "--device",
-        "cpu",
-        "--model-name",
-        "shared-name",
-        "--dtype",
-        "fp32",
-        "--kernels",
-        "off",
-        "--policy",
-        "fifo",
-        "--max-active",
-        "3",
-        "--max-queue",
-        "5",
-        "--memory-mib",
-        "777",
-        "--max-batch",
-        "2",
-        "--max-stretch",
-        "0",
-        "--max-request-seconds",
-        "120.5",
-        "--print-engine",
-    ];
+    let mut flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    flags.push("--print-engine");
     assert_eq!(printed(&worker(&flags)), expected);
     // A flag beside the file overrides its key alone.
     let mut over = expected.clone();

@@ -21,51 +21,22 @@ fn printed(out: &std::process::Output) -> serde_json::Value {
 
 #[test]
 fn serve_prints_the_engine_the_assembly_builds_from_its_config() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("serve.toml");
-    std::fs::write(
-        &file,
-        "[model]\ndevice = \"cpu\"\nname = \"shared-name\"\ndtype = \"fp32\"\nkernels = false\n\
-         [scheduler]\npolicy = \"fifo\"\nmax_active = 3\nmax_queue = 5\nmemory_mib = 777\nmax_batch = 2\n\
-         max_stretch = 0\nmax_request_seconds = 120.5\n[world]\nmodel = \"default\"\nmax_sessions = 2\n",
-    )
-    .unwrap();
+    // The fixture the Dynamo worker's suite reads too: a config file and the same as flags.
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/serve-engine");
+    let file = dir.join("serve.toml");
+    let flags = std::fs::read_to_string(dir.join("flags.txt")).unwrap();
+    let flags: Vec<&str> = flags.lines().collect();
     let f = file.to_str().unwrap();
     let expected =
-        serde_json::to_value(&build_engine(&ServeConfig::load(Path::new(f)).unwrap()).unwrap().description).unwrap();
-    assert_eq!(expected["world"], "world");
-    assert_eq!(expected["scheduler"]["max_sessions"], 2);
+        serde_json::to_value(&build_engine(&ServeConfig::load(&file).unwrap()).unwrap().description).unwrap();
+    assert_eq!(expected["model"], "shared-name");
     assert_eq!(printed(&serve(&["--config", f, "--print-engine"])), expected);
-    let flags = [
-        "--device",
-        "cpu",
-        "--model-name",
-        "shared-name",
-        "--dtype",
-        "fp32",
-        "--kernels",
-        "off",
-        "--policy",
-        "fifo",
-        "--max-active",
-        "3",
-        "--max-queue",
-        "5",
-        "--memory-mib",
-        "777",
-        "--max-batch",
-        "2",
-        "--max-stretch",
-        "0",
-        "--max-request-seconds",
-        "120.5",
-        "--world",
-        "default",
-        "--max-sessions",
-        "2",
-        "--print-engine",
-    ];
-    assert_eq!(printed(&serve(&flags)), expected);
+    assert_eq!(printed(&serve(&[&flags[..], &["--print-engine"]].concat())), expected);
+    // World sessions (serve's alone): the flag beside the file adds them to the same engine.
+    let with_world = printed(&serve(&["--config", f, "--world", "default", "--max-sessions", "2", "--print-engine"]));
+    assert!(with_world["world"].as_str().unwrap().ends_with("models/world"), "{with_world}");
+    assert_eq!(with_world["scheduler"]["max_sessions"], 2);
+    assert_eq!(with_world["model"], expected["model"]);
 }
 
 #[test]
