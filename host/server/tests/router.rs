@@ -1,0 +1,145 @@
+//! The router in process (`tower::ServiceExt::oneshot`, no socket, no binary), over an engine
+//! running a toy pipeline: what a client gets for health, keys, unknown routes, bad fields and a
+//! job's life, without a model. The CLI's suite drives the real binary over HTTP on top of this.
+
+use std::sync::Arc;
+
+use anyhow::Result;
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use axum::Router;
+use fastvideo_engine::{Engine, EngineConfig, EngineModel, Metrics};
+use fastvideo_pipeline::{LoopStage, LoopState, Node, NodeCtx, PipelineSpec, StepResult, Values};
+use fastvideo_request::{ModelLimits, TaskType};
+use fastvideo_server::{router, ApiKeys, AppState};
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+/// A loop of the request's steps that makes nothing: jobs run and then fail at the end, which is
+/// enough to see them admitted, listed, polled and cancelled.
+struct Idle;
+
+impl LoopStage for Idle {
+    fn init(&self, ctx: &NodeCtx, _: &mut Values) -> Result<LoopState> {
+        Ok(LoopState { step: 0, total_steps: ctx.request.steps, inner: Box::new(()) })
+    }
+    fn step(&self, _: &NodeCtx, _: &mut LoopState) -> Result<StepResult> {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        Ok(StepResult { forwards: 1, ..Default::default() })
+    }
+    fn finalize(&self, _: &NodeCtx, _: LoopState, _: &mut Values) -> Result<()> {
+        anyhow::bail!("the toy pipeline makes no video")
+    }
+}
+
+fn app(keys: &[&str]) -> Router {
+    let spec = PipelineSpec::new(
+        "toy",
+        vec![TaskType::T2v, TaskType::T2i],
+        vec![Node::looped("denoise", Arc::new(Idle), &[], &["video"])],
+        &[],
+        "video",
+    )
+    .unwrap();
+    let model = EngineModel {
+        id: "toy-model".into(),
+        limits: ModelLimits { tasks: vec![TaskType::T2v, TaskType::T2i], ..ModelLimits::example() },
+        spec: Arc::new(spec),
+        device: tch::Device::Cpu,
+        check: Box::new(|_| Ok(())),
+        classify: |_| "pipeline_failed",
+        weights: None,
+    };
+    let mut registry = prometheus_client::registry::Registry::default();
+    let engine = Engine::start(model, EngineConfig::default(), Metrics::register(&mut registry));
+    let keys: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
+    router(AppState::new(engine, registry).with_api_keys(ApiKeys::new(&keys, false)))
+}
+
+async fn call(app: &Router, method: &str, uri: &str, key: Option<&str>, body: Option<Value>) -> (StatusCode, Value) {
+    let mut req = Request::builder().method(method).uri(uri);
+    if let Some(k) = key {
+        req = req.header("authorization", format!("Bearer {k}"));
+    }
+    let req = match body {
+        Some(b) => req.header("content-type", "application/json").body(Body::from(b.to_string())),
+        None => req.body(Body::empty()),
+    }
+    .unwrap();
+    let res = app.clone().oneshot(req).await.unwrap();
+    let status = res.status();
+    let bytes = axum::body::to_bytes(res.into_body(), 1 << 20).await.unwrap();
+    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
+}
+
+#[test]
+fn health_models_and_unknown_routes_answer_in_json() {
+    rt().block_on(async {
+        let app = app(&[]);
+        assert_eq!(call(&app, "GET", "/health", None, None).await, (StatusCode::OK, json!({"status": "ok"})));
+        let (s, ready) = call(&app, "GET", "/ready", None, None).await;
+        assert_eq!((s, &ready["status"]), (StatusCode::OK, &json!("ready")));
+        let (s, models) = call(&app, "GET", "/v1/models", None, None).await;
+        assert_eq!((s, &models["data"][0]["id"]), (StatusCode::OK, &json!("toy-model")));
+        let (s, e) = call(&app, "GET", "/v1/nothing-here", None, None).await;
+        assert_eq!(s, StatusCode::NOT_FOUND);
+        assert!(e["error"]["message"].as_str().unwrap().contains("route"), "{e}");
+        let (s, e) = call(&app, "GET", "/v1/videos/video_nope", None, None).await;
+        assert_eq!(s, StatusCode::NOT_FOUND, "{e}");
+    });
+}
+
+#[test]
+fn keys_guard_every_route_but_health_and_ready() {
+    rt().block_on(async {
+        let app = app(&["sk-router-test-1"]);
+        assert_eq!(call(&app, "GET", "/health", None, None).await.0, StatusCode::OK);
+        assert_eq!(call(&app, "GET", "/ready", None, None).await.0, StatusCode::OK);
+        let (s, e) = call(&app, "GET", "/v1/models", None, None).await;
+        assert_eq!(s, StatusCode::UNAUTHORIZED);
+        assert!(e["error"]["message"].is_string(), "{e}");
+        assert_eq!(call(&app, "GET", "/v1/models", Some("sk-wrong-key-0"), None).await.0, StatusCode::UNAUTHORIZED);
+        assert_eq!(call(&app, "GET", "/metrics", None, None).await.0, StatusCode::UNAUTHORIZED);
+        assert_eq!(call(&app, "GET", "/v1/models", Some("sk-router-test-1"), None).await.0, StatusCode::OK);
+    });
+}
+
+#[test]
+fn bad_fields_are_400s_naming_the_field_and_a_job_runs_its_course() {
+    rt().block_on(async {
+        let app = app(&[]);
+        let (s, e) = call(&app, "POST", "/v1/videos", None, Some(json!({"prompt": "x", "colour": "red"}))).await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{e}");
+        assert!(e["error"]["message"].as_str().unwrap().contains("colour"), "{e}");
+        let (s, e) = call(&app, "POST", "/v1/videos", None, Some(json!({"prompt": "x", "size": "big"}))).await;
+        assert_eq!((s, &e["error"]["param"]), (StatusCode::BAD_REQUEST, &json!("size")), "{e}");
+        let (s, e) = call(&app, "POST", "/v1/videos", None, Some(json!({"prompt": "x", "model": "other"}))).await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{e}");
+        assert!(e["error"]["message"].as_str().unwrap().contains("toy-model"), "{e}");
+
+        let body = json!({"prompt": "a toy", "num_inference_steps": 3, "seed": 5});
+        let (s, job) = call(&app, "POST", "/v1/videos", None, Some(body)).await;
+        assert_eq!(s, StatusCode::OK, "{job}");
+        let id = job["id"].as_str().unwrap().to_string();
+        let (_, list) = call(&app, "GET", "/v1/videos", None, None).await;
+        assert!(list["data"].as_array().unwrap().iter().any(|v| v["id"] == id.as_str()), "{list}");
+        // The toy makes no video: the job ends failed, with the reason, and nothing else broke.
+        let mut last = Value::Null;
+        for _ in 0..200 {
+            last = call(&app, "GET", &format!("/v1/videos/{id}"), None, None).await.1;
+            if last["status"] == "failed" {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        assert_eq!(last["status"], "failed", "{last}");
+        assert!(last["error"]["message"].as_str().unwrap().contains("no video"), "{last}");
+        let (s, _) = call(&app, "GET", &format!("/v1/videos/{id}/content"), None, None).await;
+        assert!(s.is_client_error(), "{s}");
+        assert_eq!(call(&app, "GET", "/ready", None, None).await.0, StatusCode::OK);
+    });
+}
