@@ -91,7 +91,9 @@ impl ParallelArgs {
 
     /// Splits a loaded model over the GPUs these flags name.
     pub fn split(&self, model: &mut WanModel) -> anyhow::Result<()> {
-        fastvideo_wan::parallel::setup(model, self.gpus.unwrap_or(1), self.parallel)
+        let mut m = ModelConfig::default();
+        self.apply(&mut m);
+        fastvideo_wan::parallel::setup(model, m.gpus, m.parallel)
     }
 }
 
