@@ -57,11 +57,16 @@ fmt() {
 
 phase "setup (libtorch, venvs, browser, protoc)" setup
 phase "fmt" fmt
-phase "clippy (workspace)" cargo clippy --workspace --all-targets --locked -- -D warnings
 phase "clippy (plugins, wasm32)" cargo clippy --manifest-path plugins/Cargo.toml --target wasm32-unknown-unknown --locked -- -D warnings
 # The guest SDK's own tests (its typed manifest, its doc examples) run on the host.
 phase "sdk tests" cargo test --manifest-path plugins/Cargo.toml -p fastvideo-plugin-sdk --locked
-phase "build tests (workspace)" cargo test --workspace --locked --no-run
+# Clippy lints the workspace's crates while the test build compiles them (clippy-driver as the
+# workspace's rustc wrapper, which is what `cargo clippy` itself does for a check), so the
+# dependencies compile once, not once for a check and again for the tests. Both cargo calls
+# below see the same wrapper, so the run finds the build fresh. The lints are those of
+# `cargo clippy --workspace --all-targets -- -D warnings`.
+source host/scripts/lint-env.sh
+phase "build tests + clippy (workspace)" cargo test --workspace --all-targets --locked --no-run
 phase "run tests (workspace)" cargo test --workspace --locked
 # The fleet test: Dynamo's frontend and two fastvideo-dynamo workers: the binary the workspace's
 # test build made (its features unified with everything else's, so nothing builds again).
