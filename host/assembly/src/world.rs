@@ -6,8 +6,9 @@ use std::sync::Arc;
 
 use anyhow::{bail, Result};
 use fastvideo_engine::session::SessionModel;
+use fastvideo_plugin_host::{Binding, Deployment};
 use fastvideo_procedural::world::WorldState;
-use fastvideo_wan::sessions::WorldSessions;
+use fastvideo_wan::sessions::{FirstFrame, WorldSessions};
 use fastvideo_wan::world::WorldModel;
 use tch::{Device, Kind, Tensor};
 
@@ -23,10 +24,12 @@ pub fn world_dir(model: &str) -> Result<PathBuf> {
     }
 }
 
-/// Loads the world model and makes the engine's session model, sized for `max_sessions`.
+/// Loads the world model and makes the engine's session model, sized for `max_sessions`, with
+/// the deploy's guider, step interceptor and observers bound into its session pipeline.
 pub fn sessions(
     world: &WorldConfig,
     model: &ModelConfig,
+    deploy: Option<&Arc<Deployment>>,
     device: Device,
 ) -> Result<Option<(PathBuf, Arc<dyn SessionModel>)>> {
     let Some(name) = &world.model else { return Ok(None) };
@@ -34,8 +37,9 @@ pub fn sessions(
     let loaded = Arc::new(model.load_world(&dir, device)?);
     let id = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or("world".into());
     let first = loaded.clone();
-    let s = WorldSessions::new(id, loaded, world.max_sessions.max(1), device)
-        .with_first_frame(Box::new(move |seed| simulator_frame(&first, seed)));
+    let policies = Binding::of(deploy, &id).policies;
+    let first_frame: FirstFrame = Arc::new(move |seed| simulator_frame(&first, seed));
+    let s = WorldSessions::new(id, loaded, world.max_sessions.max(1), device, policies, Some(first_frame))?;
     Ok(Some((dir.canonicalize().unwrap_or(dir), Arc::new(s))))
 }
 

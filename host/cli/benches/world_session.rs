@@ -56,6 +56,7 @@ async fn measure(engine: &Engine, id: &str, secs: f64) -> (f64, Vec<f64>) {
                     }
                 }
             }
+            Ok(Some(SessionEvent::Plugin(_))) => {}
             Ok(Some(SessionEvent::Closed { reason })) => panic!("session closed: {reason}"),
             Ok(None) => panic!("session stream ended"),
             Err(_) => {}
@@ -72,7 +73,7 @@ fn main() -> anyhow::Result<()> {
     let root = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
     let model = WanModel::load(&root.join("models/default"), device)?;
     let world = Arc::new(WorldModel::load(&root.join("models/world"), LoadOptions::new(device))?);
-    let sessions: Arc<dyn SessionModel> = Arc::new(WorldSessions::new("world".into(), world, 2, device));
+    let sessions: Arc<dyn SessionModel> = Arc::new(WorldSessions::plain("world".into(), world, 2, device)?);
     let em = common::text_to_video(&model, device)?;
     let mut registry = prometheus_client::registry::Registry::default();
     let cfg = EngineConfig { max_batch: 1, ..Default::default() };

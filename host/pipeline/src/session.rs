@@ -1,11 +1,23 @@
 //! The model side of a live session (a world model rolled out chunk by chunk as actions
-//! arrive): what the engine asks of a model that can run sessions. Defined below the engine so
-//! model families implement it without depending on the engine; the engine's `session` module
-//! paces and runs them.
+//! arrive). A session is an ordinary request (`task: world`) run by [`PipelineRun`] over the
+//! model's session pipeline: one open-ended loop node whose steps are the rollout's units and
+//! whose `done` comes when the session is closed. So sessions get the same guiders, step
+//! interceptors, observers and `exact` rules as jobs. What a session adds is its
+//! [`ActionInbox`]: actions that arrive while the request runs, handed to the loop node as the
+//! value [`ACTIONS`].
+//!
+//! [`PipelineRun`]: crate::PipelineRun
 
-use fastvideo_request::{ActionPart, RequestError, VideoArtifact};
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use fastvideo_request::{ActionPart, RequestError, ResolvedRequest};
 
 use crate::kv_pool::PoolStats;
+use crate::PipelineSpec;
+
+/// Value name under which a session's [`ActionInbox`] is handed to its loop node.
+pub const ACTIONS: &str = "actions";
 
 /// What a client asks for when it opens a session.
 #[derive(Debug, Clone, Default)]
@@ -18,30 +30,41 @@ pub struct SessionRequest {
     pub seed: u64,
     /// Latent frames of context (at most the model's); the model's when `None`.
     pub window: Option<usize>,
+    /// Run as the reference would: plugins that alter the sampled distribution are not called.
+    pub exact: bool,
+    /// Per-session parameters of the deploy's plugins, by plugin name (as a job's `plugin_params`).
+    pub plugin_params: BTreeMap<String, serde_json::Value>,
 }
 
-/// A finished chunk of a session.
-pub struct SessionChunk {
-    /// The chunk's index in the session (0: the first frame).
-    pub index: u64,
-    /// Index of the chunk's first video frame in the session (its presentation time is
-    /// `first_frame / fps`).
-    pub first_frame: u64,
-    /// The chunk's frames.
-    pub video: VideoArtifact,
-    /// The caller's id of the action the chunk was generated under (0: none yet).
-    pub action_id: u64,
+#[derive(Debug, Default)]
+struct InboxState {
+    actions: VecDeque<ActionPart>,
+    closed: bool,
 }
 
-/// One session's model side; its state (key/value slabs, decoder cache) is dropped with it.
-pub trait SessionRun: Send {
-    /// Runs one unit; returns the chunk when this unit finished one.
-    fn step(&mut self) -> anyhow::Result<Option<SessionChunk>>;
-    /// An action (checked against the model's keys already): from its `from_frame`, or the
-    /// first chunk not yet committed.
-    fn set_action(&mut self, action: &ActionPart);
-    /// Units per chunk (denoise steps plus the commit pass), for pacing.
-    fn units_per_chunk(&self) -> u32;
+/// Actions sent to a running session, and whether it was closed: the one channel into a
+/// session's loop node while it runs. Clones share one inbox (the engine writes, the node
+/// reads at its step boundaries).
+#[derive(Debug, Clone, Default)]
+pub struct ActionInbox(Arc<Mutex<InboxState>>);
+
+impl ActionInbox {
+    /// Queues an action (checked against the model's keys already).
+    pub fn push(&self, action: ActionPart) {
+        self.0.lock().unwrap().actions.push_back(action);
+    }
+    /// Asks the session to end: its next step reports `done`.
+    pub fn close(&self) {
+        self.0.lock().unwrap().closed = true;
+    }
+    /// Whether [`close`](Self::close) was called.
+    pub fn is_closed(&self) -> bool {
+        self.0.lock().unwrap().closed
+    }
+    /// The actions queued since the last call, oldest first.
+    pub fn take(&self) -> Vec<ActionPart> {
+        self.0.lock().unwrap().actions.drain(..).collect()
+    }
 }
 
 /// A model that can run sessions.
@@ -60,8 +83,13 @@ pub trait SessionModel: Send + Sync {
     fn frames_per_chunk(&self) -> u32;
     /// `(width, height)` of the frames.
     fn frame_size(&self) -> (u32, u32);
-    /// Opens a session (reserving its key/value slabs); errors name the field.
-    fn open(&self, req: &SessionRequest) -> Result<Box<dyn SessionRun>, RequestError>;
+    /// Loop steps per chunk (denoise steps plus the commit pass), for pacing.
+    fn units_per_chunk(&self) -> u32;
+    /// The pipeline every session runs, built with the deploy's policies.
+    fn pipeline(&self) -> Arc<PipelineSpec>;
+    /// Checks a session request and makes it the pipeline's request (`task: world`, id `id`);
+    /// errors name the field. Cheap: the session's state is made by its loop node's `init`.
+    fn request(&self, id: &str, req: &SessionRequest) -> Result<ResolvedRequest, RequestError>;
     /// The key/value pool's occupancy, for the engine's gauges (models without a pool: `None`).
     fn kv_stats(&self) -> Option<PoolStats> {
         None

@@ -4,6 +4,8 @@ use anyhow::{anyhow, Result};
 use fastvideo_request::{TrajectoryArtifact, VideoArtifact};
 use tch::Tensor;
 
+use crate::session::ActionInbox;
+
 /// A value carried on a pipeline edge.
 #[derive(Debug)]
 pub enum Value {
@@ -13,6 +15,8 @@ pub enum Value {
     Video(VideoArtifact),
     /// A denoise loop's trajectory (`outputs.return_trajectory`); becomes the `trajectory` artifact.
     Trajectory(Box<TrajectoryArtifact>),
+    /// A live session's incoming actions ([`session::ACTIONS`](crate::session::ACTIONS)).
+    Inbox(ActionInbox),
 }
 
 /// The named values of one request's run. Node names and value names are checked against the
@@ -39,6 +43,14 @@ impl Values {
         match self.0.get(name) {
             Some(Value::Tensor(t)) => Some(t),
             _ => None,
+        }
+    }
+    /// The action inbox named `name`; an error if absent or not an inbox.
+    pub fn inbox(&self, name: &str) -> Result<&ActionInbox> {
+        match self.0.get(name) {
+            Some(Value::Inbox(i)) => Ok(i),
+            Some(other) => Err(anyhow!("pipeline value `{name}` is not an action inbox: {other:?}")),
+            None => Err(anyhow!("pipeline value `{name}` was not given (sessions get it from the engine)")),
         }
     }
     /// Takes the value out, if present.

@@ -1,6 +1,6 @@
 use serde::{Deserialize, Serialize};
 
-use crate::RequestMetrics;
+use crate::{RequestMetrics, VideoArtifact};
 
 /// What a request streams while it runs. Serialized with a `type` tag, one JSON object per SSE
 /// event or WebSocket message.
@@ -71,6 +71,20 @@ pub enum OmniEvent {
         /// Human-readable description of the failure.
         message: String,
     },
+    /// A world session finished a chunk of video (its frames travel in `video`, which is not
+    /// serialized: streams send them as frames).
+    Chunk {
+        /// The request (session) this event belongs to.
+        request_id: String,
+        /// The chunk's index in the session (0: the first frame).
+        index: u64,
+        /// Index of the chunk's first video frame in the session (shown at `first_frame / fps`).
+        first_frame: u64,
+        /// The caller's id of the action the chunk was generated under (0: none yet).
+        action_id: u64,
+        /// The chunk's frames.
+        video: VideoArtifact,
+    },
     /// The request finished.
     Done {
         /// The request this event belongs to.
@@ -91,6 +105,7 @@ impl OmniEvent {
             | OmniEvent::Artifact { request_id, .. }
             | OmniEvent::Reward { request_id, .. }
             | OmniEvent::Error { request_id, .. }
+            | OmniEvent::Chunk { request_id, .. }
             | OmniEvent::Done { request_id, .. } => request_id,
         }
     }

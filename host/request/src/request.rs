@@ -14,16 +14,20 @@ pub enum TaskType {
     T2i,
     /// Video to video.
     V2v,
+    /// A live world-model session: text and actions in, chunks of video out until it is
+    /// closed (open-ended; actions also arrive while it runs).
+    World,
 }
 
 impl TaskType {
-    /// The wire name (`t2v`, `i2v`, `t2i`, `v2v`), as it appears in JSON and in error messages.
+    /// The wire name (`t2v`, `i2v`, `t2i`, `v2v`, `world`), as it appears in JSON and in error messages.
     pub fn as_str(self) -> &'static str {
         match self {
             TaskType::T2v => "t2v",
             TaskType::I2v => "i2v",
             TaskType::T2i => "t2i",
             TaskType::V2v => "v2v",
+            TaskType::World => "world",
         }
     }
 }

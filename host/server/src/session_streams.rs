@@ -9,16 +9,18 @@ use tokio::sync::mpsc;
 
 use crate::auth::Caller;
 
-/// Streams not yet taken by a WebSocket, by session id; and who opened each session.
+/// Streams not yet taken by a client, and who opened each session.
 #[derive(Clone, Default)]
-pub struct SessionStreams(
-    pub(crate) Arc<Mutex<HashMap<String, mpsc::Receiver<SessionEvent>>>>,
-    pub(crate) Arc<Mutex<HashMap<String, Caller>>>,
-);
+pub struct SessionStreams {
+    /// Streams not yet taken by a WebSocket or WebRTC client, by session id.
+    pub(crate) untaken: Arc<Mutex<HashMap<String, mpsc::Receiver<SessionEvent>>>>,
+    /// The caller that opened each session (another key sees it as not there).
+    pub(crate) owners: Arc<Mutex<HashMap<String, Caller>>>,
+}
 
 impl SessionStreams {
     /// Returns a stream taken for a client that then failed to connect.
     pub(crate) fn put_back(&self, id: &str, rx: mpsc::Receiver<SessionEvent>) {
-        self.0.lock().unwrap().insert(id.to_string(), rx);
+        self.untaken.lock().unwrap().insert(id.to_string(), rx);
     }
 }

@@ -5,16 +5,19 @@
 //! "actions"}`, then one binary message per video frame — a 16-byte header (presentation time
 //! in milliseconds, then the id of the last action applied, both u64 little-endian) followed by
 //! `height × width × 3` RGB bytes — and a JSON `{"type": "closed", "reason"}` when the session
-//! ends. Client to server: JSON `{"type": "action", "action": "up", "id": 7}`, `{"type": "flush"}`
+//! ends, after any `{"type": "event", "plugin", "name", "payload"}` messages of the session's
+//! plugins (observers report per session, as for jobs). Client to server: JSON `{"type": "action", "action": "up", "id": 7}`, `{"type": "flush"}`
 //! (drop the chunks made but not yet sent; answered `{"type": "flushed", "chunks"}`),
 //! `{"type": "ping", "t"}` (answered `pong`) or `{"type": "close"}`. A client that goes away closes its session, returning its slabs.
+
+use std::collections::BTreeMap;
 
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{Path, Request, State};
 use axum::response::Response;
 use axum::{Extension, Json};
 use fastvideo_engine::session::{SessionEvent, SessionRequest};
-use fastvideo_request::ActionPart;
+use fastvideo_request::{ActionPart, OmniEvent};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
@@ -26,7 +29,7 @@ use crate::state::AppState;
 
 /// A session opened with another API key is, for this caller, not there.
 pub(crate) fn check_owner(s: &AppState, id: &str, who: Caller) -> Result<(), ApiError> {
-    match s.sessions.1.lock().unwrap().get(id) {
+    match s.sessions.owners.lock().unwrap().get(id) {
         Some(owner) if *owner != who => Err(ApiError::NotFound { what: format!("session `{id}`") }),
         _ => Ok(()),
     }
@@ -45,6 +48,10 @@ pub struct CreateSession {
     start_seed: Option<u64>,
     seed: Option<u64>,
     window: Option<usize>,
+    /// As a job's: plugins that alter the sampled distribution are not called.
+    exact: Option<bool>,
+    /// As a job's: per-session parameters of the deploy's plugins, by plugin name.
+    plugin_params: Option<BTreeMap<String, Value>>,
 }
 
 fn session_object(s: &AppState, id: &str) -> Result<Value, ApiError> {
@@ -74,13 +81,19 @@ pub async fn create_session(State(s): State<AppState>, req: Request) -> Result<J
         }
     }
     let id = s.new_id("session");
-    let req =
-        SessionRequest { prompt: p.prompt, start_seed: p.start_seed, seed: p.seed.unwrap_or(0), window: p.window };
+    let req = SessionRequest {
+        prompt: p.prompt,
+        start_seed: p.start_seed,
+        seed: p.seed.unwrap_or(0),
+        window: p.window,
+        exact: p.exact.unwrap_or(false),
+        plugin_params: p.plugin_params.unwrap_or_default(),
+    };
     let rx = s.engine.open_session(id.clone(), req).await?;
-    s.sessions.0.lock().unwrap().insert(id.clone(), rx);
+    s.sessions.untaken.lock().unwrap().insert(id.clone(), rx);
     {
         // Owners of sessions that ended (expired, closed by their client) are dropped here.
-        let mut owners = s.sessions.1.lock().unwrap();
+        let mut owners = s.sessions.owners.lock().unwrap();
         owners.retain(|id, _| s.engine.session_info(id).is_some());
         owners.insert(id.clone(), who);
     }
@@ -117,8 +130,8 @@ pub async fn delete_session(
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     check_owner(&s, &id, who)?;
-    s.sessions.0.lock().unwrap().remove(&id);
-    s.sessions.1.lock().unwrap().remove(&id);
+    s.sessions.untaken.lock().unwrap().remove(&id);
+    s.sessions.owners.lock().unwrap().remove(&id);
     if !s.engine.close_session(&id, "closed by the client") {
         return Err(ApiError::NotFound { what: format!("session `{id}`") });
     }
@@ -157,13 +170,27 @@ impl ClientMessage {
     }
 }
 
-/// Drops the chunks waiting on a session's stream; returns how many.
-pub(crate) fn drain_chunks(rx: &mut mpsc::Receiver<SessionEvent>) -> usize {
-    let mut dropped = 0;
-    while let Ok(SessionEvent::Chunk(_)) = rx.try_recv() {
-        dropped += 1;
+/// Drops the chunks waiting on a session's stream; returns how many, and the other events
+/// that were waiting among them (plugin events, the end), in order, for the caller to send.
+pub(crate) fn drain_chunks(rx: &mut mpsc::Receiver<SessionEvent>) -> (usize, Vec<SessionEvent>) {
+    let (mut dropped, mut kept) = (0, Vec::new());
+    while let Ok(e) = rx.try_recv() {
+        match e {
+            SessionEvent::Chunk(_) => dropped += 1,
+            other => kept.push(other),
+        }
     }
-    dropped
+    (dropped, kept)
+}
+
+/// A session's plugin event as a stream message: `{"type": "event", "plugin", "name", "payload"}`.
+pub(crate) fn plugin_message(e: &OmniEvent) -> Option<String> {
+    match e {
+        OmniEvent::Plugin { plugin, name, payload, .. } => {
+            Some(json!({"type": "event", "plugin": plugin, "name": name, "payload": payload}).to_string())
+        }
+        _ => None,
+    }
 }
 
 /// Takes a session's stream for one client (WebSocket or WebRTC); errors for an unknown session
@@ -172,7 +199,7 @@ pub(crate) fn take_stream(s: &AppState, id: &str) -> Result<mpsc::Receiver<Sessi
     if s.engine.session_info(id).is_none() {
         return Err(ApiError::NotFound { what: format!("session `{id}`") });
     }
-    s.sessions.0.lock().unwrap().remove(id).ok_or_else(|| ApiError::Conflict {
+    s.sessions.untaken.lock().unwrap().remove(id).ok_or_else(|| ApiError::Conflict {
         code: "already_streaming".into(),
         message: format!("session `{id}` is already streamed by another client"),
     })
@@ -221,6 +248,13 @@ async fn stream(s: AppState, id: String, mut rx: mpsc::Receiver<SessionEvent>, m
                         break None;
                     }
                 }
+                Some(SessionEvent::Plugin(e)) => {
+                    if let Some(m) = plugin_message(&e) {
+                        if socket.send(Message::Text(m.into())).await.is_err() {
+                            break None;
+                        }
+                    }
+                }
                 Some(SessionEvent::Closed { reason }) => break Some(reason),
                 None => break Some("closed".to_string()),
             },
@@ -240,10 +274,25 @@ async fn stream(s: AppState, id: String, mut rx: mpsc::Receiver<SessionEvent>, m
                         },
                         Ok(ClientMessage::Flush) => {
                             // Drop the chunks made but not yet sent (the reader was behind).
-                            let dropped = drain_chunks(&mut rx);
-                            let m = json!({"type": "flushed", "chunks": dropped});
-                            if socket.send(Message::Text(m.to_string().into())).await.is_err() {
+                            let (dropped, kept) = drain_chunks(&mut rx);
+                            let mut msgs = vec![json!({"type": "flushed", "chunks": dropped}).to_string()];
+                            let mut closed = None;
+                            for e in kept {
+                                match e {
+                                    SessionEvent::Plugin(e) => msgs.extend(plugin_message(&e)),
+                                    SessionEvent::Closed { reason } => closed = Some(reason),
+                                    SessionEvent::Chunk(_) => {}
+                                }
+                            }
+                            let mut gone = false;
+                            for m in msgs {
+                                gone = gone || socket.send(Message::Text(m.into())).await.is_err();
+                            }
+                            if gone {
                                 break None;
+                            }
+                            if let Some(reason) = closed {
+                                break Some(reason);
                             }
                             None
                         }

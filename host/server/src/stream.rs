@@ -27,6 +27,7 @@ fn kind(ev: &OmniEvent) -> &'static str {
         OmniEvent::Artifact { .. } => "artifact",
         OmniEvent::Reward { .. } => "reward",
         OmniEvent::Error { .. } => "error",
+        OmniEvent::Chunk { .. } => "chunk",
         OmniEvent::Done { .. } => "done",
     }
 }

@@ -3,18 +3,22 @@
 //! the clean chunk that commits its keys and values, and the incremental VAE decode that turns
 //! each finished chunk into video frames at once.
 //!
-//! The runtime drives it one unit at a time ([`ChunkRollout::step`]): one denoise step, or one
-//! commit pass plus its decode. So a scheduler can interleave sessions with other work at the
-//! same boundaries as denoise steps. An action set with [`ChunkRollout::set_action`] applies to the
-//! first chunk not yet committed: a chunk still being denoised under an older action starts over
-//! (its few steps are cheap next to the frame period), so the first frames an action affects come
-//! one chunk's compute after it arrives, not up to a chunk period later.
+//! The runtime drives it one unit at a time ([`ChunkRollout::step_guided`]): one denoise step, or
+//! one commit pass plus its decode, so a scheduler interleaves sessions with other work at the
+//! same boundaries as denoise steps. Each denoise step is the pipeline's: every guidance branch's
+//! forward, the combine ([`ChunkGuide`], which the session's loop node binds to the deploy's
+//! guider and step interceptor), and the sampler's Euler step over the model's few-step schedule.
+//! An action set with [`ChunkRollout::set_action`] applies to the first chunk not yet committed:
+//! a chunk still being denoised under an older action starts over (its few steps are cheap next
+//! to the frame period), so the first frames an action affects come one chunk's compute after it
+//! arrives, not up to a chunk period later.
 
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use fastvideo_pipeline::denoise::seeded_noise;
 use fastvideo_pipeline::kv_pool::{KvPool, KvSession};
+use fastvideo_pipeline::sampler::{FlowMatchEuler, Sampler};
 use tch::{Device, Kind, Tensor};
 
 use crate::causal::CrossKv;
@@ -32,9 +36,56 @@ pub struct Chunk {
     pub action_id: u64,
 }
 
+/// Where a denoise unit is in its chunk's schedule (what guiders and observers see).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DenoiseAt {
+    /// 0-based step within the chunk.
+    pub step_index: u32,
+    /// Denoise steps per chunk.
+    pub num_steps: u32,
+    /// Model time of this step (0–1000).
+    pub timestep: f32,
+    /// Noise level now and after the step.
+    pub sigma: f32,
+    pub sigma_next: f32,
+}
+
+/// How one denoise step turns the branches' predictions into the velocity the sampler uses.
+pub trait ChunkGuide {
+    /// May supply the step's output (no forward runs); it must have the latents' shape.
+    fn before(&mut self, at: &DenoiseAt, latents: &Tensor) -> Result<Option<Tensor>> {
+        let _ = (at, latents);
+        Ok(None)
+    }
+    /// `preds[i]` is branch `i`'s velocity (float32), branch 0 the conditional one.
+    fn combine(&mut self, at: &DenoiseAt, preds: &[Tensor]) -> Result<Tensor>;
+    /// Sees the output the sampler used.
+    fn after(&mut self, at: &DenoiseAt, output: &Tensor) -> Result<()> {
+        let _ = (at, output);
+        Ok(())
+    }
+}
+
+/// The model's own sampling: one branch, its prediction as it is.
+pub struct Unguided;
+
+impl ChunkGuide for Unguided {
+    fn combine(&mut self, _at: &DenoiseAt, preds: &[Tensor]) -> Result<Tensor> {
+        Ok(preds[0].shallow_clone())
+    }
+}
+
+/// What one unit did.
+pub enum Unit {
+    /// A denoise step: the forwards it ran and the output the sampler used.
+    Denoised { forwards: u32, output: Tensor },
+    /// The commit pass and decode of a finished chunk.
+    Committed(Chunk),
+}
+
 enum Phase {
-    /// Denoising the current chunk: `x` at `sigmas[step]`.
-    Denoise { step: usize, x: Tensor },
+    /// Denoising the current chunk: `x` at the sampler's current step.
+    Denoise { x: Tensor, sampler: FlowMatchEuler },
     /// The chunk is clean; next unit commits it and decodes it.
     Commit { x0: Tensor },
     /// Only while a unit runs (the phase is moved out of the rollout).
@@ -44,7 +95,8 @@ enum Phase {
 /// One session's rollout state.
 pub struct ChunkRollout {
     kv: KvSession,
-    cross: CrossKv,
+    /// Text conditioning of each guidance branch (the conditional one first).
+    cross: Vec<CrossKv>,
     decode: DecodeStream,
     sigmas: Vec<f64>,
     latent_shape: [i64; 5],
@@ -64,15 +116,16 @@ pub struct ChunkRollout {
 impl ChunkRollout {
     /// Opens a session: reserves its window in `pool`, encodes the prompt, starts chunk 0.
     pub fn new(model: &WorldModel, pool: &Arc<KvPool>, prompt: &str, seed: u64, device: Device) -> Result<Self> {
-        Self::with_window(model, pool, prompt, model.spec.window, seed, device)
+        Self::with_window(model, pool, &[prompt], model.spec.window, seed, device)
     }
 
-    /// [`new`](Self::new) with a window of `window` latent frames instead of the model's (at most
-    /// the model's: the pool is sized for that; fewer frames of context than it was trained with).
+    /// [`new`](Self::new) with one text per guidance branch (the conditional one first) and a
+    /// window of `window` latent frames instead of the model's (at most the model's: the pool is
+    /// sized for that; fewer frames of context than it was trained with).
     pub fn with_window(
         model: &WorldModel,
         pool: &Arc<KvPool>,
-        prompt: &str,
+        prompts: &[&str],
         window: usize,
         seed: u64,
         device: Device,
@@ -84,9 +137,13 @@ impl ChunkRollout {
             spec.chunk_frames + 1,
             spec.window
         );
+        anyhow::ensure!(!prompts.is_empty(), "a rollout needs the text of at least one branch");
         let kv = pool.open(window, spec.sink.min(window - 1))?;
-        let context = crate::pipeline::embed_prompt(&model.wan, prompt, device).context("encoding the prompt")?;
-        let cross = model.wan.transformer.cross_kv(&context);
+        let mut cross = Vec::with_capacity(prompts.len());
+        for p in prompts {
+            let context = crate::pipeline::embed_prompt(&model.wan, p, device).context("encoding the prompt")?;
+            cross.push(model.wan.transformer.cross_kv(&context));
+        }
         let sf = model.wan.vae.cfg.spatial_factor();
         let latent_shape =
             [1, model.wan.vae.cfg.z_dim, spec.chunk_frames as i64, spec.height as i64 / sf, spec.width as i64 / sf];
@@ -115,7 +172,7 @@ impl ChunkRollout {
     pub fn from_frame(
         model: &WorldModel,
         pool: &Arc<KvPool>,
-        prompt: &str,
+        prompts: &[&str],
         frame: &Tensor,
         window: usize,
         seed: u64,
@@ -124,7 +181,7 @@ impl ChunkRollout {
         let spec = &model.spec;
         let want = [1, 3, 1, spec.height as i64, spec.width as i64];
         anyhow::ensure!(frame.size() == want, "initial frame: shape {:?}, this model takes {want:?}", frame.size());
-        let mut r = Self::with_window(model, pool, prompt, window, seed, device)?;
+        let mut r = Self::with_window(model, pool, prompts, window, seed, device)?;
         let vae = &model.wan.vae;
         let z = vae.normalize(&vae.encode(&frame.to_device(device))?);
         r.phase = Phase::Commit { x0: z };
@@ -134,7 +191,7 @@ impl ChunkRollout {
     fn start_chunk(&mut self) -> Phase {
         let noise =
             seeded_noise(&self.latent_shape, self.seed.wrapping_add(self.chunk.wrapping_mul(0x9e37_79b9)), self.device);
-        Phase::Denoise { step: 0, x: noise }
+        Phase::Denoise { x: noise, sampler: FlowMatchEuler::with_sigmas(&self.sigmas) }
     }
 
     /// The action from the first chunk not yet committed (`id` is echoed in [`Chunk`]). The first
@@ -155,11 +212,33 @@ impl ChunkRollout {
 
     /// Whether the next unit starts a new chunk (a later action takes effect there).
     pub fn at_chunk_start(&self) -> bool {
-        matches!(self.phase, Phase::Denoise { step: 0, .. })
+        matches!(&self.phase, Phase::Denoise { sampler, .. } if sampler.step_index() == 0)
     }
 
-    /// Runs one unit; returns the chunk when this unit finished one.
+    /// Where the next unit is in its chunk's schedule, when it is a denoise step.
+    pub fn denoise_at(&self) -> Option<DenoiseAt> {
+        let Phase::Denoise { sampler, .. } = &self.phase else { return None };
+        let i = sampler.step_index();
+        Some(DenoiseAt {
+            step_index: i as u32,
+            num_steps: sampler.timesteps().len() as u32,
+            timestep: sampler.timesteps()[i],
+            sigma: sampler.sigmas()[i],
+            sigma_next: sampler.sigmas()[i + 1],
+        })
+    }
+
+    /// Runs one unit without guidance; returns the chunk when this unit finished one.
     pub fn step(&mut self, model: &WorldModel) -> Result<Option<Chunk>> {
+        Ok(match self.step_guided(model, &mut Unguided)? {
+            Unit::Committed(c) => Some(c),
+            Unit::Denoised { .. } => None,
+        })
+    }
+
+    /// Runs one unit; a denoise step runs a forward per text branch and asks `guide` for the
+    /// velocity the sampler takes.
+    pub fn step_guided(&mut self, model: &WorldModel, guide: &mut dyn ChunkGuide) -> Result<Unit> {
         let tr = &model.wan.transformer;
         if self.at_chunk_start() && self.current.0 != self.next.0 {
             // One action for the whole chunk: `[1, 1, dim]` broadcasts over its frames.
@@ -168,23 +247,43 @@ impl ChunkRollout {
         if self.at_chunk_start() {
             self.current = self.next;
         }
+        let at = self.denoise_at();
         let cond = &self.cond.shallow_clone();
         match std::mem::replace(&mut self.phase, Phase::Running) {
-            Phase::Denoise { step, x } => {
-                let (sigma, next) = (self.sigmas[step], self.sigmas[step + 1]);
-                let t = Tensor::from_slice(&[(sigma * 1000.0) as f32]).to_device(self.device);
-                let v = tr.forward_chunk(&x, &t, Some(cond), &self.cross, &mut self.kv, false)?;
-                let x = &x + v.to_kind(Kind::Float) * (next - sigma);
-                self.phase = if step + 2 == self.sigmas.len() {
+            Phase::Denoise { x, mut sampler } => {
+                let at = at.expect("a denoise phase has a step");
+                let (output, forwards) = match guide.before(&at, &x)? {
+                    Some(out) => {
+                        anyhow::ensure!(
+                            out.size() == x.size(),
+                            "step interceptor supplied an output of shape {:?}; the latents have {:?}",
+                            out.size(),
+                            x.size()
+                        );
+                        (out, 0)
+                    }
+                    None => {
+                        let t = Tensor::from_slice(&[at.timestep]).to_device(self.device);
+                        let mut preds = Vec::with_capacity(self.cross.len());
+                        for cross in &self.cross {
+                            let v = tr.forward_chunk(&x, &t, Some(cond), cross, &mut self.kv, false)?;
+                            preds.push(v.to_kind(Kind::Float));
+                        }
+                        (guide.combine(&at, &preds)?, preds.len() as u32)
+                    }
+                };
+                let x = sampler.step(&output, &x)?;
+                guide.after(&at, &output)?;
+                self.phase = if sampler.step_index() == sampler.timesteps().len() {
                     Phase::Commit { x0: x }
                 } else {
-                    Phase::Denoise { step: step + 1, x }
+                    Phase::Denoise { x, sampler }
                 };
-                Ok(None)
+                Ok(Unit::Denoised { forwards, output })
             }
             Phase::Commit { x0 } => {
                 let t = Tensor::zeros([1], (Kind::Float, self.device));
-                let _ = tr.forward_chunk(&x0, &t, Some(cond), &self.cross, &mut self.kv, true)?;
+                let _ = tr.forward_chunk(&x0, &t, Some(cond), &self.cross[0], &mut self.kv, true)?;
                 let vae = &model.wan.vae;
                 let z = vae.denormalize(&x0);
                 let frames = (0..z.size()[2])
@@ -199,7 +298,7 @@ impl ChunkRollout {
                 self.chunk += 1;
                 self.restarted = false;
                 self.phase = self.start_chunk();
-                Ok(Some(chunk))
+                Ok(Unit::Committed(chunk))
             }
             Phase::Running => anyhow::bail!("rollout: a unit ran while another was running"),
         }
@@ -241,7 +340,7 @@ pub fn run_offline(
     let ids = actions.iter().map(|a| model.actions.index(a)).collect::<Result<Vec<_>>>()?;
     let pool = single_session_pool(model, device);
     let mut r = match first_frame {
-        Some(f) => ChunkRollout::from_frame(model, &pool, prompt, f, model.spec.window, seed, device)?,
+        Some(f) => ChunkRollout::from_frame(model, &pool, &[prompt], f, model.spec.window, seed, device)?,
         None => ChunkRollout::new(model, &pool, prompt, seed, device)?,
     };
     let mut frames = Vec::with_capacity(ids.len() + 1);

@@ -14,6 +14,7 @@ pub mod parallel_bench;
 pub mod pipeline;
 pub mod scheduler;
 pub mod sequence_parallel;
+pub mod session_loop;
 pub mod sessions;
 pub mod tokenizer;
 pub mod transformer;

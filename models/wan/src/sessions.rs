@@ -1,31 +1,39 @@
-//! A world model as the engine's session model: each session is a [`ChunkRollout`] against one shared
-//! key/value pool, its chunks handed out as RGB video.
+//! A world model as the engine's session model: each session is a `task: world` request run
+//! through the session pipeline ([`crate::session_loop`]) against one shared key/value pool.
 
 use std::sync::Arc;
 
 use fastvideo_pipeline::kv_pool::{KvPool, PoolStats};
-use fastvideo_pipeline::session::{SessionChunk, SessionModel, SessionRequest, SessionRun};
-use fastvideo_request::{ActionPart, RequestError};
-use tch::{Device, Tensor};
+use fastvideo_pipeline::session::{SessionModel, SessionRequest};
+use fastvideo_pipeline::{ClassicCfg, LoopPolicies, PipelineSpec};
+use fastvideo_request::{Defaults, ModelLimits, OmniRequest, RequestError, ResolvedRequest, SamplerKind, TaskType};
+use tch::Device;
 
-use crate::chunk_rollout::ChunkRollout;
+pub use crate::session_loop::FirstFrame;
+use crate::session_loop::{session_pipeline, NODE};
 use crate::world::WorldModel;
-
-/// Makes a session's first frame from a seed (`[1, 3, 1, H, W]` in [-1, 1]), for models whose
-/// world has a simulator (the shipped one); sessions without a start seed generate it.
-pub type FirstFrame = Box<dyn Fn(u64) -> anyhow::Result<Tensor> + Send + Sync>;
 
 pub struct WorldSessions {
     id: String,
     model: Arc<WorldModel>,
     pool: Arc<KvPool>,
-    device: Device,
-    first_frame: Option<FirstFrame>,
+    spec: Arc<PipelineSpec>,
+    limits: ModelLimits,
 }
 
 impl WorldSessions {
-    /// Sessions of `model` with a pool sized for `max_sessions` at the model's own size.
-    pub fn new(id: String, model: Arc<WorldModel>, max_sessions: usize, device: Device) -> Self {
+    /// Sessions of `model` with a pool sized for `max_sessions` at the model's own size, under
+    /// `policies` (a deploy's guider, step interceptor and observers; [`LoopPolicies::new`] with
+    /// [`ClassicCfg`] runs the model as it was trained), drawing first frames with
+    /// `first_frame` when the model's world has a simulator.
+    pub fn new(
+        id: String,
+        model: Arc<WorldModel>,
+        max_sessions: usize,
+        device: Device,
+        policies: LoopPolicies,
+        first_frame: Option<FirstFrame>,
+    ) -> anyhow::Result<Self> {
         let spec = &model.spec;
         let sf = model.wan.vae.cfg.spatial_factor();
         let mut cfg = crate::causal::pool_config(
@@ -36,16 +44,46 @@ impl WorldSessions {
             0,
         );
         cfg.budget_bytes = cfg.slab_bytes() * (spec.window * cfg.layers * max_sessions.max(1)) as u64;
-        Self { id, pool: KvPool::new(cfg), model, device, first_frame: None }
+        let pool = KvPool::new(cfg);
+        let limits = limits(&model);
+        let pipeline = Arc::new(session_pipeline(model.clone(), pool.clone(), policies, first_frame)?);
+        Ok(Self { id, pool, model, spec: pipeline, limits })
     }
 
-    pub fn with_first_frame(mut self, f: FirstFrame) -> Self {
-        self.first_frame = Some(f);
-        self
+    /// [`new`](Self::new) without a deploy and without a simulator.
+    pub fn plain(id: String, model: Arc<WorldModel>, max_sessions: usize, device: Device) -> anyhow::Result<Self> {
+        Self::new(id, model, max_sessions, device, LoopPolicies::new(Arc::new(ClassicCfg)), None)
     }
 
     pub fn pool(&self) -> &Arc<KvPool> {
         &self.pool
+    }
+}
+
+/// What a session request may be: the model's size, frame rate and few-step schedule, no
+/// guidance unless asked for.
+fn limits(model: &WorldModel) -> ModelLimits {
+    let spec = &model.spec;
+    let steps = spec.timesteps.len() as u32;
+    ModelLimits {
+        family: "world model".into(),
+        tasks: vec![TaskType::World],
+        frame_multiple: 1,
+        spatial_multiple: 1,
+        max_frames: 1,
+        max_side: spec.width.max(spec.height),
+        max_steps: steps,
+        defaults: Defaults {
+            steps,
+            guidance_scale: 1.0,
+            shift: spec.shift as f32,
+            height: spec.height,
+            width: spec.width,
+            num_frames: 1,
+            fps: spec.fps,
+            sampler: SamplerKind::Euler,
+            negative_prompt: String::new(),
+        },
     }
 }
 
@@ -65,12 +103,17 @@ impl SessionModel for WorldSessions {
     fn frame_size(&self) -> (u32, u32) {
         (self.model.spec.width, self.model.spec.height)
     }
+    fn units_per_chunk(&self) -> u32 {
+        self.model.spec.timesteps.len() as u32 + 1
+    }
     fn kv_stats(&self) -> Option<PoolStats> {
         Some(self.pool.stats())
     }
+    fn pipeline(&self) -> Arc<PipelineSpec> {
+        self.spec.clone()
+    }
 
-    fn open(&self, req: &SessionRequest) -> Result<Box<dyn SessionRun>, RequestError> {
-        let prompt = req.prompt.clone().unwrap_or_else(|| self.model.spec.prompt.clone());
+    fn request(&self, id: &str, req: &SessionRequest) -> Result<ResolvedRequest, RequestError> {
         let spec = &self.model.spec;
         let window = req.window.unwrap_or(spec.window);
         if window <= spec.chunk_frames || window > spec.window {
@@ -84,63 +127,13 @@ impl SessionModel for WorldSessions {
                 ),
             ));
         }
-        let rollout = match req.start_seed {
-            Some(seed) => {
-                let f = self.first_frame.as_ref().ok_or_else(|| {
-                    RequestError::new("start_seed", "this world model has no simulator to draw a first frame from")
-                })?;
-                let frame = f(seed).map_err(|e| RequestError::new("start_seed", format!("{e:#}")))?;
-                tch::no_grad(|| {
-                    ChunkRollout::from_frame(&self.model, &self.pool, &prompt, &frame, window, req.seed, self.device)
-                })
-            }
-            None => tch::no_grad(|| {
-                ChunkRollout::with_window(&self.model, &self.pool, &prompt, window, req.seed, self.device)
-            }),
-        }
-        .map_err(|e| RequestError::new("session", format!("{e:#}")))?;
-        Ok(Box::new(WorldSessionRun { model: self.model.clone(), rollout, frames: 0, pending: Vec::new() }))
-    }
-}
-
-struct WorldSessionRun {
-    model: Arc<WorldModel>,
-    rollout: ChunkRollout,
-    /// Video frames finished so far (the next chunk's first frame).
-    frames: u64,
-    /// Actions waiting for their `from_frame`, as (frame, key index, id).
-    pending: Vec<(u64, i64, u64)>,
-}
-
-impl SessionRun for WorldSessionRun {
-    fn step(&mut self) -> anyhow::Result<Option<SessionChunk>> {
-        if self.rollout.at_chunk_start() && !self.pending.is_empty() {
-            // The latest action due by this chunk's first frame takes it.
-            let frames = self.frames;
-            let due: Vec<_> = self.pending.iter().filter(|p| p.0 <= frames).copied().collect();
-            self.pending.retain(|p| p.0 > frames);
-            if let Some(&(_, key, id)) = due.iter().max_by_key(|p| p.0) {
-                self.rollout.set_action(key, id);
-            }
-        }
-        let model = self.model.clone();
-        let Some(chunk) = tch::no_grad(|| self.rollout.step(&model))? else { return Ok(None) };
-        let video = crate::pipeline::frames_to_video(&chunk.frames, self.model.spec.fps)?;
-        let first_frame = self.frames;
-        self.frames += video.num_frames as u64;
-        Ok(Some(SessionChunk { index: chunk.index, first_frame, video, action_id: chunk.action_id }))
-    }
-
-    fn set_action(&mut self, action: &ActionPart) {
-        let Some(key) = action.key.as_deref().and_then(|k| self.model.actions.index(k).ok()) else { return };
-        let id = action.id.unwrap_or(0);
-        match action.from_frame {
-            Some(f) if f > self.frames => self.pending.push((f, key, id)),
-            _ => self.rollout.set_action(key, id),
-        }
-    }
-
-    fn units_per_chunk(&self) -> u32 {
-        self.model.spec.timesteps.len() as u32 + 1
+        let prompt = req.prompt.clone().unwrap_or_else(|| spec.prompt.clone());
+        let mut r = OmniRequest::text_to_video(id, prompt);
+        r.task = TaskType::World;
+        r.sampling.seed = Some(req.seed);
+        r.exact = req.exact;
+        r.plugin_params = req.plugin_params.clone();
+        r.node_params.insert(NODE.into(), serde_json::json!({"window": window, "start_seed": req.start_seed}));
+        r.resolve(&self.limits, || req.seed)
     }
 }

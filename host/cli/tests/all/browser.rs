@@ -290,3 +290,81 @@ fn four_browser_sessions_beside_batch_jobs_each_get_their_frames_and_leave_nothi
     let (status, v) = server.post("/v1/sessions", serde_json::json!({}));
     assert_eq!(status, 200, "{v}");
 }
+
+/// A deploy with a guider and an observer: `misbehave` in `count` mode (a CFG guider that fails
+/// the request when its instance served another one before: shared state) and the profiler.
+fn plugin_deploy(dir: &std::path::Path) -> std::path::PathBuf {
+    let built = crate::common::plugins();
+    let entry = |name: &str, stem: &str, grants: &str, params: &str| {
+        let wasm = &built[stem];
+        let hash = blake3::hash(&std::fs::read(wasm).unwrap()).to_hex().to_string();
+        format!(
+            "[[plugins]]\nname = \"{name}\"\nsource = \"{}\"\nblake3 = \"{hash}\"\ngrants = {grants}\nparams = {params}\n",
+            wasm.display()
+        )
+    };
+    let text = entry(
+        "misbehave",
+        "fastvideo_testing_misbehave",
+        r#"["tensor", "tensor-ops", "log"]"#,
+        r#"{ mode = "count" }"#,
+    ) + &entry("profiler", "fastvideo_observer_profiler", r#"["tensor", "events", "clock"]"#, "{}");
+    let path = dir.join("deploy.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn world_sessions_over_webrtc_run_the_deploys_guider_and_observer_each_with_its_own_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let deploy = plugin_deploy(dir.path());
+    let server = Server::start(&["--world", "default", "--max-sessions", "2", "--deploy", deploy.to_str().unwrap()]);
+    let browser = Browser::launch();
+    let mut tabs: Vec<(Tab, String)> = (0..2).map(|_| start_page(&server, &browser, "webrtc")).collect();
+    for (tab, _) in &mut tabs {
+        tab.wait_for("fv.summary().frames.length >= 4", Duration::from_secs(60));
+    }
+    for key in ["right", "down"] {
+        for (tab, _) in &mut tabs {
+            tab.eval(&format!("fv.press('{key}')")).unwrap();
+        }
+        sleep(Duration::from_millis(900));
+    }
+    // Both sessions ran interleaved on one executor; each ends itself and keeps listening.
+    for (tab, _) in &mut tabs {
+        tab.wait_for("fv.summary().actions.every(a => a.latency != null)", Duration::from_secs(30));
+        tab.eval("fv.end()").unwrap();
+    }
+    for (i, (tab, id)) in tabs.iter_mut().enumerate() {
+        tab.wait_for(
+            "fv.summary().closed !== null && fv.summary().events.some(e => e.name === 'profiler.summary')",
+            Duration::from_secs(30),
+        );
+        let s = tab.eval("fv.summary()").unwrap();
+        // The guider kept its own state per session: a shared instance fails the second
+        // session's first combine ("state leaked"), which would close it as failed.
+        assert_eq!(s["closed"], "closed by the client", "tab {i} ({id}): {}", s["closed"]);
+        assert!(s["errors"].as_array().unwrap().is_empty(), "tab {i}: {}", s["errors"]);
+        let events = s["events"].as_array().unwrap();
+        let steps = events.iter().filter(|e| e["name"] == "profiler.step").count();
+        let summaries: Vec<&Value> = events.iter().filter(|e| e["name"] == "profiler.summary").collect();
+        assert_eq!(summaries.len(), 1, "tab {i}: {events:?}");
+        let summary = &summaries[0]["payload"];
+        assert_eq!(summary["outcome"], "completed", "tab {i}: {summary}");
+        // The observer's own count is this session's steps alone (a shared state would count
+        // both sessions'), and every one of them reached this session's client.
+        assert!(steps >= 8, "tab {i}: only {steps} step events");
+        assert_eq!(summary["steps"].as_u64().unwrap() as usize, steps, "tab {i}: {summary}");
+        let (followed, judged) = judge(&s);
+        eprintln!("tab {i}: {steps} observed steps, followed {followed}/{judged}");
+    }
+    // Plugin time of the sessions is metered as a job's is.
+    assert!(metric(&server.metrics(), "fastvideo_plugin_seconds_total", None) > 0.0);
+    let ids: Vec<String> = tabs.iter().map(|(_, id)| id.clone()).collect();
+    for (tab, _) in tabs {
+        browser.close(tab);
+    }
+    for id in &ids {
+        wait_freed(&server, id);
+    }
+}

@@ -594,6 +594,78 @@ fn a_world_session_streams_frames_takes_actions_and_frees_its_slabs_when_the_cli
     }
 }
 
+/// Waits until session `id` is gone (`true`) or `secs` pass while it stays live (`false`).
+fn session_gone_within(server: &Server, id: &str, secs: u64) -> bool {
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(secs) {
+        if server.get(&format!("/v1/sessions/{id}")).0 == 404 {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    false
+}
+
+/// Waits until session `id` has made `chunks` chunks; fails if it ends first.
+fn session_makes_chunks(server: &Server, id: &str, chunks: u64) {
+    let t0 = Instant::now();
+    loop {
+        let (status, info) = server.get(&format!("/v1/sessions/{id}"));
+        assert_eq!(status, 200, "session {id} ended: {info}");
+        if info["chunks"].as_u64().unwrap() >= chunks {
+            return;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "{info}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn sessions_take_plugin_params_and_exact_mode_as_jobs_do() {
+    // A deploy whose guider (`misbehave`, which alters the distribution) fails its combine by
+    // default; a request's `plugin_params` can tell it to behave.
+    let wasm = &common::plugins()["fastvideo_testing_misbehave"];
+    let hash = blake3::hash(&std::fs::read(wasm).unwrap()).to_hex().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let deploy = dir.path().join("deploy.toml");
+    let text = format!(
+        "[[plugins]]\nname = \"misbehave\"\nsource = \"{}\"\nblake3 = \"{hash}\"\ngrants = [\"tensor\", \"tensor-ops\", \"log\"]\nparams = {{ mode = \"error\" }}\n",
+        wasm.display()
+    );
+    std::fs::write(&deploy, text).unwrap();
+    let server = Server::start(&["--world", "default", "--max-sessions", "3", "--deploy", deploy.to_str().unwrap()]);
+    // Parameters are checked against the plugin's schema before the session opens.
+    let (status, e) = server.post("/v1/sessions", json!({"plugin_params": {"misbehave": {"mode": "dance"}}}));
+    assert_eq!(status, 400, "{e}");
+    assert_eq!(e["error"]["param"], "plugin_params.misbehave", "{e}");
+    let (status, e) = server.post("/v1/sessions", json!({"plugin_params": {"nope": {}}}));
+    assert_eq!(status, 400, "{e}");
+    // The guider runs in the session's denoise steps: with the deploy's parameters it fails,
+    // which ends that session (and no other).
+    let (status, s) = server.post("/v1/sessions", json!({"start_seed": 1}));
+    assert_eq!(status, 200, "{s}");
+    let failing = s["id"].as_str().unwrap().to_string();
+    // This session's own parameters override the deploy's: it runs.
+    let (status, s) =
+        server.post("/v1/sessions", json!({"start_seed": 1, "plugin_params": {"misbehave": {"mode": "ok"}}}));
+    assert_eq!(status, 200, "{s}");
+    let behaved = s["id"].as_str().unwrap().to_string();
+    assert!(session_gone_within(&server, &failing, 30), "a session whose guider fails every step stayed live");
+    session_makes_chunks(&server, &behaved, 3);
+    // Exact mode: the distribution-altering guider is not called (built-in CFG instead), so the
+    // deploy's failing default does no harm; and parameters for it are refused, as for a job.
+    let (status, e) =
+        server.post("/v1/sessions", json!({"exact": true, "plugin_params": {"misbehave": {"mode": "ok"}}}));
+    assert_eq!((status, e["error"]["param"].as_str()), (400, Some("plugin_params.misbehave")), "{e}");
+    let (status, s) = server.post("/v1/sessions", json!({"start_seed": 1, "exact": true}));
+    assert_eq!(status, 200, "{s}");
+    let exact = s["id"].as_str().unwrap().to_string();
+    session_makes_chunks(&server, &exact, 3);
+    for id in [behaved, exact] {
+        assert_eq!(delete(&server, &format!("/v1/sessions/{id}")).0, 200);
+    }
+}
+
 #[test]
 fn bad_session_input_gets_a_4xx_naming_the_field() {
     let server = Server::start(&["--world", "default", "--max-sessions", "1"]);

@@ -61,6 +61,7 @@ impl Engine {
         let EngineModel { id, limits, spec, device, check, classify, weights } = model;
         let live_sessions = LiveSessions::new(
             sessions.clone(),
+            device,
             cfg.session_idle,
             cfg.job_floor,
             session_shared.clone(),

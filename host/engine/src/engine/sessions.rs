@@ -9,7 +9,9 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::command::Command;
 use super::front::Engine;
-use crate::session::{SessionCommand, SessionEvent, SessionInfo, SessionModel, SessionRequest, STREAM_BUFFER_CHUNKS};
+use crate::session::{
+    SessionCommand, SessionEvent, SessionInfo, SessionModel, SessionRequest, STREAM_BUFFER_CHUNKS, STREAM_BUFFER_EVENTS,
+};
 use crate::EngineError;
 
 impl Engine {
@@ -19,15 +21,15 @@ impl Engine {
     }
 
     /// Opens a live session; its chunks arrive on the receiver (dropping it closes the session).
+    /// The session is a `task: world` request checked like a job (plugin parameters against the
+    /// deploy, exact mode), then run on the executor.
     pub async fn open_session(
         &self,
         id: String,
         req: SessionRequest,
     ) -> Result<mpsc::Receiver<SessionEvent>, EngineError> {
         let inner = &self.0;
-        if inner.sessions.is_none() {
-            return Err(EngineError::NoSessions);
-        }
+        let Some(model) = &inner.sessions else { return Err(EngineError::NoSessions) };
         if inner.shared.draining.load(Ordering::SeqCst) {
             return Err(EngineError::Draining);
         }
@@ -35,9 +37,11 @@ impl Engine {
         if live >= inner.cfg.max_sessions {
             return Err(EngineError::SessionsFull { max: inner.cfg.max_sessions });
         }
-        let (etx, erx) = mpsc::channel(STREAM_BUFFER_CHUNKS);
+        let request = model.request(&id, &req)?;
+        (inner.check)(&request)?;
+        let (etx, erx) = mpsc::channel(STREAM_BUFFER_CHUNKS + STREAM_BUFFER_EVENTS);
         let (rtx, rrx) = oneshot::channel();
-        let cmd = SessionCommand::Open { id, req, events: etx, reply: rtx };
+        let cmd = SessionCommand::Open { request: Box::new(request), events: etx, reply: rtx };
         inner.tx.lock().unwrap().send(Command::Session(cmd)).map_err(|_| EngineError::Stopped)?;
         rrx.await.unwrap_or(Err(EngineError::Stopped))?;
         Ok(erx)

@@ -1,27 +1,38 @@
 //! The executor's side of sessions: the live list, their commands, one unit of a session, and
-//! the pool gauges.
+//! the pool gauges. Each session is a [`PipelineRun`] of the session model's pipeline; its
+//! actions go into the run's [`ActionInbox`], and closing it closes the inbox, so the loop node
+//! ends, the run finishes and its observers hear the end as they do for a job.
 
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use fastvideo_pipeline::session::{SessionModel, SessionRequest, SessionRun};
-use fastvideo_request::ActionPart;
+use fastvideo_pipeline::session::{ActionInbox, SessionModel, ACTIONS};
+use fastvideo_pipeline::{Advance, CancelToken, PipelineRun, Value, Values};
+use fastvideo_request::{ActionPart, OmniEvent, RequestError, ResolvedRequest, VideoArtifact};
+use tch::Device;
 use tokio::sync::{mpsc, oneshot};
 
-use super::info::{SessionEvent, SessionInfo};
+use super::info::{SessionChunk, SessionEvent, SessionInfo, Unread};
 use super::pacer::PaceInput;
 use crate::share::Share;
 use crate::{EngineError, Metrics};
 
-/// Frames a session's stream may hold unread before chunks are dropped (a slow viewer).
+/// Chunks a session's stream may hold unread before chunks are dropped (a slow viewer).
 pub const STREAM_BUFFER_CHUNKS: usize = 8;
+/// Plugin events a session's stream holds besides its chunks (an observer reporting every step
+/// of the chunks made before a client connects); past that they are dropped.
+pub const STREAM_BUFFER_EVENTS: usize = 512;
+
+/// Units a closing session may take to end (the step that sees the inbox closed, `finalize`,
+/// and slack); none of them runs the model.
+const CLOSING_UNITS: usize = 4;
 
 pub(crate) enum SessionCommand {
     Open {
-        id: String,
-        req: SessionRequest,
+        /// The session as a request (`task: world`), resolved and checked by the front.
+        request: Box<ResolvedRequest>,
         events: mpsc::Sender<SessionEvent>,
         reply: oneshot::Sender<Result<(), EngineError>>,
     },
@@ -52,8 +63,10 @@ pub(crate) struct SessionShared {
 
 struct Live {
     id: String,
-    run: Box<dyn SessionRun>,
+    run: PipelineRun,
+    inbox: ActionInbox,
     events: mpsc::Sender<SessionEvent>,
+    unread: Unread,
     start: Instant,
     units_per_chunk: u32,
     units_done: u32,
@@ -65,8 +78,19 @@ struct Live {
     eager: bool,
 }
 
+/// How a session ends.
+enum End {
+    /// Closed or expired: the inbox closes and the run finishes (observers hear `completed`).
+    Close,
+    /// A unit failed; the run already told its observers.
+    Failed,
+    /// A unit panicked: observers hear `failed` here.
+    Panicked,
+}
+
 pub(crate) struct LiveSessions {
     model: Option<Arc<dyn SessionModel>>,
+    device: Device,
     list: Vec<Live>,
     period: Duration,
     frames_per_chunk: u32,
@@ -80,9 +104,20 @@ pub(crate) struct LiveSessions {
     metrics: Metrics,
 }
 
+/// Forwards a unit's plugin events to the session's stream (a full stream drops them, as it
+/// drops chunks: the viewer is behind).
+fn forward_plugin_events(events: &mpsc::Sender<SessionEvent>, evs: &mut Vec<OmniEvent>) {
+    for e in evs.drain(..) {
+        if matches!(e, OmniEvent::Plugin { .. }) {
+            let _ = events.try_send(SessionEvent::Plugin(e));
+        }
+    }
+}
+
 impl LiveSessions {
     pub fn new(
         model: Option<Arc<dyn SessionModel>>,
+        device: Device,
         idle: Duration,
         job_floor: f64,
         shared: Arc<SessionShared>,
@@ -95,6 +130,7 @@ impl LiveSessions {
             .unwrap_or(Duration::from_millis(250));
         let live = Self {
             model,
+            device,
             list: Vec::new(),
             period,
             frames_per_chunk,
@@ -154,73 +190,102 @@ impl LiveSessions {
             .collect()
     }
 
-    fn remove(&mut self, i: usize, reason: String) {
-        let l = self.list.swap_remove(i);
-        let _ = l.events.try_send(SessionEvent::Closed { reason: reason.clone() });
-        self.shared.info.lock().unwrap().remove(&l.id);
+    /// Ends session `i`: a closed one runs to its end (the step that sees the inbox closed,
+    /// `finalize`, the run's finish), so its observers hear it end and their last events go out
+    /// before `Closed`; then its state, slabs included, is dropped.
+    fn end(&mut self, i: usize, reason: String, how: End) {
+        let Live { id, mut run, inbox, events, info, .. } = self.list.swap_remove(i);
+        let mut evs = Vec::new();
+        match how {
+            End::Close => {
+                inbox.close();
+                let ended = catch_unwind(AssertUnwindSafe(|| -> anyhow::Result<()> {
+                    for _ in 0..CLOSING_UNITS {
+                        if run.advance(&mut |e| evs.push(e))? == Advance::Finished {
+                            run.finish(&mut |e| evs.push(e))?;
+                            return Ok(());
+                        }
+                    }
+                    anyhow::bail!("the session did not end within {CLOSING_UNITS} units of being closed")
+                }));
+                match ended {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => tracing::warn!(session = %id, error = %format!("{e:#}"), "closing the session"),
+                    Err(_) => tracing::warn!(session = %id, "closing the session panicked"),
+                }
+            }
+            End::Failed => {}
+            End::Panicked => run.abort("failed", &mut |e| evs.push(e)),
+        }
+        forward_plugin_events(&events, &mut evs);
+        let _ = events.try_send(SessionEvent::Closed { reason: reason.clone() });
+        self.shared.info.lock().unwrap().remove(&id);
         self.metrics.sessions_live.set(self.list.len() as i64);
-        tracing::info!(session = %l.id, %reason, chunks = l.info.chunks, late = l.info.late_chunks, "session closed");
-        // Dropping `l.run` returns its key/value slabs; then the pool's gauges are read.
-        drop(l);
+        tracing::info!(session = %id, %reason, chunks = info.chunks, late = info.late_chunks, "session closed");
+        // The run (if not consumed by its finish) and the rollout in it return their key/value
+        // slabs as they drop; then the pool's gauges are read.
+        drop(events);
         self.publish_pool();
+    }
+
+    fn open(&mut self, request: ResolvedRequest, events: mpsc::Sender<SessionEvent>) -> Result<(), EngineError> {
+        let Some(model) = self.model.clone() else { return Err(EngineError::NoSessions) };
+        let id = request.request_id.clone();
+        let inbox = ActionInbox::default();
+        let mut values = Values::default();
+        values.insert(ACTIONS, Value::Inbox(inbox.clone()));
+        let mut run = PipelineRun::new(model.pipeline(), request, self.device, values, CancelToken::default());
+        // The first unit opens the session (its observers, the rollout's slabs, its first frame
+        // or prompt), so what can go wrong at the start is the open's answer.
+        let mut evs = Vec::new();
+        match catch_unwind(AssertUnwindSafe(|| run.advance(&mut |e| evs.push(e)))) {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return Err(RequestError::new("session", format!("{e:#}")).into()),
+            Err(_) => {
+                return Err(EngineError::Failed {
+                    code: "internal_error".into(),
+                    message: "opening the session panicked".into(),
+                })
+            }
+        }
+        forward_plugin_events(&events, &mut evs);
+        let now = Instant::now();
+        let live = Live {
+            info: SessionInfo { id: id.clone(), chunks: 0, frames: 0, last_action_id: 0, late_chunks: 0 },
+            id,
+            run,
+            inbox,
+            events,
+            unread: Unread::default(),
+            start: now,
+            units_per_chunk: model.units_per_chunk().max(1),
+            units_done: 0,
+            unit_seconds: 0.0,
+            last_activity: now,
+            streaming: false,
+            eager: false,
+        };
+        self.shared.info.lock().unwrap().insert(live.id.clone(), live.info.clone());
+        self.list.push(live);
+        self.metrics.sessions_live.set(self.list.len() as i64);
+        Ok(())
     }
 
     pub fn command(&mut self, c: SessionCommand) {
         match c {
-            SessionCommand::Open { id, req, events, reply } => {
-                let Some(model) = self.model.clone() else {
-                    let _ = reply.send(Err(EngineError::NoSessions));
-                    return;
-                };
-                match catch_unwind(AssertUnwindSafe(|| model.open(&req))) {
-                    Ok(Ok(run)) => {
-                        let now = Instant::now();
-                        let units_per_chunk = run.units_per_chunk().max(1);
-                        let live = Live {
-                            info: SessionInfo {
-                                id: id.clone(),
-                                chunks: 0,
-                                frames: 0,
-                                last_action_id: 0,
-                                late_chunks: 0,
-                            },
-                            id,
-                            run,
-                            events,
-                            start: now,
-                            units_per_chunk,
-                            units_done: 0,
-                            unit_seconds: 0.0,
-                            last_activity: now,
-                            streaming: false,
-                            eager: false,
-                        };
-                        self.shared.info.lock().unwrap().insert(live.id.clone(), live.info.clone());
-                        self.list.push(live);
-                        self.metrics.sessions_live.set(self.list.len() as i64);
-                        let _ = reply.send(Ok(()));
-                    }
-                    Ok(Err(e)) => {
-                        let _ = reply.send(Err(e.into()));
-                    }
-                    Err(_) => {
-                        let _ = reply.send(Err(EngineError::Failed {
-                            code: "internal_error".into(),
-                            message: "opening the session panicked".into(),
-                        }));
-                    }
-                }
+            SessionCommand::Open { request, events, reply } => {
+                let _ = reply.send(self.open(*request, events));
             }
             SessionCommand::Action { id, action } => {
                 if let Some(l) = self.list.iter_mut().find(|l| l.id == id) {
-                    l.run.set_action(&action);
+                    l.inbox.push(action);
                     l.last_activity = Instant::now();
                     l.eager = true;
                 }
             }
             SessionCommand::Close { id, reason } => {
                 if let Some(i) = self.list.iter().position(|l| l.id == id) {
-                    self.remove(i, reason);
+                    self.end(i, reason, End::Close);
                 }
             }
             SessionCommand::Streaming { id, on } => {
@@ -247,82 +312,201 @@ impl LiveSessions {
             self.list.iter().position(|l| !l.streaming && now.duration_since(l.last_activity) > self.idle)
         {
             let secs = self.idle.as_secs();
-            self.remove(i, format!("expired: no stream and no action for {secs} s"));
+            self.end(i, format!("expired: no stream and no action for {secs} s"), End::Close);
+        }
+    }
+
+    /// A finished chunk of session `i`: its deadline, counters and gauges, then its stream.
+    /// Returns why the session must end (its client went away), if it must.
+    fn chunk_done(
+        &mut self,
+        i: usize,
+        index: u64,
+        first_frame: u64,
+        action_id: u64,
+        video: VideoArtifact,
+    ) -> Option<String> {
+        let period = self.period;
+        let l = &mut self.list[i];
+        let due = l.start + period.mul_f64(l.info.chunks as f64);
+        if Instant::now() > due + period {
+            l.info.late_chunks += 1;
+            self.metrics.session_late_chunks.inc();
+        }
+        l.info.chunks += 1;
+        l.info.frames += video.num_frames as u64;
+        l.info.last_action_id = action_id;
+        l.units_done = 0;
+        l.eager = false;
+        self.metrics.session_chunks.inc();
+        if let Some(st) = self.model.as_ref().and_then(|m| m.kv_stats()) {
+            self.metrics.kv_slabs_used.set(st.used_slabs as i64);
+            self.metrics.kv_evictions.set(st.evictions as i64);
+        }
+        // Updated, never re-added: the front may have closed it already.
+        if let Some(e) = self.shared.info.lock().unwrap().get_mut(&l.id) {
+            *e = l.info.clone();
+        }
+        if l.events.is_closed() {
+            return Some("the client went away".to_string());
+        }
+        // A slow viewer: this chunk is dropped, the session goes on.
+        if l.unread.count() >= STREAM_BUFFER_CHUNKS {
+            self.metrics.session_dropped_chunks.inc();
+            return None;
+        }
+        let chunk = SessionChunk { index, first_frame, video, action_id, _hold: l.unread.hold() };
+        match l.events.try_send(SessionEvent::Chunk(chunk)) {
+            Ok(()) => None,
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                self.metrics.session_dropped_chunks.inc();
+                None
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => Some("the client went away".to_string()),
         }
     }
 
     /// One unit of session `i`; `jobs_waiting`: job units were ready and waited for it.
     pub fn step(&mut self, i: usize, jobs_waiting: bool) {
         let t = Instant::now();
-        let result = catch_unwind(AssertUnwindSafe(|| self.list[i].run.step()));
+        let mut evs = Vec::new();
+        let run = &mut self.list[i].run;
+        let result = catch_unwind(AssertUnwindSafe(|| run.advance(&mut |e| evs.push(e))));
         let dt = t.elapsed().as_secs_f64();
         if jobs_waiting {
             self.share.add(t, dt, false);
         }
-        let period = self.period;
         let l = &mut self.list[i];
         l.unit_seconds = if l.unit_seconds == 0.0 { dt } else { l.unit_seconds + 0.2 * (dt - l.unit_seconds) };
         l.units_done += 1;
-        let outcome = match result {
-            Ok(Ok(Some(chunk))) => {
-                let due = l.start + period.mul_f64(l.info.chunks as f64);
-                if Instant::now() > due + period {
-                    l.info.late_chunks += 1;
-                    self.metrics.session_late_chunks.inc();
-                }
-                l.info.chunks += 1;
-                l.info.frames += chunk.video.num_frames as u64;
-                l.info.last_action_id = chunk.action_id;
-                l.units_done = 0;
-                l.eager = false;
-                self.metrics.session_chunks.inc();
-                if let Some(st) = self.model.as_ref().and_then(|m| m.kv_stats()) {
-                    self.metrics.kv_slabs_used.set(st.used_slabs as i64);
-                    self.metrics.kv_evictions.set(st.evictions as i64);
-                }
-                // Updated, never re-added: the front may have closed it already.
-                if let Some(e) = self.shared.info.lock().unwrap().get_mut(&l.id) {
-                    *e = l.info.clone();
-                }
-                match l.events.try_send(SessionEvent::Chunk(chunk)) {
-                    Ok(()) => None,
-                    // A slow viewer: this chunk is dropped, the session goes on.
-                    Err(mpsc::error::TrySendError::Full(_)) => {
-                        self.metrics.session_dropped_chunks.inc();
-                        None
-                    }
-                    Err(mpsc::error::TrySendError::Closed(_)) => Some("the client went away".to_string()),
-                }
-            }
-            Ok(Ok(None)) => None,
-            Ok(Err(e)) => Some(format!("failed: {e:#}")),
-            Err(_) => Some("failed: a session step panicked".to_string()),
+        let mut ending = match result {
+            Ok(Ok(Advance::Worked)) => None,
+            // The loop ended by itself (its inbox was closed): finish it as a close.
+            Ok(Ok(Advance::Finished)) => Some(("closed".to_string(), End::Close)),
+            Ok(Err(e)) => Some((format!("failed: {e:#}"), End::Failed)),
+            Err(_) => Some(("failed: a session step panicked".to_string(), End::Panicked)),
         };
-        if let Some(reason) = outcome {
-            self.remove(i, reason);
+        for e in evs {
+            match e {
+                OmniEvent::Chunk { index, first_frame, action_id, video, .. } => {
+                    if let Some(reason) = self.chunk_done(i, index, first_frame, action_id, video) {
+                        ending = ending.or(Some((reason, End::Close)));
+                    }
+                }
+                e @ OmniEvent::Plugin { .. } => {
+                    let _ = self.list[i].events.try_send(SessionEvent::Plugin(e));
+                }
+                _ => {}
+            }
+        }
+        if let Some((reason, how)) = ending {
+            self.end(i, reason, how);
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use fastvideo_request::RequestError;
+    use fastvideo_pipeline::{
+        LoopStage, LoopState, Node, NodeCtx, Observed, Observer, ObserverState, PipelineSpec, PluginMeter, StepCtx,
+        StepResult,
+    };
+    use fastvideo_request::{Defaults, ModelLimits, OmniRequest, SamplerKind, TaskType};
 
     use super::*;
-    use fastvideo_pipeline::session::SessionChunk;
+    use crate::session::SessionRequest;
 
-    struct Model;
-    struct Run;
+    /// A session loop that makes a one-frame chunk every second step, echoing the last action's id.
+    struct Toy;
+    struct ToyState {
+        inbox: ActionInbox,
+        action: u64,
+        chunks: u64,
+    }
 
-    impl SessionRun for Run {
-        fn step(&mut self) -> anyhow::Result<Option<SessionChunk>> {
-            Ok(None)
+    impl LoopStage for Toy {
+        fn init(&self, _: &NodeCtx, values: &mut Values) -> anyhow::Result<LoopState> {
+            let inbox = values.inbox(ACTIONS)?.clone();
+            Ok(LoopState { step: 0, total_steps: u32::MAX, inner: Box::new(ToyState { inbox, action: 0, chunks: 0 }) })
         }
-        fn set_action(&mut self, _: &ActionPart) {}
-        fn units_per_chunk(&self) -> u32 {
-            5
+        fn step(&self, ctx: &NodeCtx, state: &mut LoopState) -> anyhow::Result<StepResult> {
+            let odd = state.step % 2 == 1;
+            let s: &mut ToyState = state.get_mut()?;
+            if s.inbox.is_closed() {
+                return Ok(StepResult { done: true, ..Default::default() });
+            }
+            if let Some(a) = s.inbox.take().last() {
+                s.action = a.id.unwrap_or(0);
+            }
+            let mut r = StepResult::default();
+            if odd {
+                let video =
+                    fastvideo_request::VideoArtifact { fps: 16, num_frames: 1, height: 1, width: 1, rgb: vec![0; 3] };
+                r.emit.push(OmniEvent::Chunk {
+                    request_id: ctx.request.request_id.clone(),
+                    index: s.chunks,
+                    first_frame: s.chunks,
+                    action_id: s.action,
+                    video,
+                });
+                s.chunks += 1;
+            }
+            Ok(r)
+        }
+        fn finalize(&self, _: &NodeCtx, _: LoopState, values: &mut Values) -> anyhow::Result<()> {
+            values.insert("chunks", Value::Tensor(tch::Tensor::from(0i64)));
+            Ok(())
+        }
+        fn step_ctx<'a>(&self, ctx: &NodeCtx<'a>, state: &LoopState) -> Option<StepCtx<'a>> {
+            Some(StepCtx {
+                request: ctx.request,
+                step_index: state.step % 2,
+                num_steps: 2,
+                timestep: 0.0,
+                sigma: 0.0,
+                sigma_next: 0.0,
+            })
         }
     }
+
+    /// Counts the steps of its own session and reports the count when the session ends.
+    struct StepCounter;
+    struct Count(u32);
+    impl Observer for StepCounter {
+        fn init(&self, _: &ResolvedRequest, _: &PluginMeter) -> anyhow::Result<Box<dyn ObserverState>> {
+            Ok(Box::new(Count(0)))
+        }
+    }
+    impl ObserverState for Count {
+        fn on_event(
+            &mut self,
+            event: Observed,
+            _: Option<&tch::Tensor>,
+            emit: &mut dyn FnMut(OmniEvent),
+        ) -> anyhow::Result<()> {
+            match event {
+                Observed::StepEnd(ctx) => {
+                    self.0 += 1;
+                    emit(OmniEvent::Plugin {
+                        request_id: ctx.request.request_id.clone(),
+                        plugin: "counter".into(),
+                        name: "step".into(),
+                        payload: self.0.into(),
+                    });
+                }
+                Observed::RequestEnd(outcome) => emit(OmniEvent::Plugin {
+                    request_id: String::new(),
+                    plugin: "counter".into(),
+                    name: outcome.into(),
+                    payload: self.0.into(),
+                }),
+                _ => {}
+            }
+            Ok(())
+        }
+    }
+
+    struct Model(Arc<PipelineSpec>);
 
     impl SessionModel for Model {
         fn id(&self) -> &str {
@@ -340,20 +524,128 @@ mod tests {
         fn frame_size(&self) -> (u32, u32) {
             (8, 8)
         }
-        fn open(&self, _: &SessionRequest) -> Result<Box<dyn SessionRun>, RequestError> {
-            Ok(Box::new(Run))
+        fn units_per_chunk(&self) -> u32 {
+            2
         }
+        fn pipeline(&self) -> Arc<PipelineSpec> {
+            self.0.clone()
+        }
+        fn request(&self, id: &str, req: &SessionRequest) -> Result<ResolvedRequest, RequestError> {
+            let limits = ModelLimits {
+                family: "toy".into(),
+                tasks: vec![TaskType::World],
+                frame_multiple: 1,
+                spatial_multiple: 1,
+                max_frames: 1,
+                max_side: 8,
+                max_steps: 2,
+                defaults: Defaults {
+                    steps: 2,
+                    guidance_scale: 1.0,
+                    shift: 1.0,
+                    height: 8,
+                    width: 8,
+                    num_frames: 1,
+                    fps: 16,
+                    sampler: SamplerKind::Euler,
+                    negative_prompt: String::new(),
+                },
+            };
+            let mut r = OmniRequest::text_to_video(id, "toy");
+            r.task = TaskType::World;
+            r.resolve(&limits, || req.seed)
+        }
+    }
+
+    fn sessions() -> (LiveSessions, Arc<dyn SessionModel>) {
+        let nodes = vec![Node::looped("rollout", Arc::new(Toy), &[ACTIONS], &["chunks"])];
+        let spec = PipelineSpec::new("toy-session", vec![TaskType::World], nodes, &[ACTIONS], "chunks")
+            .unwrap()
+            .with_observers(vec![Arc::new(StepCounter)]);
+        let model: Arc<dyn SessionModel> = Arc::new(Model(Arc::new(spec)));
+        let metrics = Metrics::register(&mut prometheus_client::registry::Registry::default());
+        let live = LiveSessions::new(
+            Some(model.clone()),
+            Device::Cpu,
+            Duration::from_secs(60),
+            0.25,
+            Default::default(),
+            metrics,
+        );
+        (live, model)
+    }
+
+    fn open(live: &mut LiveSessions, model: &Arc<dyn SessionModel>, id: &str) -> mpsc::Receiver<SessionEvent> {
+        let (events, rx) = mpsc::channel(64);
+        let (reply, mut answer) = oneshot::channel();
+        let request = model.request(id, &SessionRequest::default()).unwrap();
+        live.command(SessionCommand::Open { request: Box::new(request), events, reply });
+        answer.try_recv().unwrap().unwrap();
+        rx
+    }
+
+    /// What a session's stream carried.
+    #[derive(Default)]
+    struct Seen {
+        /// Each chunk's action id.
+        chunks: Vec<u64>,
+        /// The counter's step events.
+        steps: Vec<u64>,
+        /// The counter's end event: (outcome, steps).
+        end: Option<(String, u64)>,
+        closed: Option<String>,
+    }
+
+    fn drain(rx: &mut mpsc::Receiver<SessionEvent>) -> Seen {
+        let Seen { mut chunks, mut steps, mut end, mut closed } = Seen::default();
+        while let Ok(e) = rx.try_recv() {
+            match e {
+                SessionEvent::Chunk(c) => chunks.push(c.action_id),
+                SessionEvent::Plugin(OmniEvent::Plugin { name, payload, .. }) if name == "step" => {
+                    steps.push(payload.as_u64().unwrap())
+                }
+                SessionEvent::Plugin(OmniEvent::Plugin { name, payload, .. }) => {
+                    end = Some((name, payload.as_u64().unwrap()))
+                }
+                SessionEvent::Plugin(_) => {}
+                SessionEvent::Closed { reason } => closed = Some(reason),
+            }
+        }
+        Seen { chunks, steps, end, closed }
+    }
+
+    #[test]
+    fn sessions_run_as_pipeline_runs_with_per_session_observers_and_their_end_before_closed() {
+        let (mut live, model) = sessions();
+        let mut a = open(&mut live, &model, "a");
+        let mut b = open(&mut live, &model, "b");
+        // Interleaved: a, b, a, b, a, a (a: 4 steps = 2 chunks, b: 2 steps = 1 chunk).
+        for i in [0, 1, 0, 1] {
+            live.step(i, false);
+        }
+        live.command(SessionCommand::Action { id: "a".into(), action: ActionPart::key("none", 7) });
+        live.step(0, false);
+        live.step(0, false);
+        live.command(SessionCommand::Close { id: "a".into(), reason: "closed by the client".into() });
+        live.command(SessionCommand::Close { id: "b".into(), reason: "bye".into() });
+        assert!(live.is_empty());
+        let Seen { chunks, steps, end, closed } = drain(&mut a);
+        assert_eq!(chunks, [0, 7], "the action reached the loop through the inbox");
+        // Each session's observer has its own state: its counts are its own steps (the 5th is
+        // the step that found the inbox closed).
+        assert_eq!(steps, [1, 2, 3, 4, 5]);
+        // Closing ends the run: the observer hears `completed` before the stream says closed.
+        assert_eq!(end, Some(("completed".to_string(), 5)));
+        assert_eq!(closed.as_deref(), Some("closed by the client"));
+        let Seen { chunks, steps, end, closed } = drain(&mut b);
+        assert_eq!((chunks.len(), steps, end), (1, vec![1, 2, 3], Some(("completed".to_string(), 3))));
+        assert_eq!(closed.as_deref(), Some("bye"));
     }
 
     #[test]
     fn frames_a_client_skipped_move_the_schedule_earlier_by_their_duration() {
-        let metrics = Metrics::register(&mut prometheus_client::registry::Registry::default());
-        let mut live =
-            LiveSessions::new(Some(Arc::new(Model)), Duration::from_secs(60), 0.25, Default::default(), metrics);
-        let (events, _rx) = mpsc::channel(8);
-        let (reply, _) = oneshot::channel();
-        let req = SessionRequest { prompt: None, start_seed: None, seed: 0, window: None };
-        live.command(SessionCommand::Open { id: "s".into(), req, events, reply });
+        let (mut live, model) = sessions();
+        let _rx = open(&mut live, &model, "s");
         let before = live.pace_inputs()[0].due;
         // 3 frames at 16 fps: 187.5 ms.
         live.command(SessionCommand::Skipped { id: "s".into(), frames: 3 });

@@ -1,17 +1,18 @@
-//! Live world-model sessions in the engine. A session is an open-ended rollout: the executor
+//! Live world-model sessions in the engine. A session is an open-ended request (`task: world`)
+//! run by a [`fastvideo_pipeline::PipelineRun`] over the session model's pipeline: the executor
 //! runs its units (a denoise step or a commit pass of the current chunk) between the units of
 //! ordinary jobs, with a deadline per chunk so the session keeps its frame rate while jobs run.
 //!
-//! The model side is behind [`SessionModel`] / [`SessionRun`] (defined in `fastvideo_pipeline`,
-//! implemented by the world model), so the engine stays model-agnostic. [`Pacer`] is the
-//! scheduling rule alone, unit-tested without a model; `live` is the executor's side.
+//! The model side is behind [`SessionModel`] (defined in `fastvideo_pipeline`, implemented by
+//! the world model), so the engine stays model-agnostic. [`Pacer`] is the scheduling rule
+//! alone, unit-tested without a model; `live` is the executor's side.
 
 mod info;
 mod live;
 mod pacer;
 
-pub use fastvideo_pipeline::session::{SessionChunk, SessionModel, SessionRequest, SessionRun};
-pub use info::{SessionEvent, SessionInfo};
-pub use live::STREAM_BUFFER_CHUNKS;
+pub use fastvideo_pipeline::session::{ActionInbox, SessionModel, SessionRequest};
+pub use info::{ChunkHold, SessionChunk, SessionEvent, SessionInfo};
 pub(crate) use live::{LiveSessions, SessionCommand, SessionShared};
+pub use live::{STREAM_BUFFER_CHUNKS, STREAM_BUFFER_EVENTS};
 pub use pacer::{Jobs, PaceInput, Pacer, Pick};

@@ -7,6 +7,9 @@ use super::schedule::{linspace, shift_sigma, Sampler, Schedule, NUM_TRAIN_TIMEST
 /// `shift` (no dynamic shifting, no stochastic sampling).
 pub struct FlowMatchEuler {
     schedule: Schedule,
+    /// Step sizes kept in float64 when the schedule was given in float64 (a world model's
+    /// few-step sigmas), so its steps match the reference's float64 arithmetic exactly.
+    dts: Option<Vec<f64>>,
 }
 
 impl FlowMatchEuler {
@@ -24,7 +27,18 @@ impl FlowMatchEuler {
         let mut sigmas: Vec<f32> = ts.iter().map(|t| shift_sigma(t / n as f64, shift) as f32).collect();
         let timesteps = sigmas.iter().map(|s| s * n).collect();
         sigmas.push(0.0);
-        Self { schedule: Schedule { timesteps, sigmas, index: 0 } }
+        Self { schedule: Schedule { timesteps, sigmas, index: 0 }, dts: None }
+    }
+
+    /// Euler over given noise levels (`sigmas`, ending at 0; one step per pair), with model
+    /// time `sigma × 1000`: the few-step schedules world models are distilled for.
+    pub fn with_sigmas(sigmas: &[f64]) -> Self {
+        let n = NUM_TRAIN_TIMESTEPS as f64;
+        let steps = sigmas.len().saturating_sub(1);
+        let timesteps = sigmas[..steps].iter().map(|s| (s * n) as f32).collect();
+        let dts = sigmas.windows(2).map(|w| w[1] - w[0]).collect();
+        let sigmas = sigmas.iter().map(|&s| s as f32).collect();
+        Self { schedule: Schedule { timesteps, sigmas, index: 0 }, dts: Some(dts) }
     }
 
     /// Moves past a step taken by someone else (the SDE sampler's stochastic steps).
@@ -40,8 +54,11 @@ impl Sampler for FlowMatchEuler {
     fn step(&mut self, model_output: &Tensor, sample: &Tensor) -> Result<Tensor> {
         let s = &mut self.schedule;
         s.ensure_step_left("euler")?;
-        let dt = s.sigmas[s.index + 1] - s.sigmas[s.index];
+        let dt = match &self.dts {
+            Some(d) => d[s.index],
+            None => (s.sigmas[s.index + 1] - s.sigmas[s.index]) as f64,
+        };
         s.index += 1;
-        Ok(sample + model_output * dt as f64)
+        Ok(sample + model_output * dt)
     }
 }

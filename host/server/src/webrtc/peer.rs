@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use axum::extract::{Path, Request, State};
 use axum::Json;
-use fastvideo_engine::session::SessionEvent;
+use fastvideo_engine::session::{SessionEvent, STREAM_BUFFER_EVENTS};
 use fastvideo_media::LiveH264;
 use fastvideo_webrtc::{AnswerError, FramePeer, PeerEvent, RtpClock};
 use serde::Deserialize;
@@ -17,7 +17,7 @@ use tokio::time::Instant;
 
 use crate::error::ApiError;
 use crate::params::read_body;
-use crate::sessions::{caller, check_owner, drain_chunks, take_stream, ClientMessage};
+use crate::sessions::{caller, check_owner, drain_chunks, plugin_message, take_stream, ClientMessage};
 use crate::state::AppState;
 
 /// Frames waiting to be sent, at most: a client that is not connected (yet) or a burst of
@@ -125,6 +125,8 @@ async fn drive(s: &AppState, id: &str, rx: &mut mpsc::Receiver<SessionEvent>, pe
     let mut last_action: Option<u64> = None;
     let mut last_error: Option<Instant> = None;
     let mut heard: Option<Instant> = None;
+    // Plugin events of the units run before the data channel opened, sent once it is.
+    let mut early: Vec<String> = Vec::new();
     loop {
         let send_due = connected && !queue.is_empty();
         tokio::select! {
@@ -147,6 +149,9 @@ async fn drive(s: &AppState, id: &str, rx: &mut mpsc::Receiver<SessionEvent>, pe
                         "actions": model.actions(), "frames_per_chunk": model.frames_per_chunk(),
                     });
                     peer.send_text(&hello.to_string()).await;
+                    for msg in early.drain(..) {
+                        peer.send_text(&msg).await;
+                    }
                 }
                 PeerEvent::KeyframeRequest => {
                     m.keyframe_requests.inc();
@@ -164,11 +169,29 @@ async fn drive(s: &AppState, id: &str, rx: &mut mpsc::Receiver<SessionEvent>, pe
                         Ok(ClientMessage::Flush) => {
                             let frames = queue.len();
                             queue.clear();
-                            let chunks = drain_chunks(rx);
+                            let (chunks, kept) = drain_chunks(rx);
+                            for e in kept {
+                                match e {
+                                    SessionEvent::Plugin(e) => {
+                                        if let Some(msg) = plugin_message(&e) {
+                                            peer.send_text(&msg).await;
+                                        }
+                                    }
+                                    SessionEvent::Closed { reason } => return End::Session(reason),
+                                    SessionEvent::Chunk(_) => {}
+                                }
+                            }
                             Some(json!({"type": "flushed", "chunks": chunks, "frames": frames}))
                         }
                         Ok(ClientMessage::Ping { t }) => Some(json!({"type": "pong", "t": t})),
-                        Ok(ClientMessage::Close) => return End::Client("closed by the client".into()),
+                        // The session ends on the engine's side first, so its plugins' last
+                        // events (an observer's summary) reach the client before `closed`.
+                        Ok(ClientMessage::Close) => {
+                            if !s.engine.close_session(id, "closed by the client") {
+                                return End::Client("closed by the client".into());
+                            }
+                            None
+                        }
                         Err(e) => {
                             m.bad_messages.inc();
                             let now = Instant::now();
@@ -206,6 +229,15 @@ async fn drive(s: &AppState, id: &str, rx: &mut mpsc::Receiver<SessionEvent>, pe
                     while queue.len() > max_queued {
                         queue.pop_front();
                         m.frames_skipped.inc();
+                    }
+                }
+                Some(SessionEvent::Plugin(e)) => {
+                    if let Some(msg) = plugin_message(&e) {
+                        if heard.is_some() {
+                            peer.send_text(&msg).await;
+                        } else if early.len() < STREAM_BUFFER_EVENTS {
+                            early.push(msg);
+                        }
                     }
                 }
                 Some(SessionEvent::Closed { reason }) => return End::Session(reason),

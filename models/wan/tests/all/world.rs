@@ -88,23 +88,80 @@ fn a_full_pool_refuses_a_session_with_the_sizes() {
     assert_eq!(KvPool::stats(&pool).sessions, 1);
 }
 
+/// A session as the engine runs it: a `task: world` request through the session pipeline, its
+/// actions through the inbox, its chunks as events, its end when the inbox closes.
+fn session_run(
+    sessions: &fastvideo_wan::sessions::WorldSessions,
+    id: &str,
+) -> (fastvideo_pipeline::PipelineRun, fastvideo_pipeline::session::ActionInbox) {
+    use fastvideo_pipeline::session::{ActionInbox, SessionModel, SessionRequest, ACTIONS};
+    use fastvideo_pipeline::{CancelToken, PipelineRun, Value, Values};
+    let request = sessions.request(id, &SessionRequest::default()).unwrap();
+    assert_eq!(request.task, fastvideo_request::TaskType::World);
+    let inbox = ActionInbox::default();
+    let mut values = Values::default();
+    values.insert(ACTIONS, Value::Inbox(inbox.clone()));
+    (PipelineRun::new(sessions.pipeline(), request, Device::Cpu, values, CancelToken::default()), inbox)
+}
+
+/// `(first_frame, action_id)` of each chunk a run emitted.
+fn chunks(events: &[fastvideo_request::OmniEvent]) -> Vec<(u64, u64)> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            fastvideo_request::OmniEvent::Chunk { first_frame, action_id, .. } => Some((*first_frame, *action_id)),
+            _ => None,
+        })
+        .collect()
+}
+
 #[test]
 fn an_action_from_a_later_frame_waits_for_the_chunk_that_starts_there() {
-    use fastvideo_pipeline::session::{SessionModel, SessionRequest};
     use fastvideo_request::ActionPart;
     use fastvideo_wan::sessions::WorldSessions;
-    tch::no_grad(|| {
-        let (_dir, m) = tiny_world();
-        let sessions = WorldSessions::new("tiny".into(), std::sync::Arc::new(m), 1, Device::Cpu);
-        let mut run = sessions.open(&SessionRequest::default()).unwrap();
-        // Chunks start at frames 0 (one frame), 1, 5, 9, ...: from frame 7 means the chunk at 9.
-        run.set_action(&ActionPart { from_frame: Some(7), ..ActionPart::key("left", 4) });
-        let mut ids = Vec::new();
-        while ids.len() < 4 {
-            if let Some(c) = run.step().unwrap() {
-                ids.push((c.first_frame, c.action_id));
+    let (_dir, m) = tiny_world();
+    let sessions = WorldSessions::plain("tiny".into(), std::sync::Arc::new(m), 1, Device::Cpu).unwrap();
+    let (mut run, inbox) = session_run(&sessions, "s");
+    // Chunks start at frames 0 (one frame), 1, 5, 9, ...: from frame 7 means the chunk at 9.
+    inbox.push(ActionPart { from_frame: Some(7), ..ActionPart::key("left", 4) });
+    let mut events = Vec::new();
+    while chunks(&events).len() < 4 {
+        run.advance(&mut |e| events.push(e)).unwrap();
+    }
+    assert_eq!(chunks(&events), [(0, 0), (1, 0), (5, 0), (9, 4)]);
+    // Closing the inbox ends the loop: the run finishes, its slabs return with it.
+    inbox.close();
+    run.run_to_end(&mut |_| {}).unwrap();
+    let out = run.finish(&mut |_| {}).unwrap();
+    assert!(out.artifacts.is_empty(), "a session returns its frames as events only");
+    assert_eq!(sessions.pool().stats().used_slabs, 0);
+}
+
+#[test]
+fn a_session_run_makes_the_frames_of_the_rollout_it_drives() {
+    // The session pipeline (sampler, guidance policy, loop node) adds nothing to the rollout's
+    // numbers: its chunks equal a bare rollout's under the same seed, bit for bit.
+    use fastvideo_wan::sessions::WorldSessions;
+    let (_dir, m) = tiny_world();
+    let m = std::sync::Arc::new(m);
+    let bare: Vec<Tensor> = tch::no_grad(|| {
+        let pool = single_session_pool(&m, Device::Cpu);
+        let mut r = ChunkRollout::new(&m, &pool, "a red circle", 0, Device::Cpu).unwrap();
+        (0..3).map(|_| r.next_chunk(&m).unwrap().frames).collect()
+    });
+    let sessions = WorldSessions::plain("tiny".into(), m.clone(), 1, Device::Cpu).unwrap();
+    let (mut run, _inbox) = session_run(&sessions, "s");
+    let mut videos = Vec::new();
+    while videos.len() < 3 {
+        run.advance(&mut |e| {
+            if let fastvideo_request::OmniEvent::Chunk { video, .. } = e {
+                videos.push(video)
             }
-        }
-        assert_eq!(ids, [(0, 0), (1, 0), (5, 0), (9, 4)]);
-    })
+        })
+        .unwrap();
+    }
+    for (i, (v, f)) in videos.iter().zip(&bare).enumerate() {
+        let want = fastvideo_wan::pipeline::frames_to_video(f, v.fps).unwrap();
+        assert_eq!(v.rgb, want.rgb, "chunk {i}");
+    }
 }
