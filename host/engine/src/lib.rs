@@ -7,7 +7,9 @@
 //!   times; used for admission and for the scheduler's "least remaining work" order.
 //! - [`Engine`]: `submit` → [`Handle`] (events + final output), `cancel`, `drain`; and live
 //!   world-model sessions (`open_session`, `session_action`, `close_session`), whose units the
-//!   executor interleaves with jobs under a per-chunk deadline ([`session::Pacer`]).
+//!   executor interleaves with jobs under a per-chunk deadline: the sessions' pacing
+//!   ([`scheduler::Deadlines`], [`scheduler::Pacer`]) is a policy of the same scheduler `State`
+//!   that picks jobs.
 //!
 //! Model code never appears here: the engine drives [`fastvideo_pipeline::PipelineRun`]s.
 

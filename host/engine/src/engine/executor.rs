@@ -16,8 +16,8 @@ use super::command::{Command, Job};
 use super::config::EngineConfig;
 use super::model::Classifier;
 use super::shared::Shared;
-use crate::scheduler::{Capacity, State};
-use crate::session::{Jobs, LiveSessions, Pacer, Pick};
+use crate::scheduler::{Capacity, State, Unit};
+use crate::session::LiveSessions;
 use crate::{EngineError, Metrics};
 
 pub(super) struct Executor {
@@ -55,7 +55,8 @@ impl Executor {
                 cfg.aging,
                 Capacity { max_active: cfg.max_active.max(1), memory_bytes: cfg.memory_bytes },
             )
-            .with_max_stretch(cfg.max_stretch, cfg.overdue_share),
+            .with_max_stretch(cfg.max_stretch, cfg.overdue_share)
+            .with_sessions(sessions.fps(), sessions.frames_per_chunk(), cfg.job_floor),
             jobs: HashMap::new(),
             keys: HashMap::new(),
             next_key: 0,
@@ -84,39 +85,22 @@ impl Executor {
                 self.command(c);
             }
             let now = Instant::now();
-            self.sessions.expire(now);
-            let job = self.state.pick(now);
-            let pick = if self.sessions.is_empty() {
-                if job.is_some() {
-                    Pick::Job
-                } else {
-                    Pick::Idle
-                }
-            } else {
-                let jobs = match job {
-                    Some(_) if self.sessions.jobs_owed() => Jobs::Owed,
-                    Some(_) => Jobs::Ready,
-                    None => Jobs::None,
-                };
-                Pacer::pick(now, &self.sessions.pace_inputs(), jobs, self.sessions.margin(), self.sessions.period())
-            };
-            match (pick, job) {
-                (Pick::Session(i), job) => self.sessions.step(i, job.is_some()),
-                (Pick::Job, Some(k)) => {
+            self.sessions.expire(now, self.state.sessions());
+            match self.state.next_unit(now) {
+                Unit::Session { key, jobs_waiting } => self.sessions.step(key, jobs_waiting, self.state.sessions()),
+                Unit::Job(k) => {
                     let t = Instant::now();
                     self.advance(k);
-                    let dt = t.elapsed().as_secs_f64();
-                    self.state.ran(t, dt);
-                    self.sessions.observe_job_unit(t, dt);
+                    self.state.ran(t, t.elapsed().as_secs_f64());
                 }
-                (Pick::Wait(until), _) => {
+                Unit::Wait(until) => {
                     if let Ok(c) = rx.recv_timeout(until.saturating_duration_since(Instant::now())) {
                         self.command(c);
                     }
                 }
-                (Pick::Idle, _) if self.state.is_empty() => {}
+                Unit::Idle if self.state.is_empty() => {}
                 // Cannot happen (a lone request always fits), but never spin or die: wait for news.
-                _ => match rx.recv() {
+                Unit::Idle => match rx.recv() {
                     Ok(c) => self.command(c),
                     Err(_) => return,
                 },
@@ -152,7 +136,7 @@ impl Executor {
                     self.fail(k, EngineError::Cancelled);
                 }
             }
-            Command::Session(c) => self.sessions.command(c),
+            Command::Session(c) => self.sessions.command(c, self.state.sessions()),
             Command::Swap(spec, done) => {
                 // Runs hold their own Arc: started requests keep the old pipeline.
                 self.spec = spec;

@@ -59,14 +59,8 @@ impl Engine {
             live_count: watch::channel(0).0,
         });
         let EngineModel { id, limits, spec, device, check, classify, weights } = model;
-        let live_sessions = LiveSessions::new(
-            sessions.clone(),
-            device,
-            cfg.session_idle,
-            cfg.job_floor,
-            session_shared.clone(),
-            metrics.clone(),
-        );
+        let live_sessions =
+            LiveSessions::new(sessions.clone(), device, cfg.session_idle, session_shared.clone(), metrics.clone());
         Executor::new(spec, device, classify, shared.clone(), metrics.clone(), &cfg, live_sessions).spawn(rx);
         Engine(Arc::new(Inner {
             tx: Mutex::new(tx),

@@ -15,8 +15,7 @@ use tch::Device;
 use tokio::sync::{mpsc, oneshot};
 
 use super::info::{SessionChunk, SessionEvent, SessionInfo, Unread};
-use super::pacer::PaceInput;
-use crate::share::Share;
+use crate::scheduler::Deadlines;
 use crate::{EngineError, Metrics};
 
 /// Chunks a session's stream may hold unread before chunks are dropped (a slow viewer).
@@ -62,20 +61,24 @@ pub(crate) struct SessionShared {
 }
 
 struct Live {
+    /// The session's key in the scheduler's deadlines.
+    key: u64,
     id: String,
     run: PipelineRun,
     inbox: ActionInbox,
     events: mpsc::Sender<SessionEvent>,
     unread: Unread,
-    start: Instant,
-    units_per_chunk: u32,
-    units_done: u32,
-    unit_seconds: f64,
     info: SessionInfo,
     last_activity: Instant,
     streaming: bool,
-    /// An action arrived since the last finished chunk.
-    eager: bool,
+}
+
+/// A finished chunk as the loop node emitted it.
+struct ChunkParts {
+    index: u64,
+    first_frame: u64,
+    action_id: u64,
+    video: VideoArtifact,
 }
 
 /// How a session ends.
@@ -88,17 +91,13 @@ enum End {
     Panicked,
 }
 
+/// The live sessions' runs and streams. Their pacing (chunk deadlines against the jobs) is the
+/// scheduler's ([`Deadlines`]), told of every open, unit, chunk, action and close here.
 pub(crate) struct LiveSessions {
     model: Option<Arc<dyn SessionModel>>,
     device: Device,
     list: Vec<Live>,
-    period: Duration,
-    frames_per_chunk: u32,
-    /// The longest job unit lately (decaying), which a session deadline must allow for.
-    margin: f64,
-    /// Time lately on sessions vs jobs, and the jobs' floor share of it.
-    share: Share,
-    job_floor: f64,
+    next_key: u64,
     idle: Duration,
     shared: Arc<SessionShared>,
     metrics: Metrics,
@@ -119,28 +118,10 @@ impl LiveSessions {
         model: Option<Arc<dyn SessionModel>>,
         device: Device,
         idle: Duration,
-        job_floor: f64,
         shared: Arc<SessionShared>,
         metrics: Metrics,
     ) -> Self {
-        let frames_per_chunk = model.as_ref().map_or(4, |m| m.frames_per_chunk().max(1));
-        let period = model
-            .as_ref()
-            .map(|m| Duration::from_secs_f64(frames_per_chunk as f64 / m.fps().max(1) as f64))
-            .unwrap_or(Duration::from_millis(250));
-        let live = Self {
-            model,
-            device,
-            list: Vec::new(),
-            period,
-            frames_per_chunk,
-            margin: 0.0,
-            share: Share::new(Instant::now()),
-            job_floor,
-            idle,
-            shared,
-            metrics,
-        };
+        let live = Self { model, device, list: Vec::new(), next_key: 0, idle, shared, metrics };
         live.publish_pool();
         live
     }
@@ -159,42 +140,22 @@ impl LiveSessions {
         self.list.is_empty()
     }
 
-    pub fn period(&self) -> Duration {
-        self.period
+    /// The session model's frame rate (16 without one), for the scheduler's deadlines.
+    pub fn fps(&self) -> u32 {
+        self.model.as_ref().map_or(16, |m| m.fps())
     }
 
-    pub fn margin(&self) -> f64 {
-        self.margin
-    }
-
-    /// Feeds a job unit's time into the margin (the max, decaying 5 % a unit) and the share.
-    pub fn observe_job_unit(&mut self, start: Instant, seconds: f64) {
-        self.margin = (self.margin * 0.95).max(seconds);
-        self.share.add(start, seconds, true);
-    }
-
-    /// Jobs have had less than their floor share of the executor lately, while they waited.
-    pub fn jobs_owed(&self) -> bool {
-        self.share.favoured_fraction() < self.job_floor
-    }
-
-    pub fn pace_inputs(&self) -> Vec<PaceInput> {
-        self.list
-            .iter()
-            .map(|l| PaceInput {
-                due: l.start + self.period.mul_f64(l.info.chunks as f64),
-                units_left: l.units_per_chunk.saturating_sub(l.units_done),
-                unit_seconds: l.unit_seconds,
-                eager: l.eager,
-            })
-            .collect()
+    /// The session model's frames per chunk (4 without one), for the scheduler's deadlines.
+    pub fn frames_per_chunk(&self) -> u32 {
+        self.model.as_ref().map_or(4, |m| m.frames_per_chunk())
     }
 
     /// Ends session `i`: a closed one runs to its end (the step that sees the inbox closed,
     /// `finalize`, the run's finish), so its observers hear it end and their last events go out
     /// before `Closed`; then its state, slabs included, is dropped.
-    fn end(&mut self, i: usize, reason: String, how: End) {
-        let Live { id, mut run, inbox, events, info, .. } = self.list.swap_remove(i);
+    fn end(&mut self, i: usize, reason: String, how: End, pace: &mut Deadlines) {
+        let Live { key, id, mut run, inbox, events, info, .. } = self.list.swap_remove(i);
+        pace.close(key);
         let mut evs = Vec::new();
         match how {
             End::Close => {
@@ -228,7 +189,12 @@ impl LiveSessions {
         self.publish_pool();
     }
 
-    fn open(&mut self, request: ResolvedRequest, events: mpsc::Sender<SessionEvent>) -> Result<(), EngineError> {
+    fn open(
+        &mut self,
+        request: ResolvedRequest,
+        events: mpsc::Sender<SessionEvent>,
+        pace: &mut Deadlines,
+    ) -> Result<(), EngineError> {
         let Some(model) = self.model.clone() else { return Err(EngineError::NoSessions) };
         let id = request.request_id.clone();
         let inbox = ActionInbox::default();
@@ -250,20 +216,19 @@ impl LiveSessions {
         }
         forward_plugin_events(&events, &mut evs);
         let now = Instant::now();
+        let key = self.next_key;
+        self.next_key += 1;
+        pace.open(key, model.units_per_chunk(), now);
         let live = Live {
+            key,
             info: SessionInfo { id: id.clone(), chunks: 0, frames: 0, last_action_id: 0, late_chunks: 0 },
             id,
             run,
             inbox,
             events,
             unread: Unread::default(),
-            start: now,
-            units_per_chunk: model.units_per_chunk().max(1),
-            units_done: 0,
-            unit_seconds: 0.0,
             last_activity: now,
             streaming: false,
-            eager: false,
         };
         self.shared.info.lock().unwrap().insert(live.id.clone(), live.info.clone());
         self.list.push(live);
@@ -271,21 +236,21 @@ impl LiveSessions {
         Ok(())
     }
 
-    pub fn command(&mut self, c: SessionCommand) {
+    pub fn command(&mut self, c: SessionCommand, pace: &mut Deadlines) {
         match c {
             SessionCommand::Open { request, events, reply } => {
-                let _ = reply.send(self.open(*request, events));
+                let _ = reply.send(self.open(*request, events, pace));
             }
             SessionCommand::Action { id, action } => {
                 if let Some(l) = self.list.iter_mut().find(|l| l.id == id) {
                     l.inbox.push(action);
                     l.last_activity = Instant::now();
-                    l.eager = true;
+                    pace.action(l.key);
                 }
             }
             SessionCommand::Close { id, reason } => {
                 if let Some(i) = self.list.iter().position(|l| l.id == id) {
-                    self.end(i, reason, End::Close);
+                    self.end(i, reason, End::Close, pace);
                 }
             }
             SessionCommand::Streaming { id, on } => {
@@ -294,50 +259,36 @@ impl LiveSessions {
                     l.last_activity = Instant::now();
                 }
             }
-            // Frames made but never shown leave a hole in what the client plays: the schedule
-            // moves that much earlier, so the next chunks come sooner and fill it (else every
-            // skip is a stall of that length on screen).
             SessionCommand::Skipped { id, frames } => {
-                let shift = self.period.mul_f64(frames as f64 / self.frames_per_chunk as f64);
-                if let Some(l) = self.list.iter_mut().find(|l| l.id == id) {
-                    l.start = l.start.checked_sub(shift).unwrap_or(l.start);
+                if let Some(l) = self.list.iter().find(|l| l.id == id) {
+                    pace.skipped(l.key, frames);
                 }
             }
         }
     }
 
     /// Closes sessions nobody has streamed or acted on for the idle timeout.
-    pub fn expire(&mut self, now: Instant) {
+    pub fn expire(&mut self, now: Instant, pace: &mut Deadlines) {
         while let Some(i) =
             self.list.iter().position(|l| !l.streaming && now.duration_since(l.last_activity) > self.idle)
         {
             let secs = self.idle.as_secs();
-            self.end(i, format!("expired: no stream and no action for {secs} s"), End::Close);
+            self.end(i, format!("expired: no stream and no action for {secs} s"), End::Close, pace);
         }
     }
 
     /// A finished chunk of session `i`: its deadline, counters and gauges, then its stream.
     /// Returns why the session must end (its client went away), if it must.
-    fn chunk_done(
-        &mut self,
-        i: usize,
-        index: u64,
-        first_frame: u64,
-        action_id: u64,
-        video: VideoArtifact,
-    ) -> Option<String> {
-        let period = self.period;
+    fn chunk_done(&mut self, i: usize, chunk: ChunkParts, pace: &mut Deadlines) -> Option<String> {
+        let ChunkParts { index, first_frame, action_id, video } = chunk;
         let l = &mut self.list[i];
-        let due = l.start + period.mul_f64(l.info.chunks as f64);
-        if Instant::now() > due + period {
+        if pace.chunk_done(l.key, Instant::now()) {
             l.info.late_chunks += 1;
             self.metrics.session_late_chunks.inc();
         }
         l.info.chunks += 1;
         l.info.frames += video.num_frames as u64;
         l.info.last_action_id = action_id;
-        l.units_done = 0;
-        l.eager = false;
         self.metrics.session_chunks.inc();
         if let Some(st) = self.model.as_ref().and_then(|m| m.kv_stats()) {
             self.metrics.kv_slabs_used.set(st.used_slabs as i64);
@@ -366,19 +317,19 @@ impl LiveSessions {
         }
     }
 
-    /// One unit of session `i`; `jobs_waiting`: job units were ready and waited for it.
-    pub fn step(&mut self, i: usize, jobs_waiting: bool) {
+    /// One unit of the session with scheduler key `key`; `jobs_waiting`: job units were ready
+    /// and waited for it.
+    pub fn step(&mut self, key: u64, jobs_waiting: bool, pace: &mut Deadlines) {
+        let Some(i) = self.list.iter().position(|l| l.key == key) else {
+            // Gone already (its end told the deadlines too); nothing to run.
+            pace.close(key);
+            return;
+        };
         let t = Instant::now();
         let mut evs = Vec::new();
         let run = &mut self.list[i].run;
         let result = catch_unwind(AssertUnwindSafe(|| run.advance(&mut |e| evs.push(e))));
-        let dt = t.elapsed().as_secs_f64();
-        if jobs_waiting {
-            self.share.add(t, dt, false);
-        }
-        let l = &mut self.list[i];
-        l.unit_seconds = if l.unit_seconds == 0.0 { dt } else { l.unit_seconds + 0.2 * (dt - l.unit_seconds) };
-        l.units_done += 1;
+        pace.ran(key, t, t.elapsed().as_secs_f64(), jobs_waiting);
         let mut ending = match result {
             Ok(Ok(Advance::Worked)) => None,
             // The loop ended by itself (its inbox was closed): finish it as a close.
@@ -389,7 +340,8 @@ impl LiveSessions {
         for e in evs {
             match e {
                 OmniEvent::Chunk { index, first_frame, action_id, video, .. } => {
-                    if let Some(reason) = self.chunk_done(i, index, first_frame, action_id, video) {
+                    let chunk = ChunkParts { index, first_frame, action_id, video };
+                    if let Some(reason) = self.chunk_done(i, chunk, pace) {
                         ending = ending.or(Some((reason, End::Close)));
                     }
                 }
@@ -400,7 +352,7 @@ impl LiveSessions {
             }
         }
         if let Some((reason, how)) = ending {
-            self.end(i, reason, how);
+            self.end(i, reason, how, pace);
         }
     }
 }
@@ -564,22 +516,21 @@ mod tests {
             .with_observers(vec![Arc::new(StepCounter)]);
         let model: Arc<dyn SessionModel> = Arc::new(Model(Arc::new(spec)));
         let metrics = Metrics::register(&mut prometheus_client::registry::Registry::default());
-        let live = LiveSessions::new(
-            Some(model.clone()),
-            Device::Cpu,
-            Duration::from_secs(60),
-            0.25,
-            Default::default(),
-            metrics,
-        );
+        let live =
+            LiveSessions::new(Some(model.clone()), Device::Cpu, Duration::from_secs(60), Default::default(), metrics);
         (live, model)
     }
 
-    fn open(live: &mut LiveSessions, model: &Arc<dyn SessionModel>, id: &str) -> mpsc::Receiver<SessionEvent> {
+    fn open(
+        live: &mut LiveSessions,
+        pace: &mut Deadlines,
+        model: &Arc<dyn SessionModel>,
+        id: &str,
+    ) -> mpsc::Receiver<SessionEvent> {
         let (events, rx) = mpsc::channel(64);
         let (reply, mut answer) = oneshot::channel();
         let request = model.request(id, &SessionRequest::default()).unwrap();
-        live.command(SessionCommand::Open { request: Box::new(request), events, reply });
+        live.command(SessionCommand::Open { request: Box::new(request), events, reply }, pace);
         answer.try_recv().unwrap().unwrap();
         rx
     }
@@ -617,17 +568,20 @@ mod tests {
     #[test]
     fn sessions_run_as_pipeline_runs_with_per_session_observers_and_their_end_before_closed() {
         let (mut live, model) = sessions();
-        let mut a = open(&mut live, &model, "a");
-        let mut b = open(&mut live, &model, "b");
-        // Interleaved: a, b, a, b, a, a (a: 4 steps = 2 chunks, b: 2 steps = 1 chunk).
-        for i in [0, 1, 0, 1] {
-            live.step(i, false);
+        let mut pace = Deadlines::new(16, 4, 0.25);
+        let mut a = open(&mut live, &mut pace, &model, "a");
+        let mut b = open(&mut live, &mut pace, &model, "b");
+        // Interleaved by scheduler key: a (0), b (1), a, b, a, a (a: 4 steps = 2 chunks, b: 2
+        // steps = 1 chunk).
+        for key in [0, 1, 0, 1] {
+            live.step(key, false, &mut pace);
         }
-        live.command(SessionCommand::Action { id: "a".into(), action: ActionPart::key("none", 7) });
-        live.step(0, false);
-        live.step(0, false);
-        live.command(SessionCommand::Close { id: "a".into(), reason: "closed by the client".into() });
-        live.command(SessionCommand::Close { id: "b".into(), reason: "bye".into() });
+        live.command(SessionCommand::Action { id: "a".into(), action: ActionPart::key("none", 7) }, &mut pace);
+        live.step(0, false, &mut pace);
+        live.step(0, false, &mut pace);
+        live.command(SessionCommand::Close { id: "a".into(), reason: "closed by the client".into() }, &mut pace);
+        live.command(SessionCommand::Close { id: "b".into(), reason: "bye".into() }, &mut pace);
+        assert!(pace.is_empty(), "closed sessions leave the scheduler's deadlines");
         assert!(live.is_empty());
         let Seen { chunks, steps, end, closed } = drain(&mut a);
         assert_eq!(chunks, [0, 7], "the action reached the loop through the inbox");
@@ -640,18 +594,5 @@ mod tests {
         let Seen { chunks, steps, end, closed } = drain(&mut b);
         assert_eq!((chunks.len(), steps, end), (1, vec![1, 2, 3], Some(("completed".to_string(), 3))));
         assert_eq!(closed.as_deref(), Some("bye"));
-    }
-
-    #[test]
-    fn frames_a_client_skipped_move_the_schedule_earlier_by_their_duration() {
-        let (mut live, model) = sessions();
-        let _rx = open(&mut live, &model, "s");
-        let before = live.pace_inputs()[0].due;
-        // 3 frames at 16 fps: 187.5 ms.
-        live.command(SessionCommand::Skipped { id: "s".into(), frames: 3 });
-        assert_eq!(before - live.pace_inputs()[0].due, Duration::from_micros(187_500));
-        // Unknown sessions are ignored.
-        live.command(SessionCommand::Skipped { id: "nope".into(), frames: 3 });
-        assert_eq!(live.pace_inputs().len(), 1);
     }
 }

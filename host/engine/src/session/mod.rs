@@ -4,15 +4,14 @@
 //! ordinary jobs, with a deadline per chunk so the session keeps its frame rate while jobs run.
 //!
 //! The model side is behind [`SessionModel`] (defined in `fastvideo_pipeline`, implemented by
-//! the world model), so the engine stays model-agnostic. [`Pacer`] is the scheduling rule
-//! alone, unit-tested without a model; `live` is the executor's side.
+//! the world model), so the engine stays model-agnostic. Their pacing is the scheduler's
+//! ([`crate::scheduler::Deadlines`], [`crate::scheduler::Pacer`]): one `State` decides between
+//! a job's unit and a session's; `live` is the executor's side (runs, inboxes, streams).
 
 mod info;
 mod live;
-mod pacer;
 
 pub use fastvideo_pipeline::session::{ActionInbox, SessionModel, SessionRequest};
 pub use info::{ChunkHold, SessionChunk, SessionEvent, SessionInfo};
 pub(crate) use live::{LiveSessions, SessionCommand, SessionShared};
 pub use live::{STREAM_BUFFER_CHUNKS, STREAM_BUFFER_EVENTS};
-pub use pacer::{Jobs, PaceInput, Pacer, Pick};

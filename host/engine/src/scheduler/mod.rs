@@ -12,6 +12,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::share::Share;
 
+mod pace;
+
+pub use pace::{Deadlines, Jobs, PaceInput, Pacer, Pick, Unit};
+
 /// How the next unit is chosen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -84,6 +88,8 @@ pub struct State {
     share: Share,
     /// The last pick: was it overdue, and were both classes waiting (only then is time counted).
     last: Option<(bool, bool)>,
+    /// Live sessions' chunk deadlines: the pacing policy between them and the jobs.
+    deadlines: Deadlines,
 }
 
 /// The stretch bound's floor: a request is never overdue before this long in the system (tiny
@@ -102,7 +108,30 @@ impl State {
             overdue_share: 0.5,
             share: Share::new(Instant::now()),
             last: None,
+            deadlines: Deadlines::new(16, 4, 0.25),
         }
+    }
+
+    /// Paces sessions whose chunks of `frames_per_chunk` frames play at `fps`, with jobs keeping
+    /// at least `job_floor` of the contested executor time ([`Pacer`]).
+    pub fn with_sessions(mut self, fps: u32, frames_per_chunk: u32, job_floor: f64) -> Self {
+        self.deadlines = Deadlines::new(fps, frames_per_chunk, job_floor);
+        self
+    }
+
+    /// The sessions' deadlines (opened, acted on, run and closed by the executor).
+    pub fn sessions(&mut self) -> &mut Deadlines {
+        &mut self.deadlines
+    }
+
+    /// The next unit: the pick among jobs ([`pick`](Self::pick)), then the pacing rule between it
+    /// and the sessions' deadlines.
+    pub fn next_unit(&mut self, now: Instant) -> Unit {
+        let job = self.pick(now);
+        if self.deadlines.is_empty() {
+            return job.map_or(Unit::Idle, Unit::Job);
+        }
+        self.deadlines.pick(now, job)
     }
 
     /// See [`State::max_stretch`](State#structfield.max_stretch): requests in the system longer
@@ -113,8 +142,10 @@ impl State {
         self
     }
 
-    /// The unit picked last started at `start` and took `seconds` (for the overdue share).
+    /// The job unit picked last started at `start` and took `seconds` (for the overdue share,
+    /// and the margin sessions keep for a job unit).
     pub fn ran(&mut self, start: Instant, seconds: f64) {
+        self.deadlines.job_ran(start, seconds);
         if let Some((overdue, true)) = self.last {
             self.share.add(start, seconds, overdue);
         }
