@@ -75,10 +75,12 @@ pub struct SchedulerDescription {
 
 /// The deploy config `cfg.deploy` names, loaded (plugins compiled, hashes checked).
 pub fn load_deploy(cfg: &ServeConfig) -> Result<Option<Arc<Deployment>>> {
-    cfg.deploy
-        .as_deref()
-        .map(|p| Deployment::load(p).map(Arc::new).with_context(|| format!("--deploy {}", p.display())))
-        .transpose()
+    deploy_at(cfg.deploy.as_deref())
+}
+
+/// The deploy config at `path`, if any, loaded; errors name `--deploy` and the file.
+pub fn deploy_at(path: Option<&std::path::Path>) -> Result<Option<Arc<Deployment>>> {
+    path.map(|p| Deployment::load(p).map(Arc::new).with_context(|| format!("--deploy {}", p.display()))).transpose()
 }
 
 /// The engine's parameters: the config's, with the device's defaults where it left them open

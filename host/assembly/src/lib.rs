@@ -17,7 +17,9 @@ pub use config::{
     AuthConfig, Drain, HttpConfig, ModelConfig, RestartJobs, SchedulerConfig, ServeConfig, StorageConfig, WebRtcConfig,
     WorldConfig,
 };
-pub use engine::{build_engine, engine_config, load_deploy, Assembly, EngineDescription, SchedulerDescription};
+pub use engine::{
+    build_engine, deploy_at, engine_config, load_deploy, Assembly, EngineDescription, SchedulerDescription,
+};
 pub use locate::{default_model, workflow_model_folder, world_model};
 pub use model::ModelLocation;
 pub use server::{api_keys, build_server, data_dir, Served};

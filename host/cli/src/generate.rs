@@ -8,7 +8,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use fastvideo_pipeline::{LoopPolicies, PipelineRun, Values};
-use fastvideo_plugin_host::{Binding, Deployment};
+use fastvideo_plugin_host::Binding;
 use fastvideo_request::{InputPart, OmniRequest, TextRole};
 
 use crate::args::{ParallelArgs, PluginArgs, PrecisionArgs, SamplingArgs};
@@ -79,13 +79,10 @@ pub fn policies_for(
     model_id: &str,
     quiet: bool,
 ) -> Result<LoopPolicies> {
-    let deploy = match plugins.deploy.as_deref() {
-        Some(path) => Some(Arc::new(Deployment::load(path).with_context(|| format!("--deploy {}", path.display()))?)),
-        None if !plugins.plugin_params.is_empty() => {
-            bail!("--plugin-param needs --deploy (plugins come from a deploy config)")
-        }
-        None => None,
-    };
+    if plugins.deploy.is_none() && !plugins.plugin_params.is_empty() {
+        bail!("--plugin-param needs --deploy (plugins come from a deploy config)")
+    }
+    let deploy = fastvideo_assembly::deploy_at(plugins.deploy.as_deref())?;
     let binding = Binding::of(deploy.as_ref(), model_id);
     for r in requests {
         binding.check(r)?;
