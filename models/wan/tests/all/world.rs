@@ -165,3 +165,78 @@ fn a_session_run_makes_the_frames_of_the_rollout_it_drives() {
         assert_eq!(v.rgb, want.rgb, "chunk {i}");
     }
 }
+
+/// A step interceptor with per-request state: it numbers the steps it sees (reported as events)
+/// and supplies the output of every chunk's second denoise step (velocity 0), so that step
+/// runs no forward.
+struct NumberedSteps;
+struct Numbered(u32, Vec<fastvideo_request::OmniEvent>);
+
+impl fastvideo_pipeline::StepPolicy for NumberedSteps {
+    fn init(
+        &self,
+        _: &fastvideo_request::ResolvedRequest,
+        _: &fastvideo_pipeline::PluginMeter,
+    ) -> anyhow::Result<Box<dyn fastvideo_pipeline::StepPolicyState>> {
+        Ok(Box::new(Numbered(0, Vec::new())))
+    }
+}
+
+impl fastvideo_pipeline::StepPolicyState for Numbered {
+    fn before_step(&mut self, step: &fastvideo_pipeline::StepCtx, latents: &Tensor) -> anyhow::Result<Option<Tensor>> {
+        self.0 += 1;
+        assert_eq!(step.num_steps, 2, "the world's few-step schedule");
+        Ok((step.step_index == 1).then(|| latents.zeros_like()))
+    }
+    fn after_step(&mut self, step: &fastvideo_pipeline::StepCtx, _: &Tensor) -> anyhow::Result<()> {
+        self.1.push(fastvideo_request::OmniEvent::Plugin {
+            request_id: step.request.request_id.clone(),
+            plugin: "numbered".into(),
+            name: "step".into(),
+            payload: self.0.into(),
+        });
+        Ok(())
+    }
+    fn take_events(&mut self) -> Vec<fastvideo_request::OmniEvent> {
+        std::mem::take(&mut self.1)
+    }
+}
+
+#[test]
+fn a_step_interceptor_runs_in_each_session_with_its_own_state() {
+    use fastvideo_pipeline::{ClassicCfg, LoopPolicies};
+    use fastvideo_request::OmniEvent;
+    use fastvideo_wan::sessions::WorldSessions;
+    let (_dir, m) = tiny_world();
+    let mut policies = LoopPolicies::new(std::sync::Arc::new(ClassicCfg));
+    policies.steps = Some(std::sync::Arc::new(NumberedSteps));
+    let sessions = WorldSessions::new("tiny".into(), std::sync::Arc::new(m), 2, Device::Cpu, policies, None).unwrap();
+    let (mut a, _ia) = session_run(&sessions, "a");
+    let (mut b, _ib) = session_run(&sessions, "b");
+    let (mut ea, mut eb) = (Vec::new(), Vec::new());
+    // Interleaved unit by unit, as the engine runs two sessions.
+    while chunks(&ea).len() < 3 || chunks(&eb).len() < 3 {
+        a.advance(&mut |e| ea.push(e)).unwrap();
+        b.advance(&mut |e| eb.push(e)).unwrap();
+    }
+    for (name, events, run) in [("a", &ea, &a), ("b", &eb, &b)] {
+        let numbers: Vec<u64> = events
+            .iter()
+            .filter_map(|e| match e {
+                OmniEvent::Plugin { request_id, payload, .. } => {
+                    assert_eq!(request_id, name);
+                    payload.as_u64()
+                }
+                _ => None,
+            })
+            .collect();
+        // Its own count, 1, 2, 3, … whatever the other session did in between.
+        assert_eq!(numbers, (1..=numbers.len() as u64).collect::<Vec<_>>(), "session {name}");
+        // Chunk 0 is generated (2 denoise steps); each later chunk too: the interceptor saw
+        // every denoise step and supplied every second one, which ran no forward.
+        let steps = numbers.len() as u32;
+        let commits = chunks(events).len() as u32;
+        assert!(steps >= 2 * commits, "session {name}: {steps} steps for {commits} chunks");
+        assert_eq!(run.metrics().forwards, steps / 2 + steps % 2 + commits, "session {name}");
+    }
+}
