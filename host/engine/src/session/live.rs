@@ -126,8 +126,8 @@ impl LiveSessions {
         live
     }
 
-    /// The model's key/value pool occupancy in the gauges (after a chunk, and after a session
-    /// returned its slabs).
+    /// The model's key/value pool occupancy in the gauges (at start, after a chunk, and after a
+    /// session returned its slabs).
     fn publish_pool(&self) {
         if let Some(st) = self.model.as_ref().and_then(|m| m.kv_stats()) {
             self.metrics.kv_slabs_capacity.set(st.capacity_slabs as i64);
@@ -281,6 +281,8 @@ impl LiveSessions {
     /// Returns why the session must end (its client went away), if it must.
     fn chunk_done(&mut self, i: usize, chunk: ChunkParts, pace: &mut Deadlines) -> Option<String> {
         let ChunkParts { index, first_frame, action_id, video } = chunk;
+        self.metrics.session_chunks.inc();
+        self.publish_pool();
         let l = &mut self.list[i];
         if pace.chunk_done(l.key, Instant::now()) {
             l.info.late_chunks += 1;
@@ -289,11 +291,6 @@ impl LiveSessions {
         l.info.chunks += 1;
         l.info.frames += video.num_frames as u64;
         l.info.last_action_id = action_id;
-        self.metrics.session_chunks.inc();
-        if let Some(st) = self.model.as_ref().and_then(|m| m.kv_stats()) {
-            self.metrics.kv_slabs_used.set(st.used_slabs as i64);
-            self.metrics.kv_evictions.set(st.evictions as i64);
-        }
         // Updated, never re-added: the front may have closed it already.
         if let Some(e) = self.shared.info.lock().unwrap().get_mut(&l.id) {
             *e = l.info.clone();
