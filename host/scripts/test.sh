@@ -66,7 +66,8 @@ phase "sdk tests" cargo test --manifest-path plugins/Cargo.toml -p fastvideo-plu
 # below see the same wrapper, so the run finds the build fresh. The lints are those of
 # `cargo clippy --workspace --all-targets -- -D warnings`.
 source host/scripts/lint-env.sh
-phase "build tests + clippy (workspace)" cargo test --workspace --all-targets --locked --no-run
+# `--timings` leaves a per-crate report (target/cargo-timings/) to read when this phase grows.
+phase "build tests + clippy (workspace)" cargo test --workspace --all-targets --locked --no-run --timings
 phase "run tests (workspace)" cargo test --workspace --locked
 # The fleet test: Dynamo's frontend and two fastvideo-dynamo workers: the binary the workspace's
 # test build made (its features unified with everything else's, so nothing builds again).
