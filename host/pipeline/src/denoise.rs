@@ -16,21 +16,39 @@ use crate::{
     StepCtx, StepPolicy, StepPolicyState, StepResult, Value, Values,
 };
 
-/// A model that predicts the flow velocity of latents at a timestep, given a conditioning tensor.
+/// What one forward is conditioned on besides the latents and the timestep.
+#[derive(Clone, Copy)]
+pub struct Conditioning<'a> {
+    /// The guidance branch's text embeddings `[B, L, D]`.
+    pub text: &'a Tensor,
+    /// What the request brings that every branch shares: an image-to-video model's image
+    /// embeddings (rows per sample as the model defines them), if any.
+    pub image: Option<&'a Tensor>,
+}
+
+impl<'a> Conditioning<'a> {
+    /// Text alone.
+    pub fn text(text: &'a Tensor) -> Self {
+        Self { text, image: None }
+    }
+}
+
+/// A model that predicts the flow velocity of latents at a timestep, given its conditioning.
 pub trait Denoiser: Send + Sync {
-    /// `latents` is `[B, C, F, H, W]`, `timestep` is `[B]` (float), `context` is `[B, L, D]`.
-    fn forward(&self, latents: &Tensor, timestep: &Tensor, context: &Tensor) -> Result<Tensor>;
+    /// `latents` is `[B, C, F, H, W]` (with a request's condition channels appended, when it has
+    /// any), `timestep` is `[B]` (float).
+    fn forward(&self, latents: &Tensor, timestep: &Tensor, cond: Conditioning) -> Result<Tensor>;
     /// The same forward with a block policy hooked into the block loop. Denoisers without
     /// blocks ignore the hook.
     fn forward_hooked(
         &self,
         latents: &Tensor,
         timestep: &Tensor,
-        context: &Tensor,
+        cond: Conditioning,
         hook: &mut dyn BlockHook,
     ) -> Result<Tensor> {
         let _ = hook;
-        self.forward(latents, timestep, context)
+        self.forward(latents, timestep, cond)
     }
     /// Latent shape `[1, C, F, H, W]` for a request.
     fn latent_shape(&self, req: &ResolvedRequest) -> Vec<i64>;
@@ -56,6 +74,11 @@ pub struct DenoiseLoop {
     pub contexts: BTreeMap<String, String>,
     /// Value name of optional initial latents (request-supplied noise); seeded noise otherwise.
     pub initial_latents: String,
+    /// Value name of optional image embeddings every branch's forward takes (image-to-video).
+    pub image_embeds: String,
+    /// Value name of optional condition latents `[1, C', F, H, W]` appended to the latents'
+    /// channels at every forward (image-to-video's mask and encoded first frame).
+    pub latent_condition: String,
     /// Value name the denoised latents are written to by `finalize`.
     pub output: String,
 }
@@ -127,6 +150,8 @@ struct DenoiseState {
     capture: Option<Capture>,
     branches: Vec<String>,
     contexts: Vec<Tensor>,
+    image: Option<Tensor>,
+    condition: Option<Tensor>,
     guidance: GuidanceState,
     blocks: Option<Box<dyn BlockPolicyState>>,
     steps: Option<Box<dyn StepPolicyState>>,
@@ -154,6 +179,19 @@ fn batches_branches(denoiser: &dyn Denoiser, device: Device, s: &DenoiseState) -
 }
 
 impl DenoiseState {
+    /// The denoiser's input: the latents, with the condition channels when there are any.
+    fn model_input(&self) -> Tensor {
+        match &self.condition {
+            Some(c) => Tensor::cat(&[&self.latents, &c.to_kind(self.latents.kind())], 1),
+            None => self.latents.shallow_clone(),
+        }
+    }
+
+    /// The image embeddings for `n` stacked copies of the request's rows.
+    fn image_rows(&self, n: usize) -> Option<Tensor> {
+        self.image.as_ref().map(|i| if n == 1 { i.shallow_clone() } else { Tensor::cat(&vec![i; n], 0) })
+    }
+
     /// The sampler update with the guided prediction; the trajectory capture sees the latents
     /// it starts from.
     fn advance(&mut self, guided: &Tensor) -> Result<()> {
@@ -197,6 +235,18 @@ impl LoopStage for DenoiseLoop {
             }
             None => seeded_noise(&shape, req.seed, ctx.device),
         };
+        let image = values.opt_tensor(&self.image_embeds).map(|t| t.shallow_clone());
+        let condition = match values.opt_tensor(&self.latent_condition) {
+            Some(c) => {
+                let (l, s) = (latents.size(), c.size());
+                ensure!(
+                    s.len() == 5 && s[0] == l[0] && s[2..] == l[2..],
+                    "denoise: condition latents {s:?} do not match the latents {l:?} outside the channels"
+                );
+                Some(c.to_device(ctx.device))
+            }
+            None => None,
+        };
         let plan = self.guidance.init(req, ctx.meter).context("guidance init")?;
         let branches = plan.branches;
         let mut contexts = Vec::with_capacity(branches.len());
@@ -212,6 +262,8 @@ impl LoopStage for DenoiseLoop {
             capture: Capture::of(req),
             branches,
             contexts,
+            image,
+            condition,
             guidance: plan.state,
             blocks: match &self.blocks {
                 Some(p) => Some(p.init(req, ctx.meter).context("block policy init")?),
@@ -245,10 +297,12 @@ impl LoopStage for DenoiseLoop {
             None if batches_branches(self.denoiser.as_ref(), ctx.device, s) => {
                 let n = s.contexts.len();
                 let timestep = Tensor::from_slice(&vec![step.timestep; n]).to_device(ctx.device);
-                let x = Tensor::cat(&vec![&s.latents; n], 0);
+                let input = s.model_input();
+                let x = Tensor::cat(&vec![&input; n], 0);
+                let (text, image) = (Tensor::cat(&s.contexts, 0), s.image_rows(n));
                 let preds = self
                     .denoiser
-                    .forward(&x, &timestep, &Tensor::cat(&s.contexts, 0))
+                    .forward(&x, &timestep, Conditioning { text: &text, image: image.as_ref() })
                     .context("forward of the guidance branches as one batch")?
                     .split(1, 0);
                 (self.guidance.combine(&step, &preds, &mut s.guidance)?, n as u32)
@@ -256,13 +310,15 @@ impl LoopStage for DenoiseLoop {
             None => {
                 let timestep = Tensor::from_slice(&[step.timestep]).to_device(ctx.device);
                 let mut preds = Vec::with_capacity(s.branches.len());
+                let x = s.model_input();
                 for (b, c) in s.branches.iter().zip(&s.contexts) {
+                    let cond = Conditioning { text: c, image: s.image.as_ref() };
                     let p = match s.blocks.as_deref_mut() {
                         Some(state) => {
                             let mut hook = BoundHook { state, step: &step, branch: b };
-                            self.denoiser.forward_hooked(&s.latents, &timestep, c, &mut hook)
+                            self.denoiser.forward_hooked(&x, &timestep, cond, &mut hook)
                         }
-                        None => self.denoiser.forward(&s.latents, &timestep, c),
+                        None => self.denoiser.forward(&x, &timestep, cond),
                     }
                     .with_context(|| format!("forward of branch `{b}`"))?;
                     preds.push(p);
@@ -298,6 +354,8 @@ impl LoopStage for DenoiseLoop {
         let s = state.inner.downcast_ref::<DenoiseState>()?;
         let mut h = std::collections::hash_map::DefaultHasher::new();
         s.latents.size().hash(&mut h);
+        s.image.as_ref().map(|t| t.size()).hash(&mut h);
+        s.condition.as_ref().map(|t| t.size()).hash(&mut h);
         format!("{:?}", s.latents.device()).hash(&mut h);
         for (b, c) in s.branches.iter().zip(&s.contexts) {
             b.hash(&mut h);
@@ -313,18 +371,24 @@ impl LoopStage for DenoiseLoop {
             return ctxs.iter().zip(states.iter_mut()).map(|(c, s)| self.step(c, s)).collect();
         }
         let batch = (|| -> Result<Vec<Tensor>> {
-            let (mut x, mut t, mut c) = (Vec::new(), Vec::new(), Vec::new());
+            let (mut x, mut t, mut c, mut images) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
             for st in states.iter_mut() {
                 let s: &mut DenoiseState = st.get_mut()?;
                 let ts = s.sampler.timesteps()[s.sampler.step_index()];
+                let input = s.model_input();
                 for ctx in &s.contexts {
-                    x.push(s.latents.shallow_clone());
+                    x.push(input.shallow_clone());
                     t.push(ts);
                     c.push(ctx.shallow_clone());
                 }
+                // Same batch key, so every request has an image or none does.
+                images.extend(s.image_rows(s.contexts.len()));
             }
             let timestep = Tensor::from_slice(&t).to_device(ctxs[0].device);
-            let out = self.denoiser.forward(&Tensor::cat(&x, 0), &timestep, &Tensor::cat(&c, 0))?;
+            let image = (!images.is_empty()).then(|| Tensor::cat(&images, 0));
+            let text = Tensor::cat(&c, 0);
+            let cond = Conditioning { text: &text, image: image.as_ref() };
+            let out = self.denoiser.forward(&Tensor::cat(&x, 0), &timestep, cond)?;
             Ok(out.split(1, 0))
         })();
         let rows = match batch {

@@ -95,7 +95,7 @@ mod value;
 mod weight_loader;
 
 pub use blocks::{BlockAction, BlockHook, BlockPolicy, BlockPolicyState, BoundHook};
-pub use denoise::{DenoiseLoop, Denoiser};
+pub use denoise::{Conditioning, DenoiseLoop, Denoiser};
 pub use driver::{Advance, CancelToken, PipelineRun};
 pub use embedding_cache::{CacheObserver, EmbeddingCache};
 pub use guidance::{ClassicCfg, Guidance, GuidancePlan, GuidanceState, StepCtx};

@@ -45,6 +45,7 @@
 mod action;
 mod error;
 mod event;
+mod media;
 mod output;
 mod request;
 mod resolve;
@@ -52,6 +53,7 @@ mod resolve;
 pub use action::ActionPart;
 pub use error::RequestError;
 pub use event::OmniEvent;
+pub use media::{ImageRole, InputImage};
 pub use output::{Artifact, LatentsArtifact, OmniOutput, RequestMetrics, TrajectoryArtifact, VideoArtifact};
 pub use request::{
     DiffusionParams, InputPart, Modality, OmniRequest, OutputSpec, SamplerKind, SamplingParams, TaskType, TextRole,

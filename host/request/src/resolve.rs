@@ -2,7 +2,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{InputPart, OmniRequest, OutputSpec, RequestError, SamplerKind, TaskType};
+use crate::{InputImage, InputPart, OmniRequest, OutputSpec, RequestError, SamplerKind, TaskType};
 
 /// Parameter values a model uses when a request leaves them out. The same names as
 /// `DiffusionParams`/`SamplingParams` (the request's optional overrides) and `ResolvedRequest`
@@ -122,9 +122,18 @@ pub struct ResolvedRequest {
     pub exact: bool,
     /// Scheduling priority, as requested; higher runs first.
     pub priority: i32,
+    /// Conditioning pictures, decoded and checked by the host (empty from `resolve`, which reads
+    /// no files: the front end's input decoder attaches them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<InputImage>,
 }
 
 impl ResolvedRequest {
+    /// The conditioning picture in `role`, if the request has one.
+    pub fn image(&self, role: crate::ImageRole) -> Option<&InputImage> {
+        self.images.iter().find(|i| i.role == role)
+    }
+
     /// Whether the unconditional branch runs (guidance above 1).
     pub fn does_cfg(&self) -> bool {
         self.guidance_scale > 1.0
@@ -235,6 +244,7 @@ impl OmniRequest {
             plugin_params: self.plugin_params.clone(),
             exact: self.exact,
             priority: self.priority,
+            images: Vec::new(),
         })
     }
 }

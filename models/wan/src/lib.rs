@@ -1,12 +1,18 @@
 //! The Wan 2.1 model family in tch: `WanTransformer3DModel`, the `AutoencoderKLWan` video VAE,
-//! the UMT5 text encoder and its tokenizer, diffusers-layout loading, and the text-to-video
-//! [`pipeline`]. Each component is `Config` + `new(cfg, weights)`; module paths equal checkpoint
-//! keys. Parity with diffusers/transformers is tested against fixtures in `tests/fixtures/`.
+//! the UMT5 text encoder and its tokenizer, the CLIP image encoder of image-to-video models,
+//! diffusers-layout loading, and the text- and image-to-video [`pipeline`]s. Each component is
+//! `Config` + `new(cfg, weights)`; module paths equal checkpoint keys. Parity with
+//! diffusers/transformers is tested against fixtures in `tests/fixtures/`.
 
 pub mod bench;
 pub mod causal;
 pub mod chunk_rollout;
+pub mod clip_vision;
 pub mod config;
+pub mod image_condition;
+mod image_encode;
+pub mod image_processor;
+pub mod image_resize;
 pub mod loader;
 pub mod nn;
 pub mod parallel;

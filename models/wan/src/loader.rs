@@ -12,7 +12,9 @@ use serde::Deserialize;
 use serde_json::Value;
 use tch::{Device, Kind};
 
+use crate::clip_vision::{ClipVisionConfig, ClipVisionEncoder};
 use crate::config::unsupported;
+use crate::image_processor::ImageProcessorConfig;
 use crate::parallel::transformer::{load_from_files, transformer_checkpoint, ParallelTransformer};
 use crate::scheduler::{self, SchedulerDefaults};
 use crate::tokenizer::TextTokenizer;
@@ -89,6 +91,15 @@ pub struct WanModel {
     pub load_report: LoadReport,
     /// The transformer over several ranks (`--gpus N --parallel …`); `None` runs it on `device`.
     pub parallel: Option<Arc<ParallelTransformer>>,
+    /// An image-to-video model's image encoder and its preprocessing (`None`: text-to-video).
+    pub image: Option<ImageConditioning>,
+}
+
+/// What an image-to-video folder adds: `image_encoder/` and `image_processor/`.
+#[derive(Clone)]
+pub struct ImageConditioning {
+    pub encoder: Arc<ClipVisionEncoder>,
+    pub processor: Arc<ImageProcessorConfig>,
 }
 
 fn component_class(dir: &Path, index: &serde_json::Map<String, Value>, name: &str) -> Result<String> {
@@ -120,13 +131,15 @@ impl WanModel {
         })?;
         let index: serde_json::Map<String, Value> =
             serde_json::from_str(&text).with_context(|| format!("{}: not a JSON object", index_path.display()))?;
-        match index.get("_class_name").and_then(Value::as_str) {
-            Some("WanPipeline") => {}
+        let image_to_video = match index.get("_class_name").and_then(Value::as_str) {
+            Some("WanPipeline") => false,
+            Some("WanImageToVideoPipeline") => true,
             other => bail!(
-                "{}: `_class_name` = {other:?}; only WanPipeline (Wan 2.1 text-to-video) is supported",
+                "{}: `_class_name` = {other:?}; WanPipeline (Wan 2.1 text-to-video) and WanImageToVideoPipeline \
+                 (image-to-video, first-and-last-frame) are supported",
                 index_path.display()
             ),
-        }
+        };
         for key in ["transformer_2", "boundary_ratio"] {
             if let Some(v) =
                 index.get(key).filter(|v| !v.is_null() && **v != Value::Array(vec![Value::Null, Value::Null]))
@@ -178,9 +191,28 @@ impl WanModel {
                 transformer.cfg.text_dim
             );
         }
-        if vae.cfg.z_dim != transformer.cfg.in_channels || vae.cfg.z_dim != transformer.cfg.out_channels() {
-            bail!("{}: vae z_dim {} does not match transformer in/out channels", dir.display(), vae.cfg.z_dim);
+        // Image-to-video input: noise latents, the mask (one channel per frame of a latent frame)
+        // and the encoded picture(s).
+        let z = vae.cfg.z_dim;
+        let in_channels = if image_to_video { 2 * z + vae.cfg.temporal_factor() } else { z };
+        if transformer.cfg.in_channels != in_channels || transformer.cfg.out_channels() != z {
+            bail!(
+                "{}: transformer in/out channels {}/{} do not match the vae's z_dim {z} (expected {in_channels}/{z})",
+                dir.display(),
+                transformer.cfg.in_channels,
+                transformer.cfg.out_channels()
+            );
         }
+        if image_to_video != transformer.takes_image() {
+            bail!(
+                "{}: transformer/config.json image_dim is {} but the pipeline is {}",
+                dir.display(),
+                if transformer.takes_image() { "set" } else { "null" },
+                if image_to_video { "WanImageToVideoPipeline" } else { "WanPipeline" }
+            );
+        }
+        let image =
+            if image_to_video { Some(load_image_conditioning(dir, &index, &transformer, device)?) } else { None };
         let tokenizer = TextTokenizer::from_file(&dir.join("tokenizer").join("tokenizer.json"))?;
         let scheduler = scheduler::load(&dir.join("scheduler").join("scheduler_config.json"))?;
         let run_path = dir.join("fastvideo.json");
@@ -208,6 +240,7 @@ impl WanModel {
             run,
             device,
             parallel: None,
+            image,
         })
     }
 
@@ -237,7 +270,7 @@ impl WanModel {
         let r = &self.run;
         ModelLimits {
             family: "Wan".into(),
-            tasks: vec![TaskType::T2v, TaskType::T2i],
+            tasks: if self.image.is_some() { vec![TaskType::I2v] } else { vec![TaskType::T2v, TaskType::T2i] },
             frame_multiple: tf,
             spatial_multiple: spatial,
             max_frames: tf * (rope * t.patch_size[0] as u32 - 1) + 1,
@@ -272,12 +305,55 @@ impl WanModel {
             device: self.device,
             load_report: self.load_report.clone(),
             parallel: self.parallel.clone(),
+            image: self.image.clone(),
         }
     }
 
     pub fn max_sequence_length(&self) -> usize {
         self.run.max_sequence_length.unwrap_or(512)
     }
+}
+
+/// `image_encoder/` (a CLIP vision tower, float32 as diffusers' examples load it: one or two
+/// pictures per request, so its cost is small) and `image_processor/`.
+fn load_image_conditioning(
+    dir: &Path,
+    index: &serde_json::Map<String, Value>,
+    transformer: &WanTransformer3DModel,
+    device: Device,
+) -> Result<ImageConditioning> {
+    let index_path = dir.join("model_index.json");
+    let class = component_class(dir, index, "image_encoder")?;
+    if !matches!(class.as_str(), "CLIPVisionModel" | "CLIPVisionModelWithProjection") {
+        return Err(unsupported(&index_path, "image_encoder", class, "only CLIPVisionModel"));
+    }
+    let class = component_class(dir, index, "image_processor")?;
+    if !matches!(class.as_str(), "CLIPImageProcessor" | "CLIPImageProcessorFast") {
+        return Err(unsupported(&index_path, "image_processor", class, "only CLIPImageProcessor"));
+    }
+    let e_dir = dir.join("image_encoder");
+    let cfg = ClipVisionConfig::load(&e_dir.join("config.json"))?;
+    if Some(cfg.hidden_size) != transformer.cfg.image_dim {
+        bail!(
+            "{}: image encoder hidden_size {} does not match transformer image_dim {:?}",
+            dir.display(),
+            cfg.hidden_size,
+            transformer.cfg.image_dim
+        );
+    }
+    let w = Weights::from_dir(&e_dir, "model", device, Kind::Float)?;
+    let encoder = ClipVisionEncoder::new(cfg, &w)?;
+    let processor = ImageProcessorConfig::load(&dir.join("image_processor").join("preprocessor_config.json"))?;
+    if processor.output_side().is_some_and(|s| s != encoder.cfg.image_size) {
+        bail!(
+            "{}: image_processor crops to {:?} but the image encoder takes {}x{}",
+            dir.display(),
+            processor.crop_size,
+            encoder.cfg.image_size,
+            encoder.cfg.image_size
+        );
+    }
+    Ok(ImageConditioning { encoder: Arc::new(encoder), processor: Arc::new(processor) })
 }
 
 /// Peak resident set size of this process (`VmHWM` in /proc/self/status), in bytes.

@@ -146,14 +146,14 @@ pub fn run(
         let step = || -> Result<Tensor> {
             let (pc, pu) = match &parallel {
                 Some(p) if plan.cfg > 1 || opts.batch_branches => {
-                    let out = p.forward(&both.0, &both.1, &both.2)?;
+                    let out = p.forward(&both.0, &both.1, &both.2, None)?;
                     (out.get(0).unsqueeze(0), out.get(1).unsqueeze(0))
                 }
                 None if opts.batch_branches => {
                     let out = first.forward(&both.0, &both.1, &both.2)?;
                     (out.get(0).unsqueeze(0), out.get(1).unsqueeze(0))
                 }
-                Some(p) => (p.forward(&latents, &t1, &cond)?, p.forward(&latents, &t1, &uncond)?),
+                Some(p) => (p.forward(&latents, &t1, &cond, None)?, p.forward(&latents, &t1, &uncond, None)?),
                 None => (first.forward(&latents, &t1, &cond)?, first.forward(&latents, &t1, &uncond)?),
             };
             Ok(&pu + (pc - &pu) * opts.guidance)

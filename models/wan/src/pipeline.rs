@@ -1,17 +1,19 @@
-//! The Wan 2.1 text-to-video pipeline as a declarative graph:
-//! `text_encode → denoise (loop) → vae_decode → assemble`.
+//! The Wan 2.1 pipelines as declarative graphs: text-to-video
+//! `text_encode → denoise (loop) → vae_decode → assemble`, and for image-conditioned models
+//! (I2V, FLF2V) `text_encode → image_encode → denoise → vae_decode → assemble`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use anyhow::{ensure, Result};
 use fastvideo_pipeline::{
-    BlockHook, ClassicCfg, DenoiseLoop, Denoiser, EmbeddingCache, Guidance, LoopPolicies, Node, NodeCtx, PipelineSpec,
-    Stage, Value, Values,
+    BlockHook, ClassicCfg, Conditioning, DenoiseLoop, Denoiser, EmbeddingCache, Guidance, LoopPolicies, Node, NodeCtx,
+    PipelineSpec, Stage, Value, Values,
 };
 use fastvideo_request::{ResolvedRequest, TaskType, VideoArtifact};
 use tch::{Device, Kind, Tensor};
 
+use crate::image_encode::ImageEncode;
 use crate::loader::WanModel;
 use crate::parallel::ParallelTransformer;
 use crate::tokenizer::TextTokenizer;
@@ -24,6 +26,10 @@ pub mod values {
     pub const PROMPT_EMBEDS: &str = "prompt_embeds";
     pub const NEGATIVE_EMBEDS: &str = "negative_prompt_embeds";
     pub const INITIAL_LATENTS: &str = "initial_latents";
+    /// CLIP states of the request's picture(s) (image-conditioned models).
+    pub const IMAGE_EMBEDS: &str = "image_embeds";
+    /// The mask and encoded picture(s) appended to the latents' channels (image-conditioned models).
+    pub const LATENT_CONDITION: &str = "latent_condition";
     pub const LATENTS: &str = "latents";
     pub const FRAMES: &str = "frames";
     pub const VIDEO: &str = "video";
@@ -98,21 +104,21 @@ struct WanDenoiser {
 }
 
 impl Denoiser for WanDenoiser {
-    fn forward(&self, latents: &Tensor, timestep: &Tensor, context: &Tensor) -> Result<Tensor> {
+    fn forward(&self, latents: &Tensor, timestep: &Tensor, cond: Conditioning) -> Result<Tensor> {
         match &self.parallel {
-            Some(p) => p.forward(latents, timestep, context),
-            None => self.transformer.forward(latents, timestep, context),
+            Some(p) => p.forward(latents, timestep, cond.text, cond.image),
+            None => self.transformer.forward_hooked(latents, timestep, cond.text, cond.image, None),
         }
     }
     fn forward_hooked(
         &self,
         latents: &Tensor,
         timestep: &Tensor,
-        context: &Tensor,
+        cond: Conditioning,
         hook: &mut dyn BlockHook,
     ) -> Result<Tensor> {
         ensure!(self.parallel.is_none(), "a block policy cannot run on a parallel transformer");
-        self.transformer.forward_hooked(latents, timestep, context, Some(hook))
+        self.transformer.forward_hooked(latents, timestep, cond.text, cond.image, Some(hook))
     }
     fn splits_batch(&self) -> bool {
         self.parallel.as_ref().is_some_and(|p| p.plan().cfg > 1)
@@ -196,6 +202,8 @@ pub fn text_to_video_with(model: &WanModel, policies: LoopPolicies) -> Result<Pi
         steps,
         contexts: BTreeMap::from([("cond".into(), PROMPT_EMBEDS.into()), ("uncond".into(), NEGATIVE_EMBEDS.into())]),
         initial_latents: INITIAL_LATENTS.to_string(),
+        image_embeds: IMAGE_EMBEDS.to_string(),
+        latent_condition: LATENT_CONDITION.to_string(),
         output: LATENTS.to_string(),
     };
     let text = TextEncode {
@@ -204,15 +212,26 @@ pub fn text_to_video_with(model: &WanModel, policies: LoopPolicies) -> Result<Pi
         default_len: model.max_sequence_length(),
         cache: Arc::clone(&model.text_cache),
     };
-    let nodes = vec![
-        Node::stage("text_encode", Arc::new(text), &[], &[PROMPT_EMBEDS, NEGATIVE_EMBEDS]),
-        Node::looped("denoise", Arc::new(denoise), &[PROMPT_EMBEDS], &[LATENTS]),
+    let mut nodes = vec![Node::stage("text_encode", Arc::new(text), &[], &[PROMPT_EMBEDS, NEGATIVE_EMBEDS])];
+    let (name, tasks, denoise_inputs) = match &model.image {
+        Some(image) => {
+            let stage = ImageEncode {
+                encoder: Arc::clone(&image.encoder),
+                processor: Arc::clone(&image.processor),
+                vae: Arc::clone(&model.vae),
+                last_frame: model.transformer.cfg.pos_embed_seq_len.is_some(),
+            };
+            nodes.push(Node::stage("image_encode", Arc::new(stage), &[], &[IMAGE_EMBEDS, LATENT_CONDITION]));
+            ("wan-i2v", vec![TaskType::I2v], vec![PROMPT_EMBEDS, IMAGE_EMBEDS, LATENT_CONDITION])
+        }
+        None => ("wan-t2v", vec![TaskType::T2v, TaskType::T2i], vec![PROMPT_EMBEDS]),
+    };
+    nodes.extend([
+        Node::looped("denoise", Arc::new(denoise), &denoise_inputs, &[LATENTS]),
         Node::stage("vae_decode", Arc::new(VaeDecode { vae: Arc::clone(&model.vae) }), &[LATENTS], &[FRAMES]),
         Node::stage("assemble", Arc::new(Assemble), &[FRAMES], &[VIDEO]),
-    ];
-    Ok(PipelineSpec::new("wan-t2v", vec![TaskType::T2v, TaskType::T2i], nodes, &[], VIDEO)?
-        .with_observers(observers)
-        .with_rewards(rewards))
+    ]);
+    Ok(PipelineSpec::new(name, tasks, nodes, &[], VIDEO)?.with_observers(observers).with_rewards(rewards))
 }
 
 /// The default guidance policy: classic CFG.

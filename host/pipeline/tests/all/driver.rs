@@ -9,16 +9,17 @@ use anyhow::Result;
 use fastvideo_pipeline::denoise::seeded_noise;
 use fastvideo_pipeline::sampler::{FlowMatchEuler, Sampler};
 use fastvideo_pipeline::{
-    Advance, CancelToken, ClassicCfg, DenoiseLoop, Denoiser, Node, NodeCtx, Observed, Observer, ObserverState,
-    PipelineRun, PipelineSpec, PluginMeter, SpecError, Stage, StepCtx, StepPolicy, StepPolicyState, Value, Values,
+    Advance, CancelToken, ClassicCfg, Conditioning, DenoiseLoop, Denoiser, Node, NodeCtx, Observed, Observer,
+    ObserverState, PipelineRun, PipelineSpec, PluginMeter, SpecError, Stage, StepCtx, StepPolicy, StepPolicyState,
+    Value, Values,
 };
 use fastvideo_request::{Defaults, ModelLimits, OmniEvent, OmniRequest, ResolvedRequest, SamplerKind, TaskType};
 use tch::{Device, Tensor};
 
 struct Toy;
 impl Denoiser for Toy {
-    fn forward(&self, latents: &Tensor, _t: &Tensor, context: &Tensor) -> Result<Tensor> {
-        Ok(latents * context)
+    fn forward(&self, latents: &Tensor, _t: &Tensor, cond: Conditioning) -> Result<Tensor> {
+        Ok(latents * cond.text)
     }
     fn latent_shape(&self, _req: &ResolvedRequest) -> Vec<i64> {
         vec![1, 2, 1, 2, 2]
@@ -58,6 +59,8 @@ fn spec_with(
         steps,
         contexts: BTreeMap::from([("cond".into(), "cond".into()), ("uncond".into(), "uncond".into())]),
         initial_latents: "init".into(),
+        image_embeds: "image_embeds".into(),
+        latent_condition: "latent_condition".into(),
         output: "latents".into(),
     };
     let mut nodes = vec![
@@ -438,6 +441,8 @@ fn the_artifact_is_the_value_the_spec_names_as_its_final_output() {
         steps: None,
         contexts: BTreeMap::from([("cond".into(), "cond".into()), ("uncond".into(), "uncond".into())]),
         initial_latents: "init".into(),
+        image_embeds: "image_embeds".into(),
+        latent_condition: "latent_condition".into(),
         output: "latents".into(),
     };
     let nodes = vec![

@@ -56,7 +56,13 @@ impl ParallelTransformer {
 
     /// [`WanTransformer3DModel::forward`] over the ranks: rows split across the CFG groups,
     /// tokens across each group's ranks; the result lands on the device of `latents`.
-    pub fn forward(&self, latents: &Tensor, timestep: &Tensor, context: &Tensor) -> Result<Tensor> {
+    pub fn forward(
+        &self,
+        latents: &Tensor,
+        timestep: &Tensor,
+        context: &Tensor,
+        image: Option<&Tensor>,
+    ) -> Result<Tensor> {
         let plan = self.pool.plan;
         let home = latents.device();
         anyhow::ensure!(latents.size().first().is_some_and(|&b| b > 0), "transformer: no rows to run");
@@ -73,13 +79,19 @@ impl ParallelTransformer {
                 }
                 let model = Arc::clone(&self.replicas[rank]);
                 let (x, t, c) = (part(latents), part(timestep), part(context));
+                // A FLF2V sample has two pictures' rows: the image rows split in proportion.
+                let img = image.map(|i| {
+                    let per = i.size()[0] / latents.size()[0];
+                    i.narrow(0, start * per, n * per)
+                });
                 let sp = plan.sp;
                 jobs.push(Some(Box::new(move |ctx| {
                     let (x, t, c) = (x.to_device(ctx.device), t.to_device(ctx.device), c.to_device(ctx.device));
+                    let img = img.map(|i| i.to_device(ctx.device));
                     if sp == 1 {
-                        model.forward(&x, &t, &c)
+                        model.forward_hooked(&x, &t, &c, img.as_ref(), None)
                     } else {
-                        model.forward_rank(&x, &t, &c, Arc::clone(&ctx.comm))
+                        model.forward_rank(&x, &t, &c, img.as_ref(), Arc::clone(&ctx.comm))
                     }
                 })));
             }

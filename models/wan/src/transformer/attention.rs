@@ -79,7 +79,9 @@ impl SelfAttention {
 }
 
 /// Cross-attention to the text: q from the video tokens, k and v from the context, q and k
-/// RMS-normalised across heads, no rotary positions.
+/// RMS-normalised across heads, no rotary positions. Image-conditioned models (Wan 2.1 I2V and
+/// FLF2V) also attend, with the same query, to the embedded image through their own key/value
+/// projections; the two attention outputs are summed before the output projection.
 pub(super) struct CrossAttention {
     to_q: Linear,
     to_k: Linear,
@@ -87,12 +89,31 @@ pub(super) struct CrossAttention {
     to_out: Linear,
     norm_q: Tensor,
     norm_k: Tensor,
+    image: Option<ImageKeys>,
     heads: i64,
     eps: f64,
 }
 
+/// `add_k_proj`, `add_v_proj` and `norm_added_k` (there is no `norm_added_q`: the text's
+/// normalised query is reused).
+struct ImageKeys {
+    add_k: Linear,
+    add_v: Linear,
+    norm_k: Tensor,
+}
+
 impl CrossAttention {
-    pub(super) fn new(w: &Weights, dim: i64, heads: i64, eps: f64) -> Result<Self> {
+    /// `image_kv`: whether the checkpoint has the image projections (`added_kv_proj_dim` set).
+    pub(super) fn new(w: &Weights, dim: i64, heads: i64, eps: f64, image_kv: bool) -> Result<Self> {
+        let image = if image_kv {
+            Some(ImageKeys {
+                add_k: Linear::new(&w.pp("add_k_proj"), dim, dim, true)?,
+                add_v: Linear::new(&w.pp("add_v_proj"), dim, dim, true)?,
+                norm_k: w.get("norm_added_k.weight", &[dim])?,
+            })
+        } else {
+            None
+        };
         Ok(Self {
             to_q: Linear::new(&w.pp("to_q"), dim, dim, true)?,
             to_k: Linear::new(&w.pp("to_k"), dim, dim, true)?,
@@ -100,6 +121,7 @@ impl CrossAttention {
             to_out: Linear::new(&w.pp("to_out.0"), dim, dim, true)?,
             norm_q: w.get("norm_q.weight", &[dim])?,
             norm_k: w.get("norm_k.weight", &[dim])?,
+            image,
             heads,
             eps,
         })
@@ -113,7 +135,7 @@ impl CrossAttention {
         (k.pop().expect("k"), self.to_v.forward(context))
     }
 
-    pub(super) fn forward(&self, x: &Tensor, context: Cross) -> Tensor {
+    pub(super) fn forward(&self, x: &Tensor, context: Cross) -> Result<Tensor> {
         let hd = self.norm_q.size()[0] / self.heads;
         let q = fastvideo_kernels::rms_norm_rope(&[(&self.to_q.forward(x), &self.norm_q)], self.eps, hd, None);
         let o = match context {
@@ -122,9 +144,21 @@ impl CrossAttention {
                 attention(&q[0], &k, &v, self.heads, None)
             }
             Cross::Kv(k, v) => attention(&q[0], k, v, self.heads, None),
+            Cross::TextImage(c, image) => {
+                let Some(ik) = &self.image else {
+                    anyhow::bail!("transformer: an image context was given to a model without image projections");
+                };
+                let (k, v) = self.context_kv(c);
+                let text = attention(&q[0], &k, &v, self.heads, None);
+                drop((k, v));
+                let mut k =
+                    fastvideo_kernels::rms_norm_rope(&[(&ik.add_k.forward(image), &ik.norm_k)], self.eps, hd, None);
+                let k = k.pop().expect("k");
+                text + attention(&q[0], &k, &ik.add_v.forward(image), self.heads, None)
+            }
         };
         drop(q);
-        self.to_out.forward(&merge_heads(&o))
+        Ok(self.to_out.forward(&merge_heads(&o)))
     }
 }
 
@@ -152,6 +186,8 @@ impl Keys<'_> {
 pub enum Cross<'a> {
     Text(&'a Tensor),
     Kv(&'a Tensor, &'a Tensor),
+    /// The projected text and the embedded image (`[B, T, dim]`, an image-conditioned model's).
+    TextImage(&'a Tensor, &'a Tensor),
 }
 
 /// `[B, N, H*D]` q, k, v → SDPA over heads → `[B, H, N, D]`. libtorch picks the backend (cuDNN's

@@ -36,7 +36,7 @@ impl Block {
             } else {
                 None
             },
-            attn2: CrossAttention::new(&w.pp("attn2"), dim, heads, cfg.eps)?,
+            attn2: CrossAttention::new(&w.pp("attn2"), dim, heads, cfg.eps, cfg.added_kv_proj_dim.is_some())?,
             ffn_in: Linear::new(&w.pp("ffn.net.0.proj"), dim, cfg.ffn_dim, true)?,
             ffn_out: Linear::new(&w.pp("ffn.net.2"), cfg.ffn_dim, dim, true)?,
             scale_shift_table: fp32.get("scale_shift_table", &[1, 6, dim])?,
@@ -48,7 +48,11 @@ impl Block {
     /// added to the table in fp32), `shard` a sequence-parallel rank's slice, if any.
     pub fn forward(&self, x: &Tensor, inputs: &BlockInputs) -> Result<Tensor> {
         let keys = inputs.shard.map_or(Keys::OWN, Keys::Sharded);
-        Ok(self.forward_with(x, Cross::Text(inputs.context), inputs.temb6, inputs.rope, keys, false)?.0)
+        let cross = match inputs.image {
+            Some(image) => Cross::TextImage(inputs.context, image),
+            None => Cross::Text(inputs.context),
+        };
+        Ok(self.forward_with(x, cross, inputs.temb6, inputs.rope, keys, false)?.0)
     }
 
     /// The block with what a causal rollout needs: `temb6` may be per token (`[B, N, 6, dim]`, one
@@ -87,7 +91,7 @@ impl Block {
             }
         };
         drop(a);
-        let a = self.attn2.forward(&h, context);
+        let a = self.attn2.forward(&h, context)?;
         drop(h);
         let (x2, h) = residual_layer_norm_modulate(
             &x1,
@@ -125,6 +129,8 @@ pub(super) fn modulation(table: &Tensor, temb: &Tensor, n: i64) -> Vec<Tensor> {
 /// Everything a block needs besides the hidden states, computed once per forward.
 pub struct BlockInputs<'a> {
     pub context: &'a Tensor,
+    /// The embedded image tokens `[B, T, dim]` of an image-conditioned model, if any.
+    pub image: Option<&'a Tensor>,
     pub temb6: &'a Tensor,
     pub rope: &'a Rope,
     /// The sequence-parallel slice this rank holds (`rope` is already its rows), if any.

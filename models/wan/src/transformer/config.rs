@@ -58,14 +58,34 @@ impl TransformerConfig {
         if cfg.qk_norm.as_deref() != Some("rms_norm_across_heads") {
             return Err(unsupported(path, "qk_norm", format!("{:?}", cfg.qk_norm), "only \"rms_norm_across_heads\""));
         }
-        if let Some(v) = cfg.image_dim {
-            return Err(unsupported(path, "image_dim", v, "image-to-video is not implemented; use null"));
+        // Image-conditioned models embed CLIP states to the model width and project them with
+        // `add_k_proj`/`add_v_proj` from that width: both keys are set together, or neither.
+        match (cfg.image_dim, cfg.added_kv_proj_dim) {
+            (None, None) | (Some(_), Some(_)) => {}
+            (Some(_), None) => {
+                return Err(unsupported(path, "added_kv_proj_dim", "null", "an image_dim model needs it"))
+            }
+            (None, Some(v)) => {
+                return Err(unsupported(path, "added_kv_proj_dim", v, "only with image_dim (image-to-video)"))
+            }
         }
-        if let Some(v) = cfg.added_kv_proj_dim {
-            return Err(unsupported(path, "added_kv_proj_dim", v, "image-to-video is not implemented; use null"));
+        if let Some(v) = cfg.added_kv_proj_dim.filter(|&v| v != cfg.inner_dim()) {
+            return Err(unsupported(
+                path,
+                "added_kv_proj_dim",
+                v,
+                &format!("the image embedder's width, num_attention_heads x attention_head_dim = {}", cfg.inner_dim()),
+            ));
         }
         if let Some(v) = cfg.pos_embed_seq_len {
-            return Err(unsupported(path, "pos_embed_seq_len", v, "use null"));
+            if cfg.image_dim.is_none() || v % 2 != 0 {
+                return Err(unsupported(
+                    path,
+                    "pos_embed_seq_len",
+                    v,
+                    "an even token count (two images' tokens) on an image_dim model (FLF2V)",
+                ));
+            }
         }
         ensure!(
             cfg.attention_head_dim % 2 == 0 && cfg.freq_dim % 2 == 0,
@@ -75,12 +95,21 @@ impl TransformerConfig {
         Ok(cfg)
     }
     /// The published shapes by name, for benchmarks with random weights: `wan-1.3b`
-    /// (Wan2.1-T2V-1.3B) and `wan-14b` (Wan2.1-T2V-14B, the class defaults).
+    /// (Wan2.1-T2V-1.3B), `wan-14b` (Wan2.1-T2V-14B, the class defaults), `wan-i2v-14b` and
+    /// `wan-flf2v-14b`.
     pub fn preset(name: &str) -> Result<Self> {
         match name {
             "wan-14b" => Ok(Self::default()),
             "wan-1.3b" => Ok(Self { num_attention_heads: 12, ffn_dim: 8960, num_layers: 30, ..Self::default() }),
-            other => anyhow::bail!("unknown transformer shape `{other}` (wan-1.3b or wan-14b, or a config.json path)"),
+            // Wan2.1-I2V-14B-480P/720P: 16 noise + 4 mask + 16 first-frame channels, ViT-H/14 states.
+            "wan-i2v-14b" => {
+                Ok(Self { in_channels: 36, image_dim: Some(1280), added_kv_proj_dim: Some(5120), ..Self::default() })
+            }
+            // Wan2.1-FLF2V-14B-720P: the same, with positions over the two images' 2 x 257 tokens.
+            "wan-flf2v-14b" => Ok(Self { pos_embed_seq_len: Some(514), ..Self::preset("wan-i2v-14b")? }),
+            other => anyhow::bail!(
+                "unknown transformer shape `{other}` (wan-1.3b, wan-14b, wan-i2v-14b, wan-flf2v-14b, or a config.json path)"
+            ),
         }
     }
 

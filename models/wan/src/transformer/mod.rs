@@ -1,14 +1,17 @@
-//! `WanTransformer3DModel` (diffusers `models/transformers/transformer_wan.py`, Wan 2.1 T2V):
+//! `WanTransformer3DModel` (diffusers `models/transformers/transformer_wan.py`, Wan 2.1 T2V, I2V
+//! and FLF2V):
 //! patchify with a 3-D conv, 3-D rotary embeddings, blocks of (adaLN-modulated self-attention
 //! with RMSNorm on q/k across heads, cross-attention to the text, gated GELU feed-forward), an
 //! adaLN output head and unpatchify. Module names equal checkpoint keys.
 //!
 //! One file per component, as the checkpoint nests them: the config, the attention layers, the
-//! rotary tables, one block, and the model (embeddings, the block loop and the output head).
+//! rotary tables, one block, the image embedder of image-conditioned models, and the model
+//! (embeddings, the block loop and the output head).
 
 mod attention;
 mod block;
 mod config;
+mod image_embedder;
 mod model;
 mod rope;
 

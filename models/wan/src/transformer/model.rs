@@ -10,6 +10,7 @@ use tch::{Device, Kind, Tensor};
 
 use super::block::{modulation, Block, BlockInputs};
 use super::config::TransformerConfig;
+use super::image_embedder::ImageEmbedder;
 use super::rope::{Rope, RopeKey};
 use crate::nn::Linear;
 use crate::sequence_parallel::SequenceShard;
@@ -25,6 +26,8 @@ pub struct WanTransformer3DModel {
     time_proj: Linear,
     text_1: Linear,
     text_2: Linear,
+    /// Image-conditioned models' (`image_dim` set) CLIP-states embedder.
+    image_embedder: Option<ImageEmbedder>,
     pub blocks: Vec<Block>,
     proj_out: Linear,
     scale_shift_table: Tensor,
@@ -55,6 +58,10 @@ impl WanTransformer3DModel {
             time_proj: Linear::new(&ce.pp("time_proj"), dim, 6 * dim, true)?,
             text_1: Linear::new(&ce.pp("text_embedder.linear_1"), cfg.text_dim, dim, true)?,
             text_2: Linear::new(&ce.pp("text_embedder.linear_2"), dim, dim, true)?,
+            image_embedder: cfg
+                .image_dim
+                .map(|d| ImageEmbedder::new(&ce.pp("image_embedder"), d, dim, cfg.pos_embed_seq_len))
+                .transpose()?,
             blocks,
             proj_out: Linear::new(&w.pp("proj_out"), dim, cfg.out_channels() * pt * ph * pw, true)?,
             scale_shift_table: w.with_kind(Kind::Float).get("scale_shift_table", &[1, 2, dim])?,
@@ -130,26 +137,58 @@ impl WanTransformer3DModel {
     /// `latents [B, C, F, H, W]`, `timestep [B]`, `context [B, L, text_dim]` → velocity with the
     /// latents' shape and dtype. Inputs of any float dtype are cast to the compute dtype.
     pub fn forward(&self, latents: &Tensor, timestep: &Tensor, context: &Tensor) -> Result<Tensor> {
-        self.forward_hooked(latents, timestep, context, None)
+        self.forward_hooked(latents, timestep, context, None, None)
     }
 
-    /// [`forward`](Self::forward) with an optional block hook (see [`run_blocks`](Self::run_blocks)).
+    /// [`forward`](Self::forward) with the image conditioning of an image-to-video model
+    /// (`image`: CLIP hidden states `[B, T, image_dim]`, or `[2B, T, image_dim]` first and last
+    /// frame for FLF2V; diffusers' `encoder_hidden_states_image`) and an optional block hook
+    /// (see [`run_blocks`](Self::run_blocks)).
     pub fn forward_hooked(
         &self,
         latents: &Tensor,
         timestep: &Tensor,
         context: &Tensor,
+        image: Option<&Tensor>,
         hook: Option<&mut dyn BlockHook>,
     ) -> Result<Tensor> {
         self.check_inputs(latents, timestep, context)?;
         let [_, f, h, w] = self.grid(latents);
         let rope = self.rope(f, h, w, latents.device());
+        let image = self.image_context(image, latents.size()[0])?;
         let x = self.patchify(latents);
         let (temb, temb6) = self.time_embedding(timestep);
         let context = self.text_context(context);
-        let x =
-            self.run_blocks(x, &BlockInputs { context: &context, temb6: &temb6, rope: &rope, shard: None }, hook)?;
+        let inputs = BlockInputs { context: &context, image: image.as_ref(), temb6: &temb6, rope: &rope, shard: None };
+        let x = self.run_blocks(x, &inputs, hook)?;
         Ok(self.head(&x, &temb, latents))
+    }
+
+    /// Whether the model is image-conditioned (it then needs an image context every forward).
+    pub fn takes_image(&self) -> bool {
+        self.image_embedder.is_some()
+    }
+
+    /// The embedded image tokens for `rows` samples: required by an image-conditioned model,
+    /// refused by a text-only one.
+    fn image_context(&self, image: Option<&Tensor>, rows: i64) -> Result<Option<Tensor>> {
+        match (&self.image_embedder, image) {
+            (None, None) => Ok(None),
+            (Some(_), None) => anyhow::bail!("transformer: this image-to-video model needs image embeddings"),
+            (None, Some(_)) => {
+                anyhow::bail!("transformer: image embeddings given to a text-only model (image_dim is null)")
+            }
+            (Some(e), Some(image)) => {
+                let x = e.forward(image)?;
+                ensure!(
+                    x.size()[0] == rows,
+                    "transformer: image embeddings {:?} make {} rows; the latents have {rows}",
+                    image.size(),
+                    x.size()[0]
+                );
+                Ok(Some(x))
+            }
+        }
     }
 
     /// Shapes of a forward's inputs, and the grid against the rotary table's length.
@@ -189,9 +228,11 @@ impl WanTransformer3DModel {
         latents: &Tensor,
         timestep: &Tensor,
         context: &Tensor,
+        image: Option<&Tensor>,
         comm: Arc<dyn Communicator>,
     ) -> Result<Tensor> {
         self.check_inputs(latents, timestep, context)?;
+        let image = self.image_context(image, latents.size()[0])?;
         let [_, f, h, w] = self.grid(latents);
         let shard = SequenceShard::new(comm, f * h * w, self.cfg.num_attention_heads)?;
         let (start, len) = (shard.start(), shard.len());
@@ -201,7 +242,8 @@ impl WanTransformer3DModel {
         let x = self.patchify(latents).narrow(1, start, len).contiguous();
         let (temb, temb6) = self.time_embedding(timestep);
         let context = self.text_context(context);
-        let inputs = BlockInputs { context: &context, temb6: &temb6, rope: &rope, shard: Some(&shard) };
+        let inputs =
+            BlockInputs { context: &context, image: image.as_ref(), temb6: &temb6, rope: &rope, shard: Some(&shard) };
         let x = self.run_blocks(x, &inputs, None)?;
         Ok(self.head_tokens(&x, &temb))
     }

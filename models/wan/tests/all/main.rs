@@ -6,6 +6,7 @@
 mod batching;
 mod causal;
 mod common;
+mod image_to_video;
 mod loading;
 mod parallel;
 mod parity;

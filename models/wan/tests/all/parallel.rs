@@ -45,12 +45,13 @@ fn every_layout_matches_the_unsharded_forward() {
     {
         let p = parallel(&m, gpus, mode);
         let t = p.parallel.as_ref().unwrap();
-        let got = t.forward(&latents, &timestep, &context).unwrap();
+        let got = t.forward(&latents, &timestep, &context, None).unwrap();
         assert_eq!(got.size(), want.size());
         let err = rel_err(&got, &want);
         assert!(err < 2e-5, "--gpus {gpus} --parallel {mode:?}: relative error {err}");
         // One row (a request without guidance): the second CFG group sits it out.
-        let one = t.forward(&latents.narrow(0, 0, 1), &timestep.narrow(0, 0, 1), &context.narrow(0, 0, 1)).unwrap();
+        let one =
+            t.forward(&latents.narrow(0, 0, 1), &timestep.narrow(0, 0, 1), &context.narrow(0, 0, 1), None).unwrap();
         let err = rel_err(&one, &want.narrow(0, 0, 1));
         assert!(err < 2e-5, "--gpus {gpus} --parallel {mode:?}, one row: relative error {err}");
     }

@@ -1,0 +1,54 @@
+//! The image-to-video graph's `image_encode` stage: the request's first (and last) frame through
+//! the CLIP image encoder (for cross-attention) and through the VAE (the conditioning latents).
+
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use fastvideo_pipeline::{NodeCtx, Stage, Value, Values};
+use fastvideo_request::{ImageRole, InputImage};
+
+use crate::clip_vision::ClipVisionEncoder;
+use crate::image_condition::image_condition;
+use crate::image_processor::{ImageProcessorConfig, Rgb8};
+use crate::image_resize::picture_to_unit;
+use crate::pipeline::values::{IMAGE_EMBEDS, LATENT_CONDITION};
+use crate::vae::AutoencoderKLWan;
+
+pub(crate) struct ImageEncode {
+    pub encoder: Arc<ClipVisionEncoder>,
+    pub processor: Arc<ImageProcessorConfig>,
+    pub vae: Arc<AutoencoderKLWan>,
+    /// A first-and-last-frame model (its transformer has image positions for two pictures).
+    pub last_frame: bool,
+}
+
+fn rgb(i: &InputImage) -> Rgb8<'_> {
+    Rgb8 { width: i.width, height: i.height, data: &i.rgb }
+}
+
+impl Stage for ImageEncode {
+    fn run(&self, ctx: &NodeCtx, values: &mut Values) -> Result<()> {
+        let req = ctx.request;
+        let Some(first) = req.image(ImageRole::FirstFrame) else {
+            anyhow::bail!("inputs: an image-to-video request needs an image (the first frame)");
+        };
+        let last = req.image(ImageRole::LastFrame);
+        match (self.last_frame, last) {
+            (true, None) => anyhow::bail!("inputs: this first-and-last-frame model needs a last_frame image too"),
+            (false, Some(_)) => anyhow::bail!("inputs: this model takes no last_frame image (it is not a FLF2V model)"),
+            _ => {}
+        }
+        // CLIP sees the pictures as given (its processor resizes and crops them); the VAE sees
+        // them stretched to the output size.
+        let pictures: Vec<Rgb8> = std::iter::once(first).chain(last).map(rgb).collect();
+        let pixels = self.processor.preprocess(&pictures, ctx.device)?;
+        let embeds = self.encoder.penultimate(&pixels).context("image encoder")?;
+        values.insert(IMAGE_EMBEDS, Value::Tensor(embeds));
+        let (h, w) = (req.height as i64, req.width as i64);
+        let first = picture_to_unit(first, w, h, ctx.device)?;
+        let last = last.map(|l| picture_to_unit(l, w, h, ctx.device)).transpose()?;
+        let cond = image_condition(&self.vae, &first, last.as_ref(), req.num_frames as i64)?;
+        values.insert(LATENT_CONDITION, Value::Tensor(cond));
+        Ok(())
+    }
+}

@@ -1,0 +1,135 @@
+//! `image_processor/preprocessor_config.json` (transformers `CLIPImageProcessor`) and the
+//! preprocessing it describes: RGB8 pictures → the CLIP encoder's `pixel_values`.
+//!
+//! transformers 5's `CLIPImageProcessor` is torchvision-backed: the shortest edge is resized with
+//! antialiased bicubic interpolation on the uint8 image (libtorch's `_upsample_bicubic2d_aa`, which
+//! is what runs here too, on the CPU), then center-cropped, then rescaled and normalised in one
+//! float32 pass.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::{bail, ensure, Context, Result};
+use serde::Deserialize;
+use tch::{Device, Kind, Tensor};
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct SizeSpec {
+    #[serde(default)]
+    pub shortest_edge: Option<i64>,
+    #[serde(default)]
+    pub height: Option<i64>,
+    #[serde(default)]
+    pub width: Option<i64>,
+}
+
+/// `preprocessor_config.json`. Keys beyond these are accepted and logged (processor configs carry
+/// provenance keys that vary between library versions).
+#[derive(Debug, Clone, Deserialize)]
+pub struct ImageProcessorConfig {
+    #[serde(default = "yes")]
+    pub do_resize: bool,
+    pub size: SizeSpec,
+    /// PIL's resampling code: 3 = bicubic (the only one implemented).
+    #[serde(default = "bicubic")]
+    pub resample: i64,
+    #[serde(default = "yes")]
+    pub do_center_crop: bool,
+    pub crop_size: SizeSpec,
+    #[serde(default = "yes")]
+    pub do_rescale: bool,
+    #[serde(default = "rescale")]
+    pub rescale_factor: f64,
+    #[serde(default = "yes")]
+    pub do_normalize: bool,
+    pub image_mean: [f32; 3],
+    pub image_std: [f32; 3],
+    #[serde(default = "yes")]
+    pub do_convert_rgb: bool,
+    #[serde(flatten)]
+    pub other: BTreeMap<String, serde_json::Value>,
+}
+
+fn yes() -> bool {
+    true
+}
+fn bicubic() -> i64 {
+    3
+}
+fn rescale() -> f64 {
+    1.0 / 255.0
+}
+
+/// One RGB8 picture, row-major `[height, width, 3]`.
+pub struct Rgb8<'a> {
+    pub width: u32,
+    pub height: u32,
+    pub data: &'a [u8],
+}
+
+impl ImageProcessorConfig {
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let cfg: Self = serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        for (k, v) in &cfg.other {
+            tracing::debug!(file = %path.display(), key = %k, value = %v, "image processor key not used");
+        }
+        if cfg.do_resize && cfg.resample != 3 {
+            bail!("{}: config key `resample` = {} is not supported (3, bicubic)", path.display(), cfg.resample);
+        }
+        if cfg.do_resize && cfg.size.shortest_edge.is_none() {
+            bail!("{}: config key `size` must give `shortest_edge`", path.display());
+        }
+        if cfg.do_center_crop && (cfg.crop_size.height.is_none() || cfg.crop_size.width.is_none()) {
+            bail!("{}: config key `crop_size` must give `height` and `width`", path.display());
+        }
+        Ok(cfg)
+    }
+
+    /// The side of the square the encoder receives, when the config makes one.
+    pub fn output_side(&self) -> Option<i64> {
+        match (self.do_center_crop, self.crop_size.height, self.crop_size.width) {
+            (true, Some(h), Some(w)) if h == w => Some(h),
+            _ => None,
+        }
+    }
+
+    /// Pictures → `pixel_values [N, 3, S, S]` float32 on `device`.
+    pub fn preprocess(&self, images: &[Rgb8], device: Device) -> Result<Tensor> {
+        let rows = images.iter().map(|im| self.one(im)).collect::<Result<Vec<_>>>()?;
+        Ok(Tensor::stack(&rows, 0).to_device(device))
+    }
+
+    fn one(&self, im: &Rgb8) -> Result<Tensor> {
+        let (h, w) = (im.height as i64, im.width as i64);
+        ensure!(im.data.len() as i64 == h * w * 3, "image processor: {}x{} RGB8 needs {} bytes", w, h, h * w * 3);
+        let mut x = Tensor::from_slice(im.data).view([h, w, 3]).permute([2, 0, 1]).unsqueeze(0);
+        if self.do_resize {
+            let edge = self.size.shortest_edge.expect("checked at load");
+            // transformers' get_resize_output_image_size: the short side to `edge`, the long
+            // side scaled and truncated.
+            let (short, long) = (h.min(w), h.max(w));
+            let long_new = (edge as f64 * long as f64 / short as f64) as i64;
+            let (nh, nw) = if h <= w { (edge, long_new) } else { (long_new, edge) };
+            x = x.internal_upsample_bicubic2d_aa([nh, nw], false, None, None);
+        }
+        if self.do_center_crop {
+            let (ch, cw) = (self.crop_size.height.expect("checked"), self.crop_size.width.expect("checked"));
+            let (ih, iw) = (x.size()[2], x.size()[3]);
+            ensure!(ch <= ih && cw <= iw, "image processor: a {iw}x{ih} image is smaller than the {cw}x{ch} crop");
+            let (top, left) = ((ih - ch) / 2, (iw - cw) / 2);
+            x = x.narrow(2, top, ch).narrow(3, left, cw);
+        }
+        let mut x = x.squeeze_dim(0).to_kind(Kind::Float);
+        let scale = if self.do_rescale { self.rescale_factor } else { 1.0 };
+        if self.do_normalize {
+            // Fused as transformers does: (x - mean/scale) / (std/scale), float32 tables.
+            let mean = Tensor::from_slice(&self.image_mean) * (1.0 / scale);
+            let std = Tensor::from_slice(&self.image_std) * (1.0 / scale);
+            x = (x - mean.view([3, 1, 1])) / std.view([3, 1, 1]);
+        } else if self.do_rescale {
+            x *= scale;
+        }
+        Ok(x)
+    }
+}

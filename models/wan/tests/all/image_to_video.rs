@@ -1,0 +1,199 @@
+//! Image-to-video and first-and-last-frame parity against diffusers/transformers on CPU, float32:
+//! the CLIP image encoder and its processor, the transformer's image path, the conditioning
+//! latents, and both pipelines end to end on the same initial noise. Fixtures come from
+//! tests/fixtures/make_i2v_fixtures.py. Error measure: max |ours - reference| / max |reference|.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use fastvideo_pipeline::{PipelineRun, Value, Values};
+use fastvideo_request::{ImageRole, InputImage, InputPart, OmniRequest, TaskType, TextRole};
+use fastvideo_wan::image_condition::image_condition;
+use fastvideo_wan::image_processor::Rgb8;
+use fastvideo_wan::pipeline::{self, values};
+use fastvideo_wan::WanModel;
+use tch::{Device, Kind, Tensor};
+
+fn fixture_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures")
+}
+
+#[repr(transparent)]
+struct SendTensor(Tensor);
+// SAFETY: fixtures are read-only after loading.
+unsafe impl Sync for SendTensor {}
+
+fn fx(name: &str) -> &'static Tensor {
+    static FX: OnceLock<HashMap<String, SendTensor>> = OnceLock::new();
+    let m = FX.get_or_init(|| {
+        Tensor::read_safetensors(fixture_dir().join("wan_i2v.safetensors"))
+            .expect("fixture readable")
+            .into_iter()
+            .map(|(k, v)| (k, SendTensor(v)))
+            .collect()
+    });
+    &m.get(name).unwrap_or_else(|| panic!("fixture `{name}` missing")).0
+}
+
+fn load(folder: &str) -> WanModel {
+    WanModel::load(&fixture_dir().join(folder), Device::Cpu).expect("tiny model loads")
+}
+
+fn rel_err(a: &Tensor, b: &Tensor) -> f64 {
+    assert_eq!(a.size(), b.size(), "shape mismatch");
+    let diff = (a - b).abs().max().double_value(&[]);
+    diff / b.abs().max().double_value(&[]).max(1e-12)
+}
+
+/// A `[H, W, 3]` uint8 fixture as a request's picture.
+fn picture(name: &str, role: ImageRole) -> InputImage {
+    let t = fx(name);
+    let (h, w, _) = t.size3().unwrap();
+    InputImage { role, width: w as u32, height: h as u32, rgb: Vec::<u8>::try_from(t.flatten(0, -1)).unwrap() }
+}
+
+#[test]
+fn clip_vision_encoder_matches_transformers() {
+    let m = load("tiny-wan-i2v");
+    let enc = &m.image.as_ref().expect("an image-to-video model").encoder;
+    let out = tch::no_grad(|| enc.penultimate(fx("clip.pixel_values"))).unwrap();
+    let e = rel_err(&out, fx("clip.penultimate"));
+    eprintln!("clip penultimate: relative error {e:.3e}");
+    assert!(e < 1e-5, "clip relative error {e}"); // tolerance 1e-5 (float32, 2 layers)
+}
+
+#[test]
+fn clip_image_processor_matches_transformers() {
+    let m = load("tiny-wan-i2v");
+    let p = &m.image.as_ref().unwrap().processor;
+    let im = picture("processor.image", ImageRole::FirstFrame);
+    let rgb = Rgb8 { width: im.width, height: im.height, data: &im.rgb };
+    let out = p.preprocess(&[rgb], Device::Cpu).unwrap();
+    // Same libtorch kernel (antialiased bicubic on uint8), same crop, same fused normalisation.
+    let diff = (&out - fx("processor.pixel_values")).abs().max().double_value(&[]);
+    eprintln!("clip processor: max abs error {diff:.3e}");
+    assert!(diff < 1e-5, "processor max abs error {diff}"); // tolerance 1e-5 (float32 rounding)
+}
+
+#[test]
+fn image_to_video_transformers_match_diffusers() {
+    for (folder, image, out) in [
+        ("tiny-wan-i2v", "transformer.image_i2v", "transformer.out_i2v"),
+        ("tiny-wan-flf2v", "transformer.image_flf2v", "transformer.out_flf2v"),
+    ] {
+        let m = load(folder);
+        let got = tch::no_grad(|| {
+            m.transformer.forward_hooked(
+                fx("transformer.hidden_states"),
+                fx("transformer.timestep"),
+                fx("transformer.encoder_hidden_states"),
+                Some(fx(image)),
+                None,
+            )
+        })
+        .unwrap();
+        let e = rel_err(&got, fx(out));
+        eprintln!("{folder} transformer: relative error {e:.3e}");
+        assert!(e < 1e-4, "{folder} transformer relative error {e}"); // tolerance 1e-4, as for T2V
+    }
+}
+
+#[test]
+fn the_transformer_refuses_a_missing_or_misshapen_image() {
+    let m = load("tiny-wan-flf2v");
+    let (x, t, c) =
+        (fx("transformer.hidden_states"), fx("transformer.timestep"), fx("transformer.encoder_hidden_states"));
+    let err = m.transformer.forward(x, t, c).unwrap_err().to_string();
+    assert!(err.contains("needs image embeddings"), "{err}");
+    // One picture where FLF2V needs two.
+    let err = m.transformer.forward_hooked(x, t, c, Some(fx("transformer.image_i2v")), None).unwrap_err().to_string();
+    assert!(err.contains("first-and-last-frame"), "{err}");
+}
+
+#[test]
+fn conditioning_latents_match_diffusers() {
+    for (folder, name, last) in [("tiny-wan-i2v", "i2v", None), ("tiny-wan-flf2v", "flf2v", Some(fx("condition.last")))]
+    {
+        let m = load(folder);
+        let got = tch::no_grad(|| image_condition(&m.vae, fx("condition.first"), last, 9)).unwrap();
+        let e = rel_err(&got, fx(&format!("condition.{name}")));
+        eprintln!("{name} condition: relative error {e:.3e}");
+        assert!(e < 1e-5, "{name} condition relative error {e}"); // tolerance 1e-5 (VAE encode, float32)
+    }
+}
+
+fn request(task: TaskType) -> OmniRequest {
+    let mut r = OmniRequest::text_to_video("i2v-parity", "a red circle moving left on a white background");
+    r.task = task;
+    r.inputs.push(InputPart::Text { text: "blurry low quality".into(), role: TextRole::Negative });
+    r.diffusion.height = Some(32);
+    r.diffusion.width = Some(32);
+    r.diffusion.num_frames = Some(9);
+    r.diffusion.num_inference_steps = Some(4);
+    r.diffusion.guidance_scale = Some(5.0);
+    r.outputs.return_latents = true;
+    r
+}
+
+#[test]
+fn image_to_video_pipelines_match_diffusers_end_to_end() {
+    for (folder, name, with_last) in [("tiny-wan-i2v", "i2v", false), ("tiny-wan-flf2v", "flf2v", true)] {
+        let m = load(folder);
+        let spec = Arc::new(pipeline::text_to_video(&m, pipeline::default_guidance()).unwrap());
+        let mut req = request(TaskType::I2v).resolve(&m.limits(), || 0).unwrap();
+        req.images.push(picture("pipeline.first", ImageRole::FirstFrame));
+        if with_last {
+            req.images.push(picture("pipeline.last", ImageRole::LastFrame));
+        }
+        let mut init = Values::default();
+        init.insert(values::INITIAL_LATENTS, Value::Tensor(fx("pipeline.latents_in").shallow_clone()));
+        let mut run = PipelineRun::new(spec, req, Device::Cpu, init, Default::default());
+        run.run_to_end(&mut |_| {}).unwrap();
+        let out = run.finish(&mut |_| {}).unwrap();
+        assert_eq!(out.metrics.forwards, 8, "CFG runs two forwards per step");
+        let Some(fastvideo_request::Artifact::Latents(l)) = out.artifacts.get("latents") else {
+            panic!("latents returned")
+        };
+        let latents = Tensor::from_slice(&l.data).view(l.shape.as_slice());
+        let e = rel_err(&latents, fx(&format!("pipeline.{name}.latents_out")));
+        eprintln!("{name} pipeline latents: relative error {e:.3e}");
+        assert!(e < 1e-4, "{name} pipeline latents relative error {e}"); // tolerance 1e-4, as for T2V
+                                                                         // Frames: RGB8 against the reference's [0, 1] floats, half a quantization step apart.
+        let v = out.video().expect("video artifact");
+        let ours = Tensor::from_slice(&v.rgb).view([9, 32, 32, 3]).to_kind(Kind::Float) / 255.0;
+        let reference = fx(&format!("pipeline.{name}.video")).squeeze_dim(0).permute([0, 2, 3, 1]);
+        let diff = (ours - reference).abs().max().double_value(&[]);
+        eprintln!("{name} pipeline video: max abs error {diff:.3e}");
+        assert!(diff <= 0.5 / 255.0 + 1e-4, "{name} pipeline video max abs error {diff}");
+    }
+}
+
+#[test]
+fn an_image_request_is_checked_against_the_model() {
+    // A text-to-video model does not take image-to-video requests; an I2V model needs its image.
+    let t2v = load("tiny-wan");
+    let err = request(TaskType::I2v).resolve(&t2v.limits(), || 0).unwrap_err().to_string();
+    assert!(err.contains("i2v"), "{err}");
+    let m = load("tiny-wan-flf2v");
+    let spec = Arc::new(pipeline::text_to_video(&m, pipeline::default_guidance()).unwrap());
+    let mut req = request(TaskType::I2v).resolve(&m.limits(), || 0).unwrap();
+    req.images.push(picture("pipeline.first", ImageRole::FirstFrame));
+    let mut run = PipelineRun::new(spec, req, Device::Cpu, Values::default(), Default::default());
+    let err = format!("{:#}", run.run_to_end(&mut |_| {}).unwrap_err());
+    assert!(err.contains("last_frame"), "{err}");
+}
+
+#[test]
+fn pictures_are_stretched_to_the_output_size_as_diffusers_does() {
+    // PIL's Lanczos on 8 bits; ours computes the same weights in float and rounds the same way,
+    // so a pixel may land one 8-bit level away (2/255 in [-1, 1]).
+    let im = picture("resize.image", ImageRole::FirstFrame);
+    let ours = fastvideo_wan::image_resize::picture_to_unit(&im, 32, 48, Device::Cpu).unwrap();
+    let reference = fx("resize.out");
+    assert_eq!(ours.size(), reference.size());
+    let diff = (&ours - reference).abs();
+    let (max, off) = (diff.max().double_value(&[]), diff.gt(1e-6).sum(Kind::Float).double_value(&[]));
+    eprintln!("resize: max abs error {max:.3e}, {off} of {} values off", reference.numel());
+    assert!(max <= 2.0 / 255.0 + 1e-6, "resize max abs error {max}"); // tolerance one 8-bit level
+}
