@@ -9,7 +9,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use fastvideo_pipeline::{LoopPolicies, PipelineRun, Values};
 use fastvideo_plugin_host::Binding;
-use fastvideo_request::{InputPart, OmniRequest, TextRole};
+use fastvideo_request::{ImageRole, InputPart, OmniRequest, TaskType, TextRole};
 
 use crate::args::{ParallelArgs, PluginArgs, PrecisionArgs, SamplingArgs};
 use fastvideo_wan::pipeline;
@@ -26,6 +26,13 @@ pub struct GenerateArgs {
     prompt: String,
     #[arg(long)]
     negative_prompt: Option<String>,
+    /// Image-to-video: the picture (PNG, JPEG or WebP) the video starts from; it is stretched
+    /// to --width x --height as diffusers does. Needs an image-to-video model.
+    #[arg(long)]
+    image: Option<PathBuf>,
+    /// First-and-last-frame models: the picture the video ends on.
+    #[arg(long, requires = "image")]
+    last_image: Option<PathBuf>,
     #[command(flatten)]
     sampling: SamplingArgs,
     /// Seed of the initial noise (random and printed when omitted).
@@ -139,6 +146,12 @@ fn request(args: &GenerateArgs) -> OmniRequest {
     if let Some(n) = &args.negative_prompt {
         r.inputs.push(InputPart::Text { text: n.clone(), role: TextRole::Negative });
     }
+    for (path, role) in [(&args.image, ImageRole::FirstFrame), (&args.last_image, ImageRole::LastFrame)] {
+        if let Some(p) = path {
+            r.task = TaskType::I2v;
+            r.inputs.push(InputPart::Image { path: Some(p.display().to_string()), b64: None, role });
+        }
+    }
     r.sampling.seed = args.seed;
     let d = &mut r.diffusion;
     d.num_frames = args.frames;
@@ -151,8 +164,21 @@ fn request(args: &GenerateArgs) -> OmniRequest {
     r
 }
 
+/// Reads and decodes the pictures before the model loads, so a wrong file costs nothing.
+fn check_images(args: &GenerateArgs) -> Result<()> {
+    for (path, flag) in [(&args.image, "--image"), (&args.last_image, "--last-image")] {
+        if let Some(p) = path {
+            let bytes = std::fs::read(p).map_err(|e| anyhow::anyhow!("{flag}: cannot read {}: {e}", p.display()))?;
+            fastvideo_request::decode_image(&bytes, ImageRole::FirstFrame, flag)
+                .map_err(|e| anyhow::anyhow!("{} ({})", e, p.display()))?;
+        }
+    }
+    Ok(())
+}
+
 pub fn run(args: GenerateArgs) -> Result<()> {
     check_output(&args.out)?;
+    check_images(&args)?;
     let device = fastvideo_torch::device(&args.device)?;
     let model_dir = match &args.model {
         Some(m) => m.clone(),
@@ -162,7 +188,11 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     let mut model = args.precision.load(&model_dir, device)?;
     args.parallel.split(&mut model)?;
     let load_s = t0.elapsed().as_secs_f64();
-    let req = request(&args).resolve(&model.limits(), random_seed)?;
+    let limits = model.limits();
+    if args.image.is_none() && !limits.tasks.contains(&TaskType::T2v) {
+        bail!("{} is an image-to-video model: give the first frame with --image FILE", model_dir.display());
+    }
+    let req = request(&args).resolve(&limits, random_seed)?;
     if !args.quiet {
         let r = &model.load_report;
         eprintln!(

@@ -53,7 +53,7 @@ mod resolve;
 pub use action::ActionPart;
 pub use error::RequestError;
 pub use event::OmniEvent;
-pub use media::{ImageRole, InputImage};
+pub use media::{decode_image, image_bytes, ImageRole, InputImage, MAX_IMAGE_PIXELS};
 pub use output::{Artifact, LatentsArtifact, OmniOutput, RequestMetrics, TrajectoryArtifact, VideoArtifact};
 pub use request::{
     DiffusionParams, InputPart, Modality, OmniRequest, OutputSpec, SamplerKind, SamplingParams, TaskType, TextRole,

@@ -55,14 +55,18 @@ pub enum InputPart {
         #[serde(default)]
         role: TextRole,
     },
-    /// An image given as a file path on the server or base64 PNG/JPEG bytes.
+    /// A picture (PNG, JPEG or WebP) given as a file path or as base64 bytes (a `data:` URL is
+    /// accepted too). Exactly one of the two.
     Image {
-        /// Path of the image file on the server.
+        /// Path of the image file (front ends that take files from users refuse this field).
         #[serde(default)]
         path: Option<String>,
-        /// The PNG or JPEG bytes, base64-encoded.
+        /// The PNG, JPEG or WebP bytes, base64-encoded.
         #[serde(default)]
         b64: Option<String>,
+        /// Where the picture goes: the first frame (default) or the last (FLF2V models).
+        #[serde(default)]
+        role: crate::ImageRole,
     },
     /// A video given as a file path.
     Video {

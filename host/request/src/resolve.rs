@@ -141,6 +141,28 @@ impl ResolvedRequest {
 }
 
 impl OmniRequest {
+    /// Reads and decodes the image inputs (before any model work, so a bad picture costs
+    /// nothing): at most one per role, and image-to-video needs its first frame.
+    fn decode_images(&self) -> Result<Vec<InputImage>, RequestError> {
+        let mut images: Vec<InputImage> = Vec::new();
+        for (i, part) in self.inputs.iter().enumerate() {
+            let InputPart::Image { path, b64, role } = part else { continue };
+            let field = format!("inputs[{i}]");
+            if self.task != TaskType::I2v {
+                return Err(RequestError::new(field, format!("`{}` takes no image inputs", self.task.as_str())));
+            }
+            if images.iter().any(|im| im.role == *role) {
+                return Err(RequestError::new(field, format!("a second `{}` image", role.as_str())));
+            }
+            let bytes = crate::image_bytes(path.as_deref(), b64.as_deref(), &field)?;
+            images.push(crate::decode_image(&bytes, *role, &field)?);
+        }
+        if self.task == TaskType::I2v && !images.iter().any(|im| im.role == crate::ImageRole::FirstFrame) {
+            return Err(RequestError::new("inputs", "image-to-video needs an image input (the first frame)"));
+        }
+        Ok(images)
+    }
+
     /// Checks the request against `limits` and fills defaults. `random_seed` supplies the seed when
     /// the request has none (so callers control where randomness comes from).
     pub fn resolve(
@@ -164,10 +186,14 @@ impl OmniRequest {
             ));
         }
         for (i, part) in self.inputs.iter().enumerate() {
-            if !matches!(part, InputPart::Text { .. }) && self.task == TaskType::T2v {
-                return Err(RequestError::new(format!("inputs[{i}]"), "text-to-video takes only text inputs"));
+            if !matches!(part, InputPart::Text { .. }) && matches!(self.task, TaskType::T2v | TaskType::T2i) {
+                return Err(RequestError::new(
+                    format!("inputs[{i}]"),
+                    format!("`{}` takes only text inputs", self.task.as_str()),
+                ));
             }
         }
+        let images = self.decode_images()?;
         let prompt = self.prompt().unwrap_or_default();
         if prompt.trim().is_empty() {
             return Err(RequestError::new("prompt", "must not be empty for text-to-video"));
@@ -244,7 +270,7 @@ impl OmniRequest {
             plugin_params: self.plugin_params.clone(),
             exact: self.exact,
             priority: self.priority,
-            images: Vec::new(),
+            images,
         })
     }
 }

@@ -9,6 +9,7 @@ mod cli;
 mod comfyui;
 mod common;
 mod default_model;
+mod image_to_video;
 mod parallel;
 mod plugin;
 mod rl;

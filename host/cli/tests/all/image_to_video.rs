@@ -1,0 +1,83 @@
+//! `fastvideo generate --image/--last-image` as a user runs it on the tiny image-to-video and
+//! first-and-last-frame folders: a video comes out, and every bad picture or wrong model gives one
+//! clear line naming the flag or field, before any generation work.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use crate::common::assert_user_error;
+
+fn fastvideo(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_fastvideo")).args(args).env("RUST_BACKTRACE", "1").output().expect("binary runs")
+}
+
+fn fixture(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures").join(name).display().to_string()
+}
+
+/// A `w`x`h` PNG with a green square on red.
+fn write_png(path: &Path, w: u32, h: u32) {
+    let mut rgb = vec![0u8; (w * h * 3) as usize];
+    for (i, px) in rgb.chunks_mut(3).enumerate() {
+        let (x, y) = (i as u32 % w, i as u32 / w);
+        px.copy_from_slice(if x < w / 2 && y < h / 2 { &[0, 255, 0] } else { &[200, 0, 0] });
+    }
+    let file = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    let mut enc = png::Encoder::new(file, w, h);
+    enc.set_color(png::ColorType::Rgb);
+    enc.write_header().unwrap().write_image_data(&rgb).unwrap();
+}
+
+fn generate(model: &str, extra: &[&str], out: &Path) -> Output {
+    let mut args = vec!["generate", "--model", model, "--prompt", "a red circle moving left"];
+    args.extend(["--height", "32", "--width", "32", "--frames", "9", "--steps", "2", "--quiet", "--json"]);
+    args.extend(["--out", out.to_str().unwrap()]);
+    args.extend(extra);
+    fastvideo(&args)
+}
+
+struct Pictures {
+    _dir: tempfile::TempDir,
+    start: PathBuf,
+    end: PathBuf,
+    out: PathBuf,
+}
+
+fn pictures() -> Pictures {
+    let dir = tempfile::tempdir().unwrap();
+    let (start, end, out) = (dir.path().join("start.png"), dir.path().join("end.png"), dir.path().join("v.mp4"));
+    write_png(&start, 56, 40);
+    write_png(&end, 40, 40);
+    Pictures { _dir: dir, start, end, out }
+}
+
+#[test]
+fn image_and_first_last_frame_models_generate_from_pictures() {
+    let p = pictures();
+    let r = generate(&fixture("tiny-wan-i2v"), &["--image", p.start.to_str().unwrap()], &p.out);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
+    let nodes: Vec<&str> =
+        json["metrics"]["node_seconds"].as_array().unwrap().iter().map(|n| n[0].as_str().unwrap()).collect();
+    assert!(nodes.contains(&"image_encode"), "the image-to-video graph ran: {nodes:?}");
+    assert!(std::fs::metadata(&p.out).unwrap().len() > 0);
+    let flf2v = fixture("tiny-wan-flf2v");
+    let r = generate(&flf2v, &["--image", p.start.to_str().unwrap(), "--last-image", p.end.to_str().unwrap()], &p.out);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+}
+
+#[test]
+fn bad_pictures_and_wrong_models_name_the_problem() {
+    let p = pictures();
+    let not_image = p.out.with_file_name("notes.png");
+    std::fs::write(&not_image, "hello").unwrap();
+    let i2v = fixture("tiny-wan-i2v");
+    assert_user_error(&generate(&i2v, &["--image", not_image.to_str().unwrap()], &p.out), "--image: not an image");
+    assert_user_error(&generate(&i2v, &["--image", "/nonexistent.png"], &p.out), "--image: cannot read");
+    assert_user_error(&generate(&i2v, &[], &p.out), "give the first frame with --image");
+    let t2v = fixture("tiny-wan");
+    assert_user_error(&generate(&t2v, &["--image", p.start.to_str().unwrap()], &p.out), "does not support `i2v`");
+    let flf2v = fixture("tiny-wan-flf2v");
+    assert_user_error(&generate(&flf2v, &["--image", p.start.to_str().unwrap()], &p.out), "needs a last_frame image");
+    assert!(!p.out.exists(), "no video is written for a refused request");
+}
