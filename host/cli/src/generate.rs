@@ -33,6 +33,14 @@ pub struct GenerateArgs {
     /// First-and-last-frame models: the picture the video ends on.
     #[arg(long, requires = "image")]
     last_image: Option<PathBuf>,
+    /// Video to video: the input video (MP4, H.264); its frames are stretched to --width x
+    /// --height, and --frames defaults to all of them (4k+1). Needs a text-to-video model.
+    #[arg(long, conflicts_with = "image")]
+    video: Option<PathBuf>,
+    /// Video to video: how much of the schedule runs on the noised video, in (0, 1]; 0.8 when
+    /// omitted.
+    #[arg(long, requires = "video")]
+    strength: Option<f64>,
     #[command(flatten)]
     sampling: SamplingArgs,
     /// Seed of the initial noise (random and printed when omitted).
@@ -152,8 +160,13 @@ fn request(args: &GenerateArgs) -> OmniRequest {
             r.inputs.push(InputPart::Image { path: Some(p.display().to_string()), b64: None, role });
         }
     }
+    if let Some(p) = &args.video {
+        r.task = TaskType::V2v;
+        r.inputs.push(InputPart::Video { path: Some(p.display().to_string()), b64: None });
+    }
     r.sampling.seed = args.seed;
     let d = &mut r.diffusion;
+    d.strength = args.strength;
     d.num_frames = args.frames;
     d.height = args.height;
     d.width = args.width;
@@ -164,7 +177,8 @@ fn request(args: &GenerateArgs) -> OmniRequest {
     r
 }
 
-/// Reads and decodes the pictures before the model loads, so a wrong file costs nothing.
+/// Reads and decodes the pictures and the video before the model loads, so a wrong file costs
+/// nothing.
 fn check_images(args: &GenerateArgs) -> Result<()> {
     for (path, flag) in [(&args.image, "--image"), (&args.last_image, "--last-image")] {
         if let Some(p) = path {
@@ -172,6 +186,10 @@ fn check_images(args: &GenerateArgs) -> Result<()> {
             fastvideo_request::decode_image(&bytes, ImageRole::FirstFrame, flag)
                 .map_err(|e| anyhow::anyhow!("{} ({})", e, p.display()))?;
         }
+    }
+    if let Some(p) = &args.video {
+        let bytes = std::fs::read(p).map_err(|e| anyhow::anyhow!("--video: cannot read {}: {e}", p.display()))?;
+        fastvideo_request::decode_video(&bytes, "--video").map_err(|e| anyhow::anyhow!("{} ({})", e, p.display()))?;
     }
     Ok(())
 }
@@ -189,7 +207,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     args.parallel.split(&mut model)?;
     let load_s = t0.elapsed().as_secs_f64();
     let limits = model.limits();
-    if args.image.is_none() && !limits.tasks.contains(&TaskType::T2v) {
+    if args.image.is_none() && args.video.is_none() && !limits.tasks.contains(&TaskType::T2v) {
         bail!("{} is an image-to-video model: give the first frame with --image FILE", model_dir.display());
     }
     let req = request(&args).resolve(&limits, random_seed)?;

@@ -28,7 +28,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Generate a video from a prompt and write it as an H.264 MP4.
-    Generate(generate::GenerateArgs),
+    Generate(Box<generate::GenerateArgs>),
     /// Render procedural training clips (the default model's data set).
     Dataset(dataset::DatasetArgs),
     /// Score prompt adherence: generate clips for fixed scenes and analyze them.
@@ -66,7 +66,7 @@ fn main() -> ExitCode {
         }
     };
     let result = match cli.command {
-        Command::Generate(args) => generate::run(args),
+        Command::Generate(args) => generate::run(*args),
         Command::Dataset(args) => dataset::run(args),
         Command::World(args) => world::run(args),
         Command::Eval(args) => eval::run(args),

@@ -115,6 +115,7 @@ impl RolloutRequest {
                         width: self.width,
                         num_frames: self.num_frames,
                         fps: None,
+                        strength: None,
                         negative_prompt: self.negative_prompt.clone(),
                     },
                     outputs: OutputSpec {

@@ -154,3 +154,28 @@ fn live_encoder_sends_an_idr_every_interval_counting_from_the_last_one() {
     }
     assert_eq!(kinds, [true, false, false, true, true, false, false, true, false]);
 }
+
+/// The request plane's video input decoder reads what the writer wrote: every frame, the size,
+/// the frame rate, and the pixels within H.264's loss.
+#[test]
+fn the_input_decoder_reads_our_mp4_back() {
+    let v = clip(9, 32, 48);
+    let bytes = mp4_bytes(&v).unwrap();
+    let back = fastvideo_request::decode_video(&bytes, "inputs[0]").unwrap();
+    assert_eq!((back.frames, back.width, back.height), (9, 48, 32));
+    assert!((back.fps - 16.0).abs() < 1e-6, "fps {}", back.fps);
+    let p = psnr(&v.rgb, &back.rgb);
+    eprintln!("input decoder round trip: PSNR {p:.1} dB");
+    assert!(p > 30.0, "PSNR {p:.1} dB");
+}
+
+#[test]
+fn bad_videos_are_refused_naming_the_field() {
+    let e = fastvideo_request::decode_video(b"not a video at all", "inputs[1]").unwrap_err();
+    assert_eq!(e.field, "inputs[1]");
+    assert!(e.to_string().contains("not a readable MP4"), "{e}");
+    // A real MP4 cut in the middle of its media data.
+    let mut bytes = mp4_bytes(&clip(9, 32, 48)).unwrap();
+    bytes.truncate(bytes.len() / 2);
+    assert!(fastvideo_request::decode_video(&bytes, "inputs[1]").is_err());
+}

@@ -74,6 +74,10 @@ pub struct DenoiseLoop {
     pub contexts: BTreeMap<String, String>,
     /// Value name of optional initial latents (request-supplied noise); seeded noise otherwise.
     pub initial_latents: String,
+    /// Value name of optional clean latents to start from (video to video): they are noised to
+    /// the request's `strength` and the schedule begins at its `start_step`, as diffusers does.
+    /// The initial latents, when given, are then the noise.
+    pub clean_latents: String,
     /// Value name of optional image embeddings every branch's forward takes (image-to-video).
     pub image_embeds: String,
     /// Value name of optional condition latents `[1, C', F, H, W]` appended to the latents'
@@ -223,7 +227,7 @@ impl LoopStage for DenoiseLoop {
     fn init(&self, ctx: &NodeCtx, values: &mut Values) -> Result<LoopState> {
         let req = ctx.request;
         let shape = self.denoiser.latent_shape(req);
-        let latents = match values.opt_tensor(&self.initial_latents) {
+        let noise = match values.opt_tensor(&self.initial_latents) {
             Some(t) => {
                 ensure!(
                     t.size() == shape,
@@ -234,6 +238,26 @@ impl LoopStage for DenoiseLoop {
                 t.to_kind(Kind::Float).to_device(ctx.device)
             }
             None => seeded_noise(&shape, req.seed, ctx.device),
+        };
+        let mut sampler = sampler::build(req);
+        let start = req.start_step() as usize;
+        let latents = match values.opt_tensor(&self.clean_latents) {
+            Some(clean) => {
+                ensure!(
+                    clean.size() == shape,
+                    "denoise: clean latents {:?} do not match the {:?} this request needs",
+                    clean.size(),
+                    shape
+                );
+                sampler.begin_at(start).context("denoise: starting the schedule at the request's strength")?;
+                // diffusers' add_noise / scale_noise: (1 - σ)·x + σ·noise at the first step run.
+                let sigma = sampler.sigmas()[start] as f64;
+                clean.to_kind(Kind::Float).to_device(ctx.device) * (1.0 - sigma) + noise * sigma
+            }
+            None => {
+                ensure!(start == 0, "denoise: strength below 1 needs clean latents to start from (a video input)");
+                noise
+            }
         };
         let image = values.opt_tensor(&self.image_embeds).map(|t| t.shallow_clone());
         let condition = match values.opt_tensor(&self.latent_condition) {
@@ -258,7 +282,7 @@ impl LoopStage for DenoiseLoop {
         }
         let state = DenoiseState {
             latents,
-            sampler: sampler::build(req),
+            sampler,
             capture: Capture::of(req),
             branches,
             contexts,
@@ -274,7 +298,7 @@ impl LoopStage for DenoiseLoop {
                 None => None,
             },
         };
-        Ok(LoopState { step: 0, total_steps: req.steps, inner: Box::new(state) })
+        Ok(LoopState { step: 0, total_steps: req.steps - start as u32, inner: Box::new(state) })
     }
 
     fn step(&self, ctx: &NodeCtx, state: &mut LoopState) -> Result<StepResult> {

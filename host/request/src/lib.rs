@@ -53,9 +53,11 @@ mod resolve;
 pub use action::ActionPart;
 pub use error::RequestError;
 pub use event::OmniEvent;
-pub use media::{decode_image, image_bytes, ImageRole, InputImage, MAX_IMAGE_PIXELS};
+pub use media::{
+    decode_image, decode_video, image_bytes, ImageRole, InputImage, InputVideo, MAX_IMAGE_PIXELS, MAX_VIDEO_FRAMES,
+};
 pub use output::{Artifact, LatentsArtifact, OmniOutput, RequestMetrics, TrajectoryArtifact, VideoArtifact};
 pub use request::{
     DiffusionParams, InputPart, Modality, OmniRequest, OutputSpec, SamplerKind, SamplingParams, TaskType, TextRole,
 };
-pub use resolve::{Defaults, ModelLimits, ResolvedRequest, DEFAULT_NOISE_LEVEL};
+pub use resolve::{Defaults, ModelLimits, ResolvedRequest, DEFAULT_NOISE_LEVEL, DEFAULT_STRENGTH};

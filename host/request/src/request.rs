@@ -68,10 +68,15 @@ pub enum InputPart {
         #[serde(default)]
         role: crate::ImageRole,
     },
-    /// A video given as a file path.
+    /// A video (MP4 with an H.264 track) given as a file path or as base64 bytes (a `data:` URL
+    /// is accepted too). Exactly one of the two.
     Video {
-        /// Path of the video file.
-        path: String,
+        /// Path of the video file (front ends that take files from users refuse this field).
+        #[serde(default)]
+        path: Option<String>,
+        /// The MP4 bytes, base64-encoded.
+        #[serde(default)]
+        b64: Option<String>,
     },
     /// Controller actions for world models, as opaque JSON.
     Action {
@@ -152,6 +157,10 @@ pub struct DiffusionParams {
     pub fps: Option<u32>,
     /// What to steer away from; takes precedence over negative text parts.
     pub negative_prompt: Option<String>,
+    /// Video to video: how much of the schedule runs on the noised input, in `(0, 1]` (1 = from
+    /// pure noise); 0.8 when absent (diffusers' default). Only for `v2v`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strength: Option<f64>,
 }
 
 /// Output modality.

@@ -2,7 +2,14 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{InputImage, InputPart, OmniRequest, OutputSpec, RequestError, SamplerKind, TaskType};
+use crate::{InputImage, InputPart, InputVideo, OmniRequest, OutputSpec, RequestError, SamplerKind, TaskType};
+
+/// diffusers' `WanVideoToVideoPipeline` default `strength`.
+pub const DEFAULT_STRENGTH: f64 = 0.8;
+
+fn full_strength() -> f64 {
+    1.0
+}
 
 /// Parameter values a model uses when a request leaves them out. The same names as
 /// `DiffusionParams`/`SamplingParams` (the request's optional overrides) and `ResolvedRequest`
@@ -122,13 +129,25 @@ pub struct ResolvedRequest {
     pub exact: bool,
     /// Scheduling priority, as requested; higher runs first.
     pub priority: i32,
-    /// Conditioning pictures, decoded and checked by the host (empty from `resolve`, which reads
-    /// no files: the front end's input decoder attaches them).
+    /// Conditioning pictures (`i2v`), decoded and checked by `resolve`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub images: Vec<InputImage>,
+    /// The input video (`v2v`), decoded and checked by `resolve`, cut to `num_frames`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub video: Option<InputVideo>,
+    /// `v2v`: the part of the schedule run on the noised input, in `(0, 1]`; 1 otherwise.
+    #[serde(default = "full_strength")]
+    pub strength: f64,
 }
 
 impl ResolvedRequest {
+    /// The first solver step that runs: 0, or for `v2v` the step from which `strength` of the
+    /// schedule remains (diffusers' `get_timesteps`: `steps - min(floor(steps * strength), steps)`).
+    pub fn start_step(&self) -> u32 {
+        let run = ((self.steps as f64 * self.strength) as u32).min(self.steps);
+        self.steps - run
+    }
+
     /// The conditioning picture in `role`, if the request has one.
     pub fn image(&self, role: crate::ImageRole) -> Option<&InputImage> {
         self.images.iter().find(|i| i.role == role)
@@ -143,6 +162,27 @@ impl ResolvedRequest {
 impl OmniRequest {
     /// Reads and decodes the image inputs (before any model work, so a bad picture costs
     /// nothing): at most one per role, and image-to-video needs its first frame.
+    /// Reads and decodes the video input of a `v2v` request (exactly one).
+    fn decode_video(&self) -> Result<Option<InputVideo>, RequestError> {
+        let mut video = None;
+        for (i, part) in self.inputs.iter().enumerate() {
+            let InputPart::Video { path, b64 } = part else { continue };
+            let field = format!("inputs[{i}]");
+            if self.task != TaskType::V2v {
+                return Err(RequestError::new(field, format!("`{}` takes no video inputs", self.task.as_str())));
+            }
+            if video.is_some() {
+                return Err(RequestError::new(field, "a second video (video to video takes one)"));
+            }
+            let bytes = crate::image_bytes(path.as_deref(), b64.as_deref(), &field)?;
+            video = Some(crate::decode_video(&bytes, &field)?);
+        }
+        if self.task == TaskType::V2v && video.is_none() {
+            return Err(RequestError::new("inputs", "video to video needs a video input"));
+        }
+        Ok(video)
+    }
+
     fn decode_images(&self) -> Result<Vec<InputImage>, RequestError> {
         let mut images: Vec<InputImage> = Vec::new();
         for (i, part) in self.inputs.iter().enumerate() {
@@ -194,6 +234,23 @@ impl OmniRequest {
             }
         }
         let images = self.decode_images()?;
+        let mut video = self.decode_video()?;
+        let strength = match (self.task, self.diffusion.strength) {
+            (TaskType::V2v, s) => {
+                let s = s.unwrap_or(DEFAULT_STRENGTH);
+                if !(s > 0.0 && s <= 1.0) {
+                    return Err(RequestError::new("diffusion.strength", format!("{s} must be in (0, 1]")));
+                }
+                s
+            }
+            (_, None) => 1.0,
+            (task, Some(_)) => {
+                return Err(RequestError::new(
+                    "diffusion.strength",
+                    format!("applies to `v2v` only, not `{}`", task.as_str()),
+                ))
+            }
+        };
         let prompt = self.prompt().unwrap_or_default();
         if prompt.trim().is_empty() {
             return Err(RequestError::new("prompt", "must not be empty for text-to-video"));
@@ -226,7 +283,26 @@ impl OmniRequest {
                 ));
             }
         }
-        let num_frames = if self.task == TaskType::T2i { 1 } else { d.num_frames.unwrap_or(def.num_frames) };
+        let num_frames = match (&video, self.task) {
+            (_, TaskType::T2i) => 1,
+            // Video to video: every frame that fills the VAE's chunks (as diffusers' encoder
+            // reads them), within the model's limit, unless the request asks for fewer.
+            (Some(v), _) => {
+                let fm = limits.frame_multiple;
+                let usable = ((v.frames - 1) / fm * fm + 1).min(limits.max_frames);
+                match d.num_frames {
+                    Some(n) if n > usable => {
+                        return Err(RequestError::new(
+                            "diffusion.num_frames",
+                            format!("{n}: the input video gives {usable} usable frames (of {})", v.frames),
+                        ))
+                    }
+                    Some(n) => n,
+                    None => usable,
+                }
+            }
+            (None, _) => d.num_frames.unwrap_or(def.num_frames),
+        };
         let fm = limits.frame_multiple;
         if num_frames == 0 || (num_frames - 1) % fm != 0 || num_frames > limits.max_frames {
             // Suggest the valid counts either side, but never one above the limit.
@@ -249,6 +325,16 @@ impl OmniRequest {
         }
         let sampler = self.sampling.sampler.unwrap_or(def.sampler);
         let (noise_level, sde_steps) = self.sampling.resolve_sde(sampler, steps)?;
+        if (steps as f64 * strength) < 1.0 {
+            return Err(RequestError::new(
+                "diffusion.strength",
+                format!("{strength} of {steps} steps runs no step (give at least 1/{steps})"),
+            ));
+        }
+        if let Some(v) = &mut video {
+            v.rgb.truncate((num_frames * v.height * v.width * 3) as usize);
+            v.frames = num_frames;
+        }
         Ok(ResolvedRequest {
             request_id: self.request_id.clone(),
             task: self.task,
@@ -271,6 +357,8 @@ impl OmniRequest {
             exact: self.exact,
             priority: self.priority,
             images,
+            video,
+            strength,
         })
     }
 }
@@ -446,5 +534,29 @@ mod tests {
         let bad = s.replace("\"diffusion\":{", "\"diffusion\":{\"stepz\":3,");
         let e = serde_json::from_str::<OmniRequest>(&bad).unwrap_err().to_string();
         assert!(e.contains("stepz"), "{e}");
+    }
+
+    #[test]
+    fn media_inputs_match_the_task() {
+        let mut l = limits();
+        l.tasks = vec![TaskType::T2v, TaskType::I2v, TaskType::V2v];
+        let mut r = req();
+        r.diffusion.strength = Some(0.5);
+        assert_eq!(r.resolve(&l, || 0).unwrap_err().field, "diffusion.strength");
+        let mut r = req();
+        r.task = TaskType::V2v;
+        assert!(r.resolve(&l, || 0).unwrap_err().rule.contains("needs a video"));
+        let mut r = req();
+        r.task = TaskType::I2v;
+        assert!(r.resolve(&l, || 0).unwrap_err().rule.contains("needs an image"));
+        let mut r = req();
+        r.inputs.push(InputPart::Image { path: Some("x.png".into()), b64: None, role: Default::default() });
+        let e = r.resolve(&l, || 0).unwrap_err();
+        assert_eq!((e.field.as_str(), e.rule.contains("only text")), ("inputs[1]", true), "{e}");
+        let mut r = req();
+        r.task = TaskType::I2v;
+        r.inputs.push(InputPart::Image { path: None, b64: Some("aGVsbG8=".into()), role: Default::default() });
+        let e = r.resolve(&l, || 0).unwrap_err();
+        assert_eq!((e.field.as_str(), e.rule.contains("not an image")), ("inputs[1]", true), "{e}");
     }
 }

@@ -51,9 +51,14 @@ fn to_u8_grid(x: Tensor) -> Tensor {
 /// A picture stretched to `width`x`height` (no crop, aspect not kept: diffusers' default) →
 /// `[1, 3, height, width]` float32 in [-1, 1] on `device`, as the VAE takes it.
 pub fn picture_to_unit(image: &InputImage, width: i64, height: i64, device: Device) -> Result<Tensor> {
-    let (h, w) = (image.height as i64, image.width as i64);
-    ensure!(image.rgb.len() as i64 == h * w * 3, "image: {w}x{h} RGB8 needs {} bytes", h * w * 3);
-    let mut x = Tensor::from_slice(&image.rgb).view([h, w, 3]).permute([2, 0, 1]).to_kind(Kind::Float);
+    rgb8_to_unit(&image.rgb, image.width, image.height, width, height, device)
+}
+
+/// [`picture_to_unit`] for `w`x`h` RGB8 bytes (one video frame, say).
+pub fn rgb8_to_unit(rgb: &[u8], w: u32, h: u32, width: i64, height: i64, device: Device) -> Result<Tensor> {
+    let (h, w) = (h as i64, w as i64);
+    ensure!(rgb.len() as i64 == h * w * 3, "image: {w}x{h} RGB8 needs {} bytes", h * w * 3);
+    let mut x = Tensor::from_slice(rgb).view([h, w, 3]).permute([2, 0, 1]).to_kind(Kind::Float);
     if w != width {
         x = to_u8_grid(x.matmul(&weights(w, width).tr()));
     }

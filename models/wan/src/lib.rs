@@ -27,6 +27,7 @@ pub mod transformer;
 pub mod umt5;
 pub mod update;
 pub mod vae;
+mod video_encode;
 pub mod weights;
 pub mod world;
 

@@ -270,7 +270,11 @@ impl WanModel {
         let r = &self.run;
         ModelLimits {
             family: "Wan".into(),
-            tasks: if self.image.is_some() { vec![TaskType::I2v] } else { vec![TaskType::T2v, TaskType::T2i] },
+            tasks: if self.image.is_some() {
+                vec![TaskType::I2v]
+            } else {
+                vec![TaskType::T2v, TaskType::T2i, TaskType::V2v]
+            },
             frame_multiple: tf,
             spatial_multiple: spatial,
             max_frames: tf * (rope * t.patch_size[0] as u32 - 1) + 1,

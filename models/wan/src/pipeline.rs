@@ -1,6 +1,7 @@
 //! The Wan 2.1 pipelines as declarative graphs: text-to-video
 //! `text_encode → denoise (loop) → vae_decode → assemble`, and for image-conditioned models
-//! (I2V, FLF2V) `text_encode → image_encode → denoise → vae_decode → assemble`.
+//! (I2V, FLF2V) `text_encode → image_encode → denoise → vae_decode → assemble`. Video to video
+//! runs on the text-to-video graph, whose `video_encode` stage encodes the input video.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -20,6 +21,7 @@ use crate::tokenizer::TextTokenizer;
 use crate::transformer::WanTransformer3DModel;
 use crate::umt5::Umt5Encoder;
 use crate::vae::AutoencoderKLWan;
+use crate::video_encode::VideoEncode;
 
 /// Value names on the graph's edges.
 pub mod values {
@@ -30,6 +32,8 @@ pub mod values {
     pub const IMAGE_EMBEDS: &str = "image_embeds";
     /// The mask and encoded picture(s) appended to the latents' channels (image-conditioned models).
     pub const LATENT_CONDITION: &str = "latent_condition";
+    /// A video-to-video request's encoded input video.
+    pub const CLEAN_LATENTS: &str = "clean_latents";
     pub const LATENTS: &str = "latents";
     pub const FRAMES: &str = "frames";
     pub const VIDEO: &str = "video";
@@ -202,6 +206,7 @@ pub fn text_to_video_with(model: &WanModel, policies: LoopPolicies) -> Result<Pi
         steps,
         contexts: BTreeMap::from([("cond".into(), PROMPT_EMBEDS.into()), ("uncond".into(), NEGATIVE_EMBEDS.into())]),
         initial_latents: INITIAL_LATENTS.to_string(),
+        clean_latents: CLEAN_LATENTS.to_string(),
         image_embeds: IMAGE_EMBEDS.to_string(),
         latent_condition: LATENT_CONDITION.to_string(),
         output: LATENTS.to_string(),
@@ -224,7 +229,11 @@ pub fn text_to_video_with(model: &WanModel, policies: LoopPolicies) -> Result<Pi
             nodes.push(Node::stage("image_encode", Arc::new(stage), &[], &[IMAGE_EMBEDS, LATENT_CONDITION]));
             ("wan-i2v", vec![TaskType::I2v], vec![PROMPT_EMBEDS, IMAGE_EMBEDS, LATENT_CONDITION])
         }
-        None => ("wan-t2v", vec![TaskType::T2v, TaskType::T2i], vec![PROMPT_EMBEDS]),
+        None => {
+            let stage = VideoEncode { vae: Arc::clone(&model.vae) };
+            nodes.push(Node::stage("video_encode", Arc::new(stage), &[], &[CLEAN_LATENTS]));
+            ("wan-t2v", vec![TaskType::T2v, TaskType::T2i, TaskType::V2v], vec![PROMPT_EMBEDS, CLEAN_LATENTS])
+        }
     };
     nodes.extend([
         Node::looped("denoise", Arc::new(denoise), &denoise_inputs, &[LATENTS]),

@@ -81,3 +81,25 @@ fn bad_pictures_and_wrong_models_name_the_problem() {
     assert_user_error(&generate(&flf2v, &["--image", p.start.to_str().unwrap()], &p.out), "needs a last_frame image");
     assert!(!p.out.exists(), "no video is written for a refused request");
 }
+
+#[test]
+fn video_to_video_runs_the_tail_of_the_schedule_on_an_mp4() {
+    let p = pictures();
+    let t2v = fixture("tiny-wan");
+    let source = p.out.with_file_name("source.mp4");
+    let r = generate(&t2v, &[], &source);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let src = source.to_str().unwrap();
+    let r = generate(&t2v, &["--video", src, "--strength", "0.5"], &p.out);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
+    // 2 steps at strength 0.5: the last one runs, with CFG's two forwards.
+    assert_eq!(json["metrics"]["forwards"], 2, "{json}");
+    assert_eq!(json["artifacts"]["video"]["num_frames"], 9, "every usable frame of the input");
+    assert_user_error(&generate(&t2v, &["--video", src, "--strength", "1.5"], &p.out), "diffusion.strength");
+    assert_user_error(&generate(&t2v, &["--video", src, "--strength", "0.4"], &p.out), "runs no step");
+    let png = p.start.to_str().unwrap();
+    assert_user_error(&generate(&t2v, &["--video", png], &p.out), "--video: not a readable MP4");
+    let i2v = fixture("tiny-wan-i2v");
+    assert_user_error(&generate(&i2v, &["--video", src], &p.out), "does not support `v2v`");
+}

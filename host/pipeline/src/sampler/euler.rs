@@ -48,6 +48,9 @@ impl FlowMatchEuler {
 }
 
 impl Sampler for FlowMatchEuler {
+    fn begin_at(&mut self, index: usize) -> Result<()> {
+        self.schedule.begin_at(index, "euler")
+    }
     fn schedule(&self) -> &Schedule {
         &self.schedule
     }

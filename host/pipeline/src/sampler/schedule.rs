@@ -20,6 +20,18 @@ pub struct Schedule {
 }
 
 impl Schedule {
+    /// Moves a fresh schedule to step `index` (see [`Sampler::begin_at`]).
+    pub(super) fn begin_at(&mut self, index: usize, sampler: &str) -> Result<()> {
+        anyhow::ensure!(self.index == 0, "{sampler}: begin_at after {} steps were taken", self.index);
+        anyhow::ensure!(
+            index < self.timesteps.len(),
+            "{sampler}: cannot begin at step {index} of {}",
+            self.timesteps.len()
+        );
+        self.index = index;
+        Ok(())
+    }
+
     /// Fails once every step has been taken.
     pub(super) fn ensure_step_left(&self, sampler: &str) -> Result<()> {
         anyhow::ensure!(
@@ -38,6 +50,10 @@ pub trait Sampler: Send {
     fn schedule(&self) -> &Schedule;
     /// Advances `sample` by one solver step given the model's (guided) prediction.
     fn step(&mut self, model_output: &Tensor, sample: &Tensor) -> Result<Tensor>;
+    /// Starts the schedule at step `index` instead of 0, before any step is taken, as diffusers
+    /// does for video to video (`timesteps[t_start:]`): a multistep solver starts with an empty
+    /// history there, exactly as it does at step 0.
+    fn begin_at(&mut self, index: usize) -> Result<()>;
 
     /// The model time of each step ([`Schedule::timesteps`]).
     fn timesteps(&self) -> &[f32] {

@@ -108,6 +108,9 @@ impl FlowSde {
 }
 
 impl Sampler for FlowSde {
+    fn begin_at(&mut self, index: usize) -> Result<()> {
+        self.euler.begin_at(index)
+    }
     fn schedule(&self) -> &Schedule {
         self.euler.schedule()
     }

@@ -136,6 +136,9 @@ impl UniPc {
 }
 
 impl Sampler for UniPc {
+    fn begin_at(&mut self, index: usize) -> Result<()> {
+        self.schedule.begin_at(index, "unipc")
+    }
     fn schedule(&self) -> &Schedule {
         &self.schedule
     }

@@ -136,12 +136,22 @@ fn request(task: TaskType) -> OmniRequest {
     r
 }
 
+/// The request resolved as text, then given the task and pictures as `resolve` would attach them
+/// from image inputs (the fixtures hold raw pixels, not files).
+fn i2v_request(m: &WanModel) -> fastvideo_request::ResolvedRequest {
+    let mut limits = m.limits();
+    limits.tasks.push(TaskType::T2v);
+    let mut req = request(TaskType::T2v).resolve(&limits, || 0).unwrap();
+    req.task = TaskType::I2v;
+    req
+}
+
 #[test]
 fn image_to_video_pipelines_match_diffusers_end_to_end() {
     for (folder, name, with_last) in [("tiny-wan-i2v", "i2v", false), ("tiny-wan-flf2v", "flf2v", true)] {
         let m = load(folder);
         let spec = Arc::new(pipeline::text_to_video(&m, pipeline::default_guidance()).unwrap());
-        let mut req = request(TaskType::I2v).resolve(&m.limits(), || 0).unwrap();
+        let mut req = i2v_request(&m);
         req.images.push(picture("pipeline.first", ImageRole::FirstFrame));
         if with_last {
             req.images.push(picture("pipeline.last", ImageRole::LastFrame));
@@ -177,7 +187,7 @@ fn an_image_request_is_checked_against_the_model() {
     assert!(err.contains("i2v"), "{err}");
     let m = load("tiny-wan-flf2v");
     let spec = Arc::new(pipeline::text_to_video(&m, pipeline::default_guidance()).unwrap());
-    let mut req = request(TaskType::I2v).resolve(&m.limits(), || 0).unwrap();
+    let mut req = i2v_request(&m);
     req.images.push(picture("pipeline.first", ImageRole::FirstFrame));
     let mut run = PipelineRun::new(spec, req, Device::Cpu, Values::default(), Default::default());
     let err = format!("{:#}", run.run_to_end(&mut |_| {}).unwrap_err());
@@ -196,4 +206,49 @@ fn pictures_are_stretched_to_the_output_size_as_diffusers_does() {
     let (max, off) = (diff.max().double_value(&[]), diff.gt(1e-6).sum(Kind::Float).double_value(&[]));
     eprintln!("resize: max abs error {max:.3e}, {off} of {} values off", reference.numel());
     assert!(max <= 2.0 / 255.0 + 1e-6, "resize max abs error {max}"); // tolerance one 8-bit level
+}
+
+#[test]
+fn video_to_video_matches_diffusers_end_to_end() {
+    // The text-to-video tiny model, 9 frames, 5 steps at strength 0.6: the loop starts at step 2
+    // from the encoded video noised with the recorded noise.
+    let m = load("tiny-wan");
+    let spec = Arc::new(pipeline::text_to_video(&m, pipeline::default_guidance()).unwrap());
+    let mut r = request(TaskType::T2v);
+    r.diffusion.num_inference_steps = Some(5);
+    r.node_params.insert("text_encode".into(), serde_json::json!({"max_sequence_length": 16}));
+    let mut req = r.resolve(&m.limits(), || 0).unwrap();
+    let frames = fx("v2v.video");
+    let (f, h, w, _) = frames.size4().unwrap();
+    req.task = TaskType::V2v;
+    req.strength = 0.6;
+    req.video = Some(fastvideo_request::InputVideo {
+        width: w as u32,
+        height: h as u32,
+        fps: 16.0,
+        frames: f as u32,
+        rgb: Vec::<u8>::try_from(frames.flatten(0, -1)).unwrap(),
+    });
+    assert_eq!(req.start_step(), 2, "diffusers' get_timesteps: 5 - int(5 * 0.6)");
+    let mut init = Values::default();
+    init.insert(values::INITIAL_LATENTS, Value::Tensor(fx("v2v.noise").shallow_clone()));
+    let mut run = PipelineRun::new(spec, req, Device::Cpu, init, Default::default());
+    let mut progress = 0;
+    run.run_to_end(&mut |e| progress += matches!(e, fastvideo_request::OmniEvent::Progress { .. }) as u32).unwrap();
+    assert_eq!(progress, 3, "three of the five steps run");
+    let out = run.finish(&mut |_| {}).unwrap();
+    assert_eq!(out.metrics.forwards, 6, "CFG runs two forwards per step run");
+    let Some(fastvideo_request::Artifact::Latents(l)) = out.artifacts.get("latents") else {
+        panic!("latents returned")
+    };
+    let latents = Tensor::from_slice(&l.data).view(l.shape.as_slice());
+    let e = rel_err(&latents, fx("v2v.latents_out"));
+    eprintln!("v2v pipeline latents: relative error {e:.3e}");
+    assert!(e < 1e-4, "v2v pipeline latents relative error {e}"); // tolerance 1e-4, as for T2V
+    let v = out.video().expect("video artifact");
+    let ours = Tensor::from_slice(&v.rgb).view([9, 32, 32, 3]).to_kind(Kind::Float) / 255.0;
+    let reference = fx("v2v.video_out").squeeze_dim(0).permute([0, 2, 3, 1]);
+    let diff = (ours - reference).abs().max().double_value(&[]);
+    eprintln!("v2v pipeline video: max abs error {diff:.3e}");
+    assert!(diff <= 0.5 / 255.0 + 1e-4, "v2v pipeline video max abs error {diff}");
 }

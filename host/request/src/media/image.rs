@@ -1,44 +1,7 @@
-//! Decoded conditioning media a request carries once the host has read and checked its inputs:
-//! the pipeline sees pixels, never paths or base64.
+//! Pictures: PNG, JPEG and WebP into RGB8, checked before they are decoded.
 
-use serde::{Deserialize, Serialize};
-
+use super::{ImageRole, InputImage};
 use crate::RequestError;
-
-/// Where a conditioning picture goes in the video.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ImageRole {
-    /// The video starts from it (image-to-video; the default).
-    #[default]
-    FirstFrame,
-    /// The video ends on it (first-and-last-frame models).
-    LastFrame,
-}
-
-impl ImageRole {
-    /// The wire name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ImageRole::FirstFrame => "first_frame",
-            ImageRole::LastFrame => "last_frame",
-        }
-    }
-}
-
-/// One decoded picture, RGB8 row-major `[height, width, 3]`, as the user gave it (any resize to
-/// the output size is the pipeline's, which knows the model's policy).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct InputImage {
-    /// Where it goes in the video.
-    pub role: ImageRole,
-    /// Width in pixels.
-    pub width: u32,
-    /// Height in pixels.
-    pub height: u32,
-    /// `height * width * 3` bytes.
-    pub rgb: Vec<u8>,
-}
 
 /// Pictures declaring more pixels than this are refused before decoding (decompression bombs).
 pub const MAX_IMAGE_PIXELS: u64 = 50_000_000;
