@@ -13,6 +13,18 @@ pub struct Target {
 
 pub const TARGETS: &[Target] = &[
     Target {
+        name: "image-input",
+        what: "a conditioning picture's bytes (PNG, JPEG, WebP) to RGB8 (request media/image.rs)",
+        max_len: 1 << 16,
+        run: image_input,
+    },
+    Target {
+        name: "video-input",
+        what: "an input video's bytes (MP4, H.264) to RGB8 frames (request media/video.rs)",
+        max_len: 1 << 16,
+        run: video_input,
+    },
+    Target {
         name: "request-json",
         what: "a POST /v1/videos JSON body to the engine request (params.rs)",
         max_len: 1 << 16,
@@ -114,6 +126,27 @@ fn sharded_index(b: &[u8]) -> bool {
             // Whatever the index says, every name stays a plain file of the model folder.
             let bad = names.iter().find(|n| n.contains(['/', '\\']) || *n == ".." || !n.ends_with(".safetensors"));
             assert!(bad.is_none(), "the index named {:?}", bad.map(|n| n.chars().take(80).collect::<String>()));
+            true
+        }
+        Err(_) => false,
+    }
+}
+
+fn image_input(b: &[u8]) -> bool {
+    match fastvideo_request::decode_image(b, fastvideo_request::ImageRole::FirstFrame, "inputs[0]") {
+        Ok(im) => {
+            assert_eq!(im.rgb.len() as u64, im.width as u64 * im.height as u64 * 3, "RGB8 size");
+            true
+        }
+        Err(_) => false,
+    }
+}
+
+fn video_input(b: &[u8]) -> bool {
+    match fastvideo_request::decode_video(b, "inputs[0]") {
+        Ok(v) => {
+            assert!(v.frames >= 1 && v.frames <= fastvideo_request::MAX_VIDEO_FRAMES, "{} frames", v.frames);
+            assert_eq!(v.rgb.len() as u64, v.frames as u64 * v.width as u64 * v.height as u64 * 3, "RGB8 size");
             true
         }
         Err(_) => false,
