@@ -7,7 +7,7 @@ use std::time::Duration;
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Multipart, Request};
 use axum::http::header::CONTENT_TYPE;
-use fastvideo_request::{ModelLimits, OmniRequest, SamplerKind, TaskType};
+use fastvideo_request::{ImageRole, InputPart, ModelLimits, OmniRequest, SamplerKind, TaskType};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
@@ -51,8 +51,15 @@ pub struct CreateParams {
     /// Reward plugins (enabled by the deploy) to score the result with.
     #[serde(default)]
     pub rewards: Vec<String>,
-    /// Accepted so OpenAI clients can send it; images conditioning is not served yet.
-    pub input_reference: Option<serde_json::Value>,
+    /// Image to video: the first frame (PNG, JPEG or WebP), as OpenAI's client uploads it (a
+    /// multipart file) or in JSON as a `data:` URL or plain base64.
+    pub input_reference: Option<MediaValue>,
+    /// First-and-last-frame models: the last frame, as `input_reference`.
+    pub last_frame: Option<MediaValue>,
+    /// Video to video: the input video (MP4, H.264), as `input_reference`.
+    pub video: Option<MediaValue>,
+    /// Video to video: the part of the schedule run on the noised video, in (0, 1].
+    pub strength: Option<f64>,
     /// Accepted from OpenAI clients; no effect here.
     #[allow(dead_code)]
     pub user: Option<String>,
@@ -60,6 +67,27 @@ pub struct CreateParams {
     pub quality: Option<String>,
     #[allow(dead_code)]
     pub style: Option<String>,
+}
+
+/// An uploaded file (a multipart file field, read as `{ "b64": ..., "file_name": ... }`) or, in
+/// JSON, a `data:` URL or plain base64 string.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum MediaValue {
+    Encoded(String),
+    File {
+        b64: String,
+        #[allow(dead_code)]
+        file_name: Option<String>,
+    },
+}
+
+impl MediaValue {
+    fn b64(&self) -> &str {
+        match self {
+            MediaValue::Encoded(s) | MediaValue::File { b64: s, .. } => s,
+        }
+    }
 }
 
 /// `seconds` arrives as a string from OpenAI clients and as a number from others.
@@ -99,11 +127,16 @@ async fn read_body_now<T: DeserializeOwned>(req: Request) -> Result<T, ApiError>
             form.next_field().await.map_err(|e| ApiError::field("body", format!("unreadable multipart body: {e}")))?
         {
             let name = field.name().unwrap_or_default().to_string();
-            let is_file = field.file_name().is_some();
+            let field_file_name = field.file_name().map(str::to_string);
+            let is_file = field_file_name.is_some();
             let bytes =
                 field.bytes().await.map_err(|e| ApiError::field(&name, format!("unreadable form field: {e}")))?;
             let value = if is_file {
-                serde_json::json!({ "bytes": bytes.len() })
+                // Kept as base64 until the request plane decodes it (with every check a JSON
+                // client's data URL gets), so both wire forms take one path.
+                use base64::Engine as _;
+                let b64 = base64::engine::general_purpose::STANDARD.encode(&bytes);
+                serde_json::json!({ "b64": b64, "file_name": field_file_name })
             } else {
                 let text = String::from_utf8(bytes.to_vec())
                     .map_err(|_| ApiError::field(&name, "form field is not UTF-8 text"))?;
@@ -225,11 +258,38 @@ impl CreateParams {
                 ));
             }
         }
-        if self.input_reference.is_some() {
-            return Err(ApiError::field("input_reference", "input_reference: image conditioning is not served yet"));
-        }
         let mut r = OmniRequest::text_to_video(id, prompt);
         r.task = task;
+        // Conditioning media set the task; the request plane decodes and checks them (a bad
+        // picture is a 400 naming `inputs[i]`), and refuses them on a model without the task.
+        for (value, role, name) in [
+            (&self.input_reference, ImageRole::FirstFrame, "input_reference"),
+            (&self.last_frame, ImageRole::LastFrame, "last_frame"),
+        ] {
+            if let Some(v) = value {
+                // Checked here too, so an error names the field the client sent.
+                let bytes = fastvideo_request::image_bytes(None, Some(v.b64()), name).map_err(ApiError::from)?;
+                fastvideo_request::decode_image(&bytes, role, name).map_err(ApiError::from)?;
+                r.task = TaskType::I2v;
+                r.inputs.push(InputPart::Image { path: None, b64: Some(v.b64().to_string()), role });
+            }
+        }
+        if self.last_frame.is_some() && self.input_reference.is_none() {
+            return Err(ApiError::field("last_frame", "last_frame: needs input_reference (the first frame) too"));
+        }
+        if let Some(v) = &self.video {
+            if self.input_reference.is_some() {
+                return Err(ApiError::field("video", "video: give input_reference or video, not both"));
+            }
+            let bytes = fastvideo_request::image_bytes(None, Some(v.b64()), "video").map_err(ApiError::from)?;
+            fastvideo_request::decode_video(&bytes, "video").map_err(ApiError::from)?;
+            r.task = TaskType::V2v;
+            r.inputs.push(InputPart::Video { path: None, b64: Some(v.b64().to_string()) });
+        }
+        if task == TaskType::T2i && r.task != TaskType::T2i {
+            return Err(ApiError::field("input_reference", "images take no input_reference or video here"));
+        }
+        r.diffusion.strength = self.strength;
         let d = &mut r.diffusion;
         (d.width, d.height) = (self.width, self.height);
         if let Some(size) = &self.size {

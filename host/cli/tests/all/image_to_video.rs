@@ -103,3 +103,52 @@ fn video_to_video_runs_the_tail_of_the_schedule_on_an_mp4() {
     let i2v = fixture("tiny-wan-i2v");
     assert_user_error(&generate(&i2v, &["--video", src], &p.out), "does not support `v2v`");
 }
+
+fn client_python() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let p = std::env::var_os("FASTVIDEO_CLIENT_PYTHON")
+        .map(Into::into)
+        .unwrap_or_else(|| root.join(".venv-client/bin/python"));
+    assert!(p.exists(), "{} not found: run host/scripts/test.sh once (it installs the openai client)", p.display());
+    p
+}
+
+#[test]
+fn the_official_openai_client_uploads_an_input_reference() {
+    let p = pictures();
+    let server = crate::common::server::Server::start(&["--model", &fixture("tiny-wan-i2v")]);
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/clients/openai_image_to_video.py");
+    let out = Command::new(client_python()).arg(script).arg(&server.base).arg(&p.start).arg(&p.out).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["status"], "completed", "{r}");
+    assert_eq!(std::fs::metadata(&p.out).unwrap().len(), r["mp4_bytes"].as_u64().unwrap());
+    assert_eq!(r["bad_image"], serde_json::json!({"status": 400, "param": "input_reference"}));
+    // JSON clients send a data URL; a text prompt alone is refused by an image-to-video model.
+    use base64::Engine as _;
+    let png = base64::engine::general_purpose::STANDARD.encode(std::fs::read(&p.start).unwrap());
+    let body = serde_json::json!({"prompt": "a red circle", "size": "32x32", "num_frames": 9,
+        "num_inference_steps": 1, "input_reference": format!("data:image/png;base64,{png}")});
+    let (status, v) = server.post("/v1/videos", body);
+    assert_eq!(status, 200, "{v}");
+    let (status, v) = server.post("/v1/videos", serde_json::json!({"prompt": "a red circle"}));
+    assert_eq!((status, v["error"]["param"].as_str()), (400, Some("task")), "{v}");
+}
+
+#[test]
+fn the_server_takes_a_video_for_video_to_video() {
+    let p = pictures();
+    let source = p.out.with_file_name("source.mp4");
+    assert!(generate(&fixture("tiny-wan"), &[], &source).status.success());
+    use base64::Engine as _;
+    let mp4 = base64::engine::general_purpose::STANDARD.encode(std::fs::read(&source).unwrap());
+    let server = crate::common::server::Server::start(&[]);
+    let body = serde_json::json!({"prompt": "a blue square", "size": "32x32", "num_inference_steps": 2,
+        "strength": 0.5, "video": mp4});
+    let (status, v) = server.post("/v1/videos", body);
+    assert_eq!(status, 200, "{v}");
+    let (status, v) = server.post("/v1/videos", serde_json::json!({"prompt": "x", "video": "bm90IGEgdmlkZW8="}));
+    assert_eq!((status, v["error"]["param"].as_str()), (400, Some("video")), "{v}");
+    let (status, v) = server.post("/v1/videos", serde_json::json!({"prompt": "x", "strength": 0.5}));
+    assert_eq!((status, v["error"]["param"].as_str()), (400, Some("strength")), "{v}");
+}

@@ -1,0 +1,43 @@
+"""Image to video with the official `openai` Python client, unmodified, against `fastvideo serve`
+running an image-to-video model.
+
+    python examples/clients/openai_image_to_video.py http://127.0.0.1:8000 start.png out.mp4
+
+Uploads the picture as `input_reference` (a multipart file, as the client sends it), polls the
+job, downloads the MP4, and shows that a file that is not a picture comes back as a 400 naming
+`input_reference`. Prints a JSON summary (the server's tests read it).
+"""
+
+import json
+import os
+import sys
+import time
+
+import openai
+
+base, image, out = sys.argv[1], sys.argv[2], sys.argv[3]
+client = openai.OpenAI(base_url=base + "/v1", api_key=os.environ.get("OPENAI_API_KEY", "not-needed"), max_retries=0)
+model = client.models.list().data[0].id
+
+with open(image, "rb") as f:
+    video = client.videos.create(
+        model=model,
+        prompt="a red circle moving left on a white background",
+        input_reference=f,
+        size="32x32",
+        extra_body={"num_frames": 9, "num_inference_steps": 2, "seed": 3},
+    )
+while video.status in ("queued", "in_progress"):
+    time.sleep(0.05)
+    video = client.videos.retrieve(video.id)
+mp4 = client.videos.download_content(video.id, variant="video").read()
+with open(out, "wb") as f:
+    f.write(mp4)
+
+try:
+    client.videos.create(model=model, prompt="a red circle", input_reference=("notes.png", b"not a picture"))
+    bad = None
+except openai.BadRequestError as e:
+    bad = {"status": e.status_code, "param": e.body.get("param") if isinstance(e.body, dict) else None}
+
+print(json.dumps({"id": video.id, "status": video.status, "mp4_bytes": len(mp4), "bad_image": bad}))
