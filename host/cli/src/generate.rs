@@ -41,6 +41,11 @@ pub struct GenerateArgs {
     /// omitted.
     #[arg(long, requires = "video")]
     strength: Option<f64>,
+    /// safetensors with a `latents` tensor: the initial noise, instead of the seed's. For text
+    /// and image to video it is diffusers' `latents=` argument; for video to video, the noise
+    /// added to the encoded video at --strength (what diffusers draws from its generator).
+    #[arg(long)]
+    noise: Option<PathBuf>,
     #[command(flatten)]
     sampling: SamplingArgs,
     /// Seed of the initial noise (random and printed when omitted).
@@ -147,7 +152,18 @@ fn random_seed() -> u64 {
     (t as u64) ^ ((std::process::id() as u64) << 32)
 }
 
-fn request(args: &GenerateArgs) -> OmniRequest {
+/// The `latents` tensor of the --noise file as a request's latent input.
+fn noise_input(path: &Path) -> Result<InputPart> {
+    let tensors = tch::Tensor::read_safetensors(path)
+        .map_err(|e| anyhow::anyhow!("--noise: cannot read {} as safetensors: {e}", path.display()))?;
+    let Some((_, t)) = tensors.into_iter().find(|(n, _)| n == "latents") else {
+        bail!("--noise: {} has no tensor named `latents`", path.display());
+    };
+    let t = t.to_kind(tch::Kind::Float).contiguous();
+    Ok(InputPart::Latent { shape: t.size(), data: Vec::<f32>::try_from(t.flatten(0, -1))? })
+}
+
+fn request(args: &GenerateArgs) -> Result<OmniRequest> {
     let mut r = OmniRequest::text_to_video(format!("cli-{}", std::process::id()), args.prompt.clone());
     args.plugins.apply(&mut r);
     args.sampling.apply(&mut r);
@@ -174,7 +190,10 @@ fn request(args: &GenerateArgs) -> OmniRequest {
     r.outputs.return_trajectory = args.trajectory_out.is_some();
     r.outputs.return_latents = args.trajectory_out.is_some();
     r.outputs.rewards = args.reward.clone();
-    r
+    if let Some(p) = &args.noise {
+        r.inputs.push(noise_input(p)?);
+    }
+    Ok(r)
 }
 
 /// Reads and decodes the pictures and the video before the model loads, so a wrong file costs
@@ -197,6 +216,8 @@ fn check_images(args: &GenerateArgs) -> Result<()> {
 pub fn run(args: GenerateArgs) -> Result<()> {
     check_output(&args.out)?;
     check_images(&args)?;
+    // Built before the model loads, so a bad --noise file costs nothing either.
+    let omni = request(&args)?;
     let device = fastvideo_torch::device(&args.device)?;
     let model_dir = match &args.model {
         Some(m) => m.clone(),
@@ -210,7 +231,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     if args.image.is_none() && args.video.is_none() && !limits.tasks.contains(&TaskType::T2v) {
         bail!("{} is an image-to-video model: give the first frame with --image FILE", model_dir.display());
     }
-    let req = request(&args).resolve(&limits, random_seed)?;
+    let req = omni.resolve(&limits, random_seed)?;
     if !args.quiet {
         let r = &model.load_report;
         eprintln!(

@@ -227,7 +227,12 @@ impl LoopStage for DenoiseLoop {
     fn init(&self, ctx: &NodeCtx, values: &mut Values) -> Result<LoopState> {
         let req = ctx.request;
         let shape = self.denoiser.latent_shape(req);
-        let noise = match values.opt_tensor(&self.initial_latents) {
+        let supplied = match (values.opt_tensor(&self.initial_latents), &req.initial_noise) {
+            (Some(t), _) => Some(t.shallow_clone()),
+            (None, Some(l)) => Some(Tensor::from_slice(&l.data).view(l.shape.as_slice())),
+            (None, None) => None,
+        };
+        let noise = match supplied {
             Some(t) => {
                 ensure!(
                     t.size() == shape,

@@ -4,6 +4,15 @@ use serde::{Deserialize, Serialize};
 
 use crate::{InputImage, InputPart, InputVideo, OmniRequest, OutputSpec, RequestError, SamplerKind, TaskType};
 
+/// Latents a request supplies (row-major float32 values of `shape`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LatentInput {
+    /// Dimensions, outermost first.
+    pub shape: Vec<i64>,
+    /// Row-major values.
+    pub data: Vec<f32>,
+}
+
 /// diffusers' `WanVideoToVideoPipeline` default `strength`.
 pub const DEFAULT_STRENGTH: f64 = 0.8;
 
@@ -135,6 +144,11 @@ pub struct ResolvedRequest {
     /// The input video (`v2v`), decoded and checked by `resolve`, cut to `num_frames`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub video: Option<InputVideo>,
+    /// The initial noise the request supplies (a `latent` input): the starting latents for text
+    /// and image to video (diffusers' `latents=`), the noise added to the encoded video for
+    /// video to video. Seeded noise when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initial_noise: Option<LatentInput>,
     /// `v2v`: the part of the schedule run on the noised input, in `(0, 1]`; 1 otherwise.
     #[serde(default = "full_strength")]
     pub strength: f64,
@@ -162,6 +176,27 @@ impl ResolvedRequest {
 impl OmniRequest {
     /// Reads and decodes the image inputs (before any model work, so a bad picture costs
     /// nothing): at most one per role, and image-to-video needs its first frame.
+    /// The `latent` input, if any (at most one), its data matching its shape.
+    fn latent_input(&self) -> Result<Option<LatentInput>, RequestError> {
+        let mut found = None;
+        for (i, part) in self.inputs.iter().enumerate() {
+            let InputPart::Latent { shape, data } = part else { continue };
+            let field = format!("inputs[{i}]");
+            if found.is_some() {
+                return Err(RequestError::new(field, "a second latent input"));
+            }
+            let n = shape.iter().try_fold(1i64, |acc, &d| if d > 0 { acc.checked_mul(d) } else { None });
+            if n != Some(data.len() as i64) {
+                return Err(RequestError::new(
+                    field,
+                    format!("shape {shape:?} does not hold the {} values given", data.len()),
+                ));
+            }
+            found = Some(LatentInput { shape: shape.clone(), data: data.clone() });
+        }
+        Ok(found)
+    }
+
     /// Reads and decodes the video input of a `v2v` request (exactly one).
     fn decode_video(&self) -> Result<Option<InputVideo>, RequestError> {
         let mut video = None;
@@ -226,7 +261,8 @@ impl OmniRequest {
             ));
         }
         for (i, part) in self.inputs.iter().enumerate() {
-            if !matches!(part, InputPart::Text { .. }) && matches!(self.task, TaskType::T2v | TaskType::T2i) {
+            let conditioning = !matches!(part, InputPart::Text { .. } | InputPart::Latent { .. });
+            if conditioning && matches!(self.task, TaskType::T2v | TaskType::T2i) {
                 return Err(RequestError::new(
                     format!("inputs[{i}]"),
                     format!("`{}` takes only text inputs", self.task.as_str()),
@@ -234,6 +270,7 @@ impl OmniRequest {
             }
         }
         let images = self.decode_images()?;
+        let initial_noise = self.latent_input()?;
         let mut video = self.decode_video()?;
         let strength = match (self.task, self.diffusion.strength) {
             (TaskType::V2v, s) => {
@@ -359,6 +396,7 @@ impl OmniRequest {
             images,
             video,
             strength,
+            initial_noise,
         })
     }
 }

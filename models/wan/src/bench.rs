@@ -19,8 +19,10 @@ pub struct BenchOptions {
     pub runs: usize,
     /// Timed repetitions of the VAE decode.
     pub vae_runs: usize,
-    /// Inputs to use instead of seeded noise: `latents`, `timestep`, `context` (and optionally
-    /// `vae_latents`), as written by `host/scripts/gpu/diffusers_bench.py`.
+    /// Inputs to use instead of seeded noise, under diffusers' `WanTransformer3DModel.forward`
+    /// argument names (`hidden_states`, `timestep`, `encoder_hidden_states`,
+    /// `encoder_hidden_states_image`) or this crate's older ones (`latents`, `context`), and
+    /// optionally `vae_latents`.
     pub inputs: HashMap<String, Tensor>,
     /// Also decode in float32 and report the PSNR of the model's VAE dtype against it.
     pub vae_compare: bool,
@@ -47,6 +49,10 @@ pub struct BenchReport {
     pub forward_batch2_s: f64,
     pub text_encode_s: f64,
     pub vae_decode_s: f64,
+    /// Image-to-video models: the CLIP image encoder on the request's picture(s), and the VAE
+    /// encode of the conditioning video (the picture(s) and black frames).
+    pub image_encode_s: Option<f64>,
+    pub vae_encode_s: Option<f64>,
     /// Device memory in use after loading and after each phase (driver's view: includes
     /// libtorch's cache, so the growth past `after_load` is what the work itself reserved).
     pub gpu_used_after_load_bytes: Option<u64>,
@@ -86,9 +92,10 @@ fn time<T>(device: Device, runs: usize, mut f: impl FnMut() -> Result<T>) -> Res
     Ok((times, last))
 }
 
-fn input(opts: &BenchOptions, name: &str, shape: &[i64], seed: i64, device: Device) -> Result<Tensor> {
-    match opts.inputs.get(name) {
-        Some(t) => {
+/// The input under the first of `names` the file has (diffusers' name first), else seeded noise.
+fn input(opts: &BenchOptions, names: &[&str], shape: &[i64], seed: i64, device: Device) -> Result<Tensor> {
+    match names.iter().find_map(|n| opts.inputs.get(*n).map(|t| (n, t))) {
+        Some((name, t)) => {
             ensure!(t.size() == shape, "--inputs: `{name}` has shape {:?}, this run needs {shape:?}", t.size());
             Ok(t.to_kind(Kind::Float).to_device(device))
         }
@@ -126,34 +133,47 @@ pub fn run(model: &WanModel, opts: &BenchOptions) -> Result<BenchReport> {
     let t = &model.transformer;
     let (tf, sf) = (model.vae.cfg.temporal_factor(), model.vae.cfg.spatial_factor());
     ensure!((opts.frames - 1) % tf == 0, "--frames {} must be {tf}k+1", opts.frames);
-    let lat = [1, model.vae.cfg.z_dim, (opts.frames - 1) / tf + 1, opts.height / sf, opts.width / sf];
+    // The transformer's input: the noise latents, with an image-to-video model's mask and
+    // encoded-picture channels.
+    let lat = [1, t.cfg.in_channels, (opts.frames - 1) / tf + 1, opts.height / sf, opts.width / sf];
     let len = model.max_sequence_length() as i64;
-    let latents = input(opts, "latents", &lat, 1, dev)?;
+    let latents = input(opts, &["hidden_states", "latents"], &lat, 1, dev)?;
     let timestep = match opts.inputs.get("timestep") {
         Some(ts) => ts.to_kind(Kind::Float).to_device(dev),
         None => Tensor::from_slice(&[500f32]).to_device(dev),
     };
-    let context = input(opts, "context", &[1, len, t.cfg.text_dim], 2, dev)?;
+    let context = input(opts, &["encoder_hidden_states", "context"], &[1, len, t.cfg.text_dim], 2, dev)?;
     let uncond = context.zeros_like();
+    // CLIP states: one picture (I2V) or two (FLF2V) of the encoder's token count.
+    let image = match (t.cfg.image_dim, &model.image) {
+        (Some(d), image) => {
+            let rows = if t.cfg.pos_embed_seq_len.is_some() { 2 } else { 1 };
+            let tokens = image.as_ref().map_or(257, |i| i.encoder.cfg.tokens());
+            Some(input(opts, &["encoder_hidden_states_image"], &[rows, tokens, d], 4, dev)?)
+        }
+        (None, _) => None,
+    };
+    let image = image.as_ref();
+    let forward = |x: &Tensor, ts: &Tensor, c: &Tensor, img: Option<&Tensor>| t.forward_hooked(x, ts, c, img, None);
     let [pt, ph, pw] = t.cfg.patch_size;
     let tokens = lat[2] / pt * (lat[3] / ph) * (lat[4] / pw);
 
     let gpu_used_after_load_bytes = device_memory();
-    let (mut fw, velocity) = time(dev, opts.runs, || t.forward(&latents, &timestep, &context))?;
+    let (mut fw, velocity) = time(dev, opts.runs, || forward(&latents, &timestep, &context, image))?;
     let forward_runs_s = fw.clone();
     let forward_s = median(&mut fw);
     let mut enqueue = Vec::with_capacity(opts.runs);
     for _ in 0..opts.runs.max(1) {
         sync(dev);
         let t0 = Instant::now();
-        let out = t.forward(&latents, &timestep, &context)?;
+        let out = forward(&latents, &timestep, &context, image)?;
         enqueue.push(t0.elapsed().as_secs_f64());
         sync(dev);
         drop(out);
     }
     let (mut cfg, _) = time(dev, opts.runs, || {
-        let c = t.forward(&latents, &timestep, &context)?;
-        let u = t.forward(&latents, &timestep, &uncond)?;
+        let c = forward(&latents, &timestep, &context, image)?;
+        let u = forward(&latents, &timestep, &uncond, image)?;
         Ok(&u + (c - &u) * 5.0)
     })?;
     let (mut b2, _) = {
@@ -162,7 +182,8 @@ pub fn run(model: &WanModel, opts: &BenchOptions) -> Result<BenchReport> {
             Tensor::cat(&[&timestep, &timestep], 0),
             Tensor::cat(&[&context, &uncond], 0),
         );
-        time(dev, opts.runs, || t.forward(&x2, &t2, &c2))?
+        let i2 = image.map(|i| Tensor::cat(&[i, i], 0));
+        time(dev, opts.runs, || forward(&x2, &t2, &c2, i2.as_ref()))?
     };
     let sdpa_backend = {
         let heads = t.cfg.num_attention_heads;
@@ -174,7 +195,23 @@ pub fn run(model: &WanModel, opts: &BenchOptions) -> Result<BenchReport> {
     let (ids, mask) = model.tokenizer.encode(&["a red circle moving left".to_string()], len as usize, dev)?;
     let (mut te, _) = time(dev, opts.runs, || model.text_encoder.forward(&ids, &mask))?;
 
-    let vae_latents = input(opts, "vae_latents", &lat, 3, dev)?;
+    let (image_encode_s, vae_encode_s) = match &model.image {
+        Some(enc) => {
+            let side = enc.encoder.cfg.image_size;
+            let rows = if t.cfg.pos_embed_seq_len.is_some() { 2 } else { 1 };
+            let px = Tensor::randn([rows, 3, side, side], (Kind::Float, dev));
+            let (mut ie, _) = time(dev, opts.runs, || enc.encoder.penultimate(&px))?;
+            let first = Tensor::rand([1, 3, opts.height, opts.width], (Kind::Float, dev)) * 2.0 - 1.0;
+            let last = (rows == 2).then(|| first.flip([3]));
+            let (mut ve, _) = time(dev, opts.vae_runs, || {
+                crate::image_condition::image_condition(&model.vae, &first, last.as_ref(), opts.frames)
+            })?;
+            (Some(median(&mut ie)), Some(median(&mut ve)))
+        }
+        None => (None, None),
+    };
+    let z = [1, model.vae.cfg.z_dim, lat[2], lat[3], lat[4]];
+    let vae_latents = input(opts, &["vae_latents"], &z, 3, dev)?;
     let (mut vd, frames) = time(dev, opts.vae_runs, || model.vae.decode(&vae_latents))?;
     let gpu_used_after_vae_bytes = device_memory();
     let (vae_psnr_vs_fp32_db, vae_fp32_decode_s) = if opts.vae_compare && model.load_report.vae_dtype != Kind::Float {
@@ -201,6 +238,8 @@ pub fn run(model: &WanModel, opts: &BenchOptions) -> Result<BenchReport> {
         forward_batch2_s: median(&mut b2),
         text_encode_s: median(&mut te),
         vae_decode_s: median(&mut vd),
+        image_encode_s,
+        vae_encode_s,
         gpu_used_after_load_bytes,
         gpu_used_after_transformer_bytes,
         gpu_used_after_vae_bytes,

@@ -152,3 +152,83 @@ fn the_server_takes_a_video_for_video_to_video() {
     let (status, v) = server.post("/v1/videos", serde_json::json!({"prompt": "x", "strength": 0.5}));
     assert_eq!((status, v["error"]["param"].as_str()), (400, Some("strength")), "{v}");
 }
+
+fn f32s(file: &Path, name: &str) -> Vec<f32> {
+    let bytes = std::fs::read(file).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let t = st.tensor(name).unwrap();
+    assert_eq!(t.dtype(), safetensors::Dtype::F32);
+    t.data().chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
+}
+
+#[test]
+fn bench_takes_a_forwards_inputs_under_diffusers_names() {
+    // diffusers' WanTransformer3DModel.forward arguments in, the velocity out: compared with
+    // diffusers' own output for them (make_i2v_fixtures.py).
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("velocity.safetensors");
+    let inputs = fixture("i2v_forward_inputs.safetensors");
+    let args = ["bench", "--model", &fixture("tiny-wan-i2v"), "--device", "cpu", "--inputs", &inputs];
+    let r = fastvideo(&[&args[..], &["--outputs", out.to_str().unwrap(), "--frames", "9", "--height", "64"]].concat());
+    assert_user_error(&r, "`hidden_states` has shape [1, 12, 3, 8, 8]");
+    let shape = ["--frames", "9", "--height", "64", "--width", "64", "--runs", "1", "--vae-runs", "1", "--json"];
+    let r = fastvideo(&[&args[..], &["--outputs", out.to_str().unwrap()], &shape[..]].concat());
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
+    assert!(report["image_encode_s"].as_f64().unwrap() > 0.0 && report["vae_encode_s"].as_f64().unwrap() > 0.0);
+    let ours = f32s(&out, "velocity");
+    let reference = f32s(Path::new(&fixture("wan_i2v.safetensors")), "transformer.out_i2v");
+    assert_eq!(ours.len(), reference.len());
+    let scale = reference.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let err = ours.iter().zip(&reference).fold(0f32, |m, (a, b)| m.max((a - b).abs())) / scale;
+    assert!(err < 1e-4, "relative error {err}"); // tolerance 1e-4, as the transformer parity test
+}
+
+#[test]
+fn generate_with_noise_reproduces_diffusers_end_to_end() {
+    // diffusers' I2V pipeline on the tiny folder with `latents=` (make_i2v_fixtures.py), run
+    // here from files alone: the picture and the noise. The final latents must match.
+    let dir = tempfile::tempdir().unwrap();
+    let (out, traj) = (dir.path().join("v.mp4"), dir.path().join("t.safetensors"));
+    let args = [
+        "generate",
+        "--model",
+        &fixture("tiny-wan-i2v"),
+        "--prompt",
+        "a red circle moving left on a white background",
+        "--negative-prompt",
+        "blurry low quality",
+        "--image",
+        &fixture("i2v_first_frame.png"),
+        "--noise",
+        &fixture("i2v_pipeline_noise.safetensors"),
+        "--height",
+        "32",
+        "--width",
+        "32",
+        "--frames",
+        "9",
+        "--steps",
+        "4",
+        "--guidance",
+        "5",
+        "--quiet",
+        "--out",
+        out.to_str().unwrap(),
+        "--trajectory-out",
+        traj.to_str().unwrap(),
+    ];
+    let r = fastvideo(&args);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let ours = f32s(&traj, "latents");
+    let reference = f32s(Path::new(&fixture("wan_i2v.safetensors")), "pipeline.i2v.latents_out");
+    assert_eq!(ours.len(), reference.len());
+    let scale = reference.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let err = ours.iter().zip(&reference).fold(0f32, |m, (a, b)| m.max((a - b).abs())) / scale;
+    assert!(err < 1e-4, "relative error {err}"); // tolerance 1e-4, as the pipeline parity test
+                                                 // A noise file of the wrong shape names the flag's input; one without `latents` the tensor.
+    let wrong = fixture("i2v_forward_inputs.safetensors");
+    let bad: Vec<&str> =
+        args.iter().map(|a| if a.ends_with("noise.safetensors") { wrong.as_str() } else { a }).collect();
+    assert_user_error(&fastvideo(&bad), "no tensor named `latents`");
+}
