@@ -28,6 +28,7 @@ P.add_argument("--runs", type=int, default=3)
 P.add_argument("--skip-compile", action="store_true")
 P.add_argument("--device", default="cuda")
 P.add_argument("--seed", type=int, default=0)
+P.add_argument("--inputs-only", action="store_true", help="write inputs.safetensors and stop")
 A = P.parse_args()
 DEV = torch.device(A.device)
 CUDA = DEV.type == "cuda"
@@ -69,6 +70,12 @@ def log(msg):
     print(f"diffusers_i2v_bench: {msg}", flush=True)
 
 
+def dump():
+    """Figures so far: a call cut short by its time limit still leaves the phases it finished."""
+    with open(os.path.join(A.out, "diffusers_i2v.json"), "w") as f:
+        json.dump(R, f, indent=2)
+
+
 from diffusers import AutoencoderKLWan, WanTransformer3DModel  # noqa: E402
 from transformers import CLIPVisionModel  # noqa: E402
 
@@ -90,6 +97,8 @@ inputs = {
 }
 save_file(inputs, os.path.join(A.out, "inputs.safetensors"))
 log(f"inputs: hidden_states {lat}, image states {[rows, tokens, tcfg['image_dim']]}")
+if A.inputs_only:
+    raise SystemExit(0)
 
 with torch.inference_mode():
     free()
@@ -119,6 +128,7 @@ with torch.inference_mode():
     save_file({"velocity": v.float().cpu().contiguous()}, os.path.join(A.out, "ref_bf16.safetensors"))
     R["bf16_eager_cfg_step_s"], _ = timed(cfg, A.runs, 0)
     log(f"bf16 eager forward {R['bf16_eager_forward_s']:.3f} s, CFG step {R['bf16_eager_cfg_step_s']:.3f} s")
+    dump()
     del v
     if not A.skip_compile:
         cm = torch.compile(m)
@@ -134,6 +144,7 @@ with torch.inference_mode():
         R["bf16_compile_cfg_step_s"], _ = timed(ccfg_step, A.runs, 0)
         log(f"compile {R['compile_s']:.1f} s, forward {R['bf16_compile_forward_s']:.3f} s, "
             f"CFG step {R['bf16_compile_cfg_step_s']:.3f} s")
+        dump()
         del cm, v
         torch._dynamo.reset()
     del m, x, c, u, img
@@ -146,6 +157,7 @@ with torch.inference_mode():
                                    A.runs, 1)
     R["image_encode_peak_bytes"] = peak()
     log(f"CLIP image encode {R['image_encode_s']:.4f} s")
+    dump()
     del enc, px
 
     # VAE encode of the conditioning video, float32 as the examples load the VAE, and bf16.
@@ -160,8 +172,8 @@ with torch.inference_mode():
         R[f"vae_encode_{name}_s"], _ = timed(lambda v=vae, x=vd: v.encode(x).latent_dist.mode(), 1, 1)
         R[f"vae_encode_{name}_peak_bytes"] = peak()
         log(f"VAE encode {name} {R[f'vae_encode_{name}_s']:.3f} s")
+        dump()
         del vae, vd
 
-with open(os.path.join(A.out, "diffusers_i2v.json"), "w") as f:
-    json.dump(R, f, indent=2)
+dump()
 print(json.dumps(R), flush=True)
