@@ -104,21 +104,18 @@ fn video_to_video_runs_the_tail_of_the_schedule_on_an_mp4() {
     assert_user_error(&generate(&i2v, &["--video", src], &p.out), "does not support `v2v`");
 }
 
-fn client_python() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let p = std::env::var_os("FASTVIDEO_CLIENT_PYTHON")
-        .map(Into::into)
-        .unwrap_or_else(|| root.join(".venv-client/bin/python"));
-    assert!(p.exists(), "{} not found: run host/scripts/test.sh once (it installs the openai client)", p.display());
-    p
-}
-
 #[test]
 fn the_official_openai_client_uploads_an_input_reference() {
     let p = pictures();
     let server = crate::common::server::Server::start(&["--model", &fixture("tiny-wan-i2v")]);
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/clients/openai_image_to_video.py");
-    let out = Command::new(client_python()).arg(script).arg(&server.base).arg(&p.start).arg(&p.out).output().unwrap();
+    let out = Command::new(crate::common::client_python())
+        .arg(script)
+        .arg(&server.base)
+        .arg(&p.start)
+        .arg(&p.out)
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(r["status"], "completed", "{r}");

@@ -15,15 +15,6 @@ fn video(prompt: &str, steps: u32) -> Value {
     json!({"prompt": prompt, "num_inference_steps": steps, "seed": 1})
 }
 
-fn client_python() -> std::path::PathBuf {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let p = std::env::var_os("FASTVIDEO_CLIENT_PYTHON")
-        .map(Into::into)
-        .unwrap_or_else(|| root.join(".venv-client/bin/python"));
-    assert!(p.exists(), "{} not found: run host/scripts/test.sh once (it installs the openai client)", p.display());
-    p
-}
-
 #[test]
 fn the_official_openai_client_creates_polls_downloads_and_generates_an_image() {
     // With an API key: the client sends it as a bearer token, unmodified.
@@ -31,7 +22,7 @@ fn the_official_openai_client_creates_polls_downloads_and_generates_an_image() {
     let dir = tempfile::tempdir().unwrap();
     let out_path = dir.path().join("openai.mp4");
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/clients/openai_video.py");
-    let out = Command::new(client_python())
+    let out = Command::new(crate::common::client_python())
         .arg(script)
         .arg(&server.base)
         .arg(&out_path)

@@ -158,24 +158,10 @@ fn image_to_video_pipelines_match_diffusers_end_to_end() {
         }
         let mut init = Values::default();
         init.insert(values::INITIAL_LATENTS, Value::Tensor(fx("pipeline.latents_in").shallow_clone()));
-        let mut run = PipelineRun::new(spec, req, Device::Cpu, init, Default::default());
-        run.run_to_end(&mut |_| {}).unwrap();
-        let out = run.finish(&mut |_| {}).unwrap();
+        let (out, _) = crate::common::run_pipeline(spec, req, init);
         assert_eq!(out.metrics.forwards, 8, "CFG runs two forwards per step");
-        let Some(fastvideo_request::Artifact::Latents(l)) = out.artifacts.get("latents") else {
-            panic!("latents returned")
-        };
-        let latents = Tensor::from_slice(&l.data).view(l.shape.as_slice());
-        let e = rel_err(&latents, fx(&format!("pipeline.{name}.latents_out")));
-        eprintln!("{name} pipeline latents: relative error {e:.3e}");
-        assert!(e < 1e-4, "{name} pipeline latents relative error {e}"); // tolerance 1e-4, as for T2V
-                                                                         // Frames: RGB8 against the reference's [0, 1] floats, half a quantization step apart.
-        let v = out.video().expect("video artifact");
-        let ours = Tensor::from_slice(&v.rgb).view([9, 32, 32, 3]).to_kind(Kind::Float) / 255.0;
-        let reference = fx(&format!("pipeline.{name}.video")).squeeze_dim(0).permute([0, 2, 3, 1]);
-        let diff = (ours - reference).abs().max().double_value(&[]);
-        eprintln!("{name} pipeline video: max abs error {diff:.3e}");
-        assert!(diff <= 0.5 / 255.0 + 1e-4, "{name} pipeline video max abs error {diff}");
+        let (latents, video) = (fx(&format!("pipeline.{name}.latents_out")), fx(&format!("pipeline.{name}.video")));
+        crate::common::assert_matches_reference(name, &out, latents, video);
     }
 }
 
@@ -232,23 +218,8 @@ fn video_to_video_matches_diffusers_end_to_end() {
     assert_eq!(req.start_step(), 2, "diffusers' get_timesteps: 5 - int(5 * 0.6)");
     let mut init = Values::default();
     init.insert(values::INITIAL_LATENTS, Value::Tensor(fx("v2v.noise").shallow_clone()));
-    let mut run = PipelineRun::new(spec, req, Device::Cpu, init, Default::default());
-    let mut progress = 0;
-    run.run_to_end(&mut |e| progress += matches!(e, fastvideo_request::OmniEvent::Progress { .. }) as u32).unwrap();
+    let (out, progress) = crate::common::run_pipeline(spec, req, init);
     assert_eq!(progress, 3, "three of the five steps run");
-    let out = run.finish(&mut |_| {}).unwrap();
     assert_eq!(out.metrics.forwards, 6, "CFG runs two forwards per step run");
-    let Some(fastvideo_request::Artifact::Latents(l)) = out.artifacts.get("latents") else {
-        panic!("latents returned")
-    };
-    let latents = Tensor::from_slice(&l.data).view(l.shape.as_slice());
-    let e = rel_err(&latents, fx("v2v.latents_out"));
-    eprintln!("v2v pipeline latents: relative error {e:.3e}");
-    assert!(e < 1e-4, "v2v pipeline latents relative error {e}"); // tolerance 1e-4, as for T2V
-    let v = out.video().expect("video artifact");
-    let ours = Tensor::from_slice(&v.rgb).view([9, 32, 32, 3]).to_kind(Kind::Float) / 255.0;
-    let reference = fx("v2v.video_out").squeeze_dim(0).permute([0, 2, 3, 1]);
-    let diff = (ours - reference).abs().max().double_value(&[]);
-    eprintln!("v2v pipeline video: max abs error {diff:.3e}");
-    assert!(diff <= 0.5 / 255.0 + 1e-4, "v2v pipeline video max abs error {diff}");
+    crate::common::assert_matches_reference("v2v", &out, fx("v2v.latents_out"), fx("v2v.video_out"));
 }

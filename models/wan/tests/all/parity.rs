@@ -131,26 +131,8 @@ fn full_pipeline_matches_diffusers() {
     assert_eq!(req.sampler, fastvideo_request::SamplerKind::Unipc, "scheduler config picks UniPC");
     let mut init = Values::default();
     init.insert(values::INITIAL_LATENTS, Value::Tensor(fx("pipeline.latents_in").shallow_clone()));
-    let mut run = PipelineRun::new(spec, req, Device::Cpu, init, Default::default());
-    let mut progress = 0;
-    run.run_to_end(&mut |e| progress += matches!(e, fastvideo_request::OmniEvent::Progress { .. }) as u32).unwrap();
+    let (out, progress) = crate::common::run_pipeline(spec, req, init);
     assert_eq!(progress, 4, "one progress event per denoise step");
-    let out = run.finish(&mut |_| {}).unwrap();
     assert_eq!(out.metrics.forwards, 8, "CFG runs two forwards per step");
-    let Some(fastvideo_request::Artifact::Latents(l)) = out.artifacts.get("latents") else {
-        panic!("latents returned")
-    };
-    let latents = Tensor::from_slice(&l.data).view(l.shape.as_slice());
-    let e = rel_err(&latents, fx("pipeline.latents_out"));
-    eprintln!("pipeline latents: relative error {e:.3e}");
-    assert!(e < 1e-4, "pipeline latents relative error {e}"); // tolerance 1e-4
-                                                              // Video: reference frames are [1, F, C, H, W] in [0, 1]; ours are RGB8, so compare within
-                                                              // half a quantization step plus the float tolerance.
-    let v = out.video().expect("video artifact");
-    assert_eq!((v.num_frames, v.height, v.width), (9, 32, 32));
-    let ours = Tensor::from_slice(&v.rgb).view([9, 32, 32, 3]).to_kind(Kind::Float) / 255.0;
-    let reference = fx("pipeline.video").squeeze_dim(0).permute([0, 2, 3, 1]);
-    let diff = (ours - reference).abs().max().double_value(&[]);
-    eprintln!("pipeline video: max abs error {diff:.3e}");
-    assert!(diff <= 0.5 / 255.0 + 1e-4, "pipeline video max abs error {diff}");
+    crate::common::assert_matches_reference("t2v", &out, fx("pipeline.latents_out"), fx("pipeline.video"));
 }

@@ -28,3 +28,14 @@ pub fn assert_user_error(out: &std::process::Output, needle: &str) {
     assert_eq!(lines.len(), 1, "one error line expected: {err}");
     assert!(lines[0].contains(needle), "`{needle}` not in: {}", lines[0]);
 }
+
+/// The Python with the official `openai` client (`.venv-client`, which host/scripts/test.sh sets
+/// up), or `FASTVIDEO_CLIENT_PYTHON`.
+pub fn client_python() -> std::path::PathBuf {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let p = std::env::var_os("FASTVIDEO_CLIENT_PYTHON")
+        .map(Into::into)
+        .unwrap_or_else(|| root.join(".venv-client/bin/python"));
+    assert!(p.exists(), "{} not found: run host/scripts/test.sh once (it installs the openai client)", p.display());
+    p
+}
