@@ -180,7 +180,8 @@ fn profiler_times_every_step_and_node_with_the_clock_it_was_granted() {
     }
     let nodes: Vec<&str> =
         plugin_events(&events, "profiler.node").iter().map(|n| n["node"].as_str().unwrap()).collect();
-    assert_eq!(nodes, ["text_encode", "denoise", "vae_decode", "assemble"]);
+    // Every node of the text-to-video graph (video_encode passes a request without a video through).
+    assert_eq!(nodes, ["text_encode", "video_encode", "denoise", "vae_decode", "assemble"]);
     let summary = plugin_events(&events, "profiler.summary");
     let s = summary[0];
     assert_eq!(s["steps"], STEPS);

@@ -6,11 +6,11 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
-use fastvideo_pipeline::{PipelineRun, Value, Values};
+use fastvideo_pipeline::{Value, Values};
 use fastvideo_request::{InputPart, OmniRequest, TextRole};
 use fastvideo_wan::pipeline::{self, values};
 use fastvideo_wan::WanModel;
-use tch::{Device, Kind, Tensor};
+use tch::{Device, Tensor};
 
 fn fixture_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures")
