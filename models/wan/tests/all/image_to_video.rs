@@ -3,9 +3,8 @@
 //! latents, and both pipelines end to end on the same initial noise. Fixtures come from
 //! tests/fixtures/make_i2v_fixtures.py. Error measure: max |ours - reference| / max |reference|.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use fastvideo_pipeline::{PipelineRun, Value, Values};
 use fastvideo_request::{ImageRole, InputImage, InputPart, OmniRequest, TaskType, TextRole};
@@ -19,21 +18,8 @@ fn fixture_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures")
 }
 
-#[repr(transparent)]
-struct SendTensor(Tensor);
-// SAFETY: fixtures are read-only after loading.
-unsafe impl Sync for SendTensor {}
-
 fn fx(name: &str) -> &'static Tensor {
-    static FX: OnceLock<HashMap<String, SendTensor>> = OnceLock::new();
-    let m = FX.get_or_init(|| {
-        Tensor::read_safetensors(fixture_dir().join("wan_i2v.safetensors"))
-            .expect("fixture readable")
-            .into_iter()
-            .map(|(k, v)| (k, SendTensor(v)))
-            .collect()
-    });
-    &m.get(name).unwrap_or_else(|| panic!("fixture `{name}` missing")).0
+    crate::common::fixture("wan_i2v.safetensors", name)
 }
 
 fn load(folder: &str) -> WanModel {

@@ -2,9 +2,8 @@
 //! from tests/fixtures/make_fixtures.py (tiny random configs saved in the diffusers layout).
 //! Error measure everywhere: max |ours - reference| / max |reference|.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use fastvideo_pipeline::{Value, Values};
 use fastvideo_request::{InputPart, OmniRequest, TextRole};
@@ -16,26 +15,8 @@ fn fixture_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures")
 }
 
-fn fixtures() -> &'static HashMap<String, Tensor> {
-    static FX: OnceLock<HashMap<String, SendTensor>> = OnceLock::new();
-    let m = FX.get_or_init(|| {
-        Tensor::read_safetensors(fixture_dir().join("wan_tiny.safetensors"))
-            .expect("fixture readable")
-            .into_iter()
-            .map(|(k, v)| (k, SendTensor(v)))
-            .collect()
-    });
-    // SAFETY of the cast: SendTensor is a transparent wrapper.
-    unsafe { &*(m as *const HashMap<String, SendTensor> as *const HashMap<String, Tensor>) }
-}
-
-#[repr(transparent)]
-struct SendTensor(Tensor);
-// SAFETY: fixtures are read-only after loading.
-unsafe impl Sync for SendTensor {}
-
 fn fx(name: &str) -> &'static Tensor {
-    fixtures().get(name).unwrap_or_else(|| panic!("fixture `{name}` missing"))
+    crate::common::fixture("wan_tiny.safetensors", name)
 }
 
 fn model() -> WanModel {

@@ -55,3 +55,22 @@ pub fn assert_matches_reference(
     eprintln!("{name} pipeline video: max abs error {diff:.3e}");
     assert!(diff <= 0.5 / 255.0 + 1e-4, "{name} pipeline video max abs error {diff}");
 }
+
+#[repr(transparent)]
+struct SendTensor(tch::Tensor);
+// SAFETY: fixtures are read-only after loading.
+unsafe impl Sync for SendTensor {}
+unsafe impl Send for SendTensor {}
+
+/// Tensor `name` of `tests/fixtures/<file>`, each file read once per test binary.
+pub fn fixture(file: &str, name: &str) -> &'static tch::Tensor {
+    type Files = std::collections::HashMap<String, &'static std::collections::HashMap<String, SendTensor>>;
+    static FILES: std::sync::OnceLock<std::sync::Mutex<Files>> = std::sync::OnceLock::new();
+    let mut files = FILES.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+    let map = *files.entry(file.to_string()).or_insert_with(|| {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures").join(file);
+        let t = tch::Tensor::read_safetensors(&path).expect("fixture readable");
+        Box::leak(Box::new(t.into_iter().map(|(k, v)| (k, SendTensor(v))).collect()))
+    });
+    &map.get(name).unwrap_or_else(|| panic!("fixture `{name}` missing in {file}")).0
+}
