@@ -1,7 +1,9 @@
 """Image to video with the official `openai` Python client, unmodified, against `fastvideo serve`
 running an image-to-video model.
 
-    python examples/clients/openai_image_to_video.py http://127.0.0.1:8000 start.png out.mp4
+    fastvideo serve --model models/default-i2v &
+    python examples/clients/openai_image_to_video.py http://127.0.0.1:8000 start.png out.mp4 \
+        "a red circle moving left on a white background"
 
 Uploads the picture as `input_reference` (a multipart file, as the client sends it), polls the
 job, downloads the MP4, and shows that a file that is not a picture comes back as a 400 naming
@@ -16,16 +18,17 @@ import time
 import openai
 
 base, image, out = sys.argv[1], sys.argv[2], sys.argv[3]
+prompt = sys.argv[4] if len(sys.argv) > 4 else "a red circle moving left on a white background"
 client = openai.OpenAI(base_url=base + "/v1", api_key=os.environ.get("OPENAI_API_KEY", "not-needed"), max_retries=0)
 model = client.models.list().data[0].id
 
 with open(image, "rb") as f:
     video = client.videos.create(
         model=model,
-        prompt="a red circle moving left on a white background",
+        prompt=prompt,
         input_reference=f,
-        size="32x32",
-        extra_body={"num_frames": 9, "num_inference_steps": 2, "seed": 3},
+        # Size, frame count and steps: the model's defaults (64x64, 17 frames for default-i2v).
+        extra_body={"seed": 3},
     )
 while video.status in ("queued", "in_progress"):
     time.sleep(0.05)

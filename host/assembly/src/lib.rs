@@ -20,7 +20,7 @@ pub use config::{
 pub use engine::{
     build_engine, deploy_at, engine_config, load_deploy, Assembly, EngineDescription, SchedulerDescription,
 };
-pub use locate::{default_model, workflow_model_folder, world_model};
+pub use locate::{default_i2v_model, default_model, workflow_model_folder, world_model};
 pub use model::ModelLocation;
 pub use server::{api_keys, build_server, data_dir, Served};
 pub use size::parse_size;

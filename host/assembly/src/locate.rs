@@ -1,5 +1,5 @@
-//! Where the models shipped in the repository (`models/default/`, `models/world/`) are found,
-//! for every front end alike.
+//! Where the models shipped in the repository (`models/default/`, `models/default-i2v/`,
+//! `models/world/`) are found, for every front end alike.
 
 use std::path::{Path, PathBuf};
 
@@ -11,16 +11,25 @@ pub fn default_model() -> Result<PathBuf> {
     shipped("default", "FASTVIDEO_DEFAULT_MODEL")
 }
 
+/// The shipped image-to-video model (`models/default-i2v/`, `$FASTVIDEO_DEFAULT_I2V_MODEL`): the
+/// default model grown into Wan 2.1 image-to-video, which commands use when given a first frame
+/// and no model.
+pub fn default_i2v_model() -> Result<PathBuf> {
+    shipped("default-i2v", "FASTVIDEO_DEFAULT_I2V_MODEL")
+}
+
 /// The shipped world model (`models/world/`), found the same way (`$FASTVIDEO_WORLD_MODEL`).
 pub fn world_model() -> Result<PathBuf> {
     shipped("world", "FASTVIDEO_WORLD_MODEL")
 }
 
 /// A `[workflows.models]` folder of a deploy: `default` is the embedded default model, anything
-/// else is relative to the deploy file.
+/// `default-i2v` the shipped image-to-video model, anything else is relative to the deploy file.
 pub fn workflow_model_folder(deploy_file: &Path, folder: &str) -> Result<PathBuf> {
-    if folder == "default" {
-        return default_model();
+    match folder {
+        "default" => return default_model(),
+        "default-i2v" => return default_i2v_model(),
+        _ => {}
     }
     Ok(deploy_file.parent().unwrap_or(Path::new(".")).join(folder))
 }

@@ -18,6 +18,7 @@ use fastvideo_wan::{pipeline, WanModel};
 use tch::{Kind, Tensor};
 
 use crate::args::{PluginArgs, SamplingArgs};
+use crate::eval_i2v;
 
 #[derive(Args)]
 pub struct EvalArgs {
@@ -62,6 +63,11 @@ pub struct EvalArgs {
     /// Chunks per world sequence (76: the first frame and 300 more).
     #[arg(long, default_value_t = 76)]
     world_steps: usize,
+    /// Score image-to-video instead (`--model` an image-to-video folder; models/default-i2v when
+    /// omitted): each scene's first frame is the picture; prints first-frame PSNR, the four
+    /// attributes, and whether the motion follows a prompt with the opposite motion.
+    #[arg(long, conflicts_with_all = ["world", "vae_roundtrip"])]
+    i2v: bool,
 }
 
 /// The scene list for `--scenes`, in a fixed order.
@@ -102,10 +108,14 @@ pub fn run(args: EvalArgs) -> Result<()> {
     let device = fastvideo_torch::device(&args.device)?;
     let model_dir = match &args.model {
         Some(m) => m.clone(),
+        None if args.i2v => fastvideo_assembly::default_i2v_model()?,
         None => fastvideo_assembly::default_model()?,
     };
     let model = args.precision.load(&model_dir, device)?;
     let limits = model.limits();
+    if args.i2v {
+        return run_i2v(&args, &list, &model, &model_dir, device);
+    }
     let build = |scene: &Scene, seed: u64| {
         let mut r = OmniRequest::text_to_video(format!("eval-{seed}"), scene.prompt());
         r.sampling.seed = Some(seed);
@@ -194,6 +204,36 @@ pub fn run(args: EvalArgs) -> Result<()> {
         });
         let _ = writeln!(std::io::stdout().lock(), "{}", serde_json::to_string_pretty(&summary)?);
     }
+    Ok(())
+}
+
+fn run_i2v(
+    args: &EvalArgs,
+    list: &[Scene],
+    model: &WanModel,
+    model_dir: &std::path::Path,
+    device: tch::Device,
+) -> Result<()> {
+    let limits = model.limits();
+    let request = |prompt: &str, seed: u64, png: &[u8]| -> Result<ResolvedRequest> {
+        let mut r = eval_i2v::i2v_request(prompt, seed, png);
+        args.sampling.apply(&mut r);
+        args.plugins.apply(&mut r);
+        Ok(r.resolve(&limits, || seed)?)
+    };
+    let first = request(&list[0].prompt(), 0, &eval_i2v::png(&[128; 3], 1, 1)?)?;
+    let policies = crate::generate::policies_for(&args.plugins, &[&first], &model_dir.display().to_string(), false)?;
+    let spec = Arc::new(pipeline::text_to_video_with(model, policies)?);
+    eprintln!("model: {} (image to video, {})", model_dir.display(), args.scenes);
+    let eval = eval_i2v::I2vEval {
+        scenes: list,
+        seeds: args.seeds,
+        device,
+        dump: args.dump.as_deref(),
+        verbose: args.verbose,
+        json: args.json,
+    };
+    eval_i2v::run(eval, spec, request)?;
     Ok(())
 }
 

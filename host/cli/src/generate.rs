@@ -18,7 +18,8 @@ use crate::progress::Progress;
 
 #[derive(Args)]
 pub struct GenerateArgs {
-    /// Diffusers-layout Wan folder; the default model shipped in models/default when omitted.
+    /// Diffusers-layout Wan folder; when omitted, the default model shipped in models/default
+    /// (models/default-i2v when --image is given).
     #[arg(long)]
     model: Option<PathBuf>,
     /// What to generate.
@@ -221,6 +222,8 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     let device = fastvideo_torch::device(&args.device)?;
     let model_dir = match &args.model {
         Some(m) => m.clone(),
+        // A first frame without a model means the shipped image-to-video model.
+        None if args.image.is_some() => fastvideo_assembly::default_i2v_model()?,
         None => fastvideo_assembly::default_model()?,
     };
     let t0 = Instant::now();

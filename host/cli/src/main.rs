@@ -6,6 +6,7 @@ mod bench;
 mod bench_parallel;
 mod dataset;
 mod eval;
+mod eval_i2v;
 mod eval_world;
 mod generate;
 mod plugin;

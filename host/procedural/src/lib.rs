@@ -15,5 +15,5 @@ pub mod world;
 
 pub use analyze::{analyze, Analysis};
 pub use render::{render, Clip, Variation};
-pub use score::{Accuracy, Tally};
+pub use score::{psnr, Accuracy, Tally};
 pub use vocab::{Background, Color, Motion, Scene, Shape};

@@ -61,6 +61,15 @@ impl Tally {
     }
 }
 
+/// Peak signal-to-noise ratio of two RGB8 pictures of one size, in dB (infinite when equal):
+/// how closely an image-to-video clip's first frame reproduces the picture it was given.
+pub fn psnr(a: &[u8], b: &[u8]) -> f64 {
+    assert_eq!(a.len(), b.len(), "psnr of pictures of different sizes");
+    let se: f64 = a.iter().zip(b).map(|(&x, &y)| (x as f64 - y as f64).powi(2)).sum();
+    let mse = se / a.len().max(1) as f64;
+    10.0 * (255.0f64 * 255.0 / mse).log10()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -83,5 +92,16 @@ mod tests {
         assert_eq!((a.color, a.shape, a.motion, a.background), (1.0, 0.5, 0.5, 1.0));
         assert_eq!(a.attribute_mean, 0.75);
         assert_eq!(a.all_correct, 0.5);
+    }
+
+    #[test]
+    fn psnr_of_known_errors() {
+        let a = vec![100u8; 12];
+        assert!(psnr(&a, &a).is_infinite());
+        // Every byte off by 1: MSE 1, so 20 log10(255) = 48.13 dB; off by 16: MSE 256, 24.05 dB.
+        let b: Vec<u8> = a.iter().map(|x| x + 1).collect();
+        assert!((psnr(&a, &b) - 48.1308).abs() < 1e-3, "{}", psnr(&a, &b));
+        let c: Vec<u8> = a.iter().map(|x| x - 16).collect();
+        assert!((psnr(&a, &c) - 24.0654).abs() < 1e-3, "{}", psnr(&a, &c));
     }
 }

@@ -50,6 +50,21 @@ impl Color {
     }
 }
 
+impl Motion {
+    /// The motion in the other direction: what an image-to-video prompt swaps in to show the
+    /// prompt, not the picture, decides where things go.
+    pub fn opposite(self) -> Motion {
+        match self {
+            Motion::Left => Motion::Right,
+            Motion::Right => Motion::Left,
+            Motion::Up => Motion::Down,
+            Motion::Down => Motion::Up,
+            Motion::Growing => Motion::Shrinking,
+            Motion::Shrinking => Motion::Growing,
+        }
+    }
+}
+
 impl Background {
     pub fn rgb(self) -> [u8; 3] {
         match self {
@@ -123,6 +138,10 @@ mod tests {
         let s = Scene { shape: Shape::Circle, color: Color::Red, motion: Motion::Left, background: Background::White };
         assert_eq!(s.prompt(), "a red circle moving left on a white background");
         assert_eq!(Scene::from_prompt(&s.prompt()), Some(s));
+        for &m in Motion::ALL {
+            assert_ne!(m.opposite(), m);
+            assert_eq!(m.opposite().opposite(), m);
+        }
         let g = Scene { motion: Motion::Growing, ..s };
         assert_eq!(g.prompt(), "a red circle growing on a white background");
     }
