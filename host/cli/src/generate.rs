@@ -9,7 +9,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use fastvideo_pipeline::{LoopPolicies, PipelineRun, Values};
 use fastvideo_plugin_host::Binding;
-use fastvideo_request::{ImageRole, InputPart, OmniRequest, TaskType, TextRole};
+use fastvideo_request::{ImageRole, InputPart, OmniRequest, ResizeMode, TaskType, TextRole};
 
 use crate::args::{ParallelArgs, PluginArgs, PrecisionArgs, SamplingArgs};
 use fastvideo_wan::pipeline;
@@ -42,6 +42,10 @@ pub struct GenerateArgs {
     /// omitted.
     #[arg(long, requires = "video")]
     strength: Option<f64>,
+    /// How --image/--last-image/--video of another aspect fit the output: stretch (diffusers'
+    /// default), crop (centre, aspect kept) or pad (black bars, aspect kept).
+    #[arg(long, value_parser = resize_mode)]
+    resize_mode: Option<ResizeMode>,
     /// safetensors with a `latents` tensor: the initial noise, instead of the seed's. For text
     /// and image to video it is diffusers' `latents=` argument; for video to video, the noise
     /// added to the encoded video at --strength (what diffusers draws from its generator).
@@ -164,6 +168,10 @@ fn noise_input(path: &Path) -> Result<InputPart> {
     Ok(InputPart::Latent { shape: t.size(), data: Vec::<f32>::try_from(t.flatten(0, -1))? })
 }
 
+fn resize_mode(s: &str) -> Result<ResizeMode, String> {
+    ResizeMode::parse(s).ok_or_else(|| format!("`{s}` is not stretch, crop or pad"))
+}
+
 fn request(args: &GenerateArgs) -> Result<OmniRequest> {
     let mut r = OmniRequest::text_to_video(format!("cli-{}", std::process::id()), args.prompt.clone());
     args.plugins.apply(&mut r);
@@ -184,6 +192,7 @@ fn request(args: &GenerateArgs) -> Result<OmniRequest> {
     r.sampling.seed = args.seed;
     let d = &mut r.diffusion;
     d.strength = args.strength;
+    d.resize_mode = args.resize_mode;
     d.num_frames = args.frames;
     d.height = args.height;
     d.width = args.width;

@@ -116,6 +116,7 @@ impl RolloutRequest {
                         num_frames: self.num_frames,
                         fps: None,
                         strength: None,
+                        resize_mode: None,
                         negative_prompt: self.negative_prompt.clone(),
                     },
                     outputs: OutputSpec {

@@ -54,7 +54,8 @@ pub use action::ActionPart;
 pub use error::RequestError;
 pub use event::OmniEvent;
 pub use media::{
-    decode_image, decode_video, image_bytes, ImageRole, InputImage, InputVideo, MAX_IMAGE_PIXELS, MAX_VIDEO_FRAMES,
+    decode_image, decode_video, image_bytes, reframe, ImageRole, InputImage, InputVideo, Reframed, ResizeMode,
+    MAX_IMAGE_PIXELS, MAX_VIDEO_FRAMES,
 };
 pub use output::{Artifact, LatentsArtifact, OmniOutput, RequestMetrics, TrajectoryArtifact, VideoArtifact};
 pub use request::{

@@ -161,6 +161,10 @@ pub struct DiffusionParams {
     /// pure noise); 0.8 when absent (diffusers' default). Only for `v2v`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub strength: Option<f64>,
+    /// How image and video inputs of another aspect are fitted to the output: `stretch`
+    /// (diffusers' default), `crop` or `pad`. Only for `i2v` and `v2v`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resize_mode: Option<crate::ResizeMode>,
 }
 
 /// Output modality.

@@ -152,6 +152,9 @@ pub struct ResolvedRequest {
     /// `v2v`: the part of the schedule run on the noised input, in `(0, 1]`; 1 otherwise.
     #[serde(default = "full_strength")]
     pub strength: f64,
+    /// How image and video inputs are fitted to the output size.
+    #[serde(default)]
+    pub resize_mode: crate::ResizeMode,
 }
 
 impl ResolvedRequest {
@@ -288,6 +291,12 @@ impl OmniRequest {
                 ))
             }
         };
+        if self.diffusion.resize_mode.is_some() && !matches!(self.task, TaskType::I2v | TaskType::V2v) {
+            return Err(RequestError::new(
+                "diffusion.resize_mode",
+                format!("applies to image and video inputs (`i2v`, `v2v`), not `{}`", self.task.as_str()),
+            ));
+        }
         let prompt = self.prompt().unwrap_or_default();
         if prompt.trim().is_empty() {
             return Err(RequestError::new("prompt", "must not be empty for text-to-video"));
@@ -396,6 +405,7 @@ impl OmniRequest {
             images,
             video,
             strength,
+            resize_mode: self.diffusion.resize_mode.unwrap_or_default(),
             initial_noise,
         })
     }
@@ -581,6 +591,9 @@ mod tests {
         let mut r = req();
         r.diffusion.strength = Some(0.5);
         assert_eq!(r.resolve(&l, || 0).unwrap_err().field, "diffusion.strength");
+        r.diffusion.strength = None;
+        r.diffusion.resize_mode = Some(crate::ResizeMode::Crop);
+        assert_eq!(r.resolve(&l, || 0).unwrap_err().field, "diffusion.resize_mode");
         let mut r = req();
         r.task = TaskType::V2v;
         assert!(r.resolve(&l, || 0).unwrap_err().rule.contains("needs a video"));

@@ -60,6 +60,9 @@ pub struct CreateParams {
     pub video: Option<MediaValue>,
     /// Video to video: the part of the schedule run on the noised video, in (0, 1].
     pub strength: Option<f64>,
+    /// How `input_reference`, `last_frame` or `video` of another aspect fit the output:
+    /// `stretch` (diffusers' default), `crop` or `pad`.
+    pub resize_mode: Option<fastvideo_request::ResizeMode>,
     /// Accepted from OpenAI clients; no effect here.
     #[allow(dead_code)]
     pub user: Option<String>,
@@ -290,6 +293,7 @@ impl CreateParams {
             return Err(ApiError::field("input_reference", "images take no input_reference or video here"));
         }
         r.diffusion.strength = self.strength;
+        r.diffusion.resize_mode = self.resize_mode;
         let d = &mut r.diffusion;
         (d.width, d.height) = (self.width, self.height);
         if let Some(size) = &self.size {

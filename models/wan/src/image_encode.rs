@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use fastvideo_pipeline::{NodeCtx, Stage, Value, Values};
-use fastvideo_request::{ImageRole, InputImage};
+use fastvideo_request::{reframe, ImageRole, InputImage, Reframed, ResizeMode};
 
 use crate::clip_vision::ClipVisionEncoder;
 use crate::image_condition::image_condition;
@@ -38,15 +38,25 @@ impl Stage for ImageEncode {
             (false, Some(_)) => anyhow::bail!("inputs: this model takes no last_frame image (it is not a FLF2V model)"),
             _ => {}
         }
-        // CLIP sees the pictures as given (its processor resizes and crops them); the VAE sees
-        // them stretched to the output size.
-        let pictures: Vec<Rgb8> = std::iter::once(first).chain(last).map(rgb).collect();
+        // The VAE sees the pictures fitted to the output size (`resize_mode`). CLIP sees them as
+        // given when stretched (its processor resizes and crops them; diffusers' default), else
+        // as fitted, so both see the same part of the picture.
+        let mode = req.resize_mode;
+        let (h, w) = (req.height as i64, req.width as i64);
+        let fitted: Vec<Reframed> = std::iter::once(first)
+            .chain(last)
+            .map(|i| reframe(&i.rgb, i.width, i.height, w as u32, h as u32, mode))
+            .collect();
+        let pictures: Vec<Rgb8> = if mode == ResizeMode::Stretch {
+            std::iter::once(first).chain(last).map(rgb).collect()
+        } else {
+            fitted.iter().map(|f| Rgb8 { width: f.width, height: f.height, data: &f.rgb }).collect()
+        };
         let pixels = self.processor.preprocess(&pictures, ctx.device)?;
         let embeds = self.encoder.penultimate(&pixels).context("image encoder")?;
         values.insert(IMAGE_EMBEDS, Value::Tensor(embeds));
-        let (h, w) = (req.height as i64, req.width as i64);
-        let first = picture_to_unit(first, w, h, ctx.device)?;
-        let last = last.map(|l| picture_to_unit(l, w, h, ctx.device)).transpose()?;
+        let first = picture_to_unit(first, mode, w, h, ctx.device)?;
+        let last = last.map(|l| picture_to_unit(l, mode, w, h, ctx.device)).transpose()?;
         let cond = image_condition(&self.vae, &first, last.as_ref(), req.num_frames as i64)?;
         values.insert(LATENT_CONDITION, Value::Tensor(cond));
         Ok(())

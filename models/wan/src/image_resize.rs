@@ -7,7 +7,7 @@
 use anyhow::{ensure, Result};
 use tch::{Device, Kind, Tensor};
 
-use fastvideo_request::InputImage;
+use fastvideo_request::{reframe, InputImage, ResizeMode};
 
 /// `sinc(x)·sinc(x/3)` on `|x| < 3`.
 fn lanczos(x: f64) -> f64 {
@@ -48,14 +48,30 @@ fn to_u8_grid(x: Tensor) -> Tensor {
     (x + 0.5).floor().clamp(0.0, 255.0)
 }
 
-/// A picture stretched to `width`x`height` (no crop, aspect not kept: diffusers' default) →
-/// `[1, 3, height, width]` float32 in [-1, 1] on `device`, as the VAE takes it.
-pub fn picture_to_unit(image: &InputImage, width: i64, height: i64, device: Device) -> Result<Tensor> {
-    rgb8_to_unit(&image.rgb, image.width, image.height, width, height, device)
+/// A picture fitted to `width`x`height` as `mode` says (`stretch`, diffusers' default, resizes
+/// whatever the aspect) → `[1, 3, height, width]` float32 in [-1, 1] on `device`, as the VAE
+/// takes it.
+pub fn picture_to_unit(image: &InputImage, mode: ResizeMode, width: i64, height: i64, device: Device) -> Result<Tensor> {
+    rgb8_to_unit(&image.rgb, image.width, image.height, mode, width, height, device)
 }
 
 /// [`picture_to_unit`] for `w`x`h` RGB8 bytes (one video frame, say).
-pub fn rgb8_to_unit(rgb: &[u8], w: u32, h: u32, width: i64, height: i64, device: Device) -> Result<Tensor> {
+pub fn rgb8_to_unit(
+    rgb: &[u8],
+    w: u32,
+    h: u32,
+    mode: ResizeMode,
+    width: i64,
+    height: i64,
+    device: Device,
+) -> Result<Tensor> {
+    ensure!(rgb.len() as u64 == h as u64 * w as u64 * 3, "image: {w}x{h} RGB8 needs {} bytes", h * w * 3);
+    let fitted = reframe(rgb, w, h, width as u32, height as u32, mode);
+    stretch_to_unit(&fitted.rgb, fitted.width, fitted.height, width, height, device)
+}
+
+/// Lanczos resize of `w`x`h` RGB8 to `width`x`height`, aspect not kept.
+fn stretch_to_unit(rgb: &[u8], w: u32, h: u32, width: i64, height: i64, device: Device) -> Result<Tensor> {
     let (h, w) = (h as i64, w as i64);
     ensure!(rgb.len() as i64 == h * w * 3, "image: {w}x{h} RGB8 needs {} bytes", h * w * 3);
     let mut x = Tensor::from_slice(rgb).view([h, w, 3]).permute([2, 0, 1]).to_kind(Kind::Float);

@@ -1,5 +1,6 @@
 //! The `video_encode` stage of the text-to-video graph: a video-to-video request's input video,
-//! each frame stretched to the output size as diffusers' `VideoProcessor` does, VAE-encoded (the
+//! each frame fitted to the output size (`resize_mode`; stretched by default, as diffusers'
+//! `VideoProcessor` does), VAE-encoded (the
 //! posterior mean) and normalised: the clean latents the denoise loop noises to `strength`.
 //! Requests without a video pass through.
 
@@ -24,7 +25,10 @@ impl Stage for VideoEncode {
         let frame_bytes = (v.width * v.height * 3) as usize;
         let (h, w) = (req.height as i64, req.width as i64);
         let frames = (0..req.num_frames as usize)
-            .map(|i| rgb8_to_unit(&v.rgb[i * frame_bytes..(i + 1) * frame_bytes], v.width, v.height, w, h, ctx.device))
+            .map(|i| {
+                let frame = &v.rgb[i * frame_bytes..(i + 1) * frame_bytes];
+                rgb8_to_unit(frame, v.width, v.height, req.resize_mode, w, h, ctx.device)
+            })
             .collect::<Result<Vec<_>>>()?;
         let video = Tensor::stack(&frames, 2);
         let clean = self.vae.normalize(&self.vae.encode(&video)?);

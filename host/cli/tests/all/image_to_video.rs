@@ -19,15 +19,24 @@ fn fixture(name: &str) -> String {
 
 /// A `w`x`h` PNG with a green square on red.
 fn write_png(path: &Path, w: u32, h: u32) {
+    save_png(path, &picture_rgb(w, h), w, h);
+}
+
+/// The RGB8 pixels of [`write_png`]'s picture.
+fn picture_rgb(w: u32, h: u32) -> Vec<u8> {
     let mut rgb = vec![0u8; (w * h * 3) as usize];
     for (i, px) in rgb.chunks_mut(3).enumerate() {
         let (x, y) = (i as u32 % w, i as u32 / w);
         px.copy_from_slice(if x < w / 2 && y < h / 2 { &[0, 255, 0] } else { &[200, 0, 0] });
     }
+    rgb
+}
+
+fn save_png(path: &Path, rgb: &[u8], w: u32, h: u32) {
     let file = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
     let mut enc = png::Encoder::new(file, w, h);
     enc.set_color(png::ColorType::Rgb);
-    enc.write_header().unwrap().write_image_data(&rgb).unwrap();
+    enc.write_header().unwrap().write_image_data(rgb).unwrap();
 }
 
 fn generate(model: &str, extra: &[&str], out: &Path) -> Output {
@@ -66,6 +75,41 @@ fn image_and_first_last_frame_models_generate_from_pictures() {
     let flf2v = fixture("tiny-wan-flf2v");
     let r = generate(&flf2v, &["--image", p.start.to_str().unwrap(), "--last-image", p.end.to_str().unwrap()], &p.out);
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+}
+
+/// `--resize-mode crop` (pad) of the 56x40 picture generates exactly what stretching its centre
+/// 40x40 (the picture on black bars, 56x56) does: the fitting happens before anything else sees
+/// the picture, CLIP included. Stretch, the default, differs from both.
+#[test]
+fn resize_modes_crop_or_pad_the_picture_before_the_model() {
+    let p = pictures();
+    let (w, h) = (56u32, 40u32);
+    let rgb = picture_rgb(w, h);
+    let cropped: Vec<u8> = (0..h).flat_map(|y| rgb[((y * w + 8) * 3) as usize..((y * w + 48) * 3) as usize].to_vec()).collect();
+    let mut padded = vec![0u8; (w * w * 3) as usize];
+    padded[(8 * w * 3) as usize..(48 * w * 3) as usize].copy_from_slice(&rgb);
+    let (crop_png, pad_png) = (p.out.with_file_name("crop.png"), p.out.with_file_name("pad.png"));
+    save_png(&crop_png, &cropped, 40, 40);
+    save_png(&pad_png, &padded, w, w);
+    let model = fixture("tiny-wan-i2v");
+    let run = |image: &Path, mode: Option<&str>, name: &str| {
+        let out = p.out.with_file_name(name);
+        let mut extra = vec!["--image", image.to_str().unwrap(), "--seed", "1"];
+        if let Some(m) = mode {
+            extra.extend(["--resize-mode", m]);
+        }
+        let r = generate(&model, &extra, &out);
+        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+        std::fs::read(out).unwrap()
+    };
+    let stretched = run(&p.start, None, "stretch.mp4");
+    assert_eq!(run(&p.start, Some("crop"), "a.mp4"), run(&crop_png, None, "b.mp4"));
+    assert_eq!(run(&p.start, Some("pad"), "c.mp4"), run(&pad_png, None, "d.mp4"));
+    assert_ne!(run(&p.start, Some("crop"), "e.mp4"), stretched);
+    let r = generate(&model, &["--image", p.start.to_str().unwrap(), "--resize-mode", "fit"], &p.out);
+    assert_user_error(&r, "--resize-mode");
+    let r = generate(&fixture("tiny-wan"), &["--resize-mode", "crop"], &p.out);
+    assert_user_error(&r, "diffusion.resize_mode");
 }
 
 #[test]
@@ -154,10 +198,15 @@ fn the_official_openai_client_uploads_an_input_reference() {
     // JSON clients send a data URL; a text prompt alone is refused by an image-to-video model.
     use base64::Engine as _;
     let png = base64::engine::general_purpose::STANDARD.encode(std::fs::read(&p.start).unwrap());
-    let body = serde_json::json!({"prompt": "a red circle", "num_frames": 9,
+    let body = serde_json::json!({"prompt": "a red circle", "num_frames": 9, "resize_mode": "pad",
         "num_inference_steps": 2, "input_reference": format!("data:image/png;base64,{png}")});
-    let (status, v) = server.post("/v1/videos", body);
+    let (status, v) = server.post("/v1/videos", body.clone());
     assert_eq!(status, 200, "{v}");
+    let mut bad = body;
+    bad["resize_mode"] = "fit".into();
+    let (status, v) = server.post("/v1/videos", bad);
+    assert_eq!(status, 400, "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("resize_mode"), "{v}");
     let (status, v) = server.post("/v1/videos", serde_json::json!({"prompt": "a red circle"}));
     assert_eq!((status, v["error"]["param"].as_str()), (400, Some("task")), "{v}");
 }

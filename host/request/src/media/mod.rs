@@ -54,7 +54,9 @@ pub struct InputVideo {
 }
 
 mod image;
+mod reframe;
 mod video;
 
 pub use self::image::{decode_image, image_bytes, MAX_IMAGE_PIXELS};
+pub use self::reframe::{reframe, Reframed, ResizeMode};
 pub use self::video::{decode_video, MAX_VIDEO_FRAMES};
