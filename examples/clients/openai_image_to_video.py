@@ -6,8 +6,9 @@ running an image-to-video model.
         "a red circle moving left on a white background"
 
 Uploads the picture as `input_reference` (a multipart file, as the client sends it), polls the
-job, downloads the MP4, and shows that a file that is not a picture comes back as a 400 naming
-`input_reference`. Prints a JSON summary (the server's tests read it).
+job, downloads the MP4; uploads the picture once more through the Files API and names it by id in
+a JSON request (same seed, same video); and shows that a file that is not a picture comes back
+as a 400 naming `input_reference`. Prints a JSON summary (the server's tests read it).
 """
 
 import json
@@ -37,10 +38,22 @@ mp4 = client.videos.download_content(video.id, variant="video").read()
 with open(out, "wb") as f:
     f.write(mp4)
 
+# The same picture uploaded once (POST /v1/files) and named by id in a JSON request: no base64
+# in the request, and one upload serves any number of requests.
+with open(image, "rb") as f:
+    uploaded = client.files.create(file=f, purpose="vision")
+by_id = client.videos.create(model=model, prompt=prompt, extra_body={"input_reference": uploaded.id, "seed": 3})
+while by_id.status in ("queued", "in_progress"):
+    time.sleep(0.05)
+    by_id = client.videos.retrieve(by_id.id)
+same = client.videos.download_content(by_id.id, variant="video").read() == mp4
+client.files.delete(uploaded.id)
+
 try:
     client.videos.create(model=model, prompt="a red circle", input_reference=("notes.png", b"not a picture"))
     bad = None
 except openai.BadRequestError as e:
     bad = {"status": e.status_code, "param": e.body.get("param") if isinstance(e.body, dict) else None}
 
-print(json.dumps({"id": video.id, "status": video.status, "mp4_bytes": len(mp4), "bad_image": bad}))
+print(json.dumps({"id": video.id, "status": video.status, "mp4_bytes": len(mp4), "bad_image": bad,
+                  "file_id": uploaded.id, "by_id_status": by_id.status, "by_id_same_video": same}))

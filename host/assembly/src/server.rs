@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use fastvideo_plugin_host::Deployment;
-use fastvideo_server::{AppState, ComfyConfig, DeviceInfo, DrainMode, ServerConfig, Store};
+use fastvideo_server::{AppState, ComfyConfig, DeviceInfo, DrainMode, Files, ServerConfig, Store};
 use tch::Device;
 
 use crate::config::{Drain, RestartJobs, ServeConfig};
@@ -27,7 +27,14 @@ pub struct Served {
 pub fn build_server(cfg: &ServeConfig) -> Result<Served> {
     cfg.validate()?;
     let keys = api_keys(cfg)?;
-    let store = data_dir(cfg)?.map(|d| Store::open(&d)).transpose()?;
+    let dir = data_dir(cfg)?;
+    let store = dir.as_ref().map(|d| Store::open(d)).transpose()?;
+    // Uploads (`/v1/files`) beside the jobs when there is a data dir, else in memory.
+    let files = match &dir {
+        Some(d) => Files::open(&d.join("uploads"), fastvideo_server::DEFAULT_FILES_BUDGET)
+            .with_context(|| format!("--data-dir {}: uploads", d.display()))?,
+        None => Files::default(),
+    };
     let assembly = build_engine(cfg)?;
     let comfy = comfyui(cfg, assembly.deploy.as_ref(), &assembly.model.dir, assembly.device)?;
     let Assembly { engine, registry, description, .. } = assembly;
@@ -39,6 +46,7 @@ pub fn build_server(cfg: &ServeConfig) -> Result<Served> {
     let h = &cfg.http;
     let mut state = AppState::new(engine, registry)
         .with_job_store(store, retention)
+        .with_files(files)
         .with_webrtc(webrtc(cfg)?)
         .with_api_keys(fastvideo_server::ApiKeys::new(&keys, cfg.auth.metrics_public));
     if let Some(c) = comfy {

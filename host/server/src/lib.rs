@@ -7,6 +7,7 @@
 mod auth;
 mod comfy;
 mod error;
+mod files;
 mod images;
 mod job;
 mod jobs;
@@ -37,12 +38,13 @@ pub use auth::ApiKeys;
 pub use comfy::{ComfyConfig, DeviceInfo};
 pub use error::ApiError;
 pub use fastvideo_webrtc::{IceServer, RtcConfig};
+pub use files::{FileObject, Files, DEFAULT_FILES_BUDGET};
 pub use job::{Status, VideoObject};
 pub use jobs::{Restored, Retention};
 pub use listener::ConnLimits;
 pub use params::{video_request_from_form, video_request_from_json, CreateParams, SecondsValue};
 pub use rollouts::ROLLOUT_MEDIA_TYPE;
-pub use state::AppState;
+pub use state::{AppState, DEFAULT_BODY_LIMIT};
 pub use store::Store;
 pub use webrtc::{WebRtc, WebRtcMetrics};
 
@@ -68,6 +70,7 @@ pub struct ServerConfig {
 }
 
 pub fn router(state: AppState) -> Router {
+    let body_limit = state.body_limit;
     Router::new()
         .route("/v1/videos", post(videos::create_video).get(videos::list_videos))
         .route("/v1/videos/{id}", get(videos::get_video).delete(videos::delete_video))
@@ -75,6 +78,9 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/videos/{id}/events", get(stream::video_events))
         .route("/v1/stream", get(stream::websocket))
         .route("/v1/images/generations", post(images::generate_images))
+        .route("/v1/files", post(files::upload).get(files::list))
+        .route("/v1/files/{id}", get(files::retrieve).delete(files::delete))
+        .route("/v1/files/{id}/content", get(files::content))
         .route("/v1/rollouts", post(rollouts::create_rollout))
         .route("/v1/weights", get(weights::get_weights).post(weights::update_weights))
         .route("/v1/sessions", post(sessions::create_session))
@@ -89,6 +95,7 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(metrics))
         .merge(comfy::routes())
         .fallback(|| async { ApiError::NotFound { what: "route".into() } })
+        .layer(axum::extract::DefaultBodyLimit::max(body_limit))
         .layer(axum::middleware::map_response(ApiError::json_errors))
         .layer(axum::middleware::from_fn_with_state(state.keys.clone(), auth::require_key))
         .with_state(state)

@@ -91,6 +91,25 @@ impl MediaValue {
             MediaValue::Encoded(s) | MediaValue::File { b64: s, .. } => s,
         }
     }
+
+    /// The base64 this value carries, or, for an upload's id (`file-…`), that upload's.
+    fn resolve<'a>(&'a self, field: &str, uploads: &Uploads) -> Result<std::borrow::Cow<'a, str>, ApiError> {
+        match self {
+            MediaValue::Encoded(s) if crate::files::is_file_id(s) => Ok(uploads(s, field)?.into()),
+            v => Ok(v.b64().into()),
+        }
+    }
+}
+
+/// Looks an upload up by id for a field: its base64, or the 400 naming the field.
+pub type Uploads<'a> = dyn Fn(&str, &str) -> Result<String, ApiError> + 'a;
+
+/// For front ends without uploads (the Dynamo worker): every id is unknown.
+fn no_uploads(id: &str, field: &str) -> Result<String, ApiError> {
+    Err(ApiError::field(
+        field,
+        format!("{field}: `{id}` names an upload, which only the HTTP server's /v1/files keeps"),
+    ))
 }
 
 /// `seconds` arrives as a string from OpenAI clients and as a number from others.
@@ -251,6 +270,18 @@ impl CreateParams {
         served_model: &str,
         limits: &ModelLimits,
     ) -> Result<OmniRequest, ApiError> {
+        self.to_request_with_uploads(id, task, served_model, limits, &no_uploads)
+    }
+
+    /// [`to_request`](Self::to_request) where media fields may name uploads (`file-…` ids).
+    pub fn to_request_with_uploads(
+        &self,
+        id: String,
+        task: TaskType,
+        served_model: &str,
+        limits: &ModelLimits,
+        uploads: &Uploads,
+    ) -> Result<OmniRequest, ApiError> {
         let prompt = self.prompt.clone().filter(|p| !p.trim().is_empty());
         let prompt = prompt.ok_or_else(|| ApiError::field("prompt", "prompt: required, and must not be empty"))?;
         if let Some(m) = &self.model {
@@ -270,11 +301,12 @@ impl CreateParams {
             (&self.last_frame, ImageRole::LastFrame, "last_frame"),
         ] {
             if let Some(v) = value {
+                let b64 = v.resolve(name, uploads)?;
                 // Checked here too, so an error names the field the client sent.
-                let bytes = fastvideo_request::image_bytes(None, Some(v.b64()), name).map_err(ApiError::from)?;
+                let bytes = fastvideo_request::image_bytes(None, Some(&b64), name).map_err(ApiError::from)?;
                 fastvideo_request::decode_image(&bytes, role, name).map_err(ApiError::from)?;
                 r.task = TaskType::I2v;
-                r.inputs.push(InputPart::Image { path: None, b64: Some(v.b64().to_string()), role });
+                r.inputs.push(InputPart::Image { path: None, b64: Some(b64.into_owned()), role });
             }
         }
         if self.last_frame.is_some() && self.input_reference.is_none() {
@@ -284,10 +316,11 @@ impl CreateParams {
             if self.input_reference.is_some() {
                 return Err(ApiError::field("video", "video: give input_reference or video, not both"));
             }
-            let bytes = fastvideo_request::image_bytes(None, Some(v.b64()), "video").map_err(ApiError::from)?;
+            let b64 = v.resolve("video", uploads)?;
+            let bytes = fastvideo_request::image_bytes(None, Some(&b64), "video").map_err(ApiError::from)?;
             fastvideo_request::decode_video(&bytes, "video").map_err(ApiError::from)?;
             r.task = TaskType::V2v;
-            r.inputs.push(InputPart::Video { path: None, b64: Some(v.b64().to_string()) });
+            r.inputs.push(InputPart::Video { path: None, b64: Some(b64.into_owned()) });
         }
         if task == TaskType::T2i && r.task != TaskType::T2i {
             return Err(ApiError::field("input_reference", "images take no input_reference or video here"));

@@ -11,6 +11,7 @@ use prometheus_client::registry::Registry;
 
 use crate::auth::ApiKeys;
 use crate::comfy::{Comfy, ComfyConfig};
+use crate::files::Files;
 use crate::jobs::{Jobs, Retention};
 use crate::session_streams::SessionStreams;
 use crate::store::Store;
@@ -27,7 +28,13 @@ pub struct AppState {
     counter: Arc<AtomicU64>,
     pub(crate) keys: Arc<ApiKeys>,
     pub(crate) comfy: Option<Arc<Comfy>>,
+    pub(crate) files: Arc<Files>,
+    /// Largest request body accepted (uploads, inline pictures and videos).
+    pub(crate) body_limit: usize,
 }
+
+/// The default [`AppState::with_body_limit`]: room for a long input video.
+pub const DEFAULT_BODY_LIMIT: usize = 256 << 20;
 
 impl AppState {
     pub fn new(engine: Engine, mut registry: Registry) -> Self {
@@ -41,7 +48,21 @@ impl AppState {
             counter: Arc::new(AtomicU64::new(0)),
             keys: Arc::new(ApiKeys::default()),
             comfy: None,
+            files: Arc::new(Files::default()),
+            body_limit: DEFAULT_BODY_LIMIT,
         }
+    }
+
+    /// Keeps `/v1/files` uploads here (on disk when opened on a folder; in memory by default).
+    pub fn with_files(mut self, files: Files) -> Self {
+        self.files = Arc::new(files);
+        self
+    }
+
+    /// The largest request body accepted, in bytes (uploads and inline media count).
+    pub fn with_body_limit(mut self, bytes: usize) -> Self {
+        self.body_limit = bytes;
+        self
     }
 
     /// Serves ComfyUI's API (`/prompt`, `/ws`, …) with the deploy's translators; without this

@@ -17,7 +17,8 @@ use crate::state::AppState;
 pub fn create(s: &AppState, p: &CreateParams, who: Caller) -> Result<VideoObject, ApiError> {
     s.jobs.check_space()?;
     let id = s.new_id("video");
-    let mut r = p.to_request(id, TaskType::T2v, s.engine.model_id(), s.engine.limits())?;
+    let uploads = |file_id: &str, field: &str| s.files.base64_of(file_id, &s.keys.owner_tag(who), field);
+    let mut r = p.to_request_with_uploads(id, TaskType::T2v, s.engine.model_id(), s.engine.limits(), &uploads)?;
     let handle = s.engine.submit(r.clone())?;
     // Stored with the drawn seed, so a job run again after a restart makes the same video.
     r.sampling.seed = Some(handle.request.seed);

@@ -85,7 +85,8 @@ fn resize_modes_crop_or_pad_the_picture_before_the_model() {
     let p = pictures();
     let (w, h) = (56u32, 40u32);
     let rgb = picture_rgb(w, h);
-    let cropped: Vec<u8> = (0..h).flat_map(|y| rgb[((y * w + 8) * 3) as usize..((y * w + 48) * 3) as usize].to_vec()).collect();
+    let cropped: Vec<u8> =
+        (0..h).flat_map(|y| rgb[((y * w + 8) * 3) as usize..((y * w + 48) * 3) as usize].to_vec()).collect();
     let mut padded = vec![0u8; (w * w * 3) as usize];
     padded[(8 * w * 3) as usize..(48 * w * 3) as usize].copy_from_slice(&rgb);
     let (crop_png, pad_png) = (p.out.with_file_name("crop.png"), p.out.with_file_name("pad.png"));
@@ -195,6 +196,13 @@ fn the_official_openai_client_uploads_an_input_reference() {
     let clip = Clip { frames: 17, height: 64, width: 64, rgb: video.rgb.clone() };
     assert_eq!(analyze(&clip).motion, Some(scene.motion), "{}", scene.prompt());
     assert_eq!(r["bad_image"], serde_json::json!({"status": 400, "param": "input_reference"}));
+    // Uploaded through /v1/files and named by id: the same video (same picture, same seed).
+    assert!(r["file_id"].as_str().unwrap().starts_with("file-"), "{r}");
+    assert_eq!((&r["by_id_status"], &r["by_id_same_video"]), (&"completed".into(), &true.into()), "{r}");
+    let (status, v) =
+        server.post("/v1/videos", serde_json::json!({"prompt": "a red circle", "input_reference": r["file_id"]}));
+    assert_eq!((status, v["error"]["param"].as_str()), (400, Some("input_reference")), "deleted upload: {v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("no uploaded file"), "{v}");
     // JSON clients send a data URL; a text prompt alone is refused by an image-to-video model.
     use base64::Engine as _;
     let png = base64::engine::general_purpose::STANDARD.encode(std::fs::read(&p.start).unwrap());
@@ -307,4 +315,57 @@ fn generate_with_noise_reproduces_diffusers_end_to_end() {
     let bad: Vec<&str> =
         args.iter().map(|a| if a.ends_with("noise.safetensors") { wrong.as_str() } else { a }).collect();
     assert_user_error(&fastvideo(&bad), "no tensor named `latents`");
+}
+
+/// `/v1/files` takes uploads past axum's 2 MB default (real pictures and input videos are
+/// larger), gives them back byte for byte, lists them, and forgets them on DELETE.
+#[test]
+fn the_files_api_keeps_large_uploads_until_deleted() {
+    let server = crate::common::server::Server::start(&["--model", &fixture("tiny-wan-i2v")]);
+    let data: Vec<u8> = (0..3u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    let boundary = "fastvideo-test-boundary";
+    let mut body = format!(
+        "--{boundary}\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nvision\r\n--{boundary}\r\n\
+         Content-Disposition: form-data; name=\"file\"; filename=\"big.bin\"\r\n\
+         Content-Type: application/octet-stream\r\n\r\n"
+    )
+    .into_bytes();
+    body.extend_from_slice(&data);
+    body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+    let r = ureq::post(&server.url("/v1/files"))
+        .header("Content-Type", format!("multipart/form-data; boundary={boundary}"))
+        .config()
+        .http_status_as_error(false)
+        .build()
+        .send(&body[..])
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let f: serde_json::Value = r.into_body().read_json().unwrap();
+    let id = f["id"].as_str().unwrap().to_string();
+    assert_eq!(
+        (f["bytes"].as_u64(), f["filename"].as_str(), f["purpose"].as_str()),
+        (Some(3 << 20), Some("big.bin"), Some("vision"))
+    );
+    let (status, back) = server.bytes(&format!("/v1/files/{id}/content"));
+    assert_eq!(status, 200);
+    assert!(back == data, "content differs");
+    let (_, list) = server.get("/v1/files");
+    assert_eq!(list["data"][0]["id"], id.as_str(), "{list}");
+    let r = ureq::delete(&server.url(&format!("/v1/files/{id}"))).call().unwrap();
+    assert_eq!(r.into_body().read_json::<serde_json::Value>().unwrap()["deleted"], true);
+    let (status, v) = server.get(&format!("/v1/files/{id}"));
+    assert_eq!(status, 404, "{v}");
+    // A form without a file is a 400 naming `file`.
+    let r = ureq::post(&server.url("/v1/files"))
+        .header("Content-Type", format!("multipart/form-data; boundary={boundary}"))
+        .config()
+        .http_status_as_error(false)
+        .build()
+        .send(format!(
+            "--{boundary}\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nvision\r\n--{boundary}--\r\n"
+        ))
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    let v: serde_json::Value = r.into_body().read_json().unwrap();
+    assert_eq!(v["error"]["param"], "file", "{v}");
 }
