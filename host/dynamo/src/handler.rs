@@ -128,10 +128,12 @@ impl Handler {
         let model = self.engine.model_id().to_string();
         let mut data = Vec::new();
         for req in parsed.requests {
+            // An admission error about `inputs[i]` names the API field (`input_reference`, …).
+            let names = fastvideo_server::MediaNames::of(&req);
             let handle = match self.engine.submit(req) {
                 Ok(h) => h,
                 Err(e) => {
-                    let _ = tx.send(failure(protocol::engine_error(&e)));
+                    let _ = tx.send(failure(protocol::engine_error(&names.rename(e))));
                     return;
                 }
             };

@@ -112,6 +112,39 @@ fn no_uploads(id: &str, field: &str) -> Result<String, ApiError> {
     ))
 }
 
+/// Which of a request's inputs came from which API field, so an admission error about
+/// `inputs[i]` names `input_reference`, `last_frame` or `video` instead.
+pub struct MediaNames(Vec<(String, &'static str)>);
+
+impl MediaNames {
+    /// Read off a request [`CreateParams::to_request`] built.
+    pub fn of(r: &OmniRequest) -> Self {
+        let names = r.inputs.iter().enumerate().filter_map(|(i, part)| {
+            let name = match part {
+                InputPart::Image { role: ImageRole::FirstFrame, .. } => "input_reference",
+                InputPart::Image { role: ImageRole::LastFrame, .. } => "last_frame",
+                InputPart::Video { .. } => "video",
+                _ => return None,
+            };
+            Some((format!("inputs[{i}]"), name))
+        });
+        Self(names.collect())
+    }
+
+    /// `e` with an input's field renamed to the API's.
+    pub fn rename(&self, e: fastvideo_engine::EngineError) -> fastvideo_engine::EngineError {
+        match e {
+            fastvideo_engine::EngineError::Invalid(mut re) => {
+                if let Some((_, name)) = self.0.iter().find(|(f, _)| *f == re.field) {
+                    re.field = name.to_string();
+                }
+                fastvideo_engine::EngineError::Invalid(re)
+            }
+            e => e,
+        }
+    }
+}
+
 /// `seconds` arrives as a string from OpenAI clients and as a number from others.
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
@@ -294,17 +327,15 @@ impl CreateParams {
         }
         let mut r = OmniRequest::text_to_video(id, prompt);
         r.task = task;
-        // Conditioning media set the task; the request plane decodes and checks them (a bad
-        // picture is a 400 naming `inputs[i]`), and refuses them on a model without the task.
+        // Conditioning media set the task; the request plane decodes and checks them once, at
+        // admission (a bad picture is an error naming `inputs[i]`, which [`MediaNames`] turns
+        // back into the field the client sent), and refuses them on a model without the task.
         for (value, role, name) in [
             (&self.input_reference, ImageRole::FirstFrame, "input_reference"),
             (&self.last_frame, ImageRole::LastFrame, "last_frame"),
         ] {
             if let Some(v) = value {
                 let b64 = v.resolve(name, uploads)?;
-                // Checked here too, so an error names the field the client sent.
-                let bytes = fastvideo_request::image_bytes(None, Some(&b64), name).map_err(ApiError::from)?;
-                fastvideo_request::decode_image(&bytes, role, name).map_err(ApiError::from)?;
                 r.task = TaskType::I2v;
                 r.inputs.push(InputPart::Image { path: None, b64: Some(b64.into_owned()), role });
             }
@@ -317,8 +348,6 @@ impl CreateParams {
                 return Err(ApiError::field("video", "video: give input_reference or video, not both"));
             }
             let b64 = v.resolve("video", uploads)?;
-            let bytes = fastvideo_request::image_bytes(None, Some(&b64), "video").map_err(ApiError::from)?;
-            fastvideo_request::decode_video(&bytes, "video").map_err(ApiError::from)?;
             r.task = TaskType::V2v;
             r.inputs.push(InputPart::Video { path: None, b64: Some(b64.into_owned()) });
         }

@@ -19,7 +19,8 @@ pub fn create(s: &AppState, p: &CreateParams, who: Caller) -> Result<VideoObject
     let id = s.new_id("video");
     let uploads = |file_id: &str, field: &str| s.files.base64_of(file_id, &s.keys.owner_tag(who), field);
     let mut r = p.to_request_with_uploads(id, TaskType::T2v, s.engine.model_id(), s.engine.limits(), &uploads)?;
-    let handle = s.engine.submit(r.clone())?;
+    let names = crate::params::MediaNames::of(&r);
+    let handle = s.engine.submit(r.clone()).map_err(|e| names.rename(e))?;
     // Stored with the drawn seed, so a job run again after a restart makes the same video.
     r.sampling.seed = Some(handle.request.seed);
     let q = &handle.request;
