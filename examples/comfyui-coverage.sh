@@ -14,8 +14,9 @@ FASTVIDEO="$fv" bash examples/plugins-deploy.sh "$deploys" >/dev/null
   echo "# ComfyUI template coverage"
   echo
   echo "The 644 workflows of PyPI \`comfyui-workflow-templates-json\` 0.1.123 against the first-party"
-  echo "core translator pack, with the Wan 2.1 template's model files mapped to the default model"
-  echo "(\`deploys/comfyui.toml\`). Made by \`bash examples/comfyui-coverage.sh\`; see [comfyui.md](comfyui.md)."
+  echo "translator packs (core, Wan, KJNodes), with the model files of the Wan 2.1 text- and image-to-video"
+  echo "templates mapped to the default models (\`deploys/comfyui.toml\`). Made by"
+  echo "\`bash examples/comfyui-coverage.sh\`; see [comfyui.md](comfyui.md)."
   echo
   "$fv" workflow coverage "$corpus" --deploy "$deploys/comfyui.toml" --top 40
 } > docs/comfyui-coverage.md

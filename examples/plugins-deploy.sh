@@ -47,16 +47,21 @@ write color_match fastvideo_reward_color_match '["tensor", "tensor-ops"]'
 write motion_direction fastvideo_reward_motion_direction '["tensor", "tensor-ops"]'
 cat "$out/color_match.toml" "$out/motion_direction.toml" > "$out/rewards.toml"
 echo "wrote $out/rewards.toml"
-# ComfyUI workflows: the core and Wan translator packs, and the model files of ComfyUI's Wan 2.1
-# text-to-video template served by the embedded default model.
+# ComfyUI workflows: the core, Wan and KJNodes translator packs, and the model files of ComfyUI's
+# Wan 2.1 templates: text to video on the embedded default model, image to video on the shipped
+# image-to-video default (the text encoder and VAE files serve both).
 write comfy-core fastvideo_translator_comfy_core '[]'
 write comfy-wan fastvideo_translator_comfy_wan '[]'
+write comfy-kjnodes fastvideo_translator_comfy_kjnodes '[]'
 {
-  cat "$out/comfy-core.toml" "$out/comfy-wan.toml"
+  cat "$out/comfy-core.toml" "$out/comfy-wan.toml" "$out/comfy-kjnodes.toml"
   echo
   echo "[workflows.models]"
-  for f in wan2.1_t2v_1.3B_fp16.safetensors umt5_xxl_fp8_e4m3fn_scaled.safetensors wan_2.1_vae.safetensors; do
-    echo "\"$f\" = \"default\""
+  echo "\"wan2.1_t2v_1.3B_fp16.safetensors\" = \"default\""
+  echo "\"wan2.1_i2v_480p_14B_fp16.safetensors\" = \"default-i2v\""
+  echo "\"clip_vision_h.safetensors\" = \"default-i2v\""
+  for f in umt5_xxl_fp8_e4m3fn_scaled.safetensors wan_2.1_vae.safetensors; do
+    echo "\"$f\" = [\"default\", \"default-i2v\"]"
   done
 } > "$out/comfyui.toml"
 echo "wrote $out/comfyui.toml"

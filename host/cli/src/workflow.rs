@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
-use fastvideo_comfy::{compile, core_pack_schemas, next_output, parse, Compiled, Coverage};
+use fastvideo_comfy::{compile, first_party_schemas, next_output, parse, CompileError, Compiled, Coverage};
 use fastvideo_plugin_host::{Binding, Deployment};
 use fastvideo_wan::pipeline;
 
@@ -15,7 +15,8 @@ use crate::args::PrecisionArgs;
 #[derive(Subcommand)]
 pub enum WorkflowCommand {
     /// Read a workflow (UI or API format) and print it in ComfyUI's API format: subgraphs
-    /// expanded, bypassed and muted nodes gone, widget values named.
+    /// expanded, bypassed and muted nodes gone, widget values named (by the first-party
+    /// translator packs' node schemas).
     Parse { file: PathBuf },
     /// Compile a workflow with the deploy's translators and print the pipeline graph and the
     /// runs it lowers to (JSON).
@@ -32,7 +33,7 @@ pub enum WorkflowCommand {
     /// --deploy) whether it compiles and runs here; per node type, how many workflows need it.
     Coverage {
         dir: PathBuf,
-        /// Use this deploy's translators; without it, the core pack's declared node types.
+        /// Use this deploy's translators; without it, the first-party packs' declared node types.
         #[arg(long)]
         deploy: Option<PathBuf>,
         /// Print the full report as JSON instead of Markdown.
@@ -52,6 +53,9 @@ pub struct RunArgs {
     /// Where outputs go (`filename_prefix` subfolders inside it).
     #[arg(long, default_value = "output")]
     out_dir: PathBuf,
+    /// ComfyUI's input folder: where `LoadImage` and `LoadVideo` files are read from.
+    #[arg(long, default_value = "input")]
+    input_dir: PathBuf,
     /// cpu, cuda, cuda:N, or auto.
     #[arg(long, default_value = "auto")]
     device: String,
@@ -79,7 +83,7 @@ fn compiled(file: &Path, deploy: &Deployment) -> Result<Compiled> {
 pub fn run(cmd: WorkflowCommand) -> Result<()> {
     match cmd {
         WorkflowCommand::Parse { file } => {
-            let w = parse(&read_json(&file)?, &core_pack_schemas()).with_context(|| file.display().to_string())?;
+            let w = parse(&read_json(&file)?, &first_party_schemas()).with_context(|| file.display().to_string())?;
             println!("{}", serde_json::to_string_pretty(&w.to_api())?);
         }
         WorkflowCommand::Compile { file, deploy } => {
@@ -92,7 +96,7 @@ pub fn run(cmd: WorkflowCommand) -> Result<()> {
             let read = |e: std::io::Error| anyhow::anyhow!("reading {}: {e}", dir.display());
             let c = match deploy {
                 None => {
-                    let schemas = core_pack_schemas();
+                    let schemas = first_party_schemas();
                     Coverage::of_dir(&dir, &schemas, &|t| schemas.get(t).is_some()).map_err(read)?
                 }
                 Some(path) => {
@@ -122,7 +126,11 @@ fn run_workflow(args: RunArgs) -> Result<()> {
         let dir = fastvideo_assembly::workflow_model_folder(&args.deploy, &folder)?;
         let model = args.precision.load(&dir, device).with_context(|| format!("model folder {}", dir.display()))?;
         let req = plan
-            .request(&format!("workflow-{}-{i}", std::process::id()))
+            .request(&format!("workflow-{}-{i}", std::process::id()), &args.input_dir)
+            .map_err(|e| match e {
+                CompileError::Input { .. } => anyhow::anyhow!("{e} (--input-dir {})", args.input_dir.display()),
+                e => anyhow::anyhow!("{e}"),
+            })?
             .resolve(&model.limits(), || plan.seed)
             .map_err(|e| anyhow::anyhow!("node {}: {e} (model {})", plan.node_of(&e.field), dir.display()))?;
         let binding = Binding::of(Some(&deploy), &dir.display().to_string());

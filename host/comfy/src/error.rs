@@ -52,6 +52,17 @@ pub enum CompileError {
         /// What is wrong.
         message: String,
     },
+    /// A loader's input names a file that cannot be used (missing, not a picture, …): found
+    /// when the run's request is made, before any model work.
+    #[error("node {node}: {input}: {message}")]
+    Input {
+        /// The loader node (`LoadImage`, `LoadVideo`).
+        node: String,
+        /// Its input (`image`, `file`).
+        input: String,
+        /// What is wrong.
+        message: String,
+    },
     /// Something about the graph as a whole (no output node, …).
     #[error("{0}")]
     Graph(String),
@@ -61,5 +72,10 @@ impl CompileError {
     /// An error at ComfyUI node `node`.
     pub fn node(node: impl Into<String>, message: impl Into<String>) -> Self {
         CompileError::Node { node: node.into(), message: message.into() }
+    }
+
+    /// An error in input `input` of ComfyUI node `node`.
+    pub fn input(node: impl Into<String>, input: impl Into<String>, message: impl Into<String>) -> Self {
+        CompileError::Input { node: node.into(), input: input.into(), message: message.into() }
     }
 }

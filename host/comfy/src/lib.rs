@@ -1,6 +1,10 @@
 //! ComfyUI workflows on fastvideo. Both formats ComfyUI writes — the UI format the frontend
 //! saves and the API format `/prompt` takes — become one normalized [`Workflow`]: executable
-//! nodes with named inputs, each a link to another node's output or a value.
+//! nodes with named inputs, each a link to another node's output or a value. Translators turn
+//! it into a [`PipelineGraph`], which lowers to one [`RunPlan`] per sampler. Pictures and
+//! videos a workflow loads stay file names until [`RunPlan::request`] reads them from ComfyUI's
+//! input folder, resized as ComfyUI's nodes would ([`Resize`]), so a bad file is refused
+//! naming its loader before the request is queued.
 //!
 //! ```
 //! use fastvideo_comfy::{parse, Input, Schemas};
@@ -25,20 +29,26 @@ mod coverage;
 mod error;
 mod graph;
 mod lower;
+mod media;
 mod outputs;
 mod pipeline_graph;
+mod resample;
+mod resize;
 mod schema;
 pub mod stages;
 mod translate;
 mod ui;
 
-pub use compile::{compile, Compiled, WorkflowConfig};
+pub use compile::{compile, Compiled, Folders, WorkflowConfig};
 pub use coverage::{Coverage, TypeCoverage, WorkflowCoverage};
 pub use error::{CompileError, WorkflowError};
 pub use graph::{parse_api, Input, Node, Workflow};
 pub use lower::{plan, ModelFile, OutputPlan, RunPlan};
+pub use media::{input_path, ImagePlan, LoadedVideo, VideoPlan};
 pub use outputs::{next_output, OutputName};
 pub use pipeline_graph::PipelineGraph;
+pub use resample::{resample, Method};
+pub use resize::{Anchor, Fit, Resize};
 pub use schema::{InputDecl, NodeSchema, Schemas};
 pub use translate::{as_ref, value_name, value_ref, ComfyNode, GraphNode, Translator, Translators};
 pub use ui::parse_ui;
@@ -83,9 +93,23 @@ pub fn parse(v: &Value, schemas: &Schemas) -> Result<Workflow, WorkflowError> {
 
 /// The node schemas of the first-party core translator pack
 /// (`plugins/translators/comfy-core/object_info.json`): loaders, text encode, the samplers,
-/// empty latents, VAE, video and image output, primitives.
+/// empty latents, VAE, image and video loading and resizing, video and image output,
+/// primitives.
 pub fn core_pack_schemas() -> Schemas {
-    let info: Value = serde_json::from_str(include_str!("../../../plugins/translators/comfy-core/object_info.json"))
-        .expect("the core pack's object_info.json is JSON");
-    Schemas::from_object_info(&info).expect("the core pack's object_info.json is valid")
+    pack_schemas(include_str!("../../../plugins/translators/comfy-core/object_info.json"))
+}
+
+/// The schemas of every first-party translator pack: the core pack, the Wan pack
+/// (`comfy-wan`: Wan's image-to-video nodes) and the KJNodes pack (`comfy-kjnodes`: its image
+/// resize nodes). What `fastvideo workflow parse` names widget values with.
+pub fn first_party_schemas() -> Schemas {
+    let mut s = core_pack_schemas();
+    s.extend(pack_schemas(include_str!("../../../plugins/translators/comfy-wan/object_info.json")));
+    s.extend(pack_schemas(include_str!("../../../plugins/translators/comfy-kjnodes/object_info.json")));
+    s
+}
+
+fn pack_schemas(object_info: &str) -> Schemas {
+    let info: Value = serde_json::from_str(object_info).expect("a first-party pack's object_info.json is JSON");
+    Schemas::from_object_info(&info).expect("a first-party pack's object_info.json is valid")
 }

@@ -114,11 +114,8 @@ impl PipelineGraph {
                     Some(v) => {
                         let got = as_ref(v).and_then(|r| produced.get(r)).map(|&(_, t)| t);
                         if got != Some(ty) {
-                            let msg = format!(
-                                "`{param}` of `{}` must be a {ty}, got {}",
-                                n.stage,
-                                got.unwrap_or("a literal")
-                            );
+                            let msg =
+                                format!("`{param}` of `{}` takes {ty}, got {}", n.stage, got.unwrap_or("a literal"));
                             return Err(CompileError::node(&n.origin, msg));
                         }
                     }

@@ -19,15 +19,41 @@ macro_rules! stage {
 }
 
 /// Every stage a graph may use. `value` is a literal (primitive nodes); the compiler folds it
-/// into the parameters that read it.
+/// into the parameters that read it. Pictures and videos are files in the ComfyUI input folder
+/// (`load.image`, `load.video`): the lowering turns the chain from a loader through
+/// `image.resize` into a request input, read and checked when the request is made.
 pub const STAGES: &[StageDecl] = &[
     stage!("value", [], ["value"]),
     stage!("load.diffusion_model", [], ["model"]),
     stage!("load.text_encoder", [], ["text_encoder"]),
     stage!("load.vae", [], ["vae"]),
     stage!("load.checkpoint", [], ["model", "text_encoder", "vae"]),
+    stage!("load.clip_vision", [], ["clip_vision"]),
+    stage!("load.image", [], ["images", "mask"]),
+    stage!("load.video", [], ["video"]),
+    stage!("video.components", [("video", "video", true)], ["images", "audio", "fps"]),
+    stage!("image.resize", [("images", "images", true)], ["images"]),
     stage!("encode.text", [("text_encoder", "text_encoder", true)], ["conditioning"]),
+    stage!(
+        "encode.clip_vision",
+        [("clip_vision", "clip_vision", true), ("images", "images", true)],
+        ["clip_vision_output"]
+    ),
     stage!("latent.empty", [], ["latent"]),
+    stage!(
+        "condition.image_to_video",
+        [
+            ("positive", "conditioning", true),
+            ("negative", "conditioning", true),
+            ("vae", "vae", true),
+            ("clip_vision", "clip_vision_output", false),
+            ("clip_vision_end", "clip_vision_output", false),
+            ("start_image", "images", false),
+            ("end_image", "images", false)
+        ],
+        ["conditioning", "conditioning", "latent"]
+    ),
+    stage!("latent.image_to_video", [("vae", "vae", true), ("start_image", "images", true)], ["latent"]),
     stage!("model.shift", [("model", "model", true)], ["model"]),
     stage!(
         "sample",

@@ -51,7 +51,13 @@ fn to_u8_grid(x: Tensor) -> Tensor {
 /// A picture fitted to `width`x`height` as `mode` says (`stretch`, diffusers' default, resizes
 /// whatever the aspect) → `[1, 3, height, width]` float32 in [-1, 1] on `device`, as the VAE
 /// takes it.
-pub fn picture_to_unit(image: &InputImage, mode: ResizeMode, width: i64, height: i64, device: Device) -> Result<Tensor> {
+pub fn picture_to_unit(
+    image: &InputImage,
+    mode: ResizeMode,
+    width: i64,
+    height: i64,
+    device: Device,
+) -> Result<Tensor> {
     rgb8_to_unit(&image.rgb, image.width, image.height, mode, width, height, device)
 }
 

@@ -4,16 +4,13 @@
 //! the protocol step by step: messages and their order, history, `/view`, errors in
 //! `node_errors`, uploads, interrupts, and prompts beside OpenAI-API jobs.
 
-use std::net::TcpStream;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::common::comfy;
+use crate::common::comfy::{self, connect, next, until_done, upload};
 use crate::common::server::Server;
 use serde_json::{json, Value};
-use tungstenite::stream::MaybeTlsStream;
-use tungstenite::{Message, WebSocket};
 
 fn start(dir: &Path) -> Server {
     let deploy = comfy::deploy(dir);
@@ -29,64 +26,12 @@ fn api_prompt(dir: &Path, steps: u32) -> Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
-type Ws = WebSocket<MaybeTlsStream<TcpStream>>;
-
-fn connect(s: &Server, client_id: &str) -> Ws {
-    let url = format!("{}/ws?clientId={client_id}", s.base.replace("http://", "ws://"));
-    let (mut ws, _) = tungstenite::connect(url).unwrap();
-    if let MaybeTlsStream::Plain(t) = ws.get_mut() {
-        t.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
-    }
-    ws
-}
-
-fn next(ws: &mut Ws) -> Value {
-    loop {
-        match ws.read().unwrap() {
-            Message::Text(t) => return serde_json::from_str(&t).unwrap(),
-            Message::Binary(_) | Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => {}
-            Message::Close(_) => panic!("server closed the socket"),
-        }
-    }
-}
-
-/// Reads messages until `executing` with `node: null` for `prompt_id`, as ComfyUI's example
-/// client does.
-fn until_done(ws: &mut Ws, prompt_id: &str) -> Vec<Value> {
-    let mut seen = Vec::new();
-    loop {
-        let m = next(ws);
-        let done = m["type"] == "executing" && m["data"]["node"].is_null() && m["data"]["prompt_id"] == prompt_id;
-        seen.push(m);
-        if done {
-            return seen;
-        }
-    }
-}
-
 #[test]
 fn comfy_cli_runs_the_wan_template_unmodified() {
     let dir = tempfile::tempdir().unwrap();
     let s = start(dir.path());
-    let port = s.base.rsplit(':').next().unwrap().to_string();
     let workflow = comfy::small_wan_file(dir.path(), 6);
-    let comfy_bin = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv-comfy/bin/comfy");
-    assert!(comfy_bin.exists(), "no comfy-cli at {}: run `bash host/scripts/comfy-client.sh`", comfy_bin.display());
-    let home = dir.path().join("home");
-    std::fs::create_dir_all(&home).unwrap();
-    let out = Command::new(&comfy_bin)
-        .args(["--skip-prompt", "--json", "run", "--workflow"])
-        .arg(&workflow)
-        .args(["--host", "127.0.0.1", "--port", &port, "--wait", "--timeout", "120"])
-        .env("HOME", &home)
-        .env("XDG_CONFIG_HOME", home.join(".config"))
-        .env("DO_NOT_TRACK", "1")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "comfy run failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    let envelope: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
-    assert_eq!(envelope["ok"], true, "{envelope}");
+    let envelope = comfy::comfy_cli_run(&s, &workflow, dir.path());
     assert_eq!(envelope["data"]["status"], "completed");
     let url = envelope["data"]["outputs_by_node"]["50"][0].as_str().unwrap();
     assert!(url.contains("filename=ComfyUI_00001_.mp4") && url.contains("subfolder=video"), "{url}");
@@ -206,30 +151,6 @@ fn bad_prompts_get_comfyuis_node_errors() {
     let (code, r) = plain.get("/prompt");
     assert_eq!((code, r["error"]["type"].clone()), (404, json!("not_enabled")));
     assert!(r["error"]["message"].as_str().unwrap().contains("workflow translators"), "{r}");
-}
-
-/// A multipart body with one file field and plain fields.
-fn multipart(file: (&str, &[u8]), fields: &[(&str, &str)]) -> (String, Vec<u8>) {
-    let b = "fastvideo-boundary";
-    let mut body = Vec::new();
-    for (k, v) in fields {
-        body.extend(format!("--{b}\r\nContent-Disposition: form-data; name=\"{k}\"\r\n\r\n{v}\r\n").as_bytes());
-    }
-    body.extend(format!("--{b}\r\nContent-Disposition: form-data; name=\"image\"; filename=\"{}\"\r\nContent-Type: image/png\r\n\r\n", file.0).as_bytes());
-    body.extend(file.1);
-    body.extend(format!("\r\n--{b}--\r\n").as_bytes());
-    (format!("multipart/form-data; boundary={b}"), body)
-}
-
-fn upload(s: &Server, file: (&str, &[u8]), fields: &[(&str, &str)]) -> Value {
-    let (ct, body) = multipart(file, fields);
-    ureq::post(&s.url("/upload/image"))
-        .header("Content-Type", &ct)
-        .send(&body[..])
-        .unwrap()
-        .into_body()
-        .read_json()
-        .unwrap()
 }
 
 #[test]

@@ -7,6 +7,7 @@ mod assembly;
 mod browser;
 mod cli;
 mod comfyui;
+mod comfyui_i2v;
 mod common;
 mod default_model;
 mod image_to_video;

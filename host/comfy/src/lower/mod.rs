@@ -1,11 +1,17 @@
 //! A checked pipeline graph lowered to the runs this runtime executes: one request per
 //! sampler, with the outputs it feeds. Anything the graph asks for that the runtime does not
-//! do is refused here, naming the node and the value.
+//! do is refused here, naming the node and the value. Where the sampler's latent comes from
+//! decides the task (`source`); the sampling settings and the schedule are read here.
 
-use serde::Serialize;
+mod run_plan;
+mod source;
+
 use serde_json::Value;
 
-use fastvideo_request::{OmniRequest, SamplerKind, TaskType};
+use fastvideo_request::SamplerKind;
+
+pub use run_plan::{ModelFile, OutputPlan, RunPlan};
+use source::Source;
 
 use crate::translate::{as_ref, GraphNode};
 use crate::{CompileError, PipelineGraph};
@@ -15,97 +21,9 @@ const SAMPLERS: &[(&str, SamplerKind)] =
     &[("euler", SamplerKind::Euler), ("uni_pc", SamplerKind::Unipc), ("uni_pc_bh2", SamplerKind::Unipc)];
 /// ComfyUI schedules we run: both are the flow-matching sigma schedule with the model's shift.
 const SCHEDULERS: &[&str] = &["simple", "normal"];
-
-/// A model file a loader names, for the deploy's file → folder map.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ModelFile {
-    /// The loader node.
-    pub node: String,
-    /// `diffusion_model`, `text_encoder`, `vae` or `checkpoint`.
-    pub role: &'static str,
-    /// The file name as the workflow gives it.
-    pub file: String,
-}
-
-/// What an output node writes.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct OutputPlan {
-    /// The output node (`SaveVideo`, `SaveImage`, …).
-    pub node: String,
-    /// `video` or `image`.
-    pub kind: &'static str,
-    /// File name prefix (`video/ComfyUI`), as ComfyUI names its outputs.
-    pub prefix: String,
-}
-
-/// One sampler's run: everything a request needs, and the outputs it feeds.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct RunPlan {
-    /// The sampler node.
-    pub sampler_node: String,
-    /// The node setting width, height and frames (the empty latent).
-    pub latent_node: String,
-    /// Text to video, or to image.
-    pub task: TaskType,
-    /// The model files its loaders name.
-    pub files: Vec<ModelFile>,
-    /// Prompt and negative prompt.
-    pub prompt: String,
-    /// Empty when no negative conditioning is connected.
-    pub negative: String,
-    /// Seed, steps, guidance scale, solver.
-    pub seed: u64,
-    /// Solver steps.
-    pub steps: u32,
-    /// Classifier-free guidance scale.
-    pub cfg: f32,
-    /// The solver.
-    pub sampler: SamplerKind,
-    /// The flow shift a `ModelSamplingSD3` sets; the model's default when none.
-    pub shift: Option<f32>,
-    /// Output size.
-    pub width: u32,
-    /// Output size.
-    pub height: u32,
-    /// Frames (1 for an image).
-    pub frames: u32,
-    /// Frame rate of the video output, if one sets it.
-    pub fps: Option<f32>,
-    /// The node setting it (`CreateVideo`).
-    pub fps_node: Option<String>,
-    /// The output nodes this run feeds.
-    pub outputs: Vec<OutputPlan>,
-}
-
-impl RunPlan {
-    /// The node a request field (`diffusion.width`, as a request error names it) came from,
-    /// so an error can name it: size and frames from the empty latent, the rest the sampler.
-    pub fn node_of(&self, field: &str) -> &str {
-        match field {
-            "diffusion.width" | "diffusion.height" | "diffusion.num_frames" => &self.latent_node,
-            "diffusion.fps" => self.fps_node.as_deref().unwrap_or(&self.sampler_node),
-            _ => &self.sampler_node,
-        }
-    }
-
-    /// The request for this run.
-    pub fn request(&self, request_id: &str) -> OmniRequest {
-        let mut r = OmniRequest::text_to_video(request_id, self.prompt.clone());
-        r.task = self.task;
-        r.sampling.seed = Some(self.seed);
-        r.sampling.sampler = Some(self.sampler);
-        let d = &mut r.diffusion;
-        d.num_inference_steps = Some(self.steps);
-        d.guidance_scale = Some(self.cfg);
-        d.shift = self.shift;
-        d.width = Some(self.width);
-        d.height = Some(self.height);
-        d.num_frames = Some(self.frames);
-        d.fps = self.fps.map(|f| f.round().max(1.0) as u32);
-        d.negative_prompt = (!self.negative.is_empty()).then(|| self.negative.clone());
-        r
-    }
-}
+/// Added to a video-to-video strength so that `floor(steps · strength)` is the intended step
+/// count despite float rounding (the request computes the start step that way).
+const STRENGTH_EPS: f64 = 1e-9;
 
 struct Lowering<'a> {
     g: &'a PipelineGraph,
@@ -161,25 +79,18 @@ impl<'a> Lowering<'a> {
         Ok(())
     }
 
-    fn text(&self, n: &GraphNode, param: &str, files: &mut Vec<ModelFile>) -> Result<Option<String>, CompileError> {
-        let Some((e, _)) = self.input(n, param) else { return Ok(None) };
-        if e.stage != "encode.text" {
-            let msg = format!(
-                "`{param}` comes from node {} (`{}`); this runtime conditions on text (`encode.text`) only",
-                e.origin, e.stage
-            );
-            return Err(CompileError::node(&n.origin, msg));
-        }
-        let (enc, _) = self.expect(e, "text_encoder", &["load.text_encoder", "load.checkpoint"])?;
-        push_file(files, self.file(enc, "text_encoder")?);
-        Ok(Some(text(e, "text")?))
+    /// The VAE `param` of `n` names.
+    fn vae(&self, n: &GraphNode, param: &str, files: &mut Vec<ModelFile>) -> Result<(), CompileError> {
+        let (vae, _) = self.expect(n, param, &["load.vae", "load.checkpoint"])?;
+        push_file(files, self.file(vae, "vae")?);
+        Ok(())
     }
 
     fn run(&self, sampler: &GraphNode, vae: &GraphNode) -> Result<RunPlan, CompileError> {
         let mut files = Vec::new();
         let mut shift = None;
         push_file(&mut files, self.file(vae, "vae")?);
-        let (fields, cond_node, latent_of) = match sampler.stage.as_str() {
+        let (fields, cond_node, latent_of, partial) = match sampler.stage.as_str() {
             "sample" => {
                 for (k, want) in [("add_noise", true), ("return_noisy", false)] {
                     if let Some(v) = sampler.params.get(k).and_then(Value::as_bool).filter(|&v| v != want) {
@@ -189,17 +100,10 @@ impl<'a> Lowering<'a> {
                         ));
                     }
                 }
-                let steps = number(sampler, "steps")? as u32;
                 let start = sampler.params.get("start_step").and_then(Value::as_u64).unwrap_or(0);
                 let end = sampler.params.get("end_step").and_then(Value::as_u64).unwrap_or(u64::MAX);
-                if start > 0 || end < steps as u64 {
-                    let msg = format!(
-                        "steps {start}..{end} of {steps}: partial schedules (chained samplers) are not supported yet"
-                    );
-                    return Err(CompileError::node(&sampler.origin, msg));
-                }
                 self.model(sampler, "model", &mut files, &mut shift)?;
-                (Fields::of(sampler, sampler, sampler, sampler, sampler)?, sampler, sampler)
+                (Fields::of(sampler, sampler, sampler, sampler, sampler)?, sampler, sampler, (start, end))
             }
             _ => {
                 let (noise, _) = self.expect(sampler, "noise", &["noise.random"])?;
@@ -207,14 +111,9 @@ impl<'a> Lowering<'a> {
                 let (select, _) = self.expect(sampler, "sampler", &["sampler.select"])?;
                 let (sched, _) = self.expect(sampler, "sigmas", &["schedule"])?;
                 self.model(guider, "model", &mut files, &mut shift)?;
-                (Fields::of(noise, sched, guider, select, sched)?, guider, sampler)
+                (Fields::of(noise, sched, guider, select, sched)?, guider, sampler, (0, u64::MAX))
             }
         };
-        if (fields.denoise - 1.0).abs() > 1e-6 {
-            let msg =
-                format!("denoise {}: only full denoising (1.0) from an empty latent is supported", fields.denoise);
-            return Err(CompileError::node(&sampler.origin, msg));
-        }
         let kind = SAMPLERS.iter().find(|(n, _)| *n == fields.sampler).map(|&(_, k)| k).ok_or_else(|| {
             let names: Vec<&str> = SAMPLERS.iter().map(|(n, _)| *n).collect();
             CompileError::node(
@@ -227,54 +126,95 @@ impl<'a> Lowering<'a> {
                 format!("scheduler `{}` is not one this runtime runs ({})", fields.scheduler, SCHEDULERS.join(", "));
             return Err(CompileError::node(&fields.scheduler_node, msg));
         }
-        let prompt = self.text(cond_node, "positive", &mut files)?.unwrap_or_default();
-        let negative = self.text(cond_node, "negative", &mut files)?.unwrap_or_default();
+        let (prompt, pos_via) = self.conditioning(cond_node, "positive", &mut files)?;
+        let (negative, neg_via) = self.conditioning(cond_node, "negative", &mut files)?;
+        let via = match (pos_via, neg_via) {
+            (Some(p), Some(n)) if p.origin != n.origin => {
+                let msg = format!(
+                    "`positive` passes through node {} and `negative` through node {}: one image-to-video node conditions a run",
+                    p.origin, n.origin
+                );
+                return Err(CompileError::node(&cond_node.origin, msg));
+            }
+            (None, Some(n)) => {
+                let msg = format!("`negative` passes through node {} but `positive` does not", n.origin);
+                return Err(CompileError::node(&cond_node.origin, msg));
+            }
+            (p, _) => p,
+        };
         let (latent, _) = self.need(latent_of, "latent")?;
-        match latent.stage.as_str() {
-            "latent.empty" => {}
-            "sample" | "sample.custom" => {
-                let msg = format!(
-                    "its latent comes from sampler node {}: chained samplers are not supported yet",
-                    latent.origin
-                );
-                return Err(CompileError::node(&sampler.origin, msg));
-            }
-            other => {
-                let msg = format!(
-                    "its latent comes from node {} (`{other}`); only an empty latent (text to video) is supported",
-                    latent.origin
-                );
-                return Err(CompileError::node(&sampler.origin, msg));
-            }
-        }
-        let batch = latent.params.get("batch").and_then(Value::as_u64).unwrap_or(1);
-        if batch != 1 {
-            return Err(CompileError::node(
-                &latent.origin,
-                format!("batch_size {batch}: one video per request; set 1"),
-            ));
-        }
-        let frames = latent.params.get("frames").and_then(Value::as_u64);
-        Ok(RunPlan {
+        let source = self.source(sampler, latent, via, &mut files)?;
+        let (steps, strength) = schedule(sampler, &fields, partial, &source)?;
+        let mut plan = RunPlan {
             sampler_node: sampler.origin.clone(),
             latent_node: latent.origin.clone(),
-            task: if frames.is_some() { TaskType::T2v } else { TaskType::T2i },
+            size_node: latent.origin.clone(),
+            task: source.task(),
             files,
-            prompt,
-            negative,
+            prompt: prompt.unwrap_or_default(),
+            negative: negative.unwrap_or_default(),
             seed: fields.seed,
-            steps: fields.steps,
+            steps,
+            strength,
             cfg: fields.cfg,
             sampler: kind,
             shift,
-            width: number(latent, "width")? as u32,
-            height: number(latent, "height")? as u32,
-            frames: frames.unwrap_or(1) as u32,
+            width: None,
+            height: None,
+            frames: None,
             fps: None,
             fps_node: None,
+            fps_from_video: false,
+            images: Vec::new(),
+            video: None,
             outputs: Vec::new(),
-        })
+        };
+        source.fill(&mut plan)?;
+        Ok(plan)
     }
+}
+
+/// The schedule a run takes, as (steps, video-to-video strength). ComfyUI's `denoise` d with s
+/// steps runs s steps over the end of an `int(s / d)`-step schedule; a `KSamplerAdvanced`
+/// starting at step k of s runs the last s − k. Both become diffusers' `strength` over the
+/// whole schedule, which only a latent encoded from a video can take.
+fn schedule(
+    sampler: &GraphNode,
+    fields: &Fields,
+    (start, end): (u64, u64),
+    source: &Source,
+) -> Result<(u32, Option<f64>), CompileError> {
+    let steps = fields.steps;
+    let err = |m: String| CompileError::node(&sampler.origin, m);
+    if end < steps as u64 {
+        return Err(err(format!(
+            "steps {start}..{end} of {steps}: partial schedules (chained samplers) are not supported yet"
+        )));
+    }
+    let to_video = matches!(source, Source::Video(_));
+    if start > 0 {
+        if !to_video || start >= steps as u64 {
+            return Err(err(format!(
+                "steps {start}..{end} of {steps}: starting mid-schedule needs a latent from VAEEncode of a video (video to video) and at least one step"
+            )));
+        }
+        let strength = (steps as u64 - start) as f64 / steps as f64;
+        return Ok((steps, Some((strength + STRENGTH_EPS).min(1.0))));
+    }
+    let d = fields.denoise;
+    if (d - 1.0).abs() <= 1e-6 {
+        return Ok((steps, to_video.then_some(1.0)));
+    }
+    if !to_video {
+        return Err(err(format!(
+            "denoise {d}: below 1 needs a latent from VAEEncode of a video (video to video); an empty latent is denoised fully"
+        )));
+    }
+    if !(d > 0.0 && d < 1.0) {
+        return Err(err(format!("denoise {d} must be in (0, 1]")));
+    }
+    let total = (steps as f64 / d).floor() as u32;
+    Ok((total, Some((steps as f64 / total as f64 + STRENGTH_EPS).min(1.0))))
 }
 
 /// The sampling settings, wherever the graph keeps them.
@@ -340,14 +280,13 @@ pub fn plan(g: &PipelineGraph) -> Result<Vec<RunPlan>, CompileError> {
         let prefix = out.params.get("prefix").and_then(Value::as_str).unwrap_or("ComfyUI").to_string();
         let (images_of, kind, fps) = if out.stage == "output.video" {
             let (video, _) = l.expect(out, "video", &["video.create"])?;
-            let fps = video.params.get("fps").and_then(Value::as_f64).map(|f| (f as f32, video.origin.clone()));
-            (video, "video", fps)
+            (video, "video", Fps::of(&l, video))
         } else {
             if let Some(f) = out.params.get("format").and_then(Value::as_str).filter(|f| *f != "png") {
                 let msg = format!("`{f}` image output is not supported; use SaveVideo (MP4) or SaveImage (PNG)");
                 return Err(CompileError::node(&out.origin, msg));
             }
-            (out, "image", None)
+            (out, "image", Fps::None)
         };
         let (decode, _) = l.expect(images_of, "images", &["decode.vae"])?;
         let (sampler, _) = l.expect(decode, "latent", &["sample", "sample.custom"])?;
@@ -355,13 +294,13 @@ pub fn plan(g: &PipelineGraph) -> Result<Vec<RunPlan>, CompileError> {
         let plan = OutputPlan { node: out.origin.clone(), kind, prefix };
         if let Some(run) = runs.iter_mut().find(|r| r.sampler_node == sampler.origin) {
             run.outputs.push(plan);
-            if run.fps.is_none() {
-                (run.fps, run.fps_node) = fps.map_or((None, None), |(f, n)| (Some(f), Some(n)));
+            if run.fps.is_none() && !run.fps_from_video {
+                fps.set(run);
             }
             continue;
         }
         let mut run = l.run(sampler, vae)?;
-        (run.fps, run.fps_node) = fps.map_or((None, None), |(f, n)| (Some(f), Some(n)));
+        fps.set(&mut run);
         run.outputs.push(plan);
         runs.push(run);
     }
@@ -371,4 +310,30 @@ pub fn plan(g: &PipelineGraph) -> Result<Vec<RunPlan>, CompileError> {
         ));
     }
     Ok(runs)
+}
+
+/// The frame rate a `video.create` node sets: a number, or the input video's (its `fps` read
+/// from `video.components`).
+enum Fps {
+    None,
+    Value(f32, String),
+    FromVideo(String),
+}
+
+impl Fps {
+    fn of(l: &Lowering, video: &GraphNode) -> Self {
+        match (video.params.get("fps").and_then(Value::as_f64), l.input(video, "fps")) {
+            (Some(f), _) => Fps::Value(f as f32, video.origin.clone()),
+            (None, Some((p, 2))) if p.stage == "video.components" => Fps::FromVideo(video.origin.clone()),
+            _ => Fps::None,
+        }
+    }
+
+    fn set(self, run: &mut RunPlan) {
+        match self {
+            Fps::None => {}
+            Fps::Value(f, node) => (run.fps, run.fps_node) = (Some(f), Some(node)),
+            Fps::FromVideo(node) => (run.fps_from_video, run.fps_node) = (true, Some(node)),
+        }
+    }
 }

@@ -6,3 +6,4 @@
 mod common;
 mod corpus;
 mod formats;
+mod media_inputs;

@@ -9,6 +9,7 @@ mod embedding;
 mod exact_mode;
 mod guider;
 mod guiders;
+mod image_translators;
 mod leaks;
 mod loop_hooks;
 mod python_guest;

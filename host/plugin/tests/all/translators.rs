@@ -11,7 +11,7 @@ use fastvideo_request::{SamplerKind, TaskType};
 use serde_json::{json, Value};
 
 /// A deploy enabling `stems` (translator plugins), with `extra` TOML appended.
-fn deploy(stems: &[(&str, &str)], extra: &str) -> Deployment {
+pub(crate) fn deploy(stems: &[(&str, &str)], extra: &str) -> Deployment {
     let mut toml = String::new();
     for (stem, name) in stems {
         let path = &plugins()[*stem];
@@ -30,7 +30,7 @@ fn core() -> Translators {
     deploy(&[("fastvideo_translator_comfy_core", "comfy-core")], "").translators().unwrap()
 }
 
-fn template(name: &str) -> Value {
+pub(crate) fn template(name: &str) -> Value {
     let path = repo().join(".comfy-corpus/0.1.123/templates").join(name);
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("{}: {e} (run `bash host/scripts/comfy-corpus.sh`)", path.display()));
@@ -62,7 +62,7 @@ fn wan_text_to_video_compiles_to_one_run() {
     assert!(r.negative.starts_with("色调艳丽"), "the negative prompt comes from node 7");
     assert_eq!((r.seed, r.steps, r.cfg, r.sampler), (82628696717253, 30, 6.0, SamplerKind::Unipc));
     assert_eq!(r.shift, Some(8.0), "ModelSamplingSD3");
-    assert_eq!((r.width, r.height, r.frames, r.fps), (832, 480, 33, Some(16.0)));
+    assert_eq!((r.width, r.height, r.frames, r.fps), (Some(832), Some(480), Some(33), Some(16.0)));
     assert_eq!(r.outputs.len(), 1);
     assert_eq!((r.outputs[0].node.as_str(), r.outputs[0].prefix.as_str()), ("50", "video/ComfyUI"));
     let roles: Vec<(&str, &str)> = r.files.iter().map(|f| (f.role, f.file.as_str())).collect();
@@ -74,8 +74,8 @@ fn wan_text_to_video_compiles_to_one_run() {
             ("text_encoder", "umt5_xxl_fp8_e4m3fn_scaled.safetensors")
         ]
     );
-    // The request carries all of it.
-    let req = r.request("p1");
+    // The request carries all of it (text to video reads no input files).
+    let req = r.request("p1", Path::new("/nonexistent")).unwrap();
     assert_eq!(req.diffusion.num_frames, Some(33));
     assert_eq!(req.diffusion.fps, Some(16));
     assert_eq!(req.diffusion.shift, Some(8.0));
@@ -100,11 +100,11 @@ fn unsupported_values_and_untranslated_nodes_are_refused_by_name() {
     w["nodes"]
         .as_array_mut()
         .unwrap()
-        .push(json!({"id": 91, "type": "LoadImage", "mode": 0, "inputs": [], "outputs": [], "widgets_values": []}));
+        .push(json!({"id": 91, "type": "PreviewAny", "mode": 0, "inputs": [], "outputs": [], "widgets_values": []}));
     let e = compile(&w, &t).unwrap_err();
     assert_eq!(
         e,
-        CompileError::Untranslated(vec![("90".into(), "FancyPromptEncode".into()), ("91".into(), "LoadImage".into())]),
+        CompileError::Untranslated(vec![("90".into(), "FancyPromptEncode".into()), ("91".into(), "PreviewAny".into())]),
         "every missing node, none dropped"
     );
 
@@ -162,7 +162,7 @@ fn the_deploy_maps_model_files_to_one_folder() {
 }
 
 #[test]
-fn the_wan_pack_adds_wan_2_2s_text_to_video_latent() {
+fn the_wan_pack_adds_wan_2_2s_latent_for_text_and_image_to_video() {
     let w = template("video_wan2_2_5B_ti2v.json");
     let e = compile(&w, &core()).unwrap_err();
     assert_eq!(e, CompileError::Untranslated(vec![("55".into(), "Wan22ImageToVideoLatent".into())]));
@@ -173,17 +173,22 @@ fn the_wan_pack_adds_wan_2_2s_text_to_video_latent() {
     let t = both.translators().unwrap();
     let c = compile(&w, &t).unwrap();
     let r = &c.runs[0];
-    assert_eq!((r.width, r.height, r.frames, r.steps, r.fps), (1280, 704, 121, 20, Some(24.0)));
-    assert_eq!(r.latent_node, "55");
-    // With a start image it is image to video, refused by name.
-    let mut api = c.workflow.to_api();
-    api["90"] = json!({"class_type": "PrimitiveInt", "inputs": {"value": 1}});
-    api["55"]["inputs"]["start_image"] = json!(["90", 0]);
-    let e = compile(&json!({ "prompt": api }), &t).unwrap_err().to_string();
-    assert!(
-        e.starts_with(
-            "node 55 (Wan22ImageToVideoLatent): translator `comfy-wan`: start_image: image to video is not supported"
-        ),
-        "{e}"
+    assert_eq!(
+        (r.task, r.width, r.height, r.frames, r.steps, r.fps),
+        (TaskType::T2v, Some(1280), Some(704), Some(121), 20, Some(24.0))
     );
+    assert_eq!(r.latent_node, "55");
+    // With a start image it is image to video from that picture, cropped to the latent's size.
+    let mut api = c.workflow.to_api();
+    api["90"] = json!({"class_type": "LoadImage", "inputs": {"image": "start.png"}});
+    api["55"]["inputs"]["start_image"] = json!(["90", 0]);
+    let c = compile(&json!({ "prompt": api }), &t).unwrap();
+    let r = &c.runs[0];
+    assert_eq!((r.task, r.images.len(), r.images[0].node.as_str()), (TaskType::I2v, 1, "90"));
+    assert_eq!((r.images[0].resize[0].width, r.images[0].resize[0].height), (1280, 704));
+    // A start image that is not a picture is refused by the graph's type check.
+    api["91"] = json!({"class_type": "PrimitiveInt", "inputs": {"value": 1}});
+    api["55"]["inputs"]["start_image"] = json!(["91", 0]);
+    let e = compile(&json!({ "prompt": api }), &t).unwrap_err().to_string();
+    assert_eq!(e, "node 55: `start_image` of `latent.image_to_video` takes images, got a literal");
 }

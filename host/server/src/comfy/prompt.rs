@@ -43,6 +43,27 @@ impl Refusal {
             node_errors,
         }
     }
+
+    /// A loader's input that cannot be used (a missing or bad file), as ComfyUI's
+    /// `custom_validation_failed` for `LoadImage`'s "Invalid image file".
+    fn input(node: &str, class_type: &str, input: &str, message: &str, outputs: &[String]) -> Self {
+        let details = format!("{input} - {message}");
+        let node_errors = json!({ node: {
+            "errors": [{
+                "type": "custom_validation_failed",
+                "message": "Custom validation failed for node",
+                "details": details,
+                "extra_info": { "input_name": input },
+            }],
+            "dependent_outputs": outputs,
+            "class_type": class_type,
+        }});
+        let whole = format!("node {node}: {input}: {message}");
+        Refusal {
+            error: error("prompt_outputs_failed_validation", "Prompt outputs failed validation", &whole),
+            node_errors,
+        }
+    }
 }
 
 /// What a checked prompt runs.
@@ -55,7 +76,8 @@ pub struct Checked {
     pub outputs: Vec<String>,
 }
 
-/// Compiles and checks `prompt` against the served model.
+/// Compiles and checks `prompt` against the served model, reading the pictures and videos it
+/// loads from the input folder (blocking: run it off the async threads).
 pub fn check(c: &Comfy, s: &AppState, prompt: &Value, prompt_id: &str) -> Result<Checked, Refusal> {
     let class_of = |id: &str| {
         prompt.get(id).and_then(|n| n.get("class_type")).and_then(Value::as_str).unwrap_or_default().to_string()
@@ -97,21 +119,26 @@ pub fn check(c: &Comfy, s: &AppState, prompt: &Value, prompt_id: &str) -> Result
     let mut runs = Vec::new();
     for (i, plan) in compiled.runs.into_iter().enumerate() {
         let outs: Vec<String> = plan.outputs.iter().map(|o| o.node.clone()).collect();
-        let folder = c.cfg.models.folder_for(&plan).map_err(|e| match &e {
+        let refuse = |e: CompileError| match &e {
             CompileError::Node { node, message } => Refusal::at(node, &ty(node), "invalid_input", message, &outs),
+            CompileError::Input { node, input, message } => Refusal::input(node, &ty(node), input, message, &outs),
             other => {
                 Refusal::at(&plan.sampler_node, &ty(&plan.sampler_node), "invalid_input", &other.to_string(), &outs)
             }
-        })?;
-        if !(c.cfg.serves)(&folder) {
-            let f = plan.files.first().map(|f| f.node.clone()).unwrap_or_else(|| plan.sampler_node.clone());
+        };
+        let folders = c.cfg.models.folders_for(&plan).map_err(refuse)?;
+        if !folders.iter().any(|f| (c.cfg.serves)(f)) {
+            // Name the model's loader: the file that picks the folder.
+            let model = plan.files.iter().find(|f| matches!(f.role, "diffusion_model" | "checkpoint"));
+            let f = model.or(plan.files.first()).map_or_else(|| plan.sampler_node.clone(), |f| f.node.clone());
             let msg = format!(
-                "its model files map to `{folder}`, which this server does not serve (it serves {})",
+                "its model files map to `{}`, which this server does not serve (it serves {})",
+                folders.join("`, `"),
                 s.engine.model_id()
             );
             return Err(Refusal::at(&f, &ty(&f), "value_not_in_list", &msg, &outs));
         }
-        let req = plan.request(&format!("comfy_{prompt_id}_{i}"));
+        let req = plan.request(&format!("comfy_{prompt_id}_{i}"), &c.cfg.root.join("input")).map_err(refuse)?;
         if let Err(e) = req.resolve(s.engine.limits(), || plan.seed) {
             let node = plan.node_of(&e.field).to_string();
             return Err(Refusal::at(&node, &ty(&node), "value_not_in_list", &e.to_string(), &outs));

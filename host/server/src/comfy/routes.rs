@@ -68,9 +68,15 @@ async fn post_prompt(Api(c): Api, State(s): State<AppState>, body: Bytes) -> Res
         }
     };
     let prompt_id = body.get("prompt_id").and_then(Value::as_str).map(String::from).unwrap_or_else(uuid);
-    let checked = match prompt::check(&c, &s, prompt, &prompt_id) {
-        Ok(ch) => ch,
-        Err(r) => {
+    // Checking reads and decodes the pictures and videos the prompt loads: off the async threads.
+    let (c2, s2, p2, id2) = (c.clone(), s.clone(), prompt.clone(), prompt_id.clone());
+    let checked = match tokio::task::spawn_blocking(move || prompt::check(&c2, &s2, &p2, &id2)).await {
+        Ok(Ok(ch)) => ch,
+        Err(e) => {
+            let msg = format!("checking the prompt failed: {e}");
+            return (StatusCode::INTERNAL_SERVER_ERROR, Json(json!({ "error": msg }))).into_response();
+        }
+        Ok(Err(r)) => {
             tracing::info!(prompt_id, error = %r.error, "comfyui: invalid prompt");
             return (StatusCode::BAD_REQUEST, Json(json!({ "error": r.error, "node_errors": r.node_errors })))
                 .into_response();
@@ -154,11 +160,11 @@ async fn post_history(Api(c): Api, body: Bytes) -> Response {
 }
 
 async fn object_info(Api(c): Api) -> Response {
-    Json(c.object_info.clone()).into_response()
+    Json(c.object_info()).into_response()
 }
 
 async fn object_info_of(Api(c): Api, Path(class): Path<String>) -> Response {
-    let info = c.object_info.get(&class).cloned();
+    let info = c.object_info().get(&class).cloned();
     Json(info.map_or_else(|| json!({}), |i| json!({ class: i }))).into_response()
 }
 

@@ -171,7 +171,9 @@ fn pictures_are_stretched_to_the_output_size_as_diffusers_does() {
     // PIL's Lanczos on 8 bits; ours computes the same weights in float and rounds the same way,
     // so a pixel may land one 8-bit level away (2/255 in [-1, 1]).
     let im = picture("resize.image", ImageRole::FirstFrame);
-    let ours = fastvideo_wan::image_resize::picture_to_unit(&im, fastvideo_request::ResizeMode::Stretch, 32, 48, Device::Cpu).unwrap();
+    let ours =
+        fastvideo_wan::image_resize::picture_to_unit(&im, fastvideo_request::ResizeMode::Stretch, 32, 48, Device::Cpu)
+            .unwrap();
     let reference = fx("resize.out");
     assert_eq!(ours.size(), reference.size());
     let diff = (&ours - reference).abs();

@@ -36,6 +36,13 @@ const RULES: &[Rule] = &[
         outputs: 3,
         params: &[("file", "ckpt_name")],
     },
+    Rule { class_type: "CLIPVisionLoader", stage: "load.clip_vision", outputs: 1, params: &[("file", "clip_name")] },
+    Rule {
+        class_type: "CLIPVisionEncode",
+        stage: "encode.clip_vision",
+        outputs: 1,
+        params: &[("clip_vision", "clip_vision"), ("images", "image"), ("crop", "crop")],
+    },
     Rule {
         class_type: "CLIPTextEncode",
         stage: "encode.text",
@@ -131,6 +138,28 @@ const RULES: &[Rule] = &[
     },
     Rule { class_type: "VAEDecode", stage: "decode.vae", outputs: 1, params: &[("latent", "samples"), ("vae", "vae")] },
     Rule { class_type: "VAEEncode", stage: "encode.vae", outputs: 1, params: &[("images", "pixels"), ("vae", "vae")] },
+    // Pictures and videos: files in the input folder, read when the request is made.
+    Rule { class_type: "LoadImage", stage: "load.image", outputs: 2, params: &[("file", "image")] },
+    Rule { class_type: "LoadVideo", stage: "load.video", outputs: 1, params: &[("file", "file")] },
+    Rule { class_type: "GetVideoComponents", stage: "video.components", outputs: 3, params: &[("video", "video")] },
+    Rule {
+        class_type: "ImageScale",
+        stage: "image.resize",
+        outputs: 1,
+        params: &[
+            ("images", "image"),
+            ("method", "upscale_method"),
+            ("width", "width"),
+            ("height", "height"),
+            ("fit", "crop"),
+        ],
+    },
+    Rule {
+        class_type: "ImageScaleBy",
+        stage: "image.resize",
+        outputs: 1,
+        params: &[("images", "image"), ("method", "upscale_method"), ("scale", "scale_by")],
+    },
     Rule {
         class_type: "CreateVideo",
         stage: "video.create",
@@ -173,11 +202,14 @@ fn ref_name(v: &Value) -> Option<&str> {
     v.as_object().filter(|o| o.len() == 1)?.get("$ref")?.as_str()
 }
 
-/// ComfyUI's "enable"/"disable" combos as booleans (a reference stays one).
-fn enable(v: Value) -> Value {
-    match v.as_str() {
-        Some("enable") => Value::Bool(true),
-        Some("disable") => Value::Bool(false),
+/// ComfyUI's combo values in the stages' vocabulary (a reference stays one): "enable" /
+/// "disable" as booleans, `ImageScale`'s `crop` as the resize's fit.
+fn convert(param: &str, v: Value) -> Value {
+    match (param, v.as_str()) {
+        ("add_noise" | "return_noisy", Some("enable")) => Value::Bool(true),
+        ("add_noise" | "return_noisy", Some("disable")) => Value::Bool(false),
+        ("fit", Some("disabled")) => json!("stretch"),
+        ("fit", Some("center")) => json!("crop"),
         _ => v,
     }
 }
@@ -202,10 +234,8 @@ impl WorkflowTranslator for Core {
         let mut inputs = Vec::new();
         for (param, input) in rule.params {
             let Some(i) = node.inputs.iter().find(|i| i.name == *input) else { continue };
-            let mut v: Value = serde_json::from_str(&i.value_json).map_err(|e| format!("input `{input}`: {e}"))?;
-            if matches!(*param, "add_noise" | "return_noisy") {
-                v = enable(v);
-            }
+            let v: Value = serde_json::from_str(&i.value_json).map_err(|e| format!("input `{input}`: {e}"))?;
+            let v = convert(param, v);
             if let Some(r) = ref_name(&v) {
                 inputs.push(r.to_string());
             }
@@ -233,6 +263,6 @@ fastvideo_plugin_sdk::manifest! {
     kind: workflow_translator,
     hooks: [translate],
     distribution_altering: false,
-    description: "ComfyUI core nodes: loaders, CLIPTextEncode, KSampler(Advanced), SamplerCustomAdvanced and its parts, empty latents, ModelSamplingSD3, VAE, CreateVideo, SaveVideo/SaveImage, primitives",
+    description: "ComfyUI core nodes: loaders, CLIPTextEncode, CLIP vision, KSampler(Advanced), SamplerCustomAdvanced and its parts, empty latents, ModelSamplingSD3, VAE, LoadImage, LoadVideo/GetVideoComponents, ImageScale(By), CreateVideo, SaveVideo/SaveImage, primitives",
     params_schema: { "type": "object", "properties": {}, "additionalProperties": false },
 }

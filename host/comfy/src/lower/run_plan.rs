@@ -1,0 +1,137 @@
+//! What one sampler of a workflow runs as: a [`RunPlan`], and the engine request it becomes once
+//! its input files are read.
+
+use std::path::Path;
+
+use serde::Serialize;
+
+use fastvideo_request::{OmniRequest, SamplerKind, TaskType};
+
+use crate::media::{ImagePlan, VideoPlan};
+use crate::CompileError;
+
+/// A model file a loader names, for the deploy's file → folder map.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ModelFile {
+    /// The loader node.
+    pub node: String,
+    /// `diffusion_model`, `text_encoder`, `vae`, `clip_vision` or `checkpoint`.
+    pub role: &'static str,
+    /// The file name as the workflow gives it.
+    pub file: String,
+}
+
+/// What an output node writes.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct OutputPlan {
+    /// The output node (`SaveVideo`, `SaveImage`, …).
+    pub node: String,
+    /// `video` or `image`.
+    pub kind: &'static str,
+    /// File name prefix (`video/ComfyUI`), as ComfyUI names its outputs.
+    pub prefix: String,
+}
+
+/// One sampler's run: everything a request needs, and the outputs it feeds.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunPlan {
+    /// The sampler node.
+    pub sampler_node: String,
+    /// The node making the sampler's latent: the empty latent, the image-to-video node
+    /// (`WanImageToVideo`, …) or the `VAEEncode` of a video.
+    pub latent_node: String,
+    /// The node setting width, height and frames: the latent node, or for video to video the
+    /// last resize of the video (else its loader).
+    pub size_node: String,
+    /// Text to video or image, image to video, or video to video.
+    pub task: TaskType,
+    /// The model files its loaders name.
+    pub files: Vec<ModelFile>,
+    /// Prompt and negative prompt.
+    pub prompt: String,
+    /// Empty when no negative conditioning is connected.
+    pub negative: String,
+    /// Seed, steps, guidance scale, solver.
+    pub seed: u64,
+    /// Solver steps of the whole schedule; video to video runs the `strength` part of it.
+    pub steps: u32,
+    /// Video to video: the part of the schedule that runs (ComfyUI's `denoise`, or a
+    /// `KSamplerAdvanced` starting mid-schedule), in `(0, 1]`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub strength: Option<f64>,
+    /// Classifier-free guidance scale.
+    pub cfg: f32,
+    /// The solver.
+    pub sampler: SamplerKind,
+    /// The flow shift a `ModelSamplingSD3` sets; the model's default when none.
+    pub shift: Option<f32>,
+    /// Output size; for video to video without a resize, the input video's.
+    pub width: Option<u32>,
+    /// Output size, as `width`.
+    pub height: Option<u32>,
+    /// Frames (1 for an image); for video to video, every usable frame of the input.
+    pub frames: Option<u32>,
+    /// Frame rate of the video output, if one sets it.
+    pub fps: Option<f32>,
+    /// The node setting it (`CreateVideo`).
+    pub fps_node: Option<String>,
+    /// The frame rate is the input video's (`CreateVideo` fed by `GetVideoComponents`' fps).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub fps_from_video: bool,
+    /// Image to video: the first (and last) frame.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<ImagePlan>,
+    /// Video to video: the input video.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub video: Option<VideoPlan>,
+    /// The output nodes this run feeds.
+    pub outputs: Vec<OutputPlan>,
+}
+
+impl RunPlan {
+    /// The node a request field (`diffusion.width`, as a request error names it) came from,
+    /// so an error can name it: size and frames from the size node, the task from the latent
+    /// node (which made it image or video to video), the rest the sampler.
+    pub fn node_of(&self, field: &str) -> &str {
+        match field {
+            "diffusion.width" | "diffusion.height" | "diffusion.num_frames" => &self.size_node,
+            "diffusion.fps" => self.fps_node.as_deref().unwrap_or(&self.sampler_node),
+            "task" => &self.latent_node,
+            f if f.starts_with("inputs") => &self.latent_node,
+            _ => &self.sampler_node,
+        }
+    }
+
+    /// The request for this run. Its pictures and video are read from the ComfyUI input
+    /// folder `inputs` now (checked, resized, carried in the request), so a missing or bad
+    /// file is refused naming its loader before anything is queued.
+    pub fn request(&self, request_id: &str, inputs: &Path) -> Result<OmniRequest, CompileError> {
+        let mut r = OmniRequest::text_to_video(request_id, self.prompt.clone());
+        r.task = self.task;
+        r.sampling.seed = Some(self.seed);
+        r.sampling.sampler = Some(self.sampler);
+        for image in &self.images {
+            r.inputs.push(image.load(inputs)?);
+        }
+        let d = &mut r.diffusion;
+        d.num_inference_steps = Some(self.steps);
+        d.strength = self.strength;
+        d.guidance_scale = Some(self.cfg);
+        d.shift = self.shift;
+        d.width = self.width;
+        d.height = self.height;
+        d.num_frames = self.frames;
+        d.fps = self.fps.map(|f| f.round().max(1.0) as u32);
+        d.negative_prompt = (!self.negative.is_empty()).then(|| self.negative.clone());
+        if let Some(video) = &self.video {
+            let v = video.load(inputs)?;
+            r.inputs.push(v.part);
+            d.width = d.width.or(Some(v.width));
+            d.height = d.height.or(Some(v.height));
+            if self.fps_from_video && v.fps > 0.0 {
+                d.fps = Some(v.fps.round().max(1.0) as u32);
+            }
+        }
+        Ok(r)
+    }
+}
