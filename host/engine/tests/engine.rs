@@ -71,6 +71,7 @@ fn limits() -> ModelLimits {
     ModelLimits {
         family: "Toy".into(),
         tasks: vec![TaskType::T2v],
+        image_roles: Vec::new(),
         max_frames: 81,
         max_side: 4096,
         max_steps: 1000,

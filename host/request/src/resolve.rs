@@ -16,6 +16,10 @@ pub struct LatentInput {
 /// diffusers' `WanVideoToVideoPipeline` default `strength`.
 pub const DEFAULT_STRENGTH: f64 = 0.8;
 
+fn first_frame_only() -> Vec<crate::ImageRole> {
+    vec![crate::ImageRole::FirstFrame]
+}
+
 fn full_strength() -> f64 {
     1.0
 }
@@ -52,6 +56,10 @@ pub struct ModelLimits {
     pub family: String,
     /// Tasks the model runs; a request for any other is refused.
     pub tasks: Vec<TaskType>,
+    /// The pictures an image-to-video request to this model must carry, each exactly once (Wan
+    /// I2V: the first frame; FLF2V: the first and the last). Any other picture is refused.
+    #[serde(default = "first_frame_only")]
+    pub image_roles: Vec<crate::ImageRole>,
     /// Frames must equal `frame_multiple * k + 1` (Wan: 4, from the VAE's 4x temporal stride).
     pub frame_multiple: u32,
     /// Height and width must be multiples of this (Wan: 16 = VAE stride 8 x patch 2).
@@ -72,6 +80,7 @@ impl ModelLimits {
         ModelLimits {
             family: "Wan".into(),
             tasks: vec![TaskType::T2v, TaskType::T2i],
+            image_roles: first_frame_only(),
             frame_multiple: 4,
             spatial_multiple: 16,
             max_frames: 125,
@@ -221,7 +230,7 @@ impl OmniRequest {
         Ok(video)
     }
 
-    fn decode_images(&self) -> Result<Vec<InputImage>, RequestError> {
+    fn decode_images(&self, roles: &[crate::ImageRole]) -> Result<Vec<InputImage>, RequestError> {
         let mut images: Vec<InputImage> = Vec::new();
         for (i, part) in self.inputs.iter().enumerate() {
             let InputPart::Image { path, b64, role } = part else { continue };
@@ -232,11 +241,22 @@ impl OmniRequest {
             if images.iter().any(|im| im.role == *role) {
                 return Err(RequestError::new(field, format!("a second `{}` image", role.as_str())));
             }
+            if !roles.contains(role) {
+                return Err(RequestError::new(field, format!("this model takes no {} image", role.as_str())));
+            }
             let bytes = crate::image_bytes(path.as_deref(), b64.as_deref(), &field)?;
             images.push(crate::decode_image(&bytes, *role, &field)?);
         }
         if self.task == TaskType::I2v && !images.iter().any(|im| im.role == crate::ImageRole::FirstFrame) {
             return Err(RequestError::new("inputs", "image-to-video needs an image input (the first frame)"));
+        }
+        if let Some(missing) =
+            roles.iter().find(|r| self.task == TaskType::I2v && !images.iter().any(|im| im.role == **r))
+        {
+            return Err(RequestError::new(
+                "inputs",
+                format!("this first-and-last-frame model needs a {} image too", missing.as_str()),
+            ));
         }
         Ok(images)
     }
@@ -272,7 +292,7 @@ impl OmniRequest {
                 ));
             }
         }
-        let images = self.decode_images()?;
+        let images = self.decode_images(&limits.image_roles)?;
         let initial_noise = self.latent_input()?;
         let mut video = self.decode_video()?;
         let strength = match (self.task, self.diffusion.strength) {
@@ -460,6 +480,7 @@ mod tests {
         ModelLimits {
             family: "Wan".into(),
             tasks: vec![TaskType::T2v, TaskType::T2i],
+            image_roles: first_frame_only(),
             frame_multiple: 4,
             spatial_multiple: 16,
             max_frames: 121,
@@ -609,5 +630,30 @@ mod tests {
         r.inputs.push(InputPart::Image { path: None, b64: Some("aGVsbG8=".into()), role: Default::default() });
         let e = r.resolve(&l, || 0).unwrap_err();
         assert_eq!((e.field.as_str(), e.rule.contains("not an image")), ("inputs[1]", true), "{e}");
+    }
+
+    #[test]
+    fn pictures_match_the_models_image_roles() {
+        use crate::ImageRole::{FirstFrame, LastFrame};
+        let mut png = Vec::new();
+        image::RgbImage::new(2, 2).write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png).unwrap();
+        use base64::Engine as _;
+        let b64 = base64::engine::general_purpose::STANDARD.encode(&png);
+        let with = |roles: &[crate::ImageRole]| {
+            let mut r = req();
+            r.task = TaskType::I2v;
+            for &role in roles {
+                r.inputs.push(InputPart::Image { path: None, b64: Some(b64.clone()), role });
+            }
+            r
+        };
+        let i2v = ModelLimits { tasks: vec![TaskType::I2v], image_roles: vec![FirstFrame], ..limits() };
+        assert_eq!(with(&[FirstFrame]).resolve(&i2v, || 0).unwrap().images.len(), 1);
+        let e = with(&[FirstFrame, LastFrame]).resolve(&i2v, || 0).unwrap_err();
+        assert_eq!((e.field.as_str(), e.rule.contains("takes no last_frame image")), ("inputs[2]", true), "{e}");
+        let flf2v = ModelLimits { image_roles: vec![FirstFrame, LastFrame], ..i2v };
+        assert_eq!(with(&[FirstFrame, LastFrame]).resolve(&flf2v, || 0).unwrap().images.len(), 2);
+        let e = with(&[FirstFrame]).resolve(&flf2v, || 0).unwrap_err();
+        assert_eq!((e.field.as_str(), e.rule.contains("needs a last_frame image")), ("inputs", true), "{e}");
     }
 }

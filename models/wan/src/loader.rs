@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, ensure, Context, Result};
 use fastvideo_parallel::ParallelPlan;
-use fastvideo_request::{Defaults, ModelLimits, TaskType};
+use fastvideo_request::{Defaults, ImageRole, ModelLimits, TaskType};
 use fastvideo_torch::Precision;
 use serde::Deserialize;
 use serde_json::Value;
@@ -274,6 +274,12 @@ impl WanModel {
                 vec![TaskType::I2v]
             } else {
                 vec![TaskType::T2v, TaskType::T2i, TaskType::V2v]
+            },
+            // A transformer with image positions for two pictures is first-and-last-frame.
+            image_roles: match (&self.image, t.pos_embed_seq_len) {
+                (None, _) => Vec::new(),
+                (Some(_), None) => vec![ImageRole::FirstFrame],
+                (Some(_), Some(_)) => vec![ImageRole::FirstFrame, ImageRole::LastFrame],
             },
             frame_multiple: tf,
             spatial_multiple: spatial,

@@ -68,6 +68,7 @@ fn limits(model: &WorldModel) -> ModelLimits {
     ModelLimits {
         family: "world model".into(),
         tasks: vec![TaskType::World],
+        image_roles: Vec::new(),
         frame_multiple: 1,
         spatial_multiple: 1,
         max_frames: 1,

@@ -483,6 +483,7 @@ mod tests {
             let limits = ModelLimits {
                 family: "toy".into(),
                 tasks: vec![TaskType::World],
+                image_roles: Vec::new(),
                 frame_multiple: 1,
                 spatial_multiple: 1,
                 max_frames: 1,

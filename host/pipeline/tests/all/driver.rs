@@ -78,6 +78,7 @@ fn request(steps: u32, guidance: f32) -> ResolvedRequest {
     let limits = ModelLimits {
         family: "Toy".into(),
         tasks: vec![TaskType::T2v],
+        image_roles: Vec::new(),
         frame_multiple: 4,
         spatial_multiple: 16,
         max_frames: 81,
