@@ -78,6 +78,7 @@
 
 #![deny(missing_docs)]
 
+mod adapters;
 mod blocks;
 pub mod denoise;
 mod driver;
@@ -94,6 +95,7 @@ mod stage;
 mod value;
 mod weight_loader;
 
+pub use adapters::{AdapterRows, AdapterSet, ModuleDelta, PreparedAdapter};
 pub use blocks::{BlockAction, BlockHook, BlockPolicy, BlockPolicyState, BoundHook};
 pub use denoise::{Conditioning, DenoiseLoop, Denoiser};
 pub use driver::{Advance, CancelToken, PipelineRun};

@@ -4,6 +4,7 @@
 //! `Config` + `new(cfg, weights)`; module paths equal checkpoint keys. Parity with
 //! diffusers/transformers is tested against fixtures in `tests/fixtures/`.
 
+pub mod adapters;
 pub mod bench;
 pub mod causal;
 pub mod chunk_rollout;

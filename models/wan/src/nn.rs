@@ -3,21 +3,39 @@
 use std::sync::OnceLock;
 
 use anyhow::Result;
+use fastvideo_pipeline::AdapterRows;
 use tch::{Device, Kind, Tensor};
 
 use crate::weights::Weights;
+
+/// Which adapter rows a forward runs with (`None`: none, at no cost).
+pub type Lora<'a> = Option<&'a AdapterRows<'a>>;
 
 /// `nn.Linear` (`weight` is `[out, in]`).
 pub struct Linear {
     pub weight: Tensor,
     pub bias: Option<Tensor>,
+    /// The checkpoint modules this linear computes: one, or several fused (their outputs
+    /// concatenated), each with the module slot adapters address it by.
+    parts: Vec<LinearPart>,
+}
+
+/// One checkpoint module inside a [`Linear`]: output rows `start..start + len`.
+#[derive(Clone, Copy, Debug)]
+pub struct LinearPart {
+    pub slot: usize,
+    pub start: i64,
+    pub len: i64,
 }
 
 impl Linear {
+    /// The module at `w`'s path, registered in the checkpoint's module table (so adapters can
+    /// name it).
     pub fn new(w: &Weights, in_dim: i64, out_dim: i64, bias: bool) -> Result<Self> {
         let weight = w.get("weight", &[out_dim, in_dim])?;
         let bias = if bias { Some(w.get("bias", &[out_dim])?) } else { None };
-        Ok(Self { weight, bias })
+        let slot = w.register_linear(in_dim, out_dim, bias.is_some());
+        Ok(Self { weight, bias, parts: vec![LinearPart { slot, start: 0, len: out_dim }] })
     }
 
     /// Several projections of the same input as one (outputs concatenated in order), so they
@@ -25,11 +43,34 @@ impl Linear {
     pub fn concat(parts: &[Linear]) -> Self {
         let weight = Tensor::cat(&parts.iter().map(|p| &p.weight).collect::<Vec<_>>(), 0);
         let bias = parts.iter().map(|p| p.bias.as_ref()).collect::<Option<Vec<_>>>().map(|b| Tensor::cat(&b, 0));
-        Self { weight, bias }
+        let mut offset = 0;
+        let mut fused = Vec::new();
+        for p in parts {
+            for q in &p.parts {
+                fused.push(LinearPart { start: offset + q.start, ..*q });
+            }
+            offset += p.weight.size()[0];
+        }
+        Self { weight, bias, parts: fused }
+    }
+
+    /// The modules this linear computes.
+    pub fn parts(&self) -> &[LinearPart] {
+        &self.parts
     }
 
     pub fn forward(&self, x: &Tensor) -> Tensor {
         x.linear(&self.weight, self.bias.as_ref())
+    }
+
+    /// [`forward`](Self::forward) plus each row group's adapter deltas (unmerged LoRA:
+    /// `y += s · scale · up(down(x))` per adapter, rows gathered per set).
+    pub fn forward_lora(&self, x: &Tensor, lora: Lora) -> Tensor {
+        let y = self.forward(x);
+        if let Some(rows) = lora {
+            crate::adapters::add_deltas(self, x, &y, rows);
+        }
+        y
     }
 
     /// `gelu_tanh(x W^T + b)`. (cuBLASLt's GELU epilogue, `torch._addmm_activation`, was tried
@@ -38,7 +79,13 @@ impl Linear {
     /// The GELU runs in place: the FFN's output is the widest activation (0.55 GiB at 480x832x81
     /// in bf16), and a second copy of it would be the block's memory peak.
     pub fn forward_gelu_tanh(&self, x: &Tensor) -> Tensor {
-        let mut y = self.forward(x);
+        self.forward_gelu_tanh_lora(x, None)
+    }
+
+    /// [`forward_gelu_tanh`](Self::forward_gelu_tanh) with the adapters' deltas added before
+    /// the GELU.
+    pub fn forward_gelu_tanh_lora(&self, x: &Tensor, lora: Lora) -> Tensor {
+        let mut y = self.forward_lora(x, lora);
         let _ = y.gelu_("tanh");
         y
     }

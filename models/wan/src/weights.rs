@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use anyhow::{bail, Context, Result};
+use fastvideo_lora::TargetModule;
 use memmap2::{Mmap, UncheckedAdvice};
 use safetensors::{Dtype, SafeTensors};
 use tch::{Device, Kind, Tensor};
@@ -42,6 +43,14 @@ struct Store {
     source: Source,
     used: RefCell<BTreeSet<String>>,
     origin: PathBuf,
+    /// Every linear module built from this checkpoint, in build order (the index is its slot).
+    linears: RefCell<Vec<TargetModule>>,
+}
+
+impl Store {
+    fn new(source: Source, origin: PathBuf) -> Self {
+        Self { source, used: RefCell::default(), origin, linears: RefCell::default() }
+    }
 }
 
 /// A view of one component's tensors under a key prefix.
@@ -105,11 +114,7 @@ impl Weights {
         for (i, f) in files.iter().enumerate() {
             maps.push((f.clone(), map_file(f, i, &mut entries)?));
         }
-        let store = Store {
-            source: Source::Mapped { maps, entries },
-            used: RefCell::new(BTreeSet::new()),
-            origin: origin.to_path_buf(),
-        };
+        let store = Store::new(Source::Mapped { maps, entries }, origin.to_path_buf());
         Ok(Self { store: Rc::new(store), prefix: String::new(), device, kind })
     }
 
@@ -118,16 +123,12 @@ impl Weights {
     /// same `seed` gives the same tensors on every device of one kind (each is drawn from a
     /// generator seeded by the seed and the key).
     pub fn random(seed: u64, device: Device, kind: Kind) -> Self {
-        let store = Store {
-            source: Source::Random { seed },
-            used: RefCell::new(BTreeSet::new()),
-            origin: PathBuf::from(format!("random weights (seed {seed})")),
-        };
+        let store = Store::new(Source::Random { seed }, PathBuf::from(format!("random weights (seed {seed})")));
         Self { store: Rc::new(store), prefix: String::new(), device, kind }
     }
 
     pub fn from_tensors(tensors: HashMap<String, Tensor>, source: PathBuf, device: Device, kind: Kind) -> Self {
-        let store = Store { source: Source::InMemory(tensors), used: RefCell::new(BTreeSet::new()), origin: source };
+        let store = Store::new(Source::InMemory(tensors), source);
         Self { store: Rc::new(store), prefix: String::new(), device, kind }
     }
 
@@ -158,6 +159,19 @@ impl Weights {
         } else {
             format!("{}.{name}", self.prefix)
         }
+    }
+
+    /// Records the linear module at this view's path (`blocks.0.attn1.to_q`) and returns its
+    /// slot: the index adapters address it by.
+    pub fn register_linear(&self, in_dim: i64, out_dim: i64, bias: bool) -> usize {
+        let mut linears = self.store.linears.borrow_mut();
+        linears.push(TargetModule { name: self.prefix.clone(), in_dim, out_dim, bias });
+        linears.len() - 1
+    }
+
+    /// The linear modules built from this checkpoint so far, by slot.
+    pub fn linears(&self) -> Vec<TargetModule> {
+        self.store.linears.borrow().clone()
     }
 
     pub fn contains(&self, name: &str) -> bool {

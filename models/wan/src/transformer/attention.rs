@@ -6,7 +6,7 @@ use anyhow::Result;
 use tch::Tensor;
 
 use super::rope::Rope;
-use crate::nn::{merge_heads, split_heads, Linear};
+use crate::nn::{merge_heads, split_heads, Linear, Lora};
 use crate::sequence_parallel::{ulysses_attention, SequenceShard};
 use crate::weights::Weights;
 
@@ -24,6 +24,10 @@ pub(super) struct SelfAttention {
 }
 
 impl SelfAttention {
+    pub(super) fn linears<'a>(&'a self, out: &mut Vec<&'a Linear>) {
+        out.extend([&self.to_qk, &self.to_v, &self.to_out]);
+    }
+
     pub(super) fn new(w: &Weights, dim: i64, heads: i64, eps: f64) -> Result<Self> {
         let qk = [Linear::new(&w.pp("to_q"), dim, dim, true)?, Linear::new(&w.pp("to_k"), dim, dim, true)?];
         Ok(Self {
@@ -47,13 +51,14 @@ impl SelfAttention {
         rope: &Rope,
         keys: Keys,
         keep_kv: bool,
+        lora: Lora,
     ) -> Result<(Tensor, Option<KeyValues>)> {
         let d = self.norm_q.size()[0];
         // Each intermediate is freed as soon as it is used (the fused projection right after the
         // norm, q/k/v before the output projection): at 32,760 tokens each is 0.1-0.2 GiB, and
         // they add up in the peak.
         let (q, k) = {
-            let qk = self.to_qk.forward(x);
+            let qk = self.to_qk.forward_lora(x, lora);
             let mut qk = fastvideo_kernels::rms_norm_rope(
                 &[(&qk.narrow(2, 0, d), &self.norm_q), (&qk.narrow(2, d, d), &self.norm_k)],
                 self.eps,
@@ -63,7 +68,7 @@ impl SelfAttention {
             let k = qk.pop().expect("k");
             (qk.pop().expect("q"), k)
         };
-        let v = self.to_v.forward(x);
+        let v = self.to_v.forward_lora(x, lora);
         let o = match keys {
             Keys::Local { past: Some((pk, pv)), mask } => {
                 let (keys, values) = (Tensor::cat(&[pk, &k], 1), Tensor::cat(&[pv, &v], 1));
@@ -74,7 +79,7 @@ impl SelfAttention {
         };
         drop(q);
         let kept = keep_kv.then_some((k, v));
-        Ok((self.to_out.forward(&merge_heads(&o)), kept))
+        Ok((self.to_out.forward_lora(&merge_heads(&o), lora), kept))
     }
 }
 
@@ -103,6 +108,13 @@ struct ImageKeys {
 }
 
 impl CrossAttention {
+    pub(super) fn linears<'a>(&'a self, out: &mut Vec<&'a Linear>) {
+        out.extend([&self.to_q, &self.to_k, &self.to_v, &self.to_out]);
+        if let Some(ik) = &self.image {
+            out.extend([&ik.add_k, &ik.add_v]);
+        }
+    }
+
     /// `image_kv`: whether the checkpoint has the image projections (`added_kv_proj_dim` set).
     pub(super) fn new(w: &Weights, dim: i64, heads: i64, eps: f64, image_kv: bool) -> Result<Self> {
         let image = if image_kv {
@@ -128,19 +140,20 @@ impl CrossAttention {
     }
 
     /// The text's keys (normalised) and values: what a session computes once and reuses.
-    pub(super) fn context_kv(&self, context: &Tensor) -> (Tensor, Tensor) {
+    pub(super) fn context_kv(&self, context: &Tensor, lora: Lora) -> (Tensor, Tensor) {
         let hd = self.norm_q.size()[0] / self.heads;
-        let mut k =
-            fastvideo_kernels::rms_norm_rope(&[(&self.to_k.forward(context), &self.norm_k)], self.eps, hd, None);
-        (k.pop().expect("k"), self.to_v.forward(context))
+        let k = self.to_k.forward_lora(context, lora);
+        let mut k = fastvideo_kernels::rms_norm_rope(&[(&k, &self.norm_k)], self.eps, hd, None);
+        (k.pop().expect("k"), self.to_v.forward_lora(context, lora))
     }
 
-    pub(super) fn forward(&self, x: &Tensor, context: Cross) -> Result<Tensor> {
+    pub(super) fn forward(&self, x: &Tensor, context: Cross, lora: Lora) -> Result<Tensor> {
         let hd = self.norm_q.size()[0] / self.heads;
-        let q = fastvideo_kernels::rms_norm_rope(&[(&self.to_q.forward(x), &self.norm_q)], self.eps, hd, None);
+        let q = self.to_q.forward_lora(x, lora);
+        let q = fastvideo_kernels::rms_norm_rope(&[(&q, &self.norm_q)], self.eps, hd, None);
         let o = match context {
             Cross::Text(c) => {
-                let (k, v) = self.context_kv(c);
+                let (k, v) = self.context_kv(c, lora);
                 attention(&q[0], &k, &v, self.heads, None)
             }
             Cross::Kv(k, v) => attention(&q[0], k, v, self.heads, None),
@@ -148,17 +161,17 @@ impl CrossAttention {
                 let Some(ik) = &self.image else {
                     anyhow::bail!("transformer: an image context was given to a model without image projections");
                 };
-                let (k, v) = self.context_kv(c);
+                let (k, v) = self.context_kv(c, lora);
                 let text = attention(&q[0], &k, &v, self.heads, None);
                 drop((k, v));
-                let mut k =
-                    fastvideo_kernels::rms_norm_rope(&[(&ik.add_k.forward(image), &ik.norm_k)], self.eps, hd, None);
+                let k = ik.add_k.forward_lora(image, lora);
+                let mut k = fastvideo_kernels::rms_norm_rope(&[(&k, &ik.norm_k)], self.eps, hd, None);
                 let k = k.pop().expect("k");
-                text + attention(&q[0], &k, &ik.add_v.forward(image), self.heads, None)
+                text + attention(&q[0], &k, &ik.add_v.forward_lora(image, lora), self.heads, None)
             }
         };
         drop(q);
-        Ok(self.to_out.forward(&merge_heads(&o)))
+        Ok(self.to_out.forward_lora(&merge_heads(&o), lora))
     }
 }
 

@@ -7,7 +7,7 @@ use tch::{Kind, Tensor};
 use super::attention::{Cross, CrossAttention, KeyValues, Keys, SelfAttention};
 use super::config::TransformerConfig;
 use super::rope::Rope;
-use crate::nn::Linear;
+use crate::nn::{Linear, Lora};
 use crate::sequence_parallel::SequenceShard;
 use crate::weights::Weights;
 
@@ -52,7 +52,9 @@ impl Block {
             Some(image) => Cross::TextImage(inputs.context, image),
             None => Cross::Text(inputs.context),
         };
-        Ok(self.forward_with(x, cross, inputs.temb6, inputs.rope, keys, false)?.0)
+        let call =
+            Call { context: cross, temb6: inputs.temb6, rope: inputs.rope, keys, keep_kv: false, lora: inputs.lora };
+        Ok(self.run(x, call)?.0)
     }
 
     /// The block with what a causal rollout needs: `temb6` may be per token (`[B, N, 6, dim]`, one
@@ -67,6 +69,11 @@ impl Block {
         keys: Keys,
         keep_kv: bool,
     ) -> Result<(Tensor, Option<KeyValues>)> {
+        self.run(x, Call { context, temb6, rope, keys, keep_kv, lora: None })
+    }
+
+    fn run(&self, x: &Tensor, call: Call) -> Result<(Tensor, Option<KeyValues>)> {
+        let Call { context, temb6, rope, keys, keep_kv, lora } = call;
         use fastvideo_kernels::{gated_residual, layer_norm_modulate, residual_layer_norm_modulate, LayerNormSpec};
         let m = modulation(&self.scale_shift_table, temb6, 6);
         let (shift, scale, gate, c_shift, c_scale, c_gate) = (&m[0], &m[1], &m[2], &m[3], &m[4], &m[5]);
@@ -75,7 +82,7 @@ impl Block {
         // at 32,760 tokens each is 0.1 GiB, the FFN's 0.55 GiB, and live ones add up in the peak.
         let (a, kv) = {
             let h = layer_norm_modulate(x, &LayerNormSpec { eps, affine: None, modulation: Some((scale, shift)) });
-            self.attn1.forward(&h, rope, keys, keep_kv)?
+            self.attn1.forward(&h, rope, keys, keep_kv, lora)?
         };
         let (x1, h) = match &self.norm2 {
             Some((w, b)) => residual_layer_norm_modulate(
@@ -91,7 +98,7 @@ impl Block {
             }
         };
         drop(a);
-        let a = self.attn2.forward(&h, context)?;
+        let a = self.attn2.forward(&h, context, lora)?;
         drop(h);
         let (x2, h) = residual_layer_norm_modulate(
             &x1,
@@ -100,9 +107,9 @@ impl Block {
             &LayerNormSpec { eps, affine: None, modulation: Some((c_scale, c_shift)) },
         );
         drop((x1, a));
-        let g = self.ffn_in.forward_gelu_tanh(&h);
+        let g = self.ffn_in.forward_gelu_tanh_lora(&h, lora);
         drop(h);
-        let ff = self.ffn_out.forward(&g);
+        let ff = self.ffn_out.forward_lora(&g, lora);
         drop(g);
         Ok((gated_residual(&x2, &ff, Some(c_gate)), kv))
     }
@@ -111,7 +118,14 @@ impl Block {
 impl Block {
     /// Keys and values of `context` for this block's cross-attention.
     pub fn context_kv(&self, context: &Tensor) -> (Tensor, Tensor) {
-        self.attn2.context_kv(context)
+        self.attn2.context_kv(context, None)
+    }
+
+    /// Every linear of the block, in a fixed order (merging adapters walks them).
+    pub(super) fn linears<'a>(&'a self, out: &mut Vec<&'a Linear>) {
+        self.attn1.linears(out);
+        self.attn2.linears(out);
+        out.extend([&self.ffn_in, &self.ffn_out]);
     }
 }
 
@@ -126,6 +140,16 @@ pub(super) fn modulation(table: &Tensor, temb: &Tensor, n: i64) -> Vec<Tensor> {
     }
 }
 
+/// One block call's inputs besides the hidden states.
+struct Call<'a> {
+    context: Cross<'a>,
+    temb6: &'a Tensor,
+    rope: &'a Rope,
+    keys: Keys<'a>,
+    keep_kv: bool,
+    lora: Lora<'a>,
+}
+
 /// Everything a block needs besides the hidden states, computed once per forward.
 pub struct BlockInputs<'a> {
     pub context: &'a Tensor,
@@ -135,4 +159,6 @@ pub struct BlockInputs<'a> {
     pub rope: &'a Rope,
     /// The sequence-parallel slice this rank holds (`rope` is already its rows), if any.
     pub shard: Option<&'a SequenceShard>,
+    /// The adapters each row runs with (unmerged LoRA), if any.
+    pub lora: Lora<'a>,
 }

@@ -6,7 +6,7 @@
 use anyhow::{ensure, Result};
 use tch::{Kind, Tensor};
 
-use crate::nn::Linear;
+use crate::nn::{Linear, Lora};
 use crate::weights::Weights;
 
 pub(super) struct ImageEmbedder {
@@ -38,9 +38,13 @@ impl ImageEmbedder {
         })
     }
 
+    pub(super) fn linears<'a>(&'a self, out: &mut Vec<&'a Linear>) {
+        out.extend([&self.ff_in, &self.ff_out]);
+    }
+
     /// `image [N, T, image_dim]` → `[B, T', dim]`: B = N, or N / 2 for a first-and-last-frame
     /// model, whose two images per sample (first, last) become one sequence of 2T tokens.
-    pub(super) fn forward(&self, image: &Tensor) -> Result<Tensor> {
+    pub(super) fn forward(&self, image: &Tensor, lora: Lora) -> Result<Tensor> {
         let (n, t, d) = image.size3()?;
         let x = image.to_kind(self.kind);
         let x = match &self.pos_embed {
@@ -57,7 +61,7 @@ impl ImageEmbedder {
             None => x,
         };
         let x = layer_norm_fp32(&x, &self.norm1);
-        let x = self.ff_out.forward(&self.ff_in.forward(&x).gelu("none"));
+        let x = self.ff_out.forward_lora(&self.ff_in.forward_lora(&x, lora).gelu("none"), lora);
         Ok(layer_norm_fp32(&x, &self.norm2))
     }
 }

@@ -4,15 +4,17 @@
 use std::sync::{Arc, Mutex};
 
 use anyhow::{ensure, Result};
+use fastvideo_lora::{LoraFile, TargetModule};
 use fastvideo_parallel::Communicator;
-use fastvideo_pipeline::{BlockAction, BlockHook};
+use fastvideo_pipeline::{AdapterRows, AdapterSet, BlockAction, BlockHook, PreparedAdapter};
 use tch::{Device, Kind, Tensor};
 
 use super::block::{modulation, Block, BlockInputs};
 use super::config::TransformerConfig;
 use super::image_embedder::ImageEmbedder;
 use super::rope::{Rope, RopeKey};
-use crate::nn::Linear;
+use crate::adapters::Merged;
+use crate::nn::{Linear, Lora};
 use crate::sequence_parallel::SequenceShard;
 use crate::weights::Weights;
 
@@ -36,10 +38,15 @@ pub struct WanTransformer3DModel {
     rope_cache: Mutex<Option<(RopeKey, Rope)>>,
     /// The compute dtype (weights were converted to it at load).
     kind: Kind,
+    /// Every linear module by slot (checkpoint name and shape): what adapters may target.
+    modules: Vec<TargetModule>,
+    /// The adapter set merged into the weights, if any, with the originals it replaced.
+    merged: Mutex<Option<Merged>>,
 }
 
-// SAFETY: every tensor is written once in `new` and only read afterwards; libtorch allows
-// concurrent reads of a tensor from several threads.
+// SAFETY: every tensor is written once in `new` and only read afterwards, except by
+// `merge_adapters`/`unmerge_adapters`, which their callers run between forwards (the executor's
+// thread); libtorch allows concurrent reads of a tensor from several threads.
 unsafe impl Sync for WanTransformer3DModel {}
 
 impl WanTransformer3DModel {
@@ -67,8 +74,80 @@ impl WanTransformer3DModel {
             scale_shift_table: w.with_kind(Kind::Float).get("scale_shift_table", &[1, 2, dim])?,
             kind: w.kind(),
             rope_cache: Mutex::new(None),
+            modules: w.linears(),
+            merged: Mutex::new(None),
             cfg,
         })
+    }
+
+    /// The linear modules adapters may target, by slot.
+    pub fn modules(&self) -> &[TargetModule] {
+        &self.modules
+    }
+
+    /// Every linear, in a fixed order (merging walks them; tests compare their weights).
+    pub fn linears(&self) -> Vec<&Linear> {
+        let mut out = vec![&self.time_1, &self.time_2, &self.time_proj, &self.text_1, &self.text_2];
+        if let Some(e) = &self.image_embedder {
+            e.linears(&mut out);
+        }
+        for b in &self.blocks {
+            b.linears(&mut out);
+        }
+        out.push(&self.proj_out);
+        out
+    }
+
+    /// `file` prepared for this model (checked against its modules, on its device and dtype).
+    pub fn prepare_adapter(&self, file: &LoraFile, name: &str, hash: &str) -> Result<PreparedAdapter> {
+        crate::adapters::prepare(file, name, hash, &self.modules, self.patch_device(), self.kind)
+    }
+
+    /// Merges `set` into the weights (after unmerging another set, if one is merged): forwards
+    /// then run rows with exactly this set at the plain model's cost. Call between forwards only.
+    pub fn merge_adapters(&self, set: &AdapterSet) -> Result<()> {
+        let mut merged = self.merged.lock().unwrap_or_else(|e| e.into_inner());
+        if merged.as_ref().is_some_and(|m| m.key() == set.key()) {
+            return Ok(());
+        }
+        let linears = self.linears();
+        if let Some(m) = merged.take() {
+            crate::adapters::unmerge(&linears, m);
+        }
+        if !set.is_empty() {
+            *merged = Some(crate::adapters::merge(&linears, set)?);
+        }
+        Ok(())
+    }
+
+    /// Restores the original weights (bit for bit) if a set is merged. Call between forwards only.
+    pub fn unmerge_adapters(&self) {
+        let mut merged = self.merged.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(m) = merged.take() {
+            crate::adapters::unmerge(&self.linears(), m);
+        }
+    }
+
+    /// The key of the merged set, if any.
+    pub fn merged_adapters(&self) -> Option<String> {
+        self.merged.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map(|m| m.key().to_string())
+    }
+
+    /// The row groups still to add unmerged: those whose set is not the merged one. A row group
+    /// with another set while one is merged would compute on the wrong weights: refused.
+    fn unmerged_rows<'a>(&self, rows: Option<&AdapterRows<'a>>, batch: i64) -> Result<Option<AdapterRows<'a>>> {
+        let groups = rows.map_or(&[][..], |r| &r.groups[..]);
+        let Some(merged) = self.merged_adapters() else {
+            return Ok(rows.filter(|r| !r.is_empty()).map(|r| AdapterRows { groups: r.groups.clone() }));
+        };
+        let covered: i64 = groups.iter().filter(|(s, _, _)| s.key() == merged).map(|(_, _, l)| l).sum();
+        ensure!(
+            covered == batch,
+            "transformer: {} of {batch} rows run with the merged adapters `{merged}`; the others would compute on \
+             the wrong weights",
+            covered
+        );
+        Ok(None)
     }
 
     /// Sinusoidal timestep features (`flip_sin_to_cos`, no frequency shift): `[B, freq_dim]`.
@@ -152,16 +231,33 @@ impl WanTransformer3DModel {
         image: Option<&Tensor>,
         hook: Option<&mut dyn BlockHook>,
     ) -> Result<Tensor> {
+        self.forward_adapted(latents, timestep, context, image, None, hook)
+    }
+
+    /// [`forward_hooked`](Self::forward_hooked) with LoRA adapters per row group (`lora`): a
+    /// merged set costs nothing here, other sets run unmerged.
+    pub fn forward_adapted(
+        &self,
+        latents: &Tensor,
+        timestep: &Tensor,
+        context: &Tensor,
+        image: Option<&Tensor>,
+        lora: Option<&AdapterRows>,
+        hook: Option<&mut dyn BlockHook>,
+    ) -> Result<Tensor> {
         self.check_inputs(latents, timestep, context)?;
+        let rows = self.unmerged_rows(lora, latents.size()[0])?;
+        let lora = rows.as_ref();
         let [_, f, h, w] = self.grid(latents);
         let rope = self.rope(f, h, w, latents.device());
-        let image = self.image_context(image, latents.size()[0])?;
+        let image = self.image_context(image, latents.size()[0], lora)?;
         let x = self.patchify(latents);
-        let (temb, temb6) = self.time_embedding(timestep);
-        let context = self.text_context(context);
-        let inputs = BlockInputs { context: &context, image: image.as_ref(), temb6: &temb6, rope: &rope, shard: None };
+        let (temb, temb6) = self.time_embedding_lora(timestep, None, lora);
+        let context = self.text_context_lora(context, lora);
+        let inputs =
+            BlockInputs { context: &context, image: image.as_ref(), temb6: &temb6, rope: &rope, shard: None, lora };
         let x = self.run_blocks(x, &inputs, hook)?;
-        Ok(self.head(&x, &temb, latents))
+        Ok(self.unpatchify(&self.head_tokens(&x, &temb, lora), latents))
     }
 
     /// Whether the model is image-conditioned (it then needs an image context every forward).
@@ -171,7 +267,7 @@ impl WanTransformer3DModel {
 
     /// The embedded image tokens for `rows` samples: required by an image-conditioned model,
     /// refused by a text-only one.
-    fn image_context(&self, image: Option<&Tensor>, rows: i64) -> Result<Option<Tensor>> {
+    fn image_context(&self, image: Option<&Tensor>, rows: i64, lora: Lora) -> Result<Option<Tensor>> {
         match (&self.image_embedder, image) {
             (None, None) => Ok(None),
             (Some(_), None) => anyhow::bail!("transformer: this image-to-video model needs image embeddings"),
@@ -179,7 +275,7 @@ impl WanTransformer3DModel {
                 anyhow::bail!("transformer: image embeddings given to a text-only model (image_dim is null)")
             }
             (Some(e), Some(image)) => {
-                let x = e.forward(image)?;
+                let x = e.forward(image, lora)?;
                 ensure!(
                     x.size()[0] == rows,
                     "transformer: image embeddings {:?} make {} rows; the latents have {rows}",
@@ -232,7 +328,7 @@ impl WanTransformer3DModel {
         comm: Arc<dyn Communicator>,
     ) -> Result<Tensor> {
         self.check_inputs(latents, timestep, context)?;
-        let image = self.image_context(image, latents.size()[0])?;
+        let image = self.image_context(image, latents.size()[0], None)?;
         let [_, f, h, w] = self.grid(latents);
         let shard = SequenceShard::new(comm, f * h * w, self.cfg.num_attention_heads)?;
         let (start, len) = (shard.start(), shard.len());
@@ -242,10 +338,16 @@ impl WanTransformer3DModel {
         let x = self.patchify(latents).narrow(1, start, len).contiguous();
         let (temb, temb6) = self.time_embedding(timestep);
         let context = self.text_context(context);
-        let inputs =
-            BlockInputs { context: &context, image: image.as_ref(), temb6: &temb6, rope: &rope, shard: Some(&shard) };
+        let inputs = BlockInputs {
+            context: &context,
+            image: image.as_ref(),
+            temb6: &temb6,
+            rope: &rope,
+            shard: Some(&shard),
+            lora: None,
+        };
         let x = self.run_blocks(x, &inputs, None)?;
-        Ok(self.head_tokens(&x, &temb))
+        Ok(self.head_tokens(&x, &temb, None))
     }
 
     /// `[B, F, H, W]` of the token grid (after patching) of `latents [B, C, F·pt, H·ph, W·pw]`.
@@ -278,9 +380,16 @@ impl WanTransformer3DModel {
     /// `[B, F, dim]` per frame) added to `temb` before the modulation is projected from it;
     /// a `[B]` timestep then broadcasts over the frames.
     pub(crate) fn time_embedding_with(&self, timestep: &Tensor, extra: Option<&Tensor>) -> (Tensor, Tensor) {
+        self.time_embedding_lora(timestep, extra, None)
+    }
+
+    /// [`time_embedding_with`](Self::time_embedding_with) with adapters per row; `lora` needs a
+    /// `[B]` timestep (its rows are the batch's).
+    fn time_embedding_lora(&self, timestep: &Tensor, extra: Option<&Tensor>, lora: Lora) -> (Tensor, Tensor) {
         let lead = timestep.size();
         let flat = timestep.reshape([-1]);
-        let temb = self.time_2.forward(&self.time_1.forward(&self.timestep_features(&flat)).silu()).to_kind(self.kind);
+        let t1 = self.time_1.forward_lora(&self.timestep_features(&flat), lora);
+        let temb = self.time_2.forward_lora(&t1.silu(), lora).to_kind(self.kind);
         let dim = self.cfg.inner_dim();
         let temb = temb.view([lead.as_slice(), &[dim]].concat().as_slice());
         let temb = match extra {
@@ -294,29 +403,33 @@ impl WanTransformer3DModel {
         };
         let mut shape = temb.size();
         shape.insert(shape.len() - 1, 6);
-        let temb6 = self.time_proj.forward(&temb.silu()).to_kind(Kind::Float).view(shape.as_slice());
+        let temb6 = self.time_proj.forward_lora(&temb.silu(), lora).to_kind(Kind::Float).view(shape.as_slice());
         (temb, temb6)
     }
 
     /// The text embedder: `[B, L, text_dim]` → `[B, L, dim]`.
     pub(crate) fn text_context(&self, context: &Tensor) -> Tensor {
-        self.text_2.forward(&self.text_1.forward_gelu_tanh(&context.to_kind(self.kind)))
+        self.text_context_lora(context, None)
+    }
+
+    fn text_context_lora(&self, context: &Tensor, lora: Lora) -> Tensor {
+        self.text_2.forward_lora(&self.text_1.forward_gelu_tanh_lora(&context.to_kind(self.kind), lora), lora)
     }
 
     /// Output norm, projection and unpatchify back to `like`'s shape and dtype. `temb` is
     /// `[B, dim]`, or `[B, N, dim]` per token.
     pub(crate) fn head(&self, x: &Tensor, temb: &Tensor, like: &Tensor) -> Tensor {
-        self.unpatchify(&self.head_tokens(x, temb), like)
+        self.unpatchify(&self.head_tokens(x, temb, None), like)
     }
 
     /// Output norm and projection, per token: `[B, n, dim]` → `[B, n, C·pt·ph·pw]`.
-    fn head_tokens(&self, x: &Tensor, temb: &Tensor) -> Tensor {
+    fn head_tokens(&self, x: &Tensor, temb: &Tensor, lora: Lora) -> Tensor {
         let temb = if temb.dim() == 2 { temb.unsqueeze(1) } else { temb.shallow_clone() };
         let m = modulation(&self.scale_shift_table, &temb.unsqueeze(2), 2);
         let spec =
             fastvideo_kernels::LayerNormSpec { eps: self.cfg.eps, affine: None, modulation: Some((&m[1], &m[0])) };
         let x = fastvideo_kernels::layer_norm_modulate(x, &spec);
-        self.proj_out.forward(&x)
+        self.proj_out.forward_lora(&x, lora)
     }
 
     /// Output tokens `[B, N, C·pt·ph·pw]` back to `like`'s shape `[B, C, F, H, W]` and dtype.

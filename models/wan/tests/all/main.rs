@@ -8,6 +8,7 @@ mod causal;
 mod common;
 mod image_to_video;
 mod loading;
+mod lora;
 mod parallel;
 mod parity;
 mod published_layout;

@@ -1,0 +1,123 @@
+//! LoRA adapters as a forward sees them: each adapter's per-module deltas on the model's device,
+//! the set of adapters (with strengths) a request runs with, and which rows of a batched forward
+//! run with which set. The model family prepares adapters for its own modules (it alone knows
+//! which linear is which slot); the loop and the engine only carry them.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use tch::Tensor;
+
+/// One module's update from one adapter, on the model's device in its compute dtype.
+pub struct ModuleDelta {
+    /// The low-rank pair `(down [r, in], up [out, r])` and its own scale (`alpha / r`, or 1):
+    /// `y += strength · scale · up(down(x))`.
+    pub low_rank: Option<(Tensor, Tensor, f64)>,
+    /// A full-weight difference `[out, in]` (`.diff`), scaled by the strength like the pair.
+    pub diff: Option<Tensor>,
+    /// A bias difference `[out]` (`.diff_b`), scaled by the strength like the pair.
+    pub diff_b: Option<Tensor>,
+}
+
+/// An adapter prepared for one model: a delta per module slot the model numbered.
+pub struct PreparedAdapter {
+    /// The name requests use.
+    pub name: String,
+    /// blake3 of the file it came from.
+    pub hash: String,
+    /// By the model's module slot; `None` where the adapter leaves the module alone.
+    pub deltas: Vec<Option<ModuleDelta>>,
+    /// Device bytes its tensors hold (what the adapter cache budgets).
+    pub bytes: u64,
+}
+
+// SAFETY: the tensors are written once when the adapter is prepared and only read afterwards;
+// libtorch allows concurrent reads of a tensor from several threads.
+unsafe impl Sync for PreparedAdapter {}
+
+impl std::fmt::Debug for PreparedAdapter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let modules = self.deltas.iter().filter(|d| d.is_some()).count();
+        f.debug_struct("PreparedAdapter")
+            .field("name", &self.name)
+            .field("hash", &self.hash)
+            .field("modules", &modules)
+            .field("bytes", &self.bytes)
+            .finish()
+    }
+}
+
+impl PreparedAdapter {
+    /// The delta for module `slot`, if the adapter changes that module.
+    pub fn delta(&self, slot: usize) -> Option<&ModuleDelta> {
+        self.deltas.get(slot).and_then(|d| d.as_ref())
+    }
+}
+
+/// The adapters one request runs with, each with its strength, in the order the request named
+/// them. Two sets with the same [`key`](Self::key) compute the same thing.
+pub struct AdapterSet {
+    key: String,
+    entries: Vec<(Arc<PreparedAdapter>, f64)>,
+}
+
+impl AdapterSet {
+    /// Strength-0 entries are dropped: they change nothing, and skipping them keeps a request
+    /// with every strength at 0 bit-identical to one without adapters.
+    pub fn new(entries: Vec<(Arc<PreparedAdapter>, f64)>) -> Self {
+        let entries: Vec<_> = entries.into_iter().filter(|(_, s)| *s != 0.0).collect();
+        let mut key = String::new();
+        for (a, s) in &entries {
+            let _ = write!(key, "{}:{}*{s};", a.name, a.hash);
+        }
+        Self { key, entries }
+    }
+
+    /// Identity of what the set computes: names, file hashes and strengths, in order.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The adapters and their strengths, in the request's order.
+    pub fn entries(&self) -> &[(Arc<PreparedAdapter>, f64)] {
+        &self.entries
+    }
+
+    /// Whether the set changes nothing.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+/// Which rows of a batched forward run with which adapter set: rows `start..start + len` of
+/// dimension 0 of every activation. Rows in no group run without adapters.
+#[derive(Default)]
+pub struct AdapterRows<'a> {
+    /// `(set, start, len)`, in row order.
+    pub groups: Vec<(&'a AdapterSet, i64, i64)>,
+}
+
+impl<'a> AdapterRows<'a> {
+    /// Every row with `set`, or `None` when the set is empty (the forward then costs nothing).
+    pub fn all(set: Option<&'a AdapterSet>, rows: i64) -> Option<Self> {
+        set.filter(|s| !s.is_empty()).map(|s| Self { groups: vec![(s, 0, rows)] })
+    }
+
+    /// Appends `len` rows with `set` (none: without adapters) after those already placed at
+    /// `start`; adjacent rows of one set join one group, so they run as one GEMM.
+    pub fn push(&mut self, set: Option<&'a AdapterSet>, start: i64, len: i64) {
+        let Some(set) = set.filter(|s| !s.is_empty()) else { return };
+        if let Some((last, s, l)) = self.groups.last_mut() {
+            if last.key() == set.key() && *s + *l == start {
+                *l += len;
+                return;
+            }
+        }
+        self.groups.push((set, start, len));
+    }
+
+    /// Whether no row runs with adapters.
+    pub fn is_empty(&self) -> bool {
+        self.groups.is_empty()
+    }
+}
