@@ -164,6 +164,13 @@ pub struct EngineArgs {
     /// can keep at their frame rate (0 to 1; 0: sessions first, always) [default: 0.25].
     #[arg(long)]
     pub job_floor: Option<f64>,
+    /// Device memory for prepared LoRA adapters, in MiB; the least recently used are dropped
+    /// beyond it and read again when named [default: 2048].
+    #[arg(long, value_name = "MIB")]
+    pub adapter_cache: Option<u64>,
+    /// LoRA adapters one request may name [default: 8].
+    #[arg(long)]
+    pub max_loras_per_request: Option<usize>,
 }
 
 impl EngineArgs {
@@ -199,6 +206,8 @@ impl EngineArgs {
         set(&mut w.max_sessions, &self.max_sessions);
         set(&mut w.idle_seconds, &self.session_idle);
         set(&mut w.job_floor, &self.job_floor);
+        set(&mut cfg.adapters.cache_mib, &self.adapter_cache);
+        set(&mut cfg.adapters.max_per_request, &self.max_loras_per_request);
     }
 }
 

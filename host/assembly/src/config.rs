@@ -26,6 +26,24 @@ pub struct ServeConfig {
     pub webrtc: WebRtcConfig,
     pub auth: AuthConfig,
     pub storage: StorageConfig,
+    pub adapters: AdapterConfig,
+}
+
+/// LoRA adapters (enabled by the deploy's `[[adapters]]`): their device cache and how many a
+/// request may stack.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdapterConfig {
+    /// Device memory for prepared adapters, in MiB; least recently used ones are dropped beyond.
+    pub cache_mib: u64,
+    /// Adapters one request may name.
+    pub max_per_request: usize,
+}
+
+impl Default for AdapterConfig {
+    fn default() -> Self {
+        Self { cache_mib: 2048, max_per_request: fastvideo_pipeline::DEFAULT_MAX_LORAS_PER_REQUEST }
+    }
 }
 
 /// Which model, on which device, in which dtypes, over how many GPUs.

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use fastvideo_engine::{CostConfig, Engine, EngineConfig, EngineModel, Metrics, WeightUpdates};
+use fastvideo_pipeline::{AdapterCache, AdapterSource, PipelineSpec};
 use fastvideo_plugin_host::{Binding, Deployment};
 use fastvideo_wan::WanModel;
 use prometheus_client::registry::Registry;
@@ -128,6 +129,7 @@ pub fn build_engine(cfg: &ServeConfig) -> Result<Assembly> {
     let metrics = Metrics::register(&mut registry);
     let engine_cfg = engine_config(cfg, device);
     let world = crate::world::sessions(&cfg.world, &cfg.model, deploy.as_ref(), device)?;
+    let adapters = adapter_cache(&spec, deploy.as_ref().map_or(&[][..], |d| &d.adapters[..]), &cfg.adapters)?;
     let metric_hooks = observe(&model, deploy.as_deref(), &metrics);
     let description = EngineDescription {
         metric_hooks,
@@ -142,12 +144,33 @@ pub fn build_engine(cfg: &ServeConfig) -> Result<Assembly> {
             check: Box::new(binding.request_check()),
             classify: Binding::classify_failure,
             weights: Some(weights),
+            adapters,
         },
         world.map(|w| w.1),
         engine_cfg,
         metrics.clone(),
     );
     Ok(Assembly { engine, registry, metrics, model: location, device, deploy, description })
+}
+
+/// The adapter cache over `sources` for `spec`'s model, or none when no adapter is enabled. Every
+/// file is checked against the model's modules here, so a wrong one refuses to start.
+pub fn adapter_cache(
+    spec: &PipelineSpec,
+    sources: &[AdapterSource],
+    cfg: &crate::config::AdapterConfig,
+) -> Result<Option<Arc<AdapterCache>>> {
+    if sources.is_empty() {
+        return Ok(None);
+    }
+    let Some(target) = &spec.adapters else {
+        anyhow::bail!("[[adapters]]: LoRA adapters need the transformer on one GPU; this model runs parallel (--gpus)");
+    };
+    if cfg.max_per_request == 0 {
+        anyhow::bail!("adapters.max_per_request (--max-loras-per-request) must be at least 1");
+    }
+    let cache = AdapterCache::new(Arc::clone(target), sources.to_vec(), cfg.cache_mib << 20, cfg.max_per_request)?;
+    Ok(Some(Arc::new(cache)))
 }
 
 /// Feeds the embedding-cache and plugin-time metrics from their sources; names what it hooked.

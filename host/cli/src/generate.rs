@@ -91,6 +91,8 @@ pub struct GenerateArgs {
     #[command(flatten)]
     plugins: PluginArgs,
     #[command(flatten)]
+    lora: crate::lora::LoraArgs,
+    #[command(flatten)]
     precision: PrecisionArgs,
     #[command(flatten)]
     parallel: ParallelArgs,
@@ -104,6 +106,16 @@ pub fn policies_for(
     model_id: &str,
     quiet: bool,
 ) -> Result<LoopPolicies> {
+    Ok(deploy_for(plugins, requests, model_id, quiet)?.0)
+}
+
+/// [`policies_for`], and the adapters the deploy enables.
+pub fn deploy_for(
+    plugins: &PluginArgs,
+    requests: &[&fastvideo_request::ResolvedRequest],
+    model_id: &str,
+    quiet: bool,
+) -> Result<(LoopPolicies, Vec<fastvideo_pipeline::AdapterSource>)> {
     if plugins.deploy.is_none() && !plugins.plugin_params.is_empty() {
         bail!("--plugin-param needs --deploy (plugins come from a deploy config)")
     }
@@ -113,7 +125,8 @@ pub fn policies_for(
         binding.check(r)?;
     }
     announce(&binding, quiet);
-    Ok(binding.policies)
+    let adapters = deploy.map(|d| d.adapters.clone()).unwrap_or_default();
+    Ok((binding.policies, adapters))
 }
 
 /// Names each bound plugin on stderr unless `quiet`.
@@ -132,7 +145,18 @@ pub fn run_with_progress(
     device: tch::Device,
     quiet: bool,
 ) -> Result<fastvideo_request::OmniOutput> {
-    let mut run = PipelineRun::new(spec, req, device, Values::default(), Default::default());
+    run_with_values(spec, req, device, Values::default(), quiet)
+}
+
+/// [`run_with_progress`] from request-provided `values` (e.g. its adapters).
+pub fn run_with_values(
+    spec: Arc<fastvideo_pipeline::PipelineSpec>,
+    req: fastvideo_request::ResolvedRequest,
+    device: tch::Device,
+    values: Values,
+    quiet: bool,
+) -> Result<fastvideo_request::OmniOutput> {
+    let mut run = PipelineRun::new(spec, req, device, values, Default::default());
     let mut progress = Progress::new(quiet);
     let result = run.run_to_end(&mut |e| progress.on_event(&e));
     progress.finish();
@@ -172,9 +196,11 @@ fn resize_mode(s: &str) -> Result<ResizeMode, String> {
     ResizeMode::parse(s).ok_or_else(|| format!("`{s}` is not stretch, crop or pad"))
 }
 
-fn request(args: &GenerateArgs) -> Result<OmniRequest> {
+/// The request, and the LoRA files `--lora` names.
+fn request(args: &GenerateArgs) -> Result<(OmniRequest, Vec<fastvideo_pipeline::AdapterSource>)> {
     let mut r = OmniRequest::text_to_video(format!("cli-{}", std::process::id()), args.prompt.clone());
     args.plugins.apply(&mut r);
+    let lora_files = args.lora.apply(&mut r)?;
     args.sampling.apply(&mut r);
     if let Some(n) = &args.negative_prompt {
         r.inputs.push(InputPart::Text { text: n.clone(), role: TextRole::Negative });
@@ -203,7 +229,7 @@ fn request(args: &GenerateArgs) -> Result<OmniRequest> {
     if let Some(p) = &args.noise {
         r.inputs.push(noise_input(p)?);
     }
-    Ok(r)
+    Ok((r, lora_files))
 }
 
 /// Reads and decodes the pictures and the video before the model loads, so a wrong file costs
@@ -227,7 +253,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     check_output(&args.out)?;
     check_images(&args)?;
     // Built before the model loads, so a bad --noise file costs nothing either.
-    let omni = request(&args)?;
+    let (omni, lora_files) = request(&args)?;
     let device = fastvideo_torch::device(&args.device)?;
     let model_dir = match &args.model {
         Some(m) => m.clone(),
@@ -272,10 +298,12 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         );
     }
     let model_id = model_dir.display().to_string();
-    let policies = policies_for(&args.plugins, &[&req], &model_id, args.quiet)?;
+    let (policies, mut adapters) = deploy_for(&args.plugins, &[&req], &model_id, args.quiet)?;
     let spec = Arc::new(pipeline::text_to_video_with(&model, policies)?);
+    adapters.extend(lora_files);
+    let values = crate::lora::values(&spec, &req, adapters, args.lora.adapter_cache)?;
     let (prompt, seed) = (req.prompt.clone(), req.seed);
-    let out = run_with_progress(spec, req, device, args.quiet)?;
+    let out = run_with_values(spec, req, device, values, args.quiet)?;
     if let Some(path) = &args.trajectory_out {
         let sample =
             fastvideo_engine::RolloutSample { prompt_index: 0, group_index: 0, prompt, seed, output: out.clone() };

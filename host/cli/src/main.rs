@@ -9,6 +9,7 @@ mod eval;
 mod eval_i2v;
 mod eval_world;
 mod generate;
+mod lora;
 mod plugin;
 mod progress;
 mod serve;
@@ -48,6 +49,9 @@ enum Command {
     /// Read ComfyUI workflows and measure how many we handle.
     #[command(subcommand)]
     Workflow(workflow::WorkflowCommand),
+    /// Inspect LoRA adapter files.
+    #[command(subcommand)]
+    Lora(lora::LoraCommand),
 }
 
 fn main() -> ExitCode {
@@ -68,6 +72,7 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Generate(args) => generate::run(*args),
+        Command::Lora(cmd) => lora::run(cmd),
         Command::Dataset(args) => dataset::run(args),
         Command::World(args) => world::run(args),
         Command::Eval(args) => eval::run(args),

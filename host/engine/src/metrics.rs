@@ -41,6 +41,15 @@ pub struct Metrics {
     pub kv_slabs_used: Gauge,
     pub kv_slabs_capacity: Gauge,
     pub kv_evictions: Gauge,
+    /// The LoRA adapter cache: adapters found prepared, loaded, and evicted; seconds spent
+    /// loading; device bytes held.
+    pub adapter_hits: Counter,
+    pub adapter_loads: Counter,
+    pub adapter_evictions: Counter,
+    pub adapter_load_seconds: Counter<f64, AtomicU64>,
+    pub adapter_bytes: Gauge,
+    /// Adapter sets merged into the weights (every running request had the same set).
+    pub adapter_merges: Counter,
 }
 
 impl Metrics {
@@ -66,6 +75,12 @@ impl Metrics {
             kv_slabs_used: Gauge::default(),
             kv_slabs_capacity: Gauge::default(),
             kv_evictions: Gauge::default(),
+            adapter_hits: Counter::default(),
+            adapter_loads: Counter::default(),
+            adapter_evictions: Counter::default(),
+            adapter_load_seconds: Counter::default(),
+            adapter_bytes: Gauge::default(),
+            adapter_merges: Counter::default(),
         };
         let r = registry.sub_registry_with_prefix("fastvideo");
         r.register("queue_depth", "Requests admitted and waiting for their first unit of work", m.queue_depth.clone());
@@ -99,7 +114,37 @@ impl Metrics {
         r.register("kv_slabs_used", "Key/value pool slabs held by sessions", m.kv_slabs_used.clone());
         r.register("kv_slabs_capacity", "Key/value pool slabs in all", m.kv_slabs_capacity.clone());
         r.register("kv_evictions", "Frames evicted from session windows since start", m.kv_evictions.clone());
+        r.register("adapter_hits", "LoRA adapters found prepared in the adapter cache", m.adapter_hits.clone());
+        r.register("adapter_loads", "LoRA adapters read, checked and prepared", m.adapter_loads.clone());
+        r.register(
+            "adapter_evictions",
+            "LoRA adapters dropped to stay under --adapter-cache",
+            m.adapter_evictions.clone(),
+        );
+        r.register("adapter_load_seconds", "Time spent loading LoRA adapters", m.adapter_load_seconds.clone());
+        r.register("adapter_bytes", "Device bytes the adapter cache holds", m.adapter_bytes.clone());
+        r.register("adapter_merges", "Adapter sets merged into the weights", m.adapter_merges.clone());
         m
+    }
+
+    /// Feeds the adapter metrics from `cache`'s events.
+    pub fn watch_adapters(&self, cache: &fastvideo_pipeline::AdapterCache) {
+        use fastvideo_pipeline::AdapterEvent;
+        let m = self.clone();
+        cache.observe(Box::new(move |e| match e {
+            AdapterEvent::Hit => {
+                m.adapter_hits.inc();
+            }
+            AdapterEvent::Load { bytes, seconds } => {
+                m.adapter_loads.inc();
+                m.adapter_load_seconds.inc_by(seconds);
+                m.adapter_bytes.inc_by(bytes as i64);
+            }
+            AdapterEvent::Evict { bytes } => {
+                m.adapter_evictions.inc();
+                m.adapter_bytes.dec_by(bytes as i64);
+            }
+        }));
     }
 
     pub fn count(&self, outcome: &str) {

@@ -76,6 +76,9 @@ pub struct RolloutRequest {
     pub plugin_params: BTreeMap<String, serde_json::Value>,
     #[serde(default)]
     pub priority: i32,
+    /// LoRA adapters every sample runs with (`[{"name": ..., "scale": ...}]`).
+    #[serde(default)]
+    pub lora: Vec<fastvideo_request::LoraChoice>,
     /// HTTP only: `zstd` compresses each sample's safetensors.
     pub compress: Option<String>,
 }
@@ -130,6 +133,7 @@ impl RolloutRequest {
                     plugin_params: self.plugin_params.clone(),
                     exact: false,
                     priority: self.priority,
+                    lora: self.lora.clone(),
                 };
                 out.push((p, g, req));
             }

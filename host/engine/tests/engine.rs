@@ -112,6 +112,7 @@ fn engine(cfg: EngineConfig, step_ms: u64) -> Engine {
         }),
         classify: |_| "pipeline_failed",
         weights: None,
+        adapters: None,
     };
     let mut registry = prometheus_client::registry::Registry::default();
     Engine::start(model, cfg, Metrics::register(&mut registry))

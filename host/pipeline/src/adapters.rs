@@ -8,6 +8,10 @@ use std::sync::Arc;
 
 use tch::Tensor;
 
+/// The value under which a run finds its request's adapter set ([`Value::Adapters`](crate::Value)),
+/// when it has one: put there by whoever starts the run (the engine, the CLI).
+pub const ADAPTERS: &str = "adapters";
+
 /// One module's update from one adapter, on the model's device in its compute dtype.
 pub struct ModuleDelta {
     /// The low-rank pair `(down [r, in], up [out, r])` and its own scale (`alpha / r`, or 1):
@@ -56,6 +60,7 @@ impl PreparedAdapter {
 
 /// The adapters one request runs with, each with its strength, in the order the request named
 /// them. Two sets with the same [`key`](Self::key) compute the same thing.
+#[derive(Debug)]
 pub struct AdapterSet {
     key: String,
     entries: Vec<(Arc<PreparedAdapter>, f64)>,

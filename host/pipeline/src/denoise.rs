@@ -11,6 +11,7 @@ use tch::{Device, Kind, Tensor};
 
 pub use crate::noise::seeded_noise;
 use crate::sampler::{self, Sampler};
+use crate::{AdapterRows, AdapterSet, ADAPTERS};
 use crate::{
     BlockHook, BlockPolicy, BlockPolicyState, BoundHook, Guidance, GuidanceState, LoopStage, LoopState, NodeCtx,
     StepCtx, StepPolicy, StepPolicyState, StepResult, Value, Values,
@@ -24,12 +25,14 @@ pub struct Conditioning<'a> {
     /// What the request brings that every branch shares: an image-to-video model's image
     /// embeddings (rows per sample as the model defines them), if any.
     pub image: Option<&'a Tensor>,
+    /// The LoRA adapters each row runs with, if any row has some.
+    pub adapters: Option<&'a AdapterRows<'a>>,
 }
 
 impl<'a> Conditioning<'a> {
     /// Text alone.
     pub fn text(text: &'a Tensor) -> Self {
-        Self { text, image: None }
+        Self { text, image: None, adapters: None }
     }
 }
 
@@ -159,6 +162,8 @@ struct DenoiseState {
     guidance: GuidanceState,
     blocks: Option<Box<dyn BlockPolicyState>>,
     steps: Option<Box<dyn StepPolicyState>>,
+    /// The request's LoRA adapters, if it runs with any.
+    adapters: Option<Arc<AdapterSet>>,
 }
 
 /// Latent elements up to which a request's guidance branches run as one batched forward on CUDA.
@@ -302,6 +307,7 @@ impl LoopStage for DenoiseLoop {
                 Some(p) => Some(p.init(req, ctx.meter).context("step interceptor init")?),
                 None => None,
             },
+            adapters: values.adapters(ADAPTERS).cloned(),
         };
         Ok(LoopState { step: 0, total_steps: req.steps - start as u32, inner: Box::new(state) })
     }
@@ -329,9 +335,11 @@ impl LoopStage for DenoiseLoop {
                 let input = s.model_input();
                 let x = Tensor::cat(&vec![&input; n], 0);
                 let (text, image) = (Tensor::cat(&s.contexts, 0), s.image_rows(n));
+                let rows = AdapterRows::all(s.adapters.as_deref(), n as i64);
+                let cond = Conditioning { text: &text, image: image.as_ref(), adapters: rows.as_ref() };
                 let preds = self
                     .denoiser
-                    .forward(&x, &timestep, Conditioning { text: &text, image: image.as_ref() })
+                    .forward(&x, &timestep, cond)
                     .context("forward of the guidance branches as one batch")?
                     .split(1, 0);
                 (self.guidance.combine(&step, &preds, &mut s.guidance)?, n as u32)
@@ -340,8 +348,9 @@ impl LoopStage for DenoiseLoop {
                 let timestep = Tensor::from_slice(&[step.timestep]).to_device(ctx.device);
                 let mut preds = Vec::with_capacity(s.branches.len());
                 let x = s.model_input();
+                let rows = AdapterRows::all(s.adapters.as_deref(), 1);
                 for (b, c) in s.branches.iter().zip(&s.contexts) {
-                    let cond = Conditioning { text: c, image: s.image.as_ref() };
+                    let cond = Conditioning { text: c, image: s.image.as_ref(), adapters: rows.as_ref() };
                     let p = match s.blocks.as_deref_mut() {
                         Some(state) => {
                             let mut hook = BoundHook { state, step: &step, branch: b };
@@ -401,6 +410,7 @@ impl LoopStage for DenoiseLoop {
         }
         let batch = (|| -> Result<Vec<Tensor>> {
             let (mut x, mut t, mut c, mut images) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+            let mut sets: Vec<(Option<Arc<AdapterSet>>, i64)> = Vec::new();
             for st in states.iter_mut() {
                 let s: &mut DenoiseState = st.get_mut()?;
                 let ts = s.sampler.timesteps()[s.sampler.step_index()];
@@ -412,11 +422,21 @@ impl LoopStage for DenoiseLoop {
                 }
                 // Same batch key, so every request has an image or none does.
                 images.extend(s.image_rows(s.contexts.len()));
+                sets.push((s.adapters.clone(), s.contexts.len() as i64));
+            }
+            // Each request's rows with its own adapters: requests with different sets share the
+            // step (the unmerged path gathers rows per set).
+            let mut rows = AdapterRows::default();
+            let mut start = 0;
+            for (set, n) in &sets {
+                rows.push(set.as_deref(), start, *n);
+                start += n;
             }
             let timestep = Tensor::from_slice(&t).to_device(ctxs[0].device);
             let image = (!images.is_empty()).then(|| Tensor::cat(&images, 0));
             let text = Tensor::cat(&c, 0);
-            let cond = Conditioning { text: &text, image: image.as_ref() };
+            let adapters = (!rows.is_empty()).then_some(&rows);
+            let cond = Conditioning { text: &text, image: image.as_ref(), adapters };
             let out = self.denoiser.forward(&Tensor::cat(&x, 0), &timestep, cond)?;
             Ok(out.split(1, 0))
         })();

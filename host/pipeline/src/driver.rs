@@ -114,6 +114,11 @@ impl PipelineRun {
         }
     }
 
+    /// The pipeline this run walks (the weights it started on).
+    pub fn spec(&self) -> &Arc<PipelineSpec> {
+        &self.spec
+    }
+
     /// The request this run is serving.
     pub fn request(&self) -> &ResolvedRequest {
         &self.request

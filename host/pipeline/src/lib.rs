@@ -78,6 +78,7 @@
 
 #![deny(missing_docs)]
 
+mod adapter_cache;
 mod adapters;
 mod blocks;
 pub mod denoise;
@@ -95,7 +96,8 @@ mod stage;
 mod value;
 mod weight_loader;
 
-pub use adapters::{AdapterRows, AdapterSet, ModuleDelta, PreparedAdapter};
+pub use adapter_cache::{AdapterCache, AdapterEvent, AdapterSource, AdapterTarget, DEFAULT_MAX_LORAS_PER_REQUEST};
+pub use adapters::{AdapterRows, AdapterSet, ModuleDelta, PreparedAdapter, ADAPTERS};
 pub use blocks::{BlockAction, BlockHook, BlockPolicy, BlockPolicyState, BoundHook};
 pub use denoise::{Conditioning, DenoiseLoop, Denoiser};
 pub use driver::{Advance, CancelToken, PipelineRun};

@@ -112,6 +112,8 @@ pub struct PipelineSpec {
     /// Which weights this pipeline's model holds: 0 as loaded, one more per weight update
     /// (each update builds a new spec; runs keep the spec, so the epoch, they started with).
     pub weight_epoch: u64,
+    /// The model LoRA adapters apply to, when it takes them (the engine merges sets into it).
+    pub adapters: Option<Arc<dyn crate::AdapterTarget>>,
 }
 
 impl PipelineSpec {
@@ -157,12 +159,19 @@ impl PipelineSpec {
             latents: "latents".into(),
             rewards: Vec::new(),
             weight_epoch: 0,
+            adapters: None,
         })
     }
 
     /// The same pipeline with these observers watching every request.
     pub fn with_observers(mut self, observers: Vec<Arc<dyn Observer>>) -> Self {
         self.observers = observers;
+        self
+    }
+
+    /// The same pipeline with `target` taking adapters.
+    pub fn with_adapters(mut self, target: Arc<dyn crate::AdapterTarget>) -> Self {
+        self.adapters = Some(target);
         self
     }
 

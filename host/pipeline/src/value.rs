@@ -17,6 +17,8 @@ pub enum Value {
     Trajectory(Box<TrajectoryArtifact>),
     /// A live session's incoming actions ([`session::ACTIONS`](crate::session::ACTIONS)).
     Inbox(ActionInbox),
+    /// The request's LoRA adapters ([`ADAPTERS`](crate::ADAPTERS)).
+    Adapters(std::sync::Arc<crate::AdapterSet>),
 }
 
 /// The named values of one request's run. Node names and value names are checked against the
@@ -51,6 +53,13 @@ impl Values {
             Some(Value::Inbox(i)) => Ok(i),
             Some(other) => Err(anyhow!("pipeline value `{name}` is not an action inbox: {other:?}")),
             None => Err(anyhow!("pipeline value `{name}` was not given (sessions get it from the engine)")),
+        }
+    }
+    /// The adapter set named `name`, if present.
+    pub fn adapters(&self, name: &str) -> Option<&std::sync::Arc<crate::AdapterSet>> {
+        match self.0.get(name) {
+            Some(Value::Adapters(a)) => Some(a),
+            _ => None,
         }
     }
     /// Takes the value out, if present.

@@ -7,6 +7,8 @@ use std::sync::Arc;
 use fastvideo_request::ResolvedRequest;
 use serde::Deserialize;
 
+use fastvideo_pipeline::AdapterSource;
+
 use crate::manifest::{blake3_hex, PluginKind};
 use crate::runtime::{Limits, LoadedPlugin, PluginRuntime};
 use crate::PluginError;
@@ -25,6 +27,29 @@ pub struct DeployConfig {
     /// The `[workflows]` table: which model folders serve the files ComfyUI workflows name.
     #[serde(default)]
     pub workflows: fastvideo_comfy::WorkflowConfig,
+    /// The `[[adapters]]` tables: LoRA files requests may name, pinned by hash.
+    #[serde(default)]
+    pub adapters: Vec<AdapterEntry>,
+}
+
+/// One `[[adapters]]` table: a LoRA file requests may name (`lora[i].name`), pinned by hash.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdapterEntry {
+    /// What requests call it (unique in the deploy).
+    pub name: String,
+    /// Path of the `.safetensors` file, relative to the deploy file.
+    pub source: PathBuf,
+    /// Hex blake3 of the file (`fastvideo lora inspect` prints it); a different file refuses to
+    /// start.
+    pub blake3: String,
+    /// Strength for requests that give none.
+    #[serde(default = "one")]
+    pub default_scale: f64,
+}
+
+fn one() -> f64 {
+    1.0
 }
 
 /// One `[[plugins]]` table: a component to enable, pinned by hash.
@@ -111,6 +136,29 @@ pub struct Deployment {
     pub plugins: Vec<Arc<EnabledPlugin>>,
     /// Model folders for ComfyUI workflows' model files (paths as written in the deploy file).
     pub workflows: fastvideo_comfy::WorkflowConfig,
+    /// The LoRA adapters requests may name, their files' hashes checked and formats read.
+    pub adapters: Vec<AdapterSource>,
+}
+
+/// An `[[adapters]]` entry with its file read: it exists, its hash is the pinned one, and it
+/// parses as a LoRA file. Whether it fits the model is checked when the model is loaded.
+fn adapter_source(a: AdapterEntry, base: &Path) -> Result<AdapterSource, PluginError> {
+    let refuse = |why: String| PluginError::Io(format!("[[adapters]] `{}`: {why}", a.name));
+    if a.name.trim().is_empty() {
+        return Err(PluginError::Io("[[adapters]]: an entry without a name".into()));
+    }
+    let path = base.join(&a.source);
+    let bytes = std::fs::read(&path).map_err(|e| refuse(format!("source {}: {e}", path.display())))?;
+    let actual = blake3_hex(&bytes);
+    if !actual.eq_ignore_ascii_case(a.blake3.trim()) {
+        return Err(refuse(format!(
+            "blake3 of {} is {actual}, the deploy pins {} (replaced file?)",
+            path.display(),
+            a.blake3.trim()
+        )));
+    }
+    fastvideo_lora::LoraFile::parse(&bytes).map_err(|e| refuse(format!("{}: {e}", path.display())))?;
+    Ok(AdapterSource { name: a.name, path, blake3: actual, default_scale: a.default_scale })
 }
 
 impl Deployment {
@@ -172,7 +220,11 @@ impl Deployment {
                 });
             }
         }
-        Ok(Self { runtime, plugins, workflows })
+        let adapters = cfg.adapters.into_iter().map(|a| adapter_source(a, base)).collect::<Result<Vec<_>, _>>()?;
+        if let Some(dup) = adapters.iter().enumerate().find(|(i, a)| adapters[..*i].iter().any(|b| b.name == a.name)) {
+            return Err(PluginError::Io(format!("[[adapters]] `{}` is listed twice", dup.1.name)));
+        }
+        Ok(Self { runtime, plugins, workflows, adapters })
     }
 
     /// The enabled plugin of that deploy name, if any.

@@ -45,6 +45,7 @@
 mod action;
 mod error;
 mod event;
+mod lora;
 mod media;
 mod output;
 mod request;
@@ -53,6 +54,7 @@ mod resolve;
 pub use action::ActionPart;
 pub use error::RequestError;
 pub use event::OmniEvent;
+pub use lora::{resolve_lora, LoraChoice, LoraUse, MAX_LORA_SCALE};
 pub use media::{
     decode_image, decode_video, image_bytes, reframe, ImageRole, InputImage, InputVideo, Reframed, ResizeMode,
     MAX_IMAGE_PIXELS, MAX_VIDEO_FRAMES,

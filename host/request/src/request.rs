@@ -245,6 +245,9 @@ pub struct OmniRequest {
     /// Higher runs first when the scheduler has a choice.
     #[serde(default)]
     pub priority: i32,
+    /// LoRA adapters (enabled by the deploy) to run with, each with its strength, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lora: Vec<crate::LoraChoice>,
 }
 
 impl OmniRequest {
@@ -261,6 +264,7 @@ impl OmniRequest {
             plugin_params: BTreeMap::new(),
             exact: false,
             priority: 0,
+            lora: Vec::new(),
         }
     }
 

@@ -164,6 +164,9 @@ pub struct ResolvedRequest {
     /// How image and video inputs are fitted to the output size.
     #[serde(default)]
     pub resize_mode: crate::ResizeMode,
+    /// The adapters to run with, checked one by one (names against the deploy at admission).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lora: Vec<crate::LoraUse>,
 }
 
 impl ResolvedRequest {
@@ -427,6 +430,7 @@ impl OmniRequest {
             strength,
             resize_mode: self.diffusion.resize_mode.unwrap_or_default(),
             initial_noise,
+            lora: crate::resolve_lora(&self.lora)?,
         })
     }
 }

@@ -49,6 +49,7 @@ fn app(keys: &[&str]) -> Router {
         check: Box::new(|_| Ok(())),
         classify: |_| "pipeline_failed",
         weights: None,
+        adapters: None,
     };
     let mut registry = prometheus_client::registry::Registry::default();
     let engine = Engine::start(model, EngineConfig::default(), Metrics::register(&mut registry));

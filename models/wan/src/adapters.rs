@@ -6,10 +6,29 @@ use std::collections::HashMap;
 
 use anyhow::{bail, Context, Result};
 use fastvideo_lora::{LoraFile, TargetModule, TensorData};
-use fastvideo_pipeline::{AdapterRows, AdapterSet, ModuleDelta, PreparedAdapter};
+use fastvideo_pipeline::{AdapterRows, AdapterSet, AdapterTarget, ModuleDelta, PreparedAdapter};
 use tch::{Device, Kind, Tensor};
 
 use crate::nn::Linear;
+use crate::WanTransformer3DModel;
+
+impl AdapterTarget for WanTransformer3DModel {
+    fn modules(&self) -> &[TargetModule] {
+        WanTransformer3DModel::modules(self)
+    }
+    fn prepare(&self, file: &LoraFile, name: &str, hash: &str) -> Result<PreparedAdapter> {
+        self.prepare_adapter(file, name, hash)
+    }
+    fn merge(&self, set: &AdapterSet) -> Result<()> {
+        self.merge_adapters(set)
+    }
+    fn unmerge(&self) {
+        self.unmerge_adapters()
+    }
+    fn merged(&self) -> Option<String> {
+        self.merged_adapters()
+    }
+}
 
 /// `file`'s tensors on `device` in `kind`, by the slots of `modules` (the model's module table).
 /// Every module the file names must exist with the shapes it implies: the file is checked

@@ -110,8 +110,11 @@ struct WanDenoiser {
 impl Denoiser for WanDenoiser {
     fn forward(&self, latents: &Tensor, timestep: &Tensor, cond: Conditioning) -> Result<Tensor> {
         match &self.parallel {
+            Some(_) if cond.adapters.is_some() => {
+                anyhow::bail!("LoRA adapters need the transformer on one device; this one runs parallel")
+            }
             Some(p) => p.forward(latents, timestep, cond.text, cond.image),
-            None => self.transformer.forward_hooked(latents, timestep, cond.text, cond.image, None),
+            None => self.transformer.forward_adapted(latents, timestep, cond.text, cond.image, cond.adapters, None),
         }
     }
     fn forward_hooked(
@@ -122,7 +125,7 @@ impl Denoiser for WanDenoiser {
         hook: &mut dyn BlockHook,
     ) -> Result<Tensor> {
         ensure!(self.parallel.is_none(), "a block policy cannot run on a parallel transformer");
-        self.transformer.forward_hooked(latents, timestep, cond.text, cond.image, Some(hook))
+        self.transformer.forward_adapted(latents, timestep, cond.text, cond.image, cond.adapters, Some(hook))
     }
     fn splits_batch(&self) -> bool {
         self.parallel.as_ref().is_some_and(|p| p.plan().cfg > 1)
@@ -240,7 +243,12 @@ pub fn text_to_video_with(model: &WanModel, policies: LoopPolicies) -> Result<Pi
         Node::stage("vae_decode", Arc::new(VaeDecode { vae: Arc::clone(&model.vae) }), &[LATENTS], &[FRAMES]),
         Node::stage("assemble", Arc::new(Assemble), &[FRAMES], &[VIDEO]),
     ]);
-    Ok(PipelineSpec::new(name, tasks, nodes, &[], VIDEO)?.with_observers(observers).with_rewards(rewards))
+    let spec = PipelineSpec::new(name, tasks, nodes, &[], VIDEO)?.with_observers(observers).with_rewards(rewards);
+    // Adapters run on a transformer held whole by one device.
+    Ok(match model.parallel {
+        None => spec.with_adapters(Arc::clone(&model.transformer) as Arc<dyn fastvideo_pipeline::AdapterTarget>),
+        Some(_) => spec,
+    })
 }
 
 /// The default guidance policy: classic CFG.

@@ -15,5 +15,6 @@ pub fn text_to_video(model: &WanModel, device: tch::Device) -> anyhow::Result<En
         check: Box::new(|_| Ok(())),
         classify: |_| "pipeline_failed",
         weights: None,
+        adapters: None,
     })
 }

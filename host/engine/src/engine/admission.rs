@@ -4,8 +4,10 @@
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use fastvideo_pipeline::CancelToken;
-use fastvideo_request::{OmniEvent, OmniOutput, OmniRequest, ResolvedRequest};
+use std::sync::Arc;
+
+use fastvideo_pipeline::{AdapterCache, CancelToken};
+use fastvideo_request::{LoraUse, OmniEvent, OmniOutput, OmniRequest, RequestError, ResolvedRequest};
 use tokio::sync::{mpsc, oneshot};
 
 use super::command::{Command, Job};
@@ -52,6 +54,15 @@ impl Engine {
         };
         if let Err(e) = (inner.check)(&req) {
             return refuse(e.into());
+        }
+        if !req.lora.is_empty() {
+            let checked = match &inner.adapters {
+                Some(cache) => cache.check(&req.lora),
+                None => Err(RequestError::new("lora", "this server enables no LoRA adapters")),
+            };
+            if let Err(e) = checked {
+                return refuse(e.into());
+            }
         }
         let key = CostKey::of(&req);
         let (predicted, memory) = {
@@ -101,6 +112,7 @@ impl Engine {
         let request_id = req.request_id.clone();
         let span = tracing::info_span!("request", id = %request_id, steps = req.steps, predicted_s = predicted);
         let resolved = req.clone();
+        let lora = req.lora.clone();
         let job = Job {
             id: request_id.clone(),
             steps_left: req.steps,
@@ -112,15 +124,56 @@ impl Engine {
             one_shot_spent: 0.0,
             submitted: Instant::now(),
             cancel: CancelToken::default(),
+            adapters: None,
             events: etx,
             done: Some(dtx),
             span,
         };
-        if inner.tx.lock().unwrap().send(Command::Submit(Box::new(job))).is_err() {
-            inner.shared.release(&request_id);
-            return Err(EngineError::Stopped);
+        match (&inner.adapters, lora.is_empty()) {
+            (Some(cache), false) if !cache.all_resident(&lora) => {
+                // Reading and preparing adapter files takes a while: on a thread of its own, so
+                // neither the caller nor the executor waits; the job is queued once they are ready.
+                let (engine, cache) = (self.clone(), Arc::clone(cache));
+                std::thread::Builder::new()
+                    .name("fastvideo-adapter-load".into())
+                    .spawn(move || engine.queue_with_adapters(job, &cache, &lora))
+                    .map_err(|e| EngineError::Failed { code: "internal_error".into(), message: e.to_string() })?;
+            }
+            (Some(cache), false) => self.queue_with_adapters(job, cache, &lora),
+            _ if !self.queue(job) => return Err(EngineError::Stopped),
+            _ => {}
         }
         Ok(Handle { request_id, request: resolved, predicted_seconds: predicted, events: erx, output: drx })
+    }
+
+    /// Sends an admitted job to the executor; `false` when the executor is gone.
+    fn queue(&self, job: Job) -> bool {
+        let inner = &self.0;
+        let id = job.id.clone();
+        let sent = inner.tx.lock().unwrap().send(Command::Submit(Box::new(job))).is_ok();
+        if !sent {
+            inner.shared.release(&id);
+        }
+        sent
+    }
+
+    /// Prepares the job's adapters (reading files the cache does not hold), then queues it; a
+    /// load that fails fails the job (`adapter_load_failed`), naming the adapter.
+    fn queue_with_adapters(&self, mut job: Job, cache: &AdapterCache, lora: &[LoraUse]) {
+        match cache.set_for(lora) {
+            Ok(set) => {
+                job.adapters = set;
+                let _ = self.queue(job);
+            }
+            Err(e) => {
+                self.0.metrics.count("failed");
+                self.0.shared.release(&job.id);
+                if let Some(done) = job.done.take() {
+                    let message = format!("{e:#}");
+                    let _ = done.send(Err(EngineError::Failed { code: "adapter_load_failed".into(), message }));
+                }
+            }
+        }
     }
 
     /// Predicted seconds of a request with this shape and step count (for clients and tests).

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use fastvideo_pipeline::{CancelToken, PipelineRun, PipelineSpec};
+use fastvideo_pipeline::{AdapterSet, CancelToken, PipelineRun, PipelineSpec};
 use fastvideo_request::{OmniEvent, OmniOutput, ResolvedRequest};
 use tokio::sync::{mpsc, oneshot};
 
@@ -33,6 +33,8 @@ pub(super) struct Job {
     pub(super) one_shot_spent: f64,
     pub(super) submitted: Instant,
     pub(super) cancel: CancelToken,
+    /// The request's LoRA adapters, prepared at admission.
+    pub(super) adapters: Option<Arc<AdapterSet>>,
     pub(super) events: mpsc::UnboundedSender<OmniEvent>,
     pub(super) done: Option<oneshot::Sender<Result<OmniOutput, EngineError>>>,
     pub(super) span: tracing::Span,

@@ -7,7 +7,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{mpsc as std_mpsc, Arc};
 use std::time::Instant;
 
-use fastvideo_pipeline::{Advance, PipelineRun, PipelineSpec, Values};
+use fastvideo_pipeline::{Advance, PipelineRun, PipelineSpec, Value, Values, ADAPTERS};
 use fastvideo_request::OmniEvent;
 use tch::Device;
 
@@ -180,6 +180,7 @@ impl Executor {
     /// One step of `k` and its partners as one batched call; each is charged its share of the
     /// time.
     fn advance_batch(&mut self, k: u64, partners: Vec<u64>) {
+        super::adapters::sync(&self.spec, &self.jobs, k, &self.metrics);
         let keys: Vec<u64> = std::iter::once(k).chain(partners).collect();
         let mut jobs: Vec<Job> = keys.iter().map(|k| self.jobs.remove(k).expect("partners exist")).collect();
         let (results, seconds) = batching::step(&mut jobs, &keys, self.classify);
@@ -212,12 +213,16 @@ impl Executor {
         if !partners.is_empty() {
             return self.advance_batch(k, partners);
         }
+        super::adapters::sync(&self.spec, &self.jobs, k, &self.metrics);
         let job = self.jobs.get_mut(&k).expect("scheduled jobs exist");
         if job.run.is_none() {
             let req = job.req.take().expect("a queued job carries its request");
             self.metrics.queue_wait_seconds.observe(job.submitted.elapsed().as_secs_f64());
-            job.run =
-                Some(PipelineRun::new(self.spec.clone(), req, self.device, Values::default(), job.cancel.clone()));
+            let mut values = Values::default();
+            if let Some(set) = &job.adapters {
+                values.insert(ADAPTERS, Value::Adapters(Arc::clone(set)));
+            }
+            job.run = Some(PipelineRun::new(self.spec.clone(), req, self.device, values, job.cancel.clone()));
         }
         let run = job.run.as_mut().expect("just started");
         let node = run.current_node().unwrap_or("finish").to_string();

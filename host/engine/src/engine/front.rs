@@ -5,6 +5,7 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc as std_mpsc, Arc, Mutex};
 
+use fastvideo_pipeline::AdapterCache;
 use fastvideo_request::ModelLimits;
 use tokio::sync::watch;
 
@@ -28,6 +29,7 @@ pub(super) struct Inner {
     pub(super) sessions: Option<Arc<dyn SessionModel>>,
     pub(super) session_shared: Arc<SessionShared>,
     pub(super) weights: Option<WeightUpdates>,
+    pub(super) adapters: Option<Arc<AdapterCache>>,
     /// Which weights new requests get; the update lock serializes updates.
     pub(super) serving: Mutex<Option<WeightsInfo>>,
     pub(super) update: tokio::sync::Mutex<()>,
@@ -58,7 +60,10 @@ impl Engine {
             cost: Mutex::new(CostModel::new(cfg.cost)),
             live_count: watch::channel(0).0,
         });
-        let EngineModel { id, limits, spec, device, check, classify, weights } = model;
+        let EngineModel { id, limits, spec, device, check, classify, weights, adapters } = model;
+        if let Some(a) = &adapters {
+            metrics.watch_adapters(a);
+        }
         let live_sessions =
             LiveSessions::new(sessions.clone(), device, cfg.session_idle, session_shared.clone(), metrics.clone());
         Executor::new(spec, device, classify, shared.clone(), metrics.clone(), &cfg, live_sessions).spawn(rx);
@@ -73,6 +78,7 @@ impl Engine {
             sessions,
             session_shared,
             weights,
+            adapters,
             serving: Mutex::new(None),
             update: tokio::sync::Mutex::new(()),
         }))
@@ -92,6 +98,11 @@ impl Engine {
 
     pub fn metrics(&self) -> &Metrics {
         &self.0.metrics
+    }
+
+    /// The LoRA adapters requests may name, if the model takes any.
+    pub fn adapters(&self) -> Option<&Arc<AdapterCache>> {
+        self.0.adapters.as_ref()
     }
 
     /// Cancels a queued or running request at its next unit boundary. `false` when the id is not

@@ -15,6 +15,7 @@
 //! weight-swap (`weight_swap`) methods; the executor loop (`executor`) and its batched steps
 //! (`batching`). This file only names them, so the arrows between them run one way.
 
+mod adapters;
 mod admission;
 mod batching;
 mod command;

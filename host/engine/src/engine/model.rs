@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use fastvideo_pipeline::PipelineSpec;
+use fastvideo_pipeline::{AdapterCache, PipelineSpec};
 use fastvideo_request::{ModelLimits, RequestError, ResolvedRequest};
 use tch::Device;
 
@@ -24,4 +24,6 @@ pub struct EngineModel {
     pub classify: Classifier,
     /// How to load other weights (`update_weights`); none refuses updates.
     pub weights: Option<WeightUpdates>,
+    /// The LoRA adapters requests may name; none refuses every `lora` field.
+    pub adapters: Option<Arc<AdapterCache>>,
 }

@@ -1,0 +1,146 @@
+//! `--lora NAME_OR_FILE[=SCALE]` for local runs, and `fastvideo lora inspect FILE`.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use fastvideo_lora::LoraFile;
+use fastvideo_pipeline::{AdapterCache, AdapterSource, PipelineSpec, Value, Values, ADAPTERS};
+use fastvideo_request::{LoraChoice, OmniRequest, ResolvedRequest};
+
+/// Adapters for one local run.
+#[derive(Args, Clone, Debug, Default)]
+pub struct LoraArgs {
+    /// A LoRA adapter to run with: a name the --deploy enables, or a .safetensors file (diffusers,
+    /// original Wan/ComfyUI or kohya keys); `=SCALE` sets its strength (default: the deploy's,
+    /// or 1 for a file). Repeatable; adapters stack in order.
+    #[arg(long = "lora", value_name = "NAME_OR_FILE[=SCALE]")]
+    pub lora: Vec<String>,
+    /// Device memory for prepared adapters, in MiB.
+    #[arg(long, value_name = "MIB", default_value_t = 2048)]
+    pub adapter_cache: u64,
+}
+
+/// `NAME_OR_FILE[=SCALE]`: the part after the last `=` is a strength when it reads as a number.
+fn split(arg: &str) -> Result<(&str, Option<f64>)> {
+    if let Some((name, scale)) = arg.rsplit_once('=') {
+        if let Ok(s) = scale.trim().parse::<f64>() {
+            return Ok((name, Some(s)));
+        }
+        if !Path::new(arg).exists() {
+            bail!("--lora {arg}: `{scale}` is not a number (give NAME_OR_FILE=SCALE)");
+        }
+    }
+    Ok((arg, None))
+}
+
+impl LoraArgs {
+    /// The request's `lora` choices, and the files named on the command line as adapter
+    /// sources (each named by its file stem, hashed now).
+    pub fn choices(&self) -> Result<(Vec<LoraChoice>, Vec<AdapterSource>)> {
+        let (mut choices, mut files) = (Vec::new(), Vec::<AdapterSource>::new());
+        for arg in &self.lora {
+            let (spec, scale) = split(arg)?;
+            let path = Path::new(spec);
+            let name = if path.extension().is_some_and(|e| e == "safetensors") || path.is_file() {
+                let bytes = std::fs::read(path).with_context(|| format!("--lora {spec}"))?;
+                let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| spec.into());
+                let name = if files.iter().any(|f| f.name == stem) { spec.to_string() } else { stem };
+                files.push(AdapterSource {
+                    name: name.clone(),
+                    path: path.to_path_buf(),
+                    blake3: blake3::hash(&bytes).to_hex().to_string(),
+                    default_scale: 1.0,
+                });
+                name
+            } else {
+                spec.to_string()
+            };
+            choices.push(LoraChoice { name, scale });
+        }
+        Ok((choices, files))
+    }
+
+    /// Puts the choices on `r`; the sources they need come back for [`values`].
+    pub fn apply(&self, r: &mut OmniRequest) -> Result<Vec<AdapterSource>> {
+        let (choices, files) = self.choices()?;
+        r.lora = choices;
+        Ok(files)
+    }
+}
+
+/// The run's values with `req`'s adapters prepared for `spec`'s model (from the deploy's
+/// `[[adapters]]` and the files on the command line); empty when it names none.
+pub fn values(
+    spec: &PipelineSpec,
+    req: &ResolvedRequest,
+    sources: Vec<AdapterSource>,
+    cache_mib: u64,
+) -> Result<Values> {
+    let mut values = Values::default();
+    if req.lora.is_empty() {
+        return Ok(values);
+    }
+    let Some(target) = &spec.adapters else {
+        bail!("--lora: LoRA adapters need the transformer on one device (drop --gpus)");
+    };
+    let max = req.lora.len().max(fastvideo_pipeline::DEFAULT_MAX_LORAS_PER_REQUEST);
+    let cache = AdapterCache::new(Arc::clone(target), sources, cache_mib << 20, max)?;
+    cache.check(&req.lora)?;
+    if let Some(set) = cache.set_for(&req.lora)? {
+        values.insert(ADAPTERS, Value::Adapters(set));
+    }
+    Ok(values)
+}
+
+#[derive(Subcommand)]
+pub enum LoraCommand {
+    /// What a LoRA file holds, read without running it: format, ranks, alphas, targeted modules,
+    /// size, and its blake3 for a deploy's `[[adapters]]`.
+    Inspect(InspectArgs),
+}
+
+#[derive(Args)]
+pub struct InspectArgs {
+    /// The .safetensors file.
+    file: PathBuf,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(cmd: LoraCommand) -> Result<()> {
+    match cmd {
+        LoraCommand::Inspect(a) => {
+            let bytes = std::fs::read(&a.file).with_context(|| a.file.display().to_string())?;
+            let file = LoraFile::parse(&bytes).with_context(|| a.file.display().to_string())?;
+            let hash = blake3::hash(&bytes).to_hex().to_string();
+            let summary = file.summary();
+            if a.json {
+                let mut j = summary.to_json();
+                j["blake3"] = hash.into();
+                j["file"] = a.file.display().to_string().into();
+                println!("{}", serde_json::to_string_pretty(&j)?);
+            } else {
+                println!("file:         {}", a.file.display());
+                println!("blake3:       {hash}");
+                print!("{summary}");
+            }
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split;
+
+    #[test]
+    fn a_strength_follows_the_last_equals_sign() {
+        assert_eq!(split("style=0.8").unwrap(), ("style", Some(0.8)));
+        assert_eq!(split("a/b=c.safetensors=-1").unwrap(), ("a/b=c.safetensors", Some(-1.0)));
+        assert_eq!(split("style").unwrap(), ("style", None));
+        assert!(split("style=strong").is_err());
+    }
+}

@@ -1,0 +1,85 @@
+//! The `lora` field: which adapters a request runs with, and how strongly. `resolve` checks what
+//! it can alone (names present, strengths finite and within bounds, no name twice); which names
+//! exist, and how many a request may name, is the serving side's (the adapter cache's) check.
+
+use serde::{Deserialize, Serialize};
+
+use crate::RequestError;
+
+/// Strengths beyond this are refused: far outside what any adapter is trained for, and a
+/// typo (`80` for `0.8`) more likely than intent.
+pub const MAX_LORA_SCALE: f64 = 10.0;
+
+/// One adapter a request names: `{"name": "...", "scale": 0.8}`; `scale` defaults to the one
+/// the deploy gives the adapter.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoraChoice {
+    /// The adapter's name in the deploy (`[[adapters]] name`).
+    pub name: String,
+    /// Strength, in ±[`MAX_LORA_SCALE`]; absent: the deploy's `default_scale`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scale: Option<f64>,
+}
+
+/// An adapter as a resolved request runs it: its name and strength (`None`: the deploy's
+/// default, filled in by the adapter cache).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LoraUse {
+    /// The adapter's name, trimmed.
+    pub name: String,
+    /// The requested strength, if given.
+    pub scale: Option<f64>,
+}
+
+/// Checks each choice on its own: a name, a finite strength within ±[`MAX_LORA_SCALE`], and
+/// no adapter named twice. Errors name `lora[i].name` or `lora[i].scale`.
+pub fn resolve_lora(choices: &[LoraChoice]) -> Result<Vec<LoraUse>, RequestError> {
+    let mut out: Vec<LoraUse> = Vec::with_capacity(choices.len());
+    for (i, c) in choices.iter().enumerate() {
+        let name = c.name.trim();
+        if name.is_empty() {
+            return Err(RequestError::new(format!("lora[{i}].name"), "must not be empty"));
+        }
+        if out.iter().any(|u| u.name == name) {
+            return Err(RequestError::new(format!("lora[{i}].name"), format!("`{name}` is named twice")));
+        }
+        if let Some(s) = c.scale {
+            if !s.is_finite() || s.abs() > MAX_LORA_SCALE {
+                return Err(RequestError::new(
+                    format!("lora[{i}].scale"),
+                    format!("{s} must be a finite number in [-{MAX_LORA_SCALE}, {MAX_LORA_SCALE}]"),
+                ));
+            }
+        }
+        out.push(LoraUse { name: name.to_string(), scale: c.scale });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn choice(name: &str, scale: Option<f64>) -> LoraChoice {
+        LoraChoice { name: name.into(), scale }
+    }
+
+    #[test]
+    fn names_and_strengths_are_checked_one_by_one() {
+        let ok = resolve_lora(&[choice("a", Some(0.8)), choice(" b ", None)]).unwrap();
+        assert_eq!(ok, vec![LoraUse { name: "a".into(), scale: Some(0.8) }, LoraUse { name: "b".into(), scale: None }]);
+        for (choices, field) in [
+            (vec![choice("", None)], "lora[0].name"),
+            (vec![choice("a", None), choice("a", Some(1.0))], "lora[1].name"),
+            (vec![choice("a", Some(f64::NAN))], "lora[0].scale"),
+            (vec![choice("a", Some(0.5)), choice("b", Some(-10.5))], "lora[1].scale"),
+        ] {
+            assert_eq!(resolve_lora(&choices).unwrap_err().field, field);
+        }
+        assert!(resolve_lora(&[choice("a", Some(-10.0))]).is_ok());
+        // JSON: an unknown key is refused, a missing scale is fine.
+        assert!(serde_json::from_str::<LoraChoice>(r#"{"name": "a", "strength": 1}"#).is_err());
+        assert_eq!(serde_json::from_str::<LoraChoice>(r#"{"name": "a"}"#).unwrap(), choice("a", None));
+    }
+}
