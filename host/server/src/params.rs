@@ -51,6 +51,9 @@ pub struct CreateParams {
     /// Reward plugins (enabled by the deploy) to score the result with.
     #[serde(default)]
     pub rewards: Vec<String>,
+    /// LoRA adapters (enabled by the deploy) to run with: `[{"name": ..., "scale": ...}]`. Forms
+    /// send it as that JSON, or as `lora[0][name]`, `lora[0][scale]`, ... fields.
+    pub lora: Option<serde_json::Value>,
     /// Image to video: the first frame (PNG, JPEG or WebP), as OpenAI's client uploads it (a
     /// multipart file) or in JSON as a `data:` URL or plain base64.
     pub input_reference: Option<MediaValue>,
@@ -265,7 +268,22 @@ fn insert_form_field(
         ));
     }
     let mut slot = map.entry(first.to_string()).or_insert(serde_json::Value::Null);
-    for key in rest {
+    for (depth, key) in rest.iter().enumerate() {
+        if key.is_empty() {
+            // `a[][k]`: a list (how the openai client sends a list of objects in a form). The
+            // next key starts a new element when the last one has it already.
+            if !slot.is_array() {
+                *slot = serde_json::Value::Array(Vec::new());
+            }
+            let list = slot.as_array_mut().expect("just made a list");
+            let next = rest.get(depth + 1);
+            let reuse = next.is_some_and(|k| list.last().is_some_and(|l| l.is_object() && l.get(*k).is_none()));
+            if !reuse {
+                list.push(serde_json::Value::Null);
+            }
+            slot = list.last_mut().expect("just pushed");
+            continue;
+        }
         if !slot.is_object() {
             *slot = serde_json::Value::Object(Default::default());
         }
@@ -385,8 +403,44 @@ impl CreateParams {
         r.outputs.rewards = self.rewards.clone();
         r.priority = self.priority.unwrap_or(0);
         r.exact = self.exact.unwrap_or(false);
+        r.lora = match &self.lora {
+            Some(v) => lora_choices(v)?,
+            None => Vec::new(),
+        };
         Ok(r)
     }
+}
+
+/// The `lora` field: a list of `{name, scale}`, or the object a form's `lora[i][name]` fields
+/// make (keys `0`, `1`, ... in order).
+fn lora_choices(v: &serde_json::Value) -> Result<Vec<fastvideo_request::LoraChoice>, ApiError> {
+    let items: Vec<&serde_json::Value> = match v {
+        serde_json::Value::Array(a) => a.iter().collect(),
+        serde_json::Value::Object(m) => {
+            let mut keyed = Vec::new();
+            for (k, item) in m {
+                let i: usize = k.parse().map_err(|_| {
+                    ApiError::field("lora", format!("lora: `{k}` is not an index (send a list of {{name, scale}})"))
+                })?;
+                keyed.push((i, item));
+            }
+            keyed.sort_by_key(|(i, _)| *i);
+            keyed.into_iter().map(|(_, item)| item).collect()
+        }
+        _ => return Err(ApiError::field("lora", "lora: must be a list of {\"name\": ..., \"scale\": ...}")),
+    };
+    items
+        .into_iter()
+        .enumerate()
+        .map(|(i, item)| {
+            let mut item = item.clone();
+            // Forms carry numbers as text.
+            if let Some(s) = item.get("scale").and_then(|s| s.as_str()).and_then(|s| s.trim().parse::<f64>().ok()) {
+                item["scale"] = s.into();
+            }
+            serde_json::from_value(item).map_err(|e| ApiError::field(&format!("lora[{i}]"), format!("lora[{i}]: {e}")))
+        })
+        .collect()
 }
 
 /// The frame count (`m·k + 1`) closest to `seconds` at `fps`.
@@ -483,6 +537,10 @@ mod tests {
     #[test]
     fn bracketed_form_names_nest() {
         let mut m = serde_json::Map::new();
+        for (k, v) in [("lora[][name]", "a"), ("lora[][scale]", "0.8"), ("lora[][name]", "b")] {
+            insert_form_field(&mut m, k, v.into()).unwrap();
+        }
+        assert_eq!(m.remove("lora").unwrap(), serde_json::json!([{"name": "a", "scale": "0.8"}, {"name": "b"}]));
         insert_form_field(&mut m, "plugin_params[apg][eta]", serde_json::json!(0.5)).unwrap();
         insert_form_field(&mut m, "plugin_params[apg][norm]", serde_json::json!(2)).unwrap();
         insert_form_field(&mut m, "seed", serde_json::json!(3)).unwrap();

@@ -11,6 +11,7 @@ mod comfyui_i2v;
 mod common;
 mod default_model;
 mod image_to_video;
+mod lora;
 mod parallel;
 mod plugin;
 mod rl;

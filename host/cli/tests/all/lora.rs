@@ -1,0 +1,152 @@
+//! LoRA adapters through the command line and the server: `fastvideo lora inspect`, `--lora` on
+//! `generate`, `[[adapters]]` in a deploy (pinned by hash), and per-request `lora` from the
+//! official openai client. The adapters are the tiny fixtures of tests/fixtures/lora (they fit
+//! tests/fixtures/tiny-wan); their parity with diffusers is models/wan's lora tests.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use crate::common::server::{metric, Server};
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures")
+}
+
+fn fastvideo(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_fastvideo")).args(args).output().expect("fastvideo runs")
+}
+
+fn adapter(name: &str) -> String {
+    fixtures().join("lora").join(format!("{name}.safetensors")).display().to_string()
+}
+
+fn hash(path: &str) -> String {
+    blake3::hash(&std::fs::read(path).unwrap()).to_hex().to_string()
+}
+
+/// A deploy enabling the `original` and `kohya` fixtures (the latter at default strength 0.5).
+fn deploy(dir: &Path, original_hash: &str) -> PathBuf {
+    let file = dir.join("deploy.toml");
+    let text = format!(
+        "[[adapters]]\nname = \"style\"\nsource = \"{}\"\nblake3 = \"{original_hash}\"\n\n\
+         [[adapters]]\nname = \"kohya\"\nsource = \"{}\"\nblake3 = \"{}\"\ndefault_scale = 0.5\n",
+        adapter("original"),
+        adapter("kohya"),
+        hash(&adapter("kohya"))
+    );
+    std::fs::write(&file, text).unwrap();
+    file
+}
+
+#[test]
+fn inspect_reports_format_rank_and_hash() {
+    let out = fastvideo(&["lora", "inspect", &adapter("original"), "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["format"], "original (Wan/ComfyUI)");
+    assert_eq!(v["ranks"], serde_json::json!([4]));
+    assert_eq!(v["alphas"], serde_json::json!([2.0]));
+    assert_eq!(v["modules"], 22);
+    assert_eq!(
+        (v["weight_diffs"].as_u64(), v["bias_diffs"].as_u64(), v["ignored_keys"].as_u64()),
+        (Some(1), Some(1), Some(1))
+    );
+    assert_eq!(v["blake3"].as_str().unwrap(), hash(&adapter("original")));
+    assert_eq!(v["targets"]["blocks.*.attn1.to_q"], 2);
+    let bad = fastvideo(&["lora", "inspect", &fixtures().join("tiny-wan/model_index.json").display().to_string()]);
+    crate::common::assert_user_error(&bad, "not a readable safetensors file");
+}
+
+#[test]
+fn generate_runs_adapters_from_files_and_refuses_ones_that_do_not_fit() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = fixtures().join("tiny-wan").display().to_string();
+    let run = |name: &str, lora: &[&str]| {
+        let out = dir.path().join(format!("{name}.mp4"));
+        let mut args = vec!["generate", "--model", &model, "--prompt", "a red circle", "--frames", "5"];
+        args.extend(["--height", "32", "--width", "32", "--seed", "1", "--quiet", "--device", "cpu"]);
+        let out_s = out.display().to_string();
+        args.extend(["--out", &out_s]);
+        let lora: Vec<String> = lora.iter().map(|l| format!("--lora={l}")).collect();
+        args.extend(lora.iter().map(String::as_str));
+        let o = fastvideo(&args);
+        (o, out)
+    };
+    let (o, plain) = run("plain", &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let original = adapter("original");
+    let (o, styled) = run("styled", &[&format!("{original}=0.8")]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (o, zero) = run("zero", &[&format!("{original}=0")]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let read = |p: &PathBuf| std::fs::read(p).unwrap();
+    assert_ne!(read(&plain), read(&styled), "the adapter changes the video");
+    assert_eq!(read(&plain), read(&zero), "strength 0 is no adapter, bit for bit");
+    let (o, _) = run("i2v", &[&adapter("i2v")]);
+    crate::common::assert_user_error(&o, "blocks.0.cross_attn.k_img.lora_down.weight");
+    let (o, _) = run("unknown", &["no-such"]);
+    crate::common::assert_user_error(&o, "lora[0].name");
+    let (o, _) = run("nan", &[&format!("{original}=nan")]);
+    crate::common::assert_user_error(&o, "lora[0].scale");
+}
+
+#[test]
+fn a_deploy_pins_adapters_by_hash() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = fixtures().join("tiny-wan").display().to_string();
+    let wrong = deploy(dir.path(), &"0".repeat(64));
+    let out = Command::new(env!("CARGO_BIN_EXE_fastvideo"))
+        .args(["serve", "--port", "0", "--device", "cpu", "--ephemeral", "--model", &model, "--deploy"])
+        .arg(&wrong)
+        .output()
+        .unwrap();
+    crate::common::assert_user_error(&out, "[[adapters]] `style`: blake3");
+}
+
+#[test]
+fn the_openai_client_runs_adapters_per_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = fixtures().join("tiny-wan").display().to_string();
+    let file = deploy(dir.path(), &hash(&adapter("original")));
+    let server =
+        Server::start(&["--model", &model, "--deploy", file.to_str().unwrap(), "--max-loras-per-request", "2"]);
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/clients/openai_lora.py");
+    let out = Command::new(crate::common::client_python()).arg(script).arg(&server.base).arg("style").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((&r["differs"], &r["reproducible"]), (&true.into(), &true.into()), "{r}");
+    assert_eq!((r["unknown"]["status"].as_u64(), r["unknown"]["param"].as_str()), (Some(400), Some("lora[0].name")));
+    let message = r["unknown"]["message"].as_str().unwrap();
+    assert!(message.contains("kohya, style"), "the error lists the enabled adapters: {message}");
+    // Loaded once, then found in the cache.
+    let m = server.metrics();
+    assert_eq!(metric(&m, "fastvideo_adapter_loads_total", None), 1.0);
+    assert!(metric(&m, "fastvideo_adapter_hits_total", None) >= 1.0);
+    assert!(metric(&m, "fastvideo_adapter_bytes", None) > 0.0);
+    // Bad input: too many, a strength out of bounds, not a list; each a 400 naming the field.
+    let base =
+        serde_json::json!({"prompt": "a red circle", "size": "32x32", "num_frames": 5, "num_inference_steps": 1});
+    for (lora, param) in [
+        (serde_json::json!([{"name": "style"}, {"name": "kohya"}, {"name": "third"}]), "lora"),
+        (serde_json::json!([{"name": "style", "scale": 11}]), "lora[0].scale"),
+        (serde_json::json!([{"name": "style"}, {"name": "style"}]), "lora[1].name"),
+        (serde_json::json!("style"), "lora"),
+        (serde_json::json!([{"name": "style", "weight": 1}]), "lora[0]"),
+    ] {
+        let mut body = base.clone();
+        body["lora"] = lora.clone();
+        let (status, v) = server.post("/v1/videos", body);
+        assert_eq!((status, v["error"]["param"].as_str()), (400, Some(param)), "{lora}: {v}");
+    }
+    // Two requests with different sets (one at the deploy's default strength) both finish.
+    let mut a = base.clone();
+    a["lora"] = serde_json::json!([{"name": "kohya"}]);
+    let (_, a) = server.post("/v1/videos", a);
+    let mut b = base.clone();
+    b["lora"] = serde_json::json!([{"name": "style", "scale": -0.5}, {"name": "kohya", "scale": 1}]);
+    let (_, b) = server.post("/v1/videos", b);
+    for v in [a, b] {
+        let done = server.wait_done(v["id"].as_str().unwrap());
+        assert_eq!(done["status"], "completed", "{done}");
+    }
+}
