@@ -61,6 +61,12 @@ pub const TARGETS: &[Target] = &[
         run: safetensors_header,
     },
     Target {
+        name: "lora-file",
+        what: "a LoRA safetensors file: header, key names in every format, shapes, alphas, metadata (fastvideo-lora), checked against a model's modules",
+        max_len: 1 << 16,
+        run: lora_file,
+    },
+    Target {
         name: "sharded-index",
         what: "a *.safetensors.index.json's weight map to the shard file names the loader opens (weights.rs)",
         max_len: 1 << 16,
@@ -114,6 +120,48 @@ fn safetensors_header(b: &[u8]) -> bool {
                 let _ = (view.shape().iter().product::<usize>(), view.data().len());
             }
             true
+        }
+        Err(_) => false,
+    }
+}
+
+/// The linear modules of tests/fixtures/tiny-wan's transformer (2 blocks of width 24).
+fn tiny_wan_modules() -> Vec<fastvideo_lora::TargetModule> {
+    let m = |name: String, in_dim, out_dim| fastvideo_lora::TargetModule { name, in_dim, out_dim, bias: true };
+    let mut v = vec![
+        m("condition_embedder.time_embedder.linear_1".into(), 32, 24),
+        m("condition_embedder.time_embedder.linear_2".into(), 24, 24),
+        m("condition_embedder.time_proj".into(), 24, 144),
+        m("condition_embedder.text_embedder.linear_1".into(), 32, 24),
+        m("condition_embedder.text_embedder.linear_2".into(), 24, 24),
+        m("proj_out".into(), 24, 16),
+    ];
+    for b in 0..2 {
+        for a in ["attn1", "attn2"] {
+            for p in ["to_q", "to_k", "to_v", "to_out.0"] {
+                v.push(m(format!("blocks.{b}.{a}.{p}"), 24, 24));
+            }
+        }
+        v.push(m(format!("blocks.{b}.ffn.net.0.proj"), 24, 48));
+        v.push(m(format!("blocks.{b}.ffn.net.2"), 48, 24));
+    }
+    v
+}
+
+fn lora_file(b: &[u8]) -> bool {
+    static MODULES: std::sync::OnceLock<Vec<fastvideo_lora::TargetModule>> = std::sync::OnceLock::new();
+    match fastvideo_lora::LoraFile::parse(b) {
+        Ok(f) => {
+            let s = f.summary();
+            let _ = (s.to_json(), s.to_string());
+            for p in f.modules.values() {
+                // Whatever the file says, a patch's tensors hold exactly their shapes' bytes.
+                for t in [&p.down, &p.up, &p.diff, &p.diff_b].into_iter().flatten() {
+                    assert_eq!(t.data.len(), t.shape.iter().product::<usize>() * t.dtype.size(), "{}", t.key);
+                }
+                assert!(p.scale().is_finite(), "scale of a checked patch");
+            }
+            f.check(MODULES.get_or_init(tiny_wan_modules)).is_ok()
         }
         Err(_) => false,
     }
