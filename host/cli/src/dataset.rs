@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::{ensure, Context, Result};
 use clap::Args;
-use fastvideo_procedural::{render, Scene, Variation};
+use fastvideo_procedural::{render_styled, Scene, Style, Variation};
 
 #[derive(Args)]
 pub struct DatasetArgs {
@@ -34,6 +34,14 @@ pub struct DatasetArgs {
     world: bool,
     #[arg(long, default_value_t = 9)]
     steps: usize,
+    /// How backgrounds are drawn: plain (the default model's data) or striped (the shipped
+    /// LoRA adapter's, models/default-lora-stripes).
+    #[arg(long, default_value = "plain", value_parser = style)]
+    style: Style,
+}
+
+fn style(s: &str) -> Result<Style, String> {
+    Style::parse(s).ok_or_else(|| format!("`{s}` is not plain or striped"))
 }
 
 pub fn run(args: DatasetArgs) -> Result<()> {
@@ -61,7 +69,9 @@ pub fn run(args: DatasetArgs) -> Result<()> {
             .map(|c| {
                 s.spawn(move || {
                     c.iter()
-                        .flat_map(|(scene, seed)| render(scene, &Variation::sample(*seed), args.frames, args.size).rgb)
+                        .flat_map(|(scene, seed)| {
+                            render_styled(scene, &Variation::sample(*seed), args.frames, args.size, args.style).rgb
+                        })
                         .collect::<Vec<u8>>()
                 })
             })

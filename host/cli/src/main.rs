@@ -3,6 +3,7 @@
 
 mod args;
 mod bench;
+mod bench_lora;
 mod bench_parallel;
 mod dataset;
 mod eval;
@@ -41,6 +42,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Time one CFG step of the transformer split over GPUs, for each parallel layout.
     BenchParallel(bench_parallel::BenchParallelArgs),
+    /// Time LoRA adapters on a model: unmerged overhead, mixed batches, merge/unmerge, load.
+    BenchLora(bench_lora::BenchLoraArgs),
     /// Roll out the world model under a list of actions and write the MP4.
     World(world::WorldArgs),
     /// Inspect and build Wasm plugins.
@@ -73,6 +76,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Generate(args) => generate::run(*args),
         Command::Lora(cmd) => lora::run(cmd),
+        Command::BenchLora(args) => bench_lora::run(args),
         Command::Dataset(args) => dataset::run(args),
         Command::World(args) => world::run(args),
         Command::Eval(args) => eval::run(args),

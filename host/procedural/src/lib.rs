@@ -10,10 +10,12 @@
 mod analyze;
 mod render;
 mod score;
+mod style;
 mod vocab;
 pub mod world;
 
 pub use analyze::{analyze, Analysis};
-pub use render::{render, Clip, Variation};
+pub use render::{render, render_styled, Clip, Variation};
 pub use score::{psnr, Accuracy, Tally};
+pub use style::{stripe_contrast, Style, STRIPE_PERIOD};
 pub use vocab::{Background, Color, Motion, Scene, Shape};

@@ -1,6 +1,6 @@
 use rand::{Rng, SeedableRng};
 
-use crate::{Motion, Scene, Shape};
+use crate::{Motion, Scene, Shape, Style};
 
 /// Per-clip randomness: where the object starts, how big it is, how fast it goes. Drawn from a
 /// seed so a (scene, seed) pair always renders the same clip.
@@ -105,7 +105,12 @@ pub(crate) fn placement(scene: &Scene, var: &Variation, t: f32, size: usize) -> 
 
 /// Draws `frames` frames of `size`x`size` pixels.
 pub fn render(scene: &Scene, var: &Variation, frames: usize, size: usize) -> Clip {
-    let bg = scene.background.rgb().map(|c| c as f32);
+    render_styled(scene, var, frames, size, Style::Plain)
+}
+
+/// [`render`] with the background drawn in `style`.
+pub fn render_styled(scene: &Scene, var: &Variation, frames: usize, size: usize, style: Style) -> Clip {
+    let flat = scene.background.rgb().map(|c| c as f32);
     let fg = scene.color.rgb().map(|c| c as f32);
     let mut rgb = Vec::with_capacity(frames * size * size * 3);
     for f in 0..frames {
@@ -113,6 +118,7 @@ pub fn render(scene: &Scene, var: &Variation, frames: usize, size: usize) -> Cli
         let (cx, cy, r) = placement(scene, var, t, size);
         for y in 0..size {
             for x in 0..size {
+                let bg = style.background(flat, x, y);
                 // Outside the object's box every sample misses: skip supersampling there.
                 let far = (x as f32 + 0.5 - cx).abs() > r + 1.0 || (y as f32 + 0.5 - cy).abs() > r + 1.0;
                 if far {

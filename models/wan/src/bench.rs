@@ -67,19 +67,19 @@ pub struct BenchReport {
     pub velocity: Option<Tensor>,
 }
 
-fn sync(device: Device) {
+pub(crate) fn sync(device: Device) {
     if let Device::Cuda(i) = device {
         tch::Cuda::synchronize(i as i64);
     }
 }
 
-fn median(v: &mut [f64]) -> f64 {
+pub(crate) fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
 }
 
 /// Times `f` (synchronising the device around it): one warm-up, then `runs` timed calls.
-fn time<T>(device: Device, runs: usize, mut f: impl FnMut() -> Result<T>) -> Result<(Vec<f64>, T)> {
+pub(crate) fn time<T>(device: Device, runs: usize, mut f: impl FnMut() -> Result<T>) -> Result<(Vec<f64>, T)> {
     let mut last = f()?;
     sync(device);
     let mut times = Vec::with_capacity(runs);

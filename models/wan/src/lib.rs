@@ -15,6 +15,7 @@ mod image_encode;
 pub mod image_processor;
 pub mod image_resize;
 pub mod loader;
+pub mod lora_bench;
 pub mod nn;
 pub mod parallel;
 pub mod parallel_bench;
