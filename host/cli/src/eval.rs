@@ -68,6 +68,12 @@ pub struct EvalArgs {
     /// attributes, and whether the motion follows a prompt with the opposite motion.
     #[arg(long, conflicts_with_all = ["world", "vae_roundtrip"])]
     i2v: bool,
+    /// Score a LoRA adapter instead (one --lora NAME_OR_FILE[=SCALE]): each clip without it,
+    /// with it and at strength 0; prints the stripe contrast the shipped adapter adds
+    /// (models/default-lora-stripes), the four attributes for both, and whether strength 0 is
+    /// byte-identical to no adapter.
+    #[command(flatten)]
+    lora: crate::lora::LoraArgs,
 }
 
 /// The scene list for `--scenes`, in a fixed order.
@@ -115,6 +121,9 @@ pub fn run(args: EvalArgs) -> Result<()> {
     let limits = model.limits();
     if args.i2v {
         return run_i2v(&args, &list, &model, &model_dir, device);
+    }
+    if !args.lora.lora.is_empty() {
+        return run_lora(&args, &list, &model, &model_dir, device);
     }
     let build = |scene: &Scene, seed: u64| {
         let mut r = OmniRequest::text_to_video(format!("eval-{seed}"), scene.prompt());
@@ -235,6 +244,42 @@ fn run_i2v(
     };
     eval_i2v::run(eval, spec, request)?;
     Ok(())
+}
+
+fn run_lora(
+    args: &EvalArgs,
+    list: &[Scene],
+    model: &WanModel,
+    model_dir: &std::path::Path,
+    device: tch::Device,
+) -> Result<()> {
+    let (choices, files) = args.lora.choices()?;
+    let [adapter] = <[_; 1]>::try_from(choices).map_err(|_| anyhow::anyhow!("eval takes one --lora"))?;
+    let limits = model.limits();
+    let build = |scene: &Scene, seed: u64| -> Result<OmniRequest> {
+        let mut r = OmniRequest::text_to_video(format!("eval-{seed}"), scene.prompt());
+        r.sampling.seed = Some(seed);
+        args.sampling.apply(&mut r);
+        args.plugins.apply(&mut r);
+        Ok(r)
+    };
+    let resolve = |r: OmniRequest, seed: u64| -> Result<ResolvedRequest> { Ok(r.resolve(&limits, || seed)?) };
+    let first = resolve(build(&list[0], 0)?, 0)?;
+    let (policies, mut sources) =
+        crate::generate::deploy_for(&args.plugins, &[&first], &model_dir.display().to_string(), false)?;
+    sources.extend(files);
+    let spec = Arc::new(pipeline::text_to_video_with(model, policies)?);
+    eprintln!("model: {}", model_dir.display());
+    let eval = crate::eval_lora::LoraEval {
+        scenes: list,
+        seeds: args.seeds,
+        device,
+        adapter,
+        sources,
+        cache_mib: args.lora.adapter_cache,
+        json: args.json,
+    };
+    crate::eval_lora::run(eval, spec, build, resolve)
 }
 
 /// The scene's ground-truth clip (variation drawn from `seed`) through the model's VAE and back.

@@ -8,6 +8,7 @@ mod bench_parallel;
 mod dataset;
 mod eval;
 mod eval_i2v;
+mod eval_lora;
 mod eval_world;
 mod generate;
 mod lora;
