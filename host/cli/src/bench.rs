@@ -41,6 +41,9 @@ pub struct BenchArgs {
     /// Print the report as JSON (the default is a short human summary as well).
     #[arg(long)]
     json: bool,
+    /// Time every forward with these LoRA adapters (files; unmerged).
+    #[command(flatten)]
+    lora: crate::lora::LoraArgs,
 }
 
 pub fn run(args: BenchArgs) -> Result<()> {
@@ -65,6 +68,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         vae_runs: args.vae_runs,
         inputs,
         vae_compare: args.vae_compare,
+        adapters: args.lora.set(model.transformer.clone())?,
     };
     let mut report = bench::run(&model, &opts)?;
     if let (Some(path), Some(v)) = (&args.outputs, report.velocity.take()) {

@@ -6,8 +6,10 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use fastvideo_lora::LoraFile;
-use fastvideo_pipeline::{AdapterCache, AdapterSource, PipelineSpec, Value, Values, ADAPTERS};
-use fastvideo_request::{LoraChoice, OmniRequest, ResolvedRequest};
+use fastvideo_pipeline::{
+    AdapterCache, AdapterSet, AdapterSource, AdapterTarget, PipelineSpec, Value, Values, ADAPTERS,
+};
+use fastvideo_request::{LoraChoice, LoraUse, OmniRequest, ResolvedRequest};
 
 /// Adapters for one local run.
 #[derive(Args, Clone, Debug, Default)]
@@ -85,13 +87,33 @@ pub fn values(
     let Some(target) = &spec.adapters else {
         bail!("--lora: LoRA adapters need the transformer on one device (drop --gpus)");
     };
-    let max = req.lora.len().max(fastvideo_pipeline::DEFAULT_MAX_LORAS_PER_REQUEST);
-    let cache = AdapterCache::new(Arc::clone(target), sources, cache_mib << 20, max)?;
-    cache.check(&req.lora)?;
-    if let Some(set) = cache.set_for(&req.lora)? {
+    if let Some(set) = set_for(Arc::clone(target), sources, &req.lora, cache_mib)? {
         values.insert(ADAPTERS, Value::Adapters(set));
     }
     Ok(values)
+}
+
+/// The prepared set `lora` names among `sources`, for `target`.
+pub fn set_for(
+    target: Arc<dyn AdapterTarget>,
+    sources: Vec<AdapterSource>,
+    lora: &[LoraUse],
+    cache_mib: u64,
+) -> Result<Option<Arc<AdapterSet>>> {
+    let max = lora.len().max(fastvideo_pipeline::DEFAULT_MAX_LORAS_PER_REQUEST);
+    let cache = AdapterCache::new(target, sources, cache_mib << 20, max)?;
+    cache.check(lora)?;
+    cache.set_for(lora)
+}
+
+impl LoraArgs {
+    /// The adapters of a run outside a pipeline (`bench`): files only, every forward on
+    /// `target` runs with them.
+    pub fn set(&self, target: Arc<dyn AdapterTarget>) -> Result<Option<Arc<AdapterSet>>> {
+        let (choices, files) = self.choices()?;
+        let lora = fastvideo_request::resolve_lora(&choices)?;
+        set_for(target, files, &lora, self.adapter_cache)
+    }
 }
 
 #[derive(Subcommand)]

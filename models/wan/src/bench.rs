@@ -26,6 +26,8 @@ pub struct BenchOptions {
     pub inputs: HashMap<String, Tensor>,
     /// Also decode in float32 and report the PSNR of the model's VAE dtype against it.
     pub vae_compare: bool,
+    /// LoRA adapters every forward runs with (unmerged), if any.
+    pub adapters: Option<std::sync::Arc<fastvideo_pipeline::AdapterSet>>,
 }
 
 /// Seconds are medians over the timed runs, after one warm-up.
@@ -154,7 +156,10 @@ pub fn run(model: &WanModel, opts: &BenchOptions) -> Result<BenchReport> {
         (None, _) => None,
     };
     let image = image.as_ref();
-    let forward = |x: &Tensor, ts: &Tensor, c: &Tensor, img: Option<&Tensor>| t.forward_hooked(x, ts, c, img, None);
+    let forward = |x: &Tensor, ts: &Tensor, c: &Tensor, img: Option<&Tensor>| {
+        let rows = fastvideo_pipeline::AdapterRows::all(opts.adapters.as_deref(), x.size()[0]);
+        t.forward_adapted(x, ts, c, img, rows.as_ref(), None)
+    };
     let [pt, ph, pw] = t.cfg.patch_size;
     let tokens = lat[2] / pt * (lat[3] / ph) * (lat[4] / pw);
 
