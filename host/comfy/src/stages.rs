@@ -56,6 +56,11 @@ pub const STAGES: &[StageDecl] = &[
     stage!("latent.image_to_video", [("vae", "vae", true), ("start_image", "images", true)], ["latent"]),
     stage!("model.shift", [("model", "model", true)], ["model"]),
     stage!(
+        "model.lora",
+        [("model", "model", true), ("text_encoder", "text_encoder", false)],
+        ["model", "text_encoder"]
+    ),
+    stage!(
         "sample",
         [
             ("model", "model", true),

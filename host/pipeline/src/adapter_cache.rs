@@ -129,6 +129,19 @@ impl AdapterCache {
         Ok(())
     }
 
+    /// The adapter a request's name means: an adapter of that name, else the one whose file has
+    /// that name (`stripes.safetensors`, as ComfyUI's `lora_name` gives it) or that stem.
+    pub fn source(&self, name: &str) -> Option<&AdapterSource> {
+        self.sources.get(name).or_else(|| {
+            let base = name.rsplit(['/', '\\']).next().unwrap_or(name);
+            self.sources.values().find(|s| {
+                let file = s.path.file_name().and_then(|f| f.to_str());
+                let stem = s.path.file_stem().and_then(|f| f.to_str());
+                file == Some(base) || stem == Some(base)
+            })
+        })
+    }
+
     /// The adapters requests may name, with their default strengths.
     pub fn sources(&self) -> impl Iterator<Item = &AdapterSource> {
         self.sources.values()
@@ -160,7 +173,7 @@ impl AdapterCache {
             ));
         }
         for (i, u) in lora.iter().enumerate() {
-            if !self.sources.contains_key(&u.name) {
+            if self.source(&u.name).is_none() {
                 let names: Vec<&str> = self.sources.keys().map(String::as_str).collect();
                 let enabled = if names.is_empty() { "none".to_string() } else { names.join(", ") };
                 return Err(RequestError::new(
@@ -176,7 +189,7 @@ impl AdapterCache {
     /// read any file).
     pub fn all_resident(&self, lora: &[LoraUse]) -> bool {
         let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        lora.iter().all(|u| state.entries.contains_key(&u.name))
+        lora.iter().all(|u| self.source(&u.name).is_some_and(|s| state.entries.contains_key(&s.name)))
     }
 
     /// The set a request runs with (`None` for none), loading adapters not yet prepared. Call
@@ -187,8 +200,8 @@ impl AdapterCache {
         }
         let mut entries = Vec::with_capacity(lora.len());
         for u in lora {
-            let source = self.sources.get(&u.name).with_context(|| format!("no adapter `{}`", u.name))?;
-            entries.push((self.get(&u.name)?, u.scale.unwrap_or(source.default_scale)));
+            let source = self.source(&u.name).with_context(|| format!("no adapter `{}`", u.name))?;
+            entries.push((self.get(&source.name)?, u.scale.unwrap_or(source.default_scale)));
         }
         Ok(Some(Arc::new(AdapterSet::new(entries))))
     }

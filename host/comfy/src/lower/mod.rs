@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use fastvideo_request::SamplerKind;
 
-pub use run_plan::{ModelFile, OutputPlan, RunPlan};
+pub use run_plan::{LoraPlan, ModelFile, OutputPlan, RunPlan};
 use source::Source;
 
 use crate::translate::{as_ref, GraphNode};
@@ -62,19 +62,32 @@ impl<'a> Lowering<'a> {
         })
     }
 
-    /// Follows `model.shift` nodes to the loader; the shift nearest the sampler wins.
+    /// Follows `model.shift` and `model.lora` nodes to the loader; the shift nearest the
+    /// sampler wins, and LoRAs stack in the order they are applied (loader side first).
     fn model(
         &self,
         n: &GraphNode,
         param: &str,
         files: &mut Vec<ModelFile>,
         shift: &mut Option<f32>,
+        loras: &mut Vec<LoraPlan>,
     ) -> Result<(), CompileError> {
-        let (mut m, _) = self.expect(n, param, &["model.shift", "load.diffusion_model", "load.checkpoint"])?;
-        while m.stage == "model.shift" {
-            shift.get_or_insert(number(m, "shift")? as f32);
-            m = self.expect(m, "model", &["model.shift", "load.diffusion_model", "load.checkpoint"])?.0;
+        const FROM: [&str; 4] = ["model.shift", "model.lora", "load.diffusion_model", "load.checkpoint"];
+        let (mut m, _) = self.expect(n, param, &FROM)?;
+        let mut stack = Vec::new();
+        while m.stage.starts_with("model.") {
+            if m.stage == "model.shift" {
+                shift.get_or_insert(number(m, "shift")? as f32);
+            } else {
+                stack.push(LoraPlan {
+                    node: m.origin.clone(),
+                    file: text(m, "file")?,
+                    strength: number(m, "strength")?,
+                });
+            }
+            m = self.expect(m, "model", &FROM)?.0;
         }
+        loras.extend(stack.into_iter().rev());
         push_file(files, self.file(m, "diffusion_model")?);
         Ok(())
     }
@@ -89,6 +102,7 @@ impl<'a> Lowering<'a> {
     fn run(&self, sampler: &GraphNode, vae: &GraphNode) -> Result<RunPlan, CompileError> {
         let mut files = Vec::new();
         let mut shift = None;
+        let mut loras = Vec::new();
         push_file(&mut files, self.file(vae, "vae")?);
         let (fields, cond_node, latent_of, partial) = match sampler.stage.as_str() {
             "sample" => {
@@ -102,7 +116,7 @@ impl<'a> Lowering<'a> {
                 }
                 let start = sampler.params.get("start_step").and_then(Value::as_u64).unwrap_or(0);
                 let end = sampler.params.get("end_step").and_then(Value::as_u64).unwrap_or(u64::MAX);
-                self.model(sampler, "model", &mut files, &mut shift)?;
+                self.model(sampler, "model", &mut files, &mut shift, &mut loras)?;
                 (Fields::of(sampler, sampler, sampler, sampler, sampler)?, sampler, sampler, (start, end))
             }
             _ => {
@@ -110,7 +124,7 @@ impl<'a> Lowering<'a> {
                 let (guider, _) = self.expect(sampler, "guider", &["guider.cfg"])?;
                 let (select, _) = self.expect(sampler, "sampler", &["sampler.select"])?;
                 let (sched, _) = self.expect(sampler, "sigmas", &["schedule"])?;
-                self.model(guider, "model", &mut files, &mut shift)?;
+                self.model(guider, "model", &mut files, &mut shift, &mut loras)?;
                 (Fields::of(noise, sched, guider, select, sched)?, guider, sampler, (0, u64::MAX))
             }
         };
@@ -159,6 +173,7 @@ impl<'a> Lowering<'a> {
             cfg: fields.cfg,
             sampler: kind,
             shift,
+            loras,
             width: None,
             height: None,
             frames: None,

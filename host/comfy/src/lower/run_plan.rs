@@ -21,6 +21,18 @@ pub struct ModelFile {
     pub file: String,
 }
 
+/// A LoRA a `LoraLoaderModelOnly`/`LoraLoader` applies to the model.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LoraPlan {
+    /// The loader node.
+    pub node: String,
+    /// The file as the workflow names it (`lora_name`): the deploy's `[[adapters]]` entry of
+    /// that file name or name serves it.
+    pub file: String,
+    /// `strength_model`.
+    pub strength: f64,
+}
+
 /// What an output node writes.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct OutputPlan {
@@ -65,6 +77,9 @@ pub struct RunPlan {
     pub sampler: SamplerKind,
     /// The flow shift a `ModelSamplingSD3` sets; the model's default when none.
     pub shift: Option<f32>,
+    /// LoRAs applied to the model, in order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub loras: Vec<LoraPlan>,
     /// Output size; for video to video without a resize, the input video's.
     pub width: Option<u32>,
     /// Output size, as `width`.
@@ -97,9 +112,16 @@ impl RunPlan {
             "diffusion.width" | "diffusion.height" | "diffusion.num_frames" => &self.size_node,
             "diffusion.fps" => self.fps_node.as_deref().unwrap_or(&self.sampler_node),
             "task" => &self.latent_node,
+            f if f.starts_with("lora") => self.lora_node(f).unwrap_or(&self.sampler_node),
             f if f.starts_with("inputs") => &self.latent_node,
             _ => &self.sampler_node,
         }
+    }
+
+    /// The LoRA loader behind a `lora[i]…` field.
+    fn lora_node(&self, field: &str) -> Option<&str> {
+        let i: usize = field.strip_prefix("lora[")?.split(']').next()?.parse().ok()?;
+        self.loras.get(i).map(|l| l.node.as_str())
     }
 
     /// The request for this run. Its pictures and video are read from the ComfyUI input
@@ -123,6 +145,11 @@ impl RunPlan {
         d.num_frames = self.frames;
         d.fps = self.fps.map(|f| f.round().max(1.0) as u32);
         d.negative_prompt = (!self.negative.is_empty()).then(|| self.negative.clone());
+        r.lora = self
+            .loras
+            .iter()
+            .map(|l| fastvideo_request::LoraChoice { name: l.file.clone(), scale: Some(l.strength) })
+            .collect();
         if let Some(video) = &self.video {
             let v = video.load(inputs)?;
             r.inputs.push(v.part);

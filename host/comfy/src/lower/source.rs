@@ -77,7 +77,13 @@ impl<'a> Lowering<'a> {
         let Some((e, k)) = self.input(n, param) else { return Ok((None, None)) };
         match e.stage.as_str() {
             "encode.text" => {
-                let (enc, _) = self.expect(e, "text_encoder", &["load.text_encoder", "load.checkpoint"])?;
+                const FROM: [&str; 3] = ["load.text_encoder", "load.checkpoint", "model.lora"];
+                let (mut enc, _) = self.expect(e, "text_encoder", &FROM)?;
+                // A LoraLoader's CLIP output: the text encoder it was given (the adapter's
+                // strength_clip has nothing to act on: text-encoder keys are refused at load).
+                while enc.stage == "model.lora" {
+                    enc = self.expect(enc, "text_encoder", &FROM)?.0;
+                }
                 push_file(files, self.file(enc, "text_encoder")?);
                 Ok((Some(text(e, "text")?), None))
             }

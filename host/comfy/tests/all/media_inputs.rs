@@ -317,3 +317,32 @@ fn a_model_file_several_folders_share_goes_with_the_diffusion_models_folder() {
         "{e}"
     );
 }
+
+#[test]
+fn lora_loaders_stack_onto_the_request_in_the_order_applied() {
+    let mut nodes = image_to_video();
+    // UNET -> LoraLoaderModelOnly (a) -> LoraLoader (b, also given the text encoder) -> sampler;
+    // the prompt's text encoder comes through LoraLoader's CLIP output.
+    nodes.push(node("60", "model.lora", json!({"model": r("37", 0), "file": "loras/a.safetensors", "strength": 0.7})));
+    nodes.push(node(
+        "61",
+        "model.lora",
+        json!({"model": r("60", 0), "text_encoder": r("38", 0), "file": "b.safetensors", "strength": -0.25}),
+    ));
+    replace(&mut nodes, node("6", "encode.text", json!({"text": "a cat turns around", "text_encoder": r("61", 1)})));
+    let mut s = sampler(r("50", 0), r("50", 1), r("50", 2), 1.0);
+    s.params["model"] = r("61", 0);
+    s.inputs = s.params.as_object().unwrap().values().filter_map(as_ref).map(String::from).collect();
+    replace(&mut nodes, s);
+    let plan = lower(nodes).unwrap();
+    let got: Vec<(&str, &str, f64)> =
+        plan.loras.iter().map(|l| (l.node.as_str(), l.file.as_str(), l.strength)).collect();
+    assert_eq!(got, [("60", "loras/a.safetensors", 0.7), ("61", "b.safetensors", -0.25)]);
+    assert_eq!(plan.prompt, "a cat turns around", "the text encoder passes through the LoraLoader");
+    assert_eq!(plan.node_of("lora[1].name"), "61", "a request error about lora[1] names its loader");
+    let dir = tempfile::tempdir().unwrap();
+    write_png(&dir.path().join("start.png"), 40, 20);
+    let req = plan.request("p", dir.path()).unwrap();
+    let lora: Vec<(String, Option<f64>)> = req.lora.iter().map(|c| (c.name.clone(), c.scale)).collect();
+    assert_eq!(lora, [("loras/a.safetensors".to_string(), Some(0.7)), ("b.safetensors".to_string(), Some(-0.25))]);
+}

@@ -136,6 +136,20 @@ const RULES: &[Rule] = &[
         outputs: 1,
         params: &[("model", "model"), ("shift", "shift")],
     },
+    // LoRA on the model; the CLIP output passes the text encoder through (LoRAs with
+    // text-encoder keys are refused where adapters load, so strength_clip has nothing to scale).
+    Rule {
+        class_type: "LoraLoaderModelOnly",
+        stage: "model.lora",
+        outputs: 1,
+        params: &[("model", "model"), ("file", "lora_name"), ("strength", "strength_model")],
+    },
+    Rule {
+        class_type: "LoraLoader",
+        stage: "model.lora",
+        outputs: 2,
+        params: &[("model", "model"), ("text_encoder", "clip"), ("file", "lora_name"), ("strength", "strength_model")],
+    },
     Rule { class_type: "VAEDecode", stage: "decode.vae", outputs: 1, params: &[("latent", "samples"), ("vae", "vae")] },
     Rule { class_type: "VAEEncode", stage: "encode.vae", outputs: 1, params: &[("images", "pixels"), ("vae", "vae")] },
     // Pictures and videos: files in the input folder, read when the request is made.
@@ -263,6 +277,6 @@ fastvideo_plugin_sdk::manifest! {
     kind: workflow_translator,
     hooks: [translate],
     distribution_altering: false,
-    description: "ComfyUI core nodes: loaders, CLIPTextEncode, CLIP vision, KSampler(Advanced), SamplerCustomAdvanced and its parts, empty latents, ModelSamplingSD3, VAE, LoadImage, LoadVideo/GetVideoComponents, ImageScale(By), CreateVideo, SaveVideo/SaveImage, primitives",
+    description: "ComfyUI core nodes: loaders, CLIPTextEncode, CLIP vision, KSampler(Advanced), SamplerCustomAdvanced and its parts, empty latents, ModelSamplingSD3, LoraLoaderModelOnly/LoraLoader, VAE, LoadImage, LoadVideo/GetVideoComponents, ImageScale(By), CreateVideo, SaveVideo/SaveImage, primitives",
     params_schema: { "type": "object", "properties": {}, "additionalProperties": false },
 }
