@@ -2,11 +2,17 @@
 //! the same architecture, and the pipeline around it rebuilt with the same policies. The text
 //! encoder and VAE are shared with the running pipeline, not reloaded, so cached prompt
 //! embeddings stay valid.
+//!
+//! An update may also be a LoRA file (a trainer that trains an adapter pushes megabytes, not the
+//! model): the new weights are the last full checkpoint (the start weights, or the last one
+//! loaded) with the adapter merged in at strength 1. Each push replaces the previous adapter;
+//! adapters do not accumulate.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use anyhow::{bail, Context, Result};
+use fastvideo_lora::LoraFile;
 use fastvideo_pipeline::WeightLoader;
 use fastvideo_pipeline::{LoopPolicies, PipelineSpec};
 
@@ -69,18 +75,64 @@ pub fn checkpoint_hash(files: &[PathBuf]) -> Result<String> {
 pub struct WanWeightLoader {
     model: WanModel,
     policies: LoopPolicies,
+    /// The last full checkpoint loaded (the start weights' folder first): what a LoRA update
+    /// is merged onto.
+    base: Mutex<PathBuf>,
 }
 
 impl WanWeightLoader {
     /// Updates for the pipeline built from `model` with `policies`.
     pub fn new(model: &WanModel, policies: LoopPolicies) -> Self {
-        Self { model: model.share(), policies }
+        Self { model: model.share(), policies, base: Mutex::new(model.dir.join("transformer")) }
+    }
+
+    /// The LoRA file at `path`, if it is one (a checkpoint's keys are not LoRA keys).
+    fn lora(path: &Path) -> Option<Result<LoraFile>> {
+        if !path.is_file() {
+            return None;
+        }
+        let bytes = match std::fs::read(path) {
+            Ok(b) => b,
+            Err(e) => return Some(Err(anyhow::anyhow!("{}: {e}", path.display()))),
+        };
+        let st = safetensors::SafeTensors::deserialize(&bytes).ok()?;
+        let names = st.names();
+        let format = fastvideo_lora::Format::detect(names.iter().copied());
+        let lora_keys = names.iter().any(|k| fastvideo_lora::place(format, k).is_ok());
+        if !lora_keys {
+            return None;
+        }
+        Some(LoraFile::parse(&bytes).with_context(|| format!("{}: a LoRA file", path.display())))
+    }
+
+    /// The base checkpoint with `file` merged in at strength 1.
+    fn merged(&self, file: &LoraFile, path: &Path) -> Result<WanTransformer3DModel> {
+        let base = self.base.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if !base.exists() {
+            bail!(
+                "{}: a LoRA update merges onto the last full checkpoint, {}, which is gone (an upload is not kept); \
+                 load full weights by path first",
+                path.display(),
+                base.display()
+            );
+        }
+        let t = load_transformer(&self.model, &base)?;
+        let adapter = t.prepare_adapter(file, "update", &checkpoint_hash(&[path.to_path_buf()])?)?;
+        t.merge_permanently(&fastvideo_pipeline::AdapterSet::new(vec![(Arc::new(adapter), 1.0)]))?;
+        Ok(t)
     }
 }
 
 impl WeightLoader for WanWeightLoader {
     fn load(&self, path: &Path) -> Result<PipelineSpec> {
-        let t = Arc::new(load_transformer(&self.model, path)?);
+        let t = match Self::lora(path) {
+            Some(file) => Arc::new(self.merged(&file?, path)?),
+            None => {
+                let t = Arc::new(load_transformer(&self.model, path)?);
+                *self.base.lock().unwrap_or_else(|e| e.into_inner()) = path.to_path_buf();
+                t
+            }
+        };
         let parallel = match &self.model.parallel {
             Some(p) => {
                 let load = crate::parallel::load_from_files(&t, transformer_files(path)?, path.to_path_buf());

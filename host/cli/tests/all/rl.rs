@@ -244,3 +244,76 @@ fn weight_updates_swap_between_requests_pin_running_ones_and_refuse_bad_files() 
     });
     assert_eq!(long[0].num("weight_epoch"), 1, "the running request stayed on its epoch");
 }
+
+/// A random rank-4 LoRA for the default model's `proj_out` and first FFN output, in diffusers'
+/// format.
+fn random_lora(dir: &Path) -> PathBuf {
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut rand = |n: usize, scale: f32| -> Vec<u8> {
+        (0..n)
+            .flat_map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                ((((state >> 40) as f32) / (1u64 << 24) as f32 - 0.5) * scale).to_le_bytes()
+            })
+            .collect()
+    };
+    let mut bufs = Vec::new();
+    for (module, inp, out) in [("proj_out", 128, 64), ("blocks.0.ffn.net.2", 512, 128)] {
+        bufs.push((format!("transformer.{module}.lora_A.weight"), vec![4, inp], rand(4 * inp, 0.5)));
+        bufs.push((format!("transformer.{module}.lora_B.weight"), vec![out, 4], rand(out * 4, 0.5)));
+    }
+    let views: Vec<(String, safetensors::tensor::TensorView)> = bufs
+        .iter()
+        .map(|(n, s, b)| {
+            (n.clone(), safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), b).unwrap())
+        })
+        .collect();
+    let path = dir.join("delta.safetensors");
+    std::fs::write(&path, safetensors::tensor::serialize(views, None).unwrap()).unwrap();
+    path
+}
+
+#[test]
+fn a_weight_update_may_be_a_lora_delta() {
+    let dir = tempfile::tempdir().unwrap();
+    let lora = random_lora(dir.path());
+    let bytes = std::fs::read(&lora).unwrap();
+    let hash = blake3::hash(&bytes).to_hex().to_string();
+    let deploy = dir.path().join("deploy.toml");
+    std::fs::write(
+        &deploy,
+        format!("[[adapters]]\nname = \"delta\"\nsource = \"{}\"\nblake3 = \"{hash}\"\n", lora.display()),
+    )
+    .unwrap();
+    let server = Server::start(&["--deploy", deploy.to_str().unwrap()]);
+    let sample = |lora: Value| {
+        let body = json!({"prompts": [PROMPTS[0]], "seed": 5, "num_inference_steps": 3, "lora": lora});
+        let r = rollout(&server, body).unwrap();
+        (r[0].f32s("latents"), r[0].num("weight_epoch"))
+    };
+    let (base, _) = sample(json!([]));
+    let (adapted, e) = sample(json!([{"name": "delta", "scale": 1.0}]));
+    assert_eq!(e, 0);
+    let push = || {
+        let r = ureq::post(&server.url("/v1/weights"))
+            .header("content-type", "application/octet-stream")
+            .send(&bytes[..])
+            .unwrap();
+        r.into_body().read_json::<Value>().unwrap()
+    };
+    let w1 = push();
+    assert_eq!((w1["epoch"].as_u64(), w1["source"].as_str()), (Some(1), Some("upload")), "{w1}");
+    assert_eq!(w1["hash"], hash);
+    let (merged, e) = sample(json!([]));
+    assert_eq!(e, 1);
+    let diff = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+    let scale = adapted.iter().fold(0f32, |m, x| m.max(x.abs()));
+    assert!(diff(&base, &adapted) > 1e-2 * scale, "the adapter changes the output");
+    // Epoch 1 is the start weights with the adapter merged: what the adapter gave at epoch 0.
+    assert!(diff(&merged, &adapted) <= 1e-4 * scale, "merged update {} vs adapter {}", diff(&merged, &adapted), scale);
+    // A second push replaces the first (adapters do not accumulate).
+    assert_eq!(push()["epoch"], 2);
+    assert!(sample(json!([])) == (merged, 2));
+}

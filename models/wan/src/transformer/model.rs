@@ -120,6 +120,14 @@ impl WanTransformer3DModel {
         Ok(())
     }
 
+    /// Merges `set` for good (no originals kept): a weight update made of an adapter. Only on a
+    /// model no forward uses yet.
+    pub fn merge_permanently(&self, set: &AdapterSet) -> Result<()> {
+        ensure!(self.merged_adapters().is_none(), "transformer: adapters are merged already");
+        drop(crate::adapters::merge(&self.linears(), set)?);
+        Ok(())
+    }
+
     /// Restores the original weights (bit for bit) if a set is merged. Call between forwards only.
     pub fn unmerge_adapters(&self) {
         let mut merged = self.merged.lock().unwrap_or_else(|e| e.into_inner());
