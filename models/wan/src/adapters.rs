@@ -30,28 +30,31 @@ impl AdapterTarget for WanTransformer3DModel {
     }
 }
 
-/// `file`'s tensors on `device` in `kind`, by the slots of `modules` (the model's module table).
-/// Every module the file names must exist with the shapes it implies: the file is checked
-/// against the table first, so an error names the key.
+/// `file`'s tensors on `device`, by the slots of `modules` (the model's module table), each in
+/// its module's dtype (`kinds`, by slot: the compute dtype, or float32 for the modules diffusers
+/// keeps in full precision, such as the timestep embedder). Every module the file names must
+/// exist with the shapes it implies: the file is checked against the table first, so an error
+/// names the key.
 pub fn prepare(
     file: &LoraFile,
     name: &str,
     hash: &str,
     modules: &[TargetModule],
     device: Device,
-    kind: Kind,
+    kinds: &[Kind],
 ) -> Result<PreparedAdapter> {
     file.check(modules).with_context(|| format!("adapter `{name}`"))?;
     let slots: HashMap<&str, usize> = modules.iter().enumerate().map(|(i, m)| (m.name.as_str(), i)).collect();
     let mut deltas: Vec<Option<ModuleDelta>> = (0..modules.len()).map(|_| None).collect();
     let mut bytes = 0u64;
-    let mut load = |t: &TensorData| -> Result<Tensor> {
-        let t = tensor(t, device, kind)?;
-        bytes += (t.numel() * kind.elt_size_in_bytes()) as u64;
-        Ok(t)
-    };
     for (module, patch) in &file.modules {
         let slot = slots[module.as_str()];
+        let kind = kinds[slot];
+        let mut load = |t: &TensorData| -> Result<Tensor> {
+            let t = tensor(t, device, kind)?;
+            bytes += (t.numel() * kind.elt_size_in_bytes()) as u64;
+            Ok(t)
+        };
         let low_rank = match (&patch.down, &patch.up) {
             (Some(d), Some(u)) => Some((load(d)?, load(u)?, patch.scale())),
             _ => None,

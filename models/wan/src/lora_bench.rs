@@ -68,13 +68,14 @@ pub struct RankReport {
 /// A random adapter of `rank` on every linear of the model, on its device and dtype.
 fn random_adapter(model: &WanModel, rank: i64, seed: i64) -> PreparedAdapter {
     let t = &model.transformer;
-    let (dev, kind) = (t.patch_device(), t.kind());
+    let dev = t.patch_device();
     tch::manual_seed(seed);
     let mut bytes = 0u64;
     let deltas = t
         .modules()
         .iter()
-        .map(|m| {
+        .zip(t.module_kinds())
+        .map(|(m, kind)| {
             let down = Tensor::randn([rank, m.in_dim], (kind, dev)) * (1.0 / (m.in_dim as f64).sqrt());
             let up = Tensor::randn([m.out_dim, rank], (kind, dev)) * 0.01;
             bytes += ((down.numel() + up.numel()) * kind.elt_size_in_bytes()) as u64;

@@ -85,6 +85,18 @@ impl WanTransformer3DModel {
         &self.modules
     }
 
+    /// Each module's weight dtype, by slot: the compute dtype, or float32 for the modules kept
+    /// in full precision (the timestep embedder). Adapter tensors take their module's.
+    pub fn module_kinds(&self) -> Vec<Kind> {
+        let mut kinds = vec![self.kind; self.modules.len()];
+        for lin in self.linears() {
+            for p in lin.parts() {
+                kinds[p.slot] = lin.weight.kind();
+            }
+        }
+        kinds
+    }
+
     /// Every linear, in a fixed order (merging walks them; tests compare their weights).
     pub fn linears(&self) -> Vec<&Linear> {
         let mut out = vec![&self.time_1, &self.time_2, &self.time_proj, &self.text_1, &self.text_2];
@@ -100,7 +112,7 @@ impl WanTransformer3DModel {
 
     /// `file` prepared for this model (checked against its modules, on its device and dtype).
     pub fn prepare_adapter(&self, file: &LoraFile, name: &str, hash: &str) -> Result<PreparedAdapter> {
-        crate::adapters::prepare(file, name, hash, &self.modules, self.patch_device(), self.kind)
+        crate::adapters::prepare(file, name, hash, &self.modules, self.patch_device(), &self.module_kinds())
     }
 
     /// Merges `set` into the weights (after unmerging another set, if one is merged): forwards

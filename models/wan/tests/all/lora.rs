@@ -209,3 +209,25 @@ fn files_that_do_not_fit_the_model_name_the_key() {
     assert!(msg.contains("adapter `wide`") && msg.contains("blocks.1.ffn.2.lora_down.weight"), "{msg}");
     assert!(msg.contains("has 48"), "{msg}");
 }
+
+#[test]
+fn adapters_take_each_modules_dtype_in_a_bf16_model() {
+    // bf16 model: the timestep embedder stays float32 (as diffusers keeps it), the rest bf16; an
+    // adapter on both runs (its tensors in each module's dtype), unmerged and merged.
+    let mut opts = fastvideo_wan::LoadOptions::new(Device::Cpu);
+    opts.dtype = fastvideo_torch::Precision::Bf16;
+    let m = WanModel::load_with(&fixtures().join("tiny-wan"), opts).unwrap();
+    let t = &m.transformer;
+    let mut file = LoraFile::read(&fixtures().join("lora/original.safetensors")).unwrap();
+    let q = file.modules["blocks.0.attn1.to_q"].clone();
+    file.modules.insert("condition_embedder.time_embedder.linear_2".into(), q);
+    let set = AdapterSet::new(vec![(Arc::new(t.prepare_adapter(&file, "mixed", "h").unwrap()), 0.8)]);
+    let base = t2v(t, None, 1);
+    let unmerged = t2v(t, Some(&set), 1);
+    t.merge_adapters(&set).unwrap();
+    let merged = t2v(t, Some(&set), 1);
+    t.unmerge_adapters();
+    assert!(rel_err(&unmerged, &base) > 0.05, "the adapter acts");
+    let e = rel_err(&merged, &unmerged);
+    assert!(e < 2e-2, "bf16 merged vs unmerged: {e}"); // tolerance: bf16 rounding of the merged weights
+}
