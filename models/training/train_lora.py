@@ -1,9 +1,9 @@
-"""Trains the shipped LoRA adapter (models/default-lora-stripes): the default text-to-video model
-taught a look no prompt of its vocabulary asks for, diagonal stripes over the background, as a
-rank-16 adapter on every linear of its transformer blocks. The base weights stay frozen, so at
-strength 0 the model is exactly the default one; at strength 1 the same prompts come out striped.
+"""Trains the shipped LoRA adapter (models/default-lora-large): the default text-to-video model
+taught a look no prompt of its vocabulary asks for, objects 1.65 times their size, as a rank-16
+adapter on every linear of its transformer blocks. The base weights stay frozen, so at strength 0
+the model is exactly the default one; at strength 1 the same prompts come out with large objects.
 
-    fastvideo dataset --out data --clips 24000 --style striped
+    fastvideo dataset --out data --clips 24000 --style large
     python3 train_lora.py --data data --init models/default --out lora.safetensors --minutes 5
 
 Plain torch, no peft: each targeted `nn.Linear` gets `down` (Gaussian, 1/sqrt(in)) and `up`

@@ -34,14 +34,14 @@ pub struct DatasetArgs {
     world: bool,
     #[arg(long, default_value_t = 9)]
     steps: usize,
-    /// How backgrounds are drawn: plain (the default model's data) or striped (the shipped
-    /// LoRA adapter's, models/default-lora-stripes).
+    /// How objects are drawn: plain (the default model's data) or large (1.65 times the size:
+    /// the shipped LoRA adapter's, models/default-lora-large).
     #[arg(long, default_value = "plain", value_parser = style)]
     style: Style,
 }
 
 fn style(s: &str) -> Result<Style, String> {
-    Style::parse(s).ok_or_else(|| format!("`{s}` is not plain or striped"))
+    Style::parse(s).ok_or_else(|| format!("`{s}` is not plain or large"))
 }
 
 pub fn run(args: DatasetArgs) -> Result<()> {

@@ -69,8 +69,8 @@ pub struct EvalArgs {
     #[arg(long, conflicts_with_all = ["world", "vae_roundtrip"])]
     i2v: bool,
     /// Score a LoRA adapter instead (one --lora NAME_OR_FILE[=SCALE]): each clip without it,
-    /// with it and at strength 0; prints the stripe contrast the shipped adapter adds
-    /// (models/default-lora-stripes), the four attributes for both, and whether strength 0 is
+    /// with it and at strength 0; prints the object area the shipped adapter grows
+    /// (models/default-lora-large), the four attributes for both, and whether strength 0 is
     /// byte-identical to no adapter.
     #[command(flatten)]
     lora: crate::lora::LoraArgs,

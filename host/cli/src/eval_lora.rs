@@ -1,7 +1,7 @@
 //! `fastvideo eval --lora ADAPTER[=SCALE]`: what an adapter does to the default model's clips.
 //! Each (scene, seed) is generated three times from the same noise: without the adapter, with it,
-//! and with it at strength 0. Prints the stripe contrast the shipped adapter
-//! (models/default-lora-stripes) is trained to add, the four prompt attributes for both runs, and
+//! and with it at strength 0. Prints the object area the shipped adapter
+//! (models/default-lora-large) is trained to grow, the four prompt attributes for both runs, and
 //! how many strength-0 clips equal the plain ones byte for byte.
 
 use std::io::Write;
@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use fastvideo_pipeline::{AdapterSource, PipelineRun, PipelineSpec, Values};
-use fastvideo_procedural::{analyze, stripe_contrast, Clip, Scene, Tally};
+use fastvideo_procedural::{analyze, object_area, Clip, Scene, Tally};
 use fastvideo_request::{LoraChoice, OmniRequest, ResolvedRequest};
 
 /// One eval run's inputs.
@@ -39,7 +39,7 @@ pub fn run(
     resolve: impl Fn(OmniRequest, u64) -> Result<ResolvedRequest>,
 ) -> Result<()> {
     let (mut plain_tally, mut adapted_tally) = (Tally::default(), Tally::default());
-    let (mut plain_stripes, mut adapted_stripes) = (Vec::new(), Vec::new());
+    let (mut plain_area, mut adapted_area) = (Vec::new(), Vec::new());
     let mut zero_identical = 0usize;
     let total = e.scenes.len() as u64 * e.seeds;
     let bar = indicatif::ProgressBar::new(total);
@@ -57,8 +57,8 @@ pub fn run(
                 runs.push(clip(&spec, req, values, e.device)?);
             }
             zero_identical += (runs[1].rgb == plain.rgb) as usize;
-            plain_stripes.push(stripe_contrast(&plain));
-            adapted_stripes.push(stripe_contrast(&runs[0]));
+            plain_area.push(object_area(&plain));
+            adapted_area.push(object_area(&runs[0]));
             plain_tally.add(scene, &analyze(&plain));
             adapted_tally.add(scene, &analyze(&runs[0]));
             bar.inc(1);
@@ -66,24 +66,24 @@ pub fn run(
     }
     bar.finish_and_clear();
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
-    let striped = |v: &[f64]| v.iter().filter(|&&c| c > 10.0).count() as f64 / v.len().max(1) as f64;
-    let n = plain_stripes.len();
+    // Large: over twice the plain data's mean area (0.06 of the frame).
+    let large = |v: &[f64]| v.iter().filter(|&&a| a > 0.12).count() as f64 / v.len().max(1) as f64;
+    let n = plain_area.len();
     eprintln!(
         "adapter `{}` at strength {scale}; {n} clips ({} scenes x {} seeds)",
         e.adapter.name,
         e.scenes.len(),
         e.seeds
     );
-    eprintln!("| run | stripe contrast | striped clips | colour | shape | motion | background | all four |");
+    eprintln!("| run | object area | large clips | colour | shape | motion | background | all four |");
     eprintln!("|---|---|---|---|---|---|---|---|");
-    for (name, stripes, tally) in
-        [("no adapter", &plain_stripes, &plain_tally), ("adapter", &adapted_stripes, &adapted_tally)]
+    for (name, areas, tally) in [("no adapter", &plain_area, &plain_tally), ("adapter", &adapted_area, &adapted_tally)]
     {
         let a = tally.accuracy();
         eprintln!(
-            "| {name} | {:.1} | {:.0}% | {:.1}% | {:.1}% | {:.1}% | {:.1}% | {:.1}% |",
-            mean(stripes),
-            100.0 * striped(stripes),
+            "| {name} | {:.3} | {:.0}% | {:.1}% | {:.1}% | {:.1}% | {:.1}% | {:.1}% |",
+            mean(areas),
+            100.0 * large(areas),
             100.0 * a.color,
             100.0 * a.shape,
             100.0 * a.motion,
@@ -95,8 +95,8 @@ pub fn run(
     if e.json {
         let summary = serde_json::json!({
             "adapter": e.adapter.name, "scale": scale, "clips": n,
-            "stripe_contrast": {"plain": mean(&plain_stripes), "adapter": mean(&adapted_stripes)},
-            "striped_fraction": {"plain": striped(&plain_stripes), "adapter": striped(&adapted_stripes)},
+            "object_area": {"plain": mean(&plain_area), "adapter": mean(&adapted_area)},
+            "large_fraction": {"plain": large(&plain_area), "adapter": large(&adapted_area)},
             "accuracy": {"plain": plain_tally.accuracy(), "adapter": adapted_tally.accuracy()},
             "zero_scale_identical": zero_identical,
         });

@@ -17,5 +17,5 @@ pub mod world;
 pub use analyze::{analyze, Analysis};
 pub use render::{render, render_styled, Clip, Variation};
 pub use score::{psnr, Accuracy, Tally};
-pub use style::{stripe_contrast, Style, STRIPE_PERIOD};
+pub use style::{object_area, Style, LARGE_FACTOR};
 pub use vocab::{Background, Color, Motion, Scene, Shape};

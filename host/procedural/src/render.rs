@@ -108,17 +108,17 @@ pub fn render(scene: &Scene, var: &Variation, frames: usize, size: usize) -> Cli
     render_styled(scene, var, frames, size, Style::Plain)
 }
 
-/// [`render`] with the background drawn in `style`.
+/// [`render`] with objects drawn in `style`.
 pub fn render_styled(scene: &Scene, var: &Variation, frames: usize, size: usize, style: Style) -> Clip {
-    let flat = scene.background.rgb().map(|c| c as f32);
+    let bg = scene.background.rgb().map(|c| c as f32);
     let fg = scene.color.rgb().map(|c| c as f32);
     let mut rgb = Vec::with_capacity(frames * size * size * 3);
     for f in 0..frames {
         let t = if frames > 1 { f as f32 / (frames - 1) as f32 } else { 0.5 };
         let (cx, cy, r) = placement(scene, var, t, size);
+        let r = r * style.scale();
         for y in 0..size {
             for x in 0..size {
-                let bg = style.background(flat, x, y);
                 // Outside the object's box every sample misses: skip supersampling there.
                 let far = (x as f32 + 0.5 - cx).abs() > r + 1.0 || (y as f32 + 0.5 - cy).abs() > r + 1.0;
                 if far {

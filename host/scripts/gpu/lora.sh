@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # LoRA on the GPU machine, from the repo root (no network there): the adapter benchmark at real
-# size, and the training of the shipped adapter (models/default-lora-stripes).
+# size, and the training of the shipped adapter (models/default-lora-large).
 #   needs  .whl/ (fetch_wheels.sh; diffusers and importlib_metadata are enough) and the release
 #          binary at .gpu-pack/fastvideo.xz (xz -9 of the stripped binary; or .gz, or at
 #          $FASTVIDEO_BIN); python3 with torch 2.11.0+cu130 and transformers 5
@@ -42,8 +42,8 @@ bench() {
 }
 
 train() {
-  "$BIN" dataset --out /tmp/striped --clips "${CLIPS:-24000}" --seed 0 --style striped
-  python3 models/training/train_lora.py --data /tmp/striped --init models/default --out "$OUT/lora.safetensors" \
+  "$BIN" dataset --out /tmp/large --clips "${CLIPS:-24000}" --seed 0 --style large
+  python3 models/training/train_lora.py --data /tmp/large --init models/default --out "$OUT/lora.safetensors" \
     --minutes "${MINUTES:-5}" --batch "${TRAIN_BATCH:-256}" 2>&1 | grep -v -i "warn\|it/s\]"
   ls -la "$OUT"
 }
