@@ -86,9 +86,14 @@ pub(crate) fn add_deltas(lin: &Linear, x: &Tensor, y: &Tensor, rows: &AdapterRow
                 let Some(d) = adapter.delta(part.slot) else { continue };
                 let xs = xs.get_or_insert_with(|| x.narrow(0, start, len));
                 let mut out = y.narrow(0, start, len).narrow(-1, part.start, part.len);
-                // peft's order: down, up, then the scale (the same rounding in half precision).
+                // The scale goes on the rank-sized product, and the up projection accumulates into
+                // the output in place (one GEMM with beta = 1): the full-width intermediate, its
+                // scaling and the add were each a pass over the output, most of the unmerged
+                // path's cost at real size (docs/benchmarks.md).
                 if let Some((down, up, scale)) = &d.low_rank {
-                    out += xs.linear(down, None::<Tensor>).linear(up, None::<Tensor>) * (strength * scale);
+                    let h = xs.linear(down, None::<Tensor>) * (strength * scale);
+                    let r = h.size().last().copied().unwrap_or(0);
+                    let _ = out.view([-1, part.len]).addmm_(&h.view([-1, r]), &up.tr());
                 }
                 if let Some(diff) = &d.diff {
                     out += xs.linear(diff, None::<Tensor>) * *strength;
