@@ -128,7 +128,7 @@ pub fn build_engine(cfg: &ServeConfig) -> Result<Assembly> {
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
     let engine_cfg = engine_config(cfg, device);
-    let world = crate::world::sessions(&cfg.world, &cfg.model, deploy.as_ref(), device)?;
+    let world = crate::world::sessions(&cfg.world, &cfg.model, deploy.as_ref(), &cfg.adapters, device)?;
     let adapters = adapter_cache(&spec, deploy.as_ref().map_or(&[][..], |d| &d.adapters[..]), &cfg.adapters)?;
     let metric_hooks = observe(&model, deploy.as_deref(), &metrics);
     let description = EngineDescription {

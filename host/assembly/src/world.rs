@@ -30,6 +30,7 @@ pub fn sessions(
     world: &WorldConfig,
     model: &ModelConfig,
     deploy: Option<&Arc<Deployment>>,
+    adapters: &crate::config::AdapterConfig,
     device: Device,
 ) -> Result<Option<(PathBuf, Arc<dyn SessionModel>)>> {
     let Some(name) = &world.model else { return Ok(None) };
@@ -39,7 +40,22 @@ pub fn sessions(
     let first = loaded.clone();
     let policies = Binding::of(deploy, &id).policies;
     let first_frame: FirstFrame = Arc::new(move |seed| simulator_frame(&first, seed));
-    let s = WorldSessions::new(id, loaded, world.max_sessions.max(1), device, policies, Some(first_frame))?;
+    let sources = deploy.map_or(&[][..], |d| &d.world_adapters[..]);
+    let cache = if sources.is_empty() {
+        None
+    } else {
+        let target = Arc::clone(&loaded.wan.transformer) as Arc<dyn fastvideo_pipeline::AdapterTarget>;
+        let cache = fastvideo_pipeline::AdapterCache::new(
+            target,
+            sources.to_vec(),
+            adapters.cache_mib << 20,
+            adapters.max_per_request,
+        )
+        .map_err(|e| e.context("[[adapters]] with world = true: for the world model"))?;
+        Some(Arc::new(cache))
+    };
+    let s = WorldSessions::new(id, loaded, world.max_sessions.max(1), device, policies, Some(first_frame))?
+        .with_adapters(cache);
     Ok(Some((dir.canonicalize().unwrap_or(dir), Arc::new(s))))
 }
 

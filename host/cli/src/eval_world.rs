@@ -38,7 +38,7 @@ pub fn run(
         // against a known world (a generated first frame would be a guess at where things are).
         let frame = fastvideo_assembly::world::simulator_frame(model, HELD_OUT_SEED + i)?;
         let out = tch::no_grad(|| {
-            chunk_rollout::run_offline(model, &names, &model.spec.prompt, Some(&frame), i, device, |_| {})
+            chunk_rollout::run_offline(model, &names, &model.spec.prompt, Some(&frame), i, device, None, |_| {})
         })?;
         let video = fastvideo_wan::pipeline::frames_to_video(&out, model.spec.fps)?;
         if let Some(d) = dump {

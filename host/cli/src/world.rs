@@ -33,6 +33,9 @@ pub struct WorldArgs {
     json: bool,
     #[command(flatten)]
     precision: crate::args::PrecisionArgs,
+    /// LoRA adapters for the world model (files; unmerged, every chunk).
+    #[command(flatten)]
+    lora: crate::lora::LoraArgs,
 }
 
 pub fn run(args: WorldArgs) -> Result<()> {
@@ -48,11 +51,12 @@ pub fn run(args: WorldArgs) -> Result<()> {
     }
     let prompt = args.prompt.clone().unwrap_or_else(|| model.spec.prompt.clone());
     let first = args.start_seed.map(|s| fastvideo_assembly::world::simulator_frame(&model, s)).transpose()?;
+    let adapters = args.lora.set(model.wan.transformer.clone())?;
     let t0 = Instant::now();
     let mut last = t0;
     let mut chunk_seconds = Vec::new();
     let frames = tch::no_grad(|| {
-        chunk_rollout::run_offline(&model, &actions, &prompt, first.as_ref(), args.seed, device, |_| {
+        chunk_rollout::run_offline(&model, &actions, &prompt, first.as_ref(), args.seed, device, adapters, |_| {
             chunk_seconds.push(last.elapsed().as_secs_f64());
             last = Instant::now();
         })

@@ -108,6 +108,12 @@ impl<'a> AdapterRows<'a> {
         set.filter(|s| !s.is_empty()).map(|s| Self { groups: vec![(s, 0, rows)] })
     }
 
+    /// Every row of every activation with `set`, however many rows each has (a causal session's
+    /// chunk: one sample, whose timestep embedding has a row per frame).
+    pub fn every(set: Option<&'a AdapterSet>) -> Option<Self> {
+        set.filter(|s| !s.is_empty()).map(|s| Self { groups: vec![(s, 0, i64::MAX)] })
+    }
+
     /// Appends `len` rows with `set` (none: without adapters) after those already placed at
     /// `start`; adjacent rows of one set join one group, so they run as one GEMM.
     pub fn push(&mut self, set: Option<&'a AdapterSet>, start: i64, len: i64) {

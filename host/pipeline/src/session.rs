@@ -34,6 +34,8 @@ pub struct SessionRequest {
     pub exact: bool,
     /// Per-session parameters of the deploy's plugins, by plugin name (as a job's `plugin_params`).
     pub plugin_params: BTreeMap<String, serde_json::Value>,
+    /// LoRA adapters the session runs with (as a job's `lora`; the deploy's world adapters).
+    pub lora: Vec<fastvideo_request::LoraChoice>,
 }
 
 #[derive(Debug, Default)]
@@ -92,6 +94,10 @@ pub trait SessionModel: Send + Sync {
     fn request(&self, id: &str, req: &SessionRequest) -> Result<ResolvedRequest, RequestError>;
     /// The key/value pool's occupancy, for the engine's gauges (models without a pool: `None`).
     fn kv_stats(&self) -> Option<PoolStats> {
+        None
+    }
+    /// The LoRA adapters sessions may name (none: a session's `lora` is refused).
+    fn adapters(&self) -> Option<&Arc<crate::AdapterCache>> {
         None
     }
 }

@@ -46,6 +46,9 @@ pub struct AdapterEntry {
     /// Strength for requests that give none.
     #[serde(default = "one")]
     pub default_scale: f64,
+    /// For the world model's sessions (`--world`) instead of the served model.
+    #[serde(default)]
+    pub world: bool,
 }
 
 fn one() -> f64 {
@@ -138,6 +141,8 @@ pub struct Deployment {
     pub workflows: fastvideo_comfy::WorkflowConfig,
     /// The LoRA adapters requests may name, their files' hashes checked and formats read.
     pub adapters: Vec<AdapterSource>,
+    /// The ones for the world model's sessions.
+    pub world_adapters: Vec<AdapterSource>,
 }
 
 /// An `[[adapters]]` entry with its file read: it exists, its hash is the pinned one, and it
@@ -220,11 +225,16 @@ impl Deployment {
                 });
             }
         }
-        let adapters = cfg.adapters.into_iter().map(|a| adapter_source(a, base)).collect::<Result<Vec<_>, _>>()?;
-        if let Some(dup) = adapters.iter().enumerate().find(|(i, a)| adapters[..*i].iter().any(|b| b.name == a.name)) {
-            return Err(PluginError::Io(format!("[[adapters]] `{}` is listed twice", dup.1.name)));
+        let (mut adapters, mut world_adapters) = (Vec::new(), Vec::new());
+        for a in cfg.adapters {
+            let list = if a.world { &mut world_adapters } else { &mut adapters };
+            let source = adapter_source(a, base)?;
+            if list.iter().any(|b: &AdapterSource| b.name == source.name) {
+                return Err(PluginError::Io(format!("[[adapters]] `{}` is listed twice", source.name)));
+            }
+            list.push(source);
         }
-        Ok(Self { runtime, plugins, workflows, adapters })
+        Ok(Self { runtime, plugins, workflows, adapters, world_adapters })
     }
 
     /// The enabled plugin of that deploy name, if any.

@@ -413,7 +413,7 @@ impl CreateParams {
 
 /// The `lora` field: a list of `{name, scale}`, or the object a form's `lora[i][name]` fields
 /// make (keys `0`, `1`, ... in order).
-fn lora_choices(v: &serde_json::Value) -> Result<Vec<fastvideo_request::LoraChoice>, ApiError> {
+pub(crate) fn lora_choices(v: &serde_json::Value) -> Result<Vec<fastvideo_request::LoraChoice>, ApiError> {
     let items: Vec<&serde_json::Value> = match v {
         serde_json::Value::Array(a) => a.iter().collect(),
         serde_json::Value::Object(m) => {

@@ -52,6 +52,8 @@ pub struct CreateSession {
     exact: Option<bool>,
     /// As a job's: per-session parameters of the deploy's plugins, by plugin name.
     plugin_params: Option<BTreeMap<String, Value>>,
+    /// As a job's: LoRA adapters (the deploy's `[[adapters]]` with `world = true`).
+    lora: Option<Value>,
 }
 
 fn session_object(s: &AppState, id: &str) -> Result<Value, ApiError> {
@@ -88,6 +90,10 @@ pub async fn create_session(State(s): State<AppState>, req: Request) -> Result<J
         window: p.window,
         exact: p.exact.unwrap_or(false),
         plugin_params: p.plugin_params.unwrap_or_default(),
+        lora: match &p.lora {
+            Some(v) => crate::params::lora_choices(v)?,
+            None => Vec::new(),
+        },
     };
     let rx = s.engine.open_session(id.clone(), req).await?;
     s.sessions.untaken.lock().unwrap().insert(id.clone(), rx);

@@ -79,7 +79,9 @@ fn tensor(t: &TensorData, device: Device, kind: Kind) -> Result<Tensor> {
 
 /// Adds each row group's deltas to `y = lin(x)` in place (rows of dimension 0).
 pub(crate) fn add_deltas(lin: &Linear, x: &Tensor, y: &Tensor, rows: &AdapterRows) {
+    let n = x.size()[0];
     for &(set, start, len) in &rows.groups {
+        let len = len.min(n - start);
         let mut xs: Option<Tensor> = None;
         for (adapter, strength) in set.entries() {
             for part in lin.parts() {

@@ -11,11 +11,14 @@
 //! [`WanTransformer3DModel::forward_block_causal`] is the reference the rollout is tested
 //! against: the whole sequence in one forward with a block-causal (optionally windowed) mask.
 
+use std::sync::Arc;
+
 use anyhow::{ensure, Result};
 use fastvideo_pipeline::kv_pool::{KvError, KvSession};
+use fastvideo_pipeline::{AdapterRows, AdapterSet};
 use tch::{Device, Tensor};
 
-use crate::transformer::{Cross, Keys, Rope, WanTransformer3DModel};
+use crate::transformer::{Call, Cross, Keys, Rope, WanTransformer3DModel};
 
 /// Where a chunk's self-attention keys and values come from and go to.
 pub trait FrameKv {
@@ -40,9 +43,11 @@ impl FrameKv for KvSession {
     }
 }
 
-/// A session's text conditioning: per block, the cross-attention's keys and values.
+/// A session's text conditioning: per block, the cross-attention's keys and values; and the LoRA
+/// adapters the session runs with, which made them and apply to every chunk.
 pub struct CrossKv {
     layers: Vec<(Tensor, Tensor)>,
+    adapters: Option<Arc<AdapterSet>>,
 }
 
 /// Which earlier frames a chunk may see: all of them, or a window of `window` frames (the chunk
@@ -77,8 +82,15 @@ impl Visibility {
 impl WanTransformer3DModel {
     /// The text's keys and values for every block (`context [1, L, text_dim]`).
     pub fn cross_kv(&self, context: &Tensor) -> CrossKv {
-        let c = self.text_context(context);
-        CrossKv { layers: self.blocks.iter().map(|b| b.context_kv(&c)).collect() }
+        self.cross_kv_adapted(context, None)
+    }
+
+    /// [`cross_kv`](Self::cross_kv) for a session running with `adapters`.
+    pub fn cross_kv_adapted(&self, context: &Tensor, adapters: Option<Arc<AdapterSet>>) -> CrossKv {
+        let rows = AdapterRows::every(adapters.as_deref());
+        let c = self.text_context_lora(context, rows.as_ref());
+        let layers = self.blocks.iter().map(|b| b.context_kv_lora(&c, rows.as_ref())).collect();
+        CrossKv { layers, adapters }
     }
 
     /// One chunk of a rollout: `latents [1, C, F, H, W]` (frames `kv.next_frame()..`), one
@@ -102,27 +114,24 @@ impl WanTransformer3DModel {
         let start = kv.next_frame() as i64;
         let rope = self.rope_at(f, h, w, start, latents.device());
         let tokens = h * w;
-        let (temb, temb6) = per_token(self.time_embedding_with(timestep, frame_cond), tokens);
+        let rows = AdapterRows::every(cross.adapters.as_deref());
+        let lora = rows.as_ref();
+        let (temb, temb6) = per_token(self.time_embedding_lora(timestep, frame_cond, lora), tokens);
         let mut x = self.patchify(latents);
         let mut fresh = Vec::with_capacity(if commit { self.blocks.len() } else { 0 });
         for (l, block) in self.blocks.iter().enumerate() {
             let past = kv.past(l, f as usize, tokens)?;
             let (ck, cv) = &cross.layers[l];
-            let (out, own) = block.forward_with(
-                &x,
-                Cross::Kv(ck, cv),
-                &temb6,
-                &rope,
-                Keys::Local { past: past.as_ref().map(|(k, v)| (k, v)), mask: None },
-                commit,
-            )?;
+            let keys = Keys::Local { past: past.as_ref().map(|(k, v)| (k, v)), mask: None };
+            let call = Call { context: Cross::Kv(ck, cv), temb6: &temb6, rope: &rope, keys, keep_kv: commit, lora };
+            let (out, own) = block.run(&x, call)?;
             x = out;
             fresh.extend(own);
         }
         if commit {
             kv.commit(&fresh, f as usize)?;
         }
-        Ok(self.head(&x, &temb, latents))
+        Ok(self.head_lora(&x, &temb, latents, lora))
     }
 
     /// The reference: all frames of `latents [B, C, F, H, W]` in one forward, chunk `i` (of

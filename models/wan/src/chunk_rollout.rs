@@ -19,6 +19,7 @@ use anyhow::{Context, Result};
 use fastvideo_pipeline::denoise::seeded_noise;
 use fastvideo_pipeline::kv_pool::{KvPool, KvSession};
 use fastvideo_pipeline::sampler::{FlowMatchEuler, Sampler};
+use fastvideo_pipeline::AdapterSet;
 use tch::{Device, Kind, Tensor};
 
 use crate::causal::CrossKv;
@@ -95,8 +96,10 @@ enum Phase {
 /// One session's rollout state.
 pub struct ChunkRollout {
     kv: KvSession,
-    /// Text conditioning of each guidance branch (the conditional one first).
+    /// Text conditioning of each guidance branch (the conditional one first), and the prompt
+    /// embeddings it was made from (adapters remake it).
     cross: Vec<CrossKv>,
+    contexts: Vec<Tensor>,
     decode: DecodeStream,
     sigmas: Vec<f64>,
     latent_shape: [i64; 5],
@@ -140,9 +143,11 @@ impl ChunkRollout {
         anyhow::ensure!(!prompts.is_empty(), "a rollout needs the text of at least one branch");
         let kv = pool.open(window, spec.sink.min(window - 1))?;
         let mut cross = Vec::with_capacity(prompts.len());
+        let mut contexts = Vec::with_capacity(prompts.len());
         for p in prompts {
             let context = crate::pipeline::embed_prompt(&model.wan, p, device).context("encoding the prompt")?;
             cross.push(model.wan.transformer.cross_kv(&context));
+            contexts.push(context);
         }
         let sf = model.wan.vae.cfg.spatial_factor();
         let latent_shape =
@@ -151,6 +156,7 @@ impl ChunkRollout {
         let mut r = Self {
             kv,
             cross,
+            contexts,
             decode: DecodeStream::default(),
             sigmas: spec.sigmas(),
             latent_shape,
@@ -186,6 +192,15 @@ impl ChunkRollout {
         let z = vae.normalize(&vae.encode(&frame.to_device(device))?);
         r.phase = Phase::Commit { x0: z };
         Ok(r)
+    }
+
+    /// Runs the session with LoRA `adapters` (unmerged, on every chunk from the first). Call
+    /// before the first unit.
+    pub fn set_adapters(&mut self, model: &WorldModel, adapters: Option<Arc<AdapterSet>>) -> Result<()> {
+        anyhow::ensure!(self.chunk == 0, "adapters are set before a session's first chunk");
+        let t = &model.wan.transformer;
+        self.cross = self.contexts.iter().map(|c| t.cross_kv_adapted(c, adapters.clone())).collect();
+        Ok(())
     }
 
     fn start_chunk(&mut self) -> Phase {
@@ -335,6 +350,7 @@ pub fn run_offline(
     first_frame: Option<&Tensor>,
     seed: u64,
     device: Device,
+    adapters: Option<Arc<AdapterSet>>,
     mut on_chunk: impl FnMut(&Chunk),
 ) -> Result<Tensor> {
     let ids = actions.iter().map(|a| model.actions.index(a)).collect::<Result<Vec<_>>>()?;
@@ -343,6 +359,7 @@ pub fn run_offline(
         Some(f) => ChunkRollout::from_frame(model, &pool, &[prompt], f, model.spec.window, seed, device)?,
         None => ChunkRollout::new(model, &pool, prompt, seed, device)?,
     };
+    r.set_adapters(model, adapters)?;
     let mut frames = Vec::with_capacity(ids.len() + 1);
     let first = r.next_chunk(model)?;
     on_chunk(&first);

@@ -166,6 +166,10 @@ impl LoopStage for SessionLoop {
             }
             None => ChunkRollout::with_window(&self.model, &self.pool, &prompts, window, req.seed, ctx.device)?,
         };
+        let mut rollout = rollout;
+        if let Some(set) = values.adapters(fastvideo_pipeline::ADAPTERS) {
+            rollout.set_adapters(&self.model, Some(std::sync::Arc::clone(set)))?;
+        }
         let steps = match &self.steps {
             Some(p) => Some(p.init(req, ctx.meter).context("step interceptor init")?),
             None => None,

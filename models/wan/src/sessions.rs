@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use fastvideo_pipeline::kv_pool::{KvPool, PoolStats};
 use fastvideo_pipeline::session::{SessionModel, SessionRequest};
-use fastvideo_pipeline::{ClassicCfg, LoopPolicies, PipelineSpec};
+use fastvideo_pipeline::{AdapterCache, ClassicCfg, LoopPolicies, PipelineSpec};
 use fastvideo_request::{Defaults, ModelLimits, OmniRequest, RequestError, ResolvedRequest, SamplerKind, TaskType};
 use tch::Device;
 
@@ -19,6 +19,7 @@ pub struct WorldSessions {
     pool: Arc<KvPool>,
     spec: Arc<PipelineSpec>,
     limits: ModelLimits,
+    adapters: Option<Arc<AdapterCache>>,
 }
 
 impl WorldSessions {
@@ -47,7 +48,13 @@ impl WorldSessions {
         let pool = KvPool::new(cfg);
         let limits = limits(&model);
         let pipeline = Arc::new(session_pipeline(model.clone(), pool.clone(), policies, first_frame)?);
-        Ok(Self { id, pool, model, spec: pipeline, limits })
+        Ok(Self { id, pool, model, spec: pipeline, limits, adapters: None })
+    }
+
+    /// The same sessions taking the LoRA adapters of `cache` (prepared for this world model).
+    pub fn with_adapters(mut self, cache: Option<Arc<AdapterCache>>) -> Self {
+        self.adapters = cache;
+        self
     }
 
     /// [`new`](Self::new) without a deploy and without a simulator.
@@ -110,6 +117,9 @@ impl SessionModel for WorldSessions {
     fn kv_stats(&self) -> Option<PoolStats> {
         Some(self.pool.stats())
     }
+    fn adapters(&self) -> Option<&Arc<AdapterCache>> {
+        self.adapters.as_ref()
+    }
     fn pipeline(&self) -> Arc<PipelineSpec> {
         self.spec.clone()
     }
@@ -134,6 +144,7 @@ impl SessionModel for WorldSessions {
         r.sampling.seed = Some(req.seed);
         r.exact = req.exact;
         r.plugin_params = req.plugin_params.clone();
+        r.lora = req.lora.clone();
         r.node_params.insert(NODE.into(), serde_json::json!({"window": window, "start_seed": req.start_seed}));
         r.resolve(&self.limits, || req.seed)
     }

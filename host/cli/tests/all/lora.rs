@@ -150,3 +150,27 @@ fn the_openai_client_runs_adapters_per_request() {
         assert_eq!(done["status"], "completed", "{done}");
     }
 }
+
+#[test]
+fn world_sessions_take_the_deploys_world_adapters() {
+    let dir = tempfile::tempdir().unwrap();
+    let large = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/default-lora-large/large.safetensors");
+    let deploy = dir.path().join("deploy.toml");
+    let text = format!(
+        "[[adapters]]\nname = \"large\"\nsource = \"{}\"\nblake3 = \"{}\"\nworld = true\n",
+        large.display(),
+        hash(large.to_str().unwrap())
+    );
+    std::fs::write(&deploy, text).unwrap();
+    let server = Server::start(&["--world", "default", "--max-sessions", "2", "--deploy", deploy.to_str().unwrap()]);
+    let (status, s) = server.post("/v1/sessions", serde_json::json!({"lora": [{"name": "large", "scale": 0.5}]}));
+    assert_eq!(status, 200, "{s}");
+    let (status, e) = server.post("/v1/sessions", serde_json::json!({"lora": [{"name": "small"}]}));
+    assert_eq!((status, e["error"]["param"].as_str()), (400, Some("lora[0].name")), "{e}");
+    // World adapters are the sessions'; jobs on the served model cannot name them.
+    let body = serde_json::json!({"prompt": "a red circle", "num_inference_steps": 1, "lora": [{"name": "large"}]});
+    let (status, e) = server.post("/v1/videos", body);
+    assert_eq!((status, e["error"]["param"].as_str()), (400, Some("lora")), "{e}");
+    let del = ureq::delete(&server.url(&format!("/v1/sessions/{}", s["id"].as_str().unwrap()))).call().unwrap();
+    assert_eq!(del.status().as_u16(), 200);
+}

@@ -4,7 +4,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use fastvideo_request::ActionPart;
+use fastvideo_request::{ActionPart, RequestError};
 use tokio::sync::{mpsc, oneshot};
 
 use super::command::Command;
@@ -39,9 +39,27 @@ impl Engine {
         }
         let request = model.request(&id, &req)?;
         (inner.check)(&request)?;
+        // Adapters are read and prepared off the executor (and off this task's thread).
+        let adapters = match (request.lora.is_empty(), model.adapters()) {
+            (true, _) => None,
+            (false, None) => {
+                return Err(RequestError::new("lora", "this server enables no LoRA adapters for sessions").into())
+            }
+            (false, Some(cache)) => {
+                cache.check(&request.lora)?;
+                let (cache, lora) = (Arc::clone(cache), request.lora.clone());
+                tokio::task::spawn_blocking(move || cache.set_for(&lora))
+                    .await
+                    .map_err(|e| EngineError::Failed { code: "internal_error".into(), message: e.to_string() })?
+                    .map_err(|e| EngineError::Failed {
+                        code: "adapter_load_failed".into(),
+                        message: format!("{e:#}"),
+                    })?
+            }
+        };
         let (etx, erx) = mpsc::channel(STREAM_BUFFER_CHUNKS + STREAM_BUFFER_EVENTS);
         let (rtx, rrx) = oneshot::channel();
-        let cmd = SessionCommand::Open { request: Box::new(request), events: etx, reply: rtx };
+        let cmd = SessionCommand::Open { request: Box::new(request), adapters, events: etx, reply: rtx };
         inner.tx.lock().unwrap().send(Command::Session(cmd)).map_err(|_| EngineError::Stopped)?;
         rrx.await.unwrap_or(Err(EngineError::Stopped))?;
         Ok(erx)

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fastvideo_pipeline::session::{ActionInbox, SessionModel, ACTIONS};
-use fastvideo_pipeline::{Advance, CancelToken, PipelineRun, Value, Values};
+use fastvideo_pipeline::{AdapterSet, Advance, CancelToken, PipelineRun, Value, Values};
 use fastvideo_request::{ActionPart, OmniEvent, RequestError, ResolvedRequest, VideoArtifact};
 use tch::Device;
 use tokio::sync::{mpsc, oneshot};
@@ -32,6 +32,8 @@ pub(crate) enum SessionCommand {
     Open {
         /// The session as a request (`task: world`), resolved and checked by the front.
         request: Box<ResolvedRequest>,
+        /// Its LoRA adapters, prepared by the front.
+        adapters: Option<Arc<AdapterSet>>,
         events: mpsc::Sender<SessionEvent>,
         reply: oneshot::Sender<Result<(), EngineError>>,
     },
@@ -192,6 +194,7 @@ impl LiveSessions {
     fn open(
         &mut self,
         request: ResolvedRequest,
+        adapters: Option<Arc<AdapterSet>>,
         events: mpsc::Sender<SessionEvent>,
         pace: &mut Deadlines,
     ) -> Result<(), EngineError> {
@@ -200,6 +203,9 @@ impl LiveSessions {
         let inbox = ActionInbox::default();
         let mut values = Values::default();
         values.insert(ACTIONS, Value::Inbox(inbox.clone()));
+        if let Some(set) = adapters {
+            values.insert(fastvideo_pipeline::ADAPTERS, Value::Adapters(set));
+        }
         let mut run = PipelineRun::new(model.pipeline(), request, self.device, values, CancelToken::default());
         // The first unit opens the session (its observers, the rollout's slabs, its first frame
         // or prompt), so what can go wrong at the start is the open's answer.
@@ -238,8 +244,8 @@ impl LiveSessions {
 
     pub fn command(&mut self, c: SessionCommand, pace: &mut Deadlines) {
         match c {
-            SessionCommand::Open { request, events, reply } => {
-                let _ = reply.send(self.open(*request, events, pace));
+            SessionCommand::Open { request, adapters, events, reply } => {
+                let _ = reply.send(self.open(*request, adapters, events, pace));
             }
             SessionCommand::Action { id, action } => {
                 if let Some(l) = self.list.iter_mut().find(|l| l.id == id) {
@@ -528,7 +534,7 @@ mod tests {
         let (events, rx) = mpsc::channel(64);
         let (reply, mut answer) = oneshot::channel();
         let request = model.request(id, &SessionRequest::default()).unwrap();
-        live.command(SessionCommand::Open { request: Box::new(request), events, reply }, pace);
+        live.command(SessionCommand::Open { request: Box::new(request), adapters: None, events, reply }, pace);
         answer.try_recv().unwrap().unwrap();
         rx
     }

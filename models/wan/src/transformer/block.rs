@@ -72,7 +72,8 @@ impl Block {
         self.run(x, Call { context, temb6, rope, keys, keep_kv, lora: None })
     }
 
-    fn run(&self, x: &Tensor, call: Call) -> Result<(Tensor, Option<KeyValues>)> {
+    /// The block on one call's inputs.
+    pub(crate) fn run(&self, x: &Tensor, call: Call) -> Result<(Tensor, Option<KeyValues>)> {
         let Call { context, temb6, rope, keys, keep_kv, lora } = call;
         use fastvideo_kernels::{gated_residual, layer_norm_modulate, residual_layer_norm_modulate, LayerNormSpec};
         let m = modulation(&self.scale_shift_table, temb6, 6);
@@ -121,6 +122,11 @@ impl Block {
         self.attn2.context_kv(context, None)
     }
 
+    /// [`context_kv`](Self::context_kv) with adapters.
+    pub(crate) fn context_kv_lora(&self, context: &Tensor, lora: Lora) -> (Tensor, Tensor) {
+        self.attn2.context_kv(context, lora)
+    }
+
     /// Every linear of the block, in a fixed order (merging adapters walks them).
     pub(super) fn linears<'a>(&'a self, out: &mut Vec<&'a Linear>) {
         self.attn1.linears(out);
@@ -141,13 +147,13 @@ pub(super) fn modulation(table: &Tensor, temb: &Tensor, n: i64) -> Vec<Tensor> {
 }
 
 /// One block call's inputs besides the hidden states.
-struct Call<'a> {
-    context: Cross<'a>,
-    temb6: &'a Tensor,
-    rope: &'a Rope,
-    keys: Keys<'a>,
-    keep_kv: bool,
-    lora: Lora<'a>,
+pub(crate) struct Call<'a> {
+    pub context: Cross<'a>,
+    pub temb6: &'a Tensor,
+    pub rope: &'a Rope,
+    pub keys: Keys<'a>,
+    pub keep_kv: bool,
+    pub lora: Lora<'a>,
 }
 
 /// Everything a block needs besides the hidden states, computed once per forward.

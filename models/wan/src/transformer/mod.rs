@@ -16,6 +16,7 @@ mod model;
 mod rope;
 
 pub use attention::{Cross, KeyValues, Keys};
+pub(crate) use block::Call;
 pub use block::{Block, BlockInputs};
 pub use config::TransformerConfig;
 pub use model::WanTransformer3DModel;

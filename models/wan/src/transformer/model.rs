@@ -405,7 +405,12 @@ impl WanTransformer3DModel {
 
     /// [`time_embedding_with`](Self::time_embedding_with) with adapters per row; `lora` needs a
     /// `[B]` timestep (its rows are the batch's).
-    fn time_embedding_lora(&self, timestep: &Tensor, extra: Option<&Tensor>, lora: Lora) -> (Tensor, Tensor) {
+    pub(crate) fn time_embedding_lora(
+        &self,
+        timestep: &Tensor,
+        extra: Option<&Tensor>,
+        lora: Lora,
+    ) -> (Tensor, Tensor) {
         let lead = timestep.size();
         let flat = timestep.reshape([-1]);
         let t1 = self.time_1.forward_lora(&self.timestep_features(&flat), lora);
@@ -432,14 +437,18 @@ impl WanTransformer3DModel {
         self.text_context_lora(context, None)
     }
 
-    fn text_context_lora(&self, context: &Tensor, lora: Lora) -> Tensor {
+    pub(crate) fn text_context_lora(&self, context: &Tensor, lora: Lora) -> Tensor {
         self.text_2.forward_lora(&self.text_1.forward_gelu_tanh_lora(&context.to_kind(self.kind), lora), lora)
     }
 
     /// Output norm, projection and unpatchify back to `like`'s shape and dtype. `temb` is
     /// `[B, dim]`, or `[B, N, dim]` per token.
     pub(crate) fn head(&self, x: &Tensor, temb: &Tensor, like: &Tensor) -> Tensor {
-        self.unpatchify(&self.head_tokens(x, temb, None), like)
+        self.head_lora(x, temb, like, None)
+    }
+
+    pub(crate) fn head_lora(&self, x: &Tensor, temb: &Tensor, like: &Tensor, lora: Lora) -> Tensor {
+        self.unpatchify(&self.head_tokens(x, temb, lora), like)
     }
 
     /// Output norm and projection, per token: `[B, n, dim]` → `[B, n, C·pt·ph·pw]`.

@@ -240,3 +240,28 @@ fn a_step_interceptor_runs_in_each_session_with_its_own_state() {
         assert_eq!(run.metrics().forwards, steps / 2 + steps % 2 + commits, "session {name}");
     }
 }
+
+#[test]
+fn a_rollout_runs_with_lora_adapters_on_every_chunk() {
+    // tiny-wan's transformer, so the tiny fixture adapters fit the tiny world model.
+    use fastvideo_pipeline::AdapterSet;
+    use std::sync::Arc;
+    tch::no_grad(|| {
+        let (_dir, m) = tiny_world();
+        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
+        let file = fastvideo_lora::LoraFile::read(&fixtures.join("lora/original.safetensors")).unwrap();
+        let adapter = Arc::new(m.wan.transformer.prepare_adapter(&file, "original", "h").unwrap());
+        let actions = vec!["right".to_string(), "up".to_string()];
+        let run = |set: Option<Arc<AdapterSet>>| {
+            fastvideo_wan::chunk_rollout::run_offline(&m, &actions, "a red circle", None, 3, Device::Cpu, set, |_| {})
+                .unwrap()
+        };
+        let plain = run(None);
+        let zero = run(Some(Arc::new(AdapterSet::new(vec![(Arc::clone(&adapter), 0.0)]))));
+        assert!(zero.equal(&plain), "strength 0 is no adapter, bit for bit");
+        let adapted = run(Some(Arc::new(AdapterSet::new(vec![(adapter, 1.0)]))));
+        assert_eq!(adapted.size(), plain.size());
+        let moved = (&adapted - &plain).abs().max().double_value(&[]);
+        assert!(moved > 1e-3, "the adapter changes every chunk's frames ({moved})");
+    })
+}
