@@ -48,6 +48,8 @@ pub struct Metrics {
     pub adapter_evictions: Counter,
     pub adapter_load_seconds: Counter<f64, AtomicU64>,
     pub adapter_bytes: Gauge,
+    /// Adapters prepared again from the host copy after a device eviction.
+    pub adapter_host_hits: Counter,
     /// Adapter sets merged into the weights (every running request had the same set).
     pub adapter_merges: Counter,
 }
@@ -80,6 +82,7 @@ impl Metrics {
             adapter_evictions: Counter::default(),
             adapter_load_seconds: Counter::default(),
             adapter_bytes: Gauge::default(),
+            adapter_host_hits: Counter::default(),
             adapter_merges: Counter::default(),
         };
         let r = registry.sub_registry_with_prefix("fastvideo");
@@ -123,6 +126,11 @@ impl Metrics {
         );
         r.register("adapter_load_seconds", "Time spent loading LoRA adapters", m.adapter_load_seconds.clone());
         r.register("adapter_bytes", "Device bytes the adapter cache holds", m.adapter_bytes.clone());
+        r.register(
+            "adapter_host_hits",
+            "LoRA adapters prepared again from their host copy after a device eviction",
+            m.adapter_host_hits.clone(),
+        );
         r.register("adapter_merges", "Adapter sets merged into the weights", m.adapter_merges.clone());
         m
     }
@@ -143,6 +151,9 @@ impl Metrics {
             AdapterEvent::Evict { bytes } => {
                 m.adapter_evictions.inc();
                 m.adapter_bytes.dec_by(bytes as i64);
+            }
+            AdapterEvent::HostHit => {
+                m.adapter_host_hits.inc();
             }
         }));
     }

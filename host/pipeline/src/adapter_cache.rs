@@ -59,19 +59,62 @@ pub enum AdapterEvent {
         /// Device bytes it held.
         bytes: u64,
     },
+    /// Prepared again from the parsed file kept in host memory (no disk read, no hash).
+    HostHit,
 }
 
 /// A metrics callback.
 type Observer = Box<dyn Fn(AdapterEvent) + Send + Sync>;
 
-/// Adapters by name under a byte budget; see the module docs.
+/// Adapters by name under a byte budget (device), with their parsed files kept in host memory
+/// under twice that; see the module docs.
 pub struct AdapterCache {
     sources: BTreeMap<String, AdapterSource>,
     target: Arc<dyn AdapterTarget>,
     budget: u64,
     max_per_request: usize,
     state: Mutex<Resident>,
+    /// Parsed files in host memory, least recently used out past `host_budget` bytes: a device
+    /// eviction costs a host-to-device copy when the adapter comes back, not a disk read.
+    host: Mutex<HostFiles>,
+    host_budget: u64,
     observer: Mutex<Option<Observer>>,
+}
+
+#[derive(Default)]
+struct HostFiles {
+    files: HashMap<String, (Arc<LoraFile>, u64)>,
+    tick: u64,
+    bytes: u64,
+}
+
+impl HostFiles {
+    fn get(&mut self, name: &str) -> Option<Arc<LoraFile>> {
+        self.tick += 1;
+        let tick = self.tick;
+        self.files.get_mut(name).map(|(f, used)| {
+            *used = tick;
+            Arc::clone(f)
+        })
+    }
+
+    fn put(&mut self, name: &str, file: Arc<LoraFile>, budget: u64) {
+        self.tick += 1;
+        let bytes = file.summary().tensor_bytes;
+        if let Some((old, _)) = self.files.insert(name.to_string(), (file, self.tick)) {
+            self.bytes -= old.summary().tensor_bytes;
+        }
+        self.bytes += bytes;
+        while self.bytes > budget {
+            let Some(victim) =
+                self.files.iter().filter(|(n, _)| *n != name).min_by_key(|(_, (_, u))| *u).map(|(n, _)| n.clone())
+            else {
+                break;
+            };
+            let (f, _) = self.files.remove(&victim).expect("present");
+            self.bytes -= f.summary().tensor_bytes;
+        }
+    }
 }
 
 #[derive(Default)]
@@ -100,6 +143,8 @@ impl AdapterCache {
             budget,
             max_per_request,
             state: Mutex::default(),
+            host: Mutex::default(),
+            host_budget: budget.saturating_mul(2),
             observer: Mutex::new(None),
         };
         for s in sources {
@@ -222,7 +267,18 @@ impl AdapterCache {
         }
         let source = self.sources.get(name).with_context(|| format!("no adapter `{name}`"))?;
         let t = Instant::now();
-        let file = read_checked(source)?;
+        let kept = self.host.lock().unwrap_or_else(|e| e.into_inner()).get(name);
+        let file = match kept {
+            Some(f) => {
+                self.tell(AdapterEvent::HostHit);
+                f
+            }
+            None => {
+                let f = Arc::new(read_checked(source)?);
+                self.host.lock().unwrap_or_else(|e| e.into_inner()).put(name, Arc::clone(&f), self.host_budget);
+                f
+            }
+        };
         let prepared = Arc::new(self.target.prepare(&file, name, &source.blake3)?);
         if prepared.bytes > self.budget {
             bail!(

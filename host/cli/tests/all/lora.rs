@@ -123,6 +123,9 @@ fn the_openai_client_runs_adapters_per_request() {
     assert_eq!(metric(&m, "fastvideo_adapter_loads_total", None), 1.0);
     assert!(metric(&m, "fastvideo_adapter_hits_total", None) >= 1.0);
     assert!(metric(&m, "fastvideo_adapter_bytes", None) > 0.0);
+    // Each job ran alone, so the engine merged its set into the weights (and restored them for
+    // the plain job): the merged path served the same, reproducible video as above.
+    assert!(metric(&m, "fastvideo_adapter_merges_total", None) >= 1.0);
     // Bad input: too many, a strength out of bounds, not a list; each a 400 naming the field.
     let base =
         serde_json::json!({"prompt": "a red circle", "size": "32x32", "num_frames": 5, "num_inference_steps": 1});

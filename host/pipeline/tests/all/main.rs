@@ -3,5 +3,6 @@
 //! so one binary per crate instead of one per file. Add a suite as a module here.
 //! One suite: `cargo test -p fastvideo-pipeline --test all -- driver::`.
 
+mod adapter_cache;
 mod driver;
 mod sampler_parity;
