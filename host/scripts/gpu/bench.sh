@@ -25,15 +25,8 @@ export PYTHONUNBUFFERED=1
 # shellcheck source=host/scripts/gpu/torch_env.sh
 source host/scripts/gpu/torch_env.sh
 
-stage() { # name, command...: runs the command when the stage is selected, and times it
-  local name=$1 t0=$SECONDS rc=0
-  shift
-  case " $STAGES " in *" $name "*) ;; *) return 0 ;; esac
-  echo "== $name"
-  "$@" || rc=$?
-  echo "== $name: $((SECONDS - t0)) s, exit $rc"
-  return "$rc"
-}
+# shellcheck source=host/scripts/gpu/stage.sh
+source host/scripts/gpu/stage.sh
 
 make_model() { # built once per machine; MODEL=... with another folder to rebuild
   if [ -f "$MODEL/model_index.json" ]; then echo "$MODEL exists"; return; fi

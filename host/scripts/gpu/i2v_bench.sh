@@ -26,15 +26,8 @@ mkdir -p "$OUT"
 # shellcheck source=host/scripts/gpu/torch_env.sh
 source host/scripts/gpu/torch_env.sh
 
-stage() {
-  local name=$1 t0=$SECONDS rc=0
-  shift
-  case " $STAGES " in *" $name "*) ;; *) return 0 ;; esac
-  echo "== $name"
-  "$@" || rc=$?
-  echo "== $name: $((SECONDS - t0)) s, exit $rc"
-  return "$rc"
-}
+# shellcheck source=host/scripts/gpu/stage.sh
+source host/scripts/gpu/stage.sh
 
 make_model() {
   if [ -f "$MODEL/model_index.json" ]; then echo "$MODEL exists"; return; fi

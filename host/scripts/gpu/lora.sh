@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2329  # the stage functions are called through stage()
 # LoRA on the GPU machine, from the repo root (no network there): the adapter benchmark at real
 # size, and the training of the shipped adapter (models/default-lora-large).
 #   needs  .whl/ (fetch_wheels.sh; diffusers and importlib_metadata are enough) and the release
@@ -24,15 +25,8 @@ fi
 # shellcheck source=host/scripts/gpu/torch_env.sh
 source host/scripts/gpu/torch_env.sh
 
-stage() { # name, command...: runs the command when the stage is selected, and times it
-  local name=$1 t0=$SECONDS rc=0
-  shift
-  case " $STAGES " in *" $name "*) ;; *) return 0 ;; esac
-  echo "== $name"
-  "$@" || rc=$?
-  echo "== $name: $((SECONDS - t0)) s, exit $rc"
-  return "$rc"
-}
+# shellcheck source=host/scripts/gpu/stage.sh
+source host/scripts/gpu/stage.sh
 
 bench() {
   [ -f "$MODEL/model_index.json" ] || python3 host/scripts/gpu/make_wan13b.py "$MODEL" --device cuda
