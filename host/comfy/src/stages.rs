@@ -55,6 +55,9 @@ pub const STAGES: &[StageDecl] = &[
     ),
     stage!("latent.image_to_video", [("vae", "vae", true), ("start_image", "images", true)], ["latent"]),
     stage!("model.shift", [("model", "model", true)], ["model"]),
+    // A LoRA on the model (`LoraLoaderModelOnly`), and one that also passes the text encoder
+    // (`LoraLoader`'s CLIP output).
+    stage!("model.lora_model", [("model", "model", true)], ["model"]),
     stage!(
         "model.lora",
         [("model", "model", true), ("text_encoder", "text_encoder", false)],

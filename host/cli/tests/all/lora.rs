@@ -177,3 +177,60 @@ fn world_sessions_take_the_deploys_world_adapters() {
     let del = ureq::delete(&server.url(&format!("/v1/sessions/{}", s["id"].as_str().unwrap()))).call().unwrap();
     assert_eq!(del.status().as_u16(), 200);
 }
+
+#[test]
+fn comfyui_lora_loaders_run_the_deploys_adapters() {
+    use crate::common::comfy;
+    let dir = tempfile::tempdir().unwrap();
+    let large = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/default-lora-large/large.safetensors");
+    let deploy = comfy::deploy(dir.path());
+    let mut text = std::fs::read_to_string(&deploy).unwrap();
+    text = format!(
+        "[[adapters]]\nname = \"large\"\nsource = \"{}\"\nblake3 = \"{}\"\n\n{text}",
+        large.display(),
+        hash(large.to_str().unwrap())
+    );
+    std::fs::write(&deploy, text).unwrap();
+    let files = dir.path().join("comfy");
+    let s = Server::start(&["--deploy", deploy.to_str().unwrap(), "--comfy-dir", files.to_str().unwrap()]);
+    // The small Wan template in the API format, with a LoraLoaderModelOnly after the UNET loader.
+    let file = comfy::small_wan_file(dir.path(), 4);
+    let out = fastvideo(&["workflow", "parse", file.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let plain: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let unet = plain.as_object().unwrap().iter().find(|(_, n)| n["class_type"] == "UNETLoader").unwrap().0.clone();
+    let with_lora = |strength: f64, name: &str| {
+        let mut p = plain.clone();
+        for n in p.as_object_mut().unwrap().values_mut() {
+            if n["inputs"]["model"] == serde_json::json!([unet, 0]) {
+                n["inputs"]["model"] = serde_json::json!(["900", 0]);
+            }
+        }
+        p["900"] = serde_json::json!({"class_type": "LoraLoaderModelOnly",
+            "inputs": {"model": [unet, 0], "lora_name": name, "strength_model": strength}});
+        p
+    };
+    let mut ws = comfy::connect(&s, "c");
+    let mut run = |prompt: serde_json::Value, id: &str| {
+        let (code, r) = s.post("/prompt", serde_json::json!({"prompt": prompt, "client_id": "c", "prompt_id": id}));
+        assert_eq!(code, 200, "{r}");
+        let seen = comfy::until_done(&mut ws, id);
+        let executed = seen.iter().find(|m| m["type"] == "executed").unwrap_or_else(|| panic!("{seen:?}"));
+        let f = &executed["data"]["output"]["images"][0];
+        let url = format!(
+            "/view?filename={}&subfolder={}&type=output",
+            f["filename"].as_str().unwrap(),
+            f["subfolder"].as_str().unwrap()
+        );
+        s.bytes(&url).1
+    };
+    let base = run(plain.clone(), "plain");
+    let larger = run(with_lora(1.0, "large.safetensors"), "large");
+    let zero = run(with_lora(0.0, "loras/large.safetensors"), "zero");
+    assert_ne!(base, larger, "the adapter changes the video");
+    assert_eq!(base, zero, "strength_model 0 is the plain model, byte for byte");
+    // A lora_name the deploy does not enable: ComfyUI's node error on the loader.
+    let (code, r) = s.post("/prompt", serde_json::json!({"prompt": with_lora(1.0, "other.safetensors")}));
+    assert_eq!(code, 400, "{r}");
+    assert!(r["node_errors"]["900"].is_object(), "{r}");
+}

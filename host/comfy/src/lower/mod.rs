@@ -72,7 +72,8 @@ impl<'a> Lowering<'a> {
         shift: &mut Option<f32>,
         loras: &mut Vec<LoraPlan>,
     ) -> Result<(), CompileError> {
-        const FROM: [&str; 4] = ["model.shift", "model.lora", "load.diffusion_model", "load.checkpoint"];
+        const FROM: [&str; 5] =
+            ["model.shift", "model.lora", "model.lora_model", "load.diffusion_model", "load.checkpoint"];
         let (mut m, _) = self.expect(n, param, &FROM)?;
         let mut stack = Vec::new();
         while m.stage.starts_with("model.") {

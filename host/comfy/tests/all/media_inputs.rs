@@ -323,7 +323,11 @@ fn lora_loaders_stack_onto_the_request_in_the_order_applied() {
     let mut nodes = image_to_video();
     // UNET -> LoraLoaderModelOnly (a) -> LoraLoader (b, also given the text encoder) -> sampler;
     // the prompt's text encoder comes through LoraLoader's CLIP output.
-    nodes.push(node("60", "model.lora", json!({"model": r("37", 0), "file": "loras/a.safetensors", "strength": 0.7})));
+    nodes.push(node(
+        "60",
+        "model.lora_model",
+        json!({"model": r("37", 0), "file": "loras/a.safetensors", "strength": 0.7}),
+    ));
     nodes.push(node(
         "61",
         "model.lora",

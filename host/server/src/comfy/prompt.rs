@@ -139,7 +139,18 @@ pub fn check(c: &Comfy, s: &AppState, prompt: &Value, prompt_id: &str) -> Result
             return Err(Refusal::at(&f, &ty(&f), "value_not_in_list", &msg, &outs));
         }
         let req = plan.request(&format!("comfy_{prompt_id}_{i}"), &c.cfg.root.join("input")).map_err(refuse)?;
-        if let Err(e) = req.resolve(s.engine.limits(), || plan.seed) {
+        // The request's own checks, then its LoRA loaders' files against the deploy's adapters
+        // (what the engine checks at admission, here so the loader node gets the error).
+        let checked =
+            req.resolve(s.engine.limits(), || plan.seed).and_then(|r| match (r.lora.is_empty(), s.engine.adapters()) {
+                (true, _) => Ok(()),
+                (false, Some(cache)) => cache.check(&r.lora),
+                (false, None) => Err(fastvideo_request::RequestError::new(
+                    "lora[0].name",
+                    "this server enables no LoRA adapters ([[adapters]] in the deploy)",
+                )),
+            });
+        if let Err(e) = checked {
             let node = plan.node_of(&e.field).to_string();
             return Err(Refusal::at(&node, &ty(&node), "value_not_in_list", &e.to_string(), &outs));
         }

@@ -140,7 +140,7 @@ const RULES: &[Rule] = &[
     // text-encoder keys are refused where adapters load, so strength_clip has nothing to scale).
     Rule {
         class_type: "LoraLoaderModelOnly",
-        stage: "model.lora",
+        stage: "model.lora_model",
         outputs: 1,
         params: &[("model", "model"), ("file", "lora_name"), ("strength", "strength_model")],
     },
