@@ -45,6 +45,7 @@ pub fn sessions(
         None
     } else {
         let target = Arc::clone(&loaded.wan.transformer) as Arc<dyn fastvideo_pipeline::AdapterTarget>;
+        // (Sessions encode their prompt outside a pipeline: text-encoder keys are refused.)
         let cache = fastvideo_pipeline::AdapterCache::new(
             target,
             sources.to_vec(),

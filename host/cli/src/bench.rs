@@ -68,7 +68,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         vae_runs: args.vae_runs,
         inputs,
         vae_compare: args.vae_compare,
-        adapters: args.lora.set(model.transformer.clone())?,
+        adapters: args.lora.set(std::sync::Arc::new(fastvideo_wan::adapters::WanAdapters::of(&model)))?,
     };
     let mut report = bench::run(&model, &opts)?;
     if let (Some(path), Some(v)) = (&args.outputs, report.velocity.take()) {

@@ -139,16 +139,16 @@ pub fn run(cmd: LoraCommand) -> Result<()> {
             let file = LoraFile::parse(&bytes).with_context(|| a.file.display().to_string())?;
             let hash = blake3::hash(&bytes).to_hex().to_string();
             let summary = file.summary();
-            if a.json {
+            let text = if a.json {
                 let mut j = summary.to_json();
                 j["blake3"] = hash.into();
                 j["file"] = a.file.display().to_string().into();
-                println!("{}", serde_json::to_string_pretty(&j)?);
+                format!("{}\n", serde_json::to_string_pretty(&j)?)
             } else {
-                println!("file:         {}", a.file.display());
-                println!("blake3:       {hash}");
-                print!("{summary}");
-            }
+                format!("file:         {}\nblake3:       {hash}\n{summary}", a.file.display())
+            };
+            // A closed pipe (`| head`) is not an error worth a panic.
+            let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes());
             Ok(())
         }
     }

@@ -61,8 +61,12 @@ pub enum Place {
     /// A difference for a module that is not a linear (norms, modulation tables, the patch
     /// convolution). diffusers drops these too; we report how many.
     Ignored,
-    /// A text-encoder key: the model's text encoder takes no adapters yet.
-    TextEncoder,
+    /// A text-encoder module (transformers' names: `encoder.block.0.layer.0.SelfAttention.q`)
+    /// and part.
+    Text(String, Part),
+    /// A kohya text-encoder key (`lora_te_…`), whose underscored names do not map back to
+    /// modules unambiguously.
+    KohyaText,
 }
 
 const SUFFIXES: [(&str, Part); 10] = [
@@ -92,8 +96,8 @@ pub fn place(format: Format, key: &str) -> Result<Place, String> {
     let is_diff = matches!(part, Part::Diff | Part::DiffB);
     let mapped = match format {
         Format::Diffusers => {
-            if module.starts_with("text_encoder.") {
-                return Ok(Place::TextEncoder);
+            if let Some(m) = module.strip_prefix("text_encoder.") {
+                return Ok(Place::Text(m.to_string(), part));
             }
             let m = module.strip_prefix("transformer.").or_else(|| module.strip_prefix("base_model.model."));
             Some(m.unwrap_or(module).to_string())
@@ -105,7 +109,7 @@ pub fn place(format: Format, key: &str) -> Result<Place, String> {
         }
         Format::Kohya => {
             if module.starts_with("lora_te") {
-                return Ok(Place::TextEncoder);
+                return Ok(Place::KohyaText);
             }
             let m = module.strip_prefix("lora_unet_").ok_or("a kohya-format key without `lora_unet_`")?;
             kohya_to_diffusers(m)
@@ -228,7 +232,11 @@ mod tests {
         assert_eq!(place(Format::Original, "diffusion_model.blocks.0.modulation.diff"), Ok(Place::Ignored));
         assert!(place(Format::Original, "diffusion_model.blocks.0.self_attn.x.lora_down.weight").is_err());
         assert!(place(Format::Original, "diffusion_model.blocks.0.self_attn.q.weight").is_err());
-        assert_eq!(place(Format::Diffusers, "text_encoder.encoder.block.0.lora_A.weight"), Ok(Place::TextEncoder));
+        assert_eq!(
+            place(Format::Diffusers, "text_encoder.encoder.block.0.layer.0.SelfAttention.q.lora_A.weight"),
+            Ok(Place::Text("encoder.block.0.layer.0.SelfAttention.q".into(), Part::Down))
+        );
+        assert_eq!(place(Format::Kohya, "lora_te_encoder_block_0.lora_down.weight"), Ok(Place::KohyaText));
         assert_eq!(Format::detect(["a", "lora_unet_x"]), Format::Kohya);
         assert_eq!(Format::detect(["diffusion_model.x"]), Format::Original);
     }

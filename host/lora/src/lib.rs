@@ -135,6 +135,8 @@ pub struct LoraFile {
     pub format: Format,
     /// By module (diffusers names).
     pub modules: BTreeMap<String, ModulePatch>,
+    /// The text encoder's, by module (transformers' names), if the file carries any.
+    pub text: BTreeMap<String, ModulePatch>,
     /// Keys for modules that are not linears (norm or modulation differences), left out as
     /// diffusers leaves them out.
     pub ignored: Vec<String>,
@@ -174,28 +176,34 @@ impl LoraFile {
             return Err(LoraError::file("the file holds no tensors"));
         }
         let format = Format::detect(names.iter().map(String::as_str));
-        let metadata = match format {
-            Format::Diffusers => AdapterMetadata::of(header.metadata().as_ref())?,
-            _ => None,
+        let (metadata, text_metadata) = match format {
+            Format::Diffusers => (
+                AdapterMetadata::of(header.metadata().as_ref(), "transformer")?,
+                AdapterMetadata::of(header.metadata().as_ref(), "text_encoder")?,
+            ),
+            _ => (None, None),
         };
         let mut modules: BTreeMap<String, ModulePatch> = BTreeMap::new();
+        let mut text: BTreeMap<String, ModulePatch> = BTreeMap::new();
         let mut ignored = Vec::new();
         for key in &names {
             let place = keys::place(format, key).map_err(|m| LoraError::at(key, m))?;
-            let (module, part) =
-                match place {
-                    Place::Module(m, p) => (m, p),
-                    Place::Ignored => {
-                        ignored.push(key.clone());
-                        continue;
-                    }
-                    Place::TextEncoder => return Err(LoraError::at(
+            let (module, part, into) = match place {
+                Place::Module(m, p) => (m, p, &mut modules),
+                Place::Text(m, p) => (m, p, &mut text),
+                Place::Ignored => {
+                    ignored.push(key.clone());
+                    continue;
+                }
+                Place::KohyaText => {
+                    return Err(LoraError::at(
                         key,
-                        "a text-encoder LoRA key; this model's text encoder takes no adapters (only the transformer's)",
-                    )),
-                };
+                        "a kohya text-encoder key; give text-encoder adapters in diffusers' names (text_encoder.encoder.block.…)",
+                    ))
+                }
+            };
             let t = tensor(&st, key)?;
-            let patch = modules.entry(module).or_default();
+            let patch = into.entry(module).or_default();
             let slot = match part {
                 Part::Down => &mut patch.down,
                 Part::Up => &mut patch.up,
@@ -214,69 +222,81 @@ impl LoraFile {
                 return Err(LoraError::at(key, "a second tensor for the same part of the same module"));
             }
         }
-        for (name, patch) in &mut modules {
-            check_patch(patch)?;
-            if let Some(m) = &metadata {
-                patch.metadata_scale = Some(m.scale(name));
+        for (map, meta) in [(&mut modules, &metadata), (&mut text, &text_metadata)] {
+            for (name, patch) in map.iter_mut() {
+                check_patch(patch)?;
+                if let Some(m) = meta {
+                    patch.metadata_scale = Some(m.scale(name));
+                }
             }
         }
-        if modules.is_empty() {
+        if modules.is_empty() && text.is_empty() {
             return Err(LoraError::file(format!(
                 "no module to adapt: all {} tensors are norm or modulation differences",
                 ignored.len()
             )));
         }
-        Ok(Self { format, modules, ignored, file_bytes: bytes.len() as u64 })
+        Ok(Self { format, modules, text, ignored, file_bytes: bytes.len() as u64 })
     }
 
     /// Checks every patch against `modules` (a model's module table): each must name one of
     /// them, with shapes that fit, before any tensor goes to a device.
     pub fn check(&self, modules: &[TargetModule]) -> Result<(), LoraError> {
-        let table: BTreeMap<&str, &TargetModule> = modules.iter().map(|m| (m.name.as_str(), m)).collect();
-        for (name, p) in &self.modules {
-            let first = p.down.as_ref().or(p.up.as_ref()).or(p.diff.as_ref()).or(p.diff_b.as_ref());
-            let key = first.map(|t| t.key.as_str()).unwrap_or(name);
-            let Some(m) = table.get(name.as_str()) else {
-                return Err(LoraError::at(key, format!("module `{name}` is not a linear module of this model")));
-            };
-            let (out, inp) = (m.out_dim as usize, m.in_dim as usize);
-            if let Some(d) = &p.down {
-                if d.shape[1] != inp {
-                    return Err(LoraError::at(
-                        &d.key,
-                        format!("shape {:?} takes {} inputs; `{name}` has {inp}", d.shape, d.shape[1]),
-                    ));
-                }
-            }
-            if let Some(u) = &p.up {
-                if u.shape[0] != out {
-                    return Err(LoraError::at(
-                        &u.key,
-                        format!("shape {:?} makes {} outputs; `{name}` has {out}", u.shape, u.shape[0]),
-                    ));
-                }
-            }
-            if let Some(d) = &p.diff {
-                if d.shape != [out, inp] {
-                    return Err(LoraError::at(&d.key, format!("shape {:?}; `{name}` is [{out}, {inp}]", d.shape)));
-                }
-            }
-            if let Some(b) = &p.diff_b {
-                if b.shape != [out] {
-                    return Err(LoraError::at(&b.key, format!("shape {:?}; `{name}` has {out} outputs", b.shape)));
-                }
-                if !m.bias {
-                    return Err(LoraError::at(&b.key, format!("a bias difference, but `{name}` has no bias")));
-                }
-            }
-        }
-        Ok(())
+        check_map(&self.modules, modules)
+    }
+
+    /// [`check`](Self::check) for the text encoder's patches against its modules.
+    pub fn check_text(&self, modules: &[TargetModule]) -> Result<(), LoraError> {
+        check_map(&self.text, modules)
     }
 
     /// What `fastvideo lora inspect` prints.
     pub fn summary(&self) -> Summary {
         Summary::of(self)
     }
+}
+
+/// Every patch of `map` names one of `modules`, with shapes that fit.
+fn check_map(map: &BTreeMap<String, ModulePatch>, modules: &[TargetModule]) -> Result<(), LoraError> {
+    let table: BTreeMap<&str, &TargetModule> = modules.iter().map(|m| (m.name.as_str(), m)).collect();
+    for (name, p) in map {
+        let first = p.down.as_ref().or(p.up.as_ref()).or(p.diff.as_ref()).or(p.diff_b.as_ref());
+        let key = first.map(|t| t.key.as_str()).unwrap_or(name);
+        let Some(m) = table.get(name.as_str()) else {
+            return Err(LoraError::at(key, format!("module `{name}` is not a linear module of this model")));
+        };
+        let (out, inp) = (m.out_dim as usize, m.in_dim as usize);
+        if let Some(d) = &p.down {
+            if d.shape[1] != inp {
+                return Err(LoraError::at(
+                    &d.key,
+                    format!("shape {:?} takes {} inputs; `{name}` has {inp}", d.shape, d.shape[1]),
+                ));
+            }
+        }
+        if let Some(u) = &p.up {
+            if u.shape[0] != out {
+                return Err(LoraError::at(
+                    &u.key,
+                    format!("shape {:?} makes {} outputs; `{name}` has {out}", u.shape, u.shape[0]),
+                ));
+            }
+        }
+        if let Some(d) = &p.diff {
+            if d.shape != [out, inp] {
+                return Err(LoraError::at(&d.key, format!("shape {:?}; `{name}` is [{out}, {inp}]", d.shape)));
+            }
+        }
+        if let Some(b) = &p.diff_b {
+            if b.shape != [out] {
+                return Err(LoraError::at(&b.key, format!("shape {:?}; `{name}` has {out} outputs", b.shape)));
+            }
+            if !m.bias {
+                return Err(LoraError::at(&b.key, format!("a bias difference, but `{name}` has no bias")));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A tensor of the file, with a dtype and rank LoRA tensors can have.
@@ -345,11 +365,17 @@ struct AdapterMetadata {
 }
 
 impl AdapterMetadata {
-    fn of(header: Option<&std::collections::HashMap<String, String>>) -> Result<Option<Self>, LoraError> {
+    /// The config saved for `component` (`transformer`, `text_encoder`): its prefixed keys, or
+    /// for the transformer unprefixed ones.
+    fn of(
+        header: Option<&std::collections::HashMap<String, String>>,
+        component: &str,
+    ) -> Result<Option<Self>, LoraError> {
         let Some(text) = header.and_then(|h| h.get("lora_adapter_metadata")) else { return Ok(None) };
         let bad = |m: &str| LoraError::at("__metadata__.lora_adapter_metadata", m.to_string());
         let json: serde_json::Value = serde_json::from_str(text).map_err(|_| bad("not valid JSON"))?;
-        let get = |k: &str| json.get(format!("transformer.{k}")).or_else(|| json.get(k));
+        let plain = component == "transformer";
+        let get = |k: &str| json.get(format!("{component}.{k}")).or_else(|| if plain { json.get(k) } else { None });
         let num = |k: &str, default: f64| -> Result<f64, LoraError> {
             match get(k) {
                 None | Some(serde_json::Value::Null) => Ok(default),

@@ -10,8 +10,10 @@ use crate::LoraFile;
 #[derive(Debug, Clone, PartialEq)]
 pub struct Summary {
     pub format: &'static str,
-    /// Modules it changes.
+    /// Transformer modules it changes.
     pub modules: usize,
+    /// Text-encoder modules it changes.
+    pub text_modules: usize,
     /// Distinct ranks of its low-rank pairs.
     pub ranks: BTreeSet<usize>,
     /// Distinct alphas (none when the file has no alpha keys).
@@ -37,6 +39,14 @@ fn push_distinct(v: &mut Vec<f64>, x: f64) {
     }
 }
 
+/// `encoder.block.3.layer.0.SelfAttention.q` → `encoder.block.*.layer.0.SelfAttention.q`.
+fn text_kind(module: &str) -> String {
+    match module.strip_prefix("encoder.block.").and_then(|r| r.split_once('.')) {
+        Some((i, rest)) if i.parse::<u32>().is_ok() => format!("encoder.block.*.{rest}"),
+        _ => module.to_string(),
+    }
+}
+
 /// `blocks.12.attn1.to_q` → `blocks.*.attn1.to_q`.
 fn kind_of(module: &str) -> String {
     match module.strip_prefix("blocks.").and_then(|r| r.split_once('.')) {
@@ -50,6 +60,7 @@ impl Summary {
         let mut s = Summary {
             format: f.format.as_str(),
             modules: f.modules.len(),
+            text_modules: f.text.len(),
             ranks: BTreeSet::new(),
             alphas: Vec::new(),
             scales: Vec::new(),
@@ -61,8 +72,9 @@ impl Summary {
             file_bytes: f.file_bytes,
             ignored: f.ignored.len(),
         };
-        for (name, p) in &f.modules {
-            *s.targets.entry(kind_of(name)).or_default() += 1;
+        let text = f.text.iter().map(|(n, p)| (format!("text_encoder.{}", text_kind(n)), p));
+        for (kind, p) in f.modules.iter().map(|(n, p)| (kind_of(n), p)).chain(text) {
+            *s.targets.entry(kind).or_default() += 1;
             if let Some(r) = p.rank() {
                 s.ranks.insert(r);
                 push_distinct(&mut s.scales, p.scale());
@@ -88,6 +100,7 @@ impl Summary {
         serde_json::json!({
             "format": self.format,
             "modules": self.modules,
+            "text_modules": self.text_modules,
             "ranks": self.ranks,
             "alphas": self.alphas,
             "scales": self.scales,
@@ -114,7 +127,7 @@ fn list<T: fmt::Display>(v: impl IntoIterator<Item = T>) -> String {
 impl fmt::Display for Summary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "format:       {}", self.format)?;
-        writeln!(f, "modules:      {}", self.modules)?;
+        writeln!(f, "modules:      {} (text encoder: {})", self.modules, self.text_modules)?;
         writeln!(f, "rank:         {}", list(&self.ranks))?;
         writeln!(f, "alpha:        {}", list(&self.alphas))?;
         writeln!(f, "scale:        {}", list(&self.scales))?;

@@ -19,6 +19,17 @@ use crate::{AdapterSet, PreparedAdapter};
 pub trait AdapterTarget: Send + Sync {
     /// The modules adapters may target.
     fn modules(&self) -> &[TargetModule];
+    /// Whether `file` fits the model (its transformer's modules; its text encoder's, when the
+    /// model takes text-encoder adapters). By default text-encoder keys are refused.
+    fn check(&self, file: &LoraFile) -> Result<(), fastvideo_lora::LoraError> {
+        if let Some(k) = file.text.keys().next() {
+            return Err(fastvideo_lora::LoraError {
+                key: Some(format!("text_encoder.{k}")),
+                message: "this model takes no text-encoder adapters".into(),
+            });
+        }
+        file.check(self.modules())
+    }
     /// `file` on the model's device and dtype, checked against [`modules`](Self::modules).
     fn prepare(&self, file: &LoraFile, name: &str, hash: &str) -> Result<PreparedAdapter>;
     /// Merges `set` into the weights (after restoring them from any other merged set).
@@ -167,7 +178,7 @@ impl AdapterCache {
             );
         }
         let file = read_checked(&source)?;
-        file.check(self.target.modules()).with_context(|| {
+        self.target.check(&file).with_context(|| {
             format!("adapter `{}` ({}) does not fit this model", source.name, source.path.display())
         })?;
         self.sources.insert(source.name.clone(), source);

@@ -31,6 +31,8 @@ pub struct PreparedAdapter {
     pub hash: String,
     /// By the model's module slot; `None` where the adapter leaves the module alone.
     pub deltas: Vec<Option<ModuleDelta>>,
+    /// The text encoder's, by its module slot (empty when the adapter has none).
+    pub text: Vec<Option<ModuleDelta>>,
     /// Device bytes its tensors hold (what the adapter cache budgets).
     pub bytes: u64,
 }
@@ -55,6 +57,16 @@ impl PreparedAdapter {
     /// The delta for module `slot`, if the adapter changes that module.
     pub fn delta(&self, slot: usize) -> Option<&ModuleDelta> {
         self.deltas.get(slot).and_then(|d| d.as_ref())
+    }
+
+    /// The delta for the text encoder's module `slot`, if the adapter changes it.
+    pub fn text_delta(&self, slot: usize) -> Option<&ModuleDelta> {
+        self.text.get(slot).and_then(|d| d.as_ref())
+    }
+
+    /// Whether the adapter changes the text encoder.
+    pub fn has_text(&self) -> bool {
+        self.text.iter().any(Option::is_some)
     }
 }
 
@@ -83,6 +95,16 @@ impl AdapterSet {
         &self.key
     }
 
+    /// Identity of what the set does to the text encoder (empty when nothing): prompt embeddings
+    /// made with the set are cached under it.
+    pub fn text_key(&self) -> String {
+        let mut key = String::new();
+        for (a, s) in self.entries.iter().filter(|(a, _)| a.has_text()) {
+            let _ = write!(key, "{}:{}*{s};", a.name, a.hash);
+        }
+        key
+    }
+
     /// The adapters and their strengths, in the request's order.
     pub fn entries(&self) -> &[(Arc<PreparedAdapter>, f64)] {
         &self.entries
@@ -100,18 +122,27 @@ impl AdapterSet {
 pub struct AdapterRows<'a> {
     /// `(set, start, len)`, in row order.
     pub groups: Vec<(&'a AdapterSet, i64, i64)>,
+    /// Whether these rows are the text encoder's (its deltas apply, not the transformer's).
+    pub text: bool,
 }
 
 impl<'a> AdapterRows<'a> {
     /// Every row with `set`, or `None` when the set is empty (the forward then costs nothing).
     pub fn all(set: Option<&'a AdapterSet>, rows: i64) -> Option<Self> {
-        set.filter(|s| !s.is_empty()).map(|s| Self { groups: vec![(s, 0, rows)] })
+        set.filter(|s| !s.is_empty()).map(|s| Self { groups: vec![(s, 0, rows)], text: false })
     }
 
     /// Every row of every activation with `set`, however many rows each has (a causal session's
     /// chunk: one sample, whose timestep embedding has a row per frame).
     pub fn every(set: Option<&'a AdapterSet>) -> Option<Self> {
-        set.filter(|s| !s.is_empty()).map(|s| Self { groups: vec![(s, 0, i64::MAX)] })
+        set.filter(|s| !s.is_empty()).map(|s| Self { groups: vec![(s, 0, i64::MAX)], text: false })
+    }
+
+    /// Every row of the text encoder's activations with `set`'s text-encoder deltas, or `None`
+    /// when the set has none.
+    pub fn text(set: Option<&'a AdapterSet>) -> Option<Self> {
+        let set = set.filter(|s| s.entries().iter().any(|(a, _)| a.has_text()))?;
+        Some(Self { groups: vec![(set, 0, i64::MAX)], text: true })
     }
 
     /// Appends `len` rows with `set` (none: without adapters) after those already placed at

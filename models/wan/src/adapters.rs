@@ -10,7 +10,47 @@ use fastvideo_pipeline::{AdapterRows, AdapterSet, AdapterTarget, ModuleDelta, Pr
 use tch::{Device, Kind, Tensor};
 
 use crate::nn::Linear;
-use crate::WanTransformer3DModel;
+use crate::{Umt5Encoder, WanTransformer3DModel};
+
+/// A Wan model as adapters see it: the transformer, and the text encoder for files that carry
+/// text-encoder keys (diffusers' `text_encoder.*` names). Merging touches the transformer only;
+/// text-encoder adapters always run unmerged (prompts are encoded once, and cached per set).
+pub struct WanAdapters {
+    pub transformer: std::sync::Arc<WanTransformer3DModel>,
+    pub text_encoder: std::sync::Arc<Umt5Encoder>,
+}
+
+impl WanAdapters {
+    pub fn of(model: &crate::WanModel) -> Self {
+        Self { transformer: model.transformer.clone(), text_encoder: model.text_encoder.clone() }
+    }
+}
+
+impl AdapterTarget for WanAdapters {
+    fn modules(&self) -> &[TargetModule] {
+        self.transformer.modules()
+    }
+    fn check(&self, file: &LoraFile) -> std::result::Result<(), fastvideo_lora::LoraError> {
+        file.check(self.transformer.modules())?;
+        file.check_text(self.text_encoder.modules())
+    }
+    fn prepare(&self, file: &LoraFile, name: &str, hash: &str) -> Result<PreparedAdapter> {
+        let mut a = self.transformer.prepare_adapter(file, name, hash)?;
+        if !file.text.is_empty() {
+            prepare_text(file, &mut a, &self.text_encoder, self.transformer.patch_device())?;
+        }
+        Ok(a)
+    }
+    fn merge(&self, set: &AdapterSet) -> Result<()> {
+        self.transformer.merge_adapters(set)
+    }
+    fn unmerge(&self) {
+        self.transformer.unmerge_adapters()
+    }
+    fn merged(&self) -> Option<String> {
+        self.transformer.merged_adapters()
+    }
+}
 
 impl AdapterTarget for WanTransformer3DModel {
     fn modules(&self) -> &[TargetModule] {
@@ -44,10 +84,30 @@ pub fn prepare(
     kinds: &[Kind],
 ) -> Result<PreparedAdapter> {
     file.check(modules).with_context(|| format!("adapter `{name}`"))?;
+    let (deltas, bytes) = deltas(&file.modules, modules, device, kinds)?;
+    Ok(PreparedAdapter { name: name.to_string(), hash: hash.to_string(), deltas, text: Vec::new(), bytes })
+}
+
+/// The text encoder's part of `file` for `adapter` (prepared for the transformer already).
+pub fn prepare_text(file: &LoraFile, adapter: &mut PreparedAdapter, text: &Umt5Encoder, device: Device) -> Result<()> {
+    file.check_text(text.modules()).with_context(|| format!("adapter `{}`", adapter.name))?;
+    let (deltas, bytes) = deltas(&file.text, text.modules(), device, &text.module_kinds())?;
+    adapter.text = deltas;
+    adapter.bytes += bytes;
+    Ok(())
+}
+
+/// `patches` on `device`, each in its module's dtype, by the slots of `modules`; and their bytes.
+fn deltas(
+    patches: &std::collections::BTreeMap<String, fastvideo_lora::ModulePatch>,
+    modules: &[TargetModule],
+    device: Device,
+    kinds: &[Kind],
+) -> Result<(Vec<Option<ModuleDelta>>, u64)> {
     let slots: HashMap<&str, usize> = modules.iter().enumerate().map(|(i, m)| (m.name.as_str(), i)).collect();
     let mut deltas: Vec<Option<ModuleDelta>> = (0..modules.len()).map(|_| None).collect();
     let mut bytes = 0u64;
-    for (module, patch) in &file.modules {
+    for (module, patch) in patches {
         let slot = slots[module.as_str()];
         let kind = kinds[slot];
         let mut load = |t: &TensorData| -> Result<Tensor> {
@@ -63,7 +123,7 @@ pub fn prepare(
         let diff_b = patch.diff_b.as_ref().map(&mut load).transpose()?;
         deltas[slot] = Some(ModuleDelta { low_rank, diff, diff_b });
     }
-    Ok(PreparedAdapter { name: name.to_string(), hash: hash.to_string(), deltas, bytes })
+    Ok((deltas, bytes))
 }
 
 /// A file tensor (f32, f16 or bf16 little-endian bytes) as a tensor on `device` in `kind`.
@@ -85,7 +145,8 @@ pub(crate) fn add_deltas(lin: &Linear, x: &Tensor, y: &Tensor, rows: &AdapterRow
         let mut xs: Option<Tensor> = None;
         for (adapter, strength) in set.entries() {
             for part in lin.parts() {
-                let Some(d) = adapter.delta(part.slot) else { continue };
+                let d = if rows.text { adapter.text_delta(part.slot) } else { adapter.delta(part.slot) };
+                let Some(d) = d else { continue };
                 let xs = xs.get_or_insert_with(|| x.narrow(0, start, len));
                 let mut out = y.narrow(0, start, len).narrow(-1, part.start, part.len);
                 // The scale goes on the rank-sized product, and the up projection accumulates into

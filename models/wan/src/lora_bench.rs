@@ -82,7 +82,13 @@ fn random_adapter(model: &WanModel, rank: i64, seed: i64) -> PreparedAdapter {
             Some(ModuleDelta { low_rank: Some((down, up, 1.0)), diff: None, diff_b: None })
         })
         .collect();
-    PreparedAdapter { name: format!("rank{rank}-{seed}"), hash: format!("random-{seed}"), deltas, bytes }
+    PreparedAdapter {
+        name: format!("rank{rank}-{seed}"),
+        hash: format!("random-{seed}"),
+        deltas,
+        text: Vec::new(),
+        bytes,
+    }
 }
 
 /// The adapter written as diffusers saves one (`transformer.<module>.lora_A/B.weight`).

@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use anyhow::{ensure, Result};
 use fastvideo_pipeline::{
-    BlockHook, ClassicCfg, Conditioning, DenoiseLoop, Denoiser, EmbeddingCache, Guidance, LoopPolicies, Node, NodeCtx,
-    PipelineSpec, Stage, Value, Values,
+    AdapterRows, AdapterSet, BlockHook, ClassicCfg, Conditioning, DenoiseLoop, Denoiser, EmbeddingCache, Guidance,
+    LoopPolicies, Node, NodeCtx, PipelineSpec, Stage, Value, Values,
 };
 use fastvideo_request::{ResolvedRequest, TaskType, VideoArtifact};
 use tch::{Device, Kind, Tensor};
@@ -50,9 +50,33 @@ struct TextEncode {
 impl TextEncode {
     /// Encodes, then zeroes positions past each prompt's length (the reference trims and
     /// re-pads with zeros).
-    fn embed(&self, text: &str, max_len: usize, device: Device) -> Result<Tensor> {
-        embed_with(&self.tokenizer, &self.encoder, &self.cache, text, max_len, device)
+    fn embed(&self, text: &str, max_len: usize, device: Device, adapters: Option<&AdapterSet>) -> Result<Tensor> {
+        let rows = AdapterRows::text(adapters);
+        match &rows {
+            // Embeddings made with text-encoder adapters are cached under the set as well.
+            Some(r) => {
+                let key = format!("{text}\u{0}lora:{}", r.groups[0].0.text_key());
+                self.cache.get_or_encode(max_len, &key, || {
+                    encode(&self.tokenizer, &self.encoder, text, max_len, device, Some(r))
+                })
+            }
+            None => embed_with(&self.tokenizer, &self.encoder, &self.cache, text, max_len, device),
+        }
     }
+}
+
+/// The masked encoder output for `text`, through the text-encoder adapters `lora` if any.
+fn encode(
+    tokenizer: &TextTokenizer,
+    encoder: &Umt5Encoder,
+    text: &str,
+    max_len: usize,
+    device: Device,
+    lora: crate::nn::Lora,
+) -> Result<Tensor> {
+    let (ids, mask) = tokenizer.encode(&[text.to_string()], max_len, device)?;
+    let h = encoder.forward_lora(&ids, &mask, lora)?;
+    Ok(&h * mask.unsqueeze(-1).to_kind(h.kind()))
 }
 
 fn embed_with(
@@ -63,11 +87,7 @@ fn embed_with(
     max_len: usize,
     device: Device,
 ) -> Result<Tensor> {
-    cache.get_or_encode(max_len, text, || {
-        let (ids, mask) = tokenizer.encode(&[text.to_string()], max_len, device)?;
-        let h = encoder.forward(&ids, &mask)?;
-        Ok(&h * mask.unsqueeze(-1).to_kind(h.kind()))
-    })
+    cache.get_or_encode(max_len, text, || encode(tokenizer, encoder, text, max_len, device, None))
 }
 
 /// The prompt embedding `[1, L, text_dim]` a pipeline's text-encode stage would make (through the
@@ -80,9 +100,12 @@ impl Stage for TextEncode {
     fn run(&self, ctx: &NodeCtx, values: &mut Values) -> Result<()> {
         let req = ctx.request;
         let max_len = node_param_usize(req, ctx.node, "max_sequence_length")?.unwrap_or(self.default_len);
-        values.insert(PROMPT_EMBEDS, Value::Tensor(self.embed(&req.prompt, max_len, ctx.device)?));
+        let adapters = values.adapters(fastvideo_pipeline::ADAPTERS).cloned();
+        let adapters = adapters.as_deref();
+        values.insert(PROMPT_EMBEDS, Value::Tensor(self.embed(&req.prompt, max_len, ctx.device, adapters)?));
         if req.does_cfg() {
-            values.insert(NEGATIVE_EMBEDS, Value::Tensor(self.embed(&req.negative_prompt, max_len, ctx.device)?));
+            let negative = self.embed(&req.negative_prompt, max_len, ctx.device, adapters)?;
+            values.insert(NEGATIVE_EMBEDS, Value::Tensor(negative));
         }
         Ok(())
     }
@@ -246,7 +269,7 @@ pub fn text_to_video_with(model: &WanModel, policies: LoopPolicies) -> Result<Pi
     let spec = PipelineSpec::new(name, tasks, nodes, &[], VIDEO)?.with_observers(observers).with_rewards(rewards);
     // Adapters run on a transformer held whole by one device.
     Ok(match model.parallel {
-        None => spec.with_adapters(Arc::clone(&model.transformer) as Arc<dyn fastvideo_pipeline::AdapterTarget>),
+        None => spec.with_adapters(Arc::new(crate::adapters::WanAdapters::of(model))),
         Some(_) => spec,
     })
 }

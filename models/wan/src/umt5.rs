@@ -154,6 +154,8 @@ pub struct Umt5Encoder {
     layers: Vec<Layer>,
     final_norm: T5Norm,
     act: Act,
+    /// Every linear by slot (what text-encoder adapters may target).
+    modules: Vec<fastvideo_lora::TargetModule>,
 }
 
 // SAFETY: weights are written once in `new` and only read afterwards (see the transformer).
@@ -196,7 +198,8 @@ impl Umt5Encoder {
             });
         }
         let act = cfg.activation(config_path)?;
-        Ok(Self { final_norm: T5Norm::new(&w.pp("encoder.final_layer_norm"), d, eps)?, embed, layers, act, cfg })
+        let final_norm = T5Norm::new(&w.pp("encoder.final_layer_norm"), d, eps)?;
+        Ok(Self { final_norm, embed, layers, act, cfg, modules: w.linears() })
     }
 
     /// Bidirectional relative-position buckets `[L, L]` (T5's log-spaced bucketing).
@@ -215,8 +218,34 @@ impl Umt5Encoder {
         base + rel.where_self(&is_small, &large)
     }
 
+    /// The linear modules text-encoder adapters may target, by slot.
+    pub fn modules(&self) -> &[fastvideo_lora::TargetModule] {
+        &self.modules
+    }
+
+    /// Each module's weight dtype, by slot.
+    pub fn module_kinds(&self) -> Vec<Kind> {
+        let mut kinds = vec![self.embed.kind(); self.modules.len()];
+        for l in &self.layers {
+            for lin in [Some(&l.q), Some(&l.k), Some(&l.v), Some(&l.o), Some(&l.wi_0), l.wi_1.as_ref(), Some(&l.wo)]
+                .into_iter()
+                .flatten()
+            {
+                for p in lin.parts() {
+                    kinds[p.slot] = lin.weight.kind();
+                }
+            }
+        }
+        kinds
+    }
+
     /// `input_ids [B, L]`, `mask [B, L]` (1 = token, 0 = padding) → `last_hidden_state [B, L, d]`.
     pub fn forward(&self, input_ids: &Tensor, mask: &Tensor) -> Result<Tensor> {
+        self.forward_lora(input_ids, mask, None)
+    }
+
+    /// [`forward`](Self::forward) with text-encoder adapters (unmerged) on every linear.
+    pub fn forward_lora(&self, input_ids: &Tensor, mask: &Tensor, lora: crate::nn::Lora) -> Result<Tensor> {
         let s = input_ids.size();
         ensure!(
             s.len() == 2 && mask.size() == s,
@@ -240,26 +269,26 @@ impl Umt5Encoder {
         let h = self.cfg.num_heads;
         for l in &self.layers {
             let n = l.norm_attn.forward(&x);
-            let q = split_heads(&l.q.forward(&n), h);
-            let k = split_heads(&l.k.forward(&n), h);
-            let v = split_heads(&l.v.forward(&n), h);
+            let q = split_heads(&l.q.forward_lora(&n, lora), h);
+            let k = split_heads(&l.k.forward_lora(&n, lora), h);
+            let v = split_heads(&l.v.forward_lora(&n, lora), h);
             let bias = Tensor::embedding(&l.rel_bias, &buckets, -1, false, false).permute([2, 0, 1]).unsqueeze(0);
             let scores = q.matmul(&k.transpose(-1, -2)) + (bias + &pad);
             let attn = scores.softmax(-1, Kind::Float).to_kind(scores.kind()).matmul(&v);
-            x = clamp_f16(&x + l.o.forward(&merge_heads(&attn)));
+            x = clamp_f16(&x + l.o.forward_lora(&merge_heads(&attn), lora));
             let n = l.norm_ff.forward(&x);
-            let a = l.wi_0.forward(&n);
+            let a = l.wi_0.forward_lora(&n, lora);
             let a = match self.act {
                 Act::GeluTanh => a.gelu("tanh"),
                 Act::Gelu => a.gelu("none"),
                 Act::Relu => a.relu(),
             };
             let a = match &l.wi_1 {
-                Some(wi_1) => a * wi_1.forward(&n),
+                Some(wi_1) => a * wi_1.forward_lora(&n, lora),
                 None => a,
             };
             let a = a.to_kind(l.wo.weight.kind());
-            x = clamp_f16(&x + l.wo.forward(&a));
+            x = clamp_f16(&x + l.wo.forward_lora(&a, lora));
         }
         Ok(self.final_norm.forward(&x))
     }

@@ -107,6 +107,12 @@ impl WanWeightLoader {
 
     /// The base checkpoint with `file` merged in at strength 1.
     fn merged(&self, file: &LoraFile, path: &Path) -> Result<WanTransformer3DModel> {
+        if let Some(k) = file.text.keys().next() {
+            bail!(
+                "{}: a weight update changes the transformer; this LoRA also has text-encoder keys (text_encoder.{k})",
+                path.display()
+            );
+        }
         let base = self.base.lock().unwrap_or_else(|e| e.into_inner()).clone();
         if !base.exists() {
             bail!(

@@ -19,7 +19,7 @@ impl AdapterTarget for Stand {
     }
     fn prepare(&self, file: &LoraFile, name: &str, hash: &str) -> anyhow::Result<PreparedAdapter> {
         file.check(&self.modules)?;
-        Ok(PreparedAdapter { name: name.into(), hash: hash.into(), deltas: vec![None], bytes: 100 })
+        Ok(PreparedAdapter { name: name.into(), hash: hash.into(), deltas: vec![None], text: Vec::new(), bytes: 100 })
     }
     fn merge(&self, _: &AdapterSet) -> anyhow::Result<()> {
         Ok(())

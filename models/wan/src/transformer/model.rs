@@ -158,7 +158,7 @@ impl WanTransformer3DModel {
     fn unmerged_rows<'a>(&self, rows: Option<&AdapterRows<'a>>, batch: i64) -> Result<Option<AdapterRows<'a>>> {
         let groups = rows.map_or(&[][..], |r| &r.groups[..]);
         let Some(merged) = self.merged_adapters() else {
-            return Ok(rows.filter(|r| !r.is_empty()).map(|r| AdapterRows { groups: r.groups.clone() }));
+            return Ok(rows.filter(|r| !r.is_empty()).map(|r| AdapterRows { groups: r.groups.clone(), text: false }));
         };
         let covered: i64 = groups.iter().filter(|(s, _, _)| s.key() == merged).map(|(_, _, l)| l).sum();
         ensure!(

@@ -231,3 +231,49 @@ fn adapters_take_each_modules_dtype_in_a_bf16_model() {
     let e = rel_err(&merged, &unmerged);
     assert!(e < 2e-2, "bf16 merged vs unmerged: {e}"); // tolerance: bf16 rounding of the merged weights
 }
+
+#[test]
+fn text_encoder_adapters_match_transformers_and_key_the_embedding_cache() {
+    use fastvideo_pipeline::{AdapterTarget, Value, Values, ADAPTERS};
+    let m = load("tiny-wan");
+    let target = fastvideo_wan::adapters::WanAdapters::of(&m);
+    let file = LoraFile::read(&fixtures().join("lora/text_encoder.safetensors")).unwrap();
+    assert_eq!((file.modules.len(), file.text.len()), (0, 14));
+    let adapter = Arc::new(target.prepare(&file, "te", "h").unwrap());
+    let set = AdapterSet::new(vec![(adapter, 0.7)]);
+    let (ids, mask) = (fx("te.input_ids"), fx("te.attention_mask"));
+    let run = |set: Option<&AdapterSet>| {
+        let rows = AdapterRows::text(set);
+        tch::no_grad(|| m.text_encoder.forward_lora(ids, mask, rows.as_ref())).unwrap()
+    };
+    let base = rel_err(&run(None), fx("te.base"));
+    let e = rel_err(&run(Some(&set)), fx("te.adapted"));
+    eprintln!("text encoder: base {base:.3e}, adapted relative error {e:.3e}");
+    // The reference merges the pairs into the weights; we run them unmerged: float32 summation
+    // order over 2 layers (measured 1.7e-6).
+    assert!(base < TOLERANCE && e < 1e-5, "text encoder with its adapter: {e}");
+    assert!(rel_err(fx("te.adapted"), fx("te.base")) > 0.05, "the adapter moves the encoder's output");
+    // Through the pipeline: the text encoder's adapters change the video; prompt embeddings made
+    // with them are cached under the set, so a plain request after one still gets plain ones.
+    let spec = Arc::new(fastvideo_wan::pipeline::text_to_video(&m, Arc::new(fastvideo_pipeline::ClassicCfg)).unwrap());
+    let limits = m.limits();
+    let request = || {
+        let mut r = fastvideo_request::OmniRequest::text_to_video("r", "a red circle");
+        r.sampling.seed = Some(3);
+        r.diffusion.num_inference_steps = Some(2);
+        r.diffusion.num_frames = Some(5);
+        (r.diffusion.height, r.diffusion.width) = (Some(32), Some(32));
+        r.resolve(&limits, || 3).unwrap()
+    };
+    let video = |with: Option<Arc<AdapterSet>>| {
+        let mut values = Values::default();
+        if let Some(s) = with {
+            values.insert(ADAPTERS, Value::Adapters(s));
+        }
+        crate::common::run_pipeline(Arc::clone(&spec), request(), values).0.video().unwrap().rgb.clone()
+    };
+    let plain = video(None);
+    let adapted = video(Some(Arc::new(set)));
+    assert_ne!(plain, adapted, "text-encoder adapters change the video");
+    assert_eq!(video(None), plain, "the plain embedding is not the adapted one from the cache");
+}
