@@ -45,6 +45,7 @@
 mod action;
 mod error;
 mod event;
+mod inputs;
 mod lora;
 mod media;
 mod output;

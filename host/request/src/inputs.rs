@@ -1,0 +1,83 @@
+//! A request's inputs besides text, read and checked by `resolve` before any model work: the
+//! pictures of image to video (each a role the model takes), the video of video to video, and
+//! request-supplied latents. Errors name `inputs[i]`.
+
+use crate::{InputImage, InputPart, InputVideo, LatentInput, OmniRequest, RequestError, TaskType};
+
+impl OmniRequest {
+    /// The `latent` input, if any (at most one), its data matching its shape.
+    pub(crate) fn latent_input(&self) -> Result<Option<LatentInput>, RequestError> {
+        let mut found = None;
+        for (i, part) in self.inputs.iter().enumerate() {
+            let InputPart::Latent { shape, data } = part else { continue };
+            let field = format!("inputs[{i}]");
+            if found.is_some() {
+                return Err(RequestError::new(field, "a second latent input"));
+            }
+            let n = shape.iter().try_fold(1i64, |acc, &d| if d > 0 { acc.checked_mul(d) } else { None });
+            if n != Some(data.len() as i64) {
+                return Err(RequestError::new(
+                    field,
+                    format!("shape {shape:?} does not hold the {} values given", data.len()),
+                ));
+            }
+            found = Some(LatentInput { shape: shape.clone(), data: data.clone() });
+        }
+        Ok(found)
+    }
+
+    /// Reads and decodes the video input of a `v2v` request (exactly one).
+    pub(crate) fn decode_video(&self) -> Result<Option<InputVideo>, RequestError> {
+        let mut video = None;
+        for (i, part) in self.inputs.iter().enumerate() {
+            let InputPart::Video { path, b64 } = part else { continue };
+            let field = format!("inputs[{i}]");
+            if self.task != TaskType::V2v {
+                return Err(RequestError::new(field, format!("`{}` takes no video inputs", self.task.as_str())));
+            }
+            if video.is_some() {
+                return Err(RequestError::new(field, "a second video (video to video takes one)"));
+            }
+            let bytes = crate::image_bytes(path.as_deref(), b64.as_deref(), &field)?;
+            video = Some(crate::decode_video(&bytes, &field)?);
+        }
+        if self.task == TaskType::V2v && video.is_none() {
+            return Err(RequestError::new("inputs", "video to video needs a video input"));
+        }
+        Ok(video)
+    }
+
+    /// Reads and decodes the image inputs (before any model work, so a bad picture costs
+    /// nothing): image-to-video only, at most one per role, each a role the model takes
+    /// (`roles`), and every one of them present.
+    pub(crate) fn decode_images(&self, roles: &[crate::ImageRole]) -> Result<Vec<InputImage>, RequestError> {
+        let mut images: Vec<InputImage> = Vec::new();
+        for (i, part) in self.inputs.iter().enumerate() {
+            let InputPart::Image { path, b64, role } = part else { continue };
+            let field = format!("inputs[{i}]");
+            if self.task != TaskType::I2v {
+                return Err(RequestError::new(field, format!("`{}` takes no image inputs", self.task.as_str())));
+            }
+            if images.iter().any(|im| im.role == *role) {
+                return Err(RequestError::new(field, format!("a second `{}` image", role.as_str())));
+            }
+            if !roles.contains(role) {
+                return Err(RequestError::new(field, format!("this model takes no {} image", role.as_str())));
+            }
+            let bytes = crate::image_bytes(path.as_deref(), b64.as_deref(), &field)?;
+            images.push(crate::decode_image(&bytes, *role, &field)?);
+        }
+        if self.task == TaskType::I2v && !images.iter().any(|im| im.role == crate::ImageRole::FirstFrame) {
+            return Err(RequestError::new("inputs", "image-to-video needs an image input (the first frame)"));
+        }
+        if let Some(missing) =
+            roles.iter().find(|r| self.task == TaskType::I2v && !images.iter().any(|im| im.role == **r))
+        {
+            return Err(RequestError::new(
+                "inputs",
+                format!("this first-and-last-frame model needs a {} image too", missing.as_str()),
+            ));
+        }
+        Ok(images)
+    }
+}
