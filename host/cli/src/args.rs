@@ -97,3 +97,29 @@ pub struct ShapeArgs {
     #[arg(long, default_value_t = 832)]
     pub width: i64,
 }
+
+/// The model a benchmark times, where, and at which shape (`bench`, `bench-lora`).
+#[derive(Args)]
+pub struct BenchModelArgs {
+    /// Diffusers-layout Wan folder; the default model when omitted.
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    #[arg(long, default_value = "auto")]
+    pub device: String,
+    #[command(flatten)]
+    pub precision: PrecisionArgs,
+    #[command(flatten)]
+    pub shape: ShapeArgs,
+}
+
+impl BenchModelArgs {
+    /// The model, loaded on the device.
+    pub fn load(&self) -> anyhow::Result<fastvideo_wan::WanModel> {
+        let device = fastvideo_torch::device(&self.device)?;
+        let dir = match &self.model {
+            Some(m) => m.clone(),
+            None => fastvideo_assembly::default_model()?,
+        };
+        self.precision.load(&dir, device)
+    }
+}

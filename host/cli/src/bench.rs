@@ -10,19 +10,12 @@ use clap::Args;
 use fastvideo_wan::bench::{self, BenchOptions};
 use tch::Tensor;
 
-use crate::args::{PrecisionArgs, ShapeArgs};
+use crate::args::BenchModelArgs;
 
 #[derive(Args)]
 pub struct BenchArgs {
-    /// Diffusers-layout Wan folder; the default model when omitted.
-    #[arg(long)]
-    model: Option<PathBuf>,
-    #[arg(long, default_value = "auto")]
-    device: String,
     #[command(flatten)]
-    precision: PrecisionArgs,
-    #[command(flatten)]
-    shape: ShapeArgs,
+    target: BenchModelArgs,
     /// Timed runs per transformer figure (median reported), after one warm-up.
     #[arg(long, default_value_t = 5)]
     runs: usize,
@@ -47,11 +40,6 @@ pub struct BenchArgs {
 }
 
 pub fn run(args: BenchArgs) -> Result<()> {
-    let device = fastvideo_torch::device(&args.device)?;
-    let dir = match &args.model {
-        Some(m) => m.clone(),
-        None => fastvideo_assembly::default_model()?,
-    };
     let inputs: HashMap<String, Tensor> = match &args.inputs {
         Some(p) => Tensor::read_safetensors(p)
             .map_err(|e| anyhow::anyhow!("--inputs {}: {e}", p.display()))?
@@ -59,11 +47,12 @@ pub fn run(args: BenchArgs) -> Result<()> {
             .collect(),
         None => HashMap::new(),
     };
-    let model = args.precision.load(&dir, device)?;
+    let model = args.target.load()?;
+    let shape = &args.target.shape;
     let opts = BenchOptions {
-        frames: args.shape.frames,
-        height: args.shape.height,
-        width: args.shape.width,
+        frames: shape.frames,
+        height: shape.height,
+        width: shape.width,
         runs: args.runs,
         vae_runs: args.vae_runs,
         inputs,

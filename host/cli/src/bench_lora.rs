@@ -8,19 +8,12 @@ use anyhow::Result;
 use clap::Args;
 use fastvideo_wan::lora_bench::{self, LoraBenchOptions};
 
-use crate::args::{PrecisionArgs, ShapeArgs};
+use crate::args::BenchModelArgs;
 
 #[derive(Args)]
 pub struct BenchLoraArgs {
-    /// Diffusers-layout Wan folder; the default model when omitted.
-    #[arg(long)]
-    model: Option<PathBuf>,
-    #[arg(long, default_value = "auto")]
-    device: String,
     #[command(flatten)]
-    precision: PrecisionArgs,
-    #[command(flatten)]
-    shape: ShapeArgs,
+    target: BenchModelArgs,
     /// Adapter ranks to time (random adapters on every linear).
     #[arg(long, value_delimiter = ',', default_value = "32,128")]
     ranks: Vec<i64>,
@@ -33,17 +26,13 @@ pub struct BenchLoraArgs {
 }
 
 pub fn run(args: BenchLoraArgs) -> Result<()> {
-    let device = fastvideo_torch::device(&args.device)?;
-    let dir = match &args.model {
-        Some(m) => m.clone(),
-        None => fastvideo_assembly::default_model()?,
-    };
-    let model = args.precision.load(&dir, device)?;
+    let model = args.target.load()?;
     let scratch = tempfile_dir()?;
+    let shape = &args.target.shape;
     let opts = LoraBenchOptions {
-        frames: args.shape.frames,
-        height: args.shape.height,
-        width: args.shape.width,
+        frames: shape.frames,
+        height: shape.height,
+        width: shape.width,
         ranks: args.ranks,
         batch: args.batch,
         runs: args.runs,

@@ -245,6 +245,12 @@ impl LoraFile {
         check_map(&self.modules, modules)
     }
 
+    /// Bytes of every tensor the file's patches hold (transformer and text encoder).
+    pub fn tensor_bytes(&self) -> u64 {
+        let patches = self.modules.values().chain(self.text.values());
+        patches.flat_map(|p| [&p.down, &p.up, &p.diff, &p.diff_b]).flatten().map(|t| t.data.len() as u64).sum()
+    }
+
     /// [`check`](Self::check) for the text encoder's patches against its modules.
     pub fn check_text(&self, modules: &[TargetModule]) -> Result<(), LoraError> {
         check_map(&self.text, modules)

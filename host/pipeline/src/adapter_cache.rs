@@ -94,7 +94,8 @@ pub struct AdapterCache {
 
 #[derive(Default)]
 struct HostFiles {
-    files: HashMap<String, (Arc<LoraFile>, u64)>,
+    /// By name: the file, its tensor bytes, when last used.
+    files: HashMap<String, (Arc<LoraFile>, u64, u64)>,
     tick: u64,
     bytes: u64,
 }
@@ -103,7 +104,7 @@ impl HostFiles {
     fn get(&mut self, name: &str) -> Option<Arc<LoraFile>> {
         self.tick += 1;
         let tick = self.tick;
-        self.files.get_mut(name).map(|(f, used)| {
+        self.files.get_mut(name).map(|(f, _, used)| {
             *used = tick;
             Arc::clone(f)
         })
@@ -111,19 +112,16 @@ impl HostFiles {
 
     fn put(&mut self, name: &str, file: Arc<LoraFile>, budget: u64) {
         self.tick += 1;
-        let bytes = file.summary().tensor_bytes;
-        if let Some((old, _)) = self.files.insert(name.to_string(), (file, self.tick)) {
-            self.bytes -= old.summary().tensor_bytes;
+        let bytes = file.tensor_bytes();
+        if let Some((_, old, _)) = self.files.insert(name.to_string(), (file, bytes, self.tick)) {
+            self.bytes -= old;
         }
         self.bytes += bytes;
         while self.bytes > budget {
-            let Some(victim) =
-                self.files.iter().filter(|(n, _)| *n != name).min_by_key(|(_, (_, u))| *u).map(|(n, _)| n.clone())
-            else {
-                break;
-            };
-            let (f, _) = self.files.remove(&victim).expect("present");
-            self.bytes -= f.summary().tensor_bytes;
+            let lru = self.files.iter().filter(|(n, _)| *n != name).min_by_key(|(_, (_, _, u))| *u);
+            let Some(victim) = lru.map(|(n, _)| n.clone()) else { break };
+            let (_, freed, _) = self.files.remove(&victim).expect("present");
+            self.bytes -= freed;
         }
     }
 }

@@ -20,6 +20,15 @@ fn psnr(a: &[u8], b: &[u8]) -> f64 {
 }
 
 /// Posts `prompt` for `client`, waits for it, and returns the MP4 its `SaveVideo` (node 56) wrote.
+/// A server for `model` with the core and Wan packs, the template's files mapped to `folder`.
+fn serve(dir: &Path, model: &comfy::I2vModel, folder: &Path) -> Server {
+    let packs = [("fastvideo_translator_comfy_core", "comfy-core"), ("fastvideo_translator_comfy_wan", "comfy-wan")];
+    let deploy = comfy::deploy_with(dir, &packs, &comfy::i2v_models(folder));
+    let files = dir.join("comfy");
+    let (deploy, files, model) = (deploy.to_str().unwrap(), files.to_str().unwrap(), model.dir.to_str().unwrap());
+    Server::start(&["--deploy", deploy, "--comfy-dir", files, "--model", model])
+}
+
 fn run(s: &Server, ws: &mut comfy::Ws, prompt: &Value, client: &str) -> Vec<u8> {
     let (code, r) = s.post("/prompt", json!({"prompt": prompt, "client_id": client}));
     assert_eq!(code, 200, "{r}");
@@ -42,17 +51,7 @@ fn run(s: &Server, ws: &mut comfy::Ws, prompt: &Value, client: &str) -> Vec<u8> 
 fn the_wan_image_to_video_template_runs_on_an_uploaded_picture() {
     let dir = tempfile::tempdir().unwrap();
     let model = i2v_model();
-    let packs = [("fastvideo_translator_comfy_core", "comfy-core"), ("fastvideo_translator_comfy_wan", "comfy-wan")];
-    let deploy = comfy::deploy_with(dir.path(), &packs, &comfy::i2v_models(&model.dir));
-    let files = dir.path().join("comfy");
-    let s = Server::start(&[
-        "--deploy",
-        deploy.to_str().unwrap(),
-        "--comfy-dir",
-        files.to_str().unwrap(),
-        "--model",
-        model.dir.to_str().unwrap(),
-    ]);
+    let s = serve(dir.path(), &model, &model.dir);
     // Two held-out scenes of the procedural vocabulary the default models learn, as pictures
     // larger than the video (the template crops and scales them).
     let scenes: Vec<Scene> = Scene::all().into_iter().filter(Scene::held_out).collect();
@@ -119,17 +118,7 @@ fn the_wan_image_to_video_template_runs_on_an_uploaded_picture() {
 fn a_template_mapped_to_another_folder_is_refused_by_the_loader() {
     let dir = tempfile::tempdir().unwrap();
     let model = i2v_model();
-    let packs = [("fastvideo_translator_comfy_core", "comfy-core"), ("fastvideo_translator_comfy_wan", "comfy-wan")];
-    let deploy = comfy::deploy_with(dir.path(), &packs, &comfy::i2v_models(Path::new("/elsewhere")));
-    let files = dir.path().join("comfy");
-    let s = Server::start(&[
-        "--deploy",
-        deploy.to_str().unwrap(),
-        "--comfy-dir",
-        files.to_str().unwrap(),
-        "--model",
-        model.dir.to_str().unwrap(),
-    ]);
+    let s = serve(dir.path(), &model, Path::new("/elsewhere"));
     upload(&s, ("start.png", &comfy::scene_png(&Scene::all()[0], 32)), &[]);
     let prompt = comfy::to_api(dir.path(), &comfy::small_i2v(&model, "start.png", "a red circle"));
     let (code, r) = s.post("/prompt", json!({"prompt": prompt}));
@@ -145,17 +134,7 @@ fn a_template_mapped_to_another_folder_is_refused_by_the_loader() {
 fn comfy_cli_runs_the_image_to_video_template() {
     let dir = tempfile::tempdir().unwrap();
     let model = i2v_model();
-    let packs = [("fastvideo_translator_comfy_core", "comfy-core"), ("fastvideo_translator_comfy_wan", "comfy-wan")];
-    let deploy = comfy::deploy_with(dir.path(), &packs, &comfy::i2v_models(&model.dir));
-    let files = dir.path().join("comfy");
-    let s = Server::start(&[
-        "--deploy",
-        deploy.to_str().unwrap(),
-        "--comfy-dir",
-        files.to_str().unwrap(),
-        "--model",
-        model.dir.to_str().unwrap(),
-    ]);
+    let s = serve(dir.path(), &model, &model.dir);
     let scene = Scene::all()[7];
     upload(&s, ("start.png", &comfy::scene_png(&scene, 64)), &[]);
     let workflow = dir.path().join("i2v.json");
