@@ -66,10 +66,12 @@ impl Linear {
     /// [`forward`](Self::forward) plus each row group's adapter deltas (unmerged LoRA:
     /// `y += s · scale · up(down(x))` per adapter, rows gathered per set).
     pub fn forward_lora(&self, x: &Tensor, lora: Lora) -> Tensor {
-        let y = self.forward(x);
-        if let Some(rows) = lora {
-            crate::adapters::add_deltas(self, x, &y, rows);
+        let Some(rows) = lora else { return self.forward(x) };
+        if let Some(y) = crate::adapters::forward_deltas_first(self, x, rows) {
+            return y;
         }
+        let y = self.forward(x);
+        crate::adapters::add_deltas(self, x, &y, rows);
         y
     }
 
