@@ -55,6 +55,11 @@ pub struct RolloutRequest {
     pub sde_steps: Option<Vec<u32>>,
     pub num_inference_steps: Option<u32>,
     pub guidance_scale: Option<f32>,
+    /// Two-expert models: where the low-noise expert takes over, and its guidance scale.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boundary_ratio: Option<f32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guidance_scale_2: Option<f32>,
     pub shift: Option<f32>,
     pub height: Option<u32>,
     pub width: Option<u32>,
@@ -120,6 +125,8 @@ impl RolloutRequest {
                         fps: None,
                         strength: None,
                         resize_mode: None,
+                        boundary_ratio: self.boundary_ratio,
+                        guidance_scale_2: self.guidance_scale_2,
                         negative_prompt: self.negative_prompt.clone(),
                     },
                     outputs: OutputSpec {

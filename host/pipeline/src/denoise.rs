@@ -11,7 +11,7 @@ use tch::{Device, Kind, Tensor};
 
 pub use crate::noise::seeded_noise;
 use crate::sampler::{self, Sampler};
-use crate::{AdapterRows, AdapterSet, ADAPTERS};
+use crate::{AdapterRows, AdapterSet, ExpertRouting, ExpertRoutingState, Route, ADAPTERS};
 use crate::{
     BlockHook, BlockPolicy, BlockPolicyState, BoundHook, Guidance, GuidanceState, LoopStage, LoopState, NodeCtx,
     StepCtx, StepPolicy, StepPolicyState, StepResult, Value, Values,
@@ -27,12 +27,15 @@ pub struct Conditioning<'a> {
     pub image: Option<&'a Tensor>,
     /// The LoRA adapters each row runs with, if any row has some.
     pub adapters: Option<&'a AdapterRows<'a>>,
+    /// Which of the denoiser's experts runs (0 for denoisers with one; every row of a forward
+    /// runs on the same expert).
+    pub expert: u32,
 }
 
 impl<'a> Conditioning<'a> {
     /// Text alone.
     pub fn text(text: &'a Tensor) -> Self {
-        Self { text, image: None, adapters: None }
+        Self { text, image: None, adapters: None, expert: 0 }
     }
 }
 
@@ -60,6 +63,10 @@ pub trait Denoiser: Send + Sync {
     fn splits_batch(&self) -> bool {
         false
     }
+    /// How many experts [`Conditioning::expert`] may choose from (Wan 2.2 A14B: 2).
+    fn experts(&self) -> u32 {
+        1
+    }
 }
 
 /// The loop node. `contexts` maps each guidance branch name to the value holding its
@@ -73,6 +80,9 @@ pub struct DenoiseLoop {
     pub blocks: Option<Arc<dyn BlockPolicy>>,
     /// Optional step interceptor (a step cache such as TaylorSeer); none costs nothing.
     pub steps: Option<Arc<dyn StepPolicy>>,
+    /// Chooses each step's expert, for denoisers with several; `None` runs expert 0 with the
+    /// request's guidance scale.
+    pub routing: Option<Arc<dyn ExpertRouting>>,
     /// Guidance branch name → name of the value holding that branch's conditioning.
     pub contexts: BTreeMap<String, String>,
     /// Value name of optional initial latents (request-supplied noise); seeded noise otherwise.
@@ -160,10 +170,16 @@ struct DenoiseState {
     image: Option<Tensor>,
     condition: Option<Tensor>,
     guidance: GuidanceState,
-    blocks: Option<Box<dyn BlockPolicyState>>,
-    steps: Option<Box<dyn StepPolicyState>>,
+    /// The block policy's state per expert: a cache's residuals from one expert mean nothing to
+    /// the other (cache-dit keeps a context per transformer too).
+    blocks: Vec<Box<dyn BlockPolicyState>>,
+    /// The step interceptor's state per expert, for the same reason.
+    steps: Vec<Box<dyn StepPolicyState>>,
     /// The request's LoRA adapters, if it runs with any.
     adapters: Option<Arc<AdapterSet>>,
+    routing: Option<Box<dyn ExpertRoutingState>>,
+    /// The next step's route, chosen before it runs (the batch key reads it).
+    route: Route,
 }
 
 /// Latent elements up to which a request's guidance branches run as one batched forward on CUDA.
@@ -177,7 +193,7 @@ fn batches_branches(denoiser: &dyn Denoiser, device: Device, s: &DenoiseState) -
     // FASTVIDEO_NO_BRANCH_BATCH=1: run the branches one by one (a diagnostic, for measuring).
     static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let batchable =
-        s.blocks.is_none() && s.contexts.len() > 1 && s.contexts.iter().all(|c| c.size() == s.contexts[0].size());
+        s.blocks.is_empty() && s.contexts.len() > 1 && s.contexts.iter().all(|c| c.size() == s.contexts[0].size());
     if denoiser.splits_batch() {
         return batchable;
     }
@@ -224,7 +240,29 @@ impl DenoiseLoop {
             timestep: s.sampler.timesteps()[i],
             sigma: sigmas[i],
             sigma_next: sigmas.get(i + 1).copied().unwrap_or(0.0),
+            expert: s.route.expert,
+            guidance_scale: s.route.guidance_scale,
         }
+    }
+
+    /// Chooses the next step's route (none after the last step), checked against the experts
+    /// the denoiser has.
+    fn reroute(&self, ctx: &NodeCtx, s: &mut DenoiseState) -> Result<()> {
+        if s.sampler.step_index() >= s.sampler.timesteps().len() {
+            return Ok(());
+        }
+        let step = Self::step_ctx(ctx, s);
+        let Some(r) = s.routing.as_deref_mut() else { return Ok(()) };
+        let route = r.route(&step).context("expert routing")?;
+        let n = self.denoiser.experts();
+        ensure!(route.expert < n, "expert routing chose expert {} of a denoiser with {n}", route.expert);
+        ensure!(
+            route.guidance_scale.is_finite(),
+            "expert routing gave guidance scale {} (must be finite)",
+            route.guidance_scale
+        );
+        s.route = route;
+        Ok(())
     }
 }
 
@@ -300,22 +338,33 @@ impl LoopStage for DenoiseLoop {
             condition,
             guidance: plan.state,
             blocks: match &self.blocks {
-                Some(p) => Some(p.init(req, ctx.meter).context("block policy init")?),
-                None => None,
+                Some(p) => (0..self.denoiser.experts())
+                    .map(|_| p.init(req, ctx.meter).context("block policy init"))
+                    .collect::<Result<_>>()?,
+                None => Vec::new(),
             },
             steps: match &self.steps {
-                Some(p) => Some(p.init(req, ctx.meter).context("step interceptor init")?),
-                None => None,
+                Some(p) => (0..self.denoiser.experts())
+                    .map(|_| p.init(req, ctx.meter).context("step interceptor init"))
+                    .collect::<Result<_>>()?,
+                None => Vec::new(),
             },
             adapters: values.adapters(ADAPTERS).cloned(),
+            routing: match &self.routing {
+                Some(r) => Some(r.init(req, ctx.meter).context("expert routing init")?),
+                None => None,
+            },
+            route: Route { expert: 0, guidance_scale: req.guidance_scale },
         };
+        let mut state = state;
+        self.reroute(ctx, &mut state)?;
         Ok(LoopState { step: 0, total_steps: req.steps - start as u32, inner: Box::new(state) })
     }
 
     fn step(&self, ctx: &NodeCtx, state: &mut LoopState) -> Result<StepResult> {
         let s: &mut DenoiseState = state.get_mut()?;
         let step = Self::step_ctx(ctx, s);
-        let supplied = match s.steps.as_deref_mut() {
+        let supplied = match s.steps.get_mut(step.expert as usize).map(|p| p.as_mut()) {
             Some(p) => p.before_step(&step, &s.latents).context("step interceptor before-step")?,
             None => None,
         };
@@ -336,7 +385,8 @@ impl LoopStage for DenoiseLoop {
                 let x = Tensor::cat(&vec![&input; n], 0);
                 let (text, image) = (Tensor::cat(&s.contexts, 0), s.image_rows(n));
                 let rows = AdapterRows::all(s.adapters.as_deref(), n as i64);
-                let cond = Conditioning { text: &text, image: image.as_ref(), adapters: rows.as_ref() };
+                let expert = s.route.expert;
+                let cond = Conditioning { text: &text, image: image.as_ref(), adapters: rows.as_ref(), expert };
                 let preds = self
                     .denoiser
                     .forward(&x, &timestep, cond)
@@ -350,9 +400,11 @@ impl LoopStage for DenoiseLoop {
                 let x = s.model_input();
                 let rows = AdapterRows::all(s.adapters.as_deref(), 1);
                 for (b, c) in s.branches.iter().zip(&s.contexts) {
-                    let cond = Conditioning { text: c, image: s.image.as_ref(), adapters: rows.as_ref() };
-                    let p = match s.blocks.as_deref_mut() {
+                    let expert = s.route.expert;
+                    let cond = Conditioning { text: c, image: s.image.as_ref(), adapters: rows.as_ref(), expert };
+                    let p = match s.blocks.get_mut(expert as usize) {
                         Some(state) => {
+                            let state = state.as_mut();
                             let mut hook = BoundHook { state, step: &step, branch: b };
                             self.denoiser.forward_hooked(&x, &timestep, cond, &mut hook)
                         }
@@ -366,13 +418,14 @@ impl LoopStage for DenoiseLoop {
         };
         s.advance(&guided)?;
         let mut emit = Vec::new();
-        if let Some(p) = s.steps.as_deref_mut() {
+        if let Some(p) = s.steps.get_mut(step.expert as usize) {
             p.after_step(&step, &guided).context("step interceptor after-step")?;
             emit = p.take_events();
         }
-        if let Some(b) = s.blocks.as_deref_mut() {
+        for b in &mut s.blocks {
             emit.extend(b.take_events());
         }
+        self.reroute(ctx, s)?;
         let done = s.sampler.step_index() == s.sampler.timesteps().len();
         Ok(StepResult { done, emit, forwards, output: Some(guided) })
     }
@@ -392,6 +445,8 @@ impl LoopStage for DenoiseLoop {
         let s = state.inner.downcast_ref::<DenoiseState>()?;
         let mut h = std::collections::hash_map::DefaultHasher::new();
         s.latents.size().hash(&mut h);
+        // A batch never mixes experts: each forward runs one expert's weights.
+        s.route.expert.hash(&mut h);
         s.image.as_ref().map(|t| t.size()).hash(&mut h);
         s.condition.as_ref().map(|t| t.size()).hash(&mut h);
         format!("{:?}", s.latents.device()).hash(&mut h);
@@ -411,8 +466,13 @@ impl LoopStage for DenoiseLoop {
         let batch = (|| -> Result<Vec<Tensor>> {
             let (mut x, mut t, mut c, mut images) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
             let mut sets: Vec<(Option<Arc<AdapterSet>>, i64)> = Vec::new();
+            let mut expert = None;
             for st in states.iter_mut() {
                 let s: &mut DenoiseState = st.get_mut()?;
+                ensure!(
+                    *expert.get_or_insert(s.route.expert) == s.route.expert,
+                    "a batch mixes experts (the batch key keeps them apart)"
+                );
                 let ts = s.sampler.timesteps()[s.sampler.step_index()];
                 let input = s.model_input();
                 for ctx in &s.contexts {
@@ -436,7 +496,7 @@ impl LoopStage for DenoiseLoop {
             let image = (!images.is_empty()).then(|| Tensor::cat(&images, 0));
             let text = Tensor::cat(&c, 0);
             let adapters = (!rows.is_empty()).then_some(&rows);
-            let cond = Conditioning { text: &text, image: image.as_ref(), adapters };
+            let cond = Conditioning { text: &text, image: image.as_ref(), adapters, expert: expert.unwrap_or(0) };
             let out = self.denoiser.forward(&Tensor::cat(&x, 0), &timestep, cond)?;
             Ok(out.split(1, 0))
         })();
@@ -456,6 +516,7 @@ impl LoopStage for DenoiseLoop {
                 let step = Self::step_ctx(ctx, s);
                 let guided = self.guidance.combine(&step, &preds, &mut s.guidance)?;
                 s.advance(&guided)?;
+                self.reroute(ctx, s)?;
                 let done = s.sampler.step_index() == s.sampler.timesteps().len();
                 Ok(StepResult { done, emit: Vec::new(), forwards: preds.len() as u32, output: Some(guided) })
             })

@@ -35,6 +35,12 @@ pub struct StepCtx<'a> {
     pub sigma: f32,
     /// Noise level after this step (0 after the last).
     pub sigma_next: f32,
+    /// The expert that runs this step (0 for models with one denoiser; see
+    /// [`ExpertRouting`](crate::ExpertRouting)).
+    pub expert: u32,
+    /// The guidance scale this step combines with: the request's, or the expert's when the
+    /// route gives another (Wan 2.2's `guidance_scale_2`).
+    pub guidance_scale: f32,
 }
 
 /// How the loop turns branch predictions into one. The policy is bound when the pipeline is
@@ -60,7 +66,7 @@ impl Guidance for ClassicCfg {
     fn combine(&self, ctx: &StepCtx, preds: &[Tensor], _state: &mut GuidanceState) -> Result<Tensor> {
         match preds {
             [cond] => Ok(cond.shallow_clone()),
-            [cond, uncond] => Ok(uncond + (cond - uncond) * ctx.request.guidance_scale as f64),
+            [cond, uncond] => Ok(uncond + (cond - uncond) * ctx.guidance_scale as f64),
             _ => bail!("classic CFG takes 1 or 2 branch predictions, got {}", preds.len()),
         }
     }

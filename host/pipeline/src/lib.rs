@@ -84,6 +84,7 @@ mod blocks;
 pub mod denoise;
 mod driver;
 mod embedding_cache;
+mod experts;
 mod guidance;
 pub mod kv_pool;
 mod meter;
@@ -102,6 +103,7 @@ pub use blocks::{BlockAction, BlockHook, BlockPolicy, BlockPolicyState, BoundHoo
 pub use denoise::{Conditioning, DenoiseLoop, Denoiser};
 pub use driver::{Advance, CancelToken, PipelineRun};
 pub use embedding_cache::{CacheObserver, EmbeddingCache};
+pub use experts::{BoundaryRouting, ExpertRouting, ExpertRoutingState, Route};
 pub use guidance::{ClassicCfg, Guidance, GuidancePlan, GuidanceState, StepCtx};
 pub use meter::PluginMeter;
 pub use policies::{LoopPolicies, Observed, Observer, ObserverState, Reward, RewardInput, StepPolicy, StepPolicyState};

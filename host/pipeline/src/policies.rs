@@ -9,6 +9,7 @@ use fastvideo_request::{OmniEvent, ResolvedRequest};
 use tch::Tensor;
 
 use crate::blocks::BlockPolicy;
+use crate::experts::ExpertRouting;
 use crate::guidance::{Guidance, StepCtx};
 use crate::meter::PluginMeter;
 
@@ -79,12 +80,15 @@ pub struct LoopPolicies {
     pub observers: Vec<Arc<dyn Observer>>,
     /// Scorers of finished videos that requests may name.
     pub rewards: Vec<Arc<dyn Reward>>,
+    /// The expert routing of a two-expert model (a plugin's), if the deploy binds one; the
+    /// model's own rule otherwise. Models with one expert ignore it.
+    pub routing: Option<Arc<dyn ExpertRouting>>,
 }
 
 impl LoopPolicies {
     /// Only a guidance policy (no caches, no observers, no rewards).
     pub fn new(guidance: Arc<dyn Guidance>) -> Self {
-        Self { guidance, blocks: None, steps: None, observers: Vec::new(), rewards: Vec::new() }
+        Self { guidance, blocks: None, steps: None, observers: Vec::new(), rewards: Vec::new(), routing: None }
     }
 }
 

@@ -45,7 +45,16 @@ fn main() {
 
     let c = Tensor::randn([1, numel], (Kind::Float, Device::Cpu));
     let u = Tensor::randn([1, numel], (Kind::Float, Device::Cpu));
-    let ctx = StepCtx { request: &req, step_index: 1, num_steps: 20, timestep: 900.0, sigma: 0.9, sigma_next: 0.8 };
+    let ctx = StepCtx {
+        request: &req,
+        step_index: 1,
+        num_steps: 20,
+        timestep: 900.0,
+        sigma: 0.9,
+        sigma_next: 0.8,
+        expert: 0,
+        guidance_scale: req.guidance_scale,
+    };
     let time = |g: &dyn Guidance| {
         let mut plan = g.init(&req, &Default::default()).unwrap();
         for _ in 0..100 {

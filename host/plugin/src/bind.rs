@@ -34,7 +34,7 @@ impl Deployment {
             .of_kind(PluginKind::Reward)
             .map(|p| Arc::new(PluginReward::new(self, p.clone())) as Arc<dyn Reward>)
             .collect();
-        LoopPolicies { guidance, blocks, steps, observers, rewards }
+        LoopPolicies { guidance, blocks, steps, observers, rewards, routing: None }
     }
 
     /// What is bound where, one line per plugin (`guider: plugin `cfg` (blake3 …)`), for logs.

@@ -37,7 +37,7 @@ pub fn step_context(ctx: &StepCtx, branch: Option<&str>, model_id: &str) -> Step
         timestep: ctx.timestep,
         sigma: ctx.sigma,
         sigma_next: ctx.sigma_next,
-        guidance_scale: ctx.request.guidance_scale,
+        guidance_scale: ctx.guidance_scale,
         branch: branch.map(String::from),
         model_id: model_id.to_string(),
     }

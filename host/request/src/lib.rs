@@ -45,6 +45,7 @@
 mod action;
 mod error;
 mod event;
+mod experts;
 mod inputs;
 mod lora;
 mod media;
@@ -55,6 +56,7 @@ mod resolve;
 pub use action::ActionPart;
 pub use error::RequestError;
 pub use event::OmniEvent;
+pub use experts::{resolve_experts, ExpertDefaults, ExpertParams};
 pub use lora::{resolve_lora, LoraChoice, LoraUse, MAX_LORA_SCALE};
 pub use media::{
     decode_image, decode_video, image_bytes, reframe, ImageRole, InputImage, InputVideo, Reframed, ResizeMode,

@@ -165,6 +165,14 @@ pub struct DiffusionParams {
     /// (diffusers' default), `crop` or `pad`. Only for `i2v` and `v2v`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resize_mode: Option<crate::ResizeMode>,
+    /// Two-expert models (Wan 2.2 A14B): the high-noise expert runs while the timestep is at
+    /// or above `boundary_ratio × 1000`, in `[0, 1]`; the model's value when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boundary_ratio: Option<f32>,
+    /// Two-expert models: the low-noise expert's guidance scale; the model's, else
+    /// `guidance_scale`, when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guidance_scale_2: Option<f32>,
 }
 
 /// Output modality.

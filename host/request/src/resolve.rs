@@ -47,6 +47,9 @@ pub struct Defaults {
     pub sampler: SamplerKind,
     /// Negative prompt used when the request gives none; empty means none.
     pub negative_prompt: String,
+    /// A two-expert model's routing defaults; `None` for models with one transformer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub experts: Option<crate::ExpertDefaults>,
 }
 
 /// What a model family accepts; checked before any work is done.
@@ -96,6 +99,7 @@ impl ModelLimits {
                 fps: 8,
                 sampler: SamplerKind::Unipc,
                 negative_prompt: String::new(),
+                experts: None,
             },
         }
     }
@@ -167,6 +171,9 @@ pub struct ResolvedRequest {
     /// The adapters to run with, checked one by one (names against the deploy at admission).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub lora: Vec<crate::LoraUse>,
+    /// Two-expert models: where the low-noise expert takes over and its guidance scale.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub experts: Option<crate::ExpertParams>,
 }
 
 impl ResolvedRequest {
@@ -182,9 +189,10 @@ impl ResolvedRequest {
         self.images.iter().find(|i| i.role == role)
     }
 
-    /// Whether the unconditional branch runs (guidance above 1).
+    /// Whether the unconditional branch runs (guidance above 1, for either expert of a
+    /// two-expert model).
     pub fn does_cfg(&self) -> bool {
-        self.guidance_scale > 1.0
+        self.guidance_scale > 1.0 || self.experts.is_some_and(|e| e.guidance_scale_2 > 1.0)
     }
 }
 
@@ -262,6 +270,13 @@ impl OmniRequest {
         if !guidance_scale.is_finite() || !(0.0..=100.0).contains(&guidance_scale) {
             return Err(RequestError::new("diffusion.guidance_scale", format!("{guidance_scale} is outside 0..=100")));
         }
+        let experts = crate::resolve_experts(
+            def.experts.as_ref(),
+            d.boundary_ratio,
+            d.guidance_scale_2,
+            guidance_scale,
+            &limits.family,
+        )?;
         let shift = d.shift.unwrap_or(def.shift);
         if !shift.is_finite() || shift <= 0.0 || shift > 100.0 {
             return Err(RequestError::new("diffusion.shift", format!("{shift} must be in (0, 100]")));
@@ -356,6 +371,7 @@ impl OmniRequest {
             resize_mode: self.diffusion.resize_mode.unwrap_or_default(),
             initial_noise,
             lora: crate::resolve_lora(&self.lora)?,
+            experts,
         })
     }
 }
@@ -425,6 +441,7 @@ mod tests {
                 fps: 16,
                 sampler: SamplerKind::Unipc,
                 negative_prompt: String::new(),
+                experts: None,
             },
         }
     }

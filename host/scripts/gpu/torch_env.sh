@@ -1,7 +1,12 @@
 # Sourced by the GPU scripts (from the repo root on the GPU machine): installs the pinned wheels in
-# .whl/ aside into /tmp/site (once; again when a wheel is newer) and points our binary, which
-# links only libtorch's CPU part and dlopens the CUDA part, at the machine's PyTorch libraries
+# .whl/ (or .gpu-pack/site.tar.xz) aside into /tmp/site (once; again when a wheel is newer) and
+# points our binary, which links only libtorch's CPU part and dlopens the CUDA part, at the machine's PyTorch libraries
 # (torch/lib, and the CUDA/cuDNN/NCCL wheels under site-packages/nvidia).
+# Or the same wheels as one tarball of their files (pack_site.sh), which is a third of their size.
+if [ -f .gpu-pack/site.tar.xz ] && { [ ! -f /tmp/site/.fastvideo-wheels ] || [ .gpu-pack/site.tar.xz -nt /tmp/site/.fastvideo-wheels ]; }; then
+  mkdir -p /tmp/site && tar -C /tmp/site -xJf .gpu-pack/site.tar.xz
+  touch /tmp/site/.fastvideo-wheels
+fi
 if [ -d .whl ] && { [ ! -f /tmp/site/.fastvideo-wheels ] || [ -n "$(find .whl -name '*.whl' -newer /tmp/site/.fastvideo-wheels)" ]; }; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
   touch /tmp/site/.fastvideo-wheels

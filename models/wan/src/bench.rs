@@ -150,7 +150,7 @@ pub fn run(model: &WanModel, opts: &BenchOptions) -> Result<BenchReport> {
     let image = match (t.cfg.image_dim, &model.image) {
         (Some(d), image) => {
             let rows = if t.cfg.pos_embed_seq_len.is_some() { 2 } else { 1 };
-            let tokens = image.as_ref().map_or(257, |i| i.encoder.cfg.tokens());
+            let tokens = image.as_ref().and_then(|i| i.clip.as_ref()).map_or(257, |c| c.encoder.cfg.tokens());
             Some(input(opts, &["encoder_hidden_states_image"], &[rows, tokens, d], 4, dev)?)
         }
         (None, _) => None,
@@ -201,17 +201,23 @@ pub fn run(model: &WanModel, opts: &BenchOptions) -> Result<BenchReport> {
     let (mut te, _) = time(dev, opts.runs, || model.text_encoder.forward(&ids, &mask))?;
 
     let (image_encode_s, vae_encode_s) = match &model.image {
-        Some(enc) => {
-            let side = enc.encoder.cfg.image_size;
+        Some(cond) => {
             let rows = if t.cfg.pos_embed_seq_len.is_some() { 2 } else { 1 };
-            let px = Tensor::randn([rows, 3, side, side], (Kind::Float, dev));
-            let (mut ie, _) = time(dev, opts.runs, || enc.encoder.penultimate(&px))?;
+            let ie = match &cond.clip {
+                Some(clip) => {
+                    let side = clip.encoder.cfg.image_size;
+                    let px = Tensor::randn([rows, 3, side, side], (Kind::Float, dev));
+                    let (mut ie, _) = time(dev, opts.runs, || clip.encoder.penultimate(&px))?;
+                    Some(median(&mut ie))
+                }
+                None => None,
+            };
             let first = Tensor::rand([1, 3, opts.height, opts.width], (Kind::Float, dev)) * 2.0 - 1.0;
             let last = (rows == 2).then(|| first.flip([3]));
             let (mut ve, _) = time(dev, opts.vae_runs, || {
                 crate::image_condition::image_condition(&model.vae, &first, last.as_ref(), opts.frames)
             })?;
-            (Some(median(&mut ie)), Some(median(&mut ve)))
+            (ie, Some(median(&mut ve)))
         }
         None => (None, None),
     };

@@ -7,16 +7,17 @@ use anyhow::{Context, Result};
 use fastvideo_pipeline::{NodeCtx, Stage, Value, Values};
 use fastvideo_request::{reframe, ImageRole, InputImage, Reframed, ResizeMode};
 
-use crate::clip_vision::ClipVisionEncoder;
 use crate::image_condition::image_condition;
-use crate::image_processor::{ImageProcessorConfig, Rgb8};
+use crate::image_processor::Rgb8;
 use crate::image_resize::picture_to_unit;
+use crate::loader::ClipImage;
 use crate::pipeline::values::{IMAGE_EMBEDS, LATENT_CONDITION};
 use crate::vae::AutoencoderKLWan;
 
 pub(crate) struct ImageEncode {
-    pub encoder: Arc<ClipVisionEncoder>,
-    pub processor: Arc<ImageProcessorConfig>,
+    /// The CLIP encoder whose states the transformer attends to (Wan 2.1); `None`: the
+    /// picture reaches the model through the condition latents alone (Wan 2.2).
+    pub clip: Option<ClipImage>,
     pub vae: Arc<AutoencoderKLWan>,
     /// A first-and-last-frame model (its transformer has image positions for two pictures).
     pub last_frame: bool,
@@ -52,9 +53,11 @@ impl Stage for ImageEncode {
         } else {
             fitted.iter().map(|f| Rgb8 { width: f.width, height: f.height, data: &f.rgb }).collect()
         };
-        let pixels = self.processor.preprocess(&pictures, ctx.device)?;
-        let embeds = self.encoder.penultimate(&pixels).context("image encoder")?;
-        values.insert(IMAGE_EMBEDS, Value::Tensor(embeds));
+        if let Some(clip) = &self.clip {
+            let pixels = clip.processor.preprocess(&pictures, ctx.device)?;
+            let embeds = clip.encoder.penultimate(&pixels).context("image encoder")?;
+            values.insert(IMAGE_EMBEDS, Value::Tensor(embeds));
+        }
         let first = picture_to_unit(first, mode, w, h, ctx.device)?;
         let last = last.map(|l| picture_to_unit(l, mode, w, h, ctx.device)).transpose()?;
         let cond = image_condition(&self.vae, &first, last.as_ref(), req.num_frames as i64)?;

@@ -33,6 +33,9 @@ use crate::weights::Weights;
 pub struct RunDefaults {
     pub steps: Option<u32>,
     pub guidance_scale: Option<f32>,
+    /// Two-expert models: the low-noise expert's guidance scale (Wan 2.2 A14B's repository
+    /// runs T2V at 4.0 / 3.0); absent: `guidance_scale`.
+    pub guidance_scale_2: Option<f32>,
     pub height: Option<u32>,
     pub width: Option<u32>,
     pub num_frames: Option<u32>,
@@ -75,12 +78,16 @@ pub struct LoadReport {
     pub vae_dtype: Kind,
 }
 
-/// A loaded Wan 2.1 text-to-video model.
+/// A loaded Wan model (2.1, or 2.2 with two experts).
 pub struct WanModel {
     pub dir: PathBuf,
     pub tokenizer: TextTokenizer,
     pub text_encoder: Arc<Umt5Encoder>,
+    /// The transformer; of a two-expert model (Wan 2.2 A14B), the high-noise expert.
     pub transformer: Arc<WanTransformer3DModel>,
+    /// A two-expert model's low-noise expert (`transformer_2/`) and the boundary ratio below
+    /// which it runs (`model_index.json`'s `boundary_ratio`).
+    pub low_noise: Option<LowNoiseExpert>,
     pub vae: Arc<AutoencoderKLWan>,
     /// Prompt embeddings already computed with this text encoder (shared by every pipeline
     /// built from this model).
@@ -95,9 +102,25 @@ pub struct WanModel {
     pub image: Option<ImageConditioning>,
 }
 
-/// What an image-to-video folder adds: `image_encoder/` and `image_processor/`.
+/// Wan 2.2 A14B's second expert.
+#[derive(Clone)]
+pub struct LowNoiseExpert {
+    pub transformer: Arc<WanTransformer3DModel>,
+    /// Steps with timesteps below `boundary_ratio × 1000` run on this expert.
+    pub boundary_ratio: f32,
+}
+
+/// What an image-to-video folder adds: the picture's conditioning.
 #[derive(Clone)]
 pub struct ImageConditioning {
+    /// `image_encoder/` and `image_processor/` (Wan 2.1 I2V and FLF2V); `None` for Wan 2.2's
+    /// image-to-video, whose transformer takes no image states (`image_dim` null).
+    pub clip: Option<ClipImage>,
+}
+
+/// A CLIP image encoder and its preprocessing.
+#[derive(Clone)]
+pub struct ClipImage {
     pub encoder: Arc<ClipVisionEncoder>,
     pub processor: Arc<ImageProcessorConfig>,
 }
@@ -140,12 +163,23 @@ impl WanModel {
                 index_path.display()
             ),
         };
-        for key in ["transformer_2", "boundary_ratio"] {
-            if let Some(v) =
-                index.get(key).filter(|v| !v.is_null() && **v != Value::Array(vec![Value::Null, Value::Null]))
-            {
-                return Err(unsupported(&index_path, key, v, "Wan 2.2 two-expert models are not implemented"));
-            }
+        let boundary_ratio = match index.get("boundary_ratio").filter(|v| !v.is_null()) {
+            None => None,
+            Some(v) => match v.as_f64().filter(|b| (0.0..=1.0).contains(b)) {
+                Some(b) => Some(b as f32),
+                None => return Err(unsupported(&index_path, "boundary_ratio", v, "a number in [0, 1]")),
+            },
+        };
+        let has_second = index.get("transformer_2").is_some_and(|v| !is_null_component(v));
+        if boundary_ratio.is_some() && !has_second {
+            bail!(
+                "{}: `boundary_ratio` is set but there is no `transformer_2` (the low-noise expert)",
+                index_path.display()
+            );
+        }
+        if has_second && boundary_ratio.is_none() {
+            // diffusers runs `transformer` throughout then; so do we, without loading the second.
+            tracing::warn!(dir = %dir.display(), "transformer_2 is listed but boundary_ratio is null: it is never used");
         }
         if let Some(v) = index.get("expand_timesteps").filter(|v| **v != Value::Bool(false)) {
             return Err(unsupported(&index_path, "expand_timesteps", v, "only false"));
@@ -160,6 +194,12 @@ impl WanModel {
                 return Err(unsupported(&index_path, name, class, &format!("only {want}")));
             }
         }
+        if boundary_ratio.is_some() {
+            let class = component_class(dir, &index, "transformer_2")?;
+            if class != "WanTransformer3DModel" {
+                return Err(unsupported(&index_path, "transformer_2", class, "only WanTransformer3DModel"));
+            }
+        }
         component_class(dir, &index, "tokenizer")?;
         component_class(dir, &index, "scheduler")?;
 
@@ -170,6 +210,13 @@ impl WanModel {
         let t_w = Weights::from_dir(&t_dir, "diffusion_pytorch_model", device, kind)?;
         let transformer = WanTransformer3DModel::new(t_cfg, &t_w)?;
         t_w.warn_unused("transformer");
+        let low_noise = match boundary_ratio {
+            Some(boundary_ratio) => {
+                let t2 = load_second_expert(dir, &transformer, device, kind)?;
+                Some(LowNoiseExpert { transformer: Arc::new(t2), boundary_ratio })
+            }
+            None => None,
+        };
 
         let v_dir = dir.join("vae");
         let v_cfg = VaeConfig::load(&v_dir.join("config.json"))?;
@@ -203,16 +250,21 @@ impl WanModel {
                 transformer.cfg.out_channels()
             );
         }
-        if image_to_video != transformer.takes_image() {
+        if transformer.takes_image() && !image_to_video {
             bail!(
-                "{}: transformer/config.json image_dim is {} but the pipeline is {}",
-                dir.display(),
-                if transformer.takes_image() { "set" } else { "null" },
-                if image_to_video { "WanImageToVideoPipeline" } else { "WanPipeline" }
+                "{}: transformer/config.json sets image_dim but the pipeline is WanPipeline (text to video)",
+                dir.display()
             );
         }
-        let image =
-            if image_to_video { Some(load_image_conditioning(dir, &index, &transformer, device)?) } else { None };
+        // Wan 2.1's image-to-video transformer attends to CLIP states of the picture; Wan 2.2's
+        // takes the picture through the condition latents alone (diffusers skips the encoder).
+        let image = match (image_to_video, transformer.takes_image()) {
+            (false, _) => None,
+            (true, true) => {
+                Some(ImageConditioning { clip: Some(load_image_conditioning(dir, &index, &transformer, device)?) })
+            }
+            (true, false) => Some(ImageConditioning { clip: None }),
+        };
         let tokenizer = TextTokenizer::from_file(&dir.join("tokenizer").join("tokenizer.json"))?;
         let scheduler = scheduler::load(&dir.join("scheduler").join("scheduler_config.json"))?;
         let run_path = dir.join("fastvideo.json");
@@ -235,6 +287,7 @@ impl WanModel {
             tokenizer,
             text_encoder: Arc::new(text_encoder),
             transformer: Arc::new(transformer),
+            low_noise,
             vae: Arc::new(vae),
             scheduler,
             run,
@@ -251,6 +304,13 @@ impl WanModel {
         if plan.is_single() {
             self.parallel = None;
             return Ok(());
+        }
+        if self.low_noise.is_some() {
+            bail!(
+                "{}: a two-expert model (Wan 2.2 A14B) runs on one GPU for now; --gpus {} is not supported with it",
+                self.dir.display(),
+                plan.ranks()
+            );
         }
         ensure!(devices.first() == Some(&self.device), "rank 0 must be the model's device {:?}", self.device);
         let files = transformer_checkpoint(&self.dir)?;
@@ -277,6 +337,7 @@ impl WanModel {
             },
             // A transformer with image positions for two pictures is first-and-last-frame.
             image_roles: match (&self.image, t.pos_embed_seq_len) {
+                (Some(ImageConditioning { clip: None }), _) => vec![ImageRole::FirstFrame],
                 (None, _) => Vec::new(),
                 (Some(_), None) => vec![ImageRole::FirstFrame],
                 (Some(_), Some(_)) => vec![ImageRole::FirstFrame, ImageRole::LastFrame],
@@ -296,6 +357,10 @@ impl WanModel {
                 fps: r.fps.unwrap_or(16),
                 sampler: self.scheduler.sampler,
                 negative_prompt: r.negative_prompt.clone().unwrap_or_default(),
+                experts: self.low_noise.as_ref().map(|e| fastvideo_request::ExpertDefaults {
+                    boundary_ratio: e.boundary_ratio,
+                    guidance_scale_2: r.guidance_scale_2,
+                }),
             },
         }
     }
@@ -308,6 +373,7 @@ impl WanModel {
             tokenizer: self.tokenizer.clone(),
             text_encoder: Arc::clone(&self.text_encoder),
             transformer: Arc::clone(&self.transformer),
+            low_noise: self.low_noise.clone(),
             vae: Arc::clone(&self.vae),
             text_cache: Arc::clone(&self.text_cache),
             scheduler: self.scheduler.clone(),
@@ -324,6 +390,44 @@ impl WanModel {
     }
 }
 
+/// Whether a `model_index.json` component entry is absent in effect (`null` or `[null, null]`).
+fn is_null_component(v: &Value) -> bool {
+    v.is_null() || *v == Value::Array(vec![Value::Null, Value::Null])
+}
+
+/// `transformer_2/`: the low-noise expert, in the first expert's dtype. Its config must agree
+/// with the first's on everything the pipeline around them shares (channels, text and image
+/// inputs, patching).
+fn load_second_expert(
+    dir: &Path,
+    first: &WanTransformer3DModel,
+    device: Device,
+    kind: Kind,
+) -> Result<WanTransformer3DModel> {
+    let t_dir = dir.join("transformer_2");
+    let cfg_path = t_dir.join("config.json");
+    let cfg = TransformerConfig::load(&cfg_path)?;
+    let a = &first.cfg;
+    for (key, ok) in [
+        ("in_channels", cfg.in_channels == a.in_channels),
+        ("out_channels", cfg.out_channels() == a.out_channels()),
+        ("text_dim", cfg.text_dim == a.text_dim),
+        ("image_dim", cfg.image_dim == a.image_dim),
+        ("patch_size", cfg.patch_size == a.patch_size),
+        ("pos_embed_seq_len", cfg.pos_embed_seq_len == a.pos_embed_seq_len),
+    ] {
+        ensure!(
+            ok,
+            "{}: `{key}` differs from transformer/config.json (the two experts must agree)",
+            cfg_path.display()
+        );
+    }
+    let w = Weights::from_dir(&t_dir, "diffusion_pytorch_model", device, kind)?;
+    let t = WanTransformer3DModel::new(cfg, &w)?;
+    w.warn_unused("transformer_2");
+    Ok(t)
+}
+
 /// `image_encoder/` (a CLIP vision tower, float32 as diffusers' examples load it: one or two
 /// pictures per request, so its cost is small) and `image_processor/`.
 fn load_image_conditioning(
@@ -331,7 +435,7 @@ fn load_image_conditioning(
     index: &serde_json::Map<String, Value>,
     transformer: &WanTransformer3DModel,
     device: Device,
-) -> Result<ImageConditioning> {
+) -> Result<ClipImage> {
     let index_path = dir.join("model_index.json");
     let class = component_class(dir, index, "image_encoder")?;
     if !matches!(class.as_str(), "CLIPVisionModel" | "CLIPVisionModelWithProjection") {
@@ -363,7 +467,7 @@ fn load_image_conditioning(
             encoder.cfg.image_size
         );
     }
-    Ok(ImageConditioning { encoder: Arc::new(encoder), processor: Arc::new(processor) })
+    Ok(ClipImage { encoder: Arc::new(encoder), processor: Arc::new(processor) })
 }
 
 /// Peak resident set size of this process (`VmHWM` in /proc/self/status), in bytes.

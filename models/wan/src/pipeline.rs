@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use anyhow::{ensure, Result};
 use fastvideo_pipeline::{
-    AdapterRows, AdapterSet, BlockHook, ClassicCfg, Conditioning, DenoiseLoop, Denoiser, EmbeddingCache, Guidance,
-    LoopPolicies, Node, NodeCtx, PipelineSpec, Stage, Value, Values,
+    AdapterRows, AdapterSet, BlockHook, BoundaryRouting, ClassicCfg, Conditioning, DenoiseLoop, Denoiser,
+    EmbeddingCache, Guidance, LoopPolicies, Node, NodeCtx, PipelineSpec, Stage, Value, Values,
 };
 use fastvideo_request::{ResolvedRequest, TaskType, VideoArtifact};
 use tch::{Device, Kind, Tensor};
@@ -120,14 +120,27 @@ fn node_param_usize(req: &ResolvedRequest, node: &str, key: &str) -> Result<Opti
     Ok(n.map(|n| n as usize))
 }
 
-/// The transformer as the loop's denoiser.
+/// The scheduler's training timesteps (the configs we accept pin it: scheduler.rs).
+const NUM_TRAIN_TIMESTEPS: f32 = 1000.0;
+
+/// The transformer (or a two-expert model's two) as the loop's denoiser.
 struct WanDenoiser {
-    transformer: Arc<WanTransformer3DModel>,
+    /// Expert 0 is `transformer` (Wan 2.2's high-noise expert), expert 1 `transformer_2`.
+    experts: Vec<Arc<WanTransformer3DModel>>,
     /// The same transformer over several ranks, when the model runs parallel.
     parallel: Option<Arc<ParallelTransformer>>,
     z_dim: i64,
     temporal: i64,
     spatial: i64,
+}
+
+impl WanDenoiser {
+    fn expert(&self, cond: &Conditioning) -> Result<&WanTransformer3DModel> {
+        match self.experts.get(cond.expert as usize) {
+            Some(t) => Ok(t),
+            None => anyhow::bail!("expert {} asked of a model with {}", cond.expert, self.experts.len()),
+        }
+    }
 }
 
 impl Denoiser for WanDenoiser {
@@ -137,7 +150,7 @@ impl Denoiser for WanDenoiser {
                 anyhow::bail!("LoRA adapters need the transformer on one device; this one runs parallel")
             }
             Some(p) => p.forward(latents, timestep, cond.text, cond.image),
-            None => self.transformer.forward_adapted(latents, timestep, cond.text, cond.image, cond.adapters, None),
+            None => self.expert(&cond)?.forward_adapted(latents, timestep, cond.text, cond.image, cond.adapters, None),
         }
     }
     fn forward_hooked(
@@ -148,7 +161,10 @@ impl Denoiser for WanDenoiser {
         hook: &mut dyn BlockHook,
     ) -> Result<Tensor> {
         ensure!(self.parallel.is_none(), "a block policy cannot run on a parallel transformer");
-        self.transformer.forward_adapted(latents, timestep, cond.text, cond.image, cond.adapters, Some(hook))
+        self.expert(&cond)?.forward_adapted(latents, timestep, cond.text, cond.image, cond.adapters, Some(hook))
+    }
+    fn experts(&self) -> u32 {
+        self.experts.len() as u32
     }
     fn splits_batch(&self) -> bool {
         self.parallel.as_ref().is_some_and(|p| p.plan().cfg > 1)
@@ -210,7 +226,7 @@ pub fn text_to_video(model: &WanModel, guidance: Arc<dyn Guidance>) -> Result<Pi
 /// [`text_to_video`] with every policy a deploy binds: guidance, an optional block cache and
 /// step interceptor in the denoise loop, and observers watching each request.
 pub fn text_to_video_with(model: &WanModel, policies: LoopPolicies) -> Result<PipelineSpec> {
-    let LoopPolicies { guidance, blocks, steps, observers, rewards } = policies;
+    let LoopPolicies { guidance, blocks, steps, observers, rewards, routing } = policies;
     if let (Some(p), Some(_)) = (&model.parallel, &blocks) {
         anyhow::bail!(
             "a block policy (block cache) needs the whole block loop on one device; it cannot run with --gpus {} \
@@ -218,8 +234,16 @@ pub fn text_to_video_with(model: &WanModel, policies: LoopPolicies) -> Result<Pi
             p.plan().ranks()
         );
     }
+    // A two-expert model routes each step (the deploy's rule, else Wan 2.2's boundary rule).
+    let routing = model
+        .low_noise
+        .as_ref()
+        .map(|_| routing.unwrap_or_else(|| Arc::new(BoundaryRouting { num_train_timesteps: NUM_TRAIN_TIMESTEPS })));
     let denoiser = WanDenoiser {
-        transformer: Arc::clone(&model.transformer),
+        experts: std::iter::once(&model.transformer)
+            .chain(model.low_noise.as_ref().map(|e| &e.transformer))
+            .cloned()
+            .collect(),
         parallel: model.parallel.clone(),
         z_dim: model.vae.cfg.z_dim,
         temporal: model.vae.cfg.temporal_factor(),
@@ -230,6 +254,7 @@ pub fn text_to_video_with(model: &WanModel, policies: LoopPolicies) -> Result<Pi
         guidance,
         blocks,
         steps,
+        routing,
         contexts: BTreeMap::from([("cond".into(), PROMPT_EMBEDS.into()), ("uncond".into(), NEGATIVE_EMBEDS.into())]),
         initial_latents: INITIAL_LATENTS.to_string(),
         clean_latents: CLEAN_LATENTS.to_string(),
@@ -247,8 +272,7 @@ pub fn text_to_video_with(model: &WanModel, policies: LoopPolicies) -> Result<Pi
     let (name, tasks, denoise_inputs) = match &model.image {
         Some(image) => {
             let stage = ImageEncode {
-                encoder: Arc::clone(&image.encoder),
-                processor: Arc::clone(&image.processor),
+                clip: image.clip.clone(),
                 vae: Arc::clone(&model.vae),
                 last_frame: model.transformer.cfg.pos_embed_seq_len.is_some(),
             };

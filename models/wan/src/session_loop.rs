@@ -79,6 +79,8 @@ fn step_ctx<'a>(request: &'a ResolvedRequest, at: &DenoiseAt) -> StepCtx<'a> {
         timestep: at.timestep,
         sigma: at.sigma,
         sigma_next: at.sigma_next,
+        expert: 0,
+        guidance_scale: request.guidance_scale,
     }
 }
 

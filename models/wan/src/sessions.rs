@@ -91,6 +91,7 @@ fn limits(model: &WorldModel) -> ModelLimits {
             fps: spec.fps,
             sampler: SamplerKind::Euler,
             negative_prompt: String::new(),
+            experts: None,
         },
     }
 }

@@ -57,6 +57,7 @@ fn spec_with(
         guidance: Arc::new(ClassicCfg),
         blocks: None,
         steps,
+        routing: None,
         contexts: BTreeMap::from([("cond".into(), "cond".into()), ("uncond".into(), "uncond".into())]),
         initial_latents: "init".into(),
         clean_latents: "clean_latents".into(),
@@ -94,6 +95,7 @@ fn request(steps: u32, guidance: f32) -> ResolvedRequest {
             fps: 8,
             sampler: SamplerKind::Euler,
             negative_prompt: String::new(),
+            experts: None,
         },
     };
     let mut r = OmniRequest::text_to_video("toy-1", "p").resolve(&limits, || 11).unwrap();
@@ -441,6 +443,7 @@ fn the_artifact_is_the_value_the_spec_names_as_its_final_output() {
         guidance: Arc::new(ClassicCfg),
         blocks: None,
         steps: None,
+        routing: None,
         contexts: BTreeMap::from([("cond".into(), "cond".into()), ("uncond".into(), "uncond".into())]),
         initial_latents: "init".into(),
         clean_latents: "clean_latents".into(),

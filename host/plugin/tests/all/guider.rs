@@ -194,6 +194,8 @@ fn log_spam_is_capped_and_its_request_completes() {
         timestep: 999.0,
         sigma: 1.0,
         sigma_next: 0.0,
+        expert: 0,
+        guidance_scale: req.guidance_scale,
     };
     let _guided = g.combine(&ctx, &[t.shallow_clone(), t.shallow_clone()], &mut plan.state).unwrap();
     let inst = plan.state.0.downcast_mut::<PluginInstance>().unwrap();

@@ -48,6 +48,8 @@ fn compare(
                 timestep: 1000.0 - i as f32,
                 sigma: 1.0,
                 sigma_next: 0.9,
+                expert: 0,
+                guidance_scale: req.guidance_scale,
             };
             let ours = g.combine(&ctx, &[c.shallow_clone(), u.shallow_clone()], &mut plan.state).unwrap();
             let want = reference(i, &c.to_kind(Kind::Double), &u.to_kind(Kind::Double));

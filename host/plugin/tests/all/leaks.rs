@@ -66,7 +66,16 @@ fn requests_leave_no_plugin_state_behind() {
     let mut failed = 0;
     for i in 0..1000u64 {
         let req = request(i);
-        let ctx = StepCtx { request: &req, step_index: 0, num_steps: 1, timestep: 999.0, sigma: 1.0, sigma_next: 0.0 };
+        let ctx = StepCtx {
+            request: &req,
+            step_index: 0,
+            num_steps: 1,
+            timestep: 999.0,
+            sigma: 1.0,
+            sigma_next: 0.0,
+            expert: 0,
+            guidance_scale: req.guidance_scale,
+        };
         let meter = PluginMeter::default();
         let mut obs = observer.init(&req, &meter).unwrap();
         obs.on_event(Observed::RequestStart, None, &mut |_| {}).unwrap();

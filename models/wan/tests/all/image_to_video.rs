@@ -42,7 +42,7 @@ fn picture(name: &str, role: ImageRole) -> InputImage {
 #[test]
 fn clip_vision_encoder_matches_transformers() {
     let m = load("tiny-wan-i2v");
-    let enc = &m.image.as_ref().expect("an image-to-video model").encoder;
+    let enc = &m.image.as_ref().and_then(|i| i.clip.as_ref()).expect("a Wan 2.1 image-to-video model").encoder;
     let out = tch::no_grad(|| enc.penultimate(fx("clip.pixel_values"))).unwrap();
     let e = rel_err(&out, fx("clip.penultimate"));
     eprintln!("clip penultimate: relative error {e:.3e}");
@@ -52,7 +52,7 @@ fn clip_vision_encoder_matches_transformers() {
 #[test]
 fn clip_image_processor_matches_transformers() {
     let m = load("tiny-wan-i2v");
-    let p = &m.image.as_ref().unwrap().processor;
+    let p = &m.image.as_ref().and_then(|i| i.clip.as_ref()).unwrap().processor;
     let im = picture("processor.image", ImageRole::FirstFrame);
     let rgb = Rgb8 { width: im.width, height: im.height, data: &im.rgb };
     let out = p.preprocess(&[rgb], Device::Cpu).unwrap();

@@ -45,14 +45,14 @@ fn a_config_that_disagrees_with_the_weights_names_key_and_shapes() {
 }
 
 #[test]
-fn a_two_expert_wan22_index_is_refused_by_key() {
+fn a_boundary_without_a_second_expert_is_refused_by_key() {
     let dir = tempfile::tempdir().unwrap();
     copy_dir(&tiny(), dir.path());
     let idx = dir.path().join("model_index.json");
     let text = std::fs::read_to_string(&idx).unwrap().replace("\"boundary_ratio\": null", "\"boundary_ratio\": 0.875");
     std::fs::write(&idx, text).unwrap();
     let e = load_err(dir.path());
-    assert!(e.contains("config key `boundary_ratio` = 0.875 is not supported"), "{e}");
+    assert!(e.contains("`boundary_ratio` is set but there is no `transformer_2`"), "{e}");
 }
 
 #[test]

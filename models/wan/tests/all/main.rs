@@ -13,4 +13,5 @@ mod parallel;
 mod parity;
 mod published_layout;
 mod rl_consistency;
+mod wan22;
 mod world;

@@ -58,6 +58,8 @@ impl LoopStage for Toy {
             timestep: 0.0,
             sigma: 0.0,
             sigma_next: 0.0,
+            expert: 0,
+            guidance_scale: ctx.request.guidance_scale,
         })
     }
 }
@@ -143,6 +145,7 @@ impl SessionModel for Model {
                 fps: 16,
                 sampler: SamplerKind::Euler,
                 negative_prompt: String::new(),
+                experts: None,
             },
         };
         let mut r = OmniRequest::text_to_video(id, "toy");

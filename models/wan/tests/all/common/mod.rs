@@ -8,7 +8,7 @@ pub fn copy_dir(from: &Path, to: &Path) {
     for e in std::fs::read_dir(from).unwrap() {
         let e = e.unwrap();
         let dst = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
+        if e.path().is_dir() {
             copy_dir(&e.path(), &dst);
         } else {
             std::fs::copy(e.path(), dst).unwrap();

@@ -1,0 +1,211 @@
+//! Wan 2.2's two-expert (A14B-style) pipelines against diffusers on CPU, float32: text-to-video
+//! and image-to-video end to end on the same noise, with the switch from the high-noise to the
+//! low-noise expert inside the schedule; the request's own boundary and second guidance scale;
+//! the route each step takes; batching that never mixes experts; loading errors. Fixtures come
+//! from tests/fixtures/make_wan22_fixtures.py. Error measure: max |ours - reference| / max |reference|.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use fastvideo_pipeline::{
+    Advance, LoopPolicies, Observed, Observer, ObserverState, PipelineRun, PluginMeter, Value, Values,
+};
+use fastvideo_request::{
+    Artifact, ImageRole, InputImage, InputPart, OmniEvent, OmniRequest, ResolvedRequest, TaskType, TextRole,
+};
+use fastvideo_wan::pipeline::{self, values};
+use fastvideo_wan::WanModel;
+use tch::{Device, Tensor};
+
+fn fixture_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures")
+}
+
+fn fx(name: &str) -> &'static Tensor {
+    crate::common::fixture("wan22.safetensors", name)
+}
+
+fn load(folder: &str) -> WanModel {
+    WanModel::load(&fixture_dir().join(folder), Device::Cpu).expect("tiny model loads")
+}
+
+/// The fixtures' run: 32x32, 9 frames, 6 steps (timesteps 999, 937, 857, 750, 600, 376).
+fn request(task: TaskType, guidance: f32, guidance_2: Option<f32>) -> OmniRequest {
+    let mut r = OmniRequest::text_to_video("wan22", "a red circle moving left on a white background");
+    r.task = task;
+    r.inputs.push(InputPart::Text { text: "blurry low quality".into(), role: TextRole::Negative });
+    r.diffusion.height = Some(32);
+    r.diffusion.width = Some(32);
+    r.diffusion.num_frames = Some(9);
+    r.diffusion.num_inference_steps = Some(6);
+    r.diffusion.guidance_scale = Some(guidance);
+    r.diffusion.guidance_scale_2 = guidance_2;
+    r.outputs.return_latents = true;
+    r
+}
+
+fn init(latents: &str) -> Values {
+    let mut v = Values::default();
+    v.insert(values::INITIAL_LATENTS, Value::Tensor(fx(latents).shallow_clone()));
+    v
+}
+
+fn latents_of(out: &fastvideo_request::OmniOutput) -> Tensor {
+    let Some(Artifact::Latents(l)) = out.artifacts.get("latents") else { panic!("latents returned") };
+    Tensor::from_slice(&l.data).view(l.shape.as_slice())
+}
+
+fn rel_err(a: &Tensor, b: &Tensor) -> f64 {
+    assert_eq!(a.size(), b.size(), "shape mismatch");
+    (a - b).abs().max().double_value(&[]) / b.abs().max().double_value(&[]).max(1e-12)
+}
+
+/// Records each step's expert and guidance scale as observers see them.
+#[derive(Default, Clone)]
+struct Routes(Arc<Mutex<Vec<(u32, f32)>>>);
+
+impl Observer for Routes {
+    fn init(&self, _req: &ResolvedRequest, _meter: &PluginMeter) -> anyhow::Result<Box<dyn ObserverState>> {
+        Ok(Box::new(self.clone()))
+    }
+}
+
+impl ObserverState for Routes {
+    fn on_event(&mut self, e: Observed, _: Option<&Tensor>, _: &mut dyn FnMut(OmniEvent)) -> anyhow::Result<()> {
+        if let Observed::StepStart(s) = e {
+            self.0.lock().unwrap().push((s.expert, s.guidance_scale));
+        }
+        Ok(())
+    }
+}
+
+fn run_t2v(m: &WanModel, r: OmniRequest) -> (fastvideo_request::OmniOutput, Vec<(u32, f32)>) {
+    let routes = Routes::default();
+    let policies =
+        LoopPolicies { observers: vec![Arc::new(routes.clone())], ..LoopPolicies::new(pipeline::default_guidance()) };
+    let spec = Arc::new(pipeline::text_to_video_with(m, policies).unwrap());
+    let req = r.resolve(&m.limits(), || 0).unwrap();
+    let (out, _) = crate::common::run_pipeline(spec, req, init("t2v.latents_in"));
+    let seen = routes.0.lock().unwrap().clone();
+    (out, seen)
+}
+
+#[test]
+fn two_expert_text_to_video_matches_diffusers_end_to_end() {
+    let m = load("tiny-wan22-t2v");
+    let experts = m.limits().defaults.experts.expect("a two-expert model");
+    assert_eq!(experts.boundary_ratio, 0.875);
+    let (out, routes) = run_t2v(&m, request(TaskType::T2v, 4.0, Some(3.0)));
+    // Timesteps 999 and 937 are at or above 875: the high-noise expert with guidance 4; the
+    // other four steps on the low-noise expert with guidance 3.
+    assert_eq!(routes, [(0, 4.0), (0, 4.0), (1, 3.0), (1, 3.0), (1, 3.0), (1, 3.0)]);
+    assert_eq!(out.metrics.forwards, 12, "CFG runs two forwards per step");
+    crate::common::assert_matches_reference("a14b t2v", &out, fx("t2v.latents_out"), fx("t2v.video"));
+}
+
+#[test]
+fn the_second_guidance_scale_and_the_boundary_follow_the_request() {
+    let m = load("tiny-wan22-t2v");
+    // No guidance_scale_2 (and none in the folder): the low-noise expert takes guidance_scale.
+    let (out, routes) = run_t2v(&m, request(TaskType::T2v, 4.0, None));
+    assert!(routes.iter().all(|&(_, g)| g == 4.0), "{routes:?}");
+    let e = rel_err(&latents_of(&out), fx("t2v.latents_out_one_scale"));
+    assert!(e < 1e-4, "one scale: relative error {e}"); // tolerance 1e-4, as the other pipelines
+                                                        // The request's boundary 0.95: only timestep 999 is above 950.
+    let mut r = request(TaskType::T2v, 4.0, Some(3.0));
+    r.diffusion.boundary_ratio = Some(0.95);
+    let (out, routes) = run_t2v(&m, r);
+    assert_eq!(routes.iter().filter(|(x, _)| *x == 0).count(), 1, "{routes:?}");
+    let e = rel_err(&latents_of(&out), fx("t2v.latents_out_boundary_095"));
+    assert!(e < 1e-4, "boundary 0.95: relative error {e}");
+    // Boundary 0: the high-noise expert throughout.
+    let mut r = request(TaskType::T2v, 4.0, Some(3.0));
+    r.diffusion.boundary_ratio = Some(0.0);
+    let (out, routes) = run_t2v(&m, r);
+    assert!(routes.iter().all(|&r| r == (0, 4.0)), "{routes:?}");
+    let e = rel_err(&latents_of(&out), fx("t2v.latents_out_high_only"));
+    assert!(e < 1e-4, "boundary 0: relative error {e}");
+}
+
+#[test]
+fn two_expert_image_to_video_matches_diffusers_end_to_end() {
+    let m = load("tiny-wan22-i2v");
+    assert!(m.image.as_ref().is_some_and(|i| i.clip.is_none()), "Wan 2.2 I2V has no image encoder");
+    let spec = Arc::new(pipeline::text_to_video(&m, pipeline::default_guidance()).unwrap());
+    let mut limits = m.limits();
+    limits.tasks.push(TaskType::T2v);
+    let mut req = request(TaskType::T2v, 5.0, Some(2.5)).resolve(&limits, || 0).unwrap();
+    req.task = TaskType::I2v;
+    let first = fx("i2v.first");
+    let (h, w, _) = first.size3().unwrap();
+    req.images.push(InputImage {
+        role: ImageRole::FirstFrame,
+        width: w as u32,
+        height: h as u32,
+        rgb: Vec::<u8>::try_from(first.flatten(0, -1)).unwrap(),
+    });
+    let (out, _) = crate::common::run_pipeline(spec, req, init("i2v.latents_in"));
+    crate::common::assert_matches_reference("a14b i2v", &out, fx("i2v.latents_out"), fx("i2v.video"));
+}
+
+#[test]
+fn a_batch_never_mixes_experts() {
+    let m = load("tiny-wan22-t2v");
+    let spec = Arc::new(pipeline::text_to_video(&m, pipeline::default_guidance()).unwrap());
+    let run = |boundary: f32| {
+        let mut r = request(TaskType::T2v, 4.0, Some(3.0));
+        r.diffusion.boundary_ratio = Some(boundary);
+        r.sampling.seed = Some(1);
+        let req = r.resolve(&m.limits(), || 0).unwrap();
+        PipelineRun::new(spec.clone(), req, Device::Cpu, Values::default(), Default::default())
+    };
+    let (mut a, mut b) = (run(0.875), run(0.95));
+    // To the loop's first step: both on the high-noise expert, so they may share a forward.
+    for r in [&mut a, &mut b] {
+        while r.batch_key().is_none() {
+            assert!(matches!(r.advance(&mut |_| {}).unwrap(), Advance::Worked));
+        }
+    }
+    assert_eq!(a.batch_key(), b.batch_key());
+    a.advance(&mut |_| {}).unwrap();
+    b.advance(&mut |_| {}).unwrap();
+    // Timestep 937: `a` stays on the high-noise expert, `b` (boundary 950) has switched.
+    assert!(a.batch_key().is_some() && b.batch_key().is_some());
+    assert_ne!(a.batch_key(), b.batch_key(), "steps on different experts never batch");
+}
+
+#[test]
+fn a_broken_two_expert_folder_names_what_is_wrong() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("m");
+    crate::common::copy_dir(&fixture_dir().join("tiny-wan22-t2v"), &dir);
+    // The experts disagree on the text width.
+    let cfg = dir.join("transformer_2/config.json");
+    let text = std::fs::read_to_string(&cfg).unwrap().replace("\"text_dim\": 32", "\"text_dim\": 48");
+    std::fs::write(&cfg, text).unwrap();
+    let e = format!("{:#}", WanModel::load(&dir, Device::Cpu).err().unwrap());
+    assert!(e.contains("transformer_2/config.json") && e.contains("text_dim"), "{e}");
+    // A boundary without a second expert.
+    std::fs::remove_dir_all(dir.join("transformer_2")).unwrap();
+    let idx = dir.join("model_index.json");
+    let text = std::fs::read_to_string(&idx).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let mut v = v.as_object().unwrap().clone();
+    v.remove("transformer_2");
+    std::fs::write(&idx, serde_json::to_string(&v).unwrap()).unwrap();
+    let e = format!("{:#}", WanModel::load(&dir, Device::Cpu).err().unwrap());
+    assert!(e.contains("boundary_ratio") && e.contains("transformer_2"), "{e}");
+    // A boundary out of range.
+    v.insert("boundary_ratio".into(), serde_json::json!(1.5));
+    std::fs::write(&idx, serde_json::to_string(&v).unwrap()).unwrap();
+    let e = format!("{:#}", WanModel::load(&dir, Device::Cpu).err().unwrap());
+    assert!(e.contains("boundary_ratio") && e.contains("1.5"), "{e}");
+}
+
+#[test]
+fn one_expert_models_refuse_the_expert_fields() {
+    let m = load("tiny-wan");
+    let mut r = request(TaskType::T2v, 4.0, None);
+    r.diffusion.boundary_ratio = Some(0.9);
+    assert_eq!(r.resolve(&m.limits(), || 0).unwrap_err().field, "diffusion.boundary_ratio");
+}
