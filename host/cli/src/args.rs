@@ -14,6 +14,14 @@ pub struct SamplingArgs {
     /// Classifier-free guidance scale; 1 disables the unconditional branch.
     #[arg(long)]
     pub guidance: Option<f32>,
+    /// Two-expert models (Wan 2.2 A14B): the low-noise expert's guidance scale (the model's,
+    /// else --guidance, when omitted).
+    #[arg(long = "guidance-2")]
+    pub guidance_2: Option<f32>,
+    /// Two-expert models: the high-noise expert runs while the timestep is at or above this
+    /// fraction of 1000, in [0, 1] (the model's boundary_ratio when omitted).
+    #[arg(long)]
+    pub boundary_ratio: Option<f32>,
     /// Flow-matching timestep shift.
     #[arg(long)]
     pub shift: Option<f32>,
@@ -35,6 +43,8 @@ impl SamplingArgs {
         r.sampling.sde_steps = self.sde_steps.clone();
         r.diffusion.num_inference_steps = self.steps;
         r.diffusion.guidance_scale = self.guidance;
+        r.diffusion.guidance_scale_2 = self.guidance_2;
+        r.diffusion.boundary_ratio = self.boundary_ratio;
         r.diffusion.shift = self.shift;
     }
 }

@@ -296,6 +296,14 @@ pub fn run(args: GenerateArgs) -> Result<()> {
             req.shift,
             req.seed
         );
+        if let Some(e) = &req.experts {
+            eprintln!(
+                "two experts: the low-noise expert below timestep {:.0} (boundary {}), guidance {}",
+                e.boundary_ratio * 1000.0,
+                e.boundary_ratio,
+                e.guidance_scale_2
+            );
+        }
     }
     let model_id = model_dir.display().to_string();
     let (policies, mut adapters) = deploy_for(&args.plugins, &[&req], &model_id, args.quiet)?;

@@ -36,6 +36,11 @@ pub struct CreateParams {
     pub seed: Option<u64>,
     pub num_inference_steps: Option<u32>,
     pub guidance_scale: Option<f32>,
+    /// Two-expert models (Wan 2.2 A14B): the low-noise expert's guidance scale.
+    pub guidance_scale_2: Option<f32>,
+    /// Two-expert models: where the low-noise expert takes over, as a fraction of 1000
+    /// timesteps, in [0, 1].
+    pub boundary_ratio: Option<f32>,
     pub negative_prompt: Option<String>,
     pub width: Option<u32>,
     pub height: Option<u32>,
@@ -386,6 +391,8 @@ impl CreateParams {
         }
         d.num_inference_steps = self.num_inference_steps;
         d.guidance_scale = self.guidance_scale;
+        d.guidance_scale_2 = self.guidance_scale_2;
+        d.boundary_ratio = self.boundary_ratio;
         d.negative_prompt = self.negative_prompt.clone();
         d.fps = self.fps;
         d.shift = self.shift;
@@ -490,6 +497,11 @@ mod tests {
         assert_eq!(r.diffusion.num_frames, Some(17), "2 s at 8 fps is 16 frames, nearest 4k+1 is 17");
         let img = p.to_request("i1".into(), TaskType::T2i, "m", &limits()).unwrap();
         assert_eq!(img.diffusion.num_frames, Some(1));
+        // Two-expert fields pass through to the request, which resolve checks against the model.
+        let p = CreateParams { boundary_ratio: Some(0.9), guidance_scale_2: Some(3.0), ..p };
+        let r = p.to_request("v2".into(), TaskType::T2v, "m", &limits()).unwrap();
+        assert_eq!((r.diffusion.boundary_ratio, r.diffusion.guidance_scale_2), (Some(0.9), Some(3.0)));
+        assert_eq!(r.resolve(&limits(), || 0).unwrap_err().field, "diffusion.boundary_ratio");
     }
 
     #[test]

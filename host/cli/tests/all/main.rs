@@ -17,5 +17,6 @@ mod plugin;
 mod rl;
 mod serve;
 mod store;
+mod wan22;
 mod workflow;
 mod world;
