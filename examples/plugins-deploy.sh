@@ -39,6 +39,8 @@ write dbcache fastvideo_cache_dbcache '["tensor", "tensor-ops", "events"]' 'fn_b
 write taylorseer fastvideo_cache_taylorseer '["tensor", "tensor-ops", "events"]' 'order = 1' 'interval = 2' 'warmup_steps = 3'
 write nanwatch fastvideo_observer_nanwatch '["tensor", "tensor-ops", "events"]'
 write profiler fastvideo_observer_profiler '["tensor", "events", "clock"]' 'per_step = false'
+# Wan 2.2 A14B: experts switched by signal-to-noise ratio (the request's boundary by default).
+write snr-router fastvideo_router_snr '["log"]'
 # Several plugins in one deploy: a guider, a block cache and two observers.
 cat "$out/cfg-zero-star.toml" "$out/dbcache.toml" "$out/nanwatch.toml" "$out/profiler.toml" > "$out/watched.toml"
 echo "wrote $out/watched.toml"

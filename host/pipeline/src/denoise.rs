@@ -351,7 +351,7 @@ impl LoopStage for DenoiseLoop {
             },
             adapters: values.adapters(ADAPTERS).cloned(),
             routing: match &self.routing {
-                Some(r) => Some(r.init(req, ctx.meter).context("expert routing init")?),
+                Some(r) => Some(r.init(req, self.denoiser.experts(), ctx.meter).context("expert routing init")?),
                 None => None,
             },
             route: Route { expert: 0, guidance_scale: req.guidance_scale },

@@ -20,8 +20,9 @@ pub struct Route {
 /// Chooses the expert of every step. Bound when the pipeline is built and shared by all
 /// requests; anything that changes per request is in the state `init` hands out.
 pub trait ExpertRouting: Send + Sync {
-    /// Called once per request before its first step; an error fails that request only.
-    fn init(&self, req: &ResolvedRequest, meter: &PluginMeter) -> Result<Box<dyn ExpertRoutingState>>;
+    /// Called once per request before its first step, with the number of experts the model has;
+    /// an error fails that request only.
+    fn init(&self, req: &ResolvedRequest, experts: u32, meter: &PluginMeter) -> Result<Box<dyn ExpertRoutingState>>;
 }
 
 /// A request's routing state. `route` is asked once per step, in order, before the step runs
@@ -47,7 +48,7 @@ struct BoundaryState {
 }
 
 impl ExpertRouting for BoundaryRouting {
-    fn init(&self, req: &ResolvedRequest, _meter: &PluginMeter) -> Result<Box<dyn ExpertRoutingState>> {
+    fn init(&self, req: &ResolvedRequest, _experts: u32, _meter: &PluginMeter) -> Result<Box<dyn ExpertRoutingState>> {
         let e = req.experts.as_ref();
         ensure!(e.is_some(), "expert routing: the request has no expert parameters (is this a two-expert model?)");
         let e = e.unwrap();

@@ -4,17 +4,19 @@
 
 use std::sync::Arc;
 
-use fastvideo_pipeline::{BlockPolicy, ClassicCfg, Guidance, LoopPolicies, Observer, Reward, StepPolicy};
+use fastvideo_pipeline::{
+    BlockPolicy, ClassicCfg, ExpertRouting, Guidance, LoopPolicies, Observer, Reward, StepPolicy,
+};
 use fastvideo_request::{RequestError, ResolvedRequest};
 
 use crate::{
-    Deployment, PluginBlockPolicy, PluginError, PluginGuider, PluginKind, PluginObserver, PluginReward,
+    Deployment, PluginBlockPolicy, PluginError, PluginGuider, PluginKind, PluginObserver, PluginReward, PluginRouter,
     PluginStepPolicy,
 };
 
 impl Deployment {
     /// The loop policies this deploy enables: its guider (else built-in CFG), its block and step
-    /// interceptors if any, every observer and every reward. `model_id` is what plugins see in their step
+    /// interceptors and expert router if any, every observer and every reward. `model_id` is what plugins see in their step
     /// context.
     pub fn policies(&self, model_id: &str) -> LoopPolicies {
         let first = |kind| self.of_kind(kind).next().cloned();
@@ -34,7 +36,9 @@ impl Deployment {
             .of_kind(PluginKind::Reward)
             .map(|p| Arc::new(PluginReward::new(self, p.clone())) as Arc<dyn Reward>)
             .collect();
-        LoopPolicies { guidance, blocks, steps, observers, rewards, routing: None }
+        let routing = first(PluginKind::ExpertRouter)
+            .map(|p| Arc::new(PluginRouter::new(self, p, model_id)) as Arc<dyn ExpertRouting>);
+        LoopPolicies { guidance, blocks, steps, observers, rewards, routing }
     }
 
     /// What is bound where, one line per plugin (`guider: plugin `cfg` (blake3 …)`), for logs.

@@ -215,6 +215,7 @@ impl Deployment {
             (PluginKind::Guider, "guider"),
             (PluginKind::BlockInterceptor, "block interceptor"),
             (PluginKind::StepInterceptor, "step interceptor"),
+            (PluginKind::ExpertRouter, "expert router"),
         ] {
             let named: Vec<&str> =
                 plugins.iter().filter(|p| p.plugin.audit.manifest.kind == kind).map(|p| p.name()).collect();

@@ -64,6 +64,7 @@ mod guider;
 mod manifest;
 mod observer;
 mod reward;
+mod router;
 mod runtime;
 mod state;
 mod step;
@@ -81,6 +82,7 @@ pub use manifest::{
 };
 pub use observer::PluginObserver;
 pub use reward::PluginReward;
+pub use router::PluginRouter;
 pub use runtime::{Limits, LoadedPlugin, PluginInstance, PluginRuntime, PROVIDED};
 pub use state::{HostState, InstanceLimits, OutputCounts, PluginEvent, PluginTensor};
 pub use step::PluginStepPolicy;

@@ -10,7 +10,7 @@ use crate::PluginError;
 /// Name of the custom section the SDK's `manifest!` macro writes.
 pub const MANIFEST_SECTION: &str = "fastvideo-manifest";
 /// WIT package versions this host loads.
-pub const SUPPORTED_WIT: &[&str] = &["0.1.0", "0.1.1", "0.1.2", "0.1.3"];
+pub const SUPPORTED_WIT: &[&str] = &["0.1.0", "0.1.1", "0.1.2", "0.1.3", "0.1.4"];
 const PACKAGE: &str = "fastvideo:plugin/";
 
 /// What a plugin is: the one WIT interface it exports (kebab-case in the manifest, e.g.
@@ -34,6 +34,9 @@ pub enum PluginKind {
     Reward,
     /// Translates a ComfyUI node into pipeline-graph nodes.
     WorkflowTranslator,
+    /// Chooses which expert of a two-expert model runs each step, and its guidance scale
+    /// (since WIT 0.1.4).
+    ExpertRouter,
 }
 
 impl PluginKind {
@@ -46,6 +49,7 @@ impl PluginKind {
             PluginKind::Observer => "observer",
             PluginKind::Reward => "reward",
             PluginKind::WorkflowTranslator => "workflow-translator",
+            PluginKind::ExpertRouter => "expert-router",
         }
     }
     /// Hook points a manifest may list for this kind.
@@ -59,6 +63,7 @@ impl PluginKind {
             }
             PluginKind::Reward => &["score", "score-latents"],
             PluginKind::WorkflowTranslator => &["translate"],
+            PluginKind::ExpertRouter => &["route"],
         }
     }
 }

@@ -182,6 +182,7 @@ impl PluginRuntime {
             Guest::Observer(g) => none(g.call_init(store, &params)),
             Guest::Reward(g) => none(g.call_init(store, &params)),
             Guest::WorkflowTranslator(_) => Ok(Ok(Vec::new())),
+            Guest::ExpertRouter(g) => none(g.call_init(store, &params)),
         })?;
         Ok((inst, answer))
     }
@@ -234,6 +235,7 @@ impl PluginRuntime {
             ExportIndices::Observer(x) => x.load(s, i).map(Guest::Observer),
             ExportIndices::Reward(x) => x.load(s, i).map(Guest::Reward),
             ExportIndices::WorkflowTranslator(x) => x.load(s, i).map(Guest::WorkflowTranslator),
+            ExportIndices::ExpertRouter(x) => x.load(s, i).map(Guest::ExpertRouter),
         };
         let guest = loaded.map_err(|e| fail(FailureKind::Invalid, format!("exports: {e:#}")))?;
         Ok(PluginInstance {
@@ -303,6 +305,7 @@ enum ExportIndices {
     Observer(exports::observer::GuestIndices),
     Reward(exports::reward::GuestIndices),
     WorkflowTranslator(exports::workflow_translator::GuestIndices),
+    ExpertRouter(exports::expert_router::GuestIndices),
 }
 
 impl ExportIndices {
@@ -316,6 +319,7 @@ impl ExportIndices {
             PluginKind::WorkflowTranslator => {
                 Self::WorkflowTranslator(exports::workflow_translator::GuestIndices::new(pre)?)
             }
+            PluginKind::ExpertRouter => Self::ExpertRouter(exports::expert_router::GuestIndices::new(pre)?),
         })
     }
 }
@@ -330,6 +334,7 @@ pub(crate) enum Guest {
     Observer(exports::observer::Guest),
     Reward(exports::reward::Guest),
     WorkflowTranslator(exports::workflow_translator::Guest),
+    ExpertRouter(exports::expert_router::Guest),
 }
 
 /// One request's instance of one plugin. After a failed call it refuses further calls.

@@ -85,7 +85,11 @@ pub use __workflow_translator::exports::fastvideo::plugin::workflow_translator::
     ComfyNode, GraphNode, Guest as WorkflowTranslator, NodeInput,
 };
 
+/// An expert router: which expert of a two-expert model runs each step (pure data). Export with
+/// [`export_expert_router!`].
+pub use __expert_router::exports::fastvideo::plugin::expert_router::{ExpertRoute, Experts, Guest as ExpertRouter};
 pub use __block_interceptor::export_block_interceptor;
+pub use __expert_router::export_expert_router;
 pub use __guider::export_guider;
 pub use __observer::export_observer;
 pub use __reward::export_reward;
@@ -103,12 +107,12 @@ pub mod __imports {
         inline: "
             package fastvideo:sdk;
             world imports {
-                import fastvideo:plugin/tensor@0.1.3;
-                import fastvideo:plugin/tensor-ops@0.1.3;
-                import fastvideo:plugin/tensor-read@0.1.3;
-                import fastvideo:plugin/log@0.1.3;
-                import fastvideo:plugin/events@0.1.3;
-                import fastvideo:plugin/clock@0.1.3;
+                import fastvideo:plugin/tensor@0.1.4;
+                import fastvideo:plugin/tensor-ops@0.1.4;
+                import fastvideo:plugin/tensor-read@0.1.4;
+                import fastvideo:plugin/log@0.1.4;
+                import fastvideo:plugin/events@0.1.4;
+                import fastvideo:plugin/clock@0.1.4;
             }
         ",
         world: "fastvideo:sdk/imports",
@@ -138,86 +142,97 @@ macro_rules! kind {
 
 kind!(
     __guider,
-    "fastvideo:plugin/guider-plugin@0.1.3",
+    "fastvideo:plugin/guider-plugin@0.1.4",
     "export_guider",
     "fastvideo_plugin_sdk::__guider",
     [
-        "fastvideo:plugin/types@0.1.3" => types,
-        "fastvideo:plugin/tensor@0.1.3" => tensor,
-        "fastvideo:plugin/tensor-ops@0.1.3" => tensor_ops,
-        "fastvideo:plugin/tensor-read@0.1.3" => tensor_read,
-        "fastvideo:plugin/log@0.1.3" => log,
+        "fastvideo:plugin/types@0.1.4" => types,
+        "fastvideo:plugin/tensor@0.1.4" => tensor,
+        "fastvideo:plugin/tensor-ops@0.1.4" => tensor_ops,
+        "fastvideo:plugin/tensor-read@0.1.4" => tensor_read,
+        "fastvideo:plugin/log@0.1.4" => log,
     ]
 );
 
 kind!(
     __step_interceptor,
-    "fastvideo:plugin/step-interceptor-plugin@0.1.3",
+    "fastvideo:plugin/step-interceptor-plugin@0.1.4",
     "export_step_interceptor",
     "fastvideo_plugin_sdk::__step_interceptor",
     [
-        "fastvideo:plugin/types@0.1.3" => types,
-        "fastvideo:plugin/tensor@0.1.3" => tensor,
-        "fastvideo:plugin/tensor-ops@0.1.3" => tensor_ops,
-        "fastvideo:plugin/tensor-read@0.1.3" => tensor_read,
-        "fastvideo:plugin/log@0.1.3" => log,
-        "fastvideo:plugin/events@0.1.3" => events,
-        "fastvideo:plugin/clock@0.1.3" => clock,
+        "fastvideo:plugin/types@0.1.4" => types,
+        "fastvideo:plugin/tensor@0.1.4" => tensor,
+        "fastvideo:plugin/tensor-ops@0.1.4" => tensor_ops,
+        "fastvideo:plugin/tensor-read@0.1.4" => tensor_read,
+        "fastvideo:plugin/log@0.1.4" => log,
+        "fastvideo:plugin/events@0.1.4" => events,
+        "fastvideo:plugin/clock@0.1.4" => clock,
     ]
 );
 
 kind!(
     __block_interceptor,
-    "fastvideo:plugin/block-interceptor-plugin@0.1.3",
+    "fastvideo:plugin/block-interceptor-plugin@0.1.4",
     "export_block_interceptor",
     "fastvideo_plugin_sdk::__block_interceptor",
     [
-        "fastvideo:plugin/types@0.1.3" => types,
-        "fastvideo:plugin/tensor@0.1.3" => tensor,
-        "fastvideo:plugin/tensor-ops@0.1.3" => tensor_ops,
-        "fastvideo:plugin/tensor-read@0.1.3" => tensor_read,
-        "fastvideo:plugin/log@0.1.3" => log,
-        "fastvideo:plugin/events@0.1.3" => events,
-        "fastvideo:plugin/clock@0.1.3" => clock,
+        "fastvideo:plugin/types@0.1.4" => types,
+        "fastvideo:plugin/tensor@0.1.4" => tensor,
+        "fastvideo:plugin/tensor-ops@0.1.4" => tensor_ops,
+        "fastvideo:plugin/tensor-read@0.1.4" => tensor_read,
+        "fastvideo:plugin/log@0.1.4" => log,
+        "fastvideo:plugin/events@0.1.4" => events,
+        "fastvideo:plugin/clock@0.1.4" => clock,
     ]
 );
 
 kind!(
     __observer,
-    "fastvideo:plugin/observer-plugin@0.1.3",
+    "fastvideo:plugin/observer-plugin@0.1.4",
     "export_observer",
     "fastvideo_plugin_sdk::__observer",
     [
-        "fastvideo:plugin/types@0.1.3" => types,
-        "fastvideo:plugin/tensor@0.1.3" => tensor,
-        "fastvideo:plugin/tensor-ops@0.1.3" => tensor_ops,
-        "fastvideo:plugin/tensor-read@0.1.3" => tensor_read,
-        "fastvideo:plugin/log@0.1.3" => log,
-        "fastvideo:plugin/events@0.1.3" => events,
-        "fastvideo:plugin/clock@0.1.3" => clock,
+        "fastvideo:plugin/types@0.1.4" => types,
+        "fastvideo:plugin/tensor@0.1.4" => tensor,
+        "fastvideo:plugin/tensor-ops@0.1.4" => tensor_ops,
+        "fastvideo:plugin/tensor-read@0.1.4" => tensor_read,
+        "fastvideo:plugin/log@0.1.4" => log,
+        "fastvideo:plugin/events@0.1.4" => events,
+        "fastvideo:plugin/clock@0.1.4" => clock,
     ]
 );
 
 kind!(
     __reward,
-    "fastvideo:plugin/reward-plugin@0.1.3",
+    "fastvideo:plugin/reward-plugin@0.1.4",
     "export_reward",
     "fastvideo_plugin_sdk::__reward",
     [
-        "fastvideo:plugin/types@0.1.3" => types,
-        "fastvideo:plugin/tensor@0.1.3" => tensor,
-        "fastvideo:plugin/tensor-ops@0.1.3" => tensor_ops,
-        "fastvideo:plugin/tensor-read@0.1.3" => tensor_read,
-        "fastvideo:plugin/log@0.1.3" => log,
+        "fastvideo:plugin/types@0.1.4" => types,
+        "fastvideo:plugin/tensor@0.1.4" => tensor,
+        "fastvideo:plugin/tensor-ops@0.1.4" => tensor_ops,
+        "fastvideo:plugin/tensor-read@0.1.4" => tensor_read,
+        "fastvideo:plugin/log@0.1.4" => log,
+    ]
+);
+
+kind!(
+    __expert_router,
+    "fastvideo:plugin/expert-router-plugin@0.1.4",
+    "export_expert_router",
+    "fastvideo_plugin_sdk::__expert_router",
+    [
+        "fastvideo:plugin/types@0.1.4" => types,
+        "fastvideo:plugin/log@0.1.4" => log,
     ]
 );
 
 kind!(
     __workflow_translator,
-    "fastvideo:plugin/workflow-translator-plugin@0.1.3",
+    "fastvideo:plugin/workflow-translator-plugin@0.1.4",
     "export_workflow_translator",
     "fastvideo_plugin_sdk::__workflow_translator",
     [
-        "fastvideo:plugin/log@0.1.3" => log,
+        "fastvideo:plugin/log@0.1.4" => log,
     ]
 );

@@ -130,7 +130,7 @@ pub const fn json_bytes<const N: usize>(parts: &[Part]) -> [u8; N] {
 /// ```
 ///
 /// `kind` is one of `guider`, `step_interceptor`, `block_interceptor`, `observer`, `reward`,
-/// `workflow_translator`; a hook the kind does not have is a compile error. The WIT version is
+/// `workflow_translator`, `expert_router`; a hook the kind does not have is a compile error. The WIT version is
 /// this SDK's ([`WIT_VERSION`](crate::WIT_VERSION)).
 ///
 /// ```compile_fail
@@ -227,11 +227,14 @@ macro_rules! __kind {
     (workflow_translator) => {
         "workflow-translator"
     };
+    (expert_router) => {
+        "expert-router"
+    };
     ($other:ident) => {
         compile_error!(concat!(
             "unknown plugin kind `",
             stringify!($other),
-            "`: one of guider, step_interceptor, block_interceptor, observer, reward, workflow_translator"
+            "`: one of guider, step_interceptor, block_interceptor, observer, reward, workflow_translator, expert_router"
         ))
     };
 }
@@ -288,6 +291,9 @@ macro_rules! __hook {
     };
     (workflow_translator translate) => {
         "translate"
+    };
+    (expert_router route) => {
+        "route"
     };
     ($kind:ident $hook:ident) => {
         compile_error!(concat!("`", stringify!($hook), "` is not a hook of a ", stringify!($kind), " plugin"))

@@ -14,4 +14,5 @@ mod leaks;
 mod loop_hooks;
 mod python_guest;
 mod rewards;
+mod router;
 mod translators;
