@@ -158,6 +158,13 @@ impl<'a> AdapterRows<'a> {
         self.groups.push((set, start, len));
     }
 
+    /// The same groups with every row repeated `k` times in place (row `r` becomes rows
+    /// `r·k .. r·k + k`): for inputs with `k` rows per sample, such as per-frame timesteps.
+    pub fn repeat_rows(&self, k: i64) -> AdapterRows<'a> {
+        let scale = |v: i64| v.saturating_mul(k);
+        AdapterRows { groups: self.groups.iter().map(|&(s, a, l)| (s, scale(a), scale(l))).collect(), text: self.text }
+    }
+
     /// Whether no row runs with adapters.
     pub fn is_empty(&self) -> bool {
         self.groups.is_empty()

@@ -18,7 +18,7 @@ use fastvideo_pipeline::kv_pool::{KvError, KvSession};
 use fastvideo_pipeline::{AdapterRows, AdapterSet};
 use tch::{Device, Tensor};
 
-use crate::transformer::{Call, Cross, Keys, Rope, WanTransformer3DModel};
+use crate::transformer::{per_token, Call, Cross, Keys, Rope, WanTransformer3DModel};
 
 /// Where a chunk's self-attention keys and values come from and go to.
 pub trait FrameKv {
@@ -175,16 +175,6 @@ impl WanTransformer3DModel {
             x = block.forward_with(&x, Cross::Text(&context), &temb6, &rope, keys, false)?.0;
         }
         Ok(self.head(&x, &temb, latents))
-    }
-}
-
-/// Per-frame embeddings (`temb [B, F, dim]`, `temb6 [B, F, 6, dim]`) repeated for each of a
-/// frame's tokens; per-sample ones (`[B, dim]`, `[B, 6, dim]`) stay as they are.
-fn per_token((temb, temb6): (Tensor, Tensor), tokens: i64) -> (Tensor, Tensor) {
-    if temb.dim() == 3 {
-        (temb.repeat_interleave_self_int(tokens, 1, None), temb6.repeat_interleave_self_int(tokens, 1, None))
-    } else {
-        (temb, temb6)
     }
 }
 

@@ -65,3 +65,24 @@ impl Stage for ImageEncode {
         Ok(())
     }
 }
+
+/// Wan 2.2 TI2V's `image_encode`: the request's picture, fitted to the output size, VAE-encoded
+/// on its own (no blank frames after it) and normalised: the clean first latent frame
+/// `[1, z, 1, h, w]` the denoise loop holds fixed. Nothing for a text-only request.
+pub(crate) struct FirstFrameEncode {
+    pub vae: Arc<AutoencoderKLWan>,
+}
+
+impl Stage for FirstFrameEncode {
+    fn run(&self, ctx: &NodeCtx, values: &mut Values) -> Result<()> {
+        let req = ctx.request;
+        let Some(first) = req.image(ImageRole::FirstFrame) else { return Ok(()) };
+        if req.image(ImageRole::LastFrame).is_some() {
+            anyhow::bail!("inputs: this model takes no last_frame image (only a first frame)");
+        }
+        let picture = picture_to_unit(first, req.resize_mode, req.width as i64, req.height as i64, ctx.device)?;
+        let latent = self.vae.normalize(&self.vae.encode(&picture.unsqueeze(2))?);
+        values.insert(LATENT_CONDITION, Value::Tensor(latent));
+        Ok(())
+    }
+}

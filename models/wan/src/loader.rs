@@ -100,6 +100,9 @@ pub struct WanModel {
     pub parallel: Option<Arc<ParallelTransformer>>,
     /// An image-to-video model's image encoder and its preprocessing (`None`: text-to-video).
     pub image: Option<ImageConditioning>,
+    /// Wan 2.2 TI2V (`expand_timesteps`): one model for text and text+image to video, the picture
+    /// given as the clean first latent frame (its tokens at timestep 0).
+    pub expand_timesteps: bool,
 }
 
 /// Wan 2.2 A14B's second expert.
@@ -181,8 +184,18 @@ impl WanModel {
             // diffusers runs `transformer` throughout then; so do we, without loading the second.
             tracing::warn!(dir = %dir.display(), "transformer_2 is listed but boundary_ratio is null: it is never used");
         }
-        if let Some(v) = index.get("expand_timesteps").filter(|v| **v != Value::Bool(false)) {
-            return Err(unsupported(&index_path, "expand_timesteps", v, "only false"));
+        let expand_timesteps = match index.get("expand_timesteps") {
+            None | Some(Value::Null) | Some(Value::Bool(false)) => false,
+            Some(Value::Bool(true)) => true,
+            Some(v) => return Err(unsupported(&index_path, "expand_timesteps", v, "true or false")),
+        };
+        if expand_timesteps && boundary_ratio.is_some() {
+            return Err(unsupported(
+                &index_path,
+                "expand_timesteps",
+                true,
+                "with one transformer (boundary_ratio null)",
+            ));
         }
         for (name, want) in [
             ("transformer", "WanTransformer3DModel"),
@@ -241,13 +254,20 @@ impl WanModel {
         // Image-to-video input: noise latents, the mask (one channel per frame of a latent frame)
         // and the encoded picture(s).
         let z = vae.cfg.z_dim;
-        let in_channels = if image_to_video { 2 * z + vae.cfg.temporal_factor() } else { z };
+        // A first-frame model sees the latents alone (the picture is their first frame).
+        let in_channels = if image_to_video && !expand_timesteps { 2 * z + vae.cfg.temporal_factor() } else { z };
         if transformer.cfg.in_channels != in_channels || transformer.cfg.out_channels() != z {
             bail!(
                 "{}: transformer in/out channels {}/{} do not match the vae's z_dim {z} (expected {in_channels}/{z})",
                 dir.display(),
                 transformer.cfg.in_channels,
                 transformer.cfg.out_channels()
+            );
+        }
+        if transformer.takes_image() && expand_timesteps {
+            bail!(
+                "{}: transformer/config.json sets image_dim, which expand_timesteps models do not take",
+                dir.display()
             );
         }
         if transformer.takes_image() && !image_to_video {
@@ -258,7 +278,7 @@ impl WanModel {
         }
         // Wan 2.1's image-to-video transformer attends to CLIP states of the picture; Wan 2.2's
         // takes the picture through the condition latents alone (diffusers skips the encoder).
-        let image = match (image_to_video, transformer.takes_image()) {
+        let image = match (image_to_video && !expand_timesteps, transformer.takes_image()) {
             (false, _) => None,
             (true, true) => {
                 Some(ImageConditioning { clip: Some(load_image_conditioning(dir, &index, &transformer, device)?) })
@@ -294,6 +314,7 @@ impl WanModel {
             device,
             parallel: None,
             image,
+            expand_timesteps,
         })
     }
 
@@ -330,13 +351,16 @@ impl WanModel {
         let r = &self.run;
         ModelLimits {
             family: "Wan".into(),
-            tasks: if self.image.is_some() {
+            tasks: if self.expand_timesteps {
+                vec![TaskType::T2v, TaskType::T2i, TaskType::I2v]
+            } else if self.image.is_some() {
                 vec![TaskType::I2v]
             } else {
                 vec![TaskType::T2v, TaskType::T2i, TaskType::V2v]
             },
             // A transformer with image positions for two pictures is first-and-last-frame.
             image_roles: match (&self.image, t.pos_embed_seq_len) {
+                _ if self.expand_timesteps => vec![ImageRole::FirstFrame],
                 (Some(ImageConditioning { clip: None }), _) => vec![ImageRole::FirstFrame],
                 (None, _) => Vec::new(),
                 (Some(_), None) => vec![ImageRole::FirstFrame],
@@ -382,6 +406,7 @@ impl WanModel {
             load_report: self.load_report.clone(),
             parallel: self.parallel.clone(),
             image: self.image.clone(),
+            expand_timesteps: self.expand_timesteps,
         }
     }
 

@@ -8,13 +8,13 @@ use std::sync::Arc;
 
 use anyhow::{ensure, Result};
 use fastvideo_pipeline::{
-    AdapterRows, AdapterSet, BlockHook, BoundaryRouting, ClassicCfg, Conditioning, DenoiseLoop, Denoiser,
-    EmbeddingCache, Guidance, LoopPolicies, Node, NodeCtx, PipelineSpec, Stage, Value, Values,
+    AdapterRows, AdapterSet, BlockHook, BoundaryRouting, ClassicCfg, ConditionMode, Conditioning, DenoiseLoop,
+    Denoiser, EmbeddingCache, Guidance, LoopPolicies, Node, NodeCtx, PipelineSpec, Stage, Value, Values,
 };
 use fastvideo_request::{ResolvedRequest, TaskType, VideoArtifact};
 use tch::{Device, Kind, Tensor};
 
-use crate::image_encode::ImageEncode;
+use crate::image_encode::{FirstFrameEncode, ImageEncode};
 use crate::loader::WanModel;
 use crate::parallel::ParallelTransformer;
 use crate::tokenizer::TextTokenizer;
@@ -260,6 +260,7 @@ pub fn text_to_video_with(model: &WanModel, policies: LoopPolicies) -> Result<Pi
         clean_latents: CLEAN_LATENTS.to_string(),
         image_embeds: IMAGE_EMBEDS.to_string(),
         latent_condition: LATENT_CONDITION.to_string(),
+        condition_mode: if model.expand_timesteps { ConditionMode::FirstFrame } else { ConditionMode::Channels },
         output: LATENTS.to_string(),
     };
     let text = TextEncode {
@@ -270,6 +271,12 @@ pub fn text_to_video_with(model: &WanModel, policies: LoopPolicies) -> Result<Pi
     };
     let mut nodes = vec![Node::stage("text_encode", Arc::new(text), &[], &[PROMPT_EMBEDS, NEGATIVE_EMBEDS])];
     let (name, tasks, denoise_inputs) = match &model.image {
+        // Wan 2.2 TI2V: text to video, and text and picture to video, in one graph.
+        _ if model.expand_timesteps => {
+            let stage = FirstFrameEncode { vae: Arc::clone(&model.vae) };
+            nodes.push(Node::stage("image_encode", Arc::new(stage), &[], &[LATENT_CONDITION]));
+            ("wan-ti2v", vec![TaskType::T2v, TaskType::T2i, TaskType::I2v], vec![PROMPT_EMBEDS, LATENT_CONDITION])
+        }
         Some(image) => {
             let stage = ImageEncode {
                 clip: image.clip.clone(),

@@ -143,10 +143,11 @@ fn missing_and_corrupt_models_are_named() {
     let unsupported = dir.path().join("unsupported");
     copy_dir(&tiny, &unsupported);
     let cfg = unsupported.join("vae/config.json");
-    let text = std::fs::read_to_string(&cfg).unwrap().replace("\"is_residual\": false", "\"is_residual\": true");
+    // Patches folded into channels need a VAE whose first conv takes them (3 × 2² = 12 channels).
+    let text = std::fs::read_to_string(&cfg).unwrap().replace("\"patch_size\": null", "\"patch_size\": 2");
     std::fs::write(&cfg, text).unwrap();
     assert_user_error(
         &fastvideo(&["generate", "--prompt", "x", "--model", unsupported.to_str().unwrap()]),
-        "config key `is_residual` = true is not supported",
+        "config key `in_channels` = 3 is not supported",
     );
 }

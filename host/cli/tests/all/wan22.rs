@@ -48,17 +48,37 @@ fn bad_expert_values_and_one_expert_models_name_the_field() {
     assert!(!out.exists(), "nothing is written for a refused request");
 }
 
+/// A 32x32 PNG (blue-green with a red channel of 20) at `path`.
+fn write_png(path: &Path) {
+    let mut rgb = vec![200u8; 32 * 32 * 3];
+    rgb.iter_mut().step_by(3).for_each(|r| *r = 20);
+    let file = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    let mut enc = png::Encoder::new(file, 32, 32);
+    enc.set_color(png::ColorType::Rgb);
+    enc.write_header().unwrap().write_image_data(&rgb).unwrap();
+}
+
 #[test]
 fn the_two_expert_image_model_generates_from_a_picture() {
     let dir = tempfile::tempdir().unwrap();
     let (png, out) = (dir.path().join("first.png"), dir.path().join("v.mp4"));
-    let mut rgb = vec![200u8; 32 * 32 * 3];
-    rgb.iter_mut().step_by(3).for_each(|r| *r = 20);
-    let file = std::io::BufWriter::new(std::fs::File::create(&png).unwrap());
-    let mut enc = png::Encoder::new(file, 32, 32);
-    enc.set_color(png::ColorType::Rgb);
-    enc.write_header().unwrap().write_image_data(&rgb).unwrap();
+    write_png(&png);
     let r = generate(&fixture("tiny-wan22-i2v"), &["--image", png.to_str().unwrap()], &out);
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
     assert!(std::fs::metadata(&out).unwrap().len() > 0);
+}
+
+#[test]
+fn the_ti2v_model_takes_text_alone_or_text_and_a_picture() {
+    // Sides are multiples of 32 on TI2V (its VAE is 16x, the transformer's patch 2x).
+    let m = fixture("tiny-wan22-ti2v");
+    let dir = tempfile::tempdir().unwrap();
+    let png = dir.path().join("first.png");
+    write_png(&png);
+    let text = video(&m, &[]);
+    let image = video(&m, &["--image", png.to_str().unwrap()]);
+    assert_ne!(text, image, "the picture conditions the video");
+    let args = ["generate", "--model", &m, "--prompt", "a red circle", "--height", "48", "--width", "32", "--quiet"];
+    let r = Command::new(env!("CARGO_BIN_EXE_fastvideo")).args(args).output().unwrap();
+    assert_user_error(&r, "diffusion.height");
 }

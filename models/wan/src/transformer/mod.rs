@@ -19,5 +19,6 @@ pub use attention::{Cross, KeyValues, Keys};
 pub(crate) use block::Call;
 pub use block::{Block, BlockInputs};
 pub use config::TransformerConfig;
+pub(crate) use model::per_token;
 pub use model::WanTransformer3DModel;
 pub use rope::Rope;

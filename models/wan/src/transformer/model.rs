@@ -272,7 +272,15 @@ impl WanTransformer3DModel {
         let rope = self.rope(f, h, w, latents.device());
         let image = self.image_context(image, latents.size()[0], lora)?;
         let x = self.patchify(latents);
-        let (temb, temb6) = self.time_embedding_lora(timestep, None, lora);
+        let (temb, temb6) = match timestep.dim() {
+            // One timestep per latent frame (Wan 2.2 TI2V: the given first frame at 0): the
+            // adapters' rows repeat per frame in the embedding, which then repeats per token.
+            2 => {
+                let frame_rows = lora.map(|r| r.repeat_rows(f));
+                per_token(self.time_embedding_lora(timestep, None, frame_rows.as_ref()), h * w)
+            }
+            _ => self.time_embedding_lora(timestep, None, lora),
+        };
         let context = self.text_context_lora(context, lora);
         let inputs =
             BlockInputs { context: &context, image: image.as_ref(), temb6: &temb6, rope: &rope, shard: None, lora };
@@ -324,8 +332,14 @@ impl WanTransformer3DModel {
             s[0],
             self.cfg.text_dim
         );
-        ensure!(timestep.size() == [s[0]], "transformer: timestep {:?} must be [{}]", timestep.size(), s[0]);
         let [_, f, h, w] = self.grid(latents);
+        let t = timestep.size();
+        ensure!(
+            t == [s[0]] || t == [s[0], f],
+            "transformer: timestep {t:?} must be [{}], or [{}, {f}] (one per latent frame)",
+            s[0],
+            s[0]
+        );
         ensure!(
             f.max(h).max(w) <= self.cfg.rope_max_seq_len,
             "transformer: grid {f}x{h}x{w} exceeds rope_max_seq_len {}",
@@ -478,5 +492,15 @@ impl WanTransformer3DModel {
     /// The compute dtype.
     pub fn kind(&self) -> Kind {
         self.kind
+    }
+}
+
+/// Per-frame embeddings (`temb [B, F, dim]`, `temb6 [B, F, 6, dim]`) repeated for each of a
+/// frame's tokens; per-sample ones (`[B, dim]`, `[B, 6, dim]`) stay as they are.
+pub(crate) fn per_token((temb, temb6): (Tensor, Tensor), tokens: i64) -> (Tensor, Tensor) {
+    if temb.dim() == 3 {
+        (temb.repeat_interleave_self_int(tokens, 1, None), temb6.repeat_interleave_self_int(tokens, 1, None))
+    } else {
+        (temb, temb6)
     }
 }

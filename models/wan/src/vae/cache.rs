@@ -21,6 +21,10 @@ pub(super) struct FeatCache {
 }
 
 impl FeatCache {
+    /// Nothing cached yet: the next chunk is a stream's first.
+    pub(super) fn is_fresh(&self) -> bool {
+        self.slots.is_empty()
+    }
     pub(super) fn rewind(&mut self) {
         self.idx = 0;
     }

@@ -9,27 +9,34 @@ use super::cache::FeatCache;
 use super::conv::CausalConv3d;
 use super::resample::Resample;
 use super::residual::{ResidualBlock, RmsNorm};
+use super::residual_blocks::{ResidualDownBlock, ResidualUpBlock};
 use crate::weights::Weights;
 
 pub(super) enum Layer {
     Res(ResidualBlock),
     Attn(AttentionBlock),
     Resample(Resample),
+    /// A Wan 2.2 encoder level.
+    ResDown(ResidualDownBlock),
+    /// A Wan 2.2 decoder level.
+    ResUp(ResidualUpBlock),
 }
 
 impl Layer {
-    fn forward(&self, x: &Tensor, cache: &mut FeatCache) -> Tensor {
+    fn forward(&self, x: &Tensor, cache: &mut FeatCache, first_chunk: bool) -> Tensor {
         match self {
             Layer::Res(r) => r.forward(x, cache),
             Layer::Attn(a) => a.forward(x),
             Layer::Resample(r) => r.forward(x, cache),
+            Layer::ResDown(r) => r.forward(x, cache),
+            Layer::ResUp(r) => r.forward(x, cache, first_chunk),
         }
     }
 }
 
-fn run(layers: &[Layer], mut x: Tensor, cache: &mut FeatCache) -> Tensor {
+fn run(layers: &[Layer], mut x: Tensor, cache: &mut FeatCache, first_chunk: bool) -> Tensor {
     for l in layers {
-        x = l.forward(&x, cache);
+        x = l.forward(&x, cache, first_chunk);
     }
     x
 }
@@ -51,10 +58,12 @@ pub(super) struct Coder {
 }
 
 impl Coder {
-    pub(super) fn forward(&self, x: &Tensor, cache: &mut FeatCache) -> Tensor {
+    /// One chunk through the stack; `first_chunk` (the decoder's first latent frame) reaches
+    /// the Wan 2.2 up blocks' shortcuts.
+    pub(super) fn forward(&self, x: &Tensor, cache: &mut FeatCache, first_chunk: bool) -> Tensor {
         cache.rewind();
         let x = self.conv_in.cached(x, cache);
-        let x = run(&self.body, x, cache);
+        let x = run(&self.body, x, cache, first_chunk);
         self.conv_out.cached(&self.norm_out.forward(&x).silu(), cache)
     }
 }

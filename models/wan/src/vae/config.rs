@@ -56,11 +56,15 @@ impl VaeConfig {
     pub fn load(path: &Path) -> Result<Self> {
         // `clip_output` was in an unreleased diffusers; released ones ignore it and always clamp.
         let cfg: Self = read_config_with(path, &[&["clip_output"]])?;
-        if cfg.is_residual {
-            return Err(unsupported(path, "is_residual", true, "the Wan 2.2 residual VAE is not implemented"));
+        if let Some(p) = cfg.patch_size.filter(|&p| p < 1) {
+            return Err(unsupported(path, "patch_size", p, "a positive integer or null"));
         }
-        if let Some(p) = cfg.patch_size {
-            return Err(unsupported(path, "patch_size", p, "use null"));
+        // The video's 3 channels, with each patch's pixels folded into channels.
+        let folded = 3 * cfg.patch() * cfg.patch();
+        for (key, v) in [("in_channels", cfg.in_channels), ("out_channels", cfg.out_channels)] {
+            if v != folded {
+                return Err(unsupported(path, key, v, &format!("3 × patch_size² = {folded}")));
+            }
         }
         let levels = cfg.dim_mult.len();
         ensure!(
@@ -71,7 +75,7 @@ impl VaeConfig {
             cfg.dim_mult
         );
         let t = 1i64 << cfg.temperal_downsample.iter().filter(|&&b| b).count();
-        let s = 1i64 << (levels - 1);
+        let s = (1i64 << (levels - 1)) * cfg.patch();
         if cfg.scale_factor_temporal.is_some_and(|v| v != t) {
             return Err(unsupported(
                 path,
@@ -102,7 +106,12 @@ impl VaeConfig {
     pub fn temporal_factor(&self) -> i64 {
         1 << self.temperal_downsample.iter().filter(|&&b| b).count()
     }
+    /// Pixels per latent along height and width: the coders' 2× levels times the patch.
     pub fn spatial_factor(&self) -> i64 {
-        1 << (self.dim_mult.len() - 1)
+        (1 << (self.dim_mult.len() - 1)) * self.patch()
+    }
+    /// The side of the pixel patches folded into channels (Wan 2.2: 2), 1 without.
+    pub fn patch(&self) -> i64 {
+        self.patch_size.unwrap_or(1)
     }
 }

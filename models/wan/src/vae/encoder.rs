@@ -1,4 +1,5 @@
-//! The encoder's layers, as diffusers' `WanEncoder3d` lays them out (and names their weights).
+//! The encoder's layers, as diffusers' `WanEncoder3d` lays them out (and names their weights):
+//! Wan 2.1's flat list of resnets and resamplers, or Wan 2.2's residual block per level.
 
 use anyhow::Result;
 
@@ -8,6 +9,7 @@ use super::config::VaeConfig;
 use super::conv::CausalConv3d;
 use super::resample::{Resample, ResampleMode};
 use super::residual::{ResidualBlock, RmsNorm};
+use super::residual_blocks::ResidualDownBlock;
 use crate::weights::Weights;
 
 pub(super) fn encoder(w: &Weights, cfg: &VaeConfig) -> Result<Coder> {
@@ -15,7 +17,21 @@ pub(super) fn encoder(w: &Weights, cfg: &VaeConfig) -> Result<Coder> {
     let mut body = Vec::new();
     let mut scale = 1.0;
     let levels = cfg.dim_mult.len();
-    for i in 0..levels {
+    // Wan 2.2: one residual block per level (no attention in them: `attn_scales` is unused).
+    for i in (0..levels).filter(|_| cfg.is_residual) {
+        let down = i != levels - 1;
+        let temporal = down && cfg.temperal_downsample[i];
+        let bw = w.pp("down_blocks").pp(i);
+        body.push(Layer::ResDown(ResidualDownBlock::new(
+            &bw,
+            dims[i],
+            dims[i + 1],
+            cfg.num_res_blocks,
+            temporal,
+            down,
+        )?));
+    }
+    for i in (0..levels).filter(|_| !cfg.is_residual) {
         let (mut cin, cout) = (dims[i], dims[i + 1]);
         for _ in 0..cfg.num_res_blocks {
             body.push(Layer::Res(ResidualBlock::new(&w.pp("down_blocks").pp(body.len()), cin, cout)?));
@@ -26,7 +42,7 @@ pub(super) fn encoder(w: &Weights, cfg: &VaeConfig) -> Result<Coder> {
         }
         if i != levels - 1 {
             let mode = if cfg.temperal_downsample[i] { ResampleMode::Down3d } else { ResampleMode::Down2d };
-            body.push(Layer::Resample(Resample::new(&w.pp("down_blocks").pp(body.len()), cout, mode)?));
+            body.push(Layer::Resample(Resample::new(&w.pp("down_blocks").pp(body.len()), cout, mode, None)?));
             scale /= 2.0;
         }
     }

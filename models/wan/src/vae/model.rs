@@ -12,7 +12,7 @@ use super::decoder::decoder;
 use super::encoder::encoder;
 use crate::weights::Weights;
 
-/// The Wan 2.1 video VAE.
+/// The Wan video VAE (2.1, or 2.2's residual one).
 pub struct AutoencoderKLWan {
     pub cfg: VaeConfig,
     encoder: Coder,
@@ -47,21 +47,21 @@ impl AutoencoderKLWan {
         })
     }
 
-    /// Video `[B, 3, 4k+1, H, W]` in [-1, 1] → posterior parameters `[B, 2*z, k+1, H/8, W/8]`
-    /// (mean, then log-variance), encoding the first frame and then chunks of 4.
+    /// Video `[B, 3, 4k+1, H, W]` in [-1, 1] → posterior parameters `[B, 2*z, k+1, H/s, W/s]`
+    /// (mean, then log-variance; `s` = [`spatial_factor`](VaeConfig::spatial_factor)), encoding
+    /// the first frame and then chunks of 4.
     pub fn encode_params(&self, video: &Tensor) -> Result<Tensor> {
         let s = video.size();
         let (tf, sf) = (self.cfg.temporal_factor(), self.cfg.spatial_factor());
         ensure!(
-            s.len() == 5 && s[1] == self.cfg.in_channels && (s[2] - 1) % tf == 0 && s[3] % sf == 0 && s[4] % sf == 0,
-            "vae encode: video {s:?} must be [B, {}, {tf}k+1, H, W] with H and W multiples of {sf}",
-            self.cfg.in_channels
+            s.len() == 5 && s[1] == 3 && (s[2] - 1) % tf == 0 && s[3] % sf == 0 && s[4] % sf == 0,
+            "vae encode: video {s:?} must be [B, 3, {tf}k+1, H, W] with H and W multiples of {sf}"
         );
-        let video = video.to_kind(self.kind);
+        let video = patchify(&video.to_kind(self.kind), self.cfg.patch());
         let mut cache = FeatCache::default();
-        let mut outs = vec![self.encoder.forward(&video.narrow(2, 0, 1), &mut cache)];
+        let mut outs = vec![self.encoder.forward(&video.narrow(2, 0, 1), &mut cache, true)];
         for i in 0..(s[2] - 1) / tf {
-            outs.push(self.encoder.forward(&video.narrow(2, 1 + tf * i, tf), &mut cache));
+            outs.push(self.encoder.forward(&video.narrow(2, 1 + tf * i, tf), &mut cache, false));
         }
         Ok(self.quant_conv.forward(&Tensor::cat(&outs, 2), None).to_kind(Kind::Float))
     }
@@ -71,8 +71,8 @@ impl AutoencoderKLWan {
         Ok(self.encode_params(video)?.narrow(1, 0, self.cfg.z_dim))
     }
 
-    /// Latents `[B, z, k+1, h, w]` → video `[B, 3, 4k+1, 8h, 8w]` clamped to [-1, 1], one latent
-    /// frame per decoder pass.
+    /// Latents `[B, z, k+1, h, w]` → video `[B, 3, 4k+1, s·h, s·w]` clamped to [-1, 1], one
+    /// latent frame per decoder pass.
     pub fn decode(&self, z: &Tensor) -> Result<Tensor> {
         let s = z.size();
         ensure!(
@@ -84,9 +84,7 @@ impl AutoencoderKLWan {
         let mut cache = FeatCache::default();
         // Each decoded chunk is clamped and moved to float32 as it comes, so only one chunk's
         // activations in the compute dtype are alive at a time.
-        let outs: Vec<Tensor> = (0..s[2])
-            .map(|i| self.decoder.forward(&x.narrow(2, i, 1), &mut cache).to_kind(Kind::Float).clamp(-1.0, 1.0))
-            .collect();
+        let outs: Vec<Tensor> = (0..s[2]).map(|i| self.decode_chunk(&x.narrow(2, i, 1), &mut cache, i == 0)).collect();
         Ok(Tensor::cat(&outs, 2))
     }
 
@@ -102,7 +100,14 @@ impl AutoencoderKLWan {
             self.cfg.z_dim
         );
         let x = self.post_quant_conv.forward(&z.to_kind(self.kind), None);
-        Ok(self.decoder.forward(&x, &mut stream.cache).to_kind(Kind::Float).clamp(-1.0, 1.0))
+        let first = stream.cache.is_fresh();
+        Ok(self.decode_chunk(&x, &mut stream.cache, first))
+    }
+
+    /// One latent frame through the decoder, unpatchified, clamped, in float32.
+    fn decode_chunk(&self, x: &Tensor, cache: &mut FeatCache, first: bool) -> Tensor {
+        let out = self.decoder.forward(x, cache, first);
+        unpatchify(&out, self.cfg.patch()).to_kind(Kind::Float).clamp(-1.0, 1.0)
     }
 
     /// Undoes the per-channel latent normalization the transformer was trained on
@@ -125,4 +130,30 @@ impl AutoencoderKLWan {
         let std = Tensor::from_slice(&self.cfg.latents_std).view([1, z, 1, 1, 1]).to_kind(opts.0).to_device(opts.1);
         (mean, std)
     }
+}
+
+/// `[B, C, F, H, W]` → `[B, C·p², F, H/p, W/p]`, each `p`×`p` patch's pixels as channels in
+/// diffusers' order (channel `c·p² + pw·p + ph`: the column offset before the row offset).
+fn patchify(x: &Tensor, p: i64) -> Tensor {
+    if p == 1 {
+        return x.shallow_clone();
+    }
+    let (b, c, f, h, w) = x.size5().expect("video");
+    x.view([b, c, f, h / p, p, w / p, p].as_slice()).permute([0, 1, 6, 4, 2, 3, 5]).contiguous().view([
+        b,
+        c * p * p,
+        f,
+        h / p,
+        w / p,
+    ])
+}
+
+/// The inverse of [`patchify`].
+fn unpatchify(x: &Tensor, p: i64) -> Tensor {
+    if p == 1 {
+        return x.shallow_clone();
+    }
+    let (b, cp, f, h, w) = x.size5().expect("video");
+    let c = cp / (p * p);
+    x.view([b, c, p, p, f, h, w].as_slice()).permute([0, 1, 4, 5, 3, 6, 2]).contiguous().view([b, c, f, h * p, w * p])
 }

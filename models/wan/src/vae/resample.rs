@@ -23,11 +23,13 @@ pub(super) struct Resample {
 }
 
 impl Resample {
-    pub(super) fn new(w: &Weights, dim: i64, mode: ResampleMode) -> Result<Self> {
+    /// `up_out`: an upsampler's output width (Wan 2.2 keeps `dim`); `None` halves it (Wan 2.1).
+    pub(super) fn new(w: &Weights, dim: i64, mode: ResampleMode, up_out: Option<i64>) -> Result<Self> {
+        let up = up_out.unwrap_or(dim / 2);
         let (cout, time_conv) = match mode {
-            ResampleMode::Up2d => (dim / 2, None),
+            ResampleMode::Up2d => (up, None),
             ResampleMode::Up3d => {
-                (dim / 2, Some(CausalConv3d::new(&w.pp("time_conv"), dim, 2 * dim, [3, 1, 1], [1, 1, 1], [1, 0, 0])?))
+                (up, Some(CausalConv3d::new(&w.pp("time_conv"), dim, 2 * dim, [3, 1, 1], [1, 1, 1], [1, 0, 0])?))
             }
             ResampleMode::Down2d => (dim, None),
             ResampleMode::Down3d => {

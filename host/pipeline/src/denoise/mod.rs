@@ -6,8 +6,14 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use anyhow::{bail, ensure, Context, Result};
-use fastvideo_request::{ResolvedRequest, TrajectoryArtifact};
+use fastvideo_request::ResolvedRequest;
 use tch::{Device, Kind, Tensor};
+
+mod capture;
+mod condition;
+
+use capture::Capture;
+pub use condition::ConditionMode;
 
 pub use crate::noise::seeded_noise;
 use crate::sampler::{self, Sampler};
@@ -42,7 +48,8 @@ impl<'a> Conditioning<'a> {
 /// A model that predicts the flow velocity of latents at a timestep, given its conditioning.
 pub trait Denoiser: Send + Sync {
     /// `latents` is `[B, C, F, H, W]` (with a request's condition channels appended, when it has
-    /// any), `timestep` is `[B]` (float).
+    /// any), `timestep` is `[B]` (float), or `[B, F]` per latent frame with a first-frame
+    /// condition ([`ConditionMode::FirstFrame`]).
     fn forward(&self, latents: &Tensor, timestep: &Tensor, cond: Conditioning) -> Result<Tensor>;
     /// The same forward with a block policy hooked into the block loop. Denoisers without
     /// blocks ignore the hook.
@@ -93,9 +100,12 @@ pub struct DenoiseLoop {
     pub clean_latents: String,
     /// Value name of optional image embeddings every branch's forward takes (image-to-video).
     pub image_embeds: String,
-    /// Value name of optional condition latents `[1, C', F, H, W]` appended to the latents'
-    /// channels at every forward (image-to-video's mask and encoded first frame).
+    /// Value name of optional condition latents: `[1, C', F, H, W]` appended to the latents'
+    /// channels at every forward (Wan 2.1 image-to-video's mask and encoded first frame), or the
+    /// clean first latent frame, as `condition_mode` says.
     pub latent_condition: String,
+    /// How the condition latents reach the denoiser.
+    pub condition_mode: ConditionMode,
     /// Value name the denoised latents are written to by `finalize`.
     pub output: String,
 }
@@ -103,66 +113,9 @@ pub struct DenoiseLoop {
 /// Value name under which the loop leaves the request's trajectory when it asked for one.
 pub const TRAJECTORY: &str = "trajectory";
 
-/// The latents a request's trajectory keeps: at each boundary `i` in `keep`, the sample before
-/// step `i` (the final one at `i = steps`).
-struct Capture {
-    keep: Vec<bool>,
-    latents: Vec<(u32, Tensor)>,
-}
-
-impl Capture {
-    fn of(req: &ResolvedRequest) -> Option<Self> {
-        if !req.outputs.return_trajectory {
-            return None;
-        }
-        let n = req.steps as usize;
-        let mut keep = vec![req.sde_steps.is_empty(); n + 1];
-        for &i in &req.sde_steps {
-            keep[i as usize] = true;
-            keep[i as usize + 1] = true;
-        }
-        Some(Self { keep, latents: Vec::new() })
-    }
-
-    /// Boundary `index`'s latents, kept if wanted; each boundary is seen once (before its step,
-    /// the last one at finalize).
-    fn see(&mut self, index: usize, latents: &Tensor) {
-        if self.keep.get(index).copied().unwrap_or(false) {
-            // The loop replaces its latents every step, never writes into them: no copy needed.
-            self.latents.push((index as u32, latents.shallow_clone()));
-        }
-    }
-
-    fn into_artifact(
-        mut self,
-        req: &ResolvedRequest,
-        sampler: &dyn Sampler,
-        last: &Tensor,
-    ) -> Result<TrajectoryArtifact> {
-        self.see(sampler.step_index(), last);
-        let latent_shape = self.latents.first().map(|(_, t)| t.size()).unwrap_or_default();
-        let latent_steps = self.latents.iter().map(|(i, _)| *i).collect();
-        let mut latents = Vec::new();
-        for (_, t) in &self.latents {
-            let t = t.to_kind(Kind::Float).to_device(Device::Cpu).contiguous();
-            latents.extend(Vec::<f32>::try_from(t.flatten(0, -1))?);
-        }
-        let lp = sampler.log_probs();
-        Ok(TrajectoryArtifact {
-            timesteps: sampler.timesteps().to_vec(),
-            sigmas: sampler.sigmas().to_vec(),
-            noise_level: req.noise_level,
-            sde_steps: lp.iter().map(|(i, _)| *i).collect(),
-            log_probs: lp.iter().map(|(_, p)| *p).collect(),
-            latent_steps,
-            latent_shape,
-            latents,
-        })
-    }
-}
-
 struct DenoiseState {
     latents: Tensor,
+    mode: ConditionMode,
     sampler: Box<dyn Sampler>,
     capture: Option<Capture>,
     branches: Vec<String>,
@@ -207,9 +160,14 @@ impl DenoiseState {
     /// The denoiser's input: the latents, with the condition channels when there are any.
     fn model_input(&self) -> Tensor {
         match &self.condition {
-            Some(c) => Tensor::cat(&[&self.latents, &c.to_kind(self.latents.kind())], 1),
+            Some(c) => self.mode.model_input(&self.latents, c),
             None => self.latents.shallow_clone(),
         }
+    }
+
+    /// The timesteps of `t.len()` rows of this request's forwards.
+    fn timesteps(&self, t: &[f32], device: Device) -> Tensor {
+        self.mode.timesteps(self.condition.is_some(), t, self.latents.size()[2], device)
     }
 
     /// The image embeddings for `n` stacked copies of the request's rows.
@@ -310,11 +268,7 @@ impl LoopStage for DenoiseLoop {
         let image = values.opt_tensor(&self.image_embeds).map(|t| t.shallow_clone());
         let condition = match values.opt_tensor(&self.latent_condition) {
             Some(c) => {
-                let (l, s) = (latents.size(), c.size());
-                ensure!(
-                    s.len() == 5 && s[0] == l[0] && s[2..] == l[2..],
-                    "denoise: condition latents {s:?} do not match the latents {l:?} outside the channels"
-                );
+                self.condition_mode.check(c, &latents)?;
                 Some(c.to_device(ctx.device))
             }
             None => None,
@@ -330,6 +284,7 @@ impl LoopStage for DenoiseLoop {
         }
         let state = DenoiseState {
             latents,
+            mode: self.condition_mode,
             sampler,
             capture: Capture::of(req),
             branches,
@@ -380,7 +335,7 @@ impl LoopStage for DenoiseLoop {
             }
             None if batches_branches(self.denoiser.as_ref(), ctx.device, s) => {
                 let n = s.contexts.len();
-                let timestep = Tensor::from_slice(&vec![step.timestep; n]).to_device(ctx.device);
+                let timestep = s.timesteps(&vec![step.timestep; n], ctx.device);
                 let input = s.model_input();
                 let x = Tensor::cat(&vec![&input; n], 0);
                 let (text, image) = (Tensor::cat(&s.contexts, 0), s.image_rows(n));
@@ -395,7 +350,7 @@ impl LoopStage for DenoiseLoop {
                 (self.guidance.combine(&step, &preds, &mut s.guidance)?, n as u32)
             }
             None => {
-                let timestep = Tensor::from_slice(&[step.timestep]).to_device(ctx.device);
+                let timestep = s.timesteps(&[step.timestep], ctx.device);
                 let mut preds = Vec::with_capacity(s.branches.len());
                 let x = s.model_input();
                 let rows = AdapterRows::all(s.adapters.as_deref(), 1);
@@ -464,7 +419,8 @@ impl LoopStage for DenoiseLoop {
             return ctxs.iter().zip(states.iter_mut()).map(|(c, s)| self.step(c, s)).collect();
         }
         let batch = (|| -> Result<Vec<Tensor>> {
-            let (mut x, mut t, mut c, mut images) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+            let (mut x, mut c, mut images) = (Vec::new(), Vec::new(), Vec::new());
+            let mut timesteps = Vec::new();
             let mut sets: Vec<(Option<Arc<AdapterSet>>, i64)> = Vec::new();
             let mut expert = None;
             for st in states.iter_mut() {
@@ -477,9 +433,9 @@ impl LoopStage for DenoiseLoop {
                 let input = s.model_input();
                 for ctx in &s.contexts {
                     x.push(input.shallow_clone());
-                    t.push(ts);
                     c.push(ctx.shallow_clone());
                 }
+                timesteps.push(s.timesteps(&vec![ts; s.contexts.len()], ctxs[0].device));
                 // Same batch key, so every request has an image or none does.
                 images.extend(s.image_rows(s.contexts.len()));
                 sets.push((s.adapters.clone(), s.contexts.len() as i64));
@@ -492,7 +448,8 @@ impl LoopStage for DenoiseLoop {
                 rows.push(set.as_deref(), start, *n);
                 start += n;
             }
-            let timestep = Tensor::from_slice(&t).to_device(ctxs[0].device);
+            // Same batch key, so every request's timesteps have the same shape past the rows.
+            let timestep = Tensor::cat(&timesteps, 0);
             let image = (!images.is_empty()).then(|| Tensor::cat(&images, 0));
             let text = Tensor::cat(&c, 0);
             let adapters = (!rows.is_empty()).then_some(&rows);
@@ -529,7 +486,8 @@ impl LoopStage for DenoiseLoop {
             let t = c.into_artifact(ctx.request, s.sampler.as_ref(), &s.latents)?;
             values.insert(TRAJECTORY, Value::Trajectory(Box::new(t)));
         }
-        values.insert(self.output.clone(), Value::Tensor(s.latents));
+        let out = s.mode.output(s.latents, s.condition.as_ref());
+        values.insert(self.output.clone(), Value::Tensor(out));
         Ok(())
     }
 }
