@@ -79,6 +79,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
             report.load_s,
             report.sdpa_backend
         );
+        if let (Some(f2), Some(sw)) = (report.expert_2_forward_s, report.expert_switch_forward_s) {
+            println!("low-noise expert: forward {f2:.3} s; alternating experts {sw:.3} s per forward");
+        }
     }
     Ok(())
 }

@@ -64,6 +64,10 @@ pub struct BenchReport {
     pub sdpa_backend: &'static str,
     pub vae_psnr_vs_fp32_db: Option<f64>,
     pub vae_fp32_decode_s: Option<f64>,
+    /// Two-expert models: the low-noise expert's forward, and a forward of each expert right
+    /// after the other's (alternating, per forward): above `forward_s` by what switching costs.
+    pub expert_2_forward_s: Option<f64>,
+    pub expert_switch_forward_s: Option<f64>,
     /// The velocity for the inputs (float32), for parity checks.
     #[serde(skip)]
     pub velocity: Option<Tensor>,
@@ -195,6 +199,19 @@ pub fn run(model: &WanModel, opts: &BenchOptions) -> Result<BenchReport> {
         let q = Tensor::zeros([1, heads, tokens, t.cfg.attention_head_dim], (model.load_report.transformer_dtype, dev));
         sdpa_name(Tensor::internal_fused_sdp_choice(&q, &q, &q, None::<Tensor>, 0.0, false, None, false))
     };
+    let (expert_2_forward_s, expert_switch_forward_s) = match &model.low_noise {
+        Some(e) => {
+            let t2 = &e.transformer;
+            let (mut f2, _) =
+                time(dev, opts.runs, || t2.forward_adapted(&latents, &timestep, &context, image, None, None))?;
+            let (mut sw, _) = time(dev, opts.runs, || {
+                drop(t.forward_adapted(&latents, &timestep, &context, image, None, None)?);
+                t2.forward_adapted(&latents, &timestep, &context, image, None, None)
+            })?;
+            (Some(median(&mut f2)), Some(median(&mut sw) / 2.0))
+        }
+        None => (None, None),
+    };
     let gpu_used_after_transformer_bytes = device_memory();
 
     let (ids, mask) = model.tokenizer.encode(&["a red circle moving left".to_string()], len as usize, dev)?;
@@ -257,6 +274,8 @@ pub fn run(model: &WanModel, opts: &BenchOptions) -> Result<BenchReport> {
         sdpa_backend,
         vae_psnr_vs_fp32_db,
         vae_fp32_decode_s,
+        expert_2_forward_s,
+        expert_switch_forward_s,
         velocity: Some(velocity.to_kind(Kind::Float).to_device(Device::Cpu)),
     })
 }
