@@ -22,6 +22,10 @@ pub struct SamplingArgs {
     /// fraction of 1000, in [0, 1] (the model's boundary_ratio when omitted).
     #[arg(long)]
     pub boundary_ratio: Option<f32>,
+    /// Two-expert models: the low-noise expert from this step (0-based) on, instead of
+    /// --boundary-ratio.
+    #[arg(long)]
+    pub switch_step: Option<u32>,
     /// Flow-matching timestep shift.
     #[arg(long)]
     pub shift: Option<f32>,
@@ -45,6 +49,7 @@ impl SamplingArgs {
         r.diffusion.guidance_scale = self.guidance;
         r.diffusion.guidance_scale_2 = self.guidance_2;
         r.diffusion.boundary_ratio = self.boundary_ratio;
+        r.diffusion.switch_step = self.switch_step;
         r.diffusion.shift = self.shift;
     }
 }

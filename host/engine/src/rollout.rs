@@ -126,6 +126,7 @@ impl RolloutRequest {
                         strength: None,
                         resize_mode: None,
                         boundary_ratio: self.boundary_ratio,
+                        switch_step: None,
                         guidance_scale_2: self.guidance_scale_2,
                         negative_prompt: self.negative_prompt.clone(),
                     },

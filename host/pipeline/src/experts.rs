@@ -35,7 +35,8 @@ pub trait ExpertRoutingState: Send {
 
 /// Wan 2.2's rule (diffusers' `WanPipeline`): the high-noise expert while the step's timestep is
 /// at or above `boundary_ratio × num_train_timesteps`, then the low-noise expert with
-/// `guidance_scale_2`. Both come from the request (its own or the model's defaults).
+/// `guidance_scale_2`. Both come from the request (its own or the model's defaults). A request's
+/// `switch_step` replaces the timestep test with a step index (ComfyUI's chained samplers).
 pub struct BoundaryRouting {
     /// The scheduler's training timesteps (1000 for Wan).
     pub num_train_timesteps: f32,
@@ -43,6 +44,7 @@ pub struct BoundaryRouting {
 
 struct BoundaryState {
     boundary: f32,
+    switch_step: Option<u32>,
     guidance_scale: f32,
     guidance_scale_2: f32,
 }
@@ -54,6 +56,7 @@ impl ExpertRouting for BoundaryRouting {
         let e = e.unwrap();
         Ok(Box::new(BoundaryState {
             boundary: e.boundary_ratio * self.num_train_timesteps,
+            switch_step: e.switch_step,
             guidance_scale: req.guidance_scale,
             guidance_scale_2: e.guidance_scale_2,
         }))
@@ -62,7 +65,11 @@ impl ExpertRouting for BoundaryRouting {
 
 impl ExpertRoutingState for BoundaryState {
     fn route(&mut self, step: &StepCtx) -> Result<Route> {
-        Ok(if step.timestep >= self.boundary {
+        let high = match self.switch_step {
+            Some(s) => step.step_index < s,
+            None => step.timestep >= self.boundary,
+        };
+        Ok(if high {
             Route { expert: 0, guidance_scale: self.guidance_scale }
         } else {
             Route { expert: 1, guidance_scale: self.guidance_scale_2 }

@@ -48,7 +48,12 @@ impl ExpertRouting for PluginRouter {
             anyhow::bail!("expert router `{}`: the request has no expert parameters", self.plugin.name());
         };
         let (inst, _) = self.runtime.start(&self.plugin, req, meter)?;
-        let experts = Experts { count, boundary_ratio: e.boundary_ratio, guidance_scale_2: e.guidance_scale_2 };
+        let experts = Experts {
+            count,
+            boundary_ratio: e.boundary_ratio,
+            guidance_scale_2: e.guidance_scale_2,
+            switch_step: e.switch_step,
+        };
         Ok(Box::new(State { inst, model_id: self.model_id.clone(), experts }))
     }
 }

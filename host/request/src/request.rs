@@ -173,6 +173,10 @@ pub struct DiffusionParams {
     /// `guidance_scale`, when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub guidance_scale_2: Option<f32>,
+    /// Two-expert models: the low-noise expert from this step (0-based) on, instead of the
+    /// `boundary_ratio` rule (how ComfyUI's chained samplers split a schedule).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub switch_step: Option<u32>,
 }
 
 /// Output modality.

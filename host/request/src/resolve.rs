@@ -270,13 +270,12 @@ impl OmniRequest {
         if !guidance_scale.is_finite() || !(0.0..=100.0).contains(&guidance_scale) {
             return Err(RequestError::new("diffusion.guidance_scale", format!("{guidance_scale} is outside 0..=100")));
         }
-        let experts = crate::resolve_experts(
-            def.experts.as_ref(),
-            d.boundary_ratio,
-            d.guidance_scale_2,
-            guidance_scale,
-            &limits.family,
-        )?;
+        let given = crate::ExpertFields {
+            boundary_ratio: d.boundary_ratio,
+            guidance_scale_2: d.guidance_scale_2,
+            switch_step: d.switch_step,
+        };
+        let experts = crate::resolve_experts(def.experts.as_ref(), given, guidance_scale, steps, &limits.family)?;
         let shift = d.shift.unwrap_or(def.shift);
         if !shift.is_finite() || shift <= 0.0 || shift > 100.0 {
             return Err(RequestError::new("diffusion.shift", format!("{shift} must be in (0, 100]")));

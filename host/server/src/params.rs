@@ -41,6 +41,8 @@ pub struct CreateParams {
     /// Two-expert models: where the low-noise expert takes over, as a fraction of 1000
     /// timesteps, in [0, 1].
     pub boundary_ratio: Option<f32>,
+    /// Two-expert models: the low-noise expert from this step on (instead of boundary_ratio).
+    pub switch_step: Option<u32>,
     pub negative_prompt: Option<String>,
     pub width: Option<u32>,
     pub height: Option<u32>,
@@ -393,6 +395,7 @@ impl CreateParams {
         d.guidance_scale = self.guidance_scale;
         d.guidance_scale_2 = self.guidance_scale_2;
         d.boundary_ratio = self.boundary_ratio;
+        d.switch_step = self.switch_step;
         d.negative_prompt = self.negative_prompt.clone();
         d.fps = self.fps;
         d.shift = self.shift;

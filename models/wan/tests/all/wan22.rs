@@ -128,6 +128,22 @@ fn the_second_guidance_scale_and_the_boundary_follow_the_request() {
 }
 
 #[test]
+fn a_switch_step_routes_by_step_index() {
+    // Switching after step 2 is what the folder's boundary does on this schedule: the same run.
+    let m = load("tiny-wan22-t2v");
+    let mut r = request(TaskType::T2v, 4.0, Some(3.0));
+    r.diffusion.switch_step = Some(2);
+    let (out, routes) = run_t2v(&m, r);
+    assert_eq!(routes, [(0, 4.0), (0, 4.0), (1, 3.0), (1, 3.0), (1, 3.0), (1, 3.0)]);
+    let e = rel_err(&latents_of(&out), fx("t2v.latents_out"));
+    assert!(e < 1e-4, "switch step 2: relative error {e}");
+    let mut r = request(TaskType::T2v, 4.0, Some(3.0));
+    r.diffusion.switch_step = Some(5);
+    let (_, routes) = run_t2v(&m, r);
+    assert_eq!(routes.iter().map(|r| r.0).collect::<Vec<_>>(), [0, 0, 0, 0, 0, 1]);
+}
+
+#[test]
 fn two_expert_image_to_video_matches_diffusers_end_to_end() {
     let m = load("tiny-wan22-i2v");
     assert!(m.image.as_ref().is_some_and(|i| i.clip.is_none()), "Wan 2.2 I2V has no image encoder");
