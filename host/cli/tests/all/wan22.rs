@@ -13,7 +13,7 @@ fn fixture(name: &str) -> String {
 
 fn generate(model: &str, extra: &[&str], out: &Path) -> Output {
     let mut args = vec!["generate", "--model", model, "--prompt", "a red circle moving left", "--seed", "3"];
-    args.extend(["--height", "32", "--width", "32", "--frames", "9", "--steps", "4", "--quiet"]);
+    args.extend(["--height", "32", "--width", "32", "--frames", "9", "--steps", "4", "--fps", "16", "--quiet"]);
     args.extend(["--out", out.to_str().unwrap()]);
     args.extend(extra);
     Command::new(env!("CARGO_BIN_EXE_fastvideo")).args(&args).output().expect("binary runs")
@@ -81,4 +81,69 @@ fn the_ti2v_model_takes_text_alone_or_text_and_a_picture() {
     let args = ["generate", "--model", &m, "--prompt", "a red circle", "--height", "48", "--width", "32", "--quiet"];
     let r = Command::new(env!("CARGO_BIN_EXE_fastvideo")).args(args).output().unwrap();
     assert_user_error(&r, "diffusion.height");
+}
+
+/// An API-format ComfyUI prompt chaining two `KSamplerAdvanced` over two `UNETLoader`s the way
+/// the Wan 2.2 templates do: the first model runs steps 0..`switch` with cfg 4 and keeps its
+/// leftover noise, the second the rest with cfg 3 from that latent.
+fn chained_prompt(switch: u32) -> serde_json::Value {
+    serde_json::json!({
+        "1": {"class_type": "UNETLoader", "inputs": {"unet_name": "high.safetensors", "weight_dtype": "default"}},
+        "2": {"class_type": "UNETLoader", "inputs": {"unet_name": "low.safetensors", "weight_dtype": "default"}},
+        "3": {"class_type": "CLIPLoader", "inputs": {"clip_name": "te.safetensors", "type": "wan", "device": "default"}},
+        "4": {"class_type": "VAELoader", "inputs": {"vae_name": "vae.safetensors"}},
+        "5": {"class_type": "CLIPTextEncode", "inputs": {"text": "a red circle moving left", "clip": ["3", 0]}},
+        "6": {"class_type": "CLIPTextEncode", "inputs": {"text": "", "clip": ["3", 0]}},
+        "7": {"class_type": "EmptyHunyuanLatentVideo", "inputs": {"width": 32, "height": 32, "length": 9, "batch_size": 1}},
+        "8": {"class_type": "KSamplerAdvanced", "inputs": {
+            "model": ["1", 0], "add_noise": "enable", "noise_seed": 3, "steps": 4, "cfg": 4.0,
+            "sampler_name": "euler", "scheduler": "simple", "positive": ["5", 0], "negative": ["6", 0],
+            "latent_image": ["7", 0], "start_at_step": 0, "end_at_step": switch, "return_with_leftover_noise": "enable"}},
+        "9": {"class_type": "KSamplerAdvanced", "inputs": {
+            "model": ["2", 0], "add_noise": "disable", "noise_seed": 0, "steps": 4, "cfg": 3.0,
+            "sampler_name": "euler", "scheduler": "simple", "positive": ["5", 0], "negative": ["6", 0],
+            "latent_image": ["8", 0], "start_at_step": switch, "end_at_step": 10000, "return_with_leftover_noise": "disable"}},
+        "10": {"class_type": "VAEDecode", "inputs": {"samples": ["9", 0], "vae": ["4", 0]}},
+        "11": {"class_type": "CreateVideo", "inputs": {"images": ["10", 0], "fps": 16}},
+        "12": {"class_type": "SaveVideo", "inputs": {"video": ["11", 0], "filename_prefix": "video/ComfyUI", "format": "auto", "codec": "auto"}}
+    })
+}
+
+#[test]
+fn chained_samplers_on_two_models_run_as_one_two_expert_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = fixture("tiny-wan22-t2v");
+    let mut models = String::new();
+    for f in ["high.safetensors", "low.safetensors", "te.safetensors", "vae.safetensors"] {
+        models += &format!("\"{f}\" = \"{m}\"\n");
+    }
+    let deploy =
+        crate::common::comfy::deploy_with(dir.path(), &[("fastvideo_translator_comfy_core", "comfy-core")], &models);
+    let wf = dir.path().join("chain.json");
+    std::fs::write(&wf, chained_prompt(2).to_string()).unwrap();
+    let (d, w) = (deploy.to_str().unwrap(), wf.to_str().unwrap());
+    let fv = |args: &[&str]| Command::new(env!("CARGO_BIN_EXE_fastvideo")).args(args).output().unwrap();
+
+    let out = fv(&["workflow", "compile", w, "--deploy", d]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let c: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let runs = c["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 1, "one request for the two samplers");
+    assert_eq!((runs[0]["steps"].clone(), runs[0]["switch_step"].clone()), (4.into(), 2.into()));
+    assert_eq!((runs[0]["cfg"].clone(), runs[0]["cfg_2"].clone()), (4.0.into(), 3.0.into()));
+
+    // The run is what `generate` makes with the same split.
+    let out_dir = dir.path().join("output");
+    let out = fv(&["workflow", "run", w, "--deploy", d, "--out-dir", out_dir.to_str().unwrap(), "--quiet"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let comfy = std::fs::read(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
+    let direct = video(&m, &["--sampler", "euler", "--guidance", "4", "--guidance-2", "3", "--switch-step", "2"]);
+    assert_eq!(comfy, direct);
+
+    // A second sampler that does not start where the first stopped is named.
+    let mut bad = chained_prompt(2);
+    bad["9"]["inputs"]["start_at_step"] = 3.into();
+    std::fs::write(&wf, bad.to_string()).unwrap();
+    let out = fv(&["workflow", "compile", w, "--deploy", d]);
+    assert_user_error(&out, "node 9");
 }

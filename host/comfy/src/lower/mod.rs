@@ -3,6 +3,7 @@
 //! do is refused here, naming the node and the value. Where the sampler's latent comes from
 //! decides the task (`source`); the sampling settings and the schedule are read here.
 
+mod chain;
 mod run_plan;
 mod source;
 
@@ -105,7 +106,15 @@ impl<'a> Lowering<'a> {
         let mut shift = None;
         let mut loras = Vec::new();
         push_file(&mut files, self.file(vae, "vae")?);
+        let mut experts = None;
+        let chained = self.input(sampler, "latent").filter(|(p, _)| p.stage.starts_with("sample"));
         let (fields, cond_node, latent_of, partial) = match sampler.stage.as_str() {
+            // The second of two samplers splitting one schedule: the run starts at the first.
+            "sample" if chained.is_some() => {
+                let first = chained.map(|(p, _)| p).expect("checked");
+                experts = self.chain(first, sampler, &mut files, &mut shift, &mut loras)?.experts;
+                (Fields::of(first, first, first, first, first)?, sampler, first, (0, u64::MAX))
+            }
             "sample" => {
                 for (k, want) in [("add_noise", true), ("return_noisy", false)] {
                     if let Some(v) = sampler.params.get(k).and_then(Value::as_bool).filter(|&v| v != want) {
@@ -184,6 +193,8 @@ impl<'a> Lowering<'a> {
             images: Vec::new(),
             video: None,
             outputs: Vec::new(),
+            switch_step: experts.map(|e| e.0),
+            cfg_2: experts.map(|e| e.1),
         };
         source.fill(&mut plan)?;
         Ok(plan)

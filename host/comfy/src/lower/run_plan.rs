@@ -101,6 +101,13 @@ pub struct RunPlan {
     pub video: Option<VideoPlan>,
     /// The output nodes this run feeds.
     pub outputs: Vec<OutputPlan>,
+    /// Two chained samplers on two models (Wan 2.2's high- and low-noise): the step the second
+    /// model takes over at, and its guidance scale.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub switch_step: Option<u32>,
+    /// The second model's guidance scale, as `switch_step`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cfg_2: Option<f32>,
 }
 
 impl RunPlan {
@@ -139,6 +146,8 @@ impl RunPlan {
         d.num_inference_steps = Some(self.steps);
         d.strength = self.strength;
         d.guidance_scale = Some(self.cfg);
+        d.switch_step = self.switch_step;
+        d.guidance_scale_2 = self.cfg_2;
         d.shift = self.shift;
         d.width = self.width;
         d.height = self.height;
