@@ -43,7 +43,7 @@ pub fn run(
     let mut zero_identical = 0usize;
     let total = e.scenes.len() as u64 * e.seeds;
     let bar = indicatif::ProgressBar::new(total);
-    let with = |scale: f64| LoraChoice { name: e.adapter.name.clone(), scale: Some(scale) };
+    let with = |scale: f64| LoraChoice { name: e.adapter.name.clone(), scale: Some(scale), expert: None };
     let scale = e.adapter.scale.unwrap_or(1.0);
     for scene in e.scenes {
         for seed in 0..e.seeds {

@@ -9,15 +9,16 @@ use fastvideo_lora::LoraFile;
 use fastvideo_pipeline::{
     AdapterCache, AdapterSet, AdapterSource, AdapterTarget, PipelineSpec, Value, Values, ADAPTERS,
 };
-use fastvideo_request::{LoraChoice, LoraUse, OmniRequest, ResolvedRequest};
+use fastvideo_request::{LoraChoice, LoraExpert, LoraUse, OmniRequest, ResolvedRequest};
 
 /// Adapters for one local run.
 #[derive(Args, Clone, Debug, Default)]
 pub struct LoraArgs {
     /// A LoRA adapter to run with: a name the --deploy enables, or a .safetensors file (diffusers,
     /// original Wan/ComfyUI or kohya keys); `=SCALE` sets its strength (default: the deploy's,
-    /// or 1 for a file). Repeatable; adapters stack in order.
-    #[arg(long = "lora", value_name = "NAME_OR_FILE[=SCALE]")]
+    /// or 1 for a file). Repeatable; adapters stack in order. On a two-expert model (Wan 2.2
+    /// A14B) an adapter binds to both experts, or with `@high_noise` / `@low_noise` to one.
+    #[arg(long = "lora", value_name = "NAME_OR_FILE[=SCALE][@EXPERT]")]
     pub lora: Vec<String>,
     /// Device memory for prepared adapters, in MiB.
     #[arg(long, value_name = "MIB", default_value_t = 2048)]
@@ -43,6 +44,12 @@ impl LoraArgs {
     pub fn choices(&self) -> Result<(Vec<LoraChoice>, Vec<AdapterSource>)> {
         let (mut choices, mut files) = (Vec::new(), Vec::<AdapterSource>::new());
         for arg in &self.lora {
+            // A two-expert model's adapter for one expert: `...@high_noise` / `...@low_noise`.
+            let (arg, expert) = match arg.rsplit_once('@') {
+                Some((a, "high_noise")) => (a, Some(LoraExpert::HighNoise)),
+                Some((a, "low_noise")) => (a, Some(LoraExpert::LowNoise)),
+                _ => (arg.as_str(), None),
+            };
             let (spec, scale) = split(arg)?;
             let path = Path::new(spec);
             let name = if path.extension().is_some_and(|e| e == "safetensors") || path.is_file() {
@@ -59,7 +66,7 @@ impl LoraArgs {
             } else {
                 spec.to_string()
             };
-            choices.push(LoraChoice { name, scale });
+            choices.push(LoraChoice { name, scale, expert });
         }
         Ok((choices, files))
     }

@@ -255,9 +255,10 @@ impl AdapterCache {
         let mut entries = Vec::with_capacity(lora.len());
         for u in lora {
             let source = self.source(&u.name).with_context(|| format!("no adapter `{}`", u.name))?;
-            entries.push((self.get(&source.name)?, u.scale.unwrap_or(source.default_scale)));
+            let expert = u.expert.map(|e| e.index());
+            entries.push((self.get(&source.name)?, u.scale.unwrap_or(source.default_scale), expert));
         }
-        Ok(Some(Arc::new(AdapterSet::new(entries))))
+        Ok(Some(Arc::new(AdapterSet::bound(entries))))
     }
 
     /// The prepared adapter `name`, from the cache or loaded now.

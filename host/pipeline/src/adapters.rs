@@ -76,6 +76,9 @@ impl PreparedAdapter {
 pub struct AdapterSet {
     key: String,
     entries: Vec<(Arc<PreparedAdapter>, f64)>,
+    /// For a set with entries bound to one expert of a two-expert model: the subset each
+    /// expert runs (empty when every entry binds to every expert).
+    experts: Vec<AdapterSet>,
 }
 
 impl AdapterSet {
@@ -87,7 +90,29 @@ impl AdapterSet {
         for (a, s) in &entries {
             let _ = write!(key, "{}:{}*{s};", a.name, a.hash);
         }
-        Self { key, entries }
+        Self { key, entries, experts: Vec::new() }
+    }
+
+    /// A set whose entries may each bind to one expert (`Some(index)`) of a two-expert model, or
+    /// to every expert (`None`).
+    pub fn bound(entries: Vec<(Arc<PreparedAdapter>, f64, Option<u32>)>) -> Self {
+        if entries.iter().all(|(_, _, e)| e.is_none()) {
+            return Self::new(entries.into_iter().map(|(a, s, _)| (a, s)).collect());
+        }
+        let subset = |x: u32| {
+            let kept = entries.iter().filter(|(_, _, e)| e.is_none_or(|e| e == x));
+            Self::new(kept.map(|(a, s, _)| (Arc::clone(a), *s)).collect())
+        };
+        let experts = vec![subset(0), subset(1)];
+        let mut all = Self::new(entries.iter().map(|(a, s, _)| (Arc::clone(a), *s)).collect());
+        all.key = format!("0[{}]1[{}]", experts[0].key, experts[1].key);
+        all.experts = experts;
+        all
+    }
+
+    /// What expert `e` runs: the entries bound to it or to every expert.
+    pub fn for_expert(&self, e: u32) -> &AdapterSet {
+        self.experts.get(e as usize).unwrap_or(self)
     }
 
     /// Identity of what the set computes: names, file hashes and strengths, in order.
@@ -156,6 +181,16 @@ impl<'a> AdapterRows<'a> {
             }
         }
         self.groups.push((set, start, len));
+    }
+
+    /// The groups as expert `e` runs them ([`AdapterSet::for_expert`]), dropping sets with
+    /// nothing for it.
+    pub fn for_expert(&self, e: u32) -> AdapterRows<'a> {
+        let mut out = AdapterRows { groups: Vec::new(), text: self.text };
+        for &(s, start, len) in &self.groups {
+            out.push(Some(s.for_expert(e)), start, len);
+        }
+        out
     }
 
     /// The same groups with every row repeated `k` times in place (row `r` becomes rows

@@ -57,7 +57,7 @@ pub use action::ActionPart;
 pub use error::RequestError;
 pub use event::OmniEvent;
 pub use experts::{resolve_experts, ExpertDefaults, ExpertFields, ExpertParams};
-pub use lora::{resolve_lora, LoraChoice, LoraUse, MAX_LORA_SCALE};
+pub use lora::{resolve_lora, LoraChoice, LoraExpert, LoraUse, MAX_LORA_SCALE};
 pub use media::{
     decode_image, decode_video, image_bytes, reframe, ImageRole, InputImage, InputVideo, Reframed, ResizeMode,
     MAX_IMAGE_PIXELS, MAX_VIDEO_FRAMES,

@@ -20,6 +20,30 @@ pub struct LoraChoice {
     /// Strength, in ±[`MAX_LORA_SCALE`]; absent: the deploy's `default_scale`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scale: Option<f64>,
+    /// Two-expert models: the one expert the adapter binds to (`high_noise` or `low_noise`,
+    /// as the Wan 2.2 LoRAs that ship one file per expert); absent: both.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expert: Option<LoraExpert>,
+}
+
+/// Which expert of a two-expert model an adapter binds to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LoraExpert {
+    /// Expert 0, the model's `transformer`.
+    HighNoise,
+    /// Expert 1, `transformer_2`.
+    LowNoise,
+}
+
+impl LoraExpert {
+    /// The expert's index in the model.
+    pub fn index(self) -> u32 {
+        match self {
+            LoraExpert::HighNoise => 0,
+            LoraExpert::LowNoise => 1,
+        }
+    }
 }
 
 /// An adapter as a resolved request runs it: its name and strength (`None`: the deploy's
@@ -30,6 +54,9 @@ pub struct LoraUse {
     pub name: String,
     /// The requested strength, if given.
     pub scale: Option<f64>,
+    /// The expert it binds to, if one (two-expert models).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expert: Option<LoraExpert>,
 }
 
 /// Checks each choice on its own: a name, a finite strength within ±[`MAX_LORA_SCALE`], and
@@ -52,7 +79,7 @@ pub fn resolve_lora(choices: &[LoraChoice]) -> Result<Vec<LoraUse>, RequestError
                 ));
             }
         }
-        out.push(LoraUse { name: name.to_string(), scale: c.scale });
+        out.push(LoraUse { name: name.to_string(), scale: c.scale, expert: c.expert });
     }
     Ok(out)
 }
@@ -62,13 +89,19 @@ mod tests {
     use super::*;
 
     fn choice(name: &str, scale: Option<f64>) -> LoraChoice {
-        LoraChoice { name: name.into(), scale }
+        LoraChoice { name: name.into(), scale, expert: None }
     }
 
     #[test]
     fn names_and_strengths_are_checked_one_by_one() {
         let ok = resolve_lora(&[choice("a", Some(0.8)), choice(" b ", None)]).unwrap();
-        assert_eq!(ok, vec![LoraUse { name: "a".into(), scale: Some(0.8) }, LoraUse { name: "b".into(), scale: None }]);
+        assert_eq!(
+            ok,
+            vec![
+                LoraUse { name: "a".into(), scale: Some(0.8), expert: None },
+                LoraUse { name: "b".into(), scale: None, expert: None }
+            ]
+        );
         for (choices, field) in [
             (vec![choice("", None)], "lora[0].name"),
             (vec![choice("a", None), choice("a", Some(1.0))], "lora[1].name"),

@@ -276,6 +276,12 @@ impl OmniRequest {
             switch_step: d.switch_step,
         };
         let experts = crate::resolve_experts(def.experts.as_ref(), given, guidance_scale, steps, &limits.family)?;
+        if let Some(i) = self.lora.iter().position(|l| l.expert.is_some()).filter(|_| experts.is_none()) {
+            return Err(RequestError::new(
+                format!("lora[{i}].expert"),
+                format!("binds to an expert of a two-expert model; this {} model has one transformer", limits.family),
+            ));
+        }
         let shift = d.shift.unwrap_or(def.shift);
         if !shift.is_finite() || shift <= 0.0 || shift > 100.0 {
             return Err(RequestError::new("diffusion.shift", format!("{shift} must be in (0, 100]")));

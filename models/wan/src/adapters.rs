@@ -12,17 +12,31 @@ use tch::{Device, Kind, Tensor};
 use crate::nn::Linear;
 use crate::{Umt5Encoder, WanTransformer3DModel};
 
-/// A Wan model as adapters see it: the transformer, and the text encoder for files that carry
-/// text-encoder keys (diffusers' `text_encoder.*` names). Merging touches the transformer only;
-/// text-encoder adapters always run unmerged (prompts are encoded once, and cached per set).
+/// A Wan model as adapters see it: the transformer (a two-expert model's two), and the text
+/// encoder for files that carry text-encoder keys (diffusers' `text_encoder.*` names). Merging
+/// touches the transformers only, each with the part of the set bound to it; text-encoder
+/// adapters always run unmerged (prompts are encoded once, and cached per set).
 pub struct WanAdapters {
     pub transformer: std::sync::Arc<WanTransformer3DModel>,
+    /// A two-expert model's low-noise expert (the experts share one module table).
+    pub transformer_2: Option<std::sync::Arc<WanTransformer3DModel>>,
     pub text_encoder: std::sync::Arc<Umt5Encoder>,
+    /// The key of the whole set merged into the experts, if one is.
+    merged: std::sync::Mutex<Option<String>>,
 }
 
 impl WanAdapters {
     pub fn of(model: &crate::WanModel) -> Self {
-        Self { transformer: model.transformer.clone(), text_encoder: model.text_encoder.clone() }
+        Self {
+            transformer: model.transformer.clone(),
+            transformer_2: model.low_noise.as_ref().map(|e| e.transformer.clone()),
+            text_encoder: model.text_encoder.clone(),
+            merged: Default::default(),
+        }
+    }
+
+    fn experts(&self) -> impl Iterator<Item = (u32, &WanTransformer3DModel)> {
+        std::iter::once(&self.transformer).chain(&self.transformer_2).enumerate().map(|(i, t)| (i as u32, &**t))
     }
 }
 
@@ -42,13 +56,24 @@ impl AdapterTarget for WanAdapters {
         Ok(a)
     }
     fn merge(&self, set: &AdapterSet) -> Result<()> {
-        self.transformer.merge_adapters(set)
+        let mut merged = self.merged.lock().unwrap_or_else(|e| e.into_inner());
+        *merged = None;
+        for (e, t) in self.experts() {
+            if let Err(err) = t.merge_adapters(set.for_expert(e)) {
+                self.experts().for_each(|(_, t)| t.unmerge_adapters());
+                return Err(err);
+            }
+        }
+        *merged = Some(set.key().to_string());
+        Ok(())
     }
     fn unmerge(&self) {
-        self.transformer.unmerge_adapters()
+        let mut merged = self.merged.lock().unwrap_or_else(|e| e.into_inner());
+        self.experts().for_each(|(_, t)| t.unmerge_adapters());
+        *merged = None;
     }
     fn merged(&self) -> Option<String> {
-        self.transformer.merged_adapters()
+        self.merged.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 }
 

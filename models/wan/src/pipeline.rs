@@ -150,7 +150,11 @@ impl Denoiser for WanDenoiser {
                 anyhow::bail!("LoRA adapters need the transformer on one device; this one runs parallel")
             }
             Some(p) => p.forward(latents, timestep, cond.text, cond.image),
-            None => self.expert(&cond)?.forward_adapted(latents, timestep, cond.text, cond.image, cond.adapters, None),
+            None => {
+                let rows = cond.adapters.map(|r| r.for_expert(cond.expert));
+                let rows = rows.as_ref().filter(|r| !r.is_empty());
+                self.expert(&cond)?.forward_adapted(latents, timestep, cond.text, cond.image, rows, None)
+            }
         }
     }
     fn forward_hooked(
@@ -161,7 +165,9 @@ impl Denoiser for WanDenoiser {
         hook: &mut dyn BlockHook,
     ) -> Result<Tensor> {
         ensure!(self.parallel.is_none(), "a block policy cannot run on a parallel transformer");
-        self.expert(&cond)?.forward_adapted(latents, timestep, cond.text, cond.image, cond.adapters, Some(hook))
+        let rows = cond.adapters.map(|r| r.for_expert(cond.expert));
+        let rows = rows.as_ref().filter(|r| !r.is_empty());
+        self.expert(&cond)?.forward_adapted(latents, timestep, cond.text, cond.image, rows, Some(hook))
     }
     fn experts(&self) -> u32 {
         self.experts.len() as u32

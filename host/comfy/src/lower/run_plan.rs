@@ -157,7 +157,7 @@ impl RunPlan {
         r.lora = self
             .loras
             .iter()
-            .map(|l| fastvideo_request::LoraChoice { name: l.file.clone(), scale: Some(l.strength) })
+            .map(|l| fastvideo_request::LoraChoice { name: l.file.clone(), scale: Some(l.strength), expert: None })
             .collect();
         if let Some(video) = &self.video {
             let v = video.load(inputs)?;

@@ -49,7 +49,7 @@ fn write_lora(dir: &Path, name: &str) -> AdapterSource {
 }
 
 fn uses(names: &[&str]) -> Vec<LoraUse> {
-    names.iter().map(|n| LoraUse { name: n.to_string(), scale: None }).collect()
+    names.iter().map(|n| LoraUse { name: n.to_string(), scale: None, expert: None }).collect()
 }
 
 #[test]

@@ -224,6 +224,10 @@ fn one_expert_models_refuse_the_expert_fields() {
     let mut r = request(TaskType::T2v, 4.0, None);
     r.diffusion.boundary_ratio = Some(0.9);
     assert_eq!(r.resolve(&m.limits(), || 0).unwrap_err().field, "diffusion.boundary_ratio");
+    let mut r = request(TaskType::T2v, 4.0, None);
+    let expert = Some(fastvideo_request::LoraExpert::LowNoise);
+    r.lora = vec![fastvideo_request::LoraChoice { name: "style".into(), scale: None, expert }];
+    assert_eq!(r.resolve(&m.limits(), || 0).unwrap_err().field, "lora[0].expert");
 }
 
 fn residual_vae() -> fastvideo_wan::AutoencoderKLWan {
@@ -294,4 +298,59 @@ fn ti2v_text_and_image_to_video_matches_diffusers_end_to_end() {
     });
     let (out, _) = crate::common::run_pipeline(spec, req, init("ti2v.latents_in"));
     crate::common::assert_matches_reference("ti2v i2v", &out, fx("ti2v.i2v.latents_out"), fx("ti2v.i2v.video"));
+}
+
+/// The tiny two-expert model's run with the LoRA fixture `diffusers` at 0.8, bound to `expert`
+/// (`None`: both), and the folder's boundary moved to `boundary`.
+fn with_lora(m: &WanModel, expert: Option<u32>, boundary: f32) -> Tensor {
+    let file = fastvideo_lora::LoraFile::read(&fixture_dir().join("lora/diffusers.safetensors")).unwrap();
+    let prepared = Arc::new(m.transformer.prepare_adapter(&file, "diffusers", "hash").unwrap());
+    let set = Arc::new(fastvideo_pipeline::AdapterSet::bound(vec![(prepared, 0.8, expert)]));
+    let mut r = request(TaskType::T2v, 4.0, Some(3.0));
+    r.diffusion.boundary_ratio = Some(boundary);
+    let req = r.resolve(&m.limits(), || 0).unwrap();
+    let spec = Arc::new(pipeline::text_to_video(m, pipeline::default_guidance()).unwrap());
+    let mut values = init("t2v.latents_in");
+    values.insert(fastvideo_pipeline::ADAPTERS, Value::Adapters(set));
+    latents_of(&crate::common::run_pipeline(spec, req, values).0)
+}
+
+#[test]
+fn adapters_bind_to_one_expert_or_both() {
+    let m = load("tiny-wan22-t2v");
+    let none = {
+        let mut r = request(TaskType::T2v, 4.0, Some(3.0));
+        r.diffusion.boundary_ratio = Some(0.0);
+        latents_of(&run_t2v(&m, r).0)
+    };
+    // Boundary 0: the high-noise expert runs every step, so an adapter bound to the low-noise
+    // expert changes nothing, and one bound to the high-noise expert acts as one bound to both.
+    assert!(with_lora(&m, Some(1), 0.0).equal(&none), "a low-noise adapter is idle on high-noise steps");
+    let high = with_lora(&m, Some(0), 0.0);
+    assert!(high.equal(&with_lora(&m, None, 0.0)));
+    assert!(rel_err(&high, &none) > 1e-3, "the adapter changes the high-noise steps");
+    // At the folder's boundary both experts run: binding to one differs from binding to both.
+    let both = with_lora(&m, None, 0.875);
+    assert!(rel_err(&both, &with_lora(&m, Some(0), 0.875)) > 1e-4);
+    assert!(rel_err(&both, &with_lora(&m, Some(1), 0.875)) > 1e-4);
+}
+
+#[test]
+fn a_set_bound_per_expert_merges_into_each_expert_its_part() {
+    use fastvideo_pipeline::AdapterTarget;
+    let m = load("tiny-wan22-t2v");
+    let unmerged = with_lora(&m, Some(1), 0.875);
+    let file = fastvideo_lora::LoraFile::read(&fixture_dir().join("lora/diffusers.safetensors")).unwrap();
+    let prepared = Arc::new(m.transformer.prepare_adapter(&file, "diffusers", "hash").unwrap());
+    let set = fastvideo_pipeline::AdapterSet::bound(vec![(prepared, 0.8, Some(1))]);
+    let target = fastvideo_wan::adapters::WanAdapters::of(&m);
+    target.merge(&set).unwrap();
+    assert_eq!(target.merged().as_deref(), Some(set.key()));
+    assert_eq!(m.transformer.merged_adapters(), None, "nothing bound to the high-noise expert");
+    assert!(m.low_noise.as_ref().unwrap().transformer.merged_adapters().is_some());
+    let merged = with_lora(&m, Some(1), 0.875);
+    let e = rel_err(&merged, &unmerged);
+    assert!(e < 1e-5, "merged vs unmerged: relative error {e}"); // float32: summation order only
+    target.unmerge();
+    assert!(with_lora(&m, Some(1), 0.875).equal(&unmerged), "unmerging restores the weights exactly");
 }
