@@ -75,15 +75,16 @@ json.dump(o, open(p, "w"))' "$OUT/ours.json" "$smi"
 }
 
 compare() { # one table for the kind: ours beside diffusers eager and compiled, and the velocity error
-  python3 - "$OUT" "$KIND" <<'PY'
+  FRAMES_HW="${SIZE[1]}x${SIZE[3]}x${SIZE[5]}" python3 - "$OUT" "$KIND" <<'PY'
 import json, os, sys
 from safetensors.torch import load_file
 out, kind = sys.argv[1:]
-d = json.load(open(os.path.join(out, "diffusers_wan22.json")))
-try:
-    o = json.load(open(os.path.join(out, "ours.json")))
-except (OSError, ValueError):
-    o = {}
+def read(name):  # {} for a side that did not run (or was cut before writing)
+    try:
+        return json.load(open(os.path.join(out, name)))
+    except (OSError, ValueError):
+        return {}
+d, o = read("diffusers_wan22.json"), read("ours.json")
 gib = lambda x: f"{x / 2**30:.1f} GiB" if x else "-"
 f = lambda x: f"{x:.3f}" if isinstance(x, (int, float)) else "-"
 row = lambda *cells: print("| " + " | ".join(cells) + " |")
@@ -91,7 +92,7 @@ def mem(*parts):  # "X GiB what, ..." for the figures there are (none on a CPU)
     return ", ".join(f"{gib(b)} {what}" for b, what in parts if b) or "-"
 smi = o.get("peak_gpu_smi_mib")
 ours_peak = (smi * 2**20 if smi else None, "peak (nvidia-smi)")
-print(f"{d.get('gpu', '?')}, {kind}, {d['frames']}x{d['height']}x{d['width']}, {o.get('tokens', '?')} tokens, bf16")
+print(f"{d.get('gpu', '?')}, {kind}, {os.environ.get('FRAMES_HW')}, {o.get('tokens', '?')} tokens, bf16")
 eager = [f(d.get("bf16_eager_forward_s")), f(d.get("bf16_eager_cfg_step_s"))]
 comp = [f(d.get("bf16_compile_forward_s")), f(d.get("bf16_compile_cfg_step_s"))]
 mine = [f(o.get("forward_s")), f(o.get("cfg_step_s"))]
@@ -115,7 +116,7 @@ else:
         row("diffusers + torch.compile", *comp, "-", "-")
     row("fastvideo", *mine, f"{o.get('vae_dtype', '')} {f(o.get('vae_decode_s'))}".strip(),
         mem((o.get("gpu_used_after_vae_bytes"), "after VAE (driver)"), ours_peak))
-if os.path.exists(os.path.join(out, "ours_velocity.safetensors")):
+if all(os.path.exists(os.path.join(out, n)) for n in ("ours_velocity.safetensors", "ref_bf16.safetensors")):
     a = load_file(os.path.join(out, "ours_velocity.safetensors"))["velocity"].float()
     b = load_file(os.path.join(out, "ref_bf16.safetensors"))["velocity"].float()
     rel = ((a - b).norm() / b.norm()).item()

@@ -140,6 +140,27 @@ fn chained_samplers_on_two_models_run_as_one_two_expert_request() {
     let direct = video(&m, &["--sampler", "euler", "--guidance", "4", "--guidance-2", "3", "--switch-step", "2"]);
     assert_eq!(comfy, direct);
 
+    // A LoRA on each model (LightX2V's variant of the templates) binds to that model's expert.
+    let mut with_loras = chained_prompt(2);
+    for (id, model, file) in [("13", "1", "high_lora.safetensors"), ("14", "2", "low_lora.safetensors")] {
+        with_loras[id] = serde_json::json!({"class_type": "LoraLoaderModelOnly",
+            "inputs": {"model": [model, 0], "lora_name": file, "strength_model": 1.0}});
+    }
+    with_loras["8"]["inputs"]["model"] = serde_json::json!(["13", 0]);
+    with_loras["9"]["inputs"]["model"] = serde_json::json!(["14", 0]);
+    std::fs::write(&wf, with_loras.to_string()).unwrap();
+    let out = fv(&["workflow", "compile", w, "--deploy", d]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let c: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let loras: Vec<(String, String)> = c["runs"][0]["loras"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| (l["file"].as_str().unwrap().into(), l["expert"].as_str().unwrap_or("both").into()))
+        .collect();
+    let want = [("high_lora.safetensors", "high_noise"), ("low_lora.safetensors", "low_noise")];
+    assert_eq!(loras, want.map(|(f, e)| (f.to_string(), e.to_string())));
+
     // A second sampler that does not start where the first stopped is named.
     let mut bad = chained_prompt(2);
     bad["9"]["inputs"]["start_at_step"] = 3.into();

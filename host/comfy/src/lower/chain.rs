@@ -3,7 +3,7 @@
 //! schedule split at step `k`. That is how ComfyUI's Wan 2.2 templates run the high-noise and the
 //! low-noise models. On two models they become one two-expert request (the first sampler's model
 //! is the high-noise expert) that switches at step `k` with each sampler's `cfg`; on one model
-//! with one `cfg` they are one plain request.
+//! with one `cfg` they are one plain request. LoRAs on one model bind to that expert.
 
 use serde_json::Value;
 
@@ -24,6 +24,24 @@ fn flag(n: &GraphNode, k: &str) -> Option<bool> {
 
 fn step(n: &GraphNode, k: &str, default: u64) -> u64 {
     n.params.get(k).and_then(Value::as_u64).unwrap_or(default)
+}
+
+/// The LoRAs of a chain's two models as one request's: one loaded on both (same file, same
+/// strength) binds to both experts, the others to their model's (the first sampler's is the
+/// high-noise expert).
+fn bind_per_model(first: &mut Vec<LoraPlan>, second: Vec<LoraPlan>) {
+    use fastvideo_request::LoraExpert;
+    let same = |a: &LoraPlan, b: &LoraPlan| a.file == b.file && a.strength == b.strength;
+    for l in first.iter_mut() {
+        if !second.iter().any(|s| same(s, l)) {
+            l.expert = Some(LoraExpert::HighNoise);
+        }
+    }
+    let shared: Vec<LoraPlan> = first.clone();
+    for mut l in second.into_iter().filter(|s| !shared.iter().any(|f| same(f, s))) {
+        l.expert = Some(LoraExpert::LowNoise);
+        first.push(l);
+    }
 }
 
 impl<'a> Lowering<'a> {
@@ -103,11 +121,12 @@ impl<'a> Lowering<'a> {
                 ),
             );
         }
-        if loras_2 != *loras {
+        if !two_models && loras_2 != *loras {
             let node = loras_2.first().or(loras.first()).map_or(second.origin.as_str(), |l| l.node.as_str());
-            let msg =
-                "the two samplers' models carry different LoRAs; per-model LoRAs in a chain are not supported yet";
-            return Err(CompileError::node(node, msg));
+            return Err(CompileError::node(node, "the two samplers run one model with different LoRAs"));
+        }
+        if two_models {
+            bind_per_model(loras, loras_2);
         }
         for param in ["positive", "negative"] {
             let (a, b) = (self.conditioning(first, param, files)?.0, self.conditioning(second, param, files)?.0);

@@ -85,6 +85,7 @@ impl<'a> Lowering<'a> {
                     node: m.origin.clone(),
                     file: text(m, "file")?,
                     strength: number(m, "strength")?,
+                    expert: None,
                 });
             }
             m = self.expect(m, "model", &FROM)?.0;

@@ -31,6 +31,10 @@ pub struct LoraPlan {
     pub file: String,
     /// `strength_model`.
     pub strength: f64,
+    /// In a chain of two models: the one it loads on, when not both (`high_noise` for the first
+    /// sampler's, `low_noise` for the second's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expert: Option<fastvideo_request::LoraExpert>,
 }
 
 /// What an output node writes.
@@ -157,7 +161,7 @@ impl RunPlan {
         r.lora = self
             .loras
             .iter()
-            .map(|l| fastvideo_request::LoraChoice { name: l.file.clone(), scale: Some(l.strength), expert: None })
+            .map(|l| fastvideo_request::LoraChoice { name: l.file.clone(), scale: Some(l.strength), expert: l.expert })
             .collect();
         if let Some(video) = &self.video {
             let v = video.load(inputs)?;
