@@ -41,6 +41,10 @@ pub struct PrecisionArgs {
     /// Fused CUDA kernels (`on`) or plain libtorch ops everywhere (`off`) [default: on].
     #[arg(long, value_parser = ["on", "off"])]
     pub kernels: Option<String>,
+    /// Two-expert models (Wan 2.2 A14B): keep one expert on the device, the other in pinned host
+    /// memory, swapped when a step needs it.
+    #[arg(long)]
+    pub offload_experts: bool,
 }
 
 impl PrecisionArgs {
@@ -50,6 +54,7 @@ impl PrecisionArgs {
         if let Some(k) = &self.kernels {
             m.kernels = k == "on";
         }
+        m.offload_experts |= self.offload_experts;
     }
 
     /// The default model config with these flags applied.

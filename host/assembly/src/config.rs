@@ -70,6 +70,9 @@ pub struct ModelConfig {
     /// How the GPUs split a step: cfg, sp or cfg+sp.
     #[serde(with = "from_str_opt")]
     pub parallel: Option<ParallelMode>,
+    /// Two-expert models (Wan 2.2 A14B): one expert on the device at a time, the other in
+    /// pinned host memory (half the transformers' device memory, a swap when the expert changes).
+    pub offload_experts: bool,
 }
 
 impl Default for ModelConfig {
@@ -83,6 +86,7 @@ impl Default for ModelConfig {
             kernels: true,
             gpus: 1,
             parallel: None,
+            offload_experts: false,
         }
     }
 }

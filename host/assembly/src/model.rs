@@ -68,6 +68,6 @@ impl ModelConfig {
     }
 
     fn options(&self, device: Device) -> LoadOptions {
-        LoadOptions { device, dtype: self.dtype, vae_dtype: self.vae_dtype }
+        LoadOptions { device, dtype: self.dtype, vae_dtype: self.vae_dtype, offload_experts: self.offload_experts }
     }
 }

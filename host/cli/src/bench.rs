@@ -81,6 +81,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
         );
         if let (Some(f2), Some(sw)) = (report.expert_2_forward_s, report.expert_switch_forward_s) {
             println!("low-noise expert: forward {f2:.3} s; alternating experts {sw:.3} s per forward");
+            if let Some(s) = report.expert_swap_s {
+                println!("offloaded experts: {s:.3} s per swap");
+            }
         }
     }
     Ok(())

@@ -38,6 +38,11 @@ pub trait AdapterTarget: Send + Sync {
     fn unmerge(&self);
     /// The merged set's key, if any.
     fn merged(&self) -> Option<String>;
+    /// Whether merging is possible now (not with weights that leave the device: offloaded
+    /// experts); the unmerged path serves every set anyway.
+    fn can_merge(&self) -> bool {
+        true
+    }
 }
 
 /// One adapter a server may run.

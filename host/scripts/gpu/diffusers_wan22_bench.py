@@ -112,6 +112,9 @@ save_file(inputs, os.path.join(A.out, "inputs.safetensors"))
 log(f"inputs: hidden_states {list(inputs['hidden_states'].shape)}, vae_latents {list(inputs['vae_latents'].shape)}")
 if A.inputs_only:
     raise SystemExit(0)
+for stale in ("ref_bf16.safetensors", "diffusers_wan22.json"):  # an earlier run's must not pass for this one's
+    if os.path.exists(os.path.join(A.out, stale)):
+        os.remove(os.path.join(A.out, stale))
 
 
 def load(part):

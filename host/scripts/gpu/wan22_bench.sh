@@ -9,8 +9,10 @@
 # before diffusers (whose torch.compile phase is the longest), and diffusers writes its figures
 # after each phase, so a call cut by its time limit still compares what ran. The a14b folder is
 # 28 GB (transformer_2/ links to transformer/'s weights: same values, two copies when loaded).
-#   needs  .whl/ and the binary at ${FASTVIDEO_BIN:-.gpu/fastvideo} (host/scripts/gpu/build_here.sh)
-#   env    KIND=a14b|ti2v  STAGES="make inputs ours diffusers compare"  MODEL=/tmp/wan22-$KIND
+#   needs  .gpu-pack/site.tar.xz or .whl/ (pack_site.sh, fetch_wheels.sh) and the binary at
+#          ${FASTVIDEO_BIN:-.gpu/fastvideo}, or .gpu-pack/fastvideo.xz (xz of the stripped release build)
+#   env    KIND=a14b|ti2v  STAGES="make inputs ours diffusers compare" (a14b: add `offload`, our
+#          bench with --offload-experts)  MODEL=/tmp/wan22-$KIND
 #          OUT=/tmp/wan22-$KIND-out  RUNS=2  DEVICE=cuda  SKIP_COMPILE=1
 #          FRAMES/HEIGHT/WIDTH (a14b 81x480x832, ti2v 121x704x1280)
 #          MAKE_ARGS= (--tiny with DEVICE=cpu: a CPU check)
@@ -30,6 +32,10 @@ RUNS="${RUNS:-2}"
 DEVICE="${DEVICE:-cuda}"
 S=host/scripts/gpu
 mkdir -p "$OUT"
+# The binary travels compressed (the 64 MiB a call carries).
+if [ ! -x "$BIN" ] && [ -f .gpu-pack/fastvideo.xz ]; then
+  mkdir -p "$(dirname "$BIN")" && xz -dc .gpu-pack/fastvideo.xz >"$BIN" && chmod +x "$BIN"
+fi
 
 # shellcheck source=host/scripts/gpu/torch_env.sh
 source host/scripts/gpu/torch_env.sh
@@ -53,24 +59,30 @@ diffusers() {
     --runs "$RUNS" ${SKIP_COMPILE:+--skip-compile}
 }
 
-ours() { # bench's JSON, with the GPU's peak as nvidia-smi saw it (every process) merged in
-  local smi="$OUT/ours_smi.txt" pid='' rc=0
+ours() { ours_as ours --runs "$RUNS"; }
+
+# a14b with --offload-experts: one run per measurement is enough for the swap time and memory.
+offload() { ours_as ours_offload --runs 1 --offload-experts; }
+
+ours_as() { # NAME ARGS...: bench's JSON in NAME.json, with the GPU's peak as nvidia-smi saw it merged in
+  local name=$1 smi="$OUT/$1_smi.txt" pid='' rc=0
+  shift
   : >"$smi"
   rm -f "$OUT/ours_velocity.safetensors"
   if command -v nvidia-smi >/dev/null; then
     nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i "${GPU_INDEX:-0}" -lms 200 >"$smi" &
     pid=$!
   fi
-  "$BIN" bench --model "$MODEL" --device "$DEVICE" --dtype bf16 "${SIZE[@]}" --runs "$RUNS" --vae-runs 1 \
-    --inputs "$OUT/inputs.safetensors" --outputs "$OUT/ours_velocity.safetensors" --json >"$OUT/ours.json" || rc=$?
+  "$BIN" bench --model "$MODEL" --device "$DEVICE" --dtype bf16 "${SIZE[@]}" "$@" --vae-runs 1 \
+    --inputs "$OUT/inputs.safetensors" --outputs "$OUT/ours_velocity.safetensors" --json >"$OUT/$name.json" || rc=$?
   if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
-  [ -s "$OUT/ours.json" ] || return "$((rc ? rc : 1))"
+  [ -s "$OUT/$name.json" ] || return "$((rc ? rc : 1))"
   python3 -c 'import json, sys
 p, smi = sys.argv[1:]
 mib = [int(x) for x in open(smi).read().split() if x.isdigit()]
 o = json.load(open(p))
 o["peak_gpu_smi_mib"], o["base_gpu_smi_mib"] = (max(mib), mib[0]) if mib else (None, None)
-json.dump(o, open(p, "w"))' "$OUT/ours.json" "$smi"
+json.dump(o, open(p, "w"))' "$OUT/$name.json" "$smi"
   return "$rc"
 }
 
@@ -116,6 +128,15 @@ else:
         row("diffusers + torch.compile", *comp, "-", "-")
     row("fastvideo", *mine, f"{o.get('vae_dtype', '')} {f(o.get('vae_decode_s'))}".strip(),
         mem((o.get("gpu_used_after_vae_bytes"), "after VAE (driver)"), ours_peak))
+off = read("ours_offload.json")
+if off:
+    p = off.get("peak_gpu_smi_mib")
+    print(f"fastvideo --offload-experts: {f(off.get('expert_swap_s'))} s per swap (one expert out to pinned host "
+          f"memory, the other in); alternating experts {f(off.get('expert_switch_forward_s'))} s per forward; "
+          f"after load {gib(off.get('gpu_used_after_load_bytes'))}, peak {gib(p * 2**20) if p else '-'}")
+if d.get("gpu", "cpu") != "cpu" or o.get("gpu_used_after_load_bytes"):
+    print("memory: diffusers' is torch.cuda's allocated bytes of that phase's modules alone; ours is the driver's view "
+          "(every component resident, the allocator's cache and the CUDA context included)")
 if all(os.path.exists(os.path.join(out, n)) for n in ("ours_velocity.safetensors", "ref_bf16.safetensors")):
     a = load_file(os.path.join(out, "ours_velocity.safetensors"))["velocity"].float()
     b = load_file(os.path.join(out, "ref_bf16.safetensors"))["velocity"].float()
@@ -127,5 +148,6 @@ PY
 stage make make_model
 stage inputs inputs
 stage ours ours || true
+stage offload offload || true
 stage diffusers diffusers || true
 stage compare compare

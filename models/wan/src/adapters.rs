@@ -23,6 +23,8 @@ pub struct WanAdapters {
     pub text_encoder: std::sync::Arc<Umt5Encoder>,
     /// The key of the whole set merged into the experts, if one is.
     merged: std::sync::Mutex<Option<String>>,
+    /// Experts swap between device and host (`--offload-experts`): never merged.
+    offloaded: bool,
 }
 
 impl WanAdapters {
@@ -32,6 +34,7 @@ impl WanAdapters {
             transformer_2: model.low_noise.as_ref().map(|e| e.transformer.clone()),
             text_encoder: model.text_encoder.clone(),
             merged: Default::default(),
+            offloaded: model.offload.is_some(),
         }
     }
 
@@ -56,6 +59,7 @@ impl AdapterTarget for WanAdapters {
         Ok(a)
     }
     fn merge(&self, set: &AdapterSet) -> Result<()> {
+        anyhow::ensure!(!self.offloaded, "adapters run unmerged on a model whose experts are offloaded");
         let mut merged = self.merged.lock().unwrap_or_else(|e| e.into_inner());
         *merged = None;
         for (e, t) in self.experts() {
@@ -74,6 +78,9 @@ impl AdapterTarget for WanAdapters {
     }
     fn merged(&self) -> Option<String> {
         self.merged.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+    fn can_merge(&self) -> bool {
+        !self.offloaded
     }
 }
 

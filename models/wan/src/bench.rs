@@ -68,6 +68,9 @@ pub struct BenchReport {
     /// after the other's (alternating, per forward): above `forward_s` by what switching costs.
     pub expert_2_forward_s: Option<f64>,
     pub expert_switch_forward_s: Option<f64>,
+    /// `--offload-experts`: the mean time of one swap (one expert out to pinned host memory,
+    /// the other in), over the swaps the measurements above made.
+    pub expert_swap_s: Option<f64>,
     /// The velocity for the inputs (float32), for parity checks.
     #[serde(skip)]
     pub velocity: Option<Tensor>,
@@ -199,19 +202,27 @@ pub fn run(model: &WanModel, opts: &BenchOptions) -> Result<BenchReport> {
         let q = Tensor::zeros([1, heads, tokens, t.cfg.attention_head_dim], (model.load_report.transformer_dtype, dev));
         sdpa_name(Tensor::internal_fused_sdp_choice(&q, &q, &q, None::<Tensor>, 0.0, false, None, false))
     };
+    // Offloaded experts: each forward brings its expert to the device first.
+    let on = |e: u32| model.offload.as_ref().map_or(Ok(()), |s| s.ensure(e));
     let (expert_2_forward_s, expert_switch_forward_s) = match &model.low_noise {
         Some(e) => {
             let t2 = &e.transformer;
-            let (mut f2, _) =
-                time(dev, opts.runs, || t2.forward_adapted(&latents, &timestep, &context, image, None, None))?;
-            let (mut sw, _) = time(dev, opts.runs, || {
-                drop(t.forward_adapted(&latents, &timestep, &context, image, None, None)?);
+            let (mut f2, _) = time(dev, opts.runs, || {
+                on(1)?;
                 t2.forward_adapted(&latents, &timestep, &context, image, None, None)
             })?;
+            let (mut sw, _) = time(dev, opts.runs, || {
+                on(0)?;
+                drop(t.forward_adapted(&latents, &timestep, &context, image, None, None)?);
+                on(1)?;
+                t2.forward_adapted(&latents, &timestep, &context, image, None, None)
+            })?;
+            on(0)?;
             (Some(median(&mut f2)), Some(median(&mut sw) / 2.0))
         }
         None => (None, None),
     };
+    let expert_swap_s = model.offload.as_ref().map(|s| s.swaps()).filter(|(n, _)| *n > 0).map(|(n, s)| s / n as f64);
     let gpu_used_after_transformer_bytes = device_memory();
 
     let (ids, mask) = model.tokenizer.encode(&["a red circle moving left".to_string()], len as usize, dev)?;
@@ -276,6 +287,7 @@ pub fn run(model: &WanModel, opts: &BenchOptions) -> Result<BenchReport> {
         vae_fp32_decode_s,
         expert_2_forward_s,
         expert_switch_forward_s,
-        velocity: Some(velocity.to_kind(Kind::Float).to_device(Device::Cpu)),
+        expert_swap_s,
+        velocity: Some(velocity.to_kind(Kind::Float).to_device(Device::Cpu).contiguous()),
     })
 }

@@ -17,6 +17,7 @@ pub mod image_resize;
 pub mod loader;
 pub mod lora_bench;
 pub mod nn;
+pub mod offload;
 pub mod parallel;
 pub mod parallel_bench;
 pub mod pipeline;

@@ -55,11 +55,14 @@ pub struct LoadOptions {
     pub dtype: Precision,
     /// The VAE's dtype (auto: [`VAE_CUDA_DEFAULT`] on CUDA, fp32 on CPU).
     pub vae_dtype: Precision,
+    /// A two-expert model keeps one expert on the device, the other in pinned host memory
+    /// (swapped when a step needs it). Ignored for models with one transformer.
+    pub offload_experts: bool,
 }
 
 impl LoadOptions {
     pub fn new(device: Device) -> Self {
-        Self { device, dtype: Precision::Auto, vae_dtype: Precision::Auto }
+        Self { device, dtype: Precision::Auto, vae_dtype: Precision::Auto, offload_experts: false }
     }
 }
 
@@ -88,6 +91,8 @@ pub struct WanModel {
     /// A two-expert model's low-noise expert (`transformer_2/`) and the boundary ratio below
     /// which it runs (`model_index.json`'s `boundary_ratio`).
     pub low_noise: Option<LowNoiseExpert>,
+    /// `--offload-experts`: the experts take turns on the device.
+    pub offload: Option<Arc<crate::offload::ExpertSwap>>,
     pub vae: Arc<AutoencoderKLWan>,
     /// Prompt embeddings already computed with this text encoder (shared by every pipeline
     /// built from this model).
@@ -292,6 +297,14 @@ impl WanModel {
         // The embedding cache key names the encoder's dtype too: bf16 and fp32 embeddings differ.
         let identity = format!("{}|{}", weights_identity(&e_dir), fastvideo_torch::kind_name(kind));
         let text_cache = Arc::new(fastvideo_pipeline::EmbeddingCache::new(identity, 512));
+        let transformer = Arc::new(transformer);
+        let offload = match (&low_noise, opts.offload_experts) {
+            (Some(e), true) => Some(Arc::new(crate::offload::ExpertSwap::new(
+                vec![Arc::clone(&transformer), Arc::clone(&e.transformer)],
+                device,
+            )?)),
+            _ => None,
+        };
         let load_report = LoadReport {
             seconds: t0.elapsed().as_secs_f64(),
             host_peak_rss_bytes: host_peak_rss(),
@@ -306,7 +319,8 @@ impl WanModel {
             text_cache,
             tokenizer,
             text_encoder: Arc::new(text_encoder),
-            transformer: Arc::new(transformer),
+            transformer,
+            offload,
             low_noise,
             vae: Arc::new(vae),
             scheduler,
@@ -398,6 +412,7 @@ impl WanModel {
             text_encoder: Arc::clone(&self.text_encoder),
             transformer: Arc::clone(&self.transformer),
             low_noise: self.low_noise.clone(),
+            offload: self.offload.clone(),
             vae: Arc::clone(&self.vae),
             text_cache: Arc::clone(&self.text_cache),
             scheduler: self.scheduler.clone(),

@@ -127,6 +127,8 @@ const NUM_TRAIN_TIMESTEPS: f32 = 1000.0;
 struct WanDenoiser {
     /// Expert 0 is `transformer` (Wan 2.2's high-noise expert), expert 1 `transformer_2`.
     experts: Vec<Arc<WanTransformer3DModel>>,
+    /// `--offload-experts`: the one on the device.
+    offload: Option<Arc<crate::offload::ExpertSwap>>,
     /// The same transformer over several ranks, when the model runs parallel.
     parallel: Option<Arc<ParallelTransformer>>,
     z_dim: i64,
@@ -135,11 +137,15 @@ struct WanDenoiser {
 }
 
 impl WanDenoiser {
+    /// The expert `cond` asks for, brought to the device first when experts are offloaded.
     fn expert(&self, cond: &Conditioning) -> Result<&WanTransformer3DModel> {
-        match self.experts.get(cond.expert as usize) {
-            Some(t) => Ok(t),
-            None => anyhow::bail!("expert {} asked of a model with {}", cond.expert, self.experts.len()),
+        let Some(t) = self.experts.get(cond.expert as usize) else {
+            anyhow::bail!("expert {} asked of a model with {}", cond.expert, self.experts.len())
+        };
+        if let Some(swap) = &self.offload {
+            swap.ensure(cond.expert)?;
         }
+        Ok(t)
     }
 }
 
@@ -250,6 +256,7 @@ pub fn text_to_video_with(model: &WanModel, policies: LoopPolicies) -> Result<Pi
             .chain(model.low_noise.as_ref().map(|e| &e.transformer))
             .cloned()
             .collect(),
+        offload: model.offload.clone(),
         parallel: model.parallel.clone(),
         z_dim: model.vae.cfg.z_dim,
         temporal: model.vae.cfg.temporal_factor(),

@@ -37,7 +37,7 @@ fn common_set<'a>(spec: &Arc<PipelineSpec>, jobs: &'a HashMap<u64, Job>, startin
 /// Merges the common set into `spec`'s model, or unmerges when there is none. A failed merge
 /// leaves the weights unmerged (the unmerged path is always correct).
 pub(super) fn sync(spec: &Arc<PipelineSpec>, jobs: &HashMap<u64, Job>, starting: u64, metrics: &Metrics) {
-    let Some(target) = &spec.adapters else { return };
+    let Some(target) = spec.adapters.as_ref().filter(|t| t.can_merge()) else { return };
     let merged = target.merged();
     match common_set(spec, jobs, starting) {
         Some(set) if merged.as_deref() == Some(set.key()) => {}

@@ -110,7 +110,7 @@ fn latents(model: &WanModel) -> Tensor {
 fn bf16_shards_and_other_versions_configs_load_and_generate_the_same_model() {
     let published = relaid(true);
     let plain = relaid(false);
-    let opts = LoadOptions { device: Device::Cpu, dtype: Precision::Fp32, vae_dtype: Precision::Fp32 };
+    let opts = LoadOptions { dtype: Precision::Fp32, vae_dtype: Precision::Fp32, ..LoadOptions::new(Device::Cpu) };
     let a = WanModel::load_with(published.path(), opts).expect("published-style folder loads");
     assert_eq!(a.load_report.transformer_dtype, Kind::Float, "CPU computes in fp32 whatever the storage");
     let b = WanModel::load_with(plain.path(), opts).unwrap();
@@ -139,7 +139,7 @@ fn a_config_key_that_would_change_the_numerics_is_still_refused_by_name() {
 fn bf16_compute_on_cpu_stays_close_to_fp32() {
     // The dtype is a load option: the same folder in bf16 (as on CUDA by default) is converted once
     // at load, modules the reference keeps in fp32 stay fp32, and the output stays near fp32's.
-    let opts = LoadOptions { device: Device::Cpu, dtype: Precision::Bf16, vae_dtype: Precision::Bf16 };
+    let opts = LoadOptions { dtype: Precision::Bf16, vae_dtype: Precision::Bf16, ..LoadOptions::new(Device::Cpu) };
     let m = WanModel::load_with(&default_model(), opts).unwrap();
     assert_eq!(m.load_report.transformer_dtype, Kind::BFloat16);
     let l16 = latents(&m);

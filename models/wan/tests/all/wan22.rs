@@ -354,3 +354,21 @@ fn a_set_bound_per_expert_merges_into_each_expert_its_part() {
     target.unmerge();
     assert!(with_lora(&m, Some(1), 0.875).equal(&unmerged), "unmerging restores the weights exactly");
 }
+
+#[test]
+fn offloaded_experts_compute_what_resident_ones_do() {
+    // On the CPU the swap is a copy to host buffers and back: the bookkeeping and the weights'
+    // round trip, not the memory saving (the H200 measures that, docs/benchmarks.md).
+    let resident = load("tiny-wan22-t2v");
+    let (want, _) = run_t2v(&resident, request(TaskType::T2v, 4.0, Some(3.0)));
+    let opts = fastvideo_wan::LoadOptions { offload_experts: true, ..fastvideo_wan::LoadOptions::new(Device::Cpu) };
+    let m = WanModel::load_with(&fixture_dir().join("tiny-wan22-t2v"), opts).unwrap();
+    let swap = m.offload.clone().expect("two experts, offloaded");
+    assert_eq!(swap.resident(), 0);
+    let (got, _) = run_t2v(&m, request(TaskType::T2v, 4.0, Some(3.0)));
+    assert!(latents_of(&got).equal(&latents_of(&want)));
+    assert_eq!((swap.resident(), swap.swaps().0), (1, 1), "one swap, at the switch");
+    let (again, _) = run_t2v(&m, request(TaskType::T2v, 4.0, Some(3.0)));
+    assert!(latents_of(&again).equal(&latents_of(&want)), "the weights survive the round trip");
+    assert_eq!(swap.swaps().0, 3, "back to the high-noise expert, and to the low-noise one again");
+}
