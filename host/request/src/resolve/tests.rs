@@ -1,0 +1,186 @@
+//! `OmniRequest::resolve` against example limits: defaults, bounds, and the field each error names.
+
+use super::*;
+use crate::TextRole;
+
+fn limits() -> ModelLimits {
+    ModelLimits {
+        family: "Wan".into(),
+        tasks: vec![TaskType::T2v, TaskType::T2i],
+        image_roles: first_frame_only(),
+        frame_multiple: 4,
+        spatial_multiple: 16,
+        max_frames: 121,
+        max_side: 1280,
+        max_steps: 200,
+        defaults: Defaults {
+            steps: 20,
+            guidance_scale: 5.0,
+            shift: 3.0,
+            height: 64,
+            width: 64,
+            num_frames: 17,
+            fps: 16,
+            sampler: SamplerKind::Unipc,
+            negative_prompt: String::new(),
+            experts: None,
+        },
+    }
+}
+
+fn req() -> OmniRequest {
+    OmniRequest::text_to_video("r1", "a red circle")
+}
+
+#[test]
+fn defaults_fill_missing_fields() {
+    let r = req().resolve(&limits(), || 7).unwrap();
+    assert_eq!((r.steps, r.num_frames, r.height, r.seed), (20, 17, 64, 7));
+    assert_eq!(r.sampler, SamplerKind::Unipc);
+    assert!(r.does_cfg());
+}
+
+#[test]
+fn frames_must_be_4k_plus_1() {
+    let mut r = req();
+    r.diffusion.num_frames = Some(16);
+    let e = r.resolve(&limits(), || 0).unwrap_err();
+    assert_eq!(e.field, "diffusion.num_frames");
+    assert!(e.rule.contains("4k+1") && e.rule.contains("e.g. 13 or 17"), "{e}");
+    // Past the limit the hint is the largest valid count, never a value out of range too.
+    let max = limits().max_frames;
+    for n in [max + 1, 100_000, u32::MAX] {
+        r.diffusion.num_frames = Some(n);
+        let e = r.resolve(&limits(), || 0).unwrap_err();
+        let top = (max - 1) / 4 * 4 + 1;
+        assert!(e.rule.ends_with(&format!("(e.g. {top})")), "{n}: {e}");
+    }
+}
+
+#[test]
+fn sizes_must_be_multiples_of_16() {
+    let mut r = req();
+    r.diffusion.width = Some(70);
+    let e = r.resolve(&limits(), || 0).unwrap_err();
+    assert_eq!(e.field, "diffusion.width");
+    assert!(e.rule.contains("multiple of 16"), "{e}");
+}
+
+#[test]
+fn empty_prompt_and_bad_numbers_are_named() {
+    let mut r = req();
+    r.inputs = vec![InputPart::Text { text: "  ".into(), role: Default::default() }];
+    assert_eq!(r.resolve(&limits(), || 0).unwrap_err().field, "prompt");
+    let mut r = req();
+    r.diffusion.num_inference_steps = Some(0);
+    assert_eq!(r.resolve(&limits(), || 0).unwrap_err().field, "diffusion.num_inference_steps");
+    let mut r = req();
+    r.diffusion.guidance_scale = Some(f32::NAN);
+    assert_eq!(r.resolve(&limits(), || 0).unwrap_err().field, "diffusion.guidance_scale");
+    let mut r = req();
+    r.task = TaskType::I2v;
+    let e = r.resolve(&limits(), || 0).unwrap_err();
+    assert!(e.to_string().starts_with("task: Wan does not support `i2v`"), "{e}");
+}
+
+#[test]
+fn image_task_forces_one_frame_and_negative_prompt_sources() {
+    let mut r = req();
+    r.task = TaskType::T2i;
+    r.diffusion.num_frames = Some(16);
+    r.inputs.push(InputPart::Text { text: "blurry".into(), role: TextRole::Negative });
+    let out = r.resolve(&limits(), || 0).unwrap();
+    assert_eq!(out.num_frames, 1);
+    assert_eq!(out.negative_prompt, "blurry");
+    r.diffusion.negative_prompt = Some("grainy".into());
+    assert_eq!(r.resolve(&limits(), || 0).unwrap().negative_prompt, "grainy");
+}
+
+#[test]
+fn sde_fields_are_checked_and_defaulted() {
+    let mut r = req();
+    r.sampling.sampler = Some(SamplerKind::FlowSde);
+    r.diffusion.num_inference_steps = Some(4);
+    let out = r.resolve(&limits(), || 0).unwrap();
+    assert_eq!((out.noise_level, out.sde_steps.clone()), (DEFAULT_NOISE_LEVEL, vec![0, 1, 2, 3]));
+    r.sampling.sde_steps = Some(vec![2, 0, 2]);
+    r.sampling.noise_level = Some(1.2);
+    let out = r.resolve(&limits(), || 0).unwrap();
+    assert_eq!((out.noise_level, out.sde_steps), (1.2, vec![0, 2]));
+    r.sampling.sde_steps = Some(vec![4]);
+    let e = r.resolve(&limits(), || 0).unwrap_err();
+    assert_eq!(e.field, "sampling.sde_steps");
+    assert!(e.rule.contains("past the last of 4"), "{e}");
+    r.sampling.sde_steps = None;
+    r.sampling.noise_level = Some(0.0);
+    assert_eq!(r.resolve(&limits(), || 0).unwrap_err().field, "sampling.noise_level");
+    // The SDE fields mean nothing to a deterministic sampler: refused, not ignored.
+    let mut r = req();
+    r.sampling.noise_level = Some(0.5);
+    let e = r.resolve(&limits(), || 0).unwrap_err();
+    assert_eq!(e.field, "sampling.noise_level");
+    assert!(e.rule.contains("flow_sde") && e.rule.contains("unipc"), "{e}");
+}
+
+#[test]
+fn json_round_trip_and_unknown_fields_are_refused() {
+    let r = req();
+    let s = serde_json::to_string(&r).unwrap();
+    let back: OmniRequest = serde_json::from_str(&s).unwrap();
+    assert_eq!(back, r);
+    let bad = s.replace("\"diffusion\":{", "\"diffusion\":{\"stepz\":3,");
+    let e = serde_json::from_str::<OmniRequest>(&bad).unwrap_err().to_string();
+    assert!(e.contains("stepz"), "{e}");
+}
+
+#[test]
+fn media_inputs_match_the_task() {
+    let mut l = limits();
+    l.tasks = vec![TaskType::T2v, TaskType::I2v, TaskType::V2v];
+    let mut r = req();
+    r.diffusion.strength = Some(0.5);
+    assert_eq!(r.resolve(&l, || 0).unwrap_err().field, "diffusion.strength");
+    r.diffusion.strength = None;
+    r.diffusion.resize_mode = Some(crate::ResizeMode::Crop);
+    assert_eq!(r.resolve(&l, || 0).unwrap_err().field, "diffusion.resize_mode");
+    let mut r = req();
+    r.task = TaskType::V2v;
+    assert!(r.resolve(&l, || 0).unwrap_err().rule.contains("needs a video"));
+    let mut r = req();
+    r.task = TaskType::I2v;
+    assert!(r.resolve(&l, || 0).unwrap_err().rule.contains("needs an image"));
+    let mut r = req();
+    r.inputs.push(InputPart::Image { path: Some("x.png".into()), b64: None, role: Default::default() });
+    let e = r.resolve(&l, || 0).unwrap_err();
+    assert_eq!((e.field.as_str(), e.rule.contains("only text")), ("inputs[1]", true), "{e}");
+    let mut r = req();
+    r.task = TaskType::I2v;
+    r.inputs.push(InputPart::Image { path: None, b64: Some("aGVsbG8=".into()), role: Default::default() });
+    let e = r.resolve(&l, || 0).unwrap_err();
+    assert_eq!((e.field.as_str(), e.rule.contains("not an image")), ("inputs[1]", true), "{e}");
+}
+
+#[test]
+fn pictures_match_the_models_image_roles() {
+    use crate::ImageRole::{FirstFrame, LastFrame};
+    let mut png = Vec::new();
+    image::RgbImage::new(2, 2).write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png).unwrap();
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD.encode(&png);
+    let with = |roles: &[crate::ImageRole]| {
+        let mut r = req();
+        r.task = TaskType::I2v;
+        for &role in roles {
+            r.inputs.push(InputPart::Image { path: None, b64: Some(b64.clone()), role });
+        }
+        r
+    };
+    let i2v = ModelLimits { tasks: vec![TaskType::I2v], image_roles: vec![FirstFrame], ..limits() };
+    assert_eq!(with(&[FirstFrame]).resolve(&i2v, || 0).unwrap().images.len(), 1);
+    let e = with(&[FirstFrame, LastFrame]).resolve(&i2v, || 0).unwrap_err();
+    assert_eq!((e.field.as_str(), e.rule.contains("takes no last_frame image")), ("inputs[2]", true), "{e}");
+    let flf2v = ModelLimits { image_roles: vec![FirstFrame, LastFrame], ..i2v };
+    assert_eq!(with(&[FirstFrame, LastFrame]).resolve(&flf2v, || 0).unwrap().images.len(), 2);
+    let e = with(&[FirstFrame]).resolve(&flf2v, || 0).unwrap_err();
+    assert_eq!((e.field.as_str(), e.rule.contains("needs a last_frame image")), ("inputs", true), "{e}");
+}
