@@ -9,14 +9,16 @@ builds it); peak memory of each. Writes the forward's inputs under diffusers' ar
     python3 diffusers_i2v_bench.py --model DIR --out DIR [--frames 81 --height 480 --width 832]
 """
 import argparse
-import gc
 import json
 import os
-import statistics
+import sys
 import time
 
 import torch
 from safetensors.torch import save_file
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_common import Bench  # noqa: E402
 
 P = argparse.ArgumentParser()
 P.add_argument("--model", required=True)
@@ -36,44 +38,8 @@ R = {"frames": A.frames, "height": A.height, "width": A.width, "torch": torch.__
      "gpu": torch.cuda.get_device_name(DEV) if CUDA else "cpu"}
 
 
-def sync():
-    if CUDA:
-        torch.cuda.synchronize(DEV)
-
-
-def free():
-    gc.collect()
-    if CUDA:
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats(DEV)
-
-
-def peak():
-    return torch.cuda.max_memory_allocated(DEV) if CUDA else None
-
-
-def timed(fn, runs, warmup):
-    out = None
-    for _ in range(warmup):
-        out = fn()
-    times = []
-    for _ in range(runs):
-        sync()
-        t = time.perf_counter()
-        out = fn()
-        sync()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times), out
-
-
-def log(msg):
-    print(f"diffusers_i2v_bench: {msg}", flush=True)
-
-
-def dump():
-    """Figures so far: a call cut short by its time limit still leaves the phases it finished."""
-    with open(os.path.join(A.out, "diffusers_i2v.json"), "w") as f:
-        json.dump(R, f, indent=2)
+B = Bench(DEV, "diffusers_i2v_bench", os.path.join(A.out, "diffusers_i2v.json"), R)
+sync, free, peak, timed, log, dump = B.sync, B.free, B.peak, B.timed, B.log, B.dump
 
 
 from diffusers import AutoencoderKLWan, WanTransformer3DModel  # noqa: E402
