@@ -60,6 +60,19 @@ fn rel_err(a: &Tensor, b: &Tensor) -> f64 {
     (a - b).abs().max().double_value(&[]) / b.abs().max().double_value(&[]).max(1e-12)
 }
 
+/// `req` as image to video from the `[H, W, 3]` uint8 fixture `name` as its first frame.
+fn with_first_frame(req: &mut ResolvedRequest, name: &str) {
+    req.task = TaskType::I2v;
+    let first = fx(name);
+    let (h, w, _) = first.size3().unwrap();
+    req.images.push(InputImage {
+        role: ImageRole::FirstFrame,
+        width: w as u32,
+        height: h as u32,
+        rgb: Vec::<u8>::try_from(first.flatten(0, -1)).unwrap(),
+    });
+}
+
 /// Records each step's expert and guidance scale as observers see them.
 #[derive(Default, Clone)]
 struct Routes(Arc<Mutex<Vec<(u32, f32)>>>);
@@ -151,15 +164,7 @@ fn two_expert_image_to_video_matches_diffusers_end_to_end() {
     let mut limits = m.limits();
     limits.tasks.push(TaskType::T2v);
     let mut req = request(TaskType::T2v, 5.0, Some(2.5)).resolve(&limits, || 0).unwrap();
-    req.task = TaskType::I2v;
-    let first = fx("i2v.first");
-    let (h, w, _) = first.size3().unwrap();
-    req.images.push(InputImage {
-        role: ImageRole::FirstFrame,
-        width: w as u32,
-        height: h as u32,
-        rgb: Vec::<u8>::try_from(first.flatten(0, -1)).unwrap(),
-    });
+    with_first_frame(&mut req, "i2v.first");
     let (out, _) = crate::common::run_pipeline(spec, req, init("i2v.latents_in"));
     crate::common::assert_matches_reference("a14b i2v", &out, fx("i2v.latents_out"), fx("i2v.video"));
 }
@@ -287,15 +292,7 @@ fn ti2v_text_and_image_to_video_matches_diffusers_end_to_end() {
     let m = load("tiny-wan22-ti2v");
     let spec = Arc::new(pipeline::text_to_video(&m, pipeline::default_guidance()).unwrap());
     let mut req = ti2v_request(TaskType::T2v).resolve(&m.limits(), || 0).unwrap();
-    req.task = TaskType::I2v;
-    let first = fx("ti2v.first");
-    let (h, w, _) = first.size3().unwrap();
-    req.images.push(InputImage {
-        role: ImageRole::FirstFrame,
-        width: w as u32,
-        height: h as u32,
-        rgb: Vec::<u8>::try_from(first.flatten(0, -1)).unwrap(),
-    });
+    with_first_frame(&mut req, "ti2v.first");
     let (out, _) = crate::common::run_pipeline(spec, req, init("ti2v.latents_in"));
     crate::common::assert_matches_reference("ti2v i2v", &out, fx("ti2v.i2v.latents_out"), fx("ti2v.i2v.video"));
 }
