@@ -85,11 +85,11 @@ pub use __workflow_translator::exports::fastvideo::plugin::workflow_translator::
     ComfyNode, GraphNode, Guest as WorkflowTranslator, NodeInput,
 };
 
+pub use __block_interceptor::export_block_interceptor;
+pub use __expert_router::export_expert_router;
 /// An expert router: which expert of a two-expert model runs each step (pure data). Export with
 /// [`export_expert_router!`].
 pub use __expert_router::exports::fastvideo::plugin::expert_router::{ExpertRoute, Experts, Guest as ExpertRouter};
-pub use __block_interceptor::export_block_interceptor;
-pub use __expert_router::export_expert_router;
 pub use __guider::export_guider;
 pub use __observer::export_observer;
 pub use __reward::export_reward;
