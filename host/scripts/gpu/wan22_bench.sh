@@ -73,8 +73,11 @@ ours_as() { # NAME ARGS...: bench's JSON in NAME.json, with the GPU's peak as nv
     nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i "${GPU_INDEX:-0}" -lms 200 >"$smi" &
     pid=$!
   fi
+  # Seeded inputs when the inputs stage did not run (a call measuring our side alone).
+  local inputs=()
+  [ -f "$OUT/inputs.safetensors" ] && inputs=(--inputs "$OUT/inputs.safetensors")
   "$BIN" bench --model "$MODEL" --device "$DEVICE" --dtype bf16 "${SIZE[@]}" "$@" --vae-runs 1 \
-    --inputs "$OUT/inputs.safetensors" --outputs "$OUT/ours_velocity.safetensors" --json >"$OUT/$name.json" || rc=$?
+    "${inputs[@]}" --outputs "$OUT/ours_velocity.safetensors" --json >"$OUT/$name.json" || rc=$?
   if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
   [ -s "$OUT/$name.json" ] || return "$((rc ? rc : 1))"
   python3 -c 'import json, sys

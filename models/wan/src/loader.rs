@@ -225,15 +225,29 @@ impl WanModel {
         let vae_kind = opts.vae_dtype.resolve_or(device, VAE_CUDA_DEFAULT);
         let t_dir = dir.join("transformer");
         let t_cfg = TransformerConfig::load(&t_dir.join("config.json"))?;
-        let t_w = Weights::from_dir(&t_dir, "diffusion_pytorch_model", device, kind)?;
-        let transformer = WanTransformer3DModel::new(t_cfg, &t_w)?;
-        t_w.warn_unused("transformer");
-        let low_noise = match boundary_ratio {
-            Some(boundary_ratio) => {
-                let t2 = load_second_expert(dir, &transformer, device, kind)?;
-                Some(LowNoiseExpert { transformer: Arc::new(t2), boundary_ratio })
+        // Offloaded experts: the low-noise one loads first and is parked in host memory, so the
+        // high-noise one reuses its device blocks (offload.rs).
+        let parked = match boundary_ratio {
+            Some(_) if opts.offload_experts => {
+                let t2 = Arc::new(load_second_expert(dir, &t_cfg, device, kind)?);
+                Some(crate::offload::ExpertSwap::park(t2, device))
             }
-            None => None,
+            _ => None,
+        };
+        let t_w = Weights::from_dir(&t_dir, "diffusion_pytorch_model", device, kind)?;
+        let transformer = Arc::new(WanTransformer3DModel::new(t_cfg.clone(), &t_w)?);
+        t_w.warn_unused("transformer");
+        let (low_noise, offload) = match (boundary_ratio, parked) {
+            (Some(boundary_ratio), Some(parked)) => {
+                let t2 = Arc::clone(parked.expert());
+                let swap = crate::offload::ExpertSwap::new(Arc::clone(&transformer), parked, device)?;
+                (Some(LowNoiseExpert { transformer: t2, boundary_ratio }), Some(Arc::new(swap)))
+            }
+            (Some(boundary_ratio), None) => {
+                let t2 = Arc::new(load_second_expert(dir, &t_cfg, device, kind)?);
+                (Some(LowNoiseExpert { transformer: t2, boundary_ratio }), None)
+            }
+            (None, _) => (None, None),
         };
 
         let v_dir = dir.join("vae");
@@ -297,14 +311,6 @@ impl WanModel {
         // The embedding cache key names the encoder's dtype too: bf16 and fp32 embeddings differ.
         let identity = format!("{}|{}", weights_identity(&e_dir), fastvideo_torch::kind_name(kind));
         let text_cache = Arc::new(fastvideo_pipeline::EmbeddingCache::new(identity, 512));
-        let transformer = Arc::new(transformer);
-        let offload = match (&low_noise, opts.offload_experts) {
-            (Some(e), true) => Some(Arc::new(crate::offload::ExpertSwap::new(
-                vec![Arc::clone(&transformer), Arc::clone(&e.transformer)],
-                device,
-            )?)),
-            _ => None,
-        };
         let load_report = LoadReport {
             seconds: t0.elapsed().as_secs_f64(),
             host_peak_rss_bytes: host_peak_rss(),
@@ -438,16 +444,10 @@ fn is_null_component(v: &Value) -> bool {
 /// `transformer_2/`: the low-noise expert, in the first expert's dtype. Its config must agree
 /// with the first's on everything the pipeline around them shares (channels, text and image
 /// inputs, patching).
-fn load_second_expert(
-    dir: &Path,
-    first: &WanTransformer3DModel,
-    device: Device,
-    kind: Kind,
-) -> Result<WanTransformer3DModel> {
+fn load_second_expert(dir: &Path, a: &TransformerConfig, device: Device, kind: Kind) -> Result<WanTransformer3DModel> {
     let t_dir = dir.join("transformer_2");
     let cfg_path = t_dir.join("config.json");
     let cfg = TransformerConfig::load(&cfg_path)?;
-    let a = &first.cfg;
     for (key, ok) in [
         ("in_channels", cfg.in_channels == a.in_channels),
         ("out_channels", cfg.out_channels() == a.out_channels()),

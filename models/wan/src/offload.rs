@@ -4,6 +4,12 @@
 //! the device memory the transformers take, at the cost of a swap when the running expert changes
 //! (`docs/benchmarks.md` measures it); the scheduler's batch key keeps steps of one expert
 //! together, and a request changes expert once.
+//!
+//! The low-noise expert loads first and leaves for host memory at once ([`ExpertSwap::park`]);
+//! the high-noise expert then loads into the very device blocks it freed (the same shapes, so
+//! libtorch's caching allocator hands them back), and every later swap does the same. Loading
+//! both and evicting one would instead leave its blocks cached as fragments that no activation
+//! fits in, and save nothing (measured on the H200).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -25,8 +31,8 @@ pub struct ExpertSwap {
     swap_nanos: AtomicU64,
 }
 
-// SAFETY: the host buffers are written only by `evict`, which runs in `new` (before the value is
-// shared) or under the `resident` lock in `ensure`; the rest is atomics and shared handles.
+// SAFETY: the host buffers are written only by `evict`, which runs in `park` (before the value
+// exists) or under the `resident` lock in `ensure`; the rest is atomics and shared handles.
 unsafe impl Sync for ExpertSwap {}
 
 /// A host buffer like `t`: pinned where the device is CUDA (fast, asynchronous copies).
@@ -44,31 +50,72 @@ fn repoint(t: &Tensor, data: &Tensor) {
     t.set_data(data);
 }
 
+/// Host buffers for `t`'s linears (weight, bias), pinned on CUDA.
+type HostCopy = Vec<(Tensor, Option<Tensor>)>;
+
+fn host_copy(t: &WanTransformer3DModel, device: Device) -> HostCopy {
+    t.linears().iter().map(|l| (host_like(&l.weight, device), l.bias.as_ref().map(|b| host_like(b, device)))).collect()
+}
+
+/// Copies `t`'s linears (merged adapters included) to `host` and points them there, which frees
+/// their device memory.
+fn evict(t: &WanTransformer3DModel, host: &HostCopy, device: Device) {
+    for (l, (w, b)) in t.linears().iter().zip(host) {
+        if l.weight.device() != Device::Cpu || device == Device::Cpu {
+            let mut w = w.shallow_clone();
+            w.copy_(&l.weight);
+            repoint(&l.weight, &w);
+        }
+        if let (Some(lb), Some(hb)) = (&l.bias, b) {
+            let mut hb = hb.shallow_clone();
+            hb.copy_(lb);
+            repoint(lb, &hb);
+        }
+    }
+}
+
+/// Brings `t`'s linears back to `device` from `host`.
+fn fetch(t: &WanTransformer3DModel, host: &HostCopy, device: Device) {
+    for (l, (w, b)) in t.linears().iter().zip(host) {
+        repoint(&l.weight, &w.to_device_(device, w.kind(), true, true));
+        if let (Some(lb), Some(hb)) = (&l.bias, b) {
+            repoint(lb, &hb.to_device_(device, hb.kind(), true, true));
+        }
+    }
+}
+
+/// An expert moved to host memory before the other loads (see the module docs).
+pub struct Parked {
+    expert: Arc<WanTransformer3DModel>,
+    host: HostCopy,
+}
+
+impl Parked {
+    /// The parked expert.
+    pub fn expert(&self) -> &Arc<WanTransformer3DModel> {
+        &self.expert
+    }
+}
+
 impl ExpertSwap {
-    /// Keeps expert 0 on `device` and moves the others' linears to pinned host memory.
-    pub fn new(experts: Vec<Arc<WanTransformer3DModel>>, device: Device) -> Result<Self> {
-        ensure!(experts.len() >= 2, "offloading experts needs a model with two");
-        let host = experts
-            .iter()
-            .map(|t| {
-                t.linears()
-                    .iter()
-                    .map(|l| (host_like(&l.weight, device), l.bias.as_ref().map(|b| host_like(b, device))))
-                    .collect()
-            })
-            .collect();
-        let swap = Self {
-            experts,
+    /// Moves `expert`'s linears to (pinned) host memory right after it loaded.
+    pub fn park(expert: Arc<WanTransformer3DModel>, device: Device) -> Parked {
+        let host = host_copy(&expert, device);
+        evict(&expert, &host, device);
+        Parked { expert, host }
+    }
+
+    /// `first` resident on `device`, `second` parked.
+    pub fn new(first: Arc<WanTransformer3DModel>, second: Parked, device: Device) -> Result<Self> {
+        let host = vec![host_copy(&first, device), second.host];
+        Ok(Self {
+            experts: vec![first, second.expert],
             host,
             device,
             resident: Mutex::new(0),
             swaps: AtomicU64::new(0),
             swap_nanos: AtomicU64::new(0),
-        };
-        for i in 1..swap.experts.len() {
-            swap.evict(i);
-        }
-        Ok(swap)
+        })
     }
 
     /// Makes expert `e` the resident one (a no-op when it is). Call between forwards only.
@@ -80,8 +127,8 @@ impl ExpertSwap {
             return Ok(());
         }
         let t0 = Instant::now();
-        self.evict(*resident);
-        self.fetch(e);
+        evict(&self.experts[*resident], &self.host[*resident], self.device);
+        fetch(&self.experts[e], &self.host[e], self.device);
         if let Device::Cuda(i) = self.device {
             tch::Cuda::synchronize(i as i64);
         }
@@ -99,33 +146,5 @@ impl ExpertSwap {
     /// Swaps so far, and the seconds they took.
     pub fn swaps(&self) -> (u64, f64) {
         (self.swaps.load(Ordering::Relaxed), self.swap_nanos.load(Ordering::Relaxed) as f64 / 1e9)
-    }
-
-    /// Copies expert `i`'s current linears (merged adapters included) to its host buffers and
-    /// points them there, which frees their device memory.
-    fn evict(&self, i: usize) {
-        for (l, (w, b)) in self.experts[i].linears().iter().zip(&self.host[i]) {
-            if l.weight.device() != Device::Cpu || self.device == Device::Cpu {
-                let mut w = w.shallow_clone();
-                w.copy_(&l.weight);
-                repoint(&l.weight, &w);
-            }
-            if let (Some(lb), Some(hb)) = (&l.bias, b) {
-                let mut hb = hb.shallow_clone();
-                hb.copy_(lb);
-                repoint(lb, &hb);
-            }
-        }
-    }
-
-    /// Brings expert `i`'s linears back to the device.
-    fn fetch(&self, i: usize) {
-        let kind = |t: &Tensor| t.kind();
-        for (l, (w, b)) in self.experts[i].linears().iter().zip(&self.host[i]) {
-            repoint(&l.weight, &w.to_device_(self.device, kind(w), true, true));
-            if let (Some(lb), Some(hb)) = (&l.bias, b) {
-                repoint(lb, &hb.to_device_(self.device, kind(hb), true, true));
-            }
-        }
     }
 }
