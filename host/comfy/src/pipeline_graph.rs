@@ -21,7 +21,11 @@ pub struct PipelineGraph {
 fn fold(v: &mut Value, literals: &HashMap<String, Value>, left: &mut Vec<String>) {
     if let Some(name) = as_ref(v) {
         match literals.get(name) {
-            Some(lit) => *v = lit.clone(),
+            // A switch's pick may be another node's value: that is then what `v` reads.
+            Some(lit) => {
+                *v = lit.clone();
+                left.extend(as_ref(v).map(str::to_string));
+            }
             None => left.push(name.to_string()),
         }
         return;
@@ -31,6 +35,44 @@ fn fold(v: &mut Value, literals: &HashMap<String, Value>, left: &mut Vec<String>
         Value::Object(m) => m.values_mut().for_each(|i| fold(i, literals, left)),
         _ => {}
     }
+}
+
+/// What each `switch` node's value is: its `on_true` or its `on_false` (a literal, or a reference
+/// to another node's value), as its `switch` says; that must be a fixed boolean (a widget or a
+/// primitive). A switch picking another switch's value is followed to the end.
+fn switches(nodes: &[GraphNode], literals: &HashMap<String, Value>) -> Result<HashMap<String, Value>, CompileError> {
+    let mut picks: HashMap<String, Value> = HashMap::new();
+    for n in nodes.iter().filter(|n| n.stage == "switch") {
+        let mut p = n.params.clone();
+        fold(&mut p, literals, &mut Vec::new());
+        let Some(on) = p.get("switch").and_then(Value::as_bool) else {
+            let msg =
+                "`switch` must be a fixed true or false (a widget or a primitive), not a value the graph computes";
+            return Err(CompileError::node(&n.origin, msg));
+        };
+        let picked = p.get(if on { "on_true" } else { "on_false" }).cloned().unwrap_or(Value::Null);
+        if picked.is_null() {
+            let msg = format!("`{}` is not connected, and the switch is {on}", if on { "on_true" } else { "on_false" });
+            return Err(CompileError::node(&n.origin, msg));
+        }
+        picks.insert(n.outputs[0].clone(), picked);
+    }
+    // Switches of switches: follow each pick until it leaves the switches (a loop is an error).
+    let names: Vec<String> = picks.keys().cloned().collect();
+    for name in names {
+        let mut v = picks[&name].clone();
+        for _ in 0..=picks.len() {
+            match as_ref(&v).and_then(|r| picks.get(r)) {
+                Some(next) => v = next.clone(),
+                None => break,
+            }
+        }
+        if as_ref(&v).is_some_and(|r| picks.contains_key(r)) {
+            return Err(CompileError::Graph(format!("switches pick each other in a loop (`{name}`)")));
+        }
+        picks.insert(name, v);
+    }
+    Ok(picks)
 }
 
 impl PipelineGraph {
@@ -69,7 +111,23 @@ impl PipelineGraph {
             .filter(|n| n.stage == "value")
             .map(|n| (n.outputs[0].clone(), n.params.get("value").cloned().unwrap_or(Value::Null)))
             .collect();
-        let mut nodes: Vec<GraphNode> = nodes.into_iter().filter(|n| n.stage != "value").collect();
+        let aliases = switches(&nodes, &literals)?;
+        let mut literals = literals;
+        let mut nodes: Vec<GraphNode> =
+            nodes.into_iter().filter(|n| n.stage != "value" && n.stage != "switch").collect();
+        // A switch's value is what it picks: a literal folds in, another node's value is read
+        // from that node (its name replaces the switch's in the reader's inputs).
+        for n in &mut nodes {
+            n.inputs = n
+                .inputs
+                .iter()
+                .filter_map(|i| match aliases.get(i) {
+                    Some(v) => as_ref(v).map(str::to_string),
+                    None => Some(i.clone()),
+                })
+                .collect();
+        }
+        literals.extend(aliases);
         let mut produced: HashMap<String, (usize, &'static str)> = HashMap::new();
         for (i, n) in nodes.iter().enumerate() {
             let decl = stage(&n.stage).expect("checked");

@@ -168,3 +168,48 @@ fn chained_samplers_on_two_models_run_as_one_two_expert_request() {
     let out = fv(&["workflow", "compile", w, "--deploy", d]);
     assert_user_error(&out, "node 9");
 }
+
+#[test]
+fn comfy_switch_nodes_resolve_to_the_input_they_pick() {
+    // Wan 2.2's 14B templates choose models and numbers through ComfySwitchNode: a fixed
+    // boolean (a widget or a primitive) picks on_true or on_false when the workflow compiles.
+    let dir = tempfile::tempdir().unwrap();
+    let m = fixture("tiny-wan22-t2v");
+    let mut models = String::new();
+    for f in ["high.safetensors", "low.safetensors", "other.safetensors", "te.safetensors", "vae.safetensors"] {
+        models += &format!("\"{f}\" = \"{m}\"\n");
+    }
+    let deploy =
+        crate::common::comfy::deploy_with(dir.path(), &[("fastvideo_translator_comfy_core", "comfy-core")], &models);
+    let compile = |switch: serde_json::Value| {
+        let mut p = chained_prompt(2);
+        p["20"] = serde_json::json!({"class_type": "UNETLoader", "inputs": {"unet_name": "other.safetensors", "weight_dtype": "default"}});
+        p["21"] = serde_json::json!({"class_type": "PrimitiveBoolean", "inputs": {"value": true}});
+        p["22"] = serde_json::json!({"class_type": "ComfySwitchNode", "inputs": {"switch": switch, "on_false": ["1", 0], "on_true": ["20", 0]}});
+        p["23"] = serde_json::json!({"class_type": "PrimitiveInt", "inputs": {"value": 6}});
+        p["24"] = serde_json::json!({"class_type": "ComfySwitchNode", "inputs": {"switch": ["21", 0], "on_false": 4, "on_true": ["23", 0]}});
+        p["8"]["inputs"]["model"] = serde_json::json!(["22", 0]);
+        p["8"]["inputs"]["steps"] = serde_json::json!(["24", 0]);
+        p["9"]["inputs"]["steps"] = serde_json::json!(["24", 0]);
+        let wf = dir.path().join("switch.json");
+        std::fs::write(&wf, p.to_string()).unwrap();
+        Command::new(env!("CARGO_BIN_EXE_fastvideo"))
+            .args(["workflow", "compile", wf.to_str().unwrap(), "--deploy", deploy.to_str().unwrap()])
+            .output()
+            .unwrap()
+    };
+    let out = compile(false.into());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let c: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let files: Vec<&str> =
+        c["runs"][0]["files"].as_array().unwrap().iter().map(|f| f["file"].as_str().unwrap()).collect();
+    assert!(files.contains(&"high.safetensors") && !files.contains(&"other.safetensors"), "{files:?}");
+    assert_eq!(c["runs"][0]["steps"], 6, "the primitive's true picks the other primitive");
+    let out = compile(true.into());
+    let c: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let files: Vec<&str> =
+        c["runs"][0]["files"].as_array().unwrap().iter().map(|f| f["file"].as_str().unwrap()).collect();
+    assert!(files.contains(&"other.safetensors") && !files.contains(&"high.safetensors"), "{files:?}");
+    // A switch the graph computes cannot be resolved: named.
+    assert_user_error(&compile(serde_json::json!(["7", 0])), "node 22");
+}

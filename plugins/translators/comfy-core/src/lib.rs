@@ -209,6 +209,13 @@ const RULES: &[Rule] = &[
     Rule { class_type: "PrimitiveString", stage: "value", outputs: 1, params: &[("value", "value")] },
     Rule { class_type: "PrimitiveStringMultiline", stage: "value", outputs: 1, params: &[("value", "value")] },
     Rule { class_type: "PrimitiveBoolean", stage: "value", outputs: 1, params: &[("value", "value")] },
+    // Resolved by the compiler: its output is `on_true` or `on_false`, as the fixed `switch` says.
+    Rule {
+        class_type: "ComfySwitchNode",
+        stage: "switch",
+        outputs: 1,
+        params: &[("switch", "switch"), ("on_false", "on_false"), ("on_true", "on_true")],
+    },
 ];
 
 /// `{"$ref": NAME}`'s NAME.
