@@ -29,6 +29,7 @@ mod coverage;
 mod error;
 mod graph;
 mod lower;
+mod math_expr;
 mod media;
 mod outputs;
 mod pipeline_graph;

@@ -37,42 +37,103 @@ fn fold(v: &mut Value, literals: &HashMap<String, Value>, left: &mut Vec<String>
     }
 }
 
-/// What each `switch` node's value is: its `on_true` or its `on_false` (a literal, or a reference
-/// to another node's value), as its `switch` says; that must be a fixed boolean (a widget or a
-/// primitive). A switch picking another switch's value is followed to the end.
-fn switches(nodes: &[GraphNode], literals: &HashMap<String, Value>) -> Result<HashMap<String, Value>, CompileError> {
-    let mut picks: HashMap<String, Value> = HashMap::new();
-    for n in nodes.iter().filter(|n| n.stage == "switch") {
-        let mut p = n.params.clone();
-        fold(&mut p, literals, &mut Vec::new());
-        let Some(on) = p.get("switch").and_then(Value::as_bool) else {
-            let msg =
-                "`switch` must be a fixed true or false (a widget or a primitive), not a value the graph computes";
-            return Err(CompileError::node(&n.origin, msg));
-        };
-        let picked = p.get(if on { "on_true" } else { "on_false" }).cloned().unwrap_or(Value::Null);
-        if picked.is_null() {
-            let msg = format!("`{}` is not connected, and the switch is {on}", if on { "on_true" } else { "on_false" });
-            return Err(CompileError::node(&n.origin, msg));
+/// What the `switch` and `math` nodes make, resolved from literals: a switch's value is its
+/// `on_true` or its `on_false` (a literal, or a reference to another node's value), as its
+/// `switch` says; a math node's are its expression's float and int results. Both need fixed
+/// inputs (widgets, primitives, or other such nodes); they are resolved in rounds until nothing
+/// changes, and what is left is refused by node.
+fn fixed(nodes: &[GraphNode], literals: &HashMap<String, Value>) -> Result<HashMap<String, Value>, CompileError> {
+    let pending: Vec<&GraphNode> = nodes.iter().filter(|n| n.stage == "switch" || n.stage == "math").collect();
+    let mut known = literals.clone();
+    let mut made: HashMap<String, Value> = HashMap::new();
+    let mut done = vec![false; pending.len()];
+    loop {
+        let mut progress = false;
+        for k in 0..pending.len() {
+            if done[k] {
+                continue;
+            }
+            let n = pending[k];
+            let mut p = n.params.clone();
+            fold(&mut p, &known, &mut Vec::new());
+            let Some(values) = resolve(n, &p)? else { continue };
+            for (name, v) in n.outputs.iter().zip(values) {
+                made.insert(name.clone(), v.clone());
+                known.insert(name.clone(), v);
+            }
+            done[k] = true;
+            progress = true;
         }
-        picks.insert(n.outputs[0].clone(), picked);
+        if !progress {
+            break;
+        }
     }
-    // Switches of switches: follow each pick until it leaves the switches (a loop is an error).
-    let names: Vec<String> = picks.keys().cloned().collect();
+    // A switch that picked another switch's or math node's value: follow it to the end.
+    let names: Vec<String> = made.keys().cloned().collect();
     for name in names {
-        let mut v = picks[&name].clone();
-        for _ in 0..=picks.len() {
-            match as_ref(&v).and_then(|r| picks.get(r)) {
+        let mut v = made[&name].clone();
+        for _ in 0..=made.len() {
+            match as_ref(&v).and_then(|r| made.get(r)) {
                 Some(next) => v = next.clone(),
                 None => break,
             }
         }
-        if as_ref(&v).is_some_and(|r| picks.contains_key(r)) {
+        if as_ref(&v).is_some_and(|r| made.contains_key(r)) {
             return Err(CompileError::Graph(format!("switches pick each other in a loop (`{name}`)")));
         }
-        picks.insert(name, v);
+        made.insert(name, v);
     }
-    Ok(picks)
+    if let Some((_, n)) = pending.iter().enumerate().find(|(k, _)| !done[*k]) {
+        let msg = match n.stage.as_str() {
+            "switch" => {
+                "`switch` must be a fixed true or false (a widget or a primitive), not a value the graph computes"
+            }
+            _ => "the expression's inputs must be fixed numbers (widgets or primitives), not values the graph computes",
+        };
+        return Err(CompileError::node(&n.origin, msg));
+    }
+    Ok(made)
+}
+
+/// One switch or math node's values once its parameters `p` are literal, `None` while they
+/// still read other nodes.
+fn resolve(n: &GraphNode, p: &Value) -> Result<Option<Vec<Value>>, CompileError> {
+    if n.stage == "switch" {
+        let Some(on) = p.get("switch").and_then(Value::as_bool) else { return Ok(None) };
+        let key = if on { "on_true" } else { "on_false" };
+        let picked = p.get(key).cloned().unwrap_or(Value::Null);
+        if picked.is_null() {
+            return Err(CompileError::node(&n.origin, format!("`{key}` is not connected, and the switch is {on}")));
+        }
+        // A pick that reads another switch or math node waits for it.
+        return Ok(Some(vec![picked]));
+    }
+    let Some(expr) = p.get("expression").and_then(Value::as_str) else {
+        return Err(CompileError::node(&n.origin, "`expression` must be text"));
+    };
+    let mut vars = HashMap::new();
+    for name in ["a", "b", "c", "d", "e", "f"] {
+        match p.get(name) {
+            None | Some(Value::Null) => {}
+            Some(v) if as_ref(v).is_some() => return Ok(None),
+            Some(Value::Bool(b)) => drop(vars.insert(name.to_string(), crate::math_expr::Num::Int(i64::from(*b)))),
+            Some(Value::Number(x)) => {
+                let num = match x.as_i64() {
+                    Some(i) => crate::math_expr::Num::Int(i),
+                    None => crate::math_expr::Num::Float(x.as_f64().unwrap_or(f64::NAN)),
+                };
+                vars.insert(name.to_string(), num);
+            }
+            Some(other) => return Err(CompileError::node(&n.origin, format!("`{name}` = {other} is not a number"))),
+        }
+    }
+    let v = crate::math_expr::eval(expr, &vars).map_err(|e| CompileError::node(&n.origin, format!("`{expr}`: {e}")))?;
+    let f = v.as_f64();
+    let int = match v {
+        crate::math_expr::Num::Int(i) => i,
+        crate::math_expr::Num::Float(x) => x.trunc() as i64,
+    };
+    Ok(Some(vec![serde_json::json!(f), serde_json::json!(int)]))
 }
 
 impl PipelineGraph {
@@ -111,10 +172,10 @@ impl PipelineGraph {
             .filter(|n| n.stage == "value")
             .map(|n| (n.outputs[0].clone(), n.params.get("value").cloned().unwrap_or(Value::Null)))
             .collect();
-        let aliases = switches(&nodes, &literals)?;
+        let aliases = fixed(&nodes, &literals)?;
         let mut literals = literals;
         let mut nodes: Vec<GraphNode> =
-            nodes.into_iter().filter(|n| n.stage != "value" && n.stage != "switch").collect();
+            nodes.into_iter().filter(|n| !["value", "switch", "math"].contains(&n.stage.as_str())).collect();
         // A switch's value is what it picks: a literal folds in, another node's value is read
         // from that node (its name replaces the switch's in the reader's inputs).
         for n in &mut nodes {

@@ -20,12 +20,14 @@ macro_rules! stage {
 
 /// Every stage a graph may use. `value` is a literal (primitive nodes); the compiler folds it
 /// into the parameters that read it. `switch` (ComfyUI's `ComfySwitchNode`) is resolved the same
-/// way: its value is its `on_true` or `on_false`, as its fixed `switch` says. Pictures and videos are files in the ComfyUI input folder
+/// way: its value is its `on_true` or `on_false`, as its fixed `switch` says; so is `math`
+/// (`ComfyMathExpression`): its float and int results, computed from its literal inputs. Pictures and videos are files in the ComfyUI input folder
 /// (`load.image`, `load.video`): the lowering turns the chain from a loader through
 /// `image.resize` into a request input, read and checked when the request is made.
 pub const STAGES: &[StageDecl] = &[
     stage!("value", [], ["value"]),
     stage!("switch", [], ["value"]),
+    stage!("math", [], ["value", "value"]),
     stage!("load.diffusion_model", [], ["model"]),
     stage!("load.text_encoder", [], ["text_encoder"]),
     stage!("load.vae", [], ["vae"]),

@@ -213,3 +213,33 @@ fn comfy_switch_nodes_resolve_to_the_input_they_pick() {
     // A switch the graph computes cannot be resolved: named.
     assert_user_error(&compile(serde_json::json!(["7", 0])), "node 22");
 }
+
+#[test]
+fn comfyuis_wan22_14b_templates_compile_to_one_two_expert_run() {
+    // The official templates: switches and math expressions resolved, the high- and low-noise
+    // samplers chained over the two UNETLoaders, one request each.
+    let dir = tempfile::tempdir().unwrap();
+    let packs = [("fastvideo_translator_comfy_core", "comfy-core"), ("fastvideo_translator_comfy_wan", "comfy-wan")];
+    let deploy = crate::common::comfy::deploy_with(dir.path(), &packs, "");
+    for (template, task) in [("video_wan2_2_14B_t2v.json", "t2v"), ("video_wan2_2_14B_i2v.json", "i2v")] {
+        let wf = crate::common::comfy::corpus().join(template);
+        let out = Command::new(env!("CARGO_BIN_EXE_fastvideo"))
+            .args(["workflow", "compile", wf.to_str().unwrap(), "--deploy", deploy.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{template}: {}", String::from_utf8_lossy(&out.stderr));
+        let c: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let runs = c["runs"].as_array().unwrap();
+        assert_eq!(runs.len(), 1, "{template}");
+        let r = &runs[0];
+        assert_eq!(r["task"], task);
+        assert_eq!((r["steps"].clone(), r["switch_step"].clone()), (20.into(), 10.into()), "{template}");
+        assert_eq!((r["cfg"].clone(), r["cfg_2"].clone()), (3.5.into(), 3.5.into()), "{template}");
+        assert_eq!((r["width"].clone(), r["height"].clone(), r["frames"].clone()), (640.into(), 640.into(), 81.into()));
+        let files: Vec<&str> = r["files"].as_array().unwrap().iter().map(|f| f["file"].as_str().unwrap()).collect();
+        assert!(
+            files.iter().any(|f| f.contains("high_noise")) && files.iter().any(|f| f.contains("low_noise")),
+            "{files:?}"
+        );
+    }
+}

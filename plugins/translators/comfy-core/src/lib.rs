@@ -209,6 +209,21 @@ const RULES: &[Rule] = &[
     Rule { class_type: "PrimitiveString", stage: "value", outputs: 1, params: &[("value", "value")] },
     Rule { class_type: "PrimitiveStringMultiline", stage: "value", outputs: 1, params: &[("value", "value")] },
     Rule { class_type: "PrimitiveBoolean", stage: "value", outputs: 1, params: &[("value", "value")] },
+    // Computed by the compiler from literal inputs: the float and the int result.
+    Rule {
+        class_type: "ComfyMathExpression",
+        stage: "math",
+        outputs: 2,
+        params: &[
+            ("expression", "expression"),
+            ("a", "values.a"),
+            ("b", "values.b"),
+            ("c", "values.c"),
+            ("d", "values.d"),
+            ("e", "values.e"),
+            ("f", "values.f"),
+        ],
+    },
     // Resolved by the compiler: its output is `on_true` or `on_false`, as the fixed `switch` says.
     Rule {
         class_type: "ComfySwitchNode",
