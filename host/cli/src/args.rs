@@ -26,6 +26,13 @@ pub struct SamplingArgs {
     /// --boundary-ratio.
     #[arg(long)]
     pub switch_step: Option<u32>,
+    /// A partial schedule's first step: start from the --noise latents as they are (no noise
+    /// added).
+    #[arg(long)]
+    pub start_step: Option<u32>,
+    /// A partial schedule's end: stop before this step, the latents keeping their leftover noise.
+    #[arg(long)]
+    pub end_step: Option<u32>,
     /// Flow-matching timestep shift.
     #[arg(long)]
     pub shift: Option<f32>,
@@ -50,6 +57,7 @@ impl SamplingArgs {
         r.diffusion.guidance_scale_2 = self.guidance_2;
         r.diffusion.boundary_ratio = self.boundary_ratio;
         r.diffusion.switch_step = self.switch_step;
+        (r.diffusion.start_step, r.diffusion.end_step) = (self.start_step, self.end_step);
         r.diffusion.shift = self.shift;
     }
 }

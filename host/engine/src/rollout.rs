@@ -127,6 +127,8 @@ impl RolloutRequest {
                         resize_mode: None,
                         boundary_ratio: self.boundary_ratio,
                         switch_step: None,
+                        start_step: None,
+                        end_step: None,
                         guidance_scale_2: self.guidance_scale_2,
                         negative_prompt: self.negative_prompt.clone(),
                     },

@@ -66,4 +66,6 @@ pub use output::{Artifact, LatentsArtifact, OmniOutput, RequestMetrics, Trajecto
 pub use request::{
     DiffusionParams, InputPart, Modality, OmniRequest, OutputSpec, SamplerKind, SamplingParams, TaskType, TextRole,
 };
-pub use resolve::{Defaults, LatentInput, ModelLimits, ResolvedRequest, DEFAULT_NOISE_LEVEL, DEFAULT_STRENGTH};
+pub use resolve::{
+    Defaults, LatentInput, ModelLimits, PartialSchedule, ResolvedRequest, DEFAULT_NOISE_LEVEL, DEFAULT_STRENGTH,
+};

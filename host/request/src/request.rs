@@ -177,6 +177,17 @@ pub struct DiffusionParams {
     /// `boundary_ratio` rule (how ComfyUI's chained samplers split a schedule).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub switch_step: Option<u32>,
+    /// A partial schedule's first step (0-based): the request's `latent` input is then the
+    /// partially denoised latents at that step, taken as they are (no noise is added: ComfyUI's
+    /// `KSamplerAdvanced` with `add_noise` off). Not for `v2v` (its `strength` says where to
+    /// start).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_step: Option<u32>,
+    /// A partial schedule's end: the loop stops before this step and its latents keep their
+    /// leftover noise (ComfyUI's `return_with_leftover_noise`); `num_inference_steps` when
+    /// absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_step: Option<u32>,
 }
 
 /// Output modality.

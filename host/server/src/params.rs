@@ -43,6 +43,10 @@ pub struct CreateParams {
     pub boundary_ratio: Option<f32>,
     /// Two-expert models: the low-noise expert from this step on (instead of boundary_ratio).
     pub switch_step: Option<u32>,
+    /// A partial schedule: its first step (from the request's latents, as they are) and the
+    /// step it stops before (its latents keep their leftover noise).
+    pub start_step: Option<u32>,
+    pub end_step: Option<u32>,
     pub negative_prompt: Option<String>,
     pub width: Option<u32>,
     pub height: Option<u32>,
@@ -396,6 +400,7 @@ impl CreateParams {
         d.guidance_scale_2 = self.guidance_scale_2;
         d.boundary_ratio = self.boundary_ratio;
         d.switch_step = self.switch_step;
+        (d.start_step, d.end_step) = (self.start_step, self.end_step);
         d.negative_prompt = self.negative_prompt.clone();
         d.fps = self.fps;
         d.shift = self.shift;

@@ -115,6 +115,8 @@ pub const TRAJECTORY: &str = "trajectory";
 
 struct DenoiseState {
     latents: Tensor,
+    /// The loop stops before this step (the schedule's length, or a partial schedule's end).
+    end: usize,
     mode: ConditionMode,
     sampler: Box<dyn Sampler>,
     capture: Option<Capture>,
@@ -206,7 +208,7 @@ impl DenoiseLoop {
     /// Chooses the next step's route (none after the last step), checked against the experts
     /// the denoiser has.
     fn reroute(&self, ctx: &NodeCtx, s: &mut DenoiseState) -> Result<()> {
-        if s.sampler.step_index() >= s.sampler.timesteps().len() {
+        if s.sampler.step_index() >= s.end {
             return Ok(());
         }
         let step = Self::step_ctx(ctx, s);
@@ -260,11 +262,17 @@ impl LoopStage for DenoiseLoop {
                 let sigma = sampler.sigmas()[start] as f64;
                 clean.to_kind(Kind::Float).to_device(ctx.device) * (1.0 - sigma) + noise * sigma
             }
+            // A partial schedule from given latents: they are taken as they are.
+            None if start > 0 && req.partial.is_some() => {
+                sampler.begin_at(start).context("denoise: starting the partial schedule")?;
+                noise
+            }
             None => {
                 ensure!(start == 0, "denoise: strength below 1 needs clean latents to start from (a video input)");
                 noise
             }
         };
+        let end = req.partial.map_or(sampler.timesteps().len(), |p| p.end as usize);
         let image = values.opt_tensor(&self.image_embeds).map(|t| t.shallow_clone());
         let condition = match values.opt_tensor(&self.latent_condition) {
             Some(c) => {
@@ -284,6 +292,7 @@ impl LoopStage for DenoiseLoop {
         }
         let state = DenoiseState {
             latents,
+            end,
             mode: self.condition_mode,
             sampler,
             capture: Capture::of(req),
@@ -313,7 +322,7 @@ impl LoopStage for DenoiseLoop {
         };
         let mut state = state;
         self.reroute(ctx, &mut state)?;
-        Ok(LoopState { step: 0, total_steps: req.steps - start as u32, inner: Box::new(state) })
+        Ok(LoopState { step: 0, total_steps: (end - start) as u32, inner: Box::new(state) })
     }
 
     fn step(&self, ctx: &NodeCtx, state: &mut LoopState) -> Result<StepResult> {
@@ -381,13 +390,13 @@ impl LoopStage for DenoiseLoop {
             emit.extend(b.take_events());
         }
         self.reroute(ctx, s)?;
-        let done = s.sampler.step_index() == s.sampler.timesteps().len();
+        let done = s.sampler.step_index() >= s.end;
         Ok(StepResult { done, emit, forwards, output: Some(guided) })
     }
 
     fn step_ctx<'a>(&self, ctx: &NodeCtx<'a>, state: &LoopState) -> Option<StepCtx<'a>> {
         let s = state.inner.downcast_ref::<DenoiseState>()?;
-        (s.sampler.step_index() < s.sampler.timesteps().len()).then(|| Self::step_ctx(ctx, s))
+        (s.sampler.step_index() < s.end).then(|| Self::step_ctx(ctx, s))
     }
 
     /// Batchable when no block policy or step interceptor is bound (their state is per request) and
@@ -474,7 +483,7 @@ impl LoopStage for DenoiseLoop {
                 let guided = self.guidance.combine(&step, &preds, &mut s.guidance)?;
                 s.advance(&guided)?;
                 self.reroute(ctx, s)?;
-                let done = s.sampler.step_index() == s.sampler.timesteps().len();
+                let done = s.sampler.step_index() >= s.end;
                 Ok(StepResult { done, emit: Vec::new(), forwards: preds.len() as u32, output: Some(guided) })
             })
             .collect()

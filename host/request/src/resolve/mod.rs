@@ -174,12 +174,28 @@ pub struct ResolvedRequest {
     /// Two-expert models: where the low-noise expert takes over and its guidance scale.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub experts: Option<crate::ExpertParams>,
+    /// A partial schedule: steps `start..end` of the `steps`-step schedule, from the request's
+    /// latents as they are when `start > 0`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partial: Option<PartialSchedule>,
+}
+
+/// Steps `start..end` of a request's schedule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartialSchedule {
+    /// The first step run.
+    pub start: u32,
+    /// The loop stops before this step.
+    pub end: u32,
 }
 
 impl ResolvedRequest {
     /// The first solver step that runs: 0, or for `v2v` the step from which `strength` of the
     /// schedule remains (diffusers' `get_timesteps`: `steps - min(floor(steps * strength), steps)`).
     pub fn start_step(&self) -> u32 {
+        if let Some(p) = self.partial {
+            return p.start;
+        }
         let run = ((self.steps as f64 * self.strength) as u32).min(self.steps);
         self.steps - run
     }
@@ -339,6 +355,7 @@ impl OmniRequest {
         }
         let sampler = self.sampling.sampler.unwrap_or(def.sampler);
         let (noise_level, sde_steps) = self.sampling.resolve_sde(sampler, steps)?;
+        let partial = partial_schedule(d.start_step, d.end_step, steps, self.task, initial_noise.is_some())?;
         if (steps as f64 * strength) < 1.0 {
             return Err(RequestError::new(
                 "diffusion.strength",
@@ -377,8 +394,40 @@ impl OmniRequest {
             initial_noise,
             lora: crate::resolve_lora(&self.lora)?,
             experts,
+            partial,
         })
     }
+}
+
+/// The request's `start_step`/`end_step` checked against its schedule: `None` for the whole of it.
+fn partial_schedule(
+    start: Option<u32>,
+    end: Option<u32>,
+    steps: u32,
+    task: TaskType,
+    has_latents: bool,
+) -> Result<Option<PartialSchedule>, RequestError> {
+    if start.is_none() && end.is_none() {
+        return Ok(None);
+    }
+    let field = if start.is_some() { "diffusion.start_step" } else { "diffusion.end_step" };
+    if task == TaskType::V2v {
+        return Err(RequestError::new(field, "does not apply to `v2v` (its `strength` says where to start)"));
+    }
+    let (start, end) = (start.unwrap_or(0), end.unwrap_or(steps));
+    if end > steps || end == 0 {
+        return Err(RequestError::new("diffusion.end_step", format!("{end} is outside 1..={steps}")));
+    }
+    if start >= end {
+        return Err(RequestError::new("diffusion.start_step", format!("{start} must be below the end, {end}")));
+    }
+    if start > 0 && !has_latents {
+        return Err(RequestError::new(
+            "diffusion.start_step",
+            "starting mid-schedule needs the latents to start from (a `latent` input)",
+        ));
+    }
+    Ok(Some(PartialSchedule { start, end }))
 }
 
 /// Flow-GRPO's SDE noise scale, used when a `flow_sde` request gives none.

@@ -11,6 +11,7 @@ mod loading;
 mod lora;
 mod parallel;
 mod parity;
+mod partial;
 mod published_layout;
 mod rl_consistency;
 mod wan22;
