@@ -17,9 +17,8 @@ use crate::{Umt5Encoder, WanTransformer3DModel};
 /// touches the transformers only, each with the part of the set bound to it; text-encoder
 /// adapters always run unmerged (prompts are encoded once, and cached per set).
 pub struct WanAdapters {
-    pub transformer: std::sync::Arc<WanTransformer3DModel>,
-    /// A two-expert model's low-noise expert (the experts share one module table).
-    pub transformer_2: Option<std::sync::Arc<WanTransformer3DModel>>,
+    /// The experts, in order (one for most models; the experts share one module table).
+    pub experts: Vec<std::sync::Arc<WanTransformer3DModel>>,
     pub text_encoder: std::sync::Arc<Umt5Encoder>,
     /// The key of the whole set merged into the experts, if one is.
     merged: std::sync::Mutex<Option<String>>,
@@ -30,8 +29,7 @@ pub struct WanAdapters {
 impl WanAdapters {
     pub fn of(model: &crate::WanModel) -> Self {
         Self {
-            transformer: model.transformer.clone(),
-            transformer_2: model.low_noise.as_ref().map(|e| e.transformer.clone()),
+            experts: model.experts(),
             text_encoder: model.text_encoder.clone(),
             merged: Default::default(),
             offloaded: model.offload.is_some(),
@@ -39,22 +37,27 @@ impl WanAdapters {
     }
 
     fn experts(&self) -> impl Iterator<Item = (u32, &WanTransformer3DModel)> {
-        std::iter::once(&self.transformer).chain(&self.transformer_2).enumerate().map(|(i, t)| (i as u32, &**t))
+        self.experts.iter().enumerate().map(|(i, t)| (i as u32, &**t))
+    }
+
+    /// Expert 0: the module table and the text path are read through it.
+    fn transformer(&self) -> &WanTransformer3DModel {
+        &self.experts[0]
     }
 }
 
 impl AdapterTarget for WanAdapters {
     fn modules(&self) -> &[TargetModule] {
-        self.transformer.modules()
+        self.transformer().modules()
     }
     fn check(&self, file: &LoraFile) -> std::result::Result<(), fastvideo_lora::LoraError> {
-        file.check(self.transformer.modules())?;
+        file.check(self.transformer().modules())?;
         file.check_text(self.text_encoder.modules())
     }
     fn prepare(&self, file: &LoraFile, name: &str, hash: &str) -> Result<PreparedAdapter> {
-        let mut a = self.transformer.prepare_adapter(file, name, hash)?;
+        let mut a = self.transformer().prepare_adapter(file, name, hash)?;
         if !file.text.is_empty() {
-            prepare_text(file, &mut a, &self.text_encoder, self.transformer.patch_device())?;
+            prepare_text(file, &mut a, &self.text_encoder, self.transformer().patch_device())?;
         }
         Ok(a)
     }

@@ -431,6 +431,12 @@ impl WanModel {
         }
     }
 
+    /// The transformers each step may run on, in expert order: `transformer`, then a two-expert
+    /// model's low-noise `transformer_2`.
+    pub fn experts(&self) -> Vec<Arc<WanTransformer3DModel>> {
+        std::iter::once(&self.transformer).chain(self.low_noise.as_ref().map(|e| &e.transformer)).cloned().collect()
+    }
+
     pub fn max_sequence_length(&self) -> usize {
         self.run.max_sequence_length.unwrap_or(512)
     }

@@ -252,10 +252,7 @@ pub fn text_to_video_with(model: &WanModel, policies: LoopPolicies) -> Result<Pi
         .as_ref()
         .map(|_| routing.unwrap_or_else(|| Arc::new(BoundaryRouting { num_train_timesteps: NUM_TRAIN_TIMESTEPS })));
     let denoiser = WanDenoiser {
-        experts: std::iter::once(&model.transformer)
-            .chain(model.low_noise.as_ref().map(|e| &e.transformer))
-            .cloned()
-            .collect(),
+        experts: model.experts(),
         offload: model.offload.clone(),
         parallel: model.parallel.clone(),
         z_dim: model.vae.cfg.z_dim,

@@ -290,7 +290,7 @@ impl LoopStage for DenoiseLoop {
             };
             contexts.push(values.tensor(name)?.shallow_clone());
         }
-        let state = DenoiseState {
+        let mut state = DenoiseState {
             latents,
             end,
             mode: self.condition_mode,
@@ -320,7 +320,6 @@ impl LoopStage for DenoiseLoop {
             },
             route: Route { expert: 0, guidance_scale: req.guidance_scale },
         };
-        let mut state = state;
         self.reroute(ctx, &mut state)?;
         Ok(LoopState { step: 0, total_steps: (end - start) as u32, inner: Box::new(state) })
     }
