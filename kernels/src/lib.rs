@@ -11,6 +11,7 @@
 pub mod cuda;
 mod norm;
 mod rope;
+pub mod transfer;
 
 pub use norm::{gated_residual, layer_norm_modulate, residual_layer_norm_modulate, LayerNormSpec};
 pub use rope::rms_norm_rope;

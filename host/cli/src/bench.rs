@@ -81,8 +81,12 @@ pub fn run(args: BenchArgs) -> Result<()> {
         );
         if let (Some(f2), Some(sw)) = (report.expert_2_forward_s, report.expert_switch_forward_s) {
             println!("low-noise expert: forward {f2:.3} s; alternating experts {sw:.3} s per forward");
-            if let Some(s) = report.expert_swap_s {
-                println!("offloaded experts: {s:.3} s per swap");
+            if let (Some(s), Some(b)) = (report.expert_swap_s, report.expert_switch_blocking_forward_s) {
+                let exact = report.expert_switch_exact.map_or("-", |e| if e { "yes" } else { "NO" });
+                println!(
+                    "offloaded experts: {s:.3} s of host time per swap; with blocking swaps {b:.3} s per forward; \
+                     the forward after a streamed swap equals the resident one: {exact}"
+                );
             }
         }
     }

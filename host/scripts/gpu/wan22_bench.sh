@@ -134,9 +134,13 @@ else:
 off = read("ours_offload.json")
 if off:
     p = off.get("peak_gpu_smi_mib")
-    print(f"fastvideo --offload-experts: {f(off.get('expert_swap_s'))} s per swap (one expert out to pinned host "
-          f"memory, the other in); alternating experts {f(off.get('expert_switch_forward_s'))} s per forward; "
-          f"after load {gib(off.get('gpu_used_after_load_bytes'))}, peak {gib(p * 2**20) if p else '-'}")
+    sw, bl, one = off.get("expert_switch_forward_s"), off.get("expert_switch_blocking_forward_s"), off.get("forward_s")
+    cost = lambda x: f"{2 * (x - one):.3f}" if isinstance(x, float) and isinstance(one, float) else "-"
+    print(f"fastvideo --offload-experts: alternating experts {f(sw)} s per forward streamed (a swap costs {cost(sw)} s "
+          f"over a plain forward), {f(bl)} s with blocking swaps ({cost(bl)} s); host time per swap "
+          f"{f(off.get('expert_swap_s'))} s; after load {gib(off.get('gpu_used_after_load_bytes'))}, "
+          f"peak {gib(p * 2**20) if p else '-'}; forward after a streamed swap bitwise equal to the resident one: "
+          f"{off.get('expert_switch_exact')}")
 if d.get("gpu", "cpu") != "cpu" or o.get("gpu_used_after_load_bytes"):
     print("memory: diffusers' is torch.cuda's allocated bytes of that phase's modules alone; ours is the driver's view "
           "(every component resident, the allocator's cache and the CUDA context included)")

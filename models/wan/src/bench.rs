@@ -68,8 +68,14 @@ pub struct BenchReport {
     /// after the other's (alternating, per forward): above `forward_s` by what switching costs.
     pub expert_2_forward_s: Option<f64>,
     pub expert_switch_forward_s: Option<f64>,
-    /// `--offload-experts`: the mean time of one swap (one expert out to pinned host memory,
-    /// the other in), over the swaps the measurements above made.
+    /// `--offload-experts`: alternating experts as above with blocking swaps (the whole
+    /// incoming expert copied before its forward starts), to set against the streamed default.
+    pub expert_switch_blocking_forward_s: Option<f64>,
+    /// Whether the low-noise expert's forward right after a swap equals, bit for bit, its forward
+    /// with nothing in flight (streamed weights must arrive before they are read).
+    pub expert_switch_exact: Option<bool>,
+    /// `--offload-experts`: the host's mean time in one swap over the swaps above (streamed,
+    /// queueing the copies; blocking, the whole copy).
     pub expert_swap_s: Option<f64>,
     /// The velocity for the inputs (float32), for parity checks.
     #[serde(skip)]
@@ -204,24 +210,43 @@ pub fn run(model: &WanModel, opts: &BenchOptions) -> Result<BenchReport> {
     };
     // Offloaded experts: each forward brings its expert to the device first.
     let on = |e: u32| model.offload.as_ref().map_or(Ok(()), |s| s.ensure(e));
-    let (expert_2_forward_s, expert_switch_forward_s) = match &model.low_noise {
-        Some(e) => {
-            let t2 = &e.transformer;
-            let (mut f2, _) = time(dev, opts.runs, || {
-                on(1)?;
-                t2.forward_adapted(&latents, &timestep, &context, image, None, None)
-            })?;
-            let (mut sw, _) = time(dev, opts.runs, || {
+    let (expert_2_forward_s, expert_switch_forward_s, expert_switch_blocking_forward_s, expert_switch_exact) =
+        match &model.low_noise {
+            Some(e) => {
+                let t2 = &e.transformer;
+                let (mut f2, resident_out) = time(dev, opts.runs, || {
+                    on(1)?;
+                    t2.forward_adapted(&latents, &timestep, &context, image, None, None)
+                })?;
+                let (mut sw, switched_out) = time(dev, opts.runs, || {
+                    on(0)?;
+                    drop(t.forward_adapted(&latents, &timestep, &context, image, None, None)?);
+                    on(1)?;
+                    t2.forward_adapted(&latents, &timestep, &context, image, None, None)
+                })?;
                 on(0)?;
-                drop(t.forward_adapted(&latents, &timestep, &context, image, None, None)?);
-                on(1)?;
-                t2.forward_adapted(&latents, &timestep, &context, image, None, None)
-            })?;
-            on(0)?;
-            (Some(median(&mut f2)), Some(median(&mut sw) / 2.0))
-        }
-        None => (None, None),
-    };
+                // The same with blocking swaps: what streaming the incoming expert saves.
+                let blocking = match &model.offload {
+                    Some(swap) => {
+                        swap.set_overlap(false);
+                        let r = time(dev, opts.runs, || {
+                            on(0)?;
+                            drop(t.forward_adapted(&latents, &timestep, &context, image, None, None)?);
+                            on(1)?;
+                            t2.forward_adapted(&latents, &timestep, &context, image, None, None)
+                        });
+                        swap.set_overlap(true);
+                        on(0)?;
+                        Some(median(&mut r?.0) / 2.0)
+                    }
+                    None => None,
+                };
+                // Bitwise: the low-noise forward right after a (streamed) swap vs with it resident.
+                let same = resident_out.equal(&switched_out);
+                (Some(median(&mut f2)), Some(median(&mut sw) / 2.0), blocking, Some(same))
+            }
+            None => (None, None, None, None),
+        };
     let expert_swap_s = model.offload.as_ref().map(|s| s.swaps()).filter(|(n, _)| *n > 0).map(|(n, s)| s / n as f64);
     let gpu_used_after_transformer_bytes = device_memory();
 
@@ -287,6 +312,8 @@ pub fn run(model: &WanModel, opts: &BenchOptions) -> Result<BenchReport> {
         vae_fp32_decode_s,
         expert_2_forward_s,
         expert_switch_forward_s,
+        expert_switch_blocking_forward_s,
+        expert_switch_exact,
         expert_swap_s,
         velocity: Some(velocity.to_kind(Kind::Float).to_device(Device::Cpu).contiguous()),
     })

@@ -1,39 +1,70 @@
 //! `--offload-experts`: a two-expert model (Wan 2.2 A14B) with one expert's weights on the
 //! device at a time. The other waits in pinned host memory and comes back when a step needs it
 //! (its linears, which hold all but a sliver of its parameters; norms and tables stay). Halves
-//! the device memory the transformers take, at the cost of a swap when the running expert changes
-//! (`docs/benchmarks.md` measures it); the scheduler's batch key keeps steps of one expert
+//! the device memory the transformers take; the scheduler's batch key keeps steps of one expert
 //! together, and a request changes expert once.
+//!
+//! A swap streams: the incoming expert's linears are copied, group by group in the order a
+//! forward reads them (embedders and head, then block after block), on a copy stream of their
+//! own into one fixed set of device buffers, and the first forward waits on the device for each
+//! block's weights just before the block runs ([`Arrivals`](crate::transformer::Arrivals)). The
+//! copies of later blocks overlap the compute of earlier ones, so a switch costs about one
+//! block's copy instead of the whole expert's (`docs/benchmarks.md` measures both). Leaving
+//! costs nothing: merging adapters is refused while experts are offloaded, so an expert's host
+//! copy is never stale and the outgoing expert simply points back at it.
 //!
 //! The low-noise expert loads first and leaves for host memory at once ([`ExpertSwap::park`]);
 //! the high-noise expert then loads into the very device blocks it freed (the same shapes, so
-//! libtorch's caching allocator hands them back), and every later swap does the same. Loading
-//! both and evicting one would instead leave its blocks cached as fragments that no activation
-//! fits in, and save nothing (measured on the H200).
+//! libtorch's caching allocator hands them back), and those blocks are the buffers every later
+//! swap fills. Loading both and evicting one would instead leave its blocks cached as fragments
+//! that no activation fits in, and save nothing (measured on the H200).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use anyhow::{ensure, Result};
+use fastvideo_kernels::transfer::Transfer;
 use tch::{Device, Tensor};
 
+use crate::nn::Linear;
 use crate::transformer::WanTransformer3DModel;
+
+/// Tensors for each linear's (weight, bias), by the group a forward reads them in
+/// ([`WanTransformer3DModel::linear_groups`]).
+type Groups = Vec<Vec<(Tensor, Option<Tensor>)>>;
 
 /// The two experts, one of them resident.
 pub struct ExpertSwap {
     experts: Vec<Arc<WanTransformer3DModel>>,
-    /// Pinned host copies of each expert's linear weights and biases, in `linears()` order.
-    host: Vec<Vec<(Tensor, Option<Tensor>)>>,
+    /// Pinned host copies of each expert's linears.
+    host: Vec<Groups>,
+    /// The device buffers the resident expert's linears live in (their own tensor handles, so
+    /// pointing a linear elsewhere leaves them be).
+    buffers: Groups,
     device: Device,
+    /// The copy stream; `None` on the CPU or without a usable CUDA driver (copies then block).
+    transfer: Option<Arc<Transfer>>,
+    /// Stream swaps (the default); off, a swap waits for its copies before returning.
+    overlap: AtomicBool,
     resident: Mutex<usize>,
     swaps: AtomicU64,
     swap_nanos: AtomicU64,
 }
 
-// SAFETY: the host buffers are written only by `evict`, which runs in `park` (before the value
-// exists) or under the `resident` lock in `ensure`; the rest is atomics and shared handles.
+// SAFETY: the tensors are repointed only in `park` (before the value exists) and under the
+// `resident` lock in `ensure`, which callers run between forwards; the rest is atomics and shared
+// handles.
 unsafe impl Sync for ExpertSwap {}
+
+impl Drop for ExpertSwap {
+    fn drop(&mut self) {
+        // Copies in flight read host buffers this drop frees.
+        if let Some(t) = &self.transfer {
+            let _ = t.synchronize();
+        }
+    }
+}
 
 /// A host buffer like `t`: pinned where the device is CUDA (fast, asynchronous copies).
 fn host_like(t: &Tensor, device: Device) -> Tensor {
@@ -50,44 +81,53 @@ fn repoint(t: &Tensor, data: &Tensor) {
     t.set_data(data);
 }
 
-/// Host buffers for `t`'s linears (weight, bias), pinned on CUDA.
-type HostCopy = Vec<(Tensor, Option<Tensor>)>;
-
-fn host_copy(t: &WanTransformer3DModel, device: Device) -> HostCopy {
-    t.linears().iter().map(|l| (host_like(&l.weight, device), l.bias.as_ref().map(|b| host_like(b, device)))).collect()
+fn map_linears(t: &WanTransformer3DModel, f: impl Fn(&Tensor) -> Tensor) -> Groups {
+    let one = |l: &Linear| (f(&l.weight), l.bias.as_ref().map(&f));
+    t.linear_groups().into_iter().map(|g| g.into_iter().map(one).collect()).collect()
 }
 
-/// Copies `t`'s linears (merged adapters included) to `host` and points them there, which frees
-/// their device memory.
-fn evict(t: &WanTransformer3DModel, host: &HostCopy, device: Device) {
-    for (l, (w, b)) in t.linears().iter().zip(host) {
-        if l.weight.device() != Device::Cpu || device == Device::Cpu {
-            let mut w = w.shallow_clone();
-            w.copy_(&l.weight);
-            repoint(&l.weight, &w);
-        }
-        if let (Some(lb), Some(hb)) = (&l.bias, b) {
-            let mut hb = hb.shallow_clone();
-            hb.copy_(lb);
-            repoint(lb, &hb);
+/// Host copies of `t`'s linears, pinned on CUDA.
+fn host_copy(t: &WanTransformer3DModel, device: Device) -> Groups {
+    map_linears(t, |w| {
+        let mut h = host_like(w, device);
+        h.copy_(w);
+        h
+    })
+}
+
+/// Points `t`'s linears at `data`.
+fn point(t: &WanTransformer3DModel, data: &Groups) {
+    for (g, d) in t.linear_groups().into_iter().zip(data) {
+        for (l, (w, b)) in g.into_iter().zip(d) {
+            repoint(&l.weight, w);
+            if let (Some(lb), Some(b)) = (&l.bias, b) {
+                repoint(lb, b);
+            }
         }
     }
 }
 
-/// Brings `t`'s linears back to `device` from `host`.
-fn fetch(t: &WanTransformer3DModel, host: &HostCopy, device: Device) {
-    for (l, (w, b)) in t.linears().iter().zip(host) {
-        repoint(&l.weight, &w.to_device_(device, w.kind(), true, true));
-        if let (Some(lb), Some(hb)) = (&l.bias, b) {
-            repoint(lb, &hb.to_device_(device, hb.kind(), true, true));
-        }
-    }
+/// Whether two sets of tensors pair up one to one with equal shapes and dtypes.
+fn same_layout(a: &Groups, b: &Groups) -> bool {
+    let same = |x: &Tensor, y: &Tensor| x.size() == y.size() && x.kind() == y.kind();
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(g, h)| {
+            g.len() == h.len()
+                && g.iter().zip(h).all(|((w, b), (v, c))| {
+                    same(w, v)
+                        && match (b, c) {
+                            (Some(b), Some(c)) => same(b, c),
+                            (None, None) => true,
+                            _ => false,
+                        }
+                })
+        })
 }
 
 /// An expert moved to host memory before the other loads (see the module docs).
 pub struct Parked {
     expert: Arc<WanTransformer3DModel>,
-    host: HostCopy,
+    host: Groups,
 }
 
 impl Parked {
@@ -101,24 +141,39 @@ impl ExpertSwap {
     /// Moves `expert`'s linears to (pinned) host memory right after it loaded.
     pub fn park(expert: Arc<WanTransformer3DModel>, device: Device) -> Parked {
         let host = host_copy(&expert, device);
-        evict(&expert, &host, device);
+        point(&expert, &host);
         Parked { expert, host }
     }
 
     /// `first` resident on `device`, `second` parked.
     pub fn new(first: Arc<WanTransformer3DModel>, second: Parked, device: Device) -> Result<Self> {
+        let buffers = map_linears(&first, Tensor::detach);
+        ensure!(
+            same_layout(&buffers, &second.host),
+            "offloaded experts: the two transformers' linears differ in shape"
+        );
         let host = vec![host_copy(&first, device), second.host];
         Ok(Self {
             experts: vec![first, second.expert],
             host,
+            buffers,
             device,
+            transfer: Transfer::for_device(device),
+            overlap: AtomicBool::new(true),
             resident: Mutex::new(0),
             swaps: AtomicU64::new(0),
             swap_nanos: AtomicU64::new(0),
         })
     }
 
-    /// Makes expert `e` the resident one (a no-op when it is). Call between forwards only.
+    /// Streamed swaps (`true`, the default) or blocking ones (for measuring what streaming saves).
+    pub fn set_overlap(&self, on: bool) {
+        self.overlap.store(on, Ordering::Relaxed);
+    }
+
+    /// Makes expert `e` the resident one (a no-op when it is). Call between forwards only; with a
+    /// copy stream this returns once the copies are queued, and the next forward waits for each
+    /// block's weights on the device.
     pub fn ensure(&self, e: u32) -> Result<()> {
         let e = e as usize;
         ensure!(e < self.experts.len(), "expert {e} of {}", self.experts.len());
@@ -126,12 +181,44 @@ impl ExpertSwap {
         if *resident == e {
             return Ok(());
         }
+        ensure!(
+            self.experts[*resident].merged_adapters().is_none(),
+            "offloaded experts: adapters merged into the resident expert would be lost by a swap"
+        );
         let t0 = Instant::now();
-        evict(&self.experts[*resident], &self.host[*resident], self.device);
-        fetch(&self.experts[e], &self.host[e], self.device);
-        if let Device::Cuda(i) = self.device {
-            tch::Cuda::synchronize(i as i64);
+        point(&self.experts[*resident], &self.host[*resident]);
+        let pairs = || self.buffers.iter().zip(&self.host[e]);
+        match &self.transfer {
+            Some(t) => {
+                t.after_compute()?;
+                let mut arrivals = Vec::with_capacity(self.buffers.len());
+                for (dev, host) in pairs() {
+                    for ((w, b), (hw, hb)) in dev.iter().zip(host) {
+                        t.upload(w, hw)?;
+                        if let (Some(b), Some(hb)) = (b, hb) {
+                            t.upload(b, hb)?;
+                        }
+                    }
+                    arrivals.push(Some(t.mark()?));
+                }
+                if self.overlap.load(Ordering::Relaxed) {
+                    self.experts[e].arrivals.expect(arrivals);
+                } else {
+                    t.synchronize()?;
+                }
+            }
+            None => {
+                for (dev, host) in pairs() {
+                    for ((w, b), (hw, hb)) in dev.iter().zip(host) {
+                        w.shallow_clone().copy_(hw);
+                        if let (Some(b), Some(hb)) = (b, hb) {
+                            b.shallow_clone().copy_(hb);
+                        }
+                    }
+                }
+            }
         }
+        point(&self.experts[e], &self.buffers);
         *resident = e;
         self.swaps.fetch_add(1, Ordering::Relaxed);
         self.swap_nanos.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
@@ -143,8 +230,14 @@ impl ExpertSwap {
         *self.resident.lock().unwrap_or_else(|p| p.into_inner()) as u32
     }
 
-    /// Swaps so far, and the seconds they took.
+    /// Swaps so far, and the seconds the host spent in them (with streaming, queueing only: the
+    /// copies' cost shows in the forward after the swap).
     pub fn swaps(&self) -> (u64, f64) {
         (self.swaps.load(Ordering::Relaxed), self.swap_nanos.load(Ordering::Relaxed) as f64 / 1e9)
+    }
+
+    /// The device, for callers that time a swap with the forward after it.
+    pub fn device(&self) -> Device {
+        self.device
     }
 }

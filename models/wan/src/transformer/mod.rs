@@ -5,9 +5,10 @@
 //! adaLN output head and unpatchify. Module names equal checkpoint keys.
 //!
 //! One file per component, as the checkpoint nests them: the config, the attention layers, the
-//! rotary tables, one block, the image embedder of image-conditioned models, and the model
+//! rotary tables, one block, weights still arriving (offloaded experts), the image embedder of image-conditioned models, and the model
 //! (embeddings, the block loop and the output head).
 
+mod arrivals;
 mod attention;
 mod block;
 mod config;
@@ -15,6 +16,7 @@ mod image_embedder;
 mod model;
 mod rope;
 
+pub use arrivals::{block_group, Arrivals, HEAD_GROUP};
 pub use attention::{Cross, KeyValues, Keys};
 pub(crate) use block::Call;
 pub use block::{Block, BlockInputs};

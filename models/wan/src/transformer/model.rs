@@ -9,6 +9,7 @@ use fastvideo_parallel::Communicator;
 use fastvideo_pipeline::{AdapterRows, AdapterSet, BlockAction, BlockHook, PreparedAdapter};
 use tch::{Device, Kind, Tensor};
 
+use super::arrivals::{block_group, Arrivals, HEAD_GROUP};
 use super::block::{modulation, Block, BlockInputs};
 use super::config::TransformerConfig;
 use super::image_embedder::ImageEmbedder;
@@ -42,6 +43,8 @@ pub struct WanTransformer3DModel {
     modules: Vec<TargetModule>,
     /// The adapter set merged into the weights, if any, with the originals it replaced.
     merged: Mutex<Option<Merged>>,
+    /// Weight groups still being copied in (an offloaded expert): forwards wait for each.
+    pub arrivals: Arrivals,
 }
 
 // SAFETY: every tensor is written once in `new` and only read afterwards, except by
@@ -76,6 +79,7 @@ impl WanTransformer3DModel {
             rope_cache: Mutex::new(None),
             modules: w.linears(),
             merged: Mutex::new(None),
+            arrivals: Arrivals::default(),
             cfg,
         })
     }
@@ -99,15 +103,24 @@ impl WanTransformer3DModel {
 
     /// Every linear, in a fixed order (merging walks them; tests compare their weights).
     pub fn linears(&self) -> Vec<&Linear> {
-        let mut out = vec![&self.time_1, &self.time_2, &self.time_proj, &self.text_1, &self.text_2];
+        self.linear_groups().into_iter().flatten().collect()
+    }
+
+    /// The linears by the group a forward reads them in ([`Arrivals`]): first those outside the
+    /// blocks (embedders and output head), then each block's.
+    pub fn linear_groups(&self) -> Vec<Vec<&Linear>> {
+        let mut head = vec![&self.time_1, &self.time_2, &self.time_proj, &self.text_1, &self.text_2];
         if let Some(e) = &self.image_embedder {
-            e.linears(&mut out);
+            e.linears(&mut head);
         }
+        head.push(&self.proj_out);
+        let mut groups = vec![head];
         for b in &self.blocks {
-            b.linears(&mut out);
+            let mut g = Vec::new();
+            b.linears(&mut g);
+            groups.push(g);
         }
-        out.push(&self.proj_out);
-        out
+        groups
     }
 
     /// `file` prepared for this model (checked against its modules, on its device and dtype).
@@ -202,7 +215,8 @@ impl WanTransformer3DModel {
     pub fn run_blocks(&self, mut x: Tensor, inputs: &BlockInputs, hook: Option<&mut dyn BlockHook>) -> Result<Tensor> {
         let n = self.blocks.len();
         let Some(hook) = hook else {
-            for block in &self.blocks {
+            for (i, block) in self.blocks.iter().enumerate() {
+                self.arrivals.await_group(block_group(i))?;
                 x = block.forward(&x, inputs)?;
             }
             return Ok(x);
@@ -210,6 +224,7 @@ impl WanTransformer3DModel {
         hook.begin(n)?;
         let mut i = 0;
         while i < n {
+            self.arrivals.await_group(block_group(i))?;
             let out = self.blocks[i].forward(&x, inputs)?;
             match hook.after_block(i, &x, &out)? {
                 BlockAction::Proceed => {
@@ -266,6 +281,7 @@ impl WanTransformer3DModel {
         hook: Option<&mut dyn BlockHook>,
     ) -> Result<Tensor> {
         self.check_inputs(latents, timestep, context)?;
+        self.arrivals.await_group(HEAD_GROUP)?;
         let rows = self.unmerged_rows(lora, latents.size()[0])?;
         let lora = rows.as_ref();
         let [_, f, h, w] = self.grid(latents);
