@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 use fastvideo_engine::Policy;
 use fastvideo_parallel::ParallelMode;
-use fastvideo_torch::Precision;
+use fastvideo_torch::{DtypeChoice, Precision};
 use fastvideo_wan::world::WorldModel;
 use fastvideo_wan::WanModel;
 use tch::Device;
@@ -31,13 +31,17 @@ fn set_opt<T: Clone>(field: &mut Option<T>, flag: &Option<T>) {
 /// Compute dtypes and kernels, shared by every command that loads a model.
 #[derive(Args, Clone, Debug, Default)]
 pub struct PrecisionArgs {
+    /// Precision preset: exact (fp32, no lossy path), bf16, or fast (bf16 plus FP8 linears in
+    /// the inner transformer blocks) [default: auto, bf16 on CUDA and exact elsewhere].
+    #[arg(long)]
+    pub precision: Option<Precision>,
     /// Transformer and text-encoder dtype: auto (bf16 on CUDA, fp32 on CPU), bf16, fp16 or fp32
     /// [default: auto].
     #[arg(long)]
-    pub dtype: Option<Precision>,
+    pub dtype: Option<DtypeChoice>,
     /// VAE dtype: auto (measured best on CUDA, fp32 on CPU), bf16, fp16 or fp32 [default: auto].
     #[arg(long)]
-    pub vae_dtype: Option<Precision>,
+    pub vae_dtype: Option<DtypeChoice>,
     /// Fused CUDA kernels (`on`) or plain libtorch ops everywhere (`off`) [default: on].
     #[arg(long, value_parser = ["on", "off"])]
     pub kernels: Option<String>,
@@ -49,6 +53,7 @@ pub struct PrecisionArgs {
 
 impl PrecisionArgs {
     pub fn apply(&self, m: &mut ModelConfig) {
+        set(&mut m.precision, &self.precision);
         set(&mut m.dtype, &self.dtype);
         set(&mut m.vae_dtype, &self.vae_dtype);
         if let Some(k) = &self.kernels {

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use fastvideo_engine::Policy;
 use fastvideo_parallel::ParallelMode;
-use fastvideo_torch::Precision;
+use fastvideo_torch::{DtypeChoice, Precision};
 use serde::{Deserialize, Serialize};
 
 use crate::size::parse_size;
@@ -57,12 +57,16 @@ pub struct ModelConfig {
     pub name: Option<String>,
     /// auto, cpu, cuda or cuda:N.
     pub device: String,
+    /// Precision preset: auto (today's dtypes), exact (fp32, no lossy path), bf16, or fast (bf16
+    /// plus the options that passed the quality gate: FP8 linears). docs/operators.md.
+    #[serde(with = "from_str")]
+    pub precision: Precision,
     /// Transformer and text-encoder dtype: auto (bf16 on CUDA, fp32 on CPU), bf16, fp16, fp32.
     #[serde(with = "from_str")]
-    pub dtype: Precision,
+    pub dtype: DtypeChoice,
     /// VAE dtype: auto (measured best on CUDA, fp32 on CPU), bf16, fp16 or fp32.
     #[serde(with = "from_str")]
-    pub vae_dtype: Precision,
+    pub vae_dtype: DtypeChoice,
     /// Fused CUDA kernels, or plain libtorch ops everywhere.
     pub kernels: bool,
     /// GPUs each denoising step is split over (rank 0 is `device`).
@@ -81,8 +85,9 @@ impl Default for ModelConfig {
             path: None,
             name: None,
             device: "auto".into(),
-            dtype: Precision::Auto,
-            vae_dtype: Precision::Auto,
+            precision: Precision::Auto,
+            dtype: DtypeChoice::Auto,
+            vae_dtype: DtypeChoice::Auto,
             kernels: true,
             gpus: 1,
             parallel: None,

@@ -17,6 +17,7 @@ use tch::Device;
 
 use crate::config::ServeConfig;
 use crate::model::ModelLocation;
+use crate::precision::precision_check;
 
 /// A started engine and what a front end needs beside it.
 pub struct Assembly {
@@ -37,6 +38,8 @@ pub struct EngineDescription {
     pub model: String,
     pub model_dir: PathBuf,
     pub device: String,
+    /// The precision preset served: exact, bf16 or fast.
+    pub precision: String,
     pub transformer_dtype: String,
     pub text_encoder_dtype: String,
     pub vae_dtype: String,
@@ -141,7 +144,10 @@ pub fn build_engine(cfg: &ServeConfig) -> Result<Assembly> {
             limits: model.limits(),
             spec,
             device,
-            check: Box::new(binding.request_check()),
+            check: {
+                let (plugins, precision) = (binding.request_check(), precision_check(model.load_report.precision));
+                Box::new(move |r| precision(r).and_then(|()| plugins(r)))
+            },
             classify: Binding::classify_failure,
             weights: Some(weights),
             adapters,
@@ -203,6 +209,7 @@ fn describe(
         model: location.name.clone(),
         model_dir: location.dir.canonicalize().unwrap_or_else(|_| location.dir.clone()),
         device: format!("{:?}", model.device),
+        precision: r.precision.to_string(),
         transformer_dtype: fastvideo_torch::kind_name(r.transformer_dtype).into(),
         text_encoder_dtype: fastvideo_torch::kind_name(r.text_encoder_dtype).into(),
         vae_dtype: fastvideo_torch::kind_name(r.vae_dtype).into(),

@@ -9,6 +9,7 @@ mod config;
 mod engine;
 mod locate;
 mod model;
+mod precision;
 mod server;
 mod size;
 pub mod world;
@@ -22,6 +23,7 @@ pub use engine::{
 };
 pub use locate::{default_i2v_model, default_model, workflow_model_folder, world_model};
 pub use model::ModelLocation;
+pub use precision::precision_check;
 pub use server::{api_keys, build_server, data_dir, Served};
 pub use size::parse_size;
 

@@ -44,7 +44,7 @@ impl ModelConfig {
     /// Applies `kernels` (process-wide) and loads the Wan folder `dir` with these dtypes.
     pub fn load_at(&self, dir: &Path, device: Device) -> Result<WanModel> {
         self.apply_kernels();
-        WanModel::load_with(dir, self.options(device)).with_context(|| format!("--model {}", dir.display()))
+        WanModel::load_with(dir, self.options(device)?).with_context(|| format!("--model {}", dir.display()))
     }
 
     /// [`load_at`](Self::load_at), then split over `gpus` as `parallel` says.
@@ -57,7 +57,7 @@ impl ModelConfig {
     /// The same for a world-model folder (the Wan folder plus `action_embedder/` and `world.json`).
     pub fn load_world(&self, dir: &Path, device: Device) -> Result<WorldModel> {
         self.apply_kernels();
-        WorldModel::load(dir, self.options(device)).with_context(|| format!("--model {}", dir.display()))
+        WorldModel::load(dir, self.options(device)?).with_context(|| format!("--model {}", dir.display()))
     }
 
     fn apply_kernels(&self) {
@@ -67,7 +67,21 @@ impl ModelConfig {
         }
     }
 
-    fn options(&self, device: Device) -> LoadOptions {
-        LoadOptions { device, dtype: self.dtype, vae_dtype: self.vae_dtype, offload_experts: self.offload_experts }
+    /// What `precision`, `dtype` and `vae_dtype` come to on `device`; a conflict (`exact` with a
+    /// lower dtype) is an error naming the field.
+    pub fn numerics(&self, device: Device) -> Result<fastvideo_torch::Numerics> {
+        self.precision.numerics(device, self.dtype, self.vae_dtype).map_err(anyhow::Error::msg)
+    }
+
+    fn options(&self, device: Device) -> Result<LoadOptions> {
+        let n = self.numerics(device)?;
+        Ok(LoadOptions {
+            device,
+            dtype: n.dtype,
+            vae_dtype: n.vae_dtype,
+            offload_experts: self.offload_experts,
+            fp8_linears: n.fp8_linears,
+            precision: n.preset,
+        })
     }
 }

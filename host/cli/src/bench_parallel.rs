@@ -24,7 +24,7 @@ pub struct BenchParallelArgs {
     device: String,
     /// Compute dtype: auto (bf16 on CUDA, fp32 on CPU), bf16, fp16 or fp32.
     #[arg(long, default_value = "auto")]
-    dtype: fastvideo_torch::Precision,
+    dtype: fastvideo_torch::DtypeChoice,
     /// Clip size in pixels (Wan's VAE: 4x in time, 8x in space).
     #[command(flatten)]
     size: crate::args::ShapeArgs,

@@ -273,8 +273,9 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     if !args.quiet {
         let r = &model.load_report;
         eprintln!(
-            "model: {} ({device:?}, {}/{} vae, loaded in {load_s:.2}s)",
+            "model: {} ({device:?}, precision {}: {}/{} vae, loaded in {load_s:.2}s)",
             model_dir.display(),
+            r.precision,
             fastvideo_torch::kind_name(r.transformer_dtype),
             fastvideo_torch::kind_name(r.vae_dtype)
         );

@@ -129,6 +129,7 @@ impl RolloutRequest {
                         switch_step: None,
                         start_step: None,
                         end_step: None,
+                        precision: None,
                         guidance_scale_2: self.guidance_scale_2,
                         negative_prompt: self.negative_prompt.clone(),
                     },

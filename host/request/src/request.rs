@@ -188,6 +188,11 @@ pub struct DiffusionParams {
     /// absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub end_step: Option<u32>,
+    /// The precision preset the request expects (`exact`, `bf16` or `fast`): refused unless it
+    /// is the one the server runs (a server never changes numerics silently); the server's when
+    /// absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub precision: Option<String>,
 }
 
 /// Output modality.

@@ -5,9 +5,11 @@
 //! `libtorch_cuda.so` with `RTLD_GLOBAL` before the first tensor op registers the CUDA backend, so
 //! one binary serves CPU-only developer machines and GPU machines alike. [`init`] does that once.
 
+mod dtype;
 mod precision;
 
-pub use precision::{kind_name, Precision};
+pub use dtype::{kind_name, DtypeChoice};
+pub use precision::{Numerics, Precision};
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;

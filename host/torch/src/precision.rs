@@ -1,40 +1,90 @@
-//! Compute dtypes: what a user asks for (`--dtype auto|bf16|fp16|fp32`) and what each model
-//! component then runs in on a given device.
+//! Precision presets (`--precision exact|bf16|fast`): which numerics a deployment accepts, named
+//! so that a lossy path is never taken silently. `exact` computes in float32 with no
+//! approximation (the reference's numerics), `bf16` in bfloat16 as the GPU default does, and
+//! `fast` adds the options that passed the quality gate in docs/benchmarks.md (today: FP8 GEMMs
+//! in the inner transformer blocks). A run reports the preset it ran with.
 
 use std::fmt;
 use std::str::FromStr;
 
 use tch::{Device, Kind};
 
-/// A requested compute dtype. `Auto` means the component's default for the device.
+use crate::DtypeChoice;
+
+/// A precision preset. `Auto` is the device's default: `bf16` on CUDA, `exact` elsewhere.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Precision {
     #[default]
     Auto,
+    Exact,
     Bf16,
-    Fp16,
-    Fp32,
+    Fast,
+}
+
+/// What a preset turns into for one load.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Numerics {
+    /// The preset, resolved (never `Auto`).
+    pub preset: Precision,
+    /// Transformer and text-encoder dtype.
+    pub dtype: DtypeChoice,
+    /// VAE dtype.
+    pub vae_dtype: DtypeChoice,
+    /// FP8 (e4m3) weights and per-token activations in the inner transformer blocks' linears.
+    pub fp8_linears: bool,
 }
 
 impl Precision {
-    /// The dtype for a component whose default is bf16 on CUDA and float32 elsewhere (CPUs have
-    /// no fast bf16 matrix units here, and the reference runs them in float32).
-    pub fn resolve(self, device: Device) -> Kind {
-        self.resolve_or(device, Kind::BFloat16)
+    /// The dtypes and options for `device`, with explicit `--dtype`/`--vae-dtype` choices
+    /// (`Auto` where not given) applied on top. `exact` refuses a dtype other than float32;
+    /// `Auto` keeps the dtypes as given and is named `exact` when they come to float32, else
+    /// `bf16`.
+    pub fn numerics(self, device: Device, dtype: DtypeChoice, vae_dtype: DtypeChoice) -> Result<Numerics, String> {
+        if self == Precision::Auto {
+            // Today's defaults, unchanged; named by what they compute in.
+            let fp32 = dtype.resolve(device) == Kind::Float && vae_dtype.resolve(device) == Kind::Float;
+            let preset = if fp32 { Precision::Exact } else { Precision::Bf16 };
+            return Ok(Numerics { preset, dtype, vae_dtype, fp8_linears: false });
+        }
+        let preset = self;
+        let pick = |given: DtypeChoice, preset_default: DtypeChoice| match given {
+            DtypeChoice::Auto => preset_default,
+            d => d,
+        };
+        let n = match preset {
+            Precision::Exact => {
+                for (flag, d) in [("dtype", dtype), ("vae_dtype", vae_dtype)] {
+                    if !matches!(d, DtypeChoice::Auto | DtypeChoice::Fp32) {
+                        return Err(format!(
+                            "{flag} = {d} with precision = exact, which computes in fp32; use precision = bf16 or \
+                             fast for lower dtypes"
+                        ));
+                    }
+                }
+                Numerics { preset, dtype: DtypeChoice::Fp32, vae_dtype: DtypeChoice::Fp32, fp8_linears: false }
+            }
+            // The VAE keeps its measured per-device default unless asked.
+            Precision::Bf16 | Precision::Fast => Numerics {
+                preset,
+                dtype: pick(dtype, DtypeChoice::Bf16),
+                vae_dtype,
+                fp8_linears: preset == Precision::Fast,
+            },
+            Precision::Auto => unreachable!("returned above"),
+        };
+        Ok(n)
     }
 
-    /// Like [`resolve`](Self::resolve) with the CUDA default given (e.g. a component whose
-    /// measured best on the GPU is float32).
-    pub fn resolve_or(self, device: Device, cuda_default: Kind) -> Kind {
-        match self {
-            Precision::Auto => match device {
-                Device::Cuda(_) => cuda_default,
-                _ => Kind::Float,
-            },
-            Precision::Bf16 => Kind::BFloat16,
-            Precision::Fp16 => Kind::Half,
-            Precision::Fp32 => Kind::Float,
-        }
+    /// Whether this preset may take lossy paths beyond its dtype.
+    pub fn is_lossy(self) -> bool {
+        self == Precision::Fast
+    }
+}
+
+impl Numerics {
+    /// The transformer's compute dtype on `device`.
+    pub fn kind(&self, device: Device) -> Kind {
+        self.dtype.resolve(device)
     }
 }
 
@@ -43,10 +93,10 @@ impl FromStr for Precision {
     fn from_str(s: &str) -> Result<Self, String> {
         match s.to_ascii_lowercase().as_str() {
             "auto" => Ok(Self::Auto),
-            "bf16" | "bfloat16" => Ok(Self::Bf16),
-            "fp16" | "f16" | "float16" | "half" => Ok(Self::Fp16),
-            "fp32" | "f32" | "float32" | "float" => Ok(Self::Fp32),
-            other => Err(format!("unknown dtype `{other}` (use auto, bf16, fp16 or fp32)")),
+            "exact" => Ok(Self::Exact),
+            "bf16" => Ok(Self::Bf16),
+            "fast" => Ok(Self::Fast),
+            other => Err(format!("unknown precision `{other}` (use auto, exact, bf16 or fast)")),
         }
     }
 }
@@ -55,21 +105,10 @@ impl fmt::Display for Precision {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Self::Auto => "auto",
+            Self::Exact => "exact",
             Self::Bf16 => "bf16",
-            Self::Fp16 => "fp16",
-            Self::Fp32 => "fp32",
+            Self::Fast => "fast",
         })
-    }
-}
-
-/// Short name of a dtype for logs and metrics.
-pub fn kind_name(kind: Kind) -> &'static str {
-    match kind {
-        Kind::BFloat16 => "bf16",
-        Kind::Half => "fp16",
-        Kind::Float => "fp32",
-        Kind::Double => "fp64",
-        _ => "other",
     }
 }
 
@@ -78,14 +117,39 @@ mod tests {
     use super::*;
 
     #[test]
-    fn auto_is_bf16_on_cuda_and_fp32_on_cpu() {
-        assert_eq!(Precision::Auto.resolve(Device::Cuda(0)), Kind::BFloat16);
-        assert_eq!(Precision::Auto.resolve(Device::Cpu), Kind::Float);
-        assert_eq!(Precision::Auto.resolve_or(Device::Cuda(0), Kind::Float), Kind::Float);
-        assert_eq!(Precision::Bf16.resolve(Device::Cpu), Kind::BFloat16);
-        assert_eq!("FP16".parse::<Precision>().unwrap(), Precision::Fp16);
-        let err = "int8".parse::<Precision>().unwrap_err();
-        assert!(err.contains("unknown dtype `int8`"), "{err}");
-        assert_eq!(Precision::Fp32.to_string(), "fp32");
+    fn auto_keeps_todays_dtypes_and_names_them() {
+        let a = DtypeChoice::Auto;
+        assert_eq!(Precision::Auto.numerics(Device::Cuda(0), a, a).unwrap().preset, Precision::Bf16);
+        assert_eq!(Precision::Auto.numerics(Device::Cpu, a, a).unwrap().preset, Precision::Exact);
+        let cpu_bf16 = Precision::Auto.numerics(Device::Cpu, DtypeChoice::Bf16, a).unwrap();
+        assert_eq!((cpu_bf16.preset, cpu_bf16.dtype), (Precision::Bf16, DtypeChoice::Bf16), "no error, no change");
+    }
+
+    #[test]
+    fn presets_pick_dtypes_and_lossy_options() {
+        let (a, cuda) = (DtypeChoice::Auto, Device::Cuda(0));
+        let exact = Precision::Exact.numerics(cuda, a, a).unwrap();
+        assert_eq!((exact.dtype, exact.vae_dtype, exact.fp8_linears), (DtypeChoice::Fp32, DtypeChoice::Fp32, false));
+        let bf16 = Precision::Bf16.numerics(cuda, a, a).unwrap();
+        assert_eq!((bf16.dtype, bf16.fp8_linears), (DtypeChoice::Bf16, false));
+        let fast = Precision::Fast.numerics(cuda, DtypeChoice::Fp16, a).unwrap();
+        assert_eq!((fast.dtype, fast.fp8_linears), (DtypeChoice::Fp16, true), "an explicit dtype wins");
+        // Today's default (no preset, no dtype) is unchanged.
+        let auto = Precision::Auto.numerics(Device::Cpu, a, a).unwrap();
+        assert_eq!((auto.preset, auto.kind(Device::Cpu)), (Precision::Exact, Kind::Float));
+    }
+
+    #[test]
+    fn exact_refuses_a_lower_dtype_naming_the_field() {
+        let err = Precision::Exact.numerics(Device::Cpu, DtypeChoice::Auto, DtypeChoice::Bf16).unwrap_err();
+        assert!(err.contains("vae_dtype") && err.contains("exact"), "{err}");
+    }
+
+    #[test]
+    fn presets_parse_and_print() {
+        for p in [Precision::Auto, Precision::Exact, Precision::Bf16, Precision::Fast] {
+            assert_eq!(p.to_string().parse::<Precision>(), Ok(p));
+        }
+        assert!("fp8".parse::<Precision>().unwrap_err().contains("exact, bf16 or fast"));
     }
 }

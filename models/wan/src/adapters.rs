@@ -22,8 +22,9 @@ pub struct WanAdapters {
     pub text_encoder: std::sync::Arc<Umt5Encoder>,
     /// The key of the whole set merged into the experts, if one is.
     merged: std::sync::Mutex<Option<String>>,
-    /// Experts swap between device and host (`--offload-experts`): never merged.
-    offloaded: bool,
+    /// Experts swap between device and host (`--offload-experts`), or their weights are stored
+    /// in FP8 (`precision = fast`): never merged.
+    frozen: bool,
 }
 
 impl WanAdapters {
@@ -32,7 +33,7 @@ impl WanAdapters {
             experts: model.experts(),
             text_encoder: model.text_encoder.clone(),
             merged: Default::default(),
-            offloaded: model.offload.is_some(),
+            frozen: model.offload.is_some() || model.experts().iter().any(|t| t.has_fp8()),
         }
     }
 
@@ -62,7 +63,10 @@ impl AdapterTarget for WanAdapters {
         Ok(a)
     }
     fn merge(&self, set: &AdapterSet) -> Result<()> {
-        anyhow::ensure!(!self.offloaded, "adapters run unmerged on a model whose experts are offloaded");
+        anyhow::ensure!(
+            !self.frozen,
+            "adapters run unmerged on a model whose experts are offloaded or whose weights are stored in FP8"
+        );
         let mut merged = self.merged.lock().unwrap_or_else(|e| e.into_inner());
         *merged = None;
         for (e, t) in self.experts() {
@@ -83,7 +87,7 @@ impl AdapterTarget for WanAdapters {
         self.merged.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
     fn can_merge(&self) -> bool {
-        !self.offloaded
+        !self.frozen
     }
 }
 
@@ -179,6 +183,9 @@ fn tensor(t: &TensorData, device: Device, kind: Kind) -> Result<Tensor> {
 /// after the base GEMM makes, the unmerged path's main cost at real size (docs/benchmarks.md).
 /// `None` when the rows or deltas are of another shape; [`add_deltas`] handles those.
 pub(crate) fn forward_deltas_first(lin: &Linear, x: &Tensor, rows: &AdapterRows) -> Option<Tensor> {
+    if lin.is_fp8() {
+        return None;
+    }
     let n = x.size()[0];
     let [(set, 0, len)] = rows.groups[..] else { return None };
     if len < n {

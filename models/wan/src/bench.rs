@@ -34,6 +34,8 @@ pub struct BenchOptions {
 #[derive(Debug, Serialize)]
 pub struct BenchReport {
     pub device: String,
+    /// The precision preset the model was loaded with (exact, bf16, fast).
+    pub precision: String,
     pub transformer_dtype: &'static str,
     pub vae_dtype: &'static str,
     pub kernels: bool,
@@ -289,6 +291,7 @@ pub fn run(model: &WanModel, opts: &BenchOptions) -> Result<BenchReport> {
 
     Ok(BenchReport {
         device: format!("{dev:?}"),
+        precision: model.load_report.precision.to_string(),
         transformer_dtype: fastvideo_torch::kind_name(model.load_report.transformer_dtype),
         vae_dtype: fastvideo_torch::kind_name(model.load_report.vae_dtype),
         kernels: fastvideo_kernels::enabled(),

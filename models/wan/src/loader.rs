@@ -7,7 +7,7 @@ use std::sync::Arc;
 use anyhow::{bail, ensure, Context, Result};
 use fastvideo_parallel::ParallelPlan;
 use fastvideo_request::{Defaults, ImageRole, ModelLimits, TaskType};
-use fastvideo_torch::Precision;
+use fastvideo_torch::{DtypeChoice, Precision};
 use serde::Deserialize;
 use serde_json::Value;
 use tch::{Device, Kind};
@@ -52,17 +52,28 @@ pub struct RunDefaults {
 pub struct LoadOptions {
     pub device: Device,
     /// The transformer's and the text encoder's dtype (auto: bf16 on CUDA, fp32 on CPU).
-    pub dtype: Precision,
+    pub dtype: DtypeChoice,
     /// The VAE's dtype (auto: [`VAE_CUDA_DEFAULT`] on CUDA, fp32 on CPU).
-    pub vae_dtype: Precision,
+    pub vae_dtype: DtypeChoice,
     /// A two-expert model keeps one expert on the device, the other in pinned host memory
     /// (swapped when a step needs it). Ignored for models with one transformer.
     pub offload_experts: bool,
+    /// `precision = fast`: the inner transformer blocks' linears in FP8.
+    pub fp8_linears: bool,
+    /// The precision preset these options came from (reported, never acted on here).
+    pub precision: Precision,
 }
 
 impl LoadOptions {
     pub fn new(device: Device) -> Self {
-        Self { device, dtype: Precision::Auto, vae_dtype: Precision::Auto, offload_experts: false }
+        Self {
+            device,
+            dtype: DtypeChoice::Auto,
+            vae_dtype: DtypeChoice::Auto,
+            offload_experts: false,
+            fp8_linears: false,
+            precision: Precision::Auto,
+        }
     }
 }
 
@@ -79,6 +90,10 @@ pub struct LoadReport {
     pub transformer_dtype: Kind,
     pub text_encoder_dtype: Kind,
     pub vae_dtype: Kind,
+    /// The precision preset served (`exact`, `bf16` or `fast`), resolved.
+    pub precision: Precision,
+    /// Whether the inner blocks' linears are stored in FP8.
+    pub fp8_linears: bool,
 }
 
 /// A loaded Wan model (2.1, or 2.2 with two experts).
@@ -229,13 +244,13 @@ impl WanModel {
         // high-noise one reuses its device blocks (offload.rs).
         let parked = match boundary_ratio {
             Some(_) if opts.offload_experts => {
-                let t2 = Arc::new(load_second_expert(dir, &t_cfg, device, kind)?);
+                let t2 = Arc::new(quantized(load_second_expert(dir, &t_cfg, device, kind)?, opts.fp8_linears));
                 Some(crate::offload::ExpertSwap::park(t2, device))
             }
             _ => None,
         };
         let t_w = Weights::from_dir(&t_dir, "diffusion_pytorch_model", device, kind)?;
-        let transformer = Arc::new(WanTransformer3DModel::new(t_cfg.clone(), &t_w)?);
+        let transformer = Arc::new(quantized(WanTransformer3DModel::new(t_cfg.clone(), &t_w)?, opts.fp8_linears));
         t_w.warn_unused("transformer");
         let (low_noise, offload) = match (boundary_ratio, parked) {
             (Some(boundary_ratio), Some(parked)) => {
@@ -244,7 +259,7 @@ impl WanModel {
                 (Some(LowNoiseExpert { transformer: t2, boundary_ratio }), Some(Arc::new(swap)))
             }
             (Some(boundary_ratio), None) => {
-                let t2 = Arc::new(load_second_expert(dir, &t_cfg, device, kind)?);
+                let t2 = Arc::new(quantized(load_second_expert(dir, &t_cfg, device, kind)?, opts.fp8_linears));
                 (Some(LowNoiseExpert { transformer: t2, boundary_ratio }), None)
             }
             (None, _) => (None, None),
@@ -317,6 +332,8 @@ impl WanModel {
             transformer_dtype: kind,
             text_encoder_dtype: kind,
             vae_dtype: vae_kind,
+            precision: opts.precision,
+            fp8_linears: opts.fp8_linears,
         };
         tracing::info!(?load_report, dir = %dir.display(), "model loaded");
         Ok(Self {
@@ -450,6 +467,14 @@ fn is_null_component(v: &Value) -> bool {
 /// `transformer_2/`: the low-noise expert, in the first expert's dtype. Its config must agree
 /// with the first's on everything the pipeline around them shares (channels, text and image
 /// inputs, patching).
+/// `t` with its inner blocks in FP8 when `fp8` (`precision = fast`).
+pub(crate) fn quantized(mut t: WanTransformer3DModel, fp8: bool) -> WanTransformer3DModel {
+    if fp8 {
+        t.quantize_fp8();
+    }
+    t
+}
+
 fn load_second_expert(dir: &Path, a: &TransformerConfig, device: Device, kind: Kind) -> Result<WanTransformer3DModel> {
     let t_dir = dir.join("transformer_2");
     let cfg_path = t_dir.join("config.json");

@@ -18,6 +18,9 @@ pub struct Linear {
     /// The checkpoint modules this linear computes: one, or several fused (their outputs
     /// concatenated), each with the module slot adapters address it by.
     parts: Vec<LinearPart>,
+    /// Set when `weight` holds FP8 (e4m3) values (`precision = fast`): one float32 scale per
+    /// output channel.
+    fp8_scale: Option<Tensor>,
 }
 
 /// One checkpoint module inside a [`Linear`]: output rows `start..start + len`.
@@ -35,7 +38,7 @@ impl Linear {
         let weight = w.get("weight", &[out_dim, in_dim])?;
         let bias = if bias { Some(w.get("bias", &[out_dim])?) } else { None };
         let slot = w.register_linear(in_dim, out_dim, bias.is_some());
-        Ok(Self { weight, bias, parts: vec![LinearPart { slot, start: 0, len: out_dim }] })
+        Ok(Self { weight, bias, parts: vec![LinearPart { slot, start: 0, len: out_dim }], fp8_scale: None })
     }
 
     /// Several projections of the same input as one (outputs concatenated in order), so they
@@ -51,7 +54,7 @@ impl Linear {
             }
             offset += p.weight.size()[0];
         }
-        Self { weight, bias, parts: fused }
+        Self { weight, bias, parts: fused, fp8_scale: None }
     }
 
     /// The modules this linear computes.
@@ -60,7 +63,26 @@ impl Linear {
     }
 
     pub fn forward(&self, x: &Tensor) -> Tensor {
-        x.linear(&self.weight, self.bias.as_ref())
+        match &self.fp8_scale {
+            Some(scale) => fastvideo_kernels::fp8::linear(x, &self.weight, scale, self.bias.as_ref()),
+            None => x.linear(&self.weight, self.bias.as_ref()),
+        }
+    }
+
+    /// Stores the weight in FP8 with per-output-channel scales; forwards then quantize their
+    /// input per token (`fastvideo_kernels::fp8`). For `precision = fast`, at load, before the
+    /// model is shared.
+    pub fn quantize_fp8(&mut self) {
+        if self.fp8_scale.is_none() {
+            let (values, scale) = fastvideo_kernels::fp8::quantize_weight(&self.weight);
+            self.weight = values;
+            self.fp8_scale = Some(scale);
+        }
+    }
+
+    /// Whether the weight is stored in FP8 (then adapters run unmerged only).
+    pub fn is_fp8(&self) -> bool {
+        self.fp8_scale.is_some()
     }
 
     /// [`forward`](Self::forward) plus each row group's adapter deltas (unmerged LoRA:

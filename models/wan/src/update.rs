@@ -50,6 +50,7 @@ pub fn load_transformer(model: &WanModel, path: &Path) -> Result<WanTransformer3
     let w = Weights::from_files(&files, path, model.device, kind)?;
     let t = WanTransformer3DModel::new(model.transformer.cfg.clone(), &w)
         .with_context(|| format!("{}: not a checkpoint of this model's transformer", path.display()))?;
+    let t = crate::loader::quantized(t, model.load_report.fp8_linears);
     let unused = w.unused();
     if let Some(first) = unused.first() {
         bail!(

@@ -178,6 +178,9 @@ pub struct ResolvedRequest {
     /// latents as they are when `start > 0`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partial: Option<PartialSchedule>,
+    /// `diffusion.precision` as given (checked against the server's preset at admission).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub precision: Option<String>,
 }
 
 /// Steps `start..end` of a request's schedule.
@@ -395,6 +398,7 @@ impl OmniRequest {
             lora: crate::resolve_lora(&self.lora)?,
             experts,
             partial,
+            precision: d.precision.clone(),
         })
     }
 }

@@ -28,6 +28,10 @@ impl SelfAttention {
         out.extend([&self.to_qk, &self.to_v, &self.to_out]);
     }
 
+    pub(super) fn linears_mut(&mut self) -> Vec<&mut Linear> {
+        vec![&mut self.to_qk, &mut self.to_v, &mut self.to_out]
+    }
+
     pub(super) fn new(w: &Weights, dim: i64, heads: i64, eps: f64) -> Result<Self> {
         let qk = [Linear::new(&w.pp("to_q"), dim, dim, true)?, Linear::new(&w.pp("to_k"), dim, dim, true)?];
         Ok(Self {
@@ -113,6 +117,14 @@ impl CrossAttention {
         if let Some(ik) = &self.image {
             out.extend([&ik.add_k, &ik.add_v]);
         }
+    }
+
+    pub(super) fn linears_mut(&mut self) -> Vec<&mut Linear> {
+        let mut out = vec![&mut self.to_q, &mut self.to_k, &mut self.to_v, &mut self.to_out];
+        if let Some(ik) = &mut self.image {
+            out.extend([&mut ik.add_k, &mut ik.add_v]);
+        }
+        out
     }
 
     /// `image_kv`: whether the checkpoint has the image projections (`added_kv_proj_dim` set).

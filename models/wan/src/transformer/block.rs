@@ -128,6 +128,13 @@ impl Block {
     }
 
     /// Every linear of the block, in a fixed order (merging adapters walks them).
+    /// Stores every linear of the block in FP8 (see [`Linear::quantize_fp8`]).
+    pub(super) fn quantize_fp8(&mut self) {
+        self.attn1.linears_mut().into_iter().chain(self.attn2.linears_mut()).for_each(Linear::quantize_fp8);
+        self.ffn_in.quantize_fp8();
+        self.ffn_out.quantize_fp8();
+    }
+
     pub(super) fn linears<'a>(&'a self, out: &mut Vec<&'a Linear>) {
         self.attn1.linears(out);
         self.attn2.linears(out);

@@ -95,7 +95,8 @@ impl WanTransformer3DModel {
         let mut kinds = vec![self.kind; self.modules.len()];
         for lin in self.linears() {
             for p in lin.parts() {
-                kinds[p.slot] = lin.weight.kind();
+                // An FP8 linear computes in the model's dtype: its deltas are kept in that.
+                kinds[p.slot] = if lin.is_fp8() { self.kind } else { lin.weight.kind() };
             }
         }
         kinds
@@ -104,6 +105,21 @@ impl WanTransformer3DModel {
     /// Every linear, in a fixed order (merging walks them; tests compare their weights).
     pub fn linears(&self) -> Vec<&Linear> {
         self.linear_groups().into_iter().flatten().collect()
+    }
+
+    /// `precision = fast`: stores the linears of every block but the first and the last in FP8
+    /// (the boundary blocks stay in the compute dtype, which keeps quality; docs/benchmarks.md).
+    /// At load, before the model is shared.
+    pub fn quantize_fp8(&mut self) {
+        let n = self.blocks.len();
+        for b in self.blocks.iter_mut().take(n.saturating_sub(1)).skip(1) {
+            b.quantize_fp8();
+        }
+    }
+
+    /// Whether any linear is stored in FP8.
+    pub fn has_fp8(&self) -> bool {
+        self.linears().iter().any(|l| l.is_fp8())
     }
 
     /// The linears by the group a forward reads them in ([`Arrivals`]): first those outside the
@@ -131,6 +147,7 @@ impl WanTransformer3DModel {
     /// Merges `set` into the weights (after unmerging another set, if one is merged): forwards
     /// then run rows with exactly this set at the plain model's cost. Call between forwards only.
     pub fn merge_adapters(&self, set: &AdapterSet) -> Result<()> {
+        ensure!(!self.has_fp8(), "adapters cannot merge into FP8 weights (precision = fast); they run unmerged");
         let mut merged = self.merged.lock().unwrap_or_else(|e| e.into_inner());
         if merged.as_ref().is_some_and(|m| m.key() == set.key()) {
             return Ok(());

@@ -215,7 +215,7 @@ fn adapters_take_each_modules_dtype_in_a_bf16_model() {
     // bf16 model: the timestep embedder stays float32 (as diffusers keeps it), the rest bf16; an
     // adapter on both runs (its tensors in each module's dtype), unmerged and merged.
     let mut opts = fastvideo_wan::LoadOptions::new(Device::Cpu);
-    opts.dtype = fastvideo_torch::Precision::Bf16;
+    opts.dtype = fastvideo_torch::DtypeChoice::Bf16;
     let m = WanModel::load_with(&fixtures().join("tiny-wan"), opts).unwrap();
     let t = &m.transformer;
     let mut file = LoraFile::read(&fixtures().join("lora/original.safetensors")).unwrap();

@@ -6,6 +6,7 @@
 mod batching;
 mod causal;
 mod common;
+mod fp8;
 mod image_to_video;
 mod loading;
 mod lora;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use fastvideo_pipeline::{PipelineRun, Values};
 use fastvideo_request::OmniRequest;
-use fastvideo_torch::Precision;
+use fastvideo_torch::DtypeChoice;
 use fastvideo_wan::{pipeline, LoadOptions, WanModel};
 use serde_json::{json, Value};
 use tch::{Device, Kind, Tensor};
@@ -110,7 +110,7 @@ fn latents(model: &WanModel) -> Tensor {
 fn bf16_shards_and_other_versions_configs_load_and_generate_the_same_model() {
     let published = relaid(true);
     let plain = relaid(false);
-    let opts = LoadOptions { dtype: Precision::Fp32, vae_dtype: Precision::Fp32, ..LoadOptions::new(Device::Cpu) };
+    let opts = LoadOptions { dtype: DtypeChoice::Fp32, vae_dtype: DtypeChoice::Fp32, ..LoadOptions::new(Device::Cpu) };
     let a = WanModel::load_with(published.path(), opts).expect("published-style folder loads");
     assert_eq!(a.load_report.transformer_dtype, Kind::Float, "CPU computes in fp32 whatever the storage");
     let b = WanModel::load_with(plain.path(), opts).unwrap();
@@ -139,7 +139,7 @@ fn a_config_key_that_would_change_the_numerics_is_still_refused_by_name() {
 fn bf16_compute_on_cpu_stays_close_to_fp32() {
     // The dtype is a load option: the same folder in bf16 (as on CUDA by default) is converted once
     // at load, modules the reference keeps in fp32 stay fp32, and the output stays near fp32's.
-    let opts = LoadOptions { dtype: Precision::Bf16, vae_dtype: Precision::Bf16, ..LoadOptions::new(Device::Cpu) };
+    let opts = LoadOptions { dtype: DtypeChoice::Bf16, vae_dtype: DtypeChoice::Bf16, ..LoadOptions::new(Device::Cpu) };
     let m = WanModel::load_with(&default_model(), opts).unwrap();
     assert_eq!(m.load_report.transformer_dtype, Kind::BFloat16);
     let l16 = latents(&m);

@@ -1,0 +1,68 @@
+//! Admission against the served precision preset: a server never changes a request's numerics
+//! silently. A request that names a preset (`diffusion.precision`) gets exactly it or a 400, and
+//! an `exact` request is refused by a server that runs lossy options (`precision = fast`).
+
+use fastvideo_request::{RequestError, ResolvedRequest};
+use fastvideo_torch::Precision;
+
+/// The check for a server running `served` (resolved, not `auto`).
+pub fn precision_check(served: Precision) -> impl Fn(&ResolvedRequest) -> Result<(), RequestError> + Send + Sync {
+    move |r| {
+        if let Some(asked) = &r.precision {
+            let asked: Precision = asked.parse().map_err(|e| RequestError::new("diffusion.precision", e))?;
+            if asked != served {
+                return Err(RequestError::new(
+                    "diffusion.precision",
+                    format!(
+                        "this server runs precision `{served}`, not `{asked}` (it is chosen when the server starts)"
+                    ),
+                ));
+            }
+        }
+        if r.exact && served.is_lossy() {
+            return Err(RequestError::new(
+                "exact",
+                format!("this server runs precision `{served}`, whose FP8 linears are lossy; exact requests need a server started with precision exact or bf16"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fastvideo_request::{ModelLimits, OmniRequest};
+
+    fn resolved(json: serde_json::Value) -> ResolvedRequest {
+        let req: OmniRequest = serde_json::from_value(json).unwrap();
+        req.resolve(&ModelLimits::example(), || 1).unwrap()
+    }
+
+    #[test]
+    fn a_named_preset_must_be_the_served_one() {
+        let check = precision_check(Precision::Bf16);
+        let base = serde_json::json!({"request_id": "r", "task": "t2v", "inputs": [{"type": "text", "text": "a"}]});
+        assert!(check(&resolved(base.clone())).is_ok(), "no preset named: the server's");
+        let mut same = base.clone();
+        same["diffusion"] = serde_json::json!({"precision": "bf16"});
+        assert!(check(&resolved(same)).is_ok());
+        let mut other = base.clone();
+        other["diffusion"] = serde_json::json!({"precision": "fast"});
+        let e = check(&resolved(other)).unwrap_err();
+        assert_eq!(e.field, "diffusion.precision");
+        assert!(e.rule.contains("`bf16`"), "{}", e.rule);
+        let mut bad = base;
+        bad["diffusion"] = serde_json::json!({"precision": "fp4"});
+        assert_eq!(check(&resolved(bad)).unwrap_err().field, "diffusion.precision");
+    }
+
+    #[test]
+    fn exact_requests_are_refused_by_a_lossy_server_only() {
+        let exact = resolved(serde_json::json!({"request_id": "r", "task": "t2v", "exact": true,
+            "inputs": [{"type": "text", "text": "a"}]}));
+        assert!(precision_check(Precision::Bf16)(&exact).is_ok());
+        assert!(precision_check(Precision::Exact)(&exact).is_ok());
+        assert_eq!(precision_check(Precision::Fast)(&exact).unwrap_err().field, "exact");
+    }
+}
