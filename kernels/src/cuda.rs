@@ -15,9 +15,21 @@ use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, LaunchCo
 use cudarc::nvrtc::Ptx;
 use tch::{Device, Tensor};
 
-const SOURCE: &str = include_str!("../cuda/norms.cu");
-const FUNCTIONS: &[&str] =
-    &["norm_modulate_f32", "norm_modulate_bf16", "norm_modulate_f16", "rms_rope_f32", "rms_rope_bf16", "rms_rope_f16"];
+const SOURCE: &str = concat!(include_str!("../cuda/norms.cu"), include_str!("../cuda/quant.cu"));
+const FUNCTIONS: &[&str] = &[
+    "norm_modulate_f32",
+    "norm_modulate_bf16",
+    "norm_modulate_f16",
+    "rms_rope_f32",
+    "rms_rope_bf16",
+    "rms_rope_f16",
+    "quantize_fp8_f32",
+    "quantize_fp8_bf16",
+    "quantize_fp8_f16",
+    "gelu_quantize_fp8_f32",
+    "gelu_quantize_fp8_bf16",
+    "gelu_quantize_fp8_f16",
+];
 
 /// A kernel argument, as the kernel's C signature declares it.
 #[derive(Clone, Copy, Debug)]
@@ -143,7 +155,7 @@ fn compile_and_load(ctx: &Arc<CudaContext>, arch: &'static str, cache: Option<&P
     let opts = cudarc::nvrtc::CompileOptions { arch: Some(arch), use_fast_math: Some(false), ..Default::default() };
     let ptx = std::panic::catch_unwind(|| cudarc::nvrtc::compile_ptx_with_opts(SOURCE, opts))
         .map_err(|_| anyhow!("NVRTC (libnvrtc.so) could not be loaded"))?
-        .map_err(|e| anyhow!("NVRTC compile of kernels/cuda/norms.cu: {e}"))?;
+        .map_err(|e| anyhow!("NVRTC compile of kernels/cuda/norms.cu + quant.cu: {e}"))?;
     if let Some(path) = cache {
         // Written whole to a temporary name, then renamed: a reader never sees half a file.
         let tmp = path.with_extension(format!("tmp{}", std::process::id()));

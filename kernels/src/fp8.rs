@@ -1,22 +1,40 @@
 //! FP8 (e4m3) linears for `precision = fast`: weights quantized once at load with one scale per
 //! output channel, activations per token at run time, and the product through cuBLASLt's scaled
 //! GEMM (`torch._scaled_mm`), which on Hopper runs 1.6–1.9× the bf16 rate at Wan's shapes
-//! (`host/scripts/gpu/fp8_gemm_bench.py`). Where that GEMM cannot run (a CPU, a dimension not a
-//! multiple of 16) the fallback computes the same function: the same quantized values,
-//! dequantized and multiplied in float32.
+//! (`host/scripts/gpu/fp8_gemm_bench.py`). Activations are quantized by one kernel pass
+//! (`kernels/cuda/quant.cu`; tch ops took longer than the GEMM they feed), optionally fused with
+//! the FFN's GELU. Where the scaled GEMM cannot run (a CPU, a dimension not a multiple of 16) the
+//! fallback computes the same function: the same quantized values, dequantized and multiplied
+//! in float32.
 
 use tch::{Device, Kind, Tensor};
+
+use crate::cuda::{self, Arg};
 
 /// The largest finite e4m3 value: each row's absolute maximum maps onto it.
 pub const E4M3_MAX: f64 = 448.0;
 
-/// Fast accumulation (cuBLASLt's split FP8 accumulator): off, as measured in
-/// `fp8_gemm_bench.py`'s error columns; its speed gain at these shapes is small.
-const FAST_ACCUM: bool = false;
+/// cuBLASLt's fast FP8 accumulation: 4–20 % faster at Wan's shapes on the H200 with the same
+/// error against bf16 (3.75e-2 relative either way; `fp8_gemm_bench.py`).
+const FAST_ACCUM: bool = true;
 
-/// Quantizes `x [M, K]` by rows: e4m3 values and float32 scales `[M, 1]` such that
+/// Activations quantized by rows, ready for [`linear_quantized`]: several linears reading the
+/// same input (attention's projections) quantize it once.
+pub struct Quantized {
+    /// `[M, K]` e4m3.
+    pub values: Tensor,
+    /// `[M, 1]` float32.
+    pub scales: Tensor,
+    /// The input's leading dimensions (`M` is their product).
+    lead: Vec<i64>,
+    /// The input's dtype, which outputs take.
+    kind: Kind,
+    device: Device,
+}
+
+/// Quantizes `x [M, K]` by rows in tch ops: e4m3 values and float32 scales `[M, 1]` such that
 /// `x ≈ values × scales`, each row's absolute maximum landing on [`E4M3_MAX`]. An all-zero row
-/// gets a tiny scale and zeros (no NaN).
+/// gets a tiny scale and zeros (no NaN). The kernel computes the same.
 pub fn quantize_rows(x: &Tensor) -> (Tensor, Tensor) {
     let scale = x.abs().amax([1i64].as_slice(), true).to_kind(Kind::Float).clamp_min(1e-12) / E4M3_MAX;
     let values = (x.to_kind(Kind::Float) / &scale).to_kind(Kind::Float8e4m3fn);
@@ -30,21 +48,73 @@ pub fn quantize_weight(w: &Tensor) -> (Tensor, Tensor) {
     (values, scale.view([-1]))
 }
 
+/// `x [..., K]` quantized per token.
+pub fn quantize(x: &Tensor) -> Quantized {
+    quantize_with(x, false)
+}
+
+/// `gelu_tanh(x)` (rounded to `x`'s dtype) quantized per token: the FFN's activation and the
+/// quantization of the linear after it in one pass.
+pub fn gelu_quantize(x: &Tensor) -> Quantized {
+    quantize_with(x, true)
+}
+
+fn quantize_with(x: &Tensor, gelu: bool) -> Quantized {
+    let mut lead = x.size();
+    let k = lead.pop().unwrap_or(0);
+    let x2 = x.reshape([-1, k]);
+    let (values, scales) = match try_kernel(&x2, gelu) {
+        Some(q) => q,
+        None if gelu => quantize_rows(&x2.gelu("tanh")),
+        None => quantize_rows(&x2),
+    };
+    Quantized { values, scales, lead, kind: x.kind(), device: x.device() }
+}
+
+/// The quantize kernel for a contiguous `[M, K]` CUDA tensor on a device with FP8 conversions
+/// (compute capability 8.9 on), else `None`.
+fn try_kernel(x: &Tensor, gelu: bool) -> Option<(Tensor, Tensor)> {
+    let k = cuda::for_tensor(x)?;
+    let (rows, d) = x.size2().ok()?;
+    if k.capability < (8, 9) || !cuda::row_fits(d) || !x.is_contiguous() || !cuda::aligned(x) || rows == 0 {
+        return None;
+    }
+    let suffix = match x.kind() {
+        Kind::Float => "f32",
+        Kind::BFloat16 => "bf16",
+        Kind::Half => "f16",
+        _ => return None,
+    };
+    let name = format!("{}quantize_fp8_{suffix}", if gelu { "gelu_" } else { "" });
+    let values = Tensor::empty([rows, d], (Kind::Float8e4m3fn, x.device()));
+    let scales = Tensor::empty([rows, 1], (Kind::Float, x.device()));
+    let args = [
+        Arg::Ptr(x.data_ptr() as u64),
+        Arg::Ptr(values.data_ptr() as u64),
+        Arg::Ptr(scales.data_ptr() as u64),
+        Arg::I32(d as i32),
+    ];
+    k.launch_rows(&name, rows, 1, d, &args).ok()?;
+    Some((values, scales))
+}
+
 /// `x W^T + b` with `W` in FP8 (`w8`, `scale` as [`quantize_weight`] makes them), `x` quantized
 /// per token on the fly; the output in `x`'s dtype and shape `[..., out]`.
 pub fn linear(x: &Tensor, w8: &Tensor, scale: &Tensor, bias: Option<&Tensor>) -> Tensor {
-    let mut shape = x.size();
-    let k = shape.pop().unwrap_or(0);
+    linear_quantized(&quantize(x), w8, scale, bias)
+}
+
+/// [`linear`] from activations already quantized.
+pub fn linear_quantized(q: &Quantized, w8: &Tensor, scale: &Tensor, bias: Option<&Tensor>) -> Tensor {
+    let k = q.values.size()[1];
     let n = w8.size()[0];
-    let out_kind = x.kind();
-    let x2 = x.reshape([-1, k]);
-    let (x8, sx) = quantize_rows(&x2);
-    let y = if scaled_mm_fits(x, k, n) {
+    let out_kind = q.kind;
+    let y = if scaled_mm_fits(q.device, out_kind, k, n) {
         // cuBLASLt wants the second operand column-major: W^T of a row-major W is.
         let fused_bias = bias.filter(|b| b.kind() == out_kind && out_kind == Kind::BFloat16);
-        let y = x8.internal_scaled_mm(
+        let y = q.values.internal_scaled_mm(
             &w8.tr(),
-            &sx,
+            &q.scales,
             &scale.view([1, -1]),
             fused_bias,
             None::<&Tensor>,
@@ -56,19 +126,20 @@ pub fn linear(x: &Tensor, w8: &Tensor, scale: &Tensor, bias: Option<&Tensor>) ->
             _ => y,
         }
     } else {
-        reference(&x8, &sx, w8, scale, bias).to_kind(out_kind)
+        reference(&q.values, &q.scales, w8, scale, bias).to_kind(out_kind)
     };
+    let mut shape = q.lead.clone();
     shape.push(n);
     y.view(shape.as_slice())
 }
 
 /// The scaled GEMM's conditions: CUDA, both inner dimensions multiples of 16, an output dtype it
 /// writes.
-fn scaled_mm_fits(x: &Tensor, k: i64, n: i64) -> bool {
-    matches!(x.device(), Device::Cuda(_))
+fn scaled_mm_fits(device: Device, kind: Kind, k: i64, n: i64) -> bool {
+    matches!(device, Device::Cuda(_))
         && k % 16 == 0
         && n % 16 == 0
-        && matches!(x.kind(), Kind::BFloat16 | Kind::Half | Kind::Float)
+        && matches!(kind, Kind::BFloat16 | Kind::Half | Kind::Float)
 }
 
 /// The same product in float32 from the quantized values (the CPU path, and the parity
@@ -113,7 +184,17 @@ mod tests {
         // 64-term dot products of two quantized operands the output's relative L2 error sits
         // near 3 %. Bound: 6 %.
         let e = rel(&got, &want);
-        eprintln!("fp8 linear: relative error {e}");
         assert!(e < 0.06 && e > 1e-4, "relative error {e}");
+    }
+
+    #[test]
+    fn the_gelu_variant_quantizes_the_activation() {
+        tch::manual_seed(1);
+        let x = Tensor::randn([3, 5, 32], (Kind::Float, Device::Cpu));
+        let q = gelu_quantize(&x);
+        let want = quantize(&x.gelu("tanh"));
+        assert!(q.values.to_kind(Kind::Float).equal(&want.values.to_kind(Kind::Float)));
+        assert!(q.scales.equal(&want.scales));
+        assert_eq!((q.lead.clone(), q.kind), (vec![3, 5], Kind::Float));
     }
 }

@@ -205,3 +205,60 @@ fn cuda_kernels_match_their_fallbacks() {
     eprintln!("bf16 layer_norm_modulate, kernel vs fallback: max rel {e:.3e}");
     assert!(e < 1.2e-2, "kernel vs fallback rel {e}");
 }
+
+/// Share of elements that differ, and the largest difference relative to the row scale, between
+/// two row-quantized tensors (dequantized).
+fn fp8_diff(a: &(Tensor, Tensor), b: &(Tensor, Tensor)) -> (f64, f64) {
+    let deq = |(v, s): &(Tensor, Tensor)| (v.to_kind(Kind::Float) * s).to_device(Device::Cpu);
+    let (x, y) = (deq(a), deq(b));
+    let differ = f64::try_from(x.ne_tensor(&y).to_kind(Kind::Double).mean(Kind::Double)).unwrap();
+    (differ, rel(&x, &y))
+}
+
+#[test]
+fn cuda_fp8_quantization_and_gemm_match_their_fallbacks() {
+    use fastvideo_kernels::fp8;
+    if fastvideo_torch::init().cuda_devices == 0 {
+        eprintln!("no CUDA device: runs on a GPU machine (host/scripts/gpu/kernels.sh)");
+        return;
+    }
+    let device = Device::Cuda(0);
+    let k = fastvideo_kernels::cuda::device(0).expect("kernels compile on a CUDA machine");
+    if k.capability < (8, 9) {
+        eprintln!("compute capability {:?}: no FP8 here", k.capability);
+        return;
+    }
+    // Wan 1.3B's widths (model, FFN), an odd token count, and a small row.
+    for (rows, d) in [(257, 1536), (33, 8960), (5, 64)] {
+        for kind in [Kind::Float, Kind::BFloat16, Kind::Half] {
+            let x = (randn(&[rows, d], 11) * 3.0).to_kind(kind).to_device(device);
+            for gelu in [false, true] {
+                poison(device);
+                let q = if gelu { fp8::gelu_quantize(&x) } else { fp8::quantize(&x) };
+                fastvideo_kernels::set_enabled(false);
+                let r = if gelu { fp8::gelu_quantize(&x) } else { fp8::quantize(&x) };
+                fastvideo_kernels::set_enabled(true);
+                let scales = rel(&q.scales, &r.scales);
+                let (differ, e) = fp8_diff(&(q.values, q.scales), &(r.values, r.scales));
+                eprintln!("fp8 quantize {kind:?} [{rows}, {d}] gelu {gelu}: scales {scales:.1e}, {differ:.1e} of values differ, max rel {e:.2e}");
+                // Plain: the same fp32 division and rounding, so equal. GELU: tanh differs in
+                // the last bit between implementations, which moves a value across a rounding
+                // boundary rarely: at most 0.5 % of values by one e4m3 step (1/8 at worst).
+                let (scale_tol, differ_tol, step) = if gelu { (1e-2, 5e-3, 0.125) } else { (1e-7, 0.0, 0.0) };
+                assert!(scales <= scale_tol && differ <= differ_tol && e <= step, "{kind:?} {rows}x{d} gelu {gelu}");
+            }
+        }
+    }
+    // The scaled GEMM against the float32 product of the same quantized operands.
+    let x = randn(&[2, 300, 1536], 12).to_kind(Kind::BFloat16).to_device(device);
+    let w = (randn(&[8960, 1536], 13) / 40.0).to_device(device);
+    let b = randn(&[8960], 14).to_kind(Kind::BFloat16).to_device(device);
+    let (w8, sw) = fp8::quantize_weight(&w);
+    let y = fp8::linear(&x, &w8, &sw, Some(&b));
+    let q = fp8::quantize(&x);
+    let want = fp8::reference(&q.values, &q.scales, &w8, &sw, Some(&b)).view([2, 300, 8960]);
+    let e = rel(&y, &want);
+    eprintln!("fp8 scaled GEMM vs float32 reference: max rel {e:.2e}");
+    // bf16 output (8 bits of mantissa) and fast accumulation: within 1 %.
+    assert!(e < 1e-2, "scaled GEMM vs reference {e}");
+}

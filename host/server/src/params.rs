@@ -47,6 +47,9 @@ pub struct CreateParams {
     /// step it stops before (its latents keep their leftover noise).
     pub start_step: Option<u32>,
     pub end_step: Option<u32>,
+    /// The precision preset the client expects (exact, bf16, fast); a 400 unless the server runs
+    /// it.
+    pub precision: Option<String>,
     pub negative_prompt: Option<String>,
     pub width: Option<u32>,
     pub height: Option<u32>,
@@ -401,6 +404,7 @@ impl CreateParams {
         d.boundary_ratio = self.boundary_ratio;
         d.switch_step = self.switch_step;
         (d.start_step, d.end_step) = (self.start_step, self.end_step);
+        d.precision.clone_from(&self.precision);
         d.negative_prompt = self.negative_prompt.clone();
         d.fps = self.fps;
         d.shift = self.shift;

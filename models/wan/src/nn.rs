@@ -3,6 +3,7 @@
 use std::sync::OnceLock;
 
 use anyhow::Result;
+use fastvideo_kernels::fp8::Quantized;
 use fastvideo_pipeline::AdapterRows;
 use tch::{Device, Kind, Tensor};
 
@@ -67,6 +68,25 @@ impl Linear {
             Some(scale) => fastvideo_kernels::fp8::linear(x, &self.weight, scale, self.bias.as_ref()),
             None => x.linear(&self.weight, self.bias.as_ref()),
         }
+    }
+
+    /// [`forward_lora`](Self::forward_lora) with the input's FP8 quantization `q` computed once
+    /// for several linears reading `x` (attention's projections); `q` is ignored by a linear
+    /// not in FP8.
+    pub fn forward_shared(&self, x: &Tensor, q: Option<&Quantized>, lora: Lora) -> Tensor {
+        let (Some(scale), Some(q)) = (&self.fp8_scale, q) else { return self.forward_lora(x, lora) };
+        let y = fastvideo_kernels::fp8::linear_quantized(q, &self.weight, scale, self.bias.as_ref());
+        if let Some(rows) = lora {
+            crate::adapters::add_deltas(self, x, &y, rows);
+        }
+        y
+    }
+
+    /// The output for activations already quantized (an FP8 linear whose input was quantized
+    /// by a fused kernel, e.g. with the FFN's GELU); `None` when this linear is not FP8.
+    pub fn forward_quantized(&self, q: &Quantized) -> Option<Tensor> {
+        let scale = self.fp8_scale.as_ref()?;
+        Some(fastvideo_kernels::fp8::linear_quantized(q, &self.weight, scale, self.bias.as_ref()))
     }
 
     /// Stores the weight in FP8 with per-output-channel scales; forwards then quantize their

@@ -211,6 +211,8 @@ fn malformed_requests_get_a_400_naming_the_field() {
         (json!({"prompt": "p", "size": "huge"}), "size"),
         (json!({"prompt": "p", "model": "sora-2"}), "model"),
         (json!({"prompt": "p", "plugin_params": {"apg": {"eta": 1}}}), "plugin_params"),
+        // The CPU server runs `exact`; a client expecting another preset is told, not served.
+        (json!({"prompt": "p", "precision": "fast"}), "precision"),
         // Would overflow the frame count if multiplied out in integers.
         (json!({"prompt": "p", "seconds": 1e300}), "seconds"),
     ];

@@ -61,8 +61,10 @@ impl SelfAttention {
         // Each intermediate is freed as soon as it is used (the fused projection right after the
         // norm, q/k/v before the output projection): at 32,760 tokens each is 0.1-0.2 GiB, and
         // they add up in the peak.
+        // FP8 projections (`precision = fast`) share one quantization of their input.
+        let xq = self.to_qk.is_fp8().then(|| fastvideo_kernels::fp8::quantize(x));
         let (q, k) = {
-            let qk = self.to_qk.forward_lora(x, lora);
+            let qk = self.to_qk.forward_shared(x, xq.as_ref(), lora);
             let mut qk = fastvideo_kernels::rms_norm_rope(
                 &[(&qk.narrow(2, 0, d), &self.norm_q), (&qk.narrow(2, d, d), &self.norm_k)],
                 self.eps,
@@ -72,7 +74,8 @@ impl SelfAttention {
             let k = qk.pop().expect("k");
             (qk.pop().expect("q"), k)
         };
-        let v = self.to_v.forward_lora(x, lora);
+        let v = self.to_v.forward_shared(x, xq.as_ref(), lora);
+        drop(xq);
         let o = match keys {
             Keys::Local { past: Some((pk, pv)), mask } => {
                 let (keys, values) = (Tensor::cat(&[pk, &k], 1), Tensor::cat(&[pv, &v], 1));

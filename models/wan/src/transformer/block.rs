@@ -108,15 +108,27 @@ impl Block {
             &LayerNormSpec { eps, affine: None, modulation: Some((c_scale, c_shift)) },
         );
         drop((x1, a));
-        let g = self.ffn_in.forward_gelu_tanh_lora(&h, lora);
-        drop(h);
-        let ff = self.ffn_out.forward_lora(&g, lora);
-        drop(g);
+        let ff = self.feed_forward(h, lora);
         Ok((gated_residual(&x2, &ff, Some(c_gate)), kv))
     }
 }
 
 impl Block {
+    /// `ffn_out(gelu_tanh(ffn_in(h)))`. With FP8 linears and no adapters, the GELU and the
+    /// quantization for `ffn_out` are one kernel pass over the widest activation.
+    fn feed_forward(&self, h: Tensor, lora: Lora) -> Tensor {
+        if self.ffn_out.is_fp8() && lora.is_none() {
+            let pre = self.ffn_in.forward(&h);
+            drop(h);
+            let q = fastvideo_kernels::fp8::gelu_quantize(&pre);
+            drop(pre);
+            return self.ffn_out.forward_quantized(&q).expect("an FP8 linear");
+        }
+        let g = self.ffn_in.forward_gelu_tanh_lora(&h, lora);
+        drop(h);
+        self.ffn_out.forward_lora(&g, lora)
+    }
+
     /// Keys and values of `context` for this block's cross-attention.
     pub fn context_kv(&self, context: &Tensor) -> (Tensor, Tensor) {
         self.attn2.context_kv(context, None)
