@@ -49,6 +49,10 @@ pub struct PrecisionArgs {
     /// memory, swapped when a step needs it.
     #[arg(long)]
     pub offload_experts: bool,
+    /// World sessions decode with the world folder's tiny_vae/ (a fraction of the VAE's cost,
+    /// approximately the same frames).
+    #[arg(long)]
+    pub tiny_decoder: bool,
 }
 
 impl PrecisionArgs {
@@ -60,6 +64,7 @@ impl PrecisionArgs {
             m.kernels = k == "on";
         }
         m.offload_experts |= self.offload_experts;
+        m.tiny_decoder |= self.tiny_decoder;
     }
 
     /// The default model config with these flags applied.

@@ -77,6 +77,9 @@ pub struct ModelConfig {
     /// Two-expert models (Wan 2.2 A14B): one expert on the device at a time, the other in
     /// pinned host memory (half the transformers' device memory, a swap when the expert changes).
     pub offload_experts: bool,
+    /// World sessions decode their chunks with the world folder's `tiny_vae/` (lossy, a fraction
+    /// of the VAE's cost; docs/benchmarks.md) instead of its VAE.
+    pub tiny_decoder: bool,
 }
 
 impl Default for ModelConfig {
@@ -92,6 +95,7 @@ impl Default for ModelConfig {
             gpus: 1,
             parallel: None,
             offload_experts: false,
+            tiny_decoder: false,
         }
     }
 }

@@ -57,7 +57,12 @@ impl ModelConfig {
     /// The same for a world-model folder (the Wan folder plus `action_embedder/` and `world.json`).
     pub fn load_world(&self, dir: &Path, device: Device) -> Result<WorldModel> {
         self.apply_kernels();
-        WorldModel::load(dir, self.options(device)?).with_context(|| format!("--model {}", dir.display()))
+        let world =
+            WorldModel::load(dir, self.options(device)?).with_context(|| format!("--model {}", dir.display()))?;
+        if self.tiny_decoder {
+            return world.with_tiny_decoder().context("tiny_decoder");
+        }
+        Ok(world)
     }
 
     fn apply_kernels(&self) {

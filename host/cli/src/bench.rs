@@ -79,6 +79,11 @@ pub fn run(args: BenchArgs) -> Result<()> {
             report.load_s,
             report.sdpa_backend
         );
+        if let (Some(which), Some(s)) = (report.tiny_decoder, report.tiny_decode_s) {
+            let psnr =
+                report.tiny_psnr_vs_vae_db.map(|p| format!(", {p:.1} dB against the full decoder")).unwrap_or_default();
+            println!("tiny decoder ({which}): {s:.3} s for the same latents{psnr}");
+        }
         if let (Some(f2), Some(sw)) = (report.expert_2_forward_s, report.expert_switch_forward_s) {
             println!("low-noise expert: forward {f2:.3} s; alternating experts {sw:.3} s per forward");
             if let (Some(s), Some(b)) = (report.expert_swap_s, report.expert_switch_blocking_forward_s) {

@@ -53,6 +53,12 @@ pub struct BenchReport {
     pub forward_batch2_s: f64,
     pub text_encode_s: f64,
     pub vae_decode_s: f64,
+    /// The tiny decoder timed on the same latents: `folder` (the model's `tiny_vae/`, with its
+    /// PSNR against the full decoder's frames) or `random full-size` (a TAEHV-size decoder on
+    /// random weights, speed only); none when the VAE's shape has no tiny counterpart.
+    pub tiny_decoder: Option<&'static str>,
+    pub tiny_decode_s: Option<f64>,
+    pub tiny_psnr_vs_vae_db: Option<f64>,
     /// Image-to-video models: the CLIP image encoder on the request's picture(s), and the VAE
     /// encode of the conditioning video (the picture(s) and black frames).
     pub image_encode_s: Option<f64>,
@@ -289,6 +295,8 @@ pub fn run(model: &WanModel, opts: &BenchOptions) -> Result<BenchReport> {
         (None, None)
     };
 
+    let (tiny_decoder, tiny_decode_s, tiny_psnr_vs_vae_db) = tiny_decode(model, &vae_latents, &frames, opts)?;
+
     Ok(BenchReport {
         device: format!("{dev:?}"),
         precision: model.load_report.precision.to_string(),
@@ -305,6 +313,9 @@ pub fn run(model: &WanModel, opts: &BenchOptions) -> Result<BenchReport> {
         forward_batch2_s: median(&mut b2),
         text_encode_s: median(&mut te),
         vae_decode_s: median(&mut vd),
+        tiny_decoder,
+        tiny_decode_s,
+        tiny_psnr_vs_vae_db,
         image_encode_s,
         vae_encode_s,
         gpu_used_after_load_bytes,
@@ -320,4 +331,29 @@ pub fn run(model: &WanModel, opts: &BenchOptions) -> Result<BenchReport> {
         expert_swap_s,
         velocity: Some(velocity.to_kind(Kind::Float).to_device(Device::Cpu).contiguous()),
     })
+}
+
+/// The tiny decoder on the bench's latents (see [`BenchReport::tiny_decode_s`]).
+#[allow(clippy::type_complexity)]
+fn tiny_decode(
+    model: &WanModel,
+    latents: &Tensor,
+    frames: &Tensor,
+    opts: &BenchOptions,
+) -> Result<(Option<&'static str>, Option<f64>, Option<f64>)> {
+    use crate::tiny_vae::{TinyDecoderConfig, TinyVideoDecoder};
+    let (dev, cfg) = (model.device, &model.vae.cfg);
+    let (which, decoder) = match &model.tiny_vae {
+        Some(t) => ("folder", t.clone()),
+        None if cfg.spatial_factor() % 8 == 0 && cfg.temporal_factor() == 4 => {
+            let mut c = TinyDecoderConfig::full_size(cfg.z_dim);
+            c.patch_size = cfg.spatial_factor() / 8;
+            let w = crate::Weights::random(0, dev, model.load_report.vae_dtype);
+            ("random full-size", std::sync::Arc::new(TinyVideoDecoder::new(c, &w)?))
+        }
+        None => return Ok((None, None, None)),
+    };
+    let (mut t, video) = time(dev, opts.vae_runs, || decoder.decode(latents))?;
+    let psnr_db = (which == "folder" && video.size() == frames.size()).then(|| psnr(&video, frames));
+    Ok((Some(which), Some(median(&mut t)), psnr_db))
 }

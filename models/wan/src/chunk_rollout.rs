@@ -23,8 +23,9 @@ use fastvideo_pipeline::AdapterSet;
 use tch::{Device, Kind, Tensor};
 
 use crate::causal::CrossKv;
+use crate::tiny_vae::TinyDecodeStream;
 use crate::vae::DecodeStream;
-use crate::world::WorldModel;
+use crate::world::{FrameDecoder, WorldModel};
 
 /// A finished chunk: its video frames and what made them.
 pub struct Chunk {
@@ -93,6 +94,12 @@ enum Phase {
     Running,
 }
 
+/// A session's decoder state, carried from chunk to chunk.
+enum ChunkDecode {
+    Vae(DecodeStream),
+    Tiny(TinyDecodeStream),
+}
+
 /// One session's rollout state.
 pub struct ChunkRollout {
     kv: KvSession,
@@ -100,7 +107,7 @@ pub struct ChunkRollout {
     /// embeddings it was made from (adapters remake it).
     cross: Vec<CrossKv>,
     contexts: Vec<Tensor>,
-    decode: DecodeStream,
+    decode: ChunkDecode,
     sigmas: Vec<f64>,
     latent_shape: [i64; 5],
     seed: u64,
@@ -157,7 +164,10 @@ impl ChunkRollout {
             kv,
             cross,
             contexts,
-            decode: DecodeStream::default(),
+            decode: match model.decoder {
+                FrameDecoder::Vae => ChunkDecode::Vae(DecodeStream::default()),
+                FrameDecoder::Tiny => ChunkDecode::Tiny(TinyDecodeStream::default()),
+            },
             sigmas: spec.sigmas(),
             latent_shape,
             seed,
@@ -301,15 +311,19 @@ impl ChunkRollout {
                 let _ = tr.forward_chunk(&x0, &t, Some(cond), &self.cross[0], &mut self.kv, true)?;
                 let vae = &model.wan.vae;
                 let z = vae.denormalize(&x0);
-                let frames = (0..z.size()[2])
-                    .map(|i| vae.decode_next(&mut self.decode, &z.narrow(2, i, 1)))
-                    .collect::<Result<Vec<_>>>()?;
-                let chunk = Chunk {
-                    index: self.chunk,
-                    frames: Tensor::cat(&frames, 2),
-                    action: self.current.0,
-                    action_id: self.current.1,
+                let frames = match &mut self.decode {
+                    ChunkDecode::Vae(stream) => {
+                        let frames = (0..z.size()[2])
+                            .map(|i| vae.decode_next(stream, &z.narrow(2, i, 1)))
+                            .collect::<Result<Vec<_>>>()?;
+                        Tensor::cat(&frames, 2)
+                    }
+                    ChunkDecode::Tiny(stream) => {
+                        let tiny = model.wan.tiny_vae.as_ref().context("the world model has no tiny decoder")?;
+                        tiny.decode_next(stream, &z)?
+                    }
                 };
+                let chunk = Chunk { index: self.chunk, frames, action: self.current.0, action_id: self.current.1 };
                 self.chunk += 1;
                 self.restarted = false;
                 self.phase = self.start_chunk();

@@ -25,6 +25,7 @@ pub mod scheduler;
 pub mod sequence_parallel;
 pub mod session_loop;
 pub mod sessions;
+pub mod tiny_vae;
 pub mod tokenizer;
 pub mod transformer;
 pub mod umt5;

@@ -109,6 +109,9 @@ pub struct WanModel {
     /// `--offload-experts`: the experts take turns on the device.
     pub offload: Option<Arc<crate::offload::ExpertSwap>>,
     pub vae: Arc<AutoencoderKLWan>,
+    /// `tiny_vae/`, when the folder has one: a small decoder trained to mimic `vae`'s, for
+    /// previews and for world sessions that opt into it.
+    pub tiny_vae: Option<Arc<crate::tiny_vae::TinyVideoDecoder>>,
     /// Prompt embeddings already computed with this text encoder (shared by every pipeline
     /// built from this model).
     pub text_cache: Arc<fastvideo_pipeline::EmbeddingCache>,
@@ -270,6 +273,11 @@ impl WanModel {
         let v_w = Weights::from_dir(&v_dir, "diffusion_pytorch_model", device, vae_kind)?;
         let vae = AutoencoderKLWan::new(v_cfg, &v_w)?;
         v_w.warn_unused("vae");
+        let tiny_dir = dir.join("tiny_vae");
+        let tiny_vae = match tiny_dir.join("config.json").is_file() {
+            true => Some(Arc::new(crate::tiny_vae::TinyVideoDecoder::load(&tiny_dir, device, vae_kind)?)),
+            false => None,
+        };
 
         let e_dir = dir.join("text_encoder");
         let e_path = e_dir.join("config.json");
@@ -346,6 +354,7 @@ impl WanModel {
             offload,
             low_noise,
             vae: Arc::new(vae),
+            tiny_vae,
             scheduler,
             run,
             device,
@@ -437,6 +446,7 @@ impl WanModel {
             low_noise: self.low_noise.clone(),
             offload: self.offload.clone(),
             vae: Arc::clone(&self.vae),
+            tiny_vae: self.tiny_vae.clone(),
             text_cache: Arc::clone(&self.text_cache),
             scheduler: self.scheduler.clone(),
             run: self.run.clone(),

@@ -131,6 +131,19 @@ pub struct WorldModel {
     pub wan: WanModel,
     pub actions: ActionEmbedder,
     pub spec: WorldSpec,
+    /// What turns a session's chunks into frames.
+    pub decoder: FrameDecoder,
+}
+
+/// The decoder of a world session's chunks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FrameDecoder {
+    /// The model's VAE (exact).
+    #[default]
+    Vae,
+    /// The folder's `tiny_vae/`: a fraction of the VAE's cost, approximately the same frames
+    /// (opt-in: `tiny_decoder`).
+    Tiny,
 }
 
 impl WorldModel {
@@ -160,6 +173,16 @@ impl WorldModel {
                 wan.transformer.cfg.inner_dim()
             );
         }
-        Ok(Self { wan, actions, spec })
+        Ok(Self { wan, actions, spec, decoder: FrameDecoder::Vae })
+    }
+
+    /// Sessions decode with the folder's `tiny_vae/` instead of the VAE; an error naming the
+    /// folder when it has none.
+    pub fn with_tiny_decoder(mut self) -> Result<Self> {
+        if self.wan.tiny_vae.is_none() {
+            bail!("{}: no tiny_vae/ folder, so sessions cannot use the tiny decoder", self.wan.dir.display());
+        }
+        self.decoder = FrameDecoder::Tiny;
+        Ok(self)
     }
 }

@@ -15,5 +15,6 @@ mod parity;
 mod partial;
 mod published_layout;
 mod rl_consistency;
+mod tiny_vae;
 mod wan22;
 mod world;
