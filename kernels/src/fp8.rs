@@ -1,4 +1,4 @@
-//! FP8 (e4m3) linears for `precision = fast`: weights quantized once at load with one scale per
+//! FP8 (e4m3) linears (`--fp8-linears`): weights quantized once at load with one scale per
 //! output channel, activations per token at run time, and the product through cuBLASLt's scaled
 //! GEMM (`torch._scaled_mm`), which on Hopper runs 1.6–1.9× the bf16 rate at Wan's shapes
 //! (`host/scripts/gpu/fp8_gemm_bench.py`). Activations are quantized by one kernel pass

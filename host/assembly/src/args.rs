@@ -53,6 +53,10 @@ pub struct PrecisionArgs {
     /// approximately the same frames).
     #[arg(long)]
     pub tiny_decoder: bool,
+    /// FP8 linears in the inner transformer blocks (lossy, about 6 % faster on an H200; not in
+    /// `--precision fast`: it missed the quality gate, docs/benchmarks.md).
+    #[arg(long)]
+    pub fp8_linears: bool,
 }
 
 impl PrecisionArgs {
@@ -65,6 +69,7 @@ impl PrecisionArgs {
         }
         m.offload_experts |= self.offload_experts;
         m.tiny_decoder |= self.tiny_decoder;
+        m.fp8_linears |= self.fp8_linears;
     }
 
     /// The default model config with these flags applied.

@@ -78,8 +78,12 @@ pub struct ModelConfig {
     /// pinned host memory (half the transformers' device memory, a swap when the expert changes).
     pub offload_experts: bool,
     /// World sessions decode their chunks with the world folder's `tiny_vae/` (lossy, a fraction
-    /// of the VAE's cost; docs/benchmarks.md) instead of its VAE.
+    /// of the VAE's cost; docs/benchmarks.md) instead of its VAE; an error when it has none.
+    /// `precision = fast` does the same where the folder has one.
     pub tiny_decoder: bool,
+    /// FP8 linears in the inner transformer blocks (lossy; not part of `fast`: it did not pass
+    /// the quality gate, docs/benchmarks.md). Refused with `precision = exact`.
+    pub fp8_linears: bool,
 }
 
 impl Default for ModelConfig {
@@ -96,6 +100,7 @@ impl Default for ModelConfig {
             parallel: None,
             offload_experts: false,
             tiny_decoder: false,
+            fp8_linears: false,
         }
     }
 }

@@ -40,6 +40,8 @@ pub struct EngineDescription {
     pub device: String,
     /// The precision preset served: exact, bf16 or fast.
     pub precision: String,
+    /// FP8 linears in the inner transformer blocks (`fp8_linears`).
+    pub fp8_linears: bool,
     pub transformer_dtype: String,
     pub text_encoder_dtype: String,
     pub vae_dtype: String,
@@ -145,7 +147,10 @@ pub fn build_engine(cfg: &ServeConfig) -> Result<Assembly> {
             spec,
             device,
             check: {
-                let (plugins, precision) = (binding.request_check(), precision_check(model.load_report.precision));
+                let (plugins, precision) = (
+                    binding.request_check(),
+                    precision_check(model.load_report.precision, model.load_report.fp8_linears),
+                );
                 Box::new(move |r| precision(r).and_then(|()| plugins(r)))
             },
             classify: Binding::classify_failure,
@@ -210,6 +215,7 @@ fn describe(
         model_dir: location.dir.canonicalize().unwrap_or_else(|_| location.dir.clone()),
         device: format!("{:?}", model.device),
         precision: r.precision.to_string(),
+        fp8_linears: r.fp8_linears,
         transformer_dtype: fastvideo_torch::kind_name(r.transformer_dtype).into(),
         text_encoder_dtype: fastvideo_torch::kind_name(r.text_encoder_dtype).into(),
         vae_dtype: fastvideo_torch::kind_name(r.vae_dtype).into(),

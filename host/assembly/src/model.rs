@@ -62,6 +62,9 @@ impl ModelConfig {
         if self.tiny_decoder {
             return world.with_tiny_decoder().context("tiny_decoder");
         }
+        if self.numerics(device)?.tiny_decoder && world.wan.tiny_vae.is_some() {
+            return world.with_tiny_decoder();
+        }
         Ok(world)
     }
 
@@ -75,7 +78,8 @@ impl ModelConfig {
     /// What `precision`, `dtype` and `vae_dtype` come to on `device`; a conflict (`exact` with a
     /// lower dtype) is an error naming the field.
     pub fn numerics(&self, device: Device) -> Result<fastvideo_torch::Numerics> {
-        self.precision.numerics(device, self.dtype, self.vae_dtype).map_err(anyhow::Error::msg)
+        let n = self.precision.numerics(device, self.dtype, self.vae_dtype).map_err(anyhow::Error::msg)?;
+        n.with_fp8_linears(self.fp8_linears).map_err(anyhow::Error::msg)
     }
 
     fn options(&self, device: Device) -> Result<LoadOptions> {

@@ -1,12 +1,16 @@
 //! Admission against the served precision preset: a server never changes a request's numerics
 //! silently. A request that names a preset (`diffusion.precision`) gets exactly it or a 400, and
-//! an `exact` request is refused by a server that runs lossy options (`precision = fast`).
+//! an `exact` request is refused by a server whose jobs take a lossy path (`fp8_linears`).
 
 use fastvideo_request::{RequestError, ResolvedRequest};
 use fastvideo_torch::Precision;
 
-/// The check for a server running `served` (resolved, not `auto`).
-pub fn precision_check(served: Precision) -> impl Fn(&ResolvedRequest) -> Result<(), RequestError> + Send + Sync {
+/// The check for a server running `served` (resolved, not `auto`), its jobs taking a lossy path
+/// when `lossy_jobs`.
+pub fn precision_check(
+    served: Precision,
+    lossy_jobs: bool,
+) -> impl Fn(&ResolvedRequest) -> Result<(), RequestError> + Send + Sync {
     move |r| {
         if let Some(asked) = &r.precision {
             let asked: Precision = asked.parse().map_err(|e| RequestError::new("diffusion.precision", e))?;
@@ -19,10 +23,10 @@ pub fn precision_check(served: Precision) -> impl Fn(&ResolvedRequest) -> Result
                 ));
             }
         }
-        if r.exact && served.is_lossy() {
+        if r.exact && lossy_jobs {
             return Err(RequestError::new(
                 "exact",
-                format!("this server runs precision `{served}`, whose FP8 linears are lossy; exact requests need a server started with precision exact or bf16"),
+                "this server runs FP8 linears (fp8_linears), a lossy path; exact requests need a server without them",
             ));
         }
         Ok(())
@@ -41,7 +45,7 @@ mod tests {
 
     #[test]
     fn a_named_preset_must_be_the_served_one() {
-        let check = precision_check(Precision::Bf16);
+        let check = precision_check(Precision::Bf16, false);
         let base = serde_json::json!({"request_id": "r", "task": "t2v", "inputs": [{"type": "text", "text": "a"}]});
         assert!(check(&resolved(base.clone())).is_ok(), "no preset named: the server's");
         let mut same = base.clone();
@@ -61,8 +65,10 @@ mod tests {
     fn exact_requests_are_refused_by_a_lossy_server_only() {
         let exact = resolved(serde_json::json!({"request_id": "r", "task": "t2v", "exact": true,
             "inputs": [{"type": "text", "text": "a"}]}));
-        assert!(precision_check(Precision::Bf16)(&exact).is_ok());
-        assert!(precision_check(Precision::Exact)(&exact).is_ok());
-        assert_eq!(precision_check(Precision::Fast)(&exact).unwrap_err().field, "exact");
+        assert!(precision_check(Precision::Bf16, false)(&exact).is_ok());
+        assert!(precision_check(Precision::Exact, false)(&exact).is_ok());
+        // `fast` jobs take no lossy path today (its option is for world sessions).
+        assert!(precision_check(Precision::Fast, false)(&exact).is_ok());
+        assert_eq!(precision_check(Precision::Bf16, true)(&exact).unwrap_err().field, "exact");
     }
 }

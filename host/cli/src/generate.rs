@@ -273,9 +273,10 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     if !args.quiet {
         let r = &model.load_report;
         eprintln!(
-            "model: {} ({device:?}, precision {}: {}/{} vae, loaded in {load_s:.2}s)",
+            "model: {} ({device:?}, precision {}{}: {}/{} vae, loaded in {load_s:.2}s)",
             model_dir.display(),
             r.precision,
+            if r.fp8_linears { " with FP8 linears" } else { "" },
             fastvideo_torch::kind_name(r.transformer_dtype),
             fastvideo_torch::kind_name(r.vae_dtype)
         );

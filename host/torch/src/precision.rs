@@ -1,8 +1,9 @@
 //! Precision presets (`--precision exact|bf16|fast`): which numerics a deployment accepts, named
 //! so that a lossy path is never taken silently. `exact` computes in float32 with no
 //! approximation (the reference's numerics), `bf16` in bfloat16 as the GPU default does, and
-//! `fast` adds the options that passed the quality gate in docs/benchmarks.md (today: FP8 GEMMs
-//! in the inner transformer blocks). A run reports the preset it ran with.
+//! `fast` adds the options that passed the quality gate in docs/benchmarks.md (today: the tiny
+//! decoder for world sessions, where the folder has one). A lossy option that did not pass (FP8
+//! linears) is an explicit flag of its own, never part of a preset. A run reports what it ran.
 
 use std::fmt;
 use std::str::FromStr;
@@ -30,8 +31,11 @@ pub struct Numerics {
     pub dtype: DtypeChoice,
     /// VAE dtype.
     pub vae_dtype: DtypeChoice,
-    /// FP8 (e4m3) weights and per-token activations in the inner transformer blocks' linears.
+    /// FP8 (e4m3) weights and per-token activations in the inner transformer blocks' linears
+    /// (explicit: `--fp8-linears`).
     pub fp8_linears: bool,
+    /// World sessions decode with the folder's tiny decoder, where it has one.
+    pub tiny_decoder: bool,
 }
 
 impl Precision {
@@ -44,7 +48,7 @@ impl Precision {
             // Today's defaults, unchanged; named by what they compute in.
             let fp32 = dtype.resolve(device) == Kind::Float && vae_dtype.resolve(device) == Kind::Float;
             let preset = if fp32 { Precision::Exact } else { Precision::Bf16 };
-            return Ok(Numerics { preset, dtype, vae_dtype, fp8_linears: false });
+            return Ok(Numerics { preset, dtype, vae_dtype, fp8_linears: false, tiny_decoder: false });
         }
         let preset = self;
         let pick = |given: DtypeChoice, preset_default: DtypeChoice| match given {
@@ -61,27 +65,43 @@ impl Precision {
                         ));
                     }
                 }
-                Numerics { preset, dtype: DtypeChoice::Fp32, vae_dtype: DtypeChoice::Fp32, fp8_linears: false }
+                Numerics {
+                    preset,
+                    dtype: DtypeChoice::Fp32,
+                    vae_dtype: DtypeChoice::Fp32,
+                    fp8_linears: false,
+                    tiny_decoder: false,
+                }
             }
             // The VAE keeps its measured per-device default unless asked.
             Precision::Bf16 | Precision::Fast => Numerics {
                 preset,
                 dtype: pick(dtype, DtypeChoice::Bf16),
                 vae_dtype,
-                fp8_linears: preset == Precision::Fast,
+                fp8_linears: false,
+                tiny_decoder: preset == Precision::Fast,
             },
             Precision::Auto => unreachable!("returned above"),
         };
         Ok(n)
     }
-
-    /// Whether this preset may take lossy paths beyond its dtype.
-    pub fn is_lossy(self) -> bool {
-        self == Precision::Fast
-    }
 }
 
 impl Numerics {
+    /// Adds the explicit FP8-linears option; refused with `exact`, which takes no lossy path.
+    pub fn with_fp8_linears(mut self, on: bool) -> Result<Self, String> {
+        if on && self.preset == Precision::Exact {
+            return Err("fp8_linears with precision = exact, which takes no lossy path; use bf16 or fast".into());
+        }
+        self.fp8_linears |= on;
+        Ok(self)
+    }
+
+    /// Whether jobs may take a lossy path beyond the dtype (then `exact` requests are refused).
+    pub fn lossy_jobs(&self) -> bool {
+        self.fp8_linears
+    }
+
     /// The transformer's compute dtype on `device`.
     pub fn kind(&self, device: Device) -> Kind {
         self.dtype.resolve(device)
@@ -131,9 +151,13 @@ mod tests {
         let exact = Precision::Exact.numerics(cuda, a, a).unwrap();
         assert_eq!((exact.dtype, exact.vae_dtype, exact.fp8_linears), (DtypeChoice::Fp32, DtypeChoice::Fp32, false));
         let bf16 = Precision::Bf16.numerics(cuda, a, a).unwrap();
-        assert_eq!((bf16.dtype, bf16.fp8_linears), (DtypeChoice::Bf16, false));
+        assert_eq!((bf16.dtype, bf16.fp8_linears, bf16.tiny_decoder), (DtypeChoice::Bf16, false, false));
         let fast = Precision::Fast.numerics(cuda, DtypeChoice::Fp16, a).unwrap();
-        assert_eq!((fast.dtype, fast.fp8_linears), (DtypeChoice::Fp16, true), "an explicit dtype wins");
+        assert_eq!((fast.dtype, fast.tiny_decoder), (DtypeChoice::Fp16, true), "an explicit dtype wins");
+        // FP8 linears failed the eval gate: never part of a preset, only asked for by name.
+        assert!(!fast.fp8_linears && !fast.lossy_jobs());
+        assert!(fast.with_fp8_linears(true).unwrap().lossy_jobs());
+        assert!(exact.with_fp8_linears(true).unwrap_err().contains("exact"));
         // Today's default (no preset, no dtype) is unchanged.
         let auto = Precision::Auto.numerics(Device::Cpu, a, a).unwrap();
         assert_eq!((auto.preset, auto.kind(Device::Cpu)), (Precision::Exact, Kind::Float));

@@ -23,7 +23,7 @@ pub struct WanAdapters {
     /// The key of the whole set merged into the experts, if one is.
     merged: std::sync::Mutex<Option<String>>,
     /// Experts swap between device and host (`--offload-experts`), or their weights are stored
-    /// in FP8 (`precision = fast`): never merged.
+    /// in FP8 (`--fp8-linears`): never merged.
     frozen: bool,
 }
 

@@ -58,7 +58,7 @@ pub struct LoadOptions {
     /// A two-expert model keeps one expert on the device, the other in pinned host memory
     /// (swapped when a step needs it). Ignored for models with one transformer.
     pub offload_experts: bool,
-    /// `precision = fast`: the inner transformer blocks' linears in FP8.
+    /// `--fp8-linears`: the inner transformer blocks' linears in FP8.
     pub fp8_linears: bool,
     /// The precision preset these options came from (reported, never acted on here).
     pub precision: Precision,
@@ -477,7 +477,7 @@ fn is_null_component(v: &Value) -> bool {
 /// `transformer_2/`: the low-noise expert, in the first expert's dtype. Its config must agree
 /// with the first's on everything the pipeline around them shares (channels, text and image
 /// inputs, patching).
-/// `t` with its inner blocks in FP8 when `fp8` (`precision = fast`).
+/// `t` with its inner blocks in FP8 when `fp8` (`--fp8-linears`).
 pub(crate) fn quantized(mut t: WanTransformer3DModel, fp8: bool) -> WanTransformer3DModel {
     if fp8 {
         t.quantize_fp8();

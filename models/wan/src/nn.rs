@@ -19,7 +19,7 @@ pub struct Linear {
     /// The checkpoint modules this linear computes: one, or several fused (their outputs
     /// concatenated), each with the module slot adapters address it by.
     parts: Vec<LinearPart>,
-    /// Set when `weight` holds FP8 (e4m3) values (`precision = fast`): one float32 scale per
+    /// Set when `weight` holds FP8 (e4m3) values (`--fp8-linears`): one float32 scale per
     /// output channel.
     fp8_scale: Option<Tensor>,
 }
@@ -90,7 +90,7 @@ impl Linear {
     }
 
     /// Stores the weight in FP8 with per-output-channel scales; forwards then quantize their
-    /// input per token (`fastvideo_kernels::fp8`). For `precision = fast`, at load, before the
+    /// input per token (`fastvideo_kernels::fp8`). For `--fp8-linears`, at load, before the
     /// model is shared.
     pub fn quantize_fp8(&mut self) {
         if self.fp8_scale.is_none() {

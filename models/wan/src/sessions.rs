@@ -139,6 +139,13 @@ impl SessionModel for WorldSessions {
                 ),
             ));
         }
+        if req.exact && self.model.decoder == crate::world::FrameDecoder::Tiny {
+            return Err(RequestError::new(
+                "exact",
+                "this server decodes sessions with the tiny decoder (lossy); exact sessions need a server without \
+                 tiny_decoder",
+            ));
+        }
         let prompt = req.prompt.clone().unwrap_or_else(|| spec.prompt.clone());
         let mut r = OmniRequest::text_to_video(id, prompt);
         r.task = TaskType::World;

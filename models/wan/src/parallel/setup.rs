@@ -17,7 +17,7 @@ pub fn setup(model: &mut WanModel, gpus: usize, mode: Option<fastvideo_parallel:
     }
     anyhow::ensure!(
         !model.load_report.fp8_linears,
-        "precision = fast (FP8 linears) runs on one GPU for now; use precision = bf16 with --gpus {gpus}"
+        "fp8_linears runs on one GPU for now; drop it to split over --gpus {gpus}"
     );
     let one_device = std::env::var_os("FASTVIDEO_PARALLEL_ONE_DEVICE").is_some_and(|v| v != "0");
     let devices = plan.devices(model.device, fastvideo_torch::init().cuda_devices, one_device)?;

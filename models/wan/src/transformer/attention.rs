@@ -61,7 +61,7 @@ impl SelfAttention {
         // Each intermediate is freed as soon as it is used (the fused projection right after the
         // norm, q/k/v before the output projection): at 32,760 tokens each is 0.1-0.2 GiB, and
         // they add up in the peak.
-        // FP8 projections (`precision = fast`) share one quantization of their input.
+        // FP8 projections (`--fp8-linears`) share one quantization of their input.
         let xq = self.to_qk.is_fp8().then(|| fastvideo_kernels::fp8::quantize(x));
         let (q, k) = {
             let qk = self.to_qk.forward_shared(x, xq.as_ref(), lora);

@@ -107,7 +107,7 @@ impl WanTransformer3DModel {
         self.linear_groups().into_iter().flatten().collect()
     }
 
-    /// `precision = fast`: stores the linears of every block but the first and the last in FP8
+    /// `--fp8-linears`: stores the linears of every block but the first and the last in FP8
     /// (the boundary blocks stay in the compute dtype, which keeps quality; docs/benchmarks.md).
     /// At load, before the model is shared.
     pub fn quantize_fp8(&mut self) {
@@ -147,7 +147,7 @@ impl WanTransformer3DModel {
     /// Merges `set` into the weights (after unmerging another set, if one is merged): forwards
     /// then run rows with exactly this set at the plain model's cost. Call between forwards only.
     pub fn merge_adapters(&self, set: &AdapterSet) -> Result<()> {
-        ensure!(!self.has_fp8(), "adapters cannot merge into FP8 weights (precision = fast); they run unmerged");
+        ensure!(!self.has_fp8(), "adapters cannot merge into FP8 weights (--fp8-linears); they run unmerged");
         let mut merged = self.merged.lock().unwrap_or_else(|e| e.into_inner());
         if merged.as_ref().is_some_and(|m| m.key() == set.key()) {
             return Ok(());

@@ -1,4 +1,4 @@
-//! `precision = fast` on the CPU: which linears the preset stores in FP8, how far its forward
+//! FP8 linears (`--fp8-linears`) on the CPU: which linears are stored in FP8, how far its forward
 //! moves from the float one, and adapters on FP8 weights. The CPU computes the FP8 product by
 //! its reference (the same quantized values, multiplied in float32); the GPU's scaled GEMM is
 //! checked against it by `host/scripts/gpu/fp8_gemm_bench.py`.
@@ -16,7 +16,7 @@ fn default_model() -> PathBuf {
 }
 
 fn load(fp8: bool) -> WanModel {
-    let precision = if fp8 { Precision::Fast } else { Precision::Exact };
+    let precision = if fp8 { Precision::Bf16 } else { Precision::Exact };
     let opts = LoadOptions { fp8_linears: fp8, precision, ..LoadOptions::new(Device::Cpu) };
     WanModel::load_with(&default_model(), opts).expect("the default model loads")
 }
@@ -35,7 +35,7 @@ fn rel_l2(a: &Tensor, b: &Tensor) -> f64 {
 #[test]
 fn fast_keeps_the_boundary_blocks_and_stores_the_inner_ones_in_fp8() {
     let m = load(true);
-    assert_eq!((m.load_report.precision, m.load_report.fp8_linears), (Precision::Fast, true));
+    assert_eq!((m.load_report.precision, m.load_report.fp8_linears), (Precision::Bf16, true));
     let groups = m.transformer.linear_groups();
     let fp8 = |g: &[&fastvideo_wan::nn::Linear]| g.iter().all(|l| l.is_fp8() && l.weight.kind() == Kind::Float8e4m3fn);
     let float = |g: &[&fastvideo_wan::nn::Linear]| g.iter().all(|l| !l.is_fp8() && l.weight.kind() == Kind::Float);
