@@ -109,37 +109,44 @@ pub fn linear_quantized(q: &Quantized, w8: &Tensor, scale: &Tensor, bias: Option
     let k = q.values.size()[1];
     let n = w8.size()[0];
     let out_kind = q.kind;
-    let y = if scaled_mm_fits(q.device, out_kind, k, n) {
-        // cuBLASLt wants the second operand column-major: W^T of a row-major W is.
-        let fused_bias = bias.filter(|b| b.kind() == out_kind && out_kind == Kind::BFloat16);
-        let y = q.values.internal_scaled_mm(
-            &w8.tr(),
-            &q.scales,
-            &scale.view([1, -1]),
-            fused_bias,
-            None::<&Tensor>,
-            out_kind,
-            FAST_ACCUM,
-        );
-        match (bias, fused_bias) {
-            (Some(b), None) => y + b.to_kind(out_kind),
-            _ => y,
-        }
-    } else {
-        reference(&q.values, &q.scales, w8, scale, bias).to_kind(out_kind)
-    };
+    // cuBLASLt wants the second operand column-major: W^T of a row-major W is.
+    let scaled = scaled_mm_fits(q.device, out_kind, k, n)
+        .then(|| {
+            let fused_bias = bias.filter(|b| b.kind() == out_kind);
+            let y = q.values.f_internal_scaled_mm(
+                &w8.tr(),
+                &q.scales,
+                &scale.view([1, -1]),
+                fused_bias,
+                None::<&Tensor>,
+                out_kind,
+                FAST_ACCUM,
+            );
+            y.map(|y| match (bias, fused_bias) {
+                (Some(b), None) => y + b.to_kind(out_kind),
+                _ => y,
+            })
+        })
+        .and_then(|r| {
+            r.map_err(|e| tracing::warn!(error = %e, "FP8 scaled GEMM failed; using its float32 reference")).ok()
+        });
+    let y = scaled.unwrap_or_else(|| reference(&q.values, &q.scales, w8, scale, bias).to_kind(out_kind));
     let mut shape = q.lead.clone();
     shape.push(n);
     y.view(shape.as_slice())
 }
 
-/// The scaled GEMM's conditions: CUDA, both inner dimensions multiples of 16, an output dtype it
-/// writes.
+/// The scaled GEMM's conditions: a CUDA device with FP8 tensor cores (compute capability 8.9
+/// on), both inner dimensions multiples of 16, bf16 output (the one every backend of row-wise
+/// scaling writes).
 fn scaled_mm_fits(device: Device, kind: Kind, k: i64, n: i64) -> bool {
-    matches!(device, Device::Cuda(_))
-        && k % 16 == 0
-        && n % 16 == 0
-        && matches!(kind, Kind::BFloat16 | Kind::Half | Kind::Float)
+    let Device::Cuda(ordinal) = device else { return false };
+    kind == Kind::BFloat16 && k % 16 == 0 && n % 16 == 0 && supports_fp8(ordinal)
+}
+
+/// Whether CUDA device `ordinal` has FP8 tensor cores (asked once through the kernels' context).
+pub fn supports_fp8(ordinal: usize) -> bool {
+    cuda::device(ordinal).is_some_and(|k| k.capability >= (8, 9))
 }
 
 /// The same product in float32 from the quantized values (the CPU path, and the parity

@@ -31,8 +31,9 @@ fn set_opt<T: Clone>(field: &mut Option<T>, flag: &Option<T>) {
 /// Compute dtypes and kernels, shared by every command that loads a model.
 #[derive(Args, Clone, Debug, Default)]
 pub struct PrecisionArgs {
-    /// Precision preset: exact (fp32, no lossy path), bf16, or fast (bf16 plus FP8 linears in
-    /// the inner transformer blocks) [default: auto, bf16 on CUDA and exact elsewhere].
+    /// Precision preset: exact (fp32, no lossy path), bf16, or fast (bf16 plus the options that
+    /// passed the quality gate: the tiny decoder for world sessions) [default: auto, bf16 on
+    /// CUDA and exact elsewhere].
     #[arg(long)]
     pub precision: Option<Precision>,
     /// Transformer and text-encoder dtype: auto (bf16 on CUDA, fp32 on CPU), bf16, fp16 or fp32

@@ -58,7 +58,8 @@ pub struct ModelConfig {
     /// auto, cpu, cuda or cuda:N.
     pub device: String,
     /// Precision preset: auto (today's dtypes), exact (fp32, no lossy path), bf16, or fast (bf16
-    /// plus the options that passed the quality gate: FP8 linears). docs/operators.md.
+    /// plus the options that passed the quality gate: the tiny decoder for world sessions).
+    /// docs/operators.md.
     #[serde(with = "from_str")]
     pub precision: Precision,
     /// Transformer and text-encoder dtype: auto (bf16 on CUDA, fp32 on CPU), bf16, fp16, fp32.

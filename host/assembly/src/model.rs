@@ -79,6 +79,10 @@ impl ModelConfig {
     /// lower dtype) is an error naming the field.
     pub fn numerics(&self, device: Device) -> Result<fastvideo_torch::Numerics> {
         let n = self.precision.numerics(device, self.dtype, self.vae_dtype).map_err(anyhow::Error::msg)?;
+        anyhow::ensure!(
+            !(self.tiny_decoder && n.preset == fastvideo_torch::Precision::Exact),
+            "tiny_decoder with precision = exact, which takes no lossy path; use bf16 or fast"
+        );
         n.with_fp8_linears(self.fp8_linears).map_err(anyhow::Error::msg)
     }
 

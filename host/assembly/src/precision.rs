@@ -14,6 +14,12 @@ pub fn precision_check(
     move |r| {
         if let Some(asked) = &r.precision {
             let asked: Precision = asked.parse().map_err(|e| RequestError::new("diffusion.precision", e))?;
+            if lossy_jobs {
+                return Err(RequestError::new(
+                    "diffusion.precision",
+                    format!("this server runs FP8 linears on top of `{served}`, which no preset includes"),
+                ));
+            }
             if asked != served {
                 return Err(RequestError::new(
                     "diffusion.precision",
@@ -70,5 +76,9 @@ mod tests {
         // `fast` jobs take no lossy path today (its option is for world sessions).
         assert!(precision_check(Precision::Fast, false)(&exact).is_ok());
         assert_eq!(precision_check(Precision::Bf16, true)(&exact).unwrap_err().field, "exact");
+        // A preset named on such a server is refused too: FP8 linears are in none.
+        let named = resolved(serde_json::json!({"request_id": "r", "task": "t2v",
+            "diffusion": {"precision": "bf16"}, "inputs": [{"type": "text", "text": "a"}]}));
+        assert_eq!(precision_check(Precision::Bf16, true)(&named).unwrap_err().field, "diffusion.precision");
     }
 }

@@ -241,6 +241,18 @@ impl WanModel {
 
         let kind = opts.dtype.resolve(device);
         let vae_kind = opts.vae_dtype.resolve_or(device, VAE_CUDA_DEFAULT);
+        if let (true, Device::Cuda(i)) = (opts.fp8_linears, device) {
+            ensure!(
+                kind == Kind::BFloat16,
+                "fp8_linears computes in bf16 on CUDA; drop --dtype {} or fp8_linears",
+                fastvideo_torch::kind_name(kind)
+            );
+            ensure!(
+                fastvideo_kernels::fp8::supports_fp8(i),
+                "fp8_linears: CUDA device {i} has no FP8 tensor cores (compute capability 8.9 or later), or the \
+                 CUDA kernels could not be compiled (see the log)"
+            );
+        }
         let t_dir = dir.join("transformer");
         let t_cfg = TransformerConfig::load(&t_dir.join("config.json"))?;
         // Offloaded experts: the low-noise one loads first and is parked in host memory, so the

@@ -186,43 +186,59 @@ impl ExpertSwap {
             "offloaded experts: adapters merged into the resident expert would be lost by a swap"
         );
         let t0 = Instant::now();
-        point(&self.experts[*resident], &self.host[*resident]);
-        let pairs = || self.buffers.iter().zip(&self.host[e]);
-        match &self.transfer {
-            Some(t) => {
-                t.after_compute()?;
-                let mut arrivals = Vec::with_capacity(self.buffers.len());
-                for (dev, host) in pairs() {
-                    for ((w, b), (hw, hb)) in dev.iter().zip(host) {
-                        t.upload(w, hw)?;
-                        if let (Some(b), Some(hb)) = (b, hb) {
-                            t.upload(b, hb)?;
-                        }
-                    }
-                    arrivals.push(Some(t.mark()?));
-                }
-                if self.overlap.load(Ordering::Relaxed) {
-                    self.experts[e].arrivals.expect(arrivals);
-                } else {
-                    t.synchronize()?;
-                }
+        let arrivals = match self.fill(e) {
+            Ok(a) => a,
+            Err(err) => {
+                // The buffers may hold part of each expert now: put the resident one back whole
+                // (blocking) so the model stays usable, and report the failure.
+                let restored =
+                    self.fill(*resident).and_then(|_| self.transfer.as_ref().map_or(Ok(()), |t| t.synchronize()));
+                return Err(match restored {
+                    Ok(()) => err.context("swapping experts (the resident expert was restored)"),
+                    Err(r) => err.context(format!("swapping experts; restoring the resident one failed too: {r:#}")),
+                });
             }
-            None => {
-                for (dev, host) in pairs() {
-                    for ((w, b), (hw, hb)) in dev.iter().zip(host) {
-                        w.shallow_clone().copy_(hw);
-                        if let (Some(b), Some(hb)) = (b, hb) {
-                            b.shallow_clone().copy_(hb);
-                        }
-                    }
-                }
-            }
+        };
+        match (&self.transfer, self.overlap.load(Ordering::Relaxed)) {
+            (Some(_), true) => self.experts[e].arrivals.expect(arrivals),
+            (Some(t), false) => t.synchronize()?,
+            (None, _) => {}
         }
+        point(&self.experts[*resident], &self.host[*resident]);
         point(&self.experts[e], &self.buffers);
         *resident = e;
         self.swaps.fetch_add(1, Ordering::Relaxed);
         self.swap_nanos.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Copies expert `e`'s host weights into the device buffers: queued on the copy stream, one
+    /// arrival per group, or at once without one.
+    fn fill(&self, e: usize) -> Result<Vec<Option<fastvideo_kernels::transfer::Arrival>>> {
+        let pairs = self.buffers.iter().zip(&self.host[e]);
+        let Some(t) = &self.transfer else {
+            for (dev, host) in pairs {
+                for ((w, b), (hw, hb)) in dev.iter().zip(host) {
+                    w.shallow_clone().copy_(hw);
+                    if let (Some(b), Some(hb)) = (b, hb) {
+                        b.shallow_clone().copy_(hb);
+                    }
+                }
+            }
+            return Ok(Vec::new());
+        };
+        t.after_compute()?;
+        let mut arrivals = Vec::with_capacity(self.buffers.len());
+        for (dev, host) in pairs {
+            for ((w, b), (hw, hb)) in dev.iter().zip(host) {
+                t.upload(w, hw)?;
+                if let (Some(b), Some(hb)) = (b, hb) {
+                    t.upload(b, hb)?;
+                }
+            }
+            arrivals.push(Some(t.mark()?));
+        }
+        Ok(arrivals)
     }
 
     /// Which expert is on the device.

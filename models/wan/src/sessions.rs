@@ -139,11 +139,15 @@ impl SessionModel for WorldSessions {
                 ),
             ));
         }
-        if req.exact && self.model.decoder == crate::world::FrameDecoder::Tiny {
+        let lossy = match (self.model.decoder, self.model.wan.load_report.fp8_linears) {
+            (crate::world::FrameDecoder::Tiny, _) => Some("decodes sessions with the tiny decoder"),
+            (_, true) => Some("runs FP8 linears (fp8_linears)"),
+            _ => None,
+        };
+        if let (true, Some(what)) = (req.exact, lossy) {
             return Err(RequestError::new(
                 "exact",
-                "this server decodes sessions with the tiny decoder (lossy); exact sessions need a server without \
-                 tiny_decoder",
+                format!("this server {what}, a lossy path; exact sessions need a server without it"),
             ));
         }
         let prompt = req.prompt.clone().unwrap_or_else(|| spec.prompt.clone());

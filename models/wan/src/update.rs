@@ -45,12 +45,17 @@ pub fn transformer_files(path: &Path) -> Result<Vec<PathBuf>> {
 /// Refused, naming the tensor, when a tensor is missing or has another shape, and when the
 /// checkpoint holds tensors this architecture does not have (the weights of another model).
 pub fn load_transformer(model: &WanModel, path: &Path) -> Result<WanTransformer3DModel> {
+    Ok(crate::loader::quantized(load_unquantized(model, path)?, model.load_report.fp8_linears))
+}
+
+/// [`load_transformer`] before FP8 quantization (`--fp8-linears`): what a permanent LoRA merge
+/// must add to, since FP8 weights hold no room for a delta.
+fn load_unquantized(model: &WanModel, path: &Path) -> Result<WanTransformer3DModel> {
     let files = transformer_files(path)?;
     let kind = model.load_report.transformer_dtype;
     let w = Weights::from_files(&files, path, model.device, kind)?;
     let t = WanTransformer3DModel::new(model.transformer.cfg.clone(), &w)
         .with_context(|| format!("{}: not a checkpoint of this model's transformer", path.display()))?;
-    let t = crate::loader::quantized(t, model.load_report.fp8_linears);
     let unused = w.unused();
     if let Some(first) = unused.first() {
         bail!(
@@ -123,10 +128,10 @@ impl WanWeightLoader {
                 base.display()
             );
         }
-        let t = load_transformer(&self.model, &base)?;
+        let t = load_unquantized(&self.model, &base)?;
         let adapter = t.prepare_adapter(file, "update", &checkpoint_hash(&[path.to_path_buf()])?)?;
         t.merge_permanently(&fastvideo_pipeline::AdapterSet::new(vec![(Arc::new(adapter), 1.0)]))?;
-        Ok(t)
+        Ok(crate::loader::quantized(t, self.model.load_report.fp8_linears))
     }
 }
 

@@ -144,7 +144,8 @@ impl TinyVideoDecoder {
                 let memory = &mut stream.memory[3 * i + j];
                 let past = shifted(&x, b, memory.take());
                 let (nt, c, h, w) = x.size4()?;
-                *memory = Some(x.view([b, nt / b, c, h, w]).select(1, nt / b - 1));
+                // A copy: a view would keep the block's whole input alive between chunks.
+                *memory = Some(x.view([b, nt / b, c, h, w]).select(1, nt / b - 1).copy());
                 x = block.forward(&x, &past);
             }
             if stage.space_up {

@@ -166,6 +166,7 @@ impl WanTransformer3DModel {
     /// model no forward uses yet.
     pub fn merge_permanently(&self, set: &AdapterSet) -> Result<()> {
         ensure!(self.merged_adapters().is_none(), "transformer: adapters are merged already");
+        ensure!(!self.has_fp8(), "adapters cannot merge into FP8 weights; merge before quantizing");
         drop(crate::adapters::merge(&self.linears(), set)?);
         Ok(())
     }

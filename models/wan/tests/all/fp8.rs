@@ -69,6 +69,10 @@ fn adapters_run_unmerged_on_fp8_weights_and_merging_is_refused() {
     assert!(!target.can_merge());
     let err = m.transformer.merge_adapters(&set).unwrap_err().to_string();
     assert!(err.contains("FP8"), "{err}");
+    // A weight update's permanent merge too: FP8 values have no room for a delta (an update merges
+    // into the full-precision weights, then quantizes).
+    let err = m.transformer.merge_permanently(&set).unwrap_err().to_string();
+    assert!(err.contains("FP8"), "{err}");
     let (x, t, c) = inputs();
     let plain = m.transformer.forward(&x, &t, &c).unwrap();
     let rows = AdapterRows::every(Some(&set)).unwrap();
