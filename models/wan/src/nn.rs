@@ -36,7 +36,7 @@ impl Linear {
     /// The module at `w`'s path, registered in the checkpoint's module table (so adapters can
     /// name it).
     pub fn new(w: &Weights, in_dim: i64, out_dim: i64, bias: bool) -> Result<Self> {
-        let weight = w.get("weight", &[out_dim, in_dim])?;
+        let weight = w.get_linear_weight(&[out_dim, in_dim])?;
         let bias = if bias { Some(w.get("bias", &[out_dim])?) } else { None };
         let slot = w.register_linear(in_dim, out_dim, bias.is_some());
         Ok(Self { weight, bias, parts: vec![LinearPart { slot, start: 0, len: out_dim }], fp8_scale: None })

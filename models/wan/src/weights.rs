@@ -70,6 +70,9 @@ fn kind_of(dtype: Dtype, file: &Path, key: &str) -> Result<Kind> {
         Dtype::F64 => Kind::Double,
         Dtype::I64 => Kind::Int64,
         Dtype::I32 => Kind::Int,
+        // FP8-stored checkpoints (scales beside the weights: `Weights::get_dequantized`).
+        Dtype::F8_E4M3 => Kind::Float8e4m3fn,
+        Dtype::F8_E5M2 => Kind::Float8e5m2,
         other => bail!("{}: tensor `{key}` has dtype {other:?}, which no model component uses", file.display()),
     })
 }
@@ -181,6 +184,53 @@ impl Weights {
             Source::InMemory(t) => t.contains_key(&key),
             Source::Random { .. } => true,
         }
+    }
+
+    /// The dtype and shape `name` is stored with (`None` for random weights or a missing name).
+    pub fn stored(&self, name: &str) -> Option<(Kind, Vec<i64>)> {
+        let key = self.key(name);
+        match &self.store.source {
+            Source::Mapped { entries, .. } => entries.get(&key).map(|e| (e.kind, e.shape.clone())),
+            Source::InMemory(t) => t.get(&key).map(|t| (t.kind(), t.size())),
+            Source::Random { .. } => None,
+        }
+    }
+
+    /// A linear's `[out, in]` weight, dequantized when the checkpoint stores it in FP8 with its
+    /// scale beside it, as FP8 checkpoints publish them: `<module>.weight_scale` (NVIDIA
+    /// ModelOpt, diffusers' quantized exports) or `<module>.scale_weight` (ComfyUI's scaled FP8),
+    /// one scale for the tensor or one per output channel. A static `input_scale` is read and
+    /// not used (activations are quantized per token at run time, `--fp8-linears`). Any other
+    /// dtype is [`get`](Self::get).
+    pub fn get_linear_weight(&self, shape: &[i64]) -> Result<Tensor> {
+        let fp8 = matches!(self.stored("weight"), Some((Kind::Float8e4m3fn | Kind::Float8e5m2, _)));
+        if !fp8 {
+            return self.get("weight", shape);
+        }
+        let values = self.with_kind(Kind::Float).get("weight", shape)?;
+        let out = shape[0];
+        let scale = match ["weight_scale", "scale_weight"].into_iter().find_map(|n| Some((n, self.stored(n)?.1))) {
+            Some((name, s)) => {
+                let n: i64 = s.iter().product();
+                if n != 1 && n != out {
+                    bail!(
+                        "{}: `{}` has shape {s:?}; an FP8 weight's scale is one value or one per output channel ({out})",
+                        self.store.origin.display(),
+                        self.key(name)
+                    );
+                }
+                self.with_kind(Kind::Float).get(name, &s)?.reshape([-1, 1])
+            }
+            None => bail!(
+                "{}: `{}` is stored in FP8 without a `weight_scale` or `scale_weight` beside it",
+                self.store.origin.display(),
+                self.key("weight")
+            ),
+        };
+        if let Some((_, s)) = self.stored("input_scale") {
+            let _ = self.with_kind(Kind::Float).get("input_scale", &s)?;
+        }
+        Ok((values * scale).to_kind(self.kind))
     }
 
     /// The tensor `name` with exactly `shape`, on the target device and dtype.

@@ -1,4 +1,4 @@
-//! FP8 linears (`--fp8-linears`) on the CPU: which linears are stored in FP8, how far its forward
+//! FP8 linears (`--fp8-linears`) on the CPU, and FP8-stored checkpoints: which linears are stored in FP8, how far its forward
 //! moves from the float one, and adapters on FP8 weights. The CPU computes the FP8 product by
 //! its reference (the same quantized values, multiplied in float32); the GPU's scaled GEMM is
 //! checked against it by `host/scripts/gpu/fp8_gemm_bench.py`.
@@ -78,4 +78,72 @@ fn adapters_run_unmerged_on_fp8_weights_and_merging_is_refused() {
     let rows = AdapterRows::every(Some(&set)).unwrap();
     let adapted = m.transformer.forward_adapted(&x, &t, &c, None, Some(&rows), None).unwrap();
     assert!(rel_l2(&adapted, &plain) > 1e-3, "the adapter changes the output");
+}
+
+/// `tests/fixtures/tiny-wan` with the blocks' linear weights stored in FP8 as published FP8
+/// checkpoints store them: e4m3 values and a scale beside each, per output channel
+/// (`weight_scale`, ModelOpt) or one per tensor (`scale_weight`, ComfyUI) in turn; `drop_scale`
+/// leaves one scale out. Returns the folder and the dequantized `to_v` of block 0.
+fn fp8_stored_copy(drop_scale: bool) -> (tempfile::TempDir, Tensor) {
+    use safetensors::tensor::{Dtype, TensorView};
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/tiny-wan");
+    let dir = tempfile::tempdir().unwrap();
+    crate::common::copy_dir(&fixtures, dir.path());
+    let file = dir.path().join("transformer/diffusion_pytorch_model.safetensors");
+    let tensors = Tensor::read_safetensors(&file).unwrap();
+    let mut out: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = Vec::new();
+    let bytes = |t: &Tensor| Vec::<u8>::try_from(t.contiguous().view([-1]).view_dtype(Kind::Uint8)).unwrap();
+    let mut to_v = None;
+    for (i, (name, t)) in tensors.iter().enumerate() {
+        let shape: Vec<usize> = t.size().iter().map(|&d| d as usize).collect();
+        let linear = name.starts_with("blocks.") && name.ends_with(".weight") && t.dim() == 2;
+        if !linear {
+            out.push((name.clone(), Dtype::F32, shape, bytes(&t.to_kind(Kind::Float))));
+            continue;
+        }
+        let per_channel = i % 2 == 0;
+        let amax = if per_channel { t.abs().amax([1i64].as_slice(), true) } else { t.abs().max().view([1, 1]) };
+        let scale = amax.clamp_min(1e-12) / 448.0;
+        let w8 = (t / &scale).to_kind(Kind::Float8e4m3fn);
+        if name == "blocks.0.attn1.to_v.weight" {
+            to_v = Some(w8.to_kind(Kind::Float) * &scale);
+        }
+        out.push((name.clone(), Dtype::F8_E4M3, shape.clone(), bytes(&w8)));
+        let module = name.trim_end_matches(".weight");
+        if drop_scale && name == "blocks.1.ffn.net.2.weight" {
+            continue;
+        }
+        let (key, s, sshape) = if per_channel {
+            ("weight_scale", scale.view([-1]), vec![shape[0]])
+        } else {
+            ("scale_weight", scale.view([]), vec![])
+        };
+        out.push((format!("{module}.{key}"), Dtype::F32, sshape, bytes(&s)));
+    }
+    let views: Vec<(String, TensorView)> =
+        out.iter().map(|(n, d, s, b)| (n.clone(), TensorView::new(*d, s.clone(), b).unwrap())).collect();
+    std::fs::write(&file, safetensors::serialize(views, None).unwrap()).unwrap();
+    (dir, to_v.expect("block 0 has to_v"))
+}
+
+#[test]
+fn fp8_stored_checkpoints_load_dequantized_with_their_scales() {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/tiny-wan");
+    let plain = WanModel::load(&fixtures, Device::Cpu).unwrap();
+    let (dir, to_v) = fp8_stored_copy(false);
+    let m = WanModel::load(dir.path(), Device::Cpu).unwrap();
+    // Block 0's groups: to_qk, to_v, to_out, ... (linear_groups()[1] is block 0).
+    let loaded = &m.transformer.linear_groups()[1][1].weight;
+    assert!(loaded.equal(&to_v), "the weight is exactly values x scale");
+    tch::manual_seed(4);
+    let x = Tensor::randn([1, 4, 2, 4, 6], (Kind::Float, Device::Cpu));
+    let c = Tensor::randn([1, 8, 32], (Kind::Float, Device::Cpu));
+    let t = Tensor::from_slice(&[500.0f32]);
+    let e = rel_l2(&m.transformer.forward(&x, &t, &c).unwrap(), &plain.transformer.forward(&x, &t, &c).unwrap());
+    // Every block linear through e4m3 weights (activations stay float): a few percent at most.
+    assert!(e > 1e-5 && e < 0.05, "FP8-stored checkpoint vs the float one: relative L2 {e}");
+
+    let (dir, _) = fp8_stored_copy(true);
+    let err = format!("{:#}", WanModel::load(dir.path(), Device::Cpu).err().expect("a scale is missing"));
+    assert!(err.contains("blocks.1.ffn.net.2.weight") && err.contains("weight_scale"), "{err}");
 }
