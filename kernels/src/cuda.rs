@@ -41,6 +41,13 @@ pub enum Arg {
     F32(f32),
 }
 
+/// Kernels that need Hopper's `sm_90a` features (wgmma), compiled as a module of their own and
+/// only on compute capability 9.0.
+const SM90_SOURCE: &str = include_str!("../cuda/attention8.cu");
+const SM90_FUNCTIONS: &[&str] = &["quant_int8_rows", "quant_v_fp8t", "attention_int8_fp8_sm90"];
+/// Dynamic shared memory of `attention_int8_fp8_sm90` (its `SMEM_BYTES`).
+pub const ATTENTION8_SMEM: u32 = 16 * 1024 + 3 * 16 * 1024 + 1024;
+
 /// The compiled kernels of one device.
 pub struct DeviceKernels {
     _ctx: Arc<CudaContext>,
@@ -48,6 +55,8 @@ pub struct DeviceKernels {
     functions: HashMap<&'static str, CudaFunction>,
     /// Compute capability, e.g. (9, 0).
     pub capability: (i32, i32),
+    /// Whether the `sm_90a` module (8-bit attention) compiled and loaded.
+    pub sm90: bool,
 }
 
 static DEVICES: OnceLock<Mutex<HashMap<usize, Option<Arc<DeviceKernels>>>>> = OnceLock::new();
@@ -99,10 +108,15 @@ impl DeviceKernels {
     /// Launches `name` with one block per row (`rows` × `planes` blocks) and enough threads for a
     /// row of `d` elements in 8-value groups.
     pub fn launch_rows(&self, name: &str, rows: i64, planes: u32, d: i64, args: &[Arg]) -> Result<()> {
-        let f = self.functions.get(name).ok_or_else(|| anyhow!("no kernel `{name}`"))?;
         let groups = (d / 8) as u32;
         let threads = groups.div_ceil(32).clamp(1, 32) * 32;
         let cfg = LaunchConfig { grid_dim: (rows as u32, planes, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 };
+        self.launch(name, cfg, args)
+    }
+
+    /// Launches `name` with an explicit grid, block and dynamic shared memory.
+    pub fn launch(&self, name: &str, cfg: LaunchConfig, args: &[Arg]) -> Result<()> {
+        let f = self.functions.get(name).ok_or_else(|| anyhow!("no kernel `{name}`"))?;
         let mut b = self.stream.launch_builder(f);
         for a in args {
             match a {
@@ -129,33 +143,73 @@ fn build(ordinal: usize) -> Result<DeviceKernels> {
         .map_err(|e| anyhow!("CUDA context for device {ordinal}: {e}"))?;
     let capability = ctx.compute_capability().map_err(|e| anyhow!("compute capability: {e}"))?;
     let arch: &'static str = Box::leak(format!("compute_{}{}", capability.0, capability.1).into_boxed_str());
-    let cached = ptx_cache_path(arch);
+    let cached = ptx_cache_path(SOURCE, arch);
     let module = match cached.as_ref().and_then(|p| std::fs::read_to_string(p).ok()) {
         Some(src) => match ctx.load_module(Ptx::from_src(src)) {
             Ok(m) => m,
             Err(e) => {
                 tracing::debug!(error = %e, "cached kernel PTX did not load; recompiling");
-                compile_and_load(&ctx, arch, cached.as_deref())?
+                compile_and_load(&ctx, SOURCE, arch, cached.as_deref())?
             }
         },
-        None => compile_and_load(&ctx, arch, cached.as_deref())?,
+        None => compile_and_load(&ctx, SOURCE, arch, cached.as_deref())?,
     };
     let mut functions = HashMap::new();
     for &name in FUNCTIONS {
         functions.insert(name, module.load_function(name).map_err(|e| anyhow!("kernel `{name}`: {e}"))?);
     }
+    let sm90 = capability == (9, 0)
+        && match load_sm90(&ctx) {
+            Ok(fs) => {
+                functions.extend(fs);
+                true
+            }
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "8-bit attention kernels unavailable; using SDPA");
+                false
+            }
+        };
     // The legacy default stream: libtorch runs its kernels there unless a stream is set, so ours
     // are ordered with them.
     let stream = ctx.default_stream();
-    Ok(DeviceKernels { _ctx: ctx, stream, functions, capability })
+    Ok(DeviceKernels { _ctx: ctx, stream, functions, capability, sm90 })
 }
 
-fn compile_and_load(ctx: &Arc<CudaContext>, arch: &'static str, cache: Option<&Path>) -> Result<Arc<CudaModule>> {
+/// The `sm_90a` module: compiled (or read from the PTX cache) and its functions set up.
+fn load_sm90(ctx: &Arc<CudaContext>) -> Result<Vec<(&'static str, CudaFunction)>> {
+    let arch = "compute_90a";
+    let cached = ptx_cache_path(SM90_SOURCE, arch);
+    let module = match cached.as_ref().and_then(|p| std::fs::read_to_string(p).ok()) {
+        Some(src) => match ctx.load_module(Ptx::from_src(src)) {
+            Ok(m) => m,
+            Err(_) => compile_and_load(ctx, SM90_SOURCE, arch, cached.as_deref())?,
+        },
+        None => compile_and_load(ctx, SM90_SOURCE, arch, cached.as_deref())?,
+    };
+    let mut out = Vec::new();
+    for &name in SM90_FUNCTIONS {
+        out.push((name, module.load_function(name).map_err(|e| anyhow!("kernel `{name}`: {e}"))?));
+    }
+    let attn = &out.iter().find(|(n, _)| *n == "attention_int8_fp8_sm90").expect("listed above").1;
+    attn.set_attribute(
+        cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+        ATTENTION8_SMEM as i32,
+    )
+    .map_err(|e| anyhow!("shared memory for attention_int8_fp8_sm90: {e}"))?;
+    Ok(out)
+}
+
+fn compile_and_load(
+    ctx: &Arc<CudaContext>,
+    source: &str,
+    arch: &'static str,
+    cache: Option<&Path>,
+) -> Result<Arc<CudaModule>> {
     preload_nvrtc();
     let opts = cudarc::nvrtc::CompileOptions { arch: Some(arch), use_fast_math: Some(false), ..Default::default() };
-    let ptx = std::panic::catch_unwind(|| cudarc::nvrtc::compile_ptx_with_opts(SOURCE, opts))
+    let ptx = std::panic::catch_unwind(|| cudarc::nvrtc::compile_ptx_with_opts(source, opts))
         .map_err(|_| anyhow!("NVRTC (libnvrtc.so) could not be loaded"))?
-        .map_err(|e| anyhow!("NVRTC compile of kernels/cuda/norms.cu + quant.cu: {e}"))?;
+        .map_err(|e| anyhow!("NVRTC compile of kernels/cuda/ for {arch}: {e}"))?;
     if let Some(path) = cache {
         // Written whole to a temporary name, then renamed: a reader never sees half a file.
         let tmp = path.with_extension(format!("tmp{}", std::process::id()));
@@ -173,12 +227,12 @@ fn compile_and_load(ctx: &Arc<CudaContext>, arch: &'static str, cache: Option<&P
 /// ≈0.2 s per process otherwise): `$FASTVIDEO_CACHE_DIR`, else `$XDG_CACHE_HOME/fastvideo`, else
 /// `~/.cache/fastvideo`. The name carries a hash of the source and the arch, so an edited kernel
 /// or another GPU never reads a stale file.
-fn ptx_cache_path(arch: &str) -> Option<PathBuf> {
+fn ptx_cache_path(source: &str, arch: &str) -> Option<PathBuf> {
     let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
     let dir = env("FASTVIDEO_CACHE_DIR")
         .or_else(|| env("XDG_CACHE_HOME").map(|d| d.join("fastvideo")))
         .or_else(|| env("HOME").map(|d| d.join(".cache/fastvideo")))?;
-    Some(dir.join(ptx_file_name(SOURCE, arch)))
+    Some(dir.join(ptx_file_name(source, arch)))
 }
 
 fn ptx_file_name(source: &str, arch: &str) -> String {

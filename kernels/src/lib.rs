@@ -8,6 +8,7 @@
 //! whose kernels compiled, supported dtypes, shapes and alignment) and otherwise runs the tch
 //! fallback, which computes the same function; `parity` tests hold the two together.
 
+pub mod attention8;
 pub mod cuda;
 pub mod fp8;
 mod norm;

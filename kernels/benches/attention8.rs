@@ -1,0 +1,62 @@
+//! 8-bit attention against bf16 SDPA (cuDNN on Hopper) at head dim 128, one JSON line per
+//! length: milliseconds per call (quantization included) and the rate in TOPS counting
+//! 4·N²·D·H operations. Run on the GPU machine by `host/scripts/gpu/attention8_bench.sh`.
+//!
+//!     cargo bench -p fastvideo-kernels --bench attention8
+
+use std::time::Instant;
+
+use fastvideo_kernels::attention8;
+use tch::{Device, Kind, Tensor};
+
+fn time_ms(runs: usize, f: &dyn Fn() -> Tensor) -> f64 {
+    let _ = f();
+    tch::Cuda::synchronize(0);
+    let t0 = Instant::now();
+    for _ in 0..runs {
+        let _ = f();
+    }
+    tch::Cuda::synchronize(0);
+    t0.elapsed().as_secs_f64() * 1e3 / runs as f64
+}
+
+fn main() {
+    if fastvideo_torch::init().cuda_devices == 0 {
+        eprintln!("no CUDA device: nothing to measure");
+        return;
+    }
+    let device = Device::Cuda(0);
+    if !attention8::available(device) {
+        eprintln!("no sm_90a kernels on this GPU (8-bit attention needs compute capability 9.0)");
+        return;
+    }
+    let heads: i64 = std::env::var("HEADS").ok().and_then(|s| s.parse().ok()).unwrap_or(12);
+    if let Ok(modes) = std::env::var("MODES") {
+        let n = 32760i64;
+        let mk = || Tensor::randn([1, n, heads, 128], (Kind::BFloat16, device));
+        let (q, k, v) = (mk(), mk(), mk());
+        for m in modes.split(',') {
+            std::env::set_var("FASTVIDEO_ATTN8_MODE", m);
+            let ms = time_ms(10, &|| attention8::attention(&q, &k, &v));
+            println!("{{\"mode\": {m}, \"ms\": {ms:.3}}}");
+            tch::Cuda::synchronize(0);
+        }
+        std::env::remove_var("FASTVIDEO_ATTN8_MODE");
+    }
+    for n in [4096i64, 8192, 16384, 32760, 75600] {
+        tch::manual_seed(0);
+        let mk = || Tensor::randn([1, n, heads, 128], (Kind::BFloat16, device));
+        let (q, k, v) = (mk(), mk(), mk());
+        let runs = (200_000 / n as usize).clamp(3, 50);
+        let ours = time_ms(runs, &|| attention8::attention(&q, &k, &v));
+        let sdpa = time_ms(runs, &|| attention8::sdpa(&q, &k, &v));
+        let ops = 4.0 * (n * n) as f64 * 128.0 * heads as f64;
+        let tops = |ms: f64| ops / (ms * 1e-3) / 1e12;
+        println!(
+            "{{\"tokens\": {n}, \"heads\": {heads}, \"ours_ms\": {ours:.3}, \"sdpa_ms\": {sdpa:.3}, \"ours_tops\": {:.0}, \"sdpa_tflops\": {:.0}, \"speedup\": {:.3}}}",
+            tops(ours),
+            tops(sdpa),
+            sdpa / ours
+        );
+    }
+}

@@ -1,0 +1,571 @@
+// 8-bit attention for Hopper (sm_90a), SageAttention2-class: Q·Kᵀ in INT8 with K smoothed (its
+// mean over keys removed, which softmax ignores) and Q, K quantized per block; P·V in FP8 (e4m3)
+// with V quantized per channel; float32 softmax and two-level float32 accumulation (each key tile's
+// P·V starts from zero in the tensor core and is added to the running output in float32, since FP8
+// tensor-core accumulation keeps fewer bits). Compiled on its own for compute_90a (wgmma); the host
+// takes this path only on compute capability 9.0 with head dim 128 and otherwise runs SDPA.
+//
+// Layouts (all written by the quantize kernels below, padded with zeros):
+//   qi  int8 [B, H, Nq_pad, 128], one scale per 16 rows (qs [B, H, Nq_pad/16]) with the softmax
+//       scale and log2(e) folded in;
+//   ki  int8 [B, H, Nk_pad, 128], one scale per 64-key tile (ks [B, H, Nk_pad/64]);
+//   vt  e4m3 [B, H, 128, Nk_pad]: V transposed, keys permuted within each 32 (`perm32`) so that the
+//       Q·Kᵀ accumulator registers are the P·V A-fragment as they stand; one scale per channel
+//       (vs [B, H, 128]).
+
+#define HEAD_DIM 128
+#define BLOCK_M 128  // query rows per CTA: two warpgroups of 64
+#define BLOCK_N 64   // keys per tile
+#define Q_GROUP 16   // query rows per Q scale (one warp's rows)
+#define P_SCALE 448.0f
+
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+// Key order within a 32-key block as the P fragment holds it: logical position L (the k index of
+// the A fragment) carries the probability of key perm32(L).
+__device__ __forceinline__ int perm32(int L) {
+    int hi = L >> 4, c = (L & 15) >> 2, i = L & 3;
+    return 16 * hi + 2 * c + (i & 1) + 8 * (i >> 1);
+}
+
+__device__ __forceinline__ float bf16_to_f32(unsigned short b) { return __uint_as_float(((u32)b) << 16); }
+
+__device__ __forceinline__ unsigned short f32_to_bf16(float f) {
+    u32 u = __float_as_uint(f);
+    u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even (inputs are finite)
+    return (unsigned short)(u >> 16);
+}
+
+__device__ __forceinline__ unsigned short e4m3x2_pack(float lo, float hi) {
+    unsigned short r;
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Quantization.
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// One CTA (128 threads) per `rows`-row block of one head: int8 values with one scale per block
+// (absmax / 127, times `mul`), after subtracting `mean` ([B, H, 128] float32, or null) per channel.
+// x is bf16 [B, N, H, 128] with element strides (sb, sn, sh); out int8 [B, H, n_pad, 128].
+extern "C" __global__ void __launch_bounds__(128) quant_int8_rows(const unsigned short* x, long long sb,
+                                                                 long long sn, long long sh, int n, int n_pad,
+                                                                 int heads, int rows, const float* mean,
+                                                                 float mul, signed char* out, float* scale) {
+    __shared__ float red[4];
+    const int blk = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const int chunks = rows * (HEAD_DIM / 8);  // 8 values per chunk; ≤ 8 per thread
+    float v[8][8];
+    float m = 0.f;
+    float mu[8];
+    const int col = (threadIdx.x % 16) * 8;  // every chunk of a thread has the same columns
+#pragma unroll
+    for (int i = 0; i < 8; i++) mu[i] = mean ? mean[((long long)b * heads + h) * HEAD_DIM + col + i] : 0.f;
+#pragma unroll
+    for (int c = 0; c < 8; c++) {
+        int idx = c * 128 + threadIdx.x;
+        int row = blk * rows + idx / 16;
+        bool ok = idx < chunks && row < n;
+        if (ok) {
+            uint4 raw = *reinterpret_cast<const uint4*>(x + b * sb + (long long)row * sn + h * sh + col);
+            const unsigned short* e = reinterpret_cast<const unsigned short*>(&raw);
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                v[c][i] = bf16_to_f32(e[i]) - mu[i];
+                m = fmaxf(m, fabsf(v[c][i]));
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < 8; i++) v[c][i] = 0.f;
+        }
+    }
+    m = warp_max(m);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = m;
+    __syncthreads();
+    m = fmaxf(fmaxf(red[0], red[1]), fmaxf(red[2], red[3]));
+    const float s = fmaxf(m, 1e-20f) / 127.f;
+    const float inv = 1.f / s;
+#pragma unroll
+    for (int c = 0; c < 8; c++) {
+        int idx = c * 128 + threadIdx.x;
+        if (idx < chunks) {
+            int row = blk * rows + idx / 16;
+            u32 w[2] = {0u, 0u};
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                int q = __float2int_rn(v[c][i] * inv);
+                q = max(-127, min(127, q));
+                w[i >> 2] |= ((u32)(q & 0xff)) << (8 * (i & 3));
+            }
+            long long o = (((long long)b * heads + h) * n_pad + row) * HEAD_DIM + col;
+            *reinterpret_cast<uint2*>(out + o) = make_uint2(w[0], w[1]);
+        }
+    }
+    if (threadIdx.x == 0) scale[((long long)b * heads + h) * (n_pad / rows) + blk] = s * mul;
+}
+
+// One CTA (128 threads, one per channel) per 64-key tile of one head: V / vs in e4m3, transposed
+// to [B, H, 128, n_pad] with keys permuted within each 32 (see perm32). `vs` is [B, H, 128].
+extern "C" __global__ void __launch_bounds__(128) quant_v_fp8t(const unsigned short* v, long long sb, long long sn,
+                                                              long long sh, int n, int n_pad, int heads,
+                                                              const float* vs, unsigned char* out) {
+    __shared__ unsigned short tile[BLOCK_N][HEAD_DIM + 8];
+    const int t = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    for (int idx = threadIdx.x; idx < BLOCK_N * 16; idx += 128) {
+        int r = idx / 16, col = (idx % 16) * 8;
+        int key = t * BLOCK_N + r;
+        uint4 raw = make_uint4(0, 0, 0, 0);
+        if (key < n) raw = *reinterpret_cast<const uint4*>(v + b * sb + (long long)key * sn + h * sh + col);
+        *reinterpret_cast<uint4*>(&tile[r][col]) = raw;
+    }
+    __syncthreads();
+    const int d = threadIdx.x;
+    const float inv = 1.f / vs[((long long)b * heads + h) * HEAD_DIM + d];
+    u32 w[BLOCK_N / 4];
+#pragma unroll
+    for (int L = 0; L < BLOCK_N; L += 2) {
+        int k0 = (L & ~31) + perm32(L & 31), k1 = (L & ~31) + perm32((L + 1) & 31);
+        u32 pair = e4m3x2_pack(bf16_to_f32(tile[k0][d]) * inv, bf16_to_f32(tile[k1][d]) * inv);
+        if ((L & 2) == 0)
+            w[L >> 2] = pair;
+        else
+            w[L >> 2] |= pair << 16;
+    }
+    unsigned char* dst = out + (((long long)b * heads + h) * HEAD_DIM + d) * n_pad + (long long)t * BLOCK_N;
+#pragma unroll
+    for (int i = 0; i < BLOCK_N / 16; i++)
+        reinterpret_cast<uint4*>(dst)[i] = make_uint4(w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The attention kernel.
+
+__device__ __forceinline__ u32 smem_u32(const void* p) { return (u32)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void cp_async16(u32 dst, const void* src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+__device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+
+// A K-major shared-memory matrix descriptor: swizzle 1 = 128 B rows, 2 = 64 B rows; the stride
+// byte offset is 8 rows.
+__device__ __forceinline__ u64 smem_desc(u32 addr, u32 sbo, u32 swizzle) {
+    u64 d = (u64)((addr & 0x3FFFF) >> 4);
+    d |= (u64)1 << 16;
+    d |= (u64)((sbo >> 4) & 0x3FFF) << 32;
+    d |= (u64)swizzle << 62;
+    return d;
+}
+
+// S[32] (+)= Q(64×32, smem) · K(64 keys × 32, smem)ᵀ, INT8 in, INT32 out.
+__device__ __forceinline__ void wgmma_qk(int (&s)[32], u64 da, u64 db, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k32.s32.s8.s8 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "%32, %33, p;\n}\n"
+        : "+r"(s[0]), "+r"(s[1]), "+r"(s[2]), "+r"(s[3]), "+r"(s[4]), "+r"(s[5]), "+r"(s[6]), "+r"(s[7]),
+          "+r"(s[8]), "+r"(s[9]), "+r"(s[10]), "+r"(s[11]), "+r"(s[12]), "+r"(s[13]), "+r"(s[14]), "+r"(s[15]),
+          "+r"(s[16]), "+r"(s[17]), "+r"(s[18]), "+r"(s[19]), "+r"(s[20]), "+r"(s[21]), "+r"(s[22]), "+r"(s[23]),
+          "+r"(s[24]), "+r"(s[25]), "+r"(s[26]), "+r"(s[27]), "+r"(s[28]), "+r"(s[29]), "+r"(s[30]), "+r"(s[31])
+        : "l"(da), "l"(db), "r"(accumulate));
+}
+
+// O[64] (+)= P(64×32, registers) · Vt(128 channels × 32 keys, smem)ᵀ, e4m3 in, float32 out.
+__device__ __forceinline__ void wgmma_pv(float (&o)[64], const u32 (&a)[4], u64 db, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "{%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+        : "+f"(o[0]), "+f"(o[1]), "+f"(o[2]), "+f"(o[3]), "+f"(o[4]), "+f"(o[5]), "+f"(o[6]), "+f"(o[7]),
+          "+f"(o[8]), "+f"(o[9]), "+f"(o[10]), "+f"(o[11]), "+f"(o[12]), "+f"(o[13]), "+f"(o[14]), "+f"(o[15]),
+          "+f"(o[16]), "+f"(o[17]), "+f"(o[18]), "+f"(o[19]), "+f"(o[20]), "+f"(o[21]), "+f"(o[22]), "+f"(o[23]),
+          "+f"(o[24]), "+f"(o[25]), "+f"(o[26]), "+f"(o[27]), "+f"(o[28]), "+f"(o[29]), "+f"(o[30]), "+f"(o[31]),
+          "+f"(o[32]), "+f"(o[33]), "+f"(o[34]), "+f"(o[35]), "+f"(o[36]), "+f"(o[37]), "+f"(o[38]), "+f"(o[39]),
+          "+f"(o[40]), "+f"(o[41]), "+f"(o[42]), "+f"(o[43]), "+f"(o[44]), "+f"(o[45]), "+f"(o[46]), "+f"(o[47]),
+          "+f"(o[48]), "+f"(o[49]), "+f"(o[50]), "+f"(o[51]), "+f"(o[52]), "+f"(o[53]), "+f"(o[54]), "+f"(o[55]),
+          "+f"(o[56]), "+f"(o[57]), "+f"(o[58]), "+f"(o[59]), "+f"(o[60]), "+f"(o[61]), "+f"(o[62]), "+f"(o[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate));
+}
+
+#define Q_BYTES (BLOCK_M * HEAD_DIM)   // 16 KiB
+#define K_BYTES (BLOCK_N * HEAD_DIM)   // 8 KiB
+#define V_BYTES (HEAD_DIM * BLOCK_N)   // 8 KiB
+#define STAGES 3
+#define SMEM_BYTES (Q_BYTES + STAGES * (K_BYTES + V_BYTES) + 1024)  // + room to align to 1 KiB
+
+// Copies key tile `j` (K rows with 128-byte swizzle, Vᵀ rows with 64-byte swizzle) into `stage`.
+__device__ __forceinline__ void load_kv(u32 sk, u32 sv, const signed char* kg, const unsigned char* vg, int n_pad,
+                                        int j) {
+    const int tid = threadIdx.x;
+#pragma unroll
+    for (int i = 0; i < 2; i++) {  // 512 chunks of 16 B each
+        int idx = i * 256 + tid;
+        int r = idx >> 3, c = idx & 7;
+        cp_async16(sk + r * 128 + ((c ^ (r & 7)) << 4), kg + ((long long)j * BLOCK_N + r) * HEAD_DIM + c * 16);
+    }
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        int idx = i * 256 + tid;
+        int r = idx >> 2, c = idx & 3;  // r = channel, c = 16-key chunk
+        cp_async16(sv + r * 64 + ((c ^ ((r >> 1) & 3)) << 4), vg + (long long)r * n_pad + j * BLOCK_N + c * 16);
+    }
+}
+
+// log2(448): P is computed as 2^(x − max + log2 448), already on e4m3's range.
+#define LOG2_P_SCALE 8.807354922057604f
+
+__device__ __forceinline__ float ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// Exact int → float for |v| < 2^22 (Q·Kᵀ of int8 over 128 channels stays below 2^21) in two
+// full-rate operations instead of a quarter-rate conversion.
+__device__ __forceinline__ float i2f(int v) { return __int_as_float(v + 0x4B400000) - 12582912.f; }
+
+// Online softmax of one key tile for this thread's two rows: `s` (Q·Kᵀ in int32, dequantized by
+// `f`, keys from `valid` on masked) becomes P·448 as two e4m3 A fragments (the accumulator
+// registers of n8 chunks 4kk..4kk+3 in perm32 order), with the running maxima and sums updated and
+// the factors (a0, a1) that rescale the running output.
+__device__ __forceinline__ void softmax_tile(const int (&s)[32], float f, int valid, int lane, float& m0, float& m1,
+                                             float& l0, float& l1, float& a0, float& a1, u32 (&p)[2][4]) {
+    float x[32];
+#pragma unroll
+    for (int i = 0; i < 32; i++) x[i] = i2f(s[i]);
+    if (valid < BLOCK_N) {
+#pragma unroll
+        for (int i = 0; i < 32; i++)
+            if (8 * (i >> 2) + 2 * (lane & 3) + (i & 1) >= valid) x[i] = -__int_as_float(0x7f800000);
+    }
+    float mx0 = x[0], mx1 = x[2];
+#pragma unroll
+    for (int i = 0; i < 32; i += 4) {
+        mx0 = fmaxf(mx0, fmaxf(x[i], x[i + 1]));
+        mx1 = fmaxf(mx1, fmaxf(x[i + 2], x[i + 3]));
+    }
+#pragma unroll
+    for (int o2 = 1; o2 < 4; o2 <<= 1) {
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o2));
+    }
+    mx0 = fmaxf(m0, mx0 * f);
+    mx1 = fmaxf(m1, mx1 * f);
+    a0 = ex2(m0 - mx0);
+    a1 = ex2(m1 - mx1);
+    m0 = mx0;
+    m1 = mx1;
+    const float b0 = mx0 - LOG2_P_SCALE, b1 = mx1 - LOG2_P_SCALE;
+    float sum0 = 0.f, sum1 = 0.f;
+#pragma unroll
+    for (int i = 0; i < 32; i += 4) {
+        x[i] = ex2(fmaf(x[i], f, -b0));
+        x[i + 1] = ex2(fmaf(x[i + 1], f, -b0));
+        x[i + 2] = ex2(fmaf(x[i + 2], f, -b1));
+        x[i + 3] = ex2(fmaf(x[i + 3], f, -b1));
+        sum0 += x[i] + x[i + 1];
+        sum1 += x[i + 2] + x[i + 3];
+    }
+    l0 = l0 * a0 + sum0;
+    l1 = l1 * a1 + sum1;
+#pragma unroll
+    for (int kk = 0; kk < 2; kk++) {
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            const int c0 = 4 * (4 * kk + 2 * half), c1 = c0 + 4;  // register offsets of the two chunks
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                u32 lo = e4m3x2_pack(x[c0 + 2 * r], x[c0 + 2 * r + 1]);
+                u32 hi = e4m3x2_pack(x[c1 + 2 * r], x[c1 + 2 * r + 1]);
+                p[kk][2 * half + r] = lo | (hi << 16);
+            }
+        }
+    }
+}
+
+__device__ __forceinline__ u32 f16x2_pack(float lo, float hi) {
+    u32 r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+__device__ __forceinline__ u32 ex2_f16x2(u32 x) {
+    u32 y;
+    asm("ex2.approx.f16x2 %0, %1;" : "=r"(y) : "r"(x));
+    return y;
+}
+__device__ __forceinline__ u32 add_f16x2(u32 a, u32 b) {
+    u32 y;
+    asm("add.rn.f16x2 %0, %1, %2;" : "=r"(y) : "r"(a), "r"(b));
+    return y;
+}
+__device__ __forceinline__ u32 e4m3x2_from_f16x2(u32 x) {
+    unsigned short r;
+    asm("cvt.rn.satfinite.e4m3x2.f16x2 %0, %1;" : "=h"(r) : "r"(x));
+    return r;
+}
+__device__ __forceinline__ float f16x2_sum(u32 x) {
+    float lo, hi;
+    asm("{.reg .f16 l, h;\nmov.b32 {l, h}, %2;\ncvt.f32.f16 %0, l;\ncvt.f32.f16 %1, h;}" : "=f"(lo), "=f"(hi) : "r"(x));
+    return lo + hi;
+}
+
+// softmax_tile for a tile with every key valid, in fewer instructions: the maxima over the int32
+// logits, int → float folded into the one FMA that scales and shifts them (exact to ~1e-4 of a
+// log2 unit: the constant's rounding), and 2^x in f16 pairs (P is rounded to e4m3 right after, and
+// the per-tile sums, at most 16 × 448 per thread and row, fit f16).
+__device__ __forceinline__ void softmax_tile_fast(const int (&s)[32], float f, float& m0, float& m1, float& l0,
+                                                  float& l1, float& a0, float& a1, u32 (&p)[2][4]) {
+    int i0 = max(s[0], s[1]), i1 = max(s[2], s[3]);
+#pragma unroll
+    for (int i = 4; i < 32; i += 4) {
+        i0 = max(i0, max(s[i], s[i + 1]));
+        i1 = max(i1, max(s[i + 2], s[i + 3]));
+    }
+#pragma unroll
+    for (int o2 = 1; o2 < 4; o2 <<= 1) {
+        i0 = max(i0, __shfl_xor_sync(0xffffffffu, i0, o2));
+        i1 = max(i1, __shfl_xor_sync(0xffffffffu, i1, o2));
+    }
+    const float mx0 = fmaxf(m0, (float)i0 * f), mx1 = fmaxf(m1, (float)i1 * f);
+    a0 = ex2(m0 - mx0);
+    a1 = ex2(m1 - mx1);
+    m0 = mx0;
+    m1 = mx1;
+    // x = float(s)·f − max + log2(448) = magic(s)·f − c, with magic(s) = 12582912 + s as a float.
+    const float c0 = fmaf(12582912.f, f, mx0 - LOG2_P_SCALE), c1 = fmaf(12582912.f, f, mx1 - LOG2_P_SCALE);
+    u32 h[16];
+#pragma unroll
+    for (int i = 0; i < 32; i += 4) {
+        const float x0 = fmaf(__int_as_float(s[i] + 0x4B400000), f, -c0);
+        const float x1 = fmaf(__int_as_float(s[i + 1] + 0x4B400000), f, -c0);
+        const float x2 = fmaf(__int_as_float(s[i + 2] + 0x4B400000), f, -c1);
+        const float x3 = fmaf(__int_as_float(s[i + 3] + 0x4B400000), f, -c1);
+        h[i / 2] = ex2_f16x2(f16x2_pack(x0, x1));
+        h[i / 2 + 1] = ex2_f16x2(f16x2_pack(x2, x3));
+    }
+    u32 r0 = add_f16x2(h[0], h[2]), r1 = add_f16x2(h[1], h[3]);
+#pragma unroll
+    for (int i = 4; i < 16; i += 2) {
+        r0 = add_f16x2(r0, h[i]);
+        r1 = add_f16x2(r1, h[i + 1]);
+    }
+    l0 = fmaf(l0, a0, f16x2_sum(r0));
+    l1 = fmaf(l1, a1, f16x2_sum(r1));
+    // h[2·chunk + row] holds the pair (cols 2c, 2c+1) of n8 chunk `chunk` for row r0 / r0 + 8.
+#pragma unroll
+    for (int kk = 0; kk < 2; kk++) {
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            const int c0i = 4 * kk + 2 * half;
+#pragma unroll
+            for (int r = 0; r < 2; r++)
+                p[kk][2 * half + r] =
+                    e4m3x2_from_f16x2(h[2 * c0i + r]) | (e4m3x2_from_f16x2(h[2 * (c0i + 1) + r]) << 16);
+        }
+    }
+}
+
+// softmax_tile_fast with 2^x in float32 (one MUFU per value either way: Hopper splits the f16
+// pair into two).
+__device__ __forceinline__ void softmax_tile_f32(const int (&s)[32], float f, float& m0, float& m1, float& l0,
+                                                 float& l1, float& a0, float& a1, u32 (&p)[2][4]) {
+    int i0 = max(s[0], s[1]), i1 = max(s[2], s[3]);
+#pragma unroll
+    for (int i = 4; i < 32; i += 4) {
+        i0 = max(i0, max(s[i], s[i + 1]));
+        i1 = max(i1, max(s[i + 2], s[i + 3]));
+    }
+#pragma unroll
+    for (int o2 = 1; o2 < 4; o2 <<= 1) {
+        i0 = max(i0, __shfl_xor_sync(0xffffffffu, i0, o2));
+        i1 = max(i1, __shfl_xor_sync(0xffffffffu, i1, o2));
+    }
+    const float mx0 = fmaxf(m0, (float)i0 * f), mx1 = fmaxf(m1, (float)i1 * f);
+    a0 = ex2(m0 - mx0);
+    a1 = ex2(m1 - mx1);
+    m0 = mx0;
+    m1 = mx1;
+    const float c0 = fmaf(12582912.f, f, mx0 - LOG2_P_SCALE), c1 = fmaf(12582912.f, f, mx1 - LOG2_P_SCALE);
+    float x[32];
+    float sum0 = 0.f, sum1 = 0.f;
+#pragma unroll
+    for (int i = 0; i < 32; i += 4) {
+        x[i] = ex2(fmaf(__int_as_float(s[i] + 0x4B400000), f, -c0));
+        x[i + 1] = ex2(fmaf(__int_as_float(s[i + 1] + 0x4B400000), f, -c0));
+        x[i + 2] = ex2(fmaf(__int_as_float(s[i + 2] + 0x4B400000), f, -c1));
+        x[i + 3] = ex2(fmaf(__int_as_float(s[i + 3] + 0x4B400000), f, -c1));
+        sum0 += x[i] + x[i + 1];
+        sum1 += x[i + 2] + x[i + 3];
+    }
+    l0 = fmaf(l0, a0, sum0);
+    l1 = fmaf(l1, a1, sum1);
+#pragma unroll
+    for (int kk = 0; kk < 2; kk++) {
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            const int c0i = 4 * (4 * kk + 2 * half), c1i = c0i + 4;
+#pragma unroll
+            for (int r = 0; r < 2; r++)
+                p[kk][2 * half + r] = e4m3x2_pack(x[c0i + 2 * r], x[c0i + 2 * r + 1]) |
+                                      (e4m3x2_pack(x[c1i + 2 * r], x[c1i + 2 * r + 1]) << 16);
+        }
+    }
+}
+
+// out bf16 [B, N, H, 128] with element strides (ob, on, oh).
+extern "C" __global__ void __launch_bounds__(256, 1)
+    attention_int8_fp8_sm90(const signed char* qi, const float* qs, const signed char* ki, const float* ks,
+                            const unsigned char* vt, const float* vs, unsigned short* out, long long ob,
+                            long long on, long long oh, int nq, int nq_pad, int nk, int nk_pad, int heads, int mode) {
+    if (mode & 64) return;
+    extern __shared__ unsigned char smem_raw[];
+    const u32 base = (smem_u32(smem_raw) + 1023u) & ~1023u;
+    const u32 sq = base;
+    const u32 sk0 = base + Q_BYTES;
+    const u32 sv0 = sk0 + STAGES * K_BYTES;
+
+    const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
+    const int mblk = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const long long bh = (long long)b * heads + h;
+    const signed char* qg = qi + (bh * nq_pad + (long long)mblk * BLOCK_M) * HEAD_DIM;
+    const signed char* kg = ki + bh * nk_pad * HEAD_DIM;
+    const unsigned char* vg = vt + bh * HEAD_DIM * nk_pad;
+    const int tiles = nk_pad / BLOCK_N;
+
+#pragma unroll
+    for (int i = 0; i < 4; i++) {  // Q: 1024 chunks
+        int idx = i * 256 + tid;
+        int r = idx >> 3, c = idx & 7;
+        cp_async16(sq + r * 128 + ((c ^ (r & 7)) << 4), qg + (long long)r * HEAD_DIM + c * 16);
+    }
+    load_kv(sk0, sv0, kg, vg, nk_pad, 0);
+    cp_async_commit();
+    if (tiles > 1) load_kv(sk0 + K_BYTES, sv0 + V_BYTES, kg, vg, nk_pad, 1);
+    cp_async_commit();
+
+    const int row0 = mblk * BLOCK_M + wg * 64 + warp * 16 + (lane >> 2);  // and row0 + 8
+    const float qscale = qs[bh * (nq_pad / Q_GROUP) + (mblk * BLOCK_M + wg * 64 + warp * 16) / Q_GROUP];
+    const u64 dq = smem_desc(sq + wg * 64 * 128, 1024, 1);
+
+    float o[64];
+#pragma unroll
+    for (int i = 0; i < 64; i++) o[i] = 0.f;
+    float m0 = -__int_as_float(0x7f800000), m1 = -__int_as_float(0x7f800000), l0 = 0.f, l1 = 0.f;
+
+    // S of tile 0; then each iteration issues tile j+1's Q·Kᵀ before tile j's softmax, so the
+    // tensor cores work while the softmax runs.
+    cp_async_wait<1>();
+    fence_async_smem();
+    __syncthreads();
+    int sa[32], sb[32];
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) wgmma_qk(sa, dq + 2 * kk, smem_desc(sk0, 1024, 1) + 2 * kk, kk > 0);
+    wgmma_commit();
+    wgmma_wait0();
+
+    float kscale = ks[bh * tiles];
+    // One key tile: `s` holds its Q·Kᵀ; `sn` receives the next tile's, issued first.
+    auto step = [&](int j, int (&s)[32], int (&sn)[32]) {
+        const bool next = j + 1 < tiles;
+        if (next) {
+            cp_async_wait<0>();
+            fence_async_smem();
+            // Tile j+1 is in, and every warp is past tile j-1's P·V: its stage takes tile j+2.
+            if (!(mode & 16)) __syncthreads();
+            if (j + 2 < tiles && !(mode & 8)) {
+                const int st2 = (j + 2) % STAGES;
+                load_kv(sk0 + st2 * K_BYTES, sv0 + st2 * V_BYTES, kg, vg, nk_pad, j + 2);
+            }
+            cp_async_commit();
+            const u64 dk = smem_desc(sk0 + ((j + 1) % STAGES) * K_BYTES, 1024, 1);
+            if (!(mode & 2)) {
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) wgmma_qk(sn, dq + 2 * kk, dk + 2 * kk, kk > 0);
+            wgmma_commit();
+            }
+        }
+
+        float a0, a1;
+        u32 p[2][4];
+        const int valid = nk - j * BLOCK_N;
+        const float f = qscale * kscale;
+        if (next) kscale = ks[bh * tiles + j + 1];  // for the next tile; its latency hides behind this one
+        if (mode & 1) {
+            a0 = a1 = 1.f;
+            for (int i = 0; i < 8; i++) p[i / 4][i % 4] = 0x38383838u ^ (u32)s[i];
+        } else if (valid >= BLOCK_N && (mode & 32))
+            softmax_tile_fast(s, f, m0, m1, l0, l1, a0, a1, p);
+        else if (valid >= BLOCK_N)
+            softmax_tile_f32(s, f, m0, m1, l0, l1, a0, a1, p);
+        else
+            softmax_tile(s, f, valid, lane, m0, m1, l0, l1, a0, a1, p);
+
+        // This tile's P·V from zero (the first k step does not accumulate), then into the
+        // running output in float32.
+        float acc[64];
+        const u64 dv = smem_desc(sv0 + (j % STAGES) * V_BYTES, 512, 2);
+        if (!(mode & 4)) {
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 2; kk++) wgmma_pv(acc, p[kk], dv + 2 * kk, kk > 0);
+        wgmma_commit();
+        }
+        wgmma_wait0();
+#pragma unroll
+        for (int i = 0; i < 64; i += 4) {
+            o[i] = fmaf(o[i], a0, acc[i]);
+            o[i + 1] = fmaf(o[i + 1], a0, acc[i + 1]);
+            o[i + 2] = fmaf(o[i + 2], a1, acc[i + 2]);
+            o[i + 3] = fmaf(o[i + 3], a1, acc[i + 3]);
+        }
+    };
+    for (int j = 0; j < tiles; j += 2) {
+        step(j, sa, sb);
+        if (j + 1 < tiles) step(j + 1, sb, sa);
+    }
+
+#pragma unroll
+    for (int o2 = 1; o2 < 4; o2 <<= 1) {
+        l0 += __shfl_xor_sync(0xffffffffu, l0, o2);
+        l1 += __shfl_xor_sync(0xffffffffu, l1, o2);
+    }
+    const float inv0 = 1.f / l0, inv1 = 1.f / l1;  // l sums P·448, as O does
+    const float* vsh = vs + bh * HEAD_DIM;
+#pragma unroll
+    for (int jn = 0; jn < 16; jn++) {
+        const int d = 8 * jn + 2 * (lane & 3);
+        const float v0 = vsh[d], v1 = vsh[d + 1];
+        if (row0 < nq) {
+            u32 w = (u32)f32_to_bf16(o[4 * jn] * inv0 * v0) | ((u32)f32_to_bf16(o[4 * jn + 1] * inv0 * v1) << 16);
+            *reinterpret_cast<u32*>(out + b * ob + (long long)row0 * on + h * oh + d) = w;
+        }
+        if (row0 + 8 < nq) {
+            u32 w =
+                (u32)f32_to_bf16(o[4 * jn + 2] * inv1 * v0) | ((u32)f32_to_bf16(o[4 * jn + 3] * inv1 * v1) << 16);
+            *reinterpret_cast<u32*>(out + b * ob + (long long)(row0 + 8) * on + h * oh + d) = w;
+        }
+    }
+}

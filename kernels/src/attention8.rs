@@ -1,0 +1,223 @@
+//! 8-bit attention (`precision = fast` where the quality gate admits it): SageAttention2's recipe
+//! on Hopper. Q·Kᵀ runs in INT8 with K smoothed (its mean over the keys subtracted, which the
+//! softmax cannot see) and one scale per 16 query rows and per 64 keys; P·V runs in FP8 (e4m3) with
+//! one scale per V channel and P scaled onto e4m3's range; softmax and the running output stay in
+//! float32, each key tile's P·V added to it in float32 (FP8 tensor-core accumulation keeps fewer
+//! bits than float32). The kernels are `kernels/cuda/attention8.cu`, compiled for `sm_90a`
+//! (wgmma). Everywhere else (another GPU, a CPU, a head dim other than 128, other dtypes) the op
+//! is bf16 SDPA; [`reference`] computes the quantized function in float32 for tests.
+
+use cudarc::driver::LaunchConfig;
+use tch::{Device, Kind, Tensor};
+
+use crate::cuda::{self, Arg, DeviceKernels};
+
+const HEAD_DIM: i64 = 128;
+const BLOCK_M: i64 = 128;
+const BLOCK_N: i64 = 64;
+const Q_GROUP: i64 = 16;
+const P_SCALE: f64 = 448.0;
+
+/// Attention over heads for `q [B, N, H, D]`, `k, v [B, M, H, D]`, returning `[B, N, H, D]` in
+/// q's dtype: the 8-bit kernel where [`fits`] says so, else SDPA (which computes the exact
+/// function the kernel approximates).
+pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor) -> Tensor {
+    if let Some(kernels) = fits(q, k, v) {
+        match run(&kernels, q, k, v) {
+            Ok(o) => return o,
+            Err(e) => tracing::warn!(error = %format!("{e:#}"), "8-bit attention failed; using SDPA"),
+        }
+    }
+    sdpa(q, k, v)
+}
+
+/// SDPA on the `[B, N, H, D]` layout.
+pub fn sdpa(q: &Tensor, k: &Tensor, v: &Tensor) -> Tensor {
+    let t = |x: &Tensor| x.transpose(1, 2);
+    Tensor::scaled_dot_product_attention(&t(q), &t(k), &t(v), None::<Tensor>, 0.0, false, None, false).transpose(1, 2)
+}
+
+/// Whether the 8-bit kernel can run on these inputs: CUDA with the `sm_90a` module, bf16, head
+/// dim 128, matching batch and heads, the head dim contiguous and every row 16-byte aligned.
+pub fn fits(q: &Tensor, k: &Tensor, v: &Tensor) -> Option<std::sync::Arc<DeviceKernels>> {
+    let kernels = cuda::for_tensor(q)?;
+    if !kernels.sm90 {
+        return None;
+    }
+    let (qs, ks, vs) = (q.size(), k.size(), v.size());
+    let shapes = qs.len() == 4
+        && ks.len() == 4
+        && ks == vs
+        && qs[0] == ks[0]
+        && qs[2] == ks[2]
+        && qs[3] == HEAD_DIM
+        && ks[3] == HEAD_DIM
+        && qs[1] > 0
+        && ks[1] > 0;
+    let dtypes = [q, k, v].iter().all(|t| t.kind() == Kind::BFloat16 && t.device() == q.device());
+    let strides = [q, k, v].iter().all(|t| {
+        let s = t.stride();
+        s[3] == 1 && s[..3].iter().all(|&x| x % 8 == 0) && cuda::aligned(t)
+    });
+    (shapes && dtypes && strides).then_some(kernels)
+}
+
+fn round_up(n: i64, m: i64) -> i64 {
+    (n + m - 1) / m * m
+}
+
+fn run(kernels: &DeviceKernels, q: &Tensor, k: &Tensor, v: &Tensor) -> anyhow::Result<Tensor> {
+    let (b, nq, h, _) = q.size4()?;
+    let nk = k.size()[1];
+    let (nq_pad, nk_pad) = (round_up(nq, BLOCK_M), round_up(nk, BLOCK_N));
+    let dev = q.device();
+    let ptr = |t: &Tensor| Arg::Ptr(t.data_ptr() as u64);
+    let strides = |t: &Tensor| {
+        let s = t.stride();
+        [Arg::I64(s[0]), Arg::I64(s[1]), Arg::I64(s[2])]
+    };
+    let grid = |rows: i64, per: i64| LaunchConfig {
+        grid_dim: ((rows / per) as u32, h as u32, b as u32),
+        block_dim: (128, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let (h32, nq32, nk32) = (h as i32, nq as i32, nk as i32);
+
+    let qi = Tensor::empty([b, h, nq_pad, HEAD_DIM], (Kind::Int8, dev));
+    let qsc = Tensor::empty([b, h, nq_pad / Q_GROUP], (Kind::Float, dev));
+    let softmax = (HEAD_DIM as f64).sqrt().recip() * std::f64::consts::LOG2_E;
+    let mut args = vec![ptr(q)];
+    args.extend(strides(q));
+    args.extend([Arg::I32(nq32), Arg::I32(nq_pad as i32), Arg::I32(h32), Arg::I32(Q_GROUP as i32)]);
+    args.extend([Arg::Ptr(0), Arg::F32(softmax as f32), ptr(&qi), ptr(&qsc)]);
+    kernels.launch("quant_int8_rows", grid(nq_pad, Q_GROUP), &args)?;
+
+    // K smoothed by its mean over the keys; V's per-channel maxima. [B, H, D] float32 each.
+    let mean = k.mean_dim(1, false, Kind::Float).contiguous();
+    let vscale = (v.abs().amax(1, false).to_kind(Kind::Float).clamp_min(1e-12) / P_SCALE).contiguous();
+    let ki = Tensor::empty([b, h, nk_pad, HEAD_DIM], (Kind::Int8, dev));
+    let ksc = Tensor::empty([b, h, nk_pad / BLOCK_N], (Kind::Float, dev));
+    let mut args = vec![ptr(k)];
+    args.extend(strides(k));
+    args.extend([Arg::I32(nk32), Arg::I32(nk_pad as i32), Arg::I32(h32), Arg::I32(BLOCK_N as i32)]);
+    args.extend([ptr(&mean), Arg::F32(1.0), ptr(&ki), ptr(&ksc)]);
+    kernels.launch("quant_int8_rows", grid(nk_pad, BLOCK_N), &args)?;
+
+    let vt = Tensor::empty([b, h, HEAD_DIM, nk_pad], (Kind::Uint8, dev));
+    let mut args = vec![ptr(v)];
+    args.extend(strides(v));
+    args.extend([Arg::I32(nk32), Arg::I32(nk_pad as i32), Arg::I32(h32), ptr(&vscale), ptr(&vt)]);
+    kernels.launch("quant_v_fp8t", grid(nk_pad, BLOCK_N), &args)?;
+
+    let out = Tensor::empty([b, nq, h, HEAD_DIM], (Kind::BFloat16, dev));
+    let mut args = vec![ptr(&qi), ptr(&qsc), ptr(&ki), ptr(&ksc), ptr(&vt), ptr(&vscale), ptr(&out)];
+    args.extend(strides(&out));
+    args.extend([Arg::I32(nq32), Arg::I32(nq_pad as i32), Arg::I32(nk32), Arg::I32(nk_pad as i32), Arg::I32(h32)]);
+    let mode = std::env::var("FASTVIDEO_ATTN8_MODE").ok().and_then(|s| s.parse().ok()).unwrap_or(0);
+    args.push(Arg::I32(mode));
+    let cfg = LaunchConfig {
+        grid_dim: ((nq_pad / BLOCK_M) as u32, h as u32, b as u32),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: cuda::ATTENTION8_SMEM,
+    };
+    kernels.launch("attention_int8_fp8_sm90", cfg, &args)?;
+    Ok(out)
+}
+
+/// The function the kernel computes, in float32 tch ops on any device: the same quantization of
+/// Q, K (smoothed), V and P, a full softmax instead of the online one (so P's e4m3 rounding sees
+/// the row's final maximum, where the kernel's sees the running one). For tests and for stating
+/// the kernel's error against SDPA on a machine without Hopper.
+pub fn reference(q: &Tensor, k: &Tensor, v: &Tensor) -> Tensor {
+    let (b, nq, h, d) = q.size4().expect("q is [B, N, H, D]");
+    let nk = k.size()[1];
+    let f = |t: &Tensor| t.to_kind(Kind::Float).transpose(1, 2); // [B, H, N, D]
+    let (q, k, v) = (f(q), f(k), f(v));
+    let k = &k - k.mean_dim(2, true, Kind::Float);
+    let q = quantize_int8_blocks(&q, Q_GROUP);
+    let k = quantize_int8_blocks(&k, BLOCK_N);
+    let vs = v.abs().amax(2, true).clamp_min(1e-12) / P_SCALE;
+    let v = (&v / &vs).to_kind(Kind::Float8e4m3fn).to_kind(Kind::Float) * &vs;
+    let s = q.matmul(&k.transpose(2, 3)) / (d as f64).sqrt();
+    let p = (&s - s.amax(3, true)).exp();
+    let l = p.sum_dim_intlist(3, true, Kind::Float);
+    let p8 = (&p * P_SCALE).to_kind(Kind::Float8e4m3fn).to_kind(Kind::Float) / P_SCALE;
+    let o = p8.matmul(&v) / l;
+    debug_assert_eq!(o.size(), [b, h, nq, d]);
+    let _ = nk;
+    o.transpose(1, 2)
+}
+
+/// `x [B, H, N, D]` rounded to int8 steps with one scale per `rows` rows (absmax / 127), returned
+/// dequantized.
+fn quantize_int8_blocks(x: &Tensor, rows: i64) -> Tensor {
+    let (b, h, n, d) = x.size4().expect("[B, H, N, D]");
+    let pad = round_up(n, rows) - n;
+    let xp = if pad > 0 { x.constant_pad_nd([0, 0, 0, pad]) } else { x.shallow_clone() };
+    let blocks = xp.view([b, h, -1, rows, d]);
+    let scale = blocks.abs().amax([3i64, 4].as_slice(), true).clamp_min(1e-20) / 127.0;
+    let qv = (&blocks / &scale).round().clamp(-127.0, 127.0) * &scale;
+    qv.view([b, h, -1, d]).narrow(2, 0, n)
+}
+
+/// Whether the 8-bit kernel is available on CUDA device `ordinal` (Hopper, kernels compiled).
+pub fn available(device: Device) -> bool {
+    match device {
+        Device::Cuda(i) => crate::enabled() && cuda::device(i).is_some_and(|k| k.sm90),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rel_l2(a: &Tensor, b: &Tensor) -> f64 {
+        let (a, b) = (a.to_kind(Kind::Double), b.to_kind(Kind::Double));
+        (&a - &b).norm().double_value(&[]) / b.norm().double_value(&[])
+    }
+
+    fn qkv(b: i64, nq: i64, nk: i64, h: i64, seed: i64) -> (Tensor, Tensor, Tensor) {
+        tch::manual_seed(seed);
+        let o = (Kind::Float, Device::Cpu);
+        // Keys with a shared offset per channel (what smoothing removes) and a few outlier
+        // channels, as real activations have.
+        let k = Tensor::randn([b, nk, h, HEAD_DIM], o) + Tensor::randn([1, 1, h, HEAD_DIM], o) * 3.0;
+        let q = Tensor::randn([b, nq, h, HEAD_DIM], o) * 1.5;
+        let v = Tensor::randn([b, nk, h, HEAD_DIM], o);
+        (q, k, v)
+    }
+
+    #[test]
+    fn the_quantized_function_stays_near_exact_attention() {
+        let (q, k, v) = qkv(1, 200, 333, 2, 0);
+        let want = sdpa(&q, &k, &v);
+        let got = reference(&q, &k, &v);
+        assert_eq!(got.size(), want.size());
+        // INT8 Q·Kᵀ with smoothing perturbs the logits by ~1e-2 (absolute); e4m3 rounding of P and
+        // V adds ~2^-5 relative per term, which averages over hundreds of keys. SageAttention2
+        // reports ~1-3 % relative L1 at this scale; bound: 4 % relative L2, and not exact.
+        let e = rel_l2(&got, &want);
+        assert!(e < 0.04 && e > 1e-4, "relative L2 error {e}");
+    }
+
+    #[test]
+    fn smoothing_k_is_what_keeps_an_offset_channel_harmless() {
+        // With a large shared offset in K, per-block INT8 without smoothing would lose the
+        // keys' differences; the reference smooths, so the error stays small.
+        let (q, mut k, v) = qkv(1, 64, 128, 1, 1);
+        k += Tensor::ones([1, 1, 1, HEAD_DIM], (Kind::Float, Device::Cpu)) * 40.0;
+        let e = rel_l2(&reference(&q, &k, &v), &sdpa(&q, &k, &v));
+        assert!(e < 0.04, "relative L2 error {e}");
+    }
+
+    #[test]
+    fn off_hopper_the_op_is_sdpa() {
+        let (q, k, v) = qkv(2, 50, 70, 2, 2);
+        let q = q.to_kind(Kind::BFloat16);
+        let (k, v) = (k.to_kind(Kind::BFloat16), v.to_kind(Kind::BFloat16));
+        assert!(fits(&q, &k, &v).is_none());
+        assert!(attention(&q, &k, &v).equal(&sdpa(&q, &k, &v)));
+        assert!(!available(Device::Cpu));
+    }
+}
