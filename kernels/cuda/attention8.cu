@@ -9,9 +9,10 @@
 //   qi  int8 [B, H, Nq_pad, 128], one scale per 16 rows (qs [B, H, Nq_pad/16]) with the softmax
 //       scale and log2(e) folded in;
 //   ki  int8 [B, H, Nk_pad, 128], one scale per 64-key tile (ks [B, H, Nk_pad/64]);
-//   vt  e4m3 [B, H, 128, Nk_pad]: V transposed, keys permuted within each 32 (`perm32`) so that the
-//       Q·Kᵀ accumulator registers are the P·V A-fragment as they stand; one scale per channel
-//       (vs [B, H, 128]).
+//   vt  e4m3 [B, H, Nk_pad/64, 128, 64]: V transposed tile by tile, keys permuted within each 32
+//       (`perm32`) so that the Q·Kᵀ accumulator registers are the P·V A-fragment as they stand;
+//       one scale per channel (vs [B, H, 128]).
+// Every tile is stored swizzled as shared memory holds it, so one bulk copy moves it.
 
 #define HEAD_DIM 128
 #define BLOCK_M 128  // query rows per CTA: two warpgroups of 64
@@ -104,7 +105,10 @@ extern "C" __global__ void __launch_bounds__(128) quant_int8_rows(const unsigned
                 q = max(-127, min(127, q));
                 w[i >> 2] |= ((u32)(q & 0xff)) << (8 * (i & 3));
             }
-            long long o = (((long long)b * heads + h) * n_pad + row) * HEAD_DIM + col;
+            // Stored as the attention kernel's shared memory holds it (128-byte swizzle: the
+            // 16-byte chunk c of row r at chunk c ^ (r % 8)), so one bulk copy moves a tile.
+            long long o = (((long long)b * heads + h) * n_pad + row) * HEAD_DIM + ((((col >> 4) ^ (row & 7))) << 4) +
+                          (col & 15);
             *reinterpret_cast<uint2*>(out + o) = make_uint2(w[0], w[1]);
         }
     }
@@ -138,10 +142,12 @@ extern "C" __global__ void __launch_bounds__(128) quant_v_fp8t(const unsigned sh
         else
             w[L >> 2] |= pair << 16;
     }
-    unsigned char* dst = out + (((long long)b * heads + h) * HEAD_DIM + d) * n_pad + (long long)t * BLOCK_N;
+    // Tile by tile ([B, H, n_pad / 64, 128, 64]), each as the attention kernel's shared memory
+    // holds it (64-byte swizzle: chunk c of row d at chunk c ^ ((d / 2) % 4)).
+    unsigned char* dst = out + ((((long long)b * heads + h) * (n_pad / BLOCK_N) + t) * HEAD_DIM + d) * BLOCK_N;
 #pragma unroll
     for (int i = 0; i < BLOCK_N / 16; i++)
-        reinterpret_cast<uint4*>(dst)[i] = make_uint4(w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]);
+        reinterpret_cast<uint4*>(dst)[i ^ ((d >> 1) & 3)] = make_uint4(w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -149,18 +155,37 @@ extern "C" __global__ void __launch_bounds__(128) quant_v_fp8t(const unsigned sh
 
 __device__ __forceinline__ u32 smem_u32(const void* p) { return (u32)__cvta_generic_to_shared(p); }
 
-__device__ __forceinline__ void cp_async16(u32 dst, const void* src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-__device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+
+// Shared-memory barriers: the bulk copies complete on `full` ones (by bytes), the warps release a
+// stage on `empty` ones.
+__device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(u32 bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(u32 bar, u32 bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
+    asm volatile(
+        "{\n.reg .pred p;\nWAIT:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+        "@!p bra WAIT;\n}\n" ::"r"(bar),
+        "r"(parity)
+        : "memory");
+}
+// One contiguous global → shared copy by the async proxy (no tensor map: the quantize kernels
+// wrote every tile already swizzled), completing `bytes` on `bar`.
+__device__ __forceinline__ void bulk_load(u32 dst, const void* src, u32 bytes, u32 bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                     dst),
+                 "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
+}
 
 // A K-major shared-memory matrix descriptor: swizzle 1 = 128 B rows, 2 = 64 B rows; the stride
 // byte offset is 8 rows.
@@ -211,26 +236,9 @@ __device__ __forceinline__ void wgmma_pv(float (&o)[64], const u32 (&a)[4], u64 
 #define Q_BYTES (BLOCK_M * HEAD_DIM)   // 16 KiB
 #define K_BYTES (BLOCK_N * HEAD_DIM)   // 8 KiB
 #define V_BYTES (HEAD_DIM * BLOCK_N)   // 8 KiB
-#define STAGES 3
-#define SMEM_BYTES (Q_BYTES + STAGES * (K_BYTES + V_BYTES) + 1024)  // + room to align to 1 KiB
-
-// Copies key tile `j` (K rows with 128-byte swizzle, Vᵀ rows with 64-byte swizzle) into `stage`.
-__device__ __forceinline__ void load_kv(u32 sk, u32 sv, const signed char* kg, const unsigned char* vg, int n_pad,
-                                        int j) {
-    const int tid = threadIdx.x;
-#pragma unroll
-    for (int i = 0; i < 2; i++) {  // 512 chunks of 16 B each
-        int idx = i * 256 + tid;
-        int r = idx >> 3, c = idx & 7;
-        cp_async16(sk + r * 128 + ((c ^ (r & 7)) << 4), kg + ((long long)j * BLOCK_N + r) * HEAD_DIM + c * 16);
-    }
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-        int idx = i * 256 + tid;
-        int r = idx >> 2, c = idx & 3;  // r = channel, c = 16-key chunk
-        cp_async16(sv + r * 64 + ((c ^ ((r >> 1) & 3)) << 4), vg + (long long)r * n_pad + j * BLOCK_N + c * 16);
-    }
-}
+#define STAGES 6
+// Q, the key stages, room to align to 1 KiB, the barriers.
+#define SMEM_BYTES (Q_BYTES + STAGES * (K_BYTES + V_BYTES) + 1024 + 8 * (2 * STAGES + 1))
 
 // log2(448): P is computed as 2^(x − max + log2 448), already on e4m3's range.
 #define LOG2_P_SCALE 8.807354922057604f
@@ -304,91 +312,11 @@ __device__ __forceinline__ void softmax_tile(const int (&s)[32], float f, int va
     }
 }
 
-__device__ __forceinline__ u32 f16x2_pack(float lo, float hi) {
-    u32 r;
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-}
-__device__ __forceinline__ u32 ex2_f16x2(u32 x) {
-    u32 y;
-    asm("ex2.approx.f16x2 %0, %1;" : "=r"(y) : "r"(x));
-    return y;
-}
-__device__ __forceinline__ u32 add_f16x2(u32 a, u32 b) {
-    u32 y;
-    asm("add.rn.f16x2 %0, %1, %2;" : "=r"(y) : "r"(a), "r"(b));
-    return y;
-}
-__device__ __forceinline__ u32 e4m3x2_from_f16x2(u32 x) {
-    unsigned short r;
-    asm("cvt.rn.satfinite.e4m3x2.f16x2 %0, %1;" : "=h"(r) : "r"(x));
-    return r;
-}
-__device__ __forceinline__ float f16x2_sum(u32 x) {
-    float lo, hi;
-    asm("{.reg .f16 l, h;\nmov.b32 {l, h}, %2;\ncvt.f32.f16 %0, l;\ncvt.f32.f16 %1, h;}" : "=f"(lo), "=f"(hi) : "r"(x));
-    return lo + hi;
-}
-
 // softmax_tile for a tile with every key valid, in fewer instructions: the maxima over the int32
-// logits, int → float folded into the one FMA that scales and shifts them (exact to ~1e-4 of a
-// log2 unit: the constant's rounding), and 2^x in f16 pairs (P is rounded to e4m3 right after, and
-// the per-tile sums, at most 16 × 448 per thread and row, fit f16).
+// logits, and int → float folded into the one FMA that scales and shifts them (exact to ~1e-4 of a
+// log2 unit: the constant's rounding). (2^x in f16 pairs was tried: Hopper's MUFU splits the pair,
+// and the packing cost more than it saved.)
 __device__ __forceinline__ void softmax_tile_fast(const int (&s)[32], float f, float& m0, float& m1, float& l0,
-                                                  float& l1, float& a0, float& a1, u32 (&p)[2][4]) {
-    int i0 = max(s[0], s[1]), i1 = max(s[2], s[3]);
-#pragma unroll
-    for (int i = 4; i < 32; i += 4) {
-        i0 = max(i0, max(s[i], s[i + 1]));
-        i1 = max(i1, max(s[i + 2], s[i + 3]));
-    }
-#pragma unroll
-    for (int o2 = 1; o2 < 4; o2 <<= 1) {
-        i0 = max(i0, __shfl_xor_sync(0xffffffffu, i0, o2));
-        i1 = max(i1, __shfl_xor_sync(0xffffffffu, i1, o2));
-    }
-    const float mx0 = fmaxf(m0, (float)i0 * f), mx1 = fmaxf(m1, (float)i1 * f);
-    a0 = ex2(m0 - mx0);
-    a1 = ex2(m1 - mx1);
-    m0 = mx0;
-    m1 = mx1;
-    // x = float(s)·f − max + log2(448) = magic(s)·f − c, with magic(s) = 12582912 + s as a float.
-    const float c0 = fmaf(12582912.f, f, mx0 - LOG2_P_SCALE), c1 = fmaf(12582912.f, f, mx1 - LOG2_P_SCALE);
-    u32 h[16];
-#pragma unroll
-    for (int i = 0; i < 32; i += 4) {
-        const float x0 = fmaf(__int_as_float(s[i] + 0x4B400000), f, -c0);
-        const float x1 = fmaf(__int_as_float(s[i + 1] + 0x4B400000), f, -c0);
-        const float x2 = fmaf(__int_as_float(s[i + 2] + 0x4B400000), f, -c1);
-        const float x3 = fmaf(__int_as_float(s[i + 3] + 0x4B400000), f, -c1);
-        h[i / 2] = ex2_f16x2(f16x2_pack(x0, x1));
-        h[i / 2 + 1] = ex2_f16x2(f16x2_pack(x2, x3));
-    }
-    u32 r0 = add_f16x2(h[0], h[2]), r1 = add_f16x2(h[1], h[3]);
-#pragma unroll
-    for (int i = 4; i < 16; i += 2) {
-        r0 = add_f16x2(r0, h[i]);
-        r1 = add_f16x2(r1, h[i + 1]);
-    }
-    l0 = fmaf(l0, a0, f16x2_sum(r0));
-    l1 = fmaf(l1, a1, f16x2_sum(r1));
-    // h[2·chunk + row] holds the pair (cols 2c, 2c+1) of n8 chunk `chunk` for row r0 / r0 + 8.
-#pragma unroll
-    for (int kk = 0; kk < 2; kk++) {
-#pragma unroll
-        for (int half = 0; half < 2; half++) {
-            const int c0i = 4 * kk + 2 * half;
-#pragma unroll
-            for (int r = 0; r < 2; r++)
-                p[kk][2 * half + r] =
-                    e4m3x2_from_f16x2(h[2 * c0i + r]) | (e4m3x2_from_f16x2(h[2 * (c0i + 1) + r]) << 16);
-        }
-    }
-}
-
-// softmax_tile_fast with 2^x in float32 (one MUFU per value either way: Hopper splits the f16
-// pair into two).
-__device__ __forceinline__ void softmax_tile_f32(const int (&s)[32], float f, float& m0, float& m1, float& l0,
                                                  float& l1, float& a0, float& a1, u32 (&p)[2][4]) {
     int i0 = max(s[0], s[1]), i1 = max(s[2], s[3]);
 #pragma unroll
@@ -433,7 +361,9 @@ __device__ __forceinline__ void softmax_tile_f32(const int (&s)[32], float f, fl
     }
 }
 
-// out bf16 [B, N, H, 128] with element strides (ob, on, oh).
+// out bf16 [B, N, H, 128] with element strides (ob, on, oh). Two warpgroups of 64 query rows each
+// run through the key tiles on their own (no block-wide barrier per tile), bounded by the
+// STAGES-deep ring of K/V tiles that thread 0 refills as both release them.
 extern "C" __global__ void __launch_bounds__(256, 1)
     attention_int8_fp8_sm90(const signed char* qi, const float* qs, const signed char* ki, const float* ks,
                             const unsigned char* vt, const float* vs, unsigned short* out, long long ob,
@@ -444,6 +374,9 @@ extern "C" __global__ void __launch_bounds__(256, 1)
     const u32 sq = base;
     const u32 sk0 = base + Q_BYTES;
     const u32 sv0 = sk0 + STAGES * K_BYTES;
+    const u32 full0 = sv0 + STAGES * V_BYTES;  // STAGES barriers, then STAGES `empty`, then Q's
+    const u32 empty0 = full0 + 8 * STAGES;
+    const u32 qbar = empty0 + 8 * STAGES;
 
     const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
     const int mblk = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
@@ -453,16 +386,26 @@ extern "C" __global__ void __launch_bounds__(256, 1)
     const unsigned char* vg = vt + bh * HEAD_DIM * nk_pad;
     const int tiles = nk_pad / BLOCK_N;
 
-#pragma unroll
-    for (int i = 0; i < 4; i++) {  // Q: 1024 chunks
-        int idx = i * 256 + tid;
-        int r = idx >> 3, c = idx & 7;
-        cp_async16(sq + r * 128 + ((c ^ (r & 7)) << 4), qg + (long long)r * HEAD_DIM + c * 16);
+    auto load_tile = [&](int t) {
+        const int st = t % STAGES;
+        mbar_expect_tx(full0 + 8 * st, K_BYTES + V_BYTES);
+        bulk_load(sk0 + st * K_BYTES, kg + (long long)t * K_BYTES, K_BYTES, full0 + 8 * st);
+        bulk_load(sv0 + st * V_BYTES, vg + (long long)t * V_BYTES, V_BYTES, full0 + 8 * st);
+    };
+    if (tid == 0) {
+        for (int i = 0; i < STAGES; i++) {
+            mbar_init(full0 + 8 * i, 1);
+            mbar_init(empty0 + 8 * i, 8);  // one arrival per warp
+        }
+        mbar_init(qbar, 1);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
-    load_kv(sk0, sv0, kg, vg, nk_pad, 0);
-    cp_async_commit();
-    if (tiles > 1) load_kv(sk0 + K_BYTES, sv0 + V_BYTES, kg, vg, nk_pad, 1);
-    cp_async_commit();
+    __syncthreads();
+    if (tid == 0) {
+        mbar_expect_tx(qbar, Q_BYTES);
+        bulk_load(sq, qg, Q_BYTES, qbar);
+        for (int t = 0; t < STAGES && t < tiles; t++) load_tile(t);
+    }
 
     const int row0 = mblk * BLOCK_M + wg * 64 + warp * 16 + (lane >> 2);  // and row0 + 8
     const float qscale = qs[bh * (nq_pad / Q_GROUP) + (mblk * BLOCK_M + wg * 64 + warp * 16) / Q_GROUP];
@@ -473,11 +416,10 @@ extern "C" __global__ void __launch_bounds__(256, 1)
     for (int i = 0; i < 64; i++) o[i] = 0.f;
     float m0 = -__int_as_float(0x7f800000), m1 = -__int_as_float(0x7f800000), l0 = 0.f, l1 = 0.f;
 
-    // S of tile 0; then each iteration issues tile j+1's Q·Kᵀ before tile j's softmax, so the
-    // tensor cores work while the softmax runs.
-    cp_async_wait<1>();
-    fence_async_smem();
-    __syncthreads();
+    // S of tile 0; then each step issues tile j+1's Q·Kᵀ before tile j's softmax, so the tensor
+    // cores work while the softmax runs.
+    mbar_wait(qbar, 0);
+    mbar_wait(full0, 0);
     int sa[32], sb[32];
     wgmma_fence();
 #pragma unroll
@@ -486,65 +428,96 @@ extern "C" __global__ void __launch_bounds__(256, 1)
     wgmma_wait0();
 
     float kscale = ks[bh * tiles];
-    // One key tile: `s` holds its Q·Kᵀ; `sn` receives the next tile's, issued first.
-    auto step = [&](int j, int (&s)[32], int (&sn)[32]) {
-        const bool next = j + 1 < tiles;
-        if (next) {
-            cp_async_wait<0>();
-            fence_async_smem();
-            // Tile j+1 is in, and every warp is past tile j-1's P·V: its stage takes tile j+2.
-            if (!(mode & 16)) __syncthreads();
-            if (j + 2 < tiles && !(mode & 8)) {
-                const int st2 = (j + 2) % STAGES;
-                load_kv(sk0 + st2 * K_BYTES, sv0 + st2 * V_BYTES, kg, vg, nk_pad, j + 2);
-            }
-            cp_async_commit();
-            const u64 dk = smem_desc(sk0 + ((j + 1) % STAGES) * K_BYTES, 1024, 1);
-            if (!(mode & 2)) {
-            wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < 4; kk++) wgmma_qk(sn, dq + 2 * kk, dk + 2 * kk, kk > 0);
-            wgmma_commit();
-            }
-        }
-
-        float a0, a1;
-        u32 p[2][4];
+    u32 pa[2][4], pb[2][4];  // P of this tile, and of the previous one while its P·V runs
+    float acc[64];           // the P·V of one tile, from zero
+    float ap0 = 1.f, ap1 = 1.f;  // the rescale of the output that goes with `acc`
+    // The softmax of tile j into P, and the output's rescale for it.
+    auto softmax = [&](int j, const int (&s)[32], u32 (&p)[2][4], float& a0, float& a1) {
         const int valid = nk - j * BLOCK_N;
         const float f = qscale * kscale;
-        if (next) kscale = ks[bh * tiles + j + 1];  // for the next tile; its latency hides behind this one
+        if (j + 1 < tiles) kscale = ks[bh * tiles + j + 1];  // for the next tile; its latency hides
         if (mode & 1) {
             a0 = a1 = 1.f;
             for (int i = 0; i < 8; i++) p[i / 4][i % 4] = 0x38383838u ^ (u32)s[i];
-        } else if (valid >= BLOCK_N && (mode & 32))
+        } else if (valid >= BLOCK_N)
             softmax_tile_fast(s, f, m0, m1, l0, l1, a0, a1, p);
-        else if (valid >= BLOCK_N)
-            softmax_tile_f32(s, f, m0, m1, l0, l1, a0, a1, p);
         else
             softmax_tile(s, f, valid, lane, m0, m1, l0, l1, a0, a1, p);
-
-        // This tile's P·V from zero (the first k step does not accumulate), then into the
-        // running output in float32.
-        float acc[64];
+    };
+    // The finished P·V of tile j into the running output, and its stage released.
+    auto accumulate = [&](int j) {
+        if (lane == 0) mbar_arrive(empty0 + 8 * (j % STAGES));  // this warp is done with it
+#pragma unroll
+        for (int i = 0; i < 64; i += 4) {
+            o[i] = fmaf(o[i], ap0, acc[i]);
+            o[i + 1] = fmaf(o[i + 1], ap0, acc[i + 1]);
+            o[i + 2] = fmaf(o[i + 2], ap1, acc[i + 2]);
+            o[i + 3] = fmaf(o[i + 3], ap1, acc[i + 3]);
+        }
+    };
+    // Tile j's P·V from zero (the first k step does not accumulate), as one group.
+    auto issue_pv = [&](int j, const u32 (&p)[2][4]) {
         const u64 dv = smem_desc(sv0 + (j % STAGES) * V_BYTES, 512, 2);
-        if (!(mode & 4)) {
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < 2; kk++) wgmma_pv(acc, p[kk], dv + 2 * kk, kk > 0);
         wgmma_commit();
-        }
-        wgmma_wait0();
-#pragma unroll
-        for (int i = 0; i < 64; i += 4) {
-            o[i] = fmaf(o[i], a0, acc[i]);
-            o[i + 1] = fmaf(o[i + 1], a0, acc[i + 1]);
-            o[i + 2] = fmaf(o[i + 2], a1, acc[i + 2]);
-            o[i + 3] = fmaf(o[i + 3], a1, acc[i + 3]);
-        }
     };
-    for (int j = 0; j < tiles; j += 2) {
-        step(j, sa, sb);
-        if (j + 1 < tiles) step(j + 1, sb, sa);
+    // One key tile j with another after it: `s` holds its Q·Kᵀ (complete), `sn` receives tile
+    // j+1's. The tensor cores always have work queued while the warps run a softmax: tile j+1's
+    // Q·Kᵀ and tile j-1's P·V overlap tile j's softmax.
+    auto step = [&](int j, int (&s)[32], int (&sn)[32], u32 (&p)[2][4]) {
+        const int t = j + 1;
+        mbar_wait(full0 + 8 * (t % STAGES), (t / STAGES) & 1);
+        const u64 dk = smem_desc(sk0 + (t % STAGES) * K_BYTES, 1024, 1);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) wgmma_qk(sn, dq + 2 * kk, dk + 2 * kk, kk > 0);
+        wgmma_commit();
+
+        float a0, a1;
+        softmax(j, s, p, a0, a1);
+        // Tile j-1's P·V and tile j+1's Q·Kᵀ, both issued before the softmax and most likely
+        // done by now. (Waiting for the P·V alone, one group back, is what the pipeline needs,
+        // but ptxas then serializes every wgmma: it does not count groups across steps.)
+        wgmma_wait0();
+        if (j > 0) {
+            accumulate(j - 1);
+            // Refill the stage of tile j-2 (both warpgroups are most likely past it) with the
+            // tile STAGES after it.
+            if (tid == 0 && j >= 2 && j - 2 + STAGES < tiles) {
+                mbar_wait(empty0 + 8 * ((j - 2) % STAGES), ((j - 2) / STAGES) & 1);
+                load_tile(j - 2 + STAGES);
+            }
+        }
+        ap0 = a0;
+        ap1 = a1;
+        issue_pv(j, p);  // runs on while the next step's softmax does
+    };
+    // The last tile: nothing to prefetch.
+    auto last = [&](int j, const int (&s)[32], u32 (&p)[2][4]) {
+        float a0, a1;
+        softmax(j, s, p, a0, a1);
+        if (j > 0) {
+            wgmma_wait0();
+            accumulate(j - 1);
+        }
+        ap0 = a0;
+        ap1 = a1;
+        issue_pv(j, p);
+        wgmma_wait0();
+        accumulate(j);
+    };
+    int j = 0;
+    for (; j + 2 < tiles; j += 2) {
+        step(j, sa, sb, pa);
+        step(j + 1, sb, sa, pb);
+    }
+    if (tiles - j == 2) {
+        step(j, sa, sb, pa);
+        last(j + 1, sb, pb);
+    } else {
+        last(j, sa, pa);
     }
 
 #pragma unroll

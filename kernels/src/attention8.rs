@@ -103,7 +103,7 @@ fn run(kernels: &DeviceKernels, q: &Tensor, k: &Tensor, v: &Tensor) -> anyhow::R
     args.extend([ptr(&mean), Arg::F32(1.0), ptr(&ki), ptr(&ksc)]);
     kernels.launch("quant_int8_rows", grid(nk_pad, BLOCK_N), &args)?;
 
-    let vt = Tensor::empty([b, h, HEAD_DIM, nk_pad], (Kind::Uint8, dev));
+    let vt = Tensor::empty([b, h, nk_pad / BLOCK_N, HEAD_DIM, BLOCK_N], (Kind::Uint8, dev));
     let mut args = vec![ptr(v)];
     args.extend(strides(v));
     args.extend([Arg::I32(nk32), Arg::I32(nk_pad as i32), Arg::I32(h32), ptr(&vscale), ptr(&vt)]);

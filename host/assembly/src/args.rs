@@ -58,6 +58,10 @@ pub struct PrecisionArgs {
     /// `--precision fast`: it missed the quality gate, docs/benchmarks.md).
     #[arg(long)]
     pub fp8_linears: bool,
+    /// 8-bit self-attention (INT8 Q·Kᵀ, FP8 P·V; lossy) on Hopper GPUs; SDPA on other GPUs
+    /// (docs/benchmarks.md).
+    #[arg(long)]
+    pub int8_attention: bool,
 }
 
 impl PrecisionArgs {
@@ -71,6 +75,7 @@ impl PrecisionArgs {
         m.offload_experts |= self.offload_experts;
         m.tiny_decoder |= self.tiny_decoder;
         m.fp8_linears |= self.fp8_linears;
+        m.int8_attention |= self.int8_attention;
     }
 
     /// The default model config with these flags applied.

@@ -85,6 +85,9 @@ pub struct ModelConfig {
     /// FP8 linears in the inner transformer blocks (lossy; not part of `fast`: it did not pass
     /// the quality gate, docs/benchmarks.md). Refused with `precision = exact`.
     pub fp8_linears: bool,
+    /// 8-bit self-attention (INT8 Q·Kᵀ, FP8 P·V; lossy) where the GPU has the kernel (Hopper),
+    /// SDPA on other GPUs. Refused with `precision = exact`.
+    pub int8_attention: bool,
 }
 
 impl Default for ModelConfig {
@@ -102,6 +105,7 @@ impl Default for ModelConfig {
             offload_experts: false,
             tiny_decoder: false,
             fp8_linears: false,
+            int8_attention: false,
         }
     }
 }

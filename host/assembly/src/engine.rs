@@ -42,6 +42,8 @@ pub struct EngineDescription {
     pub precision: String,
     /// FP8 linears in the inner transformer blocks (`fp8_linears`).
     pub fp8_linears: bool,
+    /// 8-bit self-attention (`int8_attention`).
+    pub int8_attention: bool,
     pub transformer_dtype: String,
     pub text_encoder_dtype: String,
     pub vae_dtype: String,
@@ -149,7 +151,10 @@ pub fn build_engine(cfg: &ServeConfig) -> Result<Assembly> {
             check: {
                 let (plugins, precision) = (
                     binding.request_check(),
-                    precision_check(model.load_report.precision, model.load_report.fp8_linears),
+                    precision_check(
+                        model.load_report.precision,
+                        fastvideo_torch::lossy_paths(model.load_report.fp8_linears, model.load_report.int8_attention),
+                    ),
                 );
                 Box::new(move |r| precision(r).and_then(|()| plugins(r)))
             },
@@ -216,6 +221,7 @@ fn describe(
         device: format!("{:?}", model.device),
         precision: r.precision.to_string(),
         fp8_linears: r.fp8_linears,
+        int8_attention: r.int8_attention,
         transformer_dtype: fastvideo_torch::kind_name(r.transformer_dtype).into(),
         text_encoder_dtype: fastvideo_torch::kind_name(r.text_encoder_dtype).into(),
         vae_dtype: fastvideo_torch::kind_name(r.vae_dtype).into(),

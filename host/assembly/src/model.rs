@@ -83,7 +83,9 @@ impl ModelConfig {
             !(self.tiny_decoder && n.preset == fastvideo_torch::Precision::Exact),
             "tiny_decoder with precision = exact, which takes no lossy path; use bf16 or fast"
         );
-        n.with_fp8_linears(self.fp8_linears).map_err(anyhow::Error::msg)
+        n.with_fp8_linears(self.fp8_linears)
+            .and_then(|n| n.with_int8_attention(self.int8_attention))
+            .map_err(anyhow::Error::msg)
     }
 
     fn options(&self, device: Device) -> Result<LoadOptions> {
@@ -94,6 +96,7 @@ impl ModelConfig {
             vae_dtype: n.vae_dtype,
             offload_experts: self.offload_experts,
             fp8_linears: n.fp8_linears,
+            int8_attention: n.int8_attention,
             precision: n.preset,
         })
     }

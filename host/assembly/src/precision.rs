@@ -1,23 +1,26 @@
 //! Admission against the served precision preset: a server never changes a request's numerics
 //! silently. A request that names a preset (`diffusion.precision`) gets exactly it or a 400, and
-//! an `exact` request is refused by a server whose jobs take a lossy path (`fp8_linears`).
+//! an `exact` request is refused by a server whose jobs take a lossy path (`fp8_linears`,
+//! `int8_attention`).
 
 use fastvideo_request::{RequestError, ResolvedRequest};
 use fastvideo_torch::Precision;
 
-/// The check for a server running `served` (resolved, not `auto`), its jobs taking a lossy path
-/// when `lossy_jobs`.
+/// The check for a server running `served` (resolved, not `auto`) whose jobs take the lossy
+/// paths `lossy` (option names, as `fastvideo_torch::lossy_paths` gives them).
 pub fn precision_check(
     served: Precision,
-    lossy_jobs: bool,
+    lossy: Vec<&'static str>,
 ) -> impl Fn(&ResolvedRequest) -> Result<(), RequestError> + Send + Sync {
+    let beyond = fastvideo_torch::beyond_preset(served, &lossy).join(", ");
+    let lossy = lossy.join(", ");
     move |r| {
         if let Some(asked) = &r.precision {
             let asked: Precision = asked.parse().map_err(|e| RequestError::new("diffusion.precision", e))?;
-            if lossy_jobs {
+            if !beyond.is_empty() {
                 return Err(RequestError::new(
                     "diffusion.precision",
-                    format!("this server runs FP8 linears on top of `{served}`, which no preset includes"),
+                    format!("this server runs {beyond} on top of `{served}`, which no preset includes"),
                 ));
             }
             if asked != served {
@@ -29,10 +32,10 @@ pub fn precision_check(
                 ));
             }
         }
-        if r.exact && lossy_jobs {
+        if r.exact && !lossy.is_empty() {
             return Err(RequestError::new(
                 "exact",
-                "this server runs FP8 linears (fp8_linears), a lossy path; exact requests need a server without them",
+                format!("this server runs {lossy}, a lossy path; exact requests need a server without it"),
             ));
         }
         Ok(())
@@ -51,7 +54,7 @@ mod tests {
 
     #[test]
     fn a_named_preset_must_be_the_served_one() {
-        let check = precision_check(Precision::Bf16, false);
+        let check = precision_check(Precision::Bf16, vec![]);
         let base = serde_json::json!({"request_id": "r", "task": "t2v", "inputs": [{"type": "text", "text": "a"}]});
         assert!(check(&resolved(base.clone())).is_ok(), "no preset named: the server's");
         let mut same = base.clone();
@@ -71,14 +74,30 @@ mod tests {
     fn exact_requests_are_refused_by_a_lossy_server_only() {
         let exact = resolved(serde_json::json!({"request_id": "r", "task": "t2v", "exact": true,
             "inputs": [{"type": "text", "text": "a"}]}));
-        assert!(precision_check(Precision::Bf16, false)(&exact).is_ok());
-        assert!(precision_check(Precision::Exact, false)(&exact).is_ok());
+        assert!(precision_check(Precision::Bf16, vec![])(&exact).is_ok());
+        assert!(precision_check(Precision::Exact, vec![])(&exact).is_ok());
         // `fast` jobs take no lossy path today (its option is for world sessions).
-        assert!(precision_check(Precision::Fast, false)(&exact).is_ok());
-        assert_eq!(precision_check(Precision::Bf16, true)(&exact).unwrap_err().field, "exact");
+        assert!(precision_check(Precision::Fast, vec![])(&exact).is_ok());
+        assert_eq!(precision_check(Precision::Bf16, vec!["fp8_linears"])(&exact).unwrap_err().field, "exact");
         // A preset named on such a server is refused too: FP8 linears are in none.
         let named = resolved(serde_json::json!({"request_id": "r", "task": "t2v",
             "diffusion": {"precision": "bf16"}, "inputs": [{"type": "text", "text": "a"}]}));
-        assert_eq!(precision_check(Precision::Bf16, true)(&named).unwrap_err().field, "diffusion.precision");
+        assert_eq!(
+            precision_check(Precision::Bf16, vec!["fp8_linears"])(&named).unwrap_err().field,
+            "diffusion.precision"
+        );
+        // 8-bit attention: a lossy path either way; beyond the preset unless `fast` includes it.
+        let e = precision_check(Precision::Bf16, vec!["int8_attention"])(&exact).unwrap_err();
+        assert!(e.field == "exact" && e.rule.contains("int8_attention"), "{}", e.rule);
+        assert_eq!(
+            precision_check(Precision::Bf16, vec!["int8_attention"])(&named).unwrap_err().field,
+            "diffusion.precision"
+        );
+        let fast = resolved(serde_json::json!({"request_id": "r", "task": "t2v",
+            "diffusion": {"precision": "fast"}, "inputs": [{"type": "text", "text": "a"}]}));
+        assert_eq!(
+            precision_check(Precision::Fast, vec!["int8_attention"])(&fast).is_ok(),
+            fastvideo_torch::precision::FAST_INT8_ATTENTION
+        );
     }
 }

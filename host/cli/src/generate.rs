@@ -276,7 +276,10 @@ pub fn run(args: GenerateArgs) -> Result<()> {
             "model: {} ({device:?}, precision {}{}: {}/{} vae, loaded in {load_s:.2}s)",
             model_dir.display(),
             r.precision,
-            if r.fp8_linears { " with FP8 linears" } else { "" },
+            match fastvideo_torch::lossy_paths(r.fp8_linears, r.int8_attention) {
+                p if p.is_empty() => String::new(),
+                p => format!(" with {}", p.join(", ")),
+            },
             fastvideo_torch::kind_name(r.transformer_dtype),
             fastvideo_torch::kind_name(r.vae_dtype)
         );

@@ -12,6 +12,9 @@ use tch::{Device, Kind};
 
 use crate::DtypeChoice;
 
+/// Whether `fast` includes 8-bit attention: set by its quality gate (docs/benchmarks.md).
+pub const FAST_INT8_ATTENTION: bool = false;
+
 /// A precision preset. `Auto` is the device's default: `bf16` on CUDA, `exact` elsewhere.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Precision {
@@ -36,6 +39,8 @@ pub struct Numerics {
     pub fp8_linears: bool,
     /// World sessions decode with the folder's tiny decoder, where it has one.
     pub tiny_decoder: bool,
+    /// 8-bit self-attention (INT8 Q·Kᵀ, FP8 P·V) where the GPU has the kernel.
+    pub int8_attention: bool,
 }
 
 impl Precision {
@@ -48,7 +53,14 @@ impl Precision {
             // Today's defaults, unchanged; named by what they compute in.
             let fp32 = dtype.resolve(device) == Kind::Float && vae_dtype.resolve(device) == Kind::Float;
             let preset = if fp32 { Precision::Exact } else { Precision::Bf16 };
-            return Ok(Numerics { preset, dtype, vae_dtype, fp8_linears: false, tiny_decoder: false });
+            return Ok(Numerics {
+                preset,
+                dtype,
+                vae_dtype,
+                fp8_linears: false,
+                tiny_decoder: false,
+                int8_attention: false,
+            });
         }
         let preset = self;
         let pick = |given: DtypeChoice, preset_default: DtypeChoice| match given {
@@ -71,6 +83,7 @@ impl Precision {
                     vae_dtype: DtypeChoice::Fp32,
                     fp8_linears: false,
                     tiny_decoder: false,
+                    int8_attention: false,
                 }
             }
             // The VAE keeps its measured per-device default unless asked.
@@ -80,6 +93,7 @@ impl Precision {
                 vae_dtype,
                 fp8_linears: false,
                 tiny_decoder: preset == Precision::Fast,
+                int8_attention: preset == Precision::Fast && FAST_INT8_ATTENTION,
             },
             Precision::Auto => unreachable!("returned above"),
         };
@@ -97,15 +111,40 @@ impl Numerics {
         Ok(self)
     }
 
-    /// Whether jobs may take a lossy path beyond the dtype (then `exact` requests are refused).
-    pub fn lossy_jobs(&self) -> bool {
-        self.fp8_linears
+    /// Adds the explicit 8-bit attention option; refused with `exact`.
+    pub fn with_int8_attention(mut self, on: bool) -> Result<Self, String> {
+        if on && self.preset == Precision::Exact {
+            return Err("int8_attention with precision = exact, which takes no lossy path; use bf16 or fast".into());
+        }
+        self.int8_attention |= on;
+        Ok(self)
+    }
+
+    /// The lossy paths a job takes beyond the dtype, by option name (then `exact` requests are
+    /// refused).
+    pub fn lossy_paths(&self) -> Vec<&'static str> {
+        lossy_paths(self.fp8_linears, self.int8_attention)
     }
 
     /// The transformer's compute dtype on `device`.
     pub fn kind(&self, device: Device) -> Kind {
         self.dtype.resolve(device)
     }
+}
+
+/// The lossy options among those a load runs with, by option name.
+pub fn lossy_paths(fp8_linears: bool, int8_attention: bool) -> Vec<&'static str> {
+    [("fp8_linears", fp8_linears), ("int8_attention", int8_attention)]
+        .into_iter()
+        .filter_map(|(name, on)| on.then_some(name))
+        .collect()
+}
+
+/// Those of `paths` that `preset` does not include: a server running any of them serves no
+/// preset a request could name.
+pub fn beyond_preset(preset: Precision, paths: &[&'static str]) -> Vec<&'static str> {
+    let implied = |name: &str| preset == Precision::Fast && name == "int8_attention" && FAST_INT8_ATTENTION;
+    paths.iter().copied().filter(|n| !implied(n)).collect()
 }
 
 impl FromStr for Precision {
@@ -155,8 +194,18 @@ mod tests {
         let fast = Precision::Fast.numerics(cuda, DtypeChoice::Fp16, a).unwrap();
         assert_eq!((fast.dtype, fast.tiny_decoder), (DtypeChoice::Fp16, true), "an explicit dtype wins");
         // FP8 linears failed the eval gate: never part of a preset, only asked for by name.
-        assert!(!fast.fp8_linears && !fast.lossy_jobs());
-        assert!(fast.with_fp8_linears(true).unwrap().lossy_jobs());
+        assert!(!fast.fp8_linears && fast.lossy_paths().is_empty() == !FAST_INT8_ATTENTION);
+        assert!(fast.with_fp8_linears(true).unwrap().lossy_paths().contains(&"fp8_linears"));
+        assert_eq!(beyond_preset(Precision::Fast, &["fp8_linears"]), ["fp8_linears"]);
+        assert_eq!(
+            beyond_preset(Precision::Fast, &["int8_attention"]).is_empty(),
+            FAST_INT8_ATTENTION,
+            "fast includes 8-bit attention exactly when its gate says so"
+        );
+        assert_eq!(beyond_preset(Precision::Bf16, &["int8_attention"]), ["int8_attention"]);
+        let bf16_int8 = Precision::Bf16.numerics(cuda, a, a).unwrap().with_int8_attention(true).unwrap();
+        assert_eq!(bf16_int8.lossy_paths(), ["int8_attention"]);
+        assert!(exact.with_int8_attention(true).unwrap_err().contains("exact"));
         assert!(exact.with_fp8_linears(true).unwrap_err().contains("exact"));
         // Today's default (no preset, no dtype) is unchanged.
         let auto = Precision::Auto.numerics(Device::Cpu, a, a).unwrap();

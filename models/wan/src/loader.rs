@@ -60,6 +60,8 @@ pub struct LoadOptions {
     pub offload_experts: bool,
     /// `--fp8-linears`: the inner transformer blocks' linears in FP8.
     pub fp8_linears: bool,
+    /// `--int8-attention` (or `precision = fast`): 8-bit self-attention.
+    pub int8_attention: bool,
     /// The precision preset these options came from (reported, never acted on here).
     pub precision: Precision,
 }
@@ -72,6 +74,7 @@ impl LoadOptions {
             vae_dtype: DtypeChoice::Auto,
             offload_experts: false,
             fp8_linears: false,
+            int8_attention: false,
             precision: Precision::Auto,
         }
     }
@@ -94,6 +97,8 @@ pub struct LoadReport {
     pub precision: Precision,
     /// Whether the inner blocks' linears are stored in FP8.
     pub fp8_linears: bool,
+    /// Whether self-attention is 8-bit (where the device has the kernel; SDPA otherwise on CUDA).
+    pub int8_attention: bool,
 }
 
 /// A loaded Wan model (2.1, or 2.2 with two experts).
@@ -253,19 +258,35 @@ impl WanModel {
                  CUDA kernels could not be compiled (see the log)"
             );
         }
+        if let (true, Device::Cuda(_)) = (opts.int8_attention, device) {
+            if !fastvideo_kernels::attention8::available(device) {
+                tracing::warn!(
+                    "int8_attention: no 8-bit attention kernel on this GPU (it needs compute capability 9.0 and \
+                     the CUDA kernels compiled); self-attention runs SDPA"
+                );
+            }
+        }
         let t_dir = dir.join("transformer");
         let t_cfg = TransformerConfig::load(&t_dir.join("config.json"))?;
         // Offloaded experts: the low-noise one loads first and is parked in host memory, so the
         // high-noise one reuses its device blocks (offload.rs).
         let parked = match boundary_ratio {
             Some(_) if opts.offload_experts => {
-                let t2 = Arc::new(quantized(load_second_expert(dir, &t_cfg, device, kind)?, opts.fp8_linears));
+                let t2 = Arc::new(quantized(
+                    load_second_expert(dir, &t_cfg, device, kind)?,
+                    opts.fp8_linears,
+                    opts.int8_attention,
+                ));
                 Some(crate::offload::ExpertSwap::park(t2, device))
             }
             _ => None,
         };
         let t_w = Weights::from_dir(&t_dir, "diffusion_pytorch_model", device, kind)?;
-        let transformer = Arc::new(quantized(WanTransformer3DModel::new(t_cfg.clone(), &t_w)?, opts.fp8_linears));
+        let transformer = Arc::new(quantized(
+            WanTransformer3DModel::new(t_cfg.clone(), &t_w)?,
+            opts.fp8_linears,
+            opts.int8_attention,
+        ));
         t_w.warn_unused("transformer");
         let (low_noise, offload) = match (boundary_ratio, parked) {
             (Some(boundary_ratio), Some(parked)) => {
@@ -274,7 +295,11 @@ impl WanModel {
                 (Some(LowNoiseExpert { transformer: t2, boundary_ratio }), Some(Arc::new(swap)))
             }
             (Some(boundary_ratio), None) => {
-                let t2 = Arc::new(quantized(load_second_expert(dir, &t_cfg, device, kind)?, opts.fp8_linears));
+                let t2 = Arc::new(quantized(
+                    load_second_expert(dir, &t_cfg, device, kind)?,
+                    opts.fp8_linears,
+                    opts.int8_attention,
+                ));
                 (Some(LowNoiseExpert { transformer: t2, boundary_ratio }), None)
             }
             (None, _) => (None, None),
@@ -354,6 +379,7 @@ impl WanModel {
             vae_dtype: vae_kind,
             precision: opts.precision,
             fp8_linears: opts.fp8_linears,
+            int8_attention: opts.int8_attention,
         };
         tracing::info!(?load_report, dir = %dir.display(), "model loaded");
         Ok(Self {
@@ -490,10 +516,12 @@ fn is_null_component(v: &Value) -> bool {
 /// with the first's on everything the pipeline around them shares (channels, text and image
 /// inputs, patching).
 /// `t` with its inner blocks in FP8 when `fp8` (`--fp8-linears`).
-pub(crate) fn quantized(mut t: WanTransformer3DModel, fp8: bool) -> WanTransformer3DModel {
+/// The transformer with the load's lossy options applied (FP8 linears, 8-bit attention).
+pub(crate) fn quantized(mut t: WanTransformer3DModel, fp8: bool, int8_attention: bool) -> WanTransformer3DModel {
     if fp8 {
         t.quantize_fp8();
     }
+    t.set_int8_attention(int8_attention);
     t
 }
 

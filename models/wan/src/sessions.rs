@@ -139,9 +139,10 @@ impl SessionModel for WorldSessions {
                 ),
             ));
         }
-        let lossy = match (self.model.decoder, self.model.wan.load_report.fp8_linears) {
-            (crate::world::FrameDecoder::Tiny, _) => Some("decodes sessions with the tiny decoder"),
-            (_, true) => Some("runs FP8 linears (fp8_linears)"),
+        let r = &self.model.wan.load_report;
+        let lossy = match (self.model.decoder, fastvideo_torch::lossy_paths(r.fp8_linears, r.int8_attention)) {
+            (crate::world::FrameDecoder::Tiny, _) => Some("decodes sessions with the tiny decoder".to_string()),
+            (_, paths) if !paths.is_empty() => Some(format!("runs {}", paths.join(", "))),
             _ => None,
         };
         if let (true, Some(what)) = (req.exact, lossy) {

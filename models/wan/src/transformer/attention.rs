@@ -21,6 +21,9 @@ pub(super) struct SelfAttention {
     norm_k: Tensor,
     heads: i64,
     eps: f64,
+    /// 8-bit attention (`--int8-attention`) over the input's own keys, and earlier ones without a
+    /// mask.
+    pub(super) int8: bool,
 }
 
 impl SelfAttention {
@@ -42,6 +45,7 @@ impl SelfAttention {
             norm_k: w.get("norm_k.weight", &[dim])?,
             heads,
             eps,
+            int8: false,
         })
     }
 
@@ -76,6 +80,19 @@ impl SelfAttention {
         };
         let v = self.to_v.forward_shared(x, xq.as_ref(), lora);
         drop(xq);
+        if let (true, Keys::Local { past, mask: None }) = (self.int8, keys) {
+            let (keys, values) = match past {
+                Some((pk, pv)) => (Tensor::cat(&[pk, &k], 1), Tensor::cat(&[pv, &v], 1)),
+                None => (k.shallow_clone(), v.shallow_clone()),
+            };
+            // [B, N, H, D] in and out: the output is already the [B, N, H*D] the projection reads.
+            let heads = |t: &Tensor| t.reshape([t.size()[0], t.size()[1], self.heads, -1]);
+            let o = int8_attention(&heads(&q), &heads(&keys), &heads(&values));
+            drop((q, keys, values));
+            let o = o.reshape([o.size()[0], o.size()[1], -1]);
+            let kept = keep_kv.then_some((k, v));
+            return Ok((self.to_out.forward_lora(&o, lora), kept));
+        }
         let o = match keys {
             Keys::Local { past: Some((pk, pv)), mask } => {
                 let (keys, values) = (Tensor::cat(&[pk, &k], 1), Tensor::cat(&[pv, &v], 1));
@@ -216,6 +233,17 @@ pub enum Cross<'a> {
     Kv(&'a Tensor, &'a Tensor),
     /// The projected text and the embedded image (`[B, T, dim]`, an image-conditioned model's).
     TextImage(&'a Tensor, &'a Tensor),
+}
+
+/// 8-bit attention on `[B, N, H, D]`: the kernel on Hopper, SDPA on other GPUs, and on a CPU the
+/// quantized function (float32 emulation) so that an evaluation there measures what the kernel
+/// computes.
+fn int8_attention(q: &Tensor, k: &Tensor, v: &Tensor) -> Tensor {
+    use fastvideo_kernels::attention8;
+    match q.device() {
+        tch::Device::Cpu => attention8::reference(q, k, v).to_kind(q.kind()),
+        _ => attention8::attention(q, k, v),
+    }
 }
 
 /// `[B, N, H*D]` q, k, v → SDPA over heads → `[B, H, N, D]`. libtorch picks the backend (cuDNN's

@@ -139,6 +139,10 @@ impl Block {
         self.attn2.context_kv(context, lora)
     }
 
+    pub(super) fn set_int8_attention(&mut self, on: bool) {
+        self.attn1.int8 = on;
+    }
+
     /// Every linear of the block, in a fixed order (merging adapters walks them).
     /// Stores every linear of the block in FP8 (see [`Linear::quantize_fp8`]).
     pub(super) fn quantize_fp8(&mut self) {

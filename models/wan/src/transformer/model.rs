@@ -117,6 +117,15 @@ impl WanTransformer3DModel {
         }
     }
 
+    /// `--int8-attention`: every block's self-attention in 8-bit (INT8 Q·Kᵀ, FP8 P·V; see
+    /// `fastvideo_kernels::attention8`). On CUDA without the kernel it is SDPA; on a CPU the
+    /// quantized function is computed (emulated in float32), so an evaluation measures it.
+    pub fn set_int8_attention(&mut self, on: bool) {
+        for b in &mut self.blocks {
+            b.set_int8_attention(on);
+        }
+    }
+
     /// Whether any linear is stored in FP8.
     pub fn has_fp8(&self) -> bool {
         self.linears().iter().any(|l| l.is_fp8())
