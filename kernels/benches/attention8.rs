@@ -31,32 +31,6 @@ fn main() {
         return;
     }
     let heads: i64 = std::env::var("HEADS").ok().and_then(|s| s.parse().ok()).unwrap_or(12);
-    if let Ok(modes) = std::env::var("MODES") {
-        let n = 32760i64;
-        let mk = || Tensor::randn([1, n, heads, 128], (Kind::BFloat16, device));
-        let (q, k, v) = (mk(), mk(), mk());
-        // The SM clock while the kernels run, sampled by nvidia-smi in the background.
-        let smi = std::process::Command::new("nvidia-smi")
-            .args(["--query-gpu=clocks.sm,power.draw", "--format=csv,noheader", "-lms", "200"])
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .ok();
-        for m in modes.split(',') {
-            std::env::set_var("FASTVIDEO_ATTN8_MODE", m);
-            let ms = time_ms(30, &|| attention8::attention(&q, &k, &v));
-            println!("{{\"mode\": {m}, \"ms\": {ms:.3}}}");
-            tch::Cuda::synchronize(0);
-        }
-        std::env::remove_var("FASTVIDEO_ATTN8_MODE");
-        if let Some(mut c) = smi {
-            let _ = c.kill();
-            if let Ok(o) = c.wait_with_output() {
-                let text = String::from_utf8_lossy(&o.stdout);
-                let lines: Vec<&str> = text.lines().collect();
-                println!("clocks: {}", lines.iter().rev().take(40).rev().cloned().collect::<Vec<_>>().join(" | "));
-            }
-        }
-    }
     for n in [4096i64, 8192, 16384, 32760, 75600] {
         tch::manual_seed(0);
         let mk = || Tensor::randn([1, n, heads, 128], (Kind::BFloat16, device));

@@ -1,9 +1,14 @@
 // 8-bit attention for Hopper (sm_90a), SageAttention2-class: Q·Kᵀ in INT8 with K smoothed (its
 // mean over keys removed, which softmax ignores) and Q, K quantized per block; P·V in FP8 (e4m3)
-// with V quantized per channel; float32 softmax and two-level float32 accumulation (each key tile's
-// P·V starts from zero in the tensor core and is added to the running output in float32, since FP8
-// tensor-core accumulation keeps fewer bits). Compiled on its own for compute_90a (wgmma); the host
-// takes this path only on compute capability 9.0 with head dim 128 and otherwise runs SDPA.
+// with V quantized per channel; float32 softmax, and P·V accumulated in the tensor cores' float32
+// accumulators (the running output is rescaled in registers between tiles). Compiled on its own
+// for compute_90a (wgmma); the host takes this path only on compute capability 9.0 with head dim
+// 128 and otherwise runs SDPA.
+//
+// Each CTA holds 128 query rows (two warpgroups of 64 that run on their own) and walks the keys
+// 128 at a time through a ring of shared-memory stages that thread 0 fills with bulk copies. Per
+// tile a warpgroup runs the softmax while the previous tile's P·V runs, rescales its output,
+// issues the next tile's Q·Kᵀ and this tile's P·V, and waits for the Q·Kᵀ only.
 //
 // Layouts (all written by the quantize kernels below, padded with zeros):
 //   qi  int8 [B, H, Nq_pad, 128], one scale per 16 rows (qs [B, H, Nq_pad/16]) with the softmax
@@ -16,9 +21,8 @@
 
 #define HEAD_DIM 128
 #define BLOCK_M 128  // query rows per CTA: two warpgroups of 64
-#define BLOCK_N 64   // keys per tile
+#define BLOCK_N 64   // keys per quantization block (K scales, Vᵀ tiles)
 #define Q_GROUP 16   // query rows per Q scale (one warp's rows)
-#define P_SCALE 448.0f
 
 typedef unsigned int u32;
 typedef unsigned long long u64;
@@ -116,7 +120,7 @@ extern "C" __global__ void __launch_bounds__(128) quant_int8_rows(const unsigned
 }
 
 // One CTA (128 threads, one per channel) per 64-key tile of one head: V / vs in e4m3, transposed
-// to [B, H, 128, n_pad] with keys permuted within each 32 (see perm32). `vs` is [B, H, 128].
+// tile by tile with keys permuted within each 32 (see perm32). `vs` is [B, H, 128].
 extern "C" __global__ void __launch_bounds__(128) quant_v_fp8t(const unsigned short* v, long long sb, long long sn,
                                                               long long sh, int n, int n_pad, int heads,
                                                               const float* vs, unsigned char* out) {
@@ -158,6 +162,7 @@ __device__ __forceinline__ u32 smem_u32(const void* p) { return (u32)__cvta_gene
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait1() { asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory"); }
 
 // Shared-memory barriers: the bulk copies complete on `full` ones (by bytes), the warps release a
 // stage on `empty` ones.
@@ -197,18 +202,14 @@ __device__ __forceinline__ u64 smem_desc(u32 addr, u32 sbo, u32 swizzle) {
     return d;
 }
 
-// S[32] (+)= Q(64×32, smem) · K(64 keys × 32, smem)ᵀ, INT8 in, INT32 out.
-__device__ __forceinline__ void wgmma_qk(int (&s)[32], u64 da, u64 db, int accumulate) {
+// S[64] (+)= Q(64×32, smem) · K(128 keys × 32, smem)ᵀ, INT8 in, INT32 out.
+__device__ __forceinline__ void wgmma_qk(int (&s)[64], u64 da, u64 db, int accumulate) {
     asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k32.s32.s8.s8 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-        "%32, %33, p;\n}\n"
-        : "+r"(s[0]), "+r"(s[1]), "+r"(s[2]), "+r"(s[3]), "+r"(s[4]), "+r"(s[5]), "+r"(s[6]), "+r"(s[7]),
-          "+r"(s[8]), "+r"(s[9]), "+r"(s[10]), "+r"(s[11]), "+r"(s[12]), "+r"(s[13]), "+r"(s[14]), "+r"(s[15]),
-          "+r"(s[16]), "+r"(s[17]), "+r"(s[18]), "+r"(s[19]), "+r"(s[20]), "+r"(s[21]), "+r"(s[22]), "+r"(s[23]),
-          "+r"(s[24]), "+r"(s[25]), "+r"(s[26]), "+r"(s[27]), "+r"(s[28]), "+r"(s[29]), "+r"(s[30]), "+r"(s[31])
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "%64, %65, p;\n}\n"
+        : "+r"(s[0]), "+r"(s[1]), "+r"(s[2]), "+r"(s[3]), "+r"(s[4]), "+r"(s[5]), "+r"(s[6]), "+r"(s[7]), "+r"(s[8]), "+r"(s[9]), "+r"(s[10]), "+r"(s[11]), "+r"(s[12]), "+r"(s[13]), "+r"(s[14]), "+r"(s[15]), "+r"(s[16]), "+r"(s[17]), "+r"(s[18]), "+r"(s[19]), "+r"(s[20]), "+r"(s[21]), "+r"(s[22]), "+r"(s[23]), "+r"(s[24]), "+r"(s[25]), "+r"(s[26]), "+r"(s[27]), "+r"(s[28]), "+r"(s[29]), "+r"(s[30]), "+r"(s[31]), "+r"(s[32]), "+r"(s[33]), "+r"(s[34]), "+r"(s[35]), "+r"(s[36]), "+r"(s[37]), "+r"(s[38]), "+r"(s[39]), "+r"(s[40]), "+r"(s[41]), "+r"(s[42]), "+r"(s[43]), "+r"(s[44]), "+r"(s[45]), "+r"(s[46]), "+r"(s[47]), "+r"(s[48]), "+r"(s[49]), "+r"(s[50]), "+r"(s[51]), "+r"(s[52]), "+r"(s[53]), "+r"(s[54]), "+r"(s[55]), "+r"(s[56]), "+r"(s[57]), "+r"(s[58]), "+r"(s[59]), "+r"(s[60]), "+r"(s[61]), "+r"(s[62]), "+r"(s[63])
         : "l"(da), "l"(db), "r"(accumulate));
 }
 
@@ -234,9 +235,10 @@ __device__ __forceinline__ void wgmma_pv(float (&o)[64], const u32 (&a)[4], u64 
 }
 
 #define Q_BYTES (BLOCK_M * HEAD_DIM)   // 16 KiB
-#define K_BYTES (BLOCK_N * HEAD_DIM)   // 8 KiB
-#define V_BYTES (HEAD_DIM * BLOCK_N)   // 8 KiB
-#define STAGES 6
+#define TILE_N 128                     // keys per step: two 64-key quantization blocks
+#define K_BYTES (TILE_N * HEAD_DIM)    // 16 KiB
+#define V_BYTES (HEAD_DIM * TILE_N)    // 16 KiB: two 64-key Vᵀ tiles
+#define STAGES 5
 // Q, the key stages, room to align to 1 KiB, the barriers.
 #define SMEM_BYTES (Q_BYTES + STAGES * (K_BYTES + V_BYTES) + 1024 + 8 * (2 * STAGES + 1))
 
@@ -249,116 +251,68 @@ __device__ __forceinline__ float ex2(float x) {
     return y;
 }
 
-// Exact int → float for |v| < 2^22 (Q·Kᵀ of int8 over 128 channels stays below 2^21) in two
-// full-rate operations instead of a quarter-rate conversion.
-__device__ __forceinline__ float i2f(int v) { return __int_as_float(v + 0x4B400000) - 12582912.f; }
-
-// Online softmax of one key tile for this thread's two rows: `s` (Q·Kᵀ in int32, dequantized by
-// `f`, keys from `valid` on masked) becomes P·448 as two e4m3 A fragments (the accumulator
-// registers of n8 chunks 4kk..4kk+3 in perm32 order), with the running maxima and sums updated and
-// the factors (a0, a1) that rescale the running output.
-__device__ __forceinline__ void softmax_tile(const int (&s)[32], float f, int valid, int lane, float& m0, float& m1,
-                                             float& l0, float& l1, float& a0, float& a1, u32 (&p)[2][4]) {
-    float x[32];
+// Online softmax of one 128-key tile for this thread's two rows (r0 and r0 + 8). `s` is Q·Kᵀ in
+// int32; its first 32 registers (n8 chunks 0-7, keys 0-63) dequantize with `flo`, the rest with
+// `fhi` (one K scale per 64 keys; Q's and the softmax scale are in both). With MASK, keys from
+// `valid` on are left out. P·448 comes out as four e4m3 A fragments (the accumulator registers
+// of chunks 4kk..4kk+3 in perm32 order), with the running maxima and sums updated and the factors
+// (a0, a1) that rescale the running output. int → float is folded into the one FMA that scales
+// and shifts each logit: float(s) = magic(s) − 12582912 for |s| < 2^22 (INT8 Q·Kᵀ over 128
+// channels stays below 2^21), exact to ~1e-4 of a log2 unit (the constant's rounding).
+template <bool MASK>
+__device__ __forceinline__ void softmax_tile(const int (&s)[64], float flo, float fhi, int valid, int lane, float& m0,
+                                             float& m1, float& l0, float& l1, float& a0, float& a1, u32 (&p)[4][4]) {
+    auto keep = [&](int i) { return !MASK || 8 * (i >> 2) + 2 * (lane & 3) + (i & 1) < valid; };
+    const int lowest = -2147483647 - 1;
+    int mx[4] = {lowest, lowest, lowest, lowest};  // row 0 low half, row 1 low, row 0 high, row 1 high
 #pragma unroll
-    for (int i = 0; i < 32; i++) x[i] = i2f(s[i]);
-    if (valid < BLOCK_N) {
-#pragma unroll
-        for (int i = 0; i < 32; i++)
-            if (8 * (i >> 2) + 2 * (lane & 3) + (i & 1) >= valid) x[i] = -__int_as_float(0x7f800000);
-    }
-    float mx0 = x[0], mx1 = x[2];
-#pragma unroll
-    for (int i = 0; i < 32; i += 4) {
-        mx0 = fmaxf(mx0, fmaxf(x[i], x[i + 1]));
-        mx1 = fmaxf(mx1, fmaxf(x[i + 2], x[i + 3]));
+    for (int i = 0; i < 64; i++) {
+        const int k = (i & 2 ? 1 : 0) + (i >= 32 ? 2 : 0);
+        mx[k] = max(mx[k], keep(i) ? s[i] : lowest);
     }
 #pragma unroll
     for (int o2 = 1; o2 < 4; o2 <<= 1) {
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o2));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o2));
+#pragma unroll
+        for (int k = 0; k < 4; k++) mx[k] = max(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], o2));
     }
-    mx0 = fmaxf(m0, mx0 * f);
-    mx1 = fmaxf(m1, mx1 * f);
+    // Halves with no valid key give a huge negative maximum, never the row's.
+    const float mx0 = fmaxf(m0, fmaxf((float)mx[0] * flo, (float)mx[2] * fhi));
+    const float mx1 = fmaxf(m1, fmaxf((float)mx[1] * flo, (float)mx[3] * fhi));
     a0 = ex2(m0 - mx0);
     a1 = ex2(m1 - mx1);
     m0 = mx0;
     m1 = mx1;
-    const float b0 = mx0 - LOG2_P_SCALE, b1 = mx1 - LOG2_P_SCALE;
+    const float c0l = fmaf(12582912.f, flo, mx0 - LOG2_P_SCALE), c1l = fmaf(12582912.f, flo, mx1 - LOG2_P_SCALE);
+    const float c0h = fmaf(12582912.f, fhi, mx0 - LOG2_P_SCALE), c1h = fmaf(12582912.f, fhi, mx1 - LOG2_P_SCALE);
+    // 2^x per k32 fragment (n8 chunks 4kk..4kk+3), packed at once, so few values are live.
     float sum0 = 0.f, sum1 = 0.f;
 #pragma unroll
-    for (int i = 0; i < 32; i += 4) {
-        x[i] = ex2(fmaf(x[i], f, -b0));
-        x[i + 1] = ex2(fmaf(x[i + 1], f, -b0));
-        x[i + 2] = ex2(fmaf(x[i + 2], f, -b1));
-        x[i + 3] = ex2(fmaf(x[i + 3], f, -b1));
-        sum0 += x[i] + x[i + 1];
-        sum1 += x[i + 2] + x[i + 3];
-    }
-    l0 = l0 * a0 + sum0;
-    l1 = l1 * a1 + sum1;
+    for (int kk = 0; kk < 4; kk++) {
+        float x[16];
 #pragma unroll
-    for (int kk = 0; kk < 2; kk++) {
-#pragma unroll
-        for (int half = 0; half < 2; half++) {
-            const int c0 = 4 * (4 * kk + 2 * half), c1 = c0 + 4;  // register offsets of the two chunks
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                u32 lo = e4m3x2_pack(x[c0 + 2 * r], x[c0 + 2 * r + 1]);
-                u32 hi = e4m3x2_pack(x[c1 + 2 * r], x[c1 + 2 * r + 1]);
-                p[kk][2 * half + r] = lo | (hi << 16);
-            }
+        for (int e = 0; e < 16; e++) {
+            const int i = 16 * kk + e;
+            const bool hi = i >= 32, r1 = (i & 2) != 0;
+            const float f = hi ? fhi : flo;
+            const float c = r1 ? (hi ? c1h : c1l) : (hi ? c0h : c0l);
+            x[e] = ex2(fmaf(__int_as_float(s[i] + 0x4B400000), f, -c));
+            if (MASK && !keep(i)) x[e] = 0.f;
+            if (r1)
+                sum1 += x[e];
+            else
+                sum0 += x[e];
         }
-    }
-}
-
-// softmax_tile for a tile with every key valid, in fewer instructions: the maxima over the int32
-// logits, and int → float folded into the one FMA that scales and shifts them (exact to ~1e-4 of a
-// log2 unit: the constant's rounding). (2^x in f16 pairs was tried: Hopper's MUFU splits the pair,
-// and the packing cost more than it saved.)
-__device__ __forceinline__ void softmax_tile_fast(const int (&s)[32], float f, float& m0, float& m1, float& l0,
-                                                 float& l1, float& a0, float& a1, u32 (&p)[2][4]) {
-    int i0 = max(s[0], s[1]), i1 = max(s[2], s[3]);
-#pragma unroll
-    for (int i = 4; i < 32; i += 4) {
-        i0 = max(i0, max(s[i], s[i + 1]));
-        i1 = max(i1, max(s[i + 2], s[i + 3]));
-    }
-#pragma unroll
-    for (int o2 = 1; o2 < 4; o2 <<= 1) {
-        i0 = max(i0, __shfl_xor_sync(0xffffffffu, i0, o2));
-        i1 = max(i1, __shfl_xor_sync(0xffffffffu, i1, o2));
-    }
-    const float mx0 = fmaxf(m0, (float)i0 * f), mx1 = fmaxf(m1, (float)i1 * f);
-    a0 = ex2(m0 - mx0);
-    a1 = ex2(m1 - mx1);
-    m0 = mx0;
-    m1 = mx1;
-    const float c0 = fmaf(12582912.f, f, mx0 - LOG2_P_SCALE), c1 = fmaf(12582912.f, f, mx1 - LOG2_P_SCALE);
-    float x[32];
-    float sum0 = 0.f, sum1 = 0.f;
-#pragma unroll
-    for (int i = 0; i < 32; i += 4) {
-        x[i] = ex2(fmaf(__int_as_float(s[i] + 0x4B400000), f, -c0));
-        x[i + 1] = ex2(fmaf(__int_as_float(s[i + 1] + 0x4B400000), f, -c0));
-        x[i + 2] = ex2(fmaf(__int_as_float(s[i + 2] + 0x4B400000), f, -c1));
-        x[i + 3] = ex2(fmaf(__int_as_float(s[i + 3] + 0x4B400000), f, -c1));
-        sum0 += x[i] + x[i + 1];
-        sum1 += x[i + 2] + x[i + 3];
-    }
-    l0 = fmaf(l0, a0, sum0);
-    l1 = fmaf(l1, a1, sum1);
-#pragma unroll
-    for (int kk = 0; kk < 2; kk++) {
 #pragma unroll
         for (int half = 0; half < 2; half++) {
-            const int c0i = 4 * (4 * kk + 2 * half), c1i = c0i + 4;
+            const int c0i = 8 * half, c1i = c0i + 4;  // offsets of the two chunks within x
 #pragma unroll
             for (int r = 0; r < 2; r++)
                 p[kk][2 * half + r] = e4m3x2_pack(x[c0i + 2 * r], x[c0i + 2 * r + 1]) |
                                       (e4m3x2_pack(x[c1i + 2 * r], x[c1i + 2 * r + 1]) << 16);
         }
     }
+    l0 = fmaf(l0, a0, sum0);
+    l1 = fmaf(l1, a1, sum1);
 }
 
 // out bf16 [B, N, H, 128] with element strides (ob, on, oh). Two warpgroups of 64 query rows each
@@ -367,8 +321,7 @@ __device__ __forceinline__ void softmax_tile_fast(const int (&s)[32], float f, f
 extern "C" __global__ void __launch_bounds__(256, 1)
     attention_int8_fp8_sm90(const signed char* qi, const float* qs, const signed char* ki, const float* ks,
                             const unsigned char* vt, const float* vs, unsigned short* out, long long ob,
-                            long long on, long long oh, int nq, int nq_pad, int nk, int nk_pad, int heads, int mode) {
-    if (mode & 64) return;
+                            long long on, long long oh, int nq, int nq_pad, int nk, int nk_pad, int heads) {
     extern __shared__ unsigned char smem_raw[];
     const u32 base = (smem_u32(smem_raw) + 1023u) & ~1023u;
     const u32 sq = base;
@@ -384,7 +337,8 @@ extern "C" __global__ void __launch_bounds__(256, 1)
     const signed char* qg = qi + (bh * nq_pad + (long long)mblk * BLOCK_M) * HEAD_DIM;
     const signed char* kg = ki + bh * nk_pad * HEAD_DIM;
     const unsigned char* vg = vt + bh * HEAD_DIM * nk_pad;
-    const int tiles = nk_pad / BLOCK_N;
+    const float* ksh = ks + bh * (nk_pad / BLOCK_N);
+    const int tiles = nk_pad / TILE_N;
 
     auto load_tile = [&](int t) {
         const int st = t % STAGES;
@@ -415,110 +369,78 @@ extern "C" __global__ void __launch_bounds__(256, 1)
 #pragma unroll
     for (int i = 0; i < 64; i++) o[i] = 0.f;
     float m0 = -__int_as_float(0x7f800000), m1 = -__int_as_float(0x7f800000), l0 = 0.f, l1 = 0.f;
-
-    // S of tile 0; then each step issues tile j+1's Q·Kᵀ before tile j's softmax, so the tensor
-    // cores work while the softmax runs.
+    int s[64];
+    u32 pa[4][4], pb[4][4];  // P of this tile, and of the previous one while its P·V runs
+    float klo = ksh[0], khi = ksh[1];
     mbar_wait(qbar, 0);
-    mbar_wait(full0, 0);
-    int sa[32], sb[32];
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < 4; kk++) wgmma_qk(sa, dq + 2 * kk, smem_desc(sk0, 1024, 1) + 2 * kk, kk > 0);
-    wgmma_commit();
-    wgmma_wait0();
 
-    float kscale = ks[bh * tiles];
-    u32 pa[2][4], pb[2][4];  // P of this tile, and of the previous one while its P·V runs
-    float acc[64];           // the P·V of one tile, from zero
-    float ap0 = 1.f, ap1 = 1.f;  // the rescale of the output that goes with `acc`
-    // The softmax of tile j into P, and the output's rescale for it.
-    auto softmax = [&](int j, const int (&s)[32], u32 (&p)[2][4], float& a0, float& a1) {
-        const int valid = nk - j * BLOCK_N;
-        const float f = qscale * kscale;
-        if (j + 1 < tiles) kscale = ks[bh * tiles + j + 1];  // for the next tile; its latency hides
-        if (mode & 1) {
-            a0 = a1 = 1.f;
-            for (int i = 0; i < 8; i++) p[i / 4][i % 4] = 0x38383838u ^ (u32)s[i];
-        } else if (valid >= BLOCK_N)
-            softmax_tile_fast(s, f, m0, m1, l0, l1, a0, a1, p);
-        else
-            softmax_tile(s, f, valid, lane, m0, m1, l0, l1, a0, a1, p);
+    auto issue_qk = [&](int j) {
+        mbar_wait(full0 + 8 * (j % STAGES), (j / STAGES) & 1);
+        const u64 dk = smem_desc(sk0 + (j % STAGES) * K_BYTES, 1024, 1);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) wgmma_qk(s, dq + 2 * kk, dk + 2 * kk, kk > 0);
+        wgmma_commit();
     };
-    // The finished P·V of tile j into the running output, and its stage released.
-    auto accumulate = [&](int j) {
-        if (lane == 0) mbar_arrive(empty0 + 8 * (j % STAGES));  // this warp is done with it
+    // Tile j's P·V added to the output in the tensor cores' float32 accumulators.
+    auto issue_pv = [&](int j, const u32 (&p)[4][4]) {
+        const u32 v = sv0 + (j % STAGES) * V_BYTES;
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++)
+            wgmma_pv(o, p[kk], smem_desc(v + (kk >> 1) * (V_BYTES / 2), 512, 2) + 2 * (kk & 1), 1);
+        wgmma_commit();
+    };
+    auto softmax = [&](int j, u32 (&p)[4][4], float& a0, float& a1) {
+        const float flo = qscale * klo, fhi = qscale * khi;
+        if (j + 1 < tiles) {  // the next tile's scales; their latency hides behind this softmax
+            klo = ksh[2 * j + 2];
+            khi = ksh[2 * j + 3];
+        }
+        const int valid = nk - j * TILE_N;
+        if (valid >= TILE_N)
+            softmax_tile<false>(s, flo, fhi, valid, lane, m0, m1, l0, l1, a0, a1, p);
+        else
+            softmax_tile<true>(s, flo, fhi, valid, lane, m0, m1, l0, l1, a0, a1, p);
+    };
+    // Tile j: its softmax runs while tile j-1's P·V does; then the output is rescaled and tile
+    // j's P·V issued after tile j+1's Q·Kᵀ (when `next`), which the next step waits for.
+    auto step = [&](int j, u32 (&p)[4][4], bool next) {
+        float a0, a1;
+        softmax(j, p, a0, a1);
+        wgmma_wait0();  // tile j-1's P·V
+        if (j > 0 && lane == 0) mbar_arrive(empty0 + 8 * ((j - 1) % STAGES));  // this warp is done with it
 #pragma unroll
         for (int i = 0; i < 64; i += 4) {
-            o[i] = fmaf(o[i], ap0, acc[i]);
-            o[i + 1] = fmaf(o[i + 1], ap0, acc[i + 1]);
-            o[i + 2] = fmaf(o[i + 2], ap1, acc[i + 2]);
-            o[i + 3] = fmaf(o[i + 3], ap1, acc[i + 3]);
+            o[i] *= a0;
+            o[i + 1] *= a0;
+            o[i + 2] *= a1;
+            o[i + 3] *= a1;
         }
-    };
-    // Tile j's P·V from zero (the first k step does not accumulate), as one group.
-    auto issue_pv = [&](int j, const u32 (&p)[2][4]) {
-        const u64 dv = smem_desc(sv0 + (j % STAGES) * V_BYTES, 512, 2);
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < 2; kk++) wgmma_pv(acc, p[kk], dv + 2 * kk, kk > 0);
-        wgmma_commit();
-    };
-    // One key tile j with another after it: `s` holds its Q·Kᵀ (complete), `sn` receives tile
-    // j+1's. The tensor cores always have work queued while the warps run a softmax: tile j+1's
-    // Q·Kᵀ and tile j-1's P·V overlap tile j's softmax.
-    auto step = [&](int j, int (&s)[32], int (&sn)[32], u32 (&p)[2][4]) {
-        const int t = j + 1;
-        mbar_wait(full0 + 8 * (t % STAGES), (t / STAGES) & 1);
-        const u64 dk = smem_desc(sk0 + (t % STAGES) * K_BYTES, 1024, 1);
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < 4; kk++) wgmma_qk(sn, dq + 2 * kk, dk + 2 * kk, kk > 0);
-        wgmma_commit();
-
-        float a0, a1;
-        softmax(j, s, p, a0, a1);
-        // Tile j-1's P·V and tile j+1's Q·Kᵀ, both issued before the softmax and most likely
-        // done by now. (Waiting for the P·V alone, one group back, is what the pipeline needs,
-        // but ptxas then serializes every wgmma: it does not count groups across steps.)
-        wgmma_wait0();
-        if (j > 0) {
-            accumulate(j - 1);
-            // Refill the stage of tile j-2 (both warpgroups are most likely past it) with the
-            // tile STAGES after it.
-            if (tid == 0 && j >= 2 && j - 2 + STAGES < tiles) {
-                mbar_wait(empty0 + 8 * ((j - 2) % STAGES), ((j - 2) / STAGES) & 1);
-                load_tile(j - 2 + STAGES);
-            }
+        // Refill the stage of tile j-2 (both warpgroups are most likely past it) with the tile
+        // STAGES after it.
+        if (tid == 0 && j >= 2 && j - 2 + STAGES < tiles) {
+            mbar_wait(empty0 + 8 * ((j - 2) % STAGES), ((j - 2) / STAGES) & 1);
+            load_tile(j - 2 + STAGES);
         }
-        ap0 = a0;
-        ap1 = a1;
-        issue_pv(j, p);  // runs on while the next step's softmax does
-    };
-    // The last tile: nothing to prefetch.
-    auto last = [&](int j, const int (&s)[32], u32 (&p)[2][4]) {
-        float a0, a1;
-        softmax(j, s, p, a0, a1);
-        if (j > 0) {
-            wgmma_wait0();
-            accumulate(j - 1);
-        }
-        ap0 = a0;
-        ap1 = a1;
+        if (next) issue_qk(j + 1);
         issue_pv(j, p);
-        wgmma_wait0();
-        accumulate(j);
+        if (next) wgmma_wait1();  // tile j+1's Q·Kᵀ (the older group)
     };
+    issue_qk(0);
+    wgmma_wait0();
     int j = 0;
     for (; j + 2 < tiles; j += 2) {
-        step(j, sa, sb, pa);
-        step(j + 1, sb, sa, pb);
+        step(j, pa, true);
+        step(j + 1, pb, true);
     }
-    if (tiles - j == 2) {
-        step(j, sa, sb, pa);
-        last(j + 1, sb, pb);
+    if (j + 1 < tiles) {
+        step(j, pa, true);
+        step(j + 1, pb, false);
     } else {
-        last(j, sa, pa);
+        step(j, pa, false);
     }
+    wgmma_wait0();
 
 #pragma unroll
     for (int o2 = 1; o2 < 4; o2 <<= 1) {

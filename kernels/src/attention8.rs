@@ -15,6 +15,8 @@ use crate::cuda::{self, Arg, DeviceKernels};
 const HEAD_DIM: i64 = 128;
 const BLOCK_M: i64 = 128;
 const BLOCK_N: i64 = 64;
+/// Keys per step of the attention kernel (two quantization blocks): the keys pad to it.
+const TILE_N: i64 = 128;
 const Q_GROUP: i64 = 16;
 const P_SCALE: f64 = 448.0;
 
@@ -69,7 +71,7 @@ fn round_up(n: i64, m: i64) -> i64 {
 fn run(kernels: &DeviceKernels, q: &Tensor, k: &Tensor, v: &Tensor) -> anyhow::Result<Tensor> {
     let (b, nq, h, _) = q.size4()?;
     let nk = k.size()[1];
-    let (nq_pad, nk_pad) = (round_up(nq, BLOCK_M), round_up(nk, BLOCK_N));
+    let (nq_pad, nk_pad) = (round_up(nq, BLOCK_M), round_up(nk, TILE_N));
     let dev = q.device();
     let ptr = |t: &Tensor| Arg::Ptr(t.data_ptr() as u64);
     let strides = |t: &Tensor| {
@@ -113,8 +115,6 @@ fn run(kernels: &DeviceKernels, q: &Tensor, k: &Tensor, v: &Tensor) -> anyhow::R
     let mut args = vec![ptr(&qi), ptr(&qsc), ptr(&ki), ptr(&ksc), ptr(&vt), ptr(&vscale), ptr(&out)];
     args.extend(strides(&out));
     args.extend([Arg::I32(nq32), Arg::I32(nq_pad as i32), Arg::I32(nk32), Arg::I32(nk_pad as i32), Arg::I32(h32)]);
-    let mode = std::env::var("FASTVIDEO_ATTN8_MODE").ok().and_then(|s| s.parse().ok()).unwrap_or(0);
-    args.push(Arg::I32(mode));
     let cfg = LaunchConfig {
         grid_dim: ((nq_pad / BLOCK_M) as u32, h as u32, b as u32),
         block_dim: (256, 1, 1),

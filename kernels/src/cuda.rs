@@ -46,7 +46,7 @@ pub enum Arg {
 const SM90_SOURCE: &str = include_str!("../cuda/attention8.cu");
 const SM90_FUNCTIONS: &[&str] = &["quant_int8_rows", "quant_v_fp8t", "attention_int8_fp8_sm90"];
 /// Dynamic shared memory of `attention_int8_fp8_sm90` (its `SMEM_BYTES`).
-pub const ATTENTION8_SMEM: u32 = 16 * 1024 + 6 * 16 * 1024 + 1024 + 8 * 13;
+pub const ATTENTION8_SMEM: u32 = 16 * 1024 + 5 * 32 * 1024 + 1024 + 8 * 11;
 
 /// The compiled kernels of one device.
 pub struct DeviceKernels {

@@ -97,7 +97,7 @@ mod tests {
             "diffusion": {"precision": "fast"}, "inputs": [{"type": "text", "text": "a"}]}));
         assert_eq!(
             precision_check(Precision::Fast, vec!["int8_attention"])(&fast).is_ok(),
-            fastvideo_torch::precision::FAST_INT8_ATTENTION
+            fastvideo_torch::FAST_INT8_ATTENTION
         );
     }
 }

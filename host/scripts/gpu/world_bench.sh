@@ -4,6 +4,8 @@
 # chunks, 4 denoise steps, 480x832), rolled out by `fastvideo world`; prints frames/s and the
 # first chunk's latency. Run from the repo root on the GPU machine (.gpu/, .whl/ carried).
 #   env  MODEL=/tmp/wan13b  CHUNKS=20  WINDOW=21  STEPS="1000,750,500,250"  MAKE_ARGS= (--tiny on a CPU)
+#        VARIANTS="vae:;tiny:--tiny-decoder" (NAME:FLAGS for `fastvideo world`, one run each; a random
+#        full-size tiny_vae/ is added to the folder for them, speed only)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
 MODEL="${MODEL:-/tmp/wan13b}"
@@ -29,12 +31,27 @@ json.dump({"chunk_frames": 3, "timesteps": steps, "shift": 5.0, "window": window
            "height": 480, "width": 832, "prompt": "a red circle moving left"}, open(os.path.join(model, "world.json"), "w"))
 print("world model folder:", model, "dim", dim, "window", window, "steps", steps)
 PY
-"$BIN" world --model "$MODEL" --actions "none*2" --out /tmp/world_warm.mp4 --json >/dev/null  # warm caches
-"$BIN" world --model "$MODEL" --actions "right*${CHUNKS:-20}" --out /tmp/world.mp4 --json | tee "${OUT:-/tmp}/world_bench.json"
-python3 - "${OUT:-/tmp}/world_bench.json" <<'PY'
+[ -f "$MODEL/tiny_vae/config.json" ] || python3 - "$MODEL/tiny_vae" <<'PY'
+import sys
+import torch
+sys.path.insert(0, "models/training")
+from tiny_vae import TinyVideoDecoder
+torch.manual_seed(0)
+TinyVideoDecoder().half().save(sys.argv[1])  # TAEHV-size channels, random weights: speed only
+PY
+IFS=';' read -ra variants <<<"${VARIANTS:-vae:}"
+for v in "${variants[@]}"; do
+  name="${v%%:*}"
+  # shellcheck disable=SC2086  # the variant's flags
+  "$BIN" world --model "$MODEL" ${v#*:} --actions "none*2" --out /tmp/world_warm.mp4 --json >/dev/null  # warm caches
+  # shellcheck disable=SC2086
+  "$BIN" world --model "$MODEL" ${v#*:} --actions "right*${CHUNKS:-20}" --out "/tmp/world_$name.mp4" --json \
+    >"${OUT:-/tmp}/world_bench_$name.json"
+  python3 - "${OUT:-/tmp}/world_bench_$name.json" "$name" <<'PY'
 import json, sys
 o = json.load(open(sys.argv[1]))
 p50, p95 = o["chunk_seconds_p50"], o["chunk_seconds_p95"]
-print(f"steady {12 / p50:.1f} frames/s (12 frames per chunk, p50 {p50:.3f} s, p95 {p95:.3f} s); "
+print(f"{sys.argv[2]}: steady {12 / p50:.1f} frames/s (12 frames per chunk, p50 {p50:.3f} s, p95 {p95:.3f} s); "
       f"first chunk (9 frames) {o['first_chunk_seconds']:.3f} s; whole run {o['frames_per_second']:.1f} frames/s")
 PY
+done

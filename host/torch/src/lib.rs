@@ -9,7 +9,7 @@ mod dtype;
 mod precision;
 
 pub use dtype::{kind_name, DtypeChoice};
-pub use precision::{beyond_preset, lossy_paths, Numerics, Precision};
+pub use precision::{beyond_preset, lossy_paths, Numerics, Precision, FAST_INT8_ATTENTION};
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;

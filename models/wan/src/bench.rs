@@ -36,6 +36,8 @@ pub struct BenchReport {
     pub device: String,
     /// The precision preset the model was loaded with (exact, bf16, fast).
     pub precision: String,
+    /// The lossy options on top of the preset (`fp8_linears`, `int8_attention`).
+    pub lossy_paths: Vec<&'static str>,
     pub transformer_dtype: &'static str,
     pub vae_dtype: &'static str,
     pub kernels: bool,
@@ -300,6 +302,7 @@ pub fn run(model: &WanModel, opts: &BenchOptions) -> Result<BenchReport> {
     Ok(BenchReport {
         device: format!("{dev:?}"),
         precision: model.load_report.precision.to_string(),
+        lossy_paths: fastvideo_torch::lossy_paths(model.load_report.fp8_linears, model.load_report.int8_attention),
         transformer_dtype: fastvideo_torch::kind_name(model.load_report.transformer_dtype),
         vae_dtype: fastvideo_torch::kind_name(model.load_report.vae_dtype),
         kernels: fastvideo_kernels::enabled(),

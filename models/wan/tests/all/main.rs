@@ -8,6 +8,7 @@ mod causal;
 mod common;
 mod fp8;
 mod image_to_video;
+mod int8_attention;
 mod loading;
 mod lora;
 mod parallel;
