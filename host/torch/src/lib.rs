@@ -7,6 +7,7 @@
 
 mod dtype;
 mod precision;
+pub mod weights;
 
 pub use dtype::{kind_name, DtypeChoice};
 pub use precision::{beyond_preset, lossy_paths, Numerics, Precision, FAST_INT8_ATTENTION};

@@ -32,7 +32,7 @@ pub mod umt5;
 pub mod update;
 pub mod vae;
 mod video_encode;
-pub mod weights;
+pub use fastvideo_torch::weights;
 pub mod world;
 
 pub use loader::{LoadOptions, LoadReport, RunDefaults, WanModel, VAE_CUDA_DEFAULT};

@@ -1,0 +1,158 @@
+//! `config.json` of a transformers Qwen3 or Qwen2 causal LM, as far as inference reads it.
+
+use std::path::Path;
+
+use anyhow::{bail, ensure, Context, Result};
+use serde::Deserialize;
+
+/// The two families this crate runs. They differ in three places: Qwen3 normalises q and k per
+/// head (RMSNorm over the head dim) and states its head dim; Qwen2 adds biases to q, k and v.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Family {
+    Qwen3,
+    Qwen2,
+}
+
+#[derive(Clone, Debug)]
+pub struct QwenConfig {
+    pub family: Family,
+    pub vocab_size: i64,
+    pub hidden_size: i64,
+    pub intermediate_size: i64,
+    pub num_hidden_layers: i64,
+    pub num_attention_heads: i64,
+    pub num_key_value_heads: i64,
+    pub head_dim: i64,
+    pub rms_norm_eps: f64,
+    pub rope_theta: f64,
+    pub max_position_embeddings: i64,
+    pub tie_word_embeddings: bool,
+    /// Biases on q, k and v (Qwen2 always; Qwen3 when `attention_bias`).
+    pub qkv_bias: bool,
+    pub eos_token_ids: Vec<i64>,
+}
+
+#[derive(Deserialize)]
+struct Raw {
+    model_type: String,
+    vocab_size: i64,
+    hidden_size: i64,
+    intermediate_size: i64,
+    num_hidden_layers: i64,
+    num_attention_heads: i64,
+    num_key_value_heads: Option<i64>,
+    head_dim: Option<i64>,
+    #[serde(default = "default_eps")]
+    rms_norm_eps: f64,
+    /// transformers ≤ 4: top level; transformers 5: under `rope_parameters`.
+    rope_theta: Option<f64>,
+    rope_parameters: Option<RopeParameters>,
+    rope_scaling: Option<serde_json::Value>,
+    #[serde(default = "default_positions")]
+    max_position_embeddings: i64,
+    #[serde(default)]
+    tie_word_embeddings: bool,
+    #[serde(default)]
+    attention_bias: bool,
+    #[serde(default = "default_act")]
+    hidden_act: String,
+    #[serde(default)]
+    use_sliding_window: bool,
+    eos_token_id: Option<serde_json::Value>,
+}
+
+#[derive(Deserialize)]
+struct RopeParameters {
+    rope_theta: Option<f64>,
+    rope_type: Option<String>,
+}
+
+fn default_eps() -> f64 {
+    1e-6
+}
+fn default_positions() -> i64 {
+    32768
+}
+fn default_act() -> String {
+    "silu".into()
+}
+
+impl QwenConfig {
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        Self::parse(&text).with_context(|| format!("{}", path.display()))
+    }
+
+    pub fn parse(text: &str) -> Result<Self> {
+        let raw: Raw = serde_json::from_str(text).context("not a Qwen config.json")?;
+        let family = match raw.model_type.as_str() {
+            "qwen3" => Family::Qwen3,
+            "qwen2" => Family::Qwen2,
+            other => bail!("model_type `{other}`: this loader runs qwen3 and qwen2"),
+        };
+        ensure!(raw.hidden_act == "silu", "hidden_act `{}`: only silu is supported", raw.hidden_act);
+        ensure!(!raw.use_sliding_window, "use_sliding_window: sliding-window attention is not supported");
+        let rope_type = raw.rope_parameters.as_ref().and_then(|r| r.rope_type.clone());
+        let scaled = raw.rope_scaling.as_ref().is_some_and(|v| !v.is_null());
+        ensure!(
+            rope_type.as_deref().unwrap_or("default") == "default" && !scaled,
+            "rope scaling ({}) is not supported",
+            rope_type.unwrap_or_else(|| "rope_scaling".into())
+        );
+        let rope_theta = raw.rope_parameters.and_then(|r| r.rope_theta).or(raw.rope_theta).unwrap_or(10000.0);
+        let heads = raw.num_attention_heads;
+        let kv_heads = raw.num_key_value_heads.unwrap_or(heads);
+        ensure!(
+            heads > 0 && kv_heads > 0 && heads % kv_heads == 0,
+            "num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}"
+        );
+        let head_dim = match family {
+            Family::Qwen3 => raw.head_dim.unwrap_or(raw.hidden_size / heads),
+            Family::Qwen2 => raw.hidden_size / heads,
+        };
+        ensure!(head_dim % 2 == 0, "head_dim {head_dim} must be even (rotary pairs)");
+        let eos_token_ids = match raw.eos_token_id {
+            Some(serde_json::Value::Number(n)) => n.as_i64().into_iter().collect(),
+            Some(serde_json::Value::Array(a)) => a.iter().filter_map(|v| v.as_i64()).collect(),
+            _ => Vec::new(),
+        };
+        Ok(Self {
+            family,
+            vocab_size: raw.vocab_size,
+            hidden_size: raw.hidden_size,
+            intermediate_size: raw.intermediate_size,
+            num_hidden_layers: raw.num_hidden_layers,
+            num_attention_heads: heads,
+            num_key_value_heads: kv_heads,
+            head_dim,
+            rms_norm_eps: raw.rms_norm_eps,
+            rope_theta,
+            max_position_embeddings: raw.max_position_embeddings,
+            tie_word_embeddings: raw.tie_word_embeddings,
+            qkv_bias: family == Family::Qwen2 || raw.attention_bias,
+            eos_token_ids,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rope_theta_is_read_from_either_place_and_scaling_is_refused() {
+        let base = r#"{"model_type": "qwen3", "vocab_size": 8, "hidden_size": 8, "intermediate_size": 8,
+            "num_hidden_layers": 1, "num_attention_heads": 2"#;
+        let v5 = QwenConfig::parse(&format!(
+            r#"{base}, "rope_parameters": {{"rope_theta": 5.0, "rope_type": "default"}}}}"#
+        ))
+        .unwrap();
+        let v4 = QwenConfig::parse(&format!(r#"{base}, "rope_theta": 7.0}}"#)).unwrap();
+        assert_eq!((v5.rope_theta, v4.rope_theta, v4.head_dim, v4.num_key_value_heads), (5.0, 7.0, 4, 2));
+        let yarn =
+            QwenConfig::parse(&format!(r#"{base}, "rope_parameters": {{"rope_theta": 5.0, "rope_type": "yarn"}}}}"#));
+        assert!(format!("{:#}", yarn.unwrap_err()).contains("yarn"));
+        let other = r#"{"model_type": "llama", "vocab_size": 8, "hidden_size": 8, "intermediate_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2}"#;
+        assert!(format!("{:#}", QwenConfig::parse(other).unwrap_err()).contains("llama"));
+    }
+}

@@ -1,0 +1,35 @@
+//! One decoder layer: pre-norm attention and pre-norm SwiGLU, each added to the residual stream.
+
+use anyhow::Result;
+use fastvideo_torch::weights::Weights;
+use tch::Tensor;
+
+use crate::attention::Attention;
+use crate::config::QwenConfig;
+use crate::kv_cache::KvCache;
+use crate::mlp::Mlp;
+use crate::rms_norm::RmsNorm;
+
+pub struct DecoderLayer {
+    input_layernorm: RmsNorm,
+    self_attn: Attention,
+    post_attention_layernorm: RmsNorm,
+    mlp: Mlp,
+}
+
+impl DecoderLayer {
+    pub fn new(w: &Weights, c: &QwenConfig) -> Result<Self> {
+        Ok(Self {
+            input_layernorm: RmsNorm::new(&w.pp("input_layernorm"), c.hidden_size, c.rms_norm_eps)?,
+            self_attn: Attention::new(&w.pp("self_attn"), c)?,
+            post_attention_layernorm: RmsNorm::new(&w.pp("post_attention_layernorm"), c.hidden_size, c.rms_norm_eps)?,
+            mlp: Mlp::new(&w.pp("mlp"), c.hidden_size, c.intermediate_size)?,
+        })
+    }
+
+    pub fn forward(&self, x: &Tensor, rope: (&Tensor, &Tensor), cache: &mut KvCache, index: usize) -> Tensor {
+        let h = x + self.self_attn.forward(&self.input_layernorm.forward(x), rope, cache, index);
+        let out = self.mlp.forward(&self.post_attention_layernorm.forward(&h));
+        h + out
+    }
+}

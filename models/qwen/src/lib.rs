@@ -1,0 +1,18 @@
+//! Qwen-family decoders (Qwen3, Qwen2.5) in tch, from transformers-layout folders: the language
+//! model the autoregressive decode loop runs. One file per component, as in `fastvideo-wan`:
+//! [`config`], [`rms_norm`], [`rope`], [`attention`] (grouped-query, Qwen3's q/k norm, Qwen2.5's
+//! q/k/v biases), [`mlp`] (SwiGLU), [`layer`], and [`model`] with its key/value cache
+//! ([`kv_cache`]).
+
+pub mod attention;
+pub mod config;
+pub mod kv_cache;
+pub mod layer;
+pub mod mlp;
+pub mod model;
+pub mod rms_norm;
+pub mod rope;
+
+pub use config::QwenConfig;
+pub use kv_cache::KvCache;
+pub use model::QwenForCausalLM;

@@ -1,0 +1,87 @@
+//! The causal LM: token embedding, the decoder layers, the final norm and the LM head (the
+//! embedding itself when `tie_word_embeddings`), loaded from a transformers-layout folder
+//! (`config.json`, `model.safetensors` or sharded with its index).
+
+use std::path::Path;
+
+use anyhow::{ensure, Context, Result};
+use fastvideo_torch::weights::Weights;
+use tch::{Device, Kind, Tensor};
+
+use crate::config::QwenConfig;
+use crate::kv_cache::KvCache;
+use crate::layer::DecoderLayer;
+use crate::rms_norm::RmsNorm;
+use crate::rope::Rope;
+
+pub struct QwenForCausalLM {
+    pub config: QwenConfig,
+    embed_tokens: Tensor,
+    layers: Vec<DecoderLayer>,
+    norm: RmsNorm,
+    lm_head: Tensor,
+    rope: Rope,
+    kind: Kind,
+}
+
+impl QwenForCausalLM {
+    pub fn load(dir: &Path, device: Device, kind: Kind) -> Result<Self> {
+        let config = QwenConfig::load(&dir.join("config.json"))?;
+        let w = Weights::from_dir(dir, "model", device, kind).with_context(|| format!("{}", dir.display()))?;
+        let c = &config;
+        let m = w.pp("model");
+        let embed_tokens = m.get("embed_tokens.weight", &[c.vocab_size, c.hidden_size])?;
+        let layers = (0..c.num_hidden_layers)
+            .map(|i| DecoderLayer::new(&m.pp(format!("layers.{i}")), c))
+            .collect::<Result<Vec<_>>>()?;
+        let norm = RmsNorm::new(&m.pp("norm"), c.hidden_size, c.rms_norm_eps)?;
+        let lm_head = if c.tie_word_embeddings {
+            embed_tokens.shallow_clone()
+        } else {
+            w.get("lm_head.weight", &[c.vocab_size, c.hidden_size])?
+        };
+        w.warn_unused("language model");
+        let rope = Rope::new(c.head_dim, c.rope_theta, device);
+        Ok(Self { config, embed_tokens, layers, norm, lm_head, rope, kind })
+    }
+
+    /// A fresh cache for this model.
+    pub fn cache(&self) -> KvCache {
+        KvCache::new(self.layers.len())
+    }
+
+    /// Logits `[B, T, vocab]` (the model's dtype) for `tokens [B, T]` following the positions
+    /// already in `cache`, whose keys and values it extends.
+    pub fn forward(&self, tokens: &Tensor, cache: &mut KvCache) -> Result<Tensor> {
+        let (_, t) = tokens.size2().context("tokens are [B, T]")?;
+        ensure!(
+            cache.len() + t <= self.config.max_position_embeddings,
+            "{} positions exceed max_position_embeddings {}",
+            cache.len() + t,
+            self.config.max_position_embeddings
+        );
+        let (cos, sin) = self.rope.tables(cache.len(), t, self.kind);
+        let mut x = Tensor::embedding(&self.embed_tokens, tokens, -1, false, false);
+        for (i, layer) in self.layers.iter().enumerate() {
+            x = layer.forward(&x, (&cos, &sin), cache, i);
+        }
+        cache.advance(t);
+        Ok(self.norm.forward(&x).linear(&self.lm_head, None::<Tensor>))
+    }
+
+    /// Greedy continuation of `prompt` by `n` tokens (no stop token): the reference the decode
+    /// loop's sampler and paged cache are checked against.
+    pub fn greedy(&self, prompt: &[i64], n: usize) -> Result<Vec<i64>> {
+        let device = self.embed_tokens.device();
+        let mut cache = self.cache();
+        let mut input = Tensor::from_slice(prompt).to_device(device).unsqueeze(0);
+        let mut out = Vec::with_capacity(n);
+        for _ in 0..n {
+            let logits = self.forward(&input, &mut cache)?;
+            let next = logits.select(1, -1).argmax(-1, false).int64_value(&[0]);
+            out.push(next);
+            input = Tensor::from_slice(&[next]).to_device(device).unsqueeze(0);
+        }
+        Ok(out)
+    }
+}

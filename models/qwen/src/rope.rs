@@ -1,0 +1,51 @@
+//! Rotary position embedding, the "rotate half" form transformers uses for Qwen: the head dim's
+//! first and second halves are the pair, frequencies `theta^(-2i/d)` in float32.
+
+use tch::{Device, Kind, Tensor};
+
+pub struct Rope {
+    /// `[head_dim / 2]` float32.
+    inv_freq: Tensor,
+}
+
+impl Rope {
+    pub fn new(head_dim: i64, theta: f64, device: Device) -> Self {
+        let exps =
+            Tensor::arange_start_step(0, head_dim, 2, (Kind::Int64, device)).to_kind(Kind::Float) / head_dim as f64;
+        let powers = Tensor::scalar_tensor(theta, (Kind::Float, device)).pow(&exps);
+        Self { inv_freq: powers.ones_like() / powers }
+    }
+
+    /// `cos, sin` of shape `[T, head_dim]` for absolute positions `start..start + len`, in `kind`.
+    pub fn tables(&self, start: i64, len: i64, kind: Kind) -> (Tensor, Tensor) {
+        let pos = Tensor::arange_start(start, start + len, (Kind::Int64, self.inv_freq.device())).to_kind(Kind::Float);
+        let freqs = pos.unsqueeze(1) * self.inv_freq.unsqueeze(0);
+        let emb = Tensor::cat(&[&freqs, &freqs], -1);
+        (emb.cos().to_kind(kind), emb.sin().to_kind(kind))
+    }
+
+    /// `x [B, H, T, D]` rotated by the tables of its `T` positions.
+    pub fn apply(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Tensor {
+        let half = x.size()[3] / 2;
+        let (x1, x2) = (x.narrow(3, 0, half), x.narrow(3, half, half));
+        let rotated = Tensor::cat(&[&x2.neg(), &x1], 3);
+        x * cos + rotated * sin
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn position_zero_is_the_identity_and_rotation_keeps_norms() {
+        let rope = Rope::new(8, 10000.0, Device::Cpu);
+        let x = Tensor::randn([1, 2, 3, 8], (Kind::Float, Device::Cpu));
+        let (cos, sin) = rope.tables(0, 3, Kind::Float);
+        let y = Rope::apply(&x, &cos, &sin);
+        assert!(y.narrow(2, 0, 1).allclose(&x.narrow(2, 0, 1), 1e-6, 1e-6, false));
+        let norms = |t: &Tensor| t.square().sum_dim_intlist(-1, false, Kind::Float);
+        assert!(norms(&y).allclose(&norms(&x), 1e-5, 1e-5, false));
+        assert!(!y.allclose(&x, 1e-3, 1e-3, false), "later positions rotate");
+    }
+}

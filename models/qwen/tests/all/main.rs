@@ -1,0 +1,3 @@
+//! Integration tests of fastvideo-qwen: one binary (CI links libtorch once per crate).
+
+mod parity;
