@@ -94,6 +94,7 @@ pub mod sampler;
 pub mod session;
 mod spec;
 mod stage;
+pub mod token;
 mod value;
 mod weight_loader;
 

@@ -85,6 +85,17 @@ pub enum OmniEvent {
         /// The chunk's frames.
         video: VideoArtifact,
     },
+    /// A decode loop chose a token (`index` counts the request's generated tokens from 0).
+    Token {
+        /// The request this event belongs to.
+        request_id: String,
+        /// Name of the loop node (e.g. `ar_decode`).
+        node: String,
+        /// Which generated token this is, from 0.
+        index: u32,
+        /// The token id in the language model's vocabulary (front ends detokenize).
+        token: i64,
+    },
     /// The request finished.
     Done {
         /// The request this event belongs to.
@@ -106,6 +117,7 @@ impl OmniEvent {
             | OmniEvent::Reward { request_id, .. }
             | OmniEvent::Error { request_id, .. }
             | OmniEvent::Chunk { request_id, .. }
+            | OmniEvent::Token { request_id, .. }
             | OmniEvent::Done { request_id, .. } => request_id,
         }
     }

@@ -28,6 +28,7 @@ fn kind(ev: &OmniEvent) -> &'static str {
         OmniEvent::Reward { .. } => "reward",
         OmniEvent::Error { .. } => "error",
         OmniEvent::Chunk { .. } => "chunk",
+        OmniEvent::Token { .. } => "token",
         OmniEvent::Done { .. } => "done",
     }
 }

@@ -2,12 +2,13 @@
 //! model the autoregressive decode loop runs. One file per component, as in `fastvideo-wan`:
 //! [`config`], [`rms_norm`], [`rope`], [`attention`] (grouped-query, Qwen3's q/k norm, Qwen2.5's
 //! q/k/v biases), [`mlp`] (SwiGLU), [`layer`], and [`model`] with its key/value cache
-//! ([`kv_cache`]).
+//! ([`kv_cache`]). It implements the decode loop's `CausalLm`.
 
 pub mod attention;
 pub mod config;
 pub mod kv_cache;
 pub mod layer;
+mod lm;
 pub mod mlp;
 pub mod model;
 pub mod rms_norm;

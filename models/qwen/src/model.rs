@@ -24,6 +24,11 @@ pub struct QwenForCausalLM {
     kind: Kind,
 }
 
+// SAFETY: the weights are read-only after `load` (no method takes `&mut self`), and libtorch's
+// tensor reads are thread-safe; the per-request state lives in each request's `KvCache`. The same
+// reasoning as fastvideo-wan's models.
+unsafe impl Sync for QwenForCausalLM {}
+
 impl QwenForCausalLM {
     pub fn load(dir: &Path, device: Device, kind: Kind) -> Result<Self> {
         let config = QwenConfig::load(&dir.join("config.json"))?;

@@ -1,3 +1,4 @@
 //! Integration tests of fastvideo-qwen: one binary (CI links libtorch once per crate).
 
+mod decode_loop;
 mod parity;

@@ -1,0 +1,107 @@
+//! The decode loop (`fastvideo_pipeline::token::ARDecodeLoop`) driven step by step over the tiny
+//! Qwen3 fixture, as the engine's driver would: the tokens it streams and stores, greedy against
+//! transformers' `generate`, seeded sampling, stop tokens, and bad parameters named.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use fastvideo_pipeline::token::ARDecodeLoop;
+use fastvideo_pipeline::{LoopStage, NodeCtx, PluginMeter, Value, Values};
+use fastvideo_qwen::QwenForCausalLM;
+use fastvideo_request::{ModelLimits, OmniEvent, OmniRequest, ResolvedRequest};
+use tch::{Device, Kind, Tensor};
+
+const NODE: &str = "ar_decode";
+
+fn fixture() -> (Arc<QwenForCausalLM>, Vec<i64>, Vec<i64>) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/tiny-qwen3");
+    let model = QwenForCausalLM::load(&dir, Device::Cpu, Kind::Float).unwrap();
+    let t = Tensor::read_safetensors(dir.join("expected.safetensors")).unwrap();
+    let get = |n: &str| t.iter().find(|(k, _)| k == n).map(|(_, v)| v.shallow_clone()).unwrap();
+    let prompt = Vec::<i64>::try_from(get("prompt").get(0)).unwrap();
+    (Arc::new(model), prompt, Vec::try_from(get("greedy")).unwrap())
+}
+
+fn request(params: serde_json::Value) -> ResolvedRequest {
+    let mut r = OmniRequest::text_to_video("chat-1", "unused");
+    r.node_params.insert(NODE.into(), params);
+    r.resolve(&ModelLimits::example(), || 1).unwrap()
+}
+
+/// Runs the loop to the end: the stored tokens, the streamed ones, and the steps taken.
+fn run(
+    model: &Arc<QwenForCausalLM>,
+    prompt: &[i64],
+    params: serde_json::Value,
+) -> anyhow::Result<(Vec<i64>, Vec<i64>, u32)> {
+    let stage = ARDecodeLoop::new(model.clone(), "prompt_tokens", "tokens", 4);
+    let req = request(params);
+    let meter = PluginMeter::default();
+    let ctx = NodeCtx { request: &req, node: NODE, device: Device::Cpu, meter: &meter };
+    let mut values = Values::default();
+    values.insert("prompt_tokens", Value::Tensor(Tensor::from_slice(prompt)));
+    let mut state = stage.init(&ctx, &mut values)?;
+    let mut streamed = Vec::new();
+    while state.step < state.total_steps {
+        let r = stage.step(&ctx, &mut state)?;
+        for e in r.emit {
+            if let OmniEvent::Token { index, token, node, .. } = e {
+                assert_eq!((index as usize, node.as_str()), (streamed.len(), NODE));
+                streamed.push(token);
+            }
+        }
+        state.step += 1;
+        if r.done {
+            break;
+        }
+    }
+    let steps = state.step;
+    stage.finalize(&ctx, state, &mut values)?;
+    let stored = Vec::try_from(values.tensor("tokens")?.shallow_clone())?;
+    Ok((stored, streamed, steps))
+}
+
+#[test]
+fn greedy_decoding_streams_transformers_tokens_one_per_step() {
+    let (model, prompt, greedy) = fixture();
+    let (stored, streamed, steps) = run(&model, &prompt, serde_json::json!({"max_tokens": 64})).unwrap();
+    assert_eq!(stored, greedy, "the loop's greedy tokens equal transformers' generate");
+    assert_eq!(streamed, greedy, "every token is streamed once, in order");
+    // 11 prompt tokens in chunks of 4: two steps read prompt only, the third yields a token.
+    assert_eq!(steps, 2 + 64);
+}
+
+#[test]
+fn sampling_is_reproducible_per_seed_and_stop_tokens_end_it() {
+    let (model, prompt, greedy) = fixture();
+    let p = |seed: u64| serde_json::json!({"max_tokens": 24, "temperature": 1.5, "top_k": 40, "seed": seed});
+    let a = run(&model, &prompt, p(3)).unwrap().0;
+    assert_eq!(a, run(&model, &prompt, p(3)).unwrap().0);
+    assert_ne!(a, run(&model, &prompt, p(4)).unwrap().0);
+    assert_eq!(a.len(), 24);
+    // A stop token ends the output before it, wherever it first comes.
+    let stop = greedy[9];
+    let first = greedy.iter().position(|&t| t == stop).unwrap();
+    let (stored, streamed, _) =
+        run(&model, &prompt, serde_json::json!({"max_tokens": 64, "stop_token_ids": [stop]})).unwrap();
+    assert_eq!(stored, greedy[..first].to_vec());
+    assert_eq!(streamed, stored);
+}
+
+#[test]
+fn bad_parameters_and_prompts_are_named() {
+    let (model, prompt, _) = fixture();
+    for (params, field) in [
+        (serde_json::json!({"max_tokens": 0}), "max_tokens"),
+        (serde_json::json!({"temperature": -1.0}), "temperature"),
+        (serde_json::json!({"top_p": 0.0}), "top_p"),
+        (serde_json::json!({"top_p": 2.0}), "top_p"),
+        (serde_json::json!({"max_token": 3}), "max_token"),
+    ] {
+        let e = format!("{:#}", run(&model, &prompt, params).unwrap_err());
+        assert!(e.contains(field), "{field}: {e}");
+    }
+    let long = vec![1i64; 600];
+    let e = format!("{:#}", run(&model, &long, serde_json::json!({})).unwrap_err());
+    assert!(e.contains("600 tokens") && e.contains("512"), "{e}");
+}
