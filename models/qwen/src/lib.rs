@@ -2,9 +2,11 @@
 //! model the autoregressive decode loop runs. One file per component, as in `fastvideo-wan`:
 //! [`config`], [`rms_norm`], [`rope`], [`attention`] (grouped-query, Qwen3's q/k norm, Qwen2.5's
 //! q/k/v biases), [`mlp`] (SwiGLU), [`layer`], and [`model`] with its key/value cache
-//! ([`kv_cache`]). It implements the decode loop's `CausalLm`.
+//! ([`kv_cache`]). It implements the decode loop's `CausalLm`; [`chat`] reads the folder's
+//! tokenizer and chat template.
 
 pub mod attention;
+pub mod chat;
 pub mod config;
 pub mod kv_cache;
 pub mod layer;
@@ -14,6 +16,7 @@ pub mod model;
 pub mod rms_norm;
 pub mod rope;
 
+pub use chat::{ChatTokenizer, Message};
 pub use config::QwenConfig;
 pub use kv_cache::KvCache;
 pub use model::QwenForCausalLM;

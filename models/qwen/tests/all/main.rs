@@ -1,4 +1,5 @@
 //! Integration tests of fastvideo-qwen: one binary (CI links libtorch once per crate).
 
+mod chat;
 mod decode_loop;
 mod parity;

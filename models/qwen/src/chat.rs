@@ -1,0 +1,122 @@
+//! A language-model folder's tokenizer and chat template: `tokenizer.json` through the
+//! `tokenizers` crate, the Jinja template from `chat_template.jinja` (where transformers 5 saves
+//! it) or `tokenizer_config.json`'s `chat_template` (older folders), rendered with minijinja the
+//! way transformers' `apply_chat_template` renders it (`messages`, `add_generation_prompt`,
+//! `bos_token`, `eos_token`, `raise_exception`).
+
+use std::path::Path;
+
+use anyhow::{anyhow, bail, Context, Result};
+use serde::{Deserialize, Serialize};
+
+/// One chat message.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    pub role: String,
+    pub content: String,
+}
+
+impl Message {
+    pub fn new(role: &str, content: &str) -> Self {
+        Self { role: role.into(), content: content.into() }
+    }
+}
+
+pub struct ChatTokenizer {
+    tokenizer: tokenizers::Tokenizer,
+    template: Option<String>,
+    bos_token: Option<String>,
+    eos_token: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+struct TokenizerConfig {
+    chat_template: Option<serde_json::Value>,
+    bos_token: Option<serde_json::Value>,
+    eos_token: Option<serde_json::Value>,
+}
+
+/// A special token as tokenizer_config.json writes it: a string, or `{"content": ...}`.
+fn token_text(v: Option<serde_json::Value>) -> Option<String> {
+    match v? {
+        serde_json::Value::String(s) => Some(s),
+        serde_json::Value::Object(o) => o.get("content").and_then(|c| c.as_str()).map(String::from),
+        _ => None,
+    }
+}
+
+impl ChatTokenizer {
+    pub fn load(dir: &Path) -> Result<Self> {
+        let path = dir.join("tokenizer.json");
+        let tokenizer = tokenizers::Tokenizer::from_file(&path).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+        let cfg_path = dir.join("tokenizer_config.json");
+        let cfg: TokenizerConfig = match std::fs::read_to_string(&cfg_path) {
+            Ok(text) => serde_json::from_str(&text).with_context(|| format!("{}", cfg_path.display()))?,
+            Err(_) => TokenizerConfig::default(),
+        };
+        let jinja = dir.join("chat_template.jinja");
+        let template = match std::fs::read_to_string(&jinja) {
+            Ok(t) => Some(t),
+            Err(_) => match cfg.chat_template {
+                Some(serde_json::Value::String(t)) => Some(t),
+                // A list of named templates: the one named `default`.
+                Some(serde_json::Value::Array(list)) => list
+                    .iter()
+                    .find(|t| t.get("name").and_then(|n| n.as_str()) == Some("default"))
+                    .and_then(|t| t.get("template").and_then(|t| t.as_str()).map(String::from)),
+                _ => None,
+            },
+        };
+        Ok(Self { tokenizer, template, bos_token: token_text(cfg.bos_token), eos_token: token_text(cfg.eos_token) })
+    }
+
+    /// Whether the folder has a chat template.
+    pub fn has_template(&self) -> bool {
+        self.template.is_some()
+    }
+
+    /// The template applied to `messages`; invalid messages are errors naming the message.
+    pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
+        let Some(template) = &self.template else {
+            bail!("this model folder has no chat template (chat_template.jinja or tokenizer_config.json)");
+        };
+        let mut env = minijinja::Environment::new();
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
+        env.add_function("raise_exception", |msg: String| -> Result<String, minijinja::Error> {
+            Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, msg))
+        });
+        env.add_template("chat", template).map_err(|e| anyhow!("the chat template does not parse: {e}"))?;
+        let ctx = minijinja::context! {
+            messages => messages,
+            add_generation_prompt => add_generation_prompt,
+            bos_token => self.bos_token.clone().unwrap_or_default(),
+            eos_token => self.eos_token.clone().unwrap_or_default(),
+        };
+        let tmpl = env.get_template("chat").expect("added above");
+        tmpl.render(ctx).map_err(|e| anyhow!("messages: {}", e.detail().unwrap_or(&e.to_string())))
+    }
+
+    /// Token ids of `text`; special tokens written in it (`<|im_start|>`) are recognised, no
+    /// others added.
+    pub fn encode(&self, text: &str) -> Result<Vec<i64>> {
+        let enc = self.tokenizer.encode(text, false).map_err(|e| anyhow!("tokenizing: {e}"))?;
+        Ok(enc.get_ids().iter().map(|&i| i as i64).collect())
+    }
+
+    /// The text of `ids`, special tokens left out.
+    pub fn decode(&self, ids: &[i64]) -> Result<String> {
+        let ids: Vec<u32> = ids.iter().map(|&i| i as u32).collect();
+        self.tokenizer.decode(&ids, true).map_err(|e| anyhow!("detokenizing: {e}"))
+    }
+
+    /// The id of a token written as text (an EOS such as `<|im_end|>`).
+    pub fn token_id(&self, token: &str) -> Option<i64> {
+        self.tokenizer.token_to_id(token).map(i64::from)
+    }
+
+    /// The folder's EOS token, if tokenizer_config.json names one.
+    pub fn eos_token(&self) -> Option<&str> {
+        self.eos_token.as_deref()
+    }
+}
