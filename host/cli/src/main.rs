@@ -5,6 +5,7 @@ mod args;
 mod bench;
 mod bench_lora;
 mod bench_parallel;
+mod chat;
 mod dataset;
 mod eval;
 mod eval_i2v;
@@ -47,6 +48,8 @@ enum Command {
     BenchLora(bench_lora::BenchLoraArgs),
     /// Roll out the world model under a list of actions and write the MP4.
     World(world::WorldArgs),
+    /// One chat completion from a language-model folder (Qwen3, Qwen2.5), streamed to stdout.
+    Chat(chat::ChatArgs),
     /// Inspect and build Wasm plugins.
     #[command(subcommand)]
     Plugin(plugin::PluginCommand),
@@ -80,6 +83,7 @@ fn main() -> ExitCode {
         Command::BenchLora(args) => bench_lora::run(args),
         Command::Dataset(args) => dataset::run(args),
         Command::World(args) => world::run(args),
+        Command::Chat(args) => chat::run(args),
         Command::Eval(args) => eval::run(args),
         Command::Serve(args) => serve::run(*args),
         Command::Bench(args) => bench::run(args),

@@ -5,6 +5,7 @@
 
 mod assembly;
 mod browser;
+mod chat;
 mod cli;
 mod comfyui;
 mod comfyui_i2v;

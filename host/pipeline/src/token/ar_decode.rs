@@ -11,7 +11,7 @@ use std::sync::Arc;
 use anyhow::{anyhow, bail, ensure, Result};
 use fastvideo_request::OmniEvent;
 use serde::Deserialize;
-use tch::{Kind, Tensor};
+use tch::{Device, Kind, Tensor};
 
 use super::sampling::{Sampler, SamplingParams};
 use crate::{LoopStage, LoopState, NodeCtx, StepResult, Value, Values};
@@ -91,8 +91,9 @@ impl DecodeParams {
     }
 }
 
-/// A request's decoding in progress.
-struct Decoding {
+/// One request's generation in progress: the decode loop's state, usable without the loop
+/// (the CLI drives it directly).
+pub struct Generation {
     cache: Box<dyn Any + Send>,
     prompt: Vec<i64>,
     /// Prompt tokens already through the model.
@@ -101,7 +102,91 @@ struct Decoding {
     sampler: Sampler,
     stop: Vec<i64>,
     max_tokens: u32,
+    max_positions: i64,
     finish: Option<FinishReason>,
+}
+
+impl Generation {
+    /// Checks the prompt and parameters against `model` (errors name the field) and starts.
+    /// `stop` adds stop ids to the model's EOS and the request's.
+    pub fn new(model: &dyn CausalLm, prompt: Vec<i64>, params: &DecodeParams, stop: &[i64]) -> Result<Self> {
+        ensure!(params.max_tokens > 0, "max_tokens: must be at least 1");
+        let sampler = Sampler::new(params.sampling())?;
+        ensure!(!prompt.is_empty(), "the prompt has no tokens");
+        let max_positions = model.max_positions();
+        ensure!(
+            (prompt.len() as i64) < max_positions,
+            "the prompt is {} tokens; this model takes {max_positions} positions in all",
+            prompt.len()
+        );
+        let mut all_stops = model.eos_tokens();
+        all_stops.extend(&params.stop_token_ids);
+        all_stops.extend(stop);
+        Ok(Self {
+            cache: model.new_cache(),
+            prompt,
+            prefilled: 0,
+            generated: Vec::new(),
+            sampler,
+            stop: all_stops,
+            max_tokens: params.max_tokens,
+            max_positions,
+            finish: None,
+        })
+    }
+
+    /// Steps a loop over this prompt takes at most with chunks of `prefill_chunk`.
+    pub fn max_steps(&self, prefill_chunk: usize) -> u32 {
+        self.prompt.len().div_ceil(prefill_chunk.max(1)) as u32 - 1 + self.max_tokens
+    }
+
+    /// One bounded unit: a prefill chunk of at most `prefill_chunk` prompt tokens, or one token.
+    /// Returns the token generated, if this step generated one (a stop token is not returned).
+    pub fn step(&mut self, model: &dyn CausalLm, device: Device, prefill_chunk: usize) -> Result<Option<i64>> {
+        if self.finish.is_some() {
+            bail!("step after the generation finished");
+        }
+        let input: Vec<i64> = if self.prefilled < self.prompt.len() {
+            let end = (self.prefilled + prefill_chunk.max(1)).min(self.prompt.len());
+            let chunk = self.prompt[self.prefilled..end].to_vec();
+            self.prefilled = end;
+            chunk
+        } else {
+            vec![*self.generated.last().expect("a token after the prefill")]
+        };
+        let tokens = Tensor::from_slice(&input).to_device(device).unsqueeze(0);
+        let logits = model.forward(&tokens, self.cache.as_mut())?;
+        if self.prefilled < self.prompt.len() {
+            return Ok(None); // more prompt to read before the first token
+        }
+        let seen: Vec<i64> = self.prompt.iter().chain(&self.generated).copied().collect();
+        let next = self.sampler.sample(&logits.select(1, -1).select(0, 0), &seen)?;
+        if self.stop.contains(&next) {
+            self.finish = Some(FinishReason::Stop);
+            return Ok(None);
+        }
+        self.generated.push(next);
+        let positions = (self.prompt.len() + self.generated.len()) as i64;
+        if self.generated.len() as u32 >= self.max_tokens || positions >= self.max_positions {
+            self.finish = Some(FinishReason::Length);
+        }
+        Ok(Some(next))
+    }
+
+    /// Why it ended; `None` while it runs.
+    pub fn finish(&self) -> Option<FinishReason> {
+        self.finish
+    }
+
+    /// The tokens generated so far.
+    pub fn tokens(&self) -> &[i64] {
+        &self.generated
+    }
+
+    /// The prompt's length in tokens.
+    pub fn prompt_len(&self) -> usize {
+        self.prompt.len()
+    }
 }
 
 /// The decode loop node over one model.
@@ -128,77 +213,30 @@ impl LoopStage for ARDecodeLoop {
             Some(v) => serde_json::from_value(v.clone()).map_err(|e| anyhow!("node_params.{}: {e}", ctx.node))?,
             None => DecodeParams::default(),
         };
-        ensure!(params.max_tokens > 0, "max_tokens: must be at least 1");
-        let sampler = Sampler::new(params.sampling())?;
         let prompt: Vec<i64> = Vec::try_from(values.tensor(&self.input)?.to_kind(Kind::Int64).view([-1]))?;
-        ensure!(!prompt.is_empty(), "the prompt has no tokens");
-        let limit = self.model.max_positions();
-        ensure!(
-            (prompt.len() as i64) < limit,
-            "the prompt is {} tokens; this model takes {limit} positions in all",
-            prompt.len()
-        );
-        let chunks = prompt.len().div_ceil(self.prefill_chunk) as u32;
-        let mut stop = self.model.eos_tokens();
-        stop.extend(&params.stop_token_ids);
-        let d = Decoding {
-            cache: self.model.new_cache(),
-            prompt,
-            prefilled: 0,
-            generated: Vec::new(),
-            sampler,
-            stop,
-            max_tokens: params.max_tokens,
-            finish: None,
-        };
+        let g = Generation::new(self.model.as_ref(), prompt, &params, &[])?;
         // The last prefill chunk also yields the first token.
-        Ok(LoopState { step: 0, total_steps: chunks - 1 + params.max_tokens, inner: Box::new(d) })
+        Ok(LoopState { step: 0, total_steps: g.max_steps(self.prefill_chunk), inner: Box::new(g) })
     }
 
     fn step(&self, ctx: &NodeCtx, state: &mut LoopState) -> Result<StepResult> {
-        let d = state.get_mut::<Decoding>()?;
-        if d.finish.is_some() {
-            bail!("step after the decode loop finished");
-        }
-        let device = ctx.device;
-        let input: Vec<i64> = if d.prefilled < d.prompt.len() {
-            let end = (d.prefilled + self.prefill_chunk).min(d.prompt.len());
-            let chunk = d.prompt[d.prefilled..end].to_vec();
-            d.prefilled = end;
-            chunk
-        } else {
-            vec![*d.generated.last().expect("a token after the prefill")]
-        };
-        let tokens = Tensor::from_slice(&input).to_device(device).unsqueeze(0);
-        let logits = self.model.forward(&tokens, d.cache.as_mut())?;
-        let mut result = StepResult { forwards: 1, ..Default::default() };
-        if d.prefilled < d.prompt.len() {
-            return Ok(result); // more prompt to read before the first token
-        }
-        let seen: Vec<i64> = d.prompt.iter().chain(&d.generated).copied().collect();
-        let next = d.sampler.sample(&logits.select(1, -1).select(0, 0), &seen)?;
-        let positions = (d.prompt.len() + d.generated.len() + 1) as i64;
-        if d.stop.contains(&next) {
-            d.finish = Some(FinishReason::Stop);
-        } else {
+        let g = state.get_mut::<Generation>()?;
+        let token = g.step(self.model.as_ref(), ctx.device, self.prefill_chunk)?;
+        let mut result = StepResult { forwards: 1, done: g.finish().is_some(), ..Default::default() };
+        if let Some(token) = token {
             result.emit.push(OmniEvent::Token {
                 request_id: ctx.request.request_id.clone(),
                 node: ctx.node.to_string(),
-                index: d.generated.len() as u32,
-                token: next,
+                index: g.tokens().len() as u32 - 1,
+                token,
             });
-            d.generated.push(next);
-            if d.generated.len() as u32 >= d.max_tokens || positions >= self.model.max_positions() {
-                d.finish = Some(FinishReason::Length);
-            }
         }
-        result.done = d.finish.is_some();
         Ok(result)
     }
 
     fn finalize(&self, _ctx: &NodeCtx, mut state: LoopState, values: &mut Values) -> Result<()> {
-        let d = state.get_mut::<Decoding>()?;
-        values.insert(self.output.clone(), Value::Tensor(Tensor::from_slice(&d.generated)));
+        let g = state.get_mut::<Generation>()?;
+        values.insert(self.output.clone(), Value::Tensor(Tensor::from_slice(g.tokens())));
         Ok(())
     }
 }

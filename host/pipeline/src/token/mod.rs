@@ -5,5 +5,5 @@
 mod ar_decode;
 mod sampling;
 
-pub use ar_decode::{ARDecodeLoop, CausalLm, DecodeParams, FinishReason};
+pub use ar_decode::{ARDecodeLoop, CausalLm, DecodeParams, FinishReason, Generation};
 pub use sampling::{Sampler, SamplingParams};

@@ -1,0 +1,95 @@
+//! A loaded language-model folder (weights, tokenizer, chat template, stop tokens) and one chat
+//! completion run to the end through the decode loop's [`Generation`], text streamed as it
+//! grows. What `fastvideo chat` runs; the server's chat route will run the same generation
+//! through the step scheduler.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{ensure, Context, Result};
+use fastvideo_pipeline::token::{DecodeParams, FinishReason, Generation};
+use tch::{Device, Kind};
+
+use crate::{ChatTokenizer, Message, QwenForCausalLM};
+
+/// Prompt tokens per prefill step.
+pub const PREFILL_CHUNK: usize = 512;
+
+pub struct LanguageModel {
+    pub model: Arc<QwenForCausalLM>,
+    pub tokenizer: ChatTokenizer,
+    /// The tokenizer's EOS and `generation_config.json`'s `eos_token_id`s.
+    stop: Vec<i64>,
+    device: Device,
+}
+
+/// A finished completion.
+#[derive(Debug)]
+pub struct Reply {
+    pub text: String,
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+    pub finish_reason: FinishReason,
+    pub seconds: f64,
+}
+
+impl LanguageModel {
+    /// A transformers-layout folder: `config.json`, `model.safetensors` (or shards),
+    /// `tokenizer.json`, optionally `tokenizer_config.json`, `chat_template.jinja` and
+    /// `generation_config.json`.
+    pub fn load(dir: &Path, device: Device, kind: Kind) -> Result<Self> {
+        ensure!(dir.join("config.json").is_file(), "{}: no config.json (a transformers model folder?)", dir.display());
+        let model = Arc::new(QwenForCausalLM::load(dir, device, kind)?);
+        let tokenizer = ChatTokenizer::load(dir)?;
+        let mut stop: Vec<i64> = tokenizer.eos_token().and_then(|t| tokenizer.token_id(t)).into_iter().collect();
+        if let Ok(text) = std::fs::read_to_string(dir.join("generation_config.json")) {
+            let v: serde_json::Value =
+                serde_json::from_str(&text).with_context(|| format!("{}/generation_config.json", dir.display()))?;
+            match &v["eos_token_id"] {
+                serde_json::Value::Number(n) => stop.extend(n.as_i64()),
+                serde_json::Value::Array(a) => stop.extend(a.iter().filter_map(|x| x.as_i64())),
+                _ => {}
+            }
+        }
+        Ok(Self { model, tokenizer, stop, device })
+    }
+
+    /// The chat template applied to `messages` (with the assistant's opening), tokenized.
+    pub fn prompt_ids(&self, messages: &[Message]) -> Result<Vec<i64>> {
+        ensure!(!messages.is_empty(), "messages: at least one message");
+        let text = self.tokenizer.render(messages, true)?;
+        self.tokenizer.encode(&text)
+    }
+
+    /// Runs a chat completion to its end; `on_text` receives the text as it grows (each call the
+    /// new part).
+    pub fn chat(&self, messages: &[Message], params: &DecodeParams, mut on_text: impl FnMut(&str)) -> Result<Reply> {
+        let prompt = self.prompt_ids(messages)?;
+        let prompt_tokens = prompt.len();
+        let t0 = Instant::now();
+        let mut g = Generation::new(self.model.as_ref(), prompt, params, &self.stop)?;
+        let mut shown = String::new();
+        tch::no_grad(|| -> Result<()> {
+            while g.finish().is_none() {
+                if g.step(self.model.as_ref(), self.device, PREFILL_CHUNK)?.is_some() {
+                    // Whole text each time: a token may end inside a multi-byte character.
+                    let text = self.tokenizer.decode(g.tokens())?;
+                    if let Some(new) = text.strip_prefix(shown.as_str()).filter(|n| !n.is_empty()) {
+                        on_text(new);
+                        shown = text;
+                    }
+                }
+            }
+            Ok(())
+        })?;
+        let text = self.tokenizer.decode(g.tokens())?;
+        Ok(Reply {
+            text,
+            prompt_tokens,
+            completion_tokens: g.tokens().len(),
+            finish_reason: g.finish().expect("finished"),
+            seconds: t0.elapsed().as_secs_f64(),
+        })
+    }
+}
