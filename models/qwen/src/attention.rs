@@ -3,11 +3,11 @@
 //! heads, causal SDPA scaled by `1/sqrt(head_dim)`.
 
 use anyhow::Result;
+use fastvideo_pipeline::token::KvStore;
 use fastvideo_torch::weights::Weights;
 use tch::{Kind, Tensor};
 
 use crate::config::{Family, QwenConfig};
-use crate::kv_cache::KvCache;
 use crate::rms_norm::RmsNorm;
 use crate::rope::Rope;
 
@@ -64,7 +64,13 @@ impl Attention {
     }
 
     /// `x [B, T, C]` at positions `cache.len()..+T` of layer `layer`; appends its keys and values.
-    pub fn forward(&self, x: &Tensor, rope: (&Tensor, &Tensor), cache: &mut KvCache, layer: usize) -> Tensor {
+    pub fn forward(
+        &self,
+        x: &Tensor,
+        rope: (&Tensor, &Tensor),
+        cache: &mut dyn KvStore,
+        layer: usize,
+    ) -> Result<Tensor> {
         let (b, t, _) = x.size3().expect("[B, T, C]");
         let heads = |y: Tensor, n: i64, norm: &Option<RmsNorm>| {
             let y = y.view([b, t, n, self.head_dim]);
@@ -79,7 +85,7 @@ impl Attention {
         let v = heads(self.v_proj.forward(x), self.kv_heads, &None);
         let (q, k) = (Rope::apply(&q, rope.0, rope.1), Rope::apply(&k, rope.0, rope.1));
         let past = cache.len();
-        let (k, v) = cache.append(layer, k, v);
+        let (k, v) = cache.append(layer, &k, &v)?;
         let groups = self.heads / self.kv_heads;
         let (k, v) = if groups > 1 {
             (k.repeat_interleave_self_int(groups, 1, None), v.repeat_interleave_self_int(groups, 1, None))
@@ -99,6 +105,6 @@ impl Attention {
                 Tensor::scaled_dot_product_attention(&q, &k, &v, Some(mask), 0.0, false, None, false)
             }
         };
-        self.o_proj.forward(&o.transpose(1, 2).reshape([b, t, self.heads * self.head_dim]))
+        Ok(self.o_proj.forward(&o.transpose(1, 2).reshape([b, t, self.heads * self.head_dim])))
     }
 }

@@ -1,12 +1,12 @@
 //! One decoder layer: pre-norm attention and pre-norm SwiGLU, each added to the residual stream.
 
 use anyhow::Result;
+use fastvideo_pipeline::token::KvStore;
 use fastvideo_torch::weights::Weights;
 use tch::Tensor;
 
 use crate::attention::Attention;
 use crate::config::QwenConfig;
-use crate::kv_cache::KvCache;
 use crate::mlp::Mlp;
 use crate::rms_norm::RmsNorm;
 
@@ -27,9 +27,15 @@ impl DecoderLayer {
         })
     }
 
-    pub fn forward(&self, x: &Tensor, rope: (&Tensor, &Tensor), cache: &mut KvCache, index: usize) -> Tensor {
-        let h = x + self.self_attn.forward(&self.input_layernorm.forward(x), rope, cache, index);
+    pub fn forward(
+        &self,
+        x: &Tensor,
+        rope: (&Tensor, &Tensor),
+        cache: &mut dyn KvStore,
+        index: usize,
+    ) -> Result<Tensor> {
+        let h = x + self.self_attn.forward(&self.input_layernorm.forward(x), rope, cache, index)?;
         let out = self.mlp.forward(&self.post_attention_layernorm.forward(&h));
-        h + out
+        Ok(h + out)
     }
 }

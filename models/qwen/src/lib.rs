@@ -1,14 +1,13 @@
 //! Qwen-family decoders (Qwen3, Qwen2.5) in tch, from transformers-layout folders: the language
 //! model the autoregressive decode loop runs. One file per component, as in `fastvideo-wan`:
 //! [`config`], [`rms_norm`], [`rope`], [`attention`] (grouped-query, Qwen3's q/k norm, Qwen2.5's
-//! q/k/v biases), [`mlp`] (SwiGLU), [`layer`], and [`model`] with its key/value cache
-//! ([`kv_cache`]). It implements the decode loop's `CausalLm`; [`chat`] reads the folder's
+//! q/k/v biases), [`mlp`] (SwiGLU), [`layer`], and [`model`]; keys and values live in the decode
+//! loop's `KvStore` (contiguous or paged). It implements the decode loop's `CausalLm`; [`chat`] reads the folder's
 //! tokenizer and chat template.
 
 pub mod attention;
 pub mod chat;
 pub mod config;
-pub mod kv_cache;
 pub mod language_model;
 pub mod layer;
 mod lm;
@@ -19,6 +18,5 @@ pub mod rope;
 
 pub use chat::{ChatTokenizer, Message};
 pub use config::QwenConfig;
-pub use kv_cache::KvCache;
 pub use language_model::{LanguageModel, Reply};
 pub use model::QwenForCausalLM;

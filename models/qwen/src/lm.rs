@@ -1,20 +1,21 @@
 //! The model as the decode loop drives it ([`fastvideo_pipeline::token::CausalLm`]).
 
-use std::any::Any;
-
-use anyhow::{anyhow, Result};
-use fastvideo_pipeline::token::CausalLm;
+use anyhow::Result;
+use fastvideo_pipeline::token::{CausalLm, KvShape, KvStore};
 use tch::Tensor;
 
-use crate::{KvCache, QwenForCausalLM};
+use crate::QwenForCausalLM;
 
 impl CausalLm for QwenForCausalLM {
-    fn new_cache(&self) -> Box<dyn Any + Send> {
+    fn new_cache(&self) -> Box<dyn KvStore> {
         Box::new(self.cache())
     }
 
-    fn forward(&self, tokens: &Tensor, cache: &mut (dyn Any + Send)) -> Result<Tensor> {
-        let cache = cache.downcast_mut::<KvCache>().ok_or_else(|| anyhow!("not a Qwen key/value cache"))?;
+    fn kv_shape(&self) -> KvShape {
+        QwenForCausalLM::kv_shape(self)
+    }
+
+    fn forward(&self, tokens: &Tensor, cache: &mut dyn KvStore) -> Result<Tensor> {
         QwenForCausalLM::forward(self, tokens, cache)
     }
 

@@ -5,11 +5,11 @@
 use std::path::Path;
 
 use anyhow::{ensure, Context, Result};
+use fastvideo_pipeline::token::{ContiguousKv, KvShape, KvStore};
 use fastvideo_torch::weights::Weights;
 use tch::{Device, Kind, Tensor};
 
 use crate::config::QwenConfig;
-use crate::kv_cache::KvCache;
 use crate::layer::DecoderLayer;
 use crate::rms_norm::RmsNorm;
 use crate::rope::Rope;
@@ -25,7 +25,7 @@ pub struct QwenForCausalLM {
 }
 
 // SAFETY: the weights are read-only after `load` (no method takes `&mut self`), and libtorch's
-// tensor reads are thread-safe; the per-request state lives in each request's `KvCache`. The same
+// tensor reads are thread-safe; the per-request state lives in each request's `KvStore`. The same
 // reasoning as fastvideo-wan's models.
 unsafe impl Sync for QwenForCausalLM {}
 
@@ -50,14 +50,19 @@ impl QwenForCausalLM {
         Ok(Self { config, embed_tokens, layers, norm, lm_head, rope, kind })
     }
 
-    /// A fresh cache for this model.
-    pub fn cache(&self) -> KvCache {
-        KvCache::new(self.layers.len())
+    /// A fresh contiguous cache for this model.
+    pub fn cache(&self) -> ContiguousKv {
+        ContiguousKv::new(self.layers.len())
+    }
+
+    /// The shape of its key/value cache.
+    pub fn kv_shape(&self) -> KvShape {
+        KvShape { layers: self.layers.len(), kv_heads: self.config.num_key_value_heads, head_dim: self.config.head_dim }
     }
 
     /// Logits `[B, T, vocab]` (the model's dtype) for `tokens [B, T]` following the positions
     /// already in `cache`, whose keys and values it extends.
-    pub fn forward(&self, tokens: &Tensor, cache: &mut KvCache) -> Result<Tensor> {
+    pub fn forward(&self, tokens: &Tensor, cache: &mut dyn KvStore) -> Result<Tensor> {
         let (_, t) = tokens.size2().context("tokens are [B, T]")?;
         ensure!(
             cache.len() + t <= self.config.max_position_embeddings,
@@ -68,7 +73,7 @@ impl QwenForCausalLM {
         let (cos, sin) = self.rope.tables(cache.len(), t, self.kind);
         let mut x = Tensor::embedding(&self.embed_tokens, tokens, -1, false, false);
         for (i, layer) in self.layers.iter().enumerate() {
-            x = layer.forward(&x, (&cos, &sin), cache, i);
+            x = layer.forward(&x, (&cos, &sin), cache, i)?;
         }
         cache.advance(t);
         Ok(self.norm.forward(&x).linear(&self.lm_head, None::<Tensor>))

@@ -5,7 +5,6 @@
 //! interleaves other requests' token and denoise steps, cancels, and streams (one `token` event
 //! per generated token).
 
-use std::any::Any;
 use std::sync::Arc;
 
 use anyhow::{anyhow, bail, ensure, Result};
@@ -13,16 +12,19 @@ use fastvideo_request::OmniEvent;
 use serde::Deserialize;
 use tch::{Device, Kind, Tensor};
 
+use super::kv::{KvBlockPool, KvShape, KvStore, PagedKv};
 use super::sampling::{Sampler, SamplingParams};
 use crate::{LoopStage, LoopState, NodeCtx, StepResult, Value, Values};
 
 /// A causal language model as the loop drives it.
 pub trait CausalLm: Send + Sync {
-    /// A fresh per-request key/value cache.
-    fn new_cache(&self) -> Box<dyn Any + Send>;
+    /// A fresh contiguous per-request key/value cache.
+    fn new_cache(&self) -> Box<dyn KvStore>;
+    /// The shape of its key/value cache (to size a [`KvBlockPool`](super::KvBlockPool)).
+    fn kv_shape(&self) -> KvShape;
     /// Logits `[1, T, vocab]` for `tokens [1, T]` following the positions in `cache`, which it
     /// extends by `T`.
-    fn forward(&self, tokens: &Tensor, cache: &mut (dyn Any + Send)) -> Result<Tensor>;
+    fn forward(&self, tokens: &Tensor, cache: &mut dyn KvStore) -> Result<Tensor>;
     /// Positions the model takes (prompt and output together).
     fn max_positions(&self) -> i64;
     /// Tokens that end a generation (the model's EOS ids).
@@ -94,7 +96,7 @@ impl DecodeParams {
 /// One request's generation in progress: the decode loop's state, usable without the loop
 /// (the CLI drives it directly).
 pub struct Generation {
-    cache: Box<dyn Any + Send>,
+    cache: Box<dyn KvStore>,
     prompt: Vec<i64>,
     /// Prompt tokens already through the model.
     prefilled: usize,
@@ -107,9 +109,20 @@ pub struct Generation {
 }
 
 impl Generation {
-    /// Checks the prompt and parameters against `model` (errors name the field) and starts.
-    /// `stop` adds stop ids to the model's EOS and the request's.
+    /// Checks the prompt and parameters against `model` (errors name the field) and starts with
+    /// a contiguous cache. `stop` adds stop ids to the model's EOS and the request's.
     pub fn new(model: &dyn CausalLm, prompt: Vec<i64>, params: &DecodeParams, stop: &[i64]) -> Result<Self> {
+        Self::with_cache(model, model.new_cache(), prompt, params, stop)
+    }
+
+    /// [`Self::new`] with the cache given (a [`PagedKv`] on a shared pool).
+    pub fn with_cache(
+        model: &dyn CausalLm,
+        cache: Box<dyn KvStore>,
+        prompt: Vec<i64>,
+        params: &DecodeParams,
+        stop: &[i64],
+    ) -> Result<Self> {
         ensure!(params.max_tokens > 0, "max_tokens: must be at least 1");
         let sampler = Sampler::new(params.sampling())?;
         ensure!(!prompt.is_empty(), "the prompt has no tokens");
@@ -123,7 +136,7 @@ impl Generation {
         all_stops.extend(&params.stop_token_ids);
         all_stops.extend(stop);
         Ok(Self {
-            cache: model.new_cache(),
+            cache,
             prompt,
             prefilled: 0,
             generated: Vec::new(),
@@ -197,13 +210,22 @@ pub struct ARDecodeLoop {
     output: String,
     /// Prompt tokens per prefill step, so a long prompt does not hold the scheduler.
     prefill_chunk: usize,
+    /// Paged key/value blocks shared by this loop's requests (else each has a contiguous cache).
+    pool: Option<Arc<KvBlockPool>>,
 }
 
 impl ARDecodeLoop {
     /// A loop reading the prompt's ids from value `input` and writing the generated ids to
     /// `output`, prefilling at most `prefill_chunk` prompt tokens per step.
     pub fn new(model: Arc<dyn CausalLm>, input: &str, output: &str, prefill_chunk: usize) -> Self {
-        Self { model, input: input.into(), output: output.into(), prefill_chunk: prefill_chunk.max(1) }
+        Self { model, input: input.into(), output: output.into(), prefill_chunk: prefill_chunk.max(1), pool: None }
+    }
+
+    /// Requests take their key/value blocks from `pool` (returned when each request ends, also
+    /// on failure or cancellation).
+    pub fn with_pool(mut self, pool: Arc<KvBlockPool>) -> Self {
+        self.pool = Some(pool);
+        self
     }
 }
 
@@ -214,7 +236,11 @@ impl LoopStage for ARDecodeLoop {
             None => DecodeParams::default(),
         };
         let prompt: Vec<i64> = Vec::try_from(values.tensor(&self.input)?.to_kind(Kind::Int64).view([-1]))?;
-        let g = Generation::new(self.model.as_ref(), prompt, &params, &[])?;
+        let cache: Box<dyn KvStore> = match &self.pool {
+            Some(pool) => Box::new(PagedKv::new(pool.clone())),
+            None => self.model.new_cache(),
+        };
+        let g = Generation::with_cache(self.model.as_ref(), cache, prompt, &params, &[])?;
         // The last prefill chunk also yields the first token.
         Ok(LoopState { step: 0, total_steps: g.max_steps(self.prefill_chunk), inner: Box::new(g) })
     }

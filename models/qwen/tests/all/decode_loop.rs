@@ -105,3 +105,57 @@ fn bad_parameters_and_prompts_are_named() {
     let e = format!("{:#}", run(&model, &long, serde_json::json!({})).unwrap_err());
     assert!(e.contains("600 tokens") && e.contains("512"), "{e}");
 }
+
+/// Runs several generations a step at a time, interleaved as the scheduler would, each on its
+/// own paged cache from one pool.
+#[test]
+fn paged_generations_interleaved_equal_their_solo_contiguous_runs_and_free_their_blocks() {
+    use fastvideo_pipeline::token::{CausalLm, DecodeParams, Generation, KvBlockPool, PagedKv};
+    let (model, prompt, greedy) = fixture();
+    let pool = Arc::new(KvBlockPool::new(model.kv_shape(), 16, 64, Device::Cpu, Kind::Float));
+    let lengths = [64u32, 7, 30];
+    let prompts = [prompt.clone(), prompt[..5].to_vec(), prompt[3..].to_vec()];
+    let solo: Vec<Vec<i64>> = prompts
+        .iter()
+        .zip(lengths)
+        .map(|(p, n)| {
+            let params = DecodeParams { max_tokens: n, ..Default::default() };
+            let mut g = Generation::new(model.as_ref(), p.clone(), &params, &[]).unwrap();
+            while g.finish().is_none() {
+                g.step(model.as_ref(), Device::Cpu, 4).unwrap();
+            }
+            g.tokens().to_vec()
+        })
+        .collect();
+    assert_eq!(solo[0], greedy);
+    let mut running: Vec<Generation> = prompts
+        .iter()
+        .zip(lengths)
+        .map(|(p, n)| {
+            let params = DecodeParams { max_tokens: n, ..Default::default() };
+            let cache = Box::new(PagedKv::new(pool.clone()));
+            Generation::with_cache(model.as_ref() as &dyn CausalLm, cache, p.clone(), &params, &[]).unwrap()
+        })
+        .collect();
+    while running.iter().any(|g| g.finish().is_none()) {
+        for g in running.iter_mut().filter(|g| g.finish().is_none()) {
+            g.step(model.as_ref(), Device::Cpu, 4).unwrap();
+        }
+    }
+    for (g, want) in running.iter().zip(&solo) {
+        assert_eq!(g.tokens(), want.as_slice(), "paged and interleaved equals contiguous and alone");
+    }
+    assert!(pool.free_blocks() < pool.blocks());
+    drop(running);
+    assert_eq!(pool.free_blocks(), pool.blocks(), "every block returns");
+
+    // A pool too small for the prompt: a clear error, nothing kept.
+    let tiny = Arc::new(KvBlockPool::new(model.kv_shape(), 4, 2, Device::Cpu, Kind::Float));
+    let params = DecodeParams { max_tokens: 4, ..Default::default() };
+    let mut g =
+        Generation::with_cache(model.as_ref(), Box::new(PagedKv::new(tiny.clone())), prompt, &params, &[]).unwrap();
+    let e = g.step(model.as_ref(), Device::Cpu, 64).unwrap_err().to_string();
+    assert!(e.contains("exhausted"), "{e}");
+    drop(g);
+    assert_eq!(tiny.free_blocks(), 2);
+}
