@@ -72,7 +72,37 @@ pub const TARGETS: &[Target] = &[
         max_len: 1 << 16,
         run: sharded_index,
     },
+    Target {
+        name: "chat-messages",
+        what: "a chat request's messages (OpenAI JSON) parsed and rendered through a ChatML template (fastvideo-qwen chat.rs)",
+        max_len: 1 << 16,
+        run: chat_messages,
+    },
+    Target {
+        name: "chat-template",
+        what: "a model folder's chat template (Jinja) rendered for a fixed chat, bounded by fuel (fastvideo-qwen chat.rs)",
+        max_len: 1 << 14,
+        run: chat_template,
+    },
 ];
+
+const CHATML: &str = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content | trim }}<|im_end|>\n{% endfor %}\
+                      {% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+
+fn chat_messages(data: &[u8]) -> bool {
+    let Ok(v) = serde_json::from_slice::<serde_json::Value>(data) else { return false };
+    let Ok(messages) = fastvideo_qwen::chat::parse_messages(v.get("messages").unwrap_or(&v)) else { return false };
+    fastvideo_qwen::chat::render_template(CHATML, &messages, true, "", "<|im_end|>").is_ok()
+}
+
+fn chat_template(data: &[u8]) -> bool {
+    let Ok(text) = std::str::from_utf8(data) else { return false };
+    let chat = [
+        fastvideo_qwen::Message::new("system", "Rewrite prompts."),
+        fastvideo_qwen::Message::new("user", "a crimson disc gliding leftwards over snow"),
+    ];
+    fastvideo_qwen::chat::render_template(text, &chat, true, "<s>", "</s>").is_ok()
+}
 
 fn limits() -> ModelLimits {
     ModelLimits::example()

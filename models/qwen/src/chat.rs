@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, bail, ensure, Context, Result};
 use serde::{Deserialize, Serialize};
 
 /// One chat message.
@@ -45,6 +45,72 @@ fn token_text(v: Option<serde_json::Value>) -> Option<String> {
     }
 }
 
+/// Template instructions one rendering may run: a template from a model folder is untrusted
+/// input, and a loop over a huge range must end in an error, not hang the server.
+const TEMPLATE_FUEL: u64 = 2_000_000;
+
+/// `template` (Jinja, as transformers renders chat templates: blocks trimmed, `raise_exception`)
+/// applied to `messages`.
+pub fn render_template(
+    template: &str,
+    messages: &[Message],
+    add_generation_prompt: bool,
+    bos_token: &str,
+    eos_token: &str,
+) -> Result<String> {
+    let mut env = minijinja::Environment::new();
+    env.set_trim_blocks(true);
+    env.set_lstrip_blocks(true);
+    env.set_fuel(Some(TEMPLATE_FUEL));
+    env.add_function("raise_exception", |msg: String| -> Result<String, minijinja::Error> {
+        Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, msg))
+    });
+    env.add_template("chat", template).map_err(|e| anyhow!("the chat template does not parse: {e}"))?;
+    let ctx = minijinja::context! {
+        messages => messages,
+        add_generation_prompt => add_generation_prompt,
+        bos_token => bos_token,
+        eos_token => eos_token,
+    };
+    let tmpl = env.get_template("chat").expect("added above");
+    tmpl.render(ctx).map_err(|e| anyhow!("messages: {}", e.detail().map(String::from).unwrap_or_else(|| e.to_string())))
+}
+
+/// An OpenAI chat request's `messages`: each an object with a string `role` and a `content`
+/// that is a string or a list of parts of which the text ones are joined. Errors name the
+/// message by index.
+pub fn parse_messages(messages: &serde_json::Value) -> Result<Vec<Message>> {
+    let list = messages.as_array().ok_or_else(|| anyhow!("messages: must be a list"))?;
+    ensure!(!list.is_empty(), "messages: at least one message");
+    list.iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let role = m
+                .get("role")
+                .and_then(|r| r.as_str())
+                .ok_or_else(|| anyhow!("messages[{i}].role: a string is required"))?;
+            let content = match m.get("content") {
+                Some(serde_json::Value::String(s)) => s.clone(),
+                Some(serde_json::Value::Array(parts)) => {
+                    let mut text = String::new();
+                    for (j, p) in parts.iter().enumerate() {
+                        match (p.get("type").and_then(|t| t.as_str()), p.get("text").and_then(|t| t.as_str())) {
+                            (Some("text"), Some(t)) => text.push_str(t),
+                            _ => bail!(
+                                "messages[{i}].content[{j}]: only text parts ({{\"type\": \"text\", \"text\": ...}})"
+                            ),
+                        }
+                    }
+                    text
+                }
+                Some(serde_json::Value::Null) | None => String::new(),
+                Some(_) => bail!("messages[{i}].content: a string or a list of text parts"),
+            };
+            Ok(Message { role: role.to_string(), content })
+        })
+        .collect()
+}
+
 impl ChatTokenizer {
     pub fn load(dir: &Path) -> Result<Self> {
         let path = dir.join("tokenizer.json");
@@ -80,21 +146,9 @@ impl ChatTokenizer {
         let Some(template) = &self.template else {
             bail!("this model folder has no chat template (chat_template.jinja or tokenizer_config.json)");
         };
-        let mut env = minijinja::Environment::new();
-        env.set_trim_blocks(true);
-        env.set_lstrip_blocks(true);
-        env.add_function("raise_exception", |msg: String| -> Result<String, minijinja::Error> {
-            Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, msg))
-        });
-        env.add_template("chat", template).map_err(|e| anyhow!("the chat template does not parse: {e}"))?;
-        let ctx = minijinja::context! {
-            messages => messages,
-            add_generation_prompt => add_generation_prompt,
-            bos_token => self.bos_token.clone().unwrap_or_default(),
-            eos_token => self.eos_token.clone().unwrap_or_default(),
-        };
-        let tmpl = env.get_template("chat").expect("added above");
-        tmpl.render(ctx).map_err(|e| anyhow!("messages: {}", e.detail().unwrap_or(&e.to_string())))
+        let bos = self.bos_token.as_deref().unwrap_or_default();
+        let eos = self.eos_token.as_deref().unwrap_or_default();
+        render_template(template, messages, add_generation_prompt, bos, eos)
     }
 
     /// Token ids of `text`; special tokens written in it (`<|im_start|>`) are recognised, no

@@ -49,3 +49,34 @@ fn a_bad_role_is_an_error_naming_it() {
     let e = tok.render(&[Message::new("wizard", "hi")], true).unwrap_err().to_string();
     assert!(e.contains("unknown role: wizard"), "{e}");
 }
+
+#[test]
+fn openai_messages_parse_and_bad_ones_are_named() {
+    use fastvideo_qwen::chat::parse_messages;
+    let ok = serde_json::json!([
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": [{"type": "text", "text": "a red "}, {"type": "text", "text": "circle"}]},
+    ]);
+    let m = parse_messages(&ok).unwrap();
+    assert_eq!(m[1], Message::new("user", "a red circle"));
+    for (bad, field) in [
+        (serde_json::json!({"role": "user"}), "messages: must be a list"),
+        (serde_json::json!([]), "at least one"),
+        (serde_json::json!([{"content": "x"}]), "messages[0].role"),
+        (serde_json::json!([{"role": "user", "content": 3}]), "messages[0].content"),
+        (serde_json::json!([{"role": "user", "content": [{"type": "image_url"}]}]), "messages[0].content[0]"),
+    ] {
+        let e = parse_messages(&bad).unwrap_err().to_string();
+        assert!(e.contains(field), "{field}: {e}");
+    }
+}
+
+#[test]
+fn a_template_that_loops_too_long_is_an_error() {
+    use fastvideo_qwen::chat::render_template;
+    let t = "{% for i in range(100000000) %}x{% endfor %}";
+    let e = render_template(t, &[Message::new("user", "hi")], true, "", "").unwrap_err().to_string();
+    assert!(!e.is_empty());
+    let nested = "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}";
+    assert!(render_template(nested, &[], true, "", "").is_err(), "bounded by fuel, not by patience");
+}
