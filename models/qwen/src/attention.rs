@@ -107,4 +107,55 @@ impl Attention {
         };
         Ok(self.o_proj.forward(&o.transpose(1, 2).reshape([b, t, self.heads * self.head_dim])))
     }
+
+    /// One new token of each of `B` requests, `x [B, 1, C]`, each at its own position (`rope`
+    /// tables `[B, 1, 1, D]`) with its own cache: the projections run batched, the attention
+    /// row by row over each row's keys.
+    pub fn forward_rows(
+        &self,
+        x: &Tensor,
+        rope: (&Tensor, &Tensor),
+        caches: &mut [&mut dyn KvStore],
+        layer: usize,
+    ) -> Result<Tensor> {
+        let b = x.size()[0];
+        let heads = |y: Tensor, n: i64, norm: &Option<RmsNorm>| {
+            let y = y.view([b, 1, n, self.head_dim]);
+            let y = match norm {
+                Some(nm) => nm.forward(&y),
+                None => y,
+            };
+            y.transpose(1, 2)
+        };
+        let q = heads(self.q_proj.forward(x), self.heads, &self.q_norm);
+        let k = heads(self.k_proj.forward(x), self.kv_heads, &self.k_norm);
+        let v = heads(self.v_proj.forward(x), self.kv_heads, &None);
+        let (q, k) = (Rope::apply(&q, rope.0, rope.1), Rope::apply(&k, rope.0, rope.1));
+        let groups = self.heads / self.kv_heads;
+        let rows = caches
+            .iter_mut()
+            .enumerate()
+            .map(|(r, cache)| {
+                let r = r as i64;
+                let (kr, vr) = cache.append(layer, &k.narrow(0, r, 1), &v.narrow(0, r, 1))?;
+                let (kr, vr) = if groups > 1 {
+                    (kr.repeat_interleave_self_int(groups, 1, None), vr.repeat_interleave_self_int(groups, 1, None))
+                } else {
+                    (kr, vr)
+                };
+                Ok(Tensor::scaled_dot_product_attention(
+                    &q.narrow(0, r, 1),
+                    &kr,
+                    &vr,
+                    None::<Tensor>,
+                    0.0,
+                    false,
+                    None,
+                    false,
+                ))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let o = Tensor::cat(&rows, 0);
+        Ok(self.o_proj.forward(&o.transpose(1, 2).reshape([b, 1, self.heads * self.head_dim])))
+    }
 }

@@ -38,4 +38,18 @@ impl DecoderLayer {
         let out = self.mlp.forward(&self.post_attention_layernorm.forward(&h));
         Ok(h + out)
     }
+
+    /// [`Self::forward`] for one new token of each of several requests (see
+    /// `Attention::forward_rows`).
+    pub fn forward_rows(
+        &self,
+        x: &Tensor,
+        rope: (&Tensor, &Tensor),
+        caches: &mut [&mut dyn KvStore],
+        index: usize,
+    ) -> Result<Tensor> {
+        let h = x + self.self_attn.forward_rows(&self.input_layernorm.forward(x), rope, caches, index)?;
+        let out = self.mlp.forward(&self.post_attention_layernorm.forward(&h));
+        Ok(h + out)
+    }
 }

@@ -19,6 +19,14 @@ impl CausalLm for QwenForCausalLM {
         QwenForCausalLM::forward(self, tokens, cache)
     }
 
+    fn forward_decode(&self, tokens: &[i64], caches: &mut [&mut dyn KvStore]) -> Result<Tensor> {
+        QwenForCausalLM::forward_decode(self, tokens, caches)
+    }
+
+    fn device(&self) -> tch::Device {
+        QwenForCausalLM::device(self)
+    }
+
     fn max_positions(&self) -> i64 {
         self.config.max_position_embeddings
     }

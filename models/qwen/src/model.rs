@@ -55,6 +55,11 @@ impl QwenForCausalLM {
         ContiguousKv::new(self.layers.len())
     }
 
+    /// Where its weights live.
+    pub fn device(&self) -> Device {
+        self.embed_tokens.device()
+    }
+
     /// The shape of its key/value cache.
     pub fn kv_shape(&self) -> KvShape {
         KvShape { layers: self.layers.len(), kv_heads: self.config.num_key_value_heads, head_dim: self.config.head_dim }
@@ -77,6 +82,29 @@ impl QwenForCausalLM {
         }
         cache.advance(t);
         Ok(self.norm.forward(&x).linear(&self.lm_head, None::<Tensor>))
+    }
+
+    /// Logits `[B, vocab]` for one new token of each of `B` requests, each after its own cache's
+    /// positions: the batched decode step.
+    pub fn forward_decode(&self, tokens: &[i64], caches: &mut [&mut dyn KvStore]) -> Result<Tensor> {
+        ensure!(tokens.len() == caches.len() && !tokens.is_empty(), "one token per cache");
+        for c in caches.iter() {
+            ensure!(c.len() < self.config.max_position_embeddings, "a request is at max_position_embeddings");
+        }
+        let b = tokens.len() as i64;
+        let device = self.embed_tokens.device();
+        let ids = Tensor::from_slice(tokens).to_device(device).view([b, 1]);
+        let (cos, sin): (Vec<Tensor>, Vec<Tensor>) =
+            caches.iter().map(|c| self.rope.tables(c.len(), 1, self.kind)).unzip();
+        let (cos, sin) = (Tensor::stack(&cos, 0).unsqueeze(1), Tensor::stack(&sin, 0).unsqueeze(1));
+        let mut x = Tensor::embedding(&self.embed_tokens, &ids, -1, false, false);
+        for (i, layer) in self.layers.iter().enumerate() {
+            x = layer.forward_rows(&x, (&cos, &sin), caches, i)?;
+        }
+        for c in caches.iter_mut() {
+            c.advance(1);
+        }
+        Ok(self.norm.forward(&x).linear(&self.lm_head, None::<Tensor>).squeeze_dim(1))
     }
 
     /// Greedy continuation of `prompt` by `n` tokens (no stop token): the reference the decode

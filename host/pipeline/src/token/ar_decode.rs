@@ -25,6 +25,22 @@ pub trait CausalLm: Send + Sync {
     /// Logits `[1, T, vocab]` for `tokens [1, T]` following the positions in `cache`, which it
     /// extends by `T`.
     fn forward(&self, tokens: &Tensor, cache: &mut dyn KvStore) -> Result<Tensor>;
+    /// Logits `[B, vocab]` for one new token of each of `B` requests (`tokens[i]` after the
+    /// positions in `caches[i]`, which it extends by one): the decode steps of many requests as
+    /// one forward. The default runs them one by one.
+    fn forward_decode(&self, tokens: &[i64], caches: &mut [&mut dyn KvStore]) -> Result<Tensor> {
+        let rows = tokens
+            .iter()
+            .zip(caches.iter_mut())
+            .map(|(&t, c)| {
+                let device = self.device();
+                Ok(self.forward(&Tensor::from_slice(&[t]).to_device(device).view([1, 1]), &mut **c)?.select(1, -1))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Tensor::cat(&rows, 0))
+    }
+    /// Where its weights live.
+    fn device(&self) -> Device;
     /// Positions the model takes (prompt and output together).
     fn max_positions(&self) -> i64;
     /// Tokens that end a generation (the model's EOS ids).
@@ -165,15 +181,37 @@ impl Generation {
             self.prefilled = end;
             chunk
         } else {
-            vec![*self.generated.last().expect("a token after the prefill")]
+            vec![self.decode_input()]
         };
         let tokens = Tensor::from_slice(&input).to_device(device).unsqueeze(0);
         let logits = model.forward(&tokens, self.cache.as_mut())?;
         if self.prefilled < self.prompt.len() {
             return Ok(None); // more prompt to read before the first token
         }
+        self.absorb(&logits.select(1, -1).select(0, 0))
+    }
+
+    /// Whether the next step is a single-token decode step (the prompt read, a token out, not
+    /// finished): the steps that batch across requests.
+    pub fn decoding(&self) -> bool {
+        self.finish.is_none() && self.prefilled == self.prompt.len() && !self.generated.is_empty()
+    }
+
+    /// The token the next decode step feeds.
+    pub fn decode_input(&self) -> i64 {
+        *self.generated.last().expect("a token after the prefill")
+    }
+
+    /// The cache the next forward extends.
+    pub fn cache_mut(&mut self) -> &mut dyn KvStore {
+        self.cache.as_mut()
+    }
+
+    /// Chooses the next token from the last position's logits (`[vocab]`) and applies the stop
+    /// rules; returns it unless it stopped the generation.
+    pub fn absorb(&mut self, logits: &Tensor) -> Result<Option<i64>> {
         let seen: Vec<i64> = self.prompt.iter().chain(&self.generated).copied().collect();
-        let next = self.sampler.sample(&logits.select(1, -1).select(0, 0), &seen)?;
+        let next = self.sampler.sample(logits, &seen)?;
         if self.stop.contains(&next) {
             self.finish = Some(FinishReason::Stop);
             return Ok(None);
@@ -229,6 +267,20 @@ impl ARDecodeLoop {
     }
 }
 
+/// One step's result: done when the generation finished, a `token` event for a new token.
+fn step_result(ctx: &NodeCtx, g: &Generation, token: Option<i64>) -> StepResult {
+    let mut result = StepResult { forwards: 1, done: g.finish().is_some(), ..Default::default() };
+    if let Some(token) = token {
+        result.emit.push(OmniEvent::Token {
+            request_id: ctx.request.request_id.clone(),
+            node: ctx.node.to_string(),
+            index: g.tokens().len() as u32 - 1,
+            token,
+        });
+    }
+    result
+}
+
 impl LoopStage for ARDecodeLoop {
     fn init(&self, ctx: &NodeCtx, values: &mut Values) -> Result<LoopState> {
         let params: DecodeParams = match ctx.request.node_params.get(ctx.node) {
@@ -248,16 +300,41 @@ impl LoopStage for ARDecodeLoop {
     fn step(&self, ctx: &NodeCtx, state: &mut LoopState) -> Result<StepResult> {
         let g = state.get_mut::<Generation>()?;
         let token = g.step(self.model.as_ref(), ctx.device, self.prefill_chunk)?;
-        let mut result = StepResult { forwards: 1, done: g.finish().is_some(), ..Default::default() };
-        if let Some(token) = token {
-            result.emit.push(OmniEvent::Token {
-                request_id: ctx.request.request_id.clone(),
-                node: ctx.node.to_string(),
-                index: g.tokens().len() as u32 - 1,
-                token,
-            });
+        Ok(step_result(ctx, g, token))
+    }
+
+    /// Decode steps of any requests of this loop batch (one forward for all); prefill steps run
+    /// alone.
+    fn batch_key(&self, _ctx: &NodeCtx, state: &LoopState) -> Option<u64> {
+        let g = state.inner.downcast_ref::<Generation>()?;
+        g.decoding().then_some(Arc::as_ptr(&self.model) as *const () as u64)
+    }
+
+    fn step_batch(&self, ctxs: &[NodeCtx], states: &mut [&mut LoopState]) -> Vec<Result<StepResult>> {
+        let mut gens: Vec<&mut Generation> = match states.iter_mut().map(|s| s.get_mut::<Generation>()).collect() {
+            Ok(g) => g,
+            Err(e) => return ctxs.iter().map(|_| Err(anyhow!("{e}"))).collect(),
+        };
+        if gens.iter().any(|g| !g.decoding()) {
+            return ctxs.iter().map(|_| Err(anyhow!("step_batch: a request is not at a decode step"))).collect();
         }
-        Ok(result)
+        let tokens: Vec<i64> = gens.iter().map(|g| g.decode_input()).collect();
+        let logits = {
+            let mut caches: Vec<&mut dyn KvStore> = gens.iter_mut().map(|g| g.cache_mut()).collect();
+            self.model.forward_decode(&tokens, &mut caches)
+        };
+        let logits = match logits {
+            Ok(l) => l,
+            Err(e) => return ctxs.iter().map(|_| Err(anyhow!("{e:#}"))).collect(),
+        };
+        gens.iter_mut()
+            .zip(ctxs)
+            .enumerate()
+            .map(|(i, (g, ctx))| {
+                let token = g.absorb(&logits.get(i as i64))?;
+                Ok(step_result(ctx, g, token))
+            })
+            .collect()
     }
 
     fn finalize(&self, _ctx: &NodeCtx, mut state: LoopState, values: &mut Values) -> Result<()> {

@@ -159,3 +159,78 @@ fn paged_generations_interleaved_equal_their_solo_contiguous_runs_and_free_their
     drop(g);
     assert_eq!(tiny.free_blocks(), 2);
 }
+
+/// What the scheduler does with several chat requests: prefill steps alone, then every request
+/// at a decode step in one batched forward (`batch_key` equal, `step_batch`), requests joining
+/// and finishing at different steps.
+#[test]
+fn batched_decode_steps_give_each_request_its_solo_tokens() {
+    use fastvideo_pipeline::LoopState;
+    let (model, prompt, greedy) = fixture();
+    let stage = ARDecodeLoop::new(model.clone(), "prompt_tokens", "tokens", 4);
+    let prompts = [prompt.clone(), prompt[..5].to_vec(), prompt[2..].to_vec(), prompt[..9].to_vec()];
+    let lengths = [64u32, 9, 20, 33];
+    let reqs: Vec<ResolvedRequest> = lengths.iter().map(|n| request(serde_json::json!({"max_tokens": n}))).collect();
+    let meter = PluginMeter::default();
+    let ctxs: Vec<NodeCtx> =
+        reqs.iter().map(|r| NodeCtx { request: r, node: NODE, device: Device::Cpu, meter: &meter }).collect();
+    let mut states: Vec<LoopState> = prompts
+        .iter()
+        .zip(&ctxs)
+        .map(|(p, ctx)| {
+            let mut values = Values::default();
+            values.insert("prompt_tokens", Value::Tensor(Tensor::from_slice(p)));
+            stage.init(ctx, &mut values).unwrap()
+        })
+        .collect();
+    let mut done = [false; 4];
+    let mut streamed = vec![Vec::new(); 4];
+    let mut batched_calls = 0;
+    // The third request joins late: it starts after the others' first 10 rounds.
+    for round in 0.. {
+        let live: Vec<usize> = (0..4).filter(|&i| !done[i] && (i != 2 || round >= 10)).collect();
+        if live.is_empty() && done.iter().all(|&d| d) {
+            break;
+        }
+        let (batch, alone): (Vec<usize>, Vec<usize>) =
+            live.into_iter().partition(|&i| stage.batch_key(&ctxs[i], &states[i]).is_some());
+        let mut results = Vec::new();
+        if batch.len() > 1 {
+            batched_calls += 1;
+            let keys: Vec<_> = batch.iter().map(|&i| stage.batch_key(&ctxs[i], &states[i])).collect();
+            assert!(keys.windows(2).all(|w| w[0] == w[1]), "one model, one key");
+            let bctx: Vec<NodeCtx> = batch.iter().map(|&i| NodeCtx { ..ctxs[i] }).collect();
+            let mut picked: Vec<&mut LoopState> = Vec::new();
+            for (i, s) in states.iter_mut().enumerate() {
+                if batch.contains(&i) {
+                    picked.push(s);
+                }
+            }
+            for (i, r) in batch.iter().zip(stage.step_batch(&bctx, &mut picked)) {
+                results.push((*i, r.unwrap()));
+            }
+        } else {
+            for &i in &batch {
+                results.push((i, stage.step(&ctxs[i], &mut states[i]).unwrap()));
+            }
+        }
+        for &i in &alone {
+            results.push((i, stage.step(&ctxs[i], &mut states[i]).unwrap()));
+        }
+        for (i, r) in results {
+            for e in r.emit {
+                if let OmniEvent::Token { token, .. } = e {
+                    streamed[i].push(token);
+                }
+            }
+            states[i].step += 1;
+            done[i] |= r.done;
+        }
+    }
+    assert!(batched_calls > 20, "most decode steps ran batched ({batched_calls})");
+    for (i, (p, n)) in prompts.iter().zip(lengths).enumerate() {
+        let solo = run(&model, p, serde_json::json!({"max_tokens": n})).unwrap().0;
+        assert_eq!(streamed[i], solo, "request {i}: batched equals solo");
+    }
+    assert_eq!(streamed[0], greedy);
+}
