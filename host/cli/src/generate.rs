@@ -270,6 +270,16 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         bail!("{} is an image-to-video model: give the first frame with --image FILE", model_dir.display());
     }
     let req = omni.resolve(&limits, random_seed)?;
+    let unknown = model.tokenizer.unknown_words(&req.prompt);
+    if !unknown.is_empty() {
+        // Printed even with --quiet: the model sees none of these words.
+        eprintln!(
+            "warning: the text encoder does not know {}: {}; the model ignores them (rephrase with words it \
+             knows)",
+            if unknown.len() == 1 { "this word" } else { "these words" },
+            unknown.join(", ")
+        );
+    }
     if !args.quiet {
         let r = &model.load_report;
         eprintln!(

@@ -43,6 +43,29 @@ impl TextTokenizer {
     }
 }
 
+impl TextTokenizer {
+    /// The words of `prompt` the vocabulary does not have (they encode to its unknown token, so
+    /// the model sees none of them), in order, each once. Empty when the tokenizer has no
+    /// unknown token or every word is known. Repeats differing only in case count once.
+    pub fn unknown_words(&self, prompt: &str) -> Vec<String> {
+        let Some(unk) = ["<unk>", "[UNK]", "<UNK>"].iter().find_map(|t| self.inner.token_to_id(t)) else {
+            return Vec::new();
+        };
+        let cleaned = clean_prompt(prompt);
+        let Ok(enc) = self.inner.encode(cleaned.as_str(), false) else { return Vec::new() };
+        let mut out: Vec<String> = Vec::new();
+        for (&id, &(start, end)) in enc.get_ids().iter().zip(enc.get_offsets()) {
+            if id == unk {
+                let word = cleaned.get(start..end).unwrap_or_default().to_string();
+                if !word.is_empty() && !out.iter().any(|w| w.to_lowercase() == word.to_lowercase()) {
+                    out.push(word);
+                }
+            }
+        }
+        out
+    }
+}
+
 /// The pipeline's `prompt_clean`: HTML entities unescaped (common ones), whitespace collapsed.
 pub fn clean_prompt(text: &str) -> String {
     let unescaped = text
@@ -57,6 +80,17 @@ pub fn clean_prompt(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::clean_prompt;
+
+    #[test]
+    fn unknown_words_are_named_once_in_order() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../default/tokenizer/tokenizer.json");
+        let tok = super::TextTokenizer::from_file(&path).unwrap();
+        assert!(tok.unknown_words("a red circle moving left on a white background").is_empty());
+        assert_eq!(
+            tok.unknown_words("a Crimson disc gliding left, crimson again"),
+            ["Crimson", "disc", "gliding", ",", "again"]
+        );
+    }
 
     #[test]
     fn cleans_like_the_reference() {

@@ -56,6 +56,7 @@ fn default_model_writes_a_playable_mp4_with_the_requested_shape() {
     let err = String::from_utf8_lossy(&r.stderr);
     assert!(r.status.success(), "{err}");
     assert!(err.contains("trained by this project"), "the CLI names the shipped model: {err}");
+    assert!(!err.contains("does not know"), "every word of this prompt is known: {err}");
     let json: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
     assert_eq!(json["metrics"]["seed"], 7);
     assert_eq!(json["metrics"]["step_seconds"].as_array().unwrap().len(), 3);
@@ -66,6 +67,31 @@ fn default_model_writes_a_playable_mp4_with_the_requested_shape() {
     assert_eq!((track.width(), track.height()), (48, 32));
     assert_eq!(reader.sample_count(id).unwrap(), 9);
     assert_eq!(std::fs::read_dir(&frames).unwrap().count(), 9);
+}
+
+#[test]
+fn words_the_text_encoder_does_not_know_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("clip.mp4");
+    let r = fastvideo(&[
+        "generate",
+        "--prompt",
+        "a crimson disc gliding left",
+        "--frames",
+        "5",
+        "--height",
+        "32",
+        "--width",
+        "32",
+        "--steps",
+        "1",
+        "--quiet",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(r.status.success(), "{err}");
+    assert!(err.contains("does not know these words: crimson, disc, gliding"), "{err}");
 }
 
 #[test]
