@@ -3,6 +3,7 @@
 
 mod args;
 mod bench;
+mod bench_lm;
 mod bench_lora;
 mod bench_parallel;
 mod chat;
@@ -46,6 +47,8 @@ enum Command {
     BenchParallel(bench_parallel::BenchParallelArgs),
     /// Time LoRA adapters on a model: unmerged overhead, mixed batches, merge/unmerge, load.
     BenchLora(bench_lora::BenchLoraArgs),
+    /// Time a language model: time to first token and decode tokens/s at several batch sizes.
+    BenchLm(bench_lm::BenchLmArgs),
     /// Roll out the world model under a list of actions and write the MP4.
     World(world::WorldArgs),
     /// One chat completion from a language-model folder (Qwen3, Qwen2.5), streamed to stdout.
@@ -81,6 +84,7 @@ fn main() -> ExitCode {
         Command::Generate(args) => generate::run(*args),
         Command::Lora(cmd) => lora::run(cmd),
         Command::BenchLora(args) => bench_lora::run(args),
+        Command::BenchLm(args) => bench_lm::run(args),
         Command::Dataset(args) => dataset::run(args),
         Command::World(args) => world::run(args),
         Command::Chat(args) => chat::run(args),

@@ -6,6 +6,7 @@
 //! tokenizer and chat template.
 
 pub mod attention;
+pub mod bench;
 pub mod chat;
 pub mod config;
 pub mod language_model;

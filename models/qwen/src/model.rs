@@ -55,6 +55,21 @@ impl QwenForCausalLM {
         ContiguousKv::new(self.layers.len())
     }
 
+    /// Its compute dtype.
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    /// Parameters held (the tied head counted once).
+    pub fn parameter_count(&self) -> i64 {
+        let c = &self.config;
+        let (h, d) = (c.hidden_size, c.head_dim);
+        let attn = h * d * (c.num_attention_heads * 2 + c.num_key_value_heads * 2);
+        let mlp = 3 * h * c.intermediate_size;
+        let embed = c.vocab_size * h * if c.tie_word_embeddings { 1 } else { 2 };
+        c.num_hidden_layers * (attn + mlp) + embed
+    }
+
     /// Where its weights live.
     pub fn device(&self) -> Device {
         self.embed_tokens.device()

@@ -1,0 +1,113 @@
+//! Timings of a language model at real size: time to first token for one prompt, and decode
+//! tokens/s with B requests decoding together (one batched forward per step), the figures
+//! `fastvideo bench-lm` prints and `host/scripts/gpu/lm_bench.sh` sets beside transformers'.
+
+use std::time::Instant;
+
+use anyhow::Result;
+use fastvideo_pipeline::token::{CausalLm, DecodeParams, Generation, KvStore};
+use serde::Serialize;
+use tch::Device;
+
+use crate::QwenForCausalLM;
+
+/// What to measure.
+pub struct LmBenchOptions {
+    /// Prompt length of the time-to-first-token run.
+    pub prompt_len: usize,
+    /// Batch sizes of the decode runs.
+    pub batches: Vec<usize>,
+    /// Prompt length of each request in the decode runs (prefilled, not timed).
+    pub decode_prompt_len: usize,
+    /// Decode steps timed per batch size (after two warm-up steps).
+    pub steps: usize,
+}
+
+#[derive(Debug, Serialize)]
+pub struct DecodeFigure {
+    pub batch: usize,
+    pub step_s: f64,
+    pub tokens_per_s: f64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct LmBenchReport {
+    pub device: String,
+    pub dtype: String,
+    pub params: i64,
+    pub prompt_len: usize,
+    /// Prefill of `prompt_len` tokens and the first token, median of 3 after a warm-up.
+    pub ttft_s: f64,
+    pub decode: Vec<DecodeFigure>,
+}
+
+fn sync(device: Device) {
+    if let Device::Cuda(i) = device {
+        tch::Cuda::synchronize(i as i64);
+    }
+}
+
+fn prompt(len: usize, seed: usize, vocab: i64) -> Vec<i64> {
+    (0..len).map(|i| ((i * 7919 + seed * 104_729) as i64) % vocab.max(1)).collect()
+}
+
+pub fn run(model: &QwenForCausalLM, opts: &LmBenchOptions) -> Result<LmBenchReport> {
+    let device = model.device();
+    let vocab = model.config.vocab_size;
+    let greedy = DecodeParams { max_tokens: u32::MAX / 2, ..Default::default() };
+    let _guard = tch::no_grad_guard();
+    let mut ttft = Vec::new();
+    for run in 0..4 {
+        let mut g = Generation::new(model, prompt(opts.prompt_len, run, vocab), &greedy, &[])?;
+        sync(device);
+        let t0 = Instant::now();
+        while g.tokens().is_empty() {
+            g.step(model, device, opts.prompt_len)?;
+        }
+        sync(device);
+        if run > 0 {
+            ttft.push(t0.elapsed().as_secs_f64());
+        }
+    }
+    ttft.sort_by(f64::total_cmp);
+    let mut decode = Vec::new();
+    for &b in &opts.batches {
+        let mut gens: Vec<Generation> = (0..b)
+            .map(|i| Generation::new(model, prompt(opts.decode_prompt_len, 10 + i, vocab), &greedy, &[]))
+            .collect::<Result<_>>()?;
+        for g in &mut gens {
+            while !g.decoding() {
+                g.step(model, device, opts.decode_prompt_len)?;
+            }
+        }
+        let step = |gens: &mut Vec<Generation>| -> Result<()> {
+            let tokens: Vec<i64> = gens.iter().map(|g| g.decode_input()).collect();
+            let logits = {
+                let mut caches: Vec<&mut dyn KvStore> = gens.iter_mut().map(|g| g.cache_mut()).collect();
+                CausalLm::forward_decode(model, &tokens, &mut caches)?
+            };
+            for (i, g) in gens.iter_mut().enumerate() {
+                g.absorb(&logits.get(i as i64))?;
+            }
+            Ok(())
+        };
+        step(&mut gens)?;
+        step(&mut gens)?;
+        sync(device);
+        let t0 = Instant::now();
+        for _ in 0..opts.steps {
+            step(&mut gens)?;
+        }
+        sync(device);
+        let step_s = t0.elapsed().as_secs_f64() / opts.steps.max(1) as f64;
+        decode.push(DecodeFigure { batch: b, step_s, tokens_per_s: b as f64 / step_s });
+    }
+    Ok(LmBenchReport {
+        device: format!("{device:?}"),
+        dtype: format!("{:?}", model.kind()),
+        params: model.parameter_count(),
+        prompt_len: opts.prompt_len,
+        ttft_s: ttft[ttft.len() / 2],
+        decode,
+    })
+}
