@@ -63,14 +63,9 @@ impl Attention {
         })
     }
 
-    /// `x [B, T, C]` at positions `cache.len()..+T` of layer `layer`; appends its keys and values.
-    pub fn forward(
-        &self,
-        x: &Tensor,
-        rope: (&Tensor, &Tensor),
-        cache: &mut dyn KvStore,
-        layer: usize,
-    ) -> Result<Tensor> {
+    /// q, k, v `[B, heads, T, D]` of `x [B, T, C]`: projected, q and k normalised per head
+    /// (Qwen3) and rotated by `rope` (tables `[T, D]`, or `[B, 1, T, D]` per row).
+    fn project(&self, x: &Tensor, rope: (&Tensor, &Tensor)) -> (Tensor, Tensor, Tensor) {
         let (b, t, _) = x.size3().expect("[B, T, C]");
         let heads = |y: Tensor, n: i64, norm: &Option<RmsNorm>| {
             let y = y.view([b, t, n, self.head_dim]);
@@ -83,7 +78,19 @@ impl Attention {
         let q = heads(self.q_proj.forward(x), self.heads, &self.q_norm);
         let k = heads(self.k_proj.forward(x), self.kv_heads, &self.k_norm);
         let v = heads(self.v_proj.forward(x), self.kv_heads, &None);
-        let (q, k) = (Rope::apply(&q, rope.0, rope.1), Rope::apply(&k, rope.0, rope.1));
+        (Rope::apply(&q, rope.0, rope.1), Rope::apply(&k, rope.0, rope.1), v)
+    }
+
+    /// `x [B, T, C]` at positions `cache.len()..+T` of layer `layer`; appends its keys and values.
+    pub fn forward(
+        &self,
+        x: &Tensor,
+        rope: (&Tensor, &Tensor),
+        cache: &mut dyn KvStore,
+        layer: usize,
+    ) -> Result<Tensor> {
+        let (b, t, _) = x.size3().expect("[B, T, C]");
+        let (q, k, v) = self.project(x, rope);
         let past = cache.len();
         let (k, v) = cache.append(layer, &k, &v)?;
         let groups = self.heads / self.kv_heads;
@@ -119,18 +126,7 @@ impl Attention {
         layer: usize,
     ) -> Result<Tensor> {
         let b = x.size()[0];
-        let heads = |y: Tensor, n: i64, norm: &Option<RmsNorm>| {
-            let y = y.view([b, 1, n, self.head_dim]);
-            let y = match norm {
-                Some(nm) => nm.forward(&y),
-                None => y,
-            };
-            y.transpose(1, 2)
-        };
-        let q = heads(self.q_proj.forward(x), self.heads, &self.q_norm);
-        let k = heads(self.k_proj.forward(x), self.kv_heads, &self.k_norm);
-        let v = heads(self.v_proj.forward(x), self.kv_heads, &None);
-        let (q, k) = (Rope::apply(&q, rope.0, rope.1), Rope::apply(&k, rope.0, rope.1));
+        let (q, k, v) = self.project(x, rope);
         let groups = self.heads / self.kv_heads;
         let rows = caches
             .iter_mut()

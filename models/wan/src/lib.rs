@@ -14,6 +14,7 @@ pub mod image_condition;
 mod image_encode;
 pub mod image_processor;
 pub mod image_resize;
+mod load_options;
 pub mod loader;
 pub mod lora_bench;
 pub mod nn;

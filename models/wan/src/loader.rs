@@ -7,7 +7,6 @@ use std::sync::Arc;
 use anyhow::{bail, ensure, Context, Result};
 use fastvideo_parallel::ParallelPlan;
 use fastvideo_request::{Defaults, ImageRole, ModelLimits, TaskType};
-use fastvideo_torch::{DtypeChoice, Precision};
 use serde::Deserialize;
 use serde_json::Value;
 use tch::{Device, Kind};
@@ -47,59 +46,7 @@ pub struct RunDefaults {
     pub description: Option<String>,
 }
 
-/// How to load a model: the device and the compute dtype of each component.
-#[derive(Debug, Clone, Copy)]
-pub struct LoadOptions {
-    pub device: Device,
-    /// The transformer's and the text encoder's dtype (auto: bf16 on CUDA, fp32 on CPU).
-    pub dtype: DtypeChoice,
-    /// The VAE's dtype (auto: [`VAE_CUDA_DEFAULT`] on CUDA, fp32 on CPU).
-    pub vae_dtype: DtypeChoice,
-    /// A two-expert model keeps one expert on the device, the other in pinned host memory
-    /// (swapped when a step needs it). Ignored for models with one transformer.
-    pub offload_experts: bool,
-    /// `--fp8-linears`: the inner transformer blocks' linears in FP8.
-    pub fp8_linears: bool,
-    /// `--int8-attention` (or `precision = fast`): 8-bit self-attention.
-    pub int8_attention: bool,
-    /// The precision preset these options came from (reported, never acted on here).
-    pub precision: Precision,
-}
-
-impl LoadOptions {
-    pub fn new(device: Device) -> Self {
-        Self {
-            device,
-            dtype: DtypeChoice::Auto,
-            vae_dtype: DtypeChoice::Auto,
-            offload_experts: false,
-            fp8_linears: false,
-            int8_attention: false,
-            precision: Precision::Auto,
-        }
-    }
-}
-
-/// The VAE's dtype on CUDA when none is asked for, chosen by measurement (docs/benchmarks.md:
-/// decode time and error against float32 at 480×832×81).
-pub const VAE_CUDA_DEFAULT: Kind = Kind::BFloat16;
-
-/// What loading cost, for logs and benchmarks.
-#[derive(Debug, Clone)]
-pub struct LoadReport {
-    pub seconds: f64,
-    /// The process's peak resident host memory after loading (VmHWM), if the OS reports it.
-    pub host_peak_rss_bytes: Option<u64>,
-    pub transformer_dtype: Kind,
-    pub text_encoder_dtype: Kind,
-    pub vae_dtype: Kind,
-    /// The precision preset served (`exact`, `bf16` or `fast`), resolved.
-    pub precision: Precision,
-    /// Whether the inner blocks' linears are stored in FP8.
-    pub fp8_linears: bool,
-    /// Whether self-attention is 8-bit (where the device has the kernel; SDPA otherwise on CUDA).
-    pub int8_attention: bool,
-}
+pub use crate::load_options::{LoadOptions, LoadReport, VAE_CUDA_DEFAULT};
 
 /// A loaded Wan model (2.1, or 2.2 with two experts).
 pub struct WanModel {
