@@ -2,6 +2,7 @@
 
 use axum::extract::{Path, Query, Request, State};
 use axum::http::header::CONTENT_TYPE;
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use fastvideo_request::TaskType;
@@ -51,17 +52,80 @@ pub fn create(s: &AppState, p: &CreateParams, who: Caller) -> Result<VideoObject
     Ok(video)
 }
 
+/// The longest `Prefer: wait` honoured, in seconds.
+pub const MAX_WAIT_SECONDS: u64 = 600;
+
+/// `Prefer: wait=N` (RFC 7240): how long the client will wait for the job to finish. Other
+/// preferences are ignored, as the RFC allows; a malformed or too long wait is a 400 naming
+/// `Prefer`.
+pub fn prefer_wait(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
+    let mut wait = None;
+    for value in headers.get_all("prefer") {
+        let text = value.to_str().map_err(|_| ApiError::field("Prefer", "Prefer: not visible ASCII"))?;
+        for pref in text.split(',') {
+            // A preference is `token [= value] *( ";" parameter )`; parameters do not apply here.
+            let head = pref.split(';').next().unwrap_or_default().trim();
+            let (name, value) = head.split_once('=').map_or((head, None), |(n, v)| (n.trim(), Some(v.trim())));
+            if !name.eq_ignore_ascii_case("wait") {
+                continue;
+            }
+            let raw = value.unwrap_or_default().trim_matches('"');
+            let n: u64 = raw
+                .parse()
+                .map_err(|_| ApiError::field("Prefer", format!("Prefer: wait=`{raw}`: a whole number of seconds")))?;
+            if n > MAX_WAIT_SECONDS {
+                return Err(ApiError::field("Prefer", format!("Prefer: wait={n}: at most {MAX_WAIT_SECONDS} seconds")));
+            }
+            wait = Some(n);
+        }
+    }
+    Ok(wait)
+}
+
+/// The job once it has ended, or as it stands when `seconds` run out: woken by each of its
+/// events, and every 100 ms in case an event was missed.
+async fn wait_for_end(s: &AppState, id: &str, who: Caller, seconds: u64) -> Option<VideoObject> {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(seconds);
+    let mut rx = s.jobs.subscribe(id, who).and_then(|(_, rx)| rx);
+    loop {
+        let job = s.jobs.get(id, who)?;
+        let now = tokio::time::Instant::now();
+        if job.ended() || now >= deadline {
+            return Some(job);
+        }
+        let tick = tokio::time::sleep((deadline - now).min(std::time::Duration::from_millis(100)));
+        match rx.as_mut() {
+            Some(r) => {
+                tokio::select! {
+                    ev = r.recv() => if matches!(ev, Err(tokio::sync::broadcast::error::RecvError::Closed)) { rx = None },
+                    _ = tick => {}
+                }
+            }
+            None => tick.await,
+        }
+    }
+}
+
 pub async fn create_video(
     State(s): State<AppState>,
     Extension(who): Extension<Caller>,
     req: Request,
-) -> Result<Json<VideoObject>, ApiError> {
+) -> Result<Response, ApiError> {
+    let wait = prefer_wait(req.headers())?;
     let p: CreateParams = read_body(req).await?;
     if p.n.is_some() || p.response_format.is_some() {
         let f = if p.n.is_some() { "n" } else { "response_format" };
         return Err(ApiError::field(f, format!("{f}: only for /v1/images/generations")));
     }
-    Ok(Json(create(&s, &p, who)?))
+    let video = create(&s, &p, who)?;
+    match wait.filter(|&n| n > 0) {
+        None => Ok(Json(video).into_response()),
+        Some(n) => {
+            let id = video.id.clone();
+            let job = wait_for_end(&s, &id, who, n).await.unwrap_or(video);
+            Ok(([("preference-applied", format!("wait={n}"))], Json(job)).into_response())
+        }
+    }
 }
 
 fn not_found(id: &str) -> ApiError {

@@ -144,3 +144,55 @@ fn bad_fields_are_400s_naming_the_field_and_a_job_runs_its_course() {
         assert_eq!(call(&app, "GET", "/ready", None, None).await.0, StatusCode::OK);
     });
 }
+
+/// `call` with extra request headers, returning the response's headers too.
+async fn call_with(
+    app: &Router,
+    uri: &str,
+    headers: &[(&str, &str)],
+    body: Value,
+) -> (StatusCode, axum::http::HeaderMap, Value) {
+    let mut req = Request::builder().method("POST").uri(uri).header("content-type", "application/json");
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let res = app.clone().oneshot(req.body(Body::from(body.to_string())).unwrap()).await.unwrap();
+    let (status, headers) = (res.status(), res.headers().clone());
+    let bytes = axum::body::to_bytes(res.into_body(), 1 << 20).await.unwrap();
+    (status, headers, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+}
+
+#[test]
+fn prefer_wait_answers_with_the_ended_job_or_the_job_so_far() {
+    rt().block_on(async {
+        let app = app(&[]);
+        // Three 20 ms steps: the toy job ends (failed: it makes no video) well within 10 s.
+        let (s, h, job) = call_with(
+            &app,
+            "/v1/videos",
+            &[("prefer", "respond-async, wait=10")],
+            json!({"prompt": "x", "num_inference_steps": 3}),
+        )
+        .await;
+        assert_eq!(s, StatusCode::OK, "{job}");
+        assert_eq!(h.get("preference-applied").unwrap(), "wait=10");
+        assert_eq!(job["status"], "failed", "the answer is the ended job: {job}");
+        // 100 steps take 2 s: after a 1 s wait the job comes back as it stands.
+        let t0 = std::time::Instant::now();
+        let (s, _, job) =
+            call_with(&app, "/v1/videos", &[("prefer", "wait=1")], json!({"prompt": "x", "num_inference_steps": 100}))
+                .await;
+        let waited = t0.elapsed().as_secs_f64();
+        assert_eq!(s, StatusCode::OK, "{job}");
+        assert!(matches!(job["status"].as_str(), Some("queued" | "in_progress")), "{job}");
+        assert!(waited >= 0.9, "the wait is honoured ({waited} s), and the job came back unfinished");
+        // No preference: the queued job at once, no Preference-Applied.
+        let (_, h, job) = call_with(&app, "/v1/videos", &[], json!({"prompt": "x", "num_inference_steps": 2})).await;
+        assert!(h.get("preference-applied").is_none() && job["status"] == "queued", "{job}");
+        for bad in ["wait=soon", "wait=-1", "wait=100000", "wait"] {
+            let (s, _, e) = call_with(&app, "/v1/videos", &[("prefer", bad)], json!({"prompt": "x"})).await;
+            assert_eq!(s, StatusCode::BAD_REQUEST, "{bad}: {e}");
+            assert_eq!(e["error"]["param"], "Prefer", "{bad}: {e}");
+        }
+    });
+}
