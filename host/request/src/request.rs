@@ -106,6 +106,9 @@ pub enum SamplerKind {
 }
 
 impl SamplerKind {
+    /// Every solver, in the order docs list them.
+    pub const ALL: [SamplerKind; 3] = [SamplerKind::Euler, SamplerKind::Unipc, SamplerKind::FlowSde];
+
     /// The wire name (`euler`, `unipc`), as it appears in JSON.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -90,6 +90,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/sessions/{id}/webrtc", post(webrtc::offer))
         .route("/world", get(world_page::page))
         .route("/v1/models", get(models))
+        .route("/v1/capabilities", get(capabilities))
+        .route("/version", get(version))
         .route("/health", get(|| async { Json(serde_json::json!({"status": "ok"})) }))
         .route("/ready", get(ready))
         .route("/metrics", get(metrics))
@@ -106,6 +108,26 @@ async fn models(State(s): State<AppState>) -> Json<serde_json::Value> {
         "object": "list",
         "data": [{"id": s.engine.model_id(), "object": "model", "created": 0, "owned_by": "fastvideo"}],
     }))
+}
+
+/// What the served model takes (tasks, the frame and size rules, limits, defaults, solvers), so
+/// a client can build valid requests without trial and error.
+async fn capabilities(State(s): State<AppState>) -> Json<serde_json::Value> {
+    let samplers: Vec<&str> = fastvideo_request::SamplerKind::ALL.iter().map(|k| k.as_str()).collect();
+    Json(serde_json::json!({
+        "object": "list",
+        "data": [{
+            "model": s.engine.model_id(),
+            "limits": s.engine.limits(),
+            "frames_rule": format!("frame_multiple × k + 1, at most {}", s.engine.limits().max_frames),
+            "samplers": samplers,
+        }],
+    }))
+}
+
+/// The server's version.
+async fn version() -> Json<serde_json::Value> {
+    Json(serde_json::json!({"name": "fastvideo", "version": env!("CARGO_PKG_VERSION")}))
 }
 
 async fn ready(State(s): State<AppState>) -> impl IntoResponse {

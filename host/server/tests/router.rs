@@ -86,6 +86,17 @@ fn health_models_and_unknown_routes_answer_in_json() {
         assert_eq!((s, &ready["status"]), (StatusCode::OK, &json!("ready")));
         let (s, models) = call(&app, "GET", "/v1/models", None, None).await;
         assert_eq!((s, &models["data"][0]["id"]), (StatusCode::OK, &json!("toy-model")));
+        let (s, caps) = call(&app, "GET", "/v1/capabilities", None, None).await;
+        assert_eq!(s, StatusCode::OK);
+        let c = &caps["data"][0];
+        assert_eq!(
+            (&c["model"], &c["limits"]["frame_multiple"], &c["limits"]["tasks"][0]),
+            (&json!("toy-model"), &json!(4), &json!("t2v"))
+        );
+        assert!(c["samplers"].as_array().unwrap().contains(&json!("unipc")), "{caps}");
+        let (s, v) = call(&app, "GET", "/version", None, None).await;
+        assert_eq!((s, &v["name"]), (StatusCode::OK, &json!("fastvideo")));
+        assert!(v["version"].as_str().is_some_and(|v| !v.is_empty()));
         let (s, e) = call(&app, "GET", "/v1/nothing-here", None, None).await;
         assert_eq!(s, StatusCode::NOT_FOUND);
         assert!(e["error"]["message"].as_str().unwrap().contains("route"), "{e}");
