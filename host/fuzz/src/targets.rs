@@ -84,7 +84,35 @@ pub const TARGETS: &[Target] = &[
         max_len: 1 << 14,
         run: chat_template,
     },
+    Target {
+        name: "webhook-url",
+        what: "a request's webhook URL against an allowlist (server webhooks.rs); an accepted URL whose scheme, host, port or path is not an allowed one is an escape and crashes the target",
+        max_len: 1 << 12,
+        run: webhook_url,
+    },
 ];
+
+const ALLOWED: [(&str, &str, u16, &str); 2] =
+    [("https", "hooks.example.com", 443, "/fv/"), ("http", "10.0.0.5", 8080, "/")];
+
+fn webhook_url(data: &[u8]) -> bool {
+    let Ok(text) = std::str::from_utf8(data) else { return false };
+    let prefixes: Vec<String> = ALLOWED.iter().map(|(s, h, p, path)| format!("{s}://{h}:{p}{path}")).collect();
+    let policy = fastvideo_server::webhooks::WebhookPolicy::new(&prefixes).expect("the fixed prefixes parse");
+    let Ok(accepted) = policy.check(text) else { return false };
+    // Independently of the policy's own reading: where would a client really connect?
+    let u = url::Url::parse(accepted.as_str()).expect("an accepted URL reparses");
+    let (scheme, host, port, path) =
+        (u.scheme(), u.host_str().unwrap_or_default(), u.port_or_known_default(), u.path());
+    let inside = ALLOWED.iter().any(|(s, h, p, pre)| {
+        *s == scheme
+            && h.eq_ignore_ascii_case(host)
+            && Some(*p) == port
+            && (path.starts_with(pre) || format!("{path}/") == *pre)
+    });
+    assert!(inside && u.username().is_empty() && u.password().is_none(), "escape: `{text}` → {u}");
+    true
+}
 
 const CHATML: &str = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content | trim }}<|im_end|>\n{% endfor %}\
                       {% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";

@@ -20,6 +20,7 @@ mod state;
 mod store;
 mod stream;
 mod videos;
+pub mod webhooks;
 mod webrtc;
 mod weights;
 mod world_page;
