@@ -33,6 +33,9 @@ pub struct ChatArgs {
     repetition_penalty: f64,
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// End the reply at this text (left out of it); repeatable.
+    #[arg(long)]
+    stop: Vec<String>,
     #[arg(long, default_value = "auto")]
     device: String,
     /// Compute dtype: bf16 on CUDA, fp32 on a CPU unless given (auto, bf16, fp16, fp32).
@@ -58,7 +61,7 @@ pub fn run(args: ChatArgs) -> Result<()> {
         stop_token_ids: Vec::new(),
     };
     let mut out = std::io::stdout().lock();
-    let reply = lm.chat(&messages, &params, |piece| {
+    let reply = lm.chat(&messages, &params, &args.stop, |piece| {
         let _ = out.write_all(piece.as_bytes());
         let _ = out.flush();
     })?;

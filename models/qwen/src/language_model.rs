@@ -63,27 +63,55 @@ impl LanguageModel {
     }
 
     /// Runs a chat completion to its end; `on_text` receives the text as it grows (each call the
-    /// new part).
-    pub fn chat(&self, messages: &[Message], params: &DecodeParams, mut on_text: impl FnMut(&str)) -> Result<Reply> {
+    /// new part). The reply ends at the first of the `stop` strings (left out of the text, as
+    /// OpenAI's `stop` does); text that might begin one is held back until it is clear.
+    pub fn chat(
+        &self,
+        messages: &[Message],
+        params: &DecodeParams,
+        stop: &[String],
+        mut on_text: impl FnMut(&str),
+    ) -> Result<Reply> {
+        ensure!(stop.iter().all(|s| !s.is_empty()), "stop: empty strings stop nothing");
         let prompt = self.prompt_ids(messages)?;
         let prompt_tokens = prompt.len();
         let t0 = Instant::now();
         let mut g = Generation::new(self.model.as_ref(), prompt, params, &self.stop)?;
         let mut shown = String::new();
+        let mut stopped: Option<String> = None;
         tch::no_grad(|| -> Result<()> {
             while g.finish().is_none() {
-                if g.step(self.model.as_ref(), self.device, PREFILL_CHUNK)?.is_some() {
-                    // Whole text each time: a token may end inside a multi-byte character.
-                    let text = self.tokenizer.decode(g.tokens())?;
-                    if let Some(new) = text.strip_prefix(shown.as_str()).filter(|n| !n.is_empty()) {
-                        on_text(new);
-                        shown = text;
+                if g.step(self.model.as_ref(), self.device, PREFILL_CHUNK)?.is_none() {
+                    continue;
+                }
+                // Whole text each time: a token may end inside a multi-byte character.
+                let text = self.tokenizer.decode(g.tokens())?;
+                let visible = match stop.iter().filter_map(|s| text.find(s.as_str())).min() {
+                    Some(at) => {
+                        g.finish_now(FinishReason::Stop);
+                        stopped = Some(text[..at].to_string());
+                        text[..at].to_string()
                     }
+                    // A trailing U+FFFD may be a character whose bytes have not all come yet.
+                    None => text[..text.len() - held_back(&text, stop)].trim_end_matches('\u{FFFD}').to_string(),
+                };
+                if let Some(new) = visible.strip_prefix(shown.as_str()).filter(|n| !n.is_empty()) {
+                    on_text(new);
+                    shown = visible;
                 }
             }
             Ok(())
         })?;
-        let text = self.tokenizer.decode(g.tokens())?;
+        let text = match stopped {
+            Some(t) => t,
+            None => {
+                let text = self.tokenizer.decode(g.tokens())?;
+                if let Some(rest) = text.strip_prefix(shown.as_str()).filter(|r| !r.is_empty()) {
+                    on_text(rest); // what was held back, once no stop string can follow
+                }
+                text
+            }
+        };
         Ok(Reply {
             text,
             prompt_tokens,
@@ -91,5 +119,28 @@ impl LanguageModel {
             finish_reason: g.finish().expect("finished"),
             seconds: t0.elapsed().as_secs_f64(),
         })
+    }
+}
+
+/// Bytes at the end of `text` that begin some stop string (and so may not be shown yet).
+fn held_back(text: &str, stop: &[String]) -> usize {
+    stop.iter()
+        .flat_map(|s| (1..s.len()).rev().filter(|&n| s.is_char_boundary(n)).map(move |n| &s[..n]))
+        .filter(|prefix| text.ends_with(prefix))
+        .map(str::len)
+        .max()
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::held_back;
+
+    #[test]
+    fn only_a_possible_start_of_a_stop_string_is_held_back() {
+        let stop = ["</answer>".to_string(), "\n\n".to_string()];
+        assert_eq!(held_back("a red circle</ans", &stop), 5);
+        assert_eq!(held_back("a red circle\n", &stop), 1);
+        assert_eq!(held_back("a red circle", &stop), 0);
     }
 }

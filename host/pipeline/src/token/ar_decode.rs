@@ -224,6 +224,11 @@ impl Generation {
         Ok(Some(next))
     }
 
+    /// Ends the generation from outside (a stop string the front end found in the text).
+    pub fn finish_now(&mut self, reason: FinishReason) {
+        self.finish.get_or_insert(reason);
+    }
+
     /// Why it ended; `None` while it runs.
     pub fn finish(&self) -> Option<FinishReason> {
         self.finish

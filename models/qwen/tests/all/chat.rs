@@ -80,3 +80,28 @@ fn a_template_that_loops_too_long_is_an_error() {
     let nested = "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}";
     assert!(render_template(nested, &[], true, "", "").is_err(), "bounded by fuel, not by patience");
 }
+
+#[test]
+fn a_stop_string_ends_the_reply_before_it_and_is_never_streamed() {
+    use fastvideo_pipeline::token::{DecodeParams, FinishReason};
+    use fastvideo_qwen::LanguageModel;
+    let lm = LanguageModel::load(&dir(), tch::Device::Cpu, tch::Kind::Float).unwrap();
+    let chat = [Message::new("user", "a crimson disc")];
+    let params = DecodeParams { max_tokens: 40, ..Default::default() };
+    let full = lm.chat(&chat, &params, &[], |_| {}).unwrap();
+    // A stop string from the middle of the unstopped reply (on character boundaries).
+    let chars: Vec<char> = full.text.chars().collect();
+    assert!(chars.len() > 12, "the reply is long enough to cut: {:?}", full.text);
+    let stop: String = chars[8..11].iter().collect();
+    let want = &full.text[..full.text.find(&stop).unwrap()];
+    let mut streamed = String::new();
+    let cut = lm.chat(&chat, &params, std::slice::from_ref(&stop), |p| streamed.push_str(p)).unwrap();
+    assert_eq!(cut.text, want);
+    assert_eq!(streamed, want, "nothing of the stop string is streamed");
+    assert_eq!(cut.finish_reason, FinishReason::Stop);
+    // Without a stop string, the streamed pieces add up to the whole reply.
+    let mut all = String::new();
+    let again = lm.chat(&chat, &params, &[], |p| all.push_str(p)).unwrap();
+    assert_eq!((all.as_str(), again.finish_reason), (full.text.as_str(), FinishReason::Length));
+    assert!(lm.chat(&chat, &params, &[String::new()], |_| {}).unwrap_err().to_string().contains("stop"));
+}
