@@ -219,7 +219,7 @@ impl WanModel {
         // high-noise one reuses its device blocks (offload.rs).
         let parked = match boundary_ratio {
             Some(_) if opts.offload_experts => {
-                let t2 = Arc::new(quantized(
+                let t2 = Arc::new(with_lossy_options(
                     load_second_expert(dir, &t_cfg, device, kind)?,
                     opts.fp8_linears,
                     opts.int8_attention,
@@ -229,7 +229,7 @@ impl WanModel {
             _ => None,
         };
         let t_w = Weights::from_dir(&t_dir, "diffusion_pytorch_model", device, kind)?;
-        let transformer = Arc::new(quantized(
+        let transformer = Arc::new(with_lossy_options(
             WanTransformer3DModel::new(t_cfg.clone(), &t_w)?,
             opts.fp8_linears,
             opts.int8_attention,
@@ -242,7 +242,7 @@ impl WanModel {
                 (Some(LowNoiseExpert { transformer: t2, boundary_ratio }), Some(Arc::new(swap)))
             }
             (Some(boundary_ratio), None) => {
-                let t2 = Arc::new(quantized(
+                let t2 = Arc::new(with_lossy_options(
                     load_second_expert(dir, &t_cfg, device, kind)?,
                     opts.fp8_linears,
                     opts.int8_attention,
@@ -464,7 +464,11 @@ fn is_null_component(v: &Value) -> bool {
 /// inputs, patching).
 /// `t` with its inner blocks in FP8 when `fp8` (`--fp8-linears`).
 /// The transformer with the load's lossy options applied (FP8 linears, 8-bit attention).
-pub(crate) fn quantized(mut t: WanTransformer3DModel, fp8: bool, int8_attention: bool) -> WanTransformer3DModel {
+pub(crate) fn with_lossy_options(
+    mut t: WanTransformer3DModel,
+    fp8: bool,
+    int8_attention: bool,
+) -> WanTransformer3DModel {
     if fp8 {
         t.quantize_fp8();
     }

@@ -45,7 +45,7 @@ pub fn transformer_files(path: &Path) -> Result<Vec<PathBuf>> {
 /// Refused, naming the tensor, when a tensor is missing or has another shape, and when the
 /// checkpoint holds tensors this architecture does not have (the weights of another model).
 pub fn load_transformer(model: &WanModel, path: &Path) -> Result<WanTransformer3DModel> {
-    Ok(crate::loader::quantized(
+    Ok(crate::loader::with_lossy_options(
         load_unquantized(model, path)?,
         model.load_report.fp8_linears,
         model.load_report.int8_attention,
@@ -135,7 +135,11 @@ impl WanWeightLoader {
         let t = load_unquantized(&self.model, &base)?;
         let adapter = t.prepare_adapter(file, "update", &checkpoint_hash(&[path.to_path_buf()])?)?;
         t.merge_permanently(&fastvideo_pipeline::AdapterSet::new(vec![(Arc::new(adapter), 1.0)]))?;
-        Ok(crate::loader::quantized(t, self.model.load_report.fp8_linears, self.model.load_report.int8_attention))
+        Ok(crate::loader::with_lossy_options(
+            t,
+            self.model.load_report.fp8_linears,
+            self.model.load_report.int8_attention,
+        ))
     }
 }
 

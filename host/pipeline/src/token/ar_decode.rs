@@ -210,7 +210,11 @@ impl Generation {
     /// Chooses the next token from the last position's logits (`[vocab]`) and applies the stop
     /// rules; returns it unless it stopped the generation.
     pub fn absorb(&mut self, logits: &Tensor) -> Result<Option<i64>> {
-        let seen: Vec<i64> = self.prompt.iter().chain(&self.generated).copied().collect();
+        // The history is copied only when the repetition penalty reads it.
+        let seen: Vec<i64> = match self.sampler.uses_history() {
+            true => self.prompt.iter().chain(&self.generated).copied().collect(),
+            false => Vec::new(),
+        };
         let next = self.sampler.sample(logits, &seen)?;
         if self.stop.contains(&next) {
             self.finish = Some(FinishReason::Stop);

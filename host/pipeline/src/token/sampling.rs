@@ -75,10 +75,22 @@ impl Sampler {
         Ok(Self { params, rng })
     }
 
+    /// Whether [`Self::sample`] reads `seen` (only with a repetition penalty).
+    pub fn uses_history(&self) -> bool {
+        self.params.repetition_penalty != 1.0
+    }
+
     /// The next token from `logits` (`[vocab]`, any dtype or device), `seen` being the tokens
     /// the repetition penalty applies to.
     pub fn sample(&mut self, logits: &Tensor, seen: &[i64]) -> Result<i64> {
         let p = &self.params;
+        if p.temperature == 0.0 && p.repetition_penalty == 1.0 {
+            // Plain greedy: the argmax where the logits are, one number back to the host.
+            if logits.numel() == 0 {
+                bail!("empty logits");
+            }
+            return Ok(logits.view([-1]).argmax(0, false).int64_value(&[]));
+        }
         let mut row: Vec<f32> = Vec::try_from(logits.to_kind(Kind::Float).to_device(Device::Cpu).view([-1]))?;
         if row.is_empty() {
             bail!("empty logits");
