@@ -80,30 +80,23 @@ impl SelfAttention {
         };
         let v = self.to_v.forward_shared(x, xq.as_ref(), lora);
         drop(xq);
-        if let (true, Keys::Local { past, mask: None }) = (self.int8, keys) {
-            let (keys, values) = match past {
-                Some((pk, pv)) => (Tensor::cat(&[pk, &k], 1), Tensor::cat(&[pv, &v], 1)),
-                None => (k.shallow_clone(), v.shallow_clone()),
-            };
-            // [B, N, H, D] in and out: the output is already the [B, N, H*D] the projection reads.
-            let heads = |t: &Tensor| t.reshape([t.size()[0], t.size()[1], self.heads, -1]);
-            let o = int8_attention(&heads(&q), &heads(&keys), &heads(&values));
-            drop((q, keys, values));
-            let o = o.reshape([o.size()[0], o.size()[1], -1]);
-            let kept = keep_kv.then_some((k, v));
-            return Ok((self.to_out.forward_lora(&o, lora), kept));
-        }
+        // Each arm gives the merged `[B, N, H*D]` the output projection reads.
         let o = match keys {
-            Keys::Local { past: Some((pk, pv)), mask } => {
-                let (keys, values) = (Tensor::cat(&[pk, &k], 1), Tensor::cat(&[pv, &v], 1));
-                attention(&q, &keys, &values, self.heads, mask)
+            Keys::Local { past, mask } => {
+                let (keys, values) = match past {
+                    Some((pk, pv)) => (Tensor::cat(&[pk, &k], 1), Tensor::cat(&[pv, &v], 1)),
+                    None => (k.shallow_clone(), v.shallow_clone()),
+                };
+                match (self.int8, mask) {
+                    (true, None) => int8_attention(&q, &keys, &values, self.heads),
+                    _ => merge_heads(&attention(&q, &keys, &values, self.heads, mask)),
+                }
             }
-            Keys::Local { past: None, mask } => attention(&q, &k, &v, self.heads, mask),
-            Keys::Sharded(shard) => ulysses_attention(&q, &k, &v, self.heads, shard)?,
+            Keys::Sharded(shard) => merge_heads(&ulysses_attention(&q, &k, &v, self.heads, shard)?),
         };
         drop(q);
         let kept = keep_kv.then_some((k, v));
-        Ok((self.to_out.forward_lora(&merge_heads(&o), lora), kept))
+        Ok((self.to_out.forward_lora(&o, lora), kept))
     }
 }
 
@@ -235,15 +228,19 @@ pub enum Cross<'a> {
     TextImage(&'a Tensor, &'a Tensor),
 }
 
-/// 8-bit attention on `[B, N, H, D]`: the kernel on Hopper, SDPA on other GPUs, and on a CPU the
-/// quantized function (float32 emulation) so that an evaluation there measures what the kernel
-/// computes.
-fn int8_attention(q: &Tensor, k: &Tensor, v: &Tensor) -> Tensor {
+/// 8-bit attention of `[B, N, H*D]` q, k, v over `heads` heads, merged back to `[B, N, H*D]`
+/// (the kernel's `[B, N, H, D]` layout needs no transpose either way): the kernel on Hopper,
+/// SDPA on other GPUs, and on a CPU the quantized function (float32 emulation) so that an
+/// evaluation there measures what the kernel computes.
+fn int8_attention(q: &Tensor, k: &Tensor, v: &Tensor, heads: i64) -> Tensor {
     use fastvideo_kernels::attention8;
-    match q.device() {
-        tch::Device::Cpu => attention8::reference(q, k, v).to_kind(q.kind()),
-        _ => attention8::attention(q, k, v),
-    }
+    let split = |t: &Tensor| t.reshape([t.size()[0], t.size()[1], heads, -1]);
+    let (q4, k4, v4) = (split(q), split(k), split(v));
+    let o = match q.device() {
+        tch::Device::Cpu => attention8::reference(&q4, &k4, &v4).to_kind(q.kind()),
+        _ => attention8::attention(&q4, &k4, &v4),
+    };
+    o.reshape([o.size()[0], o.size()[1], -1])
 }
 
 /// `[B, N, H*D]` q, k, v → SDPA over heads → `[B, H, N, D]`. libtorch picks the backend (cuDNN's
