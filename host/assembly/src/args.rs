@@ -308,6 +308,16 @@ pub struct ServerArgs {
     /// `input/`). Default: comfyui/ in the data directory (a temporary folder with --ephemeral).
     #[arg(long)]
     pub comfy_dir: Option<PathBuf>,
+    /// A URL prefix a request's `webhook` may point under (repeatable): scheme, host, port and
+    /// path prefix, e.g. https://hooks.example.com/fastvideo. Without one, no webhooks.
+    #[arg(long = "webhook-allow")]
+    pub webhook_allow: Vec<String>,
+    /// The file of the `whsec_…` secret webhook deliveries are signed with (Standard Webhooks).
+    #[arg(long)]
+    pub webhook_secret_file: Option<PathBuf>,
+    /// Hours a failing webhook delivery is retried after its job ended [default: 24].
+    #[arg(long)]
+    pub webhook_retry_hours: Option<u64>,
 }
 
 impl ServerArgs {
@@ -343,5 +353,9 @@ impl ServerArgs {
             s.restart_jobs = if r == "fail" { RestartJobs::Fail } else { RestartJobs::Requeue };
         }
         set_opt(&mut s.comfy_dir, &self.comfy_dir);
+        let w = &mut cfg.webhooks;
+        w.allow.extend(self.webhook_allow.iter().cloned());
+        set_opt(&mut w.secret_file, &self.webhook_secret_file);
+        set(&mut w.retry_hours, &self.webhook_retry_hours);
     }
 }

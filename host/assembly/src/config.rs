@@ -27,6 +27,25 @@ pub struct ServeConfig {
     pub auth: AuthConfig,
     pub storage: StorageConfig,
     pub adapters: AdapterConfig,
+    pub webhooks: WebhookConfig,
+}
+
+/// Completion webhooks: where requests' `webhook` URLs may point, and the signing secret.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WebhookConfig {
+    /// URL prefixes deliveries may go to (scheme, host, port, path prefix); none: no webhooks.
+    pub allow: Vec<String>,
+    /// A file holding the `whsec_…` secret deliveries are signed with (required with `allow`).
+    pub secret_file: Option<PathBuf>,
+    /// Hours a failing delivery is retried after the job ended.
+    pub retry_hours: u64,
+}
+
+impl Default for WebhookConfig {
+    fn default() -> Self {
+        Self { allow: Vec::new(), secret_file: None, retry_hours: 24 }
+    }
 }
 
 /// LoRA adapters (enabled by the deploy's `[[adapters]]`): their device cache and how many a
@@ -316,6 +335,7 @@ impl ServeConfig {
         join(&mut self.auth.api_key_file);
         join(&mut self.storage.data_dir);
         join(&mut self.storage.comfy_dir);
+        join(&mut self.webhooks.secret_file);
         if let Some(w) = self.world.model.as_mut().filter(|w| *w != "default" && Path::new(w).is_relative()) {
             *w = dir.join(&*w).display().to_string();
         }
@@ -348,6 +368,16 @@ impl ServeConfig {
         }
         if self.storage.ephemeral && self.storage.data_dir.is_some() {
             bail!("storage.ephemeral (--ephemeral) and storage.data_dir (--data-dir) exclude each other");
+        }
+        let w = &self.webhooks;
+        fastvideo_server::WebhookPolicy::new(&w.allow).map_err(|e| anyhow::anyhow!("webhooks.allow: {e}"))?;
+        if !w.allow.is_empty() && w.secret_file.is_none() {
+            bail!(
+                "webhooks.secret_file (--webhook-secret-file): deliveries are signed; give the file of a whsec_ secret"
+            );
+        }
+        if w.retry_hours == 0 {
+            bail!("webhooks.retry_hours (--webhook-retry-hours): must be at least 1");
         }
         for ice in &self.webrtc.ice {
             fastvideo_server::RtcConfig::parse_ice_server(ice)

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use fastvideo_plugin_host::Deployment;
-use fastvideo_server::{AppState, ComfyConfig, DeviceInfo, DrainMode, Files, ServerConfig, Store};
+use fastvideo_server::{AppState, ComfyConfig, DeviceInfo, DrainMode, Files, ServerConfig, Store, WebhookPolicy};
 use tch::Device;
 
 use crate::config::{Drain, RestartJobs, ServeConfig};
@@ -29,6 +29,7 @@ pub fn build_server(cfg: &ServeConfig) -> Result<Served> {
     let keys = api_keys(cfg)?;
     let dir = data_dir(cfg)?;
     let store = dir.as_ref().map(|d| Store::open(d)).transpose()?;
+    let webhooks = webhooks(cfg)?;
     // Uploads (`/v1/files`) beside the jobs when there is a data dir, else in memory.
     let files = match &dir {
         Some(d) => Files::open(&d.join("uploads"), fastvideo_server::DEFAULT_FILES_BUDGET)
@@ -52,6 +53,13 @@ pub fn build_server(cfg: &ServeConfig) -> Result<Served> {
     if let Some(c) = comfy {
         state = state.with_comfyui(c);
     }
+    if let Some((policy, secret)) = webhooks {
+        let schedule = fastvideo_server::RetrySchedule {
+            window: Duration::from_secs(cfg.webhooks.retry_hours * 3600),
+            ..Default::default()
+        };
+        state = state.with_webhooks(policy, &secret, schedule).map_err(|e| anyhow::anyhow!("webhooks: {e}"))?;
+    }
     let server = ServerConfig {
         addr: SocketAddr::new(h.host, h.port),
         drain: match h.drain {
@@ -68,6 +76,18 @@ pub fn build_server(cfg: &ServeConfig) -> Result<Served> {
         requeue_unfinished: s.restart_jobs == RestartJobs::Requeue,
     };
     Ok(Served { state, server, description })
+}
+
+/// The webhook allowlist and the signing secret, read before anything loads.
+fn webhooks(cfg: &ServeConfig) -> Result<Option<(WebhookPolicy, String)>> {
+    let w = &cfg.webhooks;
+    let Some(file) = w.secret_file.as_ref().filter(|_| !w.allow.is_empty()) else { return Ok(None) };
+    let policy = WebhookPolicy::new(&w.allow).map_err(|e| anyhow::anyhow!("webhooks.allow: {e}"))?;
+    let secret = std::fs::read_to_string(file)
+        .with_context(|| format!("webhooks.secret_file (--webhook-secret-file): reading {}", file.display()))?;
+    fastvideo_server::webhooks::sign(secret.trim(), "check", 0, b"")
+        .map_err(|e| anyhow::anyhow!("webhooks.secret_file (--webhook-secret-file) {}: {e}", file.display()))?;
+    Ok(Some((policy, secret.trim().to_string())))
 }
 
 /// The data directory (`None` when ephemeral).

@@ -95,6 +95,9 @@ pub fn parse(kind: Kind, v: &Value, id: &str, model: &str, limits: &ModelLimits)
     };
     let params: CreateParams =
         serde_json::from_value(Value::Object(flat)).map_err(|e| invalid(format!("request: {e}")))?;
+    if params.webhook.is_some() {
+        return Err(invalid("webhook: the Dynamo frontend answers the request itself; webhooks are fastvideo serve's"));
+    }
     let task = if kind == Kind::Videos { TaskType::T2v } else { TaskType::T2i };
     let first = params.to_request(id.to_string(), task, model, limits).map_err(|e| {
         let body = e.body();

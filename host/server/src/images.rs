@@ -20,6 +20,9 @@ pub async fn generate_images(State(s): State<AppState>, req: Request) -> Result<
     if !(1..=MAX_N).contains(&n) {
         return Err(ApiError::field("n", format!("n: must be between 1 and {MAX_N}")));
     }
+    if p.webhook.is_some() {
+        return Err(ApiError::field("webhook", "webhook: images are answered when done; webhooks are for /v1/videos"));
+    }
     if p.seconds.is_some() || p.num_frames.is_some() {
         let f = if p.seconds.is_some() { "seconds" } else { "num_frames" };
         return Err(ApiError::field(f, format!("{f}: images have one frame; use /v1/videos for video")));

@@ -47,6 +47,7 @@ pub use params::{video_request_from_form, video_request_from_json, CreateParams,
 pub use rollouts::ROLLOUT_MEDIA_TYPE;
 pub use state::{AppState, DEFAULT_BODY_LIMIT};
 pub use store::Store;
+pub use webhooks::{RetrySchedule, WebhookPolicy, Webhooks};
 pub use webrtc::{WebRtc, WebRtcMetrics};
 
 /// What happens to admitted work when the server is told to stop (SIGTERM or Ctrl-C).
@@ -181,12 +182,14 @@ pub async fn serve(state: AppState, cfg: ServerConfig) -> anyhow::Result<()> {
     if let Some(dir) = jobs.store_dir() {
         let r = jobs.restore(&engine, &state.keys, cfg.requeue_unfinished)?;
         eprintln!(
-            "fastvideo: jobs stored in {}: {} finished, {} queued again, {} failed by the restart, {} lost their video",
+            "fastvideo: jobs stored in {}: {} finished, {} queued again, {} failed by the restart, {} lost their video, \
+             {} webhooks to deliver",
             dir.display(),
             r.finished,
             r.requeued,
             r.failed,
-            r.lost
+            r.lost,
+            r.webhooks
         );
     }
     if let Some(every) = jobs.sweep_interval() {

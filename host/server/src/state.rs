@@ -15,6 +15,7 @@ use crate::files::Files;
 use crate::jobs::{Jobs, Retention};
 use crate::session_streams::SessionStreams;
 use crate::store::Store;
+use crate::webhooks::{RetrySchedule, WebhookMetrics, WebhookPolicy, Webhooks};
 use crate::webrtc::{WebRtc, WebRtcMetrics};
 
 /// Shared by every handler.
@@ -31,6 +32,7 @@ pub struct AppState {
     pub(crate) files: Arc<Files>,
     /// Largest request body accepted (uploads, inline pictures and videos).
     pub(crate) body_limit: usize,
+    webhook_metrics: WebhookMetrics,
 }
 
 /// The default [`AppState::with_body_limit`]: room for a long input video.
@@ -39,6 +41,7 @@ pub const DEFAULT_BODY_LIMIT: usize = 256 << 20;
 impl AppState {
     pub fn new(engine: Engine, mut registry: Registry) -> Self {
         let webrtc = WebRtc::new(RtcConfig::default(), WebRtcMetrics::register(&mut registry));
+        let webhook_metrics = WebhookMetrics::register(&mut registry);
         Self {
             engine,
             jobs: Jobs::default(),
@@ -50,7 +53,21 @@ impl AppState {
             comfy: None,
             files: Arc::new(Files::default()),
             body_limit: DEFAULT_BODY_LIMIT,
+            webhook_metrics,
         }
+    }
+
+    /// Delivers completion webhooks to URLs under `policy`, signed with `secret` (`whsec_…`).
+    /// Call after [`with_job_store`](Self::with_job_store), whose jobs carry them.
+    pub fn with_webhooks(
+        mut self,
+        policy: WebhookPolicy,
+        secret: &str,
+        schedule: RetrySchedule,
+    ) -> Result<Self, String> {
+        let hooks = Webhooks::new(policy, secret, schedule, self.webhook_metrics.clone())?;
+        self.jobs = self.jobs.clone().with_webhooks(hooks);
+        Ok(self)
     }
 
     /// Keeps `/v1/files` uploads here (on disk when opened on a folder; in memory by default).

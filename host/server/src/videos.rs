@@ -17,6 +17,7 @@ use crate::state::AppState;
 /// Admits a video job and starts following it; shared by HTTP and WebSocket.
 pub fn create(s: &AppState, p: &CreateParams, who: Caller) -> Result<VideoObject, ApiError> {
     s.jobs.check_space()?;
+    let webhook = p.webhook.as_deref().map(|url| s.jobs.check_webhook(url)).transpose()?;
     let id = s.new_id("video");
     let uploads = |file_id: &str, field: &str| s.files.base64_of(file_id, &s.keys.owner_tag(who), field);
     let mut r = p.to_request_with_uploads(id, TaskType::T2v, s.engine.model_id(), s.engine.limits(), &uploads)?;
@@ -43,6 +44,7 @@ pub fn create(s: &AppState, p: &CreateParams, who: Caller) -> Result<VideoObject
         seed: Some(q.seed),
         num_frames: q.num_frames,
         predicted_seconds: handle.predicted_seconds,
+        webhook,
     };
     if let Err(e) = s.jobs.insert(video.clone(), who, s.keys.owner_tag(who), Some(r)) {
         s.engine.cancel(&video.id);

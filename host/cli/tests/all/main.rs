@@ -19,5 +19,6 @@ mod rl;
 mod serve;
 mod store;
 mod wan22;
+mod webhooks;
 mod workflow;
 mod world;

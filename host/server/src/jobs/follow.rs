@@ -110,7 +110,9 @@ impl Jobs {
         }
         if self.with(&id, |j| j.deleted) == Some(true) {
             self.forget(&id);
+            return;
         }
+        self.deliver(id).await;
     }
 
     /// Keeps a finished MP4: in memory, or written to the store with the completed record and

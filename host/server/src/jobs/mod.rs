@@ -5,11 +5,13 @@
 //! after SIGKILL) finds them; without one they live in memory only.
 //!
 //! The registry is here; one job's entry (`entry`), following a job's engine handle to its end
-//! (`follow`) and reading the store back after a restart (`restore`) each have their own file.
+//! (`follow`), reading the store back after a restart (`restore`) and announcing a job's end to
+//! its webhook (`webhook`) each have their own file.
 
 mod entry;
 mod follow;
 mod restore;
+mod webhook;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -50,6 +52,7 @@ pub struct Jobs {
     inner: Arc<Mutex<Inner>>,
     store: Option<Arc<Store>>,
     retention: Retention,
+    webhooks: Option<Arc<crate::webhooks::Webhooks>>,
 }
 
 /// A subscription: what happened so far, then what happens next. `None` receiver when the job
@@ -79,7 +82,26 @@ fn storage_error(e: anyhow::Error) -> ApiError {
 impl Jobs {
     /// Jobs kept in `store` too, under `retention`.
     pub fn durable(store: Option<Store>, retention: Retention) -> Self {
-        Self { inner: Arc::default(), store: store.map(Arc::new), retention }
+        Self { inner: Arc::default(), store: store.map(Arc::new), retention, webhooks: None }
+    }
+
+    /// Announces each job's end to its `webhook` URL.
+    pub fn with_webhooks(mut self, webhooks: crate::webhooks::Webhooks) -> Self {
+        self.webhooks = Some(Arc::new(webhooks));
+        self
+    }
+
+    /// The URL a request's `webhook` field names, checked against the allowlist (a 400 naming
+    /// `webhook` when refused, or when this server delivers none).
+    pub fn check_webhook(&self, url: &str) -> Result<crate::webhooks::WebhookStatus, ApiError> {
+        let Some(w) = &self.webhooks else {
+            return Err(ApiError::field(
+                "webhook",
+                "webhook: this server delivers no webhooks (its operator sets --webhook-allow)",
+            ));
+        };
+        let url = w.policy.check(url).map_err(|e| ApiError::field("webhook", e))?;
+        Ok(crate::webhooks::WebhookStatus::pending(url.to_string()))
     }
 
     pub fn store_dir(&self) -> Option<&std::path::Path> {

@@ -8,6 +8,7 @@ use super::entry::{Job, Mp4};
 use super::Jobs;
 use crate::auth::ApiKeys;
 use crate::job::{now_secs, JobError, Status};
+use crate::webhooks::DeliveryState;
 
 /// What a restart found in the store.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -19,6 +20,8 @@ pub struct Restored {
     pub failed: usize,
     /// Completed jobs whose MP4 had gone (`artifact_lost`).
     pub lost: usize,
+    /// Ended jobs whose webhook was still to be delivered, now retried.
+    pub webhooks: usize,
 }
 
 impl Jobs {
@@ -76,6 +79,9 @@ impl Jobs {
                     }
                 }
             }
+            let id = job.video.id.clone();
+            let pending_webhook =
+                job.video.ended() && job.video.webhook.as_ref().is_some_and(|w| w.status == DeliveryState::Pending);
             let mut g = self.inner.lock().unwrap();
             g.next_seq = g.next_seq.max(job.seq + 1);
             g.used_bytes += job.mp4_bytes;
@@ -83,6 +89,9 @@ impl Jobs {
             drop(g);
             if let Some(h) = handle {
                 tokio::spawn(self.clone().follow(h, fastvideo_media::mp4_bytes));
+            } else if pending_webhook {
+                out.webhooks += 1;
+                tokio::spawn(self.clone().deliver(id));
             }
         }
         self.sweep();

@@ -85,6 +85,9 @@ pub struct CreateParams {
     /// How `input_reference`, `last_frame` or `video` of another aspect fit the output:
     /// `stretch` (diffusers' default), `crop` or `pad`.
     pub resize_mode: Option<fastvideo_request::ResizeMode>,
+    /// `/v1/videos`: a URL told when the job ends (on the operator's allowlist), signed per
+    /// Standard Webhooks.
+    pub webhook: Option<String>,
     /// Accepted from OpenAI clients; no effect here.
     #[allow(dead_code)]
     pub user: Option<String>,

@@ -1,5 +1,4 @@
-//! Completion webhooks, the parts that decide where a delivery may go and how it is signed:
-//! an operator's allowlist (`--webhook-allow URL_PREFIX`) that a request's `webhook` URL must fall
+//! Where a delivery may go and how it is signed: an operator's allowlist (`--webhook-allow URL_PREFIX`) that a request's `webhook` URL must fall
 //! under, so a client cannot make the server call into its own network, and the Standard
 //! Webhooks signature (`webhook-id`, `webhook-timestamp`, `webhook-signature: v1,<base64
 //! HMAC-SHA256 of "id.timestamp.body">` with a `whsec_` secret).
