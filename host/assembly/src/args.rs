@@ -285,6 +285,10 @@ pub struct ServerArgs {
     /// Serve `/metrics` without a key even when keys are set.
     #[arg(long)]
     pub metrics_public: bool,
+    /// The highest `priority` a request may ask for, unless its key names its own bound
+    /// (`--api-key "KEY max_priority=N"`) [default: 0].
+    #[arg(long, allow_hyphen_values = true)]
+    pub max_priority: Option<i32>,
     /// Where jobs and their videos are kept, so a restart (even a crash) loses no finished
     /// work. Default: fastvideo/ in the user's data directory (~/.local/share on Linux).
     #[arg(long)]
@@ -338,6 +342,7 @@ impl ServerArgs {
         cfg.auth.api_keys.extend(self.api_keys.iter().cloned());
         set_opt(&mut cfg.auth.api_key_file, &self.api_key_file);
         cfg.auth.metrics_public |= self.metrics_public;
+        set(&mut cfg.auth.max_priority, &self.max_priority);
         let s = &mut cfg.storage;
         if self.ephemeral {
             s.ephemeral = true;

@@ -254,7 +254,11 @@ impl Default for WebRtcConfig {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AuthConfig {
+    /// `KEY`, or `KEY max_priority=N` to let that key's requests ask for priorities up to N.
     pub api_keys: Vec<String>,
+    /// The highest `priority` a request may ask for when its key names no bound (and on a
+    /// server without keys).
+    pub max_priority: i32,
     /// A file of keys, one per line (blank lines and `#` comments skipped).
     pub api_key_file: Option<PathBuf>,
     /// Serve `/metrics` without a key even when keys are set.
@@ -368,6 +372,13 @@ impl ServeConfig {
         }
         if self.storage.ephemeral && self.storage.data_dir.is_some() {
             bail!("storage.ephemeral (--ephemeral) and storage.data_dir (--data-dir) exclude each other");
+        }
+        if self.auth.max_priority < fastvideo_server::MIN_PRIORITY {
+            bail!(
+                "auth.max_priority (--max-priority): {} is below {}",
+                self.auth.max_priority,
+                fastvideo_server::MIN_PRIORITY
+            );
         }
         let w = &self.webhooks;
         fastvideo_server::WebhookPolicy::new(&w.allow).map_err(|e| anyhow::anyhow!("webhooks.allow: {e}"))?;

@@ -16,7 +16,7 @@ pub mod world;
 
 pub use config::{
     AuthConfig, Drain, HttpConfig, ModelConfig, RestartJobs, SchedulerConfig, ServeConfig, StorageConfig, WebRtcConfig,
-    WorldConfig,
+    WebhookConfig, WorldConfig,
 };
 pub use engine::{
     build_engine, deploy_at, engine_config, load_deploy, Assembly, EngineDescription, SchedulerDescription,

@@ -49,7 +49,11 @@ pub fn build_server(cfg: &ServeConfig) -> Result<Served> {
         .with_job_store(store, retention)
         .with_files(files)
         .with_webrtc(webrtc(cfg)?)
-        .with_api_keys(fastvideo_server::ApiKeys::new(&keys, cfg.auth.metrics_public));
+        .with_api_keys(
+            fastvideo_server::ApiKeys::new(&keys, cfg.auth.metrics_public)
+                .map_err(|e| anyhow::anyhow!("auth.api_keys (--api-key, --api-key-file): {e}"))?
+                .with_max_priority(cfg.auth.max_priority),
+        );
     if let Some(c) = comfy {
         state = state.with_comfyui(c);
     }
@@ -117,7 +121,7 @@ pub fn api_keys(cfg: &ServeConfig) -> Result<Vec<String>> {
             bail!("auth.api_key_file (--api-key-file): {} holds no key", f.display());
         }
     }
-    if keys.iter().any(|k| k.len() < 8) {
+    if keys.iter().any(|k| k.split_whitespace().next().unwrap_or_default().len() < 8) {
         bail!("auth.api_keys (--api-key): keys must be at least 8 characters");
     }
     if keys.is_empty() && !cfg.http.host.is_loopback() {

@@ -21,6 +21,7 @@ const JOBS: usize = 8000;
 
 struct Job {
     long: bool,
+    high: bool,
     arrived: f64,
     units: Vec<f64>,
     next: usize,
@@ -47,6 +48,19 @@ fn gaps(mean: f64) -> impl Iterator<Item = f64> {
 
 /// Response times (short, long) of every job.
 fn simulate(policy: Policy, stretch: f64, load: f64, long_every: usize) -> (Vec<f64>, Vec<f64>) {
+    let (short, long, _) = simulate_classes(policy, stretch, load, long_every, 0);
+    (short, long)
+}
+
+/// As [`simulate`], with every `high_every`th short job (0: none) at priority 1: response times
+/// of the priority-0 short jobs, the (priority-0) long ones, and the priority-1 ones.
+fn simulate_classes(
+    policy: Policy,
+    stretch: f64,
+    load: f64,
+    long_every: usize,
+    high_every: usize,
+) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
     let per_cycle = solo(LONG_STEPS) + (long_every - 1) as f64 * solo(SHORT_STEPS);
     let mean_gap = per_cycle / long_every as f64 / load;
     let t0 = Instant::now();
@@ -59,13 +73,14 @@ fn simulate(policy: Policy, stretch: f64, load: f64, long_every: usize) -> (Vec<
     });
     let mut next_arrival = arrivals.next().unwrap();
     let (mut jobs, mut admitted) = (BTreeMap::<u64, Job>::new(), 0usize);
-    let (mut now, mut short, mut long) = (0.0f64, Vec::new(), Vec::new());
+    let (mut now, mut short, mut long, mut high) = (0.0f64, Vec::new(), Vec::new(), Vec::new());
     while admitted < JOBS || !jobs.is_empty() {
         while admitted < JOBS && next_arrival <= now {
             let long = admitted % long_every == 0;
+            let high = !long && high_every > 0 && admitted % high_every == 1;
             let u = units(if long { LONG_STEPS } else { SHORT_STEPS });
-            state.add(admitted as u64, 0, u.iter().sum(), 1, at(next_arrival));
-            jobs.insert(admitted as u64, Job { long, arrived: next_arrival, units: u, next: 0 });
+            state.add(admitted as u64, high as i32, u.iter().sum(), 1, at(next_arrival));
+            jobs.insert(admitted as u64, Job { long, high, arrived: next_arrival, units: u, next: 0 });
             admitted += 1;
             next_arrival = arrivals.next().unwrap();
         }
@@ -81,12 +96,17 @@ fn simulate(policy: Policy, stretch: f64, load: f64, long_every: usize) -> (Vec<
         if job.next == job.units.len() {
             let job = jobs.remove(&k).unwrap();
             state.remove(k);
-            if job.long { &mut long } else { &mut short }.push(now - job.arrived);
+            let class = match (job.high, job.long) {
+                (true, _) => &mut high,
+                (false, true) => &mut long,
+                (false, false) => &mut short,
+            };
+            class.push(now - job.arrived);
         } else {
             state.set_remaining(k, job.units[job.next..].iter().sum());
         }
     }
-    (short, long)
+    (short, long, high)
 }
 
 fn pct(v: &mut [f64], p: f64) -> f64 {
@@ -119,5 +139,21 @@ fn main() {
                 );
             }
         }
+    }
+    // Priority classes: every other short job at priority 1 (about 45 % of the load), the rest
+    // (the long jobs too) at 0. The stretch bound must hold for the low class as well.
+    println!();
+    println!("| load | high class | high p95 | low short p95 | low short max | long p95 | long max |");
+    println!("|---|---|---|---|---|---|---|");
+    for load in [0.8, 0.9, 0.95, 1.0] {
+        let (mut s, mut l, mut h) = simulate_classes(Policy::ShortestRemaining, 3.0, load, 10, 2);
+        println!(
+            "| {load} | every 2nd short | {:.1}x | {:.1}x | {:.1}x | {:.1}x | {:.1}x |",
+            pct(&mut h, 0.95) / s_solo,
+            pct(&mut s, 0.95) / s_solo,
+            pct(&mut s, 1.0) / s_solo,
+            pct(&mut l, 0.95) / l_solo,
+            pct(&mut l, 1.0) / l_solo,
+        );
     }
 }

@@ -17,6 +17,6 @@ fi
 source host/scripts/gpu/torch_env.sh
 [ -f "$MODEL/config.json" ] || python3 host/scripts/gpu/make_qwen.py "$MODEL" >"$OUT/make.txt" 2>&1
 "$BIN" bench-lm --lm "$MODEL" --batches "${BATCHES:-1,8,32,128}" --steps "${STEPS:-32}" --json | tee "$OUT/ours.json"
+# Every line kept (eager's figures survive a compile that runs out of time).
 python3 host/scripts/gpu/transformers_lm_bench.py "$MODEL" --batches "${BATCHES:-1,8,32,128}" --steps "${STEPS:-32}" \
-  ${NO_COMPILE:+--no-compile} | tail -1 >"$OUT/transformers.json"
-cat "$OUT/transformers.json"
+  ${NO_COMPILE:+--no-compile} 2>"$OUT/transformers.err" | tee "$OUT/transformers.txt"

@@ -1,18 +1,24 @@
 //! `POST /v1/images/generations`: one-frame generations, answered when done (b64 PNG).
 
 use axum::extract::{Request, State};
-use axum::Json;
+use axum::{Extension, Json};
 use base64::Engine as _;
 use fastvideo_request::TaskType;
 
+use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::params::{read_body, CreateParams};
 use crate::state::AppState;
 
 const MAX_N: u32 = 8;
 
-pub async fn generate_images(State(s): State<AppState>, req: Request) -> Result<Json<serde_json::Value>, ApiError> {
+pub async fn generate_images(
+    State(s): State<AppState>,
+    Extension(who): Extension<Caller>,
+    req: Request,
+) -> Result<Json<serde_json::Value>, ApiError> {
     let p: CreateParams = read_body(req).await?;
+    s.keys.check_priority(who, p.priority)?;
     if let Some(f) = p.response_format.as_deref().filter(|f| *f != "b64_json") {
         return Err(ApiError::field("response_format", format!("response_format: `{f}` is not served; use b64_json")));
     }

@@ -35,7 +35,7 @@ use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 
-pub use auth::ApiKeys;
+pub use auth::{ApiKeys, MIN_PRIORITY};
 pub use comfy::{ComfyConfig, DeviceInfo};
 pub use error::ApiError;
 pub use fastvideo_webrtc::{IceServer, RtcConfig};

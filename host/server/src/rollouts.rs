@@ -12,9 +12,11 @@ use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::header::{HeaderName, CONTENT_TYPE};
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use fastvideo_engine::{Engine, RolloutRequest};
 use std::collections::HashMap;
 
+use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::params::read_body;
 use crate::state::AppState;
@@ -43,8 +45,13 @@ fn record(bytes: Vec<u8>) -> Bytes {
     Bytes::from(out)
 }
 
-pub async fn create_rollout(State(s): State<AppState>, req: Request) -> Result<Response, ApiError> {
+pub async fn create_rollout(
+    State(s): State<AppState>,
+    Extension(who): Extension<Caller>,
+    req: Request,
+) -> Result<Response, ApiError> {
     let r: RolloutRequest = read_body(req).await?;
+    s.keys.check_priority(who, Some(r.priority))?;
     let zstd = match r.compress.as_deref() {
         None | Some("none") => false,
         Some("zstd") => true,

@@ -17,6 +17,7 @@ use crate::state::AppState;
 /// Admits a video job and starts following it; shared by HTTP and WebSocket.
 pub fn create(s: &AppState, p: &CreateParams, who: Caller) -> Result<VideoObject, ApiError> {
     s.jobs.check_space()?;
+    s.keys.check_priority(who, p.priority)?;
     let webhook = p.webhook.as_deref().map(|url| s.jobs.check_webhook(url)).transpose()?;
     let id = s.new_id("video");
     let uploads = |file_id: &str, field: &str| s.files.base64_of(file_id, &s.keys.owner_tag(who), field);

@@ -54,7 +54,7 @@ fn app(keys: &[&str]) -> Router {
     let mut registry = prometheus_client::registry::Registry::default();
     let engine = Engine::start(model, EngineConfig::default(), Metrics::register(&mut registry));
     let keys: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
-    router(AppState::new(engine, registry).with_api_keys(ApiKeys::new(&keys, false)))
+    router(AppState::new(engine, registry).with_api_keys(ApiKeys::new(&keys, false).unwrap()))
 }
 
 async fn call(app: &Router, method: &str, uri: &str, key: Option<&str>, body: Option<Value>) -> (StatusCode, Value) {
@@ -205,5 +205,28 @@ fn prefer_wait_answers_with_the_ended_job_or_the_job_so_far() {
             assert_eq!(s, StatusCode::BAD_REQUEST, "{bad}: {e}");
             assert_eq!(e["error"]["param"], "Prefer", "{bad}: {e}");
         }
+    });
+}
+
+#[test]
+fn priorities_above_the_keys_bound_are_400s_naming_priority() {
+    rt().block_on(async {
+        let app = app(&["alpha-key max_priority=5", "beta-key"]);
+        let body = |p: i32| Some(json!({"prompt": "a red circle", "num_inference_steps": 1, "priority": p}));
+        for (key, p, want) in [
+            ("alpha-key", 6, StatusCode::BAD_REQUEST),
+            ("beta-key", 1, StatusCode::BAD_REQUEST),
+            ("beta-key", -1001, StatusCode::BAD_REQUEST),
+            ("alpha-key", 5, StatusCode::OK),
+            ("beta-key", -3, StatusCode::OK),
+        ] {
+            let (status, v) = call(&app, "POST", "/v1/videos", Some(key), body(p)).await;
+            assert_eq!(status, want, "{key} priority {p}: {v}");
+            if want != StatusCode::OK {
+                assert_eq!(v["error"]["param"], "priority", "{v}");
+            }
+        }
+        let (status, v) = call(&app, "POST", "/v1/images/generations", Some("beta-key"), body(2)).await;
+        assert_eq!((status, v["error"]["param"].as_str()), (StatusCode::BAD_REQUEST, Some("priority")), "{v}");
     });
 }

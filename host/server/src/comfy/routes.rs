@@ -10,13 +10,14 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::api::Api;
 use super::service::Comfy;
 use super::{files, prompt, queue};
+use crate::auth::Caller;
 use crate::state::AppState;
 
 /// The routes, at `/` and `/api/`.
@@ -53,25 +54,38 @@ fn uuid() -> String {
     format!("{}-{}-{}-{}-{}", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..])
 }
 
-async fn post_prompt(Api(c): Api, State(s): State<AppState>, body: Bytes) -> Response {
+async fn post_prompt(
+    Api(c): Api,
+    State(s): State<AppState>,
+    Extension(who): Extension<Caller>,
+    body: Bytes,
+) -> Response {
     let Ok(body) = serde_json::from_slice::<Value>(&body) else {
         return bad_request("invalid_json", "the body is not JSON");
     };
     let Some(prompt) = body.get("prompt").filter(|p| p.is_object()) else {
         return bad_request("no_prompt", "No prompt provided");
     };
+    let front = body.get("front").and_then(Value::as_bool) == Some(true);
     let number = match body.get("number").and_then(Value::as_f64) {
         Some(n) => json!(n),
         None => {
             let n = c.number.fetch_add(1, Ordering::Relaxed) as i64;
-            json!(if body.get("front").and_then(Value::as_bool) == Some(true) { -n } else { n })
+            json!(if front { -n } else { n })
         }
     };
     let prompt_id = body.get("prompt_id").and_then(Value::as_str).map(String::from).unwrap_or_else(uuid);
     // Checking reads and decodes the pictures and videos the prompt loads: off the async threads.
     let (c2, s2, p2, id2) = (c.clone(), s.clone(), prompt.clone(), prompt_id.clone());
     let checked = match tokio::task::spawn_blocking(move || prompt::check(&c2, &s2, &p2, &id2)).await {
-        Ok(Ok(ch)) => ch,
+        // `front`: ahead of the queue in the engine too, as far as the caller's key may go.
+        Ok(Ok(mut ch)) => {
+            let bound = s.keys.max_priority(who);
+            if front && bound > 0 {
+                ch.runs.iter_mut().for_each(|(_, r)| r.priority = r.priority.max(bound));
+            }
+            ch
+        }
         Err(e) => {
             let msg = format!("checking the prompt failed: {e}");
             return (StatusCode::INTERNAL_SERVER_ERROR, Json(json!({ "error": msg }))).into_response();
