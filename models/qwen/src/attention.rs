@@ -3,7 +3,7 @@
 //! heads, causal SDPA scaled by `1/sqrt(head_dim)`.
 
 use anyhow::Result;
-use fastvideo_pipeline::token::KvStore;
+use fastvideo_pipeline::token::{KvStore, PagedBatch};
 use fastvideo_torch::weights::Weights;
 use tch::{Kind, Tensor};
 
@@ -113,6 +113,16 @@ impl Attention {
             }
         };
         Ok(self.o_proj.forward(&o.transpose(1, 2).reshape([b, t, self.heads * self.head_dim])))
+    }
+
+    /// One new token of each of `B` requests whose caches share one block pool, `x [B, 1, C]`:
+    /// the keys and values written into the pages and attention over all rows' pages at once.
+    pub fn forward_paged(&self, x: &Tensor, rope: (&Tensor, &Tensor), batch: &PagedBatch, layer: usize) -> Tensor {
+        let b = x.size()[0];
+        let (q, k, v) = self.project(x, rope);
+        batch.write(layer, &k, &v);
+        let o = batch.attend_gathered(layer, &q);
+        self.o_proj.forward(&o.transpose(1, 2).reshape([b, 1, self.heads * self.head_dim]))
     }
 
     /// One new token of each of `B` requests, `x [B, 1, C]`, each at its own position (`rope`

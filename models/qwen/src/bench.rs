@@ -5,7 +5,9 @@
 use std::time::Instant;
 
 use anyhow::Result;
-use fastvideo_pipeline::token::{CausalLm, DecodeParams, Generation, KvStore};
+use std::sync::Arc;
+
+use fastvideo_pipeline::token::{CausalLm, DecodeParams, Generation, KvBlockPool, KvStore, PagedKv};
 use serde::Serialize;
 use tch::Device;
 
@@ -70,10 +72,20 @@ pub fn run(model: &QwenForCausalLM, opts: &LmBenchOptions) -> Result<LmBenchRepo
         }
     }
     ttft.sort_by(f64::total_cmp);
+    // Decode batches run on a paged pool, as the serving loop does: one attention per layer
+    // over every request's pages.
+    let block = 16;
+    let per_request = (opts.decode_prompt_len + opts.steps + 8) as i64;
+    let most = opts.batches.iter().copied().max().unwrap_or(1) as i64;
+    let blocks = (most * ((per_request + block - 1) / block) + most) as usize;
+    let pool = Arc::new(KvBlockPool::new(model.kv_shape(), block, blocks, device, model.kind()));
     let mut decode = Vec::new();
     for &b in &opts.batches {
         let mut gens: Vec<Generation> = (0..b)
-            .map(|i| Generation::new(model, prompt(opts.decode_prompt_len, 10 + i, vocab), &greedy, &[]))
+            .map(|i| {
+                let cache = Box::new(PagedKv::new(pool.clone()));
+                Generation::with_cache(model, cache, prompt(opts.decode_prompt_len, 10 + i, vocab), &greedy, &[])
+            })
             .collect::<Result<_>>()?;
         for g in &mut gens {
             while !g.decoding() {
@@ -86,8 +98,9 @@ pub fn run(model: &QwenForCausalLM, opts: &LmBenchOptions) -> Result<LmBenchRepo
                 let mut caches: Vec<&mut dyn KvStore> = gens.iter_mut().map(|g| g.cache_mut()).collect();
                 CausalLm::forward_decode(model, &tokens, &mut caches)?
             };
-            for (i, g) in gens.iter_mut().enumerate() {
-                g.absorb(&logits.get(i as i64))?;
+            let mut rows: Vec<&mut Generation> = gens.iter_mut().collect();
+            for token in Generation::absorb_batch(&mut rows, &logits) {
+                token?;
             }
             Ok(())
         };

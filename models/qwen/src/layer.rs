@@ -1,7 +1,7 @@
 //! One decoder layer: pre-norm attention and pre-norm SwiGLU, each added to the residual stream.
 
 use anyhow::Result;
-use fastvideo_pipeline::token::KvStore;
+use fastvideo_pipeline::token::{KvStore, PagedBatch};
 use fastvideo_torch::weights::Weights;
 use tch::Tensor;
 
@@ -37,6 +37,14 @@ impl DecoderLayer {
         let h = x + self.self_attn.forward(&self.input_layernorm.forward(x), rope, cache, index)?;
         let out = self.mlp.forward(&self.post_attention_layernorm.forward(&h));
         Ok(h + out)
+    }
+
+    /// [`Self::forward`] for one new token of each of several requests on one block pool (see
+    /// `Attention::forward_paged`).
+    pub fn forward_paged(&self, x: &Tensor, rope: (&Tensor, &Tensor), batch: &PagedBatch, index: usize) -> Tensor {
+        let h = x + self.self_attn.forward_paged(&self.input_layernorm.forward(x), rope, batch, index);
+        let out = self.mlp.forward(&self.post_attention_layernorm.forward(&h));
+        h + out
     }
 
     /// [`Self::forward`] for one new token of each of several requests (see

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use anyhow::{ensure, Context, Result};
-use fastvideo_pipeline::token::{ContiguousKv, KvShape, KvStore};
+use fastvideo_pipeline::token::{ContiguousKv, KvShape, KvStore, PagedBatch};
 use fastvideo_torch::weights::Weights;
 use tch::{Device, Kind, Tensor};
 
@@ -109,6 +109,17 @@ impl QwenForCausalLM {
         let b = tokens.len() as i64;
         let device = self.embed_tokens.device();
         let ids = Tensor::from_slice(tokens).to_device(device).view([b, 1]);
+        if let Some(batch) = PagedBatch::new(caches)? {
+            let (cos, sin) = self.rope.tables_at(batch.positions(), self.kind);
+            let mut x = Tensor::embedding(&self.embed_tokens, &ids, -1, false, false);
+            for (i, layer) in self.layers.iter().enumerate() {
+                x = layer.forward_paged(&x, (&cos, &sin), &batch, i);
+            }
+            for c in caches.iter_mut() {
+                c.advance(1);
+            }
+            return Ok(self.norm.forward(&x).linear(&self.lm_head, None::<Tensor>).squeeze_dim(1));
+        }
         let (cos, sin): (Vec<Tensor>, Vec<Tensor>) =
             caches.iter().map(|c| self.rope.tables(c.len(), 1, self.kind)).unzip();
         let (cos, sin) = (Tensor::stack(&cos, 0).unsqueeze(1), Tensor::stack(&sin, 0).unsqueeze(1));

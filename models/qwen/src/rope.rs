@@ -24,6 +24,14 @@ impl Rope {
         (emb.cos().to_kind(kind), emb.sin().to_kind(kind))
     }
 
+    /// `cos, sin` of shape `[B, 1, 1, head_dim]` for one position per row (`positions [B]`
+    /// int64): a decode batch's rows, each at its own place.
+    pub fn tables_at(&self, positions: &Tensor, kind: Kind) -> (Tensor, Tensor) {
+        let freqs = positions.to_kind(Kind::Float).unsqueeze(1) * self.inv_freq.unsqueeze(0);
+        let emb = Tensor::cat(&[&freqs, &freqs], -1).unsqueeze(1).unsqueeze(1);
+        (emb.cos().to_kind(kind), emb.sin().to_kind(kind))
+    }
+
     /// `x [B, H, T, D]` rotated by the tables of its `T` positions.
     pub fn apply(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Tensor {
         let half = x.size()[3] / 2;

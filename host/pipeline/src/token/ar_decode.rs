@@ -216,16 +216,39 @@ impl Generation {
             false => Vec::new(),
         };
         let next = self.sampler.sample(logits, &seen)?;
+        Ok(self.take(next))
+    }
+
+    /// The next token of each of a decode batch from its row of `logits` (`[B, vocab]`): the
+    /// plain-greedy rows by one argmax and one copy to the host for all, the others by their
+    /// own samplers.
+    pub fn absorb_batch(gens: &mut [&mut Generation], logits: &Tensor) -> Vec<Result<Option<i64>>> {
+        let picks: Option<Vec<i64>> = gens
+            .iter()
+            .any(|g| g.sampler.is_greedy())
+            .then(|| Vec::try_from(logits.argmax(-1, false).to_device(Device::Cpu)).ok())
+            .flatten();
+        gens.iter_mut()
+            .enumerate()
+            .map(|(i, g)| match (&picks, g.sampler.is_greedy()) {
+                (Some(p), true) => Ok(g.take(p[i])),
+                _ => g.absorb(&logits.get(i as i64)),
+            })
+            .collect()
+    }
+
+    /// Applies the stop rules to the chosen token; returns it unless it stopped the generation.
+    fn take(&mut self, next: i64) -> Option<i64> {
         if self.stop.contains(&next) {
             self.finish = Some(FinishReason::Stop);
-            return Ok(None);
+            return None;
         }
         self.generated.push(next);
         let positions = (self.prompt.len() + self.generated.len()) as i64;
         if self.generated.len() as u32 >= self.max_tokens || positions >= self.max_positions {
             self.finish = Some(FinishReason::Length);
         }
-        Ok(Some(next))
+        Some(next)
     }
 
     /// Ends the generation from outside (a stop string the front end found in the text).
@@ -336,14 +359,8 @@ impl LoopStage for ARDecodeLoop {
             Ok(l) => l,
             Err(e) => return ctxs.iter().map(|_| Err(anyhow!("{e:#}"))).collect(),
         };
-        gens.iter_mut()
-            .zip(ctxs)
-            .enumerate()
-            .map(|(i, (g, ctx))| {
-                let token = g.absorb(&logits.get(i as i64))?;
-                Ok(step_result(ctx, g, token))
-            })
-            .collect()
+        let tokens = Generation::absorb_batch(&mut gens, &logits);
+        gens.iter().zip(ctxs).zip(tokens).map(|((g, ctx), token)| Ok(step_result(ctx, g, token?))).collect()
     }
 
     fn finalize(&self, _ctx: &NodeCtx, mut state: LoopState, values: &mut Values) -> Result<()> {

@@ -21,6 +21,11 @@ pub trait KvStore: Send {
     fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)>;
     /// Called once per forward, after every layer appended `t` positions.
     fn advance(&mut self, t: i64);
+    /// The paged cache behind this store, so decode steps over one pool batch their attention
+    /// ([`super::PagedBatch`]); `None` for other stores.
+    fn as_paged(&mut self) -> Option<&mut PagedKv> {
+        None
+    }
 }
 
 /// One growing tensor pair per layer.
@@ -101,6 +106,11 @@ impl KvBlockPool {
         Self { k: alloc(), v: alloc(), block_size, free: Mutex::new((0..blocks as u32).rev().collect()), blocks }
     }
 
+    /// Layer `layer`'s key and value blocks, `[blocks, kv_heads, block_size, head_dim]` each.
+    pub fn layer(&self, layer: usize) -> (&Tensor, &Tensor) {
+        (&self.k[layer], &self.v[layer])
+    }
+
     /// Positions per block.
     pub fn block_size(&self) -> i64 {
         self.block_size
@@ -146,8 +156,18 @@ impl PagedKv {
         self.table.len()
     }
 
+    /// The pool its blocks come from.
+    pub fn pool(&self) -> &Arc<KvBlockPool> {
+        &self.pool
+    }
+
+    /// Its block table: the pool block of positions `i * block_size..`.
+    pub fn table(&self) -> &[u32] {
+        &self.table
+    }
+
     /// Makes room for `positions` in all.
-    fn reserve(&mut self, positions: i64) -> Result<()> {
+    pub fn reserve(&mut self, positions: i64) -> Result<()> {
         let need = (positions + self.pool.block_size - 1) / self.pool.block_size;
         let more = (need as usize).saturating_sub(self.table.len());
         if more > 0 {
@@ -200,6 +220,10 @@ impl KvStore for PagedKv {
 
     fn advance(&mut self, t: i64) {
         self.len += t;
+    }
+
+    fn as_paged(&mut self) -> Option<&mut PagedKv> {
+        Some(self)
     }
 }
 

@@ -5,8 +5,10 @@
 
 mod ar_decode;
 mod kv;
+mod paged_batch;
 mod sampling;
 
 pub use ar_decode::{ARDecodeLoop, CausalLm, DecodeParams, FinishReason, Generation};
 pub use kv::{ContiguousKv, KvBlockPool, KvShape, KvStore, PagedKv};
+pub use paged_batch::PagedBatch;
 pub use sampling::{Sampler, SamplingParams};

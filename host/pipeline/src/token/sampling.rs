@@ -75,6 +75,11 @@ impl Sampler {
         Ok(Self { params, rng })
     }
 
+    /// Plain argmax (no temperature, no penalty): a batch's such rows take one argmax for all.
+    pub fn is_greedy(&self) -> bool {
+        self.params.temperature == 0.0 && self.params.repetition_penalty == 1.0
+    }
+
     /// Whether [`Self::sample`] reads `seen` (only with a repetition penalty).
     pub fn uses_history(&self) -> bool {
         self.params.repetition_penalty != 1.0
@@ -84,7 +89,7 @@ impl Sampler {
     /// the repetition penalty applies to.
     pub fn sample(&mut self, logits: &Tensor, seen: &[i64]) -> Result<i64> {
         let p = &self.params;
-        if p.temperature == 0.0 && p.repetition_penalty == 1.0 {
+        if self.is_greedy() {
             // Plain greedy: the argmax where the logits are, one number back to the host.
             if logits.numel() == 0 {
                 bail!("empty logits");

@@ -165,9 +165,18 @@ fn paged_generations_interleaved_equal_their_solo_contiguous_runs_and_free_their
 /// and finishing at different steps.
 #[test]
 fn batched_decode_steps_give_each_request_its_solo_tokens() {
+    let (model, _, _) = fixture();
+    // Contiguous caches (attention row by row), then one paged pool (one attention per layer
+    // over every row's pages).
+    batched_run(ARDecodeLoop::new(model.clone(), "prompt_tokens", "tokens", 4));
+    let pool = Arc::new(fastvideo_pipeline::token::KvBlockPool::new(model.kv_shape(), 8, 64, Device::Cpu, Kind::Float));
+    batched_run(ARDecodeLoop::new(model.clone(), "prompt_tokens", "tokens", 4).with_pool(pool.clone()));
+    assert_eq!(pool.free_blocks(), pool.blocks(), "every block returns");
+}
+
+fn batched_run(stage: ARDecodeLoop) {
     use fastvideo_pipeline::LoopState;
     let (model, prompt, greedy) = fixture();
-    let stage = ARDecodeLoop::new(model.clone(), "prompt_tokens", "tokens", 4);
     let prompts = [prompt.clone(), prompt[..5].to_vec(), prompt[2..].to_vec(), prompt[..9].to_vec()];
     let lengths = [64u32, 9, 20, 33];
     let reqs: Vec<ResolvedRequest> = lengths.iter().map(|n| request(serde_json::json!({"max_tokens": n}))).collect();
@@ -227,6 +236,7 @@ fn batched_decode_steps_give_each_request_its_solo_tokens() {
             done[i] |= r.done;
         }
     }
+    drop(states);
     assert!(batched_calls > 20, "most decode steps ran batched ({batched_calls})");
     for (i, (p, n)) in prompts.iter().zip(lengths).enumerate() {
         let solo = run(&model, p, serde_json::json!({"max_tokens": n})).unwrap().0;
