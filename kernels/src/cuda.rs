@@ -15,7 +15,11 @@ use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, LaunchCo
 use cudarc::nvrtc::Ptx;
 use tch::{Device, Tensor};
 
-const SOURCE: &str = concat!(include_str!("../cuda/norms.cu"), include_str!("../cuda/quant.cu"));
+const SOURCE: &str = concat!(
+    include_str!("../cuda/norms.cu"),
+    include_str!("../cuda/quant.cu"),
+    include_str!("../cuda/paged_decode.cu")
+);
 const FUNCTIONS: &[&str] = &[
     "norm_modulate_f32",
     "norm_modulate_bf16",
@@ -29,6 +33,10 @@ const FUNCTIONS: &[&str] = &[
     "gelu_quantize_fp8_f32",
     "gelu_quantize_fp8_bf16",
     "gelu_quantize_fp8_f16",
+    "paged_decode_bf16_d128",
+    "paged_decode_f16_d128",
+    "paged_decode_bf16_d64",
+    "paged_decode_f16_d64",
 ];
 
 /// A kernel argument, as the kernel's C signature declares it.

@@ -12,6 +12,7 @@ pub mod attention8;
 pub mod cuda;
 pub mod fp8;
 mod norm;
+pub mod paged_decode;
 mod rope;
 pub mod transfer;
 

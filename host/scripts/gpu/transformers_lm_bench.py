@@ -37,11 +37,15 @@ def main():
     model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.bfloat16).cuda().eval()
     vocab = model.config.vocab_size
     report = {}
-    modes = [("eager", {})] + ([] if a.no_compile else [("compiled", {"cache_implementation": "static", "compile_config": None})])
-    for name, extra in modes:
-        kw = dict(do_sample=False, eos_token_id=None, pad_token_id=0, **({"cache_implementation": "static"} if name == "compiled" else {}))
+    modes = ["eager"] + ([] if a.no_compile else ["compiled"])
+    for name in modes:
+        kw = dict(do_sample=False, eos_token_id=None, pad_token_id=0)
         if name == "compiled":
-            model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
+            # generate compiles the decode forward itself with a static cache (CUDA graphs,
+            # "reduce-overhead"), marking each step for the graph trees; wrapping model.forward
+            # by hand instead trips the cudagraph-overwrite check on the cache update.
+            from transformers import CompileConfig
+            kw.update(cache_implementation="static", compile_config=CompileConfig(fullgraph=True, mode="reduce-overhead"))
         ids = torch.tensor([prompt(a.prompt_len, 1, vocab)], device="cuda")
         for _ in range(2):
             model.generate(ids, max_new_tokens=1, **kw)

@@ -121,7 +121,13 @@ impl Attention {
         let b = x.size()[0];
         let (q, k, v) = self.project(x, rope);
         batch.write(layer, &k, &v);
-        let o = batch.attend_gathered(layer, &q);
+        let (pk, pv) = batch.pool().layer(layer);
+        let (table, lens) = batch.tables();
+        let q = q.contiguous();
+        let o = match fastvideo_kernels::paged_decode::attention(&q, pk, pv, table, lens) {
+            Some(o) => o.unsqueeze(2),
+            None => batch.attend_gathered(layer, &q),
+        };
         self.o_proj.forward(&o.transpose(1, 2).reshape([b, 1, self.heads * self.head_dim]))
     }
 
