@@ -17,6 +17,9 @@ fi
 source host/scripts/gpu/torch_env.sh
 [ -f "$MODEL/config.json" ] || python3 host/scripts/gpu/make_qwen.py "$MODEL" >"$OUT/make.txt" 2>&1
 "$BIN" bench-lm --lm "$MODEL" --batches "${BATCHES:-1,8,32,128}" --steps "${STEPS:-32}" --json | tee "$OUT/ours.json"
+# The same with the paged decode kernel off (pages gathered, then SDPA).
+FASTVIDEO_NO_KERNELS=1 "$BIN" bench-lm --lm "$MODEL" --batches "${BATCHES:-1,8,32,128}" --steps "${STEPS:-32}" --json \
+  >"$OUT/ours_gathered.json"
 # Every line kept (eager's figures survive a compile that runs out of time).
 python3 host/scripts/gpu/transformers_lm_bench.py "$MODEL" --batches "${BATCHES:-1,8,32,128}" --steps "${STEPS:-32}" \
   ${NO_COMPILE:+--no-compile} 2>"$OUT/transformers.err" | tee "$OUT/transformers.txt"
