@@ -18,6 +18,8 @@ pub struct CostKey {
     pub width: u32,
     /// Transformer forwards per step (2 with classifier-free guidance).
     pub forwards: u32,
+    /// Which of the engine's models (0: the primary): each learns its own step times.
+    pub model: u32,
 }
 
 impl CostKey {
@@ -27,6 +29,7 @@ impl CostKey {
             height: req.height,
             width: req.width,
             forwards: if req.does_cfg() { 2 } else { 1 },
+            model: 0,
         }
     }
 
@@ -165,8 +168,8 @@ impl CostModel {
 mod tests {
     use super::*;
 
-    const SMALL: CostKey = CostKey { frames: 17, height: 64, width: 64, forwards: 2 };
-    const BIG: CostKey = CostKey { frames: 17, height: 128, width: 128, forwards: 2 };
+    const SMALL: CostKey = CostKey { frames: 17, height: 64, width: 64, forwards: 2, model: 0 };
+    const BIG: CostKey = CostKey { frames: 17, height: 128, width: 128, forwards: 2, model: 0 };
 
     #[test]
     fn unseen_keys_use_the_prior_then_measured_throughput() {
@@ -201,7 +204,7 @@ mod tests {
 
     #[test]
     fn cuda_priors_admit_a_real_size_request_on_one_gpu() {
-        let real = CostKey { frames: 81, height: 480, width: 832, forwards: 2 };
+        let real = CostKey { frames: 81, height: 480, width: 832, forwards: 2, model: 0 };
         let gpu = CostModel::new(CostConfig::for_device(true));
         let bytes = gpu.memory_bytes(&real);
         assert!(bytes > 4 << 30 && bytes < 16 << 30, "{bytes}");

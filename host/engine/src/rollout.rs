@@ -145,6 +145,7 @@ impl RolloutRequest {
                     exact: false,
                     priority: self.priority,
                     lora: self.lora.clone(),
+                    model: None,
                 };
                 out.push((p, g, req));
             }

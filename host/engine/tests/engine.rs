@@ -370,3 +370,69 @@ fn rollouts_run_groups_and_report_each_sample() {
         assert_eq!(e.live(), 0);
     });
 }
+
+/// A loop whose result says which model ran it: `scale` × its step count.
+struct ScaledLoop(f32);
+
+impl LoopStage for ScaledLoop {
+    fn init(&self, ctx: &NodeCtx, _values: &mut Values) -> Result<LoopState> {
+        Ok(LoopState { step: 0, total_steps: ctx.request.steps, inner: Box::new(()) })
+    }
+    fn step(&self, _ctx: &NodeCtx, _state: &mut LoopState) -> Result<StepResult> {
+        std::thread::sleep(Duration::from_millis(2));
+        Ok(StepResult { done: false, forwards: 1, ..Default::default() })
+    }
+    fn finalize(&self, _ctx: &NodeCtx, state: LoopState, values: &mut Values) -> Result<()> {
+        values.insert("latents", Value::Tensor(Tensor::from(state.step as f32 * self.0)));
+        Ok(())
+    }
+}
+
+fn scaled_model(id: &str, scale: f32) -> EngineModel {
+    let nodes = vec![Node::looped("denoise", Arc::new(ScaledLoop(scale)), &[], &["latents"])];
+    EngineModel {
+        id: id.into(),
+        limits: limits(),
+        spec: Arc::new(PipelineSpec::new(id, vec![TaskType::T2v], nodes, &[], "latents").unwrap()),
+        device: Device::Cpu,
+        check: Box::new(|_| Ok(())),
+        classify: |_| "pipeline_failed",
+        weights: None,
+        adapters: None,
+    }
+}
+
+#[test]
+fn requests_run_on_the_model_they_name_and_an_unknown_model_is_refused() {
+    let mut registry = prometheus_client::registry::Registry::default();
+    let engine = Engine::start_with_models(
+        scaled_model("first", 1.0),
+        vec![scaled_model("second", 10.0)],
+        None,
+        EngineConfig::default(),
+        Metrics::register(&mut registry),
+    );
+    let ids: Vec<&str> = engine.models().iter().map(|(id, _)| *id).collect();
+    assert_eq!(ids, ["first", "second"]);
+    assert!(engine.limits_of("second").is_some() && engine.limits_of("third").is_none());
+    rt().block_on(async {
+        let mut handles = Vec::new();
+        for (i, model) in [None, Some("second"), Some("first"), Some("second")].into_iter().enumerate() {
+            let mut r = req(&format!("r{i}"), "p", 3);
+            r.model = model.map(String::from);
+            r.outputs.return_latents = true;
+            handles.push((model, engine.submit(r).unwrap()));
+        }
+        for (model, h) in handles {
+            let out = h.wait().await.unwrap();
+            let Some(fastvideo_request::Artifact::Latents(l)) = out.artifacts.get("latents") else { panic!("no latents") };
+            let want = if model == Some("second") { 30.0 } else { 3.0 };
+            assert_eq!(l.data, [want], "{model:?} ran on its own pipeline");
+        }
+    });
+    let mut r = req("r9", "p", 3);
+    r.model = Some("third".into());
+    let e = engine.submit(r).err().unwrap();
+    let msg = e.to_string();
+    assert!(msg.contains("model") && msg.contains("`first`, `second`"), "{msg}");
+}

@@ -279,6 +279,9 @@ pub struct OmniRequest {
     /// LoRA adapters (enabled by the deploy) to run with, each with its strength, in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub lora: Vec<crate::LoraChoice>,
+    /// Which of the engine's models runs it, by id; none: the primary model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
 }
 
 impl OmniRequest {
@@ -296,6 +299,7 @@ impl OmniRequest {
             exact: false,
             priority: 0,
             lora: Vec::new(),
+            model: None,
         }
     }
 

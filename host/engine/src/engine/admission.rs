@@ -48,15 +48,31 @@ impl Engine {
         if inner.shared.draining.load(Ordering::SeqCst) {
             return refuse(EngineError::Draining);
         }
-        let req = match req.resolve(&inner.limits, random_seed) {
+        let model = match req.model.as_deref() {
+            None => 0,
+            Some(m) if m == inner.model_id => 0,
+            Some(m) => match inner.extra.iter().position(|x| x.id == m) {
+                Some(i) => i + 1,
+                None => {
+                    let served: Vec<String> = self.models().iter().map(|(id, _)| format!("`{id}`")).collect();
+                    let why = format!("model: `{m}` is not served here; this server serves {}", served.join(", "));
+                    return refuse(RequestError::new("model", why).into());
+                }
+            },
+        };
+        let (limits, check) = match model {
+            0 => (&inner.limits, &inner.check),
+            i => (&inner.extra[i - 1].limits, &inner.extra[i - 1].check),
+        };
+        let req = match req.resolve(limits, random_seed) {
             Ok(r) => r,
             Err(e) => return refuse(e.into()),
         };
-        if let Err(e) = (inner.check)(&req) {
+        if let Err(e) = check(&req) {
             return refuse(e.into());
         }
         if !req.lora.is_empty() {
-            let checked = match &inner.adapters {
+            let checked = match inner.adapters.as_ref().filter(|_| model == 0) {
                 Some(cache) => cache.check(&req.lora),
                 None => Err(RequestError::new("lora", "this server enables no LoRA adapters")),
             };
@@ -64,7 +80,7 @@ impl Engine {
                 return refuse(e.into());
             }
         }
-        let key = CostKey::of(&req);
+        let key = CostKey { model: model as u32, ..CostKey::of(&req) };
         let (predicted, memory) = {
             let cost = inner.shared.cost.lock().unwrap();
             (cost.request_seconds(&key, req.steps), cost.memory_bytes(&key))
@@ -115,6 +131,7 @@ impl Engine {
         let lora = req.lora.clone();
         let job = Job {
             id: request_id.clone(),
+            model,
             steps_left: req.steps,
             req: Some(req),
             run: None,
@@ -129,7 +146,7 @@ impl Engine {
             done: Some(dtx),
             span,
         };
-        match (&inner.adapters, lora.is_empty()) {
+        match (inner.adapters.as_ref().filter(|_| model == 0), lora.is_empty()) {
             (Some(cache), false) if !cache.all_resident(&lora) => {
                 // Reading and preparing adapter files takes a while: on a thread of its own, so
                 // neither the caller nor the executor waits; the job is queued once they are ready.

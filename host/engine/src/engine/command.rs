@@ -23,6 +23,8 @@ pub(super) enum Command {
 
 pub(super) struct Job {
     pub(super) id: String,
+    /// Which of the engine's models runs it (0: the primary).
+    pub(super) model: usize,
     pub(super) req: Option<ResolvedRequest>,
     pub(super) run: Option<PipelineRun>,
     pub(super) key: CostKey,

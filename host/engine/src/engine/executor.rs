@@ -21,9 +21,9 @@ use crate::session::LiveSessions;
 use crate::{EngineError, Metrics};
 
 pub(super) struct Executor {
-    spec: Arc<PipelineSpec>,
+    /// Each model's pipeline and error classifier; a job's `model` indexes it (0: the primary).
+    pipelines: Vec<(Arc<PipelineSpec>, Classifier)>,
     device: Device,
-    classify: Classifier,
     shared: Arc<Shared>,
     metrics: Metrics,
     state: State,
@@ -36,18 +36,16 @@ pub(super) struct Executor {
 
 impl Executor {
     pub(super) fn new(
-        spec: Arc<PipelineSpec>,
+        pipelines: Vec<(Arc<PipelineSpec>, Classifier)>,
         device: Device,
-        classify: Classifier,
         shared: Arc<Shared>,
         metrics: Metrics,
         cfg: &EngineConfig,
         sessions: LiveSessions,
     ) -> Self {
         Executor {
-            spec,
+            pipelines,
             device,
-            classify,
             shared,
             metrics,
             state: State::new(
@@ -139,7 +137,7 @@ impl Executor {
             Command::Session(c) => self.sessions.command(c, self.state.sessions()),
             Command::Swap(spec, done) => {
                 // Runs hold their own Arc: started requests keep the old pipeline.
-                self.spec = spec;
+                self.pipelines[0].0 = spec;
                 let _ = done.send(());
             }
         }
@@ -180,10 +178,11 @@ impl Executor {
     /// One step of `k` and its partners as one batched call; each is charged its share of the
     /// time.
     fn advance_batch(&mut self, k: u64, partners: Vec<u64>) {
-        super::adapters::sync(&self.spec, &self.jobs, k, &self.metrics);
+        let (spec, classify) = self.pipeline_of(k);
+        super::adapters::sync(&spec, &self.jobs, k, &self.metrics);
         let keys: Vec<u64> = std::iter::once(k).chain(partners).collect();
         let mut jobs: Vec<Job> = keys.iter().map(|k| self.jobs.remove(k).expect("partners exist")).collect();
-        let (results, seconds) = batching::step(&mut jobs, &keys, self.classify);
+        let (results, seconds) = batching::step(&mut jobs, &keys, classify);
         let n = keys.len();
         let per_request = seconds / n as f64;
         self.metrics.step_batch_size.observe(n as f64);
@@ -208,12 +207,20 @@ impl Executor {
         }
     }
 
+    /// The pipeline and classifier of job `k`'s model.
+    fn pipeline_of(&self, k: u64) -> (Arc<PipelineSpec>, Classifier) {
+        let m = self.jobs.get(&k).map_or(0, |j| j.model);
+        let (spec, classify) = &self.pipelines[m.min(self.pipelines.len() - 1)];
+        (spec.clone(), *classify)
+    }
+
     fn advance(&mut self, k: u64) {
         let partners = batching::partners(&self.jobs, k, self.max_batch);
         if !partners.is_empty() {
             return self.advance_batch(k, partners);
         }
-        super::adapters::sync(&self.spec, &self.jobs, k, &self.metrics);
+        let (spec, classify) = self.pipeline_of(k);
+        super::adapters::sync(&spec, &self.jobs, k, &self.metrics);
         let job = self.jobs.get_mut(&k).expect("scheduled jobs exist");
         if job.run.is_none() {
             let req = job.req.take().expect("a queued job carries its request");
@@ -222,7 +229,7 @@ impl Executor {
             if let Some(set) = &job.adapters {
                 values.insert(ADAPTERS, Value::Adapters(Arc::clone(set)));
             }
-            job.run = Some(PipelineRun::new(self.spec.clone(), req, self.device, values, job.cancel.clone()));
+            job.run = Some(PipelineRun::new(spec, req, self.device, values, job.cancel.clone()));
         }
         let run = job.run.as_mut().expect("just started");
         let node = run.current_node().unwrap_or("finish").to_string();
@@ -254,7 +261,7 @@ impl Executor {
                 let err = if job.cancel.is_cancelled() {
                     EngineError::Cancelled
                 } else {
-                    EngineError::Failed { code: (self.classify)(&e).to_string(), message: format!("{e:#}") }
+                    EngineError::Failed { code: classify(&e).to_string(), message: format!("{e:#}") }
                 };
                 self.fail(k, err);
             }
@@ -266,6 +273,7 @@ impl Executor {
     }
 
     fn finish(&mut self, k: u64) {
+        let (_, classify) = self.pipeline_of(k);
         let mut job = self.jobs.remove(&k).expect("finishing a known job");
         self.state.remove(k);
         let run = job.run.take().expect("a finished job has a run");
@@ -282,7 +290,7 @@ impl Executor {
                 self.metrics.count("completed");
                 Ok(out)
             }
-            Ok(Err(e)) => Err(EngineError::Failed { code: (self.classify)(&e).to_string(), message: format!("{e:#}") }),
+            Ok(Err(e)) => Err(EngineError::Failed { code: classify(&e).to_string(), message: format!("{e:#}") }),
             Err(p) => Err(EngineError::Failed {
                 code: "internal_error".into(),
                 message: format!("collecting outputs panicked: {}", fastvideo_torch::panic_message(p.as_ref())),

@@ -33,6 +33,15 @@ pub(super) struct Inner {
     /// Which weights new requests get; the update lock serializes updates.
     pub(super) serving: Mutex<Option<WeightsInfo>>,
     pub(super) update: tokio::sync::Mutex<()>,
+    /// Models served beside the primary one, chosen by a request's `model` (model `i + 1`).
+    pub(super) extra: Vec<ExtraModel>,
+}
+
+/// A model beside the primary one: what admission needs of it.
+pub(super) struct ExtraModel {
+    pub(super) id: String,
+    pub(super) limits: ModelLimits,
+    pub(super) check: RequestCheck,
 }
 
 /// The engine: cheap to clone, usable from any thread or task.
@@ -52,6 +61,20 @@ impl Engine {
         cfg: EngineConfig,
         metrics: Metrics,
     ) -> Self {
+        Self::start_with_models(model, Vec::new(), sessions, cfg, metrics)
+    }
+
+    /// [`start_with_sessions`](Self::start_with_sessions) serving `extra` models too, on the same
+    /// executor and scheduler: a request names one by its id in `model` (none: the primary).
+    /// Their steps interleave and queue under one policy; only steps of one model batch together.
+    /// Weight updates, LoRA adapters and sessions stay the primary model's.
+    pub fn start_with_models(
+        model: EngineModel,
+        extra: Vec<EngineModel>,
+        sessions: Option<Arc<dyn SessionModel>>,
+        cfg: EngineConfig,
+        metrics: Metrics,
+    ) -> Self {
         let (tx, rx) = std_mpsc::channel();
         let session_shared = Arc::new(SessionShared::default());
         let shared = Arc::new(Shared {
@@ -66,7 +89,13 @@ impl Engine {
         }
         let live_sessions =
             LiveSessions::new(sessions.clone(), device, cfg.session_idle, session_shared.clone(), metrics.clone());
-        Executor::new(spec, device, classify, shared.clone(), metrics.clone(), &cfg, live_sessions).spawn(rx);
+        let mut pipelines = vec![(spec, classify)];
+        let mut extras = Vec::new();
+        for m in extra {
+            pipelines.push((m.spec, m.classify));
+            extras.push(ExtraModel { id: m.id, limits: m.limits, check: m.check });
+        }
+        Executor::new(pipelines, device, shared.clone(), metrics.clone(), &cfg, live_sessions).spawn(rx);
         Engine(Arc::new(Inner {
             tx: Mutex::new(tx),
             shared,
@@ -81,7 +110,20 @@ impl Engine {
             adapters,
             serving: Mutex::new(None),
             update: tokio::sync::Mutex::new(()),
+            extra: extras,
         }))
+    }
+
+    /// Every served model's id and limits, the primary first.
+    pub fn models(&self) -> Vec<(&str, &ModelLimits)> {
+        let mut all = vec![(self.0.model_id.as_str(), &self.0.limits)];
+        all.extend(self.0.extra.iter().map(|m| (m.id.as_str(), &m.limits)));
+        all
+    }
+
+    /// The limits of the model named `id`, if it is served.
+    pub fn limits_of(&self, id: &str) -> Option<&ModelLimits> {
+        self.models().into_iter().find(|(m, _)| *m == id).map(|(_, l)| l)
     }
 
     pub fn model_id(&self) -> &str {
