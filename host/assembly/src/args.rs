@@ -197,6 +197,14 @@ pub struct EngineArgs {
     /// LoRA adapters one request may name [default: 8].
     #[arg(long)]
     pub max_loras_per_request: Option<usize>,
+    /// Also serve a language model (a transformers-layout Qwen3 or Qwen2.5 folder) on the same
+    /// engine, for `/v1/chat/completions` and `/v1/completions`.
+    #[arg(long)]
+    pub lm: Option<PathBuf>,
+    /// The language model's key/value cache (bytes, or 512M, 2G): paged blocks all its requests
+    /// share [default: 1G].
+    #[arg(long, value_parser = crate::size::parse_size)]
+    pub lm_kv_cache: Option<u64>,
 }
 
 impl EngineArgs {
@@ -234,6 +242,8 @@ impl EngineArgs {
         set(&mut w.job_floor, &self.job_floor);
         set(&mut cfg.adapters.cache_mib, &self.adapter_cache);
         set(&mut cfg.adapters.max_per_request, &self.max_loras_per_request);
+        set_opt(&mut cfg.lm.path, &self.lm);
+        set(&mut cfg.lm.kv_cache, &self.lm_kv_cache);
     }
 }
 

@@ -28,6 +28,24 @@ pub struct ServeConfig {
     pub storage: StorageConfig,
     pub adapters: AdapterConfig,
     pub webhooks: WebhookConfig,
+    pub lm: LmConfig,
+}
+
+/// A language model served beside the video model (`/v1/chat/completions`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LmConfig {
+    /// A transformers-layout Qwen3 or Qwen2.5 folder; none: no language model.
+    pub path: Option<PathBuf>,
+    /// Its paged key/value cache: bytes, or 512M, 2G.
+    #[serde(with = "size")]
+    pub kv_cache: u64,
+}
+
+impl Default for LmConfig {
+    fn default() -> Self {
+        Self { path: None, kv_cache: 1 << 30 }
+    }
 }
 
 /// Completion webhooks: where requests' `webhook` URLs may point, and the signing secret.
@@ -340,6 +358,7 @@ impl ServeConfig {
         join(&mut self.storage.data_dir);
         join(&mut self.storage.comfy_dir);
         join(&mut self.webhooks.secret_file);
+        join(&mut self.lm.path);
         if let Some(w) = self.world.model.as_mut().filter(|w| *w != "default" && Path::new(w).is_relative()) {
             *w = dir.join(&*w).display().to_string();
         }

@@ -29,6 +29,8 @@ pub struct Assembly {
     pub device: Device,
     pub deploy: Option<Arc<Deployment>>,
     pub description: EngineDescription,
+    /// The language model served beside the video model: its id and chat codec.
+    pub chat: Option<(String, Arc<dyn fastvideo_request::chat::ChatCodec>)>,
 }
 
 /// What an engine was built with, as JSON-friendly data: two front ends that print the same
@@ -142,7 +144,9 @@ pub fn build_engine(cfg: &ServeConfig) -> Result<Assembly> {
         metric_hooks,
         ..describe(cfg, &location, &model, &binding, &engine_cfg, world.as_ref().map(|w| w.0.clone()))
     };
-    let engine = Engine::start_with_sessions(
+    let lm = crate::lm::language_model(&cfg.lm, device)?;
+    let chat = lm.as_ref().map(|l| (l.id.clone(), l.codec.clone()));
+    let engine = Engine::start_with_models(
         EngineModel {
             id: location.name.clone(),
             limits: model.limits(),
@@ -162,11 +166,12 @@ pub fn build_engine(cfg: &ServeConfig) -> Result<Assembly> {
             weights: Some(weights),
             adapters,
         },
+        lm.into_iter().map(|l| l.model).collect(),
         world.map(|w| w.1),
         engine_cfg,
         metrics.clone(),
     );
-    Ok(Assembly { engine, registry, metrics, model: location, device, deploy, description })
+    Ok(Assembly { engine, registry, metrics, model: location, device, deploy, description, chat })
 }
 
 /// The adapter cache over `sources` for `spec`'s model, or none when no adapter is enabled. Every

@@ -7,6 +7,7 @@
 pub mod args;
 mod config;
 mod engine;
+mod lm;
 mod locate;
 mod model;
 mod precision;
@@ -15,8 +16,8 @@ mod size;
 pub mod world;
 
 pub use config::{
-    AuthConfig, Drain, HttpConfig, ModelConfig, RestartJobs, SchedulerConfig, ServeConfig, StorageConfig, WebRtcConfig,
-    WebhookConfig, WorldConfig,
+    AuthConfig, Drain, HttpConfig, LmConfig, ModelConfig, RestartJobs, SchedulerConfig, ServeConfig, StorageConfig,
+    WebRtcConfig, WebhookConfig, WorldConfig,
 };
 pub use engine::{
     build_engine, deploy_at, engine_config, load_deploy, Assembly, EngineDescription, SchedulerDescription,

@@ -38,7 +38,7 @@ pub fn build_server(cfg: &ServeConfig) -> Result<Served> {
     };
     let assembly = build_engine(cfg)?;
     let comfy = comfyui(cfg, assembly.deploy.as_ref(), &assembly.model.dir, assembly.device)?;
-    let Assembly { engine, registry, description, .. } = assembly;
+    let Assembly { engine, registry, description, chat, .. } = assembly;
     let s = &cfg.storage;
     let retention = fastvideo_server::Retention {
         ttl: (s.job_ttl > 0).then(|| Duration::from_secs(s.job_ttl)),
@@ -56,6 +56,9 @@ pub fn build_server(cfg: &ServeConfig) -> Result<Served> {
         );
     if let Some(c) = comfy {
         state = state.with_comfyui(c);
+    }
+    if let Some((id, codec)) = chat {
+        state = state.with_chat(id, codec);
     }
     if let Some((policy, secret)) = webhooks {
         let schedule = fastvideo_server::RetrySchedule {

@@ -425,7 +425,9 @@ fn requests_run_on_the_model_they_name_and_an_unknown_model_is_refused() {
         }
         for (model, h) in handles {
             let out = h.wait().await.unwrap();
-            let Some(fastvideo_request::Artifact::Latents(l)) = out.artifacts.get("latents") else { panic!("no latents") };
+            let Some(fastvideo_request::Artifact::Latents(l)) = out.artifacts.get("latents") else {
+                panic!("no latents")
+            };
             let want = if model == Some("second") { 30.0 } else { 3.0 };
             assert_eq!(l.data, [want], "{model:?} ran on its own pipeline");
         }

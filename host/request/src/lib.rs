@@ -43,6 +43,7 @@
 #![deny(missing_docs)]
 
 mod action;
+pub mod chat;
 mod error;
 mod event;
 mod experts;

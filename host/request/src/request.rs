@@ -17,6 +17,8 @@ pub enum TaskType {
     /// A live world-model session: text and actions in, chunks of video out until it is
     /// closed (open-ended; actions also arrive while it runs).
     World,
+    /// Text generation by a language model: the prompt in, tokens out (chat completions).
+    Text,
 }
 
 impl TaskType {
@@ -28,6 +30,7 @@ impl TaskType {
             TaskType::T2i => "t2i",
             TaskType::V2v => "v2v",
             TaskType::World => "world",
+            TaskType::Text => "text",
         }
     }
 }

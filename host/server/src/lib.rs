@@ -5,6 +5,7 @@
 //! metrics registry.
 
 mod auth;
+mod chat;
 mod comfy;
 mod error;
 mod files;
@@ -92,6 +93,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/sessions/{id}/webrtc", post(webrtc::offer))
         .route("/world", get(world_page::page))
         .route("/v1/models", get(models))
+        .route("/v1/chat/completions", post(chat::chat_completions))
+        .route("/v1/completions", post(chat::completions))
         .route("/v1/capabilities", get(capabilities))
         .route("/version", get(version))
         .route("/health", get(|| async { Json(serde_json::json!({"status": "ok"})) }))
@@ -106,10 +109,13 @@ pub fn router(state: AppState) -> Router {
 }
 
 async fn models(State(s): State<AppState>) -> Json<serde_json::Value> {
-    Json(serde_json::json!({
-        "object": "list",
-        "data": [{"id": s.engine.model_id(), "object": "model", "created": 0, "owned_by": "fastvideo"}],
-    }))
+    let data: Vec<serde_json::Value> = s
+        .engine
+        .models()
+        .iter()
+        .map(|(id, _)| serde_json::json!({"id": id, "object": "model", "created": 0, "owned_by": "fastvideo"}))
+        .collect();
+    Json(serde_json::json!({"object": "list", "data": data}))
 }
 
 /// What the served model takes (tasks, the frame and size rules, limits, defaults, solvers), so

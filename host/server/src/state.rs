@@ -33,6 +33,8 @@ pub struct AppState {
     /// Largest request body accepted (uploads, inline pictures and videos).
     pub(crate) body_limit: usize,
     webhook_metrics: WebhookMetrics,
+    /// The language model of the chat routes, when the engine serves one.
+    pub(crate) chat: Option<Arc<crate::chat::ChatModel>>,
 }
 
 /// The default [`AppState::with_body_limit`]: room for a long input video.
@@ -54,7 +56,15 @@ impl AppState {
             files: Arc::new(Files::default()),
             body_limit: DEFAULT_BODY_LIMIT,
             webhook_metrics,
+            chat: None,
         }
+    }
+
+    /// Serves `/v1/chat/completions` and `/v1/completions` with the engine's model `id` (a
+    /// language model), whose chat template and tokenizer `codec` holds.
+    pub fn with_chat(mut self, id: String, codec: Arc<dyn fastvideo_request::chat::ChatCodec>) -> Self {
+        self.chat = Some(Arc::new(crate::chat::ChatModel { id, codec }));
+        self
     }
 
     /// Delivers completion webhooks to URLs under `policy`, signed with `secret` (`whsec_…`).

@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use anyhow::{ensure, Context, Result};
 use fastvideo_pipeline::token::{DecodeParams, FinishReason, Generation};
+use fastvideo_request::chat::StopText;
 use tch::{Device, Kind};
 
 use crate::{ChatTokenizer, Message, QwenForCausalLM};
@@ -18,7 +19,7 @@ pub const PREFILL_CHUNK: usize = 512;
 
 pub struct LanguageModel {
     pub model: Arc<QwenForCausalLM>,
-    pub tokenizer: ChatTokenizer,
+    pub tokenizer: Arc<ChatTokenizer>,
     /// The tokenizer's EOS and `generation_config.json`'s `eos_token_id`s.
     stop: Vec<i64>,
     device: Device,
@@ -52,7 +53,12 @@ impl LanguageModel {
                 _ => {}
             }
         }
-        Ok(Self { model, tokenizer, stop, device })
+        Ok(Self { model, tokenizer: Arc::new(tokenizer), stop, device })
+    }
+
+    /// Token ids that end a generation: the tokenizer's EOS and `generation_config.json`'s.
+    pub fn stop_tokens(&self) -> &[i64] {
+        &self.stop
     }
 
     /// The chat template applied to `messages` (with the assistant's opening), tokenized.
@@ -72,46 +78,33 @@ impl LanguageModel {
         stop: &[String],
         mut on_text: impl FnMut(&str),
     ) -> Result<Reply> {
-        ensure!(stop.iter().all(|s| !s.is_empty()), "stop: empty strings stop nothing");
+        let mut text_out = StopText::new(stop.to_vec()).map_err(|e| anyhow::anyhow!("{e}"))?;
         let prompt = self.prompt_ids(messages)?;
         let prompt_tokens = prompt.len();
         let t0 = Instant::now();
         let mut g = Generation::new(self.model.as_ref(), prompt, params, &self.stop)?;
-        let mut shown = String::new();
-        let mut stopped: Option<String> = None;
         tch::no_grad(|| -> Result<()> {
             while g.finish().is_none() {
                 if g.step(self.model.as_ref(), self.device, PREFILL_CHUNK)?.is_none() {
                     continue;
                 }
                 // Whole text each time: a token may end inside a multi-byte character.
-                let text = self.tokenizer.decode(g.tokens())?;
-                let visible = match stop.iter().filter_map(|s| text.find(s.as_str())).min() {
-                    Some(at) => {
-                        g.finish_now(FinishReason::Stop);
-                        stopped = Some(text[..at].to_string());
-                        text[..at].to_string()
-                    }
-                    // A trailing U+FFFD may be a character whose bytes have not all come yet.
-                    None => text[..text.len() - held_back(&text, stop)].trim_end_matches('\u{FFFD}').to_string(),
-                };
-                if let Some(new) = visible.strip_prefix(shown.as_str()).filter(|n| !n.is_empty()) {
-                    on_text(new);
-                    shown = visible;
+                let new = text_out.update(&self.tokenizer.decode(g.tokens())?);
+                if text_out.stopped() {
+                    g.finish_now(FinishReason::Stop);
+                }
+                if !new.is_empty() {
+                    on_text(&new);
                 }
             }
             Ok(())
         })?;
-        let text = match stopped {
-            Some(t) => t,
-            None => {
-                let text = self.tokenizer.decode(g.tokens())?;
-                if let Some(rest) = text.strip_prefix(shown.as_str()).filter(|r| !r.is_empty()) {
-                    on_text(rest); // what was held back, once no stop string can follow
-                }
-                text
-            }
-        };
+        // What was held back, once no stop string can follow.
+        let rest = text_out.finish(&self.tokenizer.decode(g.tokens())?);
+        if !rest.is_empty() {
+            on_text(&rest);
+        }
+        let text = text_out.shown().to_string();
         Ok(Reply {
             text,
             prompt_tokens,
@@ -119,28 +112,5 @@ impl LanguageModel {
             finish_reason: g.finish().expect("finished"),
             seconds: t0.elapsed().as_secs_f64(),
         })
-    }
-}
-
-/// Bytes at the end of `text` that begin some stop string (and so may not be shown yet).
-fn held_back(text: &str, stop: &[String]) -> usize {
-    stop.iter()
-        .flat_map(|s| (1..s.len()).rev().filter(|&n| s.is_char_boundary(n)).map(move |n| &s[..n]))
-        .filter(|prefix| text.ends_with(prefix))
-        .map(str::len)
-        .max()
-        .unwrap_or(0)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::held_back;
-
-    #[test]
-    fn only_a_possible_start_of_a_stop_string_is_held_back() {
-        let stop = ["</answer>".to_string(), "\n\n".to_string()];
-        assert_eq!(held_back("a red circle</ans", &stop), 5);
-        assert_eq!(held_back("a red circle\n", &stop), 1);
-        assert_eq!(held_back("a red circle", &stop), 0);
     }
 }

@@ -16,6 +16,7 @@ pub mod mlp;
 pub mod model;
 pub mod rms_norm;
 pub mod rope;
+pub mod serving;
 
 pub use chat::{ChatTokenizer, Message};
 pub use config::QwenConfig;

@@ -6,6 +6,7 @@ use fastvideo_torch::weights::Weights;
 use tch::{Kind, Tensor};
 
 pub struct RmsNorm {
+    /// `[dim]`, or `[heads, dim]` for per-head norms run as one ([`Self::over_heads`]).
     weight: Tensor,
     eps: f64,
 }
@@ -15,10 +16,19 @@ impl RmsNorm {
         Ok(Self { weight: w.get("weight", &[dim])?, eps })
     }
 
-    /// Normalises over the last dimension.
+    /// Per-head norms of several head groups as one norm over `[.., Σ heads, dim]`: each norm's
+    /// weight repeated over its group's heads, so q and k normalise in one launch, not two.
+    pub fn over_heads(groups: &[(RmsNorm, i64)]) -> Self {
+        let rows: Vec<Tensor> = groups.iter().map(|(n, heads)| n.weight.unsqueeze(0).expand([*heads, -1], false)).collect();
+        Self { weight: Tensor::cat(&rows, 0), eps: groups[0].0.eps }
+    }
+
+    /// Normalises over the last dimension. libtorch's `rms_norm` is one fused kernel on CUDA
+    /// (float32 statistics, the result in the input's dtype) and transformers' ops on the CPU;
+    /// the weight is applied after, in the input's dtype, as transformers rounds.
     pub fn forward(&self, x: &Tensor) -> Tensor {
-        let h = x.to_kind(Kind::Float);
-        let var = h.square().mean_dim(-1, true, Kind::Float);
-        (h * (var + self.eps).rsqrt()).to_kind(x.kind()) * &self.weight
+        let dim = *x.size().last().expect("rank >= 1");
+        debug_assert!(matches!(x.kind(), Kind::Float | Kind::BFloat16 | Kind::Half));
+        x.rms_norm([dim], None::<&Tensor>, self.eps) * &self.weight
     }
 }

@@ -43,3 +43,59 @@ fn chat_errors_name_the_field_and_exit_non_zero() {
     let out = fastvideo(&["chat", "--lm", "/nonexistent", "hi"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("no config.json"));
 }
+
+/// The official `openai` client against `serve --lm`: a chat completion whole and streamed (the
+/// same greedy text as `fastvideo chat`, usage in the last chunk), a plain completion and a bad
+/// field, while a video job runs on the same engine.
+#[test]
+fn the_openai_client_streams_chat_completions_beside_a_video_job() {
+    use crate::common::server::Server;
+    use serde_json::{json, Value};
+    let lm_dir = lm();
+    let server = Server::start(&["--lm", &lm_dir, "--lm-kv-cache", "8M"]);
+    let (status, video) = server.post(
+        "/v1/videos",
+        json!({"prompt": "a red circle moving left on a white background", "num_inference_steps": 8}),
+    );
+    assert_eq!(status, 200, "{video}");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/clients/openai_chat.py");
+    let out = Command::new(crate::common::client_python()).arg(script).arg(&server.base).arg("hi").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["models"], json!(["fastvideo-default", "tiny-qwen3"]));
+    let cli = fastvideo(&["chat", "--lm", &lm_dir, "hi", "--max-tokens", "12"]);
+    assert_eq!(
+        r["content"].as_str().unwrap(),
+        String::from_utf8_lossy(&cli.stdout).trim_end_matches('\n'),
+        "served = CLI"
+    );
+    let streamed: String = r["deltas"].as_array().unwrap().iter().map(|d| d.as_str().unwrap()).collect();
+    assert_eq!(streamed, r["content"].as_str().unwrap(), "streamed = whole");
+    assert!(r["deltas"].as_array().unwrap().len() > 1, "streamed in pieces: {r}");
+    assert_eq!(r["usage"], r["stream_usage"]);
+    let u = &r["usage"];
+    assert_eq!(
+        u["total_tokens"],
+        json!(u["prompt_tokens"].as_u64().unwrap() + u["completion_tokens"].as_u64().unwrap())
+    );
+    let reason = r["finish_reason"].as_str().unwrap();
+    assert_eq!(r["stream_reasons"], json!([reason]));
+    assert_eq!((reason == "length"), u["completion_tokens"] == 12, "{u}");
+    assert_eq!(r["completion_usage"]["prompt_tokens"].as_u64().map(|n| n > 0), Some(true));
+    assert_eq!(r["bad_request"], json!({"status": 400, "param": "max_tokens"}));
+    let hi = json!([{"role": "user", "content": "hi"}]);
+    for (body, param) in [
+        (json!({"model": "tiny-qwen3"}), "messages"),
+        (json!({"messages": [{"content": "hi"}]}), "messages[0].role"),
+        (json!({"messages": hi, "n": 2}), "n"),
+        (json!({"messages": hi, "model": "gpt-4o"}), "model"),
+        (json!({"messages": hi, "top_p": 2.0}), "top_p"),
+        (json!({"messages": hi, "stop": [""]}), "stop"),
+        (json!({"messages": hi, "max_tokens": 100000}), "max_tokens"),
+        (json!({"messages": hi, "tools": []}), "tools"),
+    ] {
+        let (status, v) = server.post("/v1/chat/completions", body.clone());
+        assert_eq!((status, v["error"]["param"].as_str()), (400, Some(param)), "{body}: {v}");
+    }
+    assert_eq!(server.wait_done(video["id"].as_str().unwrap())["status"], "completed");
+}

@@ -29,11 +29,8 @@ pub(super) fn partners(jobs: &HashMap<u64, Job>, k: u64, max_batch: usize) -> Ve
     let Some(key) = run.batch_key() else { return Vec::new() };
     // Same model too: two models' steps may have equal keys (latent shapes) but not weights.
     let same = |r: &PipelineRun| std::sync::Arc::ptr_eq(r.spec(), run.spec()) && r.batch_key() == Some(key);
-    let mut partners: Vec<u64> = jobs
-        .iter()
-        .filter(|(o, j)| **o != k && j.run.as_ref().is_some_and(same))
-        .map(|(o, _)| *o)
-        .collect();
+    let mut partners: Vec<u64> =
+        jobs.iter().filter(|(o, j)| **o != k && j.run.as_ref().is_some_and(same)).map(|(o, _)| *o).collect();
     partners.sort_unstable();
     partners.truncate(max_batch - 1);
     partners

@@ -282,19 +282,34 @@ pub struct ARDecodeLoop {
     prefill_chunk: usize,
     /// Paged key/value blocks shared by this loop's requests (else each has a contiguous cache).
     pool: Option<Arc<KvBlockPool>>,
+    stop: Vec<i64>,
 }
 
 impl ARDecodeLoop {
     /// A loop reading the prompt's ids from value `input` and writing the generated ids to
     /// `output`, prefilling at most `prefill_chunk` prompt tokens per step.
     pub fn new(model: Arc<dyn CausalLm>, input: &str, output: &str, prefill_chunk: usize) -> Self {
-        Self { model, input: input.into(), output: output.into(), prefill_chunk: prefill_chunk.max(1), pool: None }
+        Self {
+            model,
+            input: input.into(),
+            output: output.into(),
+            prefill_chunk: prefill_chunk.max(1),
+            pool: None,
+            stop: Vec::new(),
+        }
     }
 
     /// Requests take their key/value blocks from `pool` (returned when each request ends, also
     /// on failure or cancellation).
     pub fn with_pool(mut self, pool: Arc<KvBlockPool>) -> Self {
         self.pool = Some(pool);
+        self
+    }
+
+    /// Token ids that end every generation besides the model's EOS (a folder's
+    /// `generation_config.json` and tokenizer EOS).
+    pub fn with_stop(mut self, stop: Vec<i64>) -> Self {
+        self.stop = stop;
         self
     }
 }
@@ -324,7 +339,7 @@ impl LoopStage for ARDecodeLoop {
             Some(pool) => Box::new(PagedKv::new(pool.clone())),
             None => self.model.new_cache(),
         };
-        let g = Generation::with_cache(self.model.as_ref(), cache, prompt, &params, &[])?;
+        let g = Generation::with_cache(self.model.as_ref(), cache, prompt, &params, &self.stop)?;
         // The last prefill chunk also yields the first token.
         Ok(LoopState { step: 0, total_steps: g.max_steps(self.prefill_chunk), inner: Box::new(g) })
     }
