@@ -144,7 +144,7 @@ pub fn build_engine(cfg: &ServeConfig) -> Result<Assembly> {
         metric_hooks,
         ..describe(cfg, &location, &model, &binding, &engine_cfg, world.as_ref().map(|w| w.0.clone()))
     };
-    let lm = crate::lm::language_model(&cfg.lm, device)?;
+    let lm = crate::lm::language_model(&cfg.lm, device, &metrics)?;
     let chat = lm.as_ref().map(|l| (l.id.clone(), l.codec.clone()));
     let engine = Engine::start_with_models(
         EngineModel {

@@ -35,7 +35,7 @@ fn check_decode(r: &fastvideo_request::ResolvedRequest) -> Result<(), RequestErr
 }
 
 /// Loads `cfg.path` (none: no language model); errors name `--lm` and the folder.
-pub fn language_model(cfg: &LmConfig, device: Device) -> Result<Option<ServedLm>> {
+pub fn language_model(cfg: &LmConfig, device: Device, metrics: &fastvideo_engine::Metrics) -> Result<Option<ServedLm>> {
     let Some(dir) = &cfg.path else { return Ok(None) };
     let kind = if device.is_cuda() { Kind::BFloat16 } else { Kind::Float };
     let ctx = || format!("lm.path (--lm) {}", dir.display());
@@ -46,13 +46,32 @@ pub fn language_model(cfg: &LmConfig, device: Device) -> Result<Option<ServedLm>
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "lm".into());
-    let (spec, _pool) = chat_pipeline(&lm, cfg.kv_cache.max(1 << 20)).with_context(ctx)?;
+    let (spec, pool) = chat_pipeline(&lm, cfg.kv_cache.max(1 << 20)).with_context(ctx)?;
+    metrics.watch_kv_pool(&pool);
+    // A request that could never fit the pool is refused at admission, naming max_tokens.
+    let capacity = pool.blocks() as i64 * pool.block_size();
+    let tokenizer = lm.tokenizer.clone();
+    let check = move |r: &fastvideo_request::ResolvedRequest| -> Result<(), RequestError> {
+        check_decode(r)?;
+        let max_tokens = r.node_params.get(DECODE_NODE).and_then(|v| v.get("max_tokens")).and_then(|v| v.as_i64());
+        let prompt = tokenizer.encode(&r.prompt).map(|ids| ids.len() as i64).unwrap_or(0);
+        let need = prompt + max_tokens.unwrap_or(256);
+        if need > capacity {
+            return Err(RequestError::new(
+                "max_tokens",
+                format!(
+                    "{need} positions (prompt and max_tokens) exceed the key/value cache's {capacity} (--lm-kv-cache)"
+                ),
+            ));
+        }
+        Ok(())
+    };
     let model = EngineModel {
         id: id.clone(),
         limits: chat_limits(&lm),
         spec: Arc::new(spec),
         device,
-        check: Box::new(check_decode),
+        check: Box::new(check),
         classify: |_| "pipeline_failed",
         weights: None,
         adapters: None,

@@ -48,6 +48,9 @@ pub struct Metrics {
     pub adapter_evictions: Counter,
     pub adapter_load_seconds: Counter<f64, AtomicU64>,
     pub adapter_bytes: Gauge,
+    /// A language model's paged key/value blocks: in the pool, and free now.
+    pub kv_blocks_total: Gauge,
+    pub kv_blocks_free: Gauge,
     /// Adapters prepared again from the host copy after a device eviction.
     pub adapter_host_hits: Counter,
     /// Adapter sets merged into the weights (every running request had the same set).
@@ -82,6 +85,8 @@ impl Metrics {
             adapter_evictions: Counter::default(),
             adapter_load_seconds: Counter::default(),
             adapter_bytes: Gauge::default(),
+            kv_blocks_total: Gauge::default(),
+            kv_blocks_free: Gauge::default(),
             adapter_host_hits: Counter::default(),
             adapter_merges: Counter::default(),
         };
@@ -126,6 +131,8 @@ impl Metrics {
         );
         r.register("adapter_load_seconds", "Time spent loading LoRA adapters", m.adapter_load_seconds.clone());
         r.register("adapter_bytes", "Device bytes the adapter cache holds", m.adapter_bytes.clone());
+        r.register("kv_blocks_total", "Key/value cache blocks of the language model", m.kv_blocks_total.clone());
+        r.register("kv_blocks_free", "Key/value cache blocks free now", m.kv_blocks_free.clone());
         r.register(
             "adapter_host_hits",
             "LoRA adapters prepared again from their host copy after a device eviction",
@@ -155,6 +162,15 @@ impl Metrics {
             AdapterEvent::HostHit => {
                 m.adapter_host_hits.inc();
             }
+        }));
+    }
+
+    /// Publishes a language model's key/value pool: its size, and its free blocks as they change.
+    pub fn watch_kv_pool(&self, pool: &fastvideo_pipeline::token::KvBlockPool) {
+        self.kv_blocks_total.set(pool.blocks() as i64);
+        let free = self.kv_blocks_free.clone();
+        pool.observe(Box::new(move |n| {
+            free.set(n as i64);
         }));
     }
 

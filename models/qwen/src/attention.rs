@@ -1,6 +1,9 @@
 //! Grouped-query self-attention: q, k, v projections (with biases in Qwen2.5), Qwen3's RMSNorm
 //! of q and k per head before the rotary embedding, the key/value heads shared by groups of query
 //! heads, causal SDPA scaled by `1/sqrt(head_dim)`.
+//!
+//! A decode step is bound by launches, not arithmetic, so q, k and v are one matmul, q and k are
+//! normalised and rotated together, and the output projection adds into the residual stream.
 
 use anyhow::Result;
 use fastvideo_pipeline::token::{KvStore, PagedBatch};
@@ -24,18 +27,40 @@ impl Linear {
         Ok(Self { weight, bias })
     }
 
+    /// Projections of one input as one matmul, outputs concatenated in order (all or none with
+    /// biases). The parts are consumed, so their weights are not kept beside the fused copy.
+    pub fn concat(parts: Vec<Linear>) -> Self {
+        let weight = Tensor::cat(&parts.iter().map(|p| &p.weight).collect::<Vec<_>>(), 0);
+        let bias = parts.iter().map(|p| p.bias.as_ref()).collect::<Option<Vec<_>>>().map(|b| Tensor::cat(&b, 0));
+        assert!(bias.is_some() || parts.iter().all(|p| p.bias.is_none()), "all parts or none have a bias");
+        Self { weight, bias }
+    }
+
     pub fn forward(&self, x: &Tensor) -> Tensor {
         x.linear(&self.weight, self.bias.as_ref())
+    }
+
+    /// `acc += x Wᵀ + b` in place (`acc [.., out]`): the matmul accumulates into `acc` (a
+    /// residual add), one launch instead of a matmul and an add.
+    pub fn forward_add(&self, acc: &Tensor, x: &Tensor) {
+        let (out, inp) = self.weight.size2().expect("[out, in]");
+        if acc.is_contiguous() {
+            let _ = acc.view([-1, out]).addmm_(&x.reshape([-1, inp]), &self.weight.tr());
+            if let Some(b) = &self.bias {
+                let _ = acc.shallow_clone().g_add_(b);
+            }
+        } else {
+            let _ = acc.shallow_clone().g_add_(&self.forward(x));
+        }
     }
 }
 
 pub struct Attention {
-    q_proj: Linear,
-    k_proj: Linear,
-    v_proj: Linear,
+    /// q, k and v as one matmul, outputs in that order.
+    qkv_proj: Linear,
     o_proj: Linear,
-    q_norm: Option<RmsNorm>,
-    k_norm: Option<RmsNorm>,
+    /// Qwen3's per-head norms of q and k as one over their heads together (q's then k's).
+    qk_norm: Option<RmsNorm>,
     heads: i64,
     kv_heads: i64,
     head_dim: i64,
@@ -44,54 +69,66 @@ pub struct Attention {
 impl Attention {
     pub fn new(w: &Weights, c: &QwenConfig) -> Result<Self> {
         let (h, d) = (c.hidden_size, c.head_dim);
-        let norm = |name: &str| -> Result<Option<RmsNorm>> {
-            match c.family {
-                Family::Qwen3 => Ok(Some(RmsNorm::new(&w.pp(name), d, c.rms_norm_eps)?)),
-                Family::Qwen2 => Ok(None),
+        let (heads, kv_heads) = (c.num_attention_heads, c.num_key_value_heads);
+        let proj = |name: &str, heads: i64| Linear::new(&w.pp(name), h, heads * d, c.qkv_bias);
+        let qk_norm = match c.family {
+            Family::Qwen3 => {
+                let norm = |name: &str| RmsNorm::new(&w.pp(name), d, c.rms_norm_eps);
+                Some(RmsNorm::over_heads(&[(norm("q_norm")?, heads), (norm("k_norm")?, kv_heads)]))
             }
+            Family::Qwen2 => None,
         };
         Ok(Self {
-            q_proj: Linear::new(&w.pp("q_proj"), h, c.num_attention_heads * d, c.qkv_bias)?,
-            k_proj: Linear::new(&w.pp("k_proj"), h, c.num_key_value_heads * d, c.qkv_bias)?,
-            v_proj: Linear::new(&w.pp("v_proj"), h, c.num_key_value_heads * d, c.qkv_bias)?,
-            o_proj: Linear::new(&w.pp("o_proj"), c.num_attention_heads * d, h, false)?,
-            q_norm: norm("q_norm")?,
-            k_norm: norm("k_norm")?,
-            heads: c.num_attention_heads,
-            kv_heads: c.num_key_value_heads,
+            qkv_proj: Linear::concat(vec![
+                proj("q_proj", heads)?,
+                proj("k_proj", kv_heads)?,
+                proj("v_proj", kv_heads)?,
+            ]),
+            o_proj: Linear::new(&w.pp("o_proj"), heads * d, h, false)?,
+            qk_norm,
+            heads,
+            kv_heads,
             head_dim: d,
         })
     }
 
     /// q, k, v `[B, heads, T, D]` of `x [B, T, C]`: projected, q and k normalised per head
-    /// (Qwen3) and rotated by `rope` (tables `[T, D]`, or `[B, 1, T, D]` per row).
+    /// (Qwen3) and rotated by `rope` (tables `[T, D]`, or `[B, 1, T, D]` per row). Views into
+    /// the projection's and the rotation's outputs.
     fn project(&self, x: &Tensor, rope: (&Tensor, &Tensor)) -> (Tensor, Tensor, Tensor) {
         let (b, t, _) = x.size3().expect("[B, T, C]");
-        let heads = |y: Tensor, n: i64, norm: &Option<RmsNorm>| {
-            let y = y.view([b, t, n, self.head_dim]);
-            let y = match norm {
-                Some(nm) => nm.forward(&y),
-                None => y,
-            };
-            y.transpose(1, 2)
+        let (hq, hk) = (self.heads, self.kv_heads);
+        let qkv = self.qkv_proj.forward(x).view([b, t, hq + 2 * hk, self.head_dim]);
+        let qk = qkv.narrow(2, 0, hq + hk);
+        let qk = match &self.qk_norm {
+            Some(norm) => norm.forward(&qk),
+            None => qk,
         };
-        let q = heads(self.q_proj.forward(x), self.heads, &self.q_norm);
-        let k = heads(self.k_proj.forward(x), self.kv_heads, &self.k_norm);
-        let v = heads(self.v_proj.forward(x), self.kv_heads, &None);
-        (Rope::apply(&q, rope.0, rope.1), Rope::apply(&k, rope.0, rope.1), v)
+        let qk = Rope::apply(&qk.transpose(1, 2), rope.0, rope.1);
+        (qk.narrow(1, 0, hq), qk.narrow(1, hq, hk), qkv.narrow(2, hq + hk, hk).transpose(1, 2))
     }
 
-    /// `x [B, T, C]` at positions `cache.len()..+T` of layer `layer`; appends its keys and values.
+    /// The output projection of `o [B, heads, T, D]`, added into `residual [B, T, C]` in place.
+    fn output(&self, o: &Tensor, residual: &Tensor) {
+        let (b, _, t, _) = o.size4().expect("[B, heads, T, D]");
+        self.o_proj.forward_add(residual, &o.transpose(1, 2).reshape([b, t, self.heads * self.head_dim]));
+    }
+
+    /// `x [B, T, C]` at positions `cache.len()..+T` of layer `layer`, its output added into
+    /// `residual`; appends its keys and values.
     pub fn forward(
         &self,
         x: &Tensor,
+        residual: &Tensor,
         rope: (&Tensor, &Tensor),
         cache: &mut dyn KvStore,
         layer: usize,
-    ) -> Result<Tensor> {
-        let (b, t, _) = x.size3().expect("[B, T, C]");
+    ) -> Result<()> {
+        let t = x.size()[1];
         let (q, k, v) = self.project(x, rope);
         let past = cache.len();
+        // A first append may keep what it gets: its own copies, not views holding the projection.
+        let (k, v) = if past == 0 { (k.contiguous(), v.contiguous()) } else { (k, v) };
         let (k, v) = cache.append(layer, &k, &v)?;
         let groups = self.heads / self.kv_heads;
         let (k, v) = if groups > 1 {
@@ -112,13 +149,21 @@ impl Attention {
                 Tensor::scaled_dot_product_attention(&q, &k, &v, Some(mask), 0.0, false, None, false)
             }
         };
-        Ok(self.o_proj.forward(&o.transpose(1, 2).reshape([b, t, self.heads * self.head_dim])))
+        self.output(&o, residual);
+        Ok(())
     }
 
-    /// One new token of each of `B` requests whose caches share one block pool, `x [B, 1, C]`:
-    /// the keys and values written into the pages and attention over all rows' pages at once.
-    pub fn forward_paged(&self, x: &Tensor, rope: (&Tensor, &Tensor), batch: &PagedBatch, layer: usize) -> Tensor {
-        let b = x.size()[0];
+    /// One new token of each of `B` requests whose caches share one block pool, `x [B, 1, C]`,
+    /// its output added into `residual`: the keys and values written into the pages and
+    /// attention over all rows' pages at once.
+    pub fn forward_paged(
+        &self,
+        x: &Tensor,
+        residual: &Tensor,
+        rope: (&Tensor, &Tensor),
+        batch: &PagedBatch,
+        layer: usize,
+    ) {
         let (q, k, v) = self.project(x, rope);
         batch.write(layer, &k, &v);
         let (pk, pv) = batch.pool().layer(layer);
@@ -128,20 +173,20 @@ impl Attention {
             Some(o) => o.unsqueeze(2),
             None => batch.attend_gathered(layer, &q),
         };
-        self.o_proj.forward(&o.transpose(1, 2).reshape([b, 1, self.heads * self.head_dim]))
+        self.output(&o, residual);
     }
 
     /// One new token of each of `B` requests, `x [B, 1, C]`, each at its own position (`rope`
-    /// tables `[B, 1, 1, D]`) with its own cache: the projections run batched, the attention
-    /// row by row over each row's keys.
+    /// tables `[B, 1, 1, D]`) with its own cache, its output added into `residual`: the
+    /// projections run batched, the attention row by row over each row's keys.
     pub fn forward_rows(
         &self,
         x: &Tensor,
+        residual: &Tensor,
         rope: (&Tensor, &Tensor),
         caches: &mut [&mut dyn KvStore],
         layer: usize,
-    ) -> Result<Tensor> {
-        let b = x.size()[0];
+    ) -> Result<()> {
         let (q, k, v) = self.project(x, rope);
         let groups = self.heads / self.kv_heads;
         let rows = caches
@@ -167,7 +212,7 @@ impl Attention {
                 ))
             })
             .collect::<Result<Vec<_>>>()?;
-        let o = Tensor::cat(&rows, 0);
-        Ok(self.o_proj.forward(&o.transpose(1, 2).reshape([b, 1, self.heads * self.head_dim])))
+        self.output(&Tensor::cat(&rows, 0), residual);
+        Ok(())
     }
 }

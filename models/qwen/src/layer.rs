@@ -1,4 +1,6 @@
 //! One decoder layer: pre-norm attention and pre-norm SwiGLU, each added to the residual stream.
+//! The stream is updated in place (each add rides the matmul before it), so the layers take it
+//! by value and hand it on.
 
 use anyhow::Result;
 use fastvideo_pipeline::token::{KvStore, PagedBatch};
@@ -27,37 +29,41 @@ impl DecoderLayer {
         })
     }
 
+    /// The feed-forward half, added into `h`.
+    fn mlp(&self, h: Tensor) -> Tensor {
+        self.mlp.forward_add(&h, &self.post_attention_layernorm.forward(&h));
+        h
+    }
+
+    /// `x [B, T, C]` (a tensor no one else reads: it is overwritten) through the layer.
     pub fn forward(
         &self,
-        x: &Tensor,
+        x: Tensor,
         rope: (&Tensor, &Tensor),
         cache: &mut dyn KvStore,
         index: usize,
     ) -> Result<Tensor> {
-        let h = x + self.self_attn.forward(&self.input_layernorm.forward(x), rope, cache, index)?;
-        let out = self.mlp.forward(&self.post_attention_layernorm.forward(&h));
-        Ok(h + out)
+        self.self_attn.forward(&self.input_layernorm.forward(&x), &x, rope, cache, index)?;
+        Ok(self.mlp(x))
     }
 
     /// [`Self::forward`] for one new token of each of several requests on one block pool (see
     /// `Attention::forward_paged`).
-    pub fn forward_paged(&self, x: &Tensor, rope: (&Tensor, &Tensor), batch: &PagedBatch, index: usize) -> Tensor {
-        let h = x + self.self_attn.forward_paged(&self.input_layernorm.forward(x), rope, batch, index);
-        let out = self.mlp.forward(&self.post_attention_layernorm.forward(&h));
-        h + out
+    pub fn forward_paged(&self, x: Tensor, rope: (&Tensor, &Tensor), batch: &PagedBatch, index: usize) -> Tensor {
+        self.self_attn.forward_paged(&self.input_layernorm.forward(&x), &x, rope, batch, index);
+        self.mlp(x)
     }
 
     /// [`Self::forward`] for one new token of each of several requests (see
     /// `Attention::forward_rows`).
     pub fn forward_rows(
         &self,
-        x: &Tensor,
+        x: Tensor,
         rope: (&Tensor, &Tensor),
         caches: &mut [&mut dyn KvStore],
         index: usize,
     ) -> Result<Tensor> {
-        let h = x + self.self_attn.forward_rows(&self.input_layernorm.forward(x), rope, caches, index)?;
-        let out = self.mlp.forward(&self.post_attention_layernorm.forward(&h));
-        Ok(h + out)
+        self.self_attn.forward_rows(&self.input_layernorm.forward(&x), &x, rope, caches, index)?;
+        Ok(self.mlp(x))
     }
 }

@@ -1,4 +1,4 @@
-//! The SwiGLU feed-forward: `down(silu(gate(x)) · up(x))`.
+//! The SwiGLU feed-forward: `down(silu(gate(x)) · up(x))`, gate and up as one matmul.
 
 use anyhow::Result;
 use fastvideo_torch::weights::Weights;
@@ -7,21 +7,33 @@ use tch::Tensor;
 use crate::attention::Linear;
 
 pub struct Mlp {
-    gate: Linear,
-    up: Linear,
+    /// gate then up, `[2 · inner, hidden]`: one launch instead of two.
+    gate_up: Linear,
     down: Linear,
+    inner: i64,
 }
 
 impl Mlp {
     pub fn new(w: &Weights, hidden: i64, inner: i64) -> Result<Self> {
+        let part = |name: &str| Linear::new(&w.pp(name), hidden, inner, false);
         Ok(Self {
-            gate: Linear::new(&w.pp("gate_proj"), hidden, inner, false)?,
-            up: Linear::new(&w.pp("up_proj"), hidden, inner, false)?,
+            gate_up: Linear::concat(vec![part("gate_proj")?, part("up_proj")?]),
             down: Linear::new(&w.pp("down_proj"), inner, hidden, false)?,
+            inner,
         })
     }
 
+    fn hidden(&self, x: &Tensor) -> Tensor {
+        let gu = self.gate_up.forward(x);
+        gu.narrow(-1, 0, self.inner).silu() * gu.narrow(-1, self.inner, self.inner)
+    }
+
     pub fn forward(&self, x: &Tensor) -> Tensor {
-        self.down.forward(&(self.gate.forward(x).silu() * self.up.forward(x)))
+        self.down.forward(&self.hidden(x))
+    }
+
+    /// [`Self::forward`] added into `residual` in place (the add rides the down projection).
+    pub fn forward_add(&self, residual: &Tensor, x: &Tensor) {
+        self.down.forward_add(residual, &self.hidden(x));
     }
 }

@@ -93,7 +93,7 @@ impl QwenForCausalLM {
         let (cos, sin) = self.rope.tables(cache.len(), t, self.kind);
         let mut x = Tensor::embedding(&self.embed_tokens, tokens, -1, false, false);
         for (i, layer) in self.layers.iter().enumerate() {
-            x = layer.forward(&x, (&cos, &sin), cache, i)?;
+            x = layer.forward(x, (&cos, &sin), cache, i)?;
         }
         cache.advance(t);
         Ok(self.norm.forward(&x).linear(&self.lm_head, None::<Tensor>))
@@ -113,7 +113,7 @@ impl QwenForCausalLM {
             let (cos, sin) = self.rope.tables_at(batch.positions(), self.kind);
             let mut x = Tensor::embedding(&self.embed_tokens, &ids, -1, false, false);
             for (i, layer) in self.layers.iter().enumerate() {
-                x = layer.forward_paged(&x, (&cos, &sin), &batch, i);
+                x = layer.forward_paged(x, (&cos, &sin), &batch, i);
             }
             for c in caches.iter_mut() {
                 c.advance(1);
@@ -125,7 +125,7 @@ impl QwenForCausalLM {
         let (cos, sin) = (Tensor::stack(&cos, 0).unsqueeze(1), Tensor::stack(&sin, 0).unsqueeze(1));
         let mut x = Tensor::embedding(&self.embed_tokens, &ids, -1, false, false);
         for (i, layer) in self.layers.iter().enumerate() {
-            x = layer.forward_rows(&x, (&cos, &sin), caches, i)?;
+            x = layer.forward_rows(x, (&cos, &sin), caches, i)?;
         }
         for c in caches.iter_mut() {
             c.advance(1);

@@ -3,7 +3,7 @@
 
 use anyhow::Result;
 use fastvideo_torch::weights::Weights;
-use tch::{Kind, Tensor};
+use tch::Tensor;
 
 pub struct RmsNorm {
     /// `[dim]`, or `[heads, dim]` for per-head norms run as one ([`Self::over_heads`]).
@@ -19,7 +19,8 @@ impl RmsNorm {
     /// Per-head norms of several head groups as one norm over `[.., Σ heads, dim]`: each norm's
     /// weight repeated over its group's heads, so q and k normalise in one launch, not two.
     pub fn over_heads(groups: &[(RmsNorm, i64)]) -> Self {
-        let rows: Vec<Tensor> = groups.iter().map(|(n, heads)| n.weight.unsqueeze(0).expand([*heads, -1], false)).collect();
+        let rows: Vec<Tensor> =
+            groups.iter().map(|(n, heads)| n.weight.unsqueeze(0).expand([*heads, -1], false)).collect();
         Self { weight: Tensor::cat(&rows, 0), eps: groups[0].0.eps }
     }
 
@@ -28,7 +29,6 @@ impl RmsNorm {
     /// the weight is applied after, in the input's dtype, as transformers rounds.
     pub fn forward(&self, x: &Tensor) -> Tensor {
         let dim = *x.size().last().expect("rank >= 1");
-        debug_assert!(matches!(x.kind(), Kind::Float | Kind::BFloat16 | Kind::Half));
         x.rms_norm([dim], None::<&Tensor>, self.eps) * &self.weight
     }
 }

@@ -99,3 +99,68 @@ fn the_openai_client_streams_chat_completions_beside_a_video_job() {
     }
     assert_eq!(server.wait_done(video["id"].as_str().unwrap())["status"], "completed");
 }
+
+/// Sixteen chats of different lengths at once beside a video job, three of them streamed and
+/// dropped by their client mid-way: every finished one equals its solo run (greedy), the video
+/// completes, and every key/value block is back in the pool at the end.
+#[test]
+fn concurrent_chats_equal_their_solo_runs_and_free_every_block() {
+    use std::io::{BufRead, BufReader};
+    use std::time::{Duration, Instant};
+
+    use crate::common::server::{metric, Server};
+    use serde_json::json;
+    let lm_dir = lm();
+    let server = std::sync::Arc::new(Server::start(&["--lm", &lm_dir, "--lm-kv-cache", "8M", "--max-batch", "8"]));
+    let (status, video) = server.post(
+        "/v1/videos",
+        json!({"prompt": "a blue square moving right on a black background", "num_inference_steps": 10}),
+    );
+    assert_eq!(status, 200, "{video}");
+    let dropped = [2usize, 7, 12];
+    let body = move |i: usize| {
+        let max_tokens = if dropped.contains(&i) { 200 } else { 4 + 3 * i };
+        json!({"messages": [{"role": "user", "content": format!("request {i}")}], "max_tokens": max_tokens, "temperature": 0})
+    };
+    let threads: Vec<_> = (0..16)
+        .map(|i| {
+            let server = server.clone();
+            std::thread::spawn(move || -> Option<String> {
+                if dropped.contains(&i) {
+                    let mut b = body(i);
+                    b["stream"] = json!(true);
+                    let r = ureq::post(&server.url("/v1/chat/completions")).send_json(&b).unwrap();
+                    let lines = BufReader::new(r.into_body().into_reader()).lines();
+                    for line in lines {
+                        if line.unwrap().contains("\"content\":\"") {
+                            break; // the client goes away after its first piece of text
+                        }
+                    }
+                    return None;
+                }
+                let (status, v) = server.post("/v1/chat/completions", body(i));
+                assert_eq!(status, 200, "{v}");
+                Some(v["choices"][0]["message"]["content"].as_str().unwrap().to_string())
+            })
+        })
+        .collect();
+    let together: Vec<Option<String>> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    for (i, got) in together.iter().enumerate() {
+        let Some(got) = got else { continue };
+        let (_, solo) = server.post("/v1/chat/completions", body(i));
+        assert_eq!(got, solo["choices"][0]["message"]["content"].as_str().unwrap(), "request {i}: together = solo");
+    }
+    assert_eq!(server.wait_done(video["id"].as_str().unwrap())["status"], "completed");
+    let t0 = Instant::now();
+    loop {
+        let m = server.metrics();
+        let (free, total) =
+            (metric(&m, "fastvideo_kv_blocks_free", None), metric(&m, "fastvideo_kv_blocks_total", None));
+        if free == total && total > 0.0 {
+            assert!(metric(&m, "fastvideo_requests_total", Some(("outcome", "cancelled"))) >= 3.0);
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "blocks still held: {free} of {total} free");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

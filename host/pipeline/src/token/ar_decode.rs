@@ -336,7 +336,14 @@ impl LoopStage for ARDecodeLoop {
         };
         let prompt: Vec<i64> = Vec::try_from(values.tensor(&self.input)?.to_kind(Kind::Int64).view([-1]))?;
         let cache: Box<dyn KvStore> = match &self.pool {
-            Some(pool) => Box::new(PagedKv::new(pool.clone())),
+            Some(pool) => {
+                // The whole request's blocks now: a full pool fails this request as it starts,
+                // never a running batch of others mid-step.
+                let mut paged = PagedKv::new(pool.clone());
+                let positions = (prompt.len() as i64 + params.max_tokens as i64).min(self.model.max_positions());
+                paged.reserve(positions)?;
+                Box::new(paged)
+            }
             None => self.model.new_cache(),
         };
         let g = Generation::with_cache(self.model.as_ref(), cache, prompt, &params, &self.stop)?;

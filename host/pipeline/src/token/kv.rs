@@ -81,6 +81,8 @@ pub struct KvBlockPool {
     block_size: i64,
     free: Mutex<Vec<u32>>,
     blocks: usize,
+    /// Told the free count after every change (metrics).
+    observer: std::sync::OnceLock<Box<dyn Fn(usize) + Send + Sync>>,
 }
 
 // SAFETY: requests write only the blocks their table holds (the allocator hands each block to one
@@ -103,7 +105,20 @@ impl KvBlockPool {
     pub fn new(shape: KvShape, block_size: i64, blocks: usize, device: Device, kind: Kind) -> Self {
         let dims = [blocks as i64, shape.kv_heads, block_size, shape.head_dim];
         let alloc = || (0..shape.layers).map(|_| Tensor::zeros(dims, (kind, device))).collect::<Vec<_>>();
-        Self { k: alloc(), v: alloc(), block_size, free: Mutex::new((0..blocks as u32).rev().collect()), blocks }
+        let free = Mutex::new((0..blocks as u32).rev().collect());
+        Self { k: alloc(), v: alloc(), block_size, free, blocks, observer: Default::default() }
+    }
+
+    /// Calls `f` with the free block count now and after every change (one observer).
+    pub fn observe(&self, f: Box<dyn Fn(usize) + Send + Sync>) {
+        f(self.free_blocks());
+        let _ = self.observer.set(f);
+    }
+
+    fn notify(&self, free: usize) {
+        if let Some(f) = self.observer.get() {
+            f(free);
+        }
     }
 
     /// Layer `layer`'s key and value blocks, `[blocks, kv_heads, block_size, head_dim]` each.
@@ -129,11 +144,19 @@ impl KvBlockPool {
     fn take(&self, n: usize) -> Option<Vec<u32>> {
         let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
         let have = free.len();
-        (have >= n).then(|| free.split_off(have - n))
+        let taken = (have >= n).then(|| free.split_off(have - n));
+        let left = free.len();
+        drop(free);
+        self.notify(left);
+        taken
     }
 
     fn give_back(&self, blocks: &mut Vec<u32>) {
-        self.free.lock().unwrap_or_else(|e| e.into_inner()).append(blocks);
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        free.append(blocks);
+        let left = free.len();
+        drop(free);
+        self.notify(left);
     }
 }
 
