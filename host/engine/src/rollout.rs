@@ -139,6 +139,7 @@ impl RolloutRequest {
                         return_latents: self.return_latents,
                         return_trajectory: self.return_trajectory,
                         rewards: self.rewards.clone(),
+                        preview_every: None,
                     },
                     node_params: BTreeMap::new(),
                     plugin_params: self.plugin_params.clone(),

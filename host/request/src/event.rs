@@ -25,14 +25,19 @@ pub enum OmniEvent {
         /// Steps the loop will run in all.
         total_steps: u32,
     },
-    /// A decoded preview of the current estimate (PNG bytes, base64 in JSON).
+    /// A small picture of the current estimate of the clean video (its last latent frame), every
+    /// `outputs.preview_every` denoise steps.
     Preview {
         /// The request this event belongs to.
         request_id: String,
-        /// The denoise step whose estimate this is.
+        /// Denoise steps finished when it was made, counting from 1.
         step: u32,
-        /// The PNG image, base64-encoded.
-        png_b64: String,
+        /// Pixels across (the latent frame's width).
+        width: u32,
+        /// Pixels down.
+        height: u32,
+        /// The JPEG image, base64-encoded.
+        jpeg_b64: String,
     },
     /// An event a plugin emitted (observers such as NaNWatch and Profiler). `payload` is the
     /// plugin's JSON (a string when the plugin sent something that is not JSON).

@@ -232,6 +232,10 @@ pub struct OutputSpec {
     /// score lands in [`OmniOutput::rewards`](crate::OmniOutput::rewards) and the event stream.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub rewards: Vec<String>,
+    /// A `preview` event (a small JPEG of the current estimate) every this many denoise steps,
+    /// where the model has a preview; none: no previews.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preview_every: Option<u32>,
 }
 
 impl Default for OutputSpec {
@@ -242,6 +246,7 @@ impl Default for OutputSpec {
             return_latents: false,
             return_trajectory: false,
             rewards: Vec::new(),
+            preview_every: None,
         }
     }
 }

@@ -22,6 +22,7 @@ pub mod offload;
 pub mod parallel;
 pub mod parallel_bench;
 pub mod pipeline;
+pub mod preview;
 pub mod scheduler;
 pub mod sequence_parallel;
 pub mod session_loop;

@@ -272,6 +272,7 @@ pub fn text_to_video_with(model: &WanModel, policies: LoopPolicies) -> Result<Pi
         latent_condition: LATENT_CONDITION.to_string(),
         condition_mode: if model.expand_timesteps { ConditionMode::FirstFrame } else { ConditionMode::Channels },
         output: LATENTS.to_string(),
+        preview: Some(Arc::new(crate::preview::WanPreview::new(Arc::clone(&model.vae)))),
     };
     let text = TextEncode {
         tokenizer: model.tokenizer.clone(),

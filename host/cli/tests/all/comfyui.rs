@@ -56,7 +56,10 @@ fn the_protocol_as_comfyuis_example_client_sees_it() {
     let seen = until_done(&mut ws, "p-1");
     let kinds: Vec<&str> = seen.iter().map(|m| m["type"].as_str().unwrap()).filter(|k| *k != "status").collect();
     let mut expected = vec!["execution_start", "execution_cached", "executing"];
-    expected.extend(["progress"; 5]);
+    // A sampler preview every 4 steps, as a binary frame (PREVIEW_IMAGE, JPEG) after step 4's
+    // progress message.
+    expected.extend(["progress"; 3]);
+    expected.extend(["binary", "progress", "progress"]);
     expected.extend(["executing", "executed", "execution_success", "executing"]);
     assert_eq!(kinds, expected, "{seen:?}");
     let by = |k: &str| seen.iter().filter(|m| m["type"] == k).map(|m| &m["data"]).collect::<Vec<_>>();
@@ -65,6 +68,7 @@ fn the_protocol_as_comfyuis_example_client_sees_it() {
         by("progress").iter().map(|p| (p["value"].as_u64().unwrap(), p["max"].as_u64().unwrap())).collect();
     assert_eq!(steps, [(1, 5), (2, 5), (3, 5), (4, 5), (5, 5)]);
     assert!(by("progress").iter().all(|p| p["node"] == "3" && p["prompt_id"] == "p-1"));
+    assert_eq!(by("binary"), [&json!({"event": 1, "format": 1, "jpeg": true})]);
     let file = json!({"filename": "ComfyUI_00001_.mp4", "subfolder": "video", "type": "output"});
     let executed = by("executed")[0];
     assert_eq!(executed["node"], "50");

@@ -694,3 +694,30 @@ fn bad_session_input_gets_a_4xx_naming_the_field() {
     let (status, e) = plain.post("/v1/sessions", json!({}));
     assert_eq!((status, e["error"]["code"].as_str()), (400, Some("no_world_model")), "{e}");
 }
+
+#[test]
+fn previews_stream_every_n_steps_and_stay_out_of_the_history() {
+    use base64::Engine as _;
+    let server = Server::start(&[]);
+    // Enough steps that the stream is open before the first preview (they are live only).
+    let mut body = video("a red circle moving left on a white background", 12);
+    body["preview_every"] = json!(0);
+    let (status, v) = server.post("/v1/videos", body.clone());
+    assert_eq!((status, v["error"]["param"].as_str()), (400, Some("preview_every")), "{v}");
+    body["preview_every"] = json!(4);
+    let (status, v) = server.post("/v1/videos", body);
+    assert_eq!(status, 200, "{v}");
+    let id = v["id"].as_str().unwrap();
+    let events = sse(&server, id, |_, _| {});
+    let previews: Vec<&Value> = events.iter().filter(|(n, _)| n == "preview").map(|(_, v)| v).collect();
+    assert_eq!(previews.iter().map(|p| p["step"].as_u64().unwrap()).collect::<Vec<_>>(), [4, 8, 12]);
+    for p in &previews {
+        assert_eq!((p["width"].as_u64(), p["height"].as_u64()), (Some(64), Some(64)), "{p}");
+        let jpeg = base64::engine::general_purpose::STANDARD.decode(p["jpeg_b64"].as_str().unwrap()).unwrap();
+        assert!(jpeg.starts_with(&[0xFF, 0xD8]) && jpeg.ends_with(&[0xFF, 0xD9]), "a JPEG");
+    }
+    // A late subscriber gets the history, which keeps no previews.
+    let later = sse(&server, id, |_, _| {});
+    assert!(later.iter().all(|(n, _)| n != "preview"));
+    assert!(later.iter().any(|(n, _)| n == "done"));
+}

@@ -6,7 +6,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use anyhow::{bail, ensure, Context, Result};
-use fastvideo_request::ResolvedRequest;
+use fastvideo_request::{OmniEvent, ResolvedRequest};
 use tch::{Device, Kind, Tensor};
 
 mod capture;
@@ -108,6 +108,16 @@ pub struct DenoiseLoop {
     pub condition_mode: ConditionMode,
     /// Value name the denoised latents are written to by `finalize`.
     pub output: String,
+    /// Pictures of the estimate for requests that ask for previews (`outputs.preview_every`);
+    /// none: no previews (and no cost).
+    pub preview: Option<Arc<dyn LatentPreview>>,
+}
+
+/// Turns latents (`[1, C, F, h, w]`, the transformer's normalized space) into a small JPEG of
+/// their last frame, cheaply: a per-family projection, not the VAE.
+pub trait LatentPreview: Send + Sync {
+    /// `(width, height, JPEG bytes)`.
+    fn preview(&self, latents: &Tensor) -> Result<(u32, u32, Vec<u8>)>;
 }
 
 /// Value name under which the loop leaves the request's trajectory when it asked for one.
@@ -189,6 +199,35 @@ impl DenoiseState {
 }
 
 impl DenoiseLoop {
+    /// A preview of the clean estimate (`x₀ = x − σ·v` for the flow-matching velocity) when the
+    /// request asked for one at this step. A failed preview is logged and skipped: it never fails
+    /// the request.
+    fn preview_event(&self, step: &StepCtx, latents: &Tensor, guided: &Tensor) -> Option<OmniEvent> {
+        let every = step.request.outputs.preview_every?;
+        let done = step.step_index + 1;
+        if !done.is_multiple_of(every) {
+            return None;
+        }
+        let p = self.preview.as_ref()?;
+        let x0 = latents - guided * step.sigma as f64;
+        match p.preview(&x0) {
+            Ok((width, height, jpeg)) => {
+                use base64::Engine as _;
+                Some(OmniEvent::Preview {
+                    request_id: step.request.request_id.clone(),
+                    step: done,
+                    width,
+                    height,
+                    jpeg_b64: base64::engine::general_purpose::STANDARD.encode(jpeg),
+                })
+            }
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "preview skipped");
+                None
+            }
+        }
+    }
+
     /// Where a request is in its schedule, for policies.
     fn step_ctx<'a>(ctx: &NodeCtx<'a>, s: &DenoiseState) -> StepCtx<'a> {
         let i = s.sampler.step_index();
@@ -379,11 +418,11 @@ impl LoopStage for DenoiseLoop {
                 (self.guidance.combine(&step, &preds, &mut s.guidance)?, preds.len() as u32)
             }
         };
+        let mut emit: Vec<OmniEvent> = self.preview_event(&step, &s.latents, &guided).into_iter().collect();
         s.advance(&guided)?;
-        let mut emit = Vec::new();
         if let Some(p) = s.steps.get_mut(step.expert as usize) {
             p.after_step(&step, &guided).context("step interceptor after-step")?;
-            emit = p.take_events();
+            emit.extend(p.take_events());
         }
         for b in &mut s.blocks {
             emit.extend(b.take_events());
@@ -480,10 +519,11 @@ impl LoopStage for DenoiseLoop {
                 let preds: Vec<Tensor> = rows.by_ref().take(s.branches.len()).collect();
                 let step = Self::step_ctx(ctx, s);
                 let guided = self.guidance.combine(&step, &preds, &mut s.guidance)?;
+                let emit = self.preview_event(&step, &s.latents, &guided).into_iter().collect();
                 s.advance(&guided)?;
                 self.reroute(ctx, s)?;
                 let done = s.sampler.step_index() >= s.end;
-                Ok(StepResult { done, emit: Vec::new(), forwards: preds.len() as u32, output: Some(guided) })
+                Ok(StepResult { done, emit, forwards: preds.len() as u32, output: Some(guided) })
             })
             .collect()
     }

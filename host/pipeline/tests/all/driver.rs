@@ -16,6 +16,14 @@ use fastvideo_pipeline::{
 use fastvideo_request::{Defaults, ModelLimits, OmniEvent, OmniRequest, ResolvedRequest, SamplerKind, TaskType};
 use tch::{Device, Tensor};
 
+/// A preview that reports the latents' mean, so the test sees which estimate it was given.
+struct ToyPreview;
+impl fastvideo_pipeline::LatentPreview for ToyPreview {
+    fn preview(&self, latents: &Tensor) -> Result<(u32, u32, Vec<u8>)> {
+        Ok((1, 1, latents.mean(tch::Kind::Float).double_value(&[]).to_string().into_bytes()))
+    }
+}
+
 struct Toy;
 impl Denoiser for Toy {
     fn forward(&self, latents: &Tensor, _t: &Tensor, cond: Conditioning) -> Result<Tensor> {
@@ -65,6 +73,7 @@ fn spec_with(
         latent_condition: "latent_condition".into(),
         condition_mode: Default::default(),
         output: "latents".into(),
+        preview: Some(Arc::new(ToyPreview)),
     };
     let mut nodes = vec![
         Node::stage("contexts", Arc::new(Contexts), &[], &["cond", "uncond"]),
@@ -452,6 +461,7 @@ fn the_artifact_is_the_value_the_spec_names_as_its_final_output() {
         latent_condition: "latent_condition".into(),
         condition_mode: Default::default(),
         output: "latents".into(),
+        preview: Some(Arc::new(ToyPreview)),
     };
     let nodes = vec![
         Node::stage("contexts", Arc::new(Contexts), &[], &["cond", "uncond"]),
@@ -464,4 +474,28 @@ fn the_artifact_is_the_value_the_spec_names_as_its_final_output() {
     run.run_to_end(&mut |_| {}).unwrap();
     let out = run.finish(&mut |_| {}).unwrap();
     assert!(out.artifacts.contains_key("clip") && !out.artifacts.contains_key("video"), "{:?}", out.artifacts.keys());
+}
+
+#[test]
+fn previews_come_every_n_steps_only_when_asked() {
+    use base64::Engine as _;
+    let spec = Arc::new(spec_with(None, None, Vec::new()));
+    let previews = |every: Option<u32>| {
+        let mut r = request(7, 4.0);
+        r.outputs.preview_every = every;
+        let mut run = PipelineRun::new(spec.clone(), r, Device::Cpu, Values::default(), Default::default());
+        let mut seen = Vec::new();
+        run.run_to_end(&mut |e| {
+            if let OmniEvent::Preview { step, jpeg_b64, .. } = e {
+                let text = base64::engine::general_purpose::STANDARD.decode(jpeg_b64).unwrap();
+                seen.push((step, String::from_utf8(text).unwrap().parse::<f64>().unwrap()));
+            }
+        })
+        .unwrap();
+        seen
+    };
+    assert!(previews(None).is_empty(), "no previews unless asked");
+    let got = previews(Some(3));
+    assert_eq!(got.iter().map(|p| p.0).collect::<Vec<_>>(), [3, 6]);
+    assert!(got.iter().all(|p| p.1.is_finite()));
 }

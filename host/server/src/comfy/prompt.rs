@@ -159,6 +159,9 @@ pub fn check(c: &Comfy, s: &AppState, prompt: &Value, prompt_id: &str) -> Result
     Ok(Checked { runs, class_types, outputs })
 }
 
+/// Denoise steps between the previews a ComfyUI prompt's sampler sends.
+pub const COMFY_PREVIEW_EVERY: u32 = 4;
+
 /// Runs a queued prompt to its end; every outcome lands in the history and on the WebSocket.
 pub async fn run(c: Arc<Comfy>, s: AppState, entry: Entry, checked: Checked) {
     let id = entry.prompt_id.clone();
@@ -185,7 +188,9 @@ pub async fn run(c: Arc<Comfy>, s: AppState, entry: Entry, checked: Checked) {
     let mut outputs = serde_json::Map::new();
     let mut executed: Vec<String> = Vec::new();
     let mut failure: Option<(String, String, String)> = None; // (node, kind, message)
-    'runs: for (plan, req) in checked.runs {
+    'runs: for (plan, mut req) in checked.runs {
+        // ComfyUI's frontend shows sampler previews as they come.
+        req.outputs.preview_every.get_or_insert(COMFY_PREVIEW_EVERY);
         let node = plan.sampler_node.clone();
         if !c.queue.add_request(&id, &req.request_id) {
             failure = Some((node, "interrupted".into(), "interrupted".into()));
@@ -200,9 +205,19 @@ pub async fn run(c: Arc<Comfy>, s: AppState, entry: Entry, checked: Checked) {
         };
         send("executing", json!({ "node": node, "display_node": node, "prompt_id": id }), false);
         while let Some(ev) = handle.events.recv().await {
-            if let OmniEvent::Progress { step, total_steps, .. } = ev {
-                let data = json!({ "value": step, "max": total_steps, "prompt_id": id, "node": node });
-                send("progress", data, false);
+            match ev {
+                OmniEvent::Progress { step, total_steps, .. } => {
+                    let data = json!({ "value": step, "max": total_steps, "prompt_id": id, "node": node });
+                    send("progress", data, false);
+                }
+                // As ComfyUI sends its sampler previews: binary frames, to the client or to all.
+                OmniEvent::Preview { jpeg_b64, .. } => {
+                    use base64::Engine as _;
+                    if let Ok(jpeg) = base64::engine::general_purpose::STANDARD.decode(jpeg_b64) {
+                        c.queue.send_out(super::queue::preview_frame(&jpeg), to);
+                    }
+                }
+                _ => {}
             }
         }
         let out = match handle.output.await {

@@ -47,7 +47,7 @@ struct State {
     running: Vec<Entry>,
     /// Oldest first.
     history: VecDeque<(String, Value)>,
-    clients: HashMap<String, mpsc::UnboundedSender<String>>,
+    clients: HashMap<String, mpsc::UnboundedSender<WsOut>>,
 }
 
 /// The queue, history and clients, behind one lock.
@@ -57,8 +57,25 @@ pub struct Queue {
 }
 
 /// `{"type": kind, "data": data}`, ComfyUI's WebSocket message.
-fn message(kind: &str, data: &Value) -> String {
-    json!({ "type": kind, "data": data }).to_string()
+fn message(kind: &str, data: &Value) -> WsOut {
+    WsOut::Text(json!({ "type": kind, "data": data }).to_string())
+}
+
+/// What goes out on a client's WebSocket: JSON messages, and binary preview frames.
+#[derive(Clone, Debug)]
+pub enum WsOut {
+    Text(String),
+    Binary(Vec<u8>),
+}
+
+/// ComfyUI's binary preview frame: big-endian event type 1 (`PREVIEW_IMAGE`), image type 1
+/// (JPEG), then the image.
+pub fn preview_frame(jpeg: &[u8]) -> WsOut {
+    let mut b = Vec::with_capacity(8 + jpeg.len());
+    b.extend(1u32.to_be_bytes());
+    b.extend(1u32.to_be_bytes());
+    b.extend_from_slice(jpeg);
+    WsOut::Binary(b)
 }
 
 impl Queue {
@@ -74,7 +91,11 @@ impl Queue {
 
     /// Sends to one client, or to every client when `to` is `None`.
     pub fn send(&self, kind: &str, data: &Value, to: Option<&str>) {
-        let text = message(kind, data);
+        self.send_out(message(kind, data), to);
+    }
+
+    /// Sends a message (text or binary) to one client, or to every client.
+    pub fn send_out(&self, text: WsOut, to: Option<&str>) {
         let mut g = self.lock();
         match to {
             Some(id) => {
@@ -95,7 +116,7 @@ impl Queue {
     }
 
     /// A WebSocket client connected as `id`; its first message is the queue status.
-    pub fn connect(&self, id: &str) -> mpsc::UnboundedReceiver<String> {
+    pub fn connect(&self, id: &str) -> mpsc::UnboundedReceiver<WsOut> {
         let (tx, rx) = mpsc::unbounded_channel();
         let status = json!({ "status": self.info(), "sid": id });
         let _ = tx.send(message("status", &status));

@@ -252,7 +252,13 @@ async fn client(c: Arc<Comfy>, mut socket: WebSocket, id: String) {
     loop {
         tokio::select! {
             msg = rx.recv() => match msg {
-                Some(text) => if socket.send(Message::Text(text.into())).await.is_err() { break },
+                Some(out) => {
+                    let msg = match out {
+                        queue::WsOut::Text(t) => Message::Text(t.into()),
+                        queue::WsOut::Binary(b) => Message::Binary(b.into()),
+                    };
+                    if socket.send(msg).await.is_err() { break }
+                }
                 None => break,
             },
             incoming = socket.recv() => match incoming {

@@ -38,6 +38,9 @@ impl Jobs {
                 }
                 if matches!(ev, OmniEvent::Done { .. }) {
                     j.held_done = Some(ev.clone());
+                } else if matches!(ev, OmniEvent::Preview { .. }) {
+                    // Live only: previews are for watching, not for the stored history.
+                    let _ = j.tx.send(ev.clone());
                 } else {
                     Self::publish(j, ev.clone());
                 }

@@ -64,6 +64,9 @@ pub struct CreateParams {
     /// `euler` or `unipc` (the model's default when absent).
     pub sampler: Option<SamplerKind>,
     pub priority: Option<i32>,
+    /// `/v1/videos`: a `preview` event (a small JPEG of the current estimate) every this many
+    /// denoise steps.
+    pub preview_every: Option<u32>,
     pub exact: Option<bool>,
     #[serde(default)]
     pub plugin_params: BTreeMap<String, serde_json::Value>,
@@ -356,6 +359,10 @@ impl CreateParams {
         r.plugin_params = self.plugin_params.clone();
         r.outputs.rewards = self.rewards.clone();
         r.priority = self.priority.unwrap_or(0);
+        if self.preview_every == Some(0) {
+            return Err(ApiError::field("preview_every", "preview_every: at least 1 (a preview every N steps)"));
+        }
+        r.outputs.preview_every = self.preview_every;
         r.exact = self.exact.unwrap_or(false);
         r.lora = match &self.lora {
             Some(v) => lora_choices(v)?,

@@ -14,6 +14,7 @@ mod lora;
 mod parallel;
 mod parity;
 mod partial;
+mod preview;
 mod published_layout;
 mod rl_consistency;
 mod tiny_vae;

@@ -182,10 +182,17 @@ pub fn connect(s: &Server, client_id: &str) -> Ws {
     ws
 }
 
+/// The next message; a binary frame comes as `{"type": "binary", "data": {"event", "format",
+/// "jpeg"}}`: its two big-endian header words, and whether the rest is a JPEG.
 pub fn next(ws: &mut Ws) -> Value {
     loop {
         match ws.read().unwrap() {
             Message::Text(t) => return serde_json::from_str(&t).unwrap(),
+            Message::Binary(b) if b.len() > 8 => {
+                let word = |i: usize| u32::from_be_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+                let jpeg = b[8..].starts_with(&[0xFF, 0xD8]) && b.ends_with(&[0xFF, 0xD9]);
+                return serde_json::json!({"type": "binary", "data": {"event": word(0), "format": word(4), "jpeg": jpeg}});
+            }
             Message::Binary(_) | Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => {}
             Message::Close(_) => panic!("server closed the socket"),
         }
