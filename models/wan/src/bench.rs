@@ -60,6 +60,9 @@ pub struct BenchReport {
     /// random weights, speed only); none when the VAE's shape has no tiny counterpart.
     pub tiny_decoder: Option<&'static str>,
     pub tiny_decode_s: Option<f64>,
+    /// One live preview of the same latents (`preview_every`): pooled last frame, VAE decode,
+    /// JPEG; compare with `cfg_step_s`.
+    pub preview_s: f64,
     pub tiny_psnr_vs_vae_db: Option<f64>,
     /// Image-to-video models: the CLIP image encoder on the request's picture(s), and the VAE
     /// encode of the conditioning video (the picture(s) and black frames).
@@ -298,6 +301,10 @@ pub fn run(model: &WanModel, opts: &BenchOptions) -> Result<BenchReport> {
     };
 
     let (tiny_decoder, tiny_decode_s, tiny_psnr_vs_vae_db) = tiny_decode(model, &vae_latents, &frames, opts)?;
+    let preview = crate::preview::WanPreview::new(model.vae.clone());
+    let (mut pv, _) = time(dev, opts.vae_runs.max(3), || {
+        fastvideo_pipeline::LatentPreview::preview(&preview, &vae_latents).map(|p| Tensor::from(p.2.len() as i64))
+    })?;
 
     Ok(BenchReport {
         device: format!("{dev:?}"),
@@ -318,6 +325,7 @@ pub fn run(model: &WanModel, opts: &BenchOptions) -> Result<BenchReport> {
         vae_decode_s: median(&mut vd),
         tiny_decoder,
         tiny_decode_s,
+        preview_s: median(&mut pv),
         tiny_psnr_vs_vae_db,
         image_encode_s,
         vae_encode_s,
