@@ -129,9 +129,11 @@ pub struct EngineArgs {
     /// A serve config (TOML, see docs/operators.md); flags given beside it override its fields.
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// Diffusers-layout Wan folder; the default model when omitted.
+    /// Diffusers-layout Wan folder, or NAME=FOLDER to serve it as NAME; repeatable: the first is
+    /// the primary model (requests without `model` run on it), the others are served beside it
+    /// on the same engine. The shipped default model when omitted.
     #[arg(long)]
-    pub model: Option<PathBuf>,
+    pub model: Vec<String>,
     /// The model name clients ask for (`model` in requests, `/v1/models`) [default: the
     /// folder's name, or fastvideo-default].
     #[arg(long, alias = "name")]
@@ -221,7 +223,19 @@ impl EngineArgs {
     pub fn apply(&self, cfg: &mut ServeConfig) {
         set_opt(&mut cfg.deploy, &self.deploy);
         let m = &mut cfg.model;
-        set_opt(&mut m.path, &self.model);
+        for (i, spec) in self.model.iter().enumerate() {
+            let (name, path) = crate::config::NamedModel::parse(spec);
+            if i == 0 {
+                m.path = Some(path);
+                if name.is_some() {
+                    m.name = name;
+                }
+            } else {
+                let name = name.unwrap_or_else(|| crate::config::folder_name(&path));
+                cfg.models.push(crate::config::NamedModel { name, path });
+            }
+        }
+        let m = &mut cfg.model;
         set_opt(&mut m.name, &self.model_name);
         set(&mut m.device, &self.device);
         self.precision.apply(m);

@@ -29,6 +29,40 @@ pub struct ServeConfig {
     pub adapters: AdapterConfig,
     pub webhooks: WebhookConfig,
     pub lm: LmConfig,
+    /// Video models served beside the primary one (`[[models]]`, or `--model NAME=DIR` after the
+    /// first): a request names one in `model`.
+    pub models: Vec<NamedModel>,
+}
+
+/// A model served beside the primary one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NamedModel {
+    /// What requests call it (`model`), listed in `/v1/models`.
+    pub name: String,
+    /// A diffusers-layout Wan folder.
+    pub path: PathBuf,
+}
+
+impl NamedModel {
+    /// `NAME=DIR` (a name without `/`) or a bare `DIR`.
+    pub fn parse(spec: &str) -> (Option<String>, PathBuf) {
+        match spec.split_once('=') {
+            Some((n, p)) if !n.is_empty() && !n.contains('/') && !p.is_empty() => {
+                (Some(n.to_string()), PathBuf::from(p))
+            }
+            _ => (None, PathBuf::from(spec)),
+        }
+    }
+}
+
+/// A folder's last component, as a served model's default name.
+pub fn folder_name(p: &Path) -> String {
+    p.canonicalize()
+        .unwrap_or_else(|_| p.to_path_buf())
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "model".into())
 }
 
 /// A language model served beside the video model (`/v1/chat/completions`).
@@ -359,6 +393,11 @@ impl ServeConfig {
         join(&mut self.storage.comfy_dir);
         join(&mut self.webhooks.secret_file);
         join(&mut self.lm.path);
+        for m in &mut self.models {
+            if m.path.is_relative() {
+                m.path = dir.join(&m.path);
+            }
+        }
         if let Some(w) = self.world.model.as_mut().filter(|w| *w != "default" && Path::new(w).is_relative()) {
             *w = dir.join(&*w).display().to_string();
         }
@@ -391,6 +430,12 @@ impl ServeConfig {
         }
         if self.storage.ephemeral && self.storage.data_dir.is_some() {
             bail!("storage.ephemeral (--ephemeral) and storage.data_dir (--data-dir) exclude each other");
+        }
+        let mut names = std::collections::HashSet::new();
+        for m in &self.models {
+            if m.name.is_empty() || !names.insert(m.name.as_str()) {
+                bail!("models: `{}` is empty or named twice (each served model needs its own name)", m.name);
+            }
         }
         if self.auth.max_priority < fastvideo_server::MIN_PRIORITY {
             bail!(

@@ -146,6 +146,14 @@ pub fn build_engine(cfg: &ServeConfig) -> Result<Assembly> {
     };
     let lm = crate::lm::language_model(&cfg.lm, device, &metrics)?;
     let chat = lm.as_ref().map(|l| (l.id.clone(), l.codec.clone()));
+    let mut extra = Vec::new();
+    for m in &cfg.models {
+        if m.name == location.name || chat.as_ref().is_some_and(|(id, _)| *id == m.name) {
+            anyhow::bail!("models: `{}` is already the name of another served model", m.name);
+        }
+        extra.push(video_model(cfg, deploy.as_ref(), &m.name, &m.path, device)?);
+    }
+    extra.extend(lm.into_iter().map(|l| l.model));
     let engine = Engine::start_with_models(
         EngineModel {
             id: location.name.clone(),
@@ -166,12 +174,39 @@ pub fn build_engine(cfg: &ServeConfig) -> Result<Assembly> {
             weights: Some(weights),
             adapters,
         },
-        lm.into_iter().map(|l| l.model).collect(),
+        extra,
         world.map(|w| w.1),
         engine_cfg,
         metrics.clone(),
     );
     Ok(Assembly { engine, registry, metrics, model: location, device, deploy, description, chat })
+}
+
+/// A video model served beside the primary one: loaded with the primary's options, its plugins
+/// bound by its own name, no weight updates or adapters (those stay the primary's).
+fn video_model(
+    cfg: &ServeConfig,
+    deploy: Option<&Arc<Deployment>>,
+    name: &str,
+    dir: &std::path::Path,
+    device: Device,
+) -> Result<EngineModel> {
+    let model = cfg.model.load_at(dir, device).with_context(|| format!("models `{name}`"))?;
+    let binding = Binding::of(deploy, name);
+    let spec = Arc::new(fastvideo_wan::pipeline::text_to_video_with(&model, binding.policies.clone())?);
+    let r = &model.load_report;
+    let precision = precision_check(r.precision, fastvideo_torch::lossy_paths(r.fp8_linears, r.int8_attention));
+    let plugins = binding.request_check();
+    Ok(EngineModel {
+        id: name.to_string(),
+        limits: model.limits(),
+        spec,
+        device,
+        check: Box::new(move |r| precision(r).and_then(|()| plugins(r))),
+        classify: Binding::classify_failure,
+        weights: None,
+        adapters: None,
+    })
 }
 
 /// The adapter cache over `sources` for `spec`'s model, or none when no adapter is enabled. Every

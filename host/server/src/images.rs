@@ -33,10 +33,12 @@ pub async fn generate_images(
         let f = if p.seconds.is_some() { "seconds" } else { "num_frames" };
         return Err(ApiError::field(f, format!("{f}: images have one frame; use /v1/videos for video")));
     }
+    let (model, limits) = s.model_for(p.model.as_deref())?;
     let base = s.new_id("img");
     let mut handles = Vec::new();
     for i in 0..n {
-        let mut r = p.to_request(format!("{base}_{i}"), TaskType::T2i, s.engine.model_id(), s.engine.limits())?;
+        let mut r = p.to_request(format!("{base}_{i}"), TaskType::T2i, &model, &limits)?;
+        r.model = (model != s.engine.model_id()).then(|| model.clone());
         // Sibling images take the next seeds (wrapping past u64::MAX, not overflowing).
         r.sampling.seed = p.seed.map(|seed| seed.wrapping_add(i as u64));
         match s.engine.submit(r) {

@@ -118,6 +118,28 @@ impl AppState {
         self
     }
 
+    /// The served model a request's `model` names (none: the primary), with its limits; an
+    /// unknown one is a 400 naming `model` and listing the served ones.
+    pub(crate) fn model_for(
+        &self,
+        model: Option<&str>,
+    ) -> Result<(String, fastvideo_request::ModelLimits), crate::ApiError> {
+        let name = model.unwrap_or(self.engine.model_id());
+        match self.engine.limits_of(name) {
+            Some(l) => Ok((name.to_string(), l.clone())),
+            None => {
+                let served: Vec<String> = self.engine.models().iter().map(|(id, _)| format!("`{id}`")).collect();
+                Err(crate::ApiError::field(
+                    "model",
+                    format!(
+                        "model: `{name}` is not served here; this server serves {} (GET /v1/models)",
+                        served.join(", ")
+                    ),
+                ))
+            }
+        }
+    }
+
     /// A fresh, unguessable-enough id: process start entropy plus a counter.
     pub(crate) fn new_id(&self, prefix: &str) -> String {
         let n = self.counter.fetch_add(1, Ordering::Relaxed);

@@ -21,7 +21,9 @@ pub fn create(s: &AppState, p: &CreateParams, who: Caller) -> Result<VideoObject
     let webhook = p.webhook.as_deref().map(|url| s.jobs.check_webhook(url)).transpose()?;
     let id = s.new_id("video");
     let uploads = |file_id: &str, field: &str| s.files.base64_of(file_id, &s.keys.owner_tag(who), field);
-    let mut r = p.to_request_with_uploads(id, TaskType::T2v, s.engine.model_id(), s.engine.limits(), &uploads)?;
+    let (model, limits) = s.model_for(p.model.as_deref())?;
+    let mut r = p.to_request_with_uploads(id, TaskType::T2v, &model, &limits, &uploads)?;
+    r.model = (model != s.engine.model_id()).then(|| model.clone());
     let names = crate::params::MediaNames::of(&r);
     let handle = s.engine.submit(r.clone()).map_err(|e| names.rename(e))?;
     // Stored with the drawn seed, so a job run again after a restart makes the same video.
@@ -31,7 +33,7 @@ pub fn create(s: &AppState, p: &CreateParams, who: Caller) -> Result<VideoObject
     let video = VideoObject {
         id: handle.request_id.clone(),
         object: "video",
-        model: s.engine.model_id().to_string(),
+        model,
         status: Status::Queued,
         progress: 0,
         created_at: now_secs(),

@@ -721,3 +721,32 @@ fn previews_stream_every_n_steps_and_stay_out_of_the_history() {
     assert!(later.iter().all(|(n, _)| n != "preview"));
     assert!(later.iter().any(|(n, _)| n == "done"));
 }
+
+#[test]
+fn a_second_model_is_served_beside_the_first_and_picked_by_model() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/default");
+    let (main, copy) = (format!("main={}", dir.display()), format!("copy={}", dir.display()));
+    let server = Server::start(&["--model", &main, "--model", &copy]);
+    let ids: Vec<Value> =
+        server.get("/v1/models").1["data"].as_array().unwrap().iter().map(|m| m["id"].clone()).collect();
+    assert_eq!(ids, [json!("main"), json!("copy")]);
+    let mut videos = Vec::new();
+    for model in [None, Some("copy")] {
+        let mut body = video("a green triangle moving up on a gray background", 3);
+        if let Some(m) = model {
+            body["model"] = json!(m);
+        }
+        let (status, v) = server.post("/v1/videos", body);
+        assert_eq!(status, 200, "{v}");
+        assert_eq!(v["model"], json!(model.unwrap_or("main")));
+        let id = v["id"].as_str().unwrap().to_string();
+        assert_eq!(server.wait_done(&id)["status"], "completed");
+        videos.push(server.bytes(&format!("/v1/videos/{id}/content")).1);
+    }
+    assert_eq!(videos[0], videos[1], "the same weights and seed give the same video on either model");
+    let mut body = video("a green triangle", 3);
+    body["model"] = json!("nope");
+    let (status, v) = server.post("/v1/videos", body);
+    assert_eq!((status, v["error"]["param"].as_str()), (400, Some("model")), "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("`main`, `copy`"), "{v}");
+}
