@@ -177,6 +177,10 @@ pub struct EngineArgs {
     /// The share of the executor (0 to 1) overdue jobs get while others wait too [default: 0.5].
     #[arg(long)]
     pub overdue_share: Option<f64>,
+    /// Served models whose transformer may be on the device at once: work on another first puts
+    /// the least recently used idle one to sleep in host memory [default: all].
+    #[arg(long)]
+    pub max_resident_models: Option<usize>,
     /// Also run live world-model sessions (`/v1/sessions`): a world-model folder, or
     /// `default` for the shipped `models/world`.
     #[arg(long)]
@@ -249,6 +253,7 @@ impl EngineArgs {
         set_opt(&mut s.max_request_seconds, &self.max_request_seconds);
         set(&mut s.max_stretch, &self.max_stretch);
         set(&mut s.overdue_share, &self.overdue_share);
+        set_opt(&mut s.max_resident_models, &self.max_resident_models);
         let w = &mut cfg.world;
         set_opt(&mut w.model, &self.world);
         set(&mut w.max_sessions, &self.max_sessions);

@@ -203,6 +203,9 @@ pub struct SchedulerConfig {
     pub max_stretch: f64,
     /// The share of the executor (0 to 1) overdue jobs get while others wait too.
     pub overdue_share: f64,
+    /// Served models whose transformer weights may be on the device at once; work on another
+    /// puts the least recently used idle one to sleep (host memory) first. `None`: all.
+    pub max_resident_models: Option<usize>,
 }
 
 impl Default for SchedulerConfig {
@@ -216,6 +219,7 @@ impl Default for SchedulerConfig {
             max_request_seconds: None,
             max_stretch: 3.0,
             overdue_share: 0.5,
+            max_resident_models: None,
         }
     }
 }
@@ -407,6 +411,9 @@ impl ServeConfig {
     /// the config file spells it, with the `serve` flag beside it).
     pub fn validate(&self) -> Result<()> {
         let s = &self.scheduler;
+        if s.max_resident_models == Some(0) {
+            bail!("scheduler.max_resident_models (--max-resident-models) must be at least 1");
+        }
         if s.max_active == 0 || s.max_queue == 0 || s.max_batch == Some(0) {
             bail!("scheduler.max_active, max_queue and max_batch (--max-active, --max-queue, --max-batch) must be positive");
         }

@@ -115,6 +115,7 @@ pub fn engine_config(cfg: &ServeConfig, device: Device) -> EngineConfig {
         job_floor: cfg.world.job_floor,
         max_stretch: if s.max_stretch == 0.0 { f64::INFINITY } else { s.max_stretch },
         overdue_share: s.overdue_share,
+        max_resident_models: s.max_resident_models,
         ..Default::default()
     }
 }
@@ -173,6 +174,7 @@ pub fn build_engine(cfg: &ServeConfig) -> Result<Assembly> {
             classify: Binding::classify_failure,
             weights: Some(weights),
             adapters,
+            residency: None,
         },
         extra,
         world.map(|w| w.1),
@@ -206,6 +208,12 @@ fn video_model(
         classify: Binding::classify_failure,
         weights: None,
         adapters: None,
+        // Extra models never change their weights in place, so they may sleep (one-expert
+        // models on one device; the offloaded and split layouts manage their own weights).
+        residency: (model.low_noise.is_none() && model.parallel.is_none()).then(|| {
+            Arc::new(fastvideo_wan::residency::TransformerResidency::new(Arc::clone(&model.transformer), device))
+                as Arc<dyn fastvideo_engine::Residency>
+        }),
     })
 }
 

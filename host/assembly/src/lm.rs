@@ -75,6 +75,7 @@ pub fn language_model(cfg: &LmConfig, device: Device, metrics: &fastvideo_engine
         classify: |_| "pipeline_failed",
         weights: None,
         adapters: None,
+        residency: None,
     };
     Ok(Some(ServedLm { model, id, codec: lm.tokenizer.clone() }))
 }

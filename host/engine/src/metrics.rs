@@ -13,6 +13,11 @@ pub struct OutcomeLabel {
     pub outcome: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ModelLabel {
+    pub model: String,
+}
+
 /// Handles to every engine metric; cheap to clone (each is an `Arc` inside).
 #[derive(Clone)]
 pub struct Metrics {
@@ -21,6 +26,10 @@ pub struct Metrics {
     /// Predicted seconds of all work admitted and not yet done.
     pub backlog_seconds: Gauge<f64, AtomicU64>,
     pub requests: Family<OutcomeLabel, Counter>,
+    /// Per served model: whether its weights are on the device (1) or asleep (0), and how
+    /// often they were brought back.
+    pub model_resident: Family<ModelLabel, Gauge>,
+    pub model_wakes: Family<ModelLabel, Counter>,
     pub step_seconds: Histogram,
     /// Requests stepped together by one batched call.
     pub step_batch_size: Histogram,
@@ -65,6 +74,8 @@ impl Metrics {
             in_flight: Gauge::default(),
             backlog_seconds: Gauge::default(),
             requests: Family::default(),
+            model_resident: Family::default(),
+            model_wakes: Family::default(),
             step_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
             step_batch_size: Histogram::new(exponential_buckets(2.0, 2.0, 6)),
             one_shot_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
@@ -95,6 +106,12 @@ impl Metrics {
         r.register("in_flight", "Requests holding state on the executor", m.in_flight.clone());
         r.register("backlog_seconds", "Predicted seconds of admitted work not yet done", m.backlog_seconds.clone());
         r.register("requests", "Requests by outcome", m.requests.clone());
+        r.register("model_resident", "Whether a served model's weights are on the device", m.model_resident.clone());
+        r.register(
+            "model_wakes",
+            "Times a served model's weights were brought back to the device",
+            m.model_wakes.clone(),
+        );
         r.register("step_seconds", "Wall time of one denoise step", m.step_seconds.clone());
         r.register("step_batch_size", "Requests per batched step call", m.step_batch_size.clone());
         r.register("one_shot_seconds", "Wall time of one one-shot stage", m.one_shot_seconds.clone());
@@ -172,6 +189,11 @@ impl Metrics {
         pool.observe(Box::new(move |n| {
             free.set(n as i64);
         }));
+    }
+
+    /// Records model `model` as on the device or asleep.
+    pub fn set_resident(&self, model: &str, on: bool) {
+        self.model_resident.get_or_create(&ModelLabel { model: model.to_string() }).set(on as i64);
     }
 
     pub fn count(&self, outcome: &str) {

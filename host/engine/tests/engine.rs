@@ -113,6 +113,7 @@ fn engine(cfg: EngineConfig, step_ms: u64) -> Engine {
         classify: |_| "pipeline_failed",
         weights: None,
         adapters: None,
+        residency: None,
     };
     let mut registry = prometheus_client::registry::Registry::default();
     Engine::start(model, cfg, Metrics::register(&mut registry))
@@ -388,6 +389,30 @@ impl LoopStage for ScaledLoop {
     }
 }
 
+/// Which toy models are "on the device": sleep and wake flip a flag; the most at once is kept.
+#[derive(Default)]
+struct Devices {
+    on: Vec<bool>,
+    most: usize,
+    wakes: usize,
+}
+
+struct ToyResidency(usize, Arc<std::sync::Mutex<Devices>>);
+
+impl fastvideo_engine::Residency for ToyResidency {
+    fn sleep(&self) -> Result<()> {
+        self.1.lock().unwrap().on[self.0] = false;
+        Ok(())
+    }
+    fn wake(&self) -> Result<()> {
+        let mut d = self.1.lock().unwrap();
+        d.on[self.0] = true;
+        d.wakes += 1;
+        d.most = d.most.max(d.on.iter().filter(|o| **o).count());
+        Ok(())
+    }
+}
+
 fn scaled_model(id: &str, scale: f32) -> EngineModel {
     let nodes = vec![Node::looped("denoise", Arc::new(ScaledLoop(scale)), &[], &["latents"])];
     EngineModel {
@@ -399,6 +424,7 @@ fn scaled_model(id: &str, scale: f32) -> EngineModel {
         classify: |_| "pipeline_failed",
         weights: None,
         adapters: None,
+        residency: None,
     }
 }
 
@@ -437,4 +463,56 @@ fn requests_run_on_the_model_they_name_and_an_unknown_model_is_refused() {
     let e = engine.submit(r).err().unwrap();
     let msg = e.to_string();
     assert!(msg.contains("model") && msg.contains("`first`, `second`"), "{msg}");
+}
+
+#[test]
+fn at_most_the_resident_bound_of_models_stay_on_the_device() {
+    let devices = Arc::new(std::sync::Mutex::new(Devices { on: vec![true; 3], most: 3, wakes: 0 }));
+    let with = |id: &str, scale: f32, i: usize| {
+        let mut m = scaled_model(id, scale);
+        m.residency = Some(Arc::new(ToyResidency(i, devices.clone())));
+        m
+    };
+    let mut registry = prometheus_client::registry::Registry::default();
+    // One request at a time, so the least recently used model is always idle when another wakes.
+    let cfg = EngineConfig { max_resident_models: Some(2), max_active: 1, ..EngineConfig::default() };
+    let engine = Engine::start_with_models(
+        with("a", 1.0, 0),
+        vec![with("b", 10.0, 1), with("c", 100.0, 2)],
+        None,
+        cfg,
+        Metrics::register(&mut registry),
+    );
+    devices.lock().unwrap().most = 0;
+    rt().block_on(async {
+        let models = ["a", "b", "c", "a", "c", "b", "a"];
+        let mut handles = Vec::new();
+        for (i, m) in models.iter().enumerate() {
+            let mut r = req(&format!("m{i}"), "p", 2);
+            r.model = Some(m.to_string());
+            r.outputs.return_latents = true;
+            handles.push((*m, engine.submit(r).unwrap()));
+        }
+        for (m, h) in handles {
+            let out = h.wait().await.unwrap();
+            let Some(fastvideo_request::Artifact::Latents(l)) = out.artifacts.get("latents") else {
+                panic!("no latents")
+            };
+            let scale = match m {
+                "a" => 1.0,
+                "b" => 10.0,
+                _ => 100.0,
+            };
+            assert_eq!(l.data, [2.0 * scale], "{m}");
+        }
+        let (wakes, most) = {
+            let d = devices.lock().unwrap();
+            (d.wakes, d.most)
+        };
+        assert!(wakes >= 2, "models were brought back ({wakes} wakes)");
+        assert!(most <= 2, "never more than two on the device ({most})");
+        assert!(!engine.set_resident("b", false).await.unwrap());
+        assert!(engine.set_resident("b", true).await.unwrap());
+        assert!(matches!(engine.set_resident("zzz", false).await, Err(EngineError::Invalid(_))));
+    });
 }

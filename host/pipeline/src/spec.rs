@@ -186,3 +186,13 @@ impl PipelineSpec {
         self.rewards.iter().find(|r| r.name() == name)
     }
 }
+
+/// Moving a model's large weights off the device (to host memory) and back, so a server can
+/// declare more models than its device holds at once. The engine calls both on its executor
+/// thread, between units of work, never while a forward of that model runs.
+pub trait Residency: Send + Sync {
+    /// Moves the weights to host memory (the device memory is freed).
+    fn sleep(&self) -> anyhow::Result<()>;
+    /// Brings them back to the device.
+    fn wake(&self) -> anyhow::Result<()>;
+}

@@ -93,6 +93,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/sessions/{id}/webrtc", post(webrtc::offer))
         .route("/world", get(world_page::page))
         .route("/v1/models", get(models))
+        .route("/v1/models/{name}/sleep", post(|s, n| residency(s, n, false)))
+        .route("/v1/models/{name}/wake", post(|s, n| residency(s, n, true)))
         .route("/v1/chat/completions", post(chat::chat_completions))
         .route("/v1/completions", post(chat::completions))
         .route("/v1/capabilities", get(capabilities))
@@ -116,6 +118,21 @@ async fn models(State(s): State<AppState>) -> Json<serde_json::Value> {
         .map(|(id, _)| serde_json::json!({"id": id, "object": "model", "created": 0, "owned_by": "fastvideo"}))
         .collect();
     Json(serde_json::json!({"object": "list", "data": data}))
+}
+
+/// `POST /v1/models/{name}/sleep|wake`: the model's transformer weights off the device (to host
+/// memory) or back; a model with requests running is a 409, one that cannot sleep too.
+async fn residency(
+    State(s): State<AppState>,
+    axum::extract::Path(name): axum::extract::Path<String>,
+    resident: bool,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    match s.engine.set_resident(&name, resident).await {
+        Ok(on) => Ok(Json(serde_json::json!({"id": name, "object": "model", "resident": on}))),
+        Err(fastvideo_engine::EngineError::Invalid(_)) => Err(ApiError::NotFound { what: format!("model `{name}`") }),
+        Err(fastvideo_engine::EngineError::Failed { code, message }) => Err(ApiError::Conflict { code, message }),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// What the served model takes (tasks, the frame and size rules, limits, defaults, solvers), so

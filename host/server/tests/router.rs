@@ -50,6 +50,7 @@ fn app(keys: &[&str]) -> Router {
         classify: |_| "pipeline_failed",
         weights: None,
         adapters: None,
+        residency: None,
     };
     let mut registry = prometheus_client::registry::Registry::default();
     let engine = Engine::start(model, EngineConfig::default(), Metrics::register(&mut registry));

@@ -23,6 +23,7 @@ pub mod parallel;
 pub mod parallel_bench;
 pub mod pipeline;
 pub mod preview;
+pub mod residency;
 pub mod scheduler;
 pub mod sequence_parallel;
 pub mod session_loop;

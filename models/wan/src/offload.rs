@@ -32,7 +32,7 @@ use crate::transformer::WanTransformer3DModel;
 
 /// Tensors for each linear's (weight, bias), by the group a forward reads them in
 /// ([`WanTransformer3DModel::linear_groups`]).
-type Groups = Vec<Vec<(Tensor, Option<Tensor>)>>;
+pub(crate) type Groups = Vec<Vec<(Tensor, Option<Tensor>)>>;
 
 /// The two experts, one of them resident.
 pub struct ExpertSwap {
@@ -81,13 +81,18 @@ fn repoint(t: &Tensor, data: &Tensor) {
     t.set_data(data);
 }
 
-fn map_linears(t: &WanTransformer3DModel, f: impl Fn(&Tensor) -> Tensor) -> Groups {
+pub(crate) fn map_linears(t: &WanTransformer3DModel, f: impl Fn(&Tensor) -> Tensor) -> Groups {
     let one = |l: &Linear| (f(&l.weight), l.bias.as_ref().map(&f));
     t.linear_groups().into_iter().map(|g| g.into_iter().map(one).collect()).collect()
 }
 
+/// `f` of every tensor of `groups`, in the same layout.
+pub(crate) fn map_linears_of(groups: &Groups, f: impl Fn(&Tensor) -> Tensor) -> Groups {
+    groups.iter().map(|g| g.iter().map(|(w, b)| (f(w), b.as_ref().map(&f))).collect()).collect()
+}
+
 /// Host copies of `t`'s linears, pinned on CUDA.
-fn host_copy(t: &WanTransformer3DModel, device: Device) -> Groups {
+pub(crate) fn host_copy(t: &WanTransformer3DModel, device: Device) -> Groups {
     map_linears(t, |w| {
         let mut h = host_like(w, device);
         h.copy_(w);
@@ -96,7 +101,7 @@ fn host_copy(t: &WanTransformer3DModel, device: Device) -> Groups {
 }
 
 /// Points `t`'s linears at `data`.
-fn point(t: &WanTransformer3DModel, data: &Groups) {
+pub(crate) fn point(t: &WanTransformer3DModel, data: &Groups) {
     for (g, d) in t.linear_groups().into_iter().zip(data) {
         for (l, (w, b)) in g.into_iter().zip(d) {
             repoint(&l.weight, w);

@@ -16,5 +16,6 @@ pub fn text_to_video(model: &WanModel, device: tch::Device) -> anyhow::Result<En
         classify: |_| "pipeline_failed",
         weights: None,
         adapters: None,
+        residency: None,
     })
 }

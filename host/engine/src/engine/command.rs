@@ -19,6 +19,13 @@ pub(super) enum Command {
     Session(SessionCommand),
     /// New requests start on this pipeline from now on.
     Swap(Arc<PipelineSpec>, oneshot::Sender<()>),
+    /// Puts model `model`'s weights to sleep (`false`) or wakes them (`true`); answers whether
+    /// it is resident after, or why not.
+    Residency {
+        model: usize,
+        resident: bool,
+        done: oneshot::Sender<Result<bool, String>>,
+    },
 }
 
 pub(super) struct Job {

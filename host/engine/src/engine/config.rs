@@ -39,6 +39,9 @@ pub struct EngineConfig {
     /// all of it (more sessions than the machine can keep at their frame rate): without a floor,
     /// jobs would wait until the sessions end. 0 gives sessions absolute priority.
     pub job_floor: f64,
+    /// Models whose weights may be on the device at once (`None`: all). Starting work on
+    /// another wakes it and first puts the least recently used idle one to sleep.
+    pub max_resident_models: Option<usize>,
 }
 
 impl Default for EngineConfig {
@@ -57,6 +60,7 @@ impl Default for EngineConfig {
             max_sessions: 4,
             session_idle: Duration::from_secs(60),
             job_floor: 0.25,
+            max_resident_models: None,
         }
     }
 }

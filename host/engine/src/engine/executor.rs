@@ -14,15 +14,27 @@ use tch::Device;
 use super::batching;
 use super::command::{Command, Job};
 use super::config::EngineConfig;
-use super::model::Classifier;
+use super::model::{Classifier, Residency};
 use super::shared::Shared;
 use crate::scheduler::{Capacity, State, Unit};
 use crate::session::LiveSessions;
 use crate::{EngineError, Metrics};
 
+/// One served model as the executor runs it.
+pub(super) struct ExecModel {
+    pub(super) id: String,
+    pub(super) spec: Arc<PipelineSpec>,
+    pub(super) classify: Classifier,
+    pub(super) residency: Option<Arc<dyn Residency>>,
+}
+
 pub(super) struct Executor {
     /// Each model's pipeline and error classifier; a job's `model` indexes it (0: the primary).
-    pipelines: Vec<(Arc<PipelineSpec>, Classifier)>,
+    pipelines: Vec<ExecModel>,
+    /// Per model: weights on the device, and when work last ran on it.
+    resident: Vec<bool>,
+    last_used: Vec<Instant>,
+    max_resident: Option<usize>,
     device: Device,
     shared: Arc<Shared>,
     metrics: Metrics,
@@ -36,14 +48,20 @@ pub(super) struct Executor {
 
 impl Executor {
     pub(super) fn new(
-        pipelines: Vec<(Arc<PipelineSpec>, Classifier)>,
+        pipelines: Vec<ExecModel>,
         device: Device,
         shared: Arc<Shared>,
         metrics: Metrics,
         cfg: &EngineConfig,
         sessions: LiveSessions,
     ) -> Self {
+        for m in &pipelines {
+            metrics.set_resident(&m.id, true);
+        }
         Executor {
+            resident: vec![true; pipelines.len()],
+            last_used: vec![Instant::now(); pipelines.len()],
+            max_resident: cfg.max_resident_models,
             pipelines,
             device,
             shared,
@@ -72,6 +90,10 @@ impl Executor {
     }
 
     fn run(mut self, rx: std_mpsc::Receiver<Command>) {
+        // Models beyond the bound sleep from the start (the primary is kept first).
+        if let Some(max) = self.max_resident {
+            self.trim_resident(max.max(1), Some(0));
+        }
         loop {
             if self.state.is_empty() && self.sessions.is_empty() {
                 match rx.recv() {
@@ -135,9 +157,16 @@ impl Executor {
                 }
             }
             Command::Session(c) => self.sessions.command(c, self.state.sessions()),
+            Command::Residency { model, resident, done } => {
+                let waking = resident && !self.resident.get(model).copied().unwrap_or(true);
+                if let (true, Some(max)) = (waking, self.max_resident) {
+                    self.trim_resident(max.max(1) - 1, Some(model));
+                }
+                let _ = done.send(self.set_residency(model, resident));
+            }
             Command::Swap(spec, done) => {
                 // Runs hold their own Arc: started requests keep the old pipeline.
-                self.pipelines[0].0 = spec;
+                self.pipelines[0].spec = spec;
                 let _ = done.send(());
             }
         }
@@ -210,11 +239,79 @@ impl Executor {
     /// The pipeline and classifier of job `k`'s model.
     fn pipeline_of(&self, k: u64) -> (Arc<PipelineSpec>, Classifier) {
         let m = self.jobs.get(&k).map_or(0, |j| j.model);
-        let (spec, classify) = &self.pipelines[m.min(self.pipelines.len() - 1)];
-        (spec.clone(), *classify)
+        let p = &self.pipelines[m.min(self.pipelines.len() - 1)];
+        (p.spec.clone(), p.classify)
+    }
+
+    /// Whether model `m` has requests that started (their state lives on its weights' device).
+    fn busy(&self, m: usize) -> bool {
+        self.jobs.values().any(|j| j.model == m && j.run.is_some())
+    }
+
+    /// Sleeps (`false`) or wakes (`true`) model `m`'s weights; a model with started requests
+    /// does not sleep.
+    fn set_residency(&mut self, m: usize, on: bool) -> Result<bool, String> {
+        let p = self.pipelines.get(m).ok_or("no such model")?;
+        let Some(r) = p.residency.clone() else {
+            return if on { Ok(true) } else { Err(format!("`{}` cannot sleep (its weights stay resident)", p.id)) };
+        };
+        if self.resident[m] == on {
+            return Ok(on);
+        }
+        if !on && self.busy(m) {
+            return Err(format!("`{}` has requests running; it sleeps once they end", p.id));
+        }
+        let t = Instant::now();
+        let moved = if on { r.wake() } else { r.sleep() };
+        moved.map_err(|e| format!("{e:#}"))?;
+        self.resident[m] = on;
+        let id = p.id.clone();
+        self.metrics.set_resident(&id, on);
+        if on {
+            self.metrics.model_wakes.get_or_create(&crate::metrics::ModelLabel { model: id.clone() }).inc();
+        }
+        tracing::info!(model = %id, resident = on, seconds = t.elapsed().as_secs_f64(), "model residency changed");
+        Ok(on)
+    }
+
+    /// Puts the least recently used idle models (other than `keep`) to sleep until at most
+    /// `count` are resident, or none is left that can sleep (every other is busy: the bound is
+    /// exceeded rather than work stalled).
+    fn trim_resident(&mut self, count: usize, keep: Option<usize>) {
+        while self.resident.iter().filter(|r| **r).count() > count {
+            let victim = (0..self.pipelines.len())
+                .filter(|&i| {
+                    Some(i) != keep && self.resident[i] && self.pipelines[i].residency.is_some() && !self.busy(i)
+                })
+                .min_by_key(|&i| self.last_used[i]);
+            let Some(v) = victim else { break };
+            if let Err(e) = self.set_residency(v, false) {
+                tracing::warn!(model = %self.pipelines[v].id, "putting a model to sleep failed: {e}");
+                break;
+            }
+        }
+    }
+
+    /// Before work on job `k`: its model's weights on the device, putting the least recently
+    /// used idle models to sleep first while more than `max_resident_models` would be there.
+    fn make_resident(&mut self, k: u64) -> Result<(), EngineError> {
+        let m = self.jobs.get(&k).map_or(0, |j| j.model);
+        self.last_used[m] = Instant::now();
+        if self.resident[m] {
+            return Ok(());
+        }
+        if let Some(max) = self.max_resident {
+            self.trim_resident(max.max(1) - 1, Some(m));
+        }
+        self.set_residency(m, true)
+            .map(|_| ())
+            .map_err(|message| EngineError::Failed { code: "model_wake_failed".into(), message })
     }
 
     fn advance(&mut self, k: u64) {
+        if let Err(e) = self.make_resident(k) {
+            return self.fail(k, e);
+        }
         let partners = batching::partners(&self.jobs, k, self.max_batch);
         if !partners.is_empty() {
             return self.advance_batch(k, partners);

@@ -11,12 +11,13 @@ use tokio::sync::watch;
 
 use super::command::Command;
 use super::config::EngineConfig;
-use super::executor::Executor;
+use super::executor::{ExecModel, Executor};
 use super::model::{EngineModel, RequestCheck};
 use super::shared::Shared;
 use crate::cost::CostModel;
 use crate::session::{LiveSessions, SessionModel, SessionShared};
-use crate::{Metrics, WeightUpdates, WeightsInfo};
+use crate::{EngineError, Metrics, WeightUpdates, WeightsInfo};
+use fastvideo_request::RequestError;
 
 pub(super) struct Inner {
     pub(super) tx: Mutex<std_mpsc::Sender<Command>>,
@@ -83,16 +84,16 @@ impl Engine {
             cost: Mutex::new(CostModel::new(cfg.cost)),
             live_count: watch::channel(0).0,
         });
-        let EngineModel { id, limits, spec, device, check, classify, weights, adapters } = model;
+        let EngineModel { id, limits, spec, device, check, classify, weights, adapters, residency } = model;
         if let Some(a) = &adapters {
             metrics.watch_adapters(a);
         }
         let live_sessions =
             LiveSessions::new(sessions.clone(), device, cfg.session_idle, session_shared.clone(), metrics.clone());
-        let mut pipelines = vec![(spec, classify)];
+        let mut pipelines = vec![ExecModel { id: id.clone(), spec, classify, residency }];
         let mut extras = Vec::new();
         for m in extra {
-            pipelines.push((m.spec, m.classify));
+            pipelines.push(ExecModel { id: m.id.clone(), spec: m.spec, classify: m.classify, residency: m.residency });
             extras.push(ExtraModel { id: m.id, limits: m.limits, check: m.check });
         }
         Executor::new(pipelines, device, shared.clone(), metrics.clone(), &cfg, live_sessions).spawn(rx);
@@ -119,6 +120,28 @@ impl Engine {
         let mut all = vec![(self.0.model_id.as_str(), &self.0.limits)];
         all.extend(self.0.extra.iter().map(|m| (m.id.as_str(), &m.limits)));
         all
+    }
+
+    /// Puts model `id`'s weights to sleep (`false`: off the device, kept in host memory) or wakes
+    /// them (`true`), between units of work; answers whether it is resident after. A model with
+    /// requests running does not sleep (`Failed` with code `model_busy`); an unknown one is
+    /// `Invalid` naming `model`.
+    pub async fn set_resident(&self, id: &str, resident: bool) -> Result<bool, EngineError> {
+        let Some(model) = self.models().iter().position(|(m, _)| *m == id) else {
+            return Err(RequestError::new("model", format!("`{id}` is not served here")).into());
+        };
+        let (done, rx) = tokio::sync::oneshot::channel();
+        self.0
+            .tx
+            .lock()
+            .unwrap()
+            .send(Command::Residency { model, resident, done })
+            .map_err(|_| EngineError::Stopped)?;
+        match rx.await {
+            Ok(Ok(on)) => Ok(on),
+            Ok(Err(message)) => Err(EngineError::Failed { code: "model_busy".into(), message }),
+            Err(_) => Err(EngineError::Stopped),
+        }
     }
 
     /// The limits of the model named `id`, if it is served.

@@ -30,4 +30,4 @@ mod weight_swap;
 pub use admission::Handle;
 pub use config::EngineConfig;
 pub use front::Engine;
-pub use model::{Classifier, EngineModel, RequestCheck};
+pub use model::{Classifier, EngineModel, RequestCheck, Residency};

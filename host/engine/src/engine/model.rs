@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+pub use fastvideo_pipeline::Residency;
 use fastvideo_pipeline::{AdapterCache, PipelineSpec};
 use fastvideo_request::{ModelLimits, RequestError, ResolvedRequest};
 use tch::Device;
@@ -26,4 +27,7 @@ pub struct EngineModel {
     pub weights: Option<WeightUpdates>,
     /// The LoRA adapters requests may name; none refuses every `lora` field.
     pub adapters: Option<Arc<AdapterCache>>,
+    /// How its large weights leave the device and come back (`sleep`/`wake`); none: always
+    /// resident.
+    pub residency: Option<Arc<dyn Residency>>,
 }
