@@ -46,7 +46,7 @@ pub fn language_model(cfg: &LmConfig, device: Device, metrics: &fastvideo_engine
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "lm".into());
-    let (spec, pool) = chat_pipeline(&lm, cfg.kv_cache.max(1 << 20)).with_context(ctx)?;
+    let (spec, pool) = chat_pipeline(&lm, cfg.kv_cache.max(1)).with_context(ctx)?;
     metrics.watch_kv_pool(&pool);
     // A request that could never fit the pool is refused at admission, naming max_tokens.
     let capacity = pool.blocks() as i64 * pool.block_size();

@@ -93,3 +93,17 @@ pub trait LoopStage: Send + Sync {
         ctxs.iter().zip(states.iter_mut()).map(|(c, s)| self.step(c, s)).collect()
     }
 }
+
+/// A request cannot start now because a shared resource is momentarily full (a language model's
+/// key/value blocks): the engine puts it back to wait, and tries again once another request
+/// ends, instead of failing it. Return it (through `anyhow`) from a loop's `init`.
+#[derive(Debug)]
+pub struct WaitForRoom(pub String);
+
+impl std::fmt::Display for WaitForRoom {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for WaitForRoom {}

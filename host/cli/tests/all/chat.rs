@@ -164,3 +164,30 @@ fn concurrent_chats_equal_their_solo_runs_and_free_every_block() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// A key/value cache that holds two of these chats at a time: six sent at once all complete
+/// (the others wait for room instead of failing), each with its solo text.
+#[test]
+fn chats_wait_for_room_when_the_cache_is_full() {
+    use crate::common::server::{metric, Server};
+    use serde_json::json;
+    let lm_dir = lm();
+    // 20 blocks of 16 positions (16 KiB each for this model); a chat takes 8 (≈ 30 + 100).
+    let server = std::sync::Arc::new(Server::start(&["--lm", &lm_dir, "--lm-kv-cache", "320K", "--max-batch", "8"]));
+    let body = |i: usize| json!({"messages": [{"role": "user", "content": format!("chat {i}")}], "max_tokens": 100, "temperature": 0});
+    let threads: Vec<_> = (0..6)
+        .map(|i| {
+            let server = server.clone();
+            std::thread::spawn(move || server.post("/v1/chat/completions", body(i)))
+        })
+        .collect();
+    let together: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    for (i, (status, v)) in together.iter().enumerate() {
+        assert_eq!(*status, 200, "chat {i}: {v}");
+        let (_, solo) = server.post("/v1/chat/completions", body(i));
+        assert_eq!(v["choices"][0]["message"]["content"], solo["choices"][0]["message"]["content"], "chat {i}");
+    }
+    let m = server.metrics();
+    assert_eq!(metric(&m, "fastvideo_kv_blocks_total", None), 20.0);
+    assert_eq!(metric(&m, "fastvideo_requests_total", Some(("outcome", "failed"))), 0.0);
+}

@@ -135,6 +135,7 @@ impl Engine {
             steps_left: req.steps,
             req: Some(req),
             run: None,
+            restart: None,
             key,
             predicted,
             memory,

@@ -34,6 +34,8 @@ pub(super) struct Job {
     pub(super) model: usize,
     pub(super) req: Option<ResolvedRequest>,
     pub(super) run: Option<PipelineRun>,
+    /// The request again, kept while it runs, to start over if it has to wait for room.
+    pub(super) restart: Option<ResolvedRequest>,
     pub(super) key: CostKey,
     /// Admission's prediction, handed to the scheduler as is.
     pub(super) predicted: f64,

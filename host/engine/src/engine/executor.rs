@@ -7,7 +7,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{mpsc as std_mpsc, Arc};
 use std::time::Instant;
 
-use fastvideo_pipeline::{Advance, PipelineRun, PipelineSpec, Value, Values, ADAPTERS};
+use fastvideo_pipeline::{Advance, PipelineRun, PipelineSpec, Value, Values, WaitForRoom, ADAPTERS};
 use fastvideo_request::OmniEvent;
 use tch::Device;
 
@@ -40,6 +40,8 @@ pub(super) struct Executor {
     metrics: Metrics,
     state: State,
     jobs: HashMap<u64, Job>,
+    /// Jobs waiting for room (see [`WaitForRoom`]), back in the schedule when another ends.
+    parked: Vec<(u64, Job)>,
     keys: HashMap<String, u64>,
     next_key: u64,
     max_batch: usize,
@@ -74,6 +76,7 @@ impl Executor {
             .with_max_stretch(cfg.max_stretch, cfg.overdue_share)
             .with_sessions(sessions.fps(), sessions.frames_per_chunk(), cfg.job_floor),
             jobs: HashMap::new(),
+            parked: Vec::new(),
             keys: HashMap::new(),
             next_key: 0,
             max_batch: cfg.max_batch.max(1),
@@ -151,7 +154,7 @@ impl Executor {
                 }
             }
             Command::CancelAll => {
-                let all: Vec<u64> = self.jobs.keys().copied().collect();
+                let all: Vec<u64> = self.jobs.keys().chain(self.parked.iter().map(|(k, _)| k)).copied().collect();
                 for k in all {
                     self.fail(k, EngineError::Cancelled);
                 }
@@ -174,7 +177,12 @@ impl Executor {
 
     /// Ends a job without output; its state (tensors, plugin instances) is dropped here.
     fn fail(&mut self, k: u64, err: EngineError) {
+        if let Some(i) = self.parked.iter().position(|(p, _)| *p == k) {
+            let (_, job) = self.parked.swap_remove(i);
+            self.jobs.insert(k, job);
+        }
         let Some(mut job) = self.jobs.remove(&k) else { return };
+        self.unpark();
         self.state.remove(k);
         let id = std::mem::take(&mut job.id);
         self.keys.remove(&id);
@@ -326,6 +334,7 @@ impl Executor {
             if let Some(set) = &job.adapters {
                 values.insert(ADAPTERS, Value::Adapters(Arc::clone(set)));
             }
+            job.restart = Some(req.clone());
             job.run = Some(PipelineRun::new(spec, req, self.device, values, job.cancel.clone()));
         }
         let run = job.run.as_mut().expect("just started");
@@ -354,6 +363,15 @@ impl Executor {
                 self.state.set_remaining(k, left);
             }
             Ok(Ok(Advance::Finished)) => self.finish(k),
+            Ok(Err(e)) if e.downcast_ref::<WaitForRoom>().is_some() && !job.cancel.is_cancelled() => {
+                // Momentarily full: wait (state dropped) until another request ends. With no
+                // other request to end, waiting would be forever: fail it instead.
+                if self.jobs.len() > 1 {
+                    self.park(k);
+                } else {
+                    self.fail(k, EngineError::Failed { code: classify(&e).to_string(), message: format!("{e:#}") });
+                }
+            }
             Ok(Err(e)) => {
                 let err = if job.cancel.is_cancelled() {
                     EngineError::Cancelled
@@ -369,6 +387,26 @@ impl Executor {
         }
     }
 
+    /// Takes job `k` out of the schedule, its run dropped (and with it what it held), to start
+    /// over once another request ends ([`WaitForRoom`]).
+    fn park(&mut self, k: u64) {
+        let Some(mut job) = self.jobs.remove(&k) else { return };
+        self.state.remove(k);
+        job.run = None;
+        job.req = job.restart.take();
+        tracing::debug!(id = %job.id, "waiting for room");
+        self.parked.push((k, job));
+    }
+
+    /// Puts every waiting job back in the schedule (a request ended: room may have come free).
+    fn unpark(&mut self) {
+        for (k, job) in std::mem::take(&mut self.parked) {
+            let priority = job.req.as_ref().map_or(0, |r| r.priority);
+            self.state.add(k, priority, job.predicted, job.memory, job.submitted);
+            self.jobs.insert(k, job);
+        }
+    }
+
     fn finish(&mut self, k: u64) {
         let (_, classify) = self.pipeline_of(k);
         let mut job = self.jobs.remove(&k).expect("finishing a known job");
@@ -381,6 +419,8 @@ impl Executor {
             let _e = job.span.enter();
             catch_unwind(AssertUnwindSafe(|| run.finish(&mut |e| drop(events.send(e)))))
         };
+        // Its run (and what it held) is gone: requests waiting for room may start.
+        self.unpark();
         let result = match out {
             Ok(Ok(out)) => {
                 self.shared.cost.lock().unwrap().observe_one_shot(&job.key, job.one_shot_spent);

@@ -341,7 +341,7 @@ impl LoopStage for ARDecodeLoop {
                 // never a running batch of others mid-step.
                 let mut paged = PagedKv::new(pool.clone());
                 let positions = (prompt.len() as i64 + params.max_tokens as i64).min(self.model.max_positions());
-                paged.reserve(positions)?;
+                paged.reserve(positions).map_err(|e| anyhow::Error::new(crate::WaitForRoom(format!("{e:#}"))))?;
                 Box::new(paged)
             }
             None => self.model.new_cache(),
