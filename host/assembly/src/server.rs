@@ -37,7 +37,7 @@ pub fn build_server(cfg: &ServeConfig) -> Result<Served> {
         None => Files::default(),
     };
     let assembly = build_engine(cfg)?;
-    let comfy = comfyui(cfg, assembly.deploy.as_ref(), &assembly.model.dir, assembly.device)?;
+    let comfy = comfyui(cfg, assembly.deploy.as_ref(), &assembly.model.dir, &assembly.model.name, assembly.device)?;
     let Assembly { engine, registry, description, chat, .. } = assembly;
     let s = &cfg.storage;
     let retention = fastvideo_server::Retention {
@@ -167,6 +167,7 @@ fn comfyui(
     cfg: &ServeConfig,
     deploy: Option<&Arc<Deployment>>,
     model_dir: &Path,
+    model_name: &str,
     device: Device,
 ) -> Result<Option<ComfyConfig>> {
     let (Some(d), Some(path)) = (deploy, cfg.deploy.as_deref()) else { return Ok(None) };
@@ -183,13 +184,14 @@ fn comfyui(
         std::fs::create_dir_all(root.join(sub))
             .with_context(|| format!("storage.comfy_dir (--comfy-dir): creating {}", root.join(sub).display()))?;
     }
-    let served = model_dir.canonicalize().unwrap_or_else(|_| model_dir.to_path_buf());
+    // Every served video model's folder, so a workflow's loaders pick among them.
+    let canonical = |d: &Path| d.canonicalize().unwrap_or_else(|_| d.to_path_buf());
+    let mut served = vec![(canonical(model_dir), model_name.to_string())];
+    served.extend(cfg.models.iter().map(|m| (canonical(&m.path), m.name.clone())));
     let deploy_file = path.to_path_buf();
     let serves = Arc::new(move |folder: &str| {
-        crate::locate::workflow_model_folder(&deploy_file, folder)
-            .ok()
-            .and_then(|p| p.canonicalize().ok())
-            .is_some_and(|p| p == served)
+        let dir = crate::locate::workflow_model_folder(&deploy_file, folder).ok()?.canonicalize().ok()?;
+        served.iter().find(|(d, _)| *d == dir).map(|(_, name)| name.clone())
     });
     let device = match device {
         Device::Cuda(i) => {

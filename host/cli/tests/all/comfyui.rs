@@ -210,3 +210,42 @@ fn uploads_interrupts_and_prompts_beside_openai_jobs() {
     assert_eq!(s.get(&format!("/history/{pid}")).1[&pid]["status"]["status_str"], "success");
     assert!(t0.elapsed() < Duration::from_secs(120));
 }
+
+/// With two models served, a workflow's loaders pick the one their files map to: the template's
+/// files map to the second model's folder, which sleeps under a bound of one resident model, so
+/// the prompt wakes it.
+#[test]
+fn a_workflows_loaders_pick_among_the_served_models() {
+    let dir = tempfile::tempdir().unwrap();
+    let second = dir.path().join("second");
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/default");
+    let status = Command::new("cp").arg("-r").arg(&shipped).arg(&second).status().unwrap();
+    assert!(status.success());
+    let mut models = String::new();
+    for f in ["wan2.1_t2v_1.3B_fp16.safetensors", "umt5_xxl_fp8_e4m3fn_scaled.safetensors", "wan_2.1_vae.safetensors"] {
+        models += &format!("\"{f}\" = \"second\"\n");
+    }
+    let deploy = comfy::deploy_with(dir.path(), &[("fastvideo_translator_comfy_core", "comfy-core")], &models);
+    let files = dir.path().join("comfy");
+    let (primary, other) = (shipped.display().to_string(), format!("second={}", second.display()));
+    let s = Server::start(&[
+        "--deploy",
+        deploy.to_str().unwrap(),
+        "--comfy-dir",
+        files.to_str().unwrap(),
+        "--model",
+        &primary,
+        "--model",
+        &other,
+        "--max-resident-models",
+        "1",
+    ]);
+    let mut ws = connect(&s, "picker");
+    let prompt = api_prompt(dir.path(), 2);
+    let (code, r) = s.post("/prompt", json!({"prompt": prompt, "client_id": "picker", "prompt_id": "pick-1"}));
+    assert_eq!(code, 200, "{r}");
+    until_done(&mut ws, "pick-1");
+    assert_eq!(s.get("/history/pick-1").1["pick-1"]["status"]["status_str"], "success");
+    let wakes = crate::common::server::metric(&s.metrics(), "fastvideo_model_wakes_total", Some(("model", "second")));
+    assert!(wakes >= 1.0, "the prompt ran on `second` ({wakes} wakes)");
+}

@@ -127,29 +127,33 @@ pub fn check(c: &Comfy, s: &AppState, prompt: &Value, prompt_id: &str) -> Result
             }
         };
         let folders = c.cfg.models.folders_for(&plan).map_err(refuse)?;
-        if !folders.iter().any(|f| (c.cfg.serves)(f)) {
+        let served = folders.iter().find_map(|f| (c.cfg.serves)(f));
+        let Some(model) = served else {
             // Name the model's loader: the file that picks the folder.
             let model = plan.files.iter().find(|f| matches!(f.role, "diffusion_model" | "checkpoint"));
             let f = model.or(plan.files.first()).map_or_else(|| plan.sampler_node.clone(), |f| f.node.clone());
+            let ids: Vec<&str> = s.engine.models().iter().map(|(id, _)| *id).collect();
             let msg = format!(
                 "its model files map to `{}`, which this server does not serve (it serves {})",
                 folders.join("`, `"),
-                s.engine.model_id()
+                ids.join(", ")
             );
             return Err(Refusal::at(&f, &ty(&f), "value_not_in_list", &msg, &outs));
-        }
-        let req = plan.request(&format!("comfy_{prompt_id}_{i}"), &c.cfg.root.join("input")).map_err(refuse)?;
+        };
+        let mut req = plan.request(&format!("comfy_{prompt_id}_{i}"), &c.cfg.root.join("input")).map_err(refuse)?;
+        // The loaders' files pick among the served models.
+        req.model = (model != s.engine.model_id()).then(|| model.clone());
+        let limits = s.engine.limits_of(&model).unwrap_or(s.engine.limits()).clone();
         // The request's own checks, then its LoRA loaders' files against the deploy's adapters
         // (what the engine checks at admission, here so the loader node gets the error).
-        let checked =
-            req.resolve(s.engine.limits(), || plan.seed).and_then(|r| match (r.lora.is_empty(), s.engine.adapters()) {
-                (true, _) => Ok(()),
-                (false, Some(cache)) => cache.check(&r.lora),
-                (false, None) => Err(fastvideo_request::RequestError::new(
-                    "lora[0].name",
-                    "this server enables no LoRA adapters ([[adapters]] in the deploy)",
-                )),
-            });
+        let checked = req.resolve(&limits, || plan.seed).and_then(|r| match (r.lora.is_empty(), s.engine.adapters()) {
+            (true, _) => Ok(()),
+            (false, Some(cache)) => cache.check(&r.lora),
+            (false, None) => Err(fastvideo_request::RequestError::new(
+                "lora[0].name",
+                "this server enables no LoRA adapters ([[adapters]] in the deploy)",
+            )),
+        });
         if let Err(e) = checked {
             let node = plan.node_of(&e.field).to_string();
             return Err(Refusal::at(&node, &ty(&node), "value_not_in_list", &e.to_string(), &outs));

@@ -10,6 +10,9 @@ use serde_json::{json, Value};
 
 use super::queue;
 
+/// Maps a `[workflows.models]` folder to the served model it is (none: not served).
+pub type ServedFolder = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
+
 /// What the ComfyUI API needs from the deploy and the process.
 #[derive(Clone)]
 pub struct ComfyConfig {
@@ -17,8 +20,8 @@ pub struct ComfyConfig {
     pub translators: Translators,
     /// The deploy's `[workflows.models]`.
     pub models: WorkflowConfig,
-    /// Whether a `[workflows.models]` folder is the model this server serves.
-    pub serves: Arc<dyn Fn(&str) -> bool + Send + Sync>,
+    /// The served model (its id) a `[workflows.models]` folder is, if it is one of them.
+    pub serves: ServedFolder,
     /// Holds `output/` (what prompts write, what `/view` serves) and `input/` (uploads).
     pub root: PathBuf,
     /// The device for `/system_stats` (`cuda`, `cpu`), its name and memory in bytes.
