@@ -125,7 +125,8 @@ impl Handler {
     ) {
         let _live = Live::new(&self.load);
         let created = protocol::now();
-        let model = self.engine.model_id().to_string();
+        let model =
+            parsed.requests.first().and_then(|r| r.model.clone()).unwrap_or_else(|| self.engine.model_id().to_string());
         let mut data = Vec::new();
         for req in parsed.requests {
             // An admission error about `inputs[i]` names the API field (`input_reference`, …).
@@ -178,49 +179,58 @@ impl AsyncEngine<SingleIn<Value>, ManyOut<Annotated<Value>>, anyhow::Error> for 
         let (request, _) = input.into_parts();
         let h = &self.0;
         let id = ctx.id().to_string();
-        let stream: DataStream<Annotated<Value>> =
-            match protocol::parse(h.kind, &request, &id, h.engine.model_id(), h.engine.limits()) {
-                Err(e) => Box::pin(stream::once(async move { failure(e) })),
-                // Dynamo's canary: a tiny request (the endpoint's health-check payload). Its
-                // first item must come within seconds, so it is the admission's answer; the run
-                // itself (at the front of the queue) follows.
-                Ok(mut p) if p.health_check => {
-                    let mut req = p.requests.swap_remove(0);
-                    req.request_id = format!("{id}-health-{}", PROBES.fetch_add(1, Ordering::Relaxed));
-                    req.priority = i32::MAX;
-                    match h.engine.submit(req) {
-                        Err(e) => Box::pin(stream::once(async move { failure(protocol::engine_error(&e)) })),
-                        Ok(handle) => {
-                            let first =
-                                Annotated::from_data(json!({ "id": handle.request_id, "status": "in_progress" }));
-                            let last = async move {
-                                let done = handle.wait().await.is_ok();
-                                Annotated::from_data(json!({ "status": if done { "completed" } else { "failed" } }))
-                            };
-                            Box::pin(stream::once(async move { first }).chain(stream::once(last)))
-                        }
+        // The model card the frontend routed by: one of the served models (else the primary,
+        // whose check then names the mismatch).
+        let asked = request.get("model").and_then(Value::as_str).filter(|m| h.engine.limits_of(m).is_some());
+        let model = asked.unwrap_or(h.engine.model_id()).to_string();
+        let limits = h.engine.limits_of(&model).unwrap_or(h.engine.limits()).clone();
+        let parsed = protocol::parse(h.kind, &request, &id, &model, &limits).map(|mut p| {
+            for r in &mut p.requests {
+                r.model = (model != h.engine.model_id()).then(|| model.clone());
+            }
+            p
+        });
+        let stream: DataStream<Annotated<Value>> = match parsed {
+            Err(e) => Box::pin(stream::once(async move { failure(e) })),
+            // Dynamo's canary: a tiny request (the endpoint's health-check payload). Its
+            // first item must come within seconds, so it is the admission's answer; the run
+            // itself (at the front of the queue) follows.
+            Ok(mut p) if p.health_check => {
+                let mut req = p.requests.swap_remove(0);
+                req.request_id = format!("{id}-health-{}", PROBES.fetch_add(1, Ordering::Relaxed));
+                req.priority = i32::MAX;
+                match h.engine.submit(req) {
+                    Err(e) => Box::pin(stream::once(async move { failure(protocol::engine_error(&e)) })),
+                    Ok(handle) => {
+                        let first = Annotated::from_data(json!({ "id": handle.request_id, "status": "in_progress" }));
+                        let last = async move {
+                            let done = handle.wait().await.is_ok();
+                            Annotated::from_data(json!({ "status": if done { "completed" } else { "failed" } }))
+                        };
+                        Box::pin(stream::once(async move { first }).chain(stream::once(last)))
                     }
                 }
-                Ok(p) => {
-                    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-                    let handler = self.0.clone();
-                    let ctx2 = ctx.clone();
-                    let ids: Vec<String> = p.requests.iter().map(|r| r.request_id.clone()).collect();
-                    let engine = handler.engine.clone();
-                    // A client that goes away cancels its requests; the watch ends with the reply.
-                    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
-                    tokio::spawn(async move {
-                        tokio::select! {
-                            _ = ctx2.stopped() => for i in &ids {
-                                engine.cancel(i);
-                            },
-                            _ = done_rx => {}
-                        }
-                    });
-                    tokio::spawn(handler.reply(id, p, tx, done_tx));
-                    Box::pin(stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|v| (v, rx)) }))
-                }
-            };
+            }
+            Ok(p) => {
+                let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+                let handler = self.0.clone();
+                let ctx2 = ctx.clone();
+                let ids: Vec<String> = p.requests.iter().map(|r| r.request_id.clone()).collect();
+                let engine = handler.engine.clone();
+                // A client that goes away cancels its requests; the watch ends with the reply.
+                let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+                tokio::spawn(async move {
+                    tokio::select! {
+                        _ = ctx2.stopped() => for i in &ids {
+                            engine.cancel(i);
+                        },
+                        _ = done_rx => {}
+                    }
+                });
+                tokio::spawn(handler.reply(id, p, tx, done_tx));
+                Box::pin(stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|v| (v, rx)) }))
+            }
+        };
         Ok(ResponseStream::new(stream, ctx))
     }
 }

@@ -33,6 +33,7 @@ use dynamo_runtime::{DistributedRuntime, Runtime};
 use fastvideo_assembly::args::EngineArgs;
 use fastvideo_assembly::ServeConfig;
 use fastvideo_engine::Engine;
+use fastvideo_request::TaskType;
 use serde_json::{json, Value};
 
 use handler::{Endpoint, Handler, Load, Media};
@@ -153,13 +154,23 @@ async fn serve(rt: Runtime, args: Args, engine: Engine, name: String, media: Med
         let as_engine: Arc<dyn AsyncEngine<SingleIn<Value>, ManyOut<Annotated<Value>>, anyhow::Error>> =
             service.clone();
         let ingress = Ingress::for_engine(as_engine)?;
-        let spec = DiscoverySpec::from_model(
-            args.namespace.clone(),
-            args.component.clone(),
-            endpoint.into(),
-            &card(&name, model_type),
-        )?;
-        cards.push(drt.discovery().register(spec).await?);
+        // One card per served model that takes this endpoint's task: the frontend routes by the
+        // request's `model`, the handler runs it on that model.
+        let task = if kind == Kind::Videos { TaskType::T2v } else { TaskType::T2i };
+        let mut names: Vec<String> =
+            engine.models().iter().filter(|(_, l)| l.tasks.contains(&task)).map(|(id, _)| id.to_string()).collect();
+        if names.is_empty() {
+            names.push(name.clone());
+        }
+        for model in names {
+            let spec = DiscoverySpec::from_model(
+                args.namespace.clone(),
+                args.component.clone(),
+                endpoint.into(),
+                &card(&model, model_type),
+            )?;
+            cards.push(drt.discovery().register(spec).await?);
+        }
         // The canary payload: the smallest request the model takes, one step.
         let probe = json!({ "prompt": "health check", "nvext": { "num_inference_steps": 1, "num_frames": 1 } });
         let builder = ep
