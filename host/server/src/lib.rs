@@ -139,15 +139,30 @@ async fn residency(
 /// a client can build valid requests without trial and error.
 async fn capabilities(State(s): State<AppState>) -> Json<serde_json::Value> {
     let samplers: Vec<&str> = fastvideo_request::SamplerKind::ALL.iter().map(|k| k.as_str()).collect();
-    Json(serde_json::json!({
-        "object": "list",
-        "data": [{
-            "model": s.engine.model_id(),
-            "limits": s.engine.limits(),
-            "frames_rule": format!("frame_multiple × k + 1, at most {}", s.engine.limits().max_frames),
-            "samplers": samplers,
-        }],
-    }))
+    // One entry per served model, the primary first; a language model lists its context.
+    let data: Vec<serde_json::Value> = s
+        .engine
+        .models()
+        .iter()
+        .map(|(id, limits)| {
+            if limits.tasks == [fastvideo_request::TaskType::Text] {
+                return serde_json::json!({
+                    "model": id,
+                    "tasks": limits.tasks,
+                    "context_tokens": limits.max_steps,
+                    "routes": ["/v1/chat/completions", "/v1/completions"],
+                });
+            }
+            serde_json::json!({
+                "model": id,
+                "primary": *id == s.engine.model_id(),
+                "limits": limits,
+                "frames_rule": format!("frame_multiple × k + 1, at most {}", limits.max_frames),
+                "samplers": samplers,
+            })
+        })
+        .collect();
+    Json(serde_json::json!({"object": "list", "data": data}))
 }
 
 /// The server's version.

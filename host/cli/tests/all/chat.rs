@@ -63,6 +63,10 @@ fn the_openai_client_streams_chat_completions_beside_a_video_job() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let r: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(r["models"], json!(["fastvideo-default", "tiny-qwen3"]));
+    let caps = server.get("/v1/capabilities").1;
+    assert_eq!(caps["data"][1]["model"], "tiny-qwen3", "{caps}");
+    assert_eq!(caps["data"][1]["tasks"], json!(["text"]), "{caps}");
+    assert!(caps["data"][1]["context_tokens"].as_u64().unwrap() > 0, "{caps}");
     let cli = fastvideo(&["chat", "--lm", &lm_dir, "hi", "--max-tokens", "12"]);
     assert_eq!(
         r["content"].as_str().unwrap(),

@@ -730,6 +730,10 @@ fn a_second_model_is_served_beside_the_first_and_picked_by_model() {
     let ids: Vec<Value> =
         server.get("/v1/models").1["data"].as_array().unwrap().iter().map(|m| m["id"].clone()).collect();
     assert_eq!(ids, [json!("main"), json!("copy")]);
+    let caps = server.get("/v1/capabilities").1;
+    let models: Vec<(Value, Value)> =
+        caps["data"].as_array().unwrap().iter().map(|m| (m["model"].clone(), m["primary"].clone())).collect();
+    assert_eq!(models, [(json!("main"), json!(true)), (json!("copy"), json!(false))], "{caps}");
     let mut videos = Vec::new();
     for model in [None, Some("copy")] {
         let mut body = video("a green triangle moving up on a gray background", 3);
