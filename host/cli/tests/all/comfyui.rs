@@ -249,3 +249,47 @@ fn a_workflows_loaders_pick_among_the_served_models() {
     let wakes = crate::common::server::metric(&s.metrics(), "fastvideo_model_wakes_total", Some(("model", "second")));
     assert!(wakes >= 1.0, "the prompt ran on `second` ({wakes} wakes)");
 }
+
+/// ComfyUI's frontend in a real browser, as its `api.js` does it: a WebSocket with
+/// `binaryType = "arraybuffer"`, a prompt posted with fetch, and each binary frame read as a
+/// big-endian event type (1: preview image) and image type (1: JPEG) before the image, which
+/// Chromium must decode. Eight steps: previews after steps 4 and 8.
+#[test]
+fn chromium_sees_sampler_previews_as_comfyuis_frontend_does() {
+    use crate::common::browser::Browser;
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(dir.path());
+    let prompt = api_prompt(dir.path(), 8);
+    let browser = Browser::launch();
+    let mut tab = browser.open(&s.url("/system_stats"));
+    tab.wait_for("location.protocol === 'http:' && document.readyState === 'complete'", Duration::from_secs(20));
+    let script = format!(
+        r#"new Promise((resolve, reject) => {{
+  const previews = [];
+  const ws = new WebSocket(location.origin.replace('http', 'ws') + '/ws?clientId=browser');
+  ws.binaryType = 'arraybuffer';
+  ws.onerror = () => reject('websocket error');
+  ws.onmessage = async (ev) => {{
+    if (typeof ev.data !== 'string') {{
+      const view = new DataView(ev.data);
+      const [event, format] = [view.getUint32(0), view.getUint32(4)];
+      const blob = new Blob([ev.data.slice(8)], {{type: format === 1 ? 'image/jpeg' : 'image/png'}});
+      const bitmap = await createImageBitmap(blob);
+      previews.push({{event, format, width: bitmap.width, height: bitmap.height}});
+      return;
+    }}
+    const m = JSON.parse(ev.data);
+    if (m.type === 'executing' && m.data.node === null && m.data.prompt_id === 'browser-1') {{
+      ws.close();
+      resolve(previews);
+    }}
+  }};
+  ws.onopen = () => fetch('/prompt', {{method: 'POST', headers: {{'content-type': 'application/json'}},
+    body: JSON.stringify({{prompt: {prompt}, client_id: 'browser', prompt_id: 'browser-1'}})}});
+  setTimeout(() => reject('no end of the prompt within 120 s'), 120000);
+}})"#
+    );
+    let previews = tab.eval(&script).expect("the page ran the prompt");
+    let want = json!({"event": 1, "format": 1, "width": 64, "height": 64});
+    assert_eq!(previews, json!([want, want]), "two decoded JPEG previews of the 64x64 video");
+}
