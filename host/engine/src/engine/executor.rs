@@ -182,7 +182,7 @@ impl Executor {
             self.jobs.insert(k, job);
         }
         let Some(mut job) = self.jobs.remove(&k) else { return };
-        self.unpark();
+        self.request_ended();
         self.state.remove(k);
         let id = std::mem::take(&mut job.id);
         self.keys.remove(&id);
@@ -398,7 +398,16 @@ impl Executor {
         self.parked.push((k, job));
     }
 
-    /// Puts every waiting job back in the schedule (a request ended: room may have come free).
+    /// A request ended: waiting jobs go back in the schedule (room may have come free), and
+    /// models kept over the resident bound while busy go back to sleep.
+    fn request_ended(&mut self) {
+        self.unpark();
+        if let Some(max) = self.max_resident {
+            self.trim_resident(max.max(1), None);
+        }
+    }
+
+    /// Puts every waiting job back in the schedule.
     fn unpark(&mut self) {
         for (k, job) in std::mem::take(&mut self.parked) {
             let priority = job.req.as_ref().map_or(0, |r| r.priority);
@@ -420,7 +429,7 @@ impl Executor {
             catch_unwind(AssertUnwindSafe(|| run.finish(&mut |e| drop(events.send(e)))))
         };
         // Its run (and what it held) is gone: requests waiting for room may start.
-        self.unpark();
+        self.request_ended();
         let result = match out {
             Ok(Ok(out)) => {
                 self.shared.cost.lock().unwrap().observe_one_shot(&job.key, job.one_shot_spent);
