@@ -40,12 +40,7 @@ pub fn language_model(cfg: &LmConfig, device: Device, metrics: &fastvideo_engine
     let kind = if device.is_cuda() { Kind::BFloat16 } else { Kind::Float };
     let ctx = || format!("lm.path (--lm) {}", dir.display());
     let lm = LanguageModel::load(dir, device, kind).with_context(ctx)?;
-    let id = dir
-        .canonicalize()
-        .unwrap_or_else(|_| dir.clone())
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "lm".into());
+    let id = crate::config::folder_name(dir);
     let (spec, pool) = chat_pipeline(&lm, cfg.kv_cache.max(1)).with_context(ctx)?;
     metrics.watch_kv_pool(&pool);
     // A request that could never fit the pool is refused at admission, naming max_tokens.

@@ -98,6 +98,11 @@ pub fn parse(kind: Kind, v: &Value, id: &str, model: &str, limits: &ModelLimits)
     if params.webhook.is_some() {
         return Err(invalid("webhook: the Dynamo frontend answers the request itself; webhooks are fastvideo serve's"));
     }
+    if params.preview_every.is_some() {
+        return Err(invalid(
+            "preview_every: previews stream from fastvideo serve; the Dynamo frontend passes no events",
+        ));
+    }
     let task = if kind == Kind::Videos { TaskType::T2v } else { TaskType::T2i };
     let first = params.to_request(id.to_string(), task, model, limits).map_err(|e| {
         let body = e.body();
@@ -177,6 +182,12 @@ mod tests {
         assert!(e.public_message().unwrap().contains("is not served here"));
         let e = parse(Kind::Images, &json!({"prompt": "x", "n": 40}), "r", "m", &limits()).unwrap_err();
         assert!(e.public_message().unwrap().starts_with("n:"));
+        for field in ["webhook", "preview_every"] {
+            let body =
+                json!({"prompt": "x", field: if field == "webhook" { json!("https://h.example/") } else { json!(2) }});
+            let e = parse(Kind::Videos, &body, "r", "m", &limits()).unwrap_err();
+            assert!(e.public_message().unwrap().starts_with(&format!("{field}:")), "{field}");
+        }
     }
 
     #[test]
