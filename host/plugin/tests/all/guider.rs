@@ -142,8 +142,17 @@ fn misbehaving_plugins_fail_their_request_with_a_structured_error() {
 fn a_plugin_over_its_per_request_budget_fails_that_request_alone() {
     // `slow` spends milliseconds per call, each under the 50 ms call deadline; together they
     // pass a 2 ms budget within the first calls.
+    // The budget counts every call, `init` included: on a loaded machine `init` alone can pass
+    // 2 ms, so the failing hook is `init` or `combine`, whichever crossed the line.
     let e = failing("slow", "max_plugin_ms_per_request = 2");
-    assert_eq!(kind(&e), FailureKind::Budget);
+    match &e {
+        PluginError::Call { plugin, hook, kind, .. } => {
+            assert_eq!(plugin, "g");
+            assert!(matches!(*hook, "init" | "combine"), "{hook}");
+            assert_eq!(*kind, FailureKind::Budget);
+        }
+        other => panic!("{other}"),
+    }
     assert!(e.to_string().contains("plugin budget of 2 ms"), "{e}");
     // A hang stops at what is left of the budget (30 ms), before the 50 ms call deadline; the
     // next request on the same runtime has a budget of its own, and nothing is left behind.
