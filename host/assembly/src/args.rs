@@ -62,6 +62,11 @@ pub struct PrecisionArgs {
     /// (docs/benchmarks.md).
     #[arg(long)]
     pub int8_attention: bool,
+    /// The prompt rewriter for requests with `prompt_extend` (a transformers-layout Qwen3 or
+    /// Qwen2.5 folder; its `system_prompt.txt`, if any, is the system turn) [default: the
+    /// model folder's `prompt_extender/`, which the shipped default model has].
+    #[arg(long, value_name = "DIR")]
+    pub prompt_extender: Option<PathBuf>,
 }
 
 impl PrecisionArgs {
@@ -76,6 +81,7 @@ impl PrecisionArgs {
         m.tiny_decoder |= self.tiny_decoder;
         m.fp8_linears |= self.fp8_linears;
         m.int8_attention |= self.int8_attention;
+        set_opt(&mut m.prompt_extender, &self.prompt_extender);
     }
 
     /// The default model config with these flags applied.

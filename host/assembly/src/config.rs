@@ -159,6 +159,9 @@ pub struct ModelConfig {
     /// 8-bit self-attention (INT8 Q·Kᵀ, FP8 P·V; lossy) where the GPU has the kernel (Hopper),
     /// SDPA on other GPUs. Refused with `precision = exact`.
     pub int8_attention: bool,
+    /// The prompt rewriter (a transformers-layout Qwen folder) requests with `prompt_extend`
+    /// run before the text encoder; the model folder's `prompt_extender/` when it has one.
+    pub prompt_extender: Option<PathBuf>,
 }
 
 impl Default for ModelConfig {
@@ -177,6 +180,7 @@ impl Default for ModelConfig {
             tiny_decoder: false,
             fp8_linears: false,
             int8_attention: false,
+            prompt_extender: None,
         }
     }
 }

@@ -129,10 +129,12 @@ pub fn build_engine(cfg: &ServeConfig) -> Result<Assembly> {
     let model = cfg.model.load_parallel(&location.dir, device)?;
     let deploy = load_deploy(cfg)?;
     let binding = Binding::of(deploy.as_ref(), &location.name);
-    let spec = Arc::new(fastvideo_wan::pipeline::text_to_video_with(&model, binding.policies.clone())?);
+    let extender = cfg.model.load_extender(&location.dir, device)?;
+    let policies = crate::extend::with_extender(binding.policies.clone(), extender.as_deref());
+    let spec = Arc::new(fastvideo_wan::pipeline::text_to_video_with(&model, policies.clone())?);
     // POST /v1/weights rebuilds the pipeline around new transformer weights, same policies.
     let weights = WeightUpdates {
-        loader: Arc::new(fastvideo_wan::update::WanWeightLoader::new(&model, binding.policies.clone())),
+        loader: Arc::new(fastvideo_wan::update::WanWeightLoader::new(&model, policies)),
         initial: model.dir.join("transformer"),
     };
     let mut registry = Registry::default();
@@ -162,14 +164,15 @@ pub fn build_engine(cfg: &ServeConfig) -> Result<Assembly> {
             spec,
             device,
             check: {
-                let (plugins, precision) = (
+                let (plugins, precision, extend) = (
                     binding.request_check(),
                     precision_check(
                         model.load_report.precision,
                         fastvideo_torch::lossy_paths(model.load_report.fp8_linears, model.load_report.int8_attention),
                     ),
+                    crate::extend::extend_check(extender.is_some(), &location.name),
                 );
-                Box::new(move |r| precision(r).and_then(|()| plugins(r)))
+                Box::new(move |r| precision(r).and_then(|()| extend(r)).and_then(|()| plugins(r)))
             },
             classify: Binding::classify_failure,
             weights: Some(weights),
@@ -195,16 +198,19 @@ fn video_model(
 ) -> Result<EngineModel> {
     let model = cfg.model.load_at(dir, device).with_context(|| format!("models `{name}`"))?;
     let binding = Binding::of(deploy, name);
-    let spec = Arc::new(fastvideo_wan::pipeline::text_to_video_with(&model, binding.policies.clone())?);
+    let extender = cfg.model.load_extender(dir, device).with_context(|| format!("models `{name}`"))?;
+    let policies = crate::extend::with_extender(binding.policies.clone(), extender.as_deref());
+    let spec = Arc::new(fastvideo_wan::pipeline::text_to_video_with(&model, policies)?);
     let r = &model.load_report;
     let precision = precision_check(r.precision, fastvideo_torch::lossy_paths(r.fp8_linears, r.int8_attention));
     let plugins = binding.request_check();
+    let extend = crate::extend::extend_check(extender.is_some(), name);
     Ok(EngineModel {
         id: name.to_string(),
         limits: model.limits(),
         spec,
         device,
-        check: Box::new(move |r| precision(r).and_then(|()| plugins(r))),
+        check: Box::new(move |r| precision(r).and_then(|()| extend(r)).and_then(|()| plugins(r))),
         classify: Binding::classify_failure,
         weights: None,
         adapters: None,

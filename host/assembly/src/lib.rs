@@ -7,6 +7,7 @@
 pub mod args;
 mod config;
 mod engine;
+mod extend;
 mod lm;
 mod locate;
 mod model;
@@ -22,6 +23,7 @@ pub use config::{
 pub use engine::{
     build_engine, deploy_at, engine_config, load_deploy, Assembly, EngineDescription, SchedulerDescription,
 };
+pub use extend::{extend_check, with_extender, EXTENDER_FOLDER};
 pub use locate::{default_i2v_model, default_model, workflow_model_folder, world_model};
 pub use model::ModelLocation;
 pub use precision::precision_check;

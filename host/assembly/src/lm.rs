@@ -22,16 +22,21 @@ pub struct ServedLm {
     pub codec: Arc<dyn ChatCodec>,
 }
 
-/// Admission's check of a request's sampling parameters (`node_params.ar_decode`), so a bad
-/// one is a 400 naming the field rather than a failure when its decode starts.
-fn check_decode(r: &fastvideo_request::ResolvedRequest) -> Result<(), RequestError> {
-    let Some(v) = r.node_params.get(DECODE_NODE) else { return Ok(()) };
+/// Admission's check of a request's sampling parameters (`node_params.<node>`, the decode
+/// node's), so a bad one is a 400 naming the field rather than a failure when its decode starts.
+/// `prefix` goes before the field names (empty for chat, whose fields are OpenAI's).
+pub(crate) fn check_decode(
+    r: &fastvideo_request::ResolvedRequest,
+    node: &str,
+    prefix: &str,
+) -> Result<(), RequestError> {
+    let Some(v) = r.node_params.get(node) else { return Ok(()) };
     let p: DecodeParams = serde_json::from_value(v.clone())
-        .map_err(|e| RequestError::new(format!("node_params.{DECODE_NODE}"), e.to_string()))?;
+        .map_err(|e| RequestError::new(format!("node_params.{node}"), e.to_string()))?;
     if p.max_tokens == 0 {
-        return Err(RequestError::new("max_tokens", "at least 1"));
+        return Err(RequestError::new(format!("{prefix}max_tokens"), "at least 1"));
     }
-    p.sampling().validate().map_err(|(field, why)| RequestError::new(field, why))
+    p.sampling().validate().map_err(|(field, why)| RequestError::new(format!("{prefix}{field}"), why))
 }
 
 /// Loads `cfg.path` (none: no language model); errors name `--lm` and the folder.
@@ -47,7 +52,7 @@ pub fn language_model(cfg: &LmConfig, device: Device, metrics: &fastvideo_engine
     let capacity = pool.blocks() as i64 * pool.block_size();
     let tokenizer = lm.tokenizer.clone();
     let check = move |r: &fastvideo_request::ResolvedRequest| -> Result<(), RequestError> {
-        check_decode(r)?;
+        check_decode(r, DECODE_NODE, "")?;
         let max_tokens = r.node_params.get(DECODE_NODE).and_then(|v| v.get("max_tokens")).and_then(|v| v.as_i64());
         let prompt = tokenizer.encode(&r.prompt).map(|ids| ids.len() as i64).unwrap_or(0);
         let need = prompt + max_tokens.unwrap_or(256);

@@ -1,12 +1,13 @@
 //! `fastvideo dataset`: renders procedural training clips (the default model's training data)
-//! into `clips.u8` (uint8, [N, frames, size, size, 3]) and `clips.json` (shape, prompts, scenes).
+//! into `clips.u8` (uint8, [N, frames, size, size, 3]) and `clips.json` (shape, prompts, scenes),
+//! or the prompt rewriter's phrasings (`--paraphrases`).
 
 use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{ensure, Context, Result};
 use clap::Args;
-use fastvideo_procedural::{render_styled, Scene, Style, Variation};
+use fastvideo_procedural::{paraphrase_pairs, paraphrase_words, render_styled, Scene, Split, Style, Variation};
 
 #[derive(Args)]
 pub struct DatasetArgs {
@@ -38,6 +39,12 @@ pub struct DatasetArgs {
     /// the shipped LoRA adapter's, models/default-lora-large).
     #[arg(long, default_value = "plain", value_parser = style)]
     style: Style,
+    /// Write prompt phrasings instead of clips: `--clips` lines of `{"prompt", "target"}` (a
+    /// free-form phrasing and the plain prompt it means) in `paraphrases.jsonl`, and every word
+    /// they may use in `words.txt` (the prompt rewriter's training data,
+    /// models/training/train_rewriter.py). `heldout` phrasings use templates training never sees.
+    #[arg(long, conflicts_with = "world")]
+    paraphrases: bool,
 }
 
 fn style(s: &str) -> Result<Style, String> {
@@ -54,6 +61,9 @@ pub fn run(args: DatasetArgs) -> Result<()> {
     ensure!(args.size >= 16 && args.frames >= 1, "--size must be at least 16 and --frames at least 1");
     if args.world {
         return world(&args);
+    }
+    if args.paraphrases {
+        return paraphrases(&args, held);
     }
     let scenes: Vec<Scene> = Scene::all().into_iter().filter(|s| s.held_out() == held).collect();
     std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
@@ -142,5 +152,22 @@ fn world(args: &DatasetArgs) -> Result<()> {
     });
     std::fs::write(args.out.join("clips.json"), serde_json::to_vec(&meta)?)?;
     eprintln!("wrote {} world clips of {frames} frames to {}", args.clips, args.out.display());
+    Ok(())
+}
+
+fn paraphrases(args: &DatasetArgs, held: bool) -> Result<()> {
+    let split = if held { Split::Eval } else { Split::Train };
+    std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
+    let mut lines = String::new();
+    for (prompt, target) in paraphrase_pairs(args.clips, args.seed, split) {
+        lines.push_str(&serde_json::json!({ "prompt": prompt, "target": target }).to_string());
+        lines.push('\n');
+    }
+    let path = args.out.join("paraphrases.jsonl");
+    std::fs::write(&path, lines).with_context(|| format!("writing {}", path.display()))?;
+    let words = args.out.join("words.txt");
+    std::fs::write(&words, paraphrase_words().join("\n") + "\n")
+        .with_context(|| format!("writing {}", words.display()))?;
+    eprintln!("wrote {} {} phrasings to {}", args.clips, args.split, path.display());
     Ok(())
 }

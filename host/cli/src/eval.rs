@@ -74,6 +74,11 @@ pub struct EvalArgs {
     /// byte-identical to no adapter.
     #[command(flatten)]
     lora: crate::lora::LoraArgs,
+    /// Score the prompt extender instead: each scene written as a held-out free-form phrasing,
+    /// generated as written and through the model's extender (`--prompt-extender`, else its
+    /// `prompt_extender/`); prints the four attributes for both and the exact rewrites.
+    #[arg(long, conflicts_with_all = ["world", "vae_roundtrip", "i2v"])]
+    extend: bool,
 }
 
 /// The scene list for `--scenes`, in a fixed order.
@@ -124,6 +129,9 @@ pub fn run(args: EvalArgs) -> Result<()> {
     }
     if !args.lora.lora.is_empty() {
         return run_lora(&args, &list, &model, &model_dir, device);
+    }
+    if args.extend {
+        return run_extend(&args, &list, &model, &model_dir, device);
     }
     let build = |scene: &Scene, seed: u64| {
         let mut r = OmniRequest::text_to_video(format!("eval-{seed}"), scene.prompt());
@@ -280,6 +288,44 @@ fn run_lora(
         json: args.json,
     };
     crate::eval_lora::run(eval, spec, build, resolve)
+}
+
+fn run_extend(
+    args: &EvalArgs,
+    list: &[Scene],
+    model: &WanModel,
+    model_dir: &std::path::Path,
+    device: tch::Device,
+) -> Result<()> {
+    let Some(extender) = args.precision.model_config().load_extender(model_dir, device)? else {
+        bail!(
+            "--extend: {} has no prompt extender (a `{}/` folder in the model, or --prompt-extender DIR)",
+            model_dir.display(),
+            fastvideo_assembly::EXTENDER_FOLDER
+        );
+    };
+    let limits = model.limits();
+    let build = |prompt: &str, seed: u64| -> Result<OmniRequest> {
+        let mut r = OmniRequest::text_to_video(format!("eval-{seed}"), prompt);
+        r.sampling.seed = Some(seed);
+        args.sampling.apply(&mut r);
+        args.plugins.apply(&mut r);
+        Ok(r)
+    };
+    let resolve = |r: OmniRequest, seed: u64| -> Result<ResolvedRequest> { Ok(r.resolve(&limits, || seed)?) };
+    let first = resolve(build(&list[0].prompt(), 0)?, 0)?;
+    let policies = crate::generate::policies_for(&args.plugins, &[&first], &model_dir.display().to_string(), false)?;
+    let policies = fastvideo_assembly::with_extender(policies, Some(&extender));
+    let spec = Arc::new(pipeline::text_to_video_with(model, policies)?);
+    eprintln!("model: {} (prompt extension, {} scenes)", model_dir.display(), args.scenes);
+    let eval = crate::eval_extend::ExtendEval {
+        scenes: list,
+        seeds: args.seeds,
+        device,
+        verbose: args.verbose,
+        json: args.json,
+    };
+    crate::eval_extend::run(eval, spec, build, resolve)
 }
 
 /// The scene's ground-truth clip (variation drawn from `seed`) through the model's VAE and back.

@@ -85,6 +85,10 @@ pub struct GenerateArgs {
     /// Print the request's output record (metrics) as JSON on stdout.
     #[arg(long)]
     json: bool,
+    /// Rewrite the prompt with the model's prompt extender first (the shipped default model's
+    /// maps free-form words onto its vocabulary); prints the prompt the model was given.
+    #[arg(long)]
+    extend_prompt: bool,
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
@@ -196,6 +200,25 @@ fn resize_mode(s: &str) -> Result<ResizeMode, String> {
     ResizeMode::parse(s).ok_or_else(|| format!("`{s}` is not stretch, crop or pad"))
 }
 
+/// Names the words of `prompt` the text encoder maps to its unknown token (printed even with
+/// --quiet: the model sees none of them), suggesting --extend-prompt when the model has a rewriter.
+fn warn_unknown_words(model: &fastvideo_wan::WanModel, prompt: &str, can_extend: bool) {
+    let unknown = model.tokenizer.unknown_words(prompt);
+    if unknown.is_empty() {
+        return;
+    }
+    let hint = if can_extend {
+        "rephrase with words it knows, or add --extend-prompt to have the model's prompt extender rewrite it"
+    } else {
+        "rephrase with words it knows"
+    };
+    eprintln!(
+        "warning: the text encoder does not know {}: {}; the model ignores them ({hint})",
+        if unknown.len() == 1 { "this word" } else { "these words" },
+        unknown.join(", ")
+    );
+}
+
 /// The request, and the LoRA files `--lora` names.
 fn request(args: &GenerateArgs) -> Result<(OmniRequest, Vec<fastvideo_pipeline::AdapterSource>)> {
     let mut r = OmniRequest::text_to_video(format!("cli-{}", std::process::id()), args.prompt.clone());
@@ -226,6 +249,7 @@ fn request(args: &GenerateArgs) -> Result<(OmniRequest, Vec<fastvideo_pipeline::
     r.outputs.return_trajectory = args.trajectory_out.is_some();
     r.outputs.return_latents = args.trajectory_out.is_some();
     r.outputs.rewards = args.reward.clone();
+    r.prompt_extend = args.extend_prompt;
     if let Some(p) = &args.noise {
         r.inputs.push(noise_input(p)?);
     }
@@ -270,15 +294,17 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         bail!("{} is an image-to-video model: give the first frame with --image FILE", model_dir.display());
     }
     let req = omni.resolve(&limits, random_seed)?;
-    let unknown = model.tokenizer.unknown_words(&req.prompt);
-    if !unknown.is_empty() {
-        // Printed even with --quiet: the model sees none of these words.
-        eprintln!(
-            "warning: the text encoder does not know {}: {}; the model ignores them (rephrase with words it \
-             knows)",
-            if unknown.len() == 1 { "this word" } else { "these words" },
-            unknown.join(", ")
+    let model_config = args.precision.model_config();
+    let extender = model_config.load_extender(&model_dir, device)?;
+    if args.extend_prompt && extender.is_none() {
+        bail!(
+            "--extend-prompt: {} has no prompt extender (a `{}/` folder in the model, or --prompt-extender DIR)",
+            model_dir.display(),
+            fastvideo_assembly::EXTENDER_FOLDER
         );
+    }
+    if !args.extend_prompt {
+        warn_unknown_words(&model, &req.prompt, extender.is_some());
     }
     if !args.quiet {
         let r = &model.load_report;
@@ -322,11 +348,17 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     }
     let model_id = model_dir.display().to_string();
     let (policies, mut adapters) = deploy_for(&args.plugins, &[&req], &model_id, args.quiet)?;
+    let policies = fastvideo_assembly::with_extender(policies, extender.as_deref());
     let spec = Arc::new(pipeline::text_to_video_with(&model, policies)?);
     adapters.extend(lora_files);
     let values = crate::lora::values(&spec, &req, adapters, args.lora.adapter_cache)?;
     let (prompt, seed) = (req.prompt.clone(), req.seed);
     let out = run_with_values(spec, req, device, values, args.quiet)?;
+    if let Some(extended) = &out.extended_prompt {
+        // Printed even with --quiet, as the unknown-word warning is: it is what the model drew.
+        eprintln!("extended prompt: {extended}");
+        warn_unknown_words(&model, extended, false);
+    }
     if let Some(path) = &args.trajectory_out {
         let sample =
             fastvideo_engine::RolloutSample { prompt_index: 0, group_index: 0, prompt, seed, output: out.clone() };

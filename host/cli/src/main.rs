@@ -9,6 +9,7 @@ mod bench_parallel;
 mod chat;
 mod dataset;
 mod eval;
+mod eval_extend;
 mod eval_i2v;
 mod eval_lora;
 mod eval_world;

@@ -147,6 +147,7 @@ impl RolloutRequest {
                     priority: self.priority,
                     lora: self.lora.clone(),
                     model: None,
+                    prompt_extend: false,
                 };
                 out.push((p, g, req));
             }

@@ -135,7 +135,7 @@ impl PipelineRun {
     }
 
     fn next_index(&self, from: usize) -> Option<usize> {
-        (from..self.spec.nodes.len()).find(|&i| self.spec.nodes[i].runs_for(self.request.task))
+        (from..self.spec.nodes.len()).find(|&i| self.spec.nodes[i].runs(&self.request))
     }
 
     /// Does one unit of work; events go to `emit`. Returns an error naming the node (and step)
@@ -365,6 +365,7 @@ impl PipelineRun {
             artifacts: Default::default(),
             metrics: std::mem::take(&mut self.metrics),
             rewards: Default::default(),
+            extended_prompt: self.values.opt_text(crate::EXTENDED_PROMPT).map(str::to_string),
         };
         // The spec names what a request returns; a final output that is not a video (a toy
         // pipeline ending in latents) stays a value.

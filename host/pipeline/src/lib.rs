@@ -98,6 +98,10 @@ pub mod token;
 mod value;
 mod weight_loader;
 
+/// The value holding a request's extended prompt (`prompt_extend`): text stages read it in
+/// place of the request's prompt, and the request's output records it.
+pub const EXTENDED_PROMPT: &str = "extended_prompt";
+
 pub use adapter_cache::{AdapterCache, AdapterEvent, AdapterSource, AdapterTarget, DEFAULT_MAX_LORAS_PER_REQUEST};
 pub use adapters::{AdapterRows, AdapterSet, ModuleDelta, PreparedAdapter, ADAPTERS};
 pub use blocks::{BlockAction, BlockHook, BlockPolicy, BlockPolicyState, BoundHook};

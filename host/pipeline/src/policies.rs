@@ -83,12 +83,23 @@ pub struct LoopPolicies {
     /// The expert routing of a two-expert model (a plugin's), if the deploy binds one; the
     /// model's own rule otherwise. Models with one expert ignore it.
     pub routing: Option<Arc<dyn ExpertRouting>>,
+    /// Nodes run before the text encoder, each gated on what the request asks: the prompt
+    /// extension (`prompt_extend`), when the model has a rewriter.
+    pub text_stages: Vec<crate::Node>,
 }
 
 impl LoopPolicies {
     /// Only a guidance policy (no caches, no observers, no rewards).
     pub fn new(guidance: Arc<dyn Guidance>) -> Self {
-        Self { guidance, blocks: None, steps: None, observers: Vec::new(), rewards: Vec::new(), routing: None }
+        Self {
+            guidance,
+            blocks: None,
+            steps: None,
+            observers: Vec::new(),
+            rewards: Vec::new(),
+            routing: None,
+            text_stages: Vec::new(),
+        }
     }
 }
 

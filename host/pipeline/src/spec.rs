@@ -1,7 +1,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use fastvideo_request::TaskType;
+use fastvideo_request::{ResolvedRequest, TaskType};
 use thiserror::Error;
 
 use crate::{LoopStage, Observer, Reward, Stage};
@@ -30,6 +30,10 @@ pub struct Node {
     pub outputs: Vec<String>,
     /// Tasks this node runs for; empty means every task of the pipeline.
     pub tasks: Vec<TaskType>,
+    /// Runs only for requests this accepts (none: every request of its tasks), e.g. the prompt
+    /// extension's nodes for requests that ask for it. Validation counts a gated node's outputs
+    /// as produced, so what reads them must be gated alike or read them as optional.
+    pub gate: Option<fn(&ResolvedRequest) -> bool>,
 }
 
 impl Node {
@@ -43,11 +47,20 @@ impl Node {
     }
     fn new(name: &str, kind: NodeKind, inputs: &[&str], outputs: &[&str]) -> Self {
         let own = |v: &[&str]| v.iter().map(|s| s.to_string()).collect();
-        Self { name: name.into(), kind, inputs: own(inputs), outputs: own(outputs), tasks: Vec::new() }
+        Self { name: name.into(), kind, inputs: own(inputs), outputs: own(outputs), tasks: Vec::new(), gate: None }
+    }
+    /// The same node, run only for requests `gate` accepts.
+    pub fn when(mut self, gate: fn(&ResolvedRequest) -> bool) -> Self {
+        self.gate = Some(gate);
+        self
     }
     /// Whether this node runs for requests of `task`.
     pub fn runs_for(&self, task: TaskType) -> bool {
         self.tasks.is_empty() || self.tasks.contains(&task)
+    }
+    /// Whether this node runs for `request` (its task, and its gate).
+    pub fn runs(&self, request: &ResolvedRequest) -> bool {
+        self.runs_for(request.task) && self.gate.is_none_or(|g| g(request))
     }
 }
 

@@ -19,6 +19,8 @@ pub enum Value {
     Inbox(ActionInbox),
     /// The request's LoRA adapters ([`ADAPTERS`](crate::ADAPTERS)).
     Adapters(std::sync::Arc<crate::AdapterSet>),
+    /// Text made during the run, e.g. the extended prompt ([`EXTENDED_PROMPT`](crate::EXTENDED_PROMPT)).
+    Text(String),
 }
 
 /// The named values of one request's run. Node names and value names are checked against the
@@ -44,6 +46,13 @@ impl Values {
     pub fn opt_tensor(&self, name: &str) -> Option<&Tensor> {
         match self.0.get(name) {
             Some(Value::Tensor(t)) => Some(t),
+            _ => None,
+        }
+    }
+    /// The text if the value exists and is text.
+    pub fn opt_text(&self, name: &str) -> Option<&str> {
+        match self.0.get(name) {
+            Some(Value::Text(t)) => Some(t),
             _ => None,
         }
     }

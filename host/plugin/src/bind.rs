@@ -38,7 +38,7 @@ impl Deployment {
             .collect();
         let routing = first(PluginKind::ExpertRouter)
             .map(|p| Arc::new(PluginRouter::new(self, p, model_id)) as Arc<dyn ExpertRouting>);
-        LoopPolicies { guidance, blocks, steps, observers, rewards, routing }
+        LoopPolicies { guidance, blocks, steps, observers, rewards, routing, text_stages: Vec::new() }
     }
 
     /// What is bound where, one line per plugin (`guider: plugin `cfg` (blake3 …)`), for logs.

@@ -8,6 +8,7 @@
 //! scores generated clips, so "the model drew what the prompt said" is a number.
 
 mod analyze;
+mod paraphrase;
 mod render;
 mod score;
 mod style;
@@ -15,6 +16,7 @@ mod vocab;
 pub mod world;
 
 pub use analyze::{analyze, Analysis};
+pub use paraphrase::{paraphrase, paraphrase_pairs, paraphrase_words, Split};
 pub use render::{render, render_styled, Clip, Variation};
 pub use score::{psnr, Accuracy, Tally};
 pub use style::{object_area, Style, LARGE_FACTOR};

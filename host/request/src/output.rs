@@ -109,6 +109,9 @@ pub struct OmniOutput {
     /// Scores of the reward plugins the request named in `outputs.rewards`, by plugin name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub rewards: BTreeMap<String, f32>,
+    /// The prompt the model was given when the request asked for `prompt_extend`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extended_prompt: Option<String>,
 }
 
 impl OmniOutput {

@@ -290,6 +290,11 @@ pub struct OmniRequest {
     /// Which of the engine's models runs it, by id; none: the primary model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// Rewrite the prompt with the model's prompt extender (a language model run as the
+    /// `prompt_extend` node, its sampling in `node_params.prompt_extend`) before it is encoded;
+    /// the output records the extended prompt.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub prompt_extend: bool,
 }
 
 impl OmniRequest {
@@ -308,6 +313,7 @@ impl OmniRequest {
             priority: 0,
             lora: Vec::new(),
             model: None,
+            prompt_extend: false,
         }
     }
 

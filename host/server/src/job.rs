@@ -45,6 +45,9 @@ pub struct VideoObject {
     pub seed: Option<u64>,
     pub num_frames: u32,
     pub predicted_seconds: f64,
+    /// The prompt the model was given, when the request asked for `prompt_extend`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extended_prompt: Option<String>,
     /// Where the job's end is announced, and how that went; absent without a `webhook`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub webhook: Option<crate::webhooks::WebhookStatus>,
@@ -94,6 +97,7 @@ pub(crate) mod tests {
             num_frames: 17,
             predicted_seconds: 0.0,
             webhook: None,
+            extended_prompt: None,
         }
     }
 }

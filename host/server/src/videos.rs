@@ -48,6 +48,7 @@ pub fn create(s: &AppState, p: &CreateParams, who: Caller) -> Result<VideoObject
         num_frames: q.num_frames,
         predicted_seconds: handle.predicted_seconds,
         webhook,
+        extended_prompt: None,
     };
     if let Err(e) = s.jobs.insert(video.clone(), who, s.keys.owner_tag(who), Some(r)) {
         s.engine.cancel(&video.id);

@@ -9,6 +9,7 @@ pub mod attention;
 pub mod bench;
 pub mod chat;
 pub mod config;
+pub mod extend;
 pub mod language_model;
 pub mod layer;
 mod lm;
@@ -20,5 +21,6 @@ pub mod serving;
 
 pub use chat::{ChatTokenizer, Message};
 pub use config::QwenConfig;
+pub use extend::PromptExtender;
 pub use language_model::{LanguageModel, Reply};
 pub use model::QwenForCausalLM;

@@ -102,7 +102,10 @@ impl Stage for TextEncode {
         let max_len = node_param_usize(req, ctx.node, "max_sequence_length")?.unwrap_or(self.default_len);
         let adapters = values.adapters(fastvideo_pipeline::ADAPTERS).cloned();
         let adapters = adapters.as_deref();
-        values.insert(PROMPT_EMBEDS, Value::Tensor(self.embed(&req.prompt, max_len, ctx.device, adapters)?));
+        // The prompt extension, when the request ran it, wrote the prompt to encode.
+        let prompt = values.opt_text(fastvideo_pipeline::EXTENDED_PROMPT).unwrap_or(&req.prompt);
+        let embeds = self.embed(prompt, max_len, ctx.device, adapters)?;
+        values.insert(PROMPT_EMBEDS, Value::Tensor(embeds));
         if req.does_cfg() {
             let negative = self.embed(&req.negative_prompt, max_len, ctx.device, adapters)?;
             values.insert(NEGATIVE_EMBEDS, Value::Tensor(negative));
@@ -238,7 +241,7 @@ pub fn text_to_video(model: &WanModel, guidance: Arc<dyn Guidance>) -> Result<Pi
 /// [`text_to_video`] with every policy a deploy binds: guidance, an optional block cache and
 /// step interceptor in the denoise loop, and observers watching each request.
 pub fn text_to_video_with(model: &WanModel, policies: LoopPolicies) -> Result<PipelineSpec> {
-    let LoopPolicies { guidance, blocks, steps, observers, rewards, routing } = policies;
+    let LoopPolicies { guidance, blocks, steps, observers, rewards, routing, text_stages } = policies;
     if let (Some(p), Some(_)) = (&model.parallel, &blocks) {
         anyhow::bail!(
             "a block policy (block cache) needs the whole block loop on one device; it cannot run with --gpus {} \
@@ -280,7 +283,8 @@ pub fn text_to_video_with(model: &WanModel, policies: LoopPolicies) -> Result<Pi
         default_len: model.max_sequence_length(),
         cache: Arc::clone(&model.text_cache),
     };
-    let mut nodes = vec![Node::stage("text_encode", Arc::new(text), &[], &[PROMPT_EMBEDS, NEGATIVE_EMBEDS])];
+    let mut nodes = text_stages;
+    nodes.push(Node::stage("text_encode", Arc::new(text), &[], &[PROMPT_EMBEDS, NEGATIVE_EMBEDS]));
     let (name, tasks, denoise_inputs) = match &model.image {
         // Wan 2.2 TI2V: text to video, and text and picture to video, in one graph.
         _ if model.expand_timesteps => {

@@ -283,6 +283,8 @@ pub struct ARDecodeLoop {
     /// Paged key/value blocks shared by this loop's requests (else each has a contiguous cache).
     pool: Option<Arc<KvBlockPool>>,
     stop: Vec<i64>,
+    /// Parameters a request's `node_params` start from (an object; none: [`DecodeParams`]'s).
+    defaults: serde_json::Map<String, serde_json::Value>,
 }
 
 impl ARDecodeLoop {
@@ -296,7 +298,17 @@ impl ARDecodeLoop {
             prefill_chunk: prefill_chunk.max(1),
             pool: None,
             stop: Vec::new(),
+            defaults: serde_json::Map::new(),
         }
+    }
+
+    /// Decode parameters that requests start from, e.g. a short `max_tokens` for a prompt
+    /// rewriter; the fields a request gives win.
+    pub fn with_defaults(mut self, defaults: serde_json::Value) -> Self {
+        if let serde_json::Value::Object(m) = defaults {
+            self.defaults = m;
+        }
+        self
     }
 
     /// Requests take their key/value blocks from `pool` (returned when each request ends, also
@@ -330,10 +342,14 @@ fn step_result(ctx: &NodeCtx, g: &Generation, token: Option<i64>) -> StepResult 
 
 impl LoopStage for ARDecodeLoop {
     fn init(&self, ctx: &NodeCtx, values: &mut Values) -> Result<LoopState> {
-        let params: DecodeParams = match ctx.request.node_params.get(ctx.node) {
-            Some(v) => serde_json::from_value(v.clone()).map_err(|e| anyhow!("node_params.{}: {e}", ctx.node))?,
-            None => DecodeParams::default(),
-        };
+        let mut merged = self.defaults.clone();
+        match ctx.request.node_params.get(ctx.node) {
+            Some(serde_json::Value::Object(given)) => merged.extend(given.clone()),
+            Some(other) => bail!("node_params.{}: {other} is not an object", ctx.node),
+            None => {}
+        }
+        let params: DecodeParams = serde_json::from_value(serde_json::Value::Object(merged))
+            .map_err(|e| anyhow!("node_params.{}: {e}", ctx.node))?;
         let prompt: Vec<i64> = Vec::try_from(values.tensor(&self.input)?.to_kind(Kind::Int64).view([-1]))?;
         let cache: Box<dyn KvStore> = match &self.pool {
             Some(pool) => {

@@ -499,3 +499,39 @@ fn previews_come_every_n_steps_only_when_asked() {
     assert_eq!(got.iter().map(|p| p.0).collect::<Vec<_>>(), [3, 6]);
     assert!(got.iter().all(|p| p.1.is_finite()));
 }
+
+/// Writes the text value the prompt extension would.
+struct Rewrites;
+impl Stage for Rewrites {
+    fn run(&self, ctx: &NodeCtx, values: &mut Values) -> Result<()> {
+        values.insert(fastvideo_pipeline::EXTENDED_PROMPT, Value::Text(format!("{} (rewritten)", ctx.request.prompt)));
+        Ok(())
+    }
+}
+
+#[test]
+fn a_gated_node_runs_only_for_requests_it_accepts_and_its_text_reaches_the_output() {
+    let mut spec = spec(None);
+    let gated = Node::stage("rewrite", Arc::new(Rewrites), &[], &[fastvideo_pipeline::EXTENDED_PROMPT])
+        .when(|r| r.prompt_extend);
+    spec.nodes.insert(0, gated);
+    let spec = Arc::new(spec);
+    let mut names = |extend: bool| {
+        let mut req = request(2, 1.0);
+        req.prompt_extend = extend;
+        let mut run = PipelineRun::new(spec.clone(), req, Device::Cpu, Values::default(), CancelToken::default());
+        let mut started = Vec::new();
+        run.run_to_end(&mut |e| {
+            if let OmniEvent::NodeStarted { node, .. } = e {
+                started.push(node);
+            }
+        })
+        .unwrap();
+        (started, run.finish(&mut |_| {}).unwrap().extended_prompt)
+    };
+    assert_eq!(names(false), (vec!["contexts".to_string(), "denoise".into()], None));
+    assert_eq!(
+        names(true),
+        (vec!["rewrite".to_string(), "contexts".into(), "denoise".into()], Some("p (rewritten)".to_string()))
+    );
+}

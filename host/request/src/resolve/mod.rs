@@ -181,6 +181,9 @@ pub struct ResolvedRequest {
     /// `diffusion.precision` as given (checked against the server's preset at admission).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub precision: Option<String>,
+    /// Run the model's prompt extender before the text encoder ([`OmniRequest::prompt_extend`]).
+    #[serde(default)]
+    pub prompt_extend: bool,
 }
 
 /// Steps `start..end` of a request's schedule.
@@ -402,6 +405,7 @@ impl OmniRequest {
             experts,
             partial,
             precision: d.precision.clone(),
+            prompt_extend: self.prompt_extend,
         })
     }
 }

@@ -29,6 +29,9 @@ impl Jobs {
                     OmniEvent::NodeStarted { .. } if j.video.status == Status::Queued => {
                         j.video.status = Status::InProgress;
                     }
+                    // The prompt extension's steps come before the denoise loop's; the job's
+                    // progress is the denoise loop's alone.
+                    OmniEvent::Progress { node, .. } if node == fastvideo_request::PROMPT_EXTEND_NODE => {}
                     OmniEvent::Progress { step, total_steps, .. } => {
                         j.video.status = Status::InProgress;
                         // 100 is reserved for "completed" (decode and encode still follow).
@@ -47,6 +50,11 @@ impl Jobs {
             });
         }
         let result = handle.output.await.unwrap_or(Err(EngineError::Stopped));
+        if let Ok(out) = &result {
+            // Recorded before the MP4 is kept, so the stored record has it too.
+            let extended = out.extended_prompt.clone();
+            self.with(&id, |j| j.video.extended_prompt = extended);
+        }
         let result = match result {
             Ok(out) => match out.video().cloned() {
                 Some(video) => match tokio::task::spawn_blocking(move || encode(&video)).await {

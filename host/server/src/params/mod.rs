@@ -68,6 +68,9 @@ pub struct CreateParams {
     /// denoise steps.
     pub preview_every: Option<u32>,
     pub exact: Option<bool>,
+    /// Rewrite the prompt with the model's prompt extender before it is encoded; the job
+    /// records the prompt used as `extended_prompt`.
+    pub prompt_extend: Option<bool>,
     #[serde(default)]
     pub plugin_params: BTreeMap<String, serde_json::Value>,
     /// Reward plugins (enabled by the deploy) to score the result with.
@@ -364,6 +367,7 @@ impl CreateParams {
         }
         r.outputs.preview_every = self.preview_every;
         r.exact = self.exact.unwrap_or(false);
+        r.prompt_extend = self.prompt_extend.unwrap_or(false);
         r.lora = match &self.lora {
             Some(v) => lora_choices(v)?,
             None => Vec::new(),

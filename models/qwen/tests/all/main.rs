@@ -2,4 +2,5 @@
 
 mod chat;
 mod decode_loop;
+mod extend;
 mod parity;
