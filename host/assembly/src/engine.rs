@@ -2,6 +2,7 @@
 //! description of what was built. `fastvideo serve` and the Dynamo worker both start their
 //! engine here, so the same config gives the same engine whichever front end reads it.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,6 +32,8 @@ pub struct Assembly {
     pub description: EngineDescription,
     /// The language model served beside the video model: its id and chat codec.
     pub chat: Option<(String, Arc<dyn fastvideo_request::chat::ChatCodec>)>,
+    /// What to say about a request's prompt, per served video model id.
+    pub prompt_warnings: BTreeMap<String, crate::PromptWarnings>,
 }
 
 /// What an engine was built with, as JSON-friendly data: two front ends that print the same
@@ -149,12 +152,16 @@ pub fn build_engine(cfg: &ServeConfig) -> Result<Assembly> {
     };
     let lm = crate::lm::language_model(&cfg.lm, device, &metrics)?;
     let chat = lm.as_ref().map(|l| (l.id.clone(), l.codec.clone()));
+    let mut prompt_warnings =
+        BTreeMap::from([(location.name.clone(), crate::extend::prompt_warnings(&model, extender.is_some()))]);
     let mut extra = Vec::new();
     for m in &cfg.models {
         if m.name == location.name || chat.as_ref().is_some_and(|(id, _)| *id == m.name) {
             anyhow::bail!("models: `{}` is already the name of another served model", m.name);
         }
-        extra.push(video_model(cfg, deploy.as_ref(), &m.name, &m.path, device)?);
+        let (served, warnings) = video_model(cfg, deploy.as_ref(), &m.name, &m.path, device)?;
+        prompt_warnings.insert(m.name.clone(), warnings);
+        extra.push(served);
     }
     extra.extend(lm.into_iter().map(|l| l.model));
     let engine = Engine::start_with_models(
@@ -184,18 +191,19 @@ pub fn build_engine(cfg: &ServeConfig) -> Result<Assembly> {
         engine_cfg,
         metrics.clone(),
     );
-    Ok(Assembly { engine, registry, metrics, model: location, device, deploy, description, chat })
+    Ok(Assembly { engine, registry, metrics, model: location, device, deploy, description, chat, prompt_warnings })
 }
 
 /// A video model served beside the primary one: loaded with the primary's options, its plugins
-/// bound by its own name, no weight updates or adapters (those stay the primary's).
+/// bound by its own name, no weight updates or adapters (those stay the primary's); with what
+/// to say about its requests' prompts.
 fn video_model(
     cfg: &ServeConfig,
     deploy: Option<&Arc<Deployment>>,
     name: &str,
     dir: &std::path::Path,
     device: Device,
-) -> Result<EngineModel> {
+) -> Result<(EngineModel, crate::PromptWarnings)> {
     let model = cfg.model.load_at(dir, device).with_context(|| format!("models `{name}`"))?;
     let binding = Binding::of(deploy, name);
     let extender = cfg.model.load_extender(dir, device).with_context(|| format!("models `{name}`"))?;
@@ -205,7 +213,8 @@ fn video_model(
     let precision = precision_check(r.precision, fastvideo_torch::lossy_paths(r.fp8_linears, r.int8_attention));
     let plugins = binding.request_check();
     let extend = crate::extend::extend_check(extender.is_some(), name);
-    Ok(EngineModel {
+    let warnings = crate::extend::prompt_warnings(&model, extender.is_some());
+    let served = EngineModel {
         id: name.to_string(),
         limits: model.limits(),
         spec,
@@ -220,7 +229,8 @@ fn video_model(
             Arc::new(fastvideo_wan::residency::TransformerResidency::new(Arc::clone(&model.transformer), device))
                 as Arc<dyn fastvideo_engine::Residency>
         }),
-    })
+    };
+    Ok((served, warnings))
 }
 
 /// The adapter cache over `sources` for `spec`'s model, or none when no adapter is enabled. Every

@@ -11,6 +11,7 @@ use fastvideo_pipeline::LoopPolicies;
 use fastvideo_qwen::extend::EXTEND_NODE;
 use fastvideo_qwen::PromptExtender;
 use fastvideo_request::{RequestError, ResolvedRequest};
+use fastvideo_wan::WanModel;
 use tch::{Device, Kind};
 
 use crate::config::ModelConfig;
@@ -73,4 +74,40 @@ pub fn extend_check(has_extender: bool, model: &str) -> impl Fn(&ResolvedRequest
         }
         crate::lm::check_decode(r, EXTEND_NODE, &format!("node_params.{EXTEND_NODE}."))
     }
+}
+
+/// What a front end says about a request's prompt before it runs (the server's job record keeps
+/// it as `warnings`): today, the words the text encoder maps to its unknown token.
+pub type PromptWarnings = Arc<dyn Fn(&ResolvedRequest) -> Vec<String> + Send + Sync>;
+
+/// The warning for `unknown` words of a prompt (none when there are none); `extend` names how to
+/// ask for the model's prompt extender (`--extend-prompt`, `prompt_extend: true`), when it has one.
+pub fn unknown_words_warning(unknown: &[String], extend: Option<&str>) -> Option<String> {
+    if unknown.is_empty() {
+        return None;
+    }
+    let hint = match extend {
+        Some(how) => {
+            format!("rephrase with words it knows, or add {how} to have the model's prompt extender rewrite it")
+        }
+        None => "rephrase with words it knows".into(),
+    };
+    Some(format!(
+        "the text encoder does not know {}: {}; the model ignores them ({hint})",
+        if unknown.len() == 1 { "this word" } else { "these words" },
+        unknown.join(", ")
+    ))
+}
+
+/// [`PromptWarnings`] of a Wan model: the unknown words of requests that do not extend their
+/// prompt (an extended prompt is only known once the rewriter ran).
+pub fn prompt_warnings(model: &WanModel, has_extender: bool) -> PromptWarnings {
+    let tokenizer = model.tokenizer.clone();
+    Arc::new(move |r: &ResolvedRequest| {
+        if r.prompt_extend {
+            return Vec::new();
+        }
+        let how = has_extender.then_some("\"prompt_extend\": true");
+        unknown_words_warning(&tokenizer.unknown_words(&r.prompt), how).into_iter().collect()
+    })
 }

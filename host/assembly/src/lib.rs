@@ -23,7 +23,9 @@ pub use config::{
 pub use engine::{
     build_engine, deploy_at, engine_config, load_deploy, Assembly, EngineDescription, SchedulerDescription,
 };
-pub use extend::{extend_check, with_extender, EXTENDER_FOLDER};
+pub use extend::{
+    extend_check, prompt_warnings, unknown_words_warning, with_extender, PromptWarnings, EXTENDER_FOLDER,
+};
 pub use locate::{default_i2v_model, default_model, workflow_model_folder, world_model};
 pub use model::ModelLocation;
 pub use precision::precision_check;

@@ -204,19 +204,9 @@ fn resize_mode(s: &str) -> Result<ResizeMode, String> {
 /// --quiet: the model sees none of them), suggesting --extend-prompt when the model has a rewriter.
 fn warn_unknown_words(model: &fastvideo_wan::WanModel, prompt: &str, can_extend: bool) {
     let unknown = model.tokenizer.unknown_words(prompt);
-    if unknown.is_empty() {
-        return;
+    if let Some(w) = fastvideo_assembly::unknown_words_warning(&unknown, can_extend.then_some("--extend-prompt")) {
+        eprintln!("warning: {w}");
     }
-    let hint = if can_extend {
-        "rephrase with words it knows, or add --extend-prompt to have the model's prompt extender rewrite it"
-    } else {
-        "rephrase with words it knows"
-    };
-    eprintln!(
-        "warning: the text encoder does not know {}: {}; the model ignores them ({hint})",
-        if unknown.len() == 1 { "this word" } else { "these words" },
-        unknown.join(", ")
-    );
 }
 
 /// The request, and the LoRA files `--lora` names.
@@ -285,6 +275,14 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         None if args.image.is_some() => fastvideo_assembly::default_i2v_model()?,
         None => fastvideo_assembly::default_model()?,
     };
+    let model_config = args.precision.model_config();
+    if args.extend_prompt && model_config.extender_dir(&model_dir).is_none() {
+        bail!(
+            "--extend-prompt: {} has no prompt extender (a `{}/` folder in the model, or --prompt-extender DIR)",
+            model_dir.display(),
+            fastvideo_assembly::EXTENDER_FOLDER
+        );
+    }
     let t0 = Instant::now();
     let mut model = args.precision.load(&model_dir, device)?;
     args.parallel.split(&mut model)?;
@@ -294,15 +292,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         bail!("{} is an image-to-video model: give the first frame with --image FILE", model_dir.display());
     }
     let req = omni.resolve(&limits, random_seed)?;
-    let model_config = args.precision.model_config();
     let extender = model_config.load_extender(&model_dir, device)?;
-    if args.extend_prompt && extender.is_none() {
-        bail!(
-            "--extend-prompt: {} has no prompt extender (a `{}/` folder in the model, or --prompt-extender DIR)",
-            model_dir.display(),
-            fastvideo_assembly::EXTENDER_FOLDER
-        );
-    }
     if !args.extend_prompt {
         warn_unknown_words(&model, &req.prompt, extender.is_some());
     }

@@ -45,6 +45,10 @@ pub struct VideoObject {
     pub seed: Option<u64>,
     pub num_frames: u32,
     pub predicted_seconds: f64,
+    /// What the server noticed about the request before it ran (words of the prompt the text
+    /// encoder does not know).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
     /// The prompt the model was given, when the request asked for `prompt_extend`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub extended_prompt: Option<String>,
@@ -97,6 +101,7 @@ pub(crate) mod tests {
             num_frames: 17,
             predicted_seconds: 0.0,
             webhook: None,
+            warnings: Vec::new(),
             extended_prompt: None,
         }
     }

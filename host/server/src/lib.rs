@@ -46,7 +46,7 @@ pub use jobs::{Restored, Retention};
 pub use listener::ConnLimits;
 pub use params::{video_request_from_form, video_request_from_json, CreateParams, MediaNames, SecondsValue};
 pub use rollouts::ROLLOUT_MEDIA_TYPE;
-pub use state::{AppState, DEFAULT_BODY_LIMIT};
+pub use state::{AppState, PromptWarnings, DEFAULT_BODY_LIMIT};
 pub use store::Store;
 pub use webhooks::{RetrySchedule, WebhookPolicy, Webhooks};
 pub use webrtc::{WebRtc, WebRtcMetrics};

@@ -2,6 +2,7 @@
 //! streams, WebRTC, ComfyUI, API keys, metrics). Its own module so handlers read it without
 //! going through the crate root, which names the handlers.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -35,9 +36,15 @@ pub struct AppState {
     webhook_metrics: WebhookMetrics,
     /// The language model of the chat routes, when the engine serves one.
     pub(crate) chat: Option<Arc<crate::chat::ChatModel>>,
+    /// What to say about a request's prompt (a job's `warnings`), per served model id.
+    pub(crate) prompt_warnings: BTreeMap<String, PromptWarnings>,
 }
 
 /// The default [`AppState::with_body_limit`]: room for a long input video.
+/// What a front end says about a request's prompt before it runs (see
+/// [`AppState::with_prompt_warnings`]).
+pub type PromptWarnings = Arc<dyn Fn(&fastvideo_request::ResolvedRequest) -> Vec<String> + Send + Sync>;
+
 pub const DEFAULT_BODY_LIMIT: usize = 256 << 20;
 
 impl AppState {
@@ -57,7 +64,20 @@ impl AppState {
             body_limit: DEFAULT_BODY_LIMIT,
             webhook_metrics,
             chat: None,
+            prompt_warnings: BTreeMap::new(),
         }
+    }
+
+    /// Jobs of each served model (by id) record what `warnings` says about their prompt, e.g.
+    /// words the text encoder does not know.
+    pub fn with_prompt_warnings(mut self, warnings: BTreeMap<String, PromptWarnings>) -> Self {
+        self.prompt_warnings = warnings;
+        self
+    }
+
+    /// What to say about `request`'s prompt on model `model`.
+    pub(crate) fn prompt_warnings(&self, model: &str, request: &fastvideo_request::ResolvedRequest) -> Vec<String> {
+        self.prompt_warnings.get(model).map(|w| w(request)).unwrap_or_default()
     }
 
     /// Serves `/v1/chat/completions` and `/v1/completions` with the engine's model `id` (a

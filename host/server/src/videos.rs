@@ -30,6 +30,7 @@ pub fn create(s: &AppState, p: &CreateParams, who: Caller) -> Result<VideoObject
     r.sampling.seed = Some(handle.request.seed);
     let q = &handle.request;
     let seconds = q.num_frames as f64 / q.fps.max(1) as f64;
+    let warnings = s.prompt_warnings(&model, q);
     let video = VideoObject {
         id: handle.request_id.clone(),
         object: "video",
@@ -48,6 +49,7 @@ pub fn create(s: &AppState, p: &CreateParams, who: Caller) -> Result<VideoObject
         num_frames: q.num_frames,
         predicted_seconds: handle.predicted_seconds,
         webhook,
+        warnings,
         extended_prompt: None,
     };
     if let Err(e) = s.jobs.insert(video.clone(), who, s.keys.owner_tag(who), Some(r)) {

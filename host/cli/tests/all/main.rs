@@ -15,6 +15,7 @@ mod image_to_video;
 mod lora;
 mod parallel;
 mod plugin;
+mod prompt_extend;
 mod rl;
 mod serve;
 mod store;
