@@ -516,7 +516,7 @@ fn a_gated_node_runs_only_for_requests_it_accepts_and_its_text_reaches_the_outpu
         .when(|r| r.prompt_extend);
     spec.nodes.insert(0, gated);
     let spec = Arc::new(spec);
-    let mut names = |extend: bool| {
+    let names = |extend: bool| {
         let mut req = request(2, 1.0);
         req.prompt_extend = extend;
         let mut run = PipelineRun::new(spec.clone(), req, Device::Cpu, Values::default(), CancelToken::default());
