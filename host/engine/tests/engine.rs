@@ -395,6 +395,8 @@ struct Devices {
     on: Vec<bool>,
     most: usize,
     wakes: usize,
+    /// What a wake takes (a transformer crossing PCIe).
+    wake_ms: u64,
 }
 
 struct ToyResidency(usize, Arc<std::sync::Mutex<Devices>>);
@@ -405,6 +407,8 @@ impl fastvideo_engine::Residency for ToyResidency {
         Ok(())
     }
     fn wake(&self) -> Result<()> {
+        let ms = self.1.lock().unwrap().wake_ms;
+        std::thread::sleep(Duration::from_millis(ms));
         let mut d = self.1.lock().unwrap();
         d.on[self.0] = true;
         d.wakes += 1;
@@ -467,7 +471,7 @@ fn requests_run_on_the_model_they_name_and_an_unknown_model_is_refused() {
 
 #[test]
 fn at_most_the_resident_bound_of_models_stay_on_the_device() {
-    let devices = Arc::new(std::sync::Mutex::new(Devices { on: vec![true; 3], most: 3, wakes: 0 }));
+    let devices = Arc::new(std::sync::Mutex::new(Devices { on: vec![true; 3], most: 3, ..Default::default() }));
     let with = |id: &str, scale: f32, i: usize| {
         let mut m = scaled_model(id, scale);
         m.residency = Some(Arc::new(ToyResidency(i, devices.clone())));
@@ -509,10 +513,57 @@ fn at_most_the_resident_bound_of_models_stay_on_the_device() {
             let d = devices.lock().unwrap();
             (d.wakes, d.most)
         };
-        assert!(wakes >= 2, "models were brought back ({wakes} wakes)");
+        // In arrival order that would be four wakes; resident models' work goes first (the wake
+        // cost is part of a sleeping model's predicted work), so `c` is brought back once or,
+        // should its requests run before the later ones arrive, twice.
+        assert!((1..=2).contains(&wakes), "models were brought back ({wakes} wakes)");
         assert!(most <= 2, "never more than two on the device ({most})");
         assert!(!engine.set_resident("b", false).await.unwrap());
         assert!(engine.set_resident("b", true).await.unwrap());
         assert!(matches!(engine.set_resident("zzz", false).await, Err(EngineError::Invalid(_))));
+    });
+}
+
+#[test]
+fn a_burst_for_a_cold_model_wakes_it_once_instead_of_swapping_per_request() {
+    let devices = Arc::new(std::sync::Mutex::new(Devices { on: vec![true; 3], wake_ms: 30, ..Default::default() }));
+    let with = |id: &str, i: usize| {
+        let mut m = scaled_model(id, 1.0);
+        m.residency = Some(Arc::new(ToyResidency(i, devices.clone())));
+        m
+    };
+    let mut registry = prometheus_client::registry::Registry::default();
+    let cfg = EngineConfig { max_resident_models: Some(2), max_active: 1, ..EngineConfig::default() };
+    let engine = Engine::start_with_models(
+        with("a", 0),
+        vec![with("b", 1), with("c", 2)],
+        None,
+        cfg,
+        Metrics::register(&mut registry),
+    );
+    rt().block_on(async {
+        // One request on each model, so the cost model knows them all alike; `c` wakes for its
+        // and `a` (the least recently used) goes to sleep.
+        for m in ["a", "b", "c"] {
+            let mut r = req(&format!("warm-{m}"), "p", 2);
+            r.model = Some(m.into());
+            engine.submit(r).unwrap().wait().await.unwrap();
+        }
+        devices.lock().unwrap().wakes = 0;
+        // Requests for all three arrive interleaved, each a step longer than the one before.
+        // Shortest first alone would swap models on every request (5 wakes); with the wake cost
+        // in `a`'s predicted work, `b`'s and `c`'s run first and `a` wakes once.
+        let mut handles = Vec::new();
+        for (i, m) in ["b", "a", "c", "b", "a", "c"].into_iter().enumerate() {
+            let mut r = req(&format!("burst{i}"), "p", 2 + i as u32);
+            r.model = Some(m.into());
+            handles.push(engine.submit(r).unwrap());
+        }
+        for h in handles {
+            h.wait().await.unwrap();
+        }
+        let d = devices.lock().unwrap();
+        assert_eq!(d.wakes, 1, "a woke once for its two requests");
+        assert!(d.most <= 2, "never more than two on the device ({})", d.most);
     });
 }

@@ -28,6 +28,10 @@ pub(super) struct ExecModel {
     pub(super) residency: Option<Arc<dyn Residency>>,
 }
 
+/// The wake cost assumed for a model that has not woken yet: a transformer of a few GB over
+/// PCIe, so that resident work goes first until a wake is measured.
+const FIRST_WAKE_GUESS: f64 = 0.1;
+
 pub(super) struct Executor {
     /// Each model's pipeline and error classifier; a job's `model` indexes it (0: the primary).
     pipelines: Vec<ExecModel>,
@@ -35,6 +39,11 @@ pub(super) struct Executor {
     resident: Vec<bool>,
     last_used: Vec<Instant>,
     max_resident: Option<usize>,
+    /// Per model: seconds bringing its weights back took (the mean of the last wakes; none before
+    /// the first). A job on a sleeping model carries it in its predicted remaining work, so the
+    /// shortest-remaining order runs resident models' work first and a burst of requests for a
+    /// cold model wakes it once instead of swapping models request by request.
+    wake_seconds: Vec<Option<f64>>,
     device: Device,
     shared: Arc<Shared>,
     metrics: Metrics,
@@ -64,6 +73,7 @@ impl Executor {
             resident: vec![true; pipelines.len()],
             last_used: vec![Instant::now(); pipelines.len()],
             max_resident: cfg.max_resident_models,
+            wake_seconds: vec![None; pipelines.len()],
             pipelines,
             device,
             shared,
@@ -144,7 +154,7 @@ impl Executor {
                 let k = self.next_key;
                 self.next_key += 1;
                 let priority = job.req.as_ref().expect("a submitted job carries its request").priority;
-                self.state.add(k, priority, job.predicted, job.memory, job.submitted);
+                self.state.add(k, priority, job.predicted + self.wake_cost(job.model), job.memory, job.submitted);
                 self.keys.insert(job.id.clone(), k);
                 self.jobs.insert(k, *job);
             }
@@ -274,12 +284,34 @@ impl Executor {
         moved.map_err(|e| format!("{e:#}"))?;
         self.resident[m] = on;
         let id = p.id.clone();
+        let seconds = t.elapsed().as_secs_f64();
         self.metrics.set_resident(&id, on);
         if on {
             self.metrics.model_wakes.get_or_create(&crate::metrics::ModelLabel { model: id.clone() }).inc();
+            self.wake_seconds[m] = Some(self.wake_seconds[m].map_or(seconds, |w| 0.5 * (w + seconds)));
         }
-        tracing::info!(model = %id, resident = on, seconds = t.elapsed().as_secs_f64(), "model residency changed");
+        self.reprice(m);
+        tracing::info!(model = %id, resident = on, seconds, "model residency changed");
         Ok(on)
+    }
+
+    /// What running work on model `m` first costs: nothing while it is resident, else bringing
+    /// it back (measured; [`FIRST_WAKE_GUESS`] before its first wake).
+    fn wake_cost(&self, m: usize) -> f64 {
+        match self.resident.get(m) {
+            Some(false) => self.wake_seconds[m].unwrap_or(FIRST_WAKE_GUESS),
+            _ => 0.0,
+        }
+    }
+
+    /// Model `m` came or went: its jobs' predicted remaining work gains or loses the wake cost.
+    fn reprice(&mut self, m: usize) {
+        let extra = self.wake_cost(m);
+        let cost = self.shared.cost.lock().unwrap();
+        for (k, job) in self.jobs.iter().filter(|(_, j)| j.model == m) {
+            let left = cost.remaining_seconds(&job.key, job.steps_left, job.one_shot_spent);
+            self.state.set_remaining(*k, left + extra);
+        }
     }
 
     /// Puts the least recently used idle models (other than `keep`) to sleep until at most
@@ -411,7 +443,7 @@ impl Executor {
     fn unpark(&mut self) {
         for (k, job) in std::mem::take(&mut self.parked) {
             let priority = job.req.as_ref().map_or(0, |r| r.priority);
-            self.state.add(k, priority, job.predicted, job.memory, job.submitted);
+            self.state.add(k, priority, job.predicted + self.wake_cost(job.model), job.memory, job.submitted);
             self.jobs.insert(k, job);
         }
     }
