@@ -1,7 +1,9 @@
 """The fleet test: NVIDIA Dynamo's real frontend in front of two fastvideo workers on loopback
 (file discovery, TCP request plane), driven by the official `openai` client.
 
-1. 20 video requests through the frontend: all succeed, and both workers serve some.
+1. 20 video requests through the frontend: all succeed, and both workers serve some. Worker b
+   also serves a language model (the tiny Qwen3 fixture) as a Chat model: a chat completion,
+   the same streamed, a text completion, and a bad field.
 2. SIGTERM one worker while it holds a request: that request completes, the worker exits 0,
    and the requests after it all go to the other worker.
 3. SIGKILL a worker (started again) while it holds a request: the client sees an error for that
@@ -30,6 +32,8 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 WORKER = os.environ.get("FASTVIDEO_DYNAMO", os.path.join(ROOT, "target/debug/fastvideo-dynamo"))
 PY = sys.executable
 MODEL = "fastvideo-default"
+LM = "tiny-qwen3"
+LM_DIR = os.path.join(ROOT, "tests", "fixtures", LM)
 
 
 def free_port():
@@ -89,11 +93,11 @@ class Fleet:
         self.logs[name] = log.name
         return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
 
-    def start_worker(self, name):
+    def start_worker(self, name, extra=()):
         port = free_port()
         media = os.path.join(self.tmp, f"media-{name}")
         env = dict(self.env, DYN_SYSTEM_HOST="127.0.0.1", DYN_SYSTEM_PORT=str(port))
-        p = self.spawn(name, [WORKER, "--device", "cpu", "--media-dir", media, "--drain-grace", "2"], env)
+        p = self.spawn(name, [WORKER, "--device", "cpu", "--media-dir", media, "--drain-grace", "2", *extra], env)
         self.workers[name] = (p, port, media)
         wait_for(f"worker {name} ready", lambda: get_json(f"http://127.0.0.1:{port}/health")["status"] == "ready")
         return p
@@ -131,17 +135,46 @@ def video(client, steps=4, timeout=120):
     return d["status"], d.get("data", [])
 
 
+def chat(client):
+    """The language model through the frontend, as a Chat and Completions model."""
+    wait_for("/v1/models lists the language model", lambda: LM in [m.id for m in client.models.list().data])
+    messages = [{"role": "user", "content": "a crimson disc gliding leftwards over snow"}]
+    whole = client.chat.completions.create(model=LM, messages=messages, max_tokens=20)
+    u = whole.usage
+    # The fixture's template makes 71 prompt tokens of this chat (as `fastvideo chat` counts them);
+    # its random weights do not stop within 20 tokens.
+    check(u is not None and (u.prompt_tokens, u.completion_tokens) == (71, 20) and whole.choices[0].finish_reason == "length",
+          f"a chat completion with usage ({u}, {whole.choices[0].finish_reason})")
+    parts, usage = [], None
+    for c in client.chat.completions.create(model=LM, messages=messages, max_tokens=20, stream=True,
+                                            stream_options={"include_usage": True}):
+        if c.choices and c.choices[0].delta.content:
+            parts.append(c.choices[0].delta.content)
+        usage = c.usage or usage
+    check("".join(parts) == whole.choices[0].message.content and usage is not None and usage.completion_tokens == 20,
+          f"the same chat streamed: the same greedy text in {len(parts)} chunks, usage last")
+    text = client.completions.create(model=LM, prompt="a red circle", max_tokens=5)
+    check(text.usage.completion_tokens == 5 and isinstance(text.choices[0].text, str), "a text completion")
+    try:
+        # The frontend knows nothing of the model's context (a text-input card): the worker checks.
+        client.chat.completions.create(model=LM, messages=messages, max_tokens=1000)
+        check(False, "a reply past the context is refused")
+    except openai.BadRequestError as e:
+        check("max_tokens" in str(e) and "512 positions" in str(e), f"past the context: a 400 naming max_tokens: {e}")
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="fastvideo-dynamo-")
     fleet = Fleet(tmp)
     try:
         wait_for("the frontend", lambda: get_json(f"http://127.0.0.1:{fleet.http}/health") is not None)
         fleet.start_worker("a")
-        fleet.start_worker("b")
+        fleet.start_worker("b", ["--lm", LM_DIR, "--lm-kv-cache", "8M"])
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{fleet.http}/v1", api_key="none", max_retries=0)
         wait_for("/v1/models lists the model",
                  lambda: MODEL in [m.id for m in client.models.list().data])
-        wait_for("both workers registered", lambda: len(fleet.instances()) >= 4)  # videos + images each
+        # videos + images each, and b's chat
+        wait_for("both workers registered", lambda: len(fleet.instances()) >= 5)
 
         # 1. Twenty requests.
         t0 = time.time()
@@ -175,6 +208,8 @@ def main():
         except openai.BadRequestError as e:
             check("size" in str(e), f"a bad size is a 400 naming the field: {e}")
 
+        chat(client)
+
         # 2. SIGTERM a worker mid-request.
         before_a, before_b = fleet.served("a"), fleet.served("b")
         long_results = []
@@ -201,7 +236,7 @@ def main():
 
         # 3. SIGKILL a worker mid-request.
         fleet.start_worker("a")
-        wait_for("worker a back in the frontend", lambda: len(fleet.instances()) >= 4, 60)
+        wait_for("worker a back in the frontend", lambda: len(fleet.instances()) >= 5, 60)
         outcomes = []
 
         def one():
@@ -220,7 +255,7 @@ def main():
             t.join(timeout=120)
         errors = [o for o in outcomes if o != "completed"]
         check(len(outcomes) == 2 and len(errors) <= 1, f"one request at most lost to the kill: {outcomes}")
-        gone = wait_for("the killed worker leaves the instance list", lambda: len(fleet.instances()) <= 2, 60)
+        gone = wait_for("the killed worker leaves the instance list", lambda: len(fleet.instances()) <= 3, 60)
         after = [video(client) for _ in range(4)]
         check(all(s == "completed" for s, _ in after), "4 requests after the kill completed")
         print(f"figures: after SIGKILL the frontend dropped the worker in {time.time() - t_kill:.1f} s "

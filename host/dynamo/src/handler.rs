@@ -39,10 +39,10 @@ pub struct Load {
 }
 
 /// Counts a reply as live from its start until its last item is sent (or it fails).
-struct Live(Arc<Load>);
+pub(crate) struct Live(Arc<Load>);
 
 impl Live {
-    fn new(load: &Arc<Load>) -> Self {
+    pub(crate) fn new(load: &Arc<Load>) -> Self {
         load.live.fetch_add(1, Ordering::Relaxed);
         Live(load.clone())
     }
@@ -66,7 +66,7 @@ pub struct Handler {
     pub load: Arc<Load>,
 }
 
-fn failure(e: DynamoError) -> Annotated<Value> {
+pub(crate) fn failure(e: DynamoError) -> Annotated<Value> {
     Annotated { data: None, id: None, event: Some("error".into()), comment: None, error: Some(e) }
 }
 

@@ -11,6 +11,7 @@
 //! SIGTERM or Ctrl-C it turns not ready, leaves discovery at once (the frontend stops routing
 //! to it), lets in-flight requests finish, and exits 0.
 
+mod chat;
 mod handler;
 mod protocol;
 
@@ -100,8 +101,11 @@ fn warn_unused_sections(cfg: &ServeConfig) {
     }
 }
 
+/// The language model served beside the video models, when the config has one: its id and codec.
+type ChatLm = Option<(String, Arc<dyn fastvideo_request::chat::ChatCodec>)>;
+
 /// Loads the model and starts fastvideo's engine from the same config `fastvideo serve` takes.
-fn start_engine(cfg: &ServeConfig) -> Result<(Engine, String)> {
+fn start_engine(cfg: &ServeConfig) -> Result<(Engine, String, ChatLm)> {
     let built = fastvideo_assembly::build_engine(cfg)?;
     for line in &built.description.plugins {
         eprintln!("{line}");
@@ -112,7 +116,7 @@ fn start_engine(cfg: &ServeConfig) -> Result<(Engine, String)> {
         built.model.dir.display(),
         built.device
     );
-    Ok((built.engine, built.model.name))
+    Ok((built.engine, built.model.name, built.chat))
 }
 
 fn main() -> Result<()> {
@@ -130,7 +134,7 @@ fn main() -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&built.description)?);
         return Ok(());
     }
-    let (engine, name) = start_engine(&cfg)?;
+    let (engine, name, chat) = start_engine(&cfg)?;
     std::fs::create_dir_all(&args.media_dir).with_context(|| format!("--media-dir {}", args.media_dir.display()))?;
     let media_dir = args.media_dir.canonicalize()?;
     let base_url = args.media_url.clone().unwrap_or_else(|| format!("file://{}/", media_dir.display()));
@@ -138,10 +142,10 @@ fn main() -> Result<()> {
         Media { dir: media_dir, base_url: if base_url.ends_with('/') { base_url } else { format!("{base_url}/") } };
     let rt = Runtime::from_settings()?;
     let secondary = rt.secondary();
-    secondary.block_on(serve(rt, args, engine, name, media))
+    secondary.block_on(serve(rt, args, engine, name, chat, media))
 }
 
-async fn serve(rt: Runtime, args: Args, engine: Engine, name: String, media: Media) -> Result<()> {
+async fn serve(rt: Runtime, args: Args, engine: Engine, name: String, chat: ChatLm, media: Media) -> Result<()> {
     let drt = DistributedRuntime::from_settings(rt.clone()).await?;
     let component = drt.namespace(args.namespace.clone())?.component(args.component.clone())?;
     let load = Arc::new(Load::default());
@@ -174,6 +178,31 @@ async fn serve(rt: Runtime, args: Args, engine: Engine, name: String, media: Med
         // The canary payload: the smallest request the model takes, one step.
         let probe = json!({ "prompt": "health check", "nvext": { "num_inference_steps": 1, "num_frames": 1 } });
         let builder = ep
+            .endpoint_builder()
+            .handler(ingress)
+            .graceful_shutdown(true)
+            .health_check_payload(probe)
+            .register_local_engine(service)?;
+        started.push(builder.start_with_registration().await?);
+    }
+    // The language model, as a Chat and Completions model taking text (the engine templates and
+    // tokenizes), on an endpoint of its own.
+    if let Some((id, codec)) = chat {
+        let handler = Arc::new(chat::ChatHandler { engine: engine.clone(), id: id.clone(), codec, load: load.clone() });
+        let service: LocalAsyncEngine = Arc::new(chat::ChatEndpoint(handler));
+        let as_engine: Arc<dyn AsyncEngine<SingleIn<Value>, ManyOut<Annotated<Value>>, anyhow::Error>> =
+            service.clone();
+        let ingress = Ingress::for_engine(as_engine)?;
+        let spec = DiscoverySpec::from_model(
+            args.namespace.clone(),
+            args.component.clone(),
+            "chat".into(),
+            &card(&id, "Chat | Completions"),
+        )?;
+        cards.push(drt.discovery().register(spec).await?);
+        let probe = json!({ "messages": [{"role": "user", "content": "health check"}], "max_tokens": 1 });
+        let builder = component
+            .endpoint("chat".to_string())
             .endpoint_builder()
             .handler(ingress)
             .graceful_shutdown(true)

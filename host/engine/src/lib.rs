@@ -13,6 +13,7 @@
 //!
 //! Model code never appears here: the engine drives [`fastvideo_pipeline::PipelineRun`]s.
 
+pub mod chat;
 pub mod cost;
 mod engine;
 mod error;
