@@ -7,7 +7,7 @@
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use fastvideo_request::chat::{ChatCodec, StopText};
+use fastvideo_request::chat::{ChatCodec, IncrementalText, StopText};
 use fastvideo_request::{InputPart, OmniEvent, OmniRequest, RequestError, TaskType, TextRole};
 
 use crate::{Engine, EngineError, Handle};
@@ -177,13 +177,12 @@ pub async fn follow_chat(
     max_tokens: u32,
     mut on_text: impl FnMut(String) -> bool,
 ) -> Result<(usize, &'static str), EngineError> {
-    let mut tokens = Vec::new();
+    let mut text = IncrementalText::default();
     let mut error = None;
     while let Some(ev) = handle.events.recv().await {
         match ev {
             OmniEvent::Token { token, .. } => {
-                tokens.push(token);
-                let new = stop.update(&codec.decode(&tokens));
+                let new = stop.update(text.push(codec, token));
                 if (!new.is_empty() && !on_text(new)) || stop.stopped() {
                     engine.cancel(&handle.request_id);
                     break;
@@ -198,13 +197,14 @@ pub async fn follow_chat(
         if let Some((code, message)) = error.filter(|_| !matches!(ended, Ok(Ok(_)))) {
             return Err(EngineError::Failed { code, message });
         }
-        let rest = stop.finish(&codec.decode(&tokens));
+        let rest = stop.finish(&text.finish(codec));
         if !rest.is_empty() {
             on_text(rest);
         }
     }
-    let reason = if !stop.stopped() && tokens.len() >= max_tokens as usize { "length" } else { "stop" };
-    Ok((tokens.len(), reason))
+    let n = text.tokens().len();
+    let reason = if !stop.stopped() && n >= max_tokens as usize { "length" } else { "stop" };
+    Ok((n, reason))
 }
 
 /// OpenAI's `usage` object.

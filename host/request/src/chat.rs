@@ -1,6 +1,7 @@
 //! What a front end needs to speak OpenAI's chat API to a served language model, independent of
 //! the model family: its prompt format and tokenizer ([`ChatCodec`], implemented by the model
-//! crates), and how `stop` strings cut the streamed text ([`StopText`]).
+//! crates), the text of a growing completion decoded token by token ([`IncrementalText`]), and
+//! how `stop` strings cut the streamed text ([`StopText`]).
 
 use crate::RequestError;
 
@@ -13,6 +14,56 @@ pub trait ChatCodec: Send + Sync {
     fn count(&self, text: &str) -> Result<usize, RequestError>;
     /// The text of `ids` (a whole completion so far: a token may end inside a character).
     fn decode(&self, ids: &[i64]) -> String;
+}
+
+/// A completion's text as its tokens arrive, decoding only the last few each time (the text of
+/// a token can depend on the one before it, and a character may span tokens), so a long reply
+/// costs linear, not quadratic, decoding.
+#[derive(Debug, Default)]
+pub struct IncrementalText {
+    ids: Vec<i64>,
+    /// Tokens before `prefix` are final text; `prefix..read` are decoded again as context.
+    prefix: usize,
+    read: usize,
+    text: String,
+}
+
+impl IncrementalText {
+    /// Adds one token; returns the text so far (a trailing incomplete character is held back
+    /// until the tokens that complete it arrive).
+    pub fn push(&mut self, codec: &dyn ChatCodec, id: i64) -> &str {
+        self.ids.push(id);
+        let before = codec.decode(&self.ids[self.prefix..self.read]);
+        let now = codec.decode(&self.ids[self.prefix..]);
+        if now.len() > before.len() && !now.ends_with('\u{FFFD}') {
+            self.text.push_str(after(&now, &before));
+            self.prefix = self.read;
+            self.read = self.ids.len();
+        }
+        &self.text
+    }
+
+    /// The tokens so far.
+    pub fn tokens(&self) -> &[i64] {
+        &self.ids
+    }
+
+    /// Everything, the held-back tail included (once the completion ended).
+    pub fn finish(&self, codec: &dyn ChatCodec) -> String {
+        let before = codec.decode(&self.ids[self.prefix..self.read]);
+        let now = codec.decode(&self.ids[self.prefix..]);
+        format!("{}{}", self.text, after(&now, &before))
+    }
+}
+
+/// The part of `now` after the context `before`: where a decoder rewrote the context (rare),
+/// what follows the last character the two share.
+fn after<'a>(now: &'a str, before: &str) -> &'a str {
+    if let Some(rest) = now.strip_prefix(before) {
+        return rest;
+    }
+    let common = now.chars().zip(before.chars()).take_while(|(a, b)| a == b).count();
+    now.char_indices().nth(common).map_or("", |(i, _)| &now[i..])
 }
 
 /// The visible part of a growing completion: it ends before the first `stop` string, and text
@@ -92,6 +143,41 @@ fn held_back(text: &str, stop: &[String]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Ids are bytes; a byte that is not UTF-8 on its own waits for the rest of its character.
+    struct Bytes;
+    impl ChatCodec for Bytes {
+        fn prompt(&self, _: &serde_json::Value) -> Result<String, RequestError> {
+            Ok(String::new())
+        }
+        fn count(&self, text: &str) -> Result<usize, RequestError> {
+            Ok(text.len())
+        }
+        fn decode(&self, ids: &[i64]) -> String {
+            String::from_utf8_lossy(&ids.iter().map(|&i| i as u8).collect::<Vec<_>>()).into_owned()
+        }
+    }
+
+    #[test]
+    fn incremental_text_equals_decoding_everything_and_holds_back_split_characters() {
+        let whole = "a crème brûlée, 紅い円 moving left";
+        let mut t = IncrementalText::default();
+        let mut seen = Vec::new();
+        for b in whole.bytes() {
+            seen.push(t.push(&Bytes, b as i64).to_string());
+        }
+        assert_eq!(seen.last().unwrap(), whole);
+        assert!(seen.iter().all(|s| !s.contains('\u{FFFD}')), "no half character is ever shown");
+        assert!(seen.windows(2).all(|w| w[1].starts_with(w[0].as_str())), "the text only grows");
+        assert_eq!(t.finish(&Bytes), whole);
+        // A completion that ends inside a character shows what it has at the end.
+        let mut t = IncrementalText::default();
+        for b in "ok \u{00e9}".bytes().take(4) {
+            t.push(&Bytes, b as i64);
+        }
+        assert_eq!(t.push(&Bytes, b'x' as i64), "ok \u{FFFD}x");
+        assert_eq!(t.tokens().len(), 5);
+    }
 
     #[test]
     fn text_ends_before_a_stop_string_and_its_possible_start_waits() {

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use anyhow::{ensure, Context, Result};
 use fastvideo_pipeline::token::{DecodeParams, FinishReason, Generation};
-use fastvideo_request::chat::StopText;
+use fastvideo_request::chat::{IncrementalText, StopText};
 use tch::{Device, Kind};
 
 use crate::{ChatTokenizer, Message, QwenForCausalLM};
@@ -79,17 +79,18 @@ impl LanguageModel {
         mut on_text: impl FnMut(&str),
     ) -> Result<Reply> {
         let mut text_out = StopText::new(stop.to_vec()).map_err(|e| anyhow::anyhow!("{e}"))?;
+        // Decoded token by token (a token may end inside a multi-byte character: held back).
+        let mut text = IncrementalText::default();
         let prompt = self.prompt_ids(messages)?;
         let prompt_tokens = prompt.len();
         let t0 = Instant::now();
         let mut g = Generation::new(self.model.as_ref(), prompt, params, &self.stop)?;
         tch::no_grad(|| -> Result<()> {
             while g.finish().is_none() {
-                if g.step(self.model.as_ref(), self.device, PREFILL_CHUNK)?.is_none() {
+                let Some(token) = g.step(self.model.as_ref(), self.device, PREFILL_CHUNK)? else {
                     continue;
-                }
-                // Whole text each time: a token may end inside a multi-byte character.
-                let new = text_out.update(&self.tokenizer.decode(g.tokens())?);
+                };
+                let new = text_out.update(text.push(self.tokenizer.as_ref(), token));
                 if text_out.stopped() {
                     g.finish_now(FinishReason::Stop);
                 }
@@ -100,7 +101,7 @@ impl LanguageModel {
             Ok(())
         })?;
         // What was held back, once no stop string can follow.
-        let rest = text_out.finish(&self.tokenizer.decode(g.tokens())?);
+        let rest = text_out.finish(&text.finish(self.tokenizer.as_ref()));
         if !rest.is_empty() {
             on_text(&rest);
         }
