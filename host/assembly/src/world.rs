@@ -36,6 +36,12 @@ pub fn sessions(
     let Some(name) = &world.model else { return Ok(None) };
     let dir = world_dir(name)?;
     let loaded = Arc::new(model.load_world(&dir, device)?);
+    if device.is_cuda() {
+        // Kernels compiled and library plans made now, not in the first session's first chunk.
+        let seconds = tch::no_grad(|| fastvideo_wan::chunk_rollout::warm_up(&loaded, device))
+            .map_err(|e| e.context(format!("warming up the world model {}", dir.display())))?;
+        tracing::info!(seconds, "world model warmed up");
+    }
     let id = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or("world".into());
     let first = loaded.clone();
     let policies = Binding::of(deploy, &id).policies;

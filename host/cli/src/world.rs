@@ -31,6 +31,11 @@ pub struct WorldArgs {
     /// Print a JSON report (chunks, frames, seconds, per-chunk latency) instead of a summary.
     #[arg(long)]
     json: bool,
+    /// Warm up first (two chunks, dropped), as `fastvideo serve --world` does on CUDA when it
+    /// loads the model: the timings are then a session's in a running server, not a fresh
+    /// process's (which pays for kernel compilation and library plans in its first chunk).
+    #[arg(long)]
+    warm_up: bool,
     #[command(flatten)]
     precision: crate::args::PrecisionArgs,
     /// LoRA adapters for the world model (files; unmerged, every chunk).
@@ -52,6 +57,8 @@ pub fn run(args: WorldArgs) -> Result<()> {
     let prompt = args.prompt.clone().unwrap_or_else(|| model.spec.prompt.clone());
     let first = args.start_seed.map(|s| fastvideo_assembly::world::simulator_frame(&model, s)).transpose()?;
     let adapters = args.lora.set(model.wan.transformer.clone())?;
+    let warm_up_seconds =
+        if args.warm_up { Some(tch::no_grad(|| chunk_rollout::warm_up(&model, device))?) } else { None };
     let t0 = Instant::now();
     let mut last = t0;
     let mut chunk_seconds = Vec::new();
@@ -75,6 +82,7 @@ pub fn run(args: WorldArgs) -> Result<()> {
                 "chunks": chunk_seconds.len(), "frames": video.num_frames, "seconds": seconds,
                 "frames_per_second": n / seconds, "first_chunk_seconds": chunk_seconds[0],
                 "chunk_seconds_p50": p(0.5), "chunk_seconds_p95": p(0.95), "out": args.out,
+                "warm_up_seconds": warm_up_seconds,
             })
         );
     } else {

@@ -387,6 +387,19 @@ pub fn run_offline(
     Ok(Tensor::cat(&frames, 2))
 }
 
+/// Rolls out a first chunk and one more, and drops them: the first work of a fresh process pays
+/// for compiling kernels (NVRTC), cuBLAS and cuDNN plans at the session's shapes and the
+/// allocator's first blocks, about half a second on an H200 at 480×832. A server does this once
+/// when it loads the world model, so no session's first chunk pays it. Returns the seconds taken.
+pub fn warm_up(model: &WorldModel, device: Device) -> Result<f64> {
+    let t = std::time::Instant::now();
+    let action = model.actions.cfg.actions[0].clone();
+    let frames = run_offline(model, &[action], &model.spec.prompt, None, 0, device, None, |_| {})?;
+    // Waits for the device: the time is the warm-up's, not the next caller's.
+    let _ = frames.sum(tch::Kind::Float).double_value(&[]);
+    Ok(t.elapsed().as_secs_f64())
+}
+
 /// Parses `"right*8,up*8,none"` into action names, one per chunk (the first chunk — the lone
 /// first frame — takes none and is not listed). Errors name the bad item.
 pub fn parse_actions(spec: &str) -> Result<Vec<String>> {

@@ -22,6 +22,14 @@ fn a_rollout_under_actions_writes_the_frames_it_should() {
     assert_eq!(report["chunks"], 5);
     let bytes = std::fs::read(&out).unwrap();
     assert_eq!(&bytes[4..8], b"ftyp");
+    // A warm-up first (what a server does on CUDA) leaves nothing behind: the same video.
+    let warm = dir.path().join("warm.mp4");
+    let args = ["world", "--actions", "right*3,up", "--start-seed", "3", "--warm-up", "--json"];
+    let o = fastvideo(&[&args[..], &["--out", warm.to_str().unwrap()]].concat());
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(report["warm_up_seconds"].as_f64().is_some_and(|s| s > 0.0), "{report}");
+    assert_eq!(std::fs::read(&warm).unwrap(), bytes);
 }
 
 #[test]
