@@ -187,6 +187,10 @@ pub struct EngineArgs {
     /// the least recently used idle one to sleep in host memory [default: all].
     #[arg(long)]
     pub max_resident_models: Option<usize>,
+    /// Where sleeping models' transformer weights wait: `host` (pinned host memory; a wake is a
+    /// copy) or `disk` (freed; a wake reads the checkpoint again) [default: host].
+    #[arg(long, value_parser = ["host", "disk"])]
+    pub sleep_to: Option<String>,
     /// Also run live world-model sessions (`/v1/sessions`): a world-model folder, or
     /// `default` for the shipped `models/world`.
     #[arg(long)]
@@ -260,6 +264,9 @@ impl EngineArgs {
         set(&mut s.max_stretch, &self.max_stretch);
         set(&mut s.overdue_share, &self.overdue_share);
         set_opt(&mut s.max_resident_models, &self.max_resident_models);
+        if let Some(t) = &self.sleep_to {
+            s.sleep_to = if t == "disk" { crate::config::SleepTier::Disk } else { crate::config::SleepTier::Host };
+        }
         let w = &mut cfg.world;
         set_opt(&mut w.model, &self.world);
         set(&mut w.max_sessions, &self.max_sessions);

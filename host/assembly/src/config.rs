@@ -208,8 +208,22 @@ pub struct SchedulerConfig {
     /// The share of the executor (0 to 1) overdue jobs get while others wait too.
     pub overdue_share: f64,
     /// Served models whose transformer weights may be on the device at once; work on another
-    /// puts the least recently used idle one to sleep (host memory) first. `None`: all.
+    /// puts the least recently used idle one to sleep first. `None`: all.
     pub max_resident_models: Option<usize>,
+    /// Where a sleeping model's transformer weights go: `host` (pinned host memory, kept: a wake
+    /// is a copy) or `disk` (freed: a wake reads the model folder's checkpoint again).
+    pub sleep_to: SleepTier,
+}
+
+/// Where a sleeping model's weights wait ([`SchedulerConfig::sleep_to`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SleepTier {
+    /// Pinned host memory.
+    #[default]
+    Host,
+    /// Nowhere: read from disk again on waking.
+    Disk,
 }
 
 impl Default for SchedulerConfig {
@@ -224,6 +238,7 @@ impl Default for SchedulerConfig {
             max_stretch: 3.0,
             overdue_share: 0.5,
             max_resident_models: None,
+            sleep_to: SleepTier::Host,
         }
     }
 }

@@ -214,6 +214,19 @@ fn video_model(
     let plugins = binding.request_check();
     let extend = crate::extend::extend_check(extender.is_some(), name);
     let warnings = crate::extend::prompt_warnings(&model, extender.is_some());
+    // Extra models never change their weights in place, so they may sleep (one-expert models on
+    // one device; the offloaded and split layouts manage their own weights).
+    let residency: Option<Arc<dyn fastvideo_engine::Residency>> =
+        match (model.low_noise.is_none() && model.parallel.is_none(), cfg.scheduler.sleep_to) {
+            (false, _) => None,
+            (true, crate::config::SleepTier::Host) => Some(Arc::new(
+                fastvideo_wan::residency::TransformerResidency::new(Arc::clone(&model.transformer), device),
+            )),
+            (true, crate::config::SleepTier::Disk) => Some(Arc::new(
+                fastvideo_wan::residency::DiskResidency::new(&model)
+                    .with_context(|| format!("models `{name}`: scheduler.sleep_to = disk (--sleep-to)"))?,
+            )),
+        };
     let served = EngineModel {
         id: name.to_string(),
         limits: model.limits(),
@@ -223,12 +236,7 @@ fn video_model(
         classify: Binding::classify_failure,
         weights: None,
         adapters: None,
-        // Extra models never change their weights in place, so they may sleep (one-expert
-        // models on one device; the offloaded and split layouts manage their own weights).
-        residency: (model.low_noise.is_none() && model.parallel.is_none()).then(|| {
-            Arc::new(fastvideo_wan::residency::TransformerResidency::new(Arc::clone(&model.transformer), device))
-                as Arc<dyn fastvideo_engine::Residency>
-        }),
+        residency,
     };
     Ok((served, warnings))
 }

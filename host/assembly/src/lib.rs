@@ -18,7 +18,7 @@ pub mod world;
 
 pub use config::{
     AuthConfig, Drain, HttpConfig, LmConfig, ModelConfig, NamedModel, RestartJobs, SchedulerConfig, ServeConfig,
-    StorageConfig, WebRtcConfig, WebhookConfig, WorldConfig,
+    SleepTier, StorageConfig, WebRtcConfig, WebhookConfig, WorldConfig,
 };
 pub use engine::{
     build_engine, deploy_at, engine_config, load_deploy, Assembly, EngineDescription, SchedulerDescription,

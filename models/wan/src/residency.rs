@@ -1,18 +1,24 @@
 //! `sleep`/`wake` for a served Wan model: its transformer's linears (all but a sliver of its
-//! parameters) move to pinned host memory and back, as `--offload-experts` moves an expert; the
-//! text encoder, the VAE and the small tensors stay. The host copy is made at the first sleep and
-//! kept (the "pinned host" tier), so later sleeps only repoint; a wake copies into fresh device
-//! tensors. Only for models whose weights never change in place (no merged LoRA adapters, no
-//! weight updates): the engine gives those to extra models, never the primary.
+//! parameters) leave the device and come back, as `--offload-experts` moves an expert; the text
+//! encoder, the VAE and the small tensors stay. Two tiers:
+//!
+//! - [`TransformerResidency`] keeps them in pinned host memory: the copy is made at the first
+//!   sleep and kept, so later sleeps only repoint, and a wake copies into fresh device tensors;
+//! - [`DiskResidency`] keeps nothing: a sleep frees them (host memory too), and a wake reads them
+//!   again from the model folder's checkpoint, as a weight update does.
+//!
+//! Only for models whose weights never change in place (no merged LoRA adapters, no weight
+//! updates): the engine gives those to extra models, never the primary.
 
 use std::sync::{Arc, Mutex};
 
-use anyhow::{anyhow, Result};
+use anyhow::{anyhow, ensure, Result};
 use fastvideo_pipeline::Residency;
-use tch::Device;
+use tch::{Device, Tensor};
 
-use crate::offload::{host_copy, map_linears_of, point, Groups};
+use crate::offload::{host_copy, map_linears, map_linears_of, point, Groups};
 use crate::transformer::WanTransformer3DModel;
+use crate::WanModel;
 
 pub struct TransformerResidency {
     transformer: Arc<WanTransformer3DModel>,
@@ -44,6 +50,41 @@ impl Residency for TransformerResidency {
         let copy = host.as_ref().ok_or_else(|| anyhow!("wake before any sleep"))?;
         let on_device = map_linears_of(copy, |t| t.to_device(self.device));
         point(&self.transformer, &on_device);
+        Ok(())
+    }
+}
+
+/// The disk tier: asleep, the transformer's linears take no memory at all.
+pub struct DiskResidency {
+    model: WanModel,
+}
+
+// SAFETY: as for `TransformerResidency`: repointed only in `sleep` and `wake`, on the executor
+// thread between units of work.
+unsafe impl Send for DiskResidency {}
+unsafe impl Sync for DiskResidency {}
+
+impl DiskResidency {
+    /// Refused for FP8 linears (their scales live outside the tensors a wake repoints).
+    pub fn new(model: &WanModel) -> Result<Self> {
+        ensure!(
+            !model.load_report.fp8_linears,
+            "a model with FP8 linears cannot sleep to disk (sleep to host memory instead)"
+        );
+        Ok(Self { model: model.share() })
+    }
+}
+
+impl Residency for DiskResidency {
+    fn sleep(&self) -> Result<()> {
+        let t = &self.model.transformer;
+        point(t, &map_linears(t, |w| Tensor::empty([0], (w.kind(), w.device()))));
+        Ok(())
+    }
+
+    fn wake(&self) -> Result<()> {
+        let fresh = crate::update::load_transformer(&self.model, &self.model.dir)?;
+        point(&self.model.transformer, &map_linears(&fresh, |w| w.shallow_clone()));
         Ok(())
     }
 }

@@ -95,3 +95,20 @@ fn a_sharded_index_cannot_point_outside_the_model_folder() {
         assert!(e.contains(says), "{bad}: {e}");
     }
 }
+
+/// The disk tier frees the transformer's linears entirely and reads them back equal.
+#[test]
+fn sleeping_to_disk_frees_the_linears_and_waking_reads_them_back() {
+    use fastvideo_pipeline::Residency;
+    let model = WanModel::load(&tiny(), Device::Cpu).unwrap();
+    let before: Vec<tch::Tensor> = model.transformer.linears().iter().map(|l| l.weight.copy()).collect();
+    let r = fastvideo_wan::residency::DiskResidency::new(&model).unwrap();
+    r.sleep().unwrap();
+    assert!(model.transformer.linears().iter().all(|l| l.weight.numel() == 0), "asleep: nothing held");
+    r.wake().unwrap();
+    let after = model.transformer.linears();
+    assert_eq!(after.len(), before.len());
+    for (a, b) in after.iter().zip(&before) {
+        assert!(a.weight.equal(b), "woken from disk: the same weights");
+    }
+}
