@@ -5,6 +5,7 @@
 //! metrics registry.
 
 mod auth;
+mod causal;
 mod chat;
 mod comfy;
 mod error;

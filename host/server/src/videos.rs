@@ -16,6 +16,13 @@ use crate::state::AppState;
 
 /// Admits a video job and starts following it; shared by HTTP and WebSocket.
 pub fn create(s: &AppState, p: &CreateParams, who: Caller) -> Result<VideoObject, ApiError> {
+    if p.actions.is_some() {
+        let world = s.engine.session_model().map(|m| format!(" (`{}`)", m.id())).unwrap_or_default();
+        return Err(ApiError::field(
+            "actions",
+            format!("actions: only for the world model{world}, on POST /v1/videos"),
+        ));
+    }
     s.jobs.check_space()?;
     s.keys.check_priority(who, p.priority)?;
     let webhook = p.webhook.as_deref().map(|url| s.jobs.check_webhook(url)).transpose()?;
@@ -125,7 +132,10 @@ pub async fn create_video(
         let f = if p.n.is_some() { "n" } else { "response_format" };
         return Err(ApiError::field(f, format!("{f}: only for /v1/images/generations")));
     }
-    let video = create(&s, &p, who)?;
+    let video = match crate::causal::is_causal(&s, &p) {
+        true => crate::causal::create(&s, &p, who).await?,
+        false => create(&s, &p, who)?,
+    };
     match wait.filter(|&n| n > 0) {
         None => Ok(Json(video).into_response()),
         Some(n) => {
@@ -151,6 +161,8 @@ pub async fn get_video(
 #[derive(Deserialize)]
 pub struct ContentQuery {
     variant: Option<String>,
+    /// `1`: a causal job's fragmented MP4 as its chunks finish.
+    stream: Option<String>,
 }
 
 pub async fn video_content(
@@ -163,6 +175,16 @@ pub async fn video_content(
         return Err(ApiError::field("variant", format!("variant: `{v}` is not served; only `video`")));
     }
     let (video, mp4) = s.jobs.content(&id, who).ok_or_else(|| not_found(&id))?;
+    match q.stream.as_deref() {
+        None | Some("0") | Some("false") => {}
+        Some("1") | Some("true") => {
+            let body = s.live.body(&id).ok_or_else(|| {
+                ApiError::field("stream", format!("stream: video `{id}` is not a causal (world-model) job"))
+            })?;
+            return Ok(([(CONTENT_TYPE, "video/mp4")], body).into_response());
+        }
+        Some(other) => return Err(ApiError::field("stream", format!("stream: `{other}` is not 1 or 0"))),
+    }
     match (video.status, mp4) {
         (Status::Completed, Some(mp4)) => match mp4.bytes().await {
             Ok(bytes) => Ok(([(CONTENT_TYPE, "video/mp4")], bytes).into_response()),
@@ -223,7 +245,9 @@ pub async fn delete_video(
     Path(id): Path<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     s.jobs.get(&id, who).ok_or_else(|| not_found(&id))?;
-    let cancelled = s.engine.cancel(&id);
+    // A causal job runs as a session: closing it ends the job (failed, as a cancelled one).
+    let cancelled = s.engine.cancel(&id) || s.engine.close_session(&id, "its job was deleted");
+    s.live.forget(&id);
     s.jobs.remove(&id, who);
     Ok(Json(serde_json::json!({"id": id, "object": "video.deleted", "deleted": true, "cancelled": cancelled})))
 }

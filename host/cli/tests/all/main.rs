@@ -5,6 +5,7 @@
 
 mod assembly;
 mod browser;
+mod causal_jobs;
 mod chat;
 mod cli;
 mod comfyui;

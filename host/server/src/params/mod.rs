@@ -71,6 +71,8 @@ pub struct CreateParams {
     /// Rewrite the prompt with the model's prompt extender before it is encoded; the job
     /// records the prompt used as `extended_prompt`.
     pub prompt_extend: Option<bool>,
+    /// A causal job (`model` the served world model): one action per chunk after the first.
+    pub actions: Option<Vec<String>>,
     #[serde(default)]
     pub plugin_params: BTreeMap<String, serde_json::Value>,
     /// Reward plugins (enabled by the deploy) to score the result with.
