@@ -187,6 +187,10 @@ pub struct EngineArgs {
     /// the least recently used idle one to sleep in host memory [default: all].
     #[arg(long)]
     pub max_resident_models: Option<usize>,
+    /// A served model (by name) that never sleeps, whatever --max-resident-models says;
+    /// repeatable (the primary never sleeps anyway).
+    #[arg(long, value_name = "NAME")]
+    pub pin_model: Vec<String>,
     /// Where sleeping models' transformer weights wait: `host` (pinned host memory; a wake is a
     /// copy) or `disk` (freed; a wake reads the checkpoint again) [default: host].
     #[arg(long, value_parser = ["host", "disk"])]
@@ -231,6 +235,11 @@ impl EngineArgs {
             None => ServeConfig::default(),
         };
         self.apply(&mut cfg);
+        if let Some(name) = self.pin_model.iter().find(|n| !cfg.models.iter().any(|m| &m.name == *n)) {
+            anyhow::bail!(
+                "--pin-model `{name}`: no model of that name is served beside the primary (--model NAME=DIR)"
+            );
+        }
         Ok(cfg)
     }
 
@@ -246,7 +255,7 @@ impl EngineArgs {
                 }
             } else {
                 let name = name.unwrap_or_else(|| crate::config::folder_name(&path));
-                cfg.models.push(crate::config::NamedModel { name, path });
+                cfg.models.push(crate::config::NamedModel { name, path, pin: false });
             }
         }
         let m = &mut cfg.model;
@@ -266,6 +275,11 @@ impl EngineArgs {
         set_opt(&mut s.max_resident_models, &self.max_resident_models);
         if let Some(t) = &self.sleep_to {
             s.sleep_to = if t == "disk" { crate::config::SleepTier::Disk } else { crate::config::SleepTier::Host };
+        }
+        for name in &self.pin_model {
+            if let Some(m) = cfg.models.iter_mut().find(|m| &m.name == name) {
+                m.pin = true;
+            }
         }
         let w = &mut cfg.world;
         set_opt(&mut w.model, &self.world);

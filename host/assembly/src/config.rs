@@ -42,6 +42,9 @@ pub struct NamedModel {
     pub name: String,
     /// A diffusers-layout Wan folder.
     pub path: PathBuf,
+    /// Never put to sleep (`max_resident_models` counts it, but it stays on the device).
+    #[serde(default)]
+    pub pin: bool,
 }
 
 impl NamedModel {

@@ -159,7 +159,7 @@ pub fn build_engine(cfg: &ServeConfig) -> Result<Assembly> {
         if m.name == location.name || chat.as_ref().is_some_and(|(id, _)| *id == m.name) {
             anyhow::bail!("models: `{}` is already the name of another served model", m.name);
         }
-        let (served, warnings) = video_model(cfg, deploy.as_ref(), &m.name, &m.path, device)?;
+        let (served, warnings) = video_model(cfg, deploy.as_ref(), m, device)?;
         prompt_warnings.insert(m.name.clone(), warnings);
         extra.push(served);
     }
@@ -200,10 +200,10 @@ pub fn build_engine(cfg: &ServeConfig) -> Result<Assembly> {
 fn video_model(
     cfg: &ServeConfig,
     deploy: Option<&Arc<Deployment>>,
-    name: &str,
-    dir: &std::path::Path,
+    m: &crate::config::NamedModel,
     device: Device,
 ) -> Result<(EngineModel, crate::PromptWarnings)> {
+    let (name, dir) = (m.name.as_str(), m.path.as_path());
     let model = cfg.model.load_at(dir, device).with_context(|| format!("models `{name}`"))?;
     let binding = Binding::of(deploy, name);
     let extender = cfg.model.load_extender(dir, device).with_context(|| format!("models `{name}`"))?;
@@ -215,9 +215,9 @@ fn video_model(
     let extend = crate::extend::extend_check(extender.is_some(), name);
     let warnings = crate::extend::prompt_warnings(&model, extender.is_some());
     // Extra models never change their weights in place, so they may sleep (one-expert models on
-    // one device; the offloaded and split layouts manage their own weights).
+    // one device, unless pinned; the offloaded and split layouts manage their own weights).
     let residency: Option<Arc<dyn fastvideo_engine::Residency>> =
-        match (model.low_noise.is_none() && model.parallel.is_none(), cfg.scheduler.sleep_to) {
+        match (model.low_noise.is_none() && model.parallel.is_none() && !m.pin, cfg.scheduler.sleep_to) {
             (false, _) => None,
             (true, crate::config::SleepTier::Host) => Some(Arc::new(
                 fastvideo_wan::residency::TransformerResidency::new(Arc::clone(&model.transformer), device),

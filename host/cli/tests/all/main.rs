@@ -17,6 +17,7 @@ mod lora;
 mod parallel;
 mod plugin;
 mod prompt_extend;
+mod residency;
 mod rl;
 mod serve;
 mod store;

@@ -1,0 +1,84 @@
+//! Several models on one device: a bound on how many are resident, the two tiers sleeping
+//! weights go to, and models pinned to the device.
+
+use serde_json::json;
+
+use crate::common::server::{metric, Server};
+
+fn video(prompt: &str, steps: u32) -> serde_json::Value {
+    json!({"prompt": prompt, "num_inference_steps": steps, "seed": 1})
+}
+
+#[test]
+fn three_models_share_a_device_that_holds_two() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/default");
+    let spec = |name: &str| format!("{name}={}", dir.display());
+    let (a, b, c) = (spec("a"), spec("b"), spec("c"));
+    // Both tiers: weights that sleep in host memory, and weights freed and read from disk again.
+    for tier in ["disk", "host"] {
+        let args = ["--model", &a, "--model", &b, "--model", &c, "--max-resident-models", "2", "--sleep-to", tier];
+        let server = Server::start(&args);
+        let mut ids = Vec::new();
+        for (i, model) in ["b", "c", "a", "b", "c", "a"].iter().enumerate() {
+            let mut body = video("a blue square moving right on a black background", 3);
+            body["model"] = json!(model);
+            body["seed"] = json!(7);
+            let (status, v) = server.post("/v1/videos", body);
+            assert_eq!(status, 200, "{tier} request {i}: {v}");
+            ids.push(v["id"].as_str().unwrap().to_string());
+        }
+        let mut videos = Vec::new();
+        for id in &ids {
+            assert_eq!(server.wait_done(id)["status"], "completed", "{tier} {id}");
+            videos.push(server.bytes(&format!("/v1/videos/{id}/content")).1);
+        }
+        // Weights that slept and woke make the same video as ones that never left.
+        assert!(videos.windows(2).all(|w| w[0] == w[1]), "{tier}: the same seed gives the same video on every model");
+        let m = server.metrics();
+        // `c` sleeps from the start; its requests run after the resident models' (the wake
+        // cost counts in their predicted work) and wake it at least once.
+        let wakes = metric(&m, "fastvideo_model_wakes_total", None);
+        assert!(wakes >= 1.0, "{tier}: models were swapped in ({wakes})");
+        let resident = metric(&m, "fastvideo_model_resident", None);
+        assert!(resident <= 2.0, "{tier}: {resident} models on the device");
+        if tier == "disk" {
+            // A model asleep on disk wakes by hand too, and still makes the same video.
+            assert_eq!(server.post("/v1/models/b/sleep", json!({})).0, 200);
+            assert_eq!(server.post("/v1/models/b/wake", json!({})).0, 200);
+            let mut body = video("a blue square moving right on a black background", 3);
+            (body["model"], body["seed"]) = (json!("b"), json!(7));
+            let id = server.post("/v1/videos", body).1["id"].as_str().unwrap().to_string();
+            assert_eq!(server.wait_done(&id)["status"], "completed");
+            assert_eq!(server.bytes(&format!("/v1/videos/{id}/content")).1, videos[0]);
+            continue;
+        }
+        let (status, v) = server.post("/v1/models/b/sleep", json!({}));
+        assert_eq!((status, &v["resident"]), (200, &json!(false)), "{v}");
+        let (status, v) = server.post("/v1/models/b/wake", json!({}));
+        assert_eq!((status, &v["resident"]), (200, &json!(true)), "{v}");
+        assert_eq!(server.post("/v1/models/a/sleep", json!({})).0, 409, "the primary keeps its weights");
+        assert_eq!(server.post("/v1/models/nope/wake", json!({})).0, 404);
+    }
+}
+
+#[test]
+fn a_pinned_model_never_sleeps_and_an_unknown_pin_is_refused() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/default");
+    let spec = |name: &str| format!("{name}={}", dir.display());
+    let (a, b, c) = (spec("a"), spec("b"), spec("c"));
+    let args = ["--model", &a, "--model", &b, "--model", &c, "--max-resident-models", "2", "--pin-model", "b"];
+    let server = Server::start(&args);
+    let (status, v) = server.post("/v1/models/b/sleep", json!({}));
+    assert_eq!(status, 409, "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("cannot sleep"), "{v}");
+    // With the primary and `b` kept, `c` is the one asleep.
+    let m = server.metrics();
+    assert_eq!(metric(&m, "fastvideo_model_resident", Some(("model", "c"))), 0.0);
+    assert_eq!(metric(&m, "fastvideo_model_resident", Some(("model", "b"))), 1.0);
+    drop(server);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fastvideo"))
+        .args(["serve", "--model", &a, "--model", &b, "--pin-model", "zzz", "--port", "0"])
+        .output()
+        .unwrap();
+    crate::common::assert_user_error(&out, "--pin-model `zzz`");
+}
