@@ -145,19 +145,54 @@ fn main() -> Result<()> {
     secondary.block_on(serve(rt, args, engine, name, chat, media))
 }
 
+/// Where the worker's endpoints register.
+struct Registration<'a> {
+    drt: &'a DistributedRuntime,
+    component: &'a dynamo_runtime::component::Component,
+    args: &'a Args,
+}
+
+impl Registration<'_> {
+    /// Starts `service` as endpoint `endpoint`, with a card of `model_type` for each of `models`
+    /// (what the frontend's model watcher reads) and `probe` as its canary payload.
+    async fn endpoint(
+        &self,
+        endpoint: &str,
+        service: LocalAsyncEngine,
+        models: &[String],
+        model_type: &str,
+        probe: Value,
+    ) -> Result<(Vec<dynamo_runtime::discovery::DiscoveryInstance>, dynamo_runtime::component::StartedEndpoint)> {
+        let as_engine: Arc<dyn AsyncEngine<SingleIn<Value>, ManyOut<Annotated<Value>>, anyhow::Error>> =
+            service.clone();
+        let ingress = Ingress::for_engine(as_engine)?;
+        let mut cards = Vec::new();
+        for model in models {
+            let (ns, comp) = (self.args.namespace.clone(), self.args.component.clone());
+            let spec = DiscoverySpec::from_model(ns, comp, endpoint.into(), &card(model, model_type))?;
+            cards.push(self.drt.discovery().register(spec).await?);
+        }
+        let builder = self
+            .component
+            .endpoint(endpoint.to_string())
+            .endpoint_builder()
+            .handler(ingress)
+            .graceful_shutdown(true)
+            .health_check_payload(probe)
+            .register_local_engine(service)?;
+        Ok((cards, builder.start_with_registration().await?))
+    }
+}
+
 async fn serve(rt: Runtime, args: Args, engine: Engine, name: String, chat: ChatLm, media: Media) -> Result<()> {
     let drt = DistributedRuntime::from_settings(rt.clone()).await?;
     let component = drt.namespace(args.namespace.clone())?.component(args.component.clone())?;
     let load = Arc::new(Load::default());
     let mut started = Vec::new();
     let mut cards = Vec::new();
+    let to = Registration { drt: &drt, component: &component, args: &args };
     for (kind, endpoint, model_type) in [(Kind::Videos, "videos", "Videos"), (Kind::Images, "images", "Images")] {
         let handler = Arc::new(Handler { engine: engine.clone(), kind, media: media.clone(), load: load.clone() });
-        let ep = component.endpoint(endpoint.to_string());
-        let service: LocalAsyncEngine = Arc::new(Endpoint(handler));
-        let as_engine: Arc<dyn AsyncEngine<SingleIn<Value>, ManyOut<Annotated<Value>>, anyhow::Error>> =
-            service.clone();
-        let ingress = Ingress::for_engine(as_engine)?;
         // One card per served model that takes this endpoint's task: the frontend routes by the
         // request's `model`, the handler runs it on that model.
         let task = if kind == Kind::Videos { TaskType::T2v } else { TaskType::T2i };
@@ -166,49 +201,22 @@ async fn serve(rt: Runtime, args: Args, engine: Engine, name: String, chat: Chat
         if names.is_empty() {
             names.push(name.clone());
         }
-        for model in names {
-            let spec = DiscoverySpec::from_model(
-                args.namespace.clone(),
-                args.component.clone(),
-                endpoint.into(),
-                &card(&model, model_type),
-            )?;
-            cards.push(drt.discovery().register(spec).await?);
-        }
+        let service: LocalAsyncEngine = Arc::new(Endpoint(handler));
         // The canary payload: the smallest request the model takes, one step.
         let probe = json!({ "prompt": "health check", "nvext": { "num_inference_steps": 1, "num_frames": 1 } });
-        let builder = ep
-            .endpoint_builder()
-            .handler(ingress)
-            .graceful_shutdown(true)
-            .health_check_payload(probe)
-            .register_local_engine(service)?;
-        started.push(builder.start_with_registration().await?);
+        let (c, s) = to.endpoint(endpoint, service, &names, model_type, probe).await?;
+        cards.extend(c);
+        started.push(s);
     }
     // The language model, as a Chat and Completions model taking text (the engine templates and
     // tokenizes), on an endpoint of its own.
     if let Some((id, codec)) = chat {
         let handler = Arc::new(chat::ChatHandler { engine: engine.clone(), id: id.clone(), codec, load: load.clone() });
         let service: LocalAsyncEngine = Arc::new(chat::ChatEndpoint(handler));
-        let as_engine: Arc<dyn AsyncEngine<SingleIn<Value>, ManyOut<Annotated<Value>>, anyhow::Error>> =
-            service.clone();
-        let ingress = Ingress::for_engine(as_engine)?;
-        let spec = DiscoverySpec::from_model(
-            args.namespace.clone(),
-            args.component.clone(),
-            "chat".into(),
-            &card(&id, "Chat | Completions"),
-        )?;
-        cards.push(drt.discovery().register(spec).await?);
         let probe = json!({ "messages": [{"role": "user", "content": "health check"}], "max_tokens": 1 });
-        let builder = component
-            .endpoint("chat".to_string())
-            .endpoint_builder()
-            .handler(ingress)
-            .graceful_shutdown(true)
-            .health_check_payload(probe)
-            .register_local_engine(service)?;
-        started.push(builder.start_with_registration().await?);
+        let (c, s) = to.endpoint("chat", service, &[id], "Chat | Completions", probe).await?;
+        cards.extend(c);
+        started.push(s);
     }
     // What the frontend cannot see for non-token work: each request's predicted cost.
     let m = component.metrics();
