@@ -3,18 +3,18 @@
 //! `moof` + `mdat` per piece of video as it is made. A causal video job streams these while its
 //! chunks finish; the pieces concatenated are a playable file.
 //!
-//! Each piece is encoded on its own (its first frame an IDR), so a client can start decoding at
-//! any fragment; the encoder's settings do not change between pieces, so every piece's SPS and
-//! PPS equal the init segment's.
+//! One encoder runs through all pieces, each piece starting with a forced IDR, so a client can
+//! start decoding at any fragment and consecutive IDRs still carry distinct ids (as H.264
+//! requires; separate encoders would restart the numbering).
 
 use anyhow::{ensure, Result};
 use fastvideo_request::VideoArtifact;
 
-use crate::encode_h264;
+use crate::FrameEncoder;
 
 /// Writes the segments of one video track.
-#[derive(Debug)]
 pub struct Fmp4Writer {
+    enc: FrameEncoder,
     width: u32,
     height: u32,
     fps: u32,
@@ -41,6 +41,26 @@ fn full(kind: &[u8; 4], version: u8, flags: u32, body: &[u8]) -> Vec<u8> {
     boxed(kind, &b)
 }
 
+/// Encoded frames: each frame's NAL units, and whether each is a keyframe.
+type Frames = (Vec<Vec<Vec<u8>>>, Vec<bool>);
+
+/// A piece's frames, the first an IDR.
+fn encode_piece(enc: &mut FrameEncoder, piece: &VideoArtifact) -> Result<Frames> {
+    ensure!(piece.num_frames > 0, "a piece without frames");
+    ensure!(
+        piece.rgb.len() == piece.num_frames as usize * enc.frame_bytes(),
+        "a piece's buffer does not match its frames"
+    );
+    let mut frames = Vec::new();
+    let mut keys = Vec::new();
+    for i in 0..piece.num_frames as usize {
+        let (nals, key) = enc.frame(piece.frame(i), i == 0)?;
+        frames.push(nals);
+        keys.push(key);
+    }
+    Ok((frames, keys))
+}
+
 /// The identity transform of `mvhd` and `tkhd`.
 const MATRIX: [u32; 9] = [0x0001_0000, 0, 0, 0, 0x0001_0000, 0, 0, 0, 0x4000_0000];
 
@@ -51,18 +71,21 @@ fn matrix() -> Vec<u8> {
 impl Fmp4Writer {
     /// Encodes the first piece and returns the writer, the init segment and the first fragment.
     pub fn start(first: &VideoArtifact) -> Result<(Self, Vec<u8>, Vec<u8>)> {
-        let stream = encode_h264(first)?;
+        let mut enc = FrameEncoder::new(first.width, first.height, first.fps)?;
+        let (frames, keys) = encode_piece(&mut enc, first)?;
+        let (sps, pps) = enc.parameter_sets()?;
         let mut w = Self {
+            enc,
             width: first.width,
             height: first.height,
             fps: first.fps.max(1),
-            sps: stream.sps.clone(),
-            pps: stream.pps.clone(),
+            sps,
+            pps,
             frames: 0,
             sequence: 0,
         };
         let init = w.init_segment();
-        let fragment = w.fragment_of(&stream.frames, &stream.keyframes);
+        let fragment = w.fragment_of(&frames, &keys);
         w.frames += first.num_frames as u64;
         Ok((w, init, fragment))
     }
@@ -70,16 +93,21 @@ impl Fmp4Writer {
     /// The next piece as one fragment; its size and frame rate must be the first piece's.
     pub fn push(&mut self, piece: &VideoArtifact) -> Result<Vec<u8>> {
         ensure!(
-            (piece.width, piece.height) == (self.width, self.height),
-            "a fragment of {}x{} in a {}x{} stream",
+            (piece.width, piece.height, piece.fps.max(1)) == (self.width, self.height, self.fps),
+            "a fragment of {}x{} at {} fps in a {}x{} stream at {} fps",
             piece.width,
             piece.height,
+            piece.fps,
             self.width,
-            self.height
+            self.height,
+            self.fps
         );
-        let stream = encode_h264(piece)?;
-        ensure!(stream.sps == self.sps && stream.pps == self.pps, "the encoder's parameter sets changed mid-stream");
-        let fragment = self.fragment_of(&stream.frames, &stream.keyframes);
+        let (frames, keys) = encode_piece(&mut self.enc, piece)?;
+        ensure!(
+            self.enc.parameter_sets()? == (self.sps.clone(), self.pps.clone()),
+            "the parameter sets changed mid-stream"
+        );
+        let fragment = self.fragment_of(&frames, &keys);
         self.frames += piece.num_frames as u64;
         Ok(fragment)
     }

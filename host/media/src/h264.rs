@@ -19,15 +19,15 @@ pub struct H264Stream {
 /// skipping, rate control off (measured ~36-37 dB PSNR on synthetic clips; quality mode reaches
 /// ~40 dB but makes openh264 print a warning on every encoder start when skipping is disabled).
 pub fn encode_h264(video: &VideoArtifact) -> Result<H264Stream> {
-    let (w, h) = (video.width as usize, video.height as usize);
-    ensure!(w > 0 && h > 0 && w % 2 == 0 && h % 2 == 0, "H.264 needs even, non-zero frame sizes; got {w}x{h}");
     ensure!(video.num_frames > 0, "video has no frames");
+    let mut enc = FrameEncoder::new(video.width, video.height, video.fps)?;
     ensure!(
-        video.rgb.len() == video.num_frames as usize * w * h * 3,
-        "video buffer size does not match {}x{w}x{h}x3",
-        video.num_frames
+        video.rgb.len() == video.num_frames as usize * enc.frame_bytes(),
+        "video buffer size does not match {}x{}x{}x3",
+        video.num_frames,
+        video.width,
+        video.height
     );
-    let mut enc = encoder(video.width, video.height, video.fps)?;
     let mut out = H264Stream {
         width: video.width,
         height: video.height,
@@ -37,8 +37,57 @@ pub fn encode_h264(video: &VideoArtifact) -> Result<H264Stream> {
         keyframes: vec![],
     };
     for i in 0..video.num_frames as usize {
-        let yuv = YUVBuffer::from_rgb8_source(RgbSliceU8::new(video.frame(i), (w, h)));
-        let bits = enc.encode(&yuv).with_context(|| format!("encoding frame {i}"))?;
+        let (nals, key) = enc.frame(video.frame(i), false).with_context(|| format!("encoding frame {i}"))?;
+        out.frames.push(nals);
+        out.keyframes.push(key);
+    }
+    (out.sps, out.pps) = enc.parameter_sets()?;
+    Ok(out)
+}
+
+/// One H.264 stream frame by frame, as MP4 stores it: NAL units without start codes, the
+/// parameter sets kept aside. Pieces of one stream keep its numbering (IDRs forced mid-stream
+/// get distinct ids), which fragments encoded by separate encoders would not.
+pub struct FrameEncoder {
+    enc: Encoder,
+    width: u32,
+    height: u32,
+    sps: Vec<u8>,
+    pps: Vec<u8>,
+    frames: u64,
+}
+
+impl FrameEncoder {
+    pub fn new(width: u32, height: u32, fps: u32) -> Result<Self> {
+        ensure!(
+            width > 0 && height > 0 && width.is_multiple_of(2) && height.is_multiple_of(2),
+            "H.264 needs even, non-zero frame sizes; got {width}x{height}"
+        );
+        Ok(Self { enc: encoder(width, height, fps)?, width, height, sps: vec![], pps: vec![], frames: 0 })
+    }
+
+    /// Bytes of one RGB8 frame.
+    pub fn frame_bytes(&self) -> usize {
+        self.width as usize * self.height as usize * 3
+    }
+
+    /// Encodes one RGB8 frame (an IDR when `idr` or when it is the first): its NAL units and
+    /// whether it is a keyframe.
+    pub fn frame(&mut self, rgb: &[u8], idr: bool) -> Result<(Vec<Vec<u8>>, bool)> {
+        ensure!(
+            rgb.len() == self.frame_bytes(),
+            "frame has {} bytes; {}x{} RGB needs {}",
+            rgb.len(),
+            self.width,
+            self.height,
+            self.frame_bytes()
+        );
+        if idr && self.frames > 0 {
+            self.enc.force_intra_frame();
+        }
+        let (w, h) = (self.width as usize, self.height as usize);
+        let yuv = YUVBuffer::from_rgb8_source(RgbSliceU8::new(rgb, (w, h)));
+        let bits = self.enc.encode(&yuv)?;
         let key = matches!(bits.frame_type(), FrameType::IDR | FrameType::I);
         let mut nals = Vec::new();
         for l in 0..bits.num_layers() {
@@ -46,21 +95,25 @@ pub fn encode_h264(video: &VideoArtifact) -> Result<H264Stream> {
             for n in 0..layer.nal_count() {
                 let nal = strip_start_code(layer.nal_unit(n).expect("nal index in range"));
                 match nal.first().map(|b| b & 0x1f) {
-                    Some(7) => out.sps = nal.to_vec(),
-                    Some(8) => out.pps = nal.to_vec(),
+                    Some(7) => self.sps = nal.to_vec(),
+                    Some(8) => self.pps = nal.to_vec(),
                     Some(_) => nals.push(nal.to_vec()),
                     None => {}
                 }
             }
         }
         if nals.is_empty() {
-            bail!("openh264 produced no picture for frame {i}");
+            bail!("openh264 produced no picture for frame {}", self.frames);
         }
-        out.frames.push(nals);
-        out.keyframes.push(key);
+        self.frames += 1;
+        Ok((nals, key))
     }
-    ensure!(!out.sps.is_empty() && !out.pps.is_empty(), "openh264 produced no SPS/PPS");
-    Ok(out)
+
+    /// The stream's SPS and PPS (after its first frame).
+    pub fn parameter_sets(&self) -> Result<(Vec<u8>, Vec<u8>)> {
+        ensure!(!self.sps.is_empty() && !self.pps.is_empty(), "openh264 produced no SPS/PPS");
+        Ok((self.sps.clone(), self.pps.clone()))
+    }
 }
 
 /// Constrained baseline, no B-frames, no frame skipping, rate control off: what both the MP4

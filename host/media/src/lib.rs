@@ -7,6 +7,6 @@ mod mp4_file;
 mod png_frames;
 
 pub use fmp4::Fmp4Writer;
-pub use h264::{encode_h264, H264Stream, LiveFrame, LiveH264};
+pub use h264::{encode_h264, FrameEncoder, H264Stream, LiveFrame, LiveH264};
 pub use mp4_file::{mp4_bytes, write_mp4};
 pub use png_frames::{png_bytes, write_pngs};
