@@ -177,7 +177,7 @@ pub fn build_engine(cfg: &ServeConfig) -> Result<Assembly> {
                         model.load_report.precision,
                         fastvideo_torch::lossy_paths(model.load_report.fp8_linears, model.load_report.int8_attention),
                     ),
-                    crate::extend::extend_check(extender.is_some(), &location.name),
+                    crate::extend::extend_check(extender.clone(), &location.name),
                 );
                 Box::new(move |r| precision(r).and_then(|()| extend(r)).and_then(|()| plugins(r)))
             },
@@ -212,7 +212,7 @@ fn video_model(
     let r = &model.load_report;
     let precision = precision_check(r.precision, fastvideo_torch::lossy_paths(r.fp8_linears, r.int8_attention));
     let plugins = binding.request_check();
-    let extend = crate::extend::extend_check(extender.is_some(), name);
+    let extend = crate::extend::extend_check(extender.clone(), name);
     let warnings = crate::extend::prompt_warnings(&model, extender.is_some());
     // Extra models never change their weights in place, so they may sleep (one-expert models on
     // one device, unless pinned; the offloaded and split layouts manage their own weights).

@@ -49,9 +49,12 @@ pub fn with_extender(mut policies: LoopPolicies, extender: Option<&PromptExtende
     policies
 }
 
-/// Admission's check of `prompt_extend`: refused by name when `model` has no rewriter, and its
-/// sampling (`node_params.prompt_extend`) checked before any work.
-pub fn extend_check(has_extender: bool, model: &str) -> impl Fn(&ResolvedRequest) -> Result<(), RequestError> {
+/// Admission's check of `prompt_extend`: refused by name when `model` has no rewriter or the
+/// prompt does not fit it, and its sampling (`node_params.prompt_extend`) checked before any work.
+pub fn extend_check(
+    extender: Option<Arc<PromptExtender>>,
+    model: &str,
+) -> impl Fn(&ResolvedRequest) -> Result<(), RequestError> {
     let model = model.to_string();
     move |r| {
         if !r.prompt_extend {
@@ -63,7 +66,7 @@ pub fn extend_check(has_extender: bool, model: &str) -> impl Fn(&ResolvedRequest
             }
             return Ok(());
         }
-        if !has_extender {
+        let Some(extender) = &extender else {
             return Err(RequestError::new(
                 "prompt_extend",
                 format!(
@@ -71,7 +74,8 @@ pub fn extend_check(has_extender: bool, model: &str) -> impl Fn(&ResolvedRequest
                      --prompt-extender DIR)"
                 ),
             ));
-        }
+        };
+        extender.check_prompt(&r.prompt).map_err(|rule| RequestError::new("prompt", rule))?;
         crate::lm::check_decode(r, EXTEND_NODE, &format!("node_params.{EXTEND_NODE}."))
     }
 }

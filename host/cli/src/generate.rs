@@ -292,9 +292,13 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         bail!("{} is an image-to-video model: give the first frame with --image FILE", model_dir.display());
     }
     let req = omni.resolve(&limits, random_seed)?;
-    let extender = model_config.load_extender(&model_dir, device)?;
+    // Loaded only to run; whether the model has one is enough for the hint below.
+    let extender = match args.extend_prompt {
+        true => model_config.load_extender(&model_dir, device)?,
+        false => None,
+    };
     if !args.extend_prompt {
-        warn_unknown_words(&model, &req.prompt, extender.is_some());
+        warn_unknown_words(&model, &req.prompt, model_config.extender_dir(&model_dir).is_some());
     }
     if !args.quiet {
         let r = &model.load_report;

@@ -44,10 +44,15 @@ impl ChatHandler {
                 o.remove(f);
             }
         }
-        let route = if request.get("messages").is_some() { ChatRoute::Chat } else { ChatRoute::Completions };
+        // A text completion has a `prompt`; anything else is a chat (whose `messages` may be missing).
+        let route = if request.get("prompt").is_some() { ChatRoute::Completions } else { ChatRoute::Chat };
         let invalid = |e: fastvideo_request::RequestError| protocol::engine_error(&EngineError::Invalid(e));
-        let params: ChatParams = serde_json::from_value(request)
-            .map_err(|e| invalid(fastvideo_request::RequestError::new("request", e.to_string())))?;
+        let params: ChatParams = serde_json::from_value(request).map_err(|e| {
+            // serde names an unknown field in backquotes; other errors name none.
+            let text = e.to_string();
+            let field = text.strip_prefix("unknown field `").and_then(|r| r.split('`').next()).unwrap_or("request");
+            invalid(fastvideo_request::RequestError::new(field, text.clone()))
+        })?;
         let context = self.engine.limits_of(&self.id).map_or(u32::MAX, |l| l.max_steps) as usize;
         let model = ChatModel { id: &self.id, codec: self.codec.as_ref(), context };
         let prep = params.prepare(route, &model, id.to_string()).map_err(invalid)?;

@@ -235,7 +235,7 @@ impl PipelineRun {
                         if let Some(sc) = &step_ctx {
                             notify(&mut self.observers, Observed::StepEnd(sc), r.output.as_ref(), emit)?;
                         }
-                        self.record_step(&node.name, st, r, elapsed, emit);
+                        self.record_step(node, st, r, elapsed, emit);
                     }
                 }
             },
@@ -243,10 +243,13 @@ impl PipelineRun {
         Ok(Advance::Worked)
     }
 
-    /// Bookkeeping after one loop step: counters, metrics, the step's events and progress.
+    /// Bookkeeping after one loop step: counters, metrics, the step's events and progress. The
+    /// steps of a gated loop (one a request may ask for, such as the prompt extension's decode
+    /// loop) are not the pipeline's steps: they count as that node's time, so the step metrics
+    /// and the scheduler's per-step costs stay the main loop's.
     fn record_step(
         &mut self,
-        node: &str,
+        node: &crate::Node,
         mut st: LoopState,
         r: crate::StepResult,
         elapsed: f64,
@@ -256,12 +259,14 @@ impl PipelineRun {
         if r.done {
             st.total_steps = st.step;
         }
-        self.metrics.step_seconds.push(elapsed);
-        self.metrics.forwards += r.forwards;
+        if node.gate.is_none() {
+            self.metrics.step_seconds.push(elapsed);
+            self.metrics.forwards += r.forwards;
+        }
         r.emit.into_iter().for_each(&mut *emit);
         emit(OmniEvent::Progress {
             request_id: self.request.request_id.clone(),
-            node: node.to_string(),
+            node: node.name.clone(),
             step: st.step,
             total_steps: st.total_steps,
         });
@@ -274,8 +279,13 @@ impl PipelineRun {
         let idx = self.next_index(self.cursor)?;
         let node = &self.spec.nodes[idx];
         let (NodeKind::Loop(stage), Some(st)) = (&node.kind, &self.active) else { return None };
-        // Observers see each request's steps one at a time.
-        if st.step >= st.total_steps || self.cancel.is_cancelled() || !self.spec.observers.is_empty() {
+        // Observers see each request's steps one at a time; a gated loop's steps run alone (the
+        // executor charges batched steps as the pipeline's steps).
+        if st.step >= st.total_steps
+            || self.cancel.is_cancelled()
+            || !self.spec.observers.is_empty()
+            || node.gate.is_some()
+        {
             return None;
         }
         let ctx = NodeCtx { request: &self.request, node: &node.name, device: self.device, meter: &self.meter };
@@ -314,7 +324,7 @@ impl PipelineRun {
             run.metrics.plugin_seconds = run.meter.used().as_secs_f64();
             match r {
                 Ok(r) => {
-                    run.record_step(&node.name, st, r, elapsed, &mut |e| emit(i, e));
+                    run.record_step(node, st, r, elapsed, &mut |e| emit(i, e));
                     out.push(Ok(()));
                 }
                 Err(e) => {

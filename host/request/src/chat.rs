@@ -105,7 +105,15 @@ impl StopText {
         if self.stopped {
             return String::new();
         }
-        self.advance(text)
+        // The held-back tail may hold a stop string too.
+        let visible = match self.stop.iter().filter_map(|s| text.find(s.as_str())).min() {
+            Some(at) => {
+                self.stopped = true;
+                &text[..at]
+            }
+            None => text,
+        };
+        self.advance(visible)
     }
 
     /// Whether a stop string ended the text.
@@ -193,6 +201,12 @@ mod tests {
         assert_eq!(s.update("ab\n"), "ab\n");
         assert_eq!(s.update("ab\nST"), "");
         assert_eq!(s.finish("ab\nST"), "ST", "held back until the end shows it was not a stop");
+        // A stop string in what was held back still ends the text.
+        let mut s = StopText::new(vec!["STOP".into()]).unwrap();
+        assert_eq!(s.update("ab ST"), "ab ");
+        assert_eq!(s.finish("ab STOP and more"), "");
+        assert!(s.stopped());
+        assert_eq!(s.shown(), "ab ");
         assert_eq!(StopText::new(vec![String::new()]).unwrap_err().field, "stop");
         let mut s = StopText::new(Vec::new()).unwrap();
         assert_eq!(s.update("caf\u{FFFD}"), "caf", "an incomplete character waits");

@@ -86,9 +86,9 @@ fn random_seed() -> u64 {
 /// Admits a causal job (its session opened, its actions queued at their frames) and starts it.
 pub async fn create(s: &AppState, p: &CreateParams, who: Caller) -> Result<VideoObject, ApiError> {
     s.jobs.check_space()?;
-    s.keys.check_priority(who, p.priority)?;
     let webhook = p.webhook.as_deref().map(|url| s.jobs.check_webhook(url)).transpose()?;
     let model = s.engine.session_model().cloned().ok_or_else(|| ApiError::from(EngineError::NoSessions))?;
+    // A session takes its length from the actions, its size, rate and schedule from the model.
     let refused = [
         ("input_reference", p.input_reference.is_some()),
         ("last_frame", p.last_frame.is_some()),
@@ -96,21 +96,45 @@ pub async fn create(s: &AppState, p: &CreateParams, who: Caller) -> Result<Video
         ("lora", p.lora.is_some()),
         ("num_frames", p.num_frames.is_some()),
         ("seconds", p.seconds.is_some()),
+        ("size", p.size.is_some()),
+        ("width", p.width.is_some()),
+        ("height", p.height.is_some()),
+        ("fps", p.fps.is_some()),
+        ("num_inference_steps", p.num_inference_steps.is_some()),
+        ("guidance_scale", p.guidance_scale.is_some()),
+        ("guidance_scale_2", p.guidance_scale_2.is_some()),
+        ("boundary_ratio", p.boundary_ratio.is_some()),
+        ("switch_step", p.switch_step.is_some()),
+        ("start_step", p.start_step.is_some()),
+        ("end_step", p.end_step.is_some()),
+        ("negative_prompt", p.negative_prompt.is_some()),
+        ("shift", p.shift.is_some()),
+        ("sampler", p.sampler.is_some()),
+        ("strength", p.strength.is_some()),
+        ("resize_mode", p.resize_mode.is_some()),
+        ("precision", p.precision.is_some()),
+        ("rewards", !p.rewards.is_empty()),
+        ("priority", p.priority.is_some_and(|n| n != 0)),
         ("preview_every", p.preview_every.is_some()),
         ("prompt_extend", p.prompt_extend == Some(true)),
     ];
+    let fpc = model.frames_per_chunk() as u64;
     if let Some((field, _)) = refused.iter().find(|(_, given)| *given) {
         return Err(ApiError::field(
             field,
-            format!("{field}: not taken by the world model `{}` (its length is 1 + 4 frames per action)", model.id()),
+            format!(
+                "{field}: not taken by the world model `{}` (a job of it is its first frame and {fpc} frames per \
+                 action, at its own size and frame rate)",
+                model.id()
+            ),
         ));
     }
     let keys = model.actions();
-    let actions = p.actions.clone().unwrap_or_else(|| vec![keys[0].clone(); DEFAULT_CHUNKS]);
+    let first = keys.first().ok_or_else(|| ApiError::field("model", "model: this world model lists no actions"))?;
+    let actions = p.actions.clone().unwrap_or_else(|| vec![first.clone(); DEFAULT_CHUNKS]);
     if actions.is_empty() || actions.len() > MAX_CHUNKS {
         return Err(ApiError::field("actions", format!("actions: 1 to {MAX_CHUNKS} (one per chunk after the first)")));
     }
-    let fpc = model.frames_per_chunk() as u64;
     let mut parts = Vec::new();
     for (i, a) in actions.iter().enumerate() {
         let mut part = ActionPart::key(a, i as u64 + 1);
@@ -170,7 +194,7 @@ pub async fn create(s: &AppState, p: &CreateParams, who: Caller) -> Result<Video
         s.engine.close_session(&id, "its job was refused");
         return Err(e);
     }
-    let live = s.live.open(&id);
+    let live = s.jobs.live.open(&id);
     let (etx, erx) = mpsc::unbounded_channel();
     let (otx, orx) = oneshot::channel();
     let handle =
@@ -210,6 +234,10 @@ async fn run(
     let result = loop {
         match rx.recv().await {
             Some(SessionEvent::Chunk(c)) => {
+                // A chunk the session dropped (its reader too slow) would leave a gap.
+                if c.index != got as u64 {
+                    break Err(format!("chunk {got} was dropped by the session (chunk {} came)", c.index));
+                }
                 let piece = c.video.clone();
                 drop(c);
                 let w = writer.take();

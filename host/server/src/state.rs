@@ -38,8 +38,6 @@ pub struct AppState {
     pub(crate) chat: Option<Arc<crate::chat::ChatModel>>,
     /// What to say about a request's prompt (a job's `warnings`), per served model id.
     pub(crate) prompt_warnings: BTreeMap<String, PromptWarnings>,
-    /// Causal jobs' fragmented-MP4 streams.
-    pub(crate) live: Arc<crate::causal::LiveStreams>,
 }
 
 /// The default [`AppState::with_body_limit`]: room for a long input video.
@@ -67,7 +65,6 @@ impl AppState {
             webhook_metrics,
             chat: None,
             prompt_warnings: BTreeMap::new(),
-            live: Arc::default(),
         }
     }
 

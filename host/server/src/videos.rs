@@ -178,8 +178,14 @@ pub async fn video_content(
     match q.stream.as_deref() {
         None | Some("0") | Some("false") => {}
         Some("1") | Some("true") => {
-            let body = s.live.body(&id).ok_or_else(|| {
-                ApiError::field("stream", format!("stream: video `{id}` is not a causal (world-model) job"))
+            let causal = s.engine.session_model().is_some_and(|m| m.id() == video.model);
+            let body = s.jobs.live.body(&id).ok_or_else(|| match causal {
+                // Its stream lived in the process that made it.
+                true => ApiError::Conflict {
+                    code: "stream_gone".into(),
+                    message: format!("the stream of video `{id}` is gone (the server restarted); GET its content"),
+                },
+                false => ApiError::field("stream", format!("stream: video `{id}` is not a causal (world-model) job")),
             })?;
             return Ok(([(CONTENT_TYPE, "video/mp4")], body).into_response());
         }
@@ -247,7 +253,7 @@ pub async fn delete_video(
     s.jobs.get(&id, who).ok_or_else(|| not_found(&id))?;
     // A causal job runs as a session: closing it ends the job (failed, as a cancelled one).
     let cancelled = s.engine.cancel(&id) || s.engine.close_session(&id, "its job was deleted");
-    s.live.forget(&id);
+    s.jobs.live.forget(&id);
     s.jobs.remove(&id, who);
     Ok(Json(serde_json::json!({"id": id, "object": "video.deleted", "deleted": true, "cancelled": cancelled})))
 }

@@ -53,6 +53,20 @@ impl PromptExtender {
         Ok(Self { lm, system })
     }
 
+    /// Why `prompt` cannot be rewritten (as `(field, rule)`): its chat through the template must
+    /// leave the model room for at least one token.
+    pub fn check_prompt(&self, prompt: &str) -> Result<(), String> {
+        let n = self.lm.prompt_ids(&messages(self.system.as_deref(), prompt)).map_err(|e| format!("{e:#}"))?.len();
+        let max = self.lm.model.config.max_position_embeddings as usize;
+        if n >= max {
+            return Err(format!(
+                "{n} tokens through the prompt extender's template, which takes {max} positions in all; shorten the \
+                 prompt or leave out prompt_extend"
+            ));
+        }
+        Ok(())
+    }
+
     /// The pipeline nodes that rewrite the prompt, each run only for requests that ask.
     pub fn nodes(&self) -> Vec<Node> {
         let wants = |r: &ResolvedRequest| r.prompt_extend;

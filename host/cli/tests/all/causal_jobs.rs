@@ -64,8 +64,10 @@ fn a_world_model_job_streams_fragments_and_keeps_the_whole_mp4() {
 #[test]
 fn bad_causal_jobs_are_refused_by_name() {
     let server = Server::start(&["--world", "default"]);
-    let cases: [(Value, &str); 4] = [
+    let cases: [(Value, &str); 6] = [
         (json!({"model": "world", "actions": ["jump"]}), "actions"),
+        (json!({"model": "world", "actions": ["up"], "size": "64x64"}), "size"),
+        (json!({"model": "world", "actions": ["up"], "rewards": ["color_match"]}), "rewards"),
         (json!({"model": "world", "actions": ["up"], "num_frames": 9}), "num_frames"),
         (json!({"prompt": "a red circle", "actions": ["up"]}), "actions"),
         (json!({"model": "world", "actions": []}), "actions"),

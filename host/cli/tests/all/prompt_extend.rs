@@ -37,6 +37,8 @@ fn generate_extends_the_prompt_and_says_what_the_model_was_given() {
     let nodes: Vec<&str> =
         record["metrics"]["node_seconds"].as_array().unwrap().iter().map(|n| n[0].as_str().unwrap()).collect();
     assert_eq!(&nodes[..4], ["extend_tokenize", "prompt_extend", "extend_detokenize", "text_encode"]);
+    // The rewrite's tokens are not denoise steps (the step metrics and the scheduler's costs).
+    assert_eq!(record["metrics"]["step_seconds"].as_array().unwrap().len(), 2, "{}", record["metrics"]);
     // The same video as the plain prompt asked for directly.
     let mut args = vec!["generate", "--prompt", PLAIN, "--out", b.to_str().unwrap()];
     args.extend(small);
@@ -92,6 +94,11 @@ fn serve_runs_prompt_extend_and_records_the_prompt_and_the_warnings() {
     assert!(warning.contains("crimson, disc, gliding") && warning.contains("\"prompt_extend\": true"), "{v}");
     let done = server.wait_done(v["id"].as_str().unwrap());
     assert!(done.get("extended_prompt").is_none() && done["warnings"] == v["warnings"], "{done}");
+    // A prompt the rewriter cannot take whole (its context is 128 positions): a 400 naming it.
+    let mut b = body(Some(true));
+    b["prompt"] = json!(["red"; 200].join(" "));
+    let (status, v) = server.post("/v1/videos", b);
+    assert_eq!((status, v["error"]["param"].as_str()), (400, Some("prompt")), "{v}");
     // A model without a rewriter: a 400 naming the field.
     let mut b = body(Some(true));
     (b["model"], b["width"], b["height"]) = (json!("tiny"), json!(32), json!(32));

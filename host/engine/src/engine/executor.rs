@@ -39,8 +39,8 @@ pub(super) struct Executor {
     resident: Vec<bool>,
     last_used: Vec<Instant>,
     max_resident: Option<usize>,
-    /// Per model: seconds bringing its weights back took (the mean of the last wakes; none before
-    /// the first). A job on a sleeping model carries it in its predicted remaining work, so the
+    /// Per model: seconds bringing its weights back takes (an average weighing the latest wake
+    /// half; none before the first). A job on a sleeping model carries it in its predicted remaining work, so the
     /// shortest-remaining order runs resident models' work first and a burst of requests for a
     /// cold model wakes it once instead of swapping models request by request.
     wake_seconds: Vec<Option<f64>>,

@@ -53,6 +53,8 @@ pub struct Jobs {
     store: Option<Arc<Store>>,
     retention: Retention,
     webhooks: Option<Arc<crate::webhooks::Webhooks>>,
+    /// Causal jobs' fragmented-MP4 streams, dropped with their job.
+    pub(crate) live: Arc<crate::causal::LiveStreams>,
 }
 
 /// A subscription: what happened so far, then what happens next. `None` receiver when the job
@@ -82,7 +84,7 @@ fn storage_error(e: anyhow::Error) -> ApiError {
 impl Jobs {
     /// Jobs kept in `store` too, under `retention`.
     pub fn durable(store: Option<Store>, retention: Retention) -> Self {
-        Self { inner: Arc::default(), store: store.map(Arc::new), retention, webhooks: None }
+        Self { inner: Arc::default(), store: store.map(Arc::new), retention, webhooks: None, live: Arc::default() }
     }
 
     /// Announces each job's end to its `webhook` URL.
@@ -157,6 +159,7 @@ impl Jobs {
 
     /// Drops an ended job from memory and the store.
     fn forget(&self, id: &str) -> Option<VideoObject> {
+        self.live.forget(id);
         let job = {
             let mut g = self.inner.lock().unwrap();
             let job = g.jobs.remove(id)?;
