@@ -20,6 +20,7 @@ mod prompt_extend;
 mod residency;
 mod rl;
 mod serve;
+mod sessions;
 mod store;
 mod wan22;
 mod webhooks;

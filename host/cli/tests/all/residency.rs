@@ -1,11 +1,11 @@
-//! Several models on one device: a bound on how many are resident, the two tiers sleeping
-//! weights go to, and models pinned to the device.
+//! Several models on one device: a second model picked by `model`, a bound on how many are
+//! resident, the two tiers sleeping weights go to, and models pinned to the device.
 
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::common::server::{metric, Server};
 
-fn video(prompt: &str, steps: u32) -> serde_json::Value {
+fn video(prompt: &str, steps: u32) -> Value {
     json!({"prompt": prompt, "num_inference_steps": steps, "seed": 1})
 }
 
@@ -81,4 +81,37 @@ fn a_pinned_model_never_sleeps_and_an_unknown_pin_is_refused() {
         .output()
         .unwrap();
     crate::common::assert_user_error(&out, "--pin-model `zzz`");
+}
+
+#[test]
+fn a_second_model_is_served_beside_the_first_and_picked_by_model() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/default");
+    let (main, copy) = (format!("main={}", dir.display()), format!("copy={}", dir.display()));
+    let server = Server::start(&["--model", &main, "--model", &copy]);
+    let ids: Vec<Value> =
+        server.get("/v1/models").1["data"].as_array().unwrap().iter().map(|m| m["id"].clone()).collect();
+    assert_eq!(ids, [json!("main"), json!("copy")]);
+    let caps = server.get("/v1/capabilities").1;
+    let models: Vec<(Value, Value)> =
+        caps["data"].as_array().unwrap().iter().map(|m| (m["model"].clone(), m["primary"].clone())).collect();
+    assert_eq!(models, [(json!("main"), json!(true)), (json!("copy"), json!(false))], "{caps}");
+    let mut videos = Vec::new();
+    for model in [None, Some("copy")] {
+        let mut body = video("a green triangle moving up on a gray background", 3);
+        if let Some(m) = model {
+            body["model"] = json!(m);
+        }
+        let (status, v) = server.post("/v1/videos", body);
+        assert_eq!(status, 200, "{v}");
+        assert_eq!(v["model"], json!(model.unwrap_or("main")));
+        let id = v["id"].as_str().unwrap().to_string();
+        assert_eq!(server.wait_done(&id)["status"], "completed");
+        videos.push(server.bytes(&format!("/v1/videos/{id}/content")).1);
+    }
+    assert_eq!(videos[0], videos[1], "the same weights and seed give the same video on either model");
+    let mut body = video("a green triangle", 3);
+    body["model"] = json!("nope");
+    let (status, v) = server.post("/v1/videos", body);
+    assert_eq!((status, v["error"]["param"].as_str()), (400, Some("model")), "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("`main`, `copy`"), "{v}");
 }
