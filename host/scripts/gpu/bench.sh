@@ -21,11 +21,7 @@ SIZE=(--frames "${FRAMES:-81}" --height "${HEIGHT:-480}" --width "${WIDTH:-832}"
 S=host/scripts/gpu
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-# The binary may travel compressed (the 64 MiB a call carries).
-if [ ! -x "$BIN" ] && [ -f .gpu-pack/fastvideo.xz ]; then
-  mkdir -p "$(dirname "$BIN")" && xz -dc .gpu-pack/fastvideo.xz >"$BIN" && chmod +x "$BIN"
-fi
-
+# torch_env.sh unpacks the binary too (it travels compressed: the 64 MiB a call carries).
 # shellcheck source=host/scripts/gpu/torch_env.sh
 source host/scripts/gpu/torch_env.sh
 

@@ -10,9 +10,6 @@ MODEL="${MODEL:-/tmp/qwen17b}"
 OUT="${OUT:-/tmp/out}"
 BIN="${FASTVIDEO_BIN:-.gpu/fastvideo}"
 mkdir -p "$OUT"
-if [ ! -x "$BIN" ] && [ -f .gpu-pack/fastvideo.xz ]; then
-  mkdir -p "$(dirname "$BIN")" && xz -dc .gpu-pack/fastvideo.xz >"$BIN" && chmod +x "$BIN"
-fi
 # shellcheck source=host/scripts/gpu/torch_env.sh
 source host/scripts/gpu/torch_env.sh
 [ -f "$MODEL/config.json" ] || python3 host/scripts/gpu/make_qwen.py "$MODEL" >"$OUT/make.txt" 2>&1

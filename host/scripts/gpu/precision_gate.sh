@@ -16,9 +16,6 @@ OUT="${OUT:-/tmp/precision}"
 BIN="${FASTVIDEO_BIN:-.gpu/fastvideo}"
 VARIANTS="${VARIANTS:-bf16:--precision bf16;fp8:--precision bf16 --fp8-linears}"
 mkdir -p "$OUT"
-if [ ! -x "$BIN" ] && [ -f .gpu-pack/fastvideo.xz ]; then
-  mkdir -p "$(dirname "$BIN")" && xz -dc .gpu-pack/fastvideo.xz >"$BIN" && chmod +x "$BIN"
-fi
 # shellcheck source=host/scripts/gpu/torch_env.sh
 source host/scripts/gpu/torch_env.sh
 

@@ -10,9 +10,6 @@ MODEL="${MODEL:-/tmp/wan13b}"
 OUT="${OUT:-/tmp/out}"
 BIN="${FASTVIDEO_BIN:-.gpu/fastvideo}"
 mkdir -p "$OUT"
-if [ ! -x "$BIN" ] && [ -f .gpu-pack/fastvideo.xz ]; then
-  mkdir -p "$(dirname "$BIN")" && xz -dc .gpu-pack/fastvideo.xz >"$BIN" && chmod +x "$BIN"
-fi
 # shellcheck source=host/scripts/gpu/torch_env.sh
 source host/scripts/gpu/torch_env.sh
 [ -f "$MODEL/model_index.json" ] || python3 host/scripts/gpu/make_wan13b.py "$MODEL" --device cuda >"$OUT/make.txt" 2>&1

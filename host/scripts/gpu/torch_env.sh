@@ -11,6 +11,12 @@ if [ -d .whl ] && { [ ! -f /tmp/site/.fastvideo-wheels ] || [ -n "$(find .whl -n
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
   touch /tmp/site/.fastvideo-wheels
 fi
+# Our binary, carried as .gpu-pack/fastvideo.xz: unpacked into $BIN when missing or older than the
+# pack (a warm machine keeps .gpu/ from an earlier call).
+BIN="${BIN:-${FASTVIDEO_BIN:-.gpu/fastvideo}}"
+if [ -f .gpu-pack/fastvideo.xz ] && { [ ! -x "$BIN" ] || [ .gpu-pack/fastvideo.xz -nt "$BIN" ]; }; then
+  mkdir -p "$(dirname "$BIN")" && xz -dc .gpu-pack/fastvideo.xz >"$BIN" && chmod +x "$BIN"
+fi
 export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 FASTVIDEO_TORCH_LIBS="$(python3 -c 'import glob, os, torch
 d = [os.path.dirname(torch.__file__) + "/lib"]

@@ -32,11 +32,7 @@ RUNS="${RUNS:-2}"
 DEVICE="${DEVICE:-cuda}"
 S=host/scripts/gpu
 mkdir -p "$OUT"
-# The binary travels compressed (the 64 MiB a call carries).
-if [ ! -x "$BIN" ] && [ -f .gpu-pack/fastvideo.xz ]; then
-  mkdir -p "$(dirname "$BIN")" && xz -dc .gpu-pack/fastvideo.xz >"$BIN" && chmod +x "$BIN"
-fi
-
+# torch_env.sh unpacks the binary too (it travels compressed: the 64 MiB a call carries).
 # shellcheck source=host/scripts/gpu/torch_env.sh
 source host/scripts/gpu/torch_env.sh
 
