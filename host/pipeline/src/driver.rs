@@ -245,8 +245,9 @@ impl PipelineRun {
 
     /// Bookkeeping after one loop step: counters, metrics, the step's events and progress. The
     /// steps of a gated loop (one a request may ask for, such as the prompt extension's decode
-    /// loop) are not the pipeline's steps: they count as that node's time, so the step metrics
-    /// and the scheduler's per-step costs stay the main loop's.
+    /// loop) are not the pipeline's steps: they count as that node's time and send no progress,
+    /// so the step metrics, the scheduler's per-step costs and every front end's progress stay
+    /// the main loop's.
     fn record_step(
         &mut self,
         node: &crate::Node,
@@ -259,17 +260,17 @@ impl PipelineRun {
         if r.done {
             st.total_steps = st.step;
         }
+        r.emit.into_iter().for_each(&mut *emit);
         if node.gate.is_none() {
             self.metrics.step_seconds.push(elapsed);
             self.metrics.forwards += r.forwards;
+            emit(OmniEvent::Progress {
+                request_id: self.request.request_id.clone(),
+                node: node.name.clone(),
+                step: st.step,
+                total_steps: st.total_steps,
+            });
         }
-        r.emit.into_iter().for_each(&mut *emit);
-        emit(OmniEvent::Progress {
-            request_id: self.request.request_id.clone(),
-            node: node.name.clone(),
-            step: st.step,
-            total_steps: st.total_steps,
-        });
         self.active = Some(st);
     }
 

@@ -54,10 +54,6 @@ mod output;
 mod request;
 mod resolve;
 
-/// The node that runs a request's prompt extension (`prompt_extend`): its sampling goes in
-/// `node_params.prompt_extend`, and its events name it.
-pub const PROMPT_EXTEND_NODE: &str = "prompt_extend";
-
 pub use action::ActionPart;
 pub use error::RequestError;
 pub use event::OmniEvent;

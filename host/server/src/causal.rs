@@ -17,7 +17,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::auth::Caller;
 use crate::error::ApiError;
-use crate::job::{now_secs, Status, VideoObject};
+use crate::job::VideoObject;
 use crate::params::CreateParams;
 use crate::state::AppState;
 
@@ -166,30 +166,11 @@ pub async fn create(s: &AppState, p: &CreateParams, who: Caller) -> Result<Video
     let chunks = actions.len() + 1;
     let frames = 1 + actions.len() as u32 * fpc as u32;
     let (width, height) = model.frame_size();
-    let fps = model.fps().max(1);
-    let seconds = frames as f64 / fps as f64;
-    let video = VideoObject {
-        id: id.clone(),
-        object: "video",
-        model: model.id().to_string(),
-        status: Status::Queued,
-        progress: 0,
-        created_at: now_secs(),
-        completed_at: None,
-        expires_at: None,
-        seconds: format!("{}", (seconds * 100.0).round() / 100.0),
-        size: format!("{width}x{height}"),
-        error: None,
-        remixed_from_video_id: None,
-        prompt: resolved.prompt.clone(),
-        seed: Some(seed),
-        num_frames: frames,
-        // Sessions play in real time: a chunk is due every frames-per-chunk / fps seconds.
-        predicted_seconds: seconds,
-        webhook,
-        warnings: Vec::new(),
-        extended_prompt: None,
-    };
+    // Sessions play in real time: the prediction is the clip's length.
+    let shape = [width, height, frames, model.fps()];
+    let queued = VideoObject::queued(id.clone(), model.id().to_string(), resolved.prompt.clone(), seed, shape);
+    let video = VideoObject { webhook, ..queued };
+    let seconds = video.predicted_seconds;
     if let Err(e) = s.jobs.insert(video.clone(), who, s.keys.owner_tag(who), None) {
         s.engine.close_session(&id, "its job was refused");
         return Err(e);

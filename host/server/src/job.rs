@@ -69,6 +69,34 @@ impl Status {
 }
 
 impl VideoObject {
+    /// A job just admitted: `num_frames` frames of `width`×`height` at `fps` (its `seconds` and
+    /// `size` follow), queued; the caller adds what it knows more (prediction, webhook, warnings).
+    pub(crate) fn queued(id: String, model: String, prompt: String, seed: u64, shape: [u32; 4]) -> Self {
+        let [width, height, num_frames, fps] = shape;
+        let seconds = num_frames as f64 / fps.max(1) as f64;
+        VideoObject {
+            id,
+            object: "video",
+            model,
+            status: Status::Queued,
+            progress: 0,
+            created_at: now_secs(),
+            completed_at: None,
+            expires_at: None,
+            seconds: format!("{}", (seconds * 100.0).round() / 100.0),
+            size: format!("{width}x{height}"),
+            error: None,
+            remixed_from_video_id: None,
+            prompt,
+            seed: Some(seed),
+            num_frames,
+            predicted_seconds: seconds,
+            webhook: None,
+            warnings: Vec::new(),
+            extended_prompt: None,
+        }
+    }
+
     pub(crate) fn ended(&self) -> bool {
         matches!(self.status, Status::Completed | Status::Failed)
     }

@@ -10,7 +10,7 @@ use serde::Deserialize;
 
 use crate::auth::Caller;
 use crate::error::ApiError;
-use crate::job::{now_secs, Status, VideoObject};
+use crate::job::{Status, VideoObject};
 use crate::params::{read_body, CreateParams};
 use crate::state::AppState;
 
@@ -36,29 +36,10 @@ pub fn create(s: &AppState, p: &CreateParams, who: Caller) -> Result<VideoObject
     // Stored with the drawn seed, so a job run again after a restart makes the same video.
     r.sampling.seed = Some(handle.request.seed);
     let q = &handle.request;
-    let seconds = q.num_frames as f64 / q.fps.max(1) as f64;
     let warnings = s.prompt_warnings(&model, q);
-    let video = VideoObject {
-        id: handle.request_id.clone(),
-        object: "video",
-        model,
-        status: Status::Queued,
-        progress: 0,
-        created_at: now_secs(),
-        completed_at: None,
-        expires_at: None,
-        seconds: format!("{}", (seconds * 100.0).round() / 100.0),
-        size: format!("{}x{}", q.width, q.height),
-        error: None,
-        remixed_from_video_id: None,
-        prompt: q.prompt.clone(),
-        seed: Some(q.seed),
-        num_frames: q.num_frames,
-        predicted_seconds: handle.predicted_seconds,
-        webhook,
-        warnings,
-        extended_prompt: None,
-    };
+    let shape = [q.width, q.height, q.num_frames, q.fps];
+    let queued = VideoObject::queued(handle.request_id.clone(), model, q.prompt.clone(), q.seed, shape);
+    let video = VideoObject { predicted_seconds: handle.predicted_seconds, webhook, warnings, ..queued };
     if let Err(e) = s.jobs.insert(video.clone(), who, s.keys.owner_tag(who), Some(r)) {
         s.engine.cancel(&video.id);
         return Err(e);

@@ -23,7 +23,7 @@ use crate::language_model::PREFILL_CHUNK;
 use crate::{ChatTokenizer, LanguageModel, Message};
 
 /// The decode node's name: a request's rewriter sampling goes in `node_params.prompt_extend`.
-pub const EXTEND_NODE: &str = fastvideo_request::PROMPT_EXTEND_NODE;
+pub const EXTEND_NODE: &str = "prompt_extend";
 /// The folder file whose text, when present, is the rewriter's system turn.
 pub const SYSTEM_PROMPT_FILE: &str = "system_prompt.txt";
 /// Tokens a rewrite takes at most unless the request says (`node_params.prompt_extend.max_tokens`).

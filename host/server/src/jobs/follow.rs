@@ -29,9 +29,6 @@ impl Jobs {
                     OmniEvent::NodeStarted { .. } if j.video.status == Status::Queued => {
                         j.video.status = Status::InProgress;
                     }
-                    // The prompt extension's steps come before the denoise loop's; the job's
-                    // progress is the denoise loop's alone.
-                    OmniEvent::Progress { node, .. } if node == fastvideo_request::PROMPT_EXTEND_NODE => {}
                     OmniEvent::Progress { step, total_steps, .. } => {
                         j.video.status = Status::InProgress;
                         // 100 is reserved for "completed" (decode and encode still follow).

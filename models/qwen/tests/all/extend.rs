@@ -30,8 +30,12 @@ fn run(ext: &PromptExtender, prompt: &str, extend: bool, params: Option<serde_js
     }
     let req = r.resolve(&ModelLimits::example(), || 1).unwrap();
     let mut run = PipelineRun::new(Arc::new(spec), req, Device::Cpu, Values::default(), Default::default());
-    run.run_to_end(&mut |_| {}).unwrap();
-    run.finish(&mut |_| {}).unwrap().extended_prompt
+    let mut progress = 0;
+    run.run_to_end(&mut |e| progress += matches!(e, fastvideo_request::OmniEvent::Progress { .. }) as usize).unwrap();
+    let out = run.finish(&mut |_| {}).unwrap();
+    // The rewrite's steps are not the pipeline's: no progress, no step times.
+    assert_eq!((progress, out.metrics.step_seconds.len()), (0, 0));
+    out.extended_prompt
 }
 
 #[test]
