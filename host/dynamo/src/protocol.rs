@@ -182,9 +182,13 @@ mod tests {
         assert!(e.public_message().unwrap().contains("is not served here"));
         let e = parse(Kind::Images, &json!({"prompt": "x", "n": 40}), "r", "m", &limits()).unwrap_err();
         assert!(e.public_message().unwrap().starts_with("n:"));
-        for field in ["webhook", "preview_every"] {
-            let body =
-                json!({"prompt": "x", field: if field == "webhook" { json!("https://h.example/") } else { json!(2) }});
+        for field in ["webhook", "preview_every", "actions"] {
+            let value = match field {
+                "webhook" => json!("https://h.example/"),
+                "actions" => json!(["up"]),
+                _ => json!(2),
+            };
+            let body = json!({"prompt": "x", field: value});
             let e = parse(Kind::Videos, &body, "r", "m", &limits()).unwrap_err();
             assert!(e.public_message().unwrap().starts_with(&format!("{field}:")), "{field}");
         }

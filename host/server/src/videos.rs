@@ -16,13 +16,6 @@ use crate::state::AppState;
 
 /// Admits a video job and starts following it; shared by HTTP and WebSocket.
 pub fn create(s: &AppState, p: &CreateParams, who: Caller) -> Result<VideoObject, ApiError> {
-    if p.actions.is_some() {
-        let world = s.engine.session_model().map(|m| format!(" (`{}`)", m.id())).unwrap_or_default();
-        return Err(ApiError::field(
-            "actions",
-            format!("actions: only for the world model{world}, on POST /v1/videos"),
-        ));
-    }
     s.jobs.check_space()?;
     s.keys.check_priority(who, p.priority)?;
     let webhook = p.webhook.as_deref().map(|url| s.jobs.check_webhook(url)).transpose()?;

@@ -290,6 +290,12 @@ impl CreateParams {
         limits: &ModelLimits,
         uploads: &Uploads,
     ) -> Result<OmniRequest, ApiError> {
+        if self.actions.is_some() {
+            return Err(ApiError::field(
+                "actions",
+                "actions: only for a world model's causal job (POST /v1/videos naming the world model)",
+            ));
+        }
         let prompt = self.prompt.clone().filter(|p| !p.trim().is_empty());
         let prompt = prompt.ok_or_else(|| ApiError::field("prompt", "prompt: required, and must not be empty"))?;
         if let Some(m) = &self.model {
