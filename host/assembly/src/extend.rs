@@ -4,7 +4,7 @@
 //! default model has one, trained to map free-form words onto its vocabulary).
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
 
 use anyhow::{Context, Result};
 use fastvideo_pipeline::LoopPolicies;
@@ -29,15 +29,25 @@ impl ModelConfig {
     }
 
     /// Loads the rewriter of the model at `model_dir` (none when it has none); errors name the
-    /// flag or the folder.
+    /// flag or the folder. Models sharing a rewriter folder share one copy of it (the same
+    /// `--prompt-extender`, or copies of one model folder).
     pub fn load_extender(&self, model_dir: &Path, device: Device) -> Result<Option<Arc<PromptExtender>>> {
+        static LOADED: Mutex<Vec<(PathBuf, Device, Weak<PromptExtender>)>> = Mutex::new(Vec::new());
         let Some(dir) = self.extender_dir(model_dir) else { return Ok(None) };
+        let key = dir.canonicalize().unwrap_or_else(|_| dir.clone());
+        let mut loaded = LOADED.lock().unwrap_or_else(|e| e.into_inner());
+        loaded.retain(|(_, _, w)| w.strong_count() > 0);
+        if let Some(e) = loaded.iter().find(|(p, d, _)| *p == key && *d == device).and_then(|(_, _, w)| w.upgrade()) {
+            return Ok(Some(e));
+        }
         let kind = if device.is_cuda() { Kind::BFloat16 } else { Kind::Float };
         let what = match &self.prompt_extender {
             Some(_) => format!("model.prompt_extender (--prompt-extender) {}", dir.display()),
             None => format!("the model's prompt extender {}", dir.display()),
         };
-        Ok(Some(Arc::new(PromptExtender::load(&dir, device, kind).with_context(|| what)?)))
+        let e = Arc::new(PromptExtender::load(&dir, device, kind).with_context(|| what)?);
+        loaded.push((key, device, Arc::downgrade(&e)));
+        Ok(Some(e))
     }
 }
 

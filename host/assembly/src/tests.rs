@@ -127,3 +127,20 @@ fn the_engine_describes_what_the_config_built() {
     // Building twice from one config gives the same description: what front ends compare.
     assert_eq!(build_engine(&cfg).unwrap().description, *d);
 }
+
+#[test]
+fn models_sharing_a_rewriter_folder_share_one_copy() {
+    let cfg = crate::ModelConfig::default();
+    let dir = crate::default_model().unwrap();
+    let a = cfg.load_extender(&dir, tch::Device::Cpu).unwrap().expect("the default model has one");
+    let b = cfg.load_extender(&dir, tch::Device::Cpu).unwrap().unwrap();
+    assert!(std::sync::Arc::ptr_eq(&a, &b));
+    // Without a folder and without the flag: none.
+    let tiny = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/tiny-wan");
+    assert!(cfg.load_extender(&tiny, tch::Device::Cpu).unwrap().is_none());
+    // A missing --prompt-extender folder is an error naming the flag.
+    let bad = crate::ModelConfig { prompt_extender: Some("/nonexistent".into()), ..Default::default() };
+    let Err(e) = bad.load_extender(&tiny, tch::Device::Cpu) else { panic!("loaded a missing folder") };
+    let e = format!("{e:#}");
+    assert!(e.contains("--prompt-extender"), "{e}");
+}
