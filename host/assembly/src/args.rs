@@ -191,6 +191,15 @@ pub struct EngineArgs {
     /// repeatable (the primary never sleeps anyway).
     #[arg(long, value_name = "NAME")]
     pub pin_model: Vec<String>,
+    /// A served model (by name) loaded lazily: its transformer is read only when a request
+    /// first needs it; repeatable (not the primary).
+    #[arg(long, value_name = "NAME")]
+    pub lazy_model: Vec<String>,
+    /// Device memory for served models' transformer weights, in MiB (every video model's and
+    /// the world model's, the ones that never sleep included): work on a sleeping model first
+    /// puts the least recently used idle ones to sleep until it fits [default: no bound].
+    #[arg(long, value_name = "MIB")]
+    pub weight_budget_mib: Option<u64>,
     /// Where sleeping models' transformer weights wait: `host` (pinned host memory; a wake is a
     /// copy) or `disk` (freed; a wake reads the checkpoint again) [default: host].
     #[arg(long, value_parser = ["host", "disk"])]
@@ -235,10 +244,10 @@ impl EngineArgs {
             None => ServeConfig::default(),
         };
         self.apply(&mut cfg);
-        if let Some(name) = self.pin_model.iter().find(|n| !cfg.models.iter().any(|m| &m.name == *n)) {
-            anyhow::bail!(
-                "--pin-model `{name}`: no model of that name is served beside the primary (--model NAME=DIR)"
-            );
+        for (flag, names) in [("--pin-model", &self.pin_model), ("--lazy-model", &self.lazy_model)] {
+            if let Some(name) = names.iter().find(|n| !cfg.models.iter().any(|m| &m.name == *n)) {
+                anyhow::bail!("{flag} `{name}`: no model of that name is served beside the primary (--model NAME=DIR)");
+            }
         }
         Ok(cfg)
     }
@@ -255,7 +264,7 @@ impl EngineArgs {
                 }
             } else {
                 let name = name.unwrap_or_else(|| crate::config::folder_name(&path));
-                cfg.models.push(crate::config::NamedModel { name, path, pin: false });
+                cfg.models.push(crate::config::NamedModel { name, path, pin: false, lazy: false });
             }
         }
         let m = &mut cfg.model;
@@ -276,10 +285,10 @@ impl EngineArgs {
         if let Some(t) = &self.sleep_to {
             s.sleep_to = if t == "disk" { crate::config::SleepTier::Disk } else { crate::config::SleepTier::Host };
         }
-        for name in &self.pin_model {
-            if let Some(m) = cfg.models.iter_mut().find(|m| &m.name == name) {
-                m.pin = true;
-            }
+        set_opt(&mut s.weight_budget_mib, &self.weight_budget_mib);
+        for m in cfg.models.iter_mut() {
+            m.pin |= self.pin_model.contains(&m.name);
+            m.lazy |= self.lazy_model.contains(&m.name);
         }
         let w = &mut cfg.world;
         set_opt(&mut w.model, &self.world);

@@ -45,6 +45,10 @@ pub struct NamedModel {
     /// Never put to sleep (`max_resident_models` counts it, but it stays on the device).
     #[serde(default)]
     pub pin: bool,
+    /// Loaded lazily: its transformer's weights are checked at start but read only when a
+    /// request first needs them (it starts asleep). Not with `pin`.
+    #[serde(default)]
+    pub lazy: bool,
 }
 
 impl NamedModel {
@@ -216,6 +220,11 @@ pub struct SchedulerConfig {
     /// Where a sleeping model's transformer weights go: `host` (pinned host memory, kept: a wake
     /// is a copy) or `disk` (freed: a wake reads the model folder's checkpoint again).
     pub sleep_to: SleepTier,
+    /// Device memory, in MiB, the transformer weights of every served video model and of the
+    /// world model may take together; work on a sleeping model first puts the least recently
+    /// used idle ones to sleep until it fits. The weights that never sleep (the primary, pinned
+    /// models) count too. `None`: no bound.
+    pub weight_budget_mib: Option<u64>,
 }
 
 /// Where a sleeping model's weights wait ([`SchedulerConfig::sleep_to`]).
@@ -242,6 +251,7 @@ impl Default for SchedulerConfig {
             overdue_share: 0.5,
             max_resident_models: None,
             sleep_to: SleepTier::Host,
+            weight_budget_mib: None,
         }
     }
 }
@@ -435,6 +445,12 @@ impl ServeConfig {
         let s = &self.scheduler;
         if s.max_resident_models == Some(0) {
             bail!("scheduler.max_resident_models (--max-resident-models) must be at least 1");
+        }
+        if s.weight_budget_mib == Some(0) {
+            bail!("scheduler.weight_budget_mib (--weight-budget-mib) must be at least 1");
+        }
+        if let Some(m) = self.models.iter().find(|m| m.lazy && m.pin) {
+            bail!("models `{}`: `lazy` (--lazy-model) and `pin` (--pin-model) exclude each other", m.name);
         }
         if s.max_active == 0 || s.max_queue == 0 || s.max_batch == Some(0) {
             bail!("scheduler.max_active, max_queue and max_batch (--max-active, --max-queue, --max-batch) must be positive");

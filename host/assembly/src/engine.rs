@@ -142,27 +142,34 @@ pub fn build_engine(cfg: &ServeConfig) -> Result<Assembly> {
     };
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
-    let engine_cfg = engine_config(cfg, device);
+    let mut engine_cfg = engine_config(cfg, device);
     let world = crate::world::sessions(&cfg.world, &cfg.model, deploy.as_ref(), &cfg.adapters, device)?;
     let adapters = adapter_cache(&spec, deploy.as_ref().map_or(&[][..], |d| &d.adapters[..]), &cfg.adapters)?;
     let metric_hooks = observe(&model, deploy.as_deref(), &metrics);
     let description = EngineDescription {
         metric_hooks,
-        ..describe(cfg, &location, &model, &binding, &engine_cfg, world.as_ref().map(|w| w.0.clone()))
+        ..describe(cfg, &location, &model, &binding, &engine_cfg, world.as_ref().map(|w| w.dir.clone()))
     };
     let lm = crate::lm::language_model(&cfg.lm, device, &metrics)?;
     let chat = lm.as_ref().map(|l| (l.id.clone(), l.codec.clone()));
     let mut prompt_warnings =
         BTreeMap::from([(location.name.clone(), crate::extend::prompt_warnings(&model, extender.is_some()))]);
     let mut extra = Vec::new();
+    let mut budget = WeightBudget::default();
+    budget.add(&location.name, fastvideo_wan::residency::resident_bytes(&model), None);
     for m in &cfg.models {
         if m.name == location.name || chat.as_ref().is_some_and(|(id, _)| *id == m.name) {
             anyhow::bail!("models: `{}` is already the name of another served model", m.name);
         }
-        let (served, warnings) = video_model(cfg, deploy.as_ref(), m, device)?;
+        let (served, warnings, bytes) = video_model(cfg, deploy.as_ref(), m, device)?;
         prompt_warnings.insert(m.name.clone(), warnings);
+        budget.add(&m.name, bytes, served.residency.as_deref());
         extra.push(served);
     }
+    if let Some(w) = &world {
+        budget.add(w.sessions.id(), w.bytes, w.sessions.residency().as_deref());
+    }
+    engine_cfg.max_resident_bytes = budget.for_sleepers(cfg.scheduler.weight_budget_mib)?;
     extra.extend(lm.into_iter().map(|l| l.model));
     let engine = Engine::start_with_models(
         EngineModel {
@@ -187,7 +194,7 @@ pub fn build_engine(cfg: &ServeConfig) -> Result<Assembly> {
             residency: None,
         },
         extra,
-        world.map(|w| w.1),
+        world.map(|w| w.sessions),
         engine_cfg,
         metrics.clone(),
     );
@@ -202,9 +209,10 @@ fn video_model(
     deploy: Option<&Arc<Deployment>>,
     m: &crate::config::NamedModel,
     device: Device,
-) -> Result<(EngineModel, crate::PromptWarnings)> {
+) -> Result<(EngineModel, crate::PromptWarnings, u64)> {
     let (name, dir) = (m.name.as_str(), m.path.as_path());
-    let model = cfg.model.load_at(dir, device).with_context(|| format!("models `{name}`"))?;
+    let model = if m.lazy { cfg.model.load_lazily(dir, device) } else { cfg.model.load_at(dir, device) }
+        .with_context(|| format!("models `{name}`{}", if m.lazy { " (lazy)" } else { "" }))?;
     let binding = Binding::of(deploy, name);
     let extender = cfg.model.load_extender(dir, device).with_context(|| format!("models `{name}`"))?;
     let policies = crate::extend::with_extender(binding.policies.clone(), extender.as_deref());
@@ -219,9 +227,9 @@ fn video_model(
     let residency: Option<Arc<dyn fastvideo_engine::Residency>> =
         match (model.low_noise.is_none() && model.parallel.is_none() && !m.pin, cfg.scheduler.sleep_to) {
             (false, _) => None,
-            (true, crate::config::SleepTier::Host) => Some(Arc::new(
-                fastvideo_wan::residency::TransformerResidency::new(Arc::clone(&model.transformer), device),
-            )),
+            (true, crate::config::SleepTier::Host) => {
+                Some(Arc::new(fastvideo_wan::residency::TransformerResidency::new(&model)))
+            }
             (true, crate::config::SleepTier::Disk) => Some(Arc::new(
                 fastvideo_wan::residency::DiskResidency::new(&model)
                     .with_context(|| format!("models `{name}`: scheduler.sleep_to = disk (--sleep-to)"))?,
@@ -238,7 +246,50 @@ fn video_model(
         adapters: None,
         residency,
     };
-    Ok((served, warnings))
+    Ok((served, warnings, fastvideo_wan::residency::resident_bytes(&model)))
+}
+
+/// The served models' transformer weights against `scheduler.weight_budget_mib`: those that
+/// never leave the device take their part first, and every model that can sleep must fit
+/// beside them, else the server refuses to start (it could never run that model's work).
+#[derive(Default)]
+struct WeightBudget {
+    fixed: Vec<(String, u64)>,
+    sleepers: Vec<(String, u64)>,
+}
+
+impl WeightBudget {
+    fn add(&mut self, name: &str, bytes: u64, residency: Option<&dyn fastvideo_engine::Residency>) {
+        match residency {
+            Some(r) => self.sleepers.push((name.to_string(), r.bytes())),
+            None => self.fixed.push((name.to_string(), bytes)),
+        }
+    }
+
+    /// The bytes left for the models that can sleep, under a budget of `mib`.
+    fn for_sleepers(&self, mib: Option<u64>) -> Result<Option<u64>> {
+        let Some(mib) = mib else { return Ok(None) };
+        let (budget, fixed) = (mib << 20, self.fixed.iter().map(|f| f.1).sum::<u64>());
+        let mb = |b: u64| b.div_ceil(1 << 20);
+        let list = |v: &[(String, u64)]| v.iter().map(|(n, b)| format!("`{n}` {} MiB", mb(*b))).collect::<Vec<_>>();
+        if fixed > budget {
+            anyhow::bail!(
+                "scheduler.weight_budget_mib (--weight-budget-mib) {mib}: the weights that never sleep take {} MiB ({})",
+                mb(fixed),
+                list(&self.fixed).join(", ")
+            );
+        }
+        if let Some((name, bytes)) = self.sleepers.iter().find(|s| fixed + s.1 > budget) {
+            anyhow::bail!(
+                "scheduler.weight_budget_mib (--weight-budget-mib) {mib}: `{name}` needs {} MiB beside the weights that \
+                 never sleep ({}), {} MiB in all",
+                mb(*bytes),
+                list(&self.fixed).join(", "),
+                mb(fixed + bytes)
+            );
+        }
+        Ok(Some(budget - fixed))
+    }
 }
 
 /// The adapter cache over `sources` for `spec`'s model, or none when no adapter is enabled. Every

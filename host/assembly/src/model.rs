@@ -47,6 +47,14 @@ impl ModelConfig {
         WanModel::load_with(dir, self.options(device)?).with_context(|| format!("--model {}", dir.display()))
     }
 
+    /// [`load_at`](Self::load_at) without reading the transformer's linears (a model served
+    /// lazily: its first wake reads them).
+    pub fn load_lazily(&self, dir: &Path, device: Device) -> Result<WanModel> {
+        self.apply_kernels();
+        let opts = LoadOptions { lazy_transformer: true, ..self.options(device)? };
+        WanModel::load_with(dir, opts).with_context(|| format!("--model {}", dir.display()))
+    }
+
     /// [`load_at`](Self::load_at), then split over `gpus` as `parallel` says.
     pub fn load_parallel(&self, dir: &Path, device: Device) -> Result<WanModel> {
         let mut model = self.load_at(dir, device)?;
@@ -98,6 +106,7 @@ impl ModelConfig {
             fp8_linears: n.fp8_linears,
             int8_attention: n.int8_attention,
             precision: n.preset,
+            lazy_transformer: false,
         })
     }
 }

@@ -24,15 +24,25 @@ pub fn world_dir(model: &str) -> Result<PathBuf> {
     }
 }
 
+/// The world model as the engine serves it.
+pub struct ServedWorld {
+    pub dir: PathBuf,
+    pub sessions: Arc<dyn SessionModel>,
+    /// Its transformer's weights on the device.
+    pub bytes: u64,
+}
+
 /// Loads the world model and makes the engine's session model, sized for `max_sessions`, with
-/// the deploy's guider, step interceptor and observers bound into its session pipeline.
+/// the deploy's guider, step interceptor and observers bound into its session pipeline. Without
+/// adapters (they merge into its weights) its transformer may sleep in host memory while no
+/// session runs. Also answers its transformer's bytes (for the weight budget).
 pub fn sessions(
     world: &WorldConfig,
     model: &ModelConfig,
     deploy: Option<&Arc<Deployment>>,
     adapters: &crate::config::AdapterConfig,
     device: Device,
-) -> Result<Option<(PathBuf, Arc<dyn SessionModel>)>> {
+) -> Result<Option<ServedWorld>> {
     let Some(name) = &world.model else { return Ok(None) };
     let dir = world_dir(name)?;
     let loaded = Arc::new(model.load_world(&dir, device)?);
@@ -61,9 +71,15 @@ pub fn sessions(
         .map_err(|e| e.context("[[adapters]] with world = true: for the world model"))?;
         Some(Arc::new(cache))
     };
+    let bytes = fastvideo_wan::residency::resident_bytes(&loaded.wan);
+    let residency = cache.is_none().then(|| {
+        Arc::new(fastvideo_wan::residency::TransformerResidency::new(&loaded.wan))
+            as Arc<dyn fastvideo_pipeline::Residency>
+    });
     let s = WorldSessions::new(id, loaded, world.max_sessions.max(1), device, policies, Some(first_frame))?
-        .with_adapters(cache);
-    Ok(Some((dir.canonicalize().unwrap_or(dir), Arc::new(s))))
+        .with_adapters(cache)
+        .with_residency(residency);
+    Ok(Some(ServedWorld { dir: dir.canonicalize().unwrap_or(dir), sessions: Arc::new(s), bytes }))
 }
 
 /// The world simulator's first frame for `seed`, as the model's input `[1, 3, 1, H, W]` in [-1, 1].

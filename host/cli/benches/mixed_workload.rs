@@ -47,7 +47,7 @@ fn copies(models: &[WanModel], device: tch::Device) -> Vec<EngineModel> {
         .map(|(i, m)| {
             let mut em = common::text_to_video(m, device).unwrap();
             em.id = format!("copy{}", i + 1);
-            em.residency = Some(Arc::new(TransformerResidency::new(Arc::clone(&m.transformer), device)));
+            em.residency = Some(Arc::new(TransformerResidency::new(m)));
             em
         })
         .collect()

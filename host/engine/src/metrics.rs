@@ -30,6 +30,8 @@ pub struct Metrics {
     /// often they were brought back.
     pub model_resident: Family<ModelLabel, Gauge>,
     pub model_wakes: Family<ModelLabel, Counter>,
+    /// Bytes of the weights on the device that may sleep (what `--weight-budget-mib` bounds).
+    pub resident_weight_bytes: Gauge,
     pub step_seconds: Histogram,
     /// Requests stepped together by one batched call.
     pub step_batch_size: Histogram,
@@ -76,6 +78,7 @@ impl Metrics {
             requests: Family::default(),
             model_resident: Family::default(),
             model_wakes: Family::default(),
+            resident_weight_bytes: Gauge::default(),
             step_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
             step_batch_size: Histogram::new(exponential_buckets(2.0, 2.0, 6)),
             one_shot_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
@@ -111,6 +114,11 @@ impl Metrics {
             "model_wakes",
             "Times a served model's weights were brought back to the device",
             m.model_wakes.clone(),
+        );
+        r.register(
+            "resident_weight_bytes",
+            "Bytes of the device-resident weights of served models that can sleep",
+            m.resident_weight_bytes.clone(),
         );
         r.register("step_seconds", "Wall time of one denoise step", m.step_seconds.clone());
         r.register("step_batch_size", "Requests per batched step call", m.step_batch_size.clone());

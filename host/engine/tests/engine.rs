@@ -397,9 +397,13 @@ struct Devices {
     wakes: usize,
     /// What a wake takes (a transformer crossing PCIe).
     wake_ms: u64,
+    /// Each model's bytes, and the most that were on the device together after a wake.
+    sizes: Vec<u64>,
+    most_bytes: u64,
 }
 
-struct ToyResidency(usize, Arc<std::sync::Mutex<Devices>>);
+/// Model `.0` on `.1`: `.2` bytes; `.3`: on the device from the start (false: loaded lazily).
+struct ToyResidency(usize, Arc<std::sync::Mutex<Devices>>, u64, bool);
 
 impl fastvideo_engine::Residency for ToyResidency {
     fn sleep(&self) -> Result<()> {
@@ -413,7 +417,15 @@ impl fastvideo_engine::Residency for ToyResidency {
         d.on[self.0] = true;
         d.wakes += 1;
         d.most = d.most.max(d.on.iter().filter(|o| **o).count());
+        let bytes = d.on.iter().zip(&d.sizes).filter(|(o, _)| **o).map(|(_, b)| b).sum();
+        d.most_bytes = d.most_bytes.max(bytes);
         Ok(())
+    }
+    fn bytes(&self) -> u64 {
+        self.2
+    }
+    fn starts_resident(&self) -> bool {
+        self.3
     }
 }
 
@@ -474,7 +486,7 @@ fn at_most_the_resident_bound_of_models_stay_on_the_device() {
     let devices = Arc::new(std::sync::Mutex::new(Devices { on: vec![true; 3], most: 3, ..Default::default() }));
     let with = |id: &str, scale: f32, i: usize| {
         let mut m = scaled_model(id, scale);
-        m.residency = Some(Arc::new(ToyResidency(i, devices.clone())));
+        m.residency = Some(Arc::new(ToyResidency(i, devices.clone(), 1 << 20, true)));
         m
     };
     let mut registry = prometheus_client::registry::Registry::default();
@@ -525,11 +537,66 @@ fn at_most_the_resident_bound_of_models_stay_on_the_device() {
 }
 
 #[test]
+fn a_byte_budget_bounds_the_weights_on_the_device_and_a_lazy_model_starts_asleep() {
+    const MIB: u64 = 1 << 20;
+    // `a` and `b` take 2 MiB each, `c` 4 MiB and is loaded lazily; 4 MiB fit.
+    let sizes = vec![2 * MIB, 2 * MIB, 4 * MIB];
+    let devices = Arc::new(std::sync::Mutex::new(Devices {
+        on: vec![true, true, false],
+        sizes: sizes.clone(),
+        ..Default::default()
+    }));
+    let with = |id: &str, scale: f32, i: usize| {
+        let mut m = scaled_model(id, scale);
+        m.residency = Some(Arc::new(ToyResidency(i, devices.clone(), sizes[i], i != 2)));
+        m
+    };
+    let mut registry = prometheus_client::registry::Registry::default();
+    let cfg = EngineConfig { max_resident_bytes: Some(4 * MIB), max_active: 1, ..EngineConfig::default() };
+    let engine = Engine::start_with_models(
+        with("a", 1.0, 0),
+        vec![with("b", 10.0, 1), with("c", 100.0, 2)],
+        None,
+        cfg,
+        Metrics::register(&mut registry),
+    );
+    rt().block_on(async {
+        // Before any request: the lazy model was never read.
+        assert_eq!(devices.lock().unwrap().wakes, 0);
+        for (i, m) in ["c", "a", "b", "c"].into_iter().enumerate() {
+            let mut r = req(&format!("m{i}"), "p", 2);
+            r.model = Some(m.into());
+            r.outputs.return_latents = true;
+            let out = engine.submit(r).unwrap().wait().await.unwrap();
+            let Some(fastvideo_request::Artifact::Latents(l)) = out.artifacts.get("latents") else {
+                panic!("no latents")
+            };
+            let scale = [1.0, 10.0, 100.0][["a", "b", "c"].iter().position(|x| *x == m).unwrap()];
+            assert_eq!(l.data, [2.0 * scale], "{m}");
+            let d = devices.lock().unwrap();
+            let held: u64 = d.on.iter().zip(&d.sizes).filter(|(o, _)| **o).map(|(_, b)| b).sum();
+            assert!(held <= 4 * MIB, "after {m}: {held} bytes on the device");
+        }
+        let d = devices.lock().unwrap();
+        // `c` woke twice (for each of its requests, `a` and `b` having come back between);
+        // `a` and `b` once each.
+        assert_eq!(d.wakes, 4, "wakes");
+        assert!(d.most_bytes <= 4 * MIB, "never more than the budget ({})", d.most_bytes);
+    });
+    let text = {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &registry).unwrap();
+        out
+    };
+    assert!(text.contains("fastvideo_resident_weight_bytes 4194304"), "{text}");
+}
+
+#[test]
 fn a_burst_for_a_cold_model_wakes_it_once_instead_of_swapping_per_request() {
     let devices = Arc::new(std::sync::Mutex::new(Devices { on: vec![true; 3], wake_ms: 30, ..Default::default() }));
     let with = |id: &str, i: usize| {
         let mut m = scaled_model(id, 1.0);
-        m.residency = Some(Arc::new(ToyResidency(i, devices.clone())));
+        m.residency = Some(Arc::new(ToyResidency(i, devices.clone(), 1 << 20, true)));
         m
     };
     let mut registry = prometheus_client::registry::Registry::default();

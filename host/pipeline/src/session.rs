@@ -100,4 +100,9 @@ pub trait SessionModel: Send + Sync {
     fn adapters(&self) -> Option<&Arc<crate::AdapterCache>> {
         None
     }
+    /// How the world model's weights leave the device and come back, when they may (sessions
+    /// and causal jobs bring them back first); none: always resident.
+    fn residency(&self) -> Option<Arc<dyn crate::Residency>> {
+        None
+    }
 }

@@ -208,4 +208,11 @@ pub trait Residency: Send + Sync {
     fn sleep(&self) -> anyhow::Result<()>;
     /// Brings them back to the device.
     fn wake(&self) -> anyhow::Result<()>;
+    /// Device bytes of the weights it moves, while they are there: what a weight budget counts.
+    fn bytes(&self) -> u64;
+    /// Whether the weights are on the device before any wake (not for a model loaded lazily,
+    /// whose first wake reads them).
+    fn starts_resident(&self) -> bool {
+        true
+    }
 }

@@ -17,4 +17,6 @@ cp target/release/fastvideo .gpu/fastvideo
 cp "$test_bin" .gpu/kernels-parity
 strip .gpu/fastvideo .gpu/kernels-parity 2>/dev/null || true
 [ -x host/scripts/gpu/fetch_wheels.sh ] && bash host/scripts/gpu/fetch_wheels.sh
+# The CUDA-graph shim (.gpu-pack/libfastvideo_graph.so) the binary dlopens on the GPU machine.
+bash host/scripts/gpu/build_graph_shim.sh
 du -sh .gpu .whl 2>/dev/null || true

@@ -6,7 +6,7 @@
 //! straight onto its device and into its dtype: loading a checkpoint never holds a second copy
 //! of it in host memory, whatever dtype it was stored in (fp32, bf16, fp16) and however sharded.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
@@ -45,11 +45,14 @@ struct Store {
     origin: PathBuf,
     /// Every linear module built from this checkpoint, in build order (the index is its slot).
     linears: RefCell<Vec<TargetModule>>,
+    /// While set ([`Weights::defer_linears`]): linear weights are checked and counted (bytes in
+    /// the target dtype) but not read.
+    deferred: Cell<Option<u64>>,
 }
 
 impl Store {
     fn new(source: Source, origin: PathBuf) -> Self {
-        Self { source, used: RefCell::default(), origin, linears: RefCell::default() }
+        Self { source, used: RefCell::default(), origin, linears: RefCell::default(), deferred: Cell::new(None) }
     }
 }
 
@@ -203,6 +206,9 @@ impl Weights {
     /// not used (activations are quantized per token at run time, `--fp8-linears`). Any other
     /// dtype is [`get`](Self::get).
     pub fn get_linear_weight(&self, shape: &[i64]) -> Result<Tensor> {
+        if let Some(bytes) = self.store.deferred.get() {
+            return self.defer("weight", shape, bytes);
+        }
         let fp8 = matches!(self.stored("weight"), Some((Kind::Float8e4m3fn | Kind::Float8e5m2, _)));
         if !fp8 {
             return self.get("weight", shape);
@@ -231,6 +237,44 @@ impl Weights {
             let _ = self.with_kind(Kind::Float).get("input_scale", &s)?;
         }
         Ok((values * scale).to_kind(self.kind))
+    }
+
+    /// From now on, linear weights ([`get_linear_weight`](Self::get_linear_weight)) are checked
+    /// against the checkpoint but not read: each comes back as an empty tensor, to be filled by
+    /// a later load of the same checkpoint. A model served lazily is built this way, so its
+    /// largest tensors take neither time nor memory until it first runs.
+    pub fn defer_linears(&self) {
+        self.store.deferred.set(Some(self.store.deferred.get().unwrap_or(0)));
+    }
+
+    /// Bytes (in the target dtype) of the linear weights deferred so far.
+    pub fn deferred_bytes(&self) -> u64 {
+        self.store.deferred.get().unwrap_or(0)
+    }
+
+    /// A deferred linear weight: present with `shape` (and its FP8 scales marked used), counted,
+    /// not read.
+    fn defer(&self, name: &str, shape: &[i64], bytes: u64) -> Result<Tensor> {
+        let key = self.key(name);
+        let origin = self.store.origin.display();
+        match self.stored(name) {
+            Some((_, s)) if s != shape => {
+                bail!("{origin}: tensor `{key}` has shape {s:?}, the config implies {shape:?}")
+            }
+            None if !matches!(self.store.source, Source::Random { .. }) => {
+                bail!("{origin}: missing tensor `{key}` (expected shape {shape:?})")
+            }
+            _ => {}
+        }
+        let mut used = self.store.used.borrow_mut();
+        for n in [name, "weight_scale", "scale_weight", "input_scale"] {
+            if n == name || self.contains(n) && !matches!(self.store.source, Source::Random { .. }) {
+                used.insert(self.key(n));
+            }
+        }
+        let n: i64 = shape.iter().product();
+        self.store.deferred.set(Some(bytes + n as u64 * self.kind.elt_size_in_bytes() as u64));
+        Ok(Tensor::empty([0], (self.kind, self.device)))
     }
 
     /// The tensor `name` with exactly `shape`, on the target device and dtype.

@@ -20,6 +20,10 @@ pub struct LoadOptions {
     pub int8_attention: bool,
     /// The precision preset these options came from (reported, never acted on here).
     pub precision: Precision,
+    /// Served lazily: the transformer's linears are checked against the checkpoint but not read
+    /// ([`Weights::defer_linears`](fastvideo_torch::weights::Weights::defer_linears)); the
+    /// model's first wake reads them. One transformer, no FP8 linears.
+    pub lazy_transformer: bool,
 }
 
 impl LoadOptions {
@@ -32,6 +36,7 @@ impl LoadOptions {
             fp8_linears: false,
             int8_attention: false,
             precision: Precision::Auto,
+            lazy_transformer: false,
         }
     }
 }
@@ -55,4 +60,7 @@ pub struct LoadReport {
     pub fp8_linears: bool,
     /// Whether self-attention is 8-bit (where the device has the kernel; SDPA otherwise on CUDA).
     pub int8_attention: bool,
+    /// Loaded lazily: bytes of the transformer linears not yet read (they come at the first
+    /// wake); `None` when they were read.
+    pub deferred_linear_bytes: Option<u64>,
 }

@@ -229,12 +229,22 @@ impl WanModel {
             _ => None,
         };
         let t_w = Weights::from_dir(&t_dir, "diffusion_pytorch_model", device, kind)?;
+        if opts.lazy_transformer {
+            if boundary_ratio.is_some() || opts.fp8_linears {
+                bail!(
+                    "{}: a model served lazily has one transformer and no FP8 linears (it reads them at its first wake)",
+                    dir.display()
+                );
+            }
+            t_w.defer_linears();
+        }
         let transformer = Arc::new(with_lossy_options(
             WanTransformer3DModel::new(t_cfg.clone(), &t_w)?,
             opts.fp8_linears,
             opts.int8_attention,
         ));
         t_w.warn_unused("transformer");
+        let deferred_linear_bytes = opts.lazy_transformer.then(|| t_w.deferred_bytes());
         let (low_noise, offload) = match (boundary_ratio, parked) {
             (Some(boundary_ratio), Some(parked)) => {
                 let t2 = Arc::clone(parked.expert());
@@ -327,6 +337,7 @@ impl WanModel {
             precision: opts.precision,
             fp8_linears: opts.fp8_linears,
             int8_attention: opts.int8_attention,
+            deferred_linear_bytes,
         };
         tracing::info!(?load_report, dir = %dir.display(), "model loaded");
         Ok(Self {

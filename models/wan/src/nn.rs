@@ -53,7 +53,8 @@ impl Linear {
             for q in &p.parts {
                 fused.push(LinearPart { start: offset + q.start, ..*q });
             }
-            offset += p.weight.size()[0];
+            // From the parts, not the weight: a deferred weight (lazy loading) is empty.
+            offset += p.parts.iter().map(|q| q.len).sum::<i64>();
         }
         Self { weight, bias, parts: fused, fp8_scale: None }
     }

@@ -7,22 +7,24 @@
 //! - [`DiskResidency`] keeps nothing: a sleep frees them (host memory too), and a wake reads them
 //!   again from the model folder's checkpoint, as a weight update does.
 //!
+//! A model loaded lazily (`LoadOptions::lazy_transformer`) starts asleep in either tier: its
+//! first wake reads the linears from the checkpoint.
+//!
 //! Only for models whose weights never change in place (no merged LoRA adapters, no weight
 //! updates): the engine gives those to extra models, never the primary.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
-use anyhow::{anyhow, ensure, Result};
+use anyhow::{ensure, Result};
 use fastvideo_pipeline::Residency;
-use tch::{Device, Tensor};
+use tch::Tensor;
 
 use crate::offload::{host_copy, map_linears, map_linears_of, point, Groups};
-use crate::transformer::WanTransformer3DModel;
 use crate::WanModel;
 
 pub struct TransformerResidency {
-    transformer: Arc<WanTransformer3DModel>,
-    device: Device,
+    model: WanModel,
+    bytes: u64,
     host: Mutex<Option<Groups>>,
 }
 
@@ -32,31 +34,67 @@ unsafe impl Send for TransformerResidency {}
 unsafe impl Sync for TransformerResidency {}
 
 impl TransformerResidency {
-    pub fn new(transformer: Arc<WanTransformer3DModel>, device: Device) -> Self {
-        Self { transformer, device, host: Mutex::new(None) }
+    pub fn new(model: &WanModel) -> Self {
+        Self { model: model.share(), bytes: resident_bytes(model), host: Mutex::new(None) }
     }
 }
 
 impl Residency for TransformerResidency {
     fn sleep(&self) -> Result<()> {
         let mut host = self.host.lock().unwrap_or_else(|e| e.into_inner());
-        let copy = host.get_or_insert_with(|| host_copy(&self.transformer, self.device));
-        point(&self.transformer, copy);
+        let t = &self.model.transformer;
+        let copy = host.get_or_insert_with(|| host_copy(t, self.model.device));
+        point(t, copy);
         Ok(())
     }
 
     fn wake(&self) -> Result<()> {
         let host = self.host.lock().unwrap_or_else(|e| e.into_inner());
-        let copy = host.as_ref().ok_or_else(|| anyhow!("wake before any sleep"))?;
-        let on_device = map_linears_of(copy, |t| t.to_device(self.device));
-        point(&self.transformer, &on_device);
-        Ok(())
+        match host.as_ref() {
+            Some(copy) => {
+                let on_device = map_linears_of(copy, |t| t.to_device(self.model.device));
+                point(&self.model.transformer, &on_device);
+                Ok(())
+            }
+            // Never slept: a model loaded lazily, whose linears were never read.
+            None => read_linears(&self.model),
+        }
     }
+
+    fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    fn starts_resident(&self) -> bool {
+        self.model.load_report.deferred_linear_bytes.is_none()
+    }
+}
+
+/// Device bytes of `model`'s transformer linears once resident: those on the device now and
+/// those a lazy load deferred. What a weight budget counts for it.
+pub fn resident_bytes(model: &WanModel) -> u64 {
+    let held: i64 = map_linears(&model.transformer, |w| w.shallow_clone())
+        .iter()
+        .flatten()
+        .map(|(w, b)| {
+            let size = |t: &Tensor| t.numel() as i64 * t.kind().elt_size_in_bytes() as i64;
+            size(w) + b.as_ref().map_or(0, size)
+        })
+        .sum();
+    held as u64 + model.load_report.deferred_linear_bytes.unwrap_or(0)
+}
+
+/// Reads `model`'s transformer linears from its checkpoint onto its device.
+fn read_linears(model: &WanModel) -> Result<()> {
+    let fresh = crate::update::load_transformer(model, &model.dir)?;
+    point(&model.transformer, &map_linears(&fresh, |w| w.shallow_clone()));
+    Ok(())
 }
 
 /// The disk tier: asleep, the transformer's linears take no memory at all.
 pub struct DiskResidency {
     model: WanModel,
+    bytes: u64,
 }
 
 // SAFETY: as for `TransformerResidency`: repointed only in `sleep` and `wake`, on the executor
@@ -71,7 +109,7 @@ impl DiskResidency {
             !model.load_report.fp8_linears,
             "a model with FP8 linears cannot sleep to disk (sleep to host memory instead)"
         );
-        Ok(Self { model: model.share() })
+        Ok(Self { model: model.share(), bytes: resident_bytes(model) })
     }
 }
 
@@ -83,8 +121,14 @@ impl Residency for DiskResidency {
     }
 
     fn wake(&self) -> Result<()> {
-        let fresh = crate::update::load_transformer(&self.model, &self.model.dir)?;
-        point(&self.model.transformer, &map_linears(&fresh, |w| w.shallow_clone()));
-        Ok(())
+        read_linears(&self.model)
+    }
+
+    fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    fn starts_resident(&self) -> bool {
+        self.model.load_report.deferred_linear_bytes.is_none()
     }
 }

@@ -20,6 +20,7 @@ pub struct WorldSessions {
     spec: Arc<PipelineSpec>,
     limits: ModelLimits,
     adapters: Option<Arc<AdapterCache>>,
+    residency: Option<Arc<dyn fastvideo_pipeline::Residency>>,
 }
 
 impl WorldSessions {
@@ -48,12 +49,19 @@ impl WorldSessions {
         let pool = KvPool::new(cfg);
         let limits = limits(&model);
         let pipeline = Arc::new(session_pipeline(model.clone(), pool.clone(), policies, first_frame)?);
-        Ok(Self { id, pool, model, spec: pipeline, limits, adapters: None })
+        Ok(Self { id, pool, model, spec: pipeline, limits, adapters: None, residency: None })
     }
 
     /// The same sessions taking the LoRA adapters of `cache` (prepared for this world model).
     pub fn with_adapters(mut self, cache: Option<Arc<AdapterCache>>) -> Self {
         self.adapters = cache;
+        self
+    }
+
+    /// Lets the engine put the world model's transformer to sleep while no session runs (under
+    /// a residency bound, or by hand). Not with adapters: they merge into the weights in place.
+    pub fn with_residency(mut self, residency: Option<Arc<dyn fastvideo_pipeline::Residency>>) -> Self {
+        self.residency = residency;
         self
     }
 
@@ -120,6 +128,9 @@ impl SessionModel for WorldSessions {
     }
     fn adapters(&self) -> Option<&Arc<AdapterCache>> {
         self.adapters.as_ref()
+    }
+    fn residency(&self) -> Option<Arc<dyn fastvideo_pipeline::Residency>> {
+        self.residency.clone()
     }
     fn pipeline(&self) -> Arc<PipelineSpec> {
         self.spec.clone()

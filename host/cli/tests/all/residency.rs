@@ -115,3 +115,73 @@ fn a_second_model_is_served_beside_the_first_and_picked_by_model() {
     assert_eq!((status, v["error"]["param"].as_str()), (400, Some("model")), "{v}");
     assert!(v["error"]["message"].as_str().unwrap().contains("`main`, `copy`"), "{v}");
 }
+
+/// `metric` of one model.
+fn of(m: &prometheus_parse::Scrape, name: &str, model: &str) -> f64 {
+    metric(m, name, Some(("model", model)))
+}
+
+#[test]
+fn a_weight_budget_holds_the_world_model_and_a_lazy_copy_in_turn() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/default");
+    let (a, b) = (format!("a={}", dir.display()), format!("b={}", dir.display()));
+    // The primary never sleeps; 18 MiB hold it (8.6 MiB of linears in float32) and either the
+    // copy (the same) or the world model (as large), not both.
+    let args = ["--model", &a, "--model", &b, "--lazy-model", "b", "--world", "default", "--weight-budget-mib", "18"];
+    let server = Server::start(&args);
+    let m = server.metrics();
+    assert_eq!(of(&m, "fastvideo_model_resident", "b"), 0.0, "the lazy copy starts asleep");
+    assert_eq!(of(&m, "fastvideo_model_resident", "world"), 1.0);
+    assert_eq!(metric(&m, "fastvideo_model_wakes_total", None), 0.0, "and was never read");
+    let world_bytes = metric(&m, "fastvideo_resident_weight_bytes", None);
+    assert!(world_bytes > 0.0);
+
+    let run_b = || {
+        let mut body = video("a blue square moving right on a black background", 3);
+        body["model"] = json!("b");
+        let (status, v) = server.post("/v1/videos", body);
+        assert_eq!(status, 200, "{v}");
+        let id = v["id"].as_str().unwrap().to_string();
+        assert_eq!(server.wait_done(&id)["status"], "completed");
+        server.bytes(&format!("/v1/videos/{id}/content")).1
+    };
+    let first = run_b();
+    let m = server.metrics();
+    assert_eq!(of(&m, "fastvideo_model_resident", "b"), 1.0, "read at its first request");
+    assert_eq!(of(&m, "fastvideo_model_resident", "world"), 0.0, "the world model made room");
+    // One model's weights beside the primary's, never two.
+    let copy_bytes = metric(&m, "fastvideo_resident_weight_bytes", None);
+    assert!(copy_bytes > 0.0 && copy_bytes < 10.0 * 1048576.0, "{copy_bytes}");
+
+    // A causal job brings the world model back and puts the copy to sleep.
+    let (status, v) = server.post("/v1/videos", json!({"model": "world", "actions": ["right"], "seed": 3}));
+    assert_eq!(status, 200, "{v}");
+    let id = v["id"].as_str().unwrap().to_string();
+    assert_eq!(server.wait_done(&id)["status"], "completed");
+    let m = server.metrics();
+    assert_eq!(of(&m, "fastvideo_model_resident", "world"), 1.0);
+    assert_eq!(of(&m, "fastvideo_model_resident", "b"), 0.0);
+    assert_eq!(metric(&m, "fastvideo_resident_weight_bytes", None), world_bytes);
+
+    // The copy again, from host memory this time: the same video.
+    assert_eq!(run_b(), first, "weights that slept make the same video");
+    assert!(metric(&server.metrics(), "fastvideo_model_wakes_total", None) >= 3.0);
+    // The world model sleeps and wakes by name, too.
+    assert_eq!(server.post("/v1/models/b/sleep", json!({})).0, 200);
+    assert_eq!(server.post("/v1/models/world/wake", json!({})).1["resident"], json!(true));
+    drop(server);
+
+    let refused = |extra: &[&str], says: &str| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_fastvideo"))
+            .args(["serve", "--model", &a, "--model", &b, "--port", "0"])
+            .args(extra)
+            .output()
+            .unwrap();
+        crate::common::assert_user_error(&out, says);
+    };
+    // 9 MiB hold the primary but not the copy beside it.
+    refused(&["--weight-budget-mib", "9"], "--weight-budget-mib) 9: `b` needs");
+    refused(&["--weight-budget-mib", "4"], "the weights that never sleep take");
+    refused(&["--lazy-model", "zzz"], "--lazy-model `zzz`");
+    refused(&["--lazy-model", "b", "--pin-model", "b"], "exclude each other");
+}

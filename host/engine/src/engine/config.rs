@@ -42,6 +42,10 @@ pub struct EngineConfig {
     /// Models whose weights may be on the device at once (`None`: all). Starting work on
     /// another wakes it and first puts the least recently used idle one to sleep.
     pub max_resident_models: Option<usize>,
+    /// Bytes the weights of models that can sleep ([`Residency::bytes`](crate::Residency::bytes))
+    /// may hold on the device at once (`None`: no bound); the weights that never leave are
+    /// not in it (the assembly subtracts them from the operator's budget).
+    pub max_resident_bytes: Option<u64>,
 }
 
 impl Default for EngineConfig {
@@ -61,6 +65,7 @@ impl Default for EngineConfig {
             session_idle: Duration::from_secs(60),
             job_floor: 0.25,
             max_resident_models: None,
+            max_resident_bytes: None,
         }
     }
 }

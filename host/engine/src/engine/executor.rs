@@ -15,9 +15,10 @@ use super::batching;
 use super::command::{Command, Job};
 use super::config::EngineConfig;
 use super::model::{Classifier, Residency};
+use super::residents::Residents;
 use super::shared::Shared;
 use crate::scheduler::{Capacity, State, Unit};
-use crate::session::LiveSessions;
+use crate::session::{LiveSessions, SessionCommand};
 use crate::{EngineError, Metrics};
 
 /// One served model as the executor runs it.
@@ -28,22 +29,16 @@ pub(super) struct ExecModel {
     pub(super) residency: Option<Arc<dyn Residency>>,
 }
 
-/// The wake cost assumed for a model that has not woken yet: a transformer of a few GB over
-/// PCIe, so that resident work goes first until a wake is measured.
-const FIRST_WAKE_GUESS: f64 = 0.1;
-
 pub(super) struct Executor {
     /// Each model's pipeline and error classifier; a job's `model` indexes it (0: the primary).
     pipelines: Vec<ExecModel>,
-    /// Per model: weights on the device, and when work last ran on it.
-    resident: Vec<bool>,
-    last_used: Vec<Instant>,
-    max_resident: Option<usize>,
-    /// Per model: seconds bringing its weights back takes (an average weighing the latest wake
-    /// half; none before the first). A job on a sleeping model carries it in its predicted remaining work, so the
-    /// shortest-remaining order runs resident models' work first and a burst of requests for a
-    /// cold model wakes it once instead of swapping models request by request.
-    wake_seconds: Vec<Option<f64>>,
+    /// Which models' weights are on the device: one slot per pipeline, then the world model's
+    /// when it can sleep. A job on a sleeping model carries the wake cost in its predicted
+    /// remaining work, so the shortest-remaining order runs resident models' work first and a
+    /// burst of requests for a cold model wakes it once instead of swapping request by request.
+    residents: Residents,
+    /// The world model's slot in `residents`, when it can sleep.
+    world: Option<usize>,
     device: Device,
     shared: Arc<Shared>,
     metrics: Metrics,
@@ -66,14 +61,15 @@ impl Executor {
         cfg: &EngineConfig,
         sessions: LiveSessions,
     ) -> Self {
-        for m in &pipelines {
-            metrics.set_resident(&m.id, true);
-        }
+        let mut slots: Vec<_> = pipelines.iter().map(|m| (m.id.clone(), m.residency.clone())).collect();
+        let world = sessions.model().and_then(|w| Some((w.id().to_string(), Some(w.residency()?))));
+        let world = world.map(|w| {
+            slots.push(w);
+            slots.len() - 1
+        });
         Executor {
-            resident: vec![true; pipelines.len()],
-            last_used: vec![Instant::now(); pipelines.len()],
-            max_resident: cfg.max_resident_models,
-            wake_seconds: vec![None; pipelines.len()],
+            residents: Residents::new(slots, cfg.max_resident_models, cfg.max_resident_bytes, metrics.clone()),
+            world,
             pipelines,
             device,
             shared,
@@ -104,9 +100,7 @@ impl Executor {
 
     fn run(mut self, rx: std_mpsc::Receiver<Command>) {
         // Models beyond the bound sleep from the start (the primary is kept first).
-        if let Some(max) = self.max_resident {
-            self.trim_resident(max.max(1), Some(0));
-        }
+        self.make_room(None, Some(0));
         loop {
             if self.state.is_empty() && self.sessions.is_empty() {
                 match rx.recv() {
@@ -120,7 +114,12 @@ impl Executor {
             let now = Instant::now();
             self.sessions.expire(now, self.state.sessions());
             match self.state.next_unit(now) {
-                Unit::Session { key, jobs_waiting } => self.sessions.step(key, jobs_waiting, self.state.sessions()),
+                Unit::Session { key, jobs_waiting } => {
+                    if let Some(w) = self.world {
+                        self.residents.touch(w);
+                    }
+                    self.sessions.step(key, jobs_waiting, self.state.sessions())
+                }
                 Unit::Job(k) => {
                     let t = Instant::now();
                     self.advance(k);
@@ -154,7 +153,13 @@ impl Executor {
                 let k = self.next_key;
                 self.next_key += 1;
                 let priority = job.req.as_ref().expect("a submitted job carries its request").priority;
-                self.state.add(k, priority, job.predicted + self.wake_cost(job.model), job.memory, job.submitted);
+                self.state.add(
+                    k,
+                    priority,
+                    job.predicted + self.residents.wake_cost(job.model),
+                    job.memory,
+                    job.submitted,
+                );
                 self.keys.insert(job.id.clone(), k);
                 self.jobs.insert(k, *job);
             }
@@ -169,13 +174,24 @@ impl Executor {
                     self.fail(k, EngineError::Cancelled);
                 }
             }
+            Command::Session(SessionCommand::Open { request, adapters, events, reply }) => {
+                // A session runs on the world model's weights: back on the device first.
+                if let Some(w) = self.world {
+                    if let Err(message) = self.bring_back(w) {
+                        let _ = reply.send(Err(EngineError::Failed { code: "model_wake_failed".into(), message }));
+                        return;
+                    }
+                }
+                let open = SessionCommand::Open { request, adapters, events, reply };
+                self.sessions.command(open, self.state.sessions())
+            }
             Command::Session(c) => self.sessions.command(c, self.state.sessions()),
             Command::Residency { model, resident, done } => {
-                let waking = resident && !self.resident.get(model).copied().unwrap_or(true);
-                if let (true, Some(max)) = (waking, self.max_resident) {
-                    self.trim_resident(max.max(1) - 1, Some(model));
-                }
-                let _ = done.send(self.set_residency(model, resident));
+                let _ = done.send(if resident {
+                    self.bring_back(model).map(|()| true)
+                } else {
+                    self.set_residency(model, false)
+                });
             }
             Command::Swap(spec, done) => {
                 // Runs hold their own Arc: started requests keep the old pipeline.
@@ -261,52 +277,49 @@ impl Executor {
         (p.spec.clone(), p.classify)
     }
 
-    /// Whether model `m` has requests that started (their state lives on its weights' device).
+    /// Whether model slot `m` has started work (requests running on it; for the world model,
+    /// live sessions): its state lives on its weights' device.
     fn busy(&self, m: usize) -> bool {
+        if Some(m) == self.world {
+            return !self.sessions.is_empty();
+        }
         self.jobs.values().any(|j| j.model == m && j.run.is_some())
     }
 
-    /// Sleeps (`false`) or wakes (`true`) model `m`'s weights; a model with started requests
-    /// does not sleep.
+    /// Sleeps (`false`) or wakes (`true`) model `m`'s weights (no room made); a model with
+    /// started work does not sleep.
     fn set_residency(&mut self, m: usize, on: bool) -> Result<bool, String> {
-        let p = self.pipelines.get(m).ok_or("no such model")?;
-        let Some(r) = p.residency.clone() else {
-            return if on { Ok(true) } else { Err(format!("`{}` cannot sleep (its weights stay resident)", p.id)) };
-        };
-        if self.resident[m] == on {
-            return Ok(on);
+        let busy = self.busy(m);
+        let before = self.residents.is_resident(m);
+        let after = self.residents.set(m, on, busy)?;
+        if before != after {
+            self.reprice(m);
         }
-        if !on && self.busy(m) {
-            return Err(format!("`{}` has requests running; it sleeps once they end", p.id));
-        }
-        let t = Instant::now();
-        let moved = if on { r.wake() } else { r.sleep() };
-        moved.map_err(|e| format!("{e:#}"))?;
-        self.resident[m] = on;
-        let id = p.id.clone();
-        let seconds = t.elapsed().as_secs_f64();
-        self.metrics.set_resident(&id, on);
-        if on {
-            self.metrics.model_wakes.get_or_create(&crate::metrics::ModelLabel { model: id.clone() }).inc();
-            self.wake_seconds[m] = Some(self.wake_seconds[m].map_or(seconds, |w| 0.5 * (w + seconds)));
-        }
-        self.reprice(m);
-        tracing::info!(model = %id, resident = on, seconds, "model residency changed");
-        Ok(on)
+        Ok(after)
     }
 
-    /// What running work on model `m` first costs: nothing while it is resident, else bringing
-    /// it back (measured; [`FIRST_WAKE_GUESS`] before its first wake).
-    fn wake_cost(&self, m: usize) -> f64 {
-        match self.resident.get(m) {
-            Some(false) => self.wake_seconds[m].unwrap_or(FIRST_WAKE_GUESS),
-            _ => 0.0,
+    /// Model `m` back on the device, the least recently used idle models put to sleep first
+    /// while the bound would be exceeded.
+    fn bring_back(&mut self, m: usize) -> Result<(), String> {
+        self.residents.touch(m);
+        if self.residents.is_resident(m) {
+            return Ok(());
+        }
+        self.make_room(Some(m), Some(m));
+        self.set_residency(m, true).map(|_| ())
+    }
+
+    /// Sleeps idle models until the resident set (with `waking`) is within the bound.
+    fn make_room(&mut self, waking: Option<usize>, keep: Option<usize>) {
+        let busy: Vec<bool> = (0..self.residents.len()).map(|i| self.busy(i)).collect();
+        for m in self.residents.make_room(waking, keep, |i| busy[i]) {
+            self.reprice(m);
         }
     }
 
     /// Model `m` came or went: its jobs' predicted remaining work gains or loses the wake cost.
     fn reprice(&mut self, m: usize) {
-        let extra = self.wake_cost(m);
+        let extra = self.residents.wake_cost(m);
         let cost = self.shared.cost.lock().unwrap();
         for (k, job) in self.jobs.iter().filter(|(_, j)| j.model == m) {
             let left = cost.remaining_seconds(&job.key, job.steps_left, job.one_shot_spent);
@@ -314,38 +327,10 @@ impl Executor {
         }
     }
 
-    /// Puts the least recently used idle models (other than `keep`) to sleep until at most
-    /// `count` are resident, or none is left that can sleep (every other is busy: the bound is
-    /// exceeded rather than work stalled).
-    fn trim_resident(&mut self, count: usize, keep: Option<usize>) {
-        while self.resident.iter().filter(|r| **r).count() > count {
-            let victim = (0..self.pipelines.len())
-                .filter(|&i| {
-                    Some(i) != keep && self.resident[i] && self.pipelines[i].residency.is_some() && !self.busy(i)
-                })
-                .min_by_key(|&i| self.last_used[i]);
-            let Some(v) = victim else { break };
-            if let Err(e) = self.set_residency(v, false) {
-                tracing::warn!(model = %self.pipelines[v].id, "putting a model to sleep failed: {e}");
-                break;
-            }
-        }
-    }
-
-    /// Before work on job `k`: its model's weights on the device, putting the least recently
-    /// used idle models to sleep first while more than `max_resident_models` would be there.
+    /// Before work on job `k`: its model's weights on the device.
     fn make_resident(&mut self, k: u64) -> Result<(), EngineError> {
         let m = self.jobs.get(&k).map_or(0, |j| j.model);
-        self.last_used[m] = Instant::now();
-        if self.resident[m] {
-            return Ok(());
-        }
-        if let Some(max) = self.max_resident {
-            self.trim_resident(max.max(1) - 1, Some(m));
-        }
-        self.set_residency(m, true)
-            .map(|_| ())
-            .map_err(|message| EngineError::Failed { code: "model_wake_failed".into(), message })
+        self.bring_back(m).map_err(|message| EngineError::Failed { code: "model_wake_failed".into(), message })
     }
 
     fn advance(&mut self, k: u64) {
@@ -434,16 +419,14 @@ impl Executor {
     /// models kept over the resident bound while busy go back to sleep.
     fn request_ended(&mut self) {
         self.unpark();
-        if let Some(max) = self.max_resident {
-            self.trim_resident(max.max(1), None);
-        }
+        self.make_room(None, None);
     }
 
     /// Puts every waiting job back in the schedule.
     fn unpark(&mut self) {
         for (k, job) in std::mem::take(&mut self.parked) {
             let priority = job.req.as_ref().map_or(0, |r| r.priority);
-            self.state.add(k, priority, job.predicted + self.wake_cost(job.model), job.memory, job.submitted);
+            self.state.add(k, priority, job.predicted + self.residents.wake_cost(job.model), job.memory, job.submitted);
             self.jobs.insert(k, job);
         }
     }

@@ -127,8 +127,17 @@ impl Engine {
     /// requests running does not sleep (`Failed` with code `model_busy`); an unknown one is
     /// `Invalid` naming `model`.
     pub async fn set_resident(&self, id: &str, resident: bool) -> Result<bool, EngineError> {
-        let Some(model) = self.models().iter().position(|(m, _)| *m == id) else {
-            return Err(RequestError::new("model", format!("`{id}` is not served here")).into());
+        let world = self.0.sessions.as_ref().filter(|w| w.id() == id);
+        let model = match (self.models().iter().position(|(m, _)| *m == id), world) {
+            (Some(m), _) => m,
+            // The world model's slot follows the video models' when it can sleep.
+            (None, Some(w)) if w.residency().is_some() => self.models().len(),
+            (None, Some(_)) if resident => return Ok(true),
+            (None, Some(_)) => {
+                let message = format!("`{id}` cannot sleep (its weights stay resident)");
+                return Err(EngineError::Failed { code: "model_busy".into(), message });
+            }
+            (None, None) => return Err(RequestError::new("model", format!("`{id}` is not served here")).into()),
         };
         let (done, rx) = tokio::sync::oneshot::channel();
         self.0

@@ -23,6 +23,7 @@ mod config;
 mod executor;
 mod front;
 mod model;
+mod residents;
 mod sessions;
 mod shared;
 mod weight_swap;

@@ -142,6 +142,11 @@ impl LiveSessions {
         self.list.is_empty()
     }
 
+    /// The session model, if the engine serves one.
+    pub fn model(&self) -> Option<&Arc<dyn SessionModel>> {
+        self.model.as_ref()
+    }
+
     /// The session model's frame rate (16 without one), for the scheduler's deadlines.
     pub fn fps(&self) -> u32 {
         self.model.as_ref().map_or(16, |m| m.fps())

@@ -112,3 +112,45 @@ fn sleeping_to_disk_frees_the_linears_and_waking_reads_them_back() {
         assert!(a.weight.equal(b), "woken from disk: the same weights");
     }
 }
+
+/// A model loaded lazily reads none of its transformer's linears, counts them in its resident
+/// bytes all the same, and its first wake (either tier) gives the weights an eager load has.
+#[test]
+fn a_lazy_load_reads_no_linears_until_its_first_wake() {
+    use fastvideo_pipeline::Residency;
+    use fastvideo_wan::residency::{resident_bytes, DiskResidency, TransformerResidency};
+    let eager = WanModel::load(&tiny(), Device::Cpu).unwrap();
+    let want: Vec<tch::Tensor> = eager.transformer.linears().iter().map(|l| l.weight.copy()).collect();
+    let lazy_opts =
+        || fastvideo_wan::LoadOptions { lazy_transformer: true, ..fastvideo_wan::LoadOptions::new(Device::Cpu) };
+    for tier in ["host", "disk"] {
+        let lazy = WanModel::load_with(&tiny(), lazy_opts()).unwrap();
+        assert!(lazy.transformer.linears().iter().all(|l| l.weight.numel() == 0), "{tier}: nothing read");
+        assert_eq!(resident_bytes(&lazy), resident_bytes(&eager), "{tier}: counted as if loaded");
+        let r: Box<dyn Residency> = match tier {
+            "host" => Box::new(TransformerResidency::new(&lazy)),
+            _ => Box::new(DiskResidency::new(&lazy).unwrap()),
+        };
+        assert!(!r.starts_resident(), "{tier}");
+        assert_eq!(r.bytes(), resident_bytes(&eager));
+        r.wake().unwrap();
+        let got = lazy.transformer.linears();
+        assert_eq!(got.len(), want.len());
+        for (a, b) in got.iter().zip(&want) {
+            assert!(a.weight.equal(b), "{tier}: the first wake reads the checkpoint's weights");
+        }
+        // Afterwards it sleeps and wakes like any model.
+        r.sleep().unwrap();
+        r.wake().unwrap();
+        assert!(lazy.transformer.linears().iter().zip(&want).all(|(a, b)| a.weight.equal(b)), "{tier}");
+    }
+    // A missing linear is still found at load, not at the first wake.
+    let dir = tempfile::tempdir().unwrap();
+    copy_dir(&tiny(), dir.path());
+    let ckpt = dir.path().join("transformer/diffusion_pytorch_model.safetensors");
+    let mut tensors = tch::Tensor::read_safetensors(&ckpt).unwrap();
+    tensors.retain(|(k, _)| k != "proj_out.weight");
+    tch::Tensor::write_safetensors(&tensors, &ckpt).unwrap();
+    let e = format!("{:#}", WanModel::load_with(dir.path(), lazy_opts()).err().unwrap());
+    assert!(e.contains("proj_out.weight"), "{e}");
+}
