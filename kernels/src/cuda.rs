@@ -58,7 +58,7 @@ pub const ATTENTION8_SMEM: u32 = 16 * 1024 + 5 * 32 * 1024 + 1024 + 8 * 11;
 
 /// The compiled kernels of one device.
 pub struct DeviceKernels {
-    _ctx: Arc<CudaContext>,
+    ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     functions: HashMap<&'static str, CudaFunction>,
     /// Compute capability, e.g. (9, 0).
@@ -125,7 +125,13 @@ impl DeviceKernels {
     /// Launches `name` with an explicit grid, block and dynamic shared memory.
     pub fn launch(&self, name: &str, cfg: LaunchConfig, args: &[Arg]) -> Result<()> {
         let f = self.functions.get(name).ok_or_else(|| anyhow!("no kernel `{name}`"))?;
-        let mut b = self.stream.launch_builder(f);
+        // During a CUDA-graph capture, onto the stream being recorded (libtorch's current one).
+        let captured = crate::graph::capture_stream().map(|raw| {
+            // SAFETY: the capture stream belongs to libtorch's context (the primary one, ours
+            // too) and outlives the capture this launch is part of.
+            unsafe { self.ctx.wrap_borrowed_stream(raw as cudarc::driver::sys::CUstream) }
+        });
+        let mut b = captured.as_ref().unwrap_or(&self.stream).launch_builder(f);
         for a in args {
             match a {
                 Arg::Ptr(p) => b.arg(p),
@@ -180,7 +186,7 @@ fn build(ordinal: usize) -> Result<DeviceKernels> {
     // The legacy default stream: libtorch runs its kernels there unless a stream is set, so ours
     // are ordered with them.
     let stream = ctx.default_stream();
-    Ok(DeviceKernels { _ctx: ctx, stream, functions, capability, sm90 })
+    Ok(DeviceKernels { ctx, stream, functions, capability, sm90 })
 }
 
 /// The `sm_90a` module: compiled (or read from the PTX cache) and its functions set up.
@@ -294,7 +300,7 @@ pub fn memory_free(ordinal: usize) -> Option<u64> {
 
 fn memory_info(ordinal: usize) -> Option<(u64, u64)> {
     let k = device(ordinal)?;
-    k._ctx.bind_to_thread().ok()?;
+    k.ctx.bind_to_thread().ok()?;
     let (free, total) = cudarc::driver::result::mem_get_info().ok()?;
     Some((free as u64, total as u64))
 }

@@ -11,6 +11,7 @@
 pub mod attention8;
 pub mod cuda;
 pub mod fp8;
+pub mod graph;
 mod norm;
 pub mod paged_decode;
 mod rope;

@@ -17,6 +17,10 @@ BIN="${BIN:-${FASTVIDEO_BIN:-.gpu/fastvideo}}"
 if [ -f .gpu-pack/fastvideo.xz ] && { [ ! -x "$BIN" ] || [ .gpu-pack/fastvideo.xz -nt "$BIN" ]; }; then
   mkdir -p "$(dirname "$BIN")" && xz -dc .gpu-pack/fastvideo.xz >"$BIN" && chmod +x "$BIN"
 fi
+# The CUDA-graph library (build_graph_shim.sh) goes beside the binary, where it looks for it.
+if [ -f .gpu-pack/libfastvideo_graph.so ] && [ -d "$(dirname "$BIN")" ]; then
+  cp -p .gpu-pack/libfastvideo_graph.so "$(dirname "$BIN")/"
+fi
 export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 FASTVIDEO_TORCH_LIBS="$(python3 -c 'import glob, os, torch
 d = [os.path.dirname(torch.__file__) + "/lib"]

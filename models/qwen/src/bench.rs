@@ -30,6 +30,8 @@ pub struct DecodeFigure {
     pub batch: usize,
     pub step_s: f64,
     pub tokens_per_s: f64,
+    /// The first request's greedy tokens, to compare runs (CUDA graphs on and off).
+    pub first_tokens: Vec<i64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -113,7 +115,8 @@ pub fn run(model: &QwenForCausalLM, opts: &LmBenchOptions) -> Result<LmBenchRepo
         }
         sync(device);
         let step_s = t0.elapsed().as_secs_f64() / opts.steps.max(1) as f64;
-        decode.push(DecodeFigure { batch: b, step_s, tokens_per_s: b as f64 / step_s });
+        let first_tokens = gens[0].tokens().to_vec();
+        decode.push(DecodeFigure { batch: b, step_s, tokens_per_s: b as f64 / step_s, first_tokens });
     }
     Ok(LmBenchReport {
         device: format!("{device:?}"),

@@ -9,6 +9,7 @@ pub mod attention;
 pub mod bench;
 pub mod chat;
 pub mod config;
+mod decode_graph;
 pub mod extend;
 pub mod language_model;
 pub mod layer;

@@ -5,11 +5,12 @@
 use std::path::Path;
 
 use anyhow::{ensure, Context, Result};
-use fastvideo_pipeline::token::{ContiguousKv, KvShape, KvStore, PagedBatch};
+use fastvideo_pipeline::token::{ContiguousKv, KvShape, KvStore, PagedBatch, PagedPlan};
 use fastvideo_torch::weights::Weights;
 use tch::{Device, Kind, Tensor};
 
 use crate::config::QwenConfig;
+use crate::decode_graph::DecodeGraphs;
 use crate::layer::DecoderLayer;
 use crate::rms_norm::RmsNorm;
 use crate::rope::Rope;
@@ -22,6 +23,8 @@ pub struct QwenForCausalLM {
     lm_head: Tensor,
     rope: Rope,
     kind: Kind,
+    /// The batched paged decode step as CUDA graphs, where the device can capture them.
+    graphs: Option<DecodeGraphs>,
 }
 
 // SAFETY: the weights are read-only after `load` (no method takes `&mut self`), and libtorch's
@@ -47,7 +50,8 @@ impl QwenForCausalLM {
         };
         w.warn_unused("language model");
         let rope = Rope::new(c.head_dim, c.rope_theta, device);
-        Ok(Self { config, embed_tokens, layers, norm, lm_head, rope, kind })
+        let graphs = DecodeGraphs::for_device(device);
+        Ok(Self { config, embed_tokens, layers, norm, lm_head, rope, kind, graphs })
     }
 
     /// A fresh contiguous cache for this model.
@@ -108,18 +112,24 @@ impl QwenForCausalLM {
         }
         let b = tokens.len() as i64;
         let device = self.embed_tokens.device();
-        let ids = Tensor::from_slice(tokens).to_device(device).view([b, 1]);
-        if let Some(batch) = PagedBatch::new(caches)? {
-            let (cos, sin) = self.rope.tables_at(batch.positions(), self.kind);
-            let mut x = Tensor::embedding(&self.embed_tokens, &ids, -1, false, false);
-            for (i, layer) in self.layers.iter().enumerate() {
-                x = layer.forward_paged(x, (&cos, &sin), &batch, i);
-            }
+        if let Some(plan) = PagedPlan::new(caches)? {
+            let graphed = match &self.graphs {
+                Some(g) => g.run(tokens, &plan, |ids, batch| self.decode_paged(ids, batch))?,
+                None => None,
+            };
+            let logits = match graphed {
+                Some(logits) => logits,
+                None => {
+                    let ids = Tensor::from_slice(tokens).to_device(device).view([b, 1]);
+                    self.decode_paged(&ids, &PagedBatch::upload(plan))
+                }
+            };
             for c in caches.iter_mut() {
                 c.advance(1);
             }
-            return Ok(self.norm.forward(&x).linear(&self.lm_head, None::<Tensor>).squeeze_dim(1));
+            return Ok(logits);
         }
+        let ids = Tensor::from_slice(tokens).to_device(device).view([b, 1]);
         let (cos, sin): (Vec<Tensor>, Vec<Tensor>) =
             caches.iter().map(|c| self.rope.tables(c.len(), 1, self.kind)).unzip();
         let (cos, sin) = (Tensor::stack(&cos, 0).unsqueeze(1), Tensor::stack(&sin, 0).unsqueeze(1));
@@ -131,6 +141,17 @@ impl QwenForCausalLM {
             c.advance(1);
         }
         Ok(self.norm.forward(&x).linear(&self.lm_head, None::<Tensor>).squeeze_dim(1))
+    }
+
+    /// Logits `[B, vocab]` of one new token per row (`ids [B, 1]`) on the pages `batch`
+    /// addresses: device work only, so a CUDA graph can capture it.
+    fn decode_paged(&self, ids: &Tensor, batch: &PagedBatch) -> Tensor {
+        let (cos, sin) = self.rope.tables_at(batch.positions(), self.kind);
+        let mut x = Tensor::embedding(&self.embed_tokens, ids, -1, false, false);
+        for (i, layer) in self.layers.iter().enumerate() {
+            x = layer.forward_paged(x, (&cos, &sin), batch, i);
+        }
+        self.norm.forward(&x).linear(&self.lm_head, None::<Tensor>).squeeze_dim(1)
     }
 
     /// Greedy continuation of `prompt` by `n` tokens (no stop token): the reference the decode

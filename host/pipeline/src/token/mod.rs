@@ -10,5 +10,5 @@ mod sampling;
 
 pub use ar_decode::{ARDecodeLoop, CausalLm, DecodeParams, FinishReason, Generation};
 pub use kv::{ContiguousKv, KvBlockPool, KvShape, KvStore, PagedKv};
-pub use paged_batch::PagedBatch;
+pub use paged_batch::{PagedBatch, PagedPlan};
 pub use sampling::{Sampler, SamplingParams};

@@ -21,13 +21,31 @@ pub struct PagedBatch {
     table: Tensor,
     /// `[B]` int64: positions each request attends to, the new one included.
     lens: Tensor,
-    /// `[B, 1, 1, max_blocks * block_size]` bool: which gathered positions are real.
-    mask: Tensor,
+    /// `[B, 1, 1, max_blocks * block_size]` bool: which gathered positions are real (made when
+    /// first needed, for the gathered fallback).
+    mask: std::sync::OnceLock<Tensor>,
     /// `[B]` int64 positions of the new tokens (for rotary tables).
     positions: Tensor,
 }
 
-impl PagedBatch {
+/// A decode step's addressing on the host: where each request's new position goes and which
+/// blocks it reads. [`PagedBatch::new`] uploads it; a CUDA-graph runner copies it into the
+/// static buffers its graph reads instead.
+#[derive(Clone)]
+pub struct PagedPlan {
+    /// The pool every row's pages are in.
+    pub pool: Arc<KvBlockPool>,
+    /// Per request: the pool block of its new position.
+    pub block: Vec<i64>,
+    /// Per request: the offset of its new position in that block.
+    pub offset: Vec<i64>,
+    /// Per request: positions it attends to, the new one included.
+    pub lens: Vec<i64>,
+    /// Per request: its block table.
+    pub tables: Vec<Vec<i64>>,
+}
+
+impl PagedPlan {
     /// The step's addressing when every cache is paged on one pool (else `None`: the caller
     /// runs its rows another way); reserves each request's new position (an exhausted pool is
     /// an error).
@@ -53,27 +71,64 @@ impl PagedBatch {
             lens.push(len + 1);
             tables.push(p.table().iter().map(|&b| b as i64).collect::<Vec<_>>());
         }
-        let b = caches.len() as i64;
-        let max_blocks = tables.iter().map(Vec::len).max().unwrap_or(1) as i64;
-        let flat: Vec<i64> = tables
-            .iter()
-            .flat_map(|t| t.iter().copied().chain(std::iter::repeat(0)).take(max_blocks as usize))
-            .collect();
-        let device = pool.layer(0).0.device();
+        Ok(Some(Self { pool, block, offset, lens, tables }))
+    }
+
+    /// Rows in the step.
+    pub fn rows(&self) -> usize {
+        self.lens.len()
+    }
+
+    /// The longest block table.
+    pub fn max_blocks(&self) -> usize {
+        self.tables.iter().map(Vec::len).max().unwrap_or(1)
+    }
+
+    /// The tables as one `[B, width]` row-major list, padded with block 0 (never read: each
+    /// row reads its first `lens` positions only).
+    pub fn flat_tables(&self, width: usize) -> Vec<i64> {
+        self.tables.iter().flat_map(|t| t.iter().copied().chain(std::iter::repeat(0)).take(width)).collect()
+    }
+
+    /// Positions of the new tokens.
+    pub fn positions(&self) -> Vec<i64> {
+        self.lens.iter().map(|l| l - 1).collect()
+    }
+}
+
+impl PagedBatch {
+    /// [`PagedPlan::new`], uploaded.
+    pub fn new(caches: &mut [&mut dyn KvStore]) -> Result<Option<Self>> {
+        Ok(PagedPlan::new(caches)?.map(Self::upload))
+    }
+
+    /// The plan's tensors on the pool's device.
+    pub fn upload(plan: PagedPlan) -> Self {
+        let b = plan.rows() as i64;
+        let max_blocks = plan.max_blocks();
+        let device = plan.pool.layer(0).0.device();
         let on = |v: &[i64]| Tensor::from_slice(v).to_device(device);
-        let lens_t = on(&lens);
-        let span = Tensor::arange(max_blocks * bs, (Kind::Int64, device));
-        let mask = span.unsqueeze(0).lt_tensor(&lens_t.unsqueeze(1)).view([b, 1, 1, max_blocks * bs]);
-        let positions: Vec<i64> = lens.iter().map(|l| l - 1).collect();
-        Ok(Some(Self {
-            block: on(&block),
-            offset: on(&offset),
-            table: on(&flat).view([b, max_blocks]),
-            lens: lens_t,
-            mask,
-            positions: on(&positions),
-            pool,
-        }))
+        Self::from_device(
+            plan.pool.clone(),
+            on(&plan.block),
+            on(&plan.offset),
+            on(&plan.flat_tables(max_blocks)).view([b, max_blocks as i64]),
+            on(&plan.lens),
+            on(&plan.positions()),
+        )
+    }
+
+    /// The addressing from tensors on the pool's device (`[B]` int64 each, `table [B, width]`):
+    /// what a CUDA graph captures, so that each replay reads them where they are.
+    pub fn from_device(
+        pool: Arc<KvBlockPool>,
+        block: Tensor,
+        offset: Tensor,
+        table: Tensor,
+        lens: Tensor,
+        positions: Tensor,
+    ) -> Self {
+        Self { pool, block, offset, table, lens, mask: std::sync::OnceLock::new(), positions }
     }
 
     /// `[B]` int64 positions of the new tokens.
@@ -118,7 +173,12 @@ impl PagedBatch {
         };
         let (k, v) = (gather(pk), gather(pv));
         let gqa = q.size()[1] != k.size()[1];
-        Tensor::scaled_dot_product_attention(q, &k, &v, Some(&self.mask), 0.0, false, None, gqa)
+        let mask = self.mask.get_or_init(|| {
+            let bs = self.pool.block_size();
+            let span = Tensor::arange(max_blocks * bs, (Kind::Int64, q.device()));
+            span.unsqueeze(0).lt_tensor(&self.lens.unsqueeze(1)).view([b, 1, 1, max_blocks * bs])
+        });
+        Tensor::scaled_dot_product_attention(q, &k, &v, Some(mask), 0.0, false, None, gqa)
     }
 }
 

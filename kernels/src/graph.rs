@@ -1,0 +1,178 @@
+//! CUDA graphs of libtorch work: capture what a closure queues on the GPU once, then replay it
+//! with one launch. For decode steps, whose time is the host launching a few hundred small
+//! kernels rather than the GPU running them.
+//!
+//! tch has no capture API and libtorch's `at::cuda::CUDAGraph` is a C++ class, so capture goes
+//! through a small C++ library of ours (`kernels/cpp/cuda_graph.cpp`, built by
+//! `host/scripts/gpu/build_graph_shim.sh` against the same libtorch) loaded at run time from
+//! beside the binary (or `FASTVIDEO_GRAPH_SHIM`). Without it, or on a machine without CUDA,
+//! [`available`] is false and callers run their ops eagerly: nothing here is touched.
+//!
+//! During a capture, libtorch runs on a side stream the shim makes current, and our own kernels
+//! ([`crate::cuda`]) launch onto that stream too ([`capture_stream`]); replays run on the
+//! default stream, ordered with everything else there.
+
+use std::cell::Cell;
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::PathBuf;
+use std::ptr::NonNull;
+use std::sync::OnceLock;
+
+use anyhow::{anyhow, bail, Result};
+use tch::Device;
+
+type Begin = unsafe extern "C" fn(c_int, *mut c_void, *mut *mut c_void, *mut c_char, usize) -> c_int;
+type Step = unsafe extern "C" fn(*mut c_void, *mut c_char, usize) -> c_int;
+type Free = unsafe extern "C" fn(*mut c_void);
+type Stream = unsafe extern "C" fn(c_int) -> *mut c_void;
+type Version = unsafe extern "C" fn() -> c_int;
+
+/// The C ABI version this code speaks (`fv_graph_version`).
+const ABI: c_int = 1;
+
+struct Shim {
+    _lib: libloading::Library,
+    begin: Begin,
+    end: Step,
+    replay: Step,
+    free: Free,
+    stream: Stream,
+}
+
+static SHIM: OnceLock<Option<Shim>> = OnceLock::new();
+
+thread_local! {
+    /// The stream a capture on this thread records (null: none running).
+    static CAPTURING: Cell<*mut c_void> = const { Cell::new(std::ptr::null_mut()) };
+}
+
+/// Where the shim is looked for.
+fn shim_path() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("FASTVIDEO_GRAPH_SHIM") {
+        return Some(PathBuf::from(p));
+    }
+    Some(std::env::current_exe().ok()?.parent()?.join("libfastvideo_graph.so"))
+}
+
+fn shim() -> Option<&'static Shim> {
+    SHIM.get_or_init(|| {
+        if std::env::var_os("FASTVIDEO_NO_GRAPHS").is_some() || !crate::enabled() {
+            return None;
+        }
+        let path = shim_path()?;
+        if !path.exists() {
+            tracing::debug!(path = %path.display(), "no CUDA-graph library; decode steps run eagerly");
+            return None;
+        }
+        match load(&path) {
+            Ok(s) => {
+                tracing::info!(path = %path.display(), "CUDA graphs available");
+                Some(s)
+            }
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %format!("{e:#}"), "CUDA-graph library unusable; running eagerly");
+                None
+            }
+        }
+    })
+    .as_ref()
+}
+
+fn load(path: &std::path::Path) -> Result<Shim> {
+    // SAFETY: the library's constructors are those of a small C++ file; its symbols are looked
+    // up by the exact signatures `kernels/cpp/cuda_graph.cpp` declares, and the version is
+    // checked before any other is called.
+    unsafe {
+        let lib = libloading::Library::new(path)?;
+        let version: Version = *lib.get(b"fv_graph_version\0")?;
+        let v = version();
+        if v != ABI {
+            bail!("ABI version {v}, this binary needs {ABI}: rebuild it with build_graph_shim.sh");
+        }
+        Ok(Shim {
+            begin: *lib.get(b"fv_graph_begin\0")?,
+            end: *lib.get(b"fv_graph_end\0")?,
+            replay: *lib.get(b"fv_graph_replay\0")?,
+            free: *lib.get(b"fv_graph_free\0")?,
+            stream: *lib.get(b"fv_current_stream\0")?,
+            _lib: lib,
+        })
+    }
+}
+
+/// Whether work on `device` can be captured.
+pub fn available(device: Device) -> bool {
+    device.is_cuda() && shim().is_some()
+}
+
+/// The raw stream a capture on this thread is recording, for kernels launched outside
+/// libtorch (none when no capture runs: they go to the default stream).
+pub(crate) fn capture_stream() -> Option<*mut c_void> {
+    let s = CAPTURING.with(Cell::get);
+    (!s.is_null()).then_some(s)
+}
+
+/// A captured CUDA graph; its memory (the tensors made during capture) stays with it.
+pub struct CudaGraph {
+    raw: NonNull<c_void>,
+    shim: &'static Shim,
+}
+
+// SAFETY: the graph is an opaque handle the shim only touches inside its calls; replays are
+// issued by one thread at a time (`&self` methods are not reentrant across threads by contract
+// of the callers, which hold graphs behind a mutex or on one executor thread).
+unsafe impl Send for CudaGraph {}
+
+fn message(buf: &[c_char]) -> String {
+    // SAFETY: the shim always NUL-terminates within the buffer.
+    unsafe { CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned()
+}
+
+impl CudaGraph {
+    /// Captures the GPU work `f` queues on CUDA device `ordinal` (nothing runs: the work is
+    /// recorded). `share_pool_with`: an earlier graph whose memory pool this one shares, for
+    /// graphs that are replayed one after another, never at once. `f` must not synchronise
+    /// with the host (no reading values back, no copies from pageable memory).
+    pub fn capture<R>(ordinal: usize, share_pool_with: Option<&CudaGraph>, f: impl FnOnce() -> R) -> Result<(Self, R)> {
+        let shim = shim().ok_or_else(|| anyhow!("CUDA graphs are not available"))?;
+        let mut err = [0 as c_char; 512];
+        let mut raw = std::ptr::null_mut();
+        let pool = share_pool_with.map_or(std::ptr::null_mut(), |g| g.raw.as_ptr());
+        // SAFETY: the shim's documented signature; `raw` is written on success only.
+        let rc = unsafe { (shim.begin)(ordinal as c_int, pool, &mut raw, err.as_mut_ptr(), err.len()) };
+        if rc != 0 {
+            bail!("starting a CUDA-graph capture: {}", message(&err));
+        }
+        let graph = Self { raw: NonNull::new(raw).ok_or_else(|| anyhow!("the shim gave no graph"))?, shim };
+        // SAFETY: as above; the current stream is the capture stream the shim just set.
+        CAPTURING.with(|c| c.set(unsafe { (shim.stream)(ordinal as c_int) }));
+        let out = catch_unwind(AssertUnwindSafe(f));
+        CAPTURING.with(|c| c.set(std::ptr::null_mut()));
+        // SAFETY: ends the capture begun above (also after a panic, which leaves it unusable).
+        let rc = unsafe { (shim.end)(graph.raw.as_ptr(), err.as_mut_ptr(), err.len()) };
+        let out = out.map_err(|p| anyhow!("capturing: {}", fastvideo_torch::panic_message(p.as_ref())))?;
+        if rc != 0 {
+            bail!("ending a CUDA-graph capture: {}", message(&err));
+        }
+        Ok((graph, out))
+    }
+
+    /// Runs the captured work again on the default stream (asynchronously, like any launch).
+    pub fn replay(&self) -> Result<()> {
+        let mut err = [0 as c_char; 512];
+        // SAFETY: a graph whose capture ended (`capture` returns only those).
+        let rc = unsafe { (self.shim.replay)(self.raw.as_ptr(), err.as_mut_ptr(), err.len()) };
+        if rc != 0 {
+            bail!("replaying a CUDA graph: {}", message(&err));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for CudaGraph {
+    fn drop(&mut self) {
+        // SAFETY: the handle came from `begin` and is freed once.
+        unsafe { (self.shim.free)(self.raw.as_ptr()) }
+    }
+}
