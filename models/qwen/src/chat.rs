@@ -4,7 +4,10 @@
 //! way transformers' `apply_chat_template` renders it (`messages`, `add_generation_prompt`,
 //! `bos_token`, `eos_token`, `raise_exception`).
 
+use std::collections::VecDeque;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 use anyhow::{anyhow, bail, ensure, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -27,7 +30,15 @@ pub struct ChatTokenizer {
     template: Option<String>,
     bos_token: Option<String>,
     eos_token: Option<String>,
+    /// The last few prompts' ids: a served request's prompt is tokenized at admission (to check
+    /// its length) and again by the pipeline's first node, which then finds it here.
+    recent: Mutex<VecDeque<(String, Vec<i64>)>>,
+    hits: AtomicU64,
 }
+
+/// Prompts [`ChatTokenizer::recent`] keeps (admission runs ahead of the pipeline by at most the
+/// queue, and a miss only costs a tokenization).
+const RECENT: usize = 64;
 
 #[derive(Deserialize, Default)]
 struct TokenizerConfig {
@@ -133,7 +144,14 @@ impl ChatTokenizer {
                 _ => None,
             },
         };
-        Ok(Self { tokenizer, template, bos_token: token_text(cfg.bos_token), eos_token: token_text(cfg.eos_token) })
+        Ok(Self {
+            tokenizer,
+            template,
+            bos_token: token_text(cfg.bos_token),
+            eos_token: token_text(cfg.eos_token),
+            recent: Mutex::new(VecDeque::new()),
+            hits: AtomicU64::new(0),
+        })
     }
 
     /// Whether the folder has a chat template.
@@ -154,8 +172,25 @@ impl ChatTokenizer {
     /// Token ids of `text`; special tokens written in it (`<|im_start|>`) are recognised, no
     /// others added.
     pub fn encode(&self, text: &str) -> Result<Vec<i64>> {
+        let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, ids)) = recent.iter().find(|(t, _)| t == text) {
+            self.hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(ids.clone());
+        }
+        drop(recent);
         let enc = self.tokenizer.encode(text, false).map_err(|e| anyhow!("tokenizing: {e}"))?;
-        Ok(enc.get_ids().iter().map(|&i| i as i64).collect())
+        let ids: Vec<i64> = enc.get_ids().iter().map(|&i| i as i64).collect();
+        recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        if recent.len() == RECENT {
+            recent.pop_front();
+        }
+        recent.push_back((text.to_string(), ids.clone()));
+        Ok(ids)
+    }
+
+    /// Encodings answered from the recent prompts (for tests and metrics).
+    pub fn encode_hits(&self) -> u64 {
+        self.hits.load(Ordering::Relaxed)
     }
 
     /// The text of `ids`, special tokens left out.

@@ -36,6 +36,10 @@ fn the_chat_template_renders_and_tokenizes_as_transformers_does() {
         let want = std::fs::read_to_string(dir().join(format!("chat{i}.txt"))).unwrap();
         assert_eq!(text, want, "chat {i}: rendered text");
         assert_eq!(tok.encode(&text).unwrap(), expected(&format!("chat{i}_ids")), "chat {i}: ids");
+        // Admission tokenizes a prompt, then the pipeline does again: the second is a lookup.
+        let hits = tok.encode_hits();
+        assert_eq!(tok.encode(&text).unwrap(), expected(&format!("chat{i}_ids")), "chat {i}: ids again");
+        assert_eq!(tok.encode_hits(), hits + 1, "chat {i}: the second encoding is remembered");
     }
     let reply = expected("reply_ids");
     assert_eq!(tok.decode(&reply).unwrap(), "a red circle moving left");
