@@ -19,6 +19,19 @@
 //       one scale per channel (vs [B, H, 128]).
 // Every tile is stored swizzled as shared memory holds it, so one bulk copy moves it.
 
+// Tuning switches (compile-time; `FASTVIDEO_ATTN8_DEFINES="POLY_NUM=4,PINGPONG=1"` sets them for
+// an experiment, the defaults are what was measured fastest):
+//   POLY_NUM  of every 16 exponentials of the softmax, how many run on the FMA and integer
+//             pipes (`ex2_fma`) instead of the MUFU unit, whose 16 per clock per SM bound it;
+//   PINGPONG  the two warpgroups take turns issuing their tile's GEMMs (named barriers), so one's
+//             softmax runs while the other's GEMMs do, as FlashAttention-3 schedules them.
+#ifndef POLY_NUM
+#define POLY_NUM 0
+#endif
+#ifndef PINGPONG
+#define PINGPONG 0
+#endif
+
 #define HEAD_DIM 128
 #define BLOCK_M 128  // query rows per CTA: two warpgroups of 64
 #define BLOCK_N 64   // keys per quantization block (K scales, Vᵀ tiles)
@@ -251,6 +264,23 @@ __device__ __forceinline__ float ex2(float x) {
     return y;
 }
 
+// 2^x without the MUFU unit: round(x) through the float adder's rounding (x + 1.5·2^23), a
+// quadratic for 2^f on f in [-0.5, 0.5] (0.17 % relative error, fitted for relative error; P is
+// then rounded to e4m3, whose steps are 6 %), and round(x) added to the exponent field. The low
+// bits of x + 1.5·2^23 are round(x), and shifting them by 23 drops the constant.
+__device__ __forceinline__ float ex2_fma(float x) {
+    x = fmaxf(x, -100.f);
+    const float t = __fadd_rn(x, 12582912.f);
+    const float f = __fsub_rn(x, __fsub_rn(t, 12582912.f));
+    const float p = fmaf(fmaf(0.23842874f, f, 0.70344827f), f, 1.00044319f);
+    return __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
+}
+
+// Named barriers 1 and 2: warpgroup w may issue its GEMMs once barrier 1 + w completes (its own
+// 128 threads syncing, the other warpgroup's 128 arriving).
+__device__ __forceinline__ void bar_sync(int id) { asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory"); }
+__device__ __forceinline__ void bar_arrive(int id) { asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory"); }
+
 // Online softmax of one 128-key tile for this thread's two rows (r0 and r0 + 8). `s` is Q·Kᵀ in
 // int32; its first 32 registers (n8 chunks 0-7, keys 0-63) dequantize with `flo`, the rest with
 // `fhi` (one K scale per 64 keys; Q's and the softmax scale are in both). With MASK, keys from
@@ -295,7 +325,8 @@ __device__ __forceinline__ void softmax_tile(const int (&s)[64], float flo, floa
             const bool hi = i >= 32, r1 = (i & 2) != 0;
             const float f = hi ? fhi : flo;
             const float c = r1 ? (hi ? c1h : c1l) : (hi ? c0h : c0l);
-            x[e] = ex2(fmaf(__int_as_float(s[i] + 0x4B400000), f, -c));
+            const float arg = fmaf(__int_as_float(s[i] + 0x4B400000), f, -c);
+            x[e] = e < POLY_NUM ? ex2_fma(arg) : ex2(arg);
             if (MASK && !keep(i)) x[e] = 0.f;
             if (r1)
                 sum1 += x[e];
@@ -423,12 +454,17 @@ extern "C" __global__ void __launch_bounds__(256, 1)
             mbar_wait(empty0 + 8 * ((j - 2) % STAGES), ((j - 2) / STAGES) & 1);
             load_tile(j - 2 + STAGES);
         }
+        if (PINGPONG) bar_sync(1 + wg);
         if (next) issue_qk(j + 1);
         issue_pv(j, p);
+        // The other warpgroup's turn (warpgroup 1 primed warpgroup 0's first, so it gives one
+        // fewer: every barrier sees as many arrivals as syncs).
+        if (PINGPONG && !(wg == 1 && j == tiles - 1)) bar_arrive(2 - wg);
         if (next) wgmma_wait1();  // tile j+1's Q·Kᵀ (the older group)
     };
     issue_qk(0);
     wgmma_wait0();
+    if (PINGPONG && wg == 1) bar_arrive(1);  // warpgroup 0 goes first
     int j = 0;
     for (; j + 2 < tiles; j += 2) {
         step(j, pa, true);

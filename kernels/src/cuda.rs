@@ -192,13 +192,21 @@ fn build(ordinal: usize) -> Result<DeviceKernels> {
 /// The `sm_90a` module: compiled (or read from the PTX cache) and its functions set up.
 fn load_sm90(ctx: &Arc<CudaContext>) -> Result<Vec<(&'static str, CudaFunction)>> {
     let arch = "compute_90a";
-    let cached = ptx_cache_path(SM90_SOURCE, arch);
+    // A tuning experiment's switches (`attention8.cu`'s header), e.g. "POLY_NUM=4,PINGPONG=1".
+    let defines: String = std::env::var("FASTVIDEO_ATTN8_DEFINES")
+        .unwrap_or_default()
+        .split(',')
+        .filter_map(|d| d.split_once('='))
+        .map(|(k, v)| format!("#define {} {}\n", k.trim(), v.trim()))
+        .collect();
+    let source = format!("{defines}{SM90_SOURCE}");
+    let cached = ptx_cache_path(&source, arch);
     let module = match cached.as_ref().and_then(|p| std::fs::read_to_string(p).ok()) {
         Some(src) => match ctx.load_module(Ptx::from_src(src)) {
             Ok(m) => m,
-            Err(_) => compile_and_load(ctx, SM90_SOURCE, arch, cached.as_deref())?,
+            Err(_) => compile_and_load(ctx, &source, arch, cached.as_deref())?,
         },
-        None => compile_and_load(ctx, SM90_SOURCE, arch, cached.as_deref())?,
+        None => compile_and_load(ctx, &source, arch, cached.as_deref())?,
     };
     let mut out = Vec::new();
     for &name in SM90_FUNCTIONS {
