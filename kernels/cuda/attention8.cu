@@ -31,6 +31,15 @@
 #ifndef PINGPONG
 #define PINGPONG 0
 #endif
+//   STAGES    key/value tiles in flight (the host reserves shared memory for up to 6);
+//   ASYNC_REFILL  the last warp to release a stage refills it at once, instead of thread 0
+//             waiting for the stage two tiles back (which stalls its whole warpgroup).
+#ifndef STAGES
+#define STAGES 5
+#endif
+#ifndef ASYNC_REFILL
+#define ASYNC_REFILL 0
+#endif
 
 #define HEAD_DIM 128
 #define BLOCK_M 128  // query rows per CTA: two warpgroups of 64
@@ -251,7 +260,6 @@ __device__ __forceinline__ void wgmma_pv(float (&o)[64], const u32 (&a)[4], u64 
 #define TILE_N 128                     // keys per step: two 64-key quantization blocks
 #define K_BYTES (TILE_N * HEAD_DIM)    // 16 KiB
 #define V_BYTES (HEAD_DIM * TILE_N)    // 16 KiB: two 64-key Vᵀ tiles
-#define STAGES 5
 // Q, the key stages, room to align to 1 KiB, the barriers.
 #define SMEM_BYTES (Q_BYTES + STAGES * (K_BYTES + V_BYTES) + 1024 + 8 * (2 * STAGES + 1))
 
@@ -377,8 +385,10 @@ extern "C" __global__ void __launch_bounds__(256, 1)
         bulk_load(sk0 + st * K_BYTES, kg + (long long)t * K_BYTES, K_BYTES, full0 + 8 * st);
         bulk_load(sv0 + st * V_BYTES, vg + (long long)t * V_BYTES, V_BYTES, full0 + 8 * st);
     };
+    __shared__ u32 released[STAGES];  // ASYNC_REFILL: warps done with each stage's tile
     if (tid == 0) {
         for (int i = 0; i < STAGES; i++) {
+            released[i] = 0;
             mbar_init(full0 + 8 * i, 1);
             mbar_init(empty0 + 8 * i, 8);  // one arrival per warp
         }
@@ -440,7 +450,20 @@ extern "C" __global__ void __launch_bounds__(256, 1)
         float a0, a1;
         softmax(j, p, a0, a1);
         wgmma_wait0();  // tile j-1's P·V
-        if (j > 0 && lane == 0) mbar_arrive(empty0 + 8 * ((j - 1) % STAGES));  // this warp is done with it
+        if (j > 0 && lane == 0) {  // this warp is done with tile j-1
+            if (ASYNC_REFILL) {
+                const int st = (j - 1) % STAGES;
+                __threadfence_block();
+                if (atomicAdd(&released[st], 1u) == 7u) {  // the last of the 8 warps
+                    released[st] = 0;
+                    __threadfence_block();
+                    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+                    if (j - 1 + STAGES < tiles) load_tile(j - 1 + STAGES);
+                }
+            } else {
+                mbar_arrive(empty0 + 8 * ((j - 1) % STAGES));
+            }
+        }
 #pragma unroll
         for (int i = 0; i < 64; i += 4) {
             o[i] *= a0;
@@ -450,7 +473,7 @@ extern "C" __global__ void __launch_bounds__(256, 1)
         }
         // Refill the stage of tile j-2 (both warpgroups are most likely past it) with the tile
         // STAGES after it.
-        if (tid == 0 && j >= 2 && j - 2 + STAGES < tiles) {
+        if (!ASYNC_REFILL && tid == 0 && j >= 2 && j - 2 + STAGES < tiles) {
             mbar_wait(empty0 + 8 * ((j - 2) % STAGES), ((j - 2) / STAGES) & 1);
             load_tile(j - 2 + STAGES);
         }

@@ -54,7 +54,9 @@ pub enum Arg {
 const SM90_SOURCE: &str = include_str!("../cuda/attention8.cu");
 const SM90_FUNCTIONS: &[&str] = &["quant_int8_rows", "quant_v_fp8t", "attention_int8_fp8_sm90"];
 /// Dynamic shared memory of `attention_int8_fp8_sm90` (its `SMEM_BYTES`).
-pub const ATTENTION8_SMEM: u32 = 16 * 1024 + 5 * 32 * 1024 + 1024 + 8 * 11;
+/// Room for up to 6 key/value stages (5 as shipped; its `STAGES` switch may ask for 6): one CTA
+/// per SM either way, which its registers already decide.
+pub const ATTENTION8_SMEM: u32 = 16 * 1024 + 6 * 32 * 1024 + 1024 + 8 * 13;
 
 /// The compiled kernels of one device.
 pub struct DeviceKernels {

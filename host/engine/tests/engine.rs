@@ -429,6 +429,30 @@ impl fastvideo_engine::Residency for ToyResidency {
     }
 }
 
+/// An engine serving toy models `a`, `b` and `c` (the primary first) whose latents are the step
+/// count times `scales[i]`, each moved by a [`ToyResidency`] of `sizes[i]` bytes on `devices`
+/// (resident from the start where `devices.on` says), under `cfg`.
+fn toy_engine(
+    devices: &Arc<std::sync::Mutex<Devices>>,
+    scales: [f32; 3],
+    sizes: [u64; 3],
+    cfg: EngineConfig,
+    registry: &mut prometheus_client::registry::Registry,
+) -> Engine {
+    let on = devices.lock().unwrap().on.clone();
+    let mut models: Vec<EngineModel> = ["a", "b", "c"]
+        .iter()
+        .enumerate()
+        .map(|(i, id)| {
+            let mut m = scaled_model(id, scales[i]);
+            m.residency = Some(Arc::new(ToyResidency(i, devices.clone(), sizes[i], on[i])));
+            m
+        })
+        .collect();
+    let primary = models.remove(0);
+    Engine::start_with_models(primary, models, None, cfg, Metrics::register(registry))
+}
+
 fn scaled_model(id: &str, scale: f32) -> EngineModel {
     let nodes = vec![Node::looped("denoise", Arc::new(ScaledLoop(scale)), &[], &["latents"])];
     EngineModel {
@@ -484,21 +508,10 @@ fn requests_run_on_the_model_they_name_and_an_unknown_model_is_refused() {
 #[test]
 fn at_most_the_resident_bound_of_models_stay_on_the_device() {
     let devices = Arc::new(std::sync::Mutex::new(Devices { on: vec![true; 3], most: 3, ..Default::default() }));
-    let with = |id: &str, scale: f32, i: usize| {
-        let mut m = scaled_model(id, scale);
-        m.residency = Some(Arc::new(ToyResidency(i, devices.clone(), 1 << 20, true)));
-        m
-    };
     let mut registry = prometheus_client::registry::Registry::default();
     // One request at a time, so the least recently used model is always idle when another wakes.
     let cfg = EngineConfig { max_resident_models: Some(2), max_active: 1, ..EngineConfig::default() };
-    let engine = Engine::start_with_models(
-        with("a", 1.0, 0),
-        vec![with("b", 10.0, 1), with("c", 100.0, 2)],
-        None,
-        cfg,
-        Metrics::register(&mut registry),
-    );
+    let engine = toy_engine(&devices, [1.0, 10.0, 100.0], [1 << 20; 3], cfg, &mut registry);
     devices.lock().unwrap().most = 0;
     rt().block_on(async {
         let models = ["a", "b", "c", "a", "c", "b", "a"];
@@ -540,26 +553,15 @@ fn at_most_the_resident_bound_of_models_stay_on_the_device() {
 fn a_byte_budget_bounds_the_weights_on_the_device_and_a_lazy_model_starts_asleep() {
     const MIB: u64 = 1 << 20;
     // `a` and `b` take 2 MiB each, `c` 4 MiB and is loaded lazily; 4 MiB fit.
-    let sizes = vec![2 * MIB, 2 * MIB, 4 * MIB];
+    let sizes = [2 * MIB, 2 * MIB, 4 * MIB];
     let devices = Arc::new(std::sync::Mutex::new(Devices {
         on: vec![true, true, false],
-        sizes: sizes.clone(),
+        sizes: sizes.to_vec(),
         ..Default::default()
     }));
-    let with = |id: &str, scale: f32, i: usize| {
-        let mut m = scaled_model(id, scale);
-        m.residency = Some(Arc::new(ToyResidency(i, devices.clone(), sizes[i], i != 2)));
-        m
-    };
     let mut registry = prometheus_client::registry::Registry::default();
     let cfg = EngineConfig { max_resident_bytes: Some(4 * MIB), max_active: 1, ..EngineConfig::default() };
-    let engine = Engine::start_with_models(
-        with("a", 1.0, 0),
-        vec![with("b", 10.0, 1), with("c", 100.0, 2)],
-        None,
-        cfg,
-        Metrics::register(&mut registry),
-    );
+    let engine = toy_engine(&devices, [1.0, 10.0, 100.0], sizes, cfg, &mut registry);
     rt().block_on(async {
         // Before any request: the lazy model was never read.
         assert_eq!(devices.lock().unwrap().wakes, 0);
@@ -594,20 +596,9 @@ fn a_byte_budget_bounds_the_weights_on_the_device_and_a_lazy_model_starts_asleep
 #[test]
 fn a_burst_for_a_cold_model_wakes_it_once_instead_of_swapping_per_request() {
     let devices = Arc::new(std::sync::Mutex::new(Devices { on: vec![true; 3], wake_ms: 30, ..Default::default() }));
-    let with = |id: &str, i: usize| {
-        let mut m = scaled_model(id, 1.0);
-        m.residency = Some(Arc::new(ToyResidency(i, devices.clone(), 1 << 20, true)));
-        m
-    };
     let mut registry = prometheus_client::registry::Registry::default();
     let cfg = EngineConfig { max_resident_models: Some(2), max_active: 1, ..EngineConfig::default() };
-    let engine = Engine::start_with_models(
-        with("a", 0),
-        vec![with("b", 1), with("c", 2)],
-        None,
-        cfg,
-        Metrics::register(&mut registry),
-    );
+    let engine = toy_engine(&devices, [1.0; 3], [1 << 20; 3], cfg, &mut registry);
     rt().block_on(async {
         // One request on each model, so the cost model knows them all alike; `c` wakes for its
         // and `a` (the least recently used) goes to sleep.
