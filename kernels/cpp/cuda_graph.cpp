@@ -14,6 +14,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <c10/util/Exception.h>
+#include <torch/headeronly/version.h>
 
 #include <cstring>
 #include <exception>
@@ -72,6 +73,10 @@ void wait_stream(const c10::cuda::CUDAStream& waiter, const c10::cuda::CUDAStrea
 extern "C" {
 
 FV_EXPORT int fv_graph_version(void) { return 1; }
+
+// The libtorch these headers came from, as major * 100 + minor (2.11 -> 211): CUDAGraph's layout
+// is libtorch's, so the binary refuses a shim built against another minor version.
+FV_EXPORT int fv_graph_torch_version(void) { return TORCH_VERSION_MAJOR * 100 + TORCH_VERSION_MINOR; }
 
 // device: CUDA ordinal, or -1 for the current device. pool_from: an earlier, already-ended
 // graph whose private memory pool this capture shares (replay such graphs in capture order),

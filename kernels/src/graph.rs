@@ -30,6 +30,8 @@ type Version = unsafe extern "C" fn() -> c_int;
 
 /// The C ABI version this code speaks (`fv_graph_version`).
 const ABI: c_int = 1;
+/// The libtorch the binary is built for (tch 0.24: 2.11), as `fv_graph_torch_version` says it.
+const TORCH: c_int = 211;
 
 struct Shim {
     _lib: libloading::Library,
@@ -90,6 +92,11 @@ fn load(path: &std::path::Path) -> Result<Shim> {
         if v != ABI {
             bail!("ABI version {v}, this binary needs {ABI}: rebuild it with build_graph_shim.sh");
         }
+        let torch: Version = *lib.get(b"fv_graph_torch_version\0")?;
+        let t = torch();
+        if t != TORCH {
+            bail!("built against libtorch {}.{}, this binary runs {}.{}", t / 100, t % 100, TORCH / 100, TORCH % 100);
+        }
         Ok(Shim {
             begin: *lib.get(b"fv_graph_begin\0")?,
             end: *lib.get(b"fv_graph_end\0")?,
@@ -119,9 +126,9 @@ pub struct CudaGraph {
     shim: &'static Shim,
 }
 
-// SAFETY: the graph is an opaque handle the shim only touches inside its calls; replays are
-// issued by one thread at a time (`&self` methods are not reentrant across threads by contract
-// of the callers, which hold graphs behind a mutex or on one executor thread).
+// SAFETY: the graph is an opaque heap handle owned by this value; the shim's calls on it (replay,
+// free) do not depend on the thread that captured it (replays run on the calling thread's
+// current stream), so it may be used and dropped on another thread. It is not `Sync`.
 unsafe impl Send for CudaGraph {}
 
 fn message(buf: &[c_char]) -> String {

@@ -183,8 +183,9 @@ pub struct EngineArgs {
     /// The share of the executor (0 to 1) overdue jobs get while others wait too [default: 0.5].
     #[arg(long)]
     pub overdue_share: Option<f64>,
-    /// Served models whose transformer may be on the device at once: work on another first puts
-    /// the least recently used idle one to sleep in host memory [default: all].
+    /// Served models whose transformer may be on the device at once (the world model counts as
+    /// one while it may sleep): work on another first puts the least recently used idle one to
+    /// sleep [default: all].
     #[arg(long)]
     pub max_resident_models: Option<usize>,
     /// A served model (by name) that never sleeps, whatever --max-resident-models says;
@@ -196,8 +197,9 @@ pub struct EngineArgs {
     #[arg(long, value_name = "NAME")]
     pub lazy_model: Vec<String>,
     /// Device memory for served models' transformer weights, in MiB (every video model's and
-    /// the world model's, the ones that never sleep included): work on a sleeping model first
-    /// puts the least recently used idle ones to sleep until it fits [default: no bound].
+    /// the world model's, the ones that never sleep included): models that may sleep load
+    /// lazily and are read at start only while they fit, and work on a sleeping model first puts
+    /// the least recently used idle ones to sleep until it fits [default: no bound].
     #[arg(long, value_name = "MIB")]
     pub weight_budget_mib: Option<u64>,
     /// Where sleeping models' transformer weights wait: `host` (pinned host memory; a wake is a

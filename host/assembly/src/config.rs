@@ -214,8 +214,9 @@ pub struct SchedulerConfig {
     pub max_stretch: f64,
     /// The share of the executor (0 to 1) overdue jobs get while others wait too.
     pub overdue_share: f64,
-    /// Served models whose transformer weights may be on the device at once; work on another
-    /// puts the least recently used idle one to sleep first. `None`: all.
+    /// Served models whose transformer weights may be on the device at once (the world model
+    /// counts as one while it may sleep); work on another puts the least recently used idle one
+    /// to sleep first. `None`: all.
     pub max_resident_models: Option<usize>,
     /// Where a sleeping model's transformer weights go: `host` (pinned host memory, kept: a wake
     /// is a copy) or `disk` (freed: a wake reads the model folder's checkpoint again).
@@ -223,7 +224,8 @@ pub struct SchedulerConfig {
     /// Device memory, in MiB, the transformer weights of every served video model and of the
     /// world model may take together; work on a sleeping model first puts the least recently
     /// used idle ones to sleep until it fits. The weights that never sleep (the primary, pinned
-    /// models) count too. `None`: no bound.
+    /// models) count too. Under a budget, models that may sleep load lazily and are read at
+    /// start only while they fit, so starting never exceeds it. `None`: no bound.
     pub weight_budget_mib: Option<u64>,
 }
 

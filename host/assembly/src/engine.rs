@@ -156,20 +156,24 @@ pub fn build_engine(cfg: &ServeConfig) -> Result<Assembly> {
         BTreeMap::from([(location.name.clone(), crate::extend::prompt_warnings(&model, extender.is_some()))]);
     let mut extra = Vec::new();
     let mut budget = WeightBudget::default();
-    budget.add(&location.name, fastvideo_wan::residency::resident_bytes(&model), None);
+    budget.add(&location.name, fastvideo_wan::residency::resident_bytes(&model), None, true);
     for m in &cfg.models {
         if m.name == location.name || chat.as_ref().is_some_and(|(id, _)| *id == m.name) {
             anyhow::bail!("models: `{}` is already the name of another served model", m.name);
         }
         let (served, warnings, bytes) = video_model(cfg, deploy.as_ref(), m, device)?;
         prompt_warnings.insert(m.name.clone(), warnings);
-        budget.add(&m.name, bytes, served.residency.as_deref());
+        budget.add(&m.name, bytes, served.residency.clone(), !m.lazy);
         extra.push(served);
     }
     if let Some(w) = &world {
-        budget.add(w.sessions.id(), w.bytes, w.sessions.residency().as_deref());
+        let id = w.sessions.id();
+        if id == location.name || cfg.models.iter().any(|m| m.name == id) || chat.as_ref().is_some_and(|c| c.0 == id) {
+            anyhow::bail!("world: the world model's id `{id}` is already the name of another served model");
+        }
+        budget.add(id, w.bytes, w.sessions.residency(), true);
     }
-    engine_cfg.max_resident_bytes = budget.for_sleepers(cfg.scheduler.weight_budget_mib)?;
+    engine_cfg.max_resident_bytes = budget.settle(cfg.scheduler.weight_budget_mib)?;
     extra.extend(lm.into_iter().map(|l| l.model));
     let engine = Engine::start_with_models(
         EngineModel {
@@ -211,8 +215,14 @@ fn video_model(
     device: Device,
 ) -> Result<(EngineModel, crate::PromptWarnings, u64)> {
     let (name, dir) = (m.name.as_str(), m.path.as_path());
-    let model = if m.lazy { cfg.model.load_lazily(dir, device) } else { cfg.model.load_at(dir, device) }
-        .with_context(|| format!("models `{name}`{}", if m.lazy { " (lazy)" } else { "" }))?;
+    // Under a weight budget, models that may sleep load lazily and the budget decides which are
+    // read at start (`WeightBudget::settle`): loading them all first could exceed the device.
+    let lazy = m.lazy || (cfg.scheduler.weight_budget_mib.is_some() && !m.pin);
+    let model = if lazy { cfg.model.load_lazily(dir, device) } else { cfg.model.load_at(dir, device) }
+        .with_context(|| format!("models `{name}`"))?;
+    if m.lazy && model.load_report.deferred_linear_bytes.is_none() {
+        anyhow::bail!("models `{name}`: lazy (--lazy-model) needs a model with one transformer and no FP8 linears");
+    }
     let binding = Binding::of(deploy, name);
     let extender = cfg.model.load_extender(dir, device).with_context(|| format!("models `{name}`"))?;
     let policies = crate::extend::with_extender(binding.policies.clone(), extender.as_deref());
@@ -249,27 +259,43 @@ fn video_model(
     Ok((served, warnings, fastvideo_wan::residency::resident_bytes(&model)))
 }
 
+/// A model that may sleep, as the weight budget sees it.
+struct Sleeper {
+    name: String,
+    bytes: u64,
+    residency: Arc<dyn fastvideo_engine::Residency>,
+    /// Read at start when it fits (not asked to be lazy).
+    eager: bool,
+}
+
 /// The served models' transformer weights against `scheduler.weight_budget_mib`: those that
 /// never leave the device take their part first, and every model that can sleep must fit
 /// beside them, else the server refuses to start (it could never run that model's work).
 #[derive(Default)]
 struct WeightBudget {
     fixed: Vec<(String, u64)>,
-    sleepers: Vec<(String, u64)>,
+    sleepers: Vec<Sleeper>,
 }
 
 impl WeightBudget {
-    fn add(&mut self, name: &str, bytes: u64, residency: Option<&dyn fastvideo_engine::Residency>) {
+    /// A served model: `bytes` on the device while resident, `residency` when it may sleep,
+    /// `eager` when it should be read at start if it fits.
+    fn add(&mut self, name: &str, bytes: u64, residency: Option<Arc<dyn fastvideo_engine::Residency>>, eager: bool) {
         match residency {
-            Some(r) => self.sleepers.push((name.to_string(), r.bytes())),
+            Some(r) => self.sleepers.push(Sleeper { name: name.to_string(), bytes: r.bytes(), residency: r, eager }),
             None => self.fixed.push((name.to_string(), bytes)),
         }
     }
 
-    /// The bytes left for the models that can sleep, under a budget of `mib`.
-    fn for_sleepers(&self, mib: Option<u64>) -> Result<Option<u64>> {
+    /// Checks the budget of `mib` against the models, reads the eager models that were loaded
+    /// lazily while they fit (in the order they were declared), and answers the bytes left for
+    /// the models that can sleep.
+    fn settle(&self, mib: Option<u64>) -> Result<Option<u64>> {
         let Some(mib) = mib else { return Ok(None) };
-        let (budget, fixed) = (mib << 20, self.fixed.iter().map(|f| f.1).sum::<u64>());
+        let budget = mib
+            .checked_mul(1 << 20)
+            .ok_or_else(|| anyhow::anyhow!("scheduler.weight_budget_mib (--weight-budget-mib) {mib} is too large"))?;
+        let fixed = self.fixed.iter().map(|f| f.1).sum::<u64>();
         let mb = |b: u64| b.div_ceil(1 << 20);
         let list = |v: &[(String, u64)]| v.iter().map(|(n, b)| format!("`{n}` {} MiB", mb(*b))).collect::<Vec<_>>();
         if fixed > budget {
@@ -279,14 +305,22 @@ impl WeightBudget {
                 list(&self.fixed).join(", ")
             );
         }
-        if let Some((name, bytes)) = self.sleepers.iter().find(|s| fixed + s.1 > budget) {
+        if let Some(s) = self.sleepers.iter().find(|s| fixed + s.bytes > budget) {
             anyhow::bail!(
-                "scheduler.weight_budget_mib (--weight-budget-mib) {mib}: `{name}` needs {} MiB beside the weights that \
+                "scheduler.weight_budget_mib (--weight-budget-mib) {mib}: `{}` needs {} MiB beside the weights that \
                  never sleep ({}), {} MiB in all",
-                mb(*bytes),
+                s.name,
+                mb(s.bytes),
                 list(&self.fixed).join(", "),
-                mb(fixed + bytes)
+                mb(fixed + s.bytes)
             );
+        }
+        let mut used: u64 = self.sleepers.iter().filter(|s| s.residency.is_resident()).map(|s| s.bytes).sum();
+        for s in self.sleepers.iter().filter(|s| s.eager && !s.residency.is_resident()) {
+            if fixed + used + s.bytes <= budget {
+                s.residency.wake().with_context(|| format!("models `{}`: reading its weights", s.name))?;
+                used += s.bytes;
+            }
         }
         Ok(Some(budget - fixed))
     }

@@ -210,9 +210,9 @@ pub trait Residency: Send + Sync {
     fn wake(&self) -> anyhow::Result<()>;
     /// Device bytes of the weights it moves, while they are there: what a weight budget counts.
     fn bytes(&self) -> u64;
-    /// Whether the weights are on the device before any wake (not for a model loaded lazily,
-    /// whose first wake reads them).
-    fn starts_resident(&self) -> bool {
+    /// Whether the weights are on the device now (not yet for a model loaded lazily, whose
+    /// first wake reads them); the engine starts from what this says.
+    fn is_resident(&self) -> bool {
         true
     }
 }

@@ -252,8 +252,8 @@ impl Weights {
         self.store.deferred.get().unwrap_or(0)
     }
 
-    /// A deferred linear weight: present with `shape` (and its FP8 scales marked used), counted,
-    /// not read.
+    /// A deferred linear weight: checked as a read would check it (present with `shape`, its
+    /// bytes as long as that shape needs, an FP8 weight's scale beside it), counted, not read.
     fn defer(&self, name: &str, shape: &[i64], bytes: u64) -> Result<Tensor> {
         let key = self.key(name);
         let origin = self.store.origin.display();
@@ -264,7 +264,22 @@ impl Weights {
             None if !matches!(self.store.source, Source::Random { .. }) => {
                 bail!("{origin}: missing tensor `{key}` (expected shape {shape:?})")
             }
+            Some((Kind::Float8e4m3fn | Kind::Float8e5m2, _)) => {
+                let scale = ["weight_scale", "scale_weight"].into_iter().find_map(|n| self.stored(n));
+                let n = scale.as_ref().map(|(_, s)| s.iter().product::<i64>());
+                if n.is_none_or(|n| n != 1 && n != shape[0]) {
+                    bail!("{origin}: `{key}` is stored in FP8 without a scale of one value or one per output channel");
+                }
+            }
             _ => {}
+        }
+        if let Source::Mapped { maps, entries } = &self.store.source {
+            let e = &entries[&key];
+            let want = e.shape.iter().product::<i64>() as usize * e.kind.elt_size_in_bytes();
+            if e.end - e.start != want {
+                let path = maps[e.file].0.display();
+                bail!("{path}: tensor `{key}` holds {} bytes, its shape and dtype need {want}", e.end - e.start);
+            }
         }
         let mut used = self.store.used.borrow_mut();
         for n in [name, "weight_scale", "scale_weight", "input_scale"] {

@@ -37,8 +37,10 @@ pub struct ChatTokenizer {
 }
 
 /// Prompts [`ChatTokenizer::recent`] keeps (admission runs ahead of the pipeline by at most the
-/// queue, and a miss only costs a tokenization).
+/// queue, and a miss only costs a tokenization), and the longest it keeps: 64 × 64 KiB of text
+/// at most, whatever clients send.
 const RECENT: usize = 64;
+const RECENT_MAX_BYTES: usize = 64 << 10;
 
 #[derive(Deserialize, Default)]
 struct TokenizerConfig {
@@ -180,15 +182,17 @@ impl ChatTokenizer {
         drop(recent);
         let enc = self.tokenizer.encode(text, false).map_err(|e| anyhow!("tokenizing: {e}"))?;
         let ids: Vec<i64> = enc.get_ids().iter().map(|&i| i as i64).collect();
-        recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
-        if recent.len() == RECENT {
-            recent.pop_front();
+        if text.len() <= RECENT_MAX_BYTES {
+            recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+            if recent.len() == RECENT {
+                recent.pop_front();
+            }
+            recent.push_back((text.to_string(), ids.clone()));
         }
-        recent.push_back((text.to_string(), ids.clone()));
         Ok(ids)
     }
 
-    /// Encodings answered from the recent prompts (for tests and metrics).
+    /// Encodings answered from the recent prompts.
     pub fn encode_hits(&self) -> u64 {
         self.hits.load(Ordering::Relaxed)
     }

@@ -19,7 +19,7 @@ use fastvideo_kernels::graph::CudaGraph;
 use fastvideo_pipeline::token::{PagedBatch, PagedPlan};
 use tch::{Device, Kind, Tensor};
 
-/// Shapes kept; past this, new shapes run eagerly.
+/// Shapes kept; past this, the least recently replayed one is dropped for a new one.
 const MAX_GRAPHS: usize = 64;
 
 /// Segments of the input buffer, each padded to 16 bytes (the kernels' alignment).
@@ -35,6 +35,8 @@ struct Shape {
     /// (`rows × width`).
     inputs: Tensor,
     logits: Tensor,
+    /// When it last ran (a step counter), for eviction.
+    used: u64,
 }
 
 pub struct DecodeGraphs {
@@ -42,6 +44,7 @@ pub struct DecodeGraphs {
     /// By (pool, rows, table width): a graph holds the pool's addresses.
     shapes: Mutex<HashMap<(usize, usize, usize), Shape>>,
     off: AtomicBool,
+    steps: std::sync::atomic::AtomicU64,
 }
 
 impl DecodeGraphs {
@@ -52,12 +55,13 @@ impl DecodeGraphs {
             ordinal,
             shapes: Mutex::new(HashMap::new()),
             off: AtomicBool::new(false),
+            steps: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
     /// Logits `[rows, vocab]` of the step `plan` addresses for `tokens`, by replaying its
-    /// shape's graph (captured first if new); `None` when graphs are off or full, and the caller
-    /// runs the step eagerly. `body` is the step: ids `[rows, 1]` and the addressing in,
+    /// shape's graph (captured first if new); `None` when graphs are off, and the caller runs
+    /// the step eagerly. `body` is the step: ids `[rows, 1]` and the addressing in,
     /// logits out, device work only.
     pub fn run(
         &self,
@@ -72,24 +76,35 @@ impl DecodeGraphs {
         let width = plan.max_blocks().next_power_of_two().max(4);
         let key = (plan.pool.layer(0).0.data_ptr() as usize, rows, width);
         let host = Self::host_inputs(tokens, plan, width);
+        let step = self.steps.fetch_add(1, Ordering::Relaxed);
         let mut shapes = self.shapes.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(s) = shapes.get(&key) {
+        if let Some(s) = shapes.get_mut(&key) {
+            s.used = step;
             s.inputs.shallow_clone().copy_(&host);
             s.graph.replay()?;
             return Ok(Some(s.logits.copy()));
         }
         if shapes.len() >= MAX_GRAPHS {
-            return Ok(None);
+            let oldest = shapes.iter().min_by_key(|(_, s)| s.used).map(|(k, _)| *k);
+            shapes.remove(&oldest.expect("full, so not empty"));
         }
         let inputs = host.to_device(Device::Cuda(self.ordinal));
-        let (ids, batch) = Self::views(&inputs, plan, rows, width);
-        // Eagerly once (the answer of this step), then captured for the next ones.
-        let logits = body(&ids, &batch);
+        // Eagerly once (the answer of this step), then captured for the next ones. The capture
+        // gets views of its own: anything the step derives and keeps on its addressing (the
+        // gathered path's mask) must be made inside the graph, not read from the eager run.
+        let logits = {
+            let (ids, batch) = Self::views(&inputs, plan, rows, width);
+            body(&ids, &batch)
+        };
         let share = shapes.values().next().map(|s| &s.graph);
-        match CudaGraph::capture(self.ordinal, share, || body(&ids, &batch)) {
+        let captured = CudaGraph::capture(self.ordinal, share, || {
+            let (ids, batch) = Self::views(&inputs, plan, rows, width);
+            body(&ids, &batch)
+        });
+        match captured {
             Ok((graph, out)) => {
                 tracing::debug!(rows, width, "decode step captured");
-                shapes.insert(key, Shape { graph, _pool: plan.pool.clone(), inputs, logits: out });
+                shapes.insert(key, Shape { graph, _pool: plan.pool.clone(), inputs, logits: out, used: step });
             }
             Err(e) => {
                 tracing::warn!(error = %format!("{e:#}"), "capturing the decode step failed; decoding without CUDA graphs");

@@ -29,7 +29,7 @@ pub struct QwenForCausalLM {
 
 // SAFETY: the weights are read-only after `load` (no method takes `&mut self`), and libtorch's
 // tensor reads are thread-safe; the per-request state lives in each request's `KvStore`. The same
-// reasoning as fastvideo-wan's models.
+// reasoning as fastvideo-wan's models. The decode graphs sit behind their own mutex.
 unsafe impl Sync for QwenForCausalLM {}
 
 impl QwenForCausalLM {

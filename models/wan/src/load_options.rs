@@ -22,7 +22,8 @@ pub struct LoadOptions {
     pub precision: Precision,
     /// Served lazily: the transformer's linears are checked against the checkpoint but not read
     /// ([`Weights::defer_linears`](fastvideo_torch::weights::Weights::defer_linears)); the
-    /// model's first wake reads them. One transformer, no FP8 linears.
+    /// model's first wake reads them. Taken only for one transformer without FP8 linears
+    /// ([`LoadReport::deferred_linear_bytes`] says whether it was).
     pub lazy_transformer: bool,
 }
 

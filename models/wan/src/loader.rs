@@ -229,13 +229,9 @@ impl WanModel {
             _ => None,
         };
         let t_w = Weights::from_dir(&t_dir, "diffusion_pytorch_model", device, kind)?;
-        if opts.lazy_transformer {
-            if boundary_ratio.is_some() || opts.fp8_linears {
-                bail!(
-                    "{}: a model served lazily has one transformer and no FP8 linears (it reads them at its first wake)",
-                    dir.display()
-                );
-            }
+        // Lazily where it can be: one transformer, no FP8 linears (their scales are made here).
+        let lazy = opts.lazy_transformer && boundary_ratio.is_none() && !opts.fp8_linears;
+        if lazy {
             t_w.defer_linears();
         }
         let transformer = Arc::new(with_lossy_options(
@@ -243,8 +239,17 @@ impl WanModel {
             opts.fp8_linears,
             opts.int8_attention,
         ));
+        // A lazy model's first wake reads the checkpoint as a weight update does, which refuses
+        // tensors the model lacks: refuse them now, not at that first request.
+        if let (true, Some(first)) = (lazy, t_w.unused().first()) {
+            bail!(
+                "{}: `{first}` is not a tensor of this transformer; a model served lazily reads its checkpoint \
+                 again at its first wake, which refuses tensors of another model",
+                t_dir.display()
+            );
+        }
         t_w.warn_unused("transformer");
-        let deferred_linear_bytes = opts.lazy_transformer.then(|| t_w.deferred_bytes());
+        let deferred_linear_bytes = lazy.then(|| t_w.deferred_bytes());
         let (low_noise, offload) = match (boundary_ratio, parked) {
             (Some(boundary_ratio), Some(parked)) => {
                 let t2 = Arc::clone(parked.expert());

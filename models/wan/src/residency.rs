@@ -13,6 +13,7 @@
 //! Only for models whose weights never change in place (no merged LoRA adapters, no weight
 //! updates): the engine gives those to extra models, never the primary.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use anyhow::{ensure, Result};
@@ -20,12 +21,14 @@ use fastvideo_pipeline::Residency;
 use tch::Tensor;
 
 use crate::offload::{host_copy, map_linears, map_linears_of, point, Groups};
+use crate::transformer::WanTransformer3DModel;
 use crate::WanModel;
 
 pub struct TransformerResidency {
     model: WanModel,
     bytes: u64,
     host: Mutex<Option<Groups>>,
+    awake: AtomicBool,
 }
 
 // SAFETY: the linears are repointed only in `sleep` and `wake`, which the engine runs on its
@@ -35,7 +38,8 @@ unsafe impl Sync for TransformerResidency {}
 
 impl TransformerResidency {
     pub fn new(model: &WanModel) -> Self {
-        Self { model: model.share(), bytes: resident_bytes(model), host: Mutex::new(None) }
+        let awake = AtomicBool::new(model.load_report.deferred_linear_bytes.is_none());
+        Self { model: model.share(), bytes: resident_bytes(model), host: Mutex::new(None), awake }
     }
 }
 
@@ -45,6 +49,7 @@ impl Residency for TransformerResidency {
         let t = &self.model.transformer;
         let copy = host.get_or_insert_with(|| host_copy(t, self.model.device));
         point(t, copy);
+        self.awake.store(false, Ordering::Relaxed);
         Ok(())
     }
 
@@ -54,34 +59,37 @@ impl Residency for TransformerResidency {
             Some(copy) => {
                 let on_device = map_linears_of(copy, |t| t.to_device(self.model.device));
                 point(&self.model.transformer, &on_device);
-                Ok(())
             }
             // Never slept: a model loaded lazily, whose linears were never read.
-            None => read_linears(&self.model),
+            None => read_linears(&self.model)?,
         }
+        self.awake.store(true, Ordering::Relaxed);
+        Ok(())
     }
 
     fn bytes(&self) -> u64 {
         self.bytes
     }
 
-    fn starts_resident(&self) -> bool {
-        self.model.load_report.deferred_linear_bytes.is_none()
+    fn is_resident(&self) -> bool {
+        self.awake.load(Ordering::Relaxed)
     }
 }
 
 /// Device bytes of `model`'s transformer linears once resident: those on the device now and
-/// those a lazy load deferred. What a weight budget counts for it.
+/// those a lazy load deferred (so call it before a lazy model's first wake, as the residencies
+/// here do once). A two-expert model counts both experts, or one when `--offload-experts` keeps
+/// one on the device at a time. What a weight budget counts for it.
 pub fn resident_bytes(model: &WanModel) -> u64 {
-    let held: i64 = map_linears(&model.transformer, |w| w.shallow_clone())
-        .iter()
-        .flatten()
-        .map(|(w, b)| {
-            let size = |t: &Tensor| t.numel() as i64 * t.kind().elt_size_in_bytes() as i64;
-            size(w) + b.as_ref().map_or(0, size)
-        })
-        .sum();
-    held as u64 + model.load_report.deferred_linear_bytes.unwrap_or(0)
+    let held = |t: &WanTransformer3DModel| -> u64 {
+        let size = |t: &Tensor| t.numel() as u64 * t.kind().elt_size_in_bytes() as u64;
+        map_linears(t, |w| w.shallow_clone()).iter().flatten().map(|(w, b)| size(w) + b.as_ref().map_or(0, size)).sum()
+    };
+    let second = match (&model.low_noise, &model.offload) {
+        (Some(expert), None) => held(&expert.transformer),
+        _ => 0,
+    };
+    held(&model.transformer) + second + model.load_report.deferred_linear_bytes.unwrap_or(0)
 }
 
 /// Reads `model`'s transformer linears from its checkpoint onto its device.
@@ -95,6 +103,7 @@ fn read_linears(model: &WanModel) -> Result<()> {
 pub struct DiskResidency {
     model: WanModel,
     bytes: u64,
+    awake: AtomicBool,
 }
 
 // SAFETY: as for `TransformerResidency`: repointed only in `sleep` and `wake`, on the executor
@@ -109,7 +118,8 @@ impl DiskResidency {
             !model.load_report.fp8_linears,
             "a model with FP8 linears cannot sleep to disk (sleep to host memory instead)"
         );
-        Ok(Self { model: model.share(), bytes: resident_bytes(model) })
+        let awake = AtomicBool::new(model.load_report.deferred_linear_bytes.is_none());
+        Ok(Self { model: model.share(), bytes: resident_bytes(model), awake })
     }
 }
 
@@ -117,18 +127,21 @@ impl Residency for DiskResidency {
     fn sleep(&self) -> Result<()> {
         let t = &self.model.transformer;
         point(t, &map_linears(t, |w| Tensor::empty([0], (w.kind(), w.device()))));
+        self.awake.store(false, Ordering::Relaxed);
         Ok(())
     }
 
     fn wake(&self) -> Result<()> {
-        read_linears(&self.model)
+        read_linears(&self.model)?;
+        self.awake.store(true, Ordering::Relaxed);
+        Ok(())
     }
 
     fn bytes(&self) -> u64 {
         self.bytes
     }
 
-    fn starts_resident(&self) -> bool {
-        self.model.load_report.deferred_linear_bytes.is_none()
+    fn is_resident(&self) -> bool {
+        self.awake.load(Ordering::Relaxed)
     }
 }

@@ -113,6 +113,10 @@ impl Executor {
             }
             let now = Instant::now();
             self.sessions.expire(now, self.state.sessions());
+            // The world model kept over the bound while sessions ran goes back once they end.
+            if self.world.is_some() && self.sessions.is_empty() && self.residents.is_over() {
+                self.make_room(None, None);
+            }
             match self.state.next_unit(now) {
                 Unit::Session { key, jobs_waiting } => {
                     if let Some(w) = self.world {

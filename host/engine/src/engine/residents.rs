@@ -26,6 +26,9 @@ struct Slot {
     /// Seconds bringing its weights back takes (an average weighing the latest wake half; none
     /// before the first).
     wake_seconds: Option<f64>,
+    /// Never on the device yet (loaded lazily): its first wake reads the checkpoint, which says
+    /// nothing about later wakes, so it is not measured.
+    never_woken: bool,
 }
 
 pub(super) struct Residents {
@@ -47,9 +50,9 @@ impl Residents {
         let slots: Vec<Slot> = slots
             .into_iter()
             .map(|(id, residency)| {
-                let resident = residency.as_ref().is_none_or(|r| r.starts_resident());
+                let resident = residency.as_ref().is_none_or(|r| r.is_resident());
                 metrics.set_resident(&id, resident);
-                Slot { id, residency, resident, last_used: now, wake_seconds: None }
+                Slot { id, residency, resident, last_used: now, wake_seconds: None, never_woken: !resident }
             })
             .collect();
         let r = Self { slots, max_count: max_count.map(|m| m.max(1)), max_bytes, metrics };
@@ -101,7 +104,9 @@ impl Residents {
         self.metrics.set_resident(&s.id, on);
         if on {
             self.metrics.model_wakes.get_or_create(&ModelLabel { model: s.id.clone() }).inc();
-            s.wake_seconds = Some(s.wake_seconds.map_or(seconds, |w| 0.5 * (w + seconds)));
+            if !std::mem::take(&mut s.never_woken) {
+                s.wake_seconds = Some(s.wake_seconds.map_or(seconds, |w| 0.5 * (w + seconds)));
+            }
         }
         tracing::info!(model = %s.id, resident = on, seconds, "model residency changed");
         self.publish_bytes();
@@ -132,7 +137,16 @@ impl Residents {
             }
             slept.push(v);
         }
+        if let (true, Some(w)) = (self.over(waking), waking) {
+            let waking = self.slots[w].id.as_str();
+            tracing::warn!(waking, "waking past the residency bound: every other model on the device is busy");
+        }
         slept
+    }
+
+    /// Whether the resident models exceed the bound (after a wake that could not make room).
+    pub(super) fn is_over(&self) -> bool {
+        self.over(None)
     }
 
     /// Whether the resident models, with `waking` brought back, exceed the bound.

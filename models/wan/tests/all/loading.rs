@@ -131,7 +131,7 @@ fn a_lazy_load_reads_no_linears_until_its_first_wake() {
             "host" => Box::new(TransformerResidency::new(&lazy)),
             _ => Box::new(DiskResidency::new(&lazy).unwrap()),
         };
-        assert!(!r.starts_resident(), "{tier}");
+        assert!(!r.is_resident(), "{tier}");
         assert_eq!(r.bytes(), resident_bytes(&eager));
         r.wake().unwrap();
         let got = lazy.transformer.linears();
@@ -153,4 +153,11 @@ fn a_lazy_load_reads_no_linears_until_its_first_wake() {
     tch::Tensor::write_safetensors(&tensors, &ckpt).unwrap();
     let e = format!("{:#}", WanModel::load_with(dir.path(), lazy_opts()).err().unwrap());
     assert!(e.contains("proj_out.weight"), "{e}");
+    // So is a tensor of another model, which the first wake would refuse.
+    let mut tensors =
+        tch::Tensor::read_safetensors(tiny().join("transformer/diffusion_pytorch_model.safetensors")).unwrap();
+    tensors.push(("extra.weight".to_string(), tch::Tensor::zeros([2, 2], (tch::Kind::Float, Device::Cpu))));
+    tch::Tensor::write_safetensors(&tensors, &ckpt).unwrap();
+    let e = format!("{:#}", WanModel::load_with(dir.path(), lazy_opts()).err().unwrap());
+    assert!(e.contains("`extra.weight` is not a tensor of this transformer"), "{e}");
 }
