@@ -1,12 +1,12 @@
-//! 8-bit attention against bf16 SDPA (cuDNN on Hopper) at head dim 128, one JSON line per
-//! length: milliseconds per call (quantization included) and the rate in TOPS counting
-//! 4·N²·D·H operations. Run on the GPU machine by `host/scripts/gpu/attention8_bench.sh`.
+//! 8-bit attention (both recipes: e4m3 and f16 P·V) against bf16 SDPA (cuDNN on Hopper) at head
+//! dim 128, one JSON line per length: milliseconds per call (quantization included) and the rate
+//! in TOPS counting 4·N²·D·H operations. Run on the GPU machine by `host/scripts/gpu/attention8_bench.sh`.
 //!
 //!     cargo bench -p fastvideo-kernels --bench attention8
 
 use std::time::Instant;
 
-use fastvideo_kernels::attention8;
+use fastvideo_kernels::attention8::{self, Pv};
 use tch::{Device, Kind, Tensor};
 
 /// Milliseconds per call: the median of 5 timed batches of `runs` calls after a warm-up. One
@@ -45,15 +45,18 @@ fn main() {
         let mk = || Tensor::randn([1, n, heads, 128], (Kind::BFloat16, device));
         let (q, k, v) = (mk(), mk(), mk());
         let runs = (200_000 / n as usize).clamp(3, 50);
-        let ours = time_ms(runs, &|| attention8::attention(&q, &k, &v));
+        let ours = time_ms(runs, &|| attention8::attention(&q, &k, &v, Pv::Fp8Pv));
+        let qk = time_ms(runs, &|| attention8::attention(&q, &k, &v, Pv::F16Pv));
         let sdpa = time_ms(runs, &|| attention8::sdpa(&q, &k, &v));
         let ops = 4.0 * (n * n) as f64 * 128.0 * heads as f64;
         let tops = |ms: f64| ops / (ms * 1e-3) / 1e12;
         println!(
-            "{{\"tokens\": {n}, \"heads\": {heads}, \"ours_ms\": {ours:.3}, \"sdpa_ms\": {sdpa:.3}, \"ours_tops\": {:.0}, \"sdpa_tflops\": {:.0}, \"speedup\": {:.3}}}",
+            "{{\"tokens\": {n}, \"heads\": {heads}, \"ours_ms\": {ours:.3}, \"f16pv_ms\": {qk:.3}, \"sdpa_ms\": {sdpa:.3}, \"ours_tops\": {:.0}, \"f16pv_tops\": {:.0}, \"sdpa_tflops\": {:.0}, \"speedup\": {:.3}, \"f16pv_speedup\": {:.3}}}",
             tops(ours),
+            tops(qk),
             tops(sdpa),
-            sdpa / ours
+            sdpa / ours,
+            sdpa / qk
         );
     }
 }

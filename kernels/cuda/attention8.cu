@@ -16,7 +16,9 @@
 //   ki  int8 [B, H, Nk_pad, 128], one scale per 64-key tile (ks [B, H, Nk_pad/64]);
 //   vt  e4m3 [B, H, Nk_pad/64, 128, 64]: V transposed tile by tile, keys permuted within each 32
 //       (`perm32`) so that the Q·Kᵀ accumulator registers are the P·V A-fragment as they stand;
-//       one scale per channel (vs [B, H, 128]).
+//       one scale per channel (vs [B, H, 128]);
+//   or, for the f16 P·V variant (attention_int8_f16_sm90), V in f16 [B, H, Nk_pad/64, 128, 64]
+//       (quant_v_f16t), keys in order, scaled by the same per-channel vs.
 // Every tile is stored swizzled as shared memory holds it, so one bulk copy moves it.
 
 // Tuning switches (compile-time; `FASTVIDEO_ATTN8_DEFINES="POLY_NUM=4,PINGPONG=1"` sets them for
@@ -36,6 +38,10 @@
 //             waiting for the stage two tiles back (which stalls its whole warpgroup).
 #ifndef STAGES
 #define STAGES 5
+#endif
+//   STAGES_F16  the same for the f16 P·V variant, whose V tiles are twice as large.
+#ifndef STAGES_F16
+#define STAGES_F16 4
 #endif
 #ifndef ASYNC_REFILL
 #define ASYNC_REFILL 0
@@ -67,6 +73,12 @@ __device__ __forceinline__ unsigned short f32_to_bf16(float f) {
 __device__ __forceinline__ unsigned short e4m3x2_pack(float lo, float hi) {
     unsigned short r;
     asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+__device__ __forceinline__ u32 f16x2_pack(float lo, float hi) {
+    u32 r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
     return r;
 }
 
@@ -176,6 +188,34 @@ extern "C" __global__ void __launch_bounds__(128) quant_v_fp8t(const unsigned sh
         reinterpret_cast<uint4*>(dst)[i ^ ((d >> 1) & 3)] = make_uint4(w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]);
 }
 
+// The f16 P·V variant's V: one CTA (128 threads, one per channel) per 64-key tile of one head,
+// V / vs in f16 (|V / vs| ≤ 1, so no value leaves f16's range), transposed tile by tile
+// ([B, H, n_pad / 64, 128, 64]) in key order, as the k16 A fragments of P need no permutation.
+// Each 128-byte row (one channel's 64 keys) is stored with the 128-byte swizzle.
+extern "C" __global__ void __launch_bounds__(128) quant_v_f16t(const unsigned short* v, long long sb, long long sn,
+                                                              long long sh, int n, int n_pad, int heads,
+                                                              const float* vs, unsigned short* out) {
+    __shared__ unsigned short tile[BLOCK_N][HEAD_DIM + 8];
+    const int t = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    for (int idx = threadIdx.x; idx < BLOCK_N * 16; idx += 128) {
+        int r = idx / 16, col = (idx % 16) * 8;
+        int key = t * BLOCK_N + r;
+        uint4 raw = make_uint4(0, 0, 0, 0);
+        if (key < n) raw = *reinterpret_cast<const uint4*>(v + b * sb + (long long)key * sn + h * sh + col);
+        *reinterpret_cast<uint4*>(&tile[r][col]) = raw;
+    }
+    __syncthreads();
+    const int d = threadIdx.x;
+    const float inv = 1.f / vs[((long long)b * heads + h) * HEAD_DIM + d];
+    u32 w[BLOCK_N / 2];
+#pragma unroll
+    for (int k = 0; k < BLOCK_N; k += 2) w[k >> 1] = f16x2_pack(bf16_to_f32(tile[k][d]) * inv, bf16_to_f32(tile[k + 1][d]) * inv);
+    unsigned short* dst = out + ((((long long)b * heads + h) * (n_pad / BLOCK_N) + t) * HEAD_DIM + d) * BLOCK_N;
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+        reinterpret_cast<uint4*>(dst)[i ^ (d & 7)] = make_uint4(w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]);
+}
+
 // ---------------------------------------------------------------------------------------------
 // The attention kernel.
 
@@ -256,6 +296,27 @@ __device__ __forceinline__ void wgmma_pv(float (&o)[64], const u32 (&a)[4], u64 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate));
 }
 
+// O[64] (+)= P(64×16, registers) · Vt(128 channels × 16 keys, smem)ᵀ, f16 in, float32 out.
+__device__ __forceinline__ void wgmma_pv16(float (&o)[64], const u32 (&a)[4], u64 db, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+        : "+f"(o[0]), "+f"(o[1]), "+f"(o[2]), "+f"(o[3]), "+f"(o[4]), "+f"(o[5]), "+f"(o[6]), "+f"(o[7]),
+          "+f"(o[8]), "+f"(o[9]), "+f"(o[10]), "+f"(o[11]), "+f"(o[12]), "+f"(o[13]), "+f"(o[14]), "+f"(o[15]),
+          "+f"(o[16]), "+f"(o[17]), "+f"(o[18]), "+f"(o[19]), "+f"(o[20]), "+f"(o[21]), "+f"(o[22]), "+f"(o[23]),
+          "+f"(o[24]), "+f"(o[25]), "+f"(o[26]), "+f"(o[27]), "+f"(o[28]), "+f"(o[29]), "+f"(o[30]), "+f"(o[31]),
+          "+f"(o[32]), "+f"(o[33]), "+f"(o[34]), "+f"(o[35]), "+f"(o[36]), "+f"(o[37]), "+f"(o[38]), "+f"(o[39]),
+          "+f"(o[40]), "+f"(o[41]), "+f"(o[42]), "+f"(o[43]), "+f"(o[44]), "+f"(o[45]), "+f"(o[46]), "+f"(o[47]),
+          "+f"(o[48]), "+f"(o[49]), "+f"(o[50]), "+f"(o[51]), "+f"(o[52]), "+f"(o[53]), "+f"(o[54]), "+f"(o[55]),
+          "+f"(o[56]), "+f"(o[57]), "+f"(o[58]), "+f"(o[59]), "+f"(o[60]), "+f"(o[61]), "+f"(o[62]), "+f"(o[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate));
+}
+
 #define Q_BYTES (BLOCK_M * HEAD_DIM)   // 16 KiB
 #define TILE_N 128                     // keys per step: two 64-key quantization blocks
 #define K_BYTES (TILE_N * HEAD_DIM)    // 16 KiB
@@ -297,9 +358,9 @@ __device__ __forceinline__ void bar_arrive(int id) { asm volatile("bar.arrive %0
 // (a0, a1) that rescale the running output. int → float is folded into the one FMA that scales
 // and shifts each logit: float(s) = magic(s) − 12582912 for |s| < 2^22 (INT8 Q·Kᵀ over 128
 // channels stays below 2^21), exact to ~1e-4 of a log2 unit (the constant's rounding).
-template <bool MASK>
+template <bool MASK, int PK>
 __device__ __forceinline__ void softmax_tile(const int (&s)[64], float flo, float fhi, int valid, int lane, float& m0,
-                                             float& m1, float& l0, float& l1, float& a0, float& a1, u32 (&p)[4][4]) {
+                                             float& m1, float& l0, float& l1, float& a0, float& a1, u32 (&p)[PK][4]) {
     auto keep = [&](int i) { return !MASK || 8 * (i >> 2) + 2 * (lane & 3) + (i & 1) < valid; };
     const int lowest = -2147483647 - 1;
     int mx[4] = {lowest, lowest, lowest, lowest};  // row 0 low half, row 1 low, row 0 high, row 1 high
@@ -341,13 +402,20 @@ __device__ __forceinline__ void softmax_tile(const int (&s)[64], float flo, floa
             else
                 sum0 += x[e];
         }
+        if constexpr (PK == 4) {
 #pragma unroll
-        for (int half = 0; half < 2; half++) {
-            const int c0i = 8 * half, c1i = c0i + 4;  // offsets of the two chunks within x
+            for (int half = 0; half < 2; half++) {
+                const int c0i = 8 * half, c1i = c0i + 4;  // offsets of the two chunks within x
 #pragma unroll
-            for (int r = 0; r < 2; r++)
-                p[kk][2 * half + r] = e4m3x2_pack(x[c0i + 2 * r], x[c0i + 2 * r + 1]) |
-                                      (e4m3x2_pack(x[c1i + 2 * r], x[c1i + 2 * r + 1]) << 16);
+                for (int r = 0; r < 2; r++)
+                    p[kk][2 * half + r] = e4m3x2_pack(x[c0i + 2 * r], x[c0i + 2 * r + 1]) |
+                                          (e4m3x2_pack(x[c1i + 2 * r], x[c1i + 2 * r + 1]) << 16);
+            }
+        } else {
+            // f16 k16 A fragments are the accumulator registers in order: (row 0, row 1) of
+            // chunk 2kk', then of chunk 2kk' + 1.
+#pragma unroll
+            for (int r = 0; r < 8; r++) p[2 * kk + r / 4][r % 4] = f16x2_pack(x[2 * r], x[2 * r + 1]);
         }
     }
     l0 = fmaf(l0, a0, sum0);
@@ -356,38 +424,43 @@ __device__ __forceinline__ void softmax_tile(const int (&s)[64], float flo, floa
 
 // out bf16 [B, N, H, 128] with element strides (ob, on, oh). Two warpgroups of 64 query rows each
 // run through the key tiles on their own (no block-wide barrier per tile), bounded by the
-// STAGES-deep ring of K/V tiles that thread 0 refills as both release them.
-extern "C" __global__ void __launch_bounds__(256, 1)
-    attention_int8_fp8_sm90(const signed char* qi, const float* qs, const signed char* ki, const float* ks,
-                            const unsigned char* vt, const float* vs, unsigned short* out, long long ob,
-                            long long on, long long oh, int nq, int nq_pad, int nk, int nk_pad, int heads) {
+// STAGES-deep ring of K/V tiles that thread 0 refills as both release them. F16: P·V in f16
+// (twice the bytes of V per tile, so fewer stages) instead of e4m3.
+template <bool F16>
+__device__ __forceinline__ void attention_body(const signed char* qi, const float* qs, const signed char* ki,
+                                               const float* ks, const unsigned char* vt, const float* vs,
+                                               unsigned short* out, long long ob, long long on, long long oh, int nq,
+                                               int nq_pad, int nk, int nk_pad, int heads) {
+    constexpr int STAGES_ = F16 ? STAGES_F16 : STAGES;
+    constexpr u32 V_BYTES_ = F16 ? 2 * V_BYTES : V_BYTES;
+    constexpr int PK = F16 ? 8 : 4;  // A fragments of P per tile
     extern __shared__ unsigned char smem_raw[];
     const u32 base = (smem_u32(smem_raw) + 1023u) & ~1023u;
     const u32 sq = base;
     const u32 sk0 = base + Q_BYTES;
-    const u32 sv0 = sk0 + STAGES * K_BYTES;
-    const u32 full0 = sv0 + STAGES * V_BYTES;  // STAGES barriers, then STAGES `empty`, then Q's
-    const u32 empty0 = full0 + 8 * STAGES;
-    const u32 qbar = empty0 + 8 * STAGES;
+    const u32 sv0 = sk0 + STAGES_ * K_BYTES;
+    const u32 full0 = sv0 + STAGES_ * V_BYTES_;  // STAGES_ barriers, then STAGES_ `empty`, then Q's
+    const u32 empty0 = full0 + 8 * STAGES_;
+    const u32 qbar = empty0 + 8 * STAGES_;
 
     const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
     const int mblk = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
     const long long bh = (long long)b * heads + h;
     const signed char* qg = qi + (bh * nq_pad + (long long)mblk * BLOCK_M) * HEAD_DIM;
     const signed char* kg = ki + bh * nk_pad * HEAD_DIM;
-    const unsigned char* vg = vt + bh * HEAD_DIM * nk_pad;
+    const unsigned char* vg = vt + bh * HEAD_DIM * nk_pad * (F16 ? 2 : 1);  // bytes per element
     const float* ksh = ks + bh * (nk_pad / BLOCK_N);
     const int tiles = nk_pad / TILE_N;
 
     auto load_tile = [&](int t) {
-        const int st = t % STAGES;
-        mbar_expect_tx(full0 + 8 * st, K_BYTES + V_BYTES);
+        const int st = t % STAGES_;
+        mbar_expect_tx(full0 + 8 * st, K_BYTES + V_BYTES_);
         bulk_load(sk0 + st * K_BYTES, kg + (long long)t * K_BYTES, K_BYTES, full0 + 8 * st);
-        bulk_load(sv0 + st * V_BYTES, vg + (long long)t * V_BYTES, V_BYTES, full0 + 8 * st);
+        bulk_load(sv0 + st * V_BYTES_, vg + (long long)t * V_BYTES_, V_BYTES_, full0 + 8 * st);
     };
-    __shared__ u32 released[STAGES];  // ASYNC_REFILL: warps done with each stage's tile
+    __shared__ u32 released[STAGES_];  // ASYNC_REFILL: warps done with each stage's tile
     if (tid == 0) {
-        for (int i = 0; i < STAGES; i++) {
+        for (int i = 0; i < STAGES_; i++) {
             released[i] = 0;
             mbar_init(full0 + 8 * i, 1);
             mbar_init(empty0 + 8 * i, 8);  // one arrival per warp
@@ -399,7 +472,7 @@ extern "C" __global__ void __launch_bounds__(256, 1)
     if (tid == 0) {
         mbar_expect_tx(qbar, Q_BYTES);
         bulk_load(sq, qg, Q_BYTES, qbar);
-        for (int t = 0; t < STAGES && t < tiles; t++) load_tile(t);
+        for (int t = 0; t < STAGES_ && t < tiles; t++) load_tile(t);
     }
 
     const int row0 = mblk * BLOCK_M + wg * 64 + warp * 16 + (lane >> 2);  // and row0 + 8
@@ -411,28 +484,35 @@ extern "C" __global__ void __launch_bounds__(256, 1)
     for (int i = 0; i < 64; i++) o[i] = 0.f;
     float m0 = -__int_as_float(0x7f800000), m1 = -__int_as_float(0x7f800000), l0 = 0.f, l1 = 0.f;
     int s[64];
-    u32 pa[4][4], pb[4][4];  // P of this tile, and of the previous one while its P·V runs
+    u32 pa[PK][4], pb[PK][4];  // P of this tile, and of the previous one while its P·V runs
     float klo = ksh[0], khi = ksh[1];
     mbar_wait(qbar, 0);
 
     auto issue_qk = [&](int j) {
-        mbar_wait(full0 + 8 * (j % STAGES), (j / STAGES) & 1);
-        const u64 dk = smem_desc(sk0 + (j % STAGES) * K_BYTES, 1024, 1);
+        mbar_wait(full0 + 8 * (j % STAGES_), (j / STAGES_) & 1);
+        const u64 dk = smem_desc(sk0 + (j % STAGES_) * K_BYTES, 1024, 1);
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < 4; kk++) wgmma_qk(s, dq + 2 * kk, dk + 2 * kk, kk > 0);
         wgmma_commit();
     };
     // Tile j's P·V added to the output in the tensor cores' float32 accumulators.
-    auto issue_pv = [&](int j, const u32 (&p)[4][4]) {
-        const u32 v = sv0 + (j % STAGES) * V_BYTES;
+    auto issue_pv = [&](int j, const u32 (&p)[PK][4]) {
+        const u32 v = sv0 + (j % STAGES_) * V_BYTES_;
         wgmma_fence();
+        if constexpr (F16) {
+            // Each 64-key half: four k16 steps of 32 bytes along its 128-byte rows.
 #pragma unroll
-        for (int kk = 0; kk < 4; kk++)
-            wgmma_pv(o, p[kk], smem_desc(v + (kk >> 1) * (V_BYTES / 2), 512, 2) + 2 * (kk & 1), 1);
+            for (int kk = 0; kk < 8; kk++)
+                wgmma_pv16(o, p[kk], smem_desc(v + (kk >> 2) * (V_BYTES_ / 2), 1024, 1) + 2 * (kk & 3), 1);
+        } else {
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++)
+                wgmma_pv(o, p[kk], smem_desc(v + (kk >> 1) * (V_BYTES_ / 2), 512, 2) + 2 * (kk & 1), 1);
+        }
         wgmma_commit();
     };
-    auto softmax = [&](int j, u32 (&p)[4][4], float& a0, float& a1) {
+    auto softmax = [&](int j, u32 (&p)[PK][4], float& a0, float& a1) {
         const float flo = qscale * klo, fhi = qscale * khi;
         if (j + 1 < tiles) {  // the next tile's scales; their latency hides behind this softmax
             klo = ksh[2 * j + 2];
@@ -440,28 +520,28 @@ extern "C" __global__ void __launch_bounds__(256, 1)
         }
         const int valid = nk - j * TILE_N;
         if (valid >= TILE_N)
-            softmax_tile<false>(s, flo, fhi, valid, lane, m0, m1, l0, l1, a0, a1, p);
+            softmax_tile<false, PK>(s, flo, fhi, valid, lane, m0, m1, l0, l1, a0, a1, p);
         else
-            softmax_tile<true>(s, flo, fhi, valid, lane, m0, m1, l0, l1, a0, a1, p);
+            softmax_tile<true, PK>(s, flo, fhi, valid, lane, m0, m1, l0, l1, a0, a1, p);
     };
     // Tile j: its softmax runs while tile j-1's P·V does; then the output is rescaled and tile
     // j's P·V issued after tile j+1's Q·Kᵀ (when `next`), which the next step waits for.
-    auto step = [&](int j, u32 (&p)[4][4], bool next) {
+    auto step = [&](int j, u32 (&p)[PK][4], bool next) {
         float a0, a1;
         softmax(j, p, a0, a1);
         wgmma_wait0();  // tile j-1's P·V
         if (j > 0 && lane == 0) {  // this warp is done with tile j-1
             if (ASYNC_REFILL) {
-                const int st = (j - 1) % STAGES;
+                const int st = (j - 1) % STAGES_;
                 __threadfence_block();
                 if (atomicAdd(&released[st], 1u) == 7u) {  // the last of the 8 warps
                     released[st] = 0;
                     __threadfence_block();
                     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-                    if (j - 1 + STAGES < tiles) load_tile(j - 1 + STAGES);
+                    if (j - 1 + STAGES_ < tiles) load_tile(j - 1 + STAGES_);
                 }
             } else {
-                mbar_arrive(empty0 + 8 * ((j - 1) % STAGES));
+                mbar_arrive(empty0 + 8 * ((j - 1) % STAGES_));
             }
         }
 #pragma unroll
@@ -472,10 +552,10 @@ extern "C" __global__ void __launch_bounds__(256, 1)
             o[i + 3] *= a1;
         }
         // Refill the stage of tile j-2 (both warpgroups are most likely past it) with the tile
-        // STAGES after it.
-        if (!ASYNC_REFILL && tid == 0 && j >= 2 && j - 2 + STAGES < tiles) {
-            mbar_wait(empty0 + 8 * ((j - 2) % STAGES), ((j - 2) / STAGES) & 1);
-            load_tile(j - 2 + STAGES);
+        // STAGES_ after it.
+        if (!ASYNC_REFILL && tid == 0 && j >= 2 && j - 2 + STAGES_ < tiles) {
+            mbar_wait(empty0 + 8 * ((j - 2) % STAGES_), ((j - 2) / STAGES_) & 1);
+            load_tile(j - 2 + STAGES_);
         }
         if (PINGPONG) bar_sync(1 + wg);
         if (next) issue_qk(j + 1);
@@ -522,4 +602,19 @@ extern "C" __global__ void __launch_bounds__(256, 1)
             *reinterpret_cast<u32*>(out + b * ob + (long long)(row0 + 8) * on + h * oh + d) = w;
         }
     }
+}
+
+extern "C" __global__ void __launch_bounds__(256, 1)
+    attention_int8_fp8_sm90(const signed char* qi, const float* qs, const signed char* ki, const float* ks,
+                            const unsigned char* vt, const float* vs, unsigned short* out, long long ob,
+                            long long on, long long oh, int nq, int nq_pad, int nk, int nk_pad, int heads) {
+    attention_body<false>(qi, qs, ki, ks, vt, vs, out, ob, on, oh, nq, nq_pad, nk, nk_pad, heads);
+}
+
+// vt: f16 [B, H, Nk_pad/64, 128, 64] from quant_v_f16t.
+extern "C" __global__ void __launch_bounds__(256, 1)
+    attention_int8_f16_sm90(const signed char* qi, const float* qs, const signed char* ki, const float* ks,
+                            const unsigned char* vt, const float* vs, unsigned short* out, long long ob,
+                            long long on, long long oh, int nq, int nq_pad, int nk, int nk_pad, int heads) {
+    attention_body<true>(qi, qs, ki, ks, vt, vs, out, ob, on, oh, nq, nq_pad, nk, nk_pad, heads);
 }

@@ -3,9 +3,12 @@
 //! softmax cannot see) and one scale per 16 query rows and per 64 keys; P·V runs in FP8 (e4m3) with
 //! one scale per V channel and P scaled onto e4m3's range; softmax and the running output stay in
 //! float32, each key tile's P·V added to it in float32 (FP8 tensor-core accumulation keeps fewer
-//! bits than float32). The kernels are `kernels/cuda/attention8.cu`, compiled for `sm_90a`
-//! (wgmma). Everywhere else (another GPU, a CPU, a head dim other than 128, other dtypes) the op
-//! is bf16 SDPA; [`reference`] computes the quantized function in float32 for tests.
+//! bits than float32). A second recipe ([`Pv::F16Pv`], `--int8-qk-attention`) keeps INT8 Q·Kᵀ
+//! but runs P·V in f16: e4m3 P and V carry most of the recipe's quality loss (docs/benchmarks.md),
+//! and f16 P·V costs the tensor cores twice the time. The kernels are
+//! `kernels/cuda/attention8.cu`, compiled for `sm_90a` (wgmma). Everywhere else (another GPU, a
+//! CPU, a head dim other than 128, other dtypes) the op is bf16 SDPA; [`reference`] computes
+//! the quantized function in float32 for tests.
 
 use cudarc::driver::LaunchConfig;
 use tch::{Device, Kind, Tensor};
@@ -20,12 +23,15 @@ const TILE_N: i64 = 128;
 const Q_GROUP: i64 = 16;
 const P_SCALE: f64 = 448.0;
 
+/// Which recipe: what P·V runs in (Q·Kᵀ is INT8 either way).
+pub use fastvideo_torch::Int8Attention as Pv;
+
 /// Attention over heads for `q [B, N, H, D]`, `k, v [B, M, H, D]`, returning `[B, N, H, D]` in
 /// q's dtype: the 8-bit kernel where [`fits`] says so, else SDPA (which computes the exact
 /// function the kernel approximates).
-pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor) -> Tensor {
+pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, pv: Pv) -> Tensor {
     if let Some(kernels) = fits(q, k, v) {
-        match run(&kernels, q, k, v) {
+        match run(&kernels, q, k, v, pv) {
             Ok(o) => return o,
             Err(e) => tracing::warn!(error = %format!("{e:#}"), "8-bit attention failed; using SDPA"),
         }
@@ -68,7 +74,7 @@ fn round_up(n: i64, m: i64) -> i64 {
     (n + m - 1) / m * m
 }
 
-fn run(kernels: &DeviceKernels, q: &Tensor, k: &Tensor, v: &Tensor) -> anyhow::Result<Tensor> {
+fn run(kernels: &DeviceKernels, q: &Tensor, k: &Tensor, v: &Tensor, pv: Pv) -> anyhow::Result<Tensor> {
     let (b, nq, h, _) = q.size4()?;
     let nk = k.size()[1];
     let (nq_pad, nk_pad) = (round_up(nq, BLOCK_M), round_up(nk, TILE_N));
@@ -96,7 +102,11 @@ fn run(kernels: &DeviceKernels, q: &Tensor, k: &Tensor, v: &Tensor) -> anyhow::R
 
     // K smoothed by its mean over the keys; V's per-channel maxima. [B, H, D] float32 each.
     let mean = k.mean_dim(1, false, Kind::Float).contiguous();
-    let vscale = (v.abs().amax(1, false).to_kind(Kind::Float).clamp_min(1e-12) / P_SCALE).contiguous();
+    let v_range = match pv {
+        Pv::Fp8Pv => P_SCALE,
+        Pv::F16Pv => 1.0,
+    };
+    let vscale = (v.abs().amax(1, false).to_kind(Kind::Float).clamp_min(1e-12) / v_range).contiguous();
     let ki = Tensor::empty([b, h, nk_pad, HEAD_DIM], (Kind::Int8, dev));
     let ksc = Tensor::empty([b, h, nk_pad / BLOCK_N], (Kind::Float, dev));
     let mut args = vec![ptr(k)];
@@ -105,11 +115,15 @@ fn run(kernels: &DeviceKernels, q: &Tensor, k: &Tensor, v: &Tensor) -> anyhow::R
     args.extend([ptr(&mean), Arg::F32(1.0), ptr(&ki), ptr(&ksc)]);
     kernels.launch("quant_int8_rows", grid(nk_pad, BLOCK_N), &args)?;
 
-    let vt = Tensor::empty([b, h, nk_pad / BLOCK_N, HEAD_DIM, BLOCK_N], (Kind::Uint8, dev));
+    let (v_kind, v_quant, attn) = match pv {
+        Pv::Fp8Pv => (Kind::Uint8, "quant_v_fp8t", "attention_int8_fp8_sm90"),
+        Pv::F16Pv => (Kind::Half, "quant_v_f16t", "attention_int8_f16_sm90"),
+    };
+    let vt = Tensor::empty([b, h, nk_pad / BLOCK_N, HEAD_DIM, BLOCK_N], (v_kind, dev));
     let mut args = vec![ptr(v)];
     args.extend(strides(v));
     args.extend([Arg::I32(nk32), Arg::I32(nk_pad as i32), Arg::I32(h32), ptr(&vscale), ptr(&vt)]);
-    kernels.launch("quant_v_fp8t", grid(nk_pad, BLOCK_N), &args)?;
+    kernels.launch(v_quant, grid(nk_pad, BLOCK_N), &args)?;
 
     let out = Tensor::empty([b, nq, h, HEAD_DIM], (Kind::BFloat16, dev));
     let mut args = vec![ptr(&qi), ptr(&qsc), ptr(&ki), ptr(&ksc), ptr(&vt), ptr(&vscale), ptr(&out)];
@@ -120,32 +134,91 @@ fn run(kernels: &DeviceKernels, q: &Tensor, k: &Tensor, v: &Tensor) -> anyhow::R
         block_dim: (256, 1, 1),
         shared_mem_bytes: cuda::ATTENTION8_SMEM,
     };
-    kernels.launch("attention_int8_fp8_sm90", cfg, &args)?;
+    kernels.launch(attn, cfg, &args)?;
     Ok(out)
 }
 
+/// Which roundings [`emulate`] applies: [`Emulation::of`] gives a kernel's; the others isolate
+/// one rounding each (how the quality gate's losses were traced to their source).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Emulation {
+    /// Q and K (smoothed) rounded to INT8, one scale per 16 query rows and per 64 keys.
+    pub int8_qk: bool,
+    /// P rounded to e4m3 (scaled by 448).
+    pub fp8_p: bool,
+    /// V rounded to e4m3 (one scale per channel).
+    pub fp8_v: bool,
+    /// P and V rounded to f16 (V scaled per channel to ±1).
+    pub f16_pv: bool,
+}
+
+impl Emulation {
+    /// The function the kernel with this P·V computes.
+    pub fn of(pv: Pv) -> Self {
+        match pv {
+            Pv::Fp8Pv => Emulation { int8_qk: true, fp8_p: true, fp8_v: true, f16_pv: false },
+            Pv::F16Pv => Emulation { int8_qk: true, f16_pv: true, ..Default::default() },
+        }
+    }
+
+    /// A comma-separated list of `qk`, `p`, `v` and `f16` (the fields, in order), e.g. `qk,f16`.
+    pub fn parse(list: &str) -> Result<Self, String> {
+        let mut e = Emulation::default();
+        for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            match part {
+                "qk" => e.int8_qk = true,
+                "p" => e.fp8_p = true,
+                "v" => e.fp8_v = true,
+                "f16" => e.f16_pv = true,
+                other => return Err(format!("`{other}` is not one of qk, p, v, f16")),
+            }
+        }
+        if e.f16_pv && (e.fp8_p || e.fp8_v) {
+            return Err("f16 P·V excludes the e4m3 roundings p and v".into());
+        }
+        Ok(e)
+    }
+}
+
 /// The function the kernel computes, in float32 tch ops on any device: the same quantization of
-/// Q, K (smoothed), V and P, a full softmax instead of the online one (so P's e4m3 rounding sees
-/// the row's final maximum, where the kernel's sees the running one). For tests and for stating
-/// the kernel's error against SDPA on a machine without Hopper.
-pub fn reference(q: &Tensor, k: &Tensor, v: &Tensor) -> Tensor {
-    let (b, nq, h, d) = q.size4().expect("q is [B, N, H, D]");
-    let nk = k.size()[1];
+/// Q, K (smoothed), V and P, a full softmax instead of the online one (so P's rounding sees the
+/// row's final maximum, where the kernel's sees the running one). For tests and for stating the
+/// kernel's error against SDPA on a machine without Hopper.
+pub fn reference(q: &Tensor, k: &Tensor, v: &Tensor, pv: Pv) -> Tensor {
+    emulate(q, k, v, Emulation::of(pv))
+}
+
+/// Attention with the roundings `e` names applied, in float32 (`[B, N, H, D]` in and out).
+pub fn emulate(q: &Tensor, k: &Tensor, v: &Tensor, e: Emulation) -> Tensor {
     let f = |t: &Tensor| t.to_kind(Kind::Float).transpose(1, 2); // [B, H, N, D]
     let (q, k, v) = (f(q), f(k), f(v));
-    let k = &k - k.mean_dim(2, true, Kind::Float);
-    let q = quantize_int8_blocks(&q, Q_GROUP);
-    let k = quantize_int8_blocks(&k, BLOCK_N);
-    let vs = v.abs().amax(2, true).clamp_min(1e-12) / P_SCALE;
-    let v = (&v / &vs).to_kind(Kind::Float8e4m3fn).to_kind(Kind::Float) * &vs;
+    let d = q.size()[3];
+    let (q, k) = match e.int8_qk {
+        true => {
+            (quantize_int8_blocks(&q, Q_GROUP), quantize_int8_blocks(&(&k - k.mean_dim(2, true, Kind::Float)), BLOCK_N))
+        }
+        false => (q, k),
+    };
+    let vmax = v.abs().amax(2, true).clamp_min(1e-12);
+    let v = if e.fp8_v {
+        let vs = vmax / P_SCALE;
+        (&v / &vs).to_kind(Kind::Float8e4m3fn).to_kind(Kind::Float) * &vs
+    } else if e.f16_pv {
+        (&v / &vmax).to_kind(Kind::Half).to_kind(Kind::Float) * &vmax
+    } else {
+        v
+    };
     let s = q.matmul(&k.transpose(2, 3)) / (d as f64).sqrt();
     let p = (&s - s.amax(3, true)).exp();
     let l = p.sum_dim_intlist(3, true, Kind::Float);
-    let p8 = (&p * P_SCALE).to_kind(Kind::Float8e4m3fn).to_kind(Kind::Float) / P_SCALE;
-    let o = p8.matmul(&v) / l;
-    debug_assert_eq!(o.size(), [b, h, nq, d]);
-    let _ = nk;
-    o.transpose(1, 2)
+    let p = if e.fp8_p {
+        (&p * P_SCALE).to_kind(Kind::Float8e4m3fn).to_kind(Kind::Float) / P_SCALE
+    } else if e.f16_pv {
+        (&p * P_SCALE).to_kind(Kind::Half).to_kind(Kind::Float) / P_SCALE
+    } else {
+        p
+    };
+    (p.matmul(&v) / l).transpose(1, 2)
 }
 
 /// `x [B, H, N, D]` rounded to int8 steps with one scale per `rows` rows (absmax / 127), returned
@@ -192,13 +265,29 @@ mod tests {
     fn the_quantized_function_stays_near_exact_attention() {
         let (q, k, v) = qkv(1, 200, 333, 2, 0);
         let want = sdpa(&q, &k, &v);
-        let got = reference(&q, &k, &v);
+        let got = reference(&q, &k, &v, Pv::Fp8Pv);
         assert_eq!(got.size(), want.size());
         // INT8 Q·Kᵀ with smoothing perturbs the logits by ~1e-2 (absolute); e4m3 rounding of P and
         // V adds ~2^-5 relative per term, which averages over hundreds of keys. SageAttention2
         // reports ~1-3 % relative L1 at this scale; bound: 4 % relative L2, and not exact.
-        let e = rel_l2(&got, &want);
-        assert!(e < 0.04 && e > 1e-4, "relative L2 error {e}");
+        let e8 = rel_l2(&got, &want);
+        assert!(e8 < 0.04 && e8 > 1e-4, "relative L2 error {e8}");
+        // f16 P·V leaves the INT8 logits as the only coarse rounding: at most half the e4m3
+        // recipe's error, and still not exact.
+        let e16 = rel_l2(&reference(&q, &k, &v, Pv::F16Pv), &want);
+        assert!(e16 < e8 / 2.0 && e16 > 1e-5, "f16 P·V {e16} against e4m3 {e8}");
+        let qk_only = Emulation { int8_qk: true, ..Default::default() };
+        let e_qk = rel_l2(&emulate(&q, &k, &v, qk_only), &want);
+        assert!((e_qk - e16).abs() < e16 / 2.0, "f16 rounding adds little to INT8 Q·Kᵀ: {e_qk} vs {e16}");
+    }
+
+    #[test]
+    fn emulations_parse_from_a_list_and_name_the_bad_part() {
+        assert_eq!(Emulation::parse("qk,p,v").unwrap(), Emulation::of(Pv::Fp8Pv));
+        assert_eq!(Emulation::parse("qk, f16").unwrap(), Emulation::of(Pv::F16Pv));
+        assert_eq!(Emulation::parse("").unwrap(), Emulation::default());
+        assert!(Emulation::parse("qk,int4").unwrap_err().contains("`int4`"));
+        assert!(Emulation::parse("f16,p").is_err());
     }
 
     #[test]
@@ -207,7 +296,7 @@ mod tests {
         // keys' differences; the reference smooths, so the error stays small.
         let (q, mut k, v) = qkv(1, 64, 128, 1, 1);
         k += Tensor::ones([1, 1, 1, HEAD_DIM], (Kind::Float, Device::Cpu)) * 40.0;
-        let e = rel_l2(&reference(&q, &k, &v), &sdpa(&q, &k, &v));
+        let e = rel_l2(&reference(&q, &k, &v, Pv::Fp8Pv), &sdpa(&q, &k, &v));
         assert!(e < 0.04, "relative L2 error {e}");
     }
 
@@ -217,7 +306,9 @@ mod tests {
         let q = q.to_kind(Kind::BFloat16);
         let (k, v) = (k.to_kind(Kind::BFloat16), v.to_kind(Kind::BFloat16));
         assert!(fits(&q, &k, &v).is_none());
-        assert!(attention(&q, &k, &v).equal(&sdpa(&q, &k, &v)));
+        for pv in [Pv::Fp8Pv, Pv::F16Pv] {
+            assert!(attention(&q, &k, &v, pv).equal(&sdpa(&q, &k, &v)));
+        }
         assert!(!available(Device::Cpu));
     }
 }

@@ -52,10 +52,12 @@ pub enum Arg {
 /// Kernels that need Hopper's `sm_90a` features (wgmma), compiled as a module of their own and
 /// only on compute capability 9.0.
 const SM90_SOURCE: &str = include_str!("../cuda/attention8.cu");
-const SM90_FUNCTIONS: &[&str] = &["quant_int8_rows", "quant_v_fp8t", "attention_int8_fp8_sm90"];
-/// Dynamic shared memory of `attention_int8_fp8_sm90` (its `SMEM_BYTES`).
-/// Room for up to 6 key/value stages (5 as shipped; its `STAGES` switch may ask for 6): one CTA
-/// per SM either way, which its registers already decide.
+const SM90_FUNCTIONS: &[&str] =
+    &["quant_int8_rows", "quant_v_fp8t", "quant_v_f16t", "attention_int8_fp8_sm90", "attention_int8_f16_sm90"];
+/// Dynamic shared memory of the 8-bit attention kernels (their `SMEM_BYTES`). Room for up to 6
+/// key/value stages of the e4m3 kernel (5 as shipped; its `STAGES` switch may ask for 6), which
+/// also holds the f16 kernel's 4 stages of twice the size: one CTA per SM either way, which the
+/// registers already decide.
 pub const ATTENTION8_SMEM: u32 = 16 * 1024 + 6 * 32 * 1024 + 1024 + 8 * 13;
 
 /// The compiled kernels of one device.
@@ -214,12 +216,14 @@ fn load_sm90(ctx: &Arc<CudaContext>) -> Result<Vec<(&'static str, CudaFunction)>
     for &name in SM90_FUNCTIONS {
         out.push((name, module.load_function(name).map_err(|e| anyhow!("kernel `{name}`: {e}"))?));
     }
-    let attn = &out.iter().find(|(n, _)| *n == "attention_int8_fp8_sm90").expect("listed above").1;
-    attn.set_attribute(
-        cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-        ATTENTION8_SMEM as i32,
-    )
-    .map_err(|e| anyhow!("shared memory for attention_int8_fp8_sm90: {e}"))?;
+    for kernel in ["attention_int8_fp8_sm90", "attention_int8_f16_sm90"] {
+        let attn = &out.iter().find(|(n, _)| *n == kernel).expect("listed above").1;
+        attn.set_attribute(
+            cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            ATTENTION8_SMEM as i32,
+        )
+        .map_err(|e| anyhow!("shared memory for {kernel}: {e}"))?;
+    }
     Ok(out)
 }
 

@@ -287,7 +287,7 @@ fn attention_inputs(b: i64, nq: i64, nk: i64, h: i64, seed: i64) -> (Tensor, Ten
 
 #[test]
 fn cuda_8bit_attention_matches_sdpa_within_its_bound() {
-    use fastvideo_kernels::attention8;
+    use fastvideo_kernels::attention8::{self, Pv};
     if fastvideo_torch::init().cuda_devices == 0 {
         eprintln!("no CUDA device: runs on a GPU machine (host/scripts/gpu/kernels.sh)");
         return;
@@ -304,16 +304,18 @@ fn cuda_8bit_attention_matches_sdpa_within_its_bound() {
         let (q, k, v) = attention_inputs(b, nq, nk, h, 21);
         let [q, k, v] = [q, k, v].map(|t| t.to_kind(Kind::BFloat16).to_device(device));
         assert!(attention8::fits(&q, &k, &v).is_some(), "the kernel takes [{b}, {nq}, {h}, 128]");
-        poison(device);
-        let got = attention8::attention(&q, &k, &v);
         let exact = attention8::sdpa(&q.to_kind(Kind::Float), &k.to_kind(Kind::Float), &v.to_kind(Kind::Float));
-        let bf16 = attention8::sdpa(&q, &k, &v);
-        let emulated = attention8::reference(&q, &k, &v);
-        let (e, e_bf16, e_ref) = (rel_l2(&got, &exact), rel_l2(&bf16, &exact), rel_l2(&got, &emulated));
-        eprintln!(
-            "attention8 [{b}, {nq}/{nk}, {h}, 128]: vs float32 SDPA {e:.2e} (bf16 SDPA {e_bf16:.2e}), vs its float32 emulation {e_ref:.2e}"
-        );
-        errors.push((b, nq, nk, e, e_ref));
+        let e_bf16 = rel_l2(&attention8::sdpa(&q, &k, &v), &exact);
+        for pv in [Pv::Fp8Pv, Pv::F16Pv] {
+            poison(device);
+            let got = attention8::attention(&q, &k, &v, pv);
+            let emulated = attention8::reference(&q, &k, &v, pv);
+            let (e, e_ref) = (rel_l2(&got, &exact), rel_l2(&got, &emulated));
+            eprintln!(
+                "attention8 {pv:?} [{b}, {nq}/{nk}, {h}, 128]: vs float32 SDPA {e:.2e} (bf16 SDPA {e_bf16:.2e}), vs its float32 emulation {e_ref:.2e}"
+            );
+            errors.push((pv, b, nq, nk, e, e_ref, e_bf16));
+        }
     }
     // SageAttention2 reports ~1-3 % relative error for INT8 Q·Kᵀ + FP8 P·V; these inputs are
     // harsher (outlier key channels), and short key sequences average P's e4m3 rounding over few
@@ -321,16 +323,36 @@ fn cuda_8bit_attention_matches_sdpa_within_its_bound() {
     // and bf16 output rounding (measured 1.3-1.5 %: two independent e4m3 roundings of P). Bounds:
     // 8 % against exact attention, 2.5 % against the emulation (a wrong key order or scale is
     // off by tens of percent).
-    for (b, nq, nk, e, e_ref) in errors {
-        assert!(e < 0.08, "[{b}, {nq}/{nk}] 8-bit attention vs SDPA: {e}");
-        assert!(e_ref < 0.025, "[{b}, {nq}/{nk}] 8-bit attention vs its emulation: {e_ref}");
+    // With f16 P·V only the INT8 logits approximate, and on these outlier keys they carry most
+    // of the error (measured on the H200: 5.0-5.8 % against 5.8-6.5 % with e4m3 P·V): bound 7 %,
+    // and below the FP8 recipe on the same inputs. Its emulation differs only by bf16 output
+    // rounding and f16 accumulation order (measured 0.17-0.20 %; bound 1 %, which a P or V
+    // fragment in the wrong order exceeds).
+    let fp8_error = |b, nq, nk| errors.iter().find(|r| r.0 == Pv::Fp8Pv && (r.1, r.2, r.3) == (b, nq, nk)).map(|r| r.4);
+    for &(pv, b, nq, nk, e, e_ref, e_bf16) in &errors {
+        let (bound, ref_bound) = match pv {
+            Pv::Fp8Pv => (0.08, 0.025),
+            Pv::F16Pv => (0.07, 0.01),
+        };
+        if pv == Pv::F16Pv {
+            let fp8 = fp8_error(b, nq, nk).expect("both recipes ran");
+            assert!(e < fp8, "[{b}, {nq}/{nk}] f16 P·V further from exact than e4m3 P·V: {e} vs {fp8}");
+        }
+        assert!(e < bound, "[{b}, {nq}/{nk}] {pv:?} 8-bit attention vs SDPA: {e}");
+        assert!(e_ref < ref_bound, "[{b}, {nq}/{nk}] {pv:?} 8-bit attention vs its emulation: {e_ref}");
+        assert!(
+            e > e_bf16,
+            "[{b}, {nq}/{nk}] {pv:?}: a quantized kernel is not closer than bf16 SDPA ({e} vs {e_bf16})"
+        );
     }
     let (q, k, v) = attention_inputs(1, 500, 500, 6, 31);
     let [q, k, v] = [q, k, v].map(|t| t.to_kind(Kind::BFloat16).to_device(device).narrow(2, 1, 4));
     assert!(!q.is_contiguous() && attention8::fits(&q, &k, &v).is_some());
-    let e = rel_l2(&attention8::attention(&q, &k, &v), &attention8::sdpa(&q, &k, &v));
-    eprintln!("attention8 on strided heads: vs bf16 SDPA {e:.2e}");
-    assert!(e < 0.08, "strided: {e}");
+    for pv in [Pv::Fp8Pv, Pv::F16Pv] {
+        let e = rel_l2(&attention8::attention(&q, &k, &v, pv), &attention8::sdpa(&q, &k, &v));
+        eprintln!("attention8 {pv:?} on strided heads: vs bf16 SDPA {e:.2e}");
+        assert!(e < 0.08, "strided {pv:?}: {e}");
+    }
 }
 
 /// Paged decode attention against gathering each request's pages and running SDPA (the fallback)

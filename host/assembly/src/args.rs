@@ -32,8 +32,8 @@ fn set_opt<T: Clone>(field: &mut Option<T>, flag: &Option<T>) {
 #[derive(Args, Clone, Debug, Default)]
 pub struct PrecisionArgs {
     /// Precision preset: exact (fp32, no lossy path), bf16, or fast (bf16 plus the options that
-    /// passed the quality gate: the tiny decoder for world sessions) [default: auto, bf16 on
-    /// CUDA and exact elsewhere].
+    /// passed the quality gate: INT8 Q·Kᵀ attention for generation, the tiny decoder for world
+    /// sessions) [default: auto, bf16 on CUDA and exact elsewhere].
     #[arg(long)]
     pub precision: Option<Precision>,
     /// Transformer and text-encoder dtype: auto (bf16 on CUDA, fp32 on CPU), bf16, fp16 or fp32
@@ -60,8 +60,13 @@ pub struct PrecisionArgs {
     pub fp8_linears: bool,
     /// 8-bit self-attention (INT8 Q·Kᵀ, FP8 P·V; lossy) on Hopper GPUs; SDPA on other GPUs
     /// (docs/benchmarks.md).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "int8_qk_attention")]
     pub int8_attention: bool,
+    /// 8-bit self-attention with INT8 Q·Kᵀ only (P·V in f16; lossy, closer to exact and slower
+    /// than --int8-attention; what --precision fast runs on generation models) on Hopper GPUs;
+    /// SDPA on other GPUs (docs/benchmarks.md).
+    #[arg(long)]
+    pub int8_qk_attention: bool,
     /// The prompt rewriter for requests with `prompt_extend` (a transformers-layout Qwen3 or
     /// Qwen2.5 folder; its `system_prompt.txt`, if any, is the system turn) [default: the
     /// model folder's `prompt_extender/`, which the shipped default model has].
@@ -81,6 +86,7 @@ impl PrecisionArgs {
         m.tiny_decoder |= self.tiny_decoder;
         m.fp8_linears |= self.fp8_linears;
         m.int8_attention |= self.int8_attention;
+        m.int8_qk_attention |= self.int8_qk_attention;
         set_opt(&mut m.prompt_extender, &self.prompt_extender);
     }
 

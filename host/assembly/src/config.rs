@@ -136,7 +136,8 @@ pub struct ModelConfig {
     /// auto, cpu, cuda or cuda:N.
     pub device: String,
     /// Precision preset: auto (today's dtypes), exact (fp32, no lossy path), bf16, or fast (bf16
-    /// plus the options that passed the quality gate: the tiny decoder for world sessions).
+    /// plus the options that passed the quality gate: INT8 Q·Kᵀ attention for generation, the
+    /// tiny decoder for world sessions).
     /// docs/operators.md.
     #[serde(with = "from_str")]
     pub precision: Precision,
@@ -166,6 +167,11 @@ pub struct ModelConfig {
     /// 8-bit self-attention (INT8 Q·Kᵀ, FP8 P·V; lossy) where the GPU has the kernel (Hopper),
     /// SDPA on other GPUs. Refused with `precision = exact`.
     pub int8_attention: bool,
+    /// 8-bit self-attention with INT8 Q·Kᵀ and f16 P·V (lossy, closer to exact than
+    /// `int8_attention`; `precision = fast` implies it on generation models), where the GPU has
+    /// the kernel. Refused with `precision = exact`, and with `int8_attention` (one recipe per
+    /// model).
+    pub int8_qk_attention: bool,
     /// The prompt rewriter (a transformers-layout Qwen folder) requests with `prompt_extend`
     /// run before the text encoder; the model folder's `prompt_extender/` when it has one.
     pub prompt_extender: Option<PathBuf>,
@@ -187,6 +193,7 @@ impl Default for ModelConfig {
             tiny_decoder: false,
             fp8_linears: false,
             int8_attention: false,
+            int8_qk_attention: false,
             prompt_extender: None,
         }
     }

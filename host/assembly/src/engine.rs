@@ -47,8 +47,10 @@ pub struct EngineDescription {
     pub precision: String,
     /// FP8 linears in the inner transformer blocks (`fp8_linears`).
     pub fp8_linears: bool,
-    /// 8-bit self-attention (`int8_attention`).
+    /// 8-bit self-attention with e4m3 P·V (`int8_attention`).
     pub int8_attention: bool,
+    /// 8-bit self-attention with f16 P·V (`int8_qk_attention`).
+    pub int8_qk_attention: bool,
     pub transformer_dtype: String,
     pub text_encoder_dtype: String,
     pub vae_dtype: String,
@@ -378,7 +380,8 @@ fn describe(
         device: format!("{:?}", model.device),
         precision: r.precision.to_string(),
         fp8_linears: r.fp8_linears,
-        int8_attention: r.int8_attention,
+        int8_attention: r.int8_attention == Some(fastvideo_torch::Int8Attention::Fp8Pv),
+        int8_qk_attention: r.int8_attention == Some(fastvideo_torch::Int8Attention::F16Pv),
         transformer_dtype: fastvideo_torch::kind_name(r.transformer_dtype).into(),
         text_encoder_dtype: fastvideo_torch::kind_name(r.text_encoder_dtype).into(),
         vae_dtype: fastvideo_torch::kind_name(r.vae_dtype).into(),

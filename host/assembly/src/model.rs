@@ -65,8 +65,8 @@ impl ModelConfig {
     /// The same for a world-model folder (the Wan folder plus `action_embedder/` and `world.json`).
     pub fn load_world(&self, dir: &Path, device: Device) -> Result<WorldModel> {
         self.apply_kernels();
-        let world =
-            WorldModel::load(dir, self.options(device)?).with_context(|| format!("--model {}", dir.display()))?;
+        let world = WorldModel::load(dir, self.options_for(device, true)?)
+            .with_context(|| format!("--model {}", dir.display()))?;
         if self.tiny_decoder {
             return world.with_tiny_decoder().context("tiny_decoder");
         }
@@ -86,18 +86,37 @@ impl ModelConfig {
     /// What `precision`, `dtype` and `vae_dtype` come to on `device`; a conflict (`exact` with a
     /// lower dtype) is an error naming the field.
     pub fn numerics(&self, device: Device) -> Result<fastvideo_torch::Numerics> {
+        self.numerics_for(device, false)
+    }
+
+    /// [`numerics`](Self::numerics) for a world model (`world`) or a generation model: `fast`
+    /// implies what each kind's gate admitted.
+    pub fn numerics_for(&self, device: Device, world: bool) -> Result<fastvideo_torch::Numerics> {
         let n = self.precision.numerics(device, self.dtype, self.vae_dtype).map_err(anyhow::Error::msg)?;
+        let n = if world { n.for_world() } else { n };
         anyhow::ensure!(
             !(self.tiny_decoder && n.preset == fastvideo_torch::Precision::Exact),
             "tiny_decoder with precision = exact, which takes no lossy path; use bf16 or fast"
         );
-        n.with_fp8_linears(self.fp8_linears)
-            .and_then(|n| n.with_int8_attention(self.int8_attention))
-            .map_err(anyhow::Error::msg)
+        use fastvideo_torch::Int8Attention;
+        let recipe = match (self.int8_attention, self.int8_qk_attention) {
+            (true, true) => anyhow::bail!(
+                "int8_attention and int8_qk_attention are two recipes of one kernel; set one (docs/benchmarks.md \
+                 compares them)"
+            ),
+            (true, false) => Some(Int8Attention::Fp8Pv),
+            (false, true) => Some(Int8Attention::F16Pv),
+            (false, false) => None,
+        };
+        n.with_fp8_linears(self.fp8_linears).and_then(|n| n.with_int8_attention(recipe)).map_err(anyhow::Error::msg)
     }
 
     fn options(&self, device: Device) -> Result<LoadOptions> {
-        let n = self.numerics(device)?;
+        self.options_for(device, false)
+    }
+
+    fn options_for(&self, device: Device, world: bool) -> Result<LoadOptions> {
+        let n = self.numerics_for(device, world)?;
         Ok(LoadOptions {
             device,
             dtype: n.dtype,

@@ -95,9 +95,12 @@ mod tests {
         );
         let fast = resolved(serde_json::json!({"request_id": "r", "task": "t2v",
             "diffusion": {"precision": "fast"}, "inputs": [{"type": "text", "text": "a"}]}));
-        assert_eq!(
-            precision_check(Precision::Fast, vec!["int8_attention"])(&fast).is_ok(),
-            fastvideo_torch::FAST_INT8_ATTENTION
-        );
+        for recipe in [fastvideo_torch::Int8Attention::Fp8Pv, fastvideo_torch::Int8Attention::F16Pv] {
+            assert_eq!(
+                precision_check(Precision::Fast, vec![recipe.name()])(&fast).is_ok(),
+                fastvideo_torch::FAST_INT8_ATTENTION == Some(recipe),
+                "{recipe:?}"
+            );
+        }
     }
 }

@@ -1,10 +1,10 @@
 //! Precision presets (`--precision exact|bf16|fast`): which numerics a deployment accepts, named
 //! so that a lossy path is never taken silently. `exact` computes in float32 with no
 //! approximation (the reference's numerics), `bf16` in bfloat16 as the GPU default does, and
-//! `fast` adds the options that passed the quality gate in docs/benchmarks.md (today: the tiny
-//! decoder for world sessions, where the folder has one). A lossy option that did not pass (FP8
-//! linears, 8-bit attention) is an explicit flag of its own, never part of a preset. A run reports
-//! what it ran.
+//! `fast` adds the options that passed the quality gate in docs/benchmarks.md, per kind of model
+//! (today: 8-bit attention with INT8 Q·Kᵀ and f16 P·V for generation models, the tiny decoder for
+//! world models where the folder has one). A lossy option that did not pass (FP8 linears, FP8 P·V
+//! attention) is an explicit flag of its own, never part of a preset. A run reports what it ran.
 
 use std::fmt;
 use std::str::FromStr;
@@ -13,8 +13,34 @@ use tch::{Device, Kind};
 
 use crate::DtypeChoice;
 
-/// Whether `fast` includes 8-bit attention: set by its quality gate (docs/benchmarks.md).
-pub const FAST_INT8_ATTENTION: bool = false;
+/// The 8-bit attention recipe `fast` includes for generation models, if any: set by the quality
+/// gate (docs/benchmarks.md).
+pub const FAST_INT8_ATTENTION: Option<Int8Attention> = Some(Int8Attention::F16Pv);
+
+/// The same for world models, gated on their own eval: INT8 Q·Kᵀ cost the world model 1.4
+/// points of action following (more than the gate's 1), so its `fast` keeps bf16 attention.
+pub const FAST_WORLD_INT8_ATTENTION: Option<Int8Attention> = None;
+
+/// The 8-bit attention recipes: Q·Kᵀ in INT8 (K smoothed) either way; they differ in P·V.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Int8Attention {
+    /// P and V in e4m3 (SageAttention2's recipe, `--int8-attention`): P·V at twice the bf16
+    /// rate, P and V each rounded to 3 mantissa bits.
+    Fp8Pv,
+    /// P and V in f16 (`--int8-qk-attention`): P·V at the bf16 rate with 10 mantissa bits, so
+    /// only the INT8 logits approximate.
+    F16Pv,
+}
+
+impl Int8Attention {
+    /// The option's name, as configs, flags (with dashes) and reports spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Int8Attention::Fp8Pv => "int8_attention",
+            Int8Attention::F16Pv => "int8_qk_attention",
+        }
+    }
+}
 
 /// A precision preset. `Auto` is the device's default: `bf16` on CUDA, `exact` elsewhere.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -40,8 +66,8 @@ pub struct Numerics {
     pub fp8_linears: bool,
     /// World sessions decode with the folder's tiny decoder, where it has one.
     pub tiny_decoder: bool,
-    /// 8-bit self-attention (INT8 Q·Kᵀ, FP8 P·V) where the GPU has the kernel.
-    pub int8_attention: bool,
+    /// 8-bit self-attention (INT8 Q·Kᵀ; P·V as the recipe says) where the GPU has the kernel.
+    pub int8_attention: Option<Int8Attention>,
 }
 
 impl Precision {
@@ -60,7 +86,7 @@ impl Precision {
                 vae_dtype,
                 fp8_linears: false,
                 tiny_decoder: false,
-                int8_attention: false,
+                int8_attention: None,
             });
         }
         let preset = self;
@@ -84,7 +110,7 @@ impl Precision {
                     vae_dtype: DtypeChoice::Fp32,
                     fp8_linears: false,
                     tiny_decoder: false,
-                    int8_attention: false,
+                    int8_attention: None,
                 }
             }
             // The VAE keeps its measured per-device default unless asked.
@@ -94,7 +120,7 @@ impl Precision {
                 vae_dtype,
                 fp8_linears: false,
                 tiny_decoder: preset == Precision::Fast,
-                int8_attention: preset == Precision::Fast && FAST_INT8_ATTENTION,
+                int8_attention: if preset == Precision::Fast { FAST_INT8_ATTENTION } else { None },
             },
             Precision::Auto => unreachable!("returned above"),
         };
@@ -112,12 +138,26 @@ impl Numerics {
         Ok(self)
     }
 
-    /// Adds the explicit 8-bit attention option; refused with `exact`.
-    pub fn with_int8_attention(mut self, on: bool) -> Result<Self, String> {
-        if on && self.preset == Precision::Exact {
-            return Err("int8_attention with precision = exact, which takes no lossy path; use bf16 or fast".into());
+    /// The numerics for a world model: `fast` implies that kind's gated options instead. Call it
+    /// before naming options explicitly (those stand either way).
+    pub fn for_world(mut self) -> Self {
+        if self.preset == Precision::Fast {
+            self.int8_attention = FAST_WORLD_INT8_ATTENTION;
         }
-        self.int8_attention |= on;
+        self
+    }
+
+    /// Adds an explicit 8-bit attention recipe (it replaces the preset's); refused with `exact`.
+    pub fn with_int8_attention(mut self, recipe: Option<Int8Attention>) -> Result<Self, String> {
+        if let Some(r) = recipe {
+            if self.preset == Precision::Exact {
+                return Err(format!(
+                    "{} with precision = exact, which takes no lossy path; use bf16 or fast",
+                    r.name()
+                ));
+            }
+            self.int8_attention = Some(r);
+        }
         Ok(self)
     }
 
@@ -134,17 +174,14 @@ impl Numerics {
 }
 
 /// The lossy options among those a load runs with, by option name.
-pub fn lossy_paths(fp8_linears: bool, int8_attention: bool) -> Vec<&'static str> {
-    [("fp8_linears", fp8_linears), ("int8_attention", int8_attention)]
-        .into_iter()
-        .filter_map(|(name, on)| on.then_some(name))
-        .collect()
+pub fn lossy_paths(fp8_linears: bool, int8_attention: Option<Int8Attention>) -> Vec<&'static str> {
+    fp8_linears.then_some("fp8_linears").into_iter().chain(int8_attention.map(Int8Attention::name)).collect()
 }
 
 /// Those of `paths` that `preset` does not include: a server running any of them serves no
 /// preset a request could name.
 pub fn beyond_preset(preset: Precision, paths: &[&'static str]) -> Vec<&'static str> {
-    let implied = |name: &str| preset == Precision::Fast && name == "int8_attention" && FAST_INT8_ATTENTION;
+    let implied = |name: &str| preset == Precision::Fast && FAST_INT8_ATTENTION.map(Int8Attention::name) == Some(name);
     paths.iter().copied().filter(|n| !implied(n)).collect()
 }
 
@@ -195,22 +232,39 @@ mod tests {
         let fast = Precision::Fast.numerics(cuda, DtypeChoice::Fp16, a).unwrap();
         assert_eq!((fast.dtype, fast.tiny_decoder), (DtypeChoice::Fp16, true), "an explicit dtype wins");
         // FP8 linears failed the eval gate: never part of a preset, only asked for by name.
-        assert!(!fast.fp8_linears && fast.lossy_paths().is_empty() != FAST_INT8_ATTENTION);
+        assert!(!fast.fp8_linears && fast.int8_attention == FAST_INT8_ATTENTION);
+        assert_eq!(fast.lossy_paths(), FAST_INT8_ATTENTION.map(Int8Attention::name).into_iter().collect::<Vec<_>>());
         assert!(fast.with_fp8_linears(true).unwrap().lossy_paths().contains(&"fp8_linears"));
         assert_eq!(beyond_preset(Precision::Fast, &["fp8_linears"]), ["fp8_linears"]);
-        assert_eq!(
-            beyond_preset(Precision::Fast, &["int8_attention"]).is_empty(),
-            FAST_INT8_ATTENTION,
-            "fast includes 8-bit attention exactly when its gate says so"
-        );
-        assert_eq!(beyond_preset(Precision::Bf16, &["int8_attention"]), ["int8_attention"]);
-        let bf16_int8 = Precision::Bf16.numerics(cuda, a, a).unwrap().with_int8_attention(true).unwrap();
-        assert_eq!(bf16_int8.lossy_paths(), ["int8_attention"]);
-        assert!(exact.with_int8_attention(true).unwrap_err().contains("exact"));
+        for recipe in [Int8Attention::Fp8Pv, Int8Attention::F16Pv] {
+            assert_eq!(
+                beyond_preset(Precision::Fast, &[recipe.name()]).is_empty(),
+                FAST_INT8_ATTENTION == Some(recipe),
+                "fast includes an 8-bit attention recipe exactly when its gate says so"
+            );
+            assert_eq!(beyond_preset(Precision::Bf16, &[recipe.name()]), [recipe.name()]);
+            let bf16_int8 = Precision::Bf16.numerics(cuda, a, a).unwrap().with_int8_attention(Some(recipe)).unwrap();
+            assert_eq!(bf16_int8.lossy_paths(), [recipe.name()]);
+            assert!(exact.with_int8_attention(Some(recipe)).unwrap_err().contains(recipe.name()));
+        }
+        assert_eq!(exact.with_int8_attention(None).unwrap(), exact);
         assert!(exact.with_fp8_linears(true).unwrap_err().contains("exact"));
         // Today's default (no preset, no dtype) is unchanged.
         let auto = Precision::Auto.numerics(Device::Cpu, a, a).unwrap();
         assert_eq!((auto.preset, auto.kind(Device::Cpu)), (Precision::Exact, Kind::Float));
+    }
+
+    #[test]
+    fn world_models_take_their_own_gated_options() {
+        let (a, cuda) = (DtypeChoice::Auto, Device::Cuda(0));
+        let fast = Precision::Fast.numerics(cuda, a, a).unwrap();
+        assert_eq!(fast.for_world().int8_attention, FAST_WORLD_INT8_ATTENTION);
+        assert!(fast.for_world().tiny_decoder, "the tiny decoder passed the world gate");
+        // A named recipe stands on a world model too; bf16 has nothing implied to drop.
+        let named = fast.for_world().with_int8_attention(Some(Int8Attention::F16Pv)).unwrap();
+        assert_eq!(named.int8_attention, Some(Int8Attention::F16Pv));
+        let bf16 = Precision::Bf16.numerics(cuda, a, a).unwrap();
+        assert_eq!(bf16.for_world(), bf16);
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! What a load is asked for ([`LoadOptions`]) and what it reports ([`LoadReport`]).
 
-use fastvideo_torch::{DtypeChoice, Precision};
+use fastvideo_torch::{DtypeChoice, Int8Attention, Precision};
 use tch::{Device, Kind};
 
 /// How to load a model: the device and the compute dtype of each component.
@@ -16,8 +16,9 @@ pub struct LoadOptions {
     pub offload_experts: bool,
     /// `--fp8-linears`: the inner transformer blocks' linears in FP8.
     pub fp8_linears: bool,
-    /// `--int8-attention` (or `precision = fast`): 8-bit self-attention.
-    pub int8_attention: bool,
+    /// `--int8-attention` / `--int8-qk-attention` (or `precision = fast` where its gate admits
+    /// one): 8-bit self-attention with that recipe.
+    pub int8_attention: Option<Int8Attention>,
     /// The precision preset these options came from (reported, never acted on here).
     pub precision: Precision,
     /// Served lazily: the transformer's linears are checked against the checkpoint but not read
@@ -35,7 +36,7 @@ impl LoadOptions {
             vae_dtype: DtypeChoice::Auto,
             offload_experts: false,
             fp8_linears: false,
-            int8_attention: false,
+            int8_attention: None,
             precision: Precision::Auto,
             lazy_transformer: false,
         }
@@ -59,8 +60,9 @@ pub struct LoadReport {
     pub precision: Precision,
     /// Whether the inner blocks' linears are stored in FP8.
     pub fp8_linears: bool,
-    /// Whether self-attention is 8-bit (where the device has the kernel; SDPA otherwise on CUDA).
-    pub int8_attention: bool,
+    /// The 8-bit self-attention recipe, if any (where the device has the kernel; SDPA otherwise
+    /// on CUDA).
+    pub int8_attention: Option<Int8Attention>,
     /// Loaded lazily: bytes of the transformer linears not yet read (they come at the first
     /// wake); `None` when they were read.
     pub deferred_linear_bytes: Option<u64>,

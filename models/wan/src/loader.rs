@@ -205,11 +205,12 @@ impl WanModel {
                  CUDA kernels could not be compiled (see the log)"
             );
         }
-        if let (true, Device::Cuda(_)) = (opts.int8_attention, device) {
+        if let (Some(recipe), Device::Cuda(_)) = (opts.int8_attention, device) {
             if !fastvideo_kernels::attention8::available(device) {
                 tracing::warn!(
-                    "int8_attention: no 8-bit attention kernel on this GPU (it needs compute capability 9.0 and \
-                     the CUDA kernels compiled); self-attention runs SDPA"
+                    "{}: no 8-bit attention kernel on this GPU (it needs compute capability 9.0 and the CUDA \
+                     kernels compiled); self-attention runs SDPA",
+                    recipe.name()
                 );
             }
         }
@@ -483,7 +484,7 @@ fn is_null_component(v: &Value) -> bool {
 pub(crate) fn with_lossy_options(
     mut t: WanTransformer3DModel,
     fp8: bool,
-    int8_attention: bool,
+    int8_attention: Option<fastvideo_torch::Int8Attention>,
 ) -> WanTransformer3DModel {
     if fp8 {
         t.quantize_fp8();

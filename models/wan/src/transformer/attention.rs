@@ -3,6 +3,7 @@
 //! attends to besides its input.
 
 use anyhow::Result;
+use fastvideo_kernels::attention8::{self, Pv};
 use tch::Tensor;
 
 use super::rope::Rope;
@@ -23,7 +24,7 @@ pub(super) struct SelfAttention {
     eps: f64,
     /// 8-bit attention (`--int8-attention`) over the input's own keys, and earlier ones without a
     /// mask.
-    pub(super) int8: bool,
+    pub(super) int8: Option<Pv>,
 }
 
 impl SelfAttention {
@@ -45,7 +46,7 @@ impl SelfAttention {
             norm_k: w.get("norm_k.weight", &[dim])?,
             heads,
             eps,
-            int8: false,
+            int8: None,
         })
     }
 
@@ -88,7 +89,7 @@ impl SelfAttention {
                     None => (k.shallow_clone(), v.shallow_clone()),
                 };
                 match (self.int8, mask) {
-                    (true, None) => int8_attention(&q, &keys, &values, self.heads),
+                    (Some(pv), None) => int8_attention(&q, &keys, &values, self.heads, pv),
                     _ => merge_heads(&attention(&q, &keys, &values, self.heads, mask)),
                 }
             }
@@ -232,15 +233,32 @@ pub enum Cross<'a> {
 /// (the kernel's `[B, N, H, D]` layout needs no transpose either way): the kernel on Hopper,
 /// SDPA on other GPUs, and on a CPU the quantized function (float32 emulation) so that an
 /// evaluation there measures what the kernel computes.
-fn int8_attention(q: &Tensor, k: &Tensor, v: &Tensor, heads: i64) -> Tensor {
-    use fastvideo_kernels::attention8;
+fn int8_attention(q: &Tensor, k: &Tensor, v: &Tensor, heads: i64, pv: Pv) -> Tensor {
     let split = |t: &Tensor| t.reshape([t.size()[0], t.size()[1], heads, -1]);
     let (q4, k4, v4) = (split(q), split(k), split(v));
     let o = match q.device() {
-        tch::Device::Cpu => attention8::reference(&q4, &k4, &v4).to_kind(q.kind()),
-        _ => attention8::attention(&q4, &k4, &v4),
+        tch::Device::Cpu => attention8::emulate(&q4, &k4, &v4, emulation(pv)).to_kind(q.kind()),
+        _ => attention8::attention(&q4, &k4, &v4, pv),
     };
     o.reshape([o.size()[0], o.size()[1], -1])
+}
+
+/// The roundings the CPU emulates: the kernel's, or for tracing a quality loss to its source
+/// the list in `FASTVIDEO_ATTN8_EMULATE` (`qk,p,v` or `qk,f16` and subsets: see
+/// [`attention8::Emulation::parse`]), read once.
+fn emulation(pv: Pv) -> attention8::Emulation {
+    static CHOSEN: std::sync::OnceLock<Option<attention8::Emulation>> = std::sync::OnceLock::new();
+    let chosen = CHOSEN.get_or_init(|| {
+        let list = std::env::var("FASTVIDEO_ATTN8_EMULATE").ok()?;
+        match attention8::Emulation::parse(&list) {
+            Ok(e) => Some(e),
+            Err(e) => {
+                tracing::warn!("FASTVIDEO_ATTN8_EMULATE: {e}; emulating the kernel");
+                None
+            }
+        }
+    });
+    chosen.unwrap_or_else(|| attention8::Emulation::of(pv))
 }
 
 /// `[B, N, H*D]` q, k, v → SDPA over heads → `[B, H, N, D]`. libtorch picks the backend (cuDNN's

@@ -139,8 +139,8 @@ impl Block {
         self.attn2.context_kv(context, lora)
     }
 
-    pub(super) fn set_int8_attention(&mut self, on: bool) {
-        self.attn1.int8 = on;
+    pub(super) fn set_int8_attention(&mut self, pv: Option<fastvideo_kernels::attention8::Pv>) {
+        self.attn1.int8 = pv;
     }
 
     /// Every linear of the block, in a fixed order (merging adapters walks them).

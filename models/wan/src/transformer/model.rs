@@ -117,12 +117,13 @@ impl WanTransformer3DModel {
         }
     }
 
-    /// `--int8-attention`: every block's self-attention in 8-bit (INT8 Q·Kᵀ, FP8 P·V; see
-    /// `fastvideo_kernels::attention8`). On CUDA without the kernel it is SDPA; on a CPU the
-    /// quantized function is computed (emulated in float32), so an evaluation measures it.
-    pub fn set_int8_attention(&mut self, on: bool) {
+    /// `--int8-attention` / `--int8-qk-attention`: every block's self-attention in 8-bit with
+    /// that recipe (see `fastvideo_kernels::attention8`), or none. On CUDA without the kernel it
+    /// is SDPA; on a CPU the quantized function is computed (emulated in float32), so an
+    /// evaluation measures it.
+    pub fn set_int8_attention(&mut self, recipe: Option<fastvideo_torch::Int8Attention>) {
         for b in &mut self.blocks {
-            b.set_int8_attention(on);
+            b.set_int8_attention(recipe);
         }
     }
 
