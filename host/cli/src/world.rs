@@ -72,6 +72,12 @@ pub fn run(args: WorldArgs) -> Result<()> {
     let video = fastvideo_wan::pipeline::frames_to_video(&frames, model.spec.fps)?;
     fastvideo_media::write_mp4(&video, &args.out).with_context(|| format!("writing {}", args.out.display()))?;
     let n = video.num_frames as f64;
+    // What the preset and flags came to on this model: world models have their own gate.
+    let r = &model.wan.load_report;
+    let mut lossy = fastvideo_torch::lossy_paths(r.fp8_linears, r.int8_attention);
+    if model.decoder == fastvideo_wan::world::FrameDecoder::Tiny {
+        lossy.push("tiny_decoder");
+    }
     if args.json {
         let mut sorted = chunk_seconds[1..].to_vec();
         sorted.sort_by(f64::total_cmp);
@@ -82,17 +88,19 @@ pub fn run(args: WorldArgs) -> Result<()> {
                 "chunks": chunk_seconds.len(), "frames": video.num_frames, "seconds": seconds,
                 "frames_per_second": n / seconds, "first_chunk_seconds": chunk_seconds[0],
                 "chunk_seconds_p50": p(0.5), "chunk_seconds_p95": p(0.95), "out": args.out,
-                "warm_up_seconds": warm_up_seconds,
+                "warm_up_seconds": warm_up_seconds, "precision": r.precision.to_string(), "lossy_paths": lossy,
             })
         );
     } else {
         eprintln!(
-            "wrote {} ({} frames, {} chunks) in {:.2} s: {:.1} frames/s",
+            "wrote {} ({} frames, {} chunks) in {:.2} s: {:.1} frames/s (precision {}{})",
             args.out.display(),
             video.num_frames,
             chunk_seconds.len(),
             seconds,
-            n / seconds
+            n / seconds,
+            r.precision,
+            if lossy.is_empty() { String::new() } else { format!(" with {}", lossy.join(", ")) }
         );
     }
     Ok(())

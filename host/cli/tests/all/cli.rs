@@ -134,6 +134,35 @@ fn bad_request_values_name_the_field() {
 }
 
 #[test]
+fn presets_say_what_they_run() {
+    // `fast` on a generation model takes the 8-bit attention recipe its gate admitted (the CPU
+    // computes the quantized function), and a named recipe replaces it.
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("f.mp4");
+    let run = |extra: &[&str]| {
+        let args = ["generate", "--prompt", "a red circle moving left", "--steps", "2", "--out", out.to_str().unwrap()];
+        let o = fastvideo(&[&args[..], extra].concat());
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    let fast = run(&["--precision", "fast"]);
+    let want = match fastvideo_torch::FAST_INT8_ATTENTION {
+        Some(r) => format!("precision fast with {}:", r.name()),
+        None => "precision fast:".to_string(),
+    };
+    assert!(fast.contains(&want), "{fast}");
+    assert!(run(&["--precision", "fast", "--int8-attention"]).contains("precision fast with int8_attention:"));
+    assert!(run(&["--precision", "bf16"]).contains("precision bf16:"));
+    let never = "/tmp/fastvideo-never-written.mp4";
+    assert_user_error(
+        &fastvideo(&["generate", "--prompt", "x", "--precision", "exact", "--int8-qk-attention", "--out", never]),
+        "int8_qk_attention with precision = exact",
+    );
+    let both = fastvideo(&["generate", "--prompt", "x", "--int8-attention", "--int8-qk-attention", "--out", never]);
+    assert!(!both.status.success() && String::from_utf8_lossy(&both.stderr).contains("cannot be used with"));
+}
+
+#[test]
 fn missing_and_corrupt_models_are_named() {
     assert_user_error(
         &fastvideo(&["generate", "--prompt", "x", "--model", "/no/such/model"]),

@@ -33,6 +33,28 @@ fn a_rollout_under_actions_writes_the_frames_it_should() {
 }
 
 #[test]
+fn fast_on_a_world_model_runs_what_its_own_gate_admitted() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("w.mp4");
+    let run = |extra: &[&str]| {
+        let args = ["world", "--actions", "right", "--out", out.to_str().unwrap(), "--json"];
+        let o = fastvideo(&[&args[..], extra].concat());
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()
+    };
+    // The shipped folder has a tiny decoder; 8-bit attention missed the world model's gate.
+    let mut want: Vec<&str> = fastvideo_torch::FAST_WORLD_INT8_ATTENTION.map(|r| r.name()).into_iter().collect();
+    want.push("tiny_decoder");
+    let fast = run(&["--precision", "fast"]);
+    assert_eq!(fast["precision"], "fast");
+    assert_eq!(fast["lossy_paths"], serde_json::json!(want), "{fast}");
+    // Named, the recipe runs there too.
+    let named = run(&["--precision", "fast", "--int8-qk-attention"]);
+    assert_eq!(named["lossy_paths"], serde_json::json!(["int8_qk_attention", "tiny_decoder"]), "{named}");
+    assert_eq!(run(&["--precision", "bf16"])["lossy_paths"], serde_json::json!([]));
+}
+
+#[test]
 fn bad_world_input_is_one_clear_error() {
     let cases: [(&[&str], &str); 3] = [
         (
