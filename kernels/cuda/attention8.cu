@@ -153,13 +153,10 @@ extern "C" __global__ void __launch_bounds__(128) quant_int8_rows(const unsigned
     if (threadIdx.x == 0) scale[((long long)b * heads + h) * (n_pad / rows) + blk] = s * mul;
 }
 
-// One CTA (128 threads, one per channel) per 64-key tile of one head: V / vs in e4m3, transposed
-// tile by tile with keys permuted within each 32 (see perm32). `vs` is [B, H, 128].
-extern "C" __global__ void __launch_bounds__(128) quant_v_fp8t(const unsigned short* v, long long sb, long long sn,
-                                                              long long sh, int n, int n_pad, int heads,
-                                                              const float* vs, unsigned char* out) {
-    __shared__ unsigned short tile[BLOCK_N][HEAD_DIM + 8];
-    const int t = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+// The bf16 V rows of one 64-key tile of one head into shared memory (zeros past n), for the V
+// quantize kernels below, which read it back column by column.
+__device__ __forceinline__ void load_v_tile(const unsigned short* v, long long sb, long long sn, long long sh, int n,
+                                            int t, int h, int b, unsigned short (&tile)[BLOCK_N][HEAD_DIM + 8]) {
     for (int idx = threadIdx.x; idx < BLOCK_N * 16; idx += 128) {
         int r = idx / 16, col = (idx % 16) * 8;
         int key = t * BLOCK_N + r;
@@ -168,6 +165,16 @@ extern "C" __global__ void __launch_bounds__(128) quant_v_fp8t(const unsigned sh
         *reinterpret_cast<uint4*>(&tile[r][col]) = raw;
     }
     __syncthreads();
+}
+
+// One CTA (128 threads, one per channel) per 64-key tile of one head: V / vs in e4m3, transposed
+// tile by tile with keys permuted within each 32 (see perm32). `vs` is [B, H, 128].
+extern "C" __global__ void __launch_bounds__(128) quant_v_fp8t(const unsigned short* v, long long sb, long long sn,
+                                                              long long sh, int n, int n_pad, int heads,
+                                                              const float* vs, unsigned char* out) {
+    __shared__ unsigned short tile[BLOCK_N][HEAD_DIM + 8];
+    const int t = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    load_v_tile(v, sb, sn, sh, n, t, h, b, tile);
     const int d = threadIdx.x;
     const float inv = 1.f / vs[((long long)b * heads + h) * HEAD_DIM + d];
     u32 w[BLOCK_N / 4];
@@ -197,14 +204,7 @@ extern "C" __global__ void __launch_bounds__(128) quant_v_f16t(const unsigned sh
                                                               const float* vs, unsigned short* out) {
     __shared__ unsigned short tile[BLOCK_N][HEAD_DIM + 8];
     const int t = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-    for (int idx = threadIdx.x; idx < BLOCK_N * 16; idx += 128) {
-        int r = idx / 16, col = (idx % 16) * 8;
-        int key = t * BLOCK_N + r;
-        uint4 raw = make_uint4(0, 0, 0, 0);
-        if (key < n) raw = *reinterpret_cast<const uint4*>(v + b * sb + (long long)key * sn + h * sh + col);
-        *reinterpret_cast<uint4*>(&tile[r][col]) = raw;
-    }
-    __syncthreads();
+    load_v_tile(v, sb, sn, sh, n, t, h, b, tile);
     const int d = threadIdx.x;
     const float inv = 1.f / vs[((long long)b * heads + h) * HEAD_DIM + d];
     u32 w[BLOCK_N / 2];
