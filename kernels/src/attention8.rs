@@ -102,9 +102,10 @@ fn run(kernels: &DeviceKernels, q: &Tensor, k: &Tensor, v: &Tensor, pv: Pv) -> a
 
     // K smoothed by its mean over the keys; V's per-channel maxima. [B, H, D] float32 each.
     let mean = k.mean_dim(1, false, Kind::Float).contiguous();
-    let v_range = match pv {
-        Pv::Fp8Pv => P_SCALE,
-        Pv::F16Pv => 1.0,
+    // Per recipe: the range V is scaled onto, its storage, and the two kernels that differ.
+    let (v_range, v_kind, v_quant, attn) = match pv {
+        Pv::Fp8Pv => (P_SCALE, Kind::Uint8, "quant_v_fp8t", "attention_int8_fp8_sm90"),
+        Pv::F16Pv => (1.0, Kind::Half, "quant_v_f16t", "attention_int8_f16_sm90"),
     };
     let vscale = (v.abs().amax(1, false).to_kind(Kind::Float).clamp_min(1e-12) / v_range).contiguous();
     let ki = Tensor::empty([b, h, nk_pad, HEAD_DIM], (Kind::Int8, dev));
@@ -115,10 +116,6 @@ fn run(kernels: &DeviceKernels, q: &Tensor, k: &Tensor, v: &Tensor, pv: Pv) -> a
     args.extend([ptr(&mean), Arg::F32(1.0), ptr(&ki), ptr(&ksc)]);
     kernels.launch("quant_int8_rows", grid(nk_pad, BLOCK_N), &args)?;
 
-    let (v_kind, v_quant, attn) = match pv {
-        Pv::Fp8Pv => (Kind::Uint8, "quant_v_fp8t", "attention_int8_fp8_sm90"),
-        Pv::F16Pv => (Kind::Half, "quant_v_f16t", "attention_int8_f16_sm90"),
-    };
     let vt = Tensor::empty([b, h, nk_pad / BLOCK_N, HEAD_DIM, BLOCK_N], (v_kind, dev));
     let mut args = vec![ptr(v)];
     args.extend(strides(v));
