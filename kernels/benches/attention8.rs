@@ -40,6 +40,24 @@ fn main() {
         return;
     }
     let heads: i64 = std::env::var("HEADS").ok().and_then(|s| s.parse().ok()).unwrap_or(12);
+    // A kernel built with TRACE=1 (attention8.cu) leaves per-tile clocks at the start of its
+    // output: one call per recipe at 32,760 tokens, those bytes written to this file's
+    // `<recipe>.u32` siblings, and nothing timed.
+    if let Ok(path) = std::env::var("ATTN8_TRACE") {
+        let n = 32760;
+        tch::manual_seed(0);
+        let mk = || Tensor::randn([1, n, heads, 128], (Kind::BFloat16, device));
+        let (q, k, v) = (mk(), mk(), mk());
+        for (name, pv) in [("fp8pv", Pv::Fp8Pv), ("f16pv", Pv::F16Pv)] {
+            let _ = attention8::attention(&q, &k, &v, pv);
+            let o = attention8::attention(&q, &k, &v, pv);
+            let words = o.flatten(0, -1).narrow(0, 0, 2 * 64 * 8 * 2).view_dtype(Kind::Int16).to_device(Device::Cpu);
+            let words = Vec::<i16>::try_from(&words).expect("int16 trace");
+            let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+            std::fs::write(format!("{path}.{name}.u32"), bytes).expect("write the trace");
+        }
+        return;
+    }
     for n in [4096i64, 8192, 16384, 32760, 75600] {
         tch::manual_seed(0);
         let mk = || Tensor::randn([1, n, heads, 128], (Kind::BFloat16, device));

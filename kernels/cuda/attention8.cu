@@ -46,6 +46,25 @@
 #ifndef ASYNC_REFILL
 #define ASYNC_REFILL 0
 #endif
+// Research switches (wrong or no output; host/scripts/gpu/results/2026-12-04-attention8-trace/):
+//   ABLATE    1 drops the exponentials (the FMA stays), 2 the P·V GEMMs, 4 the Q·Kᵀ GEMMs, 8
+//             the f16 conversions of P (bit slicing instead), 16 the key/value loads after the
+//             first STAGES tiles (the stages are reused as they are); bits combine, to see what
+//             bounds a tile. Without Q·Kᵀ the compiler folds most of the softmax away (its input is
+//             undefined), so 4 says little about the softmax.
+//   TRACE     CTA (TRACE_CTA, 0, 0)'s two warpgroup leaders write clock() at eight points of
+//             each of the first 64 tiles as u32 [warpgroup][tile][event] over the start of
+//             `out`, whose first 128 rows are then not written (the bench dumps them;
+//             host/scripts/gpu/attention8_trace.py reads them).
+#ifndef ABLATE
+#define ABLATE 0
+#endif
+#ifndef TRACE
+#define TRACE 0
+#endif
+#ifndef TRACE_CTA
+#define TRACE_CTA 100
+#endif
 
 #define HEAD_DIM 128
 #define BLOCK_M 128  // query rows per CTA: two warpgroups of 64
@@ -391,7 +410,7 @@ __device__ __forceinline__ void softmax_tile(const int (&s)[64], float flo, floa
             const float f = hi ? fhi : flo;
             const float c = r1 ? (hi ? c1h : c1l) : (hi ? c0h : c0l);
             const float arg = fmaf(__int_as_float(s[i] + 0x4B400000), f, -c);
-            x[e] = e < POLY_NUM ? ex2_fma(arg) : ex2(arg);
+            x[e] = (ABLATE & 1) ? arg : e < POLY_NUM ? ex2_fma(arg) : ex2(arg);
             if (MASK && !keep(i)) x[e] = 0.f;
             if (r1)
                 sum1 += x[e];
@@ -411,7 +430,10 @@ __device__ __forceinline__ void softmax_tile(const int (&s)[64], float flo, floa
             // f16 k16 A fragments are the accumulator registers in order: (row 0, row 1) of
             // chunk 2kk', then of chunk 2kk' + 1.
 #pragma unroll
-            for (int r = 0; r < 8; r++) p[2 * kk + r / 4][r % 4] = f16x2_pack(x[2 * r], x[2 * r + 1]);
+            for (int r = 0; r < 8; r++)
+                p[2 * kk + r / 4][r % 4] = (ABLATE & 8) ? (__float_as_uint(x[2 * r]) >> 16) |
+                                                              (__float_as_uint(x[2 * r + 1]) & 0xffff0000u)
+                                                        : f16x2_pack(x[2 * r], x[2 * r + 1]);
         }
     }
     l0 = fmaf(l0, a0, sum0);
@@ -450,6 +472,10 @@ __device__ __forceinline__ void attention_body(const signed char* qi, const floa
 
     auto load_tile = [&](int t) {
         const int st = t % STAGES_;
+        if ((ABLATE & 16) && t >= STAGES_) {  // the stage keeps its old tile
+            mbar_arrive(full0 + 8 * st);
+            return;
+        }
         mbar_expect_tx(full0 + 8 * st, K_BYTES + V_BYTES_);
         bulk_load(sk0 + st * K_BYTES, kg + (long long)t * K_BYTES, K_BYTES, full0 + 8 * st);
         bulk_load(sv0 + st * V_BYTES_, vg + (long long)t * V_BYTES_, V_BYTES_, full0 + 8 * st);
@@ -488,15 +514,18 @@ __device__ __forceinline__ void attention_body(const signed char* qi, const floa
         mbar_wait(full0 + 8 * (j % STAGES_), (j / STAGES_) & 1);
         const u64 dk = smem_desc(sk0 + (j % STAGES_) * K_BYTES, 1024, 1);
         wgmma_fence();
+        if (!(ABLATE & 4)) {
 #pragma unroll
-        for (int kk = 0; kk < 4; kk++) wgmma_qk(s, dq + 2 * kk, dk + 2 * kk, kk > 0);
+            for (int kk = 0; kk < 4; kk++) wgmma_qk(s, dq + 2 * kk, dk + 2 * kk, kk > 0);
+        }
         wgmma_commit();
     };
     // Tile j's P·V added to the output in the tensor cores' float32 accumulators.
     auto issue_pv = [&](int j, const u32 (&p)[PK][4]) {
         const u32 v = sv0 + (j % STAGES_) * V_BYTES_;
         wgmma_fence();
-        if constexpr (F16) {
+        if (ABLATE & 2) {
+        } else if constexpr (F16) {
             // Each 64-key half: four k16 steps of 32 bytes along its 128-byte rows.
 #pragma unroll
             for (int kk = 0; kk < 8; kk++)
@@ -522,10 +551,21 @@ __device__ __forceinline__ void attention_body(const signed char* qi, const floa
     };
     // Tile j: its softmax runs while tile j-1's P·V does; then the output is rescaled and tile
     // j's P·V issued after tile j+1's Q·Kᵀ (when `next`), which the next step waits for.
+    const bool tracer = TRACE && blockIdx.x == TRACE_CTA && h == 0 && b == 0 && (tid & 127) == 0;
+    auto mark = [&](int j, int e) {
+        if (TRACE && tracer && j < 64) {
+            u32 c;
+            asm volatile("mov.u32 %0, %%clock;" : "=r"(c)::"memory");
+            reinterpret_cast<u32*>(out)[(wg * 64 + j) * 8 + e] = c;
+        }
+    };
     auto step = [&](int j, u32 (&p)[PK][4], bool next) {
         float a0, a1;
+        mark(j, 0);
         softmax(j, p, a0, a1);
+        mark(j, 1);
         wgmma_wait0();  // tile j-1's P·V
+        mark(j, 2);
         if (j > 0 && lane == 0) {  // this warp is done with tile j-1
             if (ASYNC_REFILL) {
                 const int st = (j - 1) % STAGES_;
@@ -547,6 +587,7 @@ __device__ __forceinline__ void attention_body(const signed char* qi, const floa
             o[i + 2] *= a1;
             o[i + 3] *= a1;
         }
+        mark(j, 3);
         // Refill the stage of tile j-2 (both warpgroups are most likely past it) with the tile
         // STAGES_ after it.
         if (!ASYNC_REFILL && tid == 0 && j >= 2 && j - 2 + STAGES_ < tiles) {
@@ -554,12 +595,16 @@ __device__ __forceinline__ void attention_body(const signed char* qi, const floa
             load_tile(j - 2 + STAGES_);
         }
         if (PINGPONG) bar_sync(1 + wg);
+        mark(j, 4);
         if (next) issue_qk(j + 1);
+        mark(j, 5);
         issue_pv(j, p);
         // The other warpgroup's turn (warpgroup 1 primed warpgroup 0's first, so it gives one
         // fewer: every barrier sees as many arrivals as syncs).
         if (PINGPONG && !(wg == 1 && j == tiles - 1)) bar_arrive(2 - wg);
+        mark(j, 6);
         if (next) wgmma_wait1();  // tile j+1's Q·Kᵀ (the older group)
+        mark(j, 7);
     };
     issue_qk(0);
     wgmma_wait0();
@@ -584,6 +629,7 @@ __device__ __forceinline__ void attention_body(const signed char* qi, const floa
     }
     const float inv0 = 1.f / l0, inv1 = 1.f / l1;  // l sums P·448, as O does
     const float* vsh = vs + bh * HEAD_DIM;
+    if (TRACE && mblk == 0) return;  // the trace's rows
 #pragma unroll
     for (int jn = 0; jn < 16; jn++) {
         const int d = 8 * jn + 2 * (lane & 3);
