@@ -6,7 +6,8 @@
 // 128 and otherwise runs SDPA.
 //
 // Each CTA holds 128 query rows (two warpgroups of 64 that run on their own) and walks the keys
-// 128 at a time through a ring of shared-memory stages that thread 0 fills with bulk copies. Per
+// 128 at a time through a ring of shared-memory stages that a third, producer warpgroup fills
+// with bulk copies as the two release them. Per
 // tile a warpgroup runs the softmax while the previous tile's P·V runs, rescales its output,
 // issues the next tile's Q·Kᵀ and this tile's P·V, and waits for the Q·Kᵀ only.
 //
@@ -34,8 +35,8 @@
 #define PINGPONG 0
 #endif
 //   STAGES    key/value tiles in flight (the host reserves shared memory for up to 6);
-//   ASYNC_REFILL  the last warp to release a stage refills it at once, instead of thread 0
-//             waiting for the stage two tiles back (which stalls its whole warpgroup).
+//   ASYNC_REFILL  (with PRODUCER=0) the last warp to release a stage refills it at once, instead
+//             of thread 0 waiting for the stage two tiles back (which stalls its warpgroup).
 #ifndef STAGES
 #define STAGES 5
 #endif
@@ -46,6 +47,15 @@
 #ifndef ASYNC_REFILL
 #define ASYNC_REFILL 0
 #endif
+//   PRODUCER  a third warpgroup (384 threads) refills each stage as soon as the eight consumer
+//             warps have released it; 0: thread 0 refills the stage two tiles back between its
+//             own GEMMs, stalling its warpgroup (4-7 % slower). `setmaxnreg` moves the producer's
+//             registers to the consumers (FlashAttention-3's layout). The host launches as many
+//             threads as the kernel's `__launch_bounds__` declare.
+#ifndef PRODUCER
+#define PRODUCER 1
+#endif
+#define ATTN_THREADS (PRODUCER ? 384 : 256)
 // Research switches (wrong or no output; host/scripts/gpu/results/2026-12-04-attention8-trace/):
 //   ABLATE    1 drops the exponentials (the FMA stays), 2 the P·V GEMMs, 4 the Q·Kᵀ GEMMs, 8
 //             the f16 conversions of P (bit slicing instead), 16 the key/value loads after the
@@ -442,8 +452,8 @@ __device__ __forceinline__ void softmax_tile(const int (&s)[64], float flo, floa
 
 // out bf16 [B, N, H, 128] with element strides (ob, on, oh). Two warpgroups of 64 query rows each
 // run through the key tiles on their own (no block-wide barrier per tile), bounded by the
-// STAGES-deep ring of K/V tiles that thread 0 refills as both release them. F16: P·V in f16
-// (twice the bytes of V per tile, so fewer stages) instead of e4m3.
+// STAGES-deep ring of K/V tiles that the producer warpgroup refills as both release them. F16:
+// P·V in f16 (twice the bytes of V per tile, so fewer stages) instead of e4m3.
 template <bool F16>
 __device__ __forceinline__ void attention_body(const signed char* qi, const float* qs, const signed char* ki,
                                                const float* ks, const unsigned char* vt, const float* vs,
@@ -496,6 +506,17 @@ __device__ __forceinline__ void attention_body(const signed char* qi, const floa
         bulk_load(sq, qg, Q_BYTES, qbar);
         for (int t = 0; t < STAGES_ && t < tiles; t++) load_tile(t);
     }
+    if (PRODUCER && tid >= 256) {  // the producer warpgroup: refills, nothing else
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
+        if (tid == 256) {
+            for (int t = STAGES_; t < tiles; t++) {
+                mbar_wait(empty0 + 8 * (t % STAGES_), ((t - STAGES_) / STAGES_) & 1);
+                load_tile(t);
+            }
+        }
+        return;
+    }
+    if (PRODUCER) asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
 
     const int row0 = mblk * BLOCK_M + wg * 64 + warp * 16 + (lane >> 2);  // and row0 + 8
     const float qscale = qs[bh * (nq_pad / Q_GROUP) + (mblk * BLOCK_M + wg * 64 + warp * 16) / Q_GROUP];
@@ -590,7 +611,7 @@ __device__ __forceinline__ void attention_body(const signed char* qi, const floa
         mark(j, 3);
         // Refill the stage of tile j-2 (both warpgroups are most likely past it) with the tile
         // STAGES_ after it.
-        if (!ASYNC_REFILL && tid == 0 && j >= 2 && j - 2 + STAGES_ < tiles) {
+        if (!PRODUCER && !ASYNC_REFILL && tid == 0 && j >= 2 && j - 2 + STAGES_ < tiles) {
             mbar_wait(empty0 + 8 * ((j - 2) % STAGES_), ((j - 2) / STAGES_) & 1);
             load_tile(j - 2 + STAGES_);
         }
@@ -646,7 +667,7 @@ __device__ __forceinline__ void attention_body(const signed char* qi, const floa
     }
 }
 
-extern "C" __global__ void __launch_bounds__(256, 1)
+extern "C" __global__ void __launch_bounds__(ATTN_THREADS, 1)
     attention_int8_fp8_sm90(const signed char* qi, const float* qs, const signed char* ki, const float* ks,
                             const unsigned char* vt, const float* vs, unsigned short* out, long long ob,
                             long long on, long long oh, int nq, int nq_pad, int nk, int nk_pad, int heads) {
@@ -654,7 +675,7 @@ extern "C" __global__ void __launch_bounds__(256, 1)
 }
 
 // vt: f16 [B, H, Nk_pad/64, 128, 64] from quant_v_f16t.
-extern "C" __global__ void __launch_bounds__(256, 1)
+extern "C" __global__ void __launch_bounds__(ATTN_THREADS, 1)
     attention_int8_f16_sm90(const signed char* qi, const float* qs, const signed char* ki, const float* ks,
                             const unsigned char* vt, const float* vs, unsigned short* out, long long ob,
                             long long on, long long oh, int nq, int nq_pad, int nk, int nk_pad, int heads) {

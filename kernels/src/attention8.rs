@@ -128,7 +128,8 @@ fn run(kernels: &DeviceKernels, q: &Tensor, k: &Tensor, v: &Tensor, pv: Pv) -> a
     args.extend([Arg::I32(nq32), Arg::I32(nq_pad as i32), Arg::I32(nk32), Arg::I32(nk_pad as i32), Arg::I32(h32)]);
     let cfg = LaunchConfig {
         grid_dim: ((nq_pad / BLOCK_M) as u32, h as u32, b as u32),
-        block_dim: (256, 1, 1),
+        // Two consumer warpgroups and, as shipped, a producer one (attention8.cu's PRODUCER).
+        block_dim: (kernels.block_threads(attn)?, 1, 1),
         shared_mem_bytes: cuda::ATTENTION8_SMEM,
     };
     kernels.launch(attn, cfg, &args)?;

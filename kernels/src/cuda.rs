@@ -126,6 +126,14 @@ impl DeviceKernels {
         self.launch(name, cfg, args)
     }
 
+    /// The threads per block `name` declares (its `__launch_bounds__`), for kernels whose
+    /// layout of warps is their own business (the 8-bit attention's producer warpgroup).
+    pub fn block_threads(&self, name: &str) -> Result<u32> {
+        let f = self.functions.get(name).ok_or_else(|| anyhow!("no kernel `{name}`"))?;
+        let n = f.max_threads_per_block().map_err(|e| anyhow!("kernel `{name}`: {e}"))?;
+        Ok(n as u32)
+    }
+
     /// Launches `name` with an explicit grid, block and dynamic shared memory.
     pub fn launch(&self, name: &str, cfg: LaunchConfig, args: &[Arg]) -> Result<()> {
         let f = self.functions.get(name).ok_or_else(|| anyhow!("no kernel `{name}`"))?;
