@@ -35,17 +35,12 @@
 #define PINGPONG 0
 #endif
 //   STAGES    key/value tiles in flight (the host reserves shared memory for up to 6);
-//   ASYNC_REFILL  (with PRODUCER=0) the last warp to release a stage refills it at once, instead
-//             of thread 0 waiting for the stage two tiles back (which stalls its warpgroup).
 #ifndef STAGES
 #define STAGES 5
 #endif
 //   STAGES_F16  the same for the f16 P·V variant, whose V tiles are twice as large.
 #ifndef STAGES_F16
 #define STAGES_F16 4
-#endif
-#ifndef ASYNC_REFILL
-#define ASYNC_REFILL 0
 #endif
 //   PRODUCER  a third warpgroup (384 threads) refills each stage as soon as the eight consumer
 //             warps have released it; 0: thread 0 refills the stage two tiles back between its
@@ -490,10 +485,8 @@ __device__ __forceinline__ void attention_body(const signed char* qi, const floa
         bulk_load(sk0 + st * K_BYTES, kg + (long long)t * K_BYTES, K_BYTES, full0 + 8 * st);
         bulk_load(sv0 + st * V_BYTES_, vg + (long long)t * V_BYTES_, V_BYTES_, full0 + 8 * st);
     };
-    __shared__ u32 released[STAGES_];  // ASYNC_REFILL: warps done with each stage's tile
     if (tid == 0) {
         for (int i = 0; i < STAGES_; i++) {
-            released[i] = 0;
             mbar_init(full0 + 8 * i, 1);
             mbar_init(empty0 + 8 * i, 8);  // one arrival per warp
         }
@@ -574,7 +567,7 @@ __device__ __forceinline__ void attention_body(const signed char* qi, const floa
     // j's P·V issued after tile j+1's Q·Kᵀ (when `next`), which the next step waits for.
     const bool tracer = TRACE && blockIdx.x == TRACE_CTA && h == 0 && b == 0 && (tid & 127) == 0;
     auto mark = [&](int j, int e) {
-        if (TRACE && tracer && j < 64) {
+        if (tracer && j < 64) {
             u32 c;
             asm volatile("mov.u32 %0, %%clock;" : "=r"(c)::"memory");
             reinterpret_cast<u32*>(out)[(wg * 64 + j) * 8 + e] = c;
@@ -587,20 +580,7 @@ __device__ __forceinline__ void attention_body(const signed char* qi, const floa
         mark(j, 1);
         wgmma_wait0();  // tile j-1's P·V
         mark(j, 2);
-        if (j > 0 && lane == 0) {  // this warp is done with tile j-1
-            if (ASYNC_REFILL) {
-                const int st = (j - 1) % STAGES_;
-                __threadfence_block();
-                if (atomicAdd(&released[st], 1u) == 7u) {  // the last of the 8 warps
-                    released[st] = 0;
-                    __threadfence_block();
-                    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-                    if (j - 1 + STAGES_ < tiles) load_tile(j - 1 + STAGES_);
-                }
-            } else {
-                mbar_arrive(empty0 + 8 * ((j - 1) % STAGES_));
-            }
-        }
+        if (j > 0 && lane == 0) mbar_arrive(empty0 + 8 * ((j - 1) % STAGES_));  // done with tile j-1
 #pragma unroll
         for (int i = 0; i < 64; i += 4) {
             o[i] *= a0;
@@ -611,7 +591,7 @@ __device__ __forceinline__ void attention_body(const signed char* qi, const floa
         mark(j, 3);
         // Refill the stage of tile j-2 (both warpgroups are most likely past it) with the tile
         // STAGES_ after it.
-        if (!PRODUCER && !ASYNC_REFILL && tid == 0 && j >= 2 && j - 2 + STAGES_ < tiles) {
+        if (!PRODUCER && tid == 0 && j >= 2 && j - 2 + STAGES_ < tiles) {
             mbar_wait(empty0 + 8 * ((j - 2) % STAGES_), ((j - 2) / STAGES_) & 1);
             load_tile(j - 2 + STAGES_);
         }
