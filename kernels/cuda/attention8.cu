@@ -115,66 +115,123 @@ __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
-// One CTA (128 threads) per `rows`-row block of one head: int8 values with one scale per block
-// (absmax / 127, times `mul`), after subtracting `mean` ([B, H, 128] float32, or null) per channel.
-// x is bf16 [B, N, H, 128] with element strides (sb, sn, sh); out int8 [B, H, n_pad, 128].
+// One CTA (128 threads) per 64 rows of one head: int8 values with one scale per `rows`-row group
+// (16 or 64; absmax / 127, times `mul`), after subtracting `mean` × `mean_mul` ([B, H, 128]
+// float32, or null) per channel. x is bf16 [B, N, H, 128] with element strides (sb, sn, sh); out
+// int8 [B, H, n_pad, 128], n_pad a multiple of 64. (One CTA per 16-row group of Q took 111 µs
+// at 32,760 tokens on the H200, against ~73 now: too little work per CTA for its barrier.)
+#define QUANT_ROWS 64
 extern "C" __global__ void __launch_bounds__(128) quant_int8_rows(const unsigned short* x, long long sb,
                                                                  long long sn, long long sh, int n, int n_pad,
                                                                  int heads, int rows, const float* mean,
-                                                                 float mul, signed char* out, float* scale) {
-    __shared__ float red[4];
+                                                                 float mean_mul, float mul, signed char* out,
+                                                                 float* scale) {
+    __shared__ float red[4][4];  // [warp][group]
     const int blk = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-    const int chunks = rows * (HEAD_DIM / 8);  // 8 values per chunk; ≤ 8 per thread
+    const int groups = QUANT_ROWS / rows;  // 4 or 1
+    // Chunk c of thread t: row 8c + t / 16 of the block, channels col..col+7: rows 16g..16g+15
+    // (group g of 16) are chunks 2g and 2g+1.
     float v[8][8];
-    float m = 0.f;
+    float m[4] = {0.f, 0.f, 0.f, 0.f};
     float mu[8];
     const int col = (threadIdx.x % 16) * 8;  // every chunk of a thread has the same columns
 #pragma unroll
-    for (int i = 0; i < 8; i++) mu[i] = mean ? mean[((long long)b * heads + h) * HEAD_DIM + col + i] : 0.f;
+    for (int i = 0; i < 8; i++)
+        mu[i] = mean ? mean[((long long)b * heads + h) * HEAD_DIM + col + i] * mean_mul : 0.f;
 #pragma unroll
     for (int c = 0; c < 8; c++) {
-        int idx = c * 128 + threadIdx.x;
-        int row = blk * rows + idx / 16;
-        bool ok = idx < chunks && row < n;
-        if (ok) {
+        const int row = blk * QUANT_ROWS + c * 8 + threadIdx.x / 16;
+        const int g = groups == 4 ? c / 2 : 0;
+        if (row < n) {
             uint4 raw = *reinterpret_cast<const uint4*>(x + b * sb + (long long)row * sn + h * sh + col);
             const unsigned short* e = reinterpret_cast<const unsigned short*>(&raw);
 #pragma unroll
             for (int i = 0; i < 8; i++) {
                 v[c][i] = bf16_to_f32(e[i]) - mu[i];
-                m = fmaxf(m, fabsf(v[c][i]));
+                m[g] = fmaxf(m[g], fabsf(v[c][i]));
             }
         } else {
 #pragma unroll
             for (int i = 0; i < 8; i++) v[c][i] = 0.f;
         }
     }
-    m = warp_max(m);
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = m;
+#pragma unroll
+    for (int g = 0; g < 4; g++) {
+        m[g] = warp_max(m[g]);
+        if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5][g] = m[g];
+    }
     __syncthreads();
-    m = fmaxf(fmaxf(red[0], red[1]), fmaxf(red[2], red[3]));
-    const float s = fmaxf(m, 1e-20f) / 127.f;
-    const float inv = 1.f / s;
+    float inv[4];
+#pragma unroll
+    for (int g = 0; g < 4; g++) {
+        const float s = fmaxf(fmaxf(fmaxf(red[0][g], red[1][g]), fmaxf(red[2][g], red[3][g])), 1e-20f) / 127.f;
+        inv[g] = 1.f / s;
+        if (threadIdx.x == 0 && g < groups)
+            scale[((long long)b * heads + h) * (n_pad / rows) + blk * groups + g] = s * mul;
+    }
 #pragma unroll
     for (int c = 0; c < 8; c++) {
-        int idx = c * 128 + threadIdx.x;
-        if (idx < chunks) {
-            int row = blk * rows + idx / 16;
-            u32 w[2] = {0u, 0u};
+        const int row = blk * QUANT_ROWS + c * 8 + threadIdx.x / 16;
+        const float iv = inv[groups == 4 ? c / 2 : 0];
+        u32 w[2] = {0u, 0u};
 #pragma unroll
-            for (int i = 0; i < 8; i++) {
-                int q = __float2int_rn(v[c][i] * inv);
-                q = max(-127, min(127, q));
-                w[i >> 2] |= ((u32)(q & 0xff)) << (8 * (i & 3));
-            }
-            // Stored as the attention kernel's shared memory holds it (128-byte swizzle: the
-            // 16-byte chunk c of row r at chunk c ^ (r % 8)), so one bulk copy moves a tile.
-            long long o = (((long long)b * heads + h) * n_pad + row) * HEAD_DIM + ((((col >> 4) ^ (row & 7))) << 4) +
-                          (col & 15);
-            *reinterpret_cast<uint2*>(out + o) = make_uint2(w[0], w[1]);
+        for (int i = 0; i < 8; i++) {
+            int q = __float2int_rn(v[c][i] * iv);
+            q = max(-127, min(127, q));
+            w[i >> 2] |= ((u32)(q & 0xff)) << (8 * (i & 3));
+        }
+        // Stored as the attention kernel's shared memory holds it (128-byte swizzle: the
+        // 16-byte chunk c of row r at chunk c ^ (r % 8)), so one bulk copy moves a tile.
+        long long o = (((long long)b * heads + h) * n_pad + row) * HEAD_DIM + ((((col >> 4) ^ (row & 7))) << 4) +
+                      (col & 15);
+        *reinterpret_cast<uint2*>(out + o) = make_uint2(w[0], w[1]);
+    }
+}
+
+// Per-channel statistics for K's smoothing and V's scales in one pass over both: one CTA
+// (128 threads) per STAT_ROWS keys of one head writes the block's sums of K and maxima of |V|
+// into part [2, B, H, nblk, 128] float32 (sums, then maxima); the host reduces the blocks in a
+// fixed order (deterministic, unlike atomics). k, v bf16 [B, N, H, 128] with element strides.
+#define STAT_ROWS 256
+extern "C" __global__ void __launch_bounds__(128) kv_stats(const unsigned short* k, long long ksb, long long ksn,
+                                                          long long ksh, const unsigned short* v, long long vsb,
+                                                          long long vsn, long long vsh, int n, int heads, int nblk,
+                                                          float* part) {
+    __shared__ float red[2][8][HEAD_DIM];
+    const int blk = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const int col = (threadIdx.x % 16) * 8, lane_row = threadIdx.x / 16;  // 8 rows at a time
+    float sum[8], mx[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++) sum[i] = mx[i] = 0.f;
+    const int end = min(n, (blk + 1) * STAT_ROWS);
+#pragma unroll 4
+    for (int row = blk * STAT_ROWS + lane_row; row < end; row += 8) {
+        const uint4 kr = *reinterpret_cast<const uint4*>(k + b * ksb + (long long)row * ksn + h * ksh + col);
+        const uint4 vr = *reinterpret_cast<const uint4*>(v + b * vsb + (long long)row * vsn + h * vsh + col);
+        const unsigned short* ke = reinterpret_cast<const unsigned short*>(&kr);
+        const unsigned short* ve = reinterpret_cast<const unsigned short*>(&vr);
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            sum[i] += bf16_to_f32(ke[i]);
+            mx[i] = fmaxf(mx[i], fabsf(bf16_to_f32(ve[i])));
         }
     }
-    if (threadIdx.x == 0) scale[((long long)b * heads + h) * (n_pad / rows) + blk] = s * mul;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        red[0][lane_row][col + i] = sum[i];
+        red[1][lane_row][col + i] = mx[i];
+    }
+    __syncthreads();
+    const int d = threadIdx.x;
+    float s = 0.f, m = 0.f;
+#pragma unroll
+    for (int r = 0; r < 8; r++) {
+        s += red[0][r][d];
+        m = fmaxf(m, red[1][r][d]);
+    }
+    const long long o = (((long long)b * heads + h) * nblk + blk) * HEAD_DIM + d;
+    part[o] = s;
+    part[(long long)gridDim.z * heads * nblk * HEAD_DIM + o] = m;
 }
 
 // The bf16 V rows of one 64-key tile of one head into shared memory (zeros past n), for the V
@@ -370,16 +427,30 @@ __device__ __forceinline__ float ex2_fma(float x) {
 __device__ __forceinline__ void bar_sync(int id) { asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory"); }
 __device__ __forceinline__ void bar_arrive(int id) { asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory"); }
 
+// The Q·Kᵀ accumulators' starting value (below) and, as a float, 1.5·2^23.
+#define ACC_BIAS 0x4B400000
+#define ACC_BIAS_F 12582912.f
+// A maximum of biased accumulators as the integer Q·Kᵀ, in float (exact: |s| < 2^22).
+__device__ __forceinline__ float unbias(int m) { return __int_as_float(m) - ACC_BIAS_F; }
+__device__ __forceinline__ void reset_acc(int (&s)[64]) {
+#pragma unroll
+    for (int i = 0; i < 64; i++) s[i] = ACC_BIAS;
+}
+
 // Online softmax of one 128-key tile for this thread's two rows (r0 and r0 + 8). `s` is Q·Kᵀ in
 // int32; its first 32 registers (n8 chunks 0-7, keys 0-63) dequantize with `flo`, the rest with
 // `fhi` (one K scale per 64 keys; Q's and the softmax scale are in both). With MASK, keys from
 // `valid` on are left out. P·448 comes out as four e4m3 A fragments (the accumulator registers
 // of chunks 4kk..4kk+3 in perm32 order), with the running maxima and sums updated and the factors
 // (a0, a1) that rescale the running output. int → float is folded into the one FMA that scales
-// and shifts each logit: float(s) = magic(s) − 12582912 for |s| < 2^22 (INT8 Q·Kᵀ over 128
-// channels stays below 2^21), exact to ~1e-4 of a log2 unit (the constant's rounding).
+// and shifts each logit: Q·Kᵀ accumulates onto 0x4B400000 (1.5·2^23 as a float) instead of zero,
+// so each accumulator read as a float is 1.5·2^23 + s, exact for |s| < 2^22 (INT8 Q·Kᵀ over 128
+// channels stays below 2^21) and off by ~1e-4 of a log2 unit after the FMA subtracts the
+// constant. (Adding the bias per logit instead cost an integer add on each one's dependency
+// chain: the e4m3 kernel is 1.5-2 % faster this way, the f16 one the same.) The accumulators
+// are reset to the bias once read, for the next tile's Q·Kᵀ.
 template <bool MASK, int PK>
-__device__ __forceinline__ void softmax_tile(const int (&s)[64], float flo, float fhi, int valid, int lane, float& m0,
+__device__ __forceinline__ void softmax_tile(int (&s)[64], float flo, float fhi, int valid, int lane, float& m0,
                                              float& m1, float& l0, float& l1, float& a0, float& a1, u32 (&p)[PK][4]) {
     auto keep = [&](int i) { return !MASK || 8 * (i >> 2) + 2 * (lane & 3) + (i & 1) < valid; };
     const int lowest = -2147483647 - 1;
@@ -395,14 +466,14 @@ __device__ __forceinline__ void softmax_tile(const int (&s)[64], float flo, floa
         for (int k = 0; k < 4; k++) mx[k] = max(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], o2));
     }
     // Halves with no valid key give a huge negative maximum, never the row's.
-    const float mx0 = fmaxf(m0, fmaxf((float)mx[0] * flo, (float)mx[2] * fhi));
-    const float mx1 = fmaxf(m1, fmaxf((float)mx[1] * flo, (float)mx[3] * fhi));
+    const float mx0 = fmaxf(m0, fmaxf(unbias(mx[0]) * flo, unbias(mx[2]) * fhi));
+    const float mx1 = fmaxf(m1, fmaxf(unbias(mx[1]) * flo, unbias(mx[3]) * fhi));
     a0 = ex2(m0 - mx0);
     a1 = ex2(m1 - mx1);
     m0 = mx0;
     m1 = mx1;
-    const float c0l = fmaf(12582912.f, flo, mx0 - LOG2_P_SCALE), c1l = fmaf(12582912.f, flo, mx1 - LOG2_P_SCALE);
-    const float c0h = fmaf(12582912.f, fhi, mx0 - LOG2_P_SCALE), c1h = fmaf(12582912.f, fhi, mx1 - LOG2_P_SCALE);
+    const float c0l = fmaf(ACC_BIAS_F, flo, mx0 - LOG2_P_SCALE), c1l = fmaf(ACC_BIAS_F, flo, mx1 - LOG2_P_SCALE);
+    const float c0h = fmaf(ACC_BIAS_F, fhi, mx0 - LOG2_P_SCALE), c1h = fmaf(ACC_BIAS_F, fhi, mx1 - LOG2_P_SCALE);
     // 2^x per k32 fragment (n8 chunks 4kk..4kk+3), packed at once, so few values are live.
     float sum0 = 0.f, sum1 = 0.f;
 #pragma unroll
@@ -414,7 +485,7 @@ __device__ __forceinline__ void softmax_tile(const int (&s)[64], float flo, floa
             const bool hi = i >= 32, r1 = (i & 2) != 0;
             const float f = hi ? fhi : flo;
             const float c = r1 ? (hi ? c1h : c1l) : (hi ? c0h : c0l);
-            const float arg = fmaf(__int_as_float(s[i] + 0x4B400000), f, -c);
+            const float arg = fmaf(__int_as_float(s[i]), f, -c);
             x[e] = (ABLATE & 1) ? arg : e < POLY_NUM ? ex2_fma(arg) : ex2(arg);
             if (MASK && !keep(i)) x[e] = 0.f;
             if (r1)
@@ -443,6 +514,7 @@ __device__ __forceinline__ void softmax_tile(const int (&s)[64], float flo, floa
     }
     l0 = fmaf(l0, a0, sum0);
     l1 = fmaf(l1, a1, sum1);
+    reset_acc(s);
 }
 
 // out bf16 [B, N, H, 128] with element strides (ob, on, oh). Two warpgroups of 64 query rows each
@@ -520,6 +592,7 @@ __device__ __forceinline__ void attention_body(const signed char* qi, const floa
     for (int i = 0; i < 64; i++) o[i] = 0.f;
     float m0 = -__int_as_float(0x7f800000), m1 = -__int_as_float(0x7f800000), l0 = 0.f, l1 = 0.f;
     int s[64];
+    reset_acc(s);
     u32 pa[PK][4], pb[PK][4];  // P of this tile, and of the previous one while its P·V runs
     float klo = ksh[0], khi = ksh[1];
     mbar_wait(qbar, 0);
@@ -530,7 +603,7 @@ __device__ __forceinline__ void attention_body(const signed char* qi, const floa
         wgmma_fence();
         if (!(ABLATE & 4)) {
 #pragma unroll
-            for (int kk = 0; kk < 4; kk++) wgmma_qk(s, dq + 2 * kk, dk + 2 * kk, kk > 0);
+            for (int kk = 0; kk < 4; kk++) wgmma_qk(s, dq + 2 * kk, dk + 2 * kk, 1);  // onto the bias
         }
         wgmma_commit();
     };

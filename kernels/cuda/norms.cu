@@ -5,7 +5,9 @@
 // reference (diffusers) asks for where it upcasts (`x.float()`, FP32LayerNorm, fp32 rotary tables).
 // One thread block per row; each thread holds up to MAX_CHUNKS groups of 8 consecutive values in
 // registers, so a row is read from memory once. Rows must have D % 8 == 0 and 16-byte aligned
-// starts (the host checks and falls back to tch otherwise).
+// starts (the host checks and falls back to tch otherwise). The norm kernels come in two builds:
+// one chunk per thread (rows up to 8192 wide, every model width here) and `_wide` ones with
+// MAX_CHUNKS: registers sized for four chunks cost the narrow rows half their occupancy.
 
 #define MAX_CHUNKS 4
 
@@ -89,7 +91,7 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
 // x' = x + y * gate (y, gate optional), stored to x_out when y is given; then, when `out` is given,
 // out = (LayerNorm(x') [* w + b]) [* (1 + scale) + shift]. gate/scale/shift are fp32 rows indexed
 // by batch (row / rows_per_batch) with `mod_stride` elements between batches; w, b are fp32.
-template <class S>
+template <class S, int CH>
 __device__ void norm_modulate(const typename S::T* x, const typename S::T* y, const float* gate,
                               typename S::T* x_out, const float* w, const float* b, const float* scale,
                               const float* shift, long long mod_stride, typename S::T* out,
@@ -98,10 +100,10 @@ __device__ void norm_modulate(const typename S::T* x, const typename S::T* y, co
     long long row = blockIdx.x;
     long long bidx = row / rows_per_batch;
     const long long base = row * (long long)D;
-    float v[MAX_CHUNKS][8];
+    float v[CH][8];
     float sum = 0.f;
 #pragma unroll
-    for (int c = 0; c < MAX_CHUNKS; c++) {
+    for (int c = 0; c < CH; c++) {
         int col = (c * blockDim.x + threadIdx.x) * 8;
         if (col < D) {
             S::load8(x + base + col, v[c]);
@@ -127,7 +129,7 @@ __device__ void norm_modulate(const typename S::T* x, const typename S::T* y, co
     float mean = block_sum(sum, scratch) / D;
     float sq = 0.f;
 #pragma unroll
-    for (int c = 0; c < MAX_CHUNKS; c++) {
+    for (int c = 0; c < CH; c++) {
         int col = (c * blockDim.x + threadIdx.x) * 8;
         if (col < D) {
 #pragma unroll
@@ -139,7 +141,7 @@ __device__ void norm_modulate(const typename S::T* x, const typename S::T* y, co
     }
     float rstd = rsqrtf(block_sum(sq, scratch) / D + eps);
 #pragma unroll
-    for (int c = 0; c < MAX_CHUNKS; c++) {
+    for (int c = 0; c < CH; c++) {
         int col = (c * blockDim.x + threadIdx.x) * 8;
         if (col < D) {
             float o[8];
@@ -169,7 +171,7 @@ __device__ void norm_modulate(const typename S::T* x, const typename S::T* y, co
 // [rows_per_batch, head_dim / 2] fp32 tables indexed by the row's token. `x` rows are
 // `x_stride` elements apart (a slice of a fused QKV projection); `out` is dense.
 // blockIdx.y picks one of two independent tensors (q and k share a launch).
-template <class S>
+template <class S, int CH>
 __device__ void rms_rope(const typename S::T* x0, const typename S::T* w0, typename S::T* out0,
                          const typename S::T* x1, const typename S::T* w1, typename S::T* out1,
                          long long x_stride, const float* cosv, const float* sinv, int rows_per_batch,
@@ -180,10 +182,10 @@ __device__ void rms_rope(const typename S::T* x0, const typename S::T* w0, typen
     typename S::T* out = blockIdx.y == 0 ? out0 : out1;
     long long row = blockIdx.x;
     long long tok = row % rows_per_batch;
-    float v[MAX_CHUNKS][8];
+    float v[CH][8];
     float sq = 0.f;
 #pragma unroll
-    for (int c = 0; c < MAX_CHUNKS; c++) {
+    for (int c = 0; c < CH; c++) {
         int col = (c * blockDim.x + threadIdx.x) * 8;
         if (col < D) {
             S::load8(x + row * x_stride + col, v[c]);
@@ -191,24 +193,38 @@ __device__ void rms_rope(const typename S::T* x0, const typename S::T* w0, typen
             for (int i = 0; i < 8; i++) sq += v[c][i] * v[c][i];
         }
     }
-    float rstd = rsqrtf(block_sum(sq, scratch) / D + eps);
+    // The weights and this token's rotary factors (four pairs per chunk: head_dim is a multiple
+    // of 8, so they are consecutive) are loaded before the reduction waits, not after it.
     const int half = head_dim / 2;
+    float wv[CH][8], cs[CH][4], sn[CH][4];
 #pragma unroll
-    for (int c = 0; c < MAX_CHUNKS; c++) {
+    for (int c = 0; c < CH; c++) {
         int col = (c * blockDim.x + threadIdx.x) * 8;
         if (col < D) {
-            float wv[8], o[8];
-            S::load8(w + col, wv);
+            S::load8(w + col, wv[c]);
+            if (cosv) {
+                const long long t = tok * half + (col % head_dim) / 2;
+                const float4 cv = *reinterpret_cast<const float4*>(cosv + t);
+                const float4 sv = *reinterpret_cast<const float4*>(sinv + t);
+                cs[c][0] = cv.x, cs[c][1] = cv.y, cs[c][2] = cv.z, cs[c][3] = cv.w;
+                sn[c][0] = sv.x, sn[c][1] = sv.y, sn[c][2] = sv.z, sn[c][3] = sv.w;
+            }
+        }
+    }
+    float rstd = rsqrtf(block_sum(sq, scratch) / D + eps);
 #pragma unroll
-            for (int i = 0; i < 8; i++) o[i] = v[c][i] * rstd * wv[i];
+    for (int c = 0; c < CH; c++) {
+        int col = (c * blockDim.x + threadIdx.x) * 8;
+        if (col < D) {
+            float o[8];
+#pragma unroll
+            for (int i = 0; i < 8; i++) o[i] = v[c][i] * rstd * wv[c][i];
             if (cosv) {
 #pragma unroll
                 for (int i = 0; i < 8; i += 2) {
-                    int pair = ((col + i) % head_dim) / 2;
-                    float cs = cosv[tok * half + pair], sn = sinv[tok * half + pair];
                     float a = o[i], bq = o[i + 1];
-                    o[i] = a * cs - bq * sn;
-                    o[i + 1] = a * sn + bq * cs;
+                    o[i] = a * cs[c][i / 2] - bq * sn[c][i / 2];
+                    o[i + 1] = a * sn[c][i / 2] + bq * cs[c][i / 2];
                 }
             }
             S::store8(out + row * (long long)D + col, o);
@@ -216,26 +232,32 @@ __device__ void rms_rope(const typename S::T* x0, const typename S::T* w0, typen
     }
 }
 
-#define NORM_MODULATE(NAME, S)                                                                         \
+#define NORM_MODULATE(NAME, S, CH)                                                                     \
     extern "C" __global__ void NAME(const S::T* x, const S::T* y, const float* gate, S::T* x_out,    \
                                     const float* w, const float* b, const float* scale,             \
                                     const float* shift, long long mod_stride, S::T* out,            \
                                     int rows_per_batch, int D, float eps) {                         \
-        norm_modulate<S>(x, y, gate, x_out, w, b, scale, shift, mod_stride, out, rows_per_batch, D, \
-                         eps);                                                                       \
+        norm_modulate<S, CH>(x, y, gate, x_out, w, b, scale, shift, mod_stride, out, rows_per_batch, \
+                             D, eps);                                                                \
     }
-#define RMS_ROPE(NAME, S)                                                                             \
+#define RMS_ROPE(NAME, S, CH)                                                                         \
     extern "C" __global__ void NAME(const S::T* x0, const S::T* w0, S::T* out0, const S::T* x1,     \
                                     const S::T* w1, S::T* out1, long long x_stride,                 \
                                     const float* cosv, const float* sinv, int rows_per_batch, int D, \
                                     int head_dim, float eps) {                                       \
-        rms_rope<S>(x0, w0, out0, x1, w1, out1, x_stride, cosv, sinv, rows_per_batch, D, head_dim,  \
-                    eps);                                                                            \
+        rms_rope<S, CH>(x0, w0, out0, x1, w1, out1, x_stride, cosv, sinv, rows_per_batch, D,        \
+                        head_dim, eps);                                                              \
     }
 
-NORM_MODULATE(norm_modulate_f32, F32)
-NORM_MODULATE(norm_modulate_bf16, Half16<true>)
-NORM_MODULATE(norm_modulate_f16, Half16<false>)
-RMS_ROPE(rms_rope_f32, F32)
-RMS_ROPE(rms_rope_bf16, Half16<true>)
-RMS_ROPE(rms_rope_f16, Half16<false>)
+NORM_MODULATE(norm_modulate_f32, F32, 1)
+NORM_MODULATE(norm_modulate_bf16, Half16<true>, 1)
+NORM_MODULATE(norm_modulate_f16, Half16<false>, 1)
+RMS_ROPE(rms_rope_f32, F32, 1)
+RMS_ROPE(rms_rope_bf16, Half16<true>, 1)
+RMS_ROPE(rms_rope_f16, Half16<false>, 1)
+NORM_MODULATE(norm_modulate_f32_wide, F32, MAX_CHUNKS)
+NORM_MODULATE(norm_modulate_bf16_wide, Half16<true>, MAX_CHUNKS)
+NORM_MODULATE(norm_modulate_f16_wide, Half16<false>, MAX_CHUNKS)
+RMS_ROPE(rms_rope_f32_wide, F32, MAX_CHUNKS)
+RMS_ROPE(rms_rope_bf16_wide, Half16<true>, MAX_CHUNKS)
+RMS_ROPE(rms_rope_f16_wide, Half16<false>, MAX_CHUNKS)

@@ -21,6 +21,10 @@ const BLOCK_N: i64 = 64;
 /// Keys per step of the attention kernel (two quantization blocks): the keys pad to it.
 const TILE_N: i64 = 128;
 const Q_GROUP: i64 = 16;
+/// Rows per CTA of the int8 quantize kernel (`QUANT_ROWS`) and keys per CTA of `kv_stats`
+/// (`STAT_ROWS`), as attention8.cu defines them.
+const QUANT_ROWS: i64 = 64;
+const STAT_ROWS: i64 = 256;
 const P_SCALE: f64 = 448.0;
 
 /// Which recipe: what P·V runs in (Q·Kᵀ is INT8 either way).
@@ -97,24 +101,34 @@ fn run(kernels: &DeviceKernels, q: &Tensor, k: &Tensor, v: &Tensor, pv: Pv) -> a
     let mut args = vec![ptr(q)];
     args.extend(strides(q));
     args.extend([Arg::I32(nq32), Arg::I32(nq_pad as i32), Arg::I32(h32), Arg::I32(Q_GROUP as i32)]);
-    args.extend([Arg::Ptr(0), Arg::F32(softmax as f32), ptr(&qi), ptr(&qsc)]);
-    kernels.launch("quant_int8_rows", grid(nq_pad, Q_GROUP), &args)?;
+    args.extend([Arg::Ptr(0), Arg::F32(1.0), Arg::F32(softmax as f32), ptr(&qi), ptr(&qsc)]);
+    kernels.launch("quant_int8_rows", grid(nq_pad, QUANT_ROWS), &args)?;
 
-    // K smoothed by its mean over the keys; V's per-channel maxima. [B, H, D] float32 each.
-    let mean = k.mean_dim(1, false, Kind::Float).contiguous();
+    // K smoothed by its mean over the keys; V's per-channel maxima: one pass over both into
+    // per-block partials [2, B, H, blocks, D], reduced here in a fixed order.
+    let blocks = (nk + STAT_ROWS - 1) / STAT_ROWS;
+    let part = Tensor::empty([2, b, h, blocks, HEAD_DIM], (Kind::Float, dev));
+    let mut args = vec![ptr(k)];
+    args.extend(strides(k));
+    args.push(ptr(v));
+    args.extend(strides(v));
+    args.extend([Arg::I32(nk32), Arg::I32(h32), Arg::I32(blocks as i32), ptr(&part)]);
+    kernels.launch("kv_stats", grid(blocks, 1), &args)?;
+    let k_sum = part.get(0).sum_dim_intlist([2i64].as_slice(), false, Kind::Float).contiguous();
+    let v_max = part.get(1).amax([2i64].as_slice(), false);
     // Per recipe: the range V is scaled onto, its storage, and the two kernels that differ.
     let (v_range, v_kind, v_quant, attn) = match pv {
         Pv::Fp8Pv => (P_SCALE, Kind::Uint8, "quant_v_fp8t", "attention_int8_fp8_sm90"),
         Pv::F16Pv => (1.0, Kind::Half, "quant_v_f16t", "attention_int8_f16_sm90"),
     };
-    let vscale = (v.abs().amax(1, false).to_kind(Kind::Float).clamp_min(1e-12) / v_range).contiguous();
+    let vscale = (v_max.clamp_min(1e-12) / v_range).contiguous();
     let ki = Tensor::empty([b, h, nk_pad, HEAD_DIM], (Kind::Int8, dev));
     let ksc = Tensor::empty([b, h, nk_pad / BLOCK_N], (Kind::Float, dev));
     let mut args = vec![ptr(k)];
     args.extend(strides(k));
     args.extend([Arg::I32(nk32), Arg::I32(nk_pad as i32), Arg::I32(h32), Arg::I32(BLOCK_N as i32)]);
-    args.extend([ptr(&mean), Arg::F32(1.0), ptr(&ki), ptr(&ksc)]);
-    kernels.launch("quant_int8_rows", grid(nk_pad, BLOCK_N), &args)?;
+    args.extend([ptr(&k_sum), Arg::F32((1.0 / nk as f64) as f32), Arg::F32(1.0), ptr(&ki), ptr(&ksc)]);
+    kernels.launch("quant_int8_rows", grid(nk_pad, QUANT_ROWS), &args)?;
 
     let vt = Tensor::empty([b, h, nk_pad / BLOCK_N, HEAD_DIM, BLOCK_N], (v_kind, dev));
     let mut args = vec![ptr(v)];

@@ -27,6 +27,12 @@ const FUNCTIONS: &[&str] = &[
     "rms_rope_f32",
     "rms_rope_bf16",
     "rms_rope_f16",
+    "norm_modulate_f32_wide",
+    "norm_modulate_bf16_wide",
+    "norm_modulate_f16_wide",
+    "rms_rope_f32_wide",
+    "rms_rope_bf16_wide",
+    "rms_rope_f16_wide",
     "quantize_fp8_f32",
     "quantize_fp8_bf16",
     "quantize_fp8_f16",
@@ -52,8 +58,14 @@ pub enum Arg {
 /// Kernels that need Hopper's `sm_90a` features (wgmma), compiled as a module of their own and
 /// only on compute capability 9.0.
 const SM90_SOURCE: &str = include_str!("../cuda/attention8.cu");
-const SM90_FUNCTIONS: &[&str] =
-    &["quant_int8_rows", "quant_v_fp8t", "quant_v_f16t", "attention_int8_fp8_sm90", "attention_int8_f16_sm90"];
+const SM90_FUNCTIONS: &[&str] = &[
+    "quant_int8_rows",
+    "kv_stats",
+    "quant_v_fp8t",
+    "quant_v_f16t",
+    "attention_int8_fp8_sm90",
+    "attention_int8_f16_sm90",
+];
 /// Dynamic shared memory of the 8-bit attention kernels (their `SMEM_BYTES`). Room for up to 6
 /// key/value stages of the e4m3 kernel (5 as shipped; its `STAGES` switch may ask for 6), which
 /// also holds the f16 kernel's 4 stages of twice the size: one CTA per SM either way, which the
@@ -123,6 +135,12 @@ impl DeviceKernels {
         let groups = (d / 8) as u32;
         let threads = groups.div_ceil(32).clamp(1, 32) * 32;
         let cfg = LaunchConfig { grid_dim: (rows as u32, planes, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 };
+        // Rows wider than one chunk of 8 per thread take the kernel's `_wide` build where it has
+        // one (the norm kernels: norms.cu).
+        let wide = format!("{name}_wide");
+        if groups > 1024 && self.functions.contains_key(wide.as_str()) {
+            return self.launch(&wide, cfg, args);
+        }
         self.launch(name, cfg, args)
     }
 

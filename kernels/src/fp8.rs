@@ -36,8 +36,27 @@ pub struct Quantized {
 /// `x ≈ values × scales`, each row's absolute maximum landing on [`E4M3_MAX`]. An all-zero row
 /// gets a tiny scale and zeros (no NaN). The kernel computes the same.
 pub fn quantize_rows(x: &Tensor) -> (Tensor, Tensor) {
+    if x.device() == Device::Cpu && int8_emulation() {
+        return quantize_rows_int8(x);
+    }
     let scale = x.abs().amax([1i64].as_slice(), true).to_kind(Kind::Float).clamp_min(1e-12) / E4M3_MAX;
     let values = (x.to_kind(Kind::Float) / &scale).to_kind(Kind::Float8e4m3fn);
+    (values, scale)
+}
+
+/// Research switch, CPU only: `FASTVIDEO_LINEAR_EMULATE=int8` rounds the FP8 linears' weights and
+/// activations to INT8 steps instead of e4m3 (same per-channel and per-token scales, absmax / 127),
+/// to measure on the quality gate what INT8 linears would cost before any kernel exists for them
+/// (host/scripts/cpu/results/2026-12-04-int8-linears/).
+fn int8_emulation() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("FASTVIDEO_LINEAR_EMULATE").is_ok_and(|v| v == "int8"))
+}
+
+/// [`quantize_rows`] onto INT8 steps: float32 values in -127..=127 and scales `[M, 1]`.
+fn quantize_rows_int8(x: &Tensor) -> (Tensor, Tensor) {
+    let scale = x.abs().amax([1i64].as_slice(), true).to_kind(Kind::Float).clamp_min(1e-12) / 127.0;
+    let values = (x.to_kind(Kind::Float) / &scale).round().clamp(-127.0, 127.0);
     (values, scale)
 }
 
@@ -192,6 +211,27 @@ mod tests {
         // near 3 %. Bound: 6 %.
         let e = rel(&got, &want);
         assert!(e < 0.06 && e > 1e-4, "relative error {e}");
+    }
+
+    #[test]
+    fn the_int8_emulation_rounds_onto_integer_steps_and_beats_e4m3() {
+        tch::manual_seed(2);
+        let x = Tensor::randn([2, 40, 64], (Kind::Float, Device::Cpu)).reshape([80, 64]);
+        let wt = Tensor::randn([48, 64], (Kind::Float, Device::Cpu)) / 8.0;
+        let (xv, xs) = quantize_rows_int8(&x);
+        let (wv, ws) = quantize_rows_int8(&wt);
+        assert_eq!(f64::try_from((&xv - xv.round()).abs().max()).unwrap(), 0.0, "integer steps");
+        // Each row's largest magnitude lands on 127.
+        let top = xv.abs().amax([1i64].as_slice(), false);
+        assert!(top.eq(127.0).all().int64_value(&[]) == 1, "row maxima on 127");
+        let want = x.linear(&wt, None::<&Tensor>);
+        let e8 = rel(&reference(&xv, &xs, &wv, &ws.view([-1]), None), &want);
+        let (fv, fs) = quantize_rows(&x);
+        let (gv, gs) = quantize_weight(&wt);
+        let e_fp8 = rel(&reference(&fv, &fs, &gv, &gs, None), &want);
+        // Uniform steps of max/127 on Gaussian rows (max ≈ 2.5-3.5σ) give ~1 % per value, against
+        // e4m3's ~3 %: the INT8 product lands well under the FP8 one.
+        assert!(e8 < 0.02 && e8 < e_fp8 / 2.0, "int8 {e8} vs e4m3 {e_fp8}");
     }
 
     #[test]

@@ -57,7 +57,8 @@ fn try_kernel(
         _ => return None,
     };
     let (b, n, d) = first.size3().ok()?;
-    if !cuda::row_fits(d) || head_dim % 2 != 0 || d % head_dim != 0 {
+    // The kernel reads each chunk's four rotary pairs as one 16-byte load: whole chunks per head.
+    if !cuda::row_fits(d) || head_dim % 2 != 0 || d % head_dim != 0 || (rope.is_some() && head_dim % 8 != 0) {
         return None;
     }
     let row_stride = first.stride()[1];
@@ -87,6 +88,7 @@ fn try_kernel(
                     && t.kind() == Kind::Float
                     && t.is_contiguous()
                     && t.device() == first.device()
+                    && cuda::aligned(t)
             };
             if !table(c) || !table(s) {
                 return None;

@@ -180,8 +180,9 @@ fn cuda_kernels_match_their_fallbacks() {
     }
     let device = Device::Cuda(0);
     assert!(fastvideo_kernels::cuda::device(0).is_some(), "kernels failed to compile on a CUDA machine");
-    // Wan 1.3B and 14B widths, an odd token count, batch 1 and 2 (CFG rows).
-    for (b, n, d) in [(1, 257, 1536), (2, 33, 1536), (1, 17, 5120), (2, 9, 64)] {
+    // Wan 1.3B and 14B widths, an odd token count, batch 1 and 2 (CFG rows), and one row wider
+    // than 8192 (the kernels' `_wide` builds, several chunks per thread).
+    for (b, n, d) in [(1, 257, 1536), (2, 33, 1536), (1, 17, 5120), (2, 9, 64), (1, 5, 9216)] {
         for (kind, tol) in [(Kind::Float, 2e-5), (Kind::BFloat16, 1.2e-2), (Kind::Half, 1.5e-3)] {
             poison(device);
             check_norms(&case(b, n, d, 5), device, kind, tol);
@@ -191,6 +192,7 @@ fn cuda_kernels_match_their_fallbacks() {
         poison(device);
         check_rope(1, 300, 12, 128, device, kind, tol);
         check_rope(2, 40, 40, 128, device, kind, tol);
+        check_rope(1, 20, 80, 128, device, kind, tol); // 10,240 wide: the `_wide` build
     }
     // Kernel vs fallback on identical inputs: the kernel must be no worse than the fallback.
     let c = case(2, 129, 1536, 9);
