@@ -22,7 +22,7 @@ const BLOCK_N: i64 = 64;
 const TILE_N: i64 = 128;
 const Q_GROUP: i64 = 16;
 /// Rows per CTA of the int8 quantize kernel (`QUANT_ROWS`) and keys per CTA of `kv_stats`
-/// (`STAT_ROWS`), as attention8.cu defines them.
+/// (`STAT_ROWS`), as attention8_quant.cu defines them.
 const QUANT_ROWS: i64 = 64;
 const STAT_ROWS: i64 = 256;
 const P_SCALE: f64 = 448.0;

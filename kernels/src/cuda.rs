@@ -57,7 +57,7 @@ pub enum Arg {
 
 /// Kernels that need Hopper's `sm_90a` features (wgmma), compiled as a module of their own and
 /// only on compute capability 9.0.
-const SM90_SOURCE: &str = include_str!("../cuda/attention8.cu");
+const SM90_SOURCE: &str = concat!(include_str!("../cuda/attention8.cu"), include_str!("../cuda/attention8_quant.cu"));
 const SM90_FUNCTIONS: &[&str] = &[
     "quant_int8_rows",
     "kv_stats",
