@@ -41,6 +41,15 @@ def main():
         x3 = x.view(1, rows, 1536)
         f3 = torch._addmm_activation(b, x3.reshape(rows, 1536), w.t(), use_gelu=True)
         print(f"  through a 3-D view: error {rel(f3, ref):.2e}")
+        # Larger pre-activations (a random-weight model's may be), and a weight stored
+        # transposed (non-contiguous [8960, 1536] view).
+        for scale in (10.0, 100.0):
+            xs = (x.float() * scale).to(torch.bfloat16)
+            r = F.gelu(torch.addmm(b.float(), xs.float(), w.float().t()), approximate="tanh")
+            print(f"  x x{scale:g}: error fused {rel(torch._addmm_activation(b, xs, w.t(), use_gelu=True), r):.2e}"
+                  f" unfused {rel(F.gelu(torch.addmm(b, xs, w.t()), approximate='tanh'), r):.2e}")
+        wt = w.t().contiguous().t()
+        print(f"  weight stored transposed: error {rel(torch._addmm_activation(b, x, wt.t(), use_gelu=True), ref):.2e}")
 
 
 if __name__ == "__main__":
