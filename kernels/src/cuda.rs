@@ -136,10 +136,12 @@ impl DeviceKernels {
         let threads = groups.div_ceil(32).clamp(1, 32) * 32;
         let cfg = LaunchConfig { grid_dim: (rows as u32, planes, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 };
         // Rows wider than one chunk of 8 per thread take the kernel's `_wide` build where it has
-        // one (the norm kernels: norms.cu).
-        let wide = format!("{name}_wide");
-        if groups > 1024 && self.functions.contains_key(wide.as_str()) {
-            return self.launch(&wide, cfg, args);
+        // one (the norm kernels: norms.cu); only those rows pay for the name.
+        if groups > 1024 {
+            let wide = format!("{name}_wide");
+            if self.functions.contains_key(wide.as_str()) {
+                return self.launch(&wide, cfg, args);
+            }
         }
         self.launch(name, cfg, args)
     }

@@ -39,9 +39,14 @@ pub fn quantize_rows(x: &Tensor) -> (Tensor, Tensor) {
     if x.device() == Device::Cpu && int8_emulation() {
         return quantize_rows_int8(x);
     }
-    let scale = x.abs().amax([1i64].as_slice(), true).to_kind(Kind::Float).clamp_min(1e-12) / E4M3_MAX;
+    let scale = row_scales(x, E4M3_MAX);
     let values = (x.to_kind(Kind::Float) / &scale).to_kind(Kind::Float8e4m3fn);
     (values, scale)
+}
+
+/// Float32 `[M, 1]` scales putting each row's absolute maximum on `max` (tiny for a zero row).
+fn row_scales(x: &Tensor, max: f64) -> Tensor {
+    x.abs().amax([1i64].as_slice(), true).to_kind(Kind::Float).clamp_min(1e-12) / max
 }
 
 /// Research switch, CPU only: `FASTVIDEO_LINEAR_EMULATE=int8` rounds the FP8 linears' weights and
@@ -55,7 +60,7 @@ fn int8_emulation() -> bool {
 
 /// [`quantize_rows`] onto INT8 steps: float32 values in -127..=127 and scales `[M, 1]`.
 fn quantize_rows_int8(x: &Tensor) -> (Tensor, Tensor) {
-    let scale = x.abs().amax([1i64].as_slice(), true).to_kind(Kind::Float).clamp_min(1e-12) / 127.0;
+    let scale = row_scales(x, 127.0);
     let values = (x.to_kind(Kind::Float) / &scale).round().clamp(-127.0, 127.0);
     (values, scale)
 }
