@@ -146,6 +146,12 @@ impl DeviceKernels {
         self.launch(name, cfg, args)
     }
 
+    /// Makes this device's (primary) context current on the calling thread, for libraries that
+    /// run on the current context (cuBLASLt).
+    pub fn bind(&self) -> Result<()> {
+        self.ctx.bind_to_thread().map_err(|e| anyhow!("binding the CUDA context: {e}"))
+    }
+
     /// The threads per block `name` declares (its `__launch_bounds__`), for kernels whose
     /// layout of warps is their own business (the 8-bit attention's producer warpgroup).
     pub fn block_threads(&self, name: &str) -> Result<u32> {

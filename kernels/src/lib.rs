@@ -12,11 +12,13 @@ pub mod attention8;
 pub mod cuda;
 pub mod fp8;
 pub mod graph;
+pub mod linear_gelu;
 mod norm;
 pub mod paged_decode;
 mod rope;
 pub mod transfer;
 
+pub use linear_gelu::linear_gelu_tanh;
 pub use norm::{gated_residual, layer_norm_modulate, residual_layer_norm_modulate, LayerNormSpec};
 pub use rope::rms_norm_rope;
 

@@ -1,8 +1,16 @@
 """The FFN's GELU in cuBLASLt's epilogue (`torch._addmm_activation`) against the GEMM and a
 separate GELU pass, at Wan2.1-1.3B's FFN shape on the GPU: error against float32 and time.
 (An earlier in-model attempt moved the model's output 0.176 from float32: docs/benchmarks.md.)
-Run on the GPU machine: python3 host/scripts/gpu/gelu_epilogue.py
+Run on the GPU machine: python3 host/scripts/gpu/gelu_epilogue.py [--model DIR]
+With --model (a diffusers Wan folder, make_wan13b.py), also on the model's own activations: each
+GELU projection's input captured in a bf16 forward at 480x832x81 (fixed seed), the epilogue's
+error per call site against float32 and the two ops'; then the whole forward with every
+FFN GELU fused (diffusers' text projection runs its GELU as its own module), against the float32 forward.
 """
+
+import argparse
+import json
+import os
 
 import torch
 import torch.nn.functional as F
@@ -52,5 +60,66 @@ def main():
         print(f"  weight stored transposed: error {rel(torch._addmm_activation(b, x, wt.t(), use_gelu=True), ref):.2e}")
 
 
+def fused_gelu(mod, x):
+    s = x.shape
+    y = torch._addmm_activation(mod.proj.bias, x.reshape(-1, s[-1]), mod.proj.weight.t(), use_gelu=True)
+    return y.view(*s[:-1], y.shape[-1])
+
+
+@torch.no_grad()
+def model_check(folder):
+    from diffusers import WanTransformer3DModel
+    from diffusers.models.activations import GELU
+
+    tdir = os.path.join(folder, "transformer")
+    z = json.load(open(os.path.join(tdir, "config.json")))["in_channels"]
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn([1, z, 21, 60, 104], generator=g)
+    c = torch.randn([1, 512, 4096], generator=g)
+    t = torch.tensor([500.0])
+
+    def forward(m, dtype):
+        return m(hidden_states=x.to("cuda", dtype), timestep=t.cuda(), encoder_hidden_states=c.to("cuda", dtype),
+                 return_dict=False)[0].float()
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    m = WanTransformer3DModel.from_pretrained(tdir, dtype=torch.float32).cuda().eval()
+    ref = forward(m, torch.float32)
+    del m
+    torch.cuda.empty_cache()
+    m = WanTransformer3DModel.from_pretrained(tdir, dtype=torch.bfloat16).cuda().eval()
+    sites = [(n, mod) for n, mod in m.named_modules() if isinstance(mod, GELU)]
+    print(f"model: {len(sites)} GELU projections ({sites[0][0]} ... {sites[-1][0]})")
+    stats = []
+
+    def hook(name):
+        def f(mod, args, out):
+            a = args[0]
+            pre = F.linear(a.float(), mod.proj.weight.float(), mod.proj.bias.float())
+            r = F.gelu(pre, approximate="tanh")
+            fu = fused_gelu(mod, a)
+            stats.append((name, a.dtype, tuple(a.shape), a.is_contiguous(), pre.abs().max().item(),
+                          rel(out, r), rel(fu, r), bool(torch.isfinite(fu).all())))
+        return f
+
+    hs = [mod.register_forward_hook(hook(n)) for n, mod in sites]
+    plain = forward(m, torch.bfloat16)
+    for h in hs:
+        h.remove()
+    for n, dt, shape, contig, amax, eu, ef, finite in stats:
+        print(f"  {n}: {dt} {shape} contiguous {contig} |pre|max {amax:.3g}: unfused {eu:.2e} fused {ef:.2e}"
+              f"{'' if finite else ' NON-FINITE'}")
+    orig = GELU.forward
+    GELU.forward = lambda mod, h: fused_gelu(mod, h)
+    fused = forward(m, torch.bfloat16)
+    GELU.forward = orig
+    print(f"whole forward vs fp32: two ops {rel(plain, ref):.4f}, epilogue {rel(fused, ref):.4f}")
+
+
 if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model")
+    a = ap.parse_args()
     main()
+    if a.model:
+        model_check(a.model)

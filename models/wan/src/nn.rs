@@ -118,18 +118,21 @@ impl Linear {
         y
     }
 
-    /// `gelu_tanh(x W^T + b)`. (cuBLASLt's GELU epilogue, `torch._addmm_activation`, was tried
-    /// here to save a pass over the FFN's wide output: inside the model on the H200 it moved the
-    /// output 0.176 away from fp32, against 0.015 for the two ops; docs/benchmarks.md.)
-    /// The GELU runs in place: the FFN's output is the widest activation (0.55 GiB at 480x832x81
-    /// in bf16), and a second copy of it would be the block's memory peak.
+    /// `gelu_tanh(x W^T + b)`. On CUDA in bf16/f16 the bias and GELU run in the GEMM's
+    /// epilogue (`fastvideo_kernels::linear_gelu_tanh`, cuBLASLt), which saves a pass over the
+    /// FFN's wide output; elsewhere the GELU runs in place, since the FFN's output is the widest
+    /// activation (0.55 GiB at 480x832x81 in bf16) and a second copy of it would be the block's
+    /// memory peak.
     pub fn forward_gelu_tanh(&self, x: &Tensor) -> Tensor {
         self.forward_gelu_tanh_lora(x, None)
     }
 
     /// [`forward_gelu_tanh`](Self::forward_gelu_tanh) with the adapters' deltas added before
-    /// the GELU.
+    /// the GELU (then unfused).
     pub fn forward_gelu_tanh_lora(&self, x: &Tensor, lora: Lora) -> Tensor {
+        if let (None, None, Some(bias)) = (lora, &self.fp8_scale, &self.bias) {
+            return fastvideo_kernels::linear_gelu_tanh(x, &self.weight, bias);
+        }
         let mut y = self.forward_lora(x, lora);
         let _ = y.gelu_("tanh");
         y
