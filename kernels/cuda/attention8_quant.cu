@@ -170,8 +170,9 @@ extern "C" __global__ void __launch_bounds__(128) quant_v_fp8t(const unsigned sh
 }
 
 // The f16 P·V variant's V: one CTA (128 threads, one per channel) per 64-key tile of one head,
-// V / vs in f16 (|V / vs| ≤ 1, so no value leaves f16's range), transposed tile by tile
-// ([B, H, n_pad / 64, 128, 64]) in key order, as the k16 A fragments of P need no permutation.
+// V / vs in f16 (vs is a power of two at or above the channel's max |V|, so the division is
+// exact and in f16's range), transposed tile by tile ([B, H, n_pad / 64, 128, 64]) in key order,
+// as the k16 A fragments of P need no permutation.
 // Each 128-byte row (one channel's 64 keys) is stored with the 128-byte swizzle.
 extern "C" __global__ void __launch_bounds__(128) quant_v_f16t(const unsigned short* v, long long sb, long long sn,
                                                               long long sh, int n, int n_pad, int heads,

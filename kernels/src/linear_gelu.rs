@@ -80,6 +80,11 @@ fn try_fused(x: &Tensor, weight: &Tensor, bias: &Tensor) -> Option<Tensor> {
         if st.missing || st.refused.contains(&key) {
             return None;
         }
+        // Setting up (a handle, the workspace, a plan) is kept out of CUDA-graph captures; a
+        // shape first seen inside one is captured with the two ops.
+        if crate::graph::capture_stream().is_some() && !st.plans.contains_key(&key) {
+            return None;
+        }
     }
     match run(&kernels, key, &x2, weight, bias, &y) {
         Ok(()) => {
