@@ -9,6 +9,7 @@
 //! fallback, which computes the same function; `parity` tests hold the two together.
 
 pub mod attention8;
+mod cublaslt;
 pub mod cuda;
 pub mod fp8;
 pub mod graph;

@@ -4,9 +4,9 @@
 //!
 //! Why not `torch._addmm_activation`, which does the same: tch 0.24's binding of it passes
 //! `use_gelu` where the C++ function takes `beta`, so the call computes `relu(x Wᵀ + b)` whatever
-//! is asked (the test below keeps an eye on that). This module calls cuBLASLt itself, loaded
-//! dynamically by cudarc (the library libtorch has loaded already), on the stream libtorch's
-//! kernels use; the matmul plan is chosen once per shape and kept.
+//! is asked (the test below keeps an eye on that). This module calls cuBLASLt itself, the copy
+//! libtorch has loaded ([`crate::cublaslt`]), on the stream libtorch's kernels use; the matmul
+//! plan is chosen once per shape and kept.
 
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
@@ -15,8 +15,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use anyhow::{anyhow, bail, Result};
-use cudarc::cublaslt::result as lt;
 use cudarc::cublaslt::sys;
+
+use crate::cublaslt::{self, check, Api};
 use tch::{Device, Kind, Tensor};
 
 /// `gelu_tanh(x Wᵀ + b)` for `x` `[..., in]`, `weight` `[out, in]`, `bias` `[out]`: the fused
@@ -56,24 +57,17 @@ fn try_fused(x: &Tensor, weight: &Tensor, bias: &Tensor) -> Option<Tensor> {
     }
     let (out, inp) = weight.size2().ok()?;
     let s = x.size();
-    if s.last() != Some(&inp) || bias.size() != [out] || inp % 8 != 0 || out % 8 != 0 {
+    if s.last() != Some(&inp) || bias.size() != [out] || inp <= 0 || out <= 0 || inp % 8 != 0 || out % 8 != 0 {
         return None;
     }
-    if !weight.is_contiguous() || !bias.is_contiguous() || weight.device() != x.device() {
+    let on_device = weight.device() == x.device() && bias.device() == x.device();
+    if !on_device || !weight.is_contiguous() || !bias.is_contiguous() {
         return None;
     }
-    let kernels = crate::cuda::for_tensor(x)?;
     let rows: i64 = s[..s.len() - 1].iter().product();
     if rows == 0 {
         return None;
     }
-    let x2 = x.contiguous();
-    if ![&x2, weight, bias].iter().all(|t| crate::cuda::aligned(t)) {
-        return None;
-    }
-    let mut shape = s[..s.len() - 1].to_vec();
-    shape.push(out);
-    let y = Tensor::empty(shape.as_slice(), (kind, x.device()));
     let key = PlanKey { ordinal, half: kind == Kind::Half, rows, out, inp };
     {
         let st = state().lock().unwrap_or_else(|e| e.into_inner());
@@ -86,6 +80,14 @@ fn try_fused(x: &Tensor, weight: &Tensor, bias: &Tensor) -> Option<Tensor> {
             return None;
         }
     }
+    let kernels = crate::cuda::for_tensor(x)?;
+    let x2 = x.contiguous();
+    if ![&x2, weight, bias].iter().all(|t| crate::cuda::aligned(t)) {
+        return None;
+    }
+    let mut shape = s[..s.len() - 1].to_vec();
+    shape.push(out);
+    let y = Tensor::f_empty(shape.as_slice(), (kind, x.device())).ok()?;
     match run(&kernels, key, &x2, weight, bias, &y) {
         Ok(()) => {
             FUSED_CALLS.fetch_add(1, Ordering::Relaxed);
@@ -157,49 +159,52 @@ fn run(
     y: &Tensor,
 ) -> Result<()> {
     let mut st = state().lock().unwrap_or_else(|e| e.into_inner());
-    // SAFETY: a library probe; loading runs only its initialisers.
-    if st.handles.is_empty() && !unsafe { sys::is_culib_present() } {
-        st.missing = true;
-        bail!("libcublasLt could not be loaded");
-    }
+    let api = match cublaslt::api() {
+        Ok(api) => api,
+        Err(e) => {
+            st.missing = true;
+            bail!("{e}");
+        }
+    };
     kernels.bind()?;
     let (handle, ws_ptr) = match st.handles.entry(key.ordinal) {
         Entry::Occupied(e) => (e.get().0, e.get().1.data_ptr()),
         Entry::Vacant(v) => {
-            let h = lt::create_handle().map_err(|e| anyhow!("cublasLtCreate: {e}"))?;
-            let ws = Tensor::empty([WORKSPACE], (Kind::Uint8, x.device()));
+            let ws = Tensor::f_empty([WORKSPACE], (Kind::Uint8, x.device()))
+                .map_err(|e| anyhow!("cuBLASLt workspace ({WORKSPACE} bytes): {e}"))?;
+            let mut h = std::ptr::null_mut();
+            // SAFETY: writes one handle.
+            if let Err(e) = check(unsafe { (api.create)(&mut h) }, "cublasLtCreate") {
+                st.missing = true;
+                return Err(e);
+            }
             let (h, ws) = v.insert((h, ws));
             (*h, ws.data_ptr())
         }
     };
     let plan = match st.plans.entry(key) {
         Entry::Occupied(e) => e.into_mut(),
-        Entry::Vacant(v) => v.insert(make_plan(handle, key)?),
+        Entry::Vacant(v) => v.insert(make_plan(api, handle, key)?),
     };
     let bias_ptr = bias.data_ptr() as u64;
     let (alpha, beta) = (1f32, 0f32);
     let stream = crate::graph::capture_stream().unwrap_or(std::ptr::null_mut()) as sys::cudaStream_t;
-    // SAFETY: the plan's descriptors live in the state (locked); shapes, dtypes, contiguity and
-    // alignment of every pointer were checked against the plan's key by the caller; the
-    // workspace is this device's, used in stream order.
+    // SAFETY: the plan's descriptors live in the state (locked); shapes, dtypes, devices,
+    // contiguity and alignment of every pointer were checked against the plan's key by the
+    // caller; the workspace is this device's, used in stream order.
     unsafe {
-        lt::set_matmul_desc_attribute(
-            plan.desc,
-            sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-            (&bias_ptr) as *const u64 as *const c_void,
-            std::mem::size_of::<u64>(),
-        )
-        .map_err(|e| anyhow!("bias pointer: {e}"))?;
+        let attr = sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_BIAS_POINTER;
+        check((api.desc_set)(plan.desc, attr, (&bias_ptr) as *const u64 as *const c_void, 8), "bias pointer")?;
         // Column-major view: D (out × rows) = op(A = W stored in × out)ᵀ · B (x stored in × rows).
-        lt::matmul(
+        let status = (api.matmul)(
             handle,
             plan.desc,
             (&alpha) as *const f32 as *const c_void,
-            (&beta) as *const f32 as *const c_void,
             w.data_ptr(),
             plan.a,
             x.data_ptr(),
             plan.b,
+            (&beta) as *const f32 as *const c_void,
             y.data_ptr(),
             plan.d,
             y.data_ptr(),
@@ -208,43 +213,45 @@ fn run(
             ws_ptr,
             WORKSPACE as usize,
             stream,
-        )
-        .map_err(|e| anyhow!("cublasLtMatmul: {e}"))
+        );
+        check(status, "cublasLtMatmul")
     }
 }
 
-fn make_plan(handle: sys::cublasLtHandle_t, key: PlanKey) -> Result<Plan> {
+fn make_plan(api: &Api, handle: sys::cublasLtHandle_t, key: PlanKey) -> Result<Plan> {
+    use sys::cublasLtMatmulDescAttributes_t as A;
+    use sys::cublasLtMatmulPreferenceAttributes_t as P;
     let t = data_type(key.half);
     let (m, n, k) = (key.out as u64, key.rows as u64, key.inp as u64);
-    let err = |what: &'static str| move |e: lt::CublasError| anyhow!("{what}: {e}");
-    let desc = lt::create_matmul_desc(sys::cublasComputeType_t::CUBLAS_COMPUTE_32F, sys::cudaDataType::CUDA_R_32F)
-        .map_err(err("matmul descriptor"))?;
-    let a = lt::create_matrix_layout(t, k, m, key.inp).map_err(err("layout of W"))?;
-    let b = lt::create_matrix_layout(t, k, n, key.inp).map_err(err("layout of x"))?;
-    let d = lt::create_matrix_layout(t, m, n, key.out).map_err(err("layout of the output"))?;
-    let plan = Plan { desc, a, b, d, algo: unsafe { std::mem::zeroed() } };
-    let set = |attr, v: u32| {
-        // SAFETY: a live descriptor and a 4-byte attribute value.
-        unsafe { lt::set_matmul_desc_attribute(desc, attr, (&v) as *const u32 as *const c_void, 4) }
+    let mut plan = Plan {
+        desc: std::ptr::null_mut(),
+        a: std::ptr::null_mut(),
+        b: std::ptr::null_mut(),
+        d: std::ptr::null_mut(),
+        algo: sys::cublasLtMatmulAlgo_t { data: [0; 8] },
     };
-    use sys::cublasLtMatmulDescAttributes_t as A;
-    set(A::CUBLASLT_MATMUL_DESC_TRANSA, 1).map_err(err("transpose of W"))?;
-    set(A::CUBLASLT_MATMUL_DESC_TRANSB, 0).map_err(err("transpose of x"))?;
-    set(A::CUBLASLT_MATMUL_DESC_EPILOGUE, sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_GELU_BIAS as u32)
-        .map_err(err("GELU_BIAS epilogue"))?;
-    let pref = lt::create_matmul_pref().map_err(err("preference"))?;
-    let result = (|| {
-        let ws = WORKSPACE as u64;
-        // SAFETY: a live preference and correctly sized values.
-        unsafe {
-            use sys::cublasLtMatmulPreferenceAttributes_t as P;
-            lt::set_matmul_pref_attribute(
-                pref,
-                P::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                (&ws) as *const u64 as *const c_void,
-                8,
-            )
-            .map_err(err("workspace size"))?;
+    let mut pref = std::ptr::null_mut();
+    // SAFETY: each call writes one descriptor or sets a correctly sized attribute on a live one;
+    // whatever was created is destroyed below on failure.
+    let made = unsafe {
+        (|| -> Result<()> {
+            let compute = sys::cublasComputeType_t::CUBLAS_COMPUTE_32F;
+            check((api.desc_create)(&mut plan.desc, compute, sys::cudaDataType::CUDA_R_32F), "matmul descriptor")?;
+            check((api.layout_create)(&mut plan.a, t, k, m, key.inp), "layout of W")?;
+            check((api.layout_create)(&mut plan.b, t, k, n, key.inp), "layout of x")?;
+            check((api.layout_create)(&mut plan.d, t, m, n, key.out), "layout of the output")?;
+            let gelu = sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_GELU_BIAS as u32;
+            for (attr, v, what) in [
+                (A::CUBLASLT_MATMUL_DESC_TRANSA, 1u32, "transpose of W"),
+                (A::CUBLASLT_MATMUL_DESC_TRANSB, 0, "transpose of x"),
+                (A::CUBLASLT_MATMUL_DESC_EPILOGUE, gelu, "GELU_BIAS epilogue"),
+            ] {
+                check((api.desc_set)(plan.desc, attr, (&v) as *const u32 as *const c_void, 4), what)?;
+            }
+            check((api.pref_create)(&mut pref), "preference")?;
+            let ws = WORKSPACE as u64;
+            let attr = P::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES;
+            check((api.pref_set)(pref, attr, (&ws) as *const u64 as *const c_void, 8), "workspace size")?;
             // Every pointer is checked for 16-byte alignment before a call.
             for attr in [
                 P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
@@ -252,34 +259,53 @@ fn make_plan(handle: sys::cublasLtHandle_t, key: PlanKey) -> Result<Plan> {
                 P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
                 P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
             ] {
-                let v = 16u32;
-                lt::set_matmul_pref_attribute(pref, attr, (&v) as *const u32 as *const c_void, 4)
-                    .map_err(err("alignment"))?;
+                check((api.pref_set)(pref, attr, (&16u32) as *const u32 as *const c_void, 4), "alignment")?;
             }
-            let h = lt::get_matmul_algo_heuristic(handle, desc, a, b, d, d, pref).map_err(err("no algorithm"))?;
-            Ok(h.algo)
-        }
-    })();
-    // SAFETY: created above, not used after this.
+            let mut result = std::mem::MaybeUninit::<sys::cublasLtMatmulHeuristicResult_t>::zeroed();
+            let mut count = 0;
+            let (h, desc, (a, b, d)) = (handle, plan.desc, (plan.a, plan.b, plan.d));
+            check((api.heuristic)(h, desc, a, b, d, d, pref, 1, result.as_mut_ptr(), &mut count), "algorithm")?;
+            let result = result.assume_init();
+            if count == 0 {
+                bail!(
+                    "no cuBLASLt algorithm for [{}, {}] x [{}, {}]ᵀ with GELU_BIAS",
+                    key.rows,
+                    key.inp,
+                    key.out,
+                    key.inp
+                );
+            }
+            check(result.state, "algorithm")?;
+            plan.algo = result.algo;
+            Ok(())
+        })()
+    };
+    // SAFETY: created above (or null, which is skipped), not used after this.
     unsafe {
-        let _ = lt::destroy_matmul_pref(pref);
+        if !pref.is_null() {
+            (api.pref_destroy)(pref);
+        }
     }
-    match result {
-        Ok(algo) => Ok(Plan { algo, ..plan }),
+    match made {
+        Ok(()) => Ok(plan),
         Err(e) => {
-            drop_plan(&plan);
+            drop_plan(api, &plan);
             Err(e)
         }
     }
 }
 
-fn drop_plan(p: &Plan) {
-    // SAFETY: created by make_plan and no longer referenced.
+fn drop_plan(api: &Api, p: &Plan) {
+    // SAFETY: created by make_plan (null ones skipped) and no longer referenced.
     unsafe {
-        let _ = lt::destroy_matmul_desc(p.desc);
-        let _ = lt::destroy_matrix_layout(p.a);
-        let _ = lt::destroy_matrix_layout(p.b);
-        let _ = lt::destroy_matrix_layout(p.d);
+        if !p.desc.is_null() {
+            (api.desc_destroy)(p.desc);
+        }
+        for l in [p.a, p.b, p.d] {
+            if !l.is_null() {
+                (api.layout_destroy)(l);
+            }
+        }
     }
 }
 
