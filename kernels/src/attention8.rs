@@ -173,20 +173,26 @@ pub struct Emulation {
     pub fp8_p: bool,
     /// V rounded to e4m3 (one scale per channel).
     pub fp8_v: bool,
-    /// P and V rounded to f16 (V scaled per channel to ±1).
+    /// P and V rounded to f16 (V scaled per channel by a power of two, exact).
     pub f16_pv: bool,
+    /// Research, no kernel computes it: with `int8_qk`, one Q scale per row instead of per 16.
+    pub q_per_row: bool,
+    /// Research, no kernel computes it: P rounded to bf16 (8 significant bits instead of f16's
+    /// 11) and V as `f16_pv` has it (exact), i.e. a bf16 P·V.
+    pub bf16_p: bool,
 }
 
 impl Emulation {
     /// The function the kernel with this P·V computes.
     pub fn of(pv: Pv) -> Self {
         match pv {
-            Pv::Fp8Pv => Emulation { int8_qk: true, fp8_p: true, fp8_v: true, f16_pv: false },
+            Pv::Fp8Pv => Emulation { int8_qk: true, fp8_p: true, fp8_v: true, ..Default::default() },
             Pv::F16Pv => Emulation { int8_qk: true, f16_pv: true, ..Default::default() },
         }
     }
 
-    /// A comma-separated list of `qk`, `p`, `v` and `f16` (the fields, in order), e.g. `qk,f16`.
+    /// A comma-separated list of `qk`, `p`, `v`, `f16`, `qrow` and `bf16` (the fields, in
+    /// order), e.g. `qk,f16`.
     pub fn parse(list: &str) -> Result<Self, String> {
         let mut e = Emulation::default();
         for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -195,11 +201,19 @@ impl Emulation {
                 "p" => e.fp8_p = true,
                 "v" => e.fp8_v = true,
                 "f16" => e.f16_pv = true,
-                other => return Err(format!("`{other}` is not one of qk, p, v, f16")),
+                "qrow" => e.q_per_row = true,
+                "bf16" => e.bf16_p = true,
+                other => return Err(format!("`{other}` is not one of qk, p, v, f16, qrow, bf16")),
             }
         }
-        if e.f16_pv && (e.fp8_p || e.fp8_v) {
-            return Err("f16 P·V excludes the e4m3 roundings p and v".into());
+        if (e.f16_pv || e.bf16_p) && (e.fp8_p || e.fp8_v) {
+            return Err("f16 and bf16 P·V exclude the e4m3 roundings p and v".into());
+        }
+        if e.f16_pv && e.bf16_p {
+            return Err("f16 and bf16 P·V exclude each other".into());
+        }
+        if e.q_per_row && !e.int8_qk {
+            return Err("qrow changes INT8 Q·Kᵀ's scales: it needs qk".into());
         }
         Ok(e)
     }
@@ -220,7 +234,8 @@ pub fn emulate(q: &Tensor, k: &Tensor, v: &Tensor, e: Emulation) -> Tensor {
     let d = q.size()[3];
     let (q, k) = match e.int8_qk {
         true => {
-            (quantize_int8_blocks(&q, Q_GROUP), quantize_int8_blocks(&(&k - k.mean_dim(2, true, Kind::Float)), BLOCK_N))
+            let q_rows = if e.q_per_row { 1 } else { Q_GROUP };
+            (quantize_int8_blocks(&q, q_rows), quantize_int8_blocks(&(&k - k.mean_dim(2, true, Kind::Float)), BLOCK_N))
         }
         false => (q, k),
     };
@@ -228,7 +243,7 @@ pub fn emulate(q: &Tensor, k: &Tensor, v: &Tensor, e: Emulation) -> Tensor {
     let v = if e.fp8_v {
         let vs = vmax / P_SCALE;
         (&v / &vs).to_kind(Kind::Float8e4m3fn).to_kind(Kind::Float) * &vs
-    } else if e.f16_pv {
+    } else if e.f16_pv || e.bf16_p {
         let vs = f16_v_scale(&vmax);
         (&v / &vs).to_kind(Kind::Half).to_kind(Kind::Float) * &vs
     } else {
@@ -241,6 +256,8 @@ pub fn emulate(q: &Tensor, k: &Tensor, v: &Tensor, e: Emulation) -> Tensor {
         (&p * P_SCALE).to_kind(Kind::Float8e4m3fn).to_kind(Kind::Float) / P_SCALE
     } else if e.f16_pv {
         (&p * P_SCALE).to_kind(Kind::Half).to_kind(Kind::Float) / P_SCALE
+    } else if e.bf16_p {
+        p.to_kind(Kind::BFloat16).to_kind(Kind::Float)
     } else {
         p
     };
@@ -277,7 +294,7 @@ mod tests {
     }
 
     fn qkv(b: i64, nq: i64, nk: i64, h: i64, seed: i64) -> (Tensor, Tensor, Tensor) {
-        tch::manual_seed(seed);
+        let _rng = crate::seeded(seed);
         let o = (Kind::Float, Device::Cpu);
         // Keys with a shared offset per channel (what smoothing removes) and a few outlier
         // channels, as real activations have.
@@ -309,7 +326,7 @@ mod tests {
 
     #[test]
     fn f16_v_scales_are_powers_of_two_that_keep_bf16_values_exact() {
-        tch::manual_seed(3);
+        let _rng = crate::seeded(3);
         let v = (Tensor::randn([1, 2, 300, HEAD_DIM], (Kind::Float, Device::Cpu)) * 7.3).to_kind(Kind::BFloat16);
         let v = v.to_kind(Kind::Float);
         let vmax = v.abs().amax(2, true);
@@ -332,6 +349,10 @@ mod tests {
         assert_eq!(Emulation::parse("").unwrap(), Emulation::default());
         assert!(Emulation::parse("qk,int4").unwrap_err().contains("`int4`"));
         assert!(Emulation::parse("f16,p").is_err());
+        assert!(Emulation::parse("f16,bf16").is_err());
+        assert!(Emulation::parse("qrow,f16").unwrap_err().contains("needs qk"));
+        let r = Emulation::parse("qk,qrow,bf16").unwrap();
+        assert!(r.int8_qk && r.q_per_row && r.bf16_p && !r.f16_pv);
     }
 
     #[test]

@@ -203,7 +203,7 @@ mod tests {
 
     #[test]
     fn an_fp8_linear_is_within_e4m3_rounding_of_the_float_one() {
-        tch::manual_seed(0);
+        let _rng = crate::seeded(0);
         let x = Tensor::randn([2, 40, 64], (Kind::Float, Device::Cpu));
         let wt = Tensor::randn([48, 64], (Kind::Float, Device::Cpu)) / 8.0;
         let b = Tensor::randn([48], (Kind::Float, Device::Cpu));
@@ -220,7 +220,7 @@ mod tests {
 
     #[test]
     fn the_int8_emulation_rounds_onto_integer_steps_and_beats_e4m3() {
-        tch::manual_seed(2);
+        let _rng = crate::seeded(2);
         let x = Tensor::randn([2, 40, 64], (Kind::Float, Device::Cpu)).reshape([80, 64]);
         let wt = Tensor::randn([48, 64], (Kind::Float, Device::Cpu)) / 8.0;
         let (xv, xs) = quantize_rows_int8(&x);
@@ -241,7 +241,7 @@ mod tests {
 
     #[test]
     fn the_gelu_variant_quantizes_the_activation() {
-        tch::manual_seed(1);
+        let _rng = crate::seeded(1);
         let x = Tensor::randn([3, 5, 32], (Kind::Float, Device::Cpu));
         let q = gelu_quantize(&x);
         let want = quantize(&x.gelu("tanh"));

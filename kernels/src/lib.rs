@@ -50,3 +50,14 @@ pub fn enabled() -> bool {
     init_from_env();
     !DISABLED.load(Ordering::Relaxed)
 }
+
+/// Tests share libtorch's global random generator: each test that seeds it holds this lock for
+/// as long as it draws, so tests on parallel threads cannot interleave their draws (which made a
+/// borderline assertion depend on scheduling).
+#[cfg(test)]
+pub(crate) fn seeded(seed: i64) -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    tch::manual_seed(seed);
+    guard
+}

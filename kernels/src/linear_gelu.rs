@@ -318,7 +318,7 @@ mod tests {
     /// replace the hand-made cuBLASLt call.
     #[test]
     fn tch_addmm_activation_ignores_use_gelu() {
-        tch::manual_seed(0);
+        let _rng = crate::seeded(0);
         let x = Tensor::randn([4, 16], (Kind::Float, Device::Cpu));
         let w = Tensor::randn([8, 16], (Kind::Float, Device::Cpu));
         let b = Tensor::randn([8], (Kind::Float, Device::Cpu));
@@ -330,7 +330,7 @@ mod tests {
 
     #[test]
     fn cpu_path_is_linear_then_gelu_tanh() {
-        tch::manual_seed(1);
+        let _rng = crate::seeded(1);
         let x = Tensor::randn([2, 3, 16], (Kind::Float, Device::Cpu));
         let w = Tensor::randn([8, 16], (Kind::Float, Device::Cpu));
         let b = Tensor::randn([8], (Kind::Float, Device::Cpu));

@@ -11,7 +11,10 @@ use fastvideo_kernels::{
 };
 use tch::{Device, Kind, Tensor};
 
+/// Seeded draws from libtorch's global generator, one at a time (tests run on parallel threads).
 fn randn(shape: &[i64], seed: i64) -> Tensor {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     tch::manual_seed(seed);
     Tensor::randn(shape, (Kind::Float, Device::Cpu))
 }
