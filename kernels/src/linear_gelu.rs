@@ -132,6 +132,9 @@ struct Lt {
 // SAFETY: the raw cuBLASLt handles and descriptors are only used under the state's mutex.
 unsafe impl Send for Lt {}
 
+/// Plans kept at most (each a few small host-side descriptors).
+const MAX_PLANS: usize = 256;
+
 /// cuBLASLt's recommended workspace on Hopper.
 const WORKSPACE: i64 = 32 << 20;
 
@@ -182,6 +185,13 @@ fn run(
             (*h, ws.data_ptr())
         }
     };
+    // A server sees as many row counts as it sees request sizes: past MAX_PLANS, start over
+    // rather than keep descriptors for every size ever served.
+    if st.plans.len() >= MAX_PLANS && !st.plans.contains_key(&key) {
+        for (_, p) in st.plans.drain() {
+            drop_plan(api, &p);
+        }
+    }
     let plan = match st.plans.entry(key) {
         Entry::Occupied(e) => e.into_mut(),
         Entry::Vacant(v) => v.insert(make_plan(api, handle, key)?),
