@@ -1,4 +1,5 @@
-//! 8-bit attention (both recipes: e4m3 and f16 P·V) against bf16 SDPA (cuDNN on Hopper) at head
+//! 8-bit attention (both recipes: e4m3 and f16 P·V, and their options: a Q scale per row, bf16
+//! P·V) against bf16 SDPA (cuDNN on Hopper) at head
 //! dim 128, one JSON line per length: milliseconds per call (quantization included) and the rate
 //! in TOPS counting 4·N²·D·H operations. Run on the GPU machine by `host/scripts/gpu/attention8_bench.sh`.
 //!
@@ -6,7 +7,7 @@
 
 use std::time::Instant;
 
-use fastvideo_kernels::attention8::{self, Pv};
+use fastvideo_kernels::attention8::{self, Pv, Recipe};
 use tch::{Device, Kind, Tensor};
 
 /// Milliseconds per call: the median of 5 timed batches of `runs` calls after a warm-up. One
@@ -68,13 +69,26 @@ fn main() {
         let sdpa = time_ms(runs, &|| attention8::sdpa(&q, &k, &v));
         let ops = 4.0 * (n * n) as f64 * 128.0 * heads as f64;
         let tops = |ms: f64| ops / (ms * 1e-3) / 1e12;
+        // The recipes' options side by side with the shipped kernels (`Recipe::with_options`).
+        let mut options = Vec::new();
+        for o in ["qrow", "bf16", "qrow,bf16", "qrow,vmean"] {
+            for pv in [Pv::Fp8Pv, Pv::F16Pv] {
+                if pv == Pv::Fp8Pv && o.contains("bf16") {
+                    continue; // a 16-bit P·V option
+                }
+                let r = Recipe::shipped(pv).with_options(o).expect("known options");
+                let ms = time_ms(runs, &|| attention8::attention_with(&q, &k, &v, r));
+                options.push(format!("\"{}+{o}_tops\": {:.0}", pv.name(), tops(ms)));
+            }
+        }
         println!(
-            "{{\"tokens\": {n}, \"heads\": {heads}, \"ours_ms\": {ours:.3}, \"f16pv_ms\": {qk:.3}, \"sdpa_ms\": {sdpa:.3}, \"ours_tops\": {:.0}, \"f16pv_tops\": {:.0}, \"sdpa_tflops\": {:.0}, \"speedup\": {:.3}, \"f16pv_speedup\": {:.3}}}",
+            "{{\"tokens\": {n}, \"heads\": {heads}, \"ours_ms\": {ours:.3}, \"f16pv_ms\": {qk:.3}, \"sdpa_ms\": {sdpa:.3}, \"ours_tops\": {:.0}, \"f16pv_tops\": {:.0}, \"sdpa_tflops\": {:.0}, \"speedup\": {:.3}, \"f16pv_speedup\": {:.3}, {}}}",
             tops(ours),
             tops(qk),
             tops(sdpa),
             sdpa / ours,
-            sdpa / qk
+            sdpa / qk,
+            options.join(", ")
         );
     }
 }

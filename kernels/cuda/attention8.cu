@@ -12,14 +12,16 @@
 // issues the next tile's Q·Kᵀ and this tile's P·V, and waits for the Q·Kᵀ only.
 //
 // Layouts (all written by the quantize kernels in attention8_quant.cu, padded with zeros):
-//   qi  int8 [B, H, Nq_pad, 128], one scale per 16 rows (qs [B, H, Nq_pad/16]) with the softmax
-//       scale and log2(e) folded in;
+//   qi  int8 [B, H, Nq_pad, 128], one scale per `q_rows` rows (16: one warp's rows, or 1:
+//       each row its own; qs [B, H, Nq_pad / q_rows]) with the softmax scale and log2(e) folded in;
 //   ki  int8 [B, H, Nk_pad, 128], one scale per 64-key tile (ks [B, H, Nk_pad/64]);
 //   vt  e4m3 [B, H, Nk_pad/64, 128, 64]: V transposed tile by tile, keys permuted within each 32
 //       (`perm32`) so that the Q·Kᵀ accumulator registers are the P·V A-fragment as they stand;
-//       one scale per channel (vs [B, H, 128]);
-//   or, for the f16 P·V variant (attention_int8_f16_sm90), V in f16 [B, H, Nk_pad/64, 128, 64]
-//       (quant_v_f16t), keys in order, scaled by the same per-channel vs.
+//       one scale per channel (vs [B, H, 128]), and V's mean over the keys subtracted per
+//       channel first when the recipe smooths V (vm [B, H, 128], added to the output; else null);
+//   or, for the 16-bit P·V variants (attention_int8_f16_sm90, attention_int8_bf16_sm90), V in
+//       f16 or bf16 [B, H, Nk_pad/64, 128, 64] (quant_v_16t), keys in order, scaled by a
+//       per-channel power of two vs (exact in either type unless V is smoothed).
 // Every tile is stored swizzled as shared memory holds it, so one bulk copy moves it.
 
 // Tuning switches (compile-time; `FASTVIDEO_ATTN8_DEFINES="POLY_NUM=4,PINGPONG=1"` sets them for
@@ -74,7 +76,6 @@
 #define HEAD_DIM 128
 #define BLOCK_M 128  // query rows per CTA: two warpgroups of 64
 #define BLOCK_N 64   // keys per quantization block (K scales, Vᵀ tiles)
-#define Q_GROUP 16   // query rows per Q scale (one warp's rows)
 
 typedef unsigned int u32;
 typedef unsigned long long u64;
@@ -104,6 +105,18 @@ __device__ __forceinline__ u32 f16x2_pack(float lo, float hi) {
     u32 r;
     asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
     return r;
+}
+
+__device__ __forceinline__ u32 bf16x2_pack(float lo, float hi) {
+    u32 r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+// Two floats as a 16-bit pair of the P·V variant's type.
+template <bool BF16>
+__device__ __forceinline__ u32 half2_pack(float lo, float hi) {
+    return BF16 ? bf16x2_pack(lo, hi) : f16x2_pack(lo, hi);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -192,15 +205,27 @@ __device__ __forceinline__ void wgmma_pv(float (&o)[64], const u32 (&a)[4], u64 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate));
 }
 
-// O[64] (+)= P(64×16, registers) · Vt(128 channels × 16 keys, smem)ᵀ, f16 in, float32 out.
+// O[64] (+)= P(64×16, registers) · Vt(128 channels × 16 keys, smem)ᵀ, f16 or bf16 in, float32
+// out.
+template <bool BF16>
 __device__ __forceinline__ void wgmma_pv16(float (&o)[64], const u32 (&a)[4], u64 db, int accumulate) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
-        O_REGISTERS
-        "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
-        : O_ACCUMULATORS(o)
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate));
+    if constexpr (BF16) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+            O_REGISTERS
+            "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+            : O_ACCUMULATORS(o)
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate));
+    } else {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+            O_REGISTERS
+            "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+            : O_ACCUMULATORS(o)
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate));
+    }
 }
 
 #define Q_BYTES (BLOCK_M * HEAD_DIM)   // 16 KiB
@@ -247,8 +272,10 @@ __device__ __forceinline__ void reset_acc(int (&s)[64]) {
 }
 
 // Online softmax of one 128-key tile for this thread's two rows (r0 and r0 + 8). `s` is Q·Kᵀ in
-// int32; its first 32 registers (n8 chunks 0-7, keys 0-63) dequantize with `flo`, the rest with
-// `fhi` (one K scale per 64 keys; Q's and the softmax scale are in both). With MASK, keys from
+// int32; row r's first 32 registers (n8 chunks 0-7, keys 0-63) dequantize with `f[r][0]`, the
+// rest with `f[r][1]` (one K scale per 64 keys times the row's Q scale; the softmax scale is in
+// Q's). With one Q scale per 16 rows both rows' factors are equal and the result is as it was
+// with one pair. With MASK, keys from
 // `valid` on are left out. P·448 comes out as four e4m3 A fragments (the accumulator registers
 // of chunks 4kk..4kk+3 in perm32 order), with the running maxima and sums updated and the factors
 // (a0, a1) that rescale the running output. int → float is folded into the one FMA that scales
@@ -258,8 +285,8 @@ __device__ __forceinline__ void reset_acc(int (&s)[64]) {
 // constant. (Adding the bias per logit instead cost an integer add on each one's dependency
 // chain: the e4m3 kernel is 1.5-2 % faster this way, the f16 one the same.) The accumulators
 // are reset to the bias once read, for the next tile's Q·Kᵀ.
-template <bool MASK, int PK>
-__device__ __forceinline__ void softmax_tile(int (&s)[64], float flo, float fhi, int valid, int lane, float& m0,
+template <bool MASK, int PK, bool BF16>
+__device__ __forceinline__ void softmax_tile(int (&s)[64], const float (&f)[2][2], int valid, int lane, float& m0,
                                              float& m1, float& l0, float& l1, float& a0, float& a1, u32 (&p)[PK][4]) {
     auto keep = [&](int i) { return !MASK || 8 * (i >> 2) + 2 * (lane & 3) + (i & 1) < valid; };
     const int lowest = -2147483647 - 1;
@@ -275,14 +302,14 @@ __device__ __forceinline__ void softmax_tile(int (&s)[64], float flo, float fhi,
         for (int k = 0; k < 4; k++) mx[k] = max(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], o2));
     }
     // Halves with no valid key give a huge negative maximum, never the row's.
-    const float mx0 = fmaxf(m0, fmaxf(unbias(mx[0]) * flo, unbias(mx[2]) * fhi));
-    const float mx1 = fmaxf(m1, fmaxf(unbias(mx[1]) * flo, unbias(mx[3]) * fhi));
+    const float mx0 = fmaxf(m0, fmaxf(unbias(mx[0]) * f[0][0], unbias(mx[2]) * f[0][1]));
+    const float mx1 = fmaxf(m1, fmaxf(unbias(mx[1]) * f[1][0], unbias(mx[3]) * f[1][1]));
     a0 = ex2(m0 - mx0);
     a1 = ex2(m1 - mx1);
     m0 = mx0;
     m1 = mx1;
-    const float c0l = fmaf(ACC_BIAS_F, flo, mx0 - LOG2_P_SCALE), c1l = fmaf(ACC_BIAS_F, flo, mx1 - LOG2_P_SCALE);
-    const float c0h = fmaf(ACC_BIAS_F, fhi, mx0 - LOG2_P_SCALE), c1h = fmaf(ACC_BIAS_F, fhi, mx1 - LOG2_P_SCALE);
+    const float c0l = fmaf(ACC_BIAS_F, f[0][0], mx0 - LOG2_P_SCALE), c1l = fmaf(ACC_BIAS_F, f[1][0], mx1 - LOG2_P_SCALE);
+    const float c0h = fmaf(ACC_BIAS_F, f[0][1], mx0 - LOG2_P_SCALE), c1h = fmaf(ACC_BIAS_F, f[1][1], mx1 - LOG2_P_SCALE);
     // 2^x per k32 fragment (n8 chunks 4kk..4kk+3), packed at once, so few values are live.
     float sum0 = 0.f, sum1 = 0.f;
 #pragma unroll
@@ -292,9 +319,9 @@ __device__ __forceinline__ void softmax_tile(int (&s)[64], float flo, float fhi,
         for (int e = 0; e < 16; e++) {
             const int i = 16 * kk + e;
             const bool hi = i >= 32, r1 = (i & 2) != 0;
-            const float f = hi ? fhi : flo;
+            const float fi = f[r1 ? 1 : 0][hi ? 1 : 0];
             const float c = r1 ? (hi ? c1h : c1l) : (hi ? c0h : c0l);
-            const float arg = fmaf(__int_as_float(s[i]), f, -c);
+            const float arg = fmaf(__int_as_float(s[i]), fi, -c);
             x[e] = (ABLATE & 1) ? arg : e < POLY_NUM ? ex2_fma(arg) : ex2(arg);
             if (MASK && !keep(i)) x[e] = 0.f;
             if (r1)
@@ -312,13 +339,13 @@ __device__ __forceinline__ void softmax_tile(int (&s)[64], float flo, float fhi,
                                           (e4m3x2_pack(x[c1i + 2 * r], x[c1i + 2 * r + 1]) << 16);
             }
         } else {
-            // f16 k16 A fragments are the accumulator registers in order: (row 0, row 1) of
+            // 16-bit k16 A fragments are the accumulator registers in order: (row 0, row 1) of
             // chunk 2kk', then of chunk 2kk' + 1.
 #pragma unroll
             for (int r = 0; r < 8; r++)
                 p[2 * kk + r / 4][r % 4] = (ABLATE & 8) ? (__float_as_uint(x[2 * r]) >> 16) |
                                                               (__float_as_uint(x[2 * r + 1]) & 0xffff0000u)
-                                                        : f16x2_pack(x[2 * r], x[2 * r + 1]);
+                                                        : half2_pack<BF16>(x[2 * r], x[2 * r + 1]);
         }
     }
     l0 = fmaf(l0, a0, sum0);
@@ -329,12 +356,14 @@ __device__ __forceinline__ void softmax_tile(int (&s)[64], float flo, float fhi,
 // out bf16 [B, N, H, 128] with element strides (ob, on, oh). Two warpgroups of 64 query rows each
 // run through the key tiles on their own (no block-wide barrier per tile), bounded by the
 // STAGES-deep ring of K/V tiles that the producer warpgroup refills as both release them. F16:
-// P·V in f16 (twice the bytes of V per tile, so fewer stages) instead of e4m3.
-template <bool F16>
-__device__ __forceinline__ void attention_body(const signed char* qi, const float* qs, const signed char* ki,
-                                               const float* ks, const unsigned char* vt, const float* vs,
-                                               unsigned short* out, long long ob, long long on, long long oh, int nq,
-                                               int nq_pad, int nk, int nk_pad, int heads) {
+// P·V in 16 bits (twice the bytes of V per tile, so fewer stages) instead of e4m3, in bf16 with
+// BF16 and else in f16.
+template <bool F16, bool BF16>
+__device__ __forceinline__ void attention_body(const signed char* qi, const float* qs, int q_rows,
+                                               const signed char* ki, const float* ks, const unsigned char* vt,
+                                               const float* vs, const float* vm, unsigned short* out, long long ob,
+                                               long long on,
+                                               long long oh, int nq, int nq_pad, int nk, int nk_pad, int heads) {
     constexpr int STAGES_ = F16 ? STAGES_F16 : STAGES;
     constexpr u32 V_BYTES_ = F16 ? 2 * V_BYTES : V_BYTES;
     constexpr int PK = F16 ? 8 : 4;  // A fragments of P per tile
@@ -393,7 +422,9 @@ __device__ __forceinline__ void attention_body(const signed char* qi, const floa
     if (PRODUCER) asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
 
     const int row0 = mblk * BLOCK_M + wg * 64 + warp * 16 + (lane >> 2);  // and row0 + 8
-    const float qscale = qs[bh * (nq_pad / Q_GROUP) + (mblk * BLOCK_M + wg * 64 + warp * 16) / Q_GROUP];
+    // This thread's rows' Q scales (q_rows divides 16, so both rows are inside the Q tile).
+    const float* qsh = qs + bh * (nq_pad / q_rows);
+    const float q0 = qsh[row0 / q_rows], q1 = qsh[(row0 + 8) / q_rows];
     const u64 dq = smem_desc(sq + wg * 64 * 128, 1024, 1);
 
     float o[64];
@@ -425,7 +456,7 @@ __device__ __forceinline__ void attention_body(const signed char* qi, const floa
             // Each 64-key half: four k16 steps of 32 bytes along its 128-byte rows.
 #pragma unroll
             for (int kk = 0; kk < 8; kk++)
-                wgmma_pv16(o, p[kk], smem_desc(v + (kk >> 2) * (V_BYTES_ / 2), 1024, 1) + 2 * (kk & 3), 1);
+                wgmma_pv16<BF16>(o, p[kk], smem_desc(v + (kk >> 2) * (V_BYTES_ / 2), 1024, 1) + 2 * (kk & 3), 1);
         } else {
 #pragma unroll
             for (int kk = 0; kk < 4; kk++)
@@ -434,16 +465,16 @@ __device__ __forceinline__ void attention_body(const signed char* qi, const floa
         wgmma_commit();
     };
     auto softmax = [&](int j, u32 (&p)[PK][4], float& a0, float& a1) {
-        const float flo = qscale * klo, fhi = qscale * khi;
+        const float f[2][2] = {{q0 * klo, q0 * khi}, {q1 * klo, q1 * khi}};
         if (j + 1 < tiles) {  // the next tile's scales; their latency hides behind this softmax
             klo = ksh[2 * j + 2];
             khi = ksh[2 * j + 3];
         }
         const int valid = nk - j * TILE_N;
         if (valid >= TILE_N)
-            softmax_tile<false, PK>(s, flo, fhi, valid, lane, m0, m1, l0, l1, a0, a1, p);
+            softmax_tile<false, PK, BF16>(s, f, valid, lane, m0, m1, l0, l1, a0, a1, p);
         else
-            softmax_tile<true, PK>(s, flo, fhi, valid, lane, m0, m1, l0, l1, a0, a1, p);
+            softmax_tile<true, PK, BF16>(s, f, valid, lane, m0, m1, l0, l1, a0, a1, p);
     };
     // Tile j: its softmax runs while tile j-1's P·V does; then the output is rescaled and tile
     // j's P·V issued after tile j+1's Q·Kᵀ (when `next`), which the next step waits for.
@@ -512,34 +543,42 @@ __device__ __forceinline__ void attention_body(const signed char* qi, const floa
     }
     const float inv0 = 1.f / l0, inv1 = 1.f / l1;  // l sums P·448, as O does
     const float* vsh = vs + bh * HEAD_DIM;
+    const float* vmh = vm ? vm + bh * HEAD_DIM : nullptr;
     if (TRACE && mblk == 0) return;  // the trace's rows
 #pragma unroll
     for (int jn = 0; jn < 16; jn++) {
         const int d = 8 * jn + 2 * (lane & 3);
         const float v0 = vsh[d], v1 = vsh[d + 1];
+        const float u0 = vmh ? vmh[d] : 0.f, u1 = vmh ? vmh[d + 1] : 0.f;  // P·(V − vm) / l + vm
         if (row0 < nq) {
-            u32 w = (u32)f32_to_bf16(o[4 * jn] * inv0 * v0) | ((u32)f32_to_bf16(o[4 * jn + 1] * inv0 * v1) << 16);
+            u32 w = (u32)f32_to_bf16(fmaf(o[4 * jn] * inv0, v0, u0)) |
+                    ((u32)f32_to_bf16(fmaf(o[4 * jn + 1] * inv0, v1, u1)) << 16);
             *reinterpret_cast<u32*>(out + b * ob + (long long)row0 * on + h * oh + d) = w;
         }
         if (row0 + 8 < nq) {
-            u32 w =
-                (u32)f32_to_bf16(o[4 * jn + 2] * inv1 * v0) | ((u32)f32_to_bf16(o[4 * jn + 3] * inv1 * v1) << 16);
+            u32 w = (u32)f32_to_bf16(fmaf(o[4 * jn + 2] * inv1, v0, u0)) |
+                    ((u32)f32_to_bf16(fmaf(o[4 * jn + 3] * inv1, v1, u1)) << 16);
             *reinterpret_cast<u32*>(out + b * ob + (long long)(row0 + 8) * on + h * oh + d) = w;
         }
     }
 }
 
-extern "C" __global__ void __launch_bounds__(ATTN_THREADS, 1)
-    attention_int8_fp8_sm90(const signed char* qi, const float* qs, const signed char* ki, const float* ks,
-                            const unsigned char* vt, const float* vs, unsigned short* out, long long ob,
-                            long long on, long long oh, int nq, int nq_pad, int nk, int nk_pad, int heads) {
-    attention_body<false>(qi, qs, ki, ks, vt, vs, out, ob, on, oh, nq, nq_pad, nk, nk_pad, heads);
+#define ATTENTION_PARAMS                                                                             \
+    const signed char *qi, const float *qs, int q_rows, const signed char *ki, const float *ks,       \
+        const unsigned char *vt, const float *vs, const float *vm, unsigned short *out, long long ob, \
+        long long on, long long oh, int nq, int nq_pad, int nk, int nk_pad, int heads
+#define ATTENTION_ARGS qi, qs, q_rows, ki, ks, vt, vs, vm, out, ob, on, oh, nq, nq_pad, nk, nk_pad, heads
+
+extern "C" __global__ void __launch_bounds__(ATTN_THREADS, 1) attention_int8_fp8_sm90(ATTENTION_PARAMS) {
+    attention_body<false, false>(ATTENTION_ARGS);
 }
 
-// vt: f16 [B, H, Nk_pad/64, 128, 64] from quant_v_f16t.
-extern "C" __global__ void __launch_bounds__(ATTN_THREADS, 1)
-    attention_int8_f16_sm90(const signed char* qi, const float* qs, const signed char* ki, const float* ks,
-                            const unsigned char* vt, const float* vs, unsigned short* out, long long ob,
-                            long long on, long long oh, int nq, int nq_pad, int nk, int nk_pad, int heads) {
-    attention_body<true>(qi, qs, ki, ks, vt, vs, out, ob, on, oh, nq, nq_pad, nk, nk_pad, heads);
+// vt: f16 [B, H, Nk_pad/64, 128, 64] from quant_v_16t.
+extern "C" __global__ void __launch_bounds__(ATTN_THREADS, 1) attention_int8_f16_sm90(ATTENTION_PARAMS) {
+    attention_body<true, false>(ATTENTION_ARGS);
+}
+
+// vt: bf16 [B, H, Nk_pad/64, 128, 64] from quant_v_16t.
+extern "C" __global__ void __launch_bounds__(ATTN_THREADS, 1) attention_int8_bf16_sm90(ATTENTION_PARAMS) {
+    attention_body<true, true>(ATTENTION_ARGS);
 }

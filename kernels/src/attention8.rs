@@ -1,11 +1,12 @@
 //! 8-bit attention (`precision = fast` where the quality gate admits it): SageAttention2's recipe
 //! on Hopper. Q·Kᵀ runs in INT8 with K smoothed (its mean over the keys subtracted, which the
-//! softmax cannot see) and one scale per 16 query rows and per 64 keys; P·V runs in FP8 (e4m3) with
+//! softmax cannot see) and one scale per 16 query rows (or per row: [`Recipe`]) and per 64 keys; P·V runs in FP8 (e4m3) with
 //! one scale per V channel and P scaled onto e4m3's range; softmax and the running output stay in
 //! float32, each key tile's P·V added to it in float32 (FP8 tensor-core accumulation keeps fewer
 //! bits than float32). A second recipe ([`Pv::F16Pv`], `--int8-qk-attention`) keeps INT8 Q·Kᵀ
 //! but runs P·V in f16: e4m3 P and V carry most of the recipe's quality loss (docs/benchmarks.md),
-//! and f16 P·V costs the tensor cores twice the time. The kernels are
+//! and f16 P·V costs the tensor cores twice the time ([`Recipe::bf16_pv`] runs it in bf16). The
+//! kernels are
 //! `kernels/cuda/attention8.cu`, compiled for `sm_90a` (wgmma). Everywhere else (another GPU, a
 //! CPU, a head dim other than 128, other dtypes) the op is bf16 SDPA; [`reference`] computes
 //! the quantized function in float32 for tests.
@@ -20,6 +21,7 @@ const BLOCK_M: i64 = 128;
 const BLOCK_N: i64 = 64;
 /// Keys per step of the attention kernel (two quantization blocks): the keys pad to it.
 const TILE_N: i64 = 128;
+/// Query rows per Q scale unless the recipe asks for one per row (one warp's rows).
 const Q_GROUP: i64 = 16;
 /// Rows per CTA of the int8 quantize kernel (`QUANT_ROWS`) and keys per CTA of `kv_stats`
 /// (`STAT_ROWS`), as attention8_quant.cu defines them.
@@ -30,12 +32,82 @@ const P_SCALE: f64 = 448.0;
 /// Which recipe: what P·V runs in (Q·Kᵀ is INT8 either way).
 pub use fastvideo_torch::Int8Attention as Pv;
 
+/// What the kernel computes beyond P·V's type. [`Recipe::for_pv`] is what [`attention`] runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Recipe {
+    pub pv: Pv,
+    /// One Q scale per query row instead of per 16 rows. The quality gate's INT8 Q·Kᵀ loss came
+    /// from the shared scale (host/scripts/cpu/results/2026-12-04-qrow/).
+    pub q_per_row: bool,
+    /// With [`Pv::F16Pv`]: P·V in bf16 instead of f16 (P keeps 8 significant bits instead of 11;
+    /// V is exact in either).
+    pub bf16_pv: bool,
+    /// V smoothed: its mean over the keys subtracted per channel before P·V and added to the
+    /// output after (the weights sum to one), so P's rounding errors multiply V's spread
+    /// instead of its offset, and V's scale covers the spread only.
+    pub v_smooth: bool,
+}
+
+impl Recipe {
+    /// The recipe shipped for `pv`.
+    pub const fn shipped(pv: Pv) -> Self {
+        Recipe { pv, q_per_row: false, bf16_pv: false, v_smooth: false }
+    }
+
+    /// The shipped recipe with the options in `FASTVIDEO_ATTN8_RECIPE` (research: `qrow`,
+    /// `bf16`, `vmean`), read once; the kernel and the CPU emulation both follow it.
+    pub fn for_pv(pv: Pv) -> Self {
+        static OPTIONS: std::sync::OnceLock<Recipe> = std::sync::OnceLock::new();
+        let options = OPTIONS.get_or_init(|| {
+            let list = std::env::var("FASTVIDEO_ATTN8_RECIPE").unwrap_or_default();
+            Recipe::shipped(pv).with_options(&list).unwrap_or_else(|e| {
+                tracing::warn!("FASTVIDEO_ATTN8_RECIPE: {e}; running the shipped recipe");
+                Recipe::shipped(pv)
+            })
+        });
+        Recipe { pv, bf16_pv: options.bf16_pv && pv == Pv::F16Pv, ..*options }
+    }
+
+    /// This recipe with the options in a comma-separated list of `qrow`, `bf16` and `vmean`
+    /// added.
+    pub fn with_options(mut self, list: &str) -> Result<Self, String> {
+        for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            match part {
+                "qrow" => self.q_per_row = true,
+                "bf16" => self.bf16_pv = true,
+                "vmean" => self.v_smooth = true,
+                other => return Err(format!("`{other}` is not one of qrow, bf16, vmean")),
+            }
+        }
+        Ok(self)
+    }
+
+    fn q_rows(self) -> i64 {
+        if self.q_per_row {
+            1
+        } else {
+            Q_GROUP
+        }
+    }
+}
+
+impl From<Pv> for Recipe {
+    fn from(pv: Pv) -> Self {
+        Recipe::for_pv(pv)
+    }
+}
+
 /// Attention over heads for `q [B, N, H, D]`, `k, v [B, M, H, D]`, returning `[B, N, H, D]` in
 /// q's dtype: the 8-bit kernel where [`fits`] says so, else SDPA (which computes the exact
 /// function the kernel approximates).
 pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, pv: Pv) -> Tensor {
+    attention_with(q, k, v, Recipe::for_pv(pv))
+}
+
+/// [`attention`] with the recipe given.
+pub fn attention_with(q: &Tensor, k: &Tensor, v: &Tensor, recipe: Recipe) -> Tensor {
     if let Some(kernels) = fits(q, k, v) {
-        match run(&kernels, q, k, v, pv) {
+        match run(&kernels, q, k, v, recipe) {
             Ok(o) => return o,
             Err(e) => tracing::warn!(error = %format!("{e:#}"), "8-bit attention failed; using SDPA"),
         }
@@ -78,7 +150,7 @@ fn round_up(n: i64, m: i64) -> i64 {
     (n + m - 1) / m * m
 }
 
-fn run(kernels: &DeviceKernels, q: &Tensor, k: &Tensor, v: &Tensor, pv: Pv) -> anyhow::Result<Tensor> {
+fn run(kernels: &DeviceKernels, q: &Tensor, k: &Tensor, v: &Tensor, recipe: Recipe) -> anyhow::Result<Tensor> {
     let (b, nq, h, _) = q.size4()?;
     let nk = k.size()[1];
     let (nq_pad, nk_pad) = (round_up(nq, BLOCK_M), round_up(nk, TILE_N));
@@ -96,18 +168,19 @@ fn run(kernels: &DeviceKernels, q: &Tensor, k: &Tensor, v: &Tensor, pv: Pv) -> a
     let (h32, nq32, nk32) = (h as i32, nq as i32, nk as i32);
 
     let qi = Tensor::empty([b, h, nq_pad, HEAD_DIM], (Kind::Int8, dev));
-    let qsc = Tensor::empty([b, h, nq_pad / Q_GROUP], (Kind::Float, dev));
+    let q_rows = recipe.q_rows();
+    let qsc = Tensor::empty([b, h, nq_pad / q_rows], (Kind::Float, dev));
     let softmax = (HEAD_DIM as f64).sqrt().recip() * std::f64::consts::LOG2_E;
     let mut args = vec![ptr(q)];
     args.extend(strides(q));
-    args.extend([Arg::I32(nq32), Arg::I32(nq_pad as i32), Arg::I32(h32), Arg::I32(Q_GROUP as i32)]);
+    args.extend([Arg::I32(nq32), Arg::I32(nq_pad as i32), Arg::I32(h32), Arg::I32(q_rows as i32)]);
     args.extend([Arg::Ptr(0), Arg::F32(1.0), Arg::F32(softmax as f32), ptr(&qi), ptr(&qsc)]);
     kernels.launch("quant_int8_rows", grid(nq_pad, QUANT_ROWS), &args)?;
 
-    // K smoothed by its mean over the keys; V's per-channel maxima: one pass over both into
-    // per-block partials [2, B, H, blocks, D], reduced here in a fixed order.
+    // K smoothed by its mean over the keys; V's per-channel maxima, minima and sums: one pass
+    // over both into per-block partials [4, B, H, blocks, D], reduced here in a fixed order.
     let blocks = (nk + STAT_ROWS - 1) / STAT_ROWS;
-    let part = Tensor::empty([2, b, h, blocks, HEAD_DIM], (Kind::Float, dev));
+    let part = Tensor::empty([4, b, h, blocks, HEAD_DIM], (Kind::Float, dev));
     let mut args = vec![ptr(k)];
     args.extend(strides(k));
     args.push(ptr(v));
@@ -115,14 +188,24 @@ fn run(kernels: &DeviceKernels, q: &Tensor, k: &Tensor, v: &Tensor, pv: Pv) -> a
     args.extend([Arg::I32(nk32), Arg::I32(h32), Arg::I32(blocks as i32), ptr(&part)]);
     kernels.launch("kv_stats", grid(blocks, 1), &args)?;
     let k_sum = part.get(0).sum_dim_intlist([2i64].as_slice(), false, Kind::Float).contiguous();
-    let v_max = part.get(1).amax([2i64].as_slice(), false);
-    // Per recipe: the range V is scaled onto, its storage, and the two kernels that differ.
-    let (v_range, v_kind, v_quant, attn) = match pv {
-        Pv::Fp8Pv => (P_SCALE, Kind::Uint8, "quant_v_fp8t", "attention_int8_fp8_sm90"),
-        Pv::F16Pv => (1.0, Kind::Half, "quant_v_f16t", "attention_int8_f16_sm90"),
+    let (v_hi, v_lo) = (part.get(1).amax([2i64].as_slice(), false), part.get(2).amin([2i64].as_slice(), false));
+    // V's offset (its mean, or none) and the largest |V − offset| per channel.
+    let (v_mean, v_max) = if recipe.v_smooth {
+        let mean = part.get(3).sum_dim_intlist([2i64].as_slice(), false, Kind::Float) / nk as f64;
+        let max = (&v_hi - &mean).maximum(&(&mean - &v_lo));
+        (Some(mean.contiguous()), max)
+    } else {
+        (None, v_hi.maximum(&v_lo.neg()))
     };
-    let vscale = match pv {
-        Pv::Fp8Pv => v_max.clamp_min(1e-12) / v_range,
+    let v_mean_ptr = v_mean.as_ref().map_or(Arg::Ptr(0), ptr);
+    // Per recipe: the range V is scaled onto, its storage, and the two kernels that differ.
+    let (v_kind, v_quant, attn) = match (recipe.pv, recipe.bf16_pv) {
+        (Pv::Fp8Pv, _) => (Kind::Uint8, "quant_v_fp8t", "attention_int8_fp8_sm90"),
+        (Pv::F16Pv, false) => (Kind::Half, "quant_v_16t", "attention_int8_f16_sm90"),
+        (Pv::F16Pv, true) => (Kind::BFloat16, "quant_v_16t", "attention_int8_bf16_sm90"),
+    };
+    let vscale = match recipe.pv {
+        Pv::Fp8Pv => v_max.clamp_min(1e-12) / P_SCALE,
         Pv::F16Pv => f16_v_scale(&v_max),
     }
     .contiguous();
@@ -137,11 +220,16 @@ fn run(kernels: &DeviceKernels, q: &Tensor, k: &Tensor, v: &Tensor, pv: Pv) -> a
     let vt = Tensor::empty([b, h, nk_pad / BLOCK_N, HEAD_DIM, BLOCK_N], (v_kind, dev));
     let mut args = vec![ptr(v)];
     args.extend(strides(v));
-    args.extend([Arg::I32(nk32), Arg::I32(nk_pad as i32), Arg::I32(h32), ptr(&vscale), ptr(&vt)]);
+    args.extend([Arg::I32(nk32), Arg::I32(nk_pad as i32), Arg::I32(h32), ptr(&vscale), v_mean_ptr]);
+    if recipe.pv == Pv::F16Pv {
+        args.push(Arg::I32(recipe.bf16_pv as i32));
+    }
+    args.push(ptr(&vt));
     kernels.launch(v_quant, grid(nk_pad, BLOCK_N), &args)?;
 
     let out = Tensor::empty([b, nq, h, HEAD_DIM], (Kind::BFloat16, dev));
-    let mut args = vec![ptr(&qi), ptr(&qsc), ptr(&ki), ptr(&ksc), ptr(&vt), ptr(&vscale), ptr(&out)];
+    let mut args = vec![ptr(&qi), ptr(&qsc), Arg::I32(q_rows as i32), ptr(&ki), ptr(&ksc), ptr(&vt), ptr(&vscale)];
+    args.extend([v_mean_ptr, ptr(&out)]);
     args.extend(strides(&out));
     args.extend([Arg::I32(nq32), Arg::I32(nq_pad as i32), Arg::I32(nk32), Arg::I32(nk_pad as i32), Arg::I32(h32)]);
     let cfg = LaunchConfig {
@@ -167,7 +255,8 @@ fn f16_v_scale(v_max: &Tensor) -> Tensor {
 /// one rounding each (how the quality gate's losses were traced to their source).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Emulation {
-    /// Q and K (smoothed) rounded to INT8, one scale per 16 query rows and per 64 keys.
+    /// Q and K (smoothed) rounded to INT8, one scale per 16 query rows (or per row: `q_per_row`)
+    /// and per 64 keys.
     pub int8_qk: bool,
     /// P rounded to e4m3 (scaled by 448).
     pub fp8_p: bool,
@@ -175,24 +264,33 @@ pub struct Emulation {
     pub fp8_v: bool,
     /// P and V rounded to f16 (V scaled per channel by a power of two, exact).
     pub f16_pv: bool,
-    /// Research, no kernel computes it: with `int8_qk`, one Q scale per row instead of per 16.
+    /// With `int8_qk`, one Q scale per row instead of per 16 ([`Recipe::q_per_row`]).
     pub q_per_row: bool,
-    /// Research, no kernel computes it: P rounded to bf16 (8 significant bits instead of f16's
-    /// 11) and V as `f16_pv` has it (exact), i.e. a bf16 P·V.
+    /// P (scaled by 448) rounded to bf16 (8 significant bits instead of f16's 11) and V as
+    /// `f16_pv` has it (exact), i.e. a bf16 P·V ([`Recipe::bf16_pv`]).
     pub bf16_p: bool,
+    /// V smoothed: its mean over the keys subtracted per channel before P·V's roundings, added
+    /// to the output after ([`Recipe::v_smooth`]).
+    pub v_smooth: bool,
+    /// Research, no kernel computes it: the softmax denominator summed from the rounded P (the
+    /// weights then sum to one, whatever their rounding), instead of from P before rounding.
+    pub l_rounded: bool,
 }
 
 impl Emulation {
-    /// The function the kernel with this P·V computes.
-    pub fn of(pv: Pv) -> Self {
-        match pv {
-            Pv::Fp8Pv => Emulation { int8_qk: true, fp8_p: true, fp8_v: true, ..Default::default() },
-            Pv::F16Pv => Emulation { int8_qk: true, f16_pv: true, ..Default::default() },
+    /// The function the kernel with this recipe computes.
+    pub fn of(recipe: impl Into<Recipe>) -> Self {
+        let r = recipe.into();
+        let e = Emulation { int8_qk: true, q_per_row: r.q_per_row, v_smooth: r.v_smooth, ..Default::default() };
+        match (r.pv, r.bf16_pv) {
+            (Pv::Fp8Pv, _) => Emulation { fp8_p: true, fp8_v: true, ..e },
+            (Pv::F16Pv, false) => Emulation { f16_pv: true, ..e },
+            (Pv::F16Pv, true) => Emulation { bf16_p: true, ..e },
         }
     }
 
-    /// A comma-separated list of `qk`, `p`, `v`, `f16`, `qrow` and `bf16` (the fields, in
-    /// order), e.g. `qk,f16`.
+    /// A comma-separated list of `qk`, `p`, `v`, `f16`, `qrow`, `bf16`, `vmean` and `lq` (the
+    /// fields, in order), e.g. `qk,f16`.
     pub fn parse(list: &str) -> Result<Self, String> {
         let mut e = Emulation::default();
         for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -203,7 +301,9 @@ impl Emulation {
                 "f16" => e.f16_pv = true,
                 "qrow" => e.q_per_row = true,
                 "bf16" => e.bf16_p = true,
-                other => return Err(format!("`{other}` is not one of qk, p, v, f16, qrow, bf16")),
+                "vmean" => e.v_smooth = true,
+                "lq" => e.l_rounded = true,
+                other => return Err(format!("`{other}` is not one of qk, p, v, f16, qrow, bf16, vmean, lq")),
             }
         }
         if (e.f16_pv || e.bf16_p) && (e.fp8_p || e.fp8_v) {
@@ -223,8 +323,8 @@ impl Emulation {
 /// Q, K (smoothed), V and P, a full softmax instead of the online one (so P's rounding sees the
 /// row's final maximum, where the kernel's sees the running one). For tests and for stating the
 /// kernel's error against SDPA on a machine without Hopper.
-pub fn reference(q: &Tensor, k: &Tensor, v: &Tensor, pv: Pv) -> Tensor {
-    emulate(q, k, v, Emulation::of(pv))
+pub fn reference(q: &Tensor, k: &Tensor, v: &Tensor, recipe: impl Into<Recipe>) -> Tensor {
+    emulate(q, k, v, Emulation::of(recipe))
 }
 
 /// Attention with the roundings `e` names applied, in float32 (`[B, N, H, D]` in and out).
@@ -239,29 +339,44 @@ pub fn emulate(q: &Tensor, k: &Tensor, v: &Tensor, e: Emulation) -> Tensor {
         }
         false => (q, k),
     };
+    let v_mean = e.v_smooth.then(|| v.mean_dim(2, true, Kind::Float));
+    let v = match &v_mean {
+        Some(m) => &v - m,
+        None => v,
+    };
     let vmax = v.abs().amax(2, true).clamp_min(1e-12);
     let v = if e.fp8_v {
         let vs = vmax / P_SCALE;
         (&v / &vs).to_kind(Kind::Float8e4m3fn).to_kind(Kind::Float) * &vs
     } else if e.f16_pv || e.bf16_p {
+        // The 16-bit P·V's V type (exact either way unless V is smoothed).
         let vs = f16_v_scale(&vmax);
-        (&v / &vs).to_kind(Kind::Half).to_kind(Kind::Float) * &vs
+        let kind = if e.bf16_p { Kind::BFloat16 } else { Kind::Half };
+        (&v / &vs).to_kind(kind).to_kind(Kind::Float) * &vs
     } else {
         v
     };
     let s = q.matmul(&k.transpose(2, 3)) / (d as f64).sqrt();
     let p = (&s - s.amax(3, true)).exp();
-    let l = p.sum_dim_intlist(3, true, Kind::Float);
+    let mut l = p.sum_dim_intlist(3, true, Kind::Float);
     let p = if e.fp8_p {
         (&p * P_SCALE).to_kind(Kind::Float8e4m3fn).to_kind(Kind::Float) / P_SCALE
     } else if e.f16_pv {
         (&p * P_SCALE).to_kind(Kind::Half).to_kind(Kind::Float) / P_SCALE
     } else if e.bf16_p {
-        p.to_kind(Kind::BFloat16).to_kind(Kind::Float)
+        (&p * P_SCALE).to_kind(Kind::BFloat16).to_kind(Kind::Float) / P_SCALE
     } else {
         p
     };
-    (p.matmul(&v) / l).transpose(1, 2)
+    if e.l_rounded {
+        l = p.sum_dim_intlist(3, true, Kind::Float);
+    }
+    let o = p.matmul(&v) / l;
+    match v_mean {
+        Some(m) => o + m,
+        None => o,
+    }
+    .transpose(1, 2)
 }
 
 /// `x [B, H, N, D]` rounded to int8 steps with one scale per `rows` rows (absmax / 127), returned
@@ -308,7 +423,7 @@ mod tests {
     fn the_quantized_function_stays_near_exact_attention() {
         let (q, k, v) = qkv(1, 200, 333, 2, 0);
         let want = sdpa(&q, &k, &v);
-        let got = reference(&q, &k, &v, Pv::Fp8Pv);
+        let got = reference(&q, &k, &v, Recipe::shipped(Pv::Fp8Pv));
         assert_eq!(got.size(), want.size());
         // INT8 Q·Kᵀ with smoothing perturbs the logits by ~1e-2 (absolute); e4m3 rounding of P and
         // V adds ~2^-5 relative per term, which averages over hundreds of keys. SageAttention2
@@ -317,7 +432,7 @@ mod tests {
         assert!(e8 < 0.04 && e8 > 1e-4, "relative L2 error {e8}");
         // f16 P·V leaves the INT8 logits as the only coarse rounding: at most half the e4m3
         // recipe's error, and still not exact.
-        let e16 = rel_l2(&reference(&q, &k, &v, Pv::F16Pv), &want);
+        let e16 = rel_l2(&reference(&q, &k, &v, Recipe::shipped(Pv::F16Pv)), &want);
         assert!(e16 < e8 / 2.0 && e16 > 1e-5, "f16 P·V {e16} against e4m3 {e8}");
         let qk_only = Emulation { int8_qk: true, ..Default::default() };
         let e_qk = rel_l2(&emulate(&q, &k, &v, qk_only), &want);
@@ -344,8 +459,8 @@ mod tests {
 
     #[test]
     fn emulations_parse_from_a_list_and_name_the_bad_part() {
-        assert_eq!(Emulation::parse("qk,p,v").unwrap(), Emulation::of(Pv::Fp8Pv));
-        assert_eq!(Emulation::parse("qk, f16").unwrap(), Emulation::of(Pv::F16Pv));
+        assert_eq!(Emulation::parse("qk,p,v").unwrap(), Emulation::of(Recipe::shipped(Pv::Fp8Pv)));
+        assert_eq!(Emulation::parse("qk, f16").unwrap(), Emulation::of(Recipe::shipped(Pv::F16Pv)));
         assert_eq!(Emulation::parse("").unwrap(), Emulation::default());
         assert!(Emulation::parse("qk,int4").unwrap_err().contains("`int4`"));
         assert!(Emulation::parse("f16,p").is_err());
@@ -361,8 +476,75 @@ mod tests {
         // keys' differences; the reference smooths, so the error stays small.
         let (q, mut k, v) = qkv(1, 64, 128, 1, 1);
         k += Tensor::ones([1, 1, 1, HEAD_DIM], (Kind::Float, Device::Cpu)) * 40.0;
-        let e = rel_l2(&reference(&q, &k, &v, Pv::Fp8Pv), &sdpa(&q, &k, &v));
+        let e = rel_l2(&reference(&q, &k, &v, Recipe::shipped(Pv::Fp8Pv)), &sdpa(&q, &k, &v));
         assert!(e < 0.04, "relative L2 error {e}");
+    }
+
+    #[test]
+    fn smoothing_v_keeps_its_offset_out_of_e4m3_p_v() {
+        // Values with a large shared offset per channel (as projections with a bias give): the
+        // e4m3 rounding of P then multiplies the offset, unless V is smoothed.
+        let (q, k, v) = qkv(1, 300, 300, 2, 6);
+        let offset = {
+            let _rng = crate::seeded(7);
+            Tensor::randn([1, 1, 2, HEAD_DIM], (Kind::Float, Device::Cpu)) * 4.0
+        };
+        let v = v + offset;
+        let want = sdpa(&q, &k, &v);
+        let fp8 = Recipe::shipped(Pv::Fp8Pv);
+        let plain = rel_l2(&reference(&q, &k, &v, fp8), &want);
+        let smooth = rel_l2(&reference(&q, &k, &v, Recipe { v_smooth: true, ..fp8 }), &want);
+        eprintln!("offset values, e4m3 P·V: {plain:.2e}, V smoothed {smooth:.2e}");
+        assert!(smooth < plain / 2.0 && smooth > 1e-4, "V smoothed {smooth} against {plain}");
+        // Without an offset, smoothing changes little.
+        let (q, k, v) = qkv(1, 300, 300, 2, 6);
+        let want = sdpa(&q, &k, &v);
+        let plain = rel_l2(&reference(&q, &k, &v, fp8), &want);
+        let smooth = rel_l2(&reference(&q, &k, &v, Recipe { v_smooth: true, ..fp8 }), &want);
+        assert!((smooth - plain).abs() < plain * 0.2, "no offset: {smooth} against {plain}");
+    }
+
+    #[test]
+    fn recipes_name_the_roundings_their_kernels_make() {
+        let f16 = Recipe::shipped(Pv::F16Pv);
+        assert_eq!(f16.with_options("qrow").unwrap(), Recipe { q_per_row: true, ..f16 });
+        let all = Recipe { pv: Pv::F16Pv, q_per_row: true, bf16_pv: true, v_smooth: true };
+        assert_eq!(f16.with_options(" bf16 , qrow,vmean").unwrap(), all);
+        assert!(f16.with_options("qrow,int4").unwrap_err().contains("`int4`"));
+        assert_eq!(Emulation::of(Recipe { q_per_row: true, ..f16 }), Emulation::parse("qk,qrow,f16").unwrap());
+        assert_eq!(Emulation::of(Recipe { bf16_pv: true, ..f16 }), Emulation::parse("qk,bf16").unwrap());
+        let fp8 = Recipe { q_per_row: true, ..Recipe::shipped(Pv::Fp8Pv) };
+        assert_eq!(Emulation::of(fp8), Emulation::parse("qk,qrow,p,v").unwrap());
+        assert_eq!(Emulation::of(Recipe { v_smooth: true, ..fp8 }), Emulation::parse("qk,qrow,p,v,vmean").unwrap());
+        // The 16-bit type is the f16 recipe's option only.
+        assert_eq!(Emulation::of(Recipe { bf16_pv: true, ..fp8 }), Emulation::of(fp8));
+    }
+
+    #[test]
+    fn a_q_scale_per_row_keeps_small_rows_that_a_shared_scale_flattens() {
+        // Query rows of very different norms (as after a norm with learned gains): one scale per
+        // 16 rows leaves the small rows a few int8 steps, one per row gives each its 127.
+        let (q, k, v) = qkv(1, 256, 256, 2, 4);
+        let _rng = crate::seeded(5);
+        let gains = (Tensor::rand([1, 256, 1, 1], (Kind::Float, Device::Cpu)) * 6.0 - 4.0).exp2();
+        let q = q * &gains;
+        let want = sdpa(&q, &k, &v);
+        let small = gains.lt(0.25).view([-1]).nonzero().view([-1]);
+        let on_small = |o: &Tensor| rel_l2(&o.index_select(1, &small), &want.index_select(1, &small));
+        let qk = Emulation { int8_qk: true, ..Default::default() };
+        let shared = on_small(&emulate(&q, &k, &v, qk));
+        let per_row = on_small(&emulate(&q, &k, &v, Emulation { q_per_row: true, ..qk }));
+        eprintln!("small rows: per row {per_row:.2e}, per 16 rows {shared:.2e}");
+        assert!(per_row < shared / 2.0 && per_row > 1e-6, "small rows: per row {per_row} against per 16 rows {shared}");
+        let want = sdpa(&q, &k, &v);
+        // P·V's roundings alone: bf16 P keeps 8 significant bits against f16's 11, coarser and
+        // still well inside e4m3's 4.
+        let pv_only = |e: Emulation| rel_l2(&emulate(&q, &k, &v, e), &want);
+        let f16 = pv_only(Emulation { f16_pv: true, ..Default::default() });
+        let bf16 = pv_only(Emulation { bf16_p: true, ..Default::default() });
+        let fp8 = pv_only(Emulation { fp8_p: true, fp8_v: true, ..Default::default() });
+        eprintln!("P·V alone: bf16 {bf16:.2e}, f16 {f16:.2e}, e4m3 {fp8:.2e}");
+        assert!(bf16 > 2.0 * f16 && bf16 < fp8 / 2.0, "bf16 P·V {bf16}, f16 {f16}, e4m3 {fp8}");
     }
 
     #[test]

@@ -334,7 +334,7 @@ fn attention_inputs(b: i64, nq: i64, nk: i64, h: i64, seed: i64) -> (Tensor, Ten
 
 #[test]
 fn cuda_8bit_attention_matches_sdpa_within_its_bound() {
-    use fastvideo_kernels::attention8::{self, Pv};
+    use fastvideo_kernels::attention8::{self, Pv, Recipe};
     if fastvideo_torch::init().cuda_devices == 0 {
         eprintln!("no CUDA device: runs on a GPU machine (host/scripts/gpu/kernels.sh)");
         return;
@@ -344,6 +344,15 @@ fn cuda_8bit_attention_matches_sdpa_within_its_bound() {
         eprintln!("no sm_90a kernels on this GPU: 8-bit attention falls back to SDPA");
         return;
     }
+    // Every kernel: e4m3, f16 and bf16 P·V, each with one Q scale per 16 rows and per row, and
+    // with V smoothed.
+    let recipes: Vec<Recipe> = ["", "qrow", "qrow,vmean"]
+        .into_iter()
+        .flat_map(|q| {
+            [(Pv::Fp8Pv, ""), (Pv::F16Pv, ""), (Pv::F16Pv, "bf16")]
+                .map(|(pv, o)| Recipe::shipped(pv).with_options(&format!("{q},{o}")).expect("known options"))
+        })
+        .collect();
     // Odd lengths (padding and the masked last tile), batch 2 (CFG rows), cross lengths, and a
     // longer sequence; plus a strided view (heads narrowed out of a wider tensor).
     let mut errors = Vec::new();
@@ -353,15 +362,15 @@ fn cuda_8bit_attention_matches_sdpa_within_its_bound() {
         assert!(attention8::fits(&q, &k, &v).is_some(), "the kernel takes [{b}, {nq}, {h}, 128]");
         let exact = attention8::sdpa(&q.to_kind(Kind::Float), &k.to_kind(Kind::Float), &v.to_kind(Kind::Float));
         let e_bf16 = rel_l2(&attention8::sdpa(&q, &k, &v), &exact);
-        for pv in [Pv::Fp8Pv, Pv::F16Pv] {
+        for &r in &recipes {
             poison(device);
-            let got = attention8::attention(&q, &k, &v, pv);
-            let emulated = attention8::reference(&q, &k, &v, pv);
+            let got = attention8::attention_with(&q, &k, &v, r);
+            let emulated = attention8::reference(&q, &k, &v, r);
             let (e, e_ref) = (rel_l2(&got, &exact), rel_l2(&got, &emulated));
             eprintln!(
-                "attention8 {pv:?} [{b}, {nq}/{nk}, {h}, 128]: vs float32 SDPA {e:.2e} (bf16 SDPA {e_bf16:.2e}), vs its float32 emulation {e_ref:.2e}"
+                "attention8 {r:?} [{b}, {nq}/{nk}, {h}, 128]: vs float32 SDPA {e:.2e} (bf16 SDPA {e_bf16:.2e}), vs its float32 emulation {e_ref:.2e}"
             );
-            errors.push((pv, b, nq, nk, e, e_ref, e_bf16));
+            errors.push((r, b, nq, nk, e, e_ref, e_bf16));
         }
     }
     // SageAttention2 reports ~1-3 % relative error for INT8 Q·Kᵀ + FP8 P·V; these inputs are
@@ -370,35 +379,71 @@ fn cuda_8bit_attention_matches_sdpa_within_its_bound() {
     // and bf16 output rounding (measured 1.3-1.5 %: two independent e4m3 roundings of P). Bounds:
     // 8 % against exact attention, 2.5 % against the emulation (a wrong key order or scale is
     // off by tens of percent).
-    // With f16 P·V only the INT8 logits approximate, and on these outlier keys they carry most
+    // With 16-bit P·V only the INT8 logits approximate, and on these outlier keys they carry most
     // of the error (measured on the H200: 5.0-5.8 % against 5.8-6.5 % with e4m3 P·V): bound 7 %,
-    // and below the FP8 recipe on the same inputs. Its emulation differs only by bf16 output
-    // rounding and f16 accumulation order (measured 0.17-0.20 %; bound 1 %, which a P or V
-    // fragment in the wrong order exceeds).
-    let fp8_error = |b, nq, nk| errors.iter().find(|r| r.0 == Pv::Fp8Pv && (r.1, r.2, r.3) == (b, nq, nk)).map(|r| r.4);
-    for &(pv, b, nq, nk, e, e_ref, e_bf16) in &errors {
-        let (bound, ref_bound) = match pv {
+    // and below the FP8 recipe with the same Q scales on the same inputs. The f16 kernel's
+    // emulation differs only by bf16 output rounding and f16 accumulation order (measured
+    // 0.17-0.20 %); bf16 P (8 significant bits) rounded against the running maximum adds about
+    // a sixteenth of e4m3's difference. Bound 1 %, which a P or V fragment in the wrong order or
+    // a row's Q scale taken from another row exceeds.
+    let fp8_error = |r: Recipe, b, nq, nk| {
+        let fp8 = Recipe { pv: Pv::Fp8Pv, bf16_pv: false, ..r };
+        errors.iter().find(|x| x.0 == fp8 && (x.1, x.2, x.3) == (b, nq, nk)).map(|x| x.4)
+    };
+    for &(r, b, nq, nk, e, e_ref, e_bf16) in &errors {
+        let (bound, ref_bound) = match r.pv {
             Pv::Fp8Pv => (0.08, 0.025),
             Pv::F16Pv => (0.07, 0.01),
         };
-        if pv == Pv::F16Pv {
-            let fp8 = fp8_error(b, nq, nk).expect("both recipes ran");
-            assert!(e < fp8, "[{b}, {nq}/{nk}] f16 P·V further from exact than e4m3 P·V: {e} vs {fp8}");
+        if r.pv == Pv::F16Pv {
+            let fp8 = fp8_error(r, b, nq, nk).expect("both recipes ran");
+            assert!(e < fp8, "[{b}, {nq}/{nk}] {r:?} further from exact than e4m3 P·V: {e} vs {fp8}");
         }
-        assert!(e < bound, "[{b}, {nq}/{nk}] {pv:?} 8-bit attention vs SDPA: {e}");
-        assert!(e_ref < ref_bound, "[{b}, {nq}/{nk}] {pv:?} 8-bit attention vs its emulation: {e_ref}");
+        assert!(e < bound, "[{b}, {nq}/{nk}] {r:?} 8-bit attention vs SDPA: {e}");
+        assert!(e_ref < ref_bound, "[{b}, {nq}/{nk}] {r:?} 8-bit attention vs its emulation: {e_ref}");
         assert!(
             e > e_bf16,
-            "[{b}, {nq}/{nk}] {pv:?}: a quantized kernel is not closer than bf16 SDPA ({e} vs {e_bf16})"
+            "[{b}, {nq}/{nk}] {r:?}: a quantized kernel is not closer than bf16 SDPA ({e} vs {e_bf16})"
         );
     }
+    // Query rows of very different norms (gains 2^-6..2^2): on the small ones a scale per row is
+    // what keeps their logits' precision (the emulation of these inputs: 4.7x less error; a
+    // scale read from another row would not halve it).
+    let (q, k, v) = attention_inputs(1, 1000, 1000, 2, 41);
+    let gains = (randn(&[1, 1000, 1, 1], 42).sigmoid() * 8.0 - 6.0).exp2();
+    let q = &q * &gains;
+    let small = gains.lt(0.125).view([-1]).nonzero().view([-1]).to_device(device);
+    let [q, k, v] = [q, k, v].map(|t| t.to_kind(Kind::BFloat16).to_device(device));
+    let exact = attention8::sdpa(&q.to_kind(Kind::Float), &k.to_kind(Kind::Float), &v.to_kind(Kind::Float));
+    let on_small = |r: Recipe| {
+        let got = attention8::attention_with(&q, &k, &v, r);
+        rel_l2(&got.index_select(1, &small), &exact.index_select(1, &small))
+    };
+    let f16 = Recipe::shipped(Pv::F16Pv);
+    let (shared, per_row) = (on_small(f16), on_small(Recipe { q_per_row: true, ..f16 }));
+    eprintln!("attention8 on {} small query rows: per 16 rows {shared:.2e}, per row {per_row:.2e}", small.size()[0]);
+    assert!(per_row < shared / 2.0, "small rows: per row {per_row} against per 16 rows {shared}");
+
+    // Values with a large offset per channel: smoothing V takes it out of e4m3 P·V's rounding,
+    // and adds it back exactly (the emulation of these inputs: 4.1x less error; a wrong mean, or
+    // one added twice, would be far off).
+    let (q, k, v) = attention_inputs(1, 1000, 1000, 2, 51);
+    let v = v + randn(&[1, 1, 2, 128], 52) * 8.0;
+    let [q, k, v] = [q, k, v].map(|t| t.to_kind(Kind::BFloat16).to_device(device));
+    let exact = attention8::sdpa(&q.to_kind(Kind::Float), &k.to_kind(Kind::Float), &v.to_kind(Kind::Float));
+    let fp8 = Recipe::shipped(Pv::Fp8Pv);
+    let e = |r: Recipe| rel_l2(&attention8::attention_with(&q, &k, &v, r), &exact);
+    let (plain, smooth) = (e(fp8), e(Recipe { v_smooth: true, ..fp8 }));
+    eprintln!("attention8 e4m3 P·V on offset values: {plain:.2e}, with V smoothed {smooth:.2e}");
+    assert!(smooth < plain / 2.0, "offset values: smoothed {smooth} against {plain}");
+
     let (q, k, v) = attention_inputs(1, 500, 500, 6, 31);
     let [q, k, v] = [q, k, v].map(|t| t.to_kind(Kind::BFloat16).to_device(device).narrow(2, 1, 4));
     assert!(!q.is_contiguous() && attention8::fits(&q, &k, &v).is_some());
-    for pv in [Pv::Fp8Pv, Pv::F16Pv] {
-        let e = rel_l2(&attention8::attention(&q, &k, &v, pv), &attention8::sdpa(&q, &k, &v));
-        eprintln!("attention8 {pv:?} on strided heads: vs bf16 SDPA {e:.2e}");
-        assert!(e < 0.08, "strided {pv:?}: {e}");
+    for &r in &recipes {
+        let e = rel_l2(&attention8::attention_with(&q, &k, &v, r), &attention8::sdpa(&q, &k, &v));
+        eprintln!("attention8 {r:?} on strided heads: vs bf16 SDPA {e:.2e}");
+        assert!(e < 0.08, "strided {r:?}: {e}");
     }
 }
 

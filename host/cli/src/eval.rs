@@ -34,6 +34,10 @@ pub struct EvalArgs {
     /// Seeds per scene (0..N).
     #[arg(long, default_value_t = 1)]
     seeds: u64,
+    /// Start the seeds here instead (F..F+N): a second run on fresh seeds adds clips to a
+    /// paired comparison without repeating the first run's.
+    #[arg(long, default_value_t = 0)]
+    first_seed: u64,
     #[command(flatten)]
     sampling: SamplingArgs,
     /// auto, cpu, cuda or cuda:N.
@@ -100,6 +104,9 @@ pub fn scenes(which: &str, limit: Option<usize>) -> Result<Vec<Scene>> {
 }
 
 pub fn run(args: EvalArgs) -> Result<()> {
+    if args.first_seed != 0 && (args.world || args.i2v || args.extend || !args.lora.lora.is_empty()) {
+        bail!("--first-seed applies to the text-to-video eval only (not --world, --i2v, --extend or --lora)");
+    }
     if args.world {
         let device = fastvideo_torch::device(&args.device)?;
         let dir = match &args.model {
@@ -158,7 +165,7 @@ pub fn run(args: EvalArgs) -> Result<()> {
     let mut tally = Tally::default();
     let mut seconds = Vec::new();
     for scene in &list {
-        for seed in 0..args.seeds {
+        for seed in args.first_seed..args.first_seed + args.seeds {
             let req = build(scene, seed)?;
             let t0 = Instant::now();
             let video = if args.vae_roundtrip {

@@ -5,7 +5,8 @@
 # first chunk's latency. Run from the repo root on the GPU machine (.gpu/, .whl/ carried).
 #   env  MODEL=/tmp/wan13b  CHUNKS=20  WINDOW=21  STEPS="1000,750,500,250"  MAKE_ARGS= (--tiny on a CPU)
 #        VARIANTS="vae:;tiny:--tiny-decoder" (NAME:FLAGS for `fastvideo world`, one run each; a random
-#        full-size tiny_vae/ is added to the folder for them, speed only)
+#        full-size tiny_vae/ is added to the folder for them, speed only; leading VAR=value words
+#        are set in the run's environment, as in bench.sh)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
 MODEL="${MODEL:-/tmp/wan13b}"
@@ -42,10 +43,12 @@ PY
 IFS=';' read -ra variants <<<"${VARIANTS:-vae:}"
 for v in "${variants[@]}"; do
   name="${v%%:*}"
-  # shellcheck disable=SC2086  # the variant's flags
-  "$BIN" world --model "$MODEL" ${v#*:} --actions "none*2" --out /tmp/world_warm.mp4 --json >/dev/null  # warm caches
-  # shellcheck disable=SC2086
-  "$BIN" world --model "$MODEL" ${v#*:} --actions "right*${CHUNKS:-20}" --out "/tmp/world_$name.mp4" --json \
+  # shellcheck disable=SC2206  # the variant's words: VAR=value settings, then flags
+  words=(${v#*:})
+  envs=()
+  while [[ ${#words[@]} -gt 0 && ${words[0]} =~ ^[A-Z_][A-Z0-9_]*= ]]; do envs+=("${words[0]}"); words=("${words[@]:1}"); done
+  env ${envs[@]+"${envs[@]}"} "$BIN" world --model "$MODEL" ${words[@]+"${words[@]}"} --actions "none*2" --out /tmp/world_warm.mp4 --json >/dev/null  # warm caches
+  env ${envs[@]+"${envs[@]}"} "$BIN" world --model "$MODEL" ${words[@]+"${words[@]}"} --actions "right*${CHUNKS:-20}" --out "/tmp/world_$name.mp4" --json \
     >"${OUT:-/tmp}/world_bench_$name.json"
   python3 - "${OUT:-/tmp}/world_bench_$name.json" "$name" <<'PY'
 import json, sys

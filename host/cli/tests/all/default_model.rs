@@ -52,6 +52,9 @@ fn dataset_and_eval_reject_bad_options_by_name() {
     let r = fastvideo(&["eval", "--scenes", "everything"]);
     let err = String::from_utf8_lossy(&r.stderr);
     assert!(!r.status.success() && err.contains("--scenes") && !err.contains("panicked"), "{err}");
+    let r = fastvideo(&["eval", "--world", "--first-seed", "20"]);
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(!r.status.success() && err.contains("--first-seed") && !err.contains("panicked"), "{err}");
 }
 
 /// Smoke eval of the shipped model on the first held-out scenes (combinations it never saw).
