@@ -12,6 +12,8 @@
 #                 --int8-attention with qrow and vmean (the two candidates for `fast`), diffusers
 #                 eager and torch.compile (SKIP_COMPILE=1 drops it);
 #   forward_more  the other options: qrow with bf16 P·V, e4m3 with qrow alone and vmean alone;
+#   psnr          precision_gate.sh: a 20-step 81x480x832 clip in bf16, `fast`, and e4m3 with
+#                 qrow,vmean, each one's PSNR against bf16 (the gate's real-size row);
 #   world         world_bench.sh with the tiny decoder: bf16 attention, INT8 Q·Kᵀ with qrow, e4m3
 #                 with qrow and vmean.
 # Carry .gpu-pack/{fastvideo,kernels-parity,attention8-bench,site.tar}.xz (host/scripts/gpu/attention8.sh
@@ -53,12 +55,19 @@ for part in $PARTS; do
       STAGES="$stages" RUNS="${RUNS:-3}" OUT="$OUT/bench" OURS_VARIANTS="$variants" \
         bash host/scripts/gpu/bench.sh >"$OUT/$part.txt" 2>&1 || rc=1
       tail -16 "$OUT/$part.txt" ;;
+    psnr)
+      R=FASTVIDEO_ATTN8_RECIPE
+      STAGES=make OUT="$OUT/bench" bash host/scripts/gpu/bench.sh >/dev/null 2>&1 || true  # the model folder, once
+      OUT="$OUT/psnr" VARIANTS="bf16:--precision bf16;fast:--precision fast;int8_qrow_vmean:$R=qrow,vmean --int8-attention" \
+        bash host/scripts/gpu/precision_gate.sh >"$OUT/psnr.txt" 2>&1 || rc=1
+      tail -3 "$OUT/psnr.txt"
+      rm -rf "$OUT"/psnr/frames_* "$OUT"/psnr/*.mp4 ;;
     world)
       R=FASTVIDEO_ATTN8_RECIPE
       CHUNKS="${CHUNKS:-20}" VARIANTS="tiny:--tiny-decoder;tiny_int8qk_qrow:$R=qrow --tiny-decoder --int8-qk-attention;tiny_int8_qrow_vmean:$R=qrow,vmean --tiny-decoder --int8-attention" \
         bash host/scripts/gpu/world_bench.sh >"$OUT/world.txt" 2>&1 || rc=1
       tail -6 "$OUT/world.txt" ;;
-    *) echo "unknown part $part (parity micro forward forward_more world)"; rc=1 ;;
+    *) echo "unknown part $part (parity micro forward forward_more psnr world)"; rc=1 ;;
   esac
 done
 stamp done

@@ -7,7 +7,8 @@
 #   env    STAGES="make diffusers dmem ours oursclip compare" (the default; also: plugins small serve)  OUT=/tmp/bench  MODEL=/tmp/wan13b
 #          CLIP_STEPS=0 (50 adds a whole-clip diffusers run)  RUNS=5  SKIP_COMPILE=1
 #          OURS_VARIANTS="kernels_off:--kernels off;other:--flag x" (each: NAME:EXTRA FLAGS; leading
-#          VAR=value words are set in the run's environment, e.g. "qrow:FASTVIDEO_ATTN8_RECIPE=qrow --precision fast")
+#          VAR=value words are set in the run's environment, e.g. "qrow:FASTVIDEO_ATTN8_RECIPE=qrow --precision fast";
+#          host/scripts/gpu/variant.sh)
 #          DEVICE=cuda FRAMES=81 HEIGHT=480 WIDTH=832 MAKE_ARGS= (--tiny: a CPU check of the plumbing)
 # With CLIP_STEPS=0 all stages fit one 10-minute call; else run STAGES=... in separate calls.
 set -euo pipefail
@@ -28,6 +29,8 @@ source host/scripts/gpu/torch_env.sh
 
 # shellcheck source=host/scripts/gpu/stage.sh
 source host/scripts/gpu/stage.sh
+# shellcheck source=host/scripts/gpu/variant.sh
+source host/scripts/gpu/variant.sh
 
 make_model() { # built once per machine; MODEL=... with another folder to rebuild
   if [ -f "$MODEL/model_index.json" ]; then echo "$MODEL exists"; return; fi
@@ -41,10 +44,10 @@ diffusers() {
 }
 
 run_ours() { # name, [VAR=value...], extra flags...: one JSON object in $OUT/<name>.json, nvidia-smi peak merged in
-  local name=$1 vel smi pid rc=0 envs=()
+  local name=$1 vel smi pid rc=0
   [ -x "$BIN" ] || { echo "ours: no binary at $BIN" >&2; return 1; }
   shift
-  while [[ $# -gt 0 && $1 =~ ^[A-Z_][A-Z0-9_]*= ]]; do envs+=("$1"); shift; done
+  variant_words "$@"
   vel="$OUT/${name}_velocity.safetensors"
   smi="$OUT/${name}_smi.txt"
   rm -f "$vel"  # a stale velocity from an earlier run would be scored as this run's
@@ -54,8 +57,8 @@ run_ours() { # name, [VAR=value...], extra flags...: one JSON object in $OUT/<na
     nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i "${GPU_INDEX:-0}" -lms 200 >"$smi" &
     pid=$!
   fi
-  env ${envs[@]+"${envs[@]}"} "$BIN" bench --model "$MODEL" --device "$DEVICE" --dtype bf16 "${SIZE[@]}" --runs "$RUNS" \
-    --inputs "$OUT/inputs.safetensors" --outputs "$vel" --json "$@" >"$OUT/$name.json" 2> >(tee "$OUT/$name.log" >&2) || rc=$?
+  env ${VARIANT_ENV[@]+"${VARIANT_ENV[@]}"} "$BIN" bench --model "$MODEL" --device "$DEVICE" --dtype bf16 "${SIZE[@]}" \
+    --runs "$RUNS" --inputs "$OUT/inputs.safetensors" --outputs "$vel" --json ${VARIANT_FLAGS[@]+"${VARIANT_FLAGS[@]}"} >"$OUT/$name.json" 2> >(tee "$OUT/$name.log" >&2) || rc=$?
   if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
   python3 -c 'import json, sys
 p, smi = sys.argv[1:]

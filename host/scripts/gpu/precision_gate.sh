@@ -7,7 +7,8 @@
 #   needs  the binary at ${FASTVIDEO_BIN:-.gpu/fastvideo} (or .gpu-pack/fastvideo.xz) and a
 #          model folder (bench.sh's `make` stage builds /tmp/wan13b)
 #   env    MODEL=/tmp/wan13b OUT=/tmp/precision STEPS=20 DEVICE=cuda
-#          VARIANTS="bf16:--precision bf16;fp8:--precision bf16 --fp8-linears" (NAME:FLAGS; the first is the base)
+#          VARIANTS="bf16:--precision bf16;fp8:--precision bf16 --fp8-linears" (NAME:FLAGS; the first is the base;
+#          leading VAR=value words are set in the run's environment, host/scripts/gpu/variant.sh)
 #          FRAMES/HEIGHT/WIDTH (81x480x832)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
@@ -18,6 +19,8 @@ VARIANTS="${VARIANTS:-bf16:--precision bf16;fp8:--precision bf16 --fp8-linears}"
 mkdir -p "$OUT"
 # shellcheck source=host/scripts/gpu/torch_env.sh
 source host/scripts/gpu/torch_env.sh
+# shellcheck source=host/scripts/gpu/variant.sh
+source host/scripts/gpu/variant.sh
 
 IFS=';' read -ra variants <<<"$VARIANTS"
 names=()
@@ -25,8 +28,10 @@ for v in "${variants[@]}"; do
   p="${v%%:*}"
   names+=("$p")
   rm -rf "$OUT/frames_$p"
-  # shellcheck disable=SC2086  # the variant's flags
-  "$BIN" generate --model "$MODEL" --device "${DEVICE:-cuda}" ${v#*:} --prompt "a red circle moving left" \
+  # shellcheck disable=SC2086  # the variant's words
+  variant_words ${v#*:}
+  env ${VARIANT_ENV[@]+"${VARIANT_ENV[@]}"} "$BIN" generate --model "$MODEL" --device "${DEVICE:-cuda}" \
+    ${VARIANT_FLAGS[@]+"${VARIANT_FLAGS[@]}"} --prompt "a red circle moving left" \
     --seed 0 --steps "${STEPS:-20}" --frames "${FRAMES:-81}" --height "${HEIGHT:-480}" --width "${WIDTH:-832}" \
     --out "$OUT/$p.mp4" --frames-dir "$OUT/frames_$p" --json --quiet >"$OUT/gen_$p.json"
 done

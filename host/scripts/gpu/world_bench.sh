@@ -6,13 +6,15 @@
 #   env  MODEL=/tmp/wan13b  CHUNKS=20  WINDOW=21  STEPS="1000,750,500,250"  MAKE_ARGS= (--tiny on a CPU)
 #        VARIANTS="vae:;tiny:--tiny-decoder" (NAME:FLAGS for `fastvideo world`, one run each; a random
 #        full-size tiny_vae/ is added to the folder for them, speed only; leading VAR=value words
-#        are set in the run's environment, as in bench.sh)
+#        are set in the run's environment, host/scripts/gpu/variant.sh)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
 MODEL="${MODEL:-/tmp/wan13b}"
 BIN="${FASTVIDEO_BIN:-.gpu/fastvideo}"
 # shellcheck source=host/scripts/gpu/torch_env.sh
 source host/scripts/gpu/torch_env.sh
+# shellcheck source=host/scripts/gpu/variant.sh
+source host/scripts/gpu/variant.sh
 # shellcheck disable=SC2086
 [ -f "$MODEL/model_index.json" ] || python3 host/scripts/gpu/make_wan13b.py "$MODEL" ${MAKE_ARGS:-}
 python3 - "$MODEL" "${WINDOW:-21}" "${STEPS:-1000,750,500,250}" <<'PY'
@@ -43,12 +45,11 @@ PY
 IFS=';' read -ra variants <<<"${VARIANTS:-vae:}"
 for v in "${variants[@]}"; do
   name="${v%%:*}"
-  # shellcheck disable=SC2206  # the variant's words: VAR=value settings, then flags
-  words=(${v#*:})
-  envs=()
-  while [[ ${#words[@]} -gt 0 && ${words[0]} =~ ^[A-Z_][A-Z0-9_]*= ]]; do envs+=("${words[0]}"); words=("${words[@]:1}"); done
-  env ${envs[@]+"${envs[@]}"} "$BIN" world --model "$MODEL" ${words[@]+"${words[@]}"} --actions "none*2" --out /tmp/world_warm.mp4 --json >/dev/null  # warm caches
-  env ${envs[@]+"${envs[@]}"} "$BIN" world --model "$MODEL" ${words[@]+"${words[@]}"} --actions "right*${CHUNKS:-20}" --out "/tmp/world_$name.mp4" --json \
+  # shellcheck disable=SC2086  # the variant's words
+  variant_words ${v#*:}
+  run=(env ${VARIANT_ENV[@]+"${VARIANT_ENV[@]}"} "$BIN" world --model "$MODEL" ${VARIANT_FLAGS[@]+"${VARIANT_FLAGS[@]}"})
+  "${run[@]}" --actions "none*2" --out /tmp/world_warm.mp4 --json >/dev/null  # warm caches
+  "${run[@]}" --actions "right*${CHUNKS:-20}" --out "/tmp/world_$name.mp4" --json \
     >"${OUT:-/tmp}/world_bench_$name.json"
   python3 - "${OUT:-/tmp}/world_bench_$name.json" "$name" <<'PY'
 import json, sys
