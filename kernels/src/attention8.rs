@@ -46,16 +46,19 @@ pub struct Recipe {
     /// output after (the weights sum to one), so P's rounding errors multiply V's spread
     /// instead of its offset, and V's scale covers the spread only.
     pub v_smooth: bool,
+    /// The softmax denominator summed from the rounded P (by the tensor cores, beside P·V)
+    /// instead of from P before rounding, so the weights sum to one whatever their rounding.
+    pub l_rounded: bool,
 }
 
 impl Recipe {
     /// The recipe shipped for `pv`.
     pub const fn shipped(pv: Pv) -> Self {
-        Recipe { pv, q_per_row: false, bf16_pv: false, v_smooth: false }
+        Recipe { pv, q_per_row: false, bf16_pv: false, v_smooth: false, l_rounded: false }
     }
 
     /// The shipped recipe with the options in `FASTVIDEO_ATTN8_RECIPE` (research: `qrow`,
-    /// `bf16`, `vmean`), read once; the kernel and the CPU emulation both follow it.
+    /// `bf16`, `vmean`, `lq`), read once; the kernel and the CPU emulation both follow it.
     pub fn for_pv(pv: Pv) -> Self {
         static OPTIONS: std::sync::OnceLock<Recipe> = std::sync::OnceLock::new();
         let options = OPTIONS.get_or_init(|| {
@@ -68,15 +71,16 @@ impl Recipe {
         Recipe { pv, bf16_pv: options.bf16_pv && pv == Pv::F16Pv, ..*options }
     }
 
-    /// This recipe with the options in a comma-separated list of `qrow`, `bf16` and `vmean`
-    /// added.
+    /// This recipe with the options in a comma-separated list of `qrow`, `bf16`, `vmean` and
+    /// `lq` added.
     pub fn with_options(mut self, list: &str) -> Result<Self, String> {
         for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             match part {
                 "qrow" => self.q_per_row = true,
                 "bf16" => self.bf16_pv = true,
                 "vmean" => self.v_smooth = true,
-                other => return Err(format!("`{other}` is not one of qrow, bf16, vmean")),
+                "lq" => self.l_rounded = true,
+                other => return Err(format!("`{other}` is not one of qrow, bf16, vmean, lq")),
             }
         }
         Ok(self)
@@ -199,10 +203,13 @@ fn run(kernels: &DeviceKernels, q: &Tensor, k: &Tensor, v: &Tensor, recipe: Reci
     };
     let v_mean_ptr = v_mean.as_ref().map_or(Arg::Ptr(0), ptr);
     // Per recipe: the range V is scaled onto, its storage, and the two kernels that differ.
-    let (v_kind, v_quant, attn) = match (recipe.pv, recipe.bf16_pv) {
-        (Pv::Fp8Pv, _) => (Kind::Uint8, "quant_v_fp8t", "attention_int8_fp8_sm90"),
-        (Pv::F16Pv, false) => (Kind::Half, "quant_v_16t", "attention_int8_f16_sm90"),
-        (Pv::F16Pv, true) => (Kind::BFloat16, "quant_v_16t", "attention_int8_bf16_sm90"),
+    let (v_kind, v_quant, attn) = match (recipe.pv, recipe.bf16_pv, recipe.l_rounded) {
+        (Pv::Fp8Pv, _, false) => (Kind::Uint8, "quant_v_fp8t", "attention_int8_fp8_sm90"),
+        (Pv::Fp8Pv, _, true) => (Kind::Uint8, "quant_v_fp8t", "attention_int8_fp8_lq_sm90"),
+        (Pv::F16Pv, false, false) => (Kind::Half, "quant_v_16t", "attention_int8_f16_sm90"),
+        (Pv::F16Pv, false, true) => (Kind::Half, "quant_v_16t", "attention_int8_f16_lq_sm90"),
+        (Pv::F16Pv, true, false) => (Kind::BFloat16, "quant_v_16t", "attention_int8_bf16_sm90"),
+        (Pv::F16Pv, true, true) => (Kind::BFloat16, "quant_v_16t", "attention_int8_bf16_lq_sm90"),
     };
     let vscale = match recipe.pv {
         Pv::Fp8Pv => v_max.clamp_min(1e-12) / P_SCALE,
@@ -272,8 +279,8 @@ pub struct Emulation {
     /// V smoothed: its mean over the keys subtracted per channel before P·V's roundings, added
     /// to the output after ([`Recipe::v_smooth`]).
     pub v_smooth: bool,
-    /// Research, no kernel computes it: the softmax denominator summed from the rounded P (the
-    /// weights then sum to one, whatever their rounding), instead of from P before rounding.
+    /// The softmax denominator summed from the rounded P (the weights then sum to one, whatever
+    /// their rounding), instead of from P before rounding ([`Recipe::l_rounded`]).
     pub l_rounded: bool,
 }
 
@@ -281,7 +288,13 @@ impl Emulation {
     /// The function the kernel with this recipe computes.
     pub fn of(recipe: impl Into<Recipe>) -> Self {
         let r = recipe.into();
-        let e = Emulation { int8_qk: true, q_per_row: r.q_per_row, v_smooth: r.v_smooth, ..Default::default() };
+        let e = Emulation {
+            int8_qk: true,
+            q_per_row: r.q_per_row,
+            v_smooth: r.v_smooth,
+            l_rounded: r.l_rounded,
+            ..Default::default()
+        };
         match (r.pv, r.bf16_pv) {
             (Pv::Fp8Pv, _) => Emulation { fp8_p: true, fp8_v: true, ..e },
             (Pv::F16Pv, false) => Emulation { f16_pv: true, ..e },
@@ -508,14 +521,15 @@ mod tests {
     fn recipes_name_the_roundings_their_kernels_make() {
         let f16 = Recipe::shipped(Pv::F16Pv);
         assert_eq!(f16.with_options("qrow").unwrap(), Recipe { q_per_row: true, ..f16 });
-        let all = Recipe { pv: Pv::F16Pv, q_per_row: true, bf16_pv: true, v_smooth: true };
-        assert_eq!(f16.with_options(" bf16 , qrow,vmean").unwrap(), all);
+        let all = Recipe { pv: Pv::F16Pv, q_per_row: true, bf16_pv: true, v_smooth: true, l_rounded: true };
+        assert_eq!(f16.with_options(" bf16 , qrow,vmean,lq").unwrap(), all);
         assert!(f16.with_options("qrow,int4").unwrap_err().contains("`int4`"));
         assert_eq!(Emulation::of(Recipe { q_per_row: true, ..f16 }), Emulation::parse("qk,qrow,f16").unwrap());
         assert_eq!(Emulation::of(Recipe { bf16_pv: true, ..f16 }), Emulation::parse("qk,bf16").unwrap());
         let fp8 = Recipe { q_per_row: true, ..Recipe::shipped(Pv::Fp8Pv) };
         assert_eq!(Emulation::of(fp8), Emulation::parse("qk,qrow,p,v").unwrap());
         assert_eq!(Emulation::of(Recipe { v_smooth: true, ..fp8 }), Emulation::parse("qk,qrow,p,v,vmean").unwrap());
+        assert_eq!(Emulation::of(Recipe { l_rounded: true, ..fp8 }), Emulation::parse("qk,qrow,p,v,lq").unwrap());
         // The 16-bit type is the f16 recipe's option only.
         assert_eq!(Emulation::of(Recipe { bf16_pv: true, ..fp8 }), Emulation::of(fp8));
     }

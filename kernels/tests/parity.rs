@@ -346,7 +346,7 @@ fn cuda_8bit_attention_matches_sdpa_within_its_bound() {
     }
     // Every kernel: e4m3, f16 and bf16 P·V, each with one Q scale per 16 rows and per row, and
     // with V smoothed.
-    let recipes: Vec<Recipe> = ["", "qrow", "qrow,vmean"]
+    let recipes: Vec<Recipe> = ["", "qrow", "qrow,vmean", "qrow,vmean,lq"]
         .into_iter()
         .flat_map(|q| {
             [(Pv::Fp8Pv, ""), (Pv::F16Pv, ""), (Pv::F16Pv, "bf16")]
