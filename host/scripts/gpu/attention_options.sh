@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The 8-bit attention recipes' options on the GPU, run from the repo root on the GPU machine:
-# one Q scale per query row (`qrow`) and bf16 P·V (`bf16`), set by FASTVIDEO_ATTN8_RECIPE
-# (kernels/src/attention8.rs, `Recipe`), and V smoothed by its mean (`vmean`). Figures into $OUT; the
+# one Q scale per query row (`qrow`), bf16 P·V (`bf16`), V smoothed by its mean (`vmean`) and
+# the denominator from the rounded P (`lq`), set by FASTVIDEO_ATTN8_RECIPE (kernels/src/attention8.rs,
+# `Recipe`). Figures into $OUT; the
 # steps (PARTS, default "parity micro forward"; each part fits one 10-minute call, the default
 # three together should: forward is 5-6 minutes with torch.compile):
 #   parity        the kernels' 8-bit attention parity test: every recipe and option against SDPA
@@ -11,7 +12,8 @@
 #   forward       bench.sh's forward table (RUNS=3): ours bf16, `fast` as shipped, with qrow, and
 #                 --int8-attention with qrow and vmean (the two candidates for `fast`), diffusers
 #                 eager and torch.compile (SKIP_COMPILE=1 drops it);
-#   forward_more  the other options: qrow with bf16 P·V, e4m3 with qrow alone and vmean alone;
+#   forward_more  the other options: qrow with bf16 P·V, e4m3 with qrow alone, and with qrow,
+#                 vmean and lq (the denominator summed by the tensor cores);
 #   psnr          precision_gate.sh: a 20-step 81x480x832 clip in bf16, `fast`, and e4m3 with
 #                 qrow,vmean, each one's PSNR against bf16 (the gate's real-size row);
 #   world         world_bench.sh with the tiny decoder: bf16 attention, INT8 Q·Kᵀ with qrow, e4m3
@@ -50,7 +52,7 @@ for part in $PARTS; do
         variants="fast:--precision fast;fast_qrow:$R=qrow --precision fast;int8_qrow_vmean:$R=qrow,vmean --int8-attention"
       else
         stages="make ours compare"
-        variants="fast_qrow_bf16:$R=qrow,bf16 --precision fast;int8_qrow:$R=qrow --int8-attention;int8_vmean:$R=vmean --int8-attention"
+        variants="fast_qrow_bf16:$R=qrow,bf16 --precision fast;int8_qrow:$R=qrow --int8-attention;int8_qrow_vmean_lq:$R=qrow,vmean,lq --int8-attention"
       fi
       STAGES="$stages" RUNS="${RUNS:-3}" OUT="$OUT/bench" OURS_VARIANTS="$variants" \
         bash host/scripts/gpu/bench.sh >"$OUT/$part.txt" 2>&1 || rc=1
