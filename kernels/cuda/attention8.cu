@@ -239,24 +239,19 @@ __device__ __forceinline__ void wgmma_rowsum(float (&l)[4], const u32 (&a)[4], u
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
 }
 
-// The same for a k16 fragment of 16-bit P.
+// The same for a k16 fragment of 16-bit P (T: the PTX type, f16 or bf16).
+#define WGMMA_ROWSUM16(T)                                                              \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"                             \
+                 "wgmma.mma_async.sync.aligned.m64n8k16.f32." T "." T " "               \
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1, 0;\n}\n"              \
+                 : "+f"(l[0]), "+f"(l[1]), "+f"(l[2]), "+f"(l[3])                       \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db))
 template <bool BF16>
 __device__ __forceinline__ void wgmma_rowsum16(float (&l)[4], const u32 (&a)[4], u64 db) {
-    if constexpr (BF16) {
-        asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 "
-            "{%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1, 0;\n}\n"
-            : "+f"(l[0]), "+f"(l[1]), "+f"(l[2]), "+f"(l[3])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
-    } else {
-        asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 "
-            "{%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1, 0;\n}\n"
-            : "+f"(l[0]), "+f"(l[1]), "+f"(l[2]), "+f"(l[3])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
-    }
+    if constexpr (BF16)
+        WGMMA_ROWSUM16("bf16");
+    else
+        WGMMA_ROWSUM16("f16");
 }
 
 #define Q_BYTES (BLOCK_M * HEAD_DIM)   // 16 KiB
