@@ -102,7 +102,8 @@ extern "C" __global__ void __launch_bounds__(128) quant_int8_rows(const unsigned
 
 // Per-channel statistics for K's smoothing and V's scales (and V's smoothing) in one pass over
 // both: one CTA (128 threads) per STAT_ROWS keys of one head writes the block's sums of K, maxima
-// and minima of V, and sums of V into part [4, B, H, nblk, 128] float32 (in that order); the host
+// of V and of −V, and sums of V into part [4, B, H, nblk, 128] float32 (in that order: the
+// maxima of ±V side by side, so one reduction over both planes gives max |V|); the host
 // reduces the blocks in a fixed order (deterministic, unlike atomics). k, v bf16 [B, N, H, 128]
 // with element strides.
 #define STAT_ROWS 256
@@ -118,7 +119,7 @@ extern "C" __global__ void __launch_bounds__(128) kv_stats(const unsigned short*
     for (int i = 0; i < 8; i++) {
         sum[i] = vsum[i] = 0.f;
         mx[i] = -3.0e38f;
-        mn[i] = 3.0e38f;
+        mn[i] = -3.0e38f;
     }
     const int end = min(n, (blk + 1) * STAT_ROWS);
 #pragma unroll 4
@@ -132,7 +133,7 @@ extern "C" __global__ void __launch_bounds__(128) kv_stats(const unsigned short*
             const float x = bf16_to_f32(ve[i]);
             sum[i] += bf16_to_f32(ke[i]);
             mx[i] = fmaxf(mx[i], x);
-            mn[i] = fminf(mn[i], x);
+            mn[i] = fmaxf(mn[i], -x);
             vsum[i] += x;
         }
     }
@@ -145,12 +146,12 @@ extern "C" __global__ void __launch_bounds__(128) kv_stats(const unsigned short*
     }
     __syncthreads();
     const int d = threadIdx.x;
-    float s = 0.f, m = -3.0e38f, mi = 3.0e38f, vs = 0.f;
+    float s = 0.f, m = -3.0e38f, mi = -3.0e38f, vs = 0.f;
 #pragma unroll
     for (int r = 0; r < 8; r++) {
         s += red[0][r][d];
         m = fmaxf(m, red[1][r][d]);
-        mi = fminf(mi, red[2][r][d]);
+        mi = fmaxf(mi, red[2][r][d]);
         vs += red[3][r][d];
     }
     const long long o = (((long long)b * heads + h) * nblk + blk) * HEAD_DIM + d;

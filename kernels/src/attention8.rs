@@ -181,8 +181,8 @@ fn run(kernels: &DeviceKernels, q: &Tensor, k: &Tensor, v: &Tensor, recipe: Reci
     args.extend([Arg::Ptr(0), Arg::F32(1.0), Arg::F32(softmax as f32), ptr(&qi), ptr(&qsc)]);
     kernels.launch("quant_int8_rows", grid(nq_pad, QUANT_ROWS), &args)?;
 
-    // K smoothed by its mean over the keys; V's per-channel maxima, minima and sums: one pass
-    // over both into per-block partials [4, B, H, blocks, D], reduced here in a fixed order.
+    // K smoothed by its mean over the keys; V's per-channel maxima of V and −V, and sums: one
+    // pass over both into per-block partials [4, B, H, blocks, D], reduced here in a fixed order.
     let blocks = (nk + STAT_ROWS - 1) / STAT_ROWS;
     let part = Tensor::empty([4, b, h, blocks, HEAD_DIM], (Kind::Float, dev));
     let mut args = vec![ptr(k)];
@@ -192,15 +192,7 @@ fn run(kernels: &DeviceKernels, q: &Tensor, k: &Tensor, v: &Tensor, recipe: Reci
     args.extend([Arg::I32(nk32), Arg::I32(h32), Arg::I32(blocks as i32), ptr(&part)]);
     kernels.launch("kv_stats", grid(blocks, 1), &args)?;
     let k_sum = part.get(0).sum_dim_intlist([2i64].as_slice(), false, Kind::Float).contiguous();
-    let (v_hi, v_lo) = (part.get(1).amax([2i64].as_slice(), false), part.get(2).amin([2i64].as_slice(), false));
-    // V's offset (its mean, or none) and the largest |V − offset| per channel.
-    let (v_mean, v_max) = if recipe.v_smooth {
-        let mean = part.get(3).sum_dim_intlist([2i64].as_slice(), false, Kind::Float) / nk as f64;
-        let max = (&v_hi - &mean).maximum(&(&mean - &v_lo));
-        (Some(mean.contiguous()), max)
-    } else {
-        (None, v_hi.maximum(&v_lo.neg()))
-    };
+    let (v_mean, v_max) = v_offset_and_range(&part, nk, recipe.v_smooth);
     let v_mean_ptr = v_mean.as_ref().map_or(Arg::Ptr(0), ptr);
     // Per recipe: the range V is scaled onto, its storage, and the two kernels that differ.
     let (v_kind, v_quant, attn) = match (recipe.pv, recipe.bf16_pv, recipe.l_rounded) {
@@ -247,6 +239,20 @@ fn run(kernels: &DeviceKernels, q: &Tensor, k: &Tensor, v: &Tensor, recipe: Reci
     };
     kernels.launch(attn, cfg, &args)?;
     Ok(out)
+}
+
+/// From `kv_stats`' partials `[4, B, H, blocks, D]` (sums of K; maxima of V and of −V; sums of
+/// V): V's offset per channel (its mean over the `nk` keys when smoothing, else none) and the
+/// largest |V − offset| (`[B, H, D]`). Without smoothing, one reduction over both maxima.
+fn v_offset_and_range(part: &Tensor, nk: i64, smooth: bool) -> (Option<Tensor>, Tensor) {
+    if !smooth {
+        return (None, part.narrow(0, 1, 2).amax([0i64, 3].as_slice(), false));
+    }
+    let over_blocks = [2i64].as_slice();
+    let mean = part.get(3).sum_dim_intlist(over_blocks, false, Kind::Float) / nk as f64;
+    let (hi, neg_lo) = (part.get(1).amax(over_blocks, false), part.get(2).amax(over_blocks, false));
+    let max = (hi - &mean).maximum(&(neg_lo + &mean));
+    (Some(mean.contiguous()), max)
 }
 
 /// The f16 P·V recipe's per-channel V scale: the power of two at or above the channel's
@@ -515,6 +521,39 @@ mod tests {
         let plain = rel_l2(&reference(&q, &k, &v, fp8), &want);
         let smooth = rel_l2(&reference(&q, &k, &v, Recipe { v_smooth: true, ..fp8 }), &want);
         assert!((smooth - plain).abs() < plain * 0.2, "no offset: {smooth} against {plain}");
+    }
+
+    #[test]
+    fn v_statistics_reduce_to_its_mean_and_range() {
+        // kv_stats' partials as the kernel writes them, built on the CPU from V [B, N, H, D]
+        // split into blocks of keys.
+        let _rng = crate::seeded(8);
+        let (b, n, h, d, per) = (2i64, 300i64, 3i64, 4i64, 128i64);
+        let v = Tensor::randn([b, n, h, d], (Kind::Float, Device::Cpu)) * 2.0 + 5.0;
+        let blocks: Vec<Tensor> = (0..(n + per - 1) / per)
+            .map(|i| {
+                let x = v.narrow(1, i * per, per.min(n - i * per));
+                let plane = |t: Tensor| t.unsqueeze(2); // [B, H, 1, D]
+                Tensor::stack(
+                    &[
+                        plane(x.zeros_like().sum_dim_intlist(1, false, Kind::Float)),
+                        plane(x.amax(1, false)),
+                        plane(x.neg().amax(1, false)),
+                        plane(x.sum_dim_intlist(1, false, Kind::Float)),
+                    ],
+                    0,
+                )
+            })
+            .collect();
+        let part = Tensor::cat(&blocks, 3);
+        let (none, abs_max) = v_offset_and_range(&part, n, false);
+        assert!(none.is_none());
+        assert!(abs_max.allclose(&v.abs().amax(1, false), 1e-6, 1e-6, false));
+        let (mean, range) = v_offset_and_range(&part, n, true);
+        let mean = mean.expect("smoothing has a mean");
+        let want_mean = v.mean_dim(1, false, Kind::Float);
+        assert!(mean.allclose(&want_mean, 1e-5, 1e-5, false));
+        assert!(range.allclose(&(&v - want_mean.unsqueeze(1)).abs().amax(1, false), 1e-5, 1e-5, false));
     }
 
     #[test]
