@@ -71,12 +71,12 @@ fn main() {
         let tops = |ms: f64| ops / (ms * 1e-3) / 1e12;
         // The recipes' options side by side with the shipped kernels (`Recipe::with_options`).
         let mut options = Vec::new();
-        for o in ["qrow", "bf16", "qrow,bf16", "qrow,vmean", "qrow,vmean,lq"] {
+        for o in ["qrow", "bf16", "qrow,bf16", "qrow,vmean"] {
             for pv in [Pv::Fp8Pv, Pv::F16Pv] {
                 if pv == Pv::Fp8Pv && o.contains("bf16") {
                     continue; // a 16-bit P·V option
                 }
-                let r = Recipe::shipped(pv).with_options(o).expect("known options");
+                let r = Recipe::plain(pv).with_options(o).expect("known options");
                 let ms = time_ms(runs, &|| attention8::attention_with(&q, &k, &v, r));
                 options.push(format!("\"{}+{o}_tops\": {:.0}", pv.name(), tops(ms)));
             }

@@ -228,39 +228,12 @@ __device__ __forceinline__ void wgmma_pv16(float (&o)[64], const u32 (&a)[4], u6
     }
 }
 
-// L[4] (+)= P(64×32, registers) · 1(32 × 8): the rows' sums of the rounded P, in every one of the
-// 8 columns (B is a shared-memory block of ones, so its layout does not matter), e4m3 in.
-__device__ __forceinline__ void wgmma_rowsum(float (&l)[4], const u32 (&a)[4], u64 db) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 "
-        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1;\n}\n"
-        : "+f"(l[0]), "+f"(l[1]), "+f"(l[2]), "+f"(l[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
-}
-
-// The same for a k16 fragment of 16-bit P (T: the PTX type, f16 or bf16).
-#define WGMMA_ROWSUM16(T)                                                              \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"                             \
-                 "wgmma.mma_async.sync.aligned.m64n8k16.f32." T "." T " "               \
-                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1, 0;\n}\n"              \
-                 : "+f"(l[0]), "+f"(l[1]), "+f"(l[2]), "+f"(l[3])                       \
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db))
-template <bool BF16>
-__device__ __forceinline__ void wgmma_rowsum16(float (&l)[4], const u32 (&a)[4], u64 db) {
-    if constexpr (BF16)
-        WGMMA_ROWSUM16("bf16");
-    else
-        WGMMA_ROWSUM16("f16");
-}
-
 #define Q_BYTES (BLOCK_M * HEAD_DIM)   // 16 KiB
 #define TILE_N 128                     // keys per step: two 64-key quantization blocks
 #define K_BYTES (TILE_N * HEAD_DIM)    // 16 KiB
 #define V_BYTES (HEAD_DIM * TILE_N)    // 16 KiB: two 64-key Vᵀ tiles
-#define ONES_BYTES 512  // the block of ones the LQ kernels sum P's rows with
-// Q, the key stages, room to align to 1 KiB, the barriers, the ones (128-byte aligned).
-#define SMEM_BYTES (Q_BYTES + STAGES * (K_BYTES + V_BYTES) + 1024 + 8 * (2 * STAGES + 1) + 128 + ONES_BYTES)
+// Q, the key stages, room to align to 1 KiB, the barriers.
+#define SMEM_BYTES (Q_BYTES + STAGES * (K_BYTES + V_BYTES) + 1024 + 8 * (2 * STAGES + 1))
 
 // log2(448): P is computed as 2^(x − max + log2 448), already on e4m3's range.
 #define LOG2_P_SCALE 8.807354922057604f
@@ -384,10 +357,8 @@ __device__ __forceinline__ void softmax_tile(int (&s)[64], const float (&f)[2][2
 // run through the key tiles on their own (no block-wide barrier per tile), bounded by the
 // STAGES-deep ring of K/V tiles that the producer warpgroup refills as both release them. F16:
 // P·V in 16 bits (twice the bytes of V per tile, so fewer stages) instead of e4m3, in bf16 with
-// BF16 and else in f16. LQ: the softmax denominator is the sum of the rounded P, which the
-// tensor cores add up beside each P·V (an n8 GEMM against ones), so the weights sum to one
-// whatever P's rounding; otherwise it sums P before rounding, on the FP32 pipe.
-template <bool F16, bool BF16, bool LQ>
+// BF16 and else in f16.
+template <bool F16, bool BF16>
 __device__ __forceinline__ void attention_body(const signed char* qi, const float* qs, int q_rows,
                                                const signed char* ki, const float* ks, const unsigned char* vt,
                                                const float* vs, const float* vm, unsigned short* out, long long ob,
@@ -404,7 +375,6 @@ __device__ __forceinline__ void attention_body(const signed char* qi, const floa
     const u32 full0 = sv0 + STAGES_ * V_BYTES_;  // STAGES_ barriers, then STAGES_ `empty`, then Q's
     const u32 empty0 = full0 + 8 * STAGES_;
     const u32 qbar = empty0 + 8 * STAGES_;
-    const u32 ones = (qbar + 8 + 127) & ~127u;
 
     const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
     const int mblk = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
@@ -432,12 +402,6 @@ __device__ __forceinline__ void attention_body(const signed char* qi, const floa
         }
         mbar_init(qbar, 1);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
-    if (LQ && tid < ONES_BYTES / 4) {
-        // 1.0 in P's type, four bytes at a time; made visible to the tensor cores' (async) reads.
-        const u32 one = F16 ? (BF16 ? 0x3F803F80u : 0x3C003C00u) : 0x38383838u;
-        reinterpret_cast<u32*>(smem_raw + (ones - smem_u32(smem_raw)))[tid] = one;
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     }
     __syncthreads();
     if (tid == 0) {
@@ -467,8 +431,6 @@ __device__ __forceinline__ void attention_body(const signed char* qi, const floa
 #pragma unroll
     for (int i = 0; i < 64; i++) o[i] = 0.f;
     float m0 = -__int_as_float(0x7f800000), m1 = -__int_as_float(0x7f800000), l0 = 0.f, l1 = 0.f;
-    float lsum[4] = {0.f, 0.f, 0.f, 0.f};   // LQ: rows r0 (0, 1) and r0 + 8 (2, 3), two equal columns each
-    const u64 dones = smem_desc(ones, 128, 0);  // no swizzle; any layout reads ones
     int s[64];
     reset_acc(s);
     u32 pa[PK][4], pb[PK][4];  // P of this tile, and of the previous one while its P·V runs
@@ -493,16 +455,12 @@ __device__ __forceinline__ void attention_body(const signed char* qi, const floa
         } else if constexpr (F16) {
             // Each 64-key half: four k16 steps of 32 bytes along its 128-byte rows.
 #pragma unroll
-            for (int kk = 0; kk < 8; kk++) {
+            for (int kk = 0; kk < 8; kk++)
                 wgmma_pv16<BF16>(o, p[kk], smem_desc(v + (kk >> 2) * (V_BYTES_ / 2), 1024, 1) + 2 * (kk & 3), 1);
-                if (LQ) wgmma_rowsum16<BF16>(lsum, p[kk], dones);
-            }
         } else {
 #pragma unroll
-            for (int kk = 0; kk < 4; kk++) {
+            for (int kk = 0; kk < 4; kk++)
                 wgmma_pv(o, p[kk], smem_desc(v + (kk >> 1) * (V_BYTES_ / 2), 512, 2) + 2 * (kk & 1), 1);
-                if (LQ) wgmma_rowsum(lsum, p[kk], dones);
-            }
         }
         wgmma_commit();
     };
@@ -543,12 +501,6 @@ __device__ __forceinline__ void attention_body(const signed char* qi, const floa
             o[i + 2] *= a1;
             o[i + 3] *= a1;
         }
-        if (LQ) {
-            lsum[0] *= a0;
-            lsum[1] *= a0;
-            lsum[2] *= a1;
-            lsum[3] *= a1;
-        }
         mark(j, 3);
         // Refill the stage of tile j-2 (both warpgroups are most likely past it) with the tile
         // STAGES_ after it.
@@ -584,15 +536,10 @@ __device__ __forceinline__ void attention_body(const signed char* qi, const floa
     }
     wgmma_wait0();
 
-    if (LQ) {  // the whole rows' sums already (the softmax's partial ones are dead code then)
-        l0 = lsum[0];
-        l1 = lsum[2];
-    } else {
 #pragma unroll
-        for (int o2 = 1; o2 < 4; o2 <<= 1) {
-            l0 += __shfl_xor_sync(0xffffffffu, l0, o2);
-            l1 += __shfl_xor_sync(0xffffffffu, l1, o2);
-        }
+    for (int o2 = 1; o2 < 4; o2 <<= 1) {
+        l0 += __shfl_xor_sync(0xffffffffu, l0, o2);
+        l1 += __shfl_xor_sync(0xffffffffu, l1, o2);
     }
     const float inv0 = 1.f / l0, inv1 = 1.f / l1;  // l sums P·448, as O does
     const float* vsh = vs + bh * HEAD_DIM;
@@ -622,15 +569,16 @@ __device__ __forceinline__ void attention_body(const signed char* qi, const floa
         long long on, long long oh, int nq, int nq_pad, int nk, int nk_pad, int heads
 #define ATTENTION_ARGS qi, qs, q_rows, ki, ks, vt, vs, vm, out, ob, on, oh, nq, nq_pad, nk, nk_pad, heads
 
-// The kernels: e4m3, f16 and bf16 P·V, each with the denominator from P before rounding or
-// (_lq) from the rounded P. vt: e4m3 from quant_v_fp8t, or f16/bf16 from quant_v_16t.
-#define ATTENTION_KERNEL(NAME, F16, BF16, LQ)                                                     \
-    extern "C" __global__ void __launch_bounds__(ATTN_THREADS, 1) NAME(ATTENTION_PARAMS) {        \
-        attention_body<F16, BF16, LQ>(ATTENTION_ARGS);                                            \
-    }
-ATTENTION_KERNEL(attention_int8_fp8_sm90, false, false, false)
-ATTENTION_KERNEL(attention_int8_f16_sm90, true, false, false)
-ATTENTION_KERNEL(attention_int8_bf16_sm90, true, true, false)
-ATTENTION_KERNEL(attention_int8_fp8_lq_sm90, false, false, true)
-ATTENTION_KERNEL(attention_int8_f16_lq_sm90, true, false, true)
-ATTENTION_KERNEL(attention_int8_bf16_lq_sm90, true, true, true)
+extern "C" __global__ void __launch_bounds__(ATTN_THREADS, 1) attention_int8_fp8_sm90(ATTENTION_PARAMS) {
+    attention_body<false, false>(ATTENTION_ARGS);
+}
+
+// vt: f16 [B, H, Nk_pad/64, 128, 64] from quant_v_16t.
+extern "C" __global__ void __launch_bounds__(ATTN_THREADS, 1) attention_int8_f16_sm90(ATTENTION_PARAMS) {
+    attention_body<true, false>(ATTENTION_ARGS);
+}
+
+// vt: bf16 [B, H, Nk_pad/64, 128, 64] from quant_v_16t.
+extern "C" __global__ void __launch_bounds__(ATTN_THREADS, 1) attention_int8_bf16_sm90(ATTENTION_PARAMS) {
+    attention_body<true, true>(ATTENTION_ARGS);
+}

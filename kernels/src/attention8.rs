@@ -1,15 +1,15 @@
 //! 8-bit attention (`precision = fast` where the quality gate admits it): SageAttention2's recipe
 //! on Hopper. Q·Kᵀ runs in INT8 with K smoothed (its mean over the keys subtracted, which the
-//! softmax cannot see) and one scale per 16 query rows (or per row: [`Recipe`]) and per 64 keys; P·V runs in FP8 (e4m3) with
-//! one scale per V channel and P scaled onto e4m3's range; softmax and the running output stay in
-//! float32, each key tile's P·V added to it in float32 (FP8 tensor-core accumulation keeps fewer
-//! bits than float32). A second recipe ([`Pv::F16Pv`], `--int8-qk-attention`) keeps INT8 Q·Kᵀ
-//! but runs P·V in f16: e4m3 P and V carry most of the recipe's quality loss (docs/benchmarks.md),
-//! and f16 P·V costs the tensor cores twice the time ([`Recipe::bf16_pv`] runs it in bf16). The
-//! kernels are
-//! `kernels/cuda/attention8.cu`, compiled for `sm_90a` (wgmma). Everywhere else (another GPU, a
-//! CPU, a head dim other than 128, other dtypes) the op is bf16 SDPA; [`reference`] computes
-//! the quantized function in float32 for tests.
+//! softmax cannot see), one scale per query row and per 64 keys; P·V runs in FP8 (e4m3) with V
+//! smoothed the same way (its mean added back to the output), one scale per V channel and P
+//! scaled onto e4m3's range; softmax and the running output stay in float32, each key tile's P·V
+//! added to it in float32 (FP8 tensor-core accumulation keeps fewer bits than float32). A second
+//! recipe ([`Pv::F16Pv`], `--int8-qk-attention`) keeps INT8 Q·Kᵀ but runs P·V in f16, at half
+//! e4m3's rate and closer to exact. [`Recipe`] names the options each recipe ships with and the
+//! others the gate compared (docs/benchmarks.md). The kernels are `kernels/cuda/attention8.cu`,
+//! compiled for `sm_90a` (wgmma). Everywhere else (another GPU, a CPU, a head dim other than
+//! 128, other dtypes) the op is bf16 SDPA; [`reference`] computes the quantized function in
+//! float32 for tests.
 
 use cudarc::driver::LaunchConfig;
 use tch::{Device, Kind, Tensor};
@@ -46,41 +46,54 @@ pub struct Recipe {
     /// output after (the weights sum to one), so P's rounding errors multiply V's spread
     /// instead of its offset, and V's scale covers the spread only.
     pub v_smooth: bool,
-    /// The softmax denominator summed from the rounded P (by the tensor cores, beside P·V)
-    /// instead of from P before rounding, so the weights sum to one whatever their rounding.
-    pub l_rounded: bool,
 }
 
 impl Recipe {
-    /// The recipe shipped for `pv`.
+    /// No options: one Q scale per 16 query rows, P·V in `pv`'s type, V and the softmax
+    /// denominator as they come (the recipe before the quality gate's options).
+    pub const fn plain(pv: Pv) -> Self {
+        Recipe { pv, q_per_row: false, bf16_pv: false, v_smooth: false }
+    }
+
+    /// The recipe shipped for `pv`, as the quality gate admitted it (docs/benchmarks.md,
+    /// host/scripts/cpu/results/2026-12-04-vmean/): one Q scale per row for both, and V smoothed
+    /// for e4m3 P·V, whose rounding of P multiplies V's offset otherwise.
     pub const fn shipped(pv: Pv) -> Self {
-        Recipe { pv, q_per_row: false, bf16_pv: false, v_smooth: false, l_rounded: false }
+        let plain = Recipe::plain(pv);
+        match pv {
+            Pv::Fp8Pv => Recipe { q_per_row: true, v_smooth: true, ..plain },
+            Pv::F16Pv => Recipe { q_per_row: true, ..plain },
+        }
     }
 
-    /// The shipped recipe with the options in `FASTVIDEO_ATTN8_RECIPE` (research: `qrow`,
-    /// `bf16`, `vmean`, `lq`), read once; the kernel and the CPU emulation both follow it.
+    /// The shipped recipe; with `FASTVIDEO_ATTN8_RECIPE` set (research), the plain one with
+    /// exactly the options it lists (`qrow`, `bf16`, `vmean`; `none` for none), read once.
+    /// The kernel and the CPU emulation both follow it.
     pub fn for_pv(pv: Pv) -> Self {
-        static OPTIONS: std::sync::OnceLock<Recipe> = std::sync::OnceLock::new();
+        static OPTIONS: std::sync::OnceLock<Option<Recipe>> = std::sync::OnceLock::new();
         let options = OPTIONS.get_or_init(|| {
-            let list = std::env::var("FASTVIDEO_ATTN8_RECIPE").unwrap_or_default();
-            Recipe::shipped(pv).with_options(&list).unwrap_or_else(|e| {
-                tracing::warn!("FASTVIDEO_ATTN8_RECIPE: {e}; running the shipped recipe");
-                Recipe::shipped(pv)
-            })
+            let list = std::env::var("FASTVIDEO_ATTN8_RECIPE").ok()?;
+            Recipe::plain(Pv::F16Pv)
+                .with_options(&list)
+                .map_err(|e| tracing::warn!("FASTVIDEO_ATTN8_RECIPE: {e}; running the shipped recipe"))
+                .ok()
         });
-        Recipe { pv, bf16_pv: options.bf16_pv && pv == Pv::F16Pv, ..*options }
+        match options {
+            Some(o) => Recipe { pv, bf16_pv: o.bf16_pv && pv == Pv::F16Pv, ..*o },
+            None => Recipe::shipped(pv),
+        }
     }
 
-    /// This recipe with the options in a comma-separated list of `qrow`, `bf16`, `vmean` and
-    /// `lq` added.
+    /// This recipe with the options in a comma-separated list of `qrow`, `bf16` and `vmean`
+    /// added (`none` adds nothing).
     pub fn with_options(mut self, list: &str) -> Result<Self, String> {
         for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             match part {
+                "none" => {}
                 "qrow" => self.q_per_row = true,
                 "bf16" => self.bf16_pv = true,
                 "vmean" => self.v_smooth = true,
-                "lq" => self.l_rounded = true,
-                other => return Err(format!("`{other}` is not one of qrow, bf16, vmean, lq")),
+                other => return Err(format!("`{other}` is not one of qrow, bf16, vmean, none")),
             }
         }
         Ok(self)
@@ -195,13 +208,10 @@ fn run(kernels: &DeviceKernels, q: &Tensor, k: &Tensor, v: &Tensor, recipe: Reci
     let (v_mean, v_max) = v_offset_and_range(&part, nk, recipe.v_smooth);
     let v_mean_ptr = v_mean.as_ref().map_or(Arg::Ptr(0), ptr);
     // Per recipe: the range V is scaled onto, its storage, and the two kernels that differ.
-    let (v_kind, v_quant, attn) = match (recipe.pv, recipe.bf16_pv, recipe.l_rounded) {
-        (Pv::Fp8Pv, _, false) => (Kind::Uint8, "quant_v_fp8t", "attention_int8_fp8_sm90"),
-        (Pv::Fp8Pv, _, true) => (Kind::Uint8, "quant_v_fp8t", "attention_int8_fp8_lq_sm90"),
-        (Pv::F16Pv, false, false) => (Kind::Half, "quant_v_16t", "attention_int8_f16_sm90"),
-        (Pv::F16Pv, false, true) => (Kind::Half, "quant_v_16t", "attention_int8_f16_lq_sm90"),
-        (Pv::F16Pv, true, false) => (Kind::BFloat16, "quant_v_16t", "attention_int8_bf16_sm90"),
-        (Pv::F16Pv, true, true) => (Kind::BFloat16, "quant_v_16t", "attention_int8_bf16_lq_sm90"),
+    let (v_kind, v_quant, attn) = match (recipe.pv, recipe.bf16_pv) {
+        (Pv::Fp8Pv, _) => (Kind::Uint8, "quant_v_fp8t", "attention_int8_fp8_sm90"),
+        (Pv::F16Pv, false) => (Kind::Half, "quant_v_16t", "attention_int8_f16_sm90"),
+        (Pv::F16Pv, true) => (Kind::BFloat16, "quant_v_16t", "attention_int8_bf16_sm90"),
     };
     let vscale = match recipe.pv {
         Pv::Fp8Pv => v_max.clamp_min(1e-12) / P_SCALE,
@@ -285,8 +295,10 @@ pub struct Emulation {
     /// V smoothed: its mean over the keys subtracted per channel before P·V's roundings, added
     /// to the output after ([`Recipe::v_smooth`]).
     pub v_smooth: bool,
-    /// The softmax denominator summed from the rounded P (the weights then sum to one, whatever
-    /// their rounding), instead of from P before rounding ([`Recipe::l_rounded`]).
+    /// Research, no kernel computes it: the softmax denominator summed from the rounded P (the
+    /// weights then sum to one, whatever their rounding), instead of from P before rounding. A
+    /// kernel summing it with the tensor cores beside P·V ran 25 % slower on the H200, and its
+    /// e4m3 sums drifted (FP8 accumulation), so it went (docs/benchmarks.md).
     pub l_rounded: bool,
 }
 
@@ -294,13 +306,7 @@ impl Emulation {
     /// The function the kernel with this recipe computes.
     pub fn of(recipe: impl Into<Recipe>) -> Self {
         let r = recipe.into();
-        let e = Emulation {
-            int8_qk: true,
-            q_per_row: r.q_per_row,
-            v_smooth: r.v_smooth,
-            l_rounded: r.l_rounded,
-            ..Default::default()
-        };
+        let e = Emulation { int8_qk: true, q_per_row: r.q_per_row, v_smooth: r.v_smooth, ..Default::default() };
         match (r.pv, r.bf16_pv) {
             (Pv::Fp8Pv, _) => Emulation { fp8_p: true, fp8_v: true, ..e },
             (Pv::F16Pv, false) => Emulation { f16_pv: true, ..e },
@@ -442,7 +448,7 @@ mod tests {
     fn the_quantized_function_stays_near_exact_attention() {
         let (q, k, v) = qkv(1, 200, 333, 2, 0);
         let want = sdpa(&q, &k, &v);
-        let got = reference(&q, &k, &v, Recipe::shipped(Pv::Fp8Pv));
+        let got = reference(&q, &k, &v, Recipe::plain(Pv::Fp8Pv));
         assert_eq!(got.size(), want.size());
         // INT8 Q·Kᵀ with smoothing perturbs the logits by ~1e-2 (absolute); e4m3 rounding of P and
         // V adds ~2^-5 relative per term, which averages over hundreds of keys. SageAttention2
@@ -451,7 +457,7 @@ mod tests {
         assert!(e8 < 0.04 && e8 > 1e-4, "relative L2 error {e8}");
         // f16 P·V leaves the INT8 logits as the only coarse rounding: at most half the e4m3
         // recipe's error, and still not exact.
-        let e16 = rel_l2(&reference(&q, &k, &v, Recipe::shipped(Pv::F16Pv)), &want);
+        let e16 = rel_l2(&reference(&q, &k, &v, Recipe::plain(Pv::F16Pv)), &want);
         assert!(e16 < e8 / 2.0 && e16 > 1e-5, "f16 P·V {e16} against e4m3 {e8}");
         let qk_only = Emulation { int8_qk: true, ..Default::default() };
         let e_qk = rel_l2(&emulate(&q, &k, &v, qk_only), &want);
@@ -478,8 +484,8 @@ mod tests {
 
     #[test]
     fn emulations_parse_from_a_list_and_name_the_bad_part() {
-        assert_eq!(Emulation::parse("qk,p,v").unwrap(), Emulation::of(Recipe::shipped(Pv::Fp8Pv)));
-        assert_eq!(Emulation::parse("qk, f16").unwrap(), Emulation::of(Recipe::shipped(Pv::F16Pv)));
+        assert_eq!(Emulation::parse("qk,p,v").unwrap(), Emulation::of(Recipe::plain(Pv::Fp8Pv)));
+        assert_eq!(Emulation::parse("qk, f16").unwrap(), Emulation::of(Recipe::plain(Pv::F16Pv)));
         assert_eq!(Emulation::parse("").unwrap(), Emulation::default());
         assert!(Emulation::parse("qk,int4").unwrap_err().contains("`int4`"));
         assert!(Emulation::parse("f16,p").is_err());
@@ -495,7 +501,7 @@ mod tests {
         // keys' differences; the reference smooths, so the error stays small.
         let (q, mut k, v) = qkv(1, 64, 128, 1, 1);
         k += Tensor::ones([1, 1, 1, HEAD_DIM], (Kind::Float, Device::Cpu)) * 40.0;
-        let e = rel_l2(&reference(&q, &k, &v, Recipe::shipped(Pv::Fp8Pv)), &sdpa(&q, &k, &v));
+        let e = rel_l2(&reference(&q, &k, &v, Recipe::plain(Pv::Fp8Pv)), &sdpa(&q, &k, &v));
         assert!(e < 0.04, "relative L2 error {e}");
     }
 
@@ -510,7 +516,7 @@ mod tests {
         };
         let v = v + offset;
         let want = sdpa(&q, &k, &v);
-        let fp8 = Recipe::shipped(Pv::Fp8Pv);
+        let fp8 = Recipe::plain(Pv::Fp8Pv);
         let plain = rel_l2(&reference(&q, &k, &v, fp8), &want);
         let smooth = rel_l2(&reference(&q, &k, &v, Recipe { v_smooth: true, ..fp8 }), &want);
         eprintln!("offset values, e4m3 P·V: {plain:.2e}, V smoothed {smooth:.2e}");
@@ -558,19 +564,36 @@ mod tests {
 
     #[test]
     fn recipes_name_the_roundings_their_kernels_make() {
-        let f16 = Recipe::shipped(Pv::F16Pv);
+        let f16 = Recipe::plain(Pv::F16Pv);
         assert_eq!(f16.with_options("qrow").unwrap(), Recipe { q_per_row: true, ..f16 });
-        let all = Recipe { pv: Pv::F16Pv, q_per_row: true, bf16_pv: true, v_smooth: true, l_rounded: true };
-        assert_eq!(f16.with_options(" bf16 , qrow,vmean,lq").unwrap(), all);
+        let all = Recipe { pv: Pv::F16Pv, q_per_row: true, bf16_pv: true, v_smooth: true };
+        assert_eq!(f16.with_options(" bf16 , qrow,vmean").unwrap(), all);
+        assert!(f16.with_options("lq").unwrap_err().contains("`lq`"), "no kernel computes lq");
         assert!(f16.with_options("qrow,int4").unwrap_err().contains("`int4`"));
         assert_eq!(Emulation::of(Recipe { q_per_row: true, ..f16 }), Emulation::parse("qk,qrow,f16").unwrap());
         assert_eq!(Emulation::of(Recipe { bf16_pv: true, ..f16 }), Emulation::parse("qk,bf16").unwrap());
-        let fp8 = Recipe { q_per_row: true, ..Recipe::shipped(Pv::Fp8Pv) };
+        let fp8 = Recipe { q_per_row: true, ..Recipe::plain(Pv::Fp8Pv) };
         assert_eq!(Emulation::of(fp8), Emulation::parse("qk,qrow,p,v").unwrap());
         assert_eq!(Emulation::of(Recipe { v_smooth: true, ..fp8 }), Emulation::parse("qk,qrow,p,v,vmean").unwrap());
-        assert_eq!(Emulation::of(Recipe { l_rounded: true, ..fp8 }), Emulation::parse("qk,qrow,p,v,lq").unwrap());
         // The 16-bit type is the f16 recipe's option only.
         assert_eq!(Emulation::of(Recipe { bf16_pv: true, ..fp8 }), Emulation::of(fp8));
+    }
+
+    #[test]
+    fn the_shipped_recipes_are_the_gated_ones() {
+        // What the quality gate admitted (docs/benchmarks.md): per-row Q scales for both, V
+        // smoothed for e4m3 P·V; `none` and an empty list name the plain recipe.
+        let fp8 = Recipe::shipped(Pv::Fp8Pv);
+        assert_eq!(fp8, Recipe::plain(Pv::Fp8Pv).with_options("qrow,vmean").unwrap());
+        assert_eq!(Recipe::shipped(Pv::F16Pv), Recipe::plain(Pv::F16Pv).with_options("qrow").unwrap());
+        assert_eq!(Emulation::of(fp8), Emulation::parse("qk,qrow,p,v,vmean").unwrap());
+        assert_eq!(Recipe::plain(Pv::F16Pv).with_options("none").unwrap(), Recipe::plain(Pv::F16Pv));
+        assert_ne!(Recipe::plain(Pv::Fp8Pv), fp8);
+        // Without the research switch (unset in tests), a recipe from its P·V type is the shipped one.
+        if std::env::var_os("FASTVIDEO_ATTN8_RECIPE").is_none() {
+            assert_eq!(Recipe::from(Pv::Fp8Pv), fp8);
+            assert_eq!(Emulation::of(Pv::F16Pv), Emulation::parse("qk,qrow,f16").unwrap());
+        }
     }
 
     #[test]

@@ -66,16 +66,12 @@ const SM90_FUNCTIONS: &[&str] = &[
     "attention_int8_fp8_sm90",
     "attention_int8_f16_sm90",
     "attention_int8_bf16_sm90",
-    "attention_int8_fp8_lq_sm90",
-    "attention_int8_f16_lq_sm90",
-    "attention_int8_bf16_lq_sm90",
 ];
 /// Dynamic shared memory of the 8-bit attention kernels (their `SMEM_BYTES`). Room for up to 6
 /// key/value stages of the e4m3 kernel (5 as shipped; its `STAGES` switch may ask for 6), which
-/// also holds the 16-bit P·V kernels' 4 stages of twice the size: one CTA per SM either way,
-/// which the registers already decide. Then 1 KiB to align, the barriers, and the 512-byte block
-/// of ones (128-byte aligned) the `_lq` kernels sum P's rows with.
-pub const ATTENTION8_SMEM: u32 = 16 * 1024 + 6 * 32 * 1024 + 1024 + 8 * 13 + 128 + 512;
+/// also holds the 16-bit P·V kernels' 4 stages of twice the size: one CTA per SM either way, which the
+/// registers already decide.
+pub const ATTENTION8_SMEM: u32 = 16 * 1024 + 6 * 32 * 1024 + 1024 + 8 * 13;
 
 /// The compiled kernels of one device.
 pub struct DeviceKernels {
@@ -255,7 +251,7 @@ fn load_sm90(ctx: &Arc<CudaContext>) -> Result<Vec<(&'static str, CudaFunction)>
     for &name in SM90_FUNCTIONS {
         out.push((name, module.load_function(name).map_err(|e| anyhow!("kernel `{name}`: {e}"))?));
     }
-    for &kernel in SM90_FUNCTIONS.iter().filter(|n| n.starts_with("attention_int8_")) {
+    for kernel in ["attention_int8_fp8_sm90", "attention_int8_f16_sm90", "attention_int8_bf16_sm90"] {
         let attn = &out.iter().find(|(n, _)| *n == kernel).expect("listed above").1;
         attn.set_attribute(
             cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,

@@ -346,11 +346,11 @@ fn cuda_8bit_attention_matches_sdpa_within_its_bound() {
     }
     // Every kernel: e4m3, f16 and bf16 P·V, each with one Q scale per 16 rows and per row, and
     // with V smoothed.
-    let recipes: Vec<Recipe> = ["", "qrow", "qrow,vmean", "qrow,vmean,lq"]
+    let recipes: Vec<Recipe> = ["", "qrow", "qrow,vmean"]
         .into_iter()
         .flat_map(|q| {
             [(Pv::Fp8Pv, ""), (Pv::F16Pv, ""), (Pv::F16Pv, "bf16")]
-                .map(|(pv, o)| Recipe::shipped(pv).with_options(&format!("{q},{o}")).expect("known options"))
+                .map(|(pv, o)| Recipe::plain(pv).with_options(&format!("{q},{o}")).expect("known options"))
         })
         .collect();
     // Odd lengths (padding and the masked last tile), batch 2 (CFG rows), cross lengths, and a
@@ -419,7 +419,7 @@ fn cuda_8bit_attention_matches_sdpa_within_its_bound() {
         let got = attention8::attention_with(&q, &k, &v, r);
         rel_l2(&got.index_select(1, &small), &exact.index_select(1, &small))
     };
-    let f16 = Recipe::shipped(Pv::F16Pv);
+    let f16 = Recipe::plain(Pv::F16Pv);
     let (shared, per_row) = (on_small(f16), on_small(Recipe { q_per_row: true, ..f16 }));
     eprintln!("attention8 on {} small query rows: per 16 rows {shared:.2e}, per row {per_row:.2e}", small.size()[0]);
     assert!(per_row < shared / 2.0, "small rows: per row {per_row} against per 16 rows {shared}");
@@ -431,7 +431,7 @@ fn cuda_8bit_attention_matches_sdpa_within_its_bound() {
     let v = v + randn(&[1, 1, 2, 128], 52) * 8.0;
     let [q, k, v] = [q, k, v].map(|t| t.to_kind(Kind::BFloat16).to_device(device));
     let exact = attention8::sdpa(&q.to_kind(Kind::Float), &k.to_kind(Kind::Float), &v.to_kind(Kind::Float));
-    let fp8 = Recipe::shipped(Pv::Fp8Pv);
+    let fp8 = Recipe::plain(Pv::Fp8Pv);
     let e = |r: Recipe| rel_l2(&attention8::attention_with(&q, &k, &v, r), &exact);
     let (plain, smooth) = (e(fp8), e(Recipe { v_smooth: true, ..fp8 }));
     eprintln!("attention8 e4m3 P·V on offset values: {plain:.2e}, with V smoothed {smooth:.2e}");

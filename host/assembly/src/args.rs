@@ -58,13 +58,13 @@ pub struct PrecisionArgs {
     /// `--precision fast`: it missed the quality gate, docs/benchmarks.md).
     #[arg(long)]
     pub fp8_linears: bool,
-    /// 8-bit self-attention (INT8 Q·Kᵀ, FP8 P·V; lossy) on Hopper GPUs; SDPA on other GPUs
-    /// (docs/benchmarks.md).
+    /// 8-bit self-attention (INT8 Q·Kᵀ, FP8 P·V; lossy; what --precision fast runs on generation
+    /// models) on Hopper GPUs; SDPA on other GPUs (docs/benchmarks.md).
     #[arg(long, conflicts_with = "int8_qk_attention")]
     pub int8_attention: bool,
     /// 8-bit self-attention with INT8 Q·Kᵀ only (P·V in f16; lossy, closer to exact and slower
-    /// than --int8-attention; what --precision fast runs on generation models) on Hopper GPUs;
-    /// SDPA on other GPUs (docs/benchmarks.md).
+    /// than --int8-attention; what --precision fast runs on world models) on Hopper GPUs; SDPA
+    /// on other GPUs (docs/benchmarks.md).
     #[arg(long)]
     pub int8_qk_attention: bool,
     /// The prompt rewriter for requests with `prompt_extend` (a transformers-layout Qwen3 or

@@ -164,11 +164,12 @@ pub struct ModelConfig {
     /// FP8 linears in the inner transformer blocks (lossy; not part of `fast`: it did not pass
     /// the quality gate, docs/benchmarks.md). Refused with `precision = exact`.
     pub fp8_linears: bool,
-    /// 8-bit self-attention (INT8 Q·Kᵀ, FP8 P·V; lossy) where the GPU has the kernel (Hopper),
-    /// SDPA on other GPUs. Refused with `precision = exact`.
+    /// 8-bit self-attention (INT8 Q·Kᵀ, FP8 P·V; lossy; `precision = fast` implies it on
+    /// generation models) where the GPU has the kernel (Hopper), SDPA on other GPUs. Refused
+    /// with `precision = exact`.
     pub int8_attention: bool,
     /// 8-bit self-attention with INT8 Q·Kᵀ and f16 P·V (lossy, closer to exact than
-    /// `int8_attention`; `precision = fast` implies it on generation models), where the GPU has
+    /// `int8_attention`; `precision = fast` implies it on world models), where the GPU has
     /// the kernel. Refused with `precision = exact`, and with `int8_attention` (one recipe per
     /// model).
     pub int8_qk_attention: bool,

@@ -1,23 +1,25 @@
 #!/usr/bin/env bash
-# The 8-bit attention recipes' options on the GPU, run from the repo root on the GPU machine:
-# one Q scale per query row (`qrow`), bf16 P·V (`bf16`), V smoothed by its mean (`vmean`) and
-# the denominator from the rounded P (`lq`), set by FASTVIDEO_ATTN8_RECIPE (kernels/src/attention8.rs,
-# `Recipe`). Figures into $OUT; the
-# steps (PARTS, default "parity micro forward"; each part fits one 10-minute call, the default
-# three together should: forward is 5-6 minutes with torch.compile):
+# The 8-bit attention recipes and their options on the GPU, run from the repo root on the GPU
+# machine. The shipped recipes (kernels/src/attention8.rs, `Recipe::shipped`) are e4m3 P·V with
+# one Q scale per row and V smoothed (`--int8-attention`, what `fast` runs on generation models)
+# and f16 P·V with one Q scale per row (`--int8-qk-attention`, world models); the research switch
+# FASTVIDEO_ATTN8_RECIPE=<options> runs a recipe with exactly the options listed instead (`qrow`,
+# `bf16`, `vmean`; `none`). Figures into $OUT; the steps (PARTS, default "parity micro forward";
+# each part fits one 10-minute call, the default three together should: forward is 5-6 minutes
+# with torch.compile):
 #   parity        the kernels' 8-bit attention parity test: every recipe and option against SDPA
 #                 and its own float32 emulation, per-row scales on query rows of very different
 #                 norms, smoothing on values with a per-channel offset;
 #   micro         the attention microbenchmark (shipped recipes, then each option), 4K-75K tokens;
-#   forward       bench.sh's forward table (RUNS=3): ours bf16, `fast` as shipped, with qrow, and
-#                 --int8-attention with qrow and vmean (the two candidates for `fast`), diffusers
-#                 eager and torch.compile (SKIP_COMPILE=1 drops it);
-#   forward_more  the other options: qrow with bf16 P·V, e4m3 with qrow alone, and with qrow,
-#                 vmean and lq (the denominator summed by the tensor cores);
-#   psnr          precision_gate.sh: a 20-step 81x480x832 clip in bf16, `fast`, and e4m3 with
-#                 qrow,vmean, each one's PSNR against bf16 (the gate's real-size row);
-#   world         world_bench.sh with the tiny decoder: bf16 attention, INT8 Q·Kᵀ with qrow, e4m3
-#                 with qrow and vmean.
+#   forward       bench.sh's forward table (RUNS=3): ours bf16, `fast`, `fast` with the kernel's
+#                 options off (what they cost), --int8-qk-attention, diffusers eager and
+#                 torch.compile (SKIP_COMPILE=1 drops it);
+#   shipped       ours bf16 and `fast` beside diffusers eager only (a quick check of a new binary);
+#   forward_more  the other options: f16 P·V with bf16 P·V, e4m3 with qrow alone;
+#   psnr          precision_gate.sh: a 20-step 81x480x832 clip in bf16, `fast` and
+#                 --int8-qk-attention, each one's PSNR against bf16 (the gate's real-size row);
+#   world         world_bench.sh: the tiny decoder with bf16 attention, `fast` (the world gate's
+#                 recipe and the tiny decoder), the tiny decoder with --int8-attention.
 # Carry .gpu-pack/{fastvideo,kernels-parity,attention8-bench,site.tar}.xz (host/scripts/gpu/attention8.sh
 # says how to build them).
 set -uo pipefail
@@ -44,32 +46,32 @@ for part in $PARTS; do
     micro)
       HEADS=${HEADS:-12} .gpu/attention8-bench >"$OUT/attention8_bench.jsonl" 2>&1 || rc=1
       cat "$OUT/attention8_bench.jsonl" ;;
-    forward | forward_more)
-      # Two calls' worth: diffusers and the candidates for `fast`, then the other options.
+    forward | shipped | forward_more)
       R=FASTVIDEO_ATTN8_RECIPE
-      if [ "$part" = forward ]; then
-        stages="make diffusers ours compare"
-        variants="fast:--precision fast;fast_qrow:$R=qrow --precision fast;int8_qrow_vmean:$R=qrow,vmean --int8-attention"
-      else
-        stages="make ours compare"
-        variants="fast_qrow_bf16:$R=qrow,bf16 --precision fast;int8_qrow:$R=qrow --int8-attention;int8_qrow_vmean_lq:$R=qrow,vmean,lq --int8-attention"
-      fi
+      case "$part" in
+        forward)
+          stages="make diffusers ours compare"
+          variants="fast:--precision fast;fast_plain:$R=none --precision fast;int8_qk:--int8-qk-attention" ;;
+        shipped) stages="make diffusers ours"; variants="fast:--precision fast"; export SKIP_COMPILE=1 ;;  # diffusers writes the inputs
+        *) stages="make ours"; variants="int8_qk_bf16:$R=qrow,bf16 --int8-qk-attention;int8_qrow:$R=qrow --int8-attention" ;;
+      esac
       STAGES="$stages" RUNS="${RUNS:-3}" OUT="$OUT/bench" OURS_VARIANTS="$variants" \
         bash host/scripts/gpu/bench.sh >"$OUT/$part.txt" 2>&1 || rc=1
-      tail -16 "$OUT/$part.txt" ;;
+      tail -16 "$OUT/$part.txt"
+      for f in "$OUT"/bench/ours*.json; do  # what each run took: the preset's options, per forward
+        python3 -c 'import json, sys; o = json.load(open(sys.argv[1])); print(sys.argv[1], o["lossy_paths"], o["forward_s"])' "$f"
+      done ;;
     psnr)
-      R=FASTVIDEO_ATTN8_RECIPE
       STAGES=make OUT="$OUT/bench" bash host/scripts/gpu/bench.sh >/dev/null 2>&1 || true  # the model folder, once
-      OUT="$OUT/psnr" VARIANTS="bf16:--precision bf16;fast:--precision fast;int8_qrow_vmean:$R=qrow,vmean --int8-attention" \
+      OUT="$OUT/psnr" VARIANTS="bf16:--precision bf16;fast:--precision fast;int8_qk:--int8-qk-attention" \
         bash host/scripts/gpu/precision_gate.sh >"$OUT/psnr.txt" 2>&1 || rc=1
-      tail -3 "$OUT/psnr.txt"
+      tail -4 "$OUT/psnr.txt"
       rm -rf "$OUT"/psnr/frames_* "$OUT"/psnr/*.mp4 ;;
     world)
-      R=FASTVIDEO_ATTN8_RECIPE
-      CHUNKS="${CHUNKS:-20}" VARIANTS="tiny:--tiny-decoder;tiny_int8qk_qrow:$R=qrow --tiny-decoder --int8-qk-attention;tiny_int8_qrow_vmean:$R=qrow,vmean --tiny-decoder --int8-attention" \
+      CHUNKS="${CHUNKS:-20}" VARIANTS="tiny:--tiny-decoder;fast:--precision fast;tiny_int8:--tiny-decoder --int8-attention" \
         bash host/scripts/gpu/world_bench.sh >"$OUT/world.txt" 2>&1 || rc=1
       tail -6 "$OUT/world.txt" ;;
-    *) echo "unknown part $part (parity micro forward forward_more psnr world)"; rc=1 ;;
+    *) echo "unknown part $part (parity micro forward shipped forward_more psnr world)"; rc=1 ;;
   esac
 done
 stamp done

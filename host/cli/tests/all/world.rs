@@ -42,8 +42,8 @@ fn fast_on_a_world_model_runs_what_its_own_gate_admitted() {
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()
     };
-    // The shipped folder has a tiny decoder; `fast` implies no 8-bit attention on a CPU (nor, by
-    // the world model's own gate, on a GPU: fastvideo-torch's unit tests).
+    // The shipped folder has a tiny decoder; `fast` implies no 8-bit attention on a CPU (on a
+    // GPU, the world model's own gate's recipe: fastvideo-torch's unit tests).
     let fast = run(&["--precision", "fast", "--device", "cpu"]);
     assert_eq!(fast["precision"], "fast");
     assert_eq!(fast["lossy_paths"], serde_json::json!(["tiny_decoder"]), "{fast}");
