@@ -15,7 +15,7 @@
 #                 options off (what they cost), --int8-qk-attention, diffusers eager and
 #                 torch.compile (SKIP_COMPILE=1 drops it);
 #   shipped       ours bf16 and `fast` beside diffusers eager only (a quick check of a new binary);
-#   forward_more  the other options: f16 P·V with bf16 P·V, e4m3 with qrow alone;
+#   forward_more  the other options (beside diffusers eager): bf16 P·V with qrow, e4m3 with qrow alone;
 #   psnr          precision_gate.sh: a 20-step 81x480x832 clip in bf16, `fast` and
 #                 --int8-qk-attention, each one's PSNR against bf16 (the gate's real-size row);
 #   world         world_bench.sh: the tiny decoder with bf16 attention, `fast` (the world gate's
@@ -48,14 +48,15 @@ for part in $PARTS; do
       cat "$OUT/attention8_bench.jsonl" ;;
     forward | shipped | forward_more)
       R=FASTVIDEO_ATTN8_RECIPE
+      skip="${SKIP_COMPILE:-}"
       case "$part" in
         forward)
           stages="make diffusers ours compare"
           variants="fast:--precision fast;fast_plain:$R=none --precision fast;int8_qk:--int8-qk-attention" ;;
-        shipped) stages="make diffusers ours"; variants="fast:--precision fast"; export SKIP_COMPILE=1 ;;  # diffusers writes the inputs
-        *) stages="make ours"; variants="int8_qk_bf16:$R=qrow,bf16 --int8-qk-attention;int8_qrow:$R=qrow --int8-attention" ;;
+        shipped) stages="make diffusers ours"; variants="fast:--precision fast"; skip=1 ;;  # diffusers writes the inputs
+        *) stages="make diffusers ours"; variants="int8_qk_bf16:$R=qrow,bf16 --int8-qk-attention;int8_qrow:$R=qrow --int8-attention"; skip=1 ;;
       esac
-      STAGES="$stages" RUNS="${RUNS:-3}" OUT="$OUT/bench" OURS_VARIANTS="$variants" \
+      STAGES="$stages" RUNS="${RUNS:-3}" OUT="$OUT/bench" OURS_VARIANTS="$variants" SKIP_COMPILE="$skip" \
         bash host/scripts/gpu/bench.sh >"$OUT/$part.txt" 2>&1 || rc=1
       tail -16 "$OUT/$part.txt"
       for f in "$OUT"/bench/ours*.json; do  # what each run took: the preset's options, per forward
