@@ -1,5 +1,6 @@
-//! 8-bit attention (both recipes: e4m3 and f16 P·V, and their options: a Q scale per row, bf16
-//! P·V) against bf16 SDPA (cuDNN on Hopper) at head
+//! 8-bit attention (both recipes as shipped, `ours` for e4m3 P·V and `f16pv` for f16, then each
+//! option set from the plain recipe: `none`, a Q scale per row, bf16 P·V, V smoothed) against
+//! bf16 SDPA (cuDNN on Hopper) at head
 //! dim 128, one JSON line per length: milliseconds per call (quantization included) and the rate
 //! in TOPS counting 4·N²·D·H operations. Run on the GPU machine by `host/scripts/gpu/attention8_bench.sh`.
 //!
@@ -71,7 +72,7 @@ fn main() {
         let tops = |ms: f64| ops / (ms * 1e-3) / 1e12;
         // The recipes' options side by side with the shipped kernels (`Recipe::with_options`).
         let mut options = Vec::new();
-        for o in ["qrow", "bf16", "qrow,bf16", "qrow,vmean"] {
+        for o in ["none", "qrow", "bf16", "qrow,bf16", "qrow,vmean"] {
             for pv in [Pv::Fp8Pv, Pv::F16Pv] {
                 if pv == Pv::Fp8Pv && o.contains("bf16") {
                     continue; // a 16-bit P·V option

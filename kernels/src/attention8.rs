@@ -73,10 +73,15 @@ impl Recipe {
         static OPTIONS: std::sync::OnceLock<Option<Recipe>> = std::sync::OnceLock::new();
         let options = OPTIONS.get_or_init(|| {
             let list = std::env::var("FASTVIDEO_ATTN8_RECIPE").ok()?;
-            Recipe::plain(Pv::F16Pv)
+            let options = Recipe::plain(Pv::F16Pv)
                 .with_options(&list)
                 .map_err(|e| tracing::warn!("FASTVIDEO_ATTN8_RECIPE: {e}; running the shipped recipe"))
-                .ok()
+                .ok()?;
+            // Research only: the run reports the preset, not that its recipe was replaced.
+            tracing::warn!(
+                "FASTVIDEO_ATTN8_RECIPE={list}: 8-bit attention runs these options instead of the shipped ones"
+            );
+            Some(options)
         });
         match options {
             Some(o) => Recipe { pv, bf16_pv: o.bf16_pv && pv == Pv::F16Pv, ..*o },

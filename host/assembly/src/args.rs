@@ -32,8 +32,9 @@ fn set_opt<T: Clone>(field: &mut Option<T>, flag: &Option<T>) {
 #[derive(Args, Clone, Debug, Default)]
 pub struct PrecisionArgs {
     /// Precision preset: exact (fp32, no lossy path), bf16, or fast (bf16 plus the options that
-    /// passed the quality gate: INT8 Q·Kᵀ attention for generation, the tiny decoder for world
-    /// sessions) [default: auto, bf16 on CUDA and exact elsewhere].
+    /// passed the quality gate: on Hopper GPUs 8-bit attention with e4m3 P·V for generation
+    /// models, with f16 P·V for world models; the tiny decoder for world sessions) [default:
+    /// auto, bf16 on CUDA and exact elsewhere].
     #[arg(long)]
     pub precision: Option<Precision>,
     /// Transformer and text-encoder dtype: auto (bf16 on CUDA, fp32 on CPU), bf16, fp16 or fp32

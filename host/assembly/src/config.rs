@@ -136,8 +136,9 @@ pub struct ModelConfig {
     /// auto, cpu, cuda or cuda:N.
     pub device: String,
     /// Precision preset: auto (today's dtypes), exact (fp32, no lossy path), bf16, or fast (bf16
-    /// plus the options that passed the quality gate: INT8 Q·Kᵀ attention for generation, the
-    /// tiny decoder for world sessions).
+    /// plus the options that passed the quality gate: on Hopper GPUs 8-bit attention with e4m3
+    /// P·V for generation models, with f16 P·V for world models; the tiny decoder for world
+    /// sessions).
     /// docs/operators.md.
     #[serde(with = "from_str")]
     pub precision: Precision,

@@ -56,10 +56,12 @@ for part in $PARTS; do
         shipped) stages="make diffusers ours"; variants="fast:--precision fast"; skip=1 ;;  # diffusers writes the inputs
         *) stages="make diffusers ours"; variants="int8_qk_bf16:$R=qrow,bf16 --int8-qk-attention;int8_qrow:$R=qrow --int8-attention"; skip=1 ;;
       esac
+      rm -f "$OUT"/bench/ours*.json  # this part's runs only, below
       STAGES="$stages" RUNS="${RUNS:-3}" OUT="$OUT/bench" OURS_VARIANTS="$variants" SKIP_COMPILE="$skip" \
         bash host/scripts/gpu/bench.sh >"$OUT/$part.txt" 2>&1 || rc=1
       tail -16 "$OUT/$part.txt"
       for f in "$OUT"/bench/ours*.json; do  # what each run took: the preset's options, per forward
+        [ -f "$f" ] || continue
         python3 -c 'import json, sys; o = json.load(open(sys.argv[1])); print(sys.argv[1], o["lossy_paths"], o["forward_s"])' "$f"
       done ;;
     psnr)

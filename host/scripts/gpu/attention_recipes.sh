@@ -3,7 +3,7 @@
 # machine; figures into $OUT (docs/benchmarks.md, "Precision presets"):
 #   1. the kernels' 8-bit attention parity test (both recipes against SDPA and their emulations);
 #   2. the attention microbenchmark (e4m3 P·V, f16 P·V and SDPA at 4K-75K tokens, head dim 128);
-#   3. bench.sh's forward table: ours bf16, --int8-attention, --precision fast (INT8 Q·Kᵀ, f16 P·V),
+#   3. bench.sh's forward table: ours bf16, --int8-attention, --precision fast (as of 2026-12-04: INT8 Q·Kᵀ, f16 P·V),
 #      fast with --fp8-linears, diffusers eager and torch.compile on the same random-weight
 #      Wan2.1-1.3B folder and inputs, one call;
 #   4. precision_gate.sh: a 20-step 81x480x832 clip in bf16 and in fast, the PSNR between them.

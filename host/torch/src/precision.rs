@@ -185,8 +185,8 @@ pub fn lossy_paths(fp8_linears: bool, int8_attention: Option<Int8Attention>) -> 
 }
 
 /// Those of `paths` that `preset` does not include: a server running any of them serves no
-/// preset a request could name. `fast` includes each 8-bit attention recipe its gate admitted
-/// for a kind of model.
+/// preset a request could name. `fast` includes either 8-bit attention recipe a gate admitted
+/// (for generation or for world models: both passed both).
 pub fn beyond_preset(preset: Precision, paths: &[&'static str]) -> Vec<&'static str> {
     let gated = [FAST_INT8_ATTENTION, FAST_WORLD_INT8_ATTENTION];
     let implied = |name: &str| preset == Precision::Fast && gated.iter().flatten().any(|r| r.name() == name);
