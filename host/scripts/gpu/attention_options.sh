@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The 8-bit attention recipes and their options on the GPU, run from the repo root on the GPU
-# machine. The shipped recipes (kernels/src/attention8.rs, `Recipe::shipped`) are e4m3 P·V with
+# machine. The shipped recipes (kernels/src/attention8/mod.rs, `Recipe::shipped`) are e4m3 P·V with
 # one Q scale per row and V smoothed (`--int8-attention`, what `fast` runs on generation models)
 # and f16 P·V with one Q scale per row (`--int8-qk-attention`, world models); the research switch
 # FASTVIDEO_ATTN8_RECIPE=<options> runs a recipe with exactly the options listed instead (`qrow`,
