@@ -60,8 +60,8 @@ pub use event::OmniEvent;
 pub use experts::{resolve_experts, ExpertDefaults, ExpertFields, ExpertParams};
 pub use lora::{resolve_lora, LoraChoice, LoraExpert, LoraUse, MAX_LORA_SCALE};
 pub use media::{
-    decode_image, decode_video, image_bytes, reframe, ImageRole, InputImage, InputVideo, Reframed, ResizeMode,
-    MAX_IMAGE_PIXELS, MAX_VIDEO_FRAMES,
+    check_fit, decode_image, decode_video, fitted_size, image_bytes, reframe, ImageRole, InputImage, InputVideo,
+    Reframed, ResizeMode, MAX_FITTED_ASPECT, MAX_FITTED_PIXELS, MAX_FITTED_SIDE, MAX_IMAGE_PIXELS, MAX_VIDEO_FRAMES,
 };
 pub use output::{Artifact, LatentsArtifact, OmniOutput, RequestMetrics, TrajectoryArtifact, VideoArtifact};
 pub use request::{

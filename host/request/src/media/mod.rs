@@ -58,5 +58,7 @@ mod reframe;
 mod video;
 
 pub use self::image::{decode_image, image_bytes, MAX_IMAGE_PIXELS};
-pub use self::reframe::{reframe, Reframed, ResizeMode};
+pub use self::reframe::{
+    check_fit, fitted_size, reframe, Reframed, ResizeMode, MAX_FITTED_ASPECT, MAX_FITTED_PIXELS, MAX_FITTED_SIDE,
+};
 pub use self::video::{decode_video, MAX_VIDEO_FRAMES};

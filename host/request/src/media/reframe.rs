@@ -37,6 +37,20 @@ impl ResizeMode {
     }
 }
 
+/// The most pixels a fitted picture may have. Padding makes a picture larger than it came, so the
+/// bound on decoded pictures holds after fitting too: that is what the model then resamples.
+pub const MAX_FITTED_PIXELS: u64 = super::MAX_IMAGE_PIXELS;
+
+/// The longest side a fitted picture may have. Resampling to the output size builds a filter
+/// table per axis, the side times the output's side: a 50-megapixel picture one pixel high must
+/// not get that far.
+pub const MAX_FITTED_SIDE: u64 = 16_384;
+
+/// How many times its short side a fitted picture's long side may be. An image encoder's
+/// processor scales the short side to its input (CLIP: 224) and the long side with it. Wider
+/// than any output's aspect (4096x16 is 256:1), so `crop` and `pad` always fit.
+pub const MAX_FITTED_ASPECT: u64 = 512;
+
 /// RGB8 pixels with their size, borrowed when nothing changed.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Reframed<'a> {
@@ -48,50 +62,91 @@ pub struct Reframed<'a> {
     pub height: u32,
 }
 
+/// The size [`reframe`] brings a `width`x`height` picture to for a `out_w`x`out_h` output, in
+/// u64: padding an extreme aspect can leave u32 far behind, and the caller must see that to
+/// refuse it rather than wrap. Stretch, matching aspects and empty sizes keep the picture's.
+pub fn fitted_size(width: u32, height: u32, out_w: u32, out_h: u32, mode: ResizeMode) -> (u64, u64) {
+    let (w, h, ow, oh) = (width as u64, height as u64, out_w as u64, out_h as u64);
+    // Compare aspects exactly: w/h vs ow/oh (each product of two u32 fits u64).
+    let (wide, tall) = (w * oh, h * ow);
+    if mode == ResizeMode::Stretch || wide == tall || w == 0 || h == 0 || ow == 0 || oh == 0 {
+        return (w, h);
+    }
+    // n/d to the nearest, halves up, at least 1; in u128 because 2n can pass u64.
+    let round = |n: u64, d: u64| ((2 * n as u128 + d as u128) / (2 * d as u128)).max(1) as u64;
+    // The picture is wider than the output when wide > tall.
+    match (mode, wide > tall) {
+        (ResizeMode::Crop, true) => (round(h * ow, oh).min(w), h),
+        (ResizeMode::Crop, false) => (w, round(w * oh, ow).min(h)),
+        (ResizeMode::Pad, true) => (w, round(w * oh, ow).max(h)),
+        (ResizeMode::Pad, false) => (round(h * ow, oh).max(w), h),
+        (ResizeMode::Stretch, _) => (w, h),
+    }
+}
+
+/// Checks, before any work, that a `width`x`height` picture (or video frame) fitted to
+/// `out_w`x`out_h` as `mode` says stays within [`MAX_FITTED_PIXELS`], [`MAX_FITTED_SIDE`] and
+/// [`MAX_FITTED_ASPECT`], so what an input makes the model do is bounded by the input's checks,
+/// not by its shape. The fitted size, or why not, in words for a 400.
+pub fn check_fit(width: u32, height: u32, out_w: u32, out_h: u32, mode: ResizeMode) -> Result<(u32, u32), String> {
+    let (fw, fh) = fitted_size(width, height, out_w, out_h, mode);
+    let what = if (fw, fh) == (width as u64, height as u64) {
+        format!("the {width}x{height} picture")
+    } else {
+        format!("resize_mode `{}` makes the {width}x{height} picture {fw}x{fh}", mode.as_str())
+    };
+    let (long, short) = (fw.max(fh), fw.min(fh));
+    let pixels = fw.saturating_mul(fh);
+    let broken = if pixels > MAX_FITTED_PIXELS {
+        format!(
+            "{what} ({:.1} megapixels), more than the {} accepted",
+            pixels as f64 / 1e6,
+            MAX_FITTED_PIXELS / 1_000_000
+        )
+    } else if long > MAX_FITTED_SIDE {
+        format!("{what}, a side longer than the {MAX_FITTED_SIDE} pixels accepted")
+    } else if long > short.saturating_mul(MAX_FITTED_ASPECT) {
+        format!("{what}, its long side more than {MAX_FITTED_ASPECT} times its short side")
+    } else {
+        // Within the bounds above both sides fit u32.
+        return Ok((fw as u32, fh as u32));
+    };
+    Err(format!(
+        "{broken} (for the {out_w}x{out_h} output): send a picture nearer the output's shape or size, or another \
+         resize_mode"
+    ))
+}
+
 /// `rgb` (`width`x`height` RGB8) brought to the aspect of `out_w`x`out_h` as `mode` says; the
 /// resize to the exact size is left to the model. Stretch, and any picture already of the
-/// output's aspect, come back borrowed.
+/// output's aspect, come back borrowed. Admission runs [`check_fit`] first; a fitted size past
+/// what memory can index panics here, named, rather than wrapping.
 pub fn reframe(rgb: &[u8], width: u32, height: u32, out_w: u32, out_h: u32, mode: ResizeMode) -> Reframed<'_> {
-    let same = Reframed { rgb: Cow::Borrowed(rgb), width, height };
-    // Compare aspects exactly: width/height vs out_w/out_h.
-    let (wide, tall) = (width as u64 * out_h as u64, height as u64 * out_w as u64);
-    if mode == ResizeMode::Stretch || wide == tall {
-        return same;
+    let (fw, fh) = fitted_size(width, height, out_w, out_h, mode);
+    if (fw, fh) == (width as u64, height as u64) {
+        return Reframed { rgb: Cow::Borrowed(rgb), width, height };
     }
-    // The picture is wider than the output when wide > tall.
-    let round = |n: u64, d: u64| ((2 * n + d) / (2 * d)).max(1) as u32;
-    match mode {
-        ResizeMode::Crop => {
-            let (w, h) = if wide > tall {
-                (round(height as u64 * out_w as u64, out_h as u64).min(width), height)
-            } else {
-                (width, round(width as u64 * out_h as u64, out_w as u64).min(height))
-            };
-            let (x0, y0) = ((width - w) / 2, (height - h) / 2);
-            let mut out = Vec::with_capacity((w * h * 3) as usize);
-            for y in y0..y0 + h {
-                let row = ((y * width + x0) * 3) as usize;
-                out.extend_from_slice(&rgb[row..row + (w * 3) as usize]);
-            }
-            Reframed { rgb: Cow::Owned(out), width: w, height: h }
+    let side = |v: u64| u32::try_from(v).expect("a fitted side past u32 (check_fit refuses it at admission)");
+    let (w, h) = (side(fw), side(fh));
+    let (width_b, w_b) = (width as usize * 3, w as usize * 3);
+    let bytes = w_b.checked_mul(h as usize).expect("a fitted picture past usize (check_fit refuses it at admission)");
+    let mut out;
+    if mode == ResizeMode::Crop {
+        // The crop is never larger than the picture (fitted_size's `min`).
+        let (x0, y0) = ((width - w) as usize / 2, (height - h) as usize / 2);
+        out = Vec::with_capacity(bytes);
+        for row in rgb.chunks_exact(width_b).skip(y0).take(h as usize) {
+            out.extend_from_slice(&row[x0 * 3..x0 * 3 + w_b]);
         }
-        ResizeMode::Pad => {
-            let (w, h) = if wide > tall {
-                (width, round(width as u64 * out_h as u64, out_w as u64).max(height))
-            } else {
-                (round(height as u64 * out_w as u64, out_h as u64).max(width), height)
-            };
-            let (x0, y0) = ((w - width) / 2, (h - height) / 2);
-            let mut out = vec![0u8; (w * h * 3) as usize];
-            for y in 0..height {
-                let src = ((y * width) * 3) as usize;
-                let dst = (((y + y0) * w + x0) * 3) as usize;
-                out[dst..dst + (width * 3) as usize].copy_from_slice(&rgb[src..src + (width * 3) as usize]);
-            }
-            Reframed { rgb: Cow::Owned(out), width: w, height: h }
+    } else {
+        // Padding: never smaller than the picture (fitted_size's `max`).
+        let (x0, y0) = ((w - width) as usize / 2, (h - height) as usize / 2);
+        out = vec![0u8; bytes];
+        for (row, dst) in rgb.chunks_exact(width_b).zip(out.chunks_exact_mut(w_b).skip(y0)) {
+            dst[x0 * 3..x0 * 3 + width_b].copy_from_slice(row);
         }
-        ResizeMode::Stretch => same,
     }
+    Reframed { rgb: Cow::Owned(out), width: w, height: h }
 }
 
 #[cfg(test)]
@@ -145,6 +200,44 @@ mod tests {
         let r = reframe(&p, 2, 3, 64, 48, ResizeMode::Pad);
         assert_eq!((r.width, r.height), (4, 3));
         assert_eq!((px(&r, 0, 0), px(&r, 1, 0), px(&r, 2, 2), px(&r, 3, 2)), ([0; 3], [0, 0, 7], [1, 2, 7], [0; 3]));
+    }
+
+    #[test]
+    fn fitted_sizes_are_exact_where_u32_would_wrap() {
+        // Issue 54: 40000x1 padded to 832x480 is 40000x23077, 2.77e9 bytes of RGB8 (past u32).
+        assert_eq!(fitted_size(40_000, 1, 832, 480, ResizeMode::Pad), (40_000, 23_077));
+        // Past u32 on one side: kept in u64, never truncated.
+        assert_eq!(fitted_size(u32::MAX, 1, 16, 4096, ResizeMode::Pad), (u32::MAX as u64, 1_099_511_627_520));
+        assert_eq!(fitted_size(1, u32::MAX, 4096, 16, ResizeMode::Pad), (1_099_511_627_520, u32::MAX as u64));
+        assert_eq!(fitted_size(u32::MAX, 1, 16, 4096, ResizeMode::Crop), (1, 1));
+        assert_eq!(fitted_size(u32::MAX, u32::MAX, 16, 16, ResizeMode::Pad), (u32::MAX as u64, u32::MAX as u64));
+        // Empty sizes are left as they are (nothing to divide by).
+        for m in [ResizeMode::Stretch, ResizeMode::Crop, ResizeMode::Pad] {
+            assert_eq!(fitted_size(0, 5, 16, 16, m), (0, 5));
+            assert_eq!(fitted_size(5, 3, 0, 16, m), (5, 3));
+        }
+    }
+
+    #[test]
+    fn check_fit_bounds_pixels_sides_and_aspect_in_every_mode() {
+        use ResizeMode::{Crop, Pad, Stretch};
+        assert_eq!(check_fit(56, 40, 832, 480, Pad), Ok((69, 40)));
+        assert_eq!(check_fit(40_000, 1, 832, 480, Crop), Ok((2, 1)));
+        let e = check_fit(40_000, 1, 832, 480, Pad).unwrap_err();
+        assert!(e.starts_with("resize_mode `pad` makes the 40000x1 picture 40000x23077 (923.1 megapixels)"), "{e}");
+        let e = check_fit(u32::MAX, 1, 16, 4096, Pad).unwrap_err();
+        assert!(e.contains("more than the 50 accepted"), "{e}");
+        // Stretch keeps the picture; its own shape is what is bounded.
+        assert!(check_fit(16_385, 100, 832, 480, Stretch).unwrap_err().contains("a side longer than the 16384"));
+        assert!(check_fit(16_384, 100, 832, 480, Stretch).is_ok());
+        assert!(check_fit(513, 1, 832, 480, Stretch).unwrap_err().contains("more than 512 times"));
+        assert!(check_fit(512, 1, 832, 480, Stretch).is_ok());
+        // The widest output (4096x16) crops and pads a square picture to its own aspect.
+        assert_eq!(check_fit(1000, 1000, 4096, 16, Crop), Ok((1000, 4)));
+        assert!(check_fit(4096, 4096, 4096, 16, Pad).unwrap_err().contains("megapixels"));
+        // Padding to exactly the bound passes.
+        assert_eq!(check_fit(10_000, 2_500, 2, 1, Pad), Ok((10_000, 5_000)));
+        assert!(check_fit(10_002, 2_500, 2, 1, Pad).is_err());
     }
 
     #[test]

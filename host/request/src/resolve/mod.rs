@@ -319,6 +319,7 @@ impl OmniRequest {
                 ));
             }
         }
+        self.check_fits(&images, video.as_ref(), width, height)?;
         let num_frames = match (&video, self.task) {
             (_, TaskType::T2i) => 1,
             // Video to video: every frame that fills the VAE's chunks (as diffusers' encoder
@@ -407,6 +408,28 @@ impl OmniRequest {
             precision: d.precision.clone(),
             prompt_extend: self.prompt_extend,
         })
+    }
+}
+
+impl OmniRequest {
+    /// Every picture and the video's frames fitted to the output (`resize_mode`) within
+    /// [`crate::check_fit`]'s bounds, so an input's shape cannot make the job's work or memory
+    /// explode after admission. `images` and `video` are this request's, decoded in input order.
+    fn check_fits(
+        &self,
+        images: &[InputImage],
+        video: Option<&InputVideo>,
+        width: u32,
+        height: u32,
+    ) -> Result<(), RequestError> {
+        let mode = self.diffusion.resize_mode.unwrap_or_default();
+        let sizes = images.iter().map(|i| (i.width, i.height)).chain(video.map(|v| (v.width, v.height)));
+        let media = self.inputs.iter().enumerate().filter(|(_, p)| matches!(p, InputPart::Image { .. }));
+        let media = media.chain(self.inputs.iter().enumerate().filter(|(_, p)| matches!(p, InputPart::Video { .. })));
+        for ((w, h), (i, _)) in sizes.zip(media) {
+            crate::check_fit(w, h, width, height, mode).map_err(|m| RequestError::new(format!("inputs[{i}]"), m))?;
+        }
+        Ok(())
     }
 }
 

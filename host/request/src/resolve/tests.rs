@@ -184,3 +184,67 @@ fn pictures_match_the_models_image_roles() {
     let e = with(&[FirstFrame]).resolve(&flf2v, || 0).unwrap_err();
     assert_eq!((e.field.as_str(), e.rule.contains("needs a last_frame image")), ("inputs", true), "{e}");
 }
+
+/// An image-to-video request for a `w`x`h` PNG (and a FLF2V last frame of `last`), fitted as `mode`
+/// says to 832x480.
+fn fit_request(w: u32, h: u32, last: Option<(u32, u32)>, mode: crate::ResizeMode) -> OmniRequest {
+    use base64::Engine as _;
+    let b64 = |w, h| {
+        let mut png = Vec::new();
+        image::RgbImage::new(w, h).write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png).unwrap();
+        base64::engine::general_purpose::STANDARD.encode(&png)
+    };
+    let mut r = req();
+    r.task = TaskType::I2v;
+    r.inputs.push(InputPart::Image { path: None, b64: Some(b64(w, h)), role: crate::ImageRole::FirstFrame });
+    if let Some((w, h)) = last {
+        r.inputs.push(InputPart::Image { path: None, b64: Some(b64(w, h)), role: crate::ImageRole::LastFrame });
+    }
+    r.diffusion.resize_mode = Some(mode);
+    (r.diffusion.width, r.diffusion.height) = (Some(832), Some(480));
+    r
+}
+
+#[test]
+fn a_picture_whose_fitting_would_explode_is_refused_at_admission() {
+    use crate::ImageRole::{FirstFrame, LastFrame};
+    use crate::ResizeMode::{Crop, Pad, Stretch};
+    let i2v = ModelLimits { tasks: vec![TaskType::I2v], ..limits() };
+    // Issue 54: 40000x1 padded to 832x480 is 40000x23077 (2.8 GB of RGB8), which wrapped u32
+    // inside the job; 20000x1 is 0.7 GB. Both are refused here, naming the picture's input.
+    for w in [40_000, 20_000] {
+        let e = fit_request(w, 1, None, Pad).resolve(&i2v, || 0).unwrap_err();
+        assert_eq!(e.field, "inputs[1]", "{e}");
+        assert!(e.rule.contains(&format!("resize_mode `pad` makes the {w}x1 picture {w}x")), "{e}");
+        assert!(e.rule.contains("megapixels), more than the 50 accepted"), "{e}");
+    }
+    // Stretched, the same picture reaches the model's resampler and CLIP processor as it is.
+    let e = fit_request(40_000, 1, None, Stretch).resolve(&i2v, || 0).unwrap_err();
+    assert!(e.rule.contains("the 40000x1 picture, a side longer than the 16384 pixels"), "{e}");
+    let e = fit_request(8_000, 1, None, Stretch).resolve(&i2v, || 0).unwrap_err();
+    assert!(e.rule.contains("long side more than 512 times its short side"), "{e}");
+    // Cropped, it shrinks to the output's aspect: 2x1, fine.
+    assert_eq!(fit_request(40_000, 1, None, Crop).resolve(&i2v, || 0).unwrap().images[0].width, 40_000);
+    // Ordinary pictures pass every mode; a last frame is checked as the first is.
+    for mode in [Stretch, Crop, Pad] {
+        assert!(fit_request(56, 40, None, mode).resolve(&i2v, || 0).is_ok(), "{mode:?}");
+    }
+    let flf2v = ModelLimits { image_roles: vec![FirstFrame, LastFrame], ..i2v };
+    assert!(fit_request(56, 40, Some((40, 56)), Pad).resolve(&flf2v, || 0).is_ok());
+    let e = fit_request(56, 40, Some((20_000, 1)), Pad).resolve(&flf2v, || 0).unwrap_err();
+    assert_eq!(e.field, "inputs[2]", "{e}");
+}
+
+#[test]
+fn a_video_is_checked_frame_by_frame_as_a_picture_is() {
+    let mut r = req();
+    r.task = TaskType::V2v;
+    r.inputs.push(InputPart::Video { path: None, b64: Some(String::new()) });
+    r.diffusion.resize_mode = Some(crate::ResizeMode::Pad);
+    let video = |width, height| InputVideo { width, height, fps: 8.0, frames: 1, rgb: Vec::new() };
+    assert!(r.check_fits(&[], Some(&video(64, 48)), 832, 480).is_ok());
+    // An 8K frame padded to a portrait output: 7680x13312, 102 megapixels a frame.
+    let e = r.check_fits(&[], Some(&video(7680, 4320)), 480, 832).unwrap_err();
+    assert_eq!(e.field, "inputs[1]", "{e}");
+    assert!(e.rule.contains("7680x13312"), "{e}");
+}
