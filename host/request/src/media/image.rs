@@ -3,14 +3,16 @@
 use super::{ImageRole, InputImage};
 use crate::RequestError;
 
+mod complete;
+
 /// Pictures declaring more pixels than this are refused before decoding (decompression bombs).
 pub const MAX_IMAGE_PIXELS: u64 = 50_000_000;
 
 /// Decodes a PNG, JPEG or WebP picture into RGB8, checking it before any pixel is decoded: the
-/// format, the declared size against [`MAX_IMAGE_PIXELS`], and animation (refused: which frame
-/// to use is the caller's choice). 16-bit and alpha pictures are converted (16 → 8 bits per
-/// channel by rounding, alpha dropped, as PIL's `convert("RGB")` does). `field` names the input
-/// in every error.
+/// format, that the file is whole (decoders fill a cut file's missing part), the declared size
+/// against [`MAX_IMAGE_PIXELS`], and animation (refused: which frame to use is the caller's
+/// choice). 16-bit and alpha pictures are converted (16 → 8 bits per channel by rounding, alpha
+/// dropped, as PIL's `convert("RGB")` does). `field` names the input in every error.
 pub fn decode_image(bytes: &[u8], role: ImageRole, field: &str) -> Result<InputImage, RequestError> {
     use image::{ImageFormat, ImageReader};
     use std::io::Cursor;
@@ -25,6 +27,7 @@ pub fn decode_image(bytes: &[u8], role: ImageRole, field: &str) -> Result<InputI
         }
         None => return Err(err("not an image (PNG, JPEG or WebP expected)".into())),
     };
+    complete::check_complete(format, bytes).map_err(err)?;
     let (w, h) = reader.into_dimensions().map_err(|e| err(format!("not a readable {format:?} image: {e}")))?;
     let pixels = w as u64 * h as u64;
     if pixels == 0 {
@@ -87,6 +90,7 @@ pub fn image_bytes(path: Option<&str>, b64: Option<&str>, field: &str) -> Result
 mod tests {
     use super::*;
     use std::io::Cursor;
+    use std::path::Path;
 
     fn png(img: image::DynamicImage) -> Vec<u8> {
         let mut out = Cursor::new(Vec::new());
@@ -140,6 +144,65 @@ mod tests {
         let mut truncated = png(image::RgbImage::new(4, 4).into());
         truncated.truncate(40);
         assert!(decode_image(&truncated, ImageRole::FirstFrame, "x").is_err());
+    }
+
+    /// A 32x24 picture with detail in every block, so every cut loses pixels.
+    fn textured() -> image::DynamicImage {
+        image::RgbImage::from_fn(32, 24, |x, y| image::Rgb([(x * 8) as u8, (y * 10) as u8, ((x * y) % 251) as u8]))
+            .into()
+    }
+
+    fn encoded(img: &image::DynamicImage, format: image::ImageFormat) -> Vec<u8> {
+        let mut out = Cursor::new(Vec::new());
+        img.write_to(&mut out, format).unwrap();
+        out.into_inner()
+    }
+
+    /// The file decodes whole (and with bytes after its end), and every shorter prefix is refused
+    /// naming the field, saying it was cut short once the format is recognised.
+    fn every_cut_is_refused(name: &str, file: &[u8]) {
+        let whole = decode_image(file, ImageRole::FirstFrame, "input_reference").unwrap();
+        assert_eq!((whole.width, whole.height), (32, 24), "{name}");
+        let trailing = [file, b"trailing bytes".as_slice()].concat();
+        assert!(decode_image(&trailing, ImageRole::FirstFrame, "f").is_ok(), "{name} with bytes after its end");
+        for n in 1..file.len() {
+            let e = decode_image(&file[..n], ImageRole::FirstFrame, "input_reference")
+                .expect_err(&format!("{name} cut to {n} of {} bytes was accepted", file.len()));
+            assert_eq!(e.field, "input_reference");
+            assert!(n < 16 || e.rule.contains("cut short"), "{name} cut to {n}: {e}");
+        }
+    }
+
+    #[test]
+    fn truncated_pictures_are_refused_in_every_format() {
+        // Issue 54: a truncated JPEG decoded (zune-jpeg fills the missing blocks) and ran.
+        let img = textured();
+        for format in [image::ImageFormat::Png, image::ImageFormat::Jpeg, image::ImageFormat::WebP] {
+            every_cut_is_refused(&format!("{format:?} from the image crate"), &encoded(&img, format));
+        }
+        // Files from PIL (libjpeg, libwebp; tests/fixtures/make_picture_fixtures.py): a
+        // progressive JPEG's scans are separated by tables, a lossy WebP is a VP8 chunk.
+        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/pictures");
+        for name in ["pil-baseline.jpg", "pil-progressive.jpg", "pil-lossy.webp"] {
+            every_cut_is_refused(name, &std::fs::read(fixtures.join(name)).unwrap());
+        }
+    }
+
+    #[test]
+    fn a_jpeg_is_whole_by_its_own_end_marker_not_a_thumbnails() {
+        // A thumbnail (a whole JPEG, end marker included) in an APP1 segment before the picture:
+        // the picture cut short is still refused.
+        let main = encoded(&textured(), image::ImageFormat::Jpeg);
+        let thumb = encoded(&image::RgbImage::new(4, 4).into(), image::ImageFormat::Jpeg);
+        let mut app1 = vec![0xff, 0xe1];
+        app1.extend(((thumb.len() + 2 + 6) as u16).to_be_bytes());
+        app1.extend(b"Exif\0\0");
+        app1.extend(&thumb);
+        let file = [&main[..2], &app1, &main[2..]].concat();
+        assert!(decode_image(&file, ImageRole::FirstFrame, "f").is_ok());
+        let e = decode_image(&file[..file.len() - 40], ImageRole::FirstFrame, "last_frame").unwrap_err();
+        assert_eq!(e.field, "last_frame");
+        assert!(e.rule.contains("cut short (inside its image data)"), "{e}");
     }
 
     #[test]
