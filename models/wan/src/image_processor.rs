@@ -4,7 +4,10 @@
 //! transformers 5's `CLIPImageProcessor` is torchvision-backed: the shortest edge is resized with
 //! antialiased bicubic interpolation on the uint8 image (libtorch's `_upsample_bicubic2d_aa`, which
 //! is what runs here too, on the CPU), then center-cropped, then rescaled and normalised in one
-//! float32 pass.
+//! float32 pass. `CLIPImageProcessorPil` (what a folder saved without torchvision names) resizes
+//! with PIL's fixed-point bicubic instead ([`pil`]), then rescales in float64 before float32 and
+//! normalises apart, as its NumPy steps do. The two backends' outputs differ by an 8-bit step
+//! here and there, so each folder gets the backend it names.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -12,6 +15,31 @@ use std::path::Path;
 use anyhow::{bail, ensure, Context, Result};
 use serde::Deserialize;
 use tch::{Device, Kind, Tensor};
+
+mod pil;
+
+/// Which of transformers' implementations of the processor the folder names (`model_index.json`;
+/// the config file is the same for both).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ProcessorBackend {
+    /// `CLIPImageProcessor`, `CLIPImageProcessorFast`: torchvision.
+    #[default]
+    Torchvision,
+    /// `CLIPImageProcessorPil`: PIL and NumPy.
+    Pil,
+}
+
+impl ProcessorBackend {
+    /// The backend of a `model_index.json` class name; `None` for a class that is not CLIP's
+    /// image processor.
+    pub fn of_class(class: &str) -> Option<Self> {
+        match class {
+            "CLIPImageProcessor" | "CLIPImageProcessorFast" => Some(Self::Torchvision),
+            "CLIPImageProcessorPil" => Some(Self::Pil),
+            _ => None,
+        }
+    }
+}
 
 #[derive(Debug, Clone, Deserialize)]
 pub struct SizeSpec {
@@ -46,6 +74,9 @@ pub struct ImageProcessorConfig {
     pub image_std: [f32; 3],
     #[serde(default = "yes")]
     pub do_convert_rgb: bool,
+    /// Set by the loader from the class `model_index.json` names.
+    #[serde(skip)]
+    pub backend: ProcessorBackend,
     #[serde(flatten)]
     pub other: BTreeMap<String, serde_json::Value>,
 }
@@ -100,25 +131,41 @@ impl ImageProcessorConfig {
         Ok(Tensor::stack(&rows, 0).to_device(device))
     }
 
+    /// `(height, width)` after the resize: transformers' get_resize_output_image_size, the short
+    /// side to `shortest_edge`, the long side scaled and truncated.
+    fn resized(&self, h: i64, w: i64) -> (i64, i64) {
+        let edge = self.size.shortest_edge.expect("checked at load");
+        let (short, long) = (h.min(w), h.max(w));
+        let long_new = (edge as f64 * long as f64 / short as f64) as i64;
+        if h <= w {
+            (edge, long_new)
+        } else {
+            (long_new, edge)
+        }
+    }
+
+    /// The centred `crop_size` region of `[.., H, W]` (top and left offsets rounded down).
+    fn center_crop(&self, x: Tensor) -> Result<Tensor> {
+        let (ch, cw) = (self.crop_size.height.expect("checked"), self.crop_size.width.expect("checked"));
+        let (ih, iw) = (x.size()[x.dim() - 2], x.size()[x.dim() - 1]);
+        ensure!(ch <= ih && cw <= iw, "image processor: a {iw}x{ih} image is smaller than the {cw}x{ch} crop");
+        let (top, left) = ((ih - ch) / 2, (iw - cw) / 2);
+        Ok(x.narrow(-2, top, ch).narrow(-1, left, cw))
+    }
+
     fn one(&self, im: &Rgb8) -> Result<Tensor> {
         let (h, w) = (im.height as i64, im.width as i64);
         ensure!(im.data.len() as i64 == h * w * 3, "image processor: {}x{} RGB8 needs {} bytes", w, h, h * w * 3);
+        if self.backend == ProcessorBackend::Pil {
+            return self.one_pil(im);
+        }
         let mut x = Tensor::from_slice(im.data).view([h, w, 3]).permute([2, 0, 1]).unsqueeze(0);
         if self.do_resize {
-            let edge = self.size.shortest_edge.expect("checked at load");
-            // transformers' get_resize_output_image_size: the short side to `edge`, the long
-            // side scaled and truncated.
-            let (short, long) = (h.min(w), h.max(w));
-            let long_new = (edge as f64 * long as f64 / short as f64) as i64;
-            let (nh, nw) = if h <= w { (edge, long_new) } else { (long_new, edge) };
+            let (nh, nw) = self.resized(h, w);
             x = x.internal_upsample_bicubic2d_aa([nh, nw], false, None, None);
         }
         if self.do_center_crop {
-            let (ch, cw) = (self.crop_size.height.expect("checked"), self.crop_size.width.expect("checked"));
-            let (ih, iw) = (x.size()[2], x.size()[3]);
-            ensure!(ch <= ih && cw <= iw, "image processor: a {iw}x{ih} image is smaller than the {cw}x{ch} crop");
-            let (top, left) = ((ih - ch) / 2, (iw - cw) / 2);
-            x = x.narrow(2, top, ch).narrow(3, left, cw);
+            x = self.center_crop(x)?;
         }
         let mut x = x.squeeze_dim(0).to_kind(Kind::Float);
         let scale = if self.do_rescale { self.rescale_factor } else { 1.0 };
@@ -129,6 +176,34 @@ impl ImageProcessorConfig {
             x = (x - mean.view([3, 1, 1])) / std.view([3, 1, 1]);
         } else if self.do_rescale {
             x *= scale;
+        }
+        Ok(x)
+    }
+
+    /// `CLIPImageProcessorPil`: PIL's resize on the 8-bit picture, the crop, then NumPy's steps
+    /// one at a time: rescale in float64 stored as float32, normalise in float32.
+    fn one_pil(&self, im: &Rgb8) -> Result<Tensor> {
+        let (mut h, mut w) = (im.height as i64, im.width as i64);
+        let mut x = if self.do_resize {
+            let (nh, nw) = self.resized(h, w);
+            let rgb = pil::resize_bicubic(im.data, w as usize, h as usize, nw as usize, nh as usize);
+            (h, w) = (nh, nw);
+            Tensor::from_slice(&rgb)
+        } else {
+            Tensor::from_slice(im.data)
+        };
+        x = x.view([h, w, 3]).permute([2, 0, 1]);
+        if self.do_center_crop {
+            x = self.center_crop(x)?;
+        }
+        let mut x = match self.do_rescale {
+            true => (x.to_kind(Kind::Double) * self.rescale_factor).to_kind(Kind::Float),
+            false => x.to_kind(Kind::Float),
+        };
+        if self.do_normalize {
+            let mean = Tensor::from_slice(&self.image_mean).view([3, 1, 1]);
+            let std = Tensor::from_slice(&self.image_std).view([3, 1, 1]);
+            x = (x - mean) / std;
         }
         Ok(x)
     }

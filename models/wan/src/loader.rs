@@ -133,11 +133,12 @@ impl WanModel {
         let index: serde_json::Map<String, Value> =
             serde_json::from_str(&text).with_context(|| format!("{}: not a JSON object", index_path.display()))?;
         let image_to_video = match index.get("_class_name").and_then(Value::as_str) {
-            Some("WanPipeline") => false,
+            // diffusers' video-to-video pipeline holds the text-to-video one's components.
+            Some("WanPipeline" | "WanVideoToVideoPipeline") => false,
             Some("WanImageToVideoPipeline") => true,
             other => bail!(
-                "{}: `_class_name` = {other:?}; WanPipeline (Wan 2.1 text-to-video) and WanImageToVideoPipeline \
-                 (image-to-video, first-and-last-frame) are supported",
+                "{}: `_class_name` = {other:?}; WanPipeline (Wan 2.1 text-to-video), WanVideoToVideoPipeline and \
+                 WanImageToVideoPipeline (image-to-video, first-and-last-frame) are supported",
                 index_path.display()
             ),
         };
@@ -531,9 +532,9 @@ fn load_image_conditioning(
         return Err(unsupported(&index_path, "image_encoder", class, "only CLIPVisionModel"));
     }
     let class = component_class(dir, index, "image_processor")?;
-    if !matches!(class.as_str(), "CLIPImageProcessor" | "CLIPImageProcessorFast") {
-        return Err(unsupported(&index_path, "image_processor", class, "only CLIPImageProcessor"));
-    }
+    let Some(backend) = crate::image_processor::ProcessorBackend::of_class(&class) else {
+        return Err(unsupported(&index_path, "image_processor", class, "only CLIPImageProcessor (Fast or Pil)"));
+    };
     let e_dir = dir.join("image_encoder");
     let cfg = ClipVisionConfig::load(&e_dir.join("config.json"))?;
     if Some(cfg.hidden_size) != transformer.cfg.image_dim {
@@ -546,7 +547,8 @@ fn load_image_conditioning(
     }
     let w = Weights::from_dir(&e_dir, "model", device, Kind::Float)?;
     let encoder = ClipVisionEncoder::new(cfg, &w)?;
-    let processor = ImageProcessorConfig::load(&dir.join("image_processor").join("preprocessor_config.json"))?;
+    let mut processor = ImageProcessorConfig::load(&dir.join("image_processor").join("preprocessor_config.json"))?;
+    processor.backend = backend;
     if processor.output_side().is_some_and(|s| s != encoder.cfg.image_size) {
         bail!(
             "{}: image_processor crops to {:?} but the image encoder takes {}x{}",

@@ -211,3 +211,56 @@ fn video_to_video_matches_diffusers_end_to_end() {
     assert_eq!(out.metrics.forwards, 6, "CFG runs two forwards per step run");
     crate::common::assert_matches_reference("v2v", &out, fx("v2v.latents_out"), fx("v2v.video_out"));
 }
+
+/// Fixture case `i` of clip_pil_processor.safetensors (make_clip_pil_fixture.py): its picture
+/// and what transformers' `CLIPImageProcessorPil` made of it.
+fn pil_case(i: usize, config: &str) -> (Vec<u8>, u32, u32, &'static Tensor) {
+    let fx = |what: &str| crate::common::fixture("clip_pil_processor.safetensors", &format!("{i}.{config}.{what}"));
+    let (h, w, _) = fx("picture").size3().unwrap();
+    (Vec::<u8>::try_from(fx("picture").flatten(0, -1)).unwrap(), w as u32, h as u32, fx("pixel_values"))
+}
+
+fn max_diff(
+    p: &fastvideo_wan::image_processor::ImageProcessorConfig,
+    (rgb, w, h, want): &(Vec<u8>, u32, u32, &Tensor),
+) -> f64 {
+    let out = p.preprocess(&[Rgb8 { width: *w, height: *h, data: rgb }], Device::Cpu).unwrap();
+    assert_eq!(out.size()[1..], want.size()[..], "pixel_values shape");
+    (out.squeeze_dim(0) - *want).abs().max().double_value(&[])
+}
+
+#[test]
+fn a_folder_saved_without_torchvision_runs_the_pil_processor() {
+    use fastvideo_wan::image_processor::{ImageProcessorConfig, ProcessorBackend};
+    // transformers 5 without torchvision saves `CLIPImageProcessorPil` in model_index.json
+    // (issue 54: refused by name); its preprocessor_config.json is the same as the torchvision
+    // processor's.
+    let dir = tempfile::tempdir().unwrap();
+    crate::common::copy_dir(&fixture_dir().join("tiny-wan-i2v"), dir.path());
+    let index = dir.path().join("model_index.json");
+    let text = std::fs::read_to_string(&index).unwrap().replace("\"CLIPImageProcessor\"", "\"CLIPImageProcessorPil\"");
+    std::fs::write(&index, text).unwrap();
+    let m = WanModel::load(dir.path(), Device::Cpu).expect("a folder naming CLIPImageProcessorPil loads");
+    let p = &m.image.as_ref().and_then(|i| i.clip.as_ref()).unwrap().processor;
+    assert_eq!(p.backend, ProcessorBackend::Pil);
+    // PIL's fixed-point bicubic and NumPy's float64 rescale reproduced: exact on every case
+    // (shrinking, enlarging, the size kept).
+    for i in 0..3 {
+        let d = max_diff(p, &pil_case(i, "a"));
+        assert_eq!(d, 0.0, "case {i}: max abs error {d}");
+    }
+    // A crop that is not square, with odd offsets.
+    let json = r#"{"size": {"shortest_edge": 40}, "crop_size": {"height": 36, "width": 32},
+        "image_mean": [0.48145466, 0.4578275, 0.40821073], "image_std": [0.26862954, 0.26130258, 0.27577711]}"#;
+    let mut b: ImageProcessorConfig = serde_json::from_str(json).unwrap();
+    b.backend = ProcessorBackend::Pil;
+    for i in 3..5 {
+        let d = max_diff(&b, &pil_case(i, "b"));
+        assert_eq!(d, 0.0, "case {i}: max abs error {d}");
+    }
+    // The torchvision backend computes something else: an 8-bit step apart here and there.
+    b.backend = ProcessorBackend::Torchvision;
+    let d = max_diff(&b, &pil_case(3, "b"));
+    eprintln!("torchvision backend vs CLIPImageProcessorPil: max abs difference {d:.3e}");
+    assert!(d > 1e-2, "torchvision vs PIL: {d}");
+}

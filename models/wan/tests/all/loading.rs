@@ -56,6 +56,28 @@ fn a_boundary_without_a_second_expert_is_refused_by_key() {
 }
 
 #[test]
+fn a_folder_saved_from_the_video_to_video_pipeline_loads() {
+    // diffusers' WanVideoToVideoPipeline saves the text-to-video components under its own class
+    // name, without the Wan 2.2 keys (issue 54: refused for its `_class_name`).
+    let dir = tempfile::tempdir().unwrap();
+    copy_dir(&tiny(), dir.path());
+    let idx = dir.path().join("model_index.json");
+    let mut index: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(&idx).unwrap()).unwrap();
+    index.insert("_class_name".into(), "WanVideoToVideoPipeline".into());
+    for key in ["boundary_ratio", "expand_timesteps", "transformer_2"] {
+        index.remove(key);
+    }
+    std::fs::write(&idx, serde_json::to_string_pretty(&index).unwrap()).unwrap();
+    let model = WanModel::load(dir.path(), Device::Cpu).expect("a WanVideoToVideoPipeline folder loads");
+    assert!(model.image.is_none());
+    assert!(model.limits().tasks.contains(&TaskType::V2v));
+    index.insert("_class_name".into(), "WanVideoToVideoPipelinex".into());
+    std::fs::write(&idx, serde_json::to_string_pretty(&index).unwrap()).unwrap();
+    assert!(load_err(dir.path()).contains("WanVideoToVideoPipeline and WanImageToVideoPipeline"));
+}
+
+#[test]
 fn text_to_image_is_a_one_frame_video() {
     let model = WanModel::load(&tiny(), Device::Cpu).unwrap();
     let spec = Arc::new(pipeline::text_to_video(&model, pipeline::default_guidance()).unwrap());

@@ -1,0 +1,124 @@
+//! PIL's bicubic resize of 8-bit RGB, as `CLIPImageProcessorPil` runs it (`Image.resize` with
+//! `BICUBIC`, no reducing gap). Written from Pillow's `Resample.c` algorithm: per output pixel, a
+//! = −0.5 cubic weights over a support of 2 input pixels (widened by the scale when shrinking),
+//! normalised, then rounded to fixed point with 22 fractional bits; the horizontal pass runs
+//! first and each pass rounds to 8 bits. Integer arithmetic throughout, so the result is PIL's
+//! to the bit, which a float resampler is not.
+
+/// Fractional bits of the fixed-point weights (`32 − 8 − 2`: headroom for 8-bit inputs).
+const PRECISION_BITS: u32 = 22;
+
+/// The bicubic kernel with a = −0.5.
+fn bicubic(x: f64) -> f64 {
+    const A: f64 = -0.5;
+    let x = x.abs();
+    if x < 1.0 {
+        ((A + 2.0) * x - (A + 3.0)) * x * x + 1.0
+    } else if x < 2.0 {
+        (((x - 5.0) * x + 8.0) * x - 4.0) * A
+    } else {
+        0.0
+    }
+}
+
+/// For each output sample, the first input sample it reads and its fixed-point weights.
+fn coefficients(input: usize, output: usize) -> Vec<(usize, Vec<i32>)> {
+    let scale = input as f64 / output as f64;
+    let filter_scale = scale.max(1.0);
+    let support = 2.0 * filter_scale;
+    (0..output)
+        .map(|o| {
+            let center = (o as f64 + 0.5) * scale;
+            // C's float-to-int conversion truncates toward zero; the clamps follow.
+            let lo = ((center - support + 0.5) as i64).max(0) as usize;
+            let hi = ((center + support + 0.5) as i64).min(input as i64).max(lo as i64) as usize;
+            let w: Vec<f64> = (lo..hi).map(|i| bicubic((i as f64 - center + 0.5) * (1.0 / filter_scale))).collect();
+            let total: f64 = w.iter().sum();
+            let one = (1u32 << PRECISION_BITS) as f64;
+            let fixed = w
+                .iter()
+                .map(|&k| {
+                    let k = if total != 0.0 { k / total } else { k };
+                    // Rounded half away from zero, as Pillow's normalize_coeffs_8bpc does.
+                    if k < 0.0 {
+                        (-0.5 + k * one) as i32
+                    } else {
+                        (0.5 + k * one) as i32
+                    }
+                })
+                .collect();
+            (lo, fixed)
+        })
+        .collect()
+}
+
+/// A fixed-point sum back to 8 bits, clamped.
+fn clip8(acc: i64) -> u8 {
+    (acc >> PRECISION_BITS).clamp(0, 255) as u8
+}
+
+/// Resamples RGB8 `src` along one axis: `lines` lines, each `line_stride` bytes after the last,
+/// its samples `step` bytes apart; output sample `o` of line `l` goes to `out[out_index(l, o)..]`.
+/// Rows are lines for the horizontal pass, columns for the vertical one.
+fn pass(
+    src: &[u8],
+    (lines, line_stride): (usize, usize),
+    step: usize,
+    coeffs: &[(usize, Vec<i32>)],
+    out_index: impl Fn(usize, usize) -> usize,
+    out: &mut [u8],
+) {
+    for line in 0..lines {
+        for (o, (lo, k)) in coeffs.iter().enumerate() {
+            let mut acc = [1i64 << (PRECISION_BITS - 1); 3];
+            for (j, &w) in k.iter().enumerate() {
+                let at = line * line_stride + (lo + j) * step;
+                for (c, a) in acc.iter_mut().enumerate() {
+                    *a += src[at + c] as i64 * w as i64;
+                }
+            }
+            let dst = out_index(line, o);
+            for c in 0..3 {
+                out[dst + c] = clip8(acc[c]);
+            }
+        }
+    }
+}
+
+/// `rgb` (`w`x`h`, row-major RGB8) resized to `nw`x`nh` as PIL's `Image.resize(BICUBIC)` does:
+/// the same size is returned as it is, an axis whose size is kept is not resampled.
+pub(super) fn resize_bicubic(rgb: &[u8], w: usize, h: usize, nw: usize, nh: usize) -> Vec<u8> {
+    let mut cur = rgb.to_vec();
+    if nw != w {
+        let mut out = vec![0u8; nw * h * 3];
+        pass(&cur, (h, w * 3), 3, &coefficients(w, nw), |y, x| (y * nw + x) * 3, &mut out);
+        cur = out;
+    }
+    if nh != h {
+        let mut out = vec![0u8; nw * nh * 3];
+        // Lines are columns now: a column's samples are a row apart.
+        pass(&cur, (nw, 3), nw * 3, &coefficients(h, nh), |x, y| (y * nw + x) * 3, &mut out);
+        cur = out;
+    }
+    cur
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn weights_sum_to_one_in_fixed_point_and_a_flat_picture_stays_flat() {
+        for (i, o) in [(50, 32), (23, 32), (7, 3), (3, 7), (1, 5)] {
+            for (_, k) in coefficients(i, o) {
+                let sum: i64 = k.iter().map(|&v| v as i64).sum();
+                assert!((sum - (1 << PRECISION_BITS)).abs() <= k.len() as i64, "{i}->{o}: {sum}");
+            }
+        }
+        let flat = vec![77u8; 9 * 5 * 3];
+        assert!(resize_bicubic(&flat, 9, 5, 4, 11).iter().all(|&v| v == 77));
+        // An unchanged size is not resampled at all.
+        let p: Vec<u8> = (0..27).collect();
+        assert_eq!(resize_bicubic(&p, 3, 3, 3, 3), p);
+    }
+}
