@@ -199,9 +199,8 @@ pub async fn upload(
     mut form: Multipart,
 ) -> Result<Json<FileObject>, ApiError> {
     let (mut file, mut purpose) = (None, None);
-    let unreadable = |e: axum::extract::multipart::MultipartError| {
-        ApiError::field("file", format!("unreadable multipart body: {}", e.body_text()))
-    };
+    let limit = Some(crate::params::BodyLimit(s.body_limit));
+    let unreadable = |e: axum::extract::multipart::MultipartError| crate::params::unreadable("file", &e, limit);
     while let Some(field) = form.next_field().await.map_err(unreadable)? {
         match field.name().unwrap_or_default() {
             "file" => {

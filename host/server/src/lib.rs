@@ -106,6 +106,7 @@ pub fn router(state: AppState) -> Router {
         .merge(comfy::routes())
         .fallback(|| async { ApiError::NotFound { what: "route".into() } })
         .layer(axum::extract::DefaultBodyLimit::max(body_limit))
+        .layer(axum::Extension(params::BodyLimit(body_limit)))
         .layer(axum::middleware::map_response(ApiError::json_errors))
         .layer(axum::middleware::from_fn_with_state(state.keys.clone(), auth::require_key))
         .with_state(state)

@@ -6,11 +6,12 @@ use axum::extract::{Multipart, Query};
 use axum::http::header::{CONTENT_DISPOSITION, CONTENT_TYPE};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::{Extension, Json};
 use serde::Deserialize;
 use serde_json::json;
 
 use super::api::Api;
+use crate::params::{unreadable, BodyLimit};
 
 #[derive(Deserialize)]
 pub struct ViewQuery {
@@ -73,18 +74,20 @@ pub async fn view(Api(c): Api, Query(q): Query<ViewQuery>) -> Response {
 
 /// Saves the multipart `image` under `input/` (or `type`'s folder), renaming `name (1).ext`
 /// on a clash unless `overwrite` is true, as ComfyUI does.
-pub async fn upload_image(Api(c): Api, mut form: Multipart) -> Response {
+pub async fn upload_image(Api(c): Api, limit: Option<Extension<BodyLimit>>, mut form: Multipart) -> Response {
+    let limit = limit.map(|Extension(l)| l);
     let (mut file, mut overwrite, mut sub, mut kind) = (None, false, String::new(), "input".to_string());
     loop {
         let field = match form.next_field().await {
             Ok(Some(f)) => f,
             Ok(None) => break,
-            Err(e) => return (StatusCode::BAD_REQUEST, format!("multipart: {e}")).into_response(),
+            Err(e) => return unreadable("image", &e, limit).into_response(),
         };
         let name = field.name().unwrap_or_default().to_string();
         let filename = field.file_name().map(String::from);
-        let Ok(data) = field.bytes().await else {
-            return (StatusCode::BAD_REQUEST, "multipart: unreadable field").into_response();
+        let data = match field.bytes().await {
+            Ok(d) => d,
+            Err(e) => return unreadable(&name, &e, limit).into_response(),
         };
         match name.as_str() {
             "image" => file = filename.map(|f| (f, data)),

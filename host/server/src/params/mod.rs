@@ -14,8 +14,10 @@ use serde::Deserialize;
 use crate::error::ApiError;
 use crate::listener::BodyTimeout;
 
+mod body;
 mod media;
 
+pub(crate) use body::{unreadable, BodyLimit};
 use media::no_uploads;
 pub use media::{MediaNames, MediaValue, Uploads};
 
@@ -133,19 +135,15 @@ async fn read_body_now<T: DeserializeOwned>(req: Request) -> Result<T, ApiError>
         .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("multipart/form-data"));
+    let limit = req.extensions().get::<BodyLimit>().copied();
     let value = if is_multipart {
-        let mut form = Multipart::from_request(req, &())
-            .await
-            .map_err(|e| ApiError::field("body", format!("unreadable multipart body: {e}")))?;
+        let mut form = Multipart::from_request(req, &()).await.map_err(|e| unreadable("body", &e, limit))?;
         let mut map = serde_json::Map::new();
-        while let Some(field) =
-            form.next_field().await.map_err(|e| ApiError::field("body", format!("unreadable multipart body: {e}")))?
-        {
+        while let Some(field) = form.next_field().await.map_err(|e| unreadable("body", &e, limit))? {
             let name = field.name().unwrap_or_default().to_string();
             let field_file_name = field.file_name().map(str::to_string);
             let is_file = field_file_name.is_some();
-            let bytes =
-                field.bytes().await.map_err(|e| ApiError::field(&name, format!("unreadable form field: {e}")))?;
+            let bytes = field.bytes().await.map_err(|e| unreadable(&name, &e, limit))?;
             let value = if is_file {
                 // Kept as base64 until the request plane decodes it (with every check a JSON
                 // client's data URL gets), so both wire forms take one path.
@@ -161,9 +159,7 @@ async fn read_body_now<T: DeserializeOwned>(req: Request) -> Result<T, ApiError>
         }
         serde_json::Value::Object(map)
     } else {
-        let bytes = Bytes::from_request(req, &())
-            .await
-            .map_err(|e| ApiError::field("body", format!("unreadable body: {e}")))?;
+        let bytes = Bytes::from_request(req, &()).await.map_err(|e| unreadable("body", &e, limit))?;
         json_value(&bytes)?
     };
     decode(value)

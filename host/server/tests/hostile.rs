@@ -1,0 +1,82 @@
+//! Hostile and malformed input against the router in process, surface by surface: bodies over
+//! the limit, media fields that do not decode, LoRA scales that are no number, webhooks of a
+//! deleted job, chat roles no template knows. Each must be a clear refusal naming the field the
+//! client sent (never an internal one), and the server must stay up.
+
+mod common;
+
+use std::sync::Arc;
+
+use axum::http::StatusCode;
+use axum::Router;
+use common::{get, json, multipart, rt, send, state};
+use fastvideo_request::chat::ChatCodec;
+use fastvideo_request::RequestError;
+use fastvideo_server::{router, ComfyConfig, DeviceInfo};
+use serde_json::{json as j, Value};
+
+/// A language model's codec without a model: a prompt is the messages' text.
+struct FakeLm;
+
+impl ChatCodec for FakeLm {
+    fn prompt(&self, messages: &Value) -> Result<String, RequestError> {
+        Ok(messages.to_string())
+    }
+    fn count(&self, text: &str) -> Result<usize, RequestError> {
+        Ok(text.len())
+    }
+    fn decode(&self, _: &[i64]) -> String {
+        String::new()
+    }
+}
+
+async fn healthy(app: &Router) {
+    assert_eq!(send(app, get("/health")).await.0, StatusCode::OK, "the server stays up");
+}
+
+#[test]
+fn bodies_over_the_limit_are_413s_with_a_json_error_on_every_route() {
+    rt().block_on(async {
+        let comfy_root = tempfile::tempdir().unwrap();
+        let comfy = ComfyConfig {
+            translators: Default::default(),
+            models: Default::default(),
+            serves: Arc::new(|_| None),
+            root: comfy_root.path().to_path_buf(),
+            device: DeviceInfo::default(),
+        };
+        let limit = 64 << 10;
+        let app =
+            router(state().with_body_limit(limit).with_chat("toy-lm".into(), Arc::new(FakeLm)).with_comfyui(comfy));
+        let big = vec![b'a'; limit + 1024];
+        let text = String::from_utf8(big.clone()).unwrap();
+        let cases = [
+            (
+                "/v1/files multipart",
+                multipart("/v1/files", &[("purpose", None, b"vision"), ("file", Some("a.png"), &big)]),
+            ),
+            ("/v1/videos JSON", json("POST", "/v1/videos", j!({"prompt": text}).to_string())),
+            (
+                "/v1/videos multipart",
+                multipart("/v1/videos", &[("prompt", None, b"x"), ("input_reference", Some("a.png"), &big)]),
+            ),
+            ("/v1/images/generations JSON", json("POST", "/v1/images/generations", j!({"prompt": text}).to_string())),
+            (
+                "/v1/chat/completions JSON",
+                json("POST", "/v1/chat/completions", j!({"messages": [{"role": "user", "content": text}]}).to_string()),
+            ),
+            ("/upload/image multipart", multipart("/upload/image", &[("image", Some("a.png"), &big)])),
+        ];
+        for (what, req) in cases {
+            let (status, e) = send(&app, req).await;
+            assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{what}: {e}");
+            assert_eq!(e["error"]["code"], "payload_too_large", "{what}: {e}");
+            assert_eq!(e["error"]["type"], "invalid_request_error", "{what}: {e}");
+            assert!(e["error"]["message"].as_str().unwrap().contains("size limit of 65536 bytes"), "{what}: {e}");
+        }
+        // Under the limit, the same routes read their bodies.
+        let (status, f) = send(&app, multipart("/v1/files", &[("file", Some("a.png"), &big[..1024])])).await;
+        assert_eq!((status, &f["bytes"]), (StatusCode::OK, &j!(1024)), "{f}");
+        healthy(&app).await;
+    });
+}
