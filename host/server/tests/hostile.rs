@@ -30,6 +30,10 @@ impl ChatCodec for FakeLm {
     }
 }
 
+fn param(e: &Value) -> &str {
+    e["error"]["param"].as_str().unwrap_or_default()
+}
+
 async fn healthy(app: &Router) {
     assert_eq!(send(app, get("/health")).await.0, StatusCode::OK, "the server stays up");
 }
@@ -77,6 +81,42 @@ fn bodies_over_the_limit_are_413s_with_a_json_error_on_every_route() {
         // Under the limit, the same routes read their bodies.
         let (status, f) = send(&app, multipart("/v1/files", &[("file", Some("a.png"), &big[..1024])])).await;
         assert_eq!((status, &f["bytes"]), (StatusCode::OK, &j!(1024)), "{f}");
+        healthy(&app).await;
+    });
+}
+
+#[test]
+fn media_errors_name_the_field_the_client_sent() {
+    rt().block_on(async {
+        let app = router(state());
+        let cases = [
+            (j!({"prompt": "x", "input_reference": "!!! not base64 !!!"}), "input_reference"),
+            (j!({"prompt": "x", "input_reference": {"b64": "%%%"}}), "input_reference"),
+            (j!({"prompt": "x", "video": "%%%"}), "video"),
+            (j!({"prompt": "x", "input_reference": "data:image/png,iVBORw0KGgo"}), "input_reference"),
+            (j!({"prompt": "x", "video": "data:video/mp4;charset=utf-8,AAAA"}), "video"),
+            (j!({"prompt": "x", "input_reference": "file-abc/../../etc/passwd"}), "input_reference"),
+            (j!({"prompt": "x", "video": "file-"}), "video"),
+            (j!({"prompt": "x", "input_reference": "file-nosuchupload"}), "input_reference"),
+        ];
+        for (body, field) in cases {
+            let (status, e) = send(&app, json("POST", "/v1/videos", body.to_string())).await;
+            assert_eq!((status, param(&e)), (StatusCode::BAD_REQUEST, field), "{body}: {e}");
+            let message = e["error"]["message"].as_str().unwrap();
+            assert!(message.starts_with(field) && !message.contains("inputs["), "{body}: {e}");
+        }
+        // Forms: the same fields as text, and as files.
+        for (fields, field) in [
+            (vec![("input_reference", None, b"%%%".as_slice())], "input_reference"),
+            (vec![("video", None, b"data:video/mp4,xyz".as_slice())], "video"),
+            (vec![("input_reference", None, b"file-a.b".as_slice())], "input_reference"),
+            (vec![("video", Some("v.mp4"), b"not a video".as_slice())], "video"),
+        ] {
+            let mut all = vec![("prompt", None, b"x".as_slice())];
+            all.extend(fields);
+            let (status, e) = send(&app, multipart("/v1/videos", &all)).await;
+            assert_eq!((status, param(&e)), (StatusCode::BAD_REQUEST, field), "{e}");
+        }
         healthy(&app).await;
     });
 }

@@ -30,6 +30,16 @@ impl MediaValue {
     pub(super) fn resolve<'a>(&'a self, field: &str, uploads: &Uploads) -> Result<std::borrow::Cow<'a, str>, ApiError> {
         match self {
             MediaValue::Encoded(s) if crate::files::is_file_id(s) => Ok(uploads(s, field)?.into()),
+            // Base64 has no `-`: this was meant as an id.
+            MediaValue::Encoded(s) if s.starts_with("file-") => {
+                let shown: String = s.chars().take(40).collect();
+                Err(ApiError::field(
+                    field,
+                    format!(
+                        "{field}: `{shown}` is not an upload id (`file-` then letters and digits, from POST /v1/files)"
+                    ),
+                ))
+            }
             v => Ok(v.b64().into()),
         }
     }
@@ -65,11 +75,15 @@ impl MediaNames {
         Self(names.collect())
     }
 
-    /// `e` with an input's field renamed to the API's.
+    /// `e` with an input's field renamed to the API's. The request plane's sub-fields of an
+    /// input (`inputs[1].b64`, `.path`) are its own wire shape, not the client's: they name the
+    /// API field too.
     pub fn rename(&self, e: fastvideo_engine::EngineError) -> fastvideo_engine::EngineError {
         match e {
             fastvideo_engine::EngineError::Invalid(mut re) => {
-                if let Some((_, name)) = self.0.iter().find(|(f, _)| *f == re.field) {
+                let ours =
+                    |f: &str| re.field.strip_prefix(f).is_some_and(|rest| rest.is_empty() || rest.starts_with('.'));
+                if let Some((_, name)) = self.0.iter().find(|(f, _)| ours(f)) {
                     re.field = name.to_string();
                 }
                 fastvideo_engine::EngineError::Invalid(re)
