@@ -17,8 +17,9 @@ pub const MAX_LORA_SCALE: f64 = 10.0;
 pub struct LoraChoice {
     /// The adapter's name in the deploy (`[[adapters]] name`).
     pub name: String,
-    /// Strength, in ±[`MAX_LORA_SCALE`]; absent: the deploy's `default_scale`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Strength, in ±[`MAX_LORA_SCALE`]; absent: the deploy's `default_scale`. A number, or
+    /// text that reads as one (forms carry numbers as text), through [`parse_lora_scale`].
+    #[serde(default, deserialize_with = "scale_field", skip_serializing_if = "Option::is_none")]
     pub scale: Option<f64>,
     /// Two-expert models: the one expert the adapter binds to (`high_noise` or `low_noise`,
     /// as the Wan 2.2 LoRAs that ship one file per expert); absent: both.
@@ -57,6 +58,51 @@ pub struct LoraUse {
     /// The expert it binds to, if one (two-expert models).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expert: Option<LoraExpert>,
+}
+
+/// A scale written as text (a form field, or a JSON string): the number it reads as, which
+/// must be finite. `NaN` and `inf` parse as floats but are no strength; refusing them here
+/// keeps them from turning into JSON `null` (the deploy's default) on the way in.
+pub fn parse_lora_scale(text: &str) -> Result<f64, String> {
+    let t = text.trim();
+    match t.parse::<f64>() {
+        Ok(v) if v.is_finite() => Ok(v),
+        Ok(_) => Err(format!("`{t}` is not a finite number")),
+        Err(_) => Err(format!("`{t}` is not a number")),
+    }
+}
+
+/// `scale` as JSON or a form sends it: a number, text through [`parse_lora_scale`], or null.
+fn scale_field<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    struct Scale;
+    impl<'de> serde::de::Visitor<'de> for Scale {
+        type Value = Option<f64>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a finite number (or text that reads as one)")
+        }
+        fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Self::Value, E> {
+            Ok(Some(v))
+        }
+        fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Self::Value, E> {
+            Ok(Some(v as f64))
+        }
+        fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Self::Value, E> {
+            Ok(Some(v as f64))
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+            parse_lora_scale(v).map(Some).map_err(E::custom)
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_any(Scale)
+        }
+    }
+    d.deserialize_option(Scale)
 }
 
 /// Checks each choice on its own: a name, a finite strength within ±[`MAX_LORA_SCALE`], and
@@ -111,6 +157,14 @@ mod tests {
             assert_eq!(resolve_lora(&choices).unwrap_err().field, field);
         }
         assert!(resolve_lora(&[choice("a", Some(-10.0))]).is_ok());
+        // Scales as text (forms) read as numbers; non-finite ones are refused, not defaulted.
+        let text = serde_json::from_str::<LoraChoice>(r#"{"name": "a", "scale": " 0.5 "}"#).unwrap();
+        assert_eq!(text.scale, Some(0.5));
+        for bad in ["NaN", "nan", "inf", "-Infinity", "x"] {
+            let e = serde_json::from_value::<LoraChoice>(serde_json::json!({"name": "a", "scale": bad})).unwrap_err();
+            assert!(e.to_string().contains(bad), "{bad}: {e}");
+        }
+        assert_eq!(serde_json::from_str::<LoraChoice>(r#"{"name": "a", "scale": null}"#).unwrap().scale, None);
         // JSON: an unknown key is refused, a missing scale is fine.
         assert!(serde_json::from_str::<LoraChoice>(r#"{"name": "a", "strength": 1}"#).is_err());
         assert_eq!(serde_json::from_str::<LoraChoice>(r#"{"name": "a"}"#).unwrap(), choice("a", None));

@@ -120,3 +120,48 @@ fn media_errors_name_the_field_the_client_sent() {
         healthy(&app).await;
     });
 }
+
+#[test]
+fn non_finite_lora_scales_are_400s_naming_the_scale_in_json_and_forms() {
+    rt().block_on(async {
+        let app = router(state());
+        for scale in [j!("NaN"), j!("nan"), j!("inf"), j!("-Infinity"), j!("0.5x"), j!(true)] {
+            let body = j!({"prompt": "x", "lora": [{"name": "style", "scale": scale}]});
+            let (status, e) = send(&app, json("POST", "/v1/videos", body.to_string())).await;
+            assert_eq!((status, param(&e)), (StatusCode::BAD_REQUEST, "lora[0].scale"), "{scale}: {e}");
+        }
+        for fields in [
+            [("lora[0][name]", "style"), ("lora[0][scale]", "NaN")],
+            [("lora[][name]", "style"), ("lora[][scale]", "inf")],
+            [("lora[0][name]", "style"), ("lora[0][scale]", " -inf ")],
+        ] {
+            let mut all: Vec<(&str, Option<&str>, &[u8])> = vec![("prompt", None, b"x")];
+            all.extend(fields.iter().map(|(k, v)| (*k, None, v.as_bytes())));
+            let (status, e) = send(&app, multipart("/v1/videos", &all)).await;
+            assert_eq!((status, param(&e)), (StatusCode::BAD_REQUEST, "lora[0].scale"), "{fields:?}: {e}");
+            // The parser the fuzz targets and other front ends use agrees.
+            let mut pairs = vec![("prompt", "x")];
+            pairs.extend(fields);
+            let limits = fastvideo_request::ModelLimits::example();
+            match fastvideo_server::video_request_from_form(&pairs, &limits) {
+                Err(fastvideo_server::ApiError::BadRequest { param, .. }) => {
+                    assert_eq!(param.as_deref(), Some("lora[0].scale"))
+                }
+                other => panic!("{fields:?}: {other:?}"),
+            }
+        }
+        // A scale as text that is a number is read as that number: this server enables no
+        // adapters, so the refusal is about the name, not the scale.
+        let (status, e) = send(
+            &app,
+            multipart(
+                "/v1/videos",
+                &[("prompt", None, b"x"), ("lora[0][name]", None, b"style"), ("lora[0][scale]", None, b"0.5")],
+            ),
+        )
+        .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{e}");
+        assert_ne!(param(&e), "lora[0].scale", "{e}");
+        healthy(&app).await;
+    });
+}

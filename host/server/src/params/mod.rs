@@ -402,12 +402,14 @@ pub(crate) fn lora_choices(v: &serde_json::Value) -> Result<Vec<fastvideo_reques
         .into_iter()
         .enumerate()
         .map(|(i, item)| {
-            let mut item = item.clone();
-            // Forms carry numbers as text.
-            if let Some(s) = item.get("scale").and_then(|s| s.as_str()).and_then(|s| s.trim().parse::<f64>().ok()) {
-                item["scale"] = s.into();
-            }
-            serde_json::from_value(item).map_err(|e| ApiError::field(&format!("lora[{i}]"), format!("lora[{i}]: {e}")))
+            // `LoraChoice` reads a scale sent as text (forms) itself, refusing a non-finite one.
+            serde_path_to_error::deserialize(item).map_err(|e| {
+                let field = match e.path().to_string() {
+                    p if p == "." => format!("lora[{i}]"),
+                    p => format!("lora[{i}].{p}"),
+                };
+                ApiError::field(&field, format!("{field}: {}", e.into_inner()))
+            })
         })
         .collect()
 }
