@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Fetches the CPU part of libtorch 2.11.0 (the exact build the GPU machines' PyTorch 2.11.0+cu130
-# has) from PyPI's torch wheel into .libtorch/, which .cargo/config.toml points LIBTORCH at.
+# has) from PyPI's torch wheel into .libtorch/, which .cargo/config.toml points LIBTORCH at, and
+# installs Debian's ffmpeg libraries (host/scripts/ffmpeg.sh) for the video-input decoder.
 # Idempotent: a second run with the folder in place does nothing. Needs python3 with pip and unzip
 # (falls back to python's zipfile when unzip is missing).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+# The binary's default `ffmpeg` feature (video inputs) builds against Debian's ffmpeg libraries.
+bash "$root/host/scripts/ffmpeg.sh"
 dest="$root/.libtorch"
 stamp="$dest/.fastvideo-bootstrap-2.11.0"
 if [ -f "$stamp" ]; then

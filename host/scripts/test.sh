@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Sets up (libtorch from PyPI and Debian's Chromium, once) and runs every check: formatting, clippy, the test suite.
+# Sets up (libtorch from PyPI, Debian's ffmpeg libraries and Chromium, once) and runs every check: formatting, clippy, the test suite.
 # This is the README's test command and what CI runs (.ci/run). Needs no GPU. Its one Python
 # package is the official `openai` client (PyPI, into .venv-client), which the server tests use.
 # Ends with a table of how long each phase took (also when a phase fails), so a slower CI shows
@@ -36,6 +36,8 @@ phase() { # name, then the command
 
 setup() {
   bash host/scripts/bootstrap.sh
+  # Video inputs decode with ffmpeg's libraries (Debian's libav*-dev; bindgen needs libclang).
+  bash host/scripts/ffmpeg.sh
   bash host/scripts/client-venv.sh
   # The WebRTC test drives a real browser.
   bash host/scripts/browser.sh
@@ -55,7 +57,7 @@ fmt() {
   cargo fmt --manifest-path plugins/Cargo.toml --all -- --check
 }
 
-phase "setup (libtorch, venvs, browser, protoc)" setup
+phase "setup (libtorch, ffmpeg, venvs, browser, protoc)" setup
 phase "fmt" fmt
 phase "clippy (plugins, wasm32)" cargo clippy --manifest-path plugins/Cargo.toml --target wasm32-unknown-unknown --locked -- -D warnings
 # The guest SDK's own tests (its typed manifest, its doc examples) run on the host.
