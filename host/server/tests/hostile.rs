@@ -5,14 +5,17 @@
 
 mod common;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::http::StatusCode;
 use axum::Router;
+use base64::Engine as _;
 use common::{get, json, multipart, rt, send, state};
 use fastvideo_request::chat::ChatCodec;
 use fastvideo_request::RequestError;
-use fastvideo_server::{router, ComfyConfig, DeviceInfo};
+use fastvideo_server::{router, ComfyConfig, DeviceInfo, RetrySchedule, WebhookPolicy};
 use serde_json::{json as j, Value};
 
 /// A language model's codec without a model: a prompt is the messages' text.
@@ -162,6 +165,71 @@ fn non_finite_lora_scales_are_400s_naming_the_scale_in_json_and_forms() {
         .await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{e}");
         assert_ne!(param(&e), "lora[0].scale", "{e}");
+        healthy(&app).await;
+    });
+}
+
+/// An HTTP receiver that fails every delivery (so the server retries), counting them.
+fn failing_receiver(rt: &tokio::runtime::Runtime) -> (u16, Arc<AtomicUsize>) {
+    let got = Arc::new(AtomicUsize::new(0));
+    let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let count = got.clone();
+    let app = Router::new().route(
+        "/hooks/{*rest}",
+        axum::routing::post(move || async move {
+            count.fetch_add(1, Ordering::SeqCst);
+            StatusCode::SERVICE_UNAVAILABLE
+        }),
+    );
+    rt.spawn(async move { axum::serve(listener, app).await });
+    (port, got)
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs()
+}
+
+#[test]
+fn deleting_a_job_stops_its_pending_webhook_retries() {
+    let rt = rt();
+    let (port, got) = failing_receiver(&rt);
+    rt.block_on(async {
+        let secret = format!("whsec_{}", base64::engine::general_purpose::STANDARD.encode([7u8; 32]));
+        let policy = WebhookPolicy::new(&[format!("http://127.0.0.1:{port}/hooks")]).unwrap();
+        // Retries 3 s apart: time to delete the job between two attempts.
+        let schedule = RetrySchedule {
+            first: Duration::from_secs(3),
+            max: Duration::from_secs(3),
+            window: Duration::from_secs(600),
+        };
+        let app = router(state().with_webhooks(policy, &secret, schedule).unwrap());
+        let body = j!({"prompt": "x", "num_inference_steps": 2, "webhook": format!("http://127.0.0.1:{port}/hooks/a")});
+        let (status, job) = send(&app, json("POST", "/v1/videos", body.to_string())).await;
+        assert_eq!(status, StatusCode::OK, "{job}");
+        let id = job["id"].as_str().unwrap().to_string();
+        // The job ends (failed: the toy makes no video), and its first delivery fails.
+        let mut hook = Value::Null;
+        for _ in 0..500 {
+            hook = send(&app, get(&format!("/v1/videos/{id}"))).await.1["webhook"].clone();
+            if hook["attempts"].as_u64() >= Some(1) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!((&hook["status"], &hook["attempts"]), (&j!("pending"), &j!(1)), "{hook}");
+        let next = hook["next_attempt_at"].as_u64().expect("a retry is scheduled");
+        let (status, deleted) = send(&app, common::delete(&format!("/v1/videos/{id}"))).await;
+        assert_eq!(status, StatusCode::OK, "{deleted}");
+        let before = got.load(Ordering::SeqCst);
+        assert_eq!(before, 1, "one attempt before the delete");
+        // Past the time the retry was due (and its attempt's 10 s timeout cannot be in play:
+        // the receiver answers at once).
+        while unix_now() <= next + 1 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(got.load(Ordering::SeqCst), before, "no delivery after the DELETE");
         healthy(&app).await;
     });
 }

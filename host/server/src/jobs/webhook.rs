@@ -25,12 +25,18 @@ impl Jobs {
                     tokio::time::sleep(Duration::from_secs(wait)).await;
                 }
             }
+            // The job may have been deleted during the wait: checked again where the attempt is
+            // made, not only before the wait, so a DELETE stops the retries that follow it.
             let (event_id, body) = Webhooks::event(&video);
-            let h = hooks.clone();
+            let (h, jobs, job) = (hooks.clone(), self.clone(), id.clone());
             let url = state.url.clone();
-            let outcome = tokio::task::spawn_blocking(move || h.attempt(&url, &event_id, &body))
+            let wanted = move || jobs.with(&job, |j| !j.deleted) == Some(true);
+            let outcome = tokio::task::spawn_blocking(move || h.attempt(&url, &event_id, &body, &wanted))
                 .await
                 .unwrap_or_else(|e| Attempt::Retry(e.to_string()));
+            if outcome == Attempt::Cancelled {
+                return;
+            }
             let ended_at = video.completed_at.unwrap_or_else(now_secs);
             let next = next_state(state, outcome, &hooks, ended_at, now_secs());
             match next.status {
@@ -59,6 +65,10 @@ impl Jobs {
 
 /// The delivery's state after an attempt at `now`.
 fn next_state(mut s: WebhookStatus, outcome: Attempt, hooks: &Webhooks, ended_at: u64, now: u64) -> WebhookStatus {
+    if outcome == Attempt::Cancelled {
+        // Nothing was sent.
+        return s;
+    }
     s.attempts += 1;
     s.next_attempt_at = None;
     match outcome {
@@ -70,6 +80,7 @@ fn next_state(mut s: WebhookStatus, outcome: Attempt, hooks: &Webhooks, ended_at
             s.status = DeliveryState::Failed;
             s.last_error = Some("the receiver answered 410 Gone; not retried".into());
         }
+        Attempt::Cancelled => {}
         Attempt::Retry(why) => {
             let at = now + hooks.schedule.backoff(s.attempts).as_secs().max(1);
             if at > ended_at.saturating_add(hooks.schedule.window.as_secs()) {

@@ -99,6 +99,8 @@ pub enum Attempt {
     Retry(String),
     /// The receiver said 410 Gone: do not try again.
     Gone,
+    /// Not sent: the job was deleted.
+    Cancelled,
 }
 
 /// The operator's webhook setup and the agent deliveries go out on.
@@ -154,11 +156,15 @@ impl Webhooks {
         (id, serde_json::to_vec(&body).unwrap_or_default())
     }
 
-    /// One signed POST; blocking (run it off the async threads).
-    pub fn attempt(&self, url: &str, id: &str, body: &[u8]) -> Attempt {
+    /// One signed POST, unless `wanted` says the event is no longer (its job was deleted),
+    /// asked right before sending; blocking (run it off the async threads).
+    pub fn attempt(&self, url: &str, id: &str, body: &[u8], wanted: &dyn Fn() -> bool) -> Attempt {
         // Checked again: the allowlist may have shrunk since the job was stored.
         if let Err(e) = self.policy.check(url) {
             return Attempt::Retry(e);
+        }
+        if !wanted() {
+            return Attempt::Cancelled;
         }
         let ts = unix_now();
         let signature = match sign(&self.secret, id, ts, body) {
