@@ -99,7 +99,10 @@ impl ChatParams {
             return Err(field("logprobs", "not supported"));
         }
         let prompt = match (route, &p.messages, &p.prompt) {
-            (ChatRoute::Chat, Some(m), _) => lm.codec.prompt(m)?,
+            (ChatRoute::Chat, Some(m), _) => {
+                fastvideo_request::chat::check_roles(m, lm.codec)?;
+                lm.codec.prompt(m)?
+            }
             (ChatRoute::Chat, None, _) => return Err(field("messages", "required")),
             (ChatRoute::Completions, _, Some(Value::String(t))) => t.clone(),
             (ChatRoute::Completions, _, Some(Value::Array(a))) if a.len() == 1 && a[0].is_string() => {

@@ -14,6 +14,37 @@ pub trait ChatCodec: Send + Sync {
     fn count(&self, text: &str) -> Result<usize, RequestError>;
     /// The text of `ids` (a whole completion so far: a token may end inside a character).
     fn decode(&self, ids: &[i64]) -> String;
+    /// The chat template's source, where the codec has one: a role it names literally is
+    /// taken besides [`STANDARD_ROLES`] ([`check_roles`]).
+    fn template_source(&self) -> Option<&str> {
+        None
+    }
+}
+
+/// The roles of OpenAI's chat API, taken whatever the template.
+pub const STANDARD_ROLES: [&str; 5] = ["system", "user", "assistant", "tool", "developer"];
+
+/// Refuses a message whose role is neither standard nor named (quoted) in the codec's template:
+/// most templates render any role string as a header, so a typo (`"usr"`) or an invented role
+/// would reach the model silently. The error names `messages[i].role`; other faults in
+/// `messages` are left to [`ChatCodec::prompt`].
+pub fn check_roles(messages: &serde_json::Value, codec: &dyn ChatCodec) -> Result<(), RequestError> {
+    let Some(list) = messages.as_array() else { return Ok(()) };
+    let template = codec.template_source().unwrap_or_default();
+    let named = |role: &str| {
+        !role.is_empty() && (template.contains(&format!("'{role}'")) || template.contains(&format!("\"{role}\"")))
+    };
+    for (i, m) in list.iter().enumerate() {
+        let Some(role) = m.get("role").and_then(|r| r.as_str()) else { continue };
+        if !STANDARD_ROLES.contains(&role) && !named(role) {
+            let shown: String = role.chars().take(40).collect();
+            return Err(RequestError::new(
+                format!("messages[{i}].role"),
+                format!("`{shown}` is not a role this model's chat template takes ({})", STANDARD_ROLES.join(", ")),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A completion's text as its tokens arrive, decoding only the last few each time (the text of
@@ -185,6 +216,39 @@ mod tests {
         }
         assert_eq!(t.push(&Bytes, b'x' as i64), "ok \u{FFFD}x");
         assert_eq!(t.tokens().len(), 5);
+    }
+
+    /// A codec whose template names one more role.
+    struct Templated;
+    impl ChatCodec for Templated {
+        fn prompt(&self, _: &serde_json::Value) -> Result<String, RequestError> {
+            Ok(String::new())
+        }
+        fn count(&self, text: &str) -> Result<usize, RequestError> {
+            Ok(text.len())
+        }
+        fn decode(&self, _: &[i64]) -> String {
+            String::new()
+        }
+        fn template_source(&self) -> Option<&str> {
+            Some("{% if message.role == 'narrator' %}...{% endif %}")
+        }
+    }
+
+    #[test]
+    fn unknown_roles_are_refused_unless_the_template_names_them() {
+        let chat = |roles: &[&str]| {
+            serde_json::Value::Array(roles.iter().map(|r| serde_json::json!({"role": r, "content": "x"})).collect())
+        };
+        assert!(check_roles(&chat(&STANDARD_ROLES), &Bytes).is_ok());
+        let e = check_roles(&chat(&["system", "wizard"]), &Bytes).unwrap_err();
+        assert_eq!(e.field, "messages[1].role");
+        assert!(e.rule.contains("wizard"), "{e}");
+        assert_eq!(check_roles(&chat(&["narrator"]), &Bytes).unwrap_err().field, "messages[0].role");
+        assert!(check_roles(&chat(&["user", "narrator"]), &Templated).is_ok());
+        assert_eq!(check_roles(&chat(&["User"]), &Templated).unwrap_err().field, "messages[0].role");
+        // Shapes other than roles are the codec's to refuse.
+        assert!(check_roles(&serde_json::json!([{"role": 3}, "x"]), &Bytes).is_ok());
     }
 
     #[test]

@@ -18,7 +18,8 @@ use fastvideo_request::RequestError;
 use fastvideo_server::{router, ComfyConfig, DeviceInfo, RetrySchedule, WebhookPolicy};
 use serde_json::{json as j, Value};
 
-/// A language model's codec without a model: a prompt is the messages' text.
+/// A language model's codec without a model: a prompt is the messages' text. Its template
+/// names one role beyond the standard ones.
 struct FakeLm;
 
 impl ChatCodec for FakeLm {
@@ -30,6 +31,9 @@ impl ChatCodec for FakeLm {
     }
     fn decode(&self, _: &[i64]) -> String {
         String::new()
+    }
+    fn template_source(&self) -> Option<&str> {
+        Some("{% for m in messages %}{% if m.role == 'narrator' %}{{ m.content }}{% endif %}{% endfor %}")
     }
 }
 
@@ -165,6 +169,33 @@ fn non_finite_lora_scales_are_400s_naming_the_scale_in_json_and_forms() {
         .await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{e}");
         assert_ne!(param(&e), "lora[0].scale", "{e}");
+        healthy(&app).await;
+    });
+}
+
+#[test]
+fn chat_roles_no_template_knows_are_400s_naming_the_message() {
+    rt().block_on(async {
+        let app = router(state().with_chat("toy-lm".into(), Arc::new(FakeLm)));
+        let chat = |roles: &[&str]| {
+            let messages: Vec<Value> = roles.iter().map(|r| j!({"role": r, "content": "hi"})).collect();
+            json("POST", "/v1/chat/completions", j!({"messages": messages, "max_tokens": 4}).to_string())
+        };
+        for (roles, field) in [
+            (&["wizard"][..], "messages[0].role"),
+            (&["system", "user", "wizard"][..], "messages[2].role"),
+            (&["USER"][..], "messages[0].role"),
+            (&["user", ""][..], "messages[1].role"),
+        ] {
+            let (status, e) = send(&app, chat(roles)).await;
+            assert_eq!((status, param(&e)), (StatusCode::BAD_REQUEST, field), "{roles:?}: {e}");
+        }
+        // Standard roles, and one the template names, pass the role check (the fake model then
+        // has no engine behind it, which is another error).
+        for roles in [&["system", "developer", "user", "assistant", "tool"][..], &["narrator", "user"][..]] {
+            let (_, e) = send(&app, chat(roles)).await;
+            assert!(!param(&e).ends_with(".role"), "{roles:?}: {e}");
+        }
         healthy(&app).await;
     });
 }
