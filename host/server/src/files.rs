@@ -6,13 +6,15 @@
 //! kept on disk (`DIR/<id>` and `DIR/<id>.json`, each written to a temporary name and renamed,
 //! the data first, so a crash leaves at worst data without metadata, deleted at the next start);
 //! without one they live in memory until deleted or the process ends. A byte budget bounds them.
+//! Writes and fsyncs run on tokio's blocking pool, outside the registry's lock: storing a large
+//! upload must not hold the async workers (health checks, polls) or other uploads.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use anyhow::{Context, Result};
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::extract::{Multipart, Path as UrlPath, State};
 use axum::http::header::{CONTENT_DISPOSITION, CONTENT_TYPE};
 use axum::response::{IntoResponse, Response};
@@ -48,14 +50,22 @@ struct Meta {
 
 struct Stored {
     meta: Meta,
-    data: Arc<Vec<u8>>,
+    /// Shared with the request that uploaded it and with downloads (no copies).
+    data: Bytes,
+}
+
+#[derive(Default)]
+struct Inner {
+    files: BTreeMap<String, Stored>,
+    /// Bytes of uploads being written, counted against the budget until they are in `files`.
+    reserved: u64,
 }
 
 /// The uploaded files.
 pub struct Files {
     dir: Option<PathBuf>,
     budget: u64,
-    inner: Mutex<BTreeMap<String, Stored>>,
+    inner: Mutex<Inner>,
 }
 
 impl Default for Files {
@@ -82,7 +92,7 @@ impl Files {
             let data = std::fs::read(dir.join(id)).ok();
             match (meta, data) {
                 (Some(meta), Some(data)) if data.len() as u64 == meta.file.bytes => {
-                    files.insert(id.to_string(), Stored { meta, data: Arc::new(data) });
+                    files.insert(id.to_string(), Stored { meta, data: data.into() });
                 }
                 _ => {
                     let _ = std::fs::remove_file(&path);
@@ -98,12 +108,12 @@ impl Files {
                 let _ = std::fs::remove_file(&path);
             }
         }
-        Ok(Self { dir: Some(dir.to_path_buf()), budget, inner: Mutex::new(files) })
+        Ok(Self { dir: Some(dir.to_path_buf()), budget, inner: Mutex::new(Inner { files, reserved: 0 }) })
     }
 
     /// How many files are kept (for the log line at start).
     pub fn len(&self) -> usize {
-        self.inner.lock().unwrap().len()
+        self.inner.lock().unwrap().files.len()
     }
 
     /// Whether no file is kept.
@@ -111,49 +121,61 @@ impl Files {
         self.len() == 0
     }
 
-    fn add(&self, file: FileObject, owner: Option<String>, data: Vec<u8>) -> Result<FileObject, ApiError> {
-        let mut g = self.inner.lock().unwrap();
-        let used: u64 = g.values().map(|s| s.meta.file.bytes).sum();
-        if used + data.len() as u64 > self.budget {
-            return Err(ApiError::InsufficientStorage {
-                message: format!(
-                    "uploads are at their budget ({used} of {} bytes); delete files (DELETE /v1/files/ID) first",
-                    self.budget
-                ),
-            });
+    /// Stores an upload within the budget. Blocking (it writes and fsyncs): run it on the
+    /// blocking pool. The lock is held only to reserve the bytes and to insert the file.
+    fn add(&self, file: FileObject, owner: Option<String>, data: Bytes) -> Result<FileObject, ApiError> {
+        let size = data.len() as u64;
+        {
+            let mut g = self.inner.lock().unwrap();
+            let used = g.files.values().map(|s| s.meta.file.bytes).sum::<u64>() + g.reserved;
+            if used + size > self.budget {
+                return Err(ApiError::InsufficientStorage {
+                    message: format!(
+                        "uploads are at their budget ({used} of {} bytes); delete files (DELETE /v1/files/ID) first",
+                        self.budget
+                    ),
+                });
+            }
+            g.reserved += size;
         }
         let meta = Meta { file: file.clone(), owner };
-        if let Some(dir) = &self.dir {
-            write_atomically(&dir.join(&file.id), &data)
-                .and_then(|_| write_atomically(&dir.join(format!("{}.json", file.id)), &serde_json::to_vec(&meta)?))
-                .map_err(|e| ApiError::Internal {
-                    code: "storage".into(),
-                    message: format!("storing the upload: {e}"),
-                })?;
-        }
-        g.insert(file.id.clone(), Stored { meta, data: Arc::new(data) });
+        let written = match &self.dir {
+            Some(dir) => write_upload(dir, &meta, &data),
+            None => Ok(()),
+        };
+        let mut g = self.inner.lock().unwrap();
+        g.reserved -= size;
+        written.map_err(|e| ApiError::Internal {
+            code: "storage".into(),
+            message: format!("storing the upload: {e:#}"),
+        })?;
+        g.files.insert(file.id.clone(), Stored { meta, data });
         Ok(file)
     }
 
-    fn get(&self, id: &str, owner: &Option<String>) -> Option<(FileObject, Arc<Vec<u8>>)> {
+    fn get(&self, id: &str, owner: &Option<String>) -> Option<(FileObject, Bytes)> {
         let g = self.inner.lock().unwrap();
-        g.get(id).filter(|s| &s.meta.owner == owner).map(|s| (s.meta.file.clone(), s.data.clone()))
+        g.files.get(id).filter(|s| &s.meta.owner == owner).map(|s| (s.meta.file.clone(), s.data.clone()))
     }
 
     fn list(&self, owner: &Option<String>) -> Vec<FileObject> {
         let g = self.inner.lock().unwrap();
         let mut v: Vec<FileObject> =
-            g.values().filter(|s| &s.meta.owner == owner).map(|s| s.meta.file.clone()).collect();
+            g.files.values().filter(|s| &s.meta.owner == owner).map(|s| s.meta.file.clone()).collect();
         v.sort_by(|a, b| b.created_at.cmp(&a.created_at).then_with(|| a.id.cmp(&b.id)));
         v
     }
 
+    /// Forgets an upload and deletes its files. Blocking (unlinking a large file takes a
+    /// while): run it on the blocking pool.
     fn remove(&self, id: &str, owner: &Option<String>) -> bool {
-        let mut g = self.inner.lock().unwrap();
-        if g.get(id).is_none_or(|s| &s.meta.owner != owner) {
-            return false;
+        {
+            let mut g = self.inner.lock().unwrap();
+            if g.files.get(id).is_none_or(|s| &s.meta.owner != owner) {
+                return false;
+            }
+            g.files.remove(id);
         }
-        g.remove(id);
         if let Some(dir) = &self.dir {
             // Metadata first: a crash between the two leaves data that the next start deletes.
             let _ = std::fs::remove_file(dir.join(format!("{id}.json")));
@@ -168,8 +190,19 @@ impl Files {
         let (_, data) = self.get(id, owner).ok_or_else(|| {
             ApiError::field(field, format!("{field}: no uploaded file `{id}` (upload it with POST /v1/files)"))
         })?;
-        Ok(base64::engine::general_purpose::STANDARD.encode(data.as_slice()))
+        Ok(base64::engine::general_purpose::STANDARD.encode(&data))
     }
+}
+
+/// An upload's data, then its metadata, each written to a temporary name, fsynced and renamed
+/// into place, then the folder fsynced so both renames are on disk before the client hears of
+/// the upload (a crash before that leaves at worst data without metadata, deleted at start).
+fn write_upload(dir: &Path, meta: &Meta, data: &[u8]) -> Result<()> {
+    let id = &meta.file.id;
+    write_atomically(&dir.join(id), data)?;
+    write_atomically(&dir.join(format!("{id}.json")), &serde_json::to_vec(meta)?)?;
+    std::fs::File::open(dir)?.sync_all().with_context(|| format!("syncing {}", dir.display()))?;
+    Ok(())
 }
 
 fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
@@ -205,7 +238,7 @@ pub async fn upload(
         match field.name().unwrap_or_default() {
             "file" => {
                 let name = field.file_name().unwrap_or("upload").to_string();
-                file = Some((name, field.bytes().await.map_err(unreadable)?.to_vec()));
+                file = Some((name, field.bytes().await.map_err(unreadable)?));
             }
             "purpose" => purpose = Some(field.text().await.map_err(unreadable)?),
             other => return Err(ApiError::field(other, format!("{other}: not a field of /v1/files (file, purpose)"))),
@@ -225,7 +258,9 @@ pub async fn upload(
         purpose: purpose.unwrap_or_else(|| "user_data".into()),
         status: "processed".into(),
     };
-    Ok(Json(s.files.add(object, s.keys.owner_tag(who), data)?))
+    let (files, owner) = (s.files.clone(), s.keys.owner_tag(who));
+    let stored = tokio::task::spawn_blocking(move || files.add(object, owner, data)).await;
+    Ok(Json(stored.map_err(|e| ApiError::Internal { code: "storage".into(), message: e.to_string() })??))
 }
 
 pub async fn list(State(s): State<AppState>, Extension(who): Extension<Caller>) -> Json<serde_json::Value> {
@@ -248,10 +283,7 @@ pub async fn content(
 ) -> Result<Response, ApiError> {
     let (f, data) = s.files.get(&id, &s.keys.owner_tag(who)).ok_or_else(|| not_found(&id))?;
     let disposition = format!("attachment; filename=\"{}\"", f.filename.replace(['"', '\\', '\r', '\n'], "_"));
-    Ok((
-        [(CONTENT_TYPE, "application/octet-stream".to_string()), (CONTENT_DISPOSITION, disposition)],
-        Body::from(data.to_vec()),
-    )
+    Ok(([(CONTENT_TYPE, "application/octet-stream".to_string()), (CONTENT_DISPOSITION, disposition)], Body::from(data))
         .into_response())
 }
 
@@ -260,7 +292,9 @@ pub async fn delete(
     Extension(who): Extension<Caller>,
     UrlPath(id): UrlPath<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    if !s.files.remove(&id, &s.keys.owner_tag(who)) {
+    let (files, owner, file) = (s.files.clone(), s.keys.owner_tag(who), id.clone());
+    let removed = tokio::task::spawn_blocking(move || files.remove(&file, &owner)).await;
+    if !removed.map_err(|e| ApiError::Internal { code: "storage".into(), message: e.to_string() })? {
         return Err(not_found(&id));
     }
     Ok(Json(serde_json::json!({ "id": id, "object": "file", "deleted": true })))
@@ -296,10 +330,10 @@ mod tests {
         let owner = Some("k1".to_string());
         {
             let files = Files::open(dir.path(), 100).unwrap();
-            files.add(object("file-a", 3), owner.clone(), vec![1, 2, 3]).unwrap();
-            files.add(object("file-b", 2), None, vec![4, 5]).unwrap();
+            files.add(object("file-a", 3), owner.clone(), vec![1, 2, 3].into()).unwrap();
+            files.add(object("file-b", 2), None, vec![4, 5].into()).unwrap();
             // Over the budget: refused, nothing written.
-            let e = files.add(object("file-c", 96), None, vec![0; 96]).err().unwrap();
+            let e = files.add(object("file-c", 96), None, vec![0; 96].into()).err().unwrap();
             assert!(matches!(e, ApiError::InsufficientStorage { .. }), "{e:?}");
         }
         // A crash mid-upload left data without metadata, and a temporary file.
@@ -308,7 +342,7 @@ mod tests {
         let files = Files::open(dir.path(), 100).unwrap();
         assert_eq!(files.len(), 2);
         assert!(!dir.path().join("file-d").exists() && !dir.path().join("file-e.tmp").exists());
-        assert_eq!(files.get("file-a", &owner).unwrap().1.as_slice(), &[1, 2, 3]);
+        assert_eq!(files.get("file-a", &owner).unwrap().1[..], [1, 2, 3]);
         assert!(files.get("file-a", &None).is_none(), "another key does not see it");
         assert_eq!(files.list(&None).len(), 1);
         assert!(!files.remove("file-a", &None));

@@ -101,32 +101,68 @@ pub async fn upload_image(Api(c): Api, limit: Option<Extension<BodyLimit>>, mut 
     let Some(base) = folder(&c.cfg.root, Some(&kind)) else {
         return (StatusCode::BAD_REQUEST, "type must be output, input or temp").into_response();
     };
-    let Some(mut path) = confined(&base, &sub, &name) else {
+    if confined(&base, &sub, &name).is_none() {
         return (StatusCode::FORBIDDEN, "the path leaves its folder").into_response();
+    }
+    // Written and fsynced on the blocking pool: a large upload must not hold an async worker
+    // (and with it /health) for the seconds a sync of hundreds of MiB takes.
+    let (dir, file) = (base.join(&sub), name.clone());
+    let stored = tokio::task::spawn_blocking(move || store(&dir, &file, &data, overwrite)).await;
+    match stored {
+        Ok(Ok(stored)) => Json(json!({ "name": stored, "subfolder": sub, "type": kind })).into_response(),
+        Ok(Err(e)) => (StatusCode::INTERNAL_SERVER_ERROR, format!("storing {name}: {e}")).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("storing {name}: {e}")).into_response(),
+    }
+}
+
+/// Picks an upload's stored name and renames onto it, so two uploads of one name do not both
+/// take it.
+static NAMING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Stores `data` as `name` in `dir` (blocking), or as `name (1).ext`… on a clash unless
+/// `overwrite`, as ComfyUI does; the same bytes under the same name are the same upload, kept
+/// as is. Durable once this returns: written to a temporary file and fsynced, renamed into
+/// place, the folder fsynced, so an acknowledged upload is whole after a crash, and a crash
+/// mid-write leaves only a `.tmp` (never listed as an input).
+fn store(dir: &Path, name: &str, data: &[u8], overwrite: bool) -> std::io::Result<String> {
+    use std::io::Write;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    std::fs::create_dir_all(dir)?;
+    let tmp = dir.join(format!(".upload-{}-{}.tmp", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed)));
+    let written = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(data)?;
+        f.sync_all()
+    })();
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    let (stem, ext) = match name.rsplit_once('.') {
+        Some((s, e)) => (s.to_string(), format!(".{e}")),
+        None => (name.to_string(), String::new()),
     };
-    let mut stored = name.clone();
-    if !overwrite {
-        let (stem, ext) = match name.rsplit_once('.') {
-            Some((s, e)) => (s.to_string(), format!(".{e}")),
-            None => (name.clone(), String::new()),
-        };
-        let mut i = 1;
-        // The same bytes under the same name are the same upload: nothing to write.
-        while path.exists() && std::fs::read(&path).map_or(true, |old| old != data) {
-            stored = format!("{stem} ({i}){ext}");
-            path = base.join(&sub).join(&stored);
-            i += 1;
+    let naming = NAMING.lock().unwrap_or_else(|e| e.into_inner());
+    let (mut stored, mut i) = (name.to_string(), 1);
+    let kept = loop {
+        let path = dir.join(&stored);
+        if overwrite || !path.exists() {
+            break std::fs::rename(&tmp, &path).map(|_| false);
         }
-    }
-    if let Some(dir) = path.parent() {
-        if let Err(e) = tokio::fs::create_dir_all(dir).await {
-            return (StatusCode::INTERNAL_SERVER_ERROR, format!("{}: {e}", dir.display())).into_response();
+        if std::fs::read(&path).is_ok_and(|old| old == data) {
+            break Ok(true);
         }
+        stored = format!("{stem} ({i}){ext}");
+        i += 1;
+    };
+    drop(naming);
+    if !matches!(kept, Ok(false)) {
+        let _ = std::fs::remove_file(&tmp);
     }
-    if let Err(e) = tokio::fs::write(&path, &data).await {
-        return (StatusCode::INTERNAL_SERVER_ERROR, format!("{}: {e}", path.display())).into_response();
-    }
-    Json(json!({ "name": stored, "subfolder": sub, "type": kind })).into_response()
+    kept?;
+    std::fs::File::open(dir)?.sync_all()?;
+    Ok(stored)
 }
 
 #[cfg(test)]
