@@ -353,7 +353,13 @@ impl OmniRequest {
                 format!("{num_frames}: {} needs frames = {fm}k+1 up to {} ({hint})", limits.family, limits.max_frames),
             ));
         }
-        let fps = d.fps.unwrap_or(def.fps);
+        // Video to video keeps the input's timing (output frame i is input frame i) unless the
+        // request sets a rate.
+        let fps = match (d.fps, &video) {
+            (Some(fps), _) => fps,
+            (None, Some(v)) if v.fps >= 0.5 => (v.fps.round() as u32).min(240),
+            (None, _) => def.fps,
+        };
         if fps == 0 || fps > 240 {
             return Err(RequestError::new("diffusion.fps", format!("{fps} is outside 1..=240")));
         }

@@ -248,3 +248,18 @@ fn a_video_is_checked_frame_by_frame_as_a_picture_is() {
     assert_eq!(e.field, "inputs[1]", "{e}");
     assert!(e.rule.contains("7680x13312"), "{e}");
 }
+
+#[test]
+fn video_to_video_keeps_the_input_frame_rate_unless_asked() {
+    let mut l = limits();
+    l.tasks = vec![TaskType::T2v, TaskType::V2v];
+    // 9 frames at 25 fps (tests/fixtures/video/make.sh), which both decoders read.
+    let path = format!("{}/../../tests/fixtures/video/h264_baseline.mp4", env!("CARGO_MANIFEST_DIR"));
+    let mut r = req();
+    r.task = TaskType::V2v;
+    r.inputs.push(InputPart::Video { path: Some(path), b64: None });
+    let resolved = r.resolve(&l, || 0).unwrap();
+    assert_eq!((resolved.fps, resolved.num_frames), (25, 9));
+    r.diffusion.fps = Some(16);
+    assert_eq!(r.resolve(&l, || 0).unwrap().fps, 16);
+}
