@@ -239,15 +239,7 @@ pub struct SchedulerConfig {
 }
 
 /// Where a sleeping model's weights wait ([`SchedulerConfig::sleep_to`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum SleepTier {
-    /// Pinned host memory.
-    #[default]
-    Host,
-    /// Nowhere: read from disk again on waking.
-    Disk,
-}
+pub use fastvideo_models::SleepTier;
 
 impl Default for SchedulerConfig {
     fn default() -> Self {

@@ -8,17 +8,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use fastvideo_engine::{CostConfig, Engine, EngineConfig, EngineModel, Metrics, WeightUpdates};
-use fastvideo_pipeline::{AdapterCache, AdapterSource, PipelineSpec};
-use fastvideo_plugin_host::{Binding, Deployment};
-use fastvideo_wan::WanModel;
+use fastvideo_engine::{CostConfig, Engine, EngineConfig, Metrics};
+use fastvideo_models::LoadedModel;
+use fastvideo_plugin_host::Deployment;
 use prometheus_client::registry::Registry;
 use serde::Serialize;
 use tch::Device;
 
 use crate::config::ServeConfig;
 use crate::model::ModelLocation;
-use crate::precision::precision_check;
+use crate::served::{ServedModel, Slot};
 
 /// A started engine and what a front end needs beside it.
 pub struct Assembly {
@@ -129,44 +128,44 @@ pub fn engine_config(cfg: &ServeConfig, device: Device) -> EngineConfig {
 /// starts the engine. Nothing is started when a step fails; errors name the flag or field.
 pub fn build_engine(cfg: &ServeConfig) -> Result<Assembly> {
     cfg.validate()?;
+    build_engine_with(cfg, load_deploy(cfg)?)
+}
+
+/// [`build_engine`] with `cfg.deploy` already loaded as `deploy`.
+pub(crate) fn build_engine_with(cfg: &ServeConfig, deploy: Option<Arc<Deployment>>) -> Result<Assembly> {
+    cfg.validate()?;
     let device = cfg.model.torch_device()?;
     let location = cfg.model.locate()?;
-    let model = cfg.model.load_parallel(&location.dir, device)?;
-    let deploy = load_deploy(cfg)?;
-    let binding = Binding::of(deploy.as_ref(), &location.name);
-    let extender = cfg.model.load_extender(&location.dir, device)?;
-    let policies = crate::extend::with_extender(binding.policies.clone(), extender.as_deref());
-    let spec = Arc::new(fastvideo_wan::pipeline::text_to_video_with(&model, policies.clone())?);
-    // POST /v1/weights rebuilds the pipeline around new transformer weights, same policies.
-    let weights = WeightUpdates {
-        loader: Arc::new(fastvideo_wan::update::WanWeightLoader::new(&model, policies)),
-        initial: model.dir.join("transformer"),
-    };
+    let primary = Slot { name: &location.name, dir: &location.dir, primary: true, pin: true, lazy: false };
+    let primary = crate::served::served(cfg, deploy.as_ref(), primary, device)?;
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
     let mut engine_cfg = engine_config(cfg, device);
     let world = crate::world::sessions(&cfg.world, &cfg.model, deploy.as_ref(), &cfg.adapters, device)?;
-    let adapters = adapter_cache(&spec, deploy.as_ref().map_or(&[][..], |d| &d.adapters[..]), &cfg.adapters)?;
-    let metric_hooks = observe(&model, deploy.as_deref(), &metrics);
+    let metric_hooks = observe(primary.loaded.as_ref(), deploy.as_deref(), &metrics);
     let description = EngineDescription {
         metric_hooks,
-        ..describe(cfg, &location, &model, &binding, &engine_cfg, world.as_ref().map(|w| w.dir.clone()))
+        ..describe(cfg, &location, &primary, &engine_cfg, world.as_ref().map(|w| w.dir.clone()))
     };
-    let lm = crate::lm::language_model(&cfg.lm, device, &metrics)?;
+    let lm = crate::lm::language_model(&cfg.lm, &cfg.model, device, &metrics)?;
     let chat = lm.as_ref().map(|l| (l.id.clone(), l.codec.clone()));
-    let mut prompt_warnings =
-        BTreeMap::from([(location.name.clone(), crate::extend::prompt_warnings(&model, extender.is_some()))]);
+    let mut prompt_warnings = BTreeMap::from([(location.name.clone(), primary.warnings)]);
     let mut extra = Vec::new();
     let mut budget = WeightBudget::default();
-    budget.add(&location.name, fastvideo_wan::residency::resident_bytes(&model), None, true);
+    budget.add(&location.name, primary.loaded.resident_bytes(), None, true);
     for m in &cfg.models {
         if m.name == location.name || chat.as_ref().is_some_and(|(id, _)| *id == m.name) {
             anyhow::bail!("models: `{}` is already the name of another served model", m.name);
         }
-        let (served, warnings, bytes) = video_model(cfg, deploy.as_ref(), m, device)?;
-        prompt_warnings.insert(m.name.clone(), warnings);
-        budget.add(&m.name, bytes, served.residency.clone(), !m.lazy);
-        extra.push(served);
+        let slot = Slot { name: &m.name, dir: &m.path, primary: false, pin: m.pin, lazy: m.lazy };
+        let served = crate::served::served(cfg, deploy.as_ref(), slot, device)?;
+        prompt_warnings.insert(m.name.clone(), served.warnings);
+        let bytes = served.loaded.resident_bytes();
+        budget.add(&m.name, bytes, served.engine.residency.clone(), !m.lazy);
+        extra.push(served.engine);
+    }
+    if let Some(d) = &deploy {
+        check_adapter_models(d, &location.name, &cfg.models)?;
     }
     if let Some(w) = &world {
         let id = w.sessions.id();
@@ -177,88 +176,27 @@ pub fn build_engine(cfg: &ServeConfig) -> Result<Assembly> {
     }
     engine_cfg.max_resident_bytes = budget.settle(cfg.scheduler.weight_budget_mib)?;
     extra.extend(lm.into_iter().map(|l| l.model));
-    let engine = Engine::start_with_models(
-        EngineModel {
-            id: location.name.clone(),
-            limits: model.limits(),
-            spec,
-            device,
-            check: {
-                let (plugins, precision, extend) = (
-                    binding.request_check(),
-                    precision_check(
-                        model.load_report.precision,
-                        fastvideo_torch::lossy_paths(model.load_report.fp8_linears, model.load_report.int8_attention),
-                    ),
-                    crate::extend::extend_check(extender.clone(), &location.name),
-                );
-                Box::new(move |r| precision(r).and_then(|()| extend(r)).and_then(|()| plugins(r)))
-            },
-            classify: Binding::classify_failure,
-            weights: Some(weights),
-            adapters,
-            residency: None,
-        },
-        extra,
-        world.map(|w| w.sessions),
-        engine_cfg,
-        metrics.clone(),
-    );
+    let engine =
+        Engine::start_with_models(primary.engine, extra, world.map(|w| w.sessions), engine_cfg, metrics.clone());
     Ok(Assembly { engine, registry, metrics, model: location, device, deploy, description, chat, prompt_warnings })
 }
 
-/// A video model served beside the primary one: loaded with the primary's options, its plugins
-/// bound by its own name, no weight updates or adapters (those stay the primary's); with what
-/// to say about its requests' prompts.
-fn video_model(
-    cfg: &ServeConfig,
-    deploy: Option<&Arc<Deployment>>,
-    m: &crate::config::NamedModel,
-    device: Device,
-) -> Result<(EngineModel, crate::PromptWarnings, u64)> {
-    let (name, dir) = (m.name.as_str(), m.path.as_path());
-    // Under a weight budget, models that may sleep load lazily and the budget decides which are
-    // read at start (`WeightBudget::settle`): loading them all first could exceed the device.
-    let lazy = m.lazy || (cfg.scheduler.weight_budget_mib.is_some() && !m.pin);
-    let model = if lazy { cfg.model.load_lazily(dir, device) } else { cfg.model.load_at(dir, device) }
-        .with_context(|| format!("models `{name}`"))?;
-    if m.lazy && model.load_report.deferred_linear_bytes.is_none() {
-        anyhow::bail!("models `{name}`: lazy (--lazy-model) needs a model with one transformer and no FP8 linears");
+/// Every `[[adapters]]` entry's `model` names a served video model.
+fn check_adapter_models(deploy: &Deployment, primary: &str, models: &[crate::config::NamedModel]) -> Result<()> {
+    for (model, sources) in &deploy.model_adapters {
+        if model != primary && !models.iter().any(|m| m.name == *model) {
+            let served: Vec<String> = std::iter::once(primary)
+                .chain(models.iter().map(|m| m.name.as_str()))
+                .map(|n| format!("`{n}`"))
+                .collect();
+            anyhow::bail!(
+                "[[adapters]] `{}`: model = \"{model}\" is not served here (served: {})",
+                sources[0].name,
+                served.join(", ")
+            );
+        }
     }
-    let binding = Binding::of(deploy, name);
-    let extender = cfg.model.load_extender(dir, device).with_context(|| format!("models `{name}`"))?;
-    let policies = crate::extend::with_extender(binding.policies.clone(), extender.as_deref());
-    let spec = Arc::new(fastvideo_wan::pipeline::text_to_video_with(&model, policies)?);
-    let r = &model.load_report;
-    let precision = precision_check(r.precision, fastvideo_torch::lossy_paths(r.fp8_linears, r.int8_attention));
-    let plugins = binding.request_check();
-    let extend = crate::extend::extend_check(extender.clone(), name);
-    let warnings = crate::extend::prompt_warnings(&model, extender.is_some());
-    // Extra models never change their weights in place, so they may sleep (one-expert models on
-    // one device, unless pinned; the offloaded and split layouts manage their own weights).
-    let residency: Option<Arc<dyn fastvideo_engine::Residency>> =
-        match (model.low_noise.is_none() && model.parallel.is_none() && !m.pin, cfg.scheduler.sleep_to) {
-            (false, _) => None,
-            (true, crate::config::SleepTier::Host) => {
-                Some(Arc::new(fastvideo_wan::residency::TransformerResidency::new(&model)))
-            }
-            (true, crate::config::SleepTier::Disk) => Some(Arc::new(
-                fastvideo_wan::residency::DiskResidency::new(&model)
-                    .with_context(|| format!("models `{name}`: scheduler.sleep_to = disk (--sleep-to)"))?,
-            )),
-        };
-    let served = EngineModel {
-        id: name.to_string(),
-        limits: model.limits(),
-        spec,
-        device,
-        check: Box::new(move |r| precision(r).and_then(|()| extend(r)).and_then(|()| plugins(r))),
-        classify: Binding::classify_failure,
-        weights: None,
-        adapters: None,
-        residency,
-    };
-    Ok((served, warnings, fastvideo_wan::residency::resident_bytes(&model)))
+    Ok(())
 }
 
 /// A model that may sleep, as the weight budget sees it.
@@ -328,33 +266,16 @@ impl WeightBudget {
     }
 }
 
-/// The adapter cache over `sources` for `spec`'s model, or none when no adapter is enabled. Every
-/// file is checked against the model's modules here, so a wrong one refuses to start.
-pub fn adapter_cache(
-    spec: &PipelineSpec,
-    sources: &[AdapterSource],
-    cfg: &crate::config::AdapterConfig,
-) -> Result<Option<Arc<AdapterCache>>> {
-    if sources.is_empty() {
-        return Ok(None);
-    }
-    let Some(target) = &spec.adapters else {
-        anyhow::bail!("[[adapters]]: LoRA adapters need the transformer on one GPU; this model runs parallel (--gpus)");
-    };
-    if cfg.max_per_request == 0 {
-        anyhow::bail!("adapters.max_per_request (--max-loras-per-request) must be at least 1");
-    }
-    let cache = AdapterCache::new(Arc::clone(target), sources.to_vec(), cfg.cache_mib << 20, cfg.max_per_request)?;
-    Ok(Some(Arc::new(cache)))
-}
-
 /// Feeds the embedding-cache and plugin-time metrics from their sources; names what it hooked.
-fn observe(model: &WanModel, deploy: Option<&Deployment>, metrics: &Metrics) -> Vec<&'static str> {
-    let (hits, misses) = (metrics.embedding_cache_hits.clone(), metrics.embedding_cache_misses.clone());
-    model.text_cache.observe(Box::new(move |hit| {
-        if hit { &hits } else { &misses }.inc();
-    }));
-    let mut hooks = vec!["embedding_cache"];
+fn observe(model: &dyn LoadedModel, deploy: Option<&Deployment>, metrics: &Metrics) -> Vec<&'static str> {
+    let mut hooks = Vec::new();
+    if let Some(cache) = model.text_cache() {
+        let (hits, misses) = (metrics.embedding_cache_hits.clone(), metrics.embedding_cache_misses.clone());
+        cache.observe(Box::new(move |hit| {
+            if hit { &hits } else { &misses }.inc();
+        }));
+        hooks.push("embedding_cache");
+    }
     if let Some(d) = deploy {
         let plugin_seconds = metrics.plugin_seconds.clone();
         d.runtime.observe_calls(Box::new(move |s| {
@@ -368,32 +289,32 @@ fn observe(model: &WanModel, deploy: Option<&Deployment>, metrics: &Metrics) -> 
 fn describe(
     cfg: &ServeConfig,
     location: &ModelLocation,
-    model: &WanModel,
-    binding: &Binding,
+    primary: &ServedModel,
     e: &EngineConfig,
     world: Option<PathBuf>,
 ) -> EngineDescription {
-    let r = &model.load_report;
+    let r = primary.loaded.summary();
+    let kind = |k: Option<tch::Kind>| k.map_or("none", fastvideo_torch::kind_name).to_string();
     EngineDescription {
         model: location.name.clone(),
         model_dir: location.dir.canonicalize().unwrap_or_else(|_| location.dir.clone()),
-        device: format!("{:?}", model.device),
+        device: format!("{:?}", r.device),
         precision: r.precision.to_string(),
         fp8_linears: r.fp8_linears,
         int8_attention: r.int8_attention == Some(fastvideo_torch::Int8Attention::Fp8Pv),
         int8_qk_attention: r.int8_attention == Some(fastvideo_torch::Int8Attention::F16Pv),
-        transformer_dtype: fastvideo_torch::kind_name(r.transformer_dtype).into(),
-        text_encoder_dtype: fastvideo_torch::kind_name(r.text_encoder_dtype).into(),
-        vae_dtype: fastvideo_torch::kind_name(r.vae_dtype).into(),
+        transformer_dtype: fastvideo_torch::kind_name(r.dtype).into(),
+        text_encoder_dtype: kind(r.text_encoder_dtype),
+        vae_dtype: kind(r.vae_dtype),
         kernels: fastvideo_kernels::enabled(),
-        parallel: model.parallel.as_ref().map(|p| format!("{:?} over {:?}", p.plan(), p.devices())),
-        limits: model.limits(),
+        parallel: r.parallel.clone(),
+        limits: primary.engine.limits.clone(),
         deploy: cfg.deploy.as_ref().map(|p| {
             let hash = std::fs::read(p).map(|b| blake3::hash(&b).to_hex().to_string()).unwrap_or_default();
             (p.canonicalize().unwrap_or_else(|_| p.clone()), hash)
         }),
-        plugins: binding.describe(),
-        weight_updates: true,
+        plugins: primary.binding.describe(),
+        weight_updates: primary.engine.weights.is_some(),
         world,
         scheduler: SchedulerDescription {
             policy: e.policy,

@@ -7,11 +7,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
 
 use anyhow::{Context, Result};
+use fastvideo_models::LoadedModel;
 use fastvideo_pipeline::LoopPolicies;
 use fastvideo_qwen::extend::EXTEND_NODE;
 use fastvideo_qwen::PromptExtender;
 use fastvideo_request::{RequestError, ResolvedRequest};
-use fastvideo_wan::WanModel;
 use tch::{Device, Kind};
 
 use crate::config::ModelConfig;
@@ -86,7 +86,7 @@ pub fn extend_check(
             ));
         };
         extender.check_prompt(&r.prompt).map_err(|rule| RequestError::new("prompt", rule))?;
-        crate::lm::check_decode(r, EXTEND_NODE, &format!("node_params.{EXTEND_NODE}."))
+        fastvideo_pipeline::token::check_decode(r, EXTEND_NODE, &format!("node_params.{EXTEND_NODE}."))
     }
 }
 
@@ -113,15 +113,15 @@ pub fn unknown_words_warning(unknown: &[String], extend: Option<&str>) -> Option
     ))
 }
 
-/// [`PromptWarnings`] of a Wan model: the unknown words of requests that do not extend their
-/// prompt (an extended prompt is only known once the rewriter ran).
-pub fn prompt_warnings(model: &WanModel, has_extender: bool) -> PromptWarnings {
-    let tokenizer = model.tokenizer.clone();
+/// [`PromptWarnings`] of a model: the unknown words of requests that do not extend their prompt
+/// (an extended prompt is only known once the rewriter ran); none for a model that cannot tell.
+pub fn prompt_warnings(model: &dyn LoadedModel, has_extender: bool) -> PromptWarnings {
+    let Some(unknown) = model.unknown_words() else { return Arc::new(|_: &ResolvedRequest| Vec::new()) };
     Arc::new(move |r: &ResolvedRequest| {
         if r.prompt_extend {
             return Vec::new();
         }
         let how = has_extender.then_some("\"prompt_extend\": true");
-        unknown_words_warning(&tokenizer.unknown_words(&r.prompt), how).into_iter().collect()
+        unknown_words_warning(&unknown(&r.prompt), how).into_iter().collect()
     })
 }

@@ -9,16 +9,18 @@ mod config;
 mod engine;
 mod extend;
 mod lm;
+mod local;
 mod locate;
 mod model;
 mod precision;
+mod served;
 mod server;
 mod size;
 pub mod world;
 
 pub use config::{
-    AuthConfig, Drain, HttpConfig, LmConfig, ModelConfig, NamedModel, RestartJobs, SchedulerConfig, ServeConfig,
-    SleepTier, StorageConfig, WebRtcConfig, WebhookConfig, WorldConfig,
+    AdapterConfig, AuthConfig, Drain, HttpConfig, LmConfig, ModelConfig, NamedModel, RestartJobs, SchedulerConfig,
+    ServeConfig, SleepTier, StorageConfig, WebRtcConfig, WebhookConfig, WorldConfig,
 };
 pub use engine::{
     build_engine, deploy_at, engine_config, load_deploy, Assembly, EngineDescription, SchedulerDescription,
@@ -26,6 +28,8 @@ pub use engine::{
 pub use extend::{
     extend_check, prompt_warnings, unknown_words_warning, with_extender, PromptWarnings, EXTENDER_FOLDER,
 };
+pub use fastvideo_models::{LoadSummary, LoadedModel, ModelKind};
+pub use local::LocalEngine;
 pub use locate::{default_i2v_model, default_model, workflow_model_folder, world_model};
 pub use model::ModelLocation;
 pub use precision::precision_check;

@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
+use fastvideo_models::{registry, Family, LoadContext, LoadedModel, ModelKind};
 use fastvideo_wan::world::WorldModel;
 use fastvideo_wan::{LoadOptions, WanModel};
 use tch::Device;
@@ -39,6 +40,30 @@ impl ModelConfig {
             (None, false) => dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or("model".into()),
         };
         Ok(ModelLocation { dir, name, embedded })
+    }
+
+    /// Applies `kernels` (process-wide), detects the family serving `dir` as `kind` (refused
+    /// before any weights load when none does, naming the architecture and the supported ones)
+    /// and loads it with these dtypes and this layout. `lazy`: its large weights are read at the
+    /// first wake.
+    pub fn load_model(&self, dir: &Path, kind: ModelKind, device: Device, lazy: bool) -> Result<Box<dyn LoadedModel>> {
+        let family = registry().detect(dir, kind)?;
+        self.apply_kernels();
+        let ctx = LoadContext { lazy, ..self.context(device, family)? };
+        family.load(dir, &ctx).with_context(|| format!("--model {}", dir.display()))
+    }
+
+    /// What loading a model of `family` on `device` is asked for: the numerics its family
+    /// implies for the preset, the layout and the options.
+    pub fn context(&self, device: Device, family: &dyn Family) -> Result<LoadContext> {
+        let numerics = self.numerics_of(device, family)?;
+        Ok(LoadContext {
+            tiny_decoder: self.tiny_decoder,
+            offload_experts: self.offload_experts,
+            gpus: self.gpus,
+            parallel: self.parallel,
+            ..LoadContext::new(device, numerics)
+        })
     }
 
     /// Applies `kernels` (process-wide) and loads the Wan folder `dir` with these dtypes.
@@ -89,11 +114,22 @@ impl ModelConfig {
         self.numerics_for(device, false)
     }
 
+    /// [`numerics`](Self::numerics) for a model of `family`: `fast` implies what its gate
+    /// admitted.
+    pub fn numerics_of(&self, device: Device, family: &dyn Family) -> Result<fastvideo_torch::Numerics> {
+        let n = self.precision.numerics(device, self.dtype, self.vae_dtype).map_err(anyhow::Error::msg)?;
+        self.with_options(family.implies(n))
+    }
+
     /// [`numerics`](Self::numerics) for a world model (`world`) or a generation model: `fast`
     /// implies what each kind's gate admitted.
     pub fn numerics_for(&self, device: Device, world: bool) -> Result<fastvideo_torch::Numerics> {
         let n = self.precision.numerics(device, self.dtype, self.vae_dtype).map_err(anyhow::Error::msg)?;
-        let n = if world { n.for_world() } else { n };
+        self.with_options(if world { n.for_world() } else { n })
+    }
+
+    /// The explicit lossy options on top of a preset's numerics; conflicts name the fields.
+    fn with_options(&self, n: fastvideo_torch::Numerics) -> Result<fastvideo_torch::Numerics> {
         anyhow::ensure!(
             !(self.tiny_decoder && n.preset == fastvideo_torch::Precision::Exact),
             "tiny_decoder with precision = exact, which takes no lossy path; use bf16 or fast"

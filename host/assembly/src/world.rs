@@ -6,10 +6,9 @@ use std::sync::Arc;
 
 use anyhow::{bail, Result};
 use fastvideo_engine::session::SessionModel;
+use fastvideo_models::{missing, Capability, ModelKind, SessionOptions, SleepTier};
 use fastvideo_plugin_host::{Binding, Deployment};
 use fastvideo_procedural::world::WorldState;
-use fastvideo_wan::sessions::{FirstFrame, WorldSessions};
-use fastvideo_wan::world::WorldModel;
 use tch::{Device, Kind, Tensor};
 
 use crate::config::{ModelConfig, WorldConfig};
@@ -32,10 +31,11 @@ pub struct ServedWorld {
     pub bytes: u64,
 }
 
-/// Loads the world model and makes the engine's session model, sized for `max_sessions`, with
-/// the deploy's guider, step interceptor and observers bound into its session pipeline. Without
-/// adapters (they merge into its weights) its transformer may sleep in host memory while no
-/// session runs. Also answers its transformer's bytes (for the weight budget).
+/// Loads the world model through the registry and makes the engine's session model, sized for
+/// `max_sessions`, with the deploy's guider, step interceptor and observers bound into its
+/// session pipeline. Without adapters (they merge into its weights) its transformer may sleep in
+/// host memory while no session runs. Also answers its transformer's bytes (for the weight
+/// budget).
 pub fn sessions(
     world: &WorldConfig,
     model: &ModelConfig,
@@ -45,23 +45,19 @@ pub fn sessions(
 ) -> Result<Option<ServedWorld>> {
     let Some(name) = &world.model else { return Ok(None) };
     let dir = world_dir(name)?;
-    let loaded = Arc::new(model.load_world(&dir, device)?);
+    let loaded = model.load_model(&dir, ModelKind::World, device, false)?;
+    let seconds = loaded.warm_up()?;
     if device.is_cuda() {
-        // Kernels compiled and library plans made now, not in the first session's first chunk.
-        let seconds = tch::no_grad(|| fastvideo_wan::chunk_rollout::warm_up(&loaded, device))
-            .map_err(|e| e.context(format!("warming up the world model {}", dir.display())))?;
         tracing::info!(seconds, "world model warmed up");
     }
     let id = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or("world".into());
-    let first = loaded.clone();
-    let policies = Binding::of(deploy, &id).policies;
-    let first_frame: FirstFrame = Arc::new(move |seed| simulator_frame(&first, seed));
+    let family = loaded.summary().family;
     let sources = deploy.map_or(&[][..], |d| &d.world_adapters[..]);
     let cache = if sources.is_empty() {
         None
     } else {
-        let target = Arc::clone(&loaded.wan.transformer) as Arc<dyn fastvideo_pipeline::AdapterTarget>;
         // (Sessions encode their prompt outside a pipeline: text-encoder keys are refused.)
+        let target = loaded.adapter_target().ok_or_else(|| missing(&id, family, Capability::Adapters))?;
         let cache = fastvideo_pipeline::AdapterCache::new(
             target,
             sources.to_vec(),
@@ -71,23 +67,30 @@ pub fn sessions(
         .map_err(|e| e.context("[[adapters]] with world = true: for the world model"))?;
         Some(Arc::new(cache))
     };
-    let bytes = fastvideo_wan::residency::resident_bytes(&loaded.wan);
-    let residency = cache.is_none().then(|| {
-        Arc::new(fastvideo_wan::residency::TransformerResidency::new(&loaded.wan))
-            as Arc<dyn fastvideo_pipeline::Residency>
-    });
-    let s = WorldSessions::new(id, loaded, world.max_sessions.max(1), device, policies, Some(first_frame))?
-        .with_adapters(cache)
-        .with_residency(residency);
-    Ok(Some(ServedWorld { dir: dir.canonicalize().unwrap_or(dir), sessions: Arc::new(s), bytes }))
+    let bytes = loaded.resident_bytes();
+    let residency = match cache {
+        None => loaded.residency(SleepTier::Host)?,
+        Some(_) => None,
+    };
+    let options = SessionOptions {
+        id: id.clone(),
+        max_sessions: world.max_sessions.max(1),
+        policies: Binding::of(deploy, &id).policies,
+        first_frame: Some(Arc::new(simulator_frame)),
+        adapters: cache,
+        residency,
+    };
+    let sessions = loaded.sessions(options)?.ok_or_else(|| missing(&id, family, Capability::Sessions))?;
+    Ok(Some(ServedWorld { dir: dir.canonicalize().unwrap_or(dir), sessions, bytes }))
 }
 
-/// The world simulator's first frame for `seed`, as the model's input `[1, 3, 1, H, W]` in [-1, 1].
-pub fn simulator_frame(model: &WorldModel, seed: u64) -> Result<Tensor> {
-    if model.spec.height != model.spec.width {
-        bail!("the world simulator draws square frames; this model is {}x{}", model.spec.width, model.spec.height);
+/// The world simulator's first frame for `seed` at `width`×`height`, as a model's input
+/// `[1, 3, 1, H, W]` in [-1, 1].
+pub fn simulator_frame(seed: u64, width: u32, height: u32) -> Result<Tensor> {
+    if height != width {
+        bail!("the world simulator draws square frames; this model is {width}x{height}");
     }
-    let size = model.spec.width as i64;
+    let size = width as i64;
     let rgb = WorldState::sample(seed).draw(size as usize);
     let frame = Tensor::from_slice(&rgb).view([1, size, size, 3]).permute([3, 0, 1, 2]).unsqueeze(0);
     Ok(frame.to_kind(Kind::Float) / 127.5 - 1.0)

@@ -36,7 +36,7 @@ pub fn run(
         let names: Vec<String> = actions.iter().skip(1).map(|a| a.word().to_string()).collect();
         // Each sequence starts from the simulator's first frame, so every chunk after it is judged
         // against a known world (a generated first frame would be a guess at where things are).
-        let frame = fastvideo_assembly::world::simulator_frame(model, HELD_OUT_SEED + i)?;
+        let frame = fastvideo_assembly::world::simulator_frame(HELD_OUT_SEED + i, model.spec.width, model.spec.height)?;
         let out = tch::no_grad(|| {
             chunk_rollout::run_offline(model, &names, &model.spec.prompt, Some(&frame), i, device, None, |_| {})
         })?;

@@ -12,7 +12,7 @@ use fastvideo_plugin_host::Binding;
 use fastvideo_request::{ImageRole, InputPart, OmniRequest, ResizeMode, TaskType, TextRole};
 
 use crate::args::{ParallelArgs, PluginArgs, PrecisionArgs, SamplingArgs};
-use fastvideo_wan::pipeline;
+use fastvideo_assembly::ModelKind;
 
 use crate::progress::Progress;
 
@@ -142,17 +142,8 @@ pub fn announce(binding: &Binding, quiet: bool) {
     }
 }
 
-/// Runs one request to its end in this thread, with a progress bar on stderr unless `quiet`.
-pub fn run_with_progress(
-    spec: Arc<fastvideo_pipeline::PipelineSpec>,
-    req: fastvideo_request::ResolvedRequest,
-    device: tch::Device,
-    quiet: bool,
-) -> Result<fastvideo_request::OmniOutput> {
-    run_with_values(spec, req, device, Values::default(), quiet)
-}
-
-/// [`run_with_progress`] from request-provided `values` (e.g. its adapters).
+/// Runs one request to its end in this thread, with request-provided `values` (e.g. its
+/// adapters) and a progress bar on stderr unless `quiet`.
 pub fn run_with_values(
     spec: Arc<fastvideo_pipeline::PipelineSpec>,
     req: fastvideo_request::ResolvedRequest,
@@ -180,11 +171,6 @@ fn check_output(path: &Path) -> Result<()> {
     Ok(())
 }
 
-fn random_seed() -> u64 {
-    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
-    (t as u64) ^ ((std::process::id() as u64) << 32)
-}
-
 /// The `latents` tensor of the --noise file as a request's latent input.
 fn noise_input(path: &Path) -> Result<InputPart> {
     let tensors = tch::Tensor::read_safetensors(path)
@@ -202,8 +188,9 @@ fn resize_mode(s: &str) -> Result<ResizeMode, String> {
 
 /// Names the words of `prompt` the text encoder maps to its unknown token (printed even with
 /// --quiet: the model sees none of them), suggesting --extend-prompt when the model has a rewriter.
-fn warn_unknown_words(model: &fastvideo_wan::WanModel, prompt: &str, can_extend: bool) {
-    let unknown = model.tokenizer.unknown_words(prompt);
+fn warn_unknown_words(model: &dyn fastvideo_assembly::LoadedModel, prompt: &str, can_extend: bool) {
+    let Some(unknown) = model.unknown_words() else { return };
+    let unknown = unknown(prompt);
     if let Some(w) = fastvideo_assembly::unknown_words_warning(&unknown, can_extend.then_some("--extend-prompt")) {
         eprintln!("warning: {w}");
     }
@@ -284,39 +271,42 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         );
     }
     let t0 = Instant::now();
-    let mut model = args.precision.load(&model_dir, device)?;
-    args.parallel.split(&mut model)?;
+    let mut load_config = model_config.clone();
+    args.parallel.apply(&mut load_config);
+    let model = load_config
+        .load_model(&model_dir, ModelKind::Generation, device, false)
+        .with_context(|| format!("--model {}", model_dir.display()))?;
     let load_s = t0.elapsed().as_secs_f64();
     let limits = model.limits();
     if args.image.is_none() && args.video.is_none() && !limits.tasks.contains(&TaskType::T2v) {
         bail!("{} is an image-to-video model: give the first frame with --image FILE", model_dir.display());
     }
-    let req = omni.resolve(&limits, random_seed)?;
+    let req = omni.resolve(&limits, fastvideo_request::random_seed)?;
     // Loaded only to run; whether the model has one is enough for the hint below.
     let extender = match args.extend_prompt {
         true => model_config.load_extender(&model_dir, device)?,
         false => None,
     };
     if !args.extend_prompt {
-        warn_unknown_words(&model, &req.prompt, model_config.extender_dir(&model_dir).is_some());
+        warn_unknown_words(model.as_ref(), &req.prompt, model_config.extender_dir(&model_dir).is_some());
     }
     if !args.quiet {
-        let r = &model.load_report;
+        let r = model.summary();
         eprintln!(
             "model: {} ({device:?}, precision {}{}: {}/{} vae, loaded in {load_s:.2}s)",
             model_dir.display(),
             r.precision,
-            match fastvideo_torch::lossy_paths(r.fp8_linears, r.int8_attention) {
+            match r.lossy_paths() {
                 p if p.is_empty() => String::new(),
                 p => format!(" with {}", p.join(", ")),
             },
-            fastvideo_torch::kind_name(r.transformer_dtype),
-            fastvideo_torch::kind_name(r.vae_dtype)
+            fastvideo_torch::kind_name(r.dtype),
+            r.vae_dtype.map_or("no", fastvideo_torch::kind_name)
         );
-        if let Some(p) = &model.parallel {
-            eprintln!("parallel: {:?} over {:?}", p.plan(), p.devices());
+        if let Some(p) = &r.parallel {
+            eprintln!("parallel: {p}");
         }
-        if let Some(d) = &model.run.description {
+        if let Some(d) = &r.note {
             eprintln!("note: {d}");
         }
         eprintln!(
@@ -343,7 +333,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     let model_id = model_dir.display().to_string();
     let (policies, mut adapters) = deploy_for(&args.plugins, &[&req], &model_id, args.quiet)?;
     let policies = fastvideo_assembly::with_extender(policies, extender.as_deref());
-    let spec = Arc::new(pipeline::text_to_video_with(&model, policies)?);
+    let spec = model.pipeline(policies)?;
     adapters.extend(lora_files);
     let values = crate::lora::values(&spec, &req, adapters, args.lora.adapter_cache)?;
     let (prompt, seed) = (req.prompt.clone(), req.seed);
@@ -351,7 +341,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     if let Some(extended) = &out.extended_prompt {
         // Printed even with --quiet, as the unknown-word warning is: it is what the model drew.
         eprintln!("extended prompt: {extended}");
-        warn_unknown_words(&model, extended, false);
+        warn_unknown_words(model.as_ref(), extended, false);
     }
     if let Some(path) = &args.trajectory_out {
         let sample =

@@ -6,11 +6,12 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
+use fastvideo_assembly::LocalEngine;
 use fastvideo_comfy::{compile, first_party_schemas, next_output, parse, CompileError, Compiled, Coverage};
-use fastvideo_plugin_host::{Binding, Deployment};
-use fastvideo_wan::pipeline;
+use fastvideo_plugin_host::Deployment;
 
 use crate::args::PrecisionArgs;
+use crate::progress::Progress;
 
 #[derive(Subcommand)]
 pub enum WorkflowCommand {
@@ -120,23 +121,37 @@ pub fn run(cmd: WorkflowCommand) -> Result<()> {
 fn run_workflow(args: RunArgs) -> Result<()> {
     let deploy = load_deploy(&args.deploy)?;
     let c = compiled(&args.file, &deploy)?;
-    let device = fastvideo_torch::device(&args.device)?;
+    let mut model_config = args.precision.model_config();
+    model_config.device = args.device.clone();
+    // One engine per model folder, built as `serve` builds its own: the same plugins, adapters
+    // and adapter merging as `/prompt` runs the workflow with.
+    let mut engines: Vec<(PathBuf, LocalEngine)> = Vec::new();
     for (i, plan) in c.runs.iter().enumerate() {
         let folder = deploy.workflows.folder_for(plan).with_context(|| args.file.display().to_string())?;
         let dir = fastvideo_assembly::workflow_model_folder(&args.deploy, &folder)?;
-        let model = args.precision.load(&dir, device).with_context(|| format!("model folder {}", dir.display()))?;
-        let req = plan
-            .request(&format!("workflow-{}-{i}", std::process::id()), &args.input_dir)
-            .map_err(|e| match e {
+        if !engines.iter().any(|(d, _)| *d == dir) {
+            let name = dir.display().to_string();
+            let engine = LocalEngine::start_with(&model_config, &dir, &name, &args.deploy, deploy.clone())
+                .with_context(|| format!("model folder {}", dir.display()))?;
+            engines.push((dir.clone(), engine));
+        }
+        let engine = &engines.iter().find(|(d, _)| *d == dir).expect("started above").1;
+        let req =
+            plan.request(&format!("workflow-{}-{i}", std::process::id()), &args.input_dir).map_err(|e| match e {
                 CompileError::Input { .. } => anyhow::anyhow!("{e} (--input-dir {})", args.input_dir.display()),
                 e => anyhow::anyhow!("{e}"),
-            })?
-            .resolve(&model.limits(), || plan.seed)
+            })?;
+        // The request's own checks first, so an error names the workflow node that set the field.
+        req.clone()
+            .resolve(engine.limits(), || plan.seed)
             .map_err(|e| anyhow::anyhow!("node {}: {e} (model {})", plan.node_of(&e.field), dir.display()))?;
-        let binding = Binding::of(Some(&deploy), &dir.display().to_string());
-        binding.check(&req)?;
-        let spec = Arc::new(pipeline::text_to_video_with(&model, binding.policies.clone())?);
-        let out = crate::generate::run_with_progress(spec, req, device, args.quiet)?;
+        let mut progress = Progress::new(args.quiet);
+        let out = engine.run(req, &mut |e| progress.on_event(e));
+        progress.finish();
+        let out = out.map_err(|e| match e.field() {
+            Some(field) => anyhow::anyhow!("node {}: {e}", plan.node_of(field)),
+            None => anyhow::anyhow!("{e}"),
+        })?;
         let video = out.video().context("the pipeline produced no video")?;
         for o in &plan.outputs {
             let ext = if o.kind == "video" { "mp4" } else { "png" };

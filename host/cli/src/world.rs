@@ -55,7 +55,10 @@ pub fn run(args: WorldArgs) -> Result<()> {
         model.actions.index(a).with_context(|| "--actions")?;
     }
     let prompt = args.prompt.clone().unwrap_or_else(|| model.spec.prompt.clone());
-    let first = args.start_seed.map(|s| fastvideo_assembly::world::simulator_frame(&model, s)).transpose()?;
+    let first = args
+        .start_seed
+        .map(|s| fastvideo_assembly::world::simulator_frame(s, model.spec.width, model.spec.height))
+        .transpose()?;
     let adapters = args.lora.set(model.wan.transformer.clone())?;
     let warm_up_seconds =
         if args.warm_up { Some(tch::no_grad(|| chunk_rollout::warm_up(&model, device))?) } else { None };

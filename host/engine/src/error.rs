@@ -45,9 +45,9 @@ pub enum EngineError {
     /// serving.
     #[error("{0}")]
     WeightsRefused(String),
-    /// This engine's model takes no weight updates.
-    #[error("this server's model takes no weight updates")]
-    NoWeightUpdates,
+    /// The model named takes no weight updates (its family offers none, or it was not enabled).
+    #[error("model `{0}` takes no weight updates")]
+    NoWeightUpdates(String),
 }
 
 fn as_string<S: serde::Serializer>(e: &RequestError, s: S) -> Result<S::Ok, S::Error> {
@@ -76,7 +76,7 @@ impl EngineError {
             EngineError::NoSession(_) => "session_not_found",
             EngineError::SessionsFull { .. } => "sessions_full",
             EngineError::WeightsRefused(_) => "weights_refused",
-            EngineError::NoWeightUpdates => "no_weight_updates",
+            EngineError::NoWeightUpdates(_) => "no_weight_updates",
         }
     }
 

@@ -49,6 +49,9 @@ pub struct AdapterEntry {
     /// For the world model's sessions (`--world`) instead of the served model.
     #[serde(default)]
     pub world: bool,
+    /// For the served model of that name (`[[models]]`) instead of the primary one.
+    #[serde(default)]
+    pub model: Option<String>,
 }
 
 fn one() -> f64 {
@@ -139,10 +142,13 @@ pub struct Deployment {
     pub plugins: Vec<Arc<EnabledPlugin>>,
     /// Model folders for ComfyUI workflows' model files (paths as written in the deploy file).
     pub workflows: fastvideo_comfy::WorkflowConfig,
-    /// The LoRA adapters requests may name, their files' hashes checked and formats read.
+    /// The LoRA adapters requests to the primary model may name, their files' hashes checked and
+    /// formats read.
     pub adapters: Vec<AdapterSource>,
     /// The ones for the world model's sessions.
     pub world_adapters: Vec<AdapterSource>,
+    /// The ones for other served models, by the model's name (`model = NAME`).
+    pub model_adapters: std::collections::BTreeMap<String, Vec<AdapterSource>>,
 }
 
 /// An `[[adapters]]` entry with its file read: it exists, its hash is the pinned one, and it
@@ -227,15 +233,37 @@ impl Deployment {
             }
         }
         let (mut adapters, mut world_adapters) = (Vec::new(), Vec::new());
+        let mut model_adapters = std::collections::BTreeMap::<String, Vec<AdapterSource>>::new();
         for a in cfg.adapters {
-            let list = if a.world { &mut world_adapters } else { &mut adapters };
+            let list = match (a.world, &a.model) {
+                (true, Some(m)) => {
+                    return Err(PluginError::Io(format!(
+                        "[[adapters]] `{}`: `world = true` and `model = \"{m}\"` name two models; give one",
+                        a.name
+                    )))
+                }
+                (true, None) => &mut world_adapters,
+                (false, Some(m)) => model_adapters.entry(m.clone()).or_default(),
+                (false, None) => &mut adapters,
+            };
             let source = adapter_source(a, base)?;
             if list.iter().any(|b: &AdapterSource| b.name == source.name) {
                 return Err(PluginError::Io(format!("[[adapters]] `{}` is listed twice", source.name)));
             }
             list.push(source);
         }
-        Ok(Self { runtime, plugins, workflows, adapters, world_adapters })
+        Ok(Self { runtime, plugins, workflows, adapters, world_adapters, model_adapters })
+    }
+
+    /// The adapters requests to the served model `model` may name (`primary`: the one requests
+    /// naming no model get, which also takes the entries without `model`).
+    pub fn adapters_for(&self, model: &str, primary: bool) -> Vec<AdapterSource> {
+        let named = self.model_adapters.get(model).into_iter().flatten().cloned();
+        if primary {
+            self.adapters.iter().cloned().chain(named).collect()
+        } else {
+            named.collect()
+        }
     }
 
     /// The enabled plugin of that deploy name, if any.

@@ -53,6 +53,7 @@ mod media;
 mod output;
 mod request;
 mod resolve;
+mod seed;
 
 pub use action::ActionPart;
 pub use error::RequestError;
@@ -63,6 +64,7 @@ pub use media::{
     check_fit, decode_image, decode_video, fitted_size, image_bytes, reframe, ImageRole, InputImage, InputVideo,
     Reframed, ResizeMode, MAX_FITTED_ASPECT, MAX_FITTED_PIXELS, MAX_FITTED_SIDE, MAX_IMAGE_PIXELS, MAX_VIDEO_FRAMES,
 };
+pub use seed::random_seed;
 pub use output::{Artifact, LatentsArtifact, OmniOutput, RequestMetrics, TrajectoryArtifact, VideoArtifact};
 pub use request::{
     DiffusionParams, InputPart, Modality, OmniRequest, OutputSpec, SamplerKind, SamplingParams, TaskType, TextRole,

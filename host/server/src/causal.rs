@@ -78,11 +78,6 @@ pub fn is_causal(s: &AppState, p: &CreateParams) -> bool {
     matches!((&p.model, s.engine.session_model()), (Some(m), Some(w)) if m == w.id())
 }
 
-fn random_seed() -> u64 {
-    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
-    (t as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
-}
-
 /// Admits a causal job (its session opened, its actions queued at their frames) and starts it.
 pub async fn create(s: &AppState, p: &CreateParams, who: Caller) -> Result<VideoObject, ApiError> {
     s.jobs.check_space()?;
@@ -144,7 +139,7 @@ pub async fn create(s: &AppState, p: &CreateParams, who: Caller) -> Result<Video
         parts.push(part);
     }
     let id = s.new_id("video");
-    let seed = p.seed.unwrap_or_else(random_seed);
+    let seed = p.seed.unwrap_or_else(fastvideo_request::random_seed);
     let req = SessionRequest {
         prompt: p.prompt.clone().filter(|t| !t.is_empty()),
         start_seed: None,

@@ -156,7 +156,7 @@ impl From<EngineError> for ApiError {
             EngineError::WeightsRefused(_) => {
                 ApiError::BadRequest { param: Some("path".into()), code: e.code().to_string(), message: e.to_string() }
             }
-            EngineError::NoWeightUpdates => {
+            EngineError::NoWeightUpdates(_) => {
                 ApiError::BadRequest { param: None, code: e.code().to_string(), message: e.to_string() }
             }
             EngineError::NoSessions => {

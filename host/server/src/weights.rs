@@ -9,7 +9,8 @@
 
 use std::path::PathBuf;
 
-use axum::extract::{Request, State};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, Request, State};
 use axum::http::header::CONTENT_TYPE;
 use axum::Json;
 use serde::Deserialize;
@@ -25,12 +26,34 @@ pub const MAX_UPLOAD: usize = 2 << 30;
 #[serde(deny_unknown_fields)]
 struct UpdateBody {
     path: String,
+    /// Which served model (none: the primary); the query's `model` when the body is the file.
+    #[serde(default)]
+    model: Option<String>,
 }
 
-pub async fn get_weights(State(s): State<AppState>) -> Result<Json<serde_json::Value>, ApiError> {
-    let info = s.engine.weights().await?;
-    Ok(Json(serde_json::json!({"object": "weights", "model": s.engine.model_id(), "epoch": info.epoch,
-        "hash": info.hash, "source": info.source, "since": info.since})))
+/// `?model=NAME`: which served model a weights route is about (none: the primary).
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct WhichModel {
+    model: Option<String>,
+}
+
+type ModelQuery = Result<Query<WhichModel>, QueryRejection>;
+
+/// The query's model, a malformed query refused as JSON naming it.
+fn which(q: ModelQuery) -> Result<Option<String>, ApiError> {
+    q.map(|Query(q)| q.model).map_err(|e| ApiError::field("model", format!("query: {}", e.body_text())))
+}
+
+pub async fn get_weights(State(s): State<AppState>, q: ModelQuery) -> Result<Json<serde_json::Value>, ApiError> {
+    let model = which(q)?;
+    let info = s.engine.weights(model.as_deref()).await?;
+    Ok(Json(weights_object(model.as_deref().unwrap_or(s.engine.model_id()), &info)))
+}
+
+fn weights_object(model: &str, info: &fastvideo_engine::WeightsInfo) -> serde_json::Value {
+    serde_json::json!({"object": "weights", "model": model, "epoch": info.epoch,
+        "hash": info.hash, "source": info.source, "since": info.since})
 }
 
 /// An uploaded checkpoint on disk for as long as the load takes.
@@ -42,18 +65,26 @@ impl Drop for Upload {
     }
 }
 
-pub async fn update_weights(State(s): State<AppState>, req: Request) -> Result<Json<serde_json::Value>, ApiError> {
+pub async fn update_weights(
+    State(s): State<AppState>,
+    q: ModelQuery,
+    req: Request,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let query_model = which(q)?;
     let binary = req
         .headers()
         .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("application/octet-stream"));
-    let (path, upload) = if binary {
+    let (path, upload, model) = if binary {
         let bytes = axum::body::to_bytes(req.into_body(), MAX_UPLOAD).await.map_err(|e| {
-            ApiError::field(
-                "body",
-                format!("body: unreadable or over {} MiB ({e}); give a path instead", MAX_UPLOAD >> 20),
-            )
+            // Past the limit it is the documented 413, as every other route answers.
+            let over = std::iter::successors(std::error::Error::source(&e), |s| s.source())
+                .any(|s| s.is::<http_body_util::LengthLimitError>());
+            match over {
+                true => crate::params::too_large(Some(crate::params::BodyLimit(MAX_UPLOAD))),
+                false => ApiError::field("body", format!("body: unreadable ({e}); give a path instead")),
+            }
         })?;
         if bytes.is_empty() {
             return Err(ApiError::field("body", "body: empty; send a safetensors file or {\"path\": ...}"));
@@ -63,16 +94,15 @@ pub async fn update_weights(State(s): State<AppState>, req: Request) -> Result<J
             code: "upload_failed".into(),
             message: format!("{}: {e}", path.display()),
         })?;
-        (path.clone(), Some(Upload(path)))
+        (path.clone(), Some(Upload(path)), query_model)
     } else {
         let b: UpdateBody = read_body(req).await?;
         if b.path.trim().is_empty() {
             return Err(ApiError::field("path", "path: must not be empty"));
         }
-        (PathBuf::from(b.path), None)
+        (PathBuf::from(b.path), None, b.model.or(query_model))
     };
     let label = upload.as_ref().map(|_| PathBuf::from("upload"));
-    let info = s.engine.update_weights(path, label).await?;
-    Ok(Json(serde_json::json!({"object": "weights", "model": s.engine.model_id(), "epoch": info.epoch,
-        "hash": info.hash, "source": info.source, "since": info.since})))
+    let info = s.engine.update_weights(model.as_deref(), path, label).await?;
+    Ok(Json(weights_object(model.as_deref().unwrap_or(s.engine.model_id()), &info)))
 }

@@ -11,6 +11,7 @@ pub mod chat;
 pub mod config;
 mod decode_graph;
 pub mod extend;
+pub mod family;
 pub mod language_model;
 pub mod layer;
 mod lm;

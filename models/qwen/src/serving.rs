@@ -96,4 +96,8 @@ impl ChatCodec for ChatTokenizer {
     fn decode(&self, ids: &[i64]) -> String {
         ChatTokenizer::decode(self, ids).unwrap_or_default()
     }
+
+    fn template_source(&self) -> Option<&str> {
+        self.template()
+    }
 }

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use anyhow::{bail, Context, Result};
 use fastvideo_lora::{LoraFile, TargetModule, TensorData};
-use fastvideo_pipeline::{AdapterRows, AdapterSet, AdapterTarget, ModuleDelta, PreparedAdapter};
+use fastvideo_pipeline::{AdapterSet, AdapterTarget, ModuleDelta, PreparedAdapter};
 use tch::{Device, Kind, Tensor};
 
 use crate::nn::Linear;
@@ -174,110 +174,6 @@ fn tensor(t: &TensorData, device: Device, kind: Kind) -> Result<Tensor> {
     };
     let shape: Vec<i64> = t.shape.iter().map(|&d| d as i64).collect();
     Ok(Tensor::f_from_data_size(&t.data, &shape, stored)?.to_device(device).to_kind(kind))
-}
-
-/// `lin(x)` plus the deltas of one set that covers every row and adds only low-rank pairs (the
-/// common case: every request in the step uses the same adapters), with the deltas computed
-/// first: the first up projection of each part writes the output (with the bias), and the base
-/// GEMM accumulates into it (beta = 1). That saves the full-width pass an up projection added
-/// after the base GEMM makes, the unmerged path's main cost at real size (docs/benchmarks.md).
-/// `None` when the rows or deltas are of another shape; [`add_deltas`] handles those.
-pub(crate) fn forward_deltas_first(lin: &Linear, x: &Tensor, rows: &AdapterRows) -> Option<Tensor> {
-    if lin.is_fp8() {
-        return None;
-    }
-    let n = x.size()[0];
-    let [(set, 0, len)] = rows.groups[..] else { return None };
-    if len < n {
-        return None;
-    }
-    fn delta(adapter: &PreparedAdapter, slot: usize, text: bool) -> Option<&ModuleDelta> {
-        if text {
-            adapter.text_delta(slot)
-        } else {
-            adapter.delta(slot)
-        }
-    }
-    for (adapter, _) in set.entries() {
-        for part in lin.parts() {
-            if delta(adapter, part.slot, rows.text)
-                .is_some_and(|d| d.diff.is_some() || d.diff_b.is_some() || d.low_rank.is_none())
-            {
-                return None;
-            }
-        }
-    }
-    let mut shape = x.size();
-    let din = shape.pop().unwrap_or(0);
-    let dout = lin.weight.size()[0];
-    let x2 = x.reshape([-1, din]);
-    let y = Tensor::empty([x2.size()[0], dout], (x.kind(), x.device()));
-    for part in lin.parts() {
-        let out = y.narrow(1, part.start, part.len);
-        let bias = lin.bias.as_ref().map(|b| b.narrow(0, part.start, part.len));
-        let mut written = false;
-        for (adapter, strength) in set.entries() {
-            let Some((down, up, scale)) = delta(adapter, part.slot, rows.text).and_then(|d| d.low_rank.as_ref()) else {
-                continue;
-            };
-            let h = x2.linear(down, None::<Tensor>) * (strength * scale);
-            let mut out = out.shallow_clone();
-            if written {
-                let _ = out.addmm_(&h, &up.tr());
-            } else {
-                let _ = match &bias {
-                    Some(b) => b.addmm_out(&out, &h, &up.tr()),
-                    None => h.mm_out(&out, &up.tr()),
-                };
-                written = true;
-            }
-        }
-        if !written {
-            let mut out = out.shallow_clone();
-            match &bias {
-                Some(b) => out.copy_(&b.expand_as(&out)),
-                None => {
-                    let _ = out.zero_();
-                }
-            }
-        }
-    }
-    let mut y = y;
-    let _ = y.addmm_(&x2, &lin.weight.tr());
-    shape.push(dout);
-    Some(y.view(shape.as_slice()))
-}
-
-/// Adds each row group's deltas to `y = lin(x)` in place (rows of dimension 0).
-pub(crate) fn add_deltas(lin: &Linear, x: &Tensor, y: &Tensor, rows: &AdapterRows) {
-    let n = x.size()[0];
-    for &(set, start, len) in &rows.groups {
-        let len = len.min(n - start);
-        let mut xs: Option<Tensor> = None;
-        for (adapter, strength) in set.entries() {
-            for part in lin.parts() {
-                let d = if rows.text { adapter.text_delta(part.slot) } else { adapter.delta(part.slot) };
-                let Some(d) = d else { continue };
-                let xs = xs.get_or_insert_with(|| x.narrow(0, start, len));
-                let mut out = y.narrow(0, start, len).narrow(-1, part.start, part.len);
-                // The scale goes on the rank-sized product, and the up projection accumulates into
-                // the output in place (one GEMM with beta = 1): the full-width intermediate, its
-                // scaling and the add were each a pass over the output, most of the unmerged
-                // path's cost at real size (docs/benchmarks.md).
-                if let Some((down, up, scale)) = &d.low_rank {
-                    let h = xs.linear(down, None::<Tensor>) * (strength * scale);
-                    let r = h.size().last().copied().unwrap_or(0);
-                    let _ = out.view([-1, part.len]).addmm_(&h.view([-1, r]), &up.tr());
-                }
-                if let Some(diff) = &d.diff {
-                    out += xs.linear(diff, None::<Tensor>) * *strength;
-                }
-                if let Some(db) = &d.diff_b {
-                    out += db * *strength;
-                }
-            }
-        }
-    }
 }
 
 /// A set merged into the weights, with the original weights of every linear it touched.

@@ -11,7 +11,7 @@ use crate::image_condition::image_condition;
 use crate::image_processor::Rgb8;
 use crate::image_resize::picture_to_unit;
 use crate::loader::ClipImage;
-use crate::pipeline::values::{IMAGE_EMBEDS, LATENT_CONDITION};
+use crate::values::{IMAGE_EMBEDS, LATENT_CONDITION};
 use crate::vae::AutoencoderKLWan;
 
 pub(crate) struct ImageEncode {

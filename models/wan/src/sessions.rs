@@ -77,7 +77,7 @@ impl WorldSessions {
 
 /// What a session request may be: the model's size, frame rate and few-step schedule, no
 /// guidance unless asked for.
-fn limits(model: &WorldModel) -> ModelLimits {
+pub(crate) fn limits(model: &WorldModel) -> ModelLimits {
     let spec = &model.spec;
     let steps = spec.timesteps.len() as u32;
     ModelLimits {

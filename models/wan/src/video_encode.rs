@@ -11,7 +11,7 @@ use fastvideo_pipeline::{NodeCtx, Stage, Value, Values};
 use tch::Tensor;
 
 use crate::image_resize::rgb8_to_unit;
-use crate::pipeline::values::CLEAN_LATENTS;
+use crate::values::CLEAN_LATENTS;
 use crate::vae::AutoencoderKLWan;
 
 pub(crate) struct VideoEncode {

@@ -193,6 +193,23 @@ fn missing_and_corrupt_models_are_named() {
         "unsupported config key `sliding_window`",
     );
 
+    // A folder of an architecture no family serves: one line naming it and the supported ones,
+    // before any weights are read (the folder has none).
+    let other = dir.path().join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::write(other.join("model_index.json"), r#"{"_class_name": "FluxPipeline"}"#).unwrap();
+    assert_user_error(
+        &fastvideo(&["generate", "--prompt", "x", "--model", other.to_str().unwrap()]),
+        "architecture `FluxPipeline` (model_index.json) is not served; supported as a generation model (--model): \
+         WanPipeline (wan), WanImageToVideoPipeline (wan), WanVideoToVideoPipeline (wan)",
+    );
+    // A language model where a generation model goes says what it is.
+    let lm = repo().join("tests/fixtures/tiny-qwen3");
+    assert_user_error(
+        &fastvideo(&["generate", "--prompt", "x", "--model", lm.to_str().unwrap()]),
+        "architecture `Qwen3ForCausalLM` (config.json) is not served here: it is a language model ([lm])",
+    );
+
     let unsupported = dir.path().join("unsupported");
     copy_dir(&tiny, &unsupported);
     let cfg = unsupported.join("vae/config.json");

@@ -134,7 +134,7 @@ fn the_openai_client_runs_adapters_per_request() {
         (serde_json::json!([{"name": "style", "scale": 11}]), "lora[0].scale"),
         (serde_json::json!([{"name": "style"}, {"name": "style"}]), "lora[1].name"),
         (serde_json::json!("style"), "lora"),
-        (serde_json::json!([{"name": "style", "weight": 1}]), "lora[0]"),
+        (serde_json::json!([{"name": "style", "weight": 1}]), "lora[0].weight"),
     ] {
         let mut body = base.clone();
         body["lora"] = lora.clone();
@@ -152,6 +152,59 @@ fn the_openai_client_runs_adapters_per_request() {
         let done = server.wait_done(v["id"].as_str().unwrap());
         assert_eq!(done["status"], "completed", "{done}");
     }
+}
+
+#[test]
+fn a_lora_runs_on_a_model_served_beside_the_primary() {
+    let dir = tempfile::tempdir().unwrap();
+    let tiny = fixtures().join("tiny-wan").display().to_string();
+    let (main, copy) = (format!("main={tiny}"), format!("copy={tiny}"));
+    let deploy = dir.path().join("deploy.toml");
+    let text = format!(
+        "[[adapters]]\nname = \"style\"\nsource = \"{}\"\nblake3 = \"{}\"\nmodel = \"copy\"\n",
+        adapter("original"),
+        hash(&adapter("original"))
+    );
+    std::fs::write(&deploy, text).unwrap();
+    let server = Server::start(&["--model", &main, "--model", &copy, "--deploy", deploy.to_str().unwrap()]);
+    let body = |model: &str, lora: bool| {
+        let mut b = serde_json::json!({"model": model, "prompt": "a red circle", "size": "32x32", "num_frames": 5,
+            "num_inference_steps": 2, "seed": 7});
+        if lora {
+            b["lora"] = serde_json::json!([{"name": "style"}]);
+        }
+        b
+    };
+    let video = |b: serde_json::Value| {
+        let (status, v) = server.post("/v1/videos", b);
+        assert_eq!(status, 200, "{v}");
+        let id = v["id"].as_str().unwrap().to_string();
+        assert_eq!(server.wait_done(&id)["status"], "completed");
+        server.bytes(&format!("/v1/videos/{id}/content")).1
+    };
+    let plain = video(body("copy", false));
+    let styled = video(body("copy", true));
+    assert_ne!(plain, styled, "the adapter changes the second model's video");
+    assert_eq!(video(body("copy", true)), styled, "and does so reproducibly");
+    // The adapter is the second model's: the primary refuses it, naming the field.
+    let (status, e) = server.post("/v1/videos", body("main", true));
+    assert_eq!((status, e["error"]["param"].as_str()), (400, Some("lora")), "{e}");
+    // A deploy naming a model this server does not serve refuses to start.
+    let wrong = dir.path().join("wrong.toml");
+    std::fs::write(&wrong, std::fs::read_to_string(&deploy).unwrap().replace("\"copy\"", "\"other\"")).unwrap();
+    let out = fastvideo(&[
+        "serve",
+        "--port",
+        "0",
+        "--device",
+        "cpu",
+        "--ephemeral",
+        "--model",
+        &main,
+        "--deploy",
+        wrong.to_str().unwrap(),
+    ]);
+    crate::common::assert_user_error(&out, "[[adapters]] `style`: model = \"other\" is not served here");
 }
 
 #[test]
@@ -226,6 +279,28 @@ fn comfyui_lora_loaders_run_the_deploys_adapters() {
     };
     let base = run(plain.clone(), "plain");
     let larger = run(with_lora(1.0, "large.safetensors"), "large");
+    // `workflow run` applies the workflow's LoRA as `/prompt` does: the same file, byte for byte.
+    let local = |prompt: &serde_json::Value, name: &str| {
+        let file = dir.path().join(format!("{name}.json"));
+        std::fs::write(&file, prompt.to_string()).unwrap();
+        let out_dir = dir.path().join(format!("out-{name}"));
+        let out = fastvideo(&[
+            "workflow",
+            "run",
+            file.to_str().unwrap(),
+            "--deploy",
+            deploy.to_str().unwrap(),
+            "--out-dir",
+            out_dir.to_str().unwrap(),
+            "--device",
+            "cpu",
+            "--quiet",
+        ]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        std::fs::read(String::from_utf8_lossy(&out.stdout).trim()).unwrap()
+    };
+    assert_eq!(local(&with_lora(1.0, "large.safetensors"), "large"), larger, "workflow run takes the LoRA");
+    assert_eq!(local(&plain, "plain"), base);
     let zero = run(with_lora(0.0, "loras/large.safetensors"), "zero");
     assert_ne!(base, larger, "the adapter changes the video");
     assert_eq!(base, zero, "strength_model 0 is the plain model, byte for byte");

@@ -204,10 +204,15 @@ fn weight_updates_swap_between_requests_pin_running_ones_and_refuse_bad_files() 
     let missing = perturbed_checkpoint(dir.path(), 1.0, Some("proj_out.bias"));
     let garbage = dir.path().join("garbage.safetensors");
     std::fs::write(&garbage, b"not a checkpoint").unwrap();
+    // A whole model folder of another architecture, refused before its weights are read.
+    let other = dir.path().join("other");
+    std::fs::create_dir_all(other.join("transformer")).unwrap();
+    std::fs::write(other.join("model_index.json"), r#"{"_class_name": "FluxPipeline"}"#).unwrap();
     for (path, says) in [
         (dir.path().join("nope.safetensors"), "no such file"),
         (missing, "proj_out.bias"),
         (garbage, "not a readable safetensors file"),
+        (other, "architecture `FluxPipeline` (model_index.json) is not this model's family (wan)"),
         (repo().join("models/default/vae/diffusion_pytorch_model.safetensors"), "transformer"),
     ] {
         let (status, v) = server.post("/v1/weights", json!({"path": path}));

@@ -32,11 +32,6 @@ impl Handle {
     }
 }
 
-fn random_seed() -> u64 {
-    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
-    (t as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ std::process::id() as u64
-}
-
 impl Engine {
     /// Checks and admits a request. Every refusal happens here, before any work.
     pub fn submit(&self, req: OmniRequest) -> Result<Handle, EngineError> {
@@ -48,23 +43,13 @@ impl Engine {
         if inner.shared.draining.load(Ordering::SeqCst) {
             return refuse(EngineError::Draining);
         }
-        let model = match req.model.as_deref() {
-            None => 0,
-            Some(m) if m == inner.model_id => 0,
-            Some(m) => match inner.extra.iter().position(|x| x.id == m) {
-                Some(i) => i + 1,
-                None => {
-                    let served: Vec<String> = self.models().iter().map(|(id, _)| format!("`{id}`")).collect();
-                    let why = format!("model: `{m}` is not served here; this server serves {}", served.join(", "));
-                    return refuse(RequestError::new("model", why).into());
-                }
-            },
+        let model = match self.index_of(req.model.as_deref()) {
+            Ok(m) => m,
+            Err(e) => return refuse(e.into()),
         };
-        let (limits, check) = match model {
-            0 => (&inner.limits, &inner.check),
-            i => (&inner.extra[i - 1].limits, &inner.extra[i - 1].check),
-        };
-        let req = match req.resolve(limits, random_seed) {
+        let served = &inner.models[model];
+        let (limits, check) = (&served.limits, &served.check);
+        let req = match req.resolve(limits, fastvideo_request::random_seed) {
             Ok(r) => r,
             Err(e) => return refuse(e.into()),
         };
@@ -72,7 +57,7 @@ impl Engine {
             return refuse(e.into());
         }
         if !req.lora.is_empty() {
-            let checked = match inner.adapters.as_ref().filter(|_| model == 0) {
+            let checked = match served.adapters.as_ref() {
                 Some(cache) => cache.check(&req.lora),
                 None => Err(RequestError::new("lora", "this server enables no LoRA adapters")),
             };
@@ -147,7 +132,7 @@ impl Engine {
             done: Some(dtx),
             span,
         };
-        match (inner.adapters.as_ref().filter(|_| model == 0), lora.is_empty()) {
+        match (served.adapters.as_ref(), lora.is_empty()) {
             (Some(cache), false) if !cache.all_resident(&lora) => {
                 // Reading and preparing adapter files takes a while: on a thread of its own, so
                 // neither the caller nor the executor waits; the job is queued once they are ready.

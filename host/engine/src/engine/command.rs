@@ -17,8 +17,8 @@ pub(super) enum Command {
     Cancel(String),
     CancelAll,
     Session(SessionCommand),
-    /// New requests start on this pipeline from now on.
-    Swap(Arc<PipelineSpec>, oneshot::Sender<()>),
+    /// New requests for model `.0` start on this pipeline from now on.
+    Swap(usize, Arc<PipelineSpec>, oneshot::Sender<()>),
     /// Puts model `model`'s weights to sleep (`false`) or wakes them (`true`); answers whether
     /// it is resident after, or why not.
     Residency {

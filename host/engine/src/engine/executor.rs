@@ -197,9 +197,9 @@ impl Executor {
                     self.set_residency(model, false)
                 });
             }
-            Command::Swap(spec, done) => {
+            Command::Swap(model, spec, done) => {
                 // Runs hold their own Arc: started requests keep the old pipeline.
-                self.pipelines[0].spec = spec;
+                self.pipelines[model].spec = spec;
                 let _ = done.send(());
             }
         }

@@ -23,26 +23,25 @@ pub(super) struct Inner {
     pub(super) tx: Mutex<std_mpsc::Sender<Command>>,
     pub(super) shared: Arc<Shared>,
     pub(super) cfg: EngineConfig,
-    pub(super) model_id: String,
-    pub(super) limits: ModelLimits,
-    pub(super) check: RequestCheck,
     pub(super) metrics: Metrics,
     pub(super) sessions: Option<Arc<dyn SessionModel>>,
     pub(super) session_shared: Arc<SessionShared>,
+    /// Every served model, the primary (the one a request naming none gets) first; a job's
+    /// `model` indexes it.
+    pub(super) models: Vec<ServedModel>,
+}
+
+/// One served model as admission and the weight routes see it: each carries its own
+/// capabilities (adapters, weight updates), whichever slot it fills.
+pub(super) struct ServedModel {
+    pub(super) id: String,
+    pub(super) limits: ModelLimits,
+    pub(super) check: RequestCheck,
     pub(super) weights: Option<WeightUpdates>,
     pub(super) adapters: Option<Arc<AdapterCache>>,
     /// Which weights new requests get; the update lock serializes updates.
     pub(super) serving: Mutex<Option<WeightsInfo>>,
     pub(super) update: tokio::sync::Mutex<()>,
-    /// Models served beside the primary one, chosen by a request's `model` (model `i + 1`).
-    pub(super) extra: Vec<ExtraModel>,
-}
-
-/// A model beside the primary one: what admission needs of it.
-pub(super) struct ExtraModel {
-    pub(super) id: String,
-    pub(super) limits: ModelLimits,
-    pub(super) check: RequestCheck,
 }
 
 /// The engine: cheap to clone, usable from any thread or task.
@@ -68,7 +67,7 @@ impl Engine {
     /// [`start_with_sessions`](Self::start_with_sessions) serving `extra` models too, on the same
     /// executor and scheduler: a request names one by its id in `model` (none: the primary).
     /// Their steps interleave and queue under one policy; only steps of one model batch together.
-    /// Weight updates, LoRA adapters and sessions stay the primary model's.
+    /// Each model brings its own adapters and weight updates.
     pub fn start_with_models(
         model: EngineModel,
         extra: Vec<EngineModel>,
@@ -84,42 +83,33 @@ impl Engine {
             cost: Mutex::new(CostModel::new(cfg.cost)),
             live_count: watch::channel(0).0,
         });
-        let EngineModel { id, limits, spec, device, check, classify, weights, adapters, residency } = model;
-        if let Some(a) = &adapters {
-            metrics.watch_adapters(a);
-        }
+        let device = model.device;
         let live_sessions =
             LiveSessions::new(sessions.clone(), device, cfg.session_idle, session_shared.clone(), metrics.clone());
-        let mut pipelines = vec![ExecModel { id: id.clone(), spec, classify, residency }];
-        let mut extras = Vec::new();
-        for m in extra {
-            pipelines.push(ExecModel { id: m.id.clone(), spec: m.spec, classify: m.classify, residency: m.residency });
-            extras.push(ExtraModel { id: m.id, limits: m.limits, check: m.check });
+        let (mut pipelines, mut models) = (Vec::new(), Vec::new());
+        for m in std::iter::once(model).chain(extra) {
+            let EngineModel { id, limits, spec, device: _, check, classify, weights, adapters, residency } = m;
+            if let Some(a) = &adapters {
+                metrics.watch_adapters(a);
+            }
+            pipelines.push(ExecModel { id: id.clone(), spec, classify, residency });
+            models.push(ServedModel {
+                id,
+                limits,
+                check,
+                weights,
+                adapters,
+                serving: Mutex::new(None),
+                update: tokio::sync::Mutex::new(()),
+            });
         }
         Executor::new(pipelines, device, shared.clone(), metrics.clone(), &cfg, live_sessions).spawn(rx);
-        Engine(Arc::new(Inner {
-            tx: Mutex::new(tx),
-            shared,
-            cfg,
-            model_id: id,
-            limits,
-            check,
-            metrics,
-            sessions,
-            session_shared,
-            weights,
-            adapters,
-            serving: Mutex::new(None),
-            update: tokio::sync::Mutex::new(()),
-            extra: extras,
-        }))
+        Engine(Arc::new(Inner { tx: Mutex::new(tx), shared, cfg, metrics, sessions, session_shared, models }))
     }
 
     /// Every served model's id and limits, the primary first.
     pub fn models(&self) -> Vec<(&str, &ModelLimits)> {
-        let mut all = vec![(self.0.model_id.as_str(), &self.0.limits)];
-        all.extend(self.0.extra.iter().map(|m| (m.id.as_str(), &m.limits)));
-        all
+        self.0.models.iter().map(|m| (m.id.as_str(), &m.limits)).collect()
     }
 
     /// Puts model `id`'s weights to sleep (`false`: off the device, kept in host memory) or wakes
@@ -159,11 +149,11 @@ impl Engine {
     }
 
     pub fn model_id(&self) -> &str {
-        &self.0.model_id
+        &self.0.models[0].id
     }
 
     pub fn limits(&self) -> &ModelLimits {
-        &self.0.limits
+        &self.0.models[0].limits
     }
 
     pub fn config(&self) -> &EngineConfig {
@@ -174,9 +164,28 @@ impl Engine {
         &self.0.metrics
     }
 
-    /// The LoRA adapters requests may name, if the model takes any.
-    pub fn adapters(&self) -> Option<&Arc<AdapterCache>> {
-        self.0.adapters.as_ref()
+    /// The LoRA adapters requests for model `id` may name (`None`: the primary), if that model
+    /// takes any.
+    pub fn adapters(&self, id: Option<&str>) -> Option<&Arc<AdapterCache>> {
+        self.served(id).ok()?.adapters.as_ref()
+    }
+
+    /// The served model `id` names (`None`: the primary); an unknown id is refused naming
+    /// `model` and listing the served ones.
+    pub(super) fn served(&self, id: Option<&str>) -> Result<&ServedModel, RequestError> {
+        self.index_of(id).map(|i| &self.0.models[i])
+    }
+
+    /// The slot of model `id` (`None`: the primary, 0).
+    pub(super) fn index_of(&self, id: Option<&str>) -> Result<usize, RequestError> {
+        let Some(id) = id else { return Ok(0) };
+        self.0.models.iter().position(|m| m.id == id).ok_or_else(|| {
+            let served: Vec<String> = self.0.models.iter().map(|m| format!("`{}`", m.id)).collect();
+            RequestError::new(
+                "model",
+                format!("model: `{id}` is not served here; this server serves {}", served.join(", ")),
+            )
+        })
     }
 
     /// Cancels a queued or running request at its next unit boundary. `false` when the id is not

@@ -38,7 +38,7 @@ impl Engine {
             return Err(EngineError::SessionsFull { max: inner.cfg.max_sessions });
         }
         let request = model.request(&id, &req)?;
-        (inner.check)(&request)?;
+        (inner.models[0].check)(&request)?;
         // Adapters are read and prepared off the executor (and off this task's thread).
         let adapters = match (request.lora.is_empty(), model.adapters()) {
             (true, _) => None,

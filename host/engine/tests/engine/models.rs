@@ -265,3 +265,57 @@ fn a_burst_for_a_cold_model_wakes_it_once_instead_of_swapping_per_request() {
         assert!(d.most <= 2, "never more than two on the device ({})", d.most);
     });
 }
+
+/// New weights for a toy model: a pipeline scaling by the number in the path's file name.
+struct ToyWeights;
+
+impl fastvideo_engine::WeightLoader for ToyWeights {
+    fn load(&self, path: &std::path::Path) -> Result<PipelineSpec> {
+        let scale: f32 = path.file_name().and_then(|n| n.to_str()).and_then(|n| n.parse().ok()).unwrap();
+        let nodes = vec![Node::looped("denoise", Arc::new(ScaledLoop(scale)), &[], &["latents"])];
+        Ok(PipelineSpec::new("toy", vec![TaskType::T2v], nodes, &[], "latents")?)
+    }
+    fn hash(&self, path: &std::path::Path) -> Result<String> {
+        Ok(path.display().to_string())
+    }
+}
+
+#[test]
+fn weight_updates_are_each_models_own() {
+    let mut registry = prometheus_client::registry::Registry::default();
+    let mut second = scaled_model("second", 10.0);
+    second.weights = Some(fastvideo_engine::WeightUpdates { loader: Arc::new(ToyWeights), initial: "10".into() });
+    let engine = Engine::start_with_models(
+        scaled_model("first", 1.0),
+        vec![second],
+        None,
+        EngineConfig::default(),
+        Metrics::register(&mut registry),
+    );
+    let latents = |model: &str| {
+        let mut r = req(&format!("{model}-{}", rand_id()), "p", 3);
+        r.model = Some(model.into());
+        r.outputs.return_latents = true;
+        let out = rt().block_on(engine.submit(r).unwrap().wait()).unwrap();
+        let Some(fastvideo_request::Artifact::Latents(l)) = out.artifacts.get("latents") else { panic!("no latents") };
+        l.data[0]
+    };
+    rt().block_on(async {
+        // The second model takes updates; the primary, which offers none, refuses naming itself.
+        let info = engine.update_weights(Some("second"), "100".into(), None).await.unwrap();
+        assert_eq!((info.epoch, info.hash.as_str()), (1, "100"));
+        assert_eq!(engine.weights(Some("second")).await.unwrap().epoch, 1);
+        let e = engine.weights(None).await.unwrap_err();
+        assert!(matches!(&e, EngineError::NoWeightUpdates(m) if m == "first"), "{e}");
+        assert_eq!(e.to_string(), "model `first` takes no weight updates");
+        let e = engine.update_weights(Some("third"), "1".into(), None).await.unwrap_err();
+        assert_eq!(e.field(), Some("model"), "{e}");
+    });
+    assert_eq!((latents("second"), latents("first")), (300.0, 3.0), "only the second model's weights changed");
+}
+
+fn rand_id() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}

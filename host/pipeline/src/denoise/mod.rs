@@ -268,6 +268,11 @@ impl DenoiseLoop {
 impl LoopStage for DenoiseLoop {
     fn init(&self, ctx: &NodeCtx, values: &mut Values) -> Result<LoopState> {
         let req = ctx.request;
+        // A request naming adapters runs with them or not at all: a front end that prepared none
+        // would otherwise run the plain weights silently.
+        if !req.lora.is_empty() && values.adapters(ADAPTERS).is_none() {
+            anyhow::bail!("lora: the request names LoRA adapters, but this run was given none prepared");
+        }
         let shape = self.denoiser.latent_shape(req);
         let supplied = match (values.opt_tensor(&self.initial_latents), &req.initial_noise) {
             (Some(t), _) => Some(t.shallow_clone()),

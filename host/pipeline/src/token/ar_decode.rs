@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use anyhow::{anyhow, bail, ensure, Result};
-use fastvideo_request::OmniEvent;
+use fastvideo_request::{OmniEvent, RequestError, ResolvedRequest};
 use serde::Deserialize;
 use tch::{Device, Kind, Tensor};
 
@@ -94,6 +94,19 @@ impl Default for DecodeParams {
     fn default() -> Self {
         serde_json::from_str("{}").expect("every field has a default")
     }
+}
+
+/// Admission's check of a request's decode parameters (`node_params.<node>`), so a bad one is a
+/// 400 naming the field rather than a failure when its decode starts. `prefix` goes before the
+/// field names (empty for chat, whose fields are OpenAI's).
+pub fn check_decode(r: &ResolvedRequest, node: &str, prefix: &str) -> Result<(), RequestError> {
+    let Some(v) = r.node_params.get(node) else { return Ok(()) };
+    let p: DecodeParams = serde_json::from_value(v.clone())
+        .map_err(|e| RequestError::new(format!("node_params.{node}"), e.to_string()))?;
+    if p.max_tokens == 0 {
+        return Err(RequestError::new(format!("{prefix}max_tokens"), "at least 1"));
+    }
+    p.sampling().validate().map_err(|(field, why)| RequestError::new(format!("{prefix}{field}"), why))
 }
 
 impl DecodeParams {

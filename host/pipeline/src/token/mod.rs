@@ -8,7 +8,7 @@ mod kv;
 mod paged_batch;
 mod sampling;
 
-pub use ar_decode::{ARDecodeLoop, CausalLm, DecodeParams, FinishReason, Generation};
+pub use ar_decode::{check_decode, ARDecodeLoop, CausalLm, DecodeParams, FinishReason, Generation};
 pub use kv::{ContiguousKv, KvBlockPool, KvShape, KvStore, PagedKv};
 pub use paged_batch::{PagedBatch, PagedPlan};
 pub use sampling::{Sampler, SamplingParams};

@@ -17,7 +17,7 @@ use crate::listener::BodyTimeout;
 mod body;
 mod media;
 
-pub(crate) use body::{unreadable, BodyLimit};
+pub(crate) use body::{too_large, unreadable, BodyLimit};
 use media::no_uploads;
 pub use media::{MediaNames, MediaValue, Uploads};
 

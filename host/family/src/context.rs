@@ -1,0 +1,76 @@
+//! What a family's `load` is asked for.
+
+use fastvideo_parallel::ParallelMode;
+use fastvideo_torch::Numerics;
+use tch::Device;
+
+/// The role a folder fills in a deployment; a family serves one or more of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelKind {
+    /// Generates media from a request (`--model`, `[[models]]`): the job routes.
+    Generation,
+    /// Rolls out interactive sessions chunk by chunk (`[world]`).
+    World,
+    /// Decodes tokens for chats (`[lm]`).
+    Language,
+}
+
+impl ModelKind {
+    /// How operators name the role (in errors and listings).
+    pub fn describe(self) -> &'static str {
+        match self {
+            ModelKind::Generation => "a generation model (--model)",
+            ModelKind::World => "a world model ([world])",
+            ModelKind::Language => "a language model ([lm])",
+        }
+    }
+}
+
+/// Where a sleeping model's weights wait.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SleepTier {
+    /// Pinned host memory.
+    #[default]
+    Host,
+    /// Nowhere: read from disk again on waking.
+    Disk,
+}
+
+/// How to load: the device, the numerics (a precision preset already turned into dtypes and
+/// options by [`Family::implies`](crate::Family::implies)) and the layout.
+#[derive(Debug, Clone)]
+pub struct LoadContext {
+    /// The device the model runs on (rank 0 when split over GPUs).
+    pub device: Device,
+    /// Dtypes and lossy options.
+    pub numerics: Numerics,
+    /// The folder's tiny decoder asked for explicitly (families without one refuse it).
+    pub tiny_decoder: bool,
+    /// Two-expert models keep one expert on the device at a time.
+    pub offload_experts: bool,
+    /// The large weights are checked but read only at the first wake (a model that may sleep).
+    pub lazy: bool,
+    /// GPUs each step is split over, and how.
+    pub gpus: usize,
+    /// How the GPUs split a step (`None`: the family's choice).
+    pub parallel: Option<ParallelMode>,
+    /// Bytes of the key/value cache of token-decoding models.
+    pub kv_cache_bytes: u64,
+}
+
+impl LoadContext {
+    /// One device, the numerics given, nothing else asked.
+    pub fn new(device: Device, numerics: Numerics) -> Self {
+        Self {
+            device,
+            numerics,
+            tiny_decoder: false,
+            offload_experts: false,
+            lazy: false,
+            gpus: 1,
+            parallel: None,
+            kv_cache_bytes: 1 << 30,
+        }
+    }
+}

@@ -1,0 +1,114 @@
+//! Qwen as one of the runtime's families ([`fastvideo_family`]): a transformers-layout Qwen3 or
+//! Qwen2.5 folder served as a language model, its chat template and tokenizer as the chat
+//! routes' codec, its decode loop on a paged key/value pool.
+
+use std::any::Any;
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::Result;
+use fastvideo_family::{Capability, ChatServing, Family, LoadContext, LoadSummary, LoadedModel, ModelKind};
+use fastvideo_pipeline::token::{check_decode, KvBlockPool};
+use fastvideo_pipeline::{LoopPolicies, PipelineSpec};
+use fastvideo_request::{ModelLimits, RequestError, ResolvedRequest};
+use tch::Kind;
+
+use crate::serving::{chat_limits, chat_pipeline, DECODE_NODE};
+use crate::LanguageModel;
+
+/// Qwen3 and Qwen2.5 causal language models.
+pub struct Qwen;
+
+/// The family entry the registry lists.
+pub static QWEN: Qwen = Qwen;
+
+impl Family for Qwen {
+    fn name(&self) -> &'static str {
+        "qwen"
+    }
+
+    fn architectures(&self) -> &'static [&'static str] {
+        &["Qwen3ForCausalLM", "Qwen2ForCausalLM"]
+    }
+
+    fn kind(&self) -> ModelKind {
+        ModelKind::Language
+    }
+
+    fn load(&self, dir: &Path, ctx: &LoadContext) -> Result<Box<dyn LoadedModel>> {
+        let t0 = std::time::Instant::now();
+        let kind = if ctx.device.is_cuda() { Kind::BFloat16 } else { Kind::Float };
+        let lm = LanguageModel::load(dir, ctx.device, kind)?;
+        let (spec, pool) = chat_pipeline(&lm, ctx.kv_cache_bytes)?;
+        let summary = LoadSummary {
+            family: "qwen",
+            dir: dir.to_path_buf(),
+            device: ctx.device,
+            precision: ctx.numerics.preset,
+            fp8_linears: false,
+            int8_attention: None,
+            dtype: kind,
+            text_encoder_dtype: None,
+            vae_dtype: None,
+            parallel: None,
+            seconds: t0.elapsed().as_secs_f64(),
+            note: None,
+        };
+        Ok(Box::new(LoadedQwen { lm, spec: Arc::new(spec), pool, summary }))
+    }
+}
+
+/// A loaded language model behind the seam.
+pub struct LoadedQwen {
+    /// The model itself.
+    pub lm: LanguageModel,
+    spec: Arc<PipelineSpec>,
+    pool: Arc<KvBlockPool>,
+    summary: LoadSummary,
+}
+
+impl LoadedModel for LoadedQwen {
+    fn summary(&self) -> &LoadSummary {
+        &self.summary
+    }
+
+    fn limits(&self) -> ModelLimits {
+        chat_limits(&self.lm)
+    }
+
+    /// The chat pipeline on the pool made at load (deploy policies do not apply to token loops).
+    fn pipeline(&self, _policies: LoopPolicies) -> Result<Arc<PipelineSpec>> {
+        Ok(self.spec.clone())
+    }
+
+    fn capabilities(&self) -> Vec<Capability> {
+        vec![Capability::Chat]
+    }
+
+    fn chat(&self) -> Option<ChatServing> {
+        // A request that could never fit the pool is refused at admission, naming max_tokens.
+        let capacity = self.pool.blocks() as i64 * self.pool.block_size();
+        let tokenizer = self.lm.tokenizer.clone();
+        let check = move |r: &ResolvedRequest| -> Result<(), RequestError> {
+            check_decode(r, DECODE_NODE, "")?;
+            let max_tokens = r.node_params.get(DECODE_NODE).and_then(|v| v.get("max_tokens")).and_then(|v| v.as_i64());
+            let prompt = tokenizer.encode(&r.prompt).map(|ids| ids.len() as i64).unwrap_or(0);
+            let need = prompt + max_tokens.unwrap_or(256);
+            if need > capacity {
+                return Err(RequestError::new(
+                    "max_tokens",
+                    format!(
+                        "{need} positions (prompt and max_tokens) exceed the key/value cache's {capacity} \
+                         (--lm-kv-cache)"
+                    ),
+                ));
+            }
+            Ok(())
+        };
+        Some(ChatServing { codec: self.lm.tokenizer.clone(), kv_pool: self.pool.clone(), check: Arc::new(check) })
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}

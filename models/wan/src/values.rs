@@ -1,0 +1,14 @@
+//! Value names on the graph's edges: what the Wan pipeline's nodes read and write.
+
+pub const PROMPT_EMBEDS: &str = "prompt_embeds";
+pub const NEGATIVE_EMBEDS: &str = "negative_prompt_embeds";
+pub const INITIAL_LATENTS: &str = "initial_latents";
+/// CLIP states of the request's picture(s) (image-conditioned models).
+pub const IMAGE_EMBEDS: &str = "image_embeds";
+/// The mask and encoded picture(s) appended to the latents' channels (image-conditioned models).
+pub const LATENT_CONDITION: &str = "latent_condition";
+/// A video-to-video request's encoded input video.
+pub const CLEAN_LATENTS: &str = "clean_latents";
+pub const LATENTS: &str = "latents";
+pub const FRAMES: &str = "frames";
+pub const VIDEO: &str = "video";
