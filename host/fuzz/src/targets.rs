@@ -20,9 +20,21 @@ pub const TARGETS: &[Target] = &[
     },
     Target {
         name: "video-input",
-        what: "an input video's bytes (MP4/MOV/WebM; H.264, HEVC, VP8/9, AV1) to RGB8 frames (request media/video/)",
+        what: "an input video's bytes (MP4, H.264) to RGB8 frames (request media/video.rs)",
         max_len: 1 << 16,
         run: video_input,
+    },
+    Target {
+        name: "data-url",
+        what: "a media field's text (a data: URL or plain base64) to its bytes, then to a picture (request media/image.rs image_bytes)",
+        max_len: 1 << 16,
+        run: data_url,
+    },
+    Target {
+        name: "reframe",
+        what: "resize_mode's arithmetic: a picture's and the output's sizes (4 u32 LE) and a mode byte to the fitted size, checked, and the pixels moved (request media/reframe.rs)",
+        max_len: 64,
+        run: reframe,
     },
     Target {
         name: "request-json",
@@ -35,6 +47,12 @@ pub const TARGETS: &[Target] = &[
         what: "multipart form fields (name=value lines) to the engine request (params.rs)",
         max_len: 1 << 16,
         run: request_form,
+    },
+    Target {
+        name: "multipart-body",
+        what: "a whole multipart/form-data body (boundary `fuzzBOUNDARY`): parts, file parts, text fields, bracketed names, to the engine request (params.rs)",
+        max_len: 1 << 16,
+        run: multipart_body,
     },
     Target {
         name: "deploy-toml",
@@ -144,6 +162,10 @@ fn request_form(b: &[u8]) -> bool {
     let text = String::from_utf8_lossy(b);
     let fields: Vec<(&str, &str)> = text.lines().map(|l| l.split_once('=').unwrap_or((l, ""))).collect();
     fastvideo_server::video_request_from_form(&fields, &limits()).is_ok()
+}
+
+fn multipart_body(b: &[u8]) -> bool {
+    fastvideo_server::video_request_from_multipart(b, "fuzzBOUNDARY", &limits()).is_ok()
 }
 
 fn deploy_toml(b: &[u8]) -> bool {
@@ -257,4 +279,66 @@ fn video_input(b: &[u8]) -> bool {
         }
         Err(_) => false,
     }
+}
+
+fn data_url(b: &[u8]) -> bool {
+    let Ok(text) = std::str::from_utf8(b) else { return false };
+    match fastvideo_request::image_bytes(None, Some(text), "inputs[0]") {
+        Ok(bytes) => {
+            // Base64 gives 3 bytes for every 4 characters, at most.
+            assert!(bytes.len() <= text.len() / 4 * 3, "{} bytes from {} characters", bytes.len(), text.len());
+            let _ = image_input(&bytes);
+            true
+        }
+        Err(e) => {
+            assert_eq!(e.field, "inputs[0].b64", "{e}");
+            false
+        }
+    }
+}
+
+/// Pixels the reframe target moves at most (larger inputs only exercise the arithmetic).
+const REFRAME_PIXELS: u64 = 1 << 16;
+
+fn reframe(b: &[u8]) -> bool {
+    use fastvideo_request::{check_fit, fitted_size, ResizeMode};
+    let mut raw = [0u8; 17];
+    raw[..b.len().min(17)].copy_from_slice(&b[..b.len().min(17)]);
+    let n = |i: usize| u32::from_le_bytes(raw[i * 4..i * 4 + 4].try_into().expect("4 bytes"));
+    let (w, h, ow, oh) = (n(0), n(1), n(2), n(3));
+    let mode = [ResizeMode::Stretch, ResizeMode::Crop, ResizeMode::Pad][raw[16] as usize % 3];
+    let (fw, fh) = fitted_size(w, h, ow, oh, mode);
+    let (w64, h64) = (w as u64, h as u64);
+    match mode {
+        ResizeMode::Stretch => assert_eq!((fw, fh), (w64, h64)),
+        ResizeMode::Crop => assert!(fw <= w64 && fh <= h64 && (fw == w64 || fh == h64), "{fw}x{fh}"),
+        ResizeMode::Pad => assert!(fw >= w64 && fh >= h64 && (fw == w64 || fh == h64), "{fw}x{fh}"),
+    }
+    let Ok((cw, ch)) = check_fit(w, h, ow, oh, mode) else { return false };
+    assert_eq!((cw as u64, ch as u64), (fw, fh));
+    assert!(fw * fh <= fastvideo_request::MAX_FITTED_PIXELS, "{fw}x{fh}");
+    if w64 * h64 > REFRAME_PIXELS || fw * fh > REFRAME_PIXELS {
+        return true;
+    }
+    // Every pixel says where it was: (x, y) in 3 bytes, wrapping.
+    let at = |x: u32, y: u32| [(x & 0xff) as u8, (y & 0xff) as u8, ((x >> 8) ^ (y >> 8)) as u8];
+    let rgb: Vec<u8> = (0..h).flat_map(|y| (0..w).flat_map(move |x| at(x, y))).collect();
+    let r = fastvideo_request::reframe(&rgb, w, h, ow, oh, mode);
+    assert_eq!((r.width, r.height), (cw, ch));
+    assert_eq!(r.rgb.len() as u64, fw * fh * 3);
+    let px = |x: u32, y: u32| &r.rgb[((y * cw + x) * 3) as usize..][..3];
+    if mode == ResizeMode::Crop {
+        let (x0, y0) = ((w - cw) / 2, (h - ch) / 2);
+        for (x, y) in [(0, 0), (cw - 1, ch - 1), (cw / 2, ch / 2)] {
+            assert_eq!(px(x, y), at(x + x0, y + y0), "crop pixel ({x}, {y})");
+        }
+    } else if mode == ResizeMode::Pad {
+        let (x0, y0) = ((cw - w) / 2, (ch - h) / 2);
+        for (x, y) in [(0, 0), (w - 1, h - 1), (w / 2, h / 2)] {
+            assert_eq!(px(x + x0, y + y0), at(x, y), "pad pixel ({x}, {y})");
+        }
+        let black = (x0 > 0).then(|| px(0, ch / 2)).or((y0 > 0).then(|| px(cw / 2, 0)));
+        assert!(black.is_none_or(|p| p == [0, 0, 0]), "pad bars are black");
+    }
+    true
 }

@@ -45,7 +45,10 @@ pub use files::{FileObject, Files, DEFAULT_FILES_BUDGET};
 pub use job::{Status, VideoObject};
 pub use jobs::{Restored, Retention};
 pub use listener::ConnLimits;
-pub use params::{video_request_from_form, video_request_from_json, CreateParams, MediaNames, SecondsValue};
+pub use params::{
+    video_request_from_form, video_request_from_json, video_request_from_multipart, CreateParams, MediaNames,
+    SecondsValue,
+};
 pub use rollouts::ROLLOUT_MEDIA_TYPE;
 pub use state::{AppState, PromptWarnings, DEFAULT_BODY_LIMIT};
 pub use store::Store;

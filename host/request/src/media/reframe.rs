@@ -97,7 +97,9 @@ pub fn check_fit(width: u32, height: u32, out_w: u32, out_h: u32, mode: ResizeMo
     };
     let (long, short) = (fw.max(fh), fw.min(fh));
     let pixels = fw.saturating_mul(fh);
-    let broken = if pixels > MAX_FITTED_PIXELS {
+    let broken = if pixels == 0 {
+        format!("{what}, which is empty")
+    } else if pixels > MAX_FITTED_PIXELS {
         format!(
             "{what} ({:.1} megapixels), more than the {} accepted",
             pixels as f64 / 1e6,
@@ -238,6 +240,7 @@ mod tests {
         // Padding to exactly the bound passes.
         assert_eq!(check_fit(10_000, 2_500, 2, 1, Pad), Ok((10_000, 5_000)));
         assert!(check_fit(10_002, 2_500, 2, 1, Pad).is_err());
+        assert!(check_fit(0, 5, 16, 16, Crop).unwrap_err().contains("empty"));
     }
 
     #[test]

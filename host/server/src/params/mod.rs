@@ -189,6 +189,25 @@ pub fn video_request_from_form(fields: &[(&str, &str)], limits: &ModelLimits) ->
     p.to_request("request".into(), TaskType::T2v, "model", limits)
 }
 
+/// The same for a whole `multipart/form-data` body with `boundary`, read as the server reads a
+/// request's (for the fuzz targets: the multipart framing, file parts, text fields, names).
+pub fn video_request_from_multipart(
+    body: &[u8],
+    boundary: &str,
+    limits: &ModelLimits,
+) -> Result<OmniRequest, ApiError> {
+    let req = Request::builder()
+        .header(CONTENT_TYPE, format!("multipart/form-data; boundary={boundary}"))
+        .body(axum::body::Body::from(body.to_vec()))
+        .map_err(|e| ApiError::field("body", format!("not a request: {e}")))?;
+    // A body already in memory waits on no I/O or timer: a bare current-thread runtime runs it.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .map_err(|e| ApiError::field("body", format!("no runtime: {e}")))?;
+    let p: CreateParams = runtime.block_on(read_body_now(req))?;
+    p.to_request("request".into(), TaskType::T2v, "model", limits)
+}
+
 /// A JSON value to `T`, the error naming the field at fault.
 fn decode<T: DeserializeOwned>(value: serde_json::Value) -> Result<T, ApiError> {
     serde_path_to_error::deserialize(value).map_err(|e| {
