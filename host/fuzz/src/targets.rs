@@ -20,7 +20,7 @@ pub const TARGETS: &[Target] = &[
     },
     Target {
         name: "video-input",
-        what: "an input video's bytes (MP4, H.264) to RGB8 frames (request media/video.rs)",
+        what: "an input video's bytes (MP4/MOV/WebM; H.264, HEVC, VP8/9, AV1) to RGB8 frames (request media/video/)",
         max_len: 1 << 16,
         run: video_input,
     },
