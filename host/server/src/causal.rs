@@ -5,10 +5,7 @@
 //! session's events are turned into a job's (`progress` per chunk, then `done`), so the job
 //! follows the same path as every other (record, history, store, webhook).
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use fastvideo_engine::session::{SessionEvent, SessionRequest};
 use fastvideo_engine::{EngineError, Handle};
 use fastvideo_media::Fmp4Writer;
@@ -18,6 +15,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::job::VideoObject;
+use crate::live_streams::Fragments;
 use crate::params::CreateParams;
 use crate::state::AppState;
 
@@ -27,51 +25,6 @@ const DEFAULT_CHUNKS: usize = 8;
 const MAX_CHUNKS: usize = 256;
 /// The node name a causal job's progress events carry.
 const NODE: &str = "world";
-
-/// A causal job's fragmented MP4 so far: the init segment and one fragment per chunk, and
-/// whether more will come.
-#[derive(Default)]
-pub struct Fragments {
-    parts: Vec<Bytes>,
-    ended: bool,
-}
-
-/// The live streams of causal jobs, by job id (kept while the job is).
-#[derive(Default)]
-pub struct LiveStreams(Mutex<HashMap<String, watch::Sender<Fragments>>>);
-
-impl LiveStreams {
-    fn open(&self, id: &str) -> watch::Sender<Fragments> {
-        let (tx, _) = watch::channel(Fragments::default());
-        self.0.lock().unwrap().insert(id.to_string(), tx.clone());
-        tx
-    }
-
-    /// The job's stream as a body: what is there, then each fragment as it comes, until the end.
-    pub fn body(&self, id: &str) -> Option<Body> {
-        let rx = self.0.lock().unwrap().get(id)?.subscribe();
-        let stream = futures_util::stream::unfold((rx, 0usize), |(mut rx, sent)| async move {
-            loop {
-                let (next, ended) = {
-                    let f = rx.borrow_and_update();
-                    (f.parts.get(sent).cloned(), f.ended && sent >= f.parts.len())
-                };
-                if let Some(b) = next {
-                    return Some((Ok::<_, std::convert::Infallible>(b), (rx, sent + 1)));
-                }
-                if ended || rx.changed().await.is_err() {
-                    return None;
-                }
-            }
-        });
-        Some(Body::from_stream(stream))
-    }
-
-    /// Drops a job's stream (the job was deleted or expired).
-    pub fn forget(&self, id: &str) {
-        self.0.lock().unwrap().remove(id);
-    }
-}
 
 /// Whether `p` names the served world model: a causal job.
 pub fn is_causal(s: &AppState, p: &CreateParams) -> bool {

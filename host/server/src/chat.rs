@@ -5,14 +5,12 @@
 //! gathered into one answer with `usage`.
 
 use std::convert::Infallible;
-use std::sync::Arc;
 
 use axum::extract::{Request, State};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use fastvideo_engine::chat::{self as chat_api, ChatParams, ChatRoute};
-use fastvideo_request::chat::ChatCodec;
 use serde_json::{json, Value};
 
 use crate::auth::Caller;
@@ -20,12 +18,6 @@ use crate::error::ApiError;
 use crate::job::now_secs;
 use crate::params::read_body;
 use crate::state::AppState;
-
-/// The language model the chat routes serve: its engine model id and chat codec.
-pub struct ChatModel {
-    pub id: String,
-    pub codec: Arc<dyn ChatCodec>,
-}
 
 async fn complete(s: AppState, who: Caller, req: Request, route: ChatRoute) -> Result<Response, ApiError> {
     let lm = s.chat.clone().ok_or_else(|| ApiError::NotFound {

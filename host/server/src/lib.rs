@@ -14,6 +14,7 @@ mod images;
 mod job;
 mod jobs;
 mod listener;
+mod live_streams;
 mod params;
 mod rollouts;
 mod session_streams;

@@ -12,12 +12,18 @@ use prometheus_client::registry::Registry;
 
 use crate::auth::ApiKeys;
 use crate::comfy::{Comfy, ComfyConfig};
-use crate::files::Files;
+use crate::files::store::Files;
 use crate::jobs::{Jobs, Retention};
 use crate::session_streams::SessionStreams;
 use crate::store::Store;
 use crate::webhooks::{RetrySchedule, WebhookMetrics, WebhookPolicy, Webhooks};
 use crate::webrtc::{WebRtc, WebRtcMetrics};
+
+/// The language model the chat routes serve: its engine model id and chat codec.
+pub struct ChatModel {
+    pub id: String,
+    pub codec: Arc<dyn fastvideo_request::chat::ChatCodec>,
+}
 
 /// Shared by every handler.
 #[derive(Clone)]
@@ -35,7 +41,7 @@ pub struct AppState {
     pub(crate) body_limit: usize,
     webhook_metrics: WebhookMetrics,
     /// The language model of the chat routes, when the engine serves one.
-    pub(crate) chat: Option<Arc<crate::chat::ChatModel>>,
+    pub(crate) chat: Option<Arc<ChatModel>>,
     /// What to say about a request's prompt (a job's `warnings`), per served model id.
     pub(crate) prompt_warnings: BTreeMap<String, PromptWarnings>,
 }
@@ -83,7 +89,7 @@ impl AppState {
     /// Serves `/v1/chat/completions` and `/v1/completions` with the engine's model `id` (a
     /// language model), whose chat template and tokenizer `codec` holds.
     pub fn with_chat(mut self, id: String, codec: Arc<dyn fastvideo_request::chat::ChatCodec>) -> Self {
-        self.chat = Some(Arc::new(crate::chat::ChatModel { id, codec }));
+        self.chat = Some(Arc::new(ChatModel { id, codec }));
         self
     }
 

@@ -54,7 +54,7 @@ pub struct Jobs {
     retention: Retention,
     webhooks: Option<Arc<crate::webhooks::Webhooks>>,
     /// Causal jobs' fragmented-MP4 streams, dropped with their job.
-    pub(crate) live: Arc<crate::causal::LiveStreams>,
+    pub(crate) live: Arc<crate::live_streams::LiveStreams>,
 }
 
 /// A subscription: what happened so far, then what happens next. `None` receiver when the job

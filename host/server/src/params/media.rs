@@ -29,7 +29,7 @@ impl MediaValue {
     /// The base64 this value carries, or, for an upload's id (`file-…`), that upload's.
     pub(super) fn resolve<'a>(&'a self, field: &str, uploads: &Uploads) -> Result<std::borrow::Cow<'a, str>, ApiError> {
         match self {
-            MediaValue::Encoded(s) if crate::files::is_file_id(s) => Ok(uploads(s, field)?.into()),
+            MediaValue::Encoded(s) if crate::files::store::is_file_id(s) => Ok(uploads(s, field)?.into()),
             // Base64 has no `-`: this was meant as an id.
             MediaValue::Encoded(s) if s.starts_with("file-") => {
                 let shown: String = s.chars().take(40).collect();
