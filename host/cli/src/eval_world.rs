@@ -3,12 +3,13 @@
 //! move as the action said (from where it was, walls included); per frame, is it still there.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use fastvideo_procedural::world::{sample_actions, ActionScore};
 use fastvideo_procedural::Clip;
-use fastvideo_wan::chunk_rollout;
+use fastvideo_wan::offline_rollout::rollout;
 use fastvideo_wan::world::WorldModel;
 use tch::Device;
 
@@ -16,7 +17,7 @@ use tch::Device;
 const HELD_OUT_SEED: u64 = 5_000_000;
 
 pub fn run(
-    model: &WorldModel,
+    model: &Arc<WorldModel>,
     sequences: u64,
     steps: usize,
     device: Device,
@@ -37,10 +38,8 @@ pub fn run(
         // Each sequence starts from the simulator's first frame, so every chunk after it is judged
         // against a known world (a generated first frame would be a guess at where things are).
         let frame = fastvideo_assembly::world::simulator_frame(HELD_OUT_SEED + i, model.spec.width, model.spec.height)?;
-        let out = tch::no_grad(|| {
-            chunk_rollout::run_offline(model, &names, &model.spec.prompt, Some(&frame), i, device, None, |_| {})
-        })?;
-        let video = fastvideo_wan::pipeline::frames_to_video(&out, model.spec.fps)?;
+        // Through the session pipeline, as a server's session runs.
+        let video = tch::no_grad(|| rollout(model, &names, &model.spec.prompt, Some(&frame), i, device, None, |_| {}))?;
         if let Some(d) = dump {
             fastvideo_media::write_mp4(&video, &d.join(format!("world-{i}.mp4")))?;
             let frames_dir = d.join(format!("world-{i}"));

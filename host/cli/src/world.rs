@@ -6,6 +6,7 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use clap::Args;
 use fastvideo_wan::chunk_rollout;
+use fastvideo_wan::offline_rollout::rollout;
 
 #[derive(Args)]
 pub struct WorldArgs {
@@ -49,7 +50,7 @@ pub fn run(args: WorldArgs) -> Result<()> {
         Some(m) => m.clone(),
         None => fastvideo_assembly::world_model()?,
     };
-    let model = args.precision.load_world(&dir, device)?;
+    let model = std::sync::Arc::new(args.precision.load_world(&dir, device)?);
     let actions = chunk_rollout::parse_actions(&args.actions)?;
     for a in &actions {
         model.actions.index(a).with_context(|| "--actions")?;
@@ -65,14 +66,14 @@ pub fn run(args: WorldArgs) -> Result<()> {
     let t0 = Instant::now();
     let mut last = t0;
     let mut chunk_seconds = Vec::new();
-    let frames = tch::no_grad(|| {
-        chunk_rollout::run_offline(&model, &actions, &prompt, first.as_ref(), args.seed, device, adapters, |_| {
+    // Through the session pipeline, as a server's session runs.
+    let video = tch::no_grad(|| {
+        rollout(&model, &actions, &prompt, first.as_ref(), args.seed, device, adapters, |_| {
             chunk_seconds.push(last.elapsed().as_secs_f64());
             last = Instant::now();
         })
     })?;
     let seconds = t0.elapsed().as_secs_f64();
-    let video = fastvideo_wan::pipeline::frames_to_video(&frames, model.spec.fps)?;
     fastvideo_media::write_mp4(&video, &args.out).with_context(|| format!("writing {}", args.out.display()))?;
     let n = video.num_frames as f64;
     // What the preset and flags came to on this model: world models have their own gate.

@@ -353,9 +353,10 @@ pub fn single_session_pool(model: &WorldModel, device: Device) -> Arc<KvPool> {
     KvPool::new(cfg)
 }
 
-/// Rolls out the first chunk (generated, or `first_frame` encoded) and then one chunk per
-/// action (names as the model lists them), calling `on_chunk` as each is decoded; returns all
-/// frames `[1, 3, F, H, W]`.
+/// The bare rollout, outside the loop contract: the first chunk (generated, or `first_frame`
+/// encoded) and then one chunk per action (names as the model lists them), calling `on_chunk`
+/// as each is decoded; returns all frames `[1, 3, F, H, W]`. What the family's tests compare
+/// the session pipeline against; commands roll out with [`crate::offline_rollout::rollout`].
 #[allow(clippy::too_many_arguments)]
 pub fn run_offline(
     model: &WorldModel,
@@ -391,12 +392,12 @@ pub fn run_offline(
 /// for compiling kernels (NVRTC), cuBLAS and cuDNN plans at the session's shapes and the
 /// allocator's first blocks, about half a second on an H200 at 480×832. A server does this once
 /// when it loads the world model, so no session's first chunk pays it. Returns the seconds taken.
-pub fn warm_up(model: &WorldModel, device: Device) -> Result<f64> {
+pub fn warm_up(model: &Arc<WorldModel>, device: Device) -> Result<f64> {
     let t = std::time::Instant::now();
     let action = model.actions.cfg.actions[0].clone();
-    let frames = run_offline(model, &[action], &model.spec.prompt, None, 0, device, None, |_| {})?;
-    // Waits for the device: the time is the warm-up's, not the next caller's.
-    let _ = frames.sum(tch::Kind::Float).double_value(&[]);
+    // Through the session pipeline, as sessions run; its frames come back on the host, so the
+    // device is done when it returns and the time is the warm-up's, not the next caller's.
+    crate::offline_rollout::rollout(model, &[action], &model.spec.prompt, None, 0, device, None, |_| {})?;
     Ok(t.elapsed().as_secs_f64())
 }
 

@@ -19,6 +19,7 @@ mod load_options;
 pub mod loader;
 pub mod lora_bench;
 pub mod nn;
+pub mod offline_rollout;
 pub mod offload;
 pub mod parallel;
 pub mod parallel_bench;

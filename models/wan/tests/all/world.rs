@@ -266,6 +266,52 @@ fn a_rollout_runs_with_lora_adapters_on_every_chunk() {
     })
 }
 
+#[test]
+fn the_offline_rollout_runs_the_session_pipeline_and_equals_the_bare_rollout() {
+    // `fastvideo world`, `eval --world` and the warm-up roll out through the session pipeline
+    // (the loop contract); its video is the bare rollout's, byte for byte, with and without a
+    // given first frame, and each action lands on the chunk it was meant for.
+    use std::sync::Arc;
+    tch::no_grad(|| {
+        let (_dir, m) = tiny_world();
+        let m = Arc::new(m);
+        let actions = vec!["right".to_string(), "up".to_string(), "left".to_string()];
+        let first = Tensor::rand([1, 3, 1, 32, 48], (Kind::Float, Device::Cpu)) * 2.0 - 1.0;
+        for frame in [None, Some(&first)] {
+            let bare = fastvideo_wan::chunk_rollout::run_offline(
+                &m,
+                &actions,
+                "a red circle",
+                frame,
+                5,
+                Device::Cpu,
+                None,
+                |_| {},
+            )
+            .unwrap();
+            let bare = fastvideo_wan::pipeline::frames_to_video(&bare, m.spec.fps).unwrap();
+            let mut chunk_frames = Vec::new();
+            let video = fastvideo_wan::offline_rollout::rollout(
+                &m,
+                &actions,
+                "a red circle",
+                frame,
+                5,
+                Device::Cpu,
+                None,
+                |c| chunk_frames.push(c.num_frames),
+            )
+            .unwrap();
+            assert_eq!((video.num_frames, video.width, video.height), (bare.num_frames, bare.width, bare.height));
+            assert!(video.rgb == bare.rgb, "first frame given: {}", frame.is_some());
+            assert_eq!(chunk_frames, [1, 4, 4, 4], "one chunk for the first frame, then one per action");
+        }
+        let e =
+            fastvideo_wan::offline_rollout::rollout(&m, &["jump".to_string()], "x", None, 0, Device::Cpu, None, |_| {});
+        assert!(e.unwrap_err().to_string().contains("jump"), "an unknown action is named");
+    })
+}
+
 /// PSNR in dB of `a` against `b`, both in [-1, 1].
 fn psnr(a: &Tensor, b: &Tensor) -> f64 {
     let mse = (a - b).square().mean(Kind::Float).double_value(&[]);
