@@ -12,6 +12,12 @@ use tch::{Device, Kind, Tensor};
 use super::config::TinyDecoderConfig;
 use crate::weights::Weights;
 
+/// Latent frames per pass of [`TinyVideoDecoder::decode`]. At 480×832 the last stage holds a few
+/// hundred MB of activations per output frame, so a whole 81-frame clip in one pass peaked at
+/// tens of GB; two latent frames (eight output frames) keep that near 1–2 GB while each pass
+/// still fills the device.
+pub const DECODE_CHUNK_FRAMES: i64 = 2;
+
 /// A 2-D convolution, `padding` on each side.
 struct Conv {
     weight: Tensor,
@@ -121,20 +127,52 @@ impl TinyVideoDecoder {
 
     /// Latents `[B, z, T, h, w]` (denormalized, what the full VAE decodes) → video
     /// `[B, 3, time_factor·(T−1)+1, H, W]` in [-1, 1], float32: the full VAE's frame count.
+    /// In chunks of [`DECODE_CHUNK_FRAMES`] latent frames, so a long clip holds one chunk's
+    /// activations at a time, not the whole clip's.
     pub fn decode(&self, z: &Tensor) -> Result<Tensor> {
-        self.decode_next(&mut TinyDecodeStream::default(), z)
+        self.decode_chunked(z, DECODE_CHUNK_FRAMES)
     }
 
-    /// The next chunk of a stream (`z [B, z, T, h, w]`, any `T ≥ 1`): the first chunk gives
-    /// `time_factor·(T−1)+1` frames, each later one `time_factor·T`, exactly the frames
-    /// [`decode`](Self::decode) of the whole sequence gives there.
-    pub fn decode_next(&self, stream: &mut TinyDecodeStream, z: &Tensor) -> Result<Tensor> {
+    /// [`decode`](Self::decode) in passes of `chunk` latent frames (a stream, so the frames are
+    /// those of one pass over the whole sequence), each written into the preallocated video.
+    pub fn decode_chunked(&self, z: &Tensor, chunk: i64) -> Result<Tensor> {
+        ensure!(chunk >= 1, "tiny decoder: chunks of {chunk} latent frames");
+        self.check(z)?;
+        let t = z.size()[2];
+        let mut stream = TinyDecodeStream::default();
+        if t <= chunk {
+            return self.decode_next(&mut stream, z);
+        }
+        let (mut video, mut at) = (None::<Tensor>, 0);
+        for start in (0..t).step_by(chunk as usize) {
+            let part = self.decode_next(&mut stream, &z.narrow(2, start, chunk.min(t - start)))?;
+            let s = part.size();
+            let video = video.get_or_insert_with(|| {
+                let frames = self.cfg.time_factor() * (t - 1) + 1;
+                Tensor::empty([s[0], s[1], frames, s[3], s[4]], (Kind::Float, part.device()))
+            });
+            video.narrow(2, at, s[2]).copy_(&part);
+            at += s[2];
+        }
+        Ok(video.expect("at least one chunk"))
+    }
+
+    fn check(&self, z: &Tensor) -> Result<()> {
         let s = z.size();
         ensure!(
             s.len() == 5 && s[1] == self.cfg.latent_channels && s[2] >= 1,
             "tiny decoder: latents {s:?} must be [B, {}, T, H, W]",
             self.cfg.latent_channels
         );
+        Ok(())
+    }
+
+    /// The next chunk of a stream (`z [B, z, T, h, w]`, any `T ≥ 1`): the first chunk gives
+    /// `time_factor·(T−1)+1` frames, each later one `time_factor·T`, exactly the frames
+    /// [`decode`](Self::decode) of the whole sequence gives there.
+    pub fn decode_next(&self, stream: &mut TinyDecodeStream, z: &Tensor) -> Result<Tensor> {
+        self.check(z)?;
+        let s = z.size();
         let (b, t) = (s[0], s[2]);
         stream.memory.resize_with(9, || None);
         let mut x = z.to_kind(self.kind).permute([0, 2, 1, 3, 4]).reshape([b * t, s[1], s[3], s[4]]);

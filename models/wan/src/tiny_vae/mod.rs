@@ -10,4 +10,4 @@ mod config;
 mod decoder;
 
 pub use config::TinyDecoderConfig;
-pub use decoder::{TinyDecodeStream, TinyVideoDecoder};
+pub use decoder::{TinyDecodeStream, TinyVideoDecoder, DECODE_CHUNK_FRAMES};
