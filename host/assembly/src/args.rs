@@ -104,7 +104,7 @@ impl PrecisionArgs {
     }
 
     /// Loads a world-model folder with these dtypes and kernels.
-    pub fn load_world(&self, dir: &Path, device: Device) -> anyhow::Result<WorldModel> {
+    pub fn load_world(&self, dir: &Path, device: Device) -> anyhow::Result<std::sync::Arc<WorldModel>> {
         self.model_config().load_world(dir, device)
     }
 }
@@ -126,13 +126,6 @@ impl ParallelArgs {
     pub fn apply(&self, m: &mut ModelConfig) {
         set(&mut m.gpus, &self.gpus);
         set_opt(&mut m.parallel, &self.parallel);
-    }
-
-    /// Splits a loaded model over the GPUs these flags name.
-    pub fn split(&self, model: &mut WanModel) -> anyhow::Result<()> {
-        let mut m = ModelConfig::default();
-        self.apply(&mut m);
-        fastvideo_wan::parallel::setup(model, m.gpus, m.parallel)
     }
 }
 

@@ -131,11 +131,13 @@ pub fn build_engine(cfg: &ServeConfig) -> Result<Assembly> {
     build_engine_with(cfg, load_deploy(cfg)?)
 }
 
-/// [`build_engine`] with `cfg.deploy` already loaded as `deploy`.
+/// [`build_engine`] with `cfg` validated and `cfg.deploy` already loaded as `deploy`.
 pub(crate) fn build_engine_with(cfg: &ServeConfig, deploy: Option<Arc<Deployment>>) -> Result<Assembly> {
-    cfg.validate()?;
     let device = cfg.model.torch_device()?;
     let location = cfg.model.locate()?;
+    if let Some(d) = &deploy {
+        check_adapter_models(d, &location.name, &cfg.models)?;
+    }
     let primary = Slot { name: &location.name, dir: &location.dir, primary: true, pin: true, lazy: false };
     let primary = crate::served::served(cfg, deploy.as_ref(), primary, device)?;
     let mut registry = Registry::default();
@@ -163,9 +165,6 @@ pub(crate) fn build_engine_with(cfg: &ServeConfig, deploy: Option<Arc<Deployment
         let bytes = served.loaded.resident_bytes();
         budget.add(&m.name, bytes, served.engine.residency.clone(), !m.lazy);
         extra.push(served.engine);
-    }
-    if let Some(d) = &deploy {
-        check_adapter_models(d, &location.name, &cfg.models)?;
     }
     if let Some(w) = &world {
         let id = w.sessions.id();

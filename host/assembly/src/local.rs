@@ -22,38 +22,37 @@ pub struct LocalEngine {
 
 impl LocalEngine {
     /// An engine over the folder `dir`, served by the name `name` (plugins bind by it), loaded
-    /// with `model`'s options, with the deploy file `deploy`. Admission keeps only the request's
-    /// own checks: a local run is not refused for its predicted time or memory.
-    pub fn start(model: &ModelConfig, dir: &Path, name: &str, deploy: Option<&Path>) -> Result<Self> {
-        let loaded = crate::engine::deploy_at(deploy)?;
-        Self::build(model, dir, name, deploy, loaded)
-    }
-
-    /// [`start`](Self::start) with the deploy at `file` already loaded as `deploy`.
-    pub fn start_with(
+    /// with `model`'s options, with the deploy `deploy` (read from `file`) whose adapters for
+    /// this model are limited to those named in `lora`: a local run checks and prepares the
+    /// adapters it runs, not every file the deploy lists. Admission keeps only the request's own
+    /// checks: a local run is not refused for its predicted time or memory, or its adapter count.
+    pub fn start(
         model: &ModelConfig,
         dir: &Path,
         name: &str,
         file: &Path,
-        deploy: Arc<Deployment>,
+        deploy: &Deployment,
+        lora: &[String],
     ) -> Result<Self> {
-        Self::build(model, dir, name, Some(file), Some(deploy))
-    }
-
-    fn build(
-        model: &ModelConfig,
-        dir: &Path,
-        name: &str,
-        file: Option<&Path>,
-        deploy: Option<Arc<Deployment>>,
-    ) -> Result<Self> {
+        let adapters =
+            deploy.adapters_for(name, true).into_iter().filter(|a| lora.iter().any(|l| a.answers_to(l))).collect();
+        let deploy = Deployment {
+            runtime: deploy.runtime.clone(),
+            plugins: deploy.plugins.clone(),
+            workflows: deploy.workflows.clone(),
+            adapters,
+            world_adapters: Vec::new(),
+            model_adapters: Default::default(),
+        };
         let mut cfg = ServeConfig {
             model: ModelConfig { path: Some(dir.to_path_buf()), name: Some(name.to_string()), ..model.clone() },
-            deploy: file.map(Path::to_path_buf),
+            deploy: Some(file.to_path_buf()),
             ..ServeConfig::default()
         };
         cfg.scheduler.memory_mib = Some(u64::MAX >> 20);
-        let assembly = build_engine_with(&cfg, deploy)?;
+        cfg.adapters.max_per_request = usize::MAX;
+        cfg.validate()?;
+        let assembly = build_engine_with(&cfg, Some(Arc::new(deploy)))?;
         let runtime = tokio::runtime::Builder::new_current_thread().build().context("starting a local runtime")?;
         Ok(Self { assembly, runtime })
     }

@@ -2,11 +2,13 @@
 //! and parallel layout. Every command that loads a model goes through here.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use fastvideo_models::{registry, Family, LoadContext, LoadedModel, ModelKind};
+use fastvideo_wan::family::{LoadedWan, LoadedWorld};
 use fastvideo_wan::world::WorldModel;
-use fastvideo_wan::{LoadOptions, WanModel};
+use fastvideo_wan::WanModel;
 use tch::Device;
 
 use crate::config::ModelConfig;
@@ -45,12 +47,12 @@ impl ModelConfig {
     /// Applies `kernels` (process-wide), detects the family serving `dir` as `kind` (refused
     /// before any weights load when none does, naming the architecture and the supported ones)
     /// and loads it with these dtypes and this layout. `lazy`: its large weights are read at the
-    /// first wake.
+    /// first wake. Callers name the flag or field and the folder in the error's context.
     pub fn load_model(&self, dir: &Path, kind: ModelKind, device: Device, lazy: bool) -> Result<Box<dyn LoadedModel>> {
         let family = registry().detect(dir, kind)?;
         self.apply_kernels();
         let ctx = LoadContext { lazy, ..self.context(device, family)? };
-        family.load(dir, &ctx).with_context(|| format!("--model {}", dir.display()))
+        family.load(dir, &ctx)
     }
 
     /// What loading a model of `family` on `device` is asked for: the numerics its family
@@ -66,39 +68,26 @@ impl ModelConfig {
         })
     }
 
-    /// Applies `kernels` (process-wide) and loads the Wan folder `dir` with these dtypes.
+    /// The Wan folder `dir` through the registry, as the Wan tools (`eval`, `bench`) that reach
+    /// into its components take it.
     pub fn load_at(&self, dir: &Path, device: Device) -> Result<WanModel> {
-        self.apply_kernels();
-        WanModel::load_with(dir, self.options(device)?).with_context(|| format!("--model {}", dir.display()))
-    }
-
-    /// [`load_at`](Self::load_at) without reading the transformer's linears (a model served
-    /// lazily: its first wake reads them).
-    pub fn load_lazily(&self, dir: &Path, device: Device) -> Result<WanModel> {
-        self.apply_kernels();
-        let opts = LoadOptions { lazy_transformer: true, ..self.options(device)? };
-        WanModel::load_with(dir, opts).with_context(|| format!("--model {}", dir.display()))
-    }
-
-    /// [`load_at`](Self::load_at), then split over `gpus` as `parallel` says.
-    pub fn load_parallel(&self, dir: &Path, device: Device) -> Result<WanModel> {
-        let mut model = self.load_at(dir, device)?;
-        fastvideo_wan::parallel::setup(&mut model, self.gpus, self.parallel)?;
-        Ok(model)
-    }
-
-    /// The same for a world-model folder (the Wan folder plus `action_embedder/` and `world.json`).
-    pub fn load_world(&self, dir: &Path, device: Device) -> Result<WorldModel> {
-        self.apply_kernels();
-        let world = WorldModel::load(dir, self.options_for(device, true)?)
-            .with_context(|| format!("--model {}", dir.display()))?;
-        if self.tiny_decoder {
-            return world.with_tiny_decoder().context("tiny_decoder");
+        let loaded = self.load_model(dir, ModelKind::Generation, device, false);
+        let loaded = loaded.with_context(|| format!("--model {}", dir.display()))?;
+        match loaded.as_any().downcast_ref::<LoadedWan>() {
+            Some(w) => Ok(w.model.share()),
+            None => anyhow::bail!("--model {}: not a Wan model", dir.display()),
         }
-        if self.numerics(device)?.tiny_decoder && world.wan.tiny_vae.is_some() {
-            return world.with_tiny_decoder();
+    }
+
+    /// The world-model folder `dir` (a Wan folder plus `action_embedder/` and `world.json`)
+    /// through the registry.
+    pub fn load_world(&self, dir: &Path, device: Device) -> Result<Arc<WorldModel>> {
+        let loaded = self.load_model(dir, ModelKind::World, device, false);
+        let loaded = loaded.with_context(|| format!("--model {}", dir.display()))?;
+        match loaded.as_any().downcast_ref::<LoadedWorld>() {
+            Some(w) => Ok(w.world.clone()),
+            None => anyhow::bail!("--model {}: not a Wan world model", dir.display()),
         }
-        Ok(world)
     }
 
     fn apply_kernels(&self) {
@@ -108,10 +97,11 @@ impl ModelConfig {
         }
     }
 
-    /// What `precision`, `dtype` and `vae_dtype` come to on `device`; a conflict (`exact` with a
-    /// lower dtype) is an error naming the field.
+    /// What `precision`, `dtype` and `vae_dtype` come to on `device` for a generation model; a
+    /// conflict (`exact` with a lower dtype) is an error naming the field.
     pub fn numerics(&self, device: Device) -> Result<fastvideo_torch::Numerics> {
-        self.numerics_for(device, false)
+        let n = self.precision.numerics(device, self.dtype, self.vae_dtype).map_err(anyhow::Error::msg)?;
+        self.with_options(n)
     }
 
     /// [`numerics`](Self::numerics) for a model of `family`: `fast` implies what its gate
@@ -119,13 +109,6 @@ impl ModelConfig {
     pub fn numerics_of(&self, device: Device, family: &dyn Family) -> Result<fastvideo_torch::Numerics> {
         let n = self.precision.numerics(device, self.dtype, self.vae_dtype).map_err(anyhow::Error::msg)?;
         self.with_options(family.implies(n))
-    }
-
-    /// [`numerics`](Self::numerics) for a world model (`world`) or a generation model: `fast`
-    /// implies what each kind's gate admitted.
-    pub fn numerics_for(&self, device: Device, world: bool) -> Result<fastvideo_torch::Numerics> {
-        let n = self.precision.numerics(device, self.dtype, self.vae_dtype).map_err(anyhow::Error::msg)?;
-        self.with_options(if world { n.for_world() } else { n })
     }
 
     /// The explicit lossy options on top of a preset's numerics; conflicts name the fields.
@@ -145,23 +128,5 @@ impl ModelConfig {
             (false, false) => None,
         };
         n.with_fp8_linears(self.fp8_linears).and_then(|n| n.with_int8_attention(recipe)).map_err(anyhow::Error::msg)
-    }
-
-    fn options(&self, device: Device) -> Result<LoadOptions> {
-        self.options_for(device, false)
-    }
-
-    fn options_for(&self, device: Device, world: bool) -> Result<LoadOptions> {
-        let n = self.numerics_for(device, world)?;
-        Ok(LoadOptions {
-            device,
-            dtype: n.dtype,
-            vae_dtype: n.vae_dtype,
-            offload_experts: self.offload_experts,
-            fp8_linears: n.fp8_linears,
-            int8_attention: n.int8_attention,
-            precision: n.preset,
-            lazy_transformer: false,
-        })
     }
 }

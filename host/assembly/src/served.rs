@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use fastvideo_engine::{EngineModel, WeightLoader, WeightUpdates};
+use fastvideo_models::{LoadedModel, ModelKind};
 use fastvideo_pipeline::{AdapterCache, AdapterSource, PipelineSpec};
-use fastvideo_models::{missing, Capability, LoadedModel, ModelKind};
 use fastvideo_plugin_host::{Binding, Deployment};
 use tch::Device;
 
@@ -46,10 +46,23 @@ pub(crate) fn served(
 ) -> Result<ServedModel> {
     let Slot { name, dir, primary, pin, lazy: lazy_asked } = slot;
     let what = || if primary { format!("--model {}", dir.display()) } else { format!("models `{name}`") };
+    // Adapters merge into the weights in place: a model with some stays on the device, read at
+    // start.
+    let sources = deploy.map(|d| d.adapters_for(name, primary)).unwrap_or_default();
+    if lazy_asked && !sources.is_empty() {
+        anyhow::bail!(
+            "models `{name}`: lazy (--lazy-model) and [[adapters]] with model = \"{name}\" exclude each other"
+        );
+    }
     // Under a weight budget, models that may sleep load lazily and the budget decides which are
     // read at start (`WeightBudget::settle`): loading them all first could exceed the device.
-    let lazy = lazy_asked || (!pin && cfg.scheduler.weight_budget_mib.is_some());
-    let loaded = cfg.model.load_model(dir, ModelKind::Generation, device, lazy).with_context(what)?;
+    let lazy = lazy_asked || (!pin && sources.is_empty() && cfg.scheduler.weight_budget_mib.is_some());
+    // Only the primary is split over `--gpus`; the models beside it run on its first device.
+    let model_config = match primary {
+        true => cfg.model.clone(),
+        false => crate::ModelConfig { gpus: 1, parallel: None, ..cfg.model.clone() },
+    };
+    let loaded = model_config.load_model(dir, ModelKind::Generation, device, lazy).with_context(what)?;
     if lazy_asked && loaded.deferred_bytes().is_none() {
         anyhow::bail!("models `{name}`: lazy (--lazy-model) needs a model with one transformer and no FP8 linears");
     }
@@ -57,22 +70,16 @@ pub(crate) fn served(
     let extender = cfg.model.load_extender(dir, device).with_context(what)?;
     let policies = crate::extend::with_extender(binding.policies.clone(), extender.as_deref());
     let spec = loaded.pipeline(policies.clone())?;
-    let sources = deploy.map(|d| d.adapters_for(name, primary)).unwrap_or_default();
-    if !sources.is_empty() && !loaded.capabilities().contains(&Capability::Adapters) {
-        let why = missing(name, loaded.summary().family, Capability::Adapters);
-        anyhow::bail!("[[adapters]]: {why} (LoRA adapters need the transformer on one GPU; drop --gpus)");
-    }
     let adapters = adapter_cache(&spec, &sources, &cfg.adapters)?;
-    // Adapters merge into the weights in place and updates replace them: such a model stays on
-    // the device.
-    let stays = pin || adapters.is_some();
-    let weights = match stays {
+    // A pinned model takes weight updates; one that is not may sleep unless adapters keep it.
+    let weights = match pin {
         true => loaded.weight_updates(policies).map(|w| WeightUpdates {
-            loader: Arc::new(SameArchitecture { inner: w.loader, family: loaded.summary().family }),
+            loader: Arc::new(SameFamily { inner: w.loader, family: loaded.summary().family }),
             initial: w.initial,
         }),
         false => None,
     };
+    let stays = pin || adapters.is_some();
     let residency = match stays {
         true => None,
         false => loaded.residency(cfg.scheduler.sleep_to).with_context(|| {
@@ -99,24 +106,21 @@ pub(crate) fn served(
     Ok(ServedModel { engine, loaded, binding, warnings })
 }
 
-/// Weight updates that refuse a model folder of another architecture before reading any weights
-/// (the family's own loader then names the file and tensor of whatever else is wrong).
-struct SameArchitecture {
+/// Weight updates that refuse a model folder of another family before reading any weights (the
+/// family's own loader then names the file and tensor of whatever else is wrong).
+struct SameFamily {
     inner: Arc<dyn WeightLoader>,
     family: &'static str,
 }
 
-impl SameArchitecture {
+impl SameFamily {
     fn check(&self, path: &Path) -> Result<()> {
         if !path.join("model_index.json").is_file() {
             return Ok(());
         }
         let arch = fastvideo_models::architecture_of(path)?;
-        let serves = fastvideo_models::registry()
-            .families()
-            .iter()
-            .any(|f| f.name() == self.family && f.architectures().contains(&arch.name.as_str()));
-        if !serves {
+        let family = fastvideo_models::registry().families().iter().find(|f| f.name() == self.family);
+        if !family.is_some_and(|f| f.architectures().contains(&arch.name.as_str())) {
             anyhow::bail!(
                 "{}: architecture `{}` ({}) is not this model's family ({}); give weights of the same model",
                 path.display(),
@@ -129,7 +133,7 @@ impl SameArchitecture {
     }
 }
 
-impl WeightLoader for SameArchitecture {
+impl WeightLoader for SameFamily {
     fn load(&self, path: &Path) -> Result<PipelineSpec> {
         self.check(path)?;
         self.inner.load(path)

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use fastvideo_engine::session::SessionModel;
 use fastvideo_models::{missing, Capability, ModelKind, SessionOptions, SleepTier};
 use fastvideo_plugin_host::{Binding, Deployment};
@@ -45,7 +45,9 @@ pub fn sessions(
 ) -> Result<Option<ServedWorld>> {
     let Some(name) = &world.model else { return Ok(None) };
     let dir = world_dir(name)?;
-    let loaded = model.load_model(&dir, ModelKind::World, device, false)?;
+    let loaded = model
+        .load_model(&dir, ModelKind::World, device, false)
+        .with_context(|| format!("--model {}", dir.display()))?;
     let seconds = loaded.warm_up()?;
     if device.is_cuda() {
         tracing::info!(seconds, "world model warmed up");

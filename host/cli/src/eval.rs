@@ -113,7 +113,7 @@ pub fn run(args: EvalArgs) -> Result<()> {
             Some(m) => m.clone(),
             None => fastvideo_assembly::world_model()?,
         };
-        let model = std::sync::Arc::new(args.precision.load_world(&dir, device)?);
+        let model = args.precision.load_world(&dir, device)?;
         return crate::eval_world::run(&model, args.seeds, args.world_steps, device, args.dump.as_deref(), args.json);
     }
     let list = scenes(&args.scenes, args.limit)?;

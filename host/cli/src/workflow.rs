@@ -123,24 +123,30 @@ fn run_workflow(args: RunArgs) -> Result<()> {
     let c = compiled(&args.file, &deploy)?;
     let mut model_config = args.precision.model_config();
     model_config.device = args.device.clone();
-    // One engine per model folder, built as `serve` builds its own: the same plugins, adapters
-    // and adapter merging as `/prompt` runs the workflow with.
-    let mut engines: Vec<(PathBuf, LocalEngine)> = Vec::new();
+    // An engine for the run's model folder, built as `serve` builds its own: the same plugins,
+    // and the adapters the run names with the same merging as `/prompt` runs them. Kept while
+    // the next run needs the same one, else dropped before the next is built (one model held).
+    let mut engine: Option<((PathBuf, Vec<String>), LocalEngine)> = None;
     for (i, plan) in c.runs.iter().enumerate() {
         let folder = deploy.workflows.folder_for(plan).with_context(|| args.file.display().to_string())?;
         let dir = fastvideo_assembly::workflow_model_folder(&args.deploy, &folder)?;
-        if !engines.iter().any(|(d, _)| *d == dir) {
-            let name = dir.display().to_string();
-            let engine = LocalEngine::start_with(&model_config, &dir, &name, &args.deploy, deploy.clone())
-                .with_context(|| format!("model folder {}", dir.display()))?;
-            engines.push((dir.clone(), engine));
-        }
-        let engine = &engines.iter().find(|(d, _)| *d == dir).expect("started above").1;
         let req =
             plan.request(&format!("workflow-{}-{i}", std::process::id()), &args.input_dir).map_err(|e| match e {
                 CompileError::Input { .. } => anyhow::anyhow!("{e} (--input-dir {})", args.input_dir.display()),
                 e => anyhow::anyhow!("{e}"),
             })?;
+        let mut lora: Vec<String> = req.lora.iter().map(|l| l.name.clone()).collect();
+        lora.sort();
+        let key = (dir.clone(), lora);
+        if engine.as_ref().is_none_or(|(k, _)| *k != key) {
+            // The model held now goes before the next one loads.
+            drop(engine.take());
+            let name = dir.display().to_string();
+            let started = LocalEngine::start(&model_config, &dir, &name, &args.deploy, &deploy, &key.1)
+                .with_context(|| format!("model folder {}", dir.display()))?;
+            engine = Some((key, started));
+        }
+        let engine = &engine.as_ref().expect("started above").1;
         // The request's own checks first, so an error names the workflow node that set the field.
         req.clone()
             .resolve(engine.limits(), || plan.seed)

@@ -50,7 +50,7 @@ pub fn run(args: WorldArgs) -> Result<()> {
         Some(m) => m.clone(),
         None => fastvideo_assembly::world_model()?,
     };
-    let model = std::sync::Arc::new(args.precision.load_world(&dir, device)?);
+    let model = args.precision.load_world(&dir, device)?;
     let actions = chunk_rollout::parse_actions(&args.actions)?;
     for a in &actions {
         model.actions.index(a).with_context(|| "--actions")?;

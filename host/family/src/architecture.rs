@@ -16,7 +16,8 @@ pub struct Architecture {
 }
 
 /// Reads the architecture `dir` declares: `model_index.json`'s `_class_name` first, else the
-/// first of `config.json`'s `architectures`. Errors name the folder and the file.
+/// first of `config.json`'s `architectures`, else its `model_type` (older transformers folders
+/// carry only that). Errors name the folder and the file.
 pub fn architecture_of(dir: &Path) -> Result<Architecture> {
     if !dir.is_dir() {
         bail!("model folder {} does not exist", dir.display());
@@ -51,7 +52,8 @@ fn class_name(v: &Value) -> Option<String> {
 }
 
 fn architectures(v: &Value) -> Option<String> {
-    v.get("architectures")?.as_array()?.first()?.as_str().map(str::to_string)
+    let listed = v.get("architectures").and_then(Value::as_array).and_then(|a| a.first()).and_then(Value::as_str);
+    listed.or_else(|| v.get("model_type")?.as_str()).map(str::to_string)
 }
 
 #[cfg(test)]
@@ -67,6 +69,10 @@ mod tests {
         // A pipeline folder's index wins over a config.json beside it.
         std::fs::write(d.path().join("model_index.json"), r#"{"_class_name": "WanPipeline"}"#).unwrap();
         assert_eq!(architecture_of(d.path()).unwrap().name, "WanPipeline");
+        // A transformers folder naming only its model type.
+        let old = tempfile::tempdir().unwrap();
+        std::fs::write(old.path().join("config.json"), r#"{"model_type": "qwen3"}"#).unwrap();
+        assert_eq!(architecture_of(old.path()).unwrap().name, "qwen3");
     }
 
     #[test]

@@ -58,6 +58,20 @@ pub struct AdapterSource {
     pub default_scale: f64,
 }
 
+impl AdapterSource {
+    /// Whether a request's `lora[i].name` names this adapter: by its name, or as ComfyUI's
+    /// loaders do, by its file's name or stem (a folder before it ignored).
+    pub fn answers_to(&self, name: &str) -> bool {
+        if name == self.name {
+            return true;
+        }
+        let base = name.rsplit(['/', '\\']).next().unwrap_or(name);
+        let file = self.path.file_name().and_then(|f| f.to_str());
+        let stem = self.path.file_stem().and_then(|f| f.to_str());
+        file == Some(base) || stem == Some(base)
+    }
+}
+
 /// What the cache did, for metrics.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum AdapterEvent {
@@ -191,14 +205,7 @@ impl AdapterCache {
     /// The adapter a request's name means: an adapter of that name, else the one whose file has
     /// that name (`stripes.safetensors`, as ComfyUI's `lora_name` gives it) or that stem.
     pub fn source(&self, name: &str) -> Option<&AdapterSource> {
-        self.sources.get(name).or_else(|| {
-            let base = name.rsplit(['/', '\\']).next().unwrap_or(name);
-            self.sources.values().find(|s| {
-                let file = s.path.file_name().and_then(|f| f.to_str());
-                let stem = s.path.file_stem().and_then(|f| f.to_str());
-                file == Some(base) || stem == Some(base)
-            })
-        })
+        self.sources.get(name).or_else(|| self.sources.values().find(|s| s.answers_to(name)))
     }
 
     /// The adapters requests may name, with their default strengths.

@@ -31,9 +31,9 @@ struct UpdateBody {
     model: Option<String>,
 }
 
-/// `?model=NAME`: which served model a weights route is about (none: the primary).
+/// `?model=NAME`: which served model a weights route is about (none: the primary). Other query
+/// parameters are ignored, as before the parameter existed.
 #[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
 pub struct WhichModel {
     model: Option<String>,
 }
@@ -100,7 +100,13 @@ pub async fn update_weights(
         if b.path.trim().is_empty() {
             return Err(ApiError::field("path", "path: must not be empty"));
         }
-        (PathBuf::from(b.path), None, b.model.or(query_model))
+        let model = match (b.model, query_model) {
+            (Some(a), Some(q)) if a != q => {
+                return Err(ApiError::field("model", format!("model: `{a}` in the body, `{q}` in the query; give one")))
+            }
+            (a, q) => a.or(q),
+        };
+        (PathBuf::from(b.path), None, model)
     };
     let label = upload.as_ref().map(|_| PathBuf::from("upload"));
     let info = s.engine.update_weights(model.as_deref(), path, label).await?;

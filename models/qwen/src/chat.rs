@@ -156,12 +156,12 @@ impl ChatTokenizer {
         })
     }
 
-    /// Whether the folder has a chat template.
     /// The chat template's Jinja source, if the folder has one.
     pub fn template(&self) -> Option<&str> {
         self.template.as_deref()
     }
 
+    /// Whether the folder has a chat template.
     pub fn has_template(&self) -> bool {
         self.template.is_some()
     }

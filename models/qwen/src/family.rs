@@ -11,6 +11,7 @@ use fastvideo_family::{Capability, ChatServing, Family, LoadContext, LoadSummary
 use fastvideo_pipeline::token::{check_decode, KvBlockPool};
 use fastvideo_pipeline::{LoopPolicies, PipelineSpec};
 use fastvideo_request::{ModelLimits, RequestError, ResolvedRequest};
+use fastvideo_torch::Precision;
 use tch::Kind;
 
 use crate::serving::{chat_limits, chat_pipeline, DECODE_NODE};
@@ -28,7 +29,8 @@ impl Family for Qwen {
     }
 
     fn architectures(&self) -> &'static [&'static str] {
-        &["Qwen3ForCausalLM", "Qwen2ForCausalLM"]
+        // The model classes, and the model types of folders that name no class.
+        &["Qwen3ForCausalLM", "Qwen2ForCausalLM", "qwen3", "qwen2"]
     }
 
     fn kind(&self) -> ModelKind {
@@ -44,7 +46,8 @@ impl Family for Qwen {
             family: "qwen",
             dir: dir.to_path_buf(),
             device: ctx.device,
-            precision: ctx.numerics.preset,
+            // What it computes in: the language model takes no lossy path and no preset's dtype.
+            precision: if kind == Kind::Float { Precision::Exact } else { Precision::Bf16 },
             fp8_linears: false,
             int8_attention: None,
             dtype: kind,

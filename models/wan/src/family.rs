@@ -35,9 +35,6 @@ pub struct WanWorld;
 /// The family entry the registry lists.
 pub static WAN_WORLD: WanWorld = WanWorld;
 
-/// What a world folder has beside a Wan folder.
-const WORLD_SPEC: &str = "world.json";
-
 fn options(ctx: &LoadContext, lazy: bool) -> LoadOptions {
     let n = &ctx.numerics;
     LoadOptions {
@@ -188,10 +185,6 @@ impl Family for WanWorld {
         ModelKind::World
     }
 
-    fn accepts(&self, dir: &Path) -> bool {
-        dir.join(WORLD_SPEC).is_file()
-    }
-
     fn implies(&self, numerics: Numerics) -> Numerics {
         numerics.for_world()
     }
@@ -205,7 +198,7 @@ impl Family for WanWorld {
         } else {
             world
         };
-        let summary = summary(&world.wan);
+        let summary = LoadSummary { family: "wan-world", ..summary(&world.wan) };
         Ok(Box::new(LoadedWorld { world: Arc::new(world), summary }))
     }
 }

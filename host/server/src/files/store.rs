@@ -1,6 +1,6 @@
 //! The uploaded files: a registry under a byte budget, kept in memory or on disk (each file
 //! written to a temporary name, fsynced and renamed, the data before its metadata), with what an
-//! earlier process left there read back at start. No HTTP here: the routes are the parent's.
+//! earlier process left there read back at start. The routes are the parent's.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
