@@ -264,3 +264,45 @@ fn deleting_a_job_stops_its_pending_webhook_retries() {
         healthy(&app).await;
     });
 }
+
+#[test]
+fn a_picture_of_an_extreme_shape_is_refused_at_admission_naming_the_field() {
+    // A 40000×1 picture (under the pixel limit) padded to the output panicked inside the job;
+    // it is refused before the job is queued, naming the field the client sent.
+    rt().block_on(async {
+        let app = router(state());
+        let strip = |width: u32| {
+            let video = fastvideo_request::VideoArtifact {
+                fps: 1,
+                num_frames: 1,
+                height: 1,
+                width,
+                rgb: vec![200; width as usize * 3],
+            };
+            fastvideo_media::png_bytes(&video, 0).unwrap()
+        };
+        // (Cropped, the same strip is a 1×1 picture scaled up: bounded work, accepted.)
+        for (width, mode) in [(40_000, "pad"), (20_000, "pad"), (40_000, "stretch")] {
+            let b64 = base64::engine::general_purpose::STANDARD.encode(strip(width));
+            let body = j!({"prompt": "x", "input_reference": format!("data:image/png;base64,{b64}"),
+                "resize_mode": mode, "size": "64x64", "num_frames": 5});
+            let (status, e) = send(&app, json("POST", "/v1/videos", body.to_string())).await;
+            assert_eq!((status, param(&e)), (StatusCode::BAD_REQUEST, "input_reference"), "{width} {mode}: {e}");
+            let (status, e) = send(
+                &app,
+                multipart(
+                    "/v1/videos",
+                    &[
+                        ("prompt", None, b"x"),
+                        ("resize_mode", None, mode.as_bytes()),
+                        ("size", None, b"64x64"),
+                        ("input_reference", Some("strip.png"), &strip(width)),
+                    ],
+                ),
+            )
+            .await;
+            assert_eq!((status, param(&e)), (StatusCode::BAD_REQUEST, "input_reference"), "{width} {mode}: {e}");
+        }
+        healthy(&app).await;
+    });
+}
