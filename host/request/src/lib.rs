@@ -64,7 +64,6 @@ pub use media::{
     check_fit, decode_image, decode_video, fitted_size, image_bytes, reframe, ImageRole, InputImage, InputVideo,
     Reframed, ResizeMode, MAX_FITTED_ASPECT, MAX_FITTED_PIXELS, MAX_FITTED_SIDE, MAX_IMAGE_PIXELS, MAX_VIDEO_FRAMES,
 };
-pub use seed::random_seed;
 pub use output::{Artifact, LatentsArtifact, OmniOutput, RequestMetrics, TrajectoryArtifact, VideoArtifact};
 pub use request::{
     DiffusionParams, InputPart, Modality, OmniRequest, OutputSpec, SamplerKind, SamplingParams, TaskType, TextRole,
@@ -72,3 +71,4 @@ pub use request::{
 pub use resolve::{
     Defaults, LatentInput, ModelLimits, PartialSchedule, ResolvedRequest, DEFAULT_NOISE_LEVEL, DEFAULT_STRENGTH,
 };
+pub use seed::random_seed;

@@ -11,8 +11,8 @@ use crate::image_condition::image_condition;
 use crate::image_processor::Rgb8;
 use crate::image_resize::picture_to_unit;
 use crate::loader::ClipImage;
-use crate::values::{IMAGE_EMBEDS, LATENT_CONDITION};
 use crate::vae::AutoencoderKLWan;
+use crate::values::{IMAGE_EMBEDS, LATENT_CONDITION};
 
 pub(crate) struct ImageEncode {
     /// The CLIP encoder whose states the transformer attends to (Wan 2.1); `None`: the

@@ -11,8 +11,8 @@ use fastvideo_pipeline::{NodeCtx, Stage, Value, Values};
 use tch::Tensor;
 
 use crate::image_resize::rgb8_to_unit;
-use crate::values::CLEAN_LATENTS;
 use crate::vae::AutoencoderKLWan;
+use crate::values::CLEAN_LATENTS;
 
 pub(crate) struct VideoEncode {
     pub vae: Arc<AutoencoderKLWan>,

@@ -146,13 +146,15 @@ pub fn check(c: &Comfy, s: &AppState, prompt: &Value, prompt_id: &str) -> Result
         let limits = s.engine.limits_of(&model).unwrap_or(s.engine.limits()).clone();
         // The request's own checks, then its LoRA loaders' files against the deploy's adapters
         // (what the engine checks at admission, here so the loader node gets the error).
-        let checked = req.resolve(&limits, || plan.seed).and_then(|r| match (r.lora.is_empty(), s.engine.adapters(Some(&model))) {
-            (true, _) => Ok(()),
-            (false, Some(cache)) => cache.check(&r.lora),
-            (false, None) => Err(fastvideo_request::RequestError::new(
-                "lora[0].name",
-                "this server enables no LoRA adapters ([[adapters]] in the deploy)",
-            )),
+        let checked = req.resolve(&limits, || plan.seed).and_then(|r| {
+            match (r.lora.is_empty(), s.engine.adapters(Some(&model))) {
+                (true, _) => Ok(()),
+                (false, Some(cache)) => cache.check(&r.lora),
+                (false, None) => Err(fastvideo_request::RequestError::new(
+                    "lora[0].name",
+                    "this server enables no LoRA adapters ([[adapters]] in the deploy)",
+                )),
+            }
         });
         if let Err(e) = checked {
             let node = plan.node_of(&e.field).to_string();
