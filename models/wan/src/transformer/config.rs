@@ -97,6 +97,13 @@ impl TransformerConfig {
     /// The published shapes by name, for benchmarks with random weights: `wan-1.3b`
     /// (Wan2.1-T2V-1.3B), `wan-14b` (Wan2.1-T2V-14B, the class defaults), `wan-i2v-14b` and
     /// `wan-flf2v-14b`.
+    ///
+    /// What each mirrors: the class defaults are `WanTransformer3DModel.__init__`'s in diffusers
+    /// v0.42.1 (the tag this project pins, tests/fixtures/requirements.txt),
+    /// `src/diffusers/models/transformers/transformer_wan.py`; the others are the differences
+    /// from them in `transformer/config.json` of the Hub's diffusers folders
+    /// `Wan-AI/Wan2.1-T2V-1.3B-Diffusers`, `Wan-AI/Wan2.1-I2V-14B-480P-Diffusers` and
+    /// `Wan-AI/Wan2.1-FLF2V-14B-720P-diffusers`.
     pub fn preset(name: &str) -> Result<Self> {
         match name {
             "wan-14b" => Ok(Self::default()),
