@@ -6,12 +6,17 @@ use openh264::OpenH264API;
 
 /// An H.264 elementary stream split the way MP4 wants it.
 pub struct H264Stream {
+    /// Frame width in pixels (even).
     pub width: u32,
+    /// Frame height in pixels (even).
     pub height: u32,
+    /// The sequence parameter set, without a start code (the MP4 `avcC` box carries it).
     pub sps: Vec<u8>,
+    /// The picture parameter set, without a start code (the MP4 `avcC` box carries it).
     pub pps: Vec<u8>,
     /// One access unit per frame: NAL units without start codes.
     pub frames: Vec<Vec<Vec<u8>>>,
+    /// Per frame, whether it is an IDR or I frame: MP4's sync samples, where a player can seek to.
     pub keyframes: Vec<bool>,
 }
 
@@ -58,6 +63,7 @@ pub struct FrameEncoder {
 }
 
 impl FrameEncoder {
+    /// A fresh encoder for `width`x`height` frames (both even) at `fps`.
     pub fn new(width: u32, height: u32, fps: u32) -> Result<Self> {
         ensure!(
             width > 0 && height > 0 && width.is_multiple_of(2) && height.is_multiple_of(2),
@@ -150,11 +156,15 @@ pub struct LiveH264 {
 /// One encoded frame of a live stream.
 #[derive(Debug)]
 pub struct LiveFrame {
+    /// The access unit in Annex B form (start codes; an IDR with its SPS and PPS first).
     pub annex_b: Vec<u8>,
+    /// Whether it is an IDR or I frame, where a receiver that lost pictures can start again.
     pub keyframe: bool,
 }
 
 impl LiveH264 {
+    /// A fresh live encoder for `width`x`height` frames (both even) at `fps`; IDRs only at start
+    /// and on request until [`with_keyframe_interval`](Self::with_keyframe_interval).
     pub fn new(width: u32, height: u32, fps: u32) -> Result<Self> {
         ensure!(
             width > 0 && height > 0 && width.is_multiple_of(2) && height.is_multiple_of(2),
@@ -177,6 +187,7 @@ impl LiveH264 {
         self
     }
 
+    /// Makes the next frame an IDR: the answer to a receiver's picture-loss indication (PLI).
     pub fn request_keyframe(&mut self) {
         self.enc.force_intra_frame();
     }

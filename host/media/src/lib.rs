@@ -1,6 +1,8 @@
 //! Encoding video artifacts: H.264 through openh264 (built from its bundled source; no system
 //! ffmpeg) in an MP4 container written by the `mp4` crate, and PNG frames.
 
+#![deny(missing_docs)]
+
 mod fmp4;
 mod h264;
 mod mp4_file;
