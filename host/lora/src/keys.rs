@@ -16,6 +16,7 @@ pub enum Format {
 }
 
 impl Format {
+    /// The format's name as the summary and error messages print it.
     pub fn as_str(self) -> &'static str {
         match self {
             Format::Diffusers => "diffusers",

@@ -6,6 +6,8 @@
 //!
 //! Untrusted input: every shape, dtype and name is checked here, and an error names the key.
 
+#![deny(missing_docs)]
+
 mod keys;
 mod summary;
 
@@ -20,9 +22,13 @@ pub use summary::Summary;
 /// A module a model lets adapters target: its name (diffusers' module path) and shape.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TargetModule {
+    /// The module path in diffusers' names, e.g. `blocks.0.attn1.to_q`.
     pub name: String,
+    /// Input features of the linear: the `down` matrix's second dimension.
     pub in_dim: i64,
+    /// Output features of the linear: the `up` matrix's first dimension.
     pub out_dim: i64,
+    /// Whether the linear has a bias, so a bias difference (`diff_b`) has somewhere to go.
     pub bias: bool,
 }
 
@@ -30,7 +36,9 @@ pub struct TargetModule {
 #[derive(Debug, thiserror::Error)]
 #[error("{}{message}", key.as_ref().map(|k| format!("`{k}`: ")).unwrap_or_default())]
 pub struct LoraError {
+    /// The offending key, when the problem is about one (none for the file as a whole).
     pub key: Option<String>,
+    /// What is wrong, in words.
     pub message: String,
 }
 
@@ -46,12 +54,16 @@ impl LoraError {
 /// Element types a LoRA tensor may have.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Dtype {
+    /// 32-bit float.
     F32,
+    /// IEEE half precision.
     F16,
+    /// bfloat16.
     BF16,
 }
 
 impl Dtype {
+    /// Bytes per element.
     pub fn size(self) -> usize {
         match self {
             Dtype::F32 => 4,
@@ -63,9 +75,13 @@ impl Dtype {
 /// One tensor of the file: its key (for errors), element type, shape and little-endian bytes.
 #[derive(Clone, Debug)]
 pub struct TensorData {
+    /// The key it was stored under, so errors about it can name it.
     pub key: String,
+    /// Its element type.
     pub dtype: Dtype,
+    /// Its shape, as the file gives it.
     pub shape: Vec<usize>,
+    /// Its elements, little-endian, as stored in the file.
     pub data: Vec<u8>,
 }
 
@@ -103,6 +119,7 @@ pub struct ModulePatch {
     pub down: Option<TensorData>,
     /// `[out, rank]`.
     pub up: Option<TensorData>,
+    /// The file's `alpha` for the pair, when it has one (see [`scale`](Self::scale)).
     pub alpha: Option<f64>,
     /// `lora_alpha / r` from a diffusers file's `lora_adapter_metadata`, when it has one.
     pub metadata_scale: Option<f64>,
@@ -113,6 +130,7 @@ pub struct ModulePatch {
 }
 
 impl ModulePatch {
+    /// The low-rank pair's rank (the `down` matrix's first dimension), if the file has the pair.
     pub fn rank(&self) -> Option<usize> {
         self.down.as_ref().map(|d| d.shape[0])
     }
@@ -132,6 +150,7 @@ impl ModulePatch {
 /// A parsed LoRA file.
 #[derive(Clone, Debug)]
 pub struct LoraFile {
+    /// How the file names its modules, as detected from its keys.
     pub format: Format,
     /// By module (diffusers names).
     pub modules: BTreeMap<String, ModulePatch>,

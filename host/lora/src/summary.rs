@@ -9,6 +9,7 @@ use crate::LoraFile;
 /// A LoRA file at a glance (`fastvideo lora inspect`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Summary {
+    /// How the file names its modules ([`Format::as_str`](crate::Format::as_str)).
     pub format: &'static str,
     /// Transformer modules it changes.
     pub modules: usize,
@@ -22,12 +23,15 @@ pub struct Summary {
     pub scales: Vec<f64>,
     /// Modules by kind (the name without its block index, e.g. `blocks.*.attn1.to_q`): count.
     pub targets: BTreeMap<String, usize>,
-    /// Modules with a full-weight difference, and with a bias difference.
+    /// Modules with a full-weight difference (`diff`), which add a whole matrix, not a rank.
     pub weight_diffs: usize,
+    /// Modules with a bias difference (`diff_b`).
     pub bias_diffs: usize,
-    /// Values in its tensors, and their bytes.
+    /// Values in its tensors.
     pub parameters: u64,
+    /// Bytes of its tensors, what loading it costs in memory.
     pub tensor_bytes: u64,
+    /// The file's size on disk, header included.
     pub file_bytes: u64,
     /// Norm or modulation differences left out.
     pub ignored: usize,
