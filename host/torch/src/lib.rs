@@ -5,6 +5,8 @@
 //! `libtorch_cuda.so` with `RTLD_GLOBAL` before the first tensor op registers the CUDA backend, so
 //! one binary serves CPU-only developer machines and GPU machines alike. [`init`] does that once.
 
+#![deny(missing_docs)]
+
 mod dtype;
 mod precision;
 pub mod weights;

@@ -48,10 +48,14 @@ impl Int8Attention {
 /// A precision preset. `Auto` is the device's default: `bf16` on CUDA, `exact` elsewhere.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Precision {
+    /// The device's default: `bf16` on CUDA, `exact` elsewhere.
     #[default]
     Auto,
+    /// float32 with no approximation: the reference's numerics.
     Exact,
+    /// bfloat16 compute, as the GPU default does, and no other lossy option.
     Bf16,
+    /// `bf16` plus the options that passed the quality gate for the model's family.
     Fast,
 }
 

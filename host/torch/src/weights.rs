@@ -133,6 +133,8 @@ impl Weights {
         Self { store: Rc::new(store), prefix: String::new(), device, kind }
     }
 
+    /// Tensors already in memory (tests, converted checkpoints) as a checkpoint; `source` names it
+    /// in errors.
     pub fn from_tensors(tensors: HashMap<String, Tensor>, source: PathBuf, device: Device, kind: Kind) -> Self {
         let store = Store::new(Source::InMemory(tensors), source);
         Self { store: Rc::new(store), prefix: String::new(), device, kind }
@@ -150,6 +152,7 @@ impl Weights {
         Self { kind, ..self.clone() }
     }
 
+    /// The device tensors are materialised on.
     pub fn device(&self) -> Device {
         self.device
     }
@@ -180,6 +183,8 @@ impl Weights {
         self.store.linears.borrow().clone()
     }
 
+    /// Whether the checkpoint has `name` under this view (always, for random weights), for optional
+    /// tensors such as biases.
     pub fn contains(&self, name: &str) -> bool {
         let key = self.key(name);
         match &self.store.source {
