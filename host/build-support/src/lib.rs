@@ -6,6 +6,8 @@
 //! its own `build.rs`. The rpath is a `RUNPATH`, so `LD_LIBRARY_PATH` still overrides it: that is
 //! how a machine with its own full CUDA libtorch (the GPU machines) swaps the CPU build out.
 
+#![deny(missing_docs)]
+
 use std::path::PathBuf;
 
 /// Emits `-Wl,-rpath,<LIBTORCH>/lib` for this package's binaries, tests, benches and examples.
