@@ -8,7 +8,9 @@ use tch::Tensor;
 /// One rank's end of a group of ranks. Every rank of the group must call each collective, in
 /// the same order; a rank that fails calls [`abort`](Self::abort) so the others stop waiting.
 pub trait Communicator: Send + Sync {
+    /// This rank's index in the group, 0-based.
     fn rank(&self) -> usize;
+    /// How many ranks the group has.
     fn size(&self) -> usize;
 
     /// `send[j]` goes to rank `j`; returns what each rank sent to this one, in rank order, on

@@ -13,6 +13,8 @@
 //! distinct GPUs ([`nccl`]), in-process copies on one device or the CPU ([`local`]), which is
 //! what the CPU tests and single-GPU runs of a parallel plan use.
 
+#![deny(missing_docs)]
+
 pub mod check;
 pub mod comm;
 pub mod local;

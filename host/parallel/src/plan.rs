@@ -50,6 +50,7 @@ pub struct ParallelPlan {
 }
 
 impl ParallelPlan {
+    /// One device, no split: the plan of a plain run.
     pub fn single() -> Self {
         Self { cfg: 1, sp: 1 }
     }
@@ -75,10 +76,12 @@ impl ParallelPlan {
         Ok(plan)
     }
 
+    /// Ranks in all: guidance groups times sequence ranks, one per GPU.
     pub fn ranks(&self) -> usize {
         self.cfg * self.sp
     }
 
+    /// Whether it is a one-rank run, which needs no workers or collectives.
     pub fn is_single(&self) -> bool {
         self.ranks() == 1
     }

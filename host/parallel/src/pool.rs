@@ -20,8 +20,11 @@ use crate::{local, nccl};
 
 /// What a rank's job sees: its rank, device and its sequence-parallel group's communicator.
 pub struct RankCtx {
+    /// Its global rank (see [`ParallelPlan::position`]).
     pub rank: usize,
+    /// The device the rank computes on.
     pub device: Device,
+    /// Its sequence-parallel group's communicator, with ranks numbered within the group.
     pub comm: Arc<dyn Communicator>,
 }
 
@@ -31,7 +34,9 @@ pub type RankJob = Box<dyn FnOnce(&RankCtx) -> Result<Tensor> + Send>;
 /// How a group of ranks exchanges tensors.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Transport {
+    /// NCCL between distinct GPUs.
     Nccl,
+    /// In-process copies, for ranks on one device or the CPU.
     Local,
 }
 
@@ -82,8 +87,11 @@ const GRACE: Duration = Duration::from_secs(30);
 
 /// The worker threads of a [`ParallelPlan`]'s ranks.
 pub struct RankPool {
+    /// The degrees the pool was built for.
     pub plan: ParallelPlan,
+    /// Rank `r`'s device.
     pub devices: Vec<Device>,
+    /// How its groups exchange tensors, chosen from the devices ([`Transport::for_devices`]).
     pub transport: Transport,
     /// Rank `r`'s turn on a GPU it shares with other ranks (see [`local`]).
     turns: Vec<Option<Arc<Turn>>>,
