@@ -6,9 +6,12 @@ use serde::{Deserialize, Serialize};
 /// A STUN or TURN server, as in the browser's `RTCIceServer`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct IceServer {
+    /// The server's URLs, e.g. `stun:host:port` or `turn:host:port`.
     pub urls: Vec<String>,
+    /// The TURN user name; empty for STUN.
     #[serde(default)]
     pub username: String,
+    /// The TURN password; empty for STUN.
     #[serde(default)]
     pub credential: String,
 }
@@ -20,6 +23,7 @@ pub struct RtcConfig {
     /// candidate is this address, so it must be one the client can reach: loopback for a page
     /// on the same machine, the machine's LAN address otherwise.
     pub bind: IpAddr,
+    /// STUN/TURN servers for clients the host candidate cannot reach (behind NAT); none by default.
     pub ice_servers: Vec<IceServer>,
     /// From the answer to a connected peer; a peer that never completes ICE is closed then.
     pub connect_timeout: Duration,

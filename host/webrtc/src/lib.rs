@@ -9,6 +9,8 @@
 //!
 //! This crate knows nothing of sessions or models; `fastvideo-server` wires a peer to one.
 
+#![deny(missing_docs)]
+
 mod config;
 mod keyframe;
 mod peer;

@@ -53,6 +53,7 @@ pub struct RtpClock {
 }
 
 impl RtpClock {
+    /// A clock whose zero is `start` (the peer's first frame, say).
     pub fn new(start: Instant) -> Self {
         Self { start, last: None }
     }
@@ -107,11 +108,15 @@ pub enum PeerEvent {
 /// Counters of one peer, for metrics.
 #[derive(Debug, Default)]
 pub struct PeerStats {
+    /// Video frames written to the track.
     pub frames_sent: AtomicU64,
+    /// Bytes of encoded video written to the track.
     pub bytes_sent: AtomicU64,
+    /// Data-channel messages received, dropped ones included.
     pub messages: AtomicU64,
     /// Over the size limit, or beyond the queue.
     pub messages_dropped: AtomicU64,
+    /// Picture-loss reports (PLI or FIR) from the client.
     pub keyframe_requests: AtomicU64,
 }
 
@@ -394,6 +399,7 @@ impl FramePeer {
         }
     }
 
+    /// The peer's counters, shared so metrics can read them after it closed.
     pub fn stats(&self) -> &Arc<PeerStats> {
         &self.stats
     }
