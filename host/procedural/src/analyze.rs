@@ -7,9 +7,13 @@ use crate::{Background, Clip, Color, Motion, Shape};
 /// (or no decisive motion), which scores as wrong.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Analysis {
+    /// The flat background, nearest of the vocabulary's to the frame borders.
     pub background: Background,
+    /// The object's colour, from its solid core.
     pub color: Option<Color>,
+    /// The object's shape, from its outline.
     pub shape: Option<Shape>,
+    /// What the object did, from its centroid and area tracks.
     pub motion: Option<Motion>,
 }
 

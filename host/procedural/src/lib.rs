@@ -7,6 +7,8 @@
 //! IoU, motion from the centroid and area tracks). The same code makes the training data and
 //! scores generated clips, so "the model drew what the prompt said" is a number.
 
+#![deny(missing_docs)]
+
 mod analyze;
 mod paraphrase;
 mod render;

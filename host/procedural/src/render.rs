@@ -6,8 +6,9 @@ use crate::{Motion, Scene, Shape, Style};
 /// seed so a (scene, seed) pair always renders the same clip.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Variation {
-    /// Offset of the path's centre from the canvas centre, in canvas fractions (±0.1).
+    /// Horizontal offset of the path's centre from the canvas centre, in canvas fractions (±0.1).
     pub dx: f32,
+    /// Vertical offset of the path's centre, likewise (±0.1, down is positive).
     pub dy: f32,
     /// Object half-size in canvas fractions (0.12..0.16).
     pub radius: f32,
@@ -16,6 +17,7 @@ pub struct Variation {
 }
 
 impl Variation {
+    /// Draws the variation for `seed`, the same on every machine (ChaCha8).
     pub fn sample(seed: u64) -> Self {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
         Self {
@@ -35,13 +37,18 @@ impl Variation {
 /// RGB8 frames, row-major, interleaved.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Clip {
+    /// Number of frames.
     pub frames: usize,
+    /// Frame height in pixels.
     pub height: usize,
+    /// Frame width in pixels.
     pub width: usize,
+    /// `frames * height * width * 3` bytes.
     pub rgb: Vec<u8>,
 }
 
 impl Clip {
+    /// Frame `i`'s RGB8 pixels.
     pub fn frame(&self, i: usize) -> &[u8] {
         let n = self.height * self.width * 3;
         &self.rgb[i * n..(i + 1) * n]

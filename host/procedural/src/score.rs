@@ -8,10 +8,15 @@ use crate::{Analysis, Scene};
 /// Correct counts per attribute over a set of clips.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Tally {
+    /// Clips scored.
     pub clips: usize,
+    /// Clips whose colour was right.
     pub color: usize,
+    /// Clips whose shape was right.
     pub shape: usize,
+    /// Clips whose motion was right.
     pub motion: usize,
+    /// Clips whose background was right.
     pub background: usize,
     /// Clips with all four attributes right.
     pub all: usize,
@@ -20,9 +25,13 @@ pub struct Tally {
 /// Accuracies in [0, 1], as printed and written to JSON.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Accuracy {
+    /// Fraction of clips with the right colour.
     pub color: f64,
+    /// Fraction of clips with the right shape.
     pub shape: f64,
+    /// Fraction of clips with the right motion.
     pub motion: f64,
+    /// Fraction of clips with the right background.
     pub background: f64,
     /// Mean of the four attribute accuracies.
     pub attribute_mean: f64,
@@ -46,6 +55,7 @@ impl Tally {
         c && s && m && b
     }
 
+    /// The counts as fractions of the clips scored (0 for none).
     pub fn accuracy(&self) -> Accuracy {
         let n = self.clips.max(1) as f64;
         let (color, shape, motion, background) =

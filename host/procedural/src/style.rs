@@ -19,6 +19,7 @@ pub enum Style {
 pub const LARGE_FACTOR: f32 = 1.65;
 
 impl Style {
+    /// The style named `plain` or `large`, as the CLI spells it; `None` for any other word.
     pub fn parse(s: &str) -> Option<Self> {
         match s {
             "plain" => Some(Style::Plain),

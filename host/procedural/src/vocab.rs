@@ -5,14 +5,16 @@ macro_rules! vocab {
         $(#[$m])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
         #[serde(rename_all = "snake_case")]
-        pub enum $name { $($v),+ }
+        pub enum $name { $(#[doc = concat!("Written `", $word, "` in prompts.")] $v),+ }
 
         impl $name {
+            /// Every value, in the vocabulary's fixed order (what [`index`](Self::index) counts).
             pub const ALL: &'static [$name] = &[$($name::$v),+];
             /// The word used in prompts.
             pub fn word(self) -> &'static str {
                 match self { $($name::$v => $word),+ }
             }
+            /// Position in [`ALL`](Self::ALL): a stable class id for datasets and per-class tallies.
             pub fn index(self) -> usize {
                 Self::ALL.iter().position(|&x| x == self).expect("listed")
             }
@@ -38,6 +40,7 @@ vocab!(
 );
 
 impl Color {
+    /// The colour's RGB8 value as rendered.
     pub fn rgb(self) -> [u8; 3] {
         match self {
             Color::Red => [220, 30, 30],
@@ -66,6 +69,7 @@ impl Motion {
 }
 
 impl Background {
+    /// The background's RGB8 value as rendered.
     pub fn rgb(self) -> [u8; 3] {
         match self {
             Background::White => [245, 245, 245],
@@ -78,9 +82,13 @@ impl Background {
 /// One combination of the vocabulary.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Scene {
+    /// What is drawn.
     pub shape: Shape,
+    /// What colour it is drawn in.
     pub color: Color,
+    /// What it does over the clip.
     pub motion: Motion,
+    /// The flat background behind it.
     pub background: Background,
 }
 

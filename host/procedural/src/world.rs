@@ -22,19 +22,27 @@ const SQUARE_RADIUS: f32 = 6.0 / 64.0;
 const BALL_RGB: [u8; 3] = [220, 30, 30];
 const SQUARE_RGB: [u8; 3] = [30, 60, 220];
 
+/// What moves the ball for one latent frame: a direction or staying put.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Action {
+    /// The ball stays where it is.
     None,
+    /// Towards the top wall.
     Up,
+    /// Towards the bottom wall.
     Down,
+    /// Towards the left wall.
     Left,
+    /// Towards the right wall.
     Right,
 }
 
 impl Action {
+    /// Every action, in the order [`index`](Self::index) counts.
     pub const ALL: [Action; 5] = [Action::None, Action::Up, Action::Down, Action::Left, Action::Right];
 
+    /// The action's name, as datasets and sessions spell it.
     pub fn word(self) -> &'static str {
         match self {
             Action::None => "none",
@@ -45,10 +53,12 @@ impl Action {
         }
     }
 
+    /// Position in [`ALL`](Self::ALL): the id a dataset stores.
     pub fn index(self) -> usize {
         Self::ALL.iter().position(|a| *a == self).expect("in ALL")
     }
 
+    /// The action named `w` ([`word`](Self::word)'s inverse); `None` for an unknown word.
     pub fn from_word(w: &str) -> Option<Self> {
         Self::ALL.iter().copied().find(|a| a.word() == w)
     }
@@ -68,8 +78,11 @@ impl Action {
 /// Positions in canvas fractions.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct WorldState {
+    /// The red ball's centre, which actions move.
     pub ball: (f32, f32),
+    /// The blue square's centre, which drifts on its own.
     pub square: (f32, f32),
+    /// The square's travel per video frame; a wall flips the component that hit it.
     pub square_velocity: (f32, f32),
 }
 
@@ -79,6 +92,8 @@ fn clamp_move(p: (f32, f32), d: (f32, f32), r: f32) -> (f32, f32) {
 }
 
 impl WorldState {
+    /// A random start for `seed`: both objects inside the walls, the square drifting in a random
+    /// direction.
     pub fn sample(seed: u64) -> Self {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
         let mut pos = |r: f32| (rng.random_range(r..1.0 - r), rng.random_range(r..1.0 - r));
@@ -212,10 +227,12 @@ pub fn moved_as_commanded(p: (f32, f32), q: (f32, f32), action: Action, frames: 
 pub struct ActionScore {
     /// Chunks whose ball displacement matched the action (judged from where the ball was).
     pub followed: usize,
+    /// Chunks scored: latent frames after the first that the clip covers.
     pub chunks: usize,
     /// Frames where the ball was found (and not smeared below a quarter of its area or above
     /// twice it).
     pub found: usize,
+    /// Frames looked at.
     pub frames: usize,
 }
 
@@ -245,10 +262,12 @@ impl ActionScore {
         }
     }
 
+    /// Fraction of chunks whose ball moved as the action said (0 for none).
     pub fn follow_rate(&self) -> f64 {
         self.followed as f64 / self.chunks.max(1) as f64
     }
 
+    /// Fraction of frames where the ball was found (0 for none).
     pub fn found_rate(&self) -> f64 {
         self.found as f64 / self.frames.max(1) as f64
     }
