@@ -17,33 +17,52 @@ use crate::{Engine, EngineError, Handle};
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ChatParams {
+    /// The model to answer; must be the served language model's id when given.
     pub model: Option<String>,
+    /// Chat only: OpenAI's message list, rendered through the model's chat template.
     pub messages: Option<Value>,
+    /// Completions only: one string, or a list holding one string.
     pub prompt: Option<Value>,
+    /// Most new tokens (default 256); `max_completion_tokens` wins when both are given.
     pub max_tokens: Option<u32>,
+    /// OpenAI's newer name for `max_tokens`.
     pub max_completion_tokens: Option<u32>,
+    /// Sampling temperature, as OpenAI's.
     pub temperature: Option<f64>,
+    /// Nucleus sampling: only the most likely tokens whose probabilities add up to this.
     pub top_p: Option<f64>,
     /// Ours: only the `top_k` most likely tokens.
     pub top_k: Option<usize>,
     /// Ours: transformers' repetition penalty.
     pub repetition_penalty: Option<f64>,
+    /// Seed of the sampler (default 0), so a request repeats.
     pub seed: Option<u64>,
+    /// A string or up to 4 strings that end the completion; the answer stops before them.
     pub stop: Option<Value>,
+    /// Stream the answer as server-sent events.
     pub stream: Option<bool>,
+    /// `include_usage` streams a last event with the token counts; other keys are ignored.
     pub stream_options: Option<Value>,
+    /// Choices per request: only 1.
     pub n: Option<u32>,
+    /// Only 0 is taken (`repetition_penalty` is ours).
     pub frequency_penalty: Option<f64>,
+    /// Only 0 is taken (`repetition_penalty` is ours).
     pub presence_penalty: Option<f64>,
+    /// Not supported: only `false` is taken.
     pub logprobs: Option<bool>,
+    /// The engine's scheduling priority (default 0), as for other requests.
     pub priority: Option<i32>,
+    /// OpenAI's end-user id: accepted and ignored.
     pub user: Option<String>,
 }
 
 /// Which route: the wire shapes differ, the work does not.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ChatRoute {
+    /// `/v1/chat/completions`: messages in, an assistant message out.
     Chat,
+    /// `/v1/completions`: a prompt in, its continuation out.
     Completions,
 }
 
@@ -61,6 +80,7 @@ impl ChatRoute {
 pub struct ChatModel<'a> {
     /// Its engine model id (what `model` must name).
     pub id: &'a str,
+    /// Its chat template and tokenizer.
     pub codec: &'a dyn ChatCodec,
     /// Positions it takes, prompt and output together.
     pub context: usize,
@@ -68,11 +88,17 @@ pub struct ChatModel<'a> {
 
 /// The checked request: the engine's, and what the answer needs.
 pub struct PreparedChat {
+    /// The `text` request to submit.
     pub request: OmniRequest,
+    /// Tokens of the prompt (`usage.prompt_tokens`).
     pub prompt_tokens: usize,
+    /// Most new tokens the request may generate.
     pub max_tokens: u32,
+    /// The stop strings, applied to the text as it streams.
     pub stop: StopText,
+    /// Whether the answer streams.
     pub stream: bool,
+    /// Whether a streamed answer ends with a usage event.
     pub include_usage: bool,
 }
 

@@ -13,8 +13,11 @@ use fastvideo_request::ResolvedRequest;
 /// What the cost of one step depends on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct CostKey {
+    /// Video frames of the output.
     pub frames: u32,
+    /// Output height in pixels.
     pub height: u32,
+    /// Output width in pixels.
     pub width: u32,
     /// Transformer forwards per step (2 with classifier-free guidance).
     pub forwards: u32,
@@ -23,6 +26,7 @@ pub struct CostKey {
 }
 
 impl CostKey {
+    /// The key of a resolved request: its output shape, guidance mode and model.
     pub fn of(req: &ResolvedRequest) -> Self {
         Self {
             frames: req.num_frames,
@@ -62,6 +66,7 @@ pub struct CostConfig {
     /// Predicted bytes a request holds while active, per output pixel (latents, activations,
     /// the decoded frames), plus `base_bytes`.
     pub bytes_per_pixel: u64,
+    /// Predicted bytes a request holds whatever its size.
     pub base_bytes: u64,
 }
 
@@ -116,6 +121,7 @@ pub struct CostModel {
 }
 
 impl CostModel {
+    /// A model that knows only `cfg`'s priors until it measures something.
     pub fn new(cfg: CostConfig) -> Self {
         Self { cfg, step: HashMap::new(), one_shot: HashMap::new(), step_rate: None, one_shot_rate: None }
     }
@@ -150,6 +156,8 @@ impl CostModel {
         self.cfg.base_bytes + self.cfg.bytes_per_pixel * key.pixels() as u64 * key.forwards as u64
     }
 
+    /// A measured denoise step: updates the key's average and the throughput unseen keys are
+    /// predicted from.
     pub fn observe_step(&mut self, key: &CostKey, seconds: f64) {
         let old = self.step.get(key).copied();
         self.step.insert(*key, blend(old, seconds));

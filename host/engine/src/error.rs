@@ -12,10 +12,18 @@ pub enum EngineError {
     Invalid(#[serde(serialize_with = "as_string")] RequestError),
     /// Predicted to need more than the engine can ever give it.
     #[error("{field}: {message}")]
-    TooLarge { field: String, message: String },
+    TooLarge {
+        /// The field whose value makes it too large (e.g. `diffusion.num_frames`).
+        field: String,
+        /// What it would need and what the engine has.
+        message: String,
+    },
     /// The queue is full; try again later.
     #[error("the queue is full ({queued} requests waiting); retry later")]
-    QueueFull { queued: usize },
+    QueueFull {
+        /// Requests admitted when it was refused.
+        queued: usize,
+    },
     /// The engine is draining (shutting down) and admits nothing new.
     #[error("the server is shutting down and accepts no new requests")]
     Draining,
@@ -28,7 +36,12 @@ pub enum EngineError {
     /// The request failed while running (a plugin trap, a model error, a panic in a stage);
     /// `code` is short and stable, `message` says what and where.
     #[error("{code}: {message}")]
-    Failed { code: String, message: String },
+    Failed {
+        /// Short and stable (e.g. `plugin_failed`), for clients and metrics.
+        code: String,
+        /// What failed and where.
+        message: String,
+    },
     /// The executor thread is gone.
     #[error("the engine has stopped")]
     Stopped,
@@ -40,7 +53,10 @@ pub enum EngineError {
     NoSession(String),
     /// The cap on live sessions is reached; try again later.
     #[error("{max} sessions are live, the most this server runs at once; retry later")]
-    SessionsFull { max: usize },
+    SessionsFull {
+        /// The cap on live sessions (`EngineConfig::max_sessions`).
+        max: usize,
+    },
     /// New weights did not load (missing file, wrong tensor names or shapes); the old ones keep
     /// serving.
     #[error("{0}")]

@@ -13,6 +13,8 @@
 //!
 //! Model code never appears here: the engine drives [`fastvideo_pipeline::PipelineRun`]s.
 
+#![deny(missing_docs)]
+
 pub mod chat;
 pub mod cost;
 mod engine;

@@ -21,46 +21,63 @@ pub struct ModelLabel {
 /// Handles to every engine metric; cheap to clone (each is an `Arc` inside).
 #[derive(Clone)]
 pub struct Metrics {
+    /// Requests admitted and waiting for their first unit of work.
     pub queue_depth: Gauge,
+    /// Requests holding state on the executor.
     pub in_flight: Gauge,
     /// Predicted seconds of all work admitted and not yet done.
     pub backlog_seconds: Gauge<f64, AtomicU64>,
+    /// Requests by outcome: `completed`, `failed`, `cancelled` or `rejected`.
     pub requests: Family<OutcomeLabel, Counter>,
-    /// Per served model: whether its weights are on the device (1) or asleep (0), and how
-    /// often they were brought back.
+    /// Per served model: whether its weights are on the device (1) or asleep (0).
     pub model_resident: Family<ModelLabel, Gauge>,
+    /// Per served model: how often its weights were brought back to the device.
     pub model_wakes: Family<ModelLabel, Counter>,
     /// Bytes of the weights on the device that may sleep (what `--weight-budget-mib` bounds).
     pub resident_weight_bytes: Gauge,
+    /// Wall time of one denoise step (what the cost model learns from).
     pub step_seconds: Histogram,
     /// Requests stepped together by one batched call.
     pub step_batch_size: Histogram,
+    /// Wall time of one one-shot stage (text encode, VAE decode …).
     pub one_shot_seconds: Histogram,
+    /// The cost model's prediction for each admitted request, to compare with what ran.
     pub predicted_request_seconds: Histogram,
+    /// Time from admission to a request's first unit of work.
     pub queue_wait_seconds: Histogram,
+    /// Text embeddings served from the cache.
     pub embedding_cache_hits: Counter,
+    /// Text embeddings computed (not in the cache).
     pub embedding_cache_misses: Counter,
     /// Wall time spent inside plugin calls (guiders, block interceptors).
     pub plugin_seconds: Counter<f64, AtomicU64>,
+    /// Live world-model sessions.
     pub sessions_live: Gauge,
+    /// Session chunks generated.
     pub session_chunks: Counter,
     /// Chunks finished more than one chunk period after their deadline.
     pub session_late_chunks: Counter,
     /// Chunks dropped because the client read too slowly.
     pub session_dropped_chunks: Counter,
-    /// The world model's key/value pool: slabs in use, of how many, and frames evicted.
+    /// The world model's key/value pool: slabs held by sessions.
     pub kv_slabs_used: Gauge,
+    /// The world model's key/value pool: slabs in all.
     pub kv_slabs_capacity: Gauge,
+    /// Frames evicted from session windows since start.
     pub kv_evictions: Gauge,
-    /// The LoRA adapter cache: adapters found prepared, loaded, and evicted; seconds spent
-    /// loading; device bytes held.
+    /// LoRA adapters found prepared in the adapter cache.
     pub adapter_hits: Counter,
+    /// LoRA adapters read, checked and prepared.
     pub adapter_loads: Counter,
+    /// LoRA adapters dropped to stay under `--adapter-cache`.
     pub adapter_evictions: Counter,
+    /// Seconds spent loading LoRA adapters.
     pub adapter_load_seconds: Counter<f64, AtomicU64>,
+    /// Device bytes the adapter cache holds.
     pub adapter_bytes: Gauge,
-    /// A language model's paged key/value blocks: in the pool, and free now.
+    /// A language model's paged key/value blocks in the pool.
     pub kv_blocks_total: Gauge,
+    /// A language model's paged key/value blocks free now.
     pub kv_blocks_free: Gauge,
     /// Adapters prepared again from the host copy after a device eviction.
     pub adapter_host_hits: Counter,
@@ -204,6 +221,7 @@ impl Metrics {
         self.model_resident.get_or_create(&ModelLabel { model: model.to_string() }).set(on as i64);
     }
 
+    /// Counts a request under `outcome` (`completed`, `failed`, `cancelled`, `rejected`).
     pub fn count(&self, outcome: &str) {
         self.requests.get_or_create(&OutcomeLabel { outcome: outcome.to_string() }).inc();
     }

@@ -53,17 +53,25 @@ pub struct RolloutRequest {
     pub noise_level: Option<f32>,
     /// `flow_sde`'s stochastic steps (every step when absent).
     pub sde_steps: Option<Vec<u32>>,
+    /// Denoise steps per sample; the model's default when absent.
     pub num_inference_steps: Option<u32>,
+    /// Classifier-free guidance scale; the model's default when absent.
     pub guidance_scale: Option<f32>,
-    /// Two-expert models: where the low-noise expert takes over, and its guidance scale.
+    /// Two-expert models: where the low-noise expert takes over.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub boundary_ratio: Option<f32>,
+    /// Two-expert models: the low-noise expert's guidance scale.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub guidance_scale_2: Option<f32>,
+    /// The flow schedule's shift; the model's default when absent.
     pub shift: Option<f32>,
+    /// Output height in pixels; the model's default when absent.
     pub height: Option<u32>,
+    /// Output width in pixels; the model's default when absent.
     pub width: Option<u32>,
+    /// Video frames per sample; the model's default when absent.
     pub num_frames: Option<u32>,
+    /// What guidance steers away from; the model's default when absent.
     pub negative_prompt: Option<String>,
     /// Reward plugins to score every sample with.
     #[serde(default)]
@@ -77,8 +85,10 @@ pub struct RolloutRequest {
     /// Return the trajectory; on by default.
     #[serde(default = "yes")]
     pub return_trajectory: bool,
+    /// Parameters for the model's plugins, by plugin name, as in a generation request.
     #[serde(default)]
     pub plugin_params: BTreeMap<String, serde_json::Value>,
+    /// Scheduling priority of every sample (higher runs first), as in a generation request.
     #[serde(default)]
     pub priority: i32,
     /// LoRA adapters every sample runs with (`[{"name": ..., "scale": ...}]`).
@@ -163,7 +173,9 @@ pub struct RolloutSample {
     pub prompt_index: usize,
     /// Its index within the prompt's group (0..K).
     pub group_index: u32,
+    /// The prompt it was generated from.
     pub prompt: String,
+    /// The seed it ran with, so a trainer can reproduce it.
     pub seed: u64,
     /// Artifacts (`latents`, `trajectory`, `video`), rewards, metrics (with the weight epoch).
     pub output: OmniOutput,
@@ -172,9 +184,13 @@ pub struct RolloutSample {
 /// A sample that failed, and why; the rest of the rollout goes on.
 #[derive(Debug, Clone)]
 pub struct RolloutFailure {
+    /// Index of its prompt in the request.
     pub prompt_index: usize,
+    /// Its index within the prompt's group (0..K).
     pub group_index: u32,
+    /// The seed it ran with.
     pub seed: u64,
+    /// Why it failed.
     pub error: EngineError,
 }
 
@@ -184,6 +200,7 @@ pub struct Rollout {
     pub total: usize,
     /// The samples' request ids, prompt-major (for cancelling what has not finished).
     pub request_ids: Vec<String>,
+    /// Each sample or failure as it finishes, in no fixed order; closed after the last.
     pub samples: mpsc::UnboundedReceiver<Result<RolloutSample, RolloutFailure>>,
 }
 

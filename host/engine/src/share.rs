@@ -6,6 +6,8 @@
 
 use std::time::{Duration, Instant};
 
+/// Decaying executor seconds of the favoured class and of the rest, to tell whether the favoured
+/// class had its floor lately.
 #[derive(Debug, Clone, Copy)]
 pub struct Share {
     favoured: f64,
@@ -14,8 +16,11 @@ pub struct Share {
 }
 
 impl Share {
+    /// How fast old time stops counting: long enough to smooth over single units, short enough
+    /// that a class is not owed for a stretch long past.
     pub const HALF_LIFE: Duration = Duration::from_secs(2);
 
+    /// Nothing counted, as of `now`.
     pub fn new(now: Instant) -> Self {
         Self { favoured: 0.0, others: 0.0, at: now }
     }

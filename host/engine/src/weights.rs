@@ -37,6 +37,7 @@ impl WeightsInfo {
 /// What an engine needs to take weight updates: the loader, and where the start weights came from.
 #[derive(Clone)]
 pub struct WeightUpdates {
+    /// Builds a pipeline from new weights (the model family's loader).
     pub loader: Arc<dyn WeightLoader>,
     /// The checkpoint the engine's first pipeline was built from (epoch 0).
     pub initial: PathBuf,

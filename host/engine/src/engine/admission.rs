@@ -17,11 +17,15 @@ use crate::EngineError;
 
 /// A submitted request: its events as they happen, and its final output.
 pub struct Handle {
+    /// The id the request was submitted with (for `cancel`).
     pub request_id: String,
     /// The request as resolved against the model (defaults filled, seed drawn).
     pub request: ResolvedRequest,
+    /// The cost model's estimate of its run time when admitted, alone on the executor.
     pub predicted_seconds: f64,
+    /// Its events (progress, previews) as they happen; closed when it ends.
     pub events: mpsc::UnboundedReceiver<OmniEvent>,
+    /// Its result, once, when it finishes, fails or is cancelled.
     pub output: oneshot::Receiver<Result<OmniOutput, EngineError>>,
 }
 

@@ -8,6 +8,7 @@ use crate::scheduler::Policy;
 /// Engine settings (`fastvideo serve`'s scheduling and admission flags).
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
+    /// How the scheduler picks the next unit of work.
     pub policy: Policy,
     /// Seconds of predicted work forgiven per second a request waits (anti-starvation).
     pub aging: f64,
@@ -18,6 +19,7 @@ pub struct EngineConfig {
     /// about 5x its solo time (measured 2.5x at p95, against 4.1x without), and the short ones
     /// lose nothing.
     pub max_stretch: f64,
+    /// The executor's share for overdue requests (see `max_stretch`).
     pub overdue_share: f64,
     /// Requests holding state at once.
     pub max_active: usize,
@@ -30,6 +32,7 @@ pub struct EngineConfig {
     pub max_request_seconds: Option<f64>,
     /// Most requests whose compatible steps run as one batched call (1 disables batching).
     pub max_batch: usize,
+    /// The cost model's priors and memory rule.
     pub cost: CostConfig,
     /// Live world-model sessions at once; more get `sessions_full`.
     pub max_sessions: usize,

@@ -148,18 +148,22 @@ impl Engine {
         self.models().into_iter().find(|(m, _)| *m == id).map(|(_, l)| l)
     }
 
+    /// The primary model's id: what a request that names no model runs on.
     pub fn model_id(&self) -> &str {
         &self.0.models[0].id
     }
 
+    /// The primary model's limits.
     pub fn limits(&self) -> &ModelLimits {
         &self.0.models[0].limits
     }
 
+    /// The settings the engine was started with.
     pub fn config(&self) -> &EngineConfig {
         &self.0.cfg
     }
 
+    /// The engine's counters and gauges, as `/metrics` reports them.
     pub fn metrics(&self) -> &Metrics {
         &self.0.metrics
     }
@@ -203,6 +207,7 @@ impl Engine {
         *self.0.shared.live_count.borrow()
     }
 
+    /// Whether it stopped admitting (`drain` was called).
     pub fn is_draining(&self) -> bool {
         self.0.shared.draining.load(Ordering::SeqCst)
     }

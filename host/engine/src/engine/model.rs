@@ -17,11 +17,17 @@ pub type RequestCheck = Box<dyn Fn(&ResolvedRequest) -> Result<(), RequestError>
 
 /// What the engine serves: one model's pipeline on one device.
 pub struct EngineModel {
+    /// The id requests name it by (`model`).
     pub id: String,
+    /// What requests for it may ask; checked at admission.
     pub limits: ModelLimits,
+    /// Its pipeline, which the executor runs requests through.
     pub spec: Arc<PipelineSpec>,
+    /// The device its pipeline runs on.
     pub device: Device,
+    /// Its extra admission check beyond the limits.
     pub check: RequestCheck,
+    /// Turns its run errors into codes for clients and metrics.
     pub classify: Classifier,
     /// How to load other weights (`update_weights`); none refuses updates.
     pub weights: Option<WeightUpdates>,

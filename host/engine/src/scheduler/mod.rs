@@ -61,6 +61,7 @@ struct Entry {
 /// Limits on how many requests hold state at once.
 #[derive(Debug, Clone, Copy)]
 pub struct Capacity {
+    /// Requests holding state at once.
     pub max_active: usize,
     /// Sum of the active requests' predicted memory.
     pub memory_bytes: u64,
@@ -97,6 +98,7 @@ pub struct State {
 const MIN_OVERDUE_SECONDS: f64 = 0.5;
 
 impl State {
+    /// An empty scheduler: no requests, no sessions, the overdue bound off.
     pub fn new(policy: Policy, aging: f64, capacity: Capacity) -> Self {
         Self {
             policy,
@@ -151,6 +153,7 @@ impl State {
         }
     }
 
+    /// How it picks the next job unit.
     pub fn policy(&self) -> Policy {
         self.policy
     }
@@ -175,10 +178,12 @@ impl State {
         }
     }
 
+    /// Requests it holds, queued or active.
     pub fn len(&self) -> usize {
         self.entries.len()
     }
 
+    /// Whether it holds no request.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }

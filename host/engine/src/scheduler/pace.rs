@@ -12,16 +12,23 @@ use crate::share::Share;
 /// owed their floor share ([`crate::share::Share`]) run first; then urgent sessions (earliest deadline first),
 /// then jobs, then sessions that are less than one period ahead of real time; otherwise the
 /// executor waits for the next session to become urgent.
+pub struct Pacer;
+
+/// One live session as the pacing rule sees it.
 #[derive(Debug, Clone, Copy)]
 pub struct PaceInput {
+    /// When its next chunk is due.
     pub due: Instant,
+    /// Units that chunk still needs.
     pub units_left: u32,
+    /// Measured seconds per unit (a moving average).
     pub unit_seconds: f64,
     /// A new action is waiting for this session's next chunk: run it now, whatever the deadline
     /// (at most one chunk early per action), so the action shows as soon as it can.
     pub eager: bool,
 }
 
+/// The rule's answer: whose unit runs next, or how long to wait.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Pick {
     /// Run a unit of session `i` (index into the input).
@@ -37,15 +44,17 @@ pub enum Pick {
 /// Whether job units are waiting, and whether they are owed their floor share.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Jobs {
+    /// No job unit waits.
     None,
+    /// Job units wait, and jobs had their floor share lately.
     Ready,
     /// Ready, and jobs had less than their floor share of the executor lately.
     Owed,
 }
 
-pub struct Pacer;
-
 impl Pacer {
+    /// The next unit among `sessions` and the jobs at `now`; `margin` is the longest job unit
+    /// lately, `period` a chunk's playing time.
     pub fn pick(now: Instant, sessions: &[PaceInput], jobs: Jobs, margin: f64, period: Duration) -> Pick {
         if jobs == Jobs::Owed {
             return Pick::Job;
@@ -89,8 +98,13 @@ impl Pacer {
 pub enum Unit {
     /// A unit of this job.
     Job(u64),
-    /// A unit of this session; `jobs_waiting`: a job unit was ready and waits for it.
-    Session { key: u64, jobs_waiting: bool },
+    /// A unit of this session.
+    Session {
+        /// The session's slot.
+        key: u64,
+        /// A job unit was ready and waits for it (the time counts against the jobs' floor).
+        jobs_waiting: bool,
+    },
     /// Nothing to do before this instant (sessions ahead of their schedule).
     Wait(Instant),
     /// Nothing to do.
@@ -137,6 +151,7 @@ impl Deadlines {
         }
     }
 
+    /// Whether no session is live, so jobs have the executor to themselves.
     pub fn is_empty(&self) -> bool {
         self.sessions.is_empty()
     }
@@ -159,6 +174,7 @@ impl Deadlines {
         self.sessions.insert(key, s);
     }
 
+    /// The session closed: its deadlines no longer count.
     pub fn close(&mut self, key: u64) {
         self.sessions.remove(&key);
     }

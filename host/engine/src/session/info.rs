@@ -48,12 +48,14 @@ pub struct SessionChunk {
 
 /// What a session's stream carries.
 pub enum SessionEvent {
+    /// A generated chunk of video.
     Chunk(SessionChunk),
     /// An event of the session's plugins (observers, step interceptors): `OmniEvent::Plugin`.
     Plugin(OmniEvent),
     /// The session ended: closed, expired, or failed (`reason` says which and why). Plugin
     /// events of its end (an observer's summary) come before it.
     Closed {
+        /// Why it ended, in words.
         reason: String,
     },
 }
@@ -61,9 +63,13 @@ pub enum SessionEvent {
 /// Where a session stands, for `GET /v1/sessions/{id}`.
 #[derive(Debug, Clone, Serialize)]
 pub struct SessionInfo {
+    /// The session's id.
     pub id: String,
+    /// Chunks generated so far.
     pub chunks: u64,
+    /// Video frames generated so far.
     pub frames: u64,
+    /// The caller's id of the action the last chunk was generated under (0: none yet).
     pub last_action_id: u64,
     /// Chunks that were finished later than their deadline.
     pub late_chunks: u64,
