@@ -21,6 +21,7 @@ pub struct Linear {
 }
 
 impl Linear {
+    /// Reads `weight` `[out_dim, in_dim]` (and `bias` `[out_dim]` when `bias`) under `w`.
     pub fn new(w: &Weights, in_dim: i64, out_dim: i64, bias: bool) -> Result<Self> {
         let weight = w.get("weight", &[out_dim, in_dim])?;
         let bias = if bias { Some(w.get("bias", &[out_dim])?) } else { None };
@@ -36,6 +37,7 @@ impl Linear {
         Self { weight, bias }
     }
 
+    /// `x Wᵀ + b` as a new tensor.
     pub fn forward(&self, x: &Tensor) -> Tensor {
         x.linear(&self.weight, self.bias.as_ref())
     }
@@ -55,6 +57,7 @@ impl Linear {
     }
 }
 
+/// One layer's grouped-query self-attention, its projections fused for decode.
 pub struct Attention {
     /// q, k and v as one matmul, outputs in that order.
     qkv_proj: Linear,
@@ -67,6 +70,8 @@ pub struct Attention {
 }
 
 impl Attention {
+    /// Reads a layer's `q_proj`, `k_proj`, `v_proj`, `o_proj` (and Qwen3's `q_norm`, `k_norm`)
+    /// under `w`.
     pub fn new(w: &Weights, c: &QwenConfig) -> Result<Self> {
         let (h, d) = (c.hidden_size, c.head_dim);
         let (heads, kv_heads) = (c.num_attention_heads, c.num_key_value_heads);

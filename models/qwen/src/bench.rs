@@ -25,23 +25,33 @@ pub struct LmBenchOptions {
     pub steps: usize,
 }
 
+/// Decode timings at one batch size.
 #[derive(Debug, Serialize)]
 pub struct DecodeFigure {
+    /// Requests decoding together.
     pub batch: usize,
+    /// Seconds per batched decode step (mean over the timed steps).
     pub step_s: f64,
+    /// Tokens per second over the batch: `batch / step_s`.
     pub tokens_per_s: f64,
     /// The first request's greedy tokens, to compare runs (CUDA graphs on and off).
     pub first_tokens: Vec<i64>,
 }
 
+/// What [`run`] measured, as `fastvideo bench-lm` prints it (JSON).
 #[derive(Debug, Serialize)]
 pub struct LmBenchReport {
+    /// The device it ran on.
     pub device: String,
+    /// The model's compute dtype.
     pub dtype: String,
+    /// Parameters of the model, so a report names the size it measured.
     pub params: i64,
+    /// Prompt length of the time-to-first-token run.
     pub prompt_len: usize,
     /// Prefill of `prompt_len` tokens and the first token, median of 3 after a warm-up.
     pub ttft_s: f64,
+    /// One figure per batch size, in the options' order.
     pub decode: Vec<DecodeFigure>,
 }
 
@@ -55,6 +65,7 @@ fn prompt(len: usize, seed: usize, vocab: i64) -> Vec<i64> {
     (0..len).map(|i| ((i * 7919 + seed * 104_729) as i64) % vocab.max(1)).collect()
 }
 
+/// Measures time to first token and batched decode (synthetic prompts, greedy) on `model`.
 pub fn run(model: &QwenForCausalLM, opts: &LmBenchOptions) -> Result<LmBenchReport> {
     let device = model.device();
     let vocab = model.config.vocab_size;

@@ -15,16 +15,20 @@ use serde::{Deserialize, Serialize};
 /// One chat message.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Message {
+    /// `system`, `user` or `assistant` (whatever the template takes).
     pub role: String,
+    /// The message's text.
     pub content: String,
 }
 
 impl Message {
+    /// A message of `role` saying `content`.
     pub fn new(role: &str, content: &str) -> Self {
         Self { role: role.into(), content: content.into() }
     }
 }
 
+/// A folder's tokenizer and chat template, applied as transformers' `apply_chat_template` does.
 pub struct ChatTokenizer {
     tokenizer: tokenizers::Tokenizer,
     template: Option<String>,
@@ -125,6 +129,8 @@ pub fn parse_messages(messages: &serde_json::Value) -> Result<Vec<Message>> {
 }
 
 impl ChatTokenizer {
+    /// Reads `tokenizer.json` and the chat template (`chat_template.jinja` or
+    /// `tokenizer_config.json`'s) from `dir`.
     pub fn load(dir: &Path) -> Result<Self> {
         let path = dir.join("tokenizer.json");
         let tokenizer = tokenizers::Tokenizer::from_file(&path).map_err(|e| anyhow!("{}: {e}", path.display()))?;

@@ -9,26 +9,42 @@ use serde::Deserialize;
 /// head (RMSNorm over the head dim) and states its head dim; Qwen2 adds biases to q, k and v.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Family {
+    /// Qwen3: per-head q/k RMSNorm, `head_dim` stated.
     Qwen3,
+    /// Qwen2 and Qwen2.5: biases on q, k and v.
     Qwen2,
 }
 
+/// The model's shape and constants, from `config.json` (names as transformers spells them).
 #[derive(Clone, Debug)]
 pub struct QwenConfig {
+    /// From `model_type`: which of the two layer variants it uses.
     pub family: Family,
+    /// Rows of the embedding and of the LM head.
     pub vocab_size: i64,
+    /// Width of the residual stream.
     pub hidden_size: i64,
+    /// Width of the SwiGLU's inner layer.
     pub intermediate_size: i64,
+    /// Decoder layers.
     pub num_hidden_layers: i64,
+    /// Query heads.
     pub num_attention_heads: i64,
+    /// Key/value heads, each shared by `num_attention_heads / num_key_value_heads` query heads.
     pub num_key_value_heads: i64,
+    /// Width of one head (Qwen3 states it; Qwen2's is `hidden_size / num_attention_heads`).
     pub head_dim: i64,
+    /// The RMSNorms' epsilon.
     pub rms_norm_eps: f64,
+    /// The rotary embedding's base (10000 when absent).
     pub rope_theta: f64,
+    /// Longest sequence, prompt and output together (32768 when absent).
     pub max_position_embeddings: i64,
+    /// Whether the LM head is the token embedding itself.
     pub tie_word_embeddings: bool,
     /// Biases on q, k and v (Qwen2 always; Qwen3 when `attention_bias`).
     pub qkv_bias: bool,
+    /// Tokens that end a completion, from `eos_token_id` (one or a list).
     pub eos_token_ids: Vec<i64>,
 }
 
@@ -78,11 +94,14 @@ fn default_act() -> String {
 }
 
 impl QwenConfig {
+    /// Reads and checks a `config.json`; errors name the file.
     pub fn load(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         Self::parse(&text).with_context(|| format!("{}", path.display()))
     }
 
+    /// Parses and checks `config.json`'s text: features this crate does not run (sliding windows,
+    /// rope scaling, activations other than SiLU) are refused, not ignored.
     pub fn parse(text: &str) -> Result<Self> {
         let raw: Raw = serde_json::from_str(text).context("not a Qwen config.json")?;
         let family = match raw.model_type.as_str() {

@@ -34,7 +34,9 @@ const REPLY_IDS: &str = "extend_reply_ids";
 
 /// A prompt rewriter: the language model and its system turn.
 pub struct PromptExtender {
+    /// The rewriting model.
     pub lm: LanguageModel,
+    /// The system turn from `system_prompt.txt`, if the folder has one.
     pub system: Option<String>,
 }
 

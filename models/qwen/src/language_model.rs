@@ -17,8 +17,11 @@ use crate::{ChatTokenizer, Message, QwenForCausalLM};
 /// Prompt tokens per prefill step.
 pub const PREFILL_CHUNK: usize = 512;
 
+/// A loaded language model and its tokenizer, ready to run chat completions.
 pub struct LanguageModel {
+    /// The decoder, shared with the decode loop's requests.
     pub model: Arc<QwenForCausalLM>,
+    /// The tokenizer and chat template.
     pub tokenizer: Arc<ChatTokenizer>,
     /// The tokenizer's EOS and `generation_config.json`'s `eos_token_id`s.
     stop: Vec<i64>,
@@ -28,10 +31,15 @@ pub struct LanguageModel {
 /// A finished completion.
 #[derive(Debug)]
 pub struct Reply {
+    /// The visible text: up to the first stop string.
     pub text: String,
+    /// Tokens of the templated prompt.
     pub prompt_tokens: usize,
+    /// Tokens generated.
     pub completion_tokens: usize,
+    /// Why it ended: a stop token or string, or the token limit.
     pub finish_reason: FinishReason,
+    /// Wall time from the start of the prompt's prefill to the end.
     pub seconds: f64,
 }
 

@@ -12,6 +12,7 @@ use crate::config::QwenConfig;
 use crate::mlp::Mlp;
 use crate::rms_norm::RmsNorm;
 
+/// One decoder layer: pre-norm attention, then pre-norm SwiGLU.
 pub struct DecoderLayer {
     input_layernorm: RmsNorm,
     self_attn: Attention,
@@ -20,6 +21,7 @@ pub struct DecoderLayer {
 }
 
 impl DecoderLayer {
+    /// Reads the layer's norms, attention and MLP under `w` (`model.layers.{i}`).
     pub fn new(w: &Weights, c: &QwenConfig) -> Result<Self> {
         Ok(Self {
             input_layernorm: RmsNorm::new(&w.pp("input_layernorm"), c.hidden_size, c.rms_norm_eps)?,

@@ -5,6 +5,8 @@
 //! loop's `KvStore` (contiguous or paged). It implements the decode loop's `CausalLm`; [`chat`] reads the folder's
 //! tokenizer and chat template.
 
+#![deny(missing_docs)]
+
 pub mod attention;
 pub mod bench;
 pub mod chat;

@@ -6,6 +6,7 @@ use tch::Tensor;
 
 use crate::attention::Linear;
 
+/// The SwiGLU feed-forward of one layer.
 pub struct Mlp {
     /// gate then up, `[2 · inner, hidden]`: one launch instead of two.
     gate_up: Linear,
@@ -14,6 +15,7 @@ pub struct Mlp {
 }
 
 impl Mlp {
+    /// Reads `gate_proj`, `up_proj` and `down_proj` under `w`, fusing gate and up.
     pub fn new(w: &Weights, hidden: i64, inner: i64) -> Result<Self> {
         let part = |name: &str| Linear::new(&w.pp(name), hidden, inner, false);
         Ok(Self {
@@ -28,6 +30,7 @@ impl Mlp {
         gu.narrow(-1, 0, self.inner).silu() * gu.narrow(-1, self.inner, self.inner)
     }
 
+    /// `down(silu(gate(x)) · up(x))` as a new tensor.
     pub fn forward(&self, x: &Tensor) -> Tensor {
         self.down.forward(&self.hidden(x))
     }

@@ -15,7 +15,9 @@ use crate::layer::DecoderLayer;
 use crate::rms_norm::RmsNorm;
 use crate::rope::Rope;
 
+/// A Qwen3 or Qwen2.5 causal LM, as the decode loop runs it (its `CausalLm`).
 pub struct QwenForCausalLM {
+    /// The folder's `config.json`.
     pub config: QwenConfig,
     embed_tokens: Tensor,
     layers: Vec<DecoderLayer>,
@@ -33,6 +35,8 @@ pub struct QwenForCausalLM {
 unsafe impl Sync for QwenForCausalLM {}
 
 impl QwenForCausalLM {
+    /// Loads a transformers-layout folder (`config.json`, `model.safetensors` or shards) onto
+    /// `device` in `kind`.
     pub fn load(dir: &Path, device: Device, kind: Kind) -> Result<Self> {
         let config = QwenConfig::load(&dir.join("config.json"))?;
         let w = Weights::from_dir(dir, "model", device, kind).with_context(|| format!("{}", dir.display()))?;

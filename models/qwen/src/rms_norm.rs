@@ -5,6 +5,8 @@ use anyhow::Result;
 use fastvideo_torch::weights::Weights;
 use tch::Tensor;
 
+/// RMSNorm rounded where transformers rounds (mean square in float32, the normalised value in the
+/// input's dtype), so outputs match the reference.
 pub struct RmsNorm {
     /// `[dim]`, or `[heads, dim]` for per-head norms run as one ([`Self::over_heads`]).
     weight: Tensor,
@@ -12,6 +14,7 @@ pub struct RmsNorm {
 }
 
 impl RmsNorm {
+    /// Reads `weight` `[dim]` under `w`.
     pub fn new(w: &Weights, dim: i64, eps: f64) -> Result<Self> {
         Ok(Self { weight: w.get("weight", &[dim])?, eps })
     }

@@ -7,12 +7,14 @@
 
 use tch::{Device, Kind, Tensor};
 
+/// The rotary embedding's frequencies; tables for given positions are built from them.
 pub struct Rope {
     /// `[head_dim / 2]` float32.
     inv_freq: Tensor,
 }
 
 impl Rope {
+    /// Frequencies `theta^(-2i/head_dim)` on `device`.
     pub fn new(head_dim: i64, theta: f64, device: Device) -> Self {
         let exps =
             Tensor::arange_start_step(0, head_dim, 2, (Kind::Int64, device)).to_kind(Kind::Float) / head_dim as f64;
