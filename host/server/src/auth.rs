@@ -17,6 +17,7 @@ use crate::error::ApiError;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Caller(pub Option<usize>);
 
+/// The API keys a server accepts (only their hashes are kept), and the priority each may ask for.
 #[derive(Debug, Clone, Default)]
 pub struct ApiKeys {
     hashes: Vec<blake3::Hash>,
@@ -84,6 +85,7 @@ impl ApiKeys {
         Ok(())
     }
 
+    /// Whether the server requires a key (any were configured).
     pub fn enabled(&self) -> bool {
         !self.hashes.is_empty()
     }

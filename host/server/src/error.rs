@@ -8,53 +8,71 @@ use axum::Json;
 use fastvideo_engine::EngineError;
 use fastvideo_request::RequestError;
 
+/// An API failure: one HTTP status per variant, and an OpenAI-shaped body.
 #[derive(Debug)]
 pub enum ApiError {
     /// A request that cannot run as given; `param` names the field.
     BadRequest {
+        /// The field at fault (the body's `param`), when there is one.
         param: Option<String>,
+        /// The body's `code`: short and stable, for clients to match on.
         code: String,
+        /// What is wrong, in words.
         message: String,
     },
+    /// 404: no such resource, or one the caller's key does not own.
     NotFound {
+        /// What was looked for (a video, file or session, by id); the message adds "not found".
         what: String,
     },
     /// The resource exists but is not in a state for this (content of an unfinished job).
     Conflict {
+        /// The body's `code`: short and stable, for clients to match on.
         code: String,
+        /// What is wrong, in words.
         message: String,
     },
     /// Too much admitted work; retry later.
     Busy {
+        /// The body's `code` (e.g. `queue_full`).
         code: String,
+        /// What is full, in words.
         message: String,
     },
     /// Shutting down.
     Unavailable {
+        /// Says the server is shutting down.
         message: String,
     },
     /// A failure on our side while running the request.
     Internal {
+        /// The body's `code` (e.g. `plugin_failed`).
         code: String,
+        /// What failed and where.
         message: String,
     },
     /// The job store is at its disk budget.
     InsufficientStorage {
+        /// What the store holds against its budget, and how to free space.
         message: String,
     },
     /// No API key, or one this server does not accept.
     Unauthorized {
+        /// Why the key was refused.
         message: String,
     },
     /// Refused below our handlers (a query or path that does not parse, a wrong method, a body
     /// over the limit): the framework's status, with its text as the message.
     Rejected {
+        /// The status the framework chose.
         status: StatusCode,
+        /// The framework's text.
         message: String,
     },
 }
 
 impl ApiError {
+    /// A 400 for `param` breaking a rule (`code` `invalid_request`).
     pub fn field(param: &str, message: impl Into<String>) -> Self {
         ApiError::BadRequest { param: Some(param.into()), code: "invalid_request".into(), message: message.into() }
     }

@@ -6,12 +6,17 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
+/// Where a video job is, as OpenAI's `Video.status` spells it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
+    /// Admitted, waiting for the executor.
     Queued,
+    /// Running: `progress` moves.
     InProgress,
+    /// Finished; its content can be downloaded.
     Completed,
+    /// Ended with an error (`error` says which).
     Failed,
 }
 
@@ -28,22 +33,38 @@ fn video_object() -> &'static str {
 /// OpenAI's `Video` object plus our request echo.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct VideoObject {
+    /// The job's id (`video_…`).
     pub id: String,
+    /// Always `video`.
     #[serde(skip_deserializing, default = "video_object")]
     pub object: &'static str,
+    /// The model that runs it.
     pub model: String,
+    /// Where it is.
     pub status: Status,
+    /// Percent of its denoise steps done (100 once completed).
     pub progress: u32,
+    /// Admission time, Unix seconds.
     pub created_at: u64,
+    /// When it ended, Unix seconds.
     pub completed_at: Option<u64>,
+    /// When its content will be deleted, Unix seconds, once it ended.
     pub expires_at: Option<u64>,
+    /// The clip's length in seconds, as a string (OpenAI's type).
     pub seconds: String,
+    /// `WIDTHxHEIGHT`.
     pub size: String,
+    /// Why it failed, when it did.
     pub error: Option<JobError>,
+    /// OpenAI's remix source: always absent (remixes are not supported).
     pub remixed_from_video_id: Option<String>,
+    /// The prompt as the request gave it.
     pub prompt: String,
+    /// The seed it runs with (drawn when the request gave none), so it can be repeated.
     pub seed: Option<u64>,
+    /// Video frames of the clip.
     pub num_frames: u32,
+    /// The engine's prediction of its run time, in seconds.
     pub predicted_seconds: f64,
     /// What the server noticed about the request before it ran (words of the prompt the text
     /// encoder does not know).

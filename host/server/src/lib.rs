@@ -4,6 +4,8 @@
 //! The server owns no model code: it is handed a started [`Engine`](fastvideo_engine::Engine) and a
 //! metrics registry.
 
+#![deny(missing_docs)]
+
 mod auth;
 mod causal;
 mod chat;
@@ -66,17 +68,22 @@ pub enum DrainMode {
     Cancel,
 }
 
+/// How `fastvideo serve` listens and stops (its flags).
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
+    /// Address and port to listen on.
     pub addr: SocketAddr,
+    /// What a stop signal does to admitted work.
     pub drain: DrainMode,
     /// Longest wait for admitted work during a drain before exiting anyway.
     pub drain_timeout: Duration,
+    /// Connection limits: timeouts, how many at once, the close grace.
     pub limits: ConnLimits,
     /// After a restart, run stored unfinished jobs again (else they turn `failed`).
     pub requeue_unfinished: bool,
 }
 
+/// The HTTP API: every route over `state`, with the body limit and the auth check applied.
 pub fn router(state: AppState) -> Router {
     let body_limit = state.body_limit;
     Router::new()

@@ -28,6 +28,7 @@ pub struct ChatModel {
 /// Shared by every handler.
 #[derive(Clone)]
 pub struct AppState {
+    /// The engine every route submits to.
     pub engine: Engine,
     pub(crate) jobs: Jobs,
     pub(crate) sessions: SessionStreams,
@@ -46,14 +47,17 @@ pub struct AppState {
     pub(crate) prompt_warnings: BTreeMap<String, PromptWarnings>,
 }
 
-/// The default [`AppState::with_body_limit`]: room for a long input video.
 /// What a front end says about a request's prompt before it runs (see
 /// [`AppState::with_prompt_warnings`]).
 pub type PromptWarnings = Arc<dyn Fn(&fastvideo_request::ResolvedRequest) -> Vec<String> + Send + Sync>;
 
+/// The default [`AppState::with_body_limit`]: room for a long input video.
 pub const DEFAULT_BODY_LIMIT: usize = 256 << 20;
 
 impl AppState {
+    /// A server over `engine`, its metrics registered in `registry` (served at `/metrics`), with
+    /// defaults for the rest: no API keys, no job store, no chat model until a `with_*` call
+    /// adds one.
     pub fn new(engine: Engine, mut registry: Registry) -> Self {
         let webrtc = WebRtc::new(RtcConfig::default(), WebRtcMetrics::register(&mut registry));
         let webhook_metrics = WebhookMetrics::register(&mut registry);

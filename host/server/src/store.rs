@@ -40,6 +40,8 @@ pub struct Record {
     pub mp4_bytes: Option<u64>,
 }
 
+/// The job store of `--data-dir`: job records and their events in one redb file, the MP4s beside
+/// it, so jobs survive a restart.
 pub struct Store {
     db: Database,
     dir: PathBuf,
@@ -99,10 +101,12 @@ impl Store {
         Ok(Self { db, dir: dir.to_path_buf() })
     }
 
+    /// The directory it was opened in.
     pub fn dir(&self) -> &Path {
         &self.dir
     }
 
+    /// Where job `id`'s video is kept; an id that could not name a file is an error.
     pub fn mp4_path(&self, id: &str) -> Result<PathBuf> {
         Ok(self.dir.join("videos").join(format!("{}.mp4", safe_id(id)?)))
     }

@@ -18,11 +18,17 @@ pub const DEFAULT_FILES_BUDGET: u64 = 1 << 30;
 /// What OpenAI's client reads back (`FileObject`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct FileObject {
+    /// The file's id (`file-…`), what requests name it by.
     pub id: String,
+    /// Always `file`.
     pub object: String,
+    /// Its size.
     pub bytes: u64,
+    /// Upload time, Unix seconds.
     pub created_at: u64,
+    /// The name it was uploaded with.
     pub filename: String,
+    /// The purpose it was uploaded for, as given.
     pub purpose: String,
     /// Always `processed`: nothing happens to a file after upload.
     pub status: String,

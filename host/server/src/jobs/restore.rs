@@ -13,6 +13,7 @@ use crate::webhooks::DeliveryState;
 /// What a restart found in the store.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Restored {
+    /// Finished jobs found, kept as they were.
     pub finished: usize,
     /// Unfinished jobs queued again from their stored request.
     pub requeued: usize,

@@ -30,7 +30,9 @@ pub use media::{MediaNames, MediaValue, Uploads};
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CreateParams {
+    /// What to generate.
     pub prompt: Option<String>,
+    /// The served model to run (the primary when absent).
     pub model: Option<String>,
     /// Video length in seconds, as OpenAI sends it (a string such as "4").
     pub seconds: Option<SecondsValue>,
@@ -40,8 +42,11 @@ pub struct CreateParams {
     pub n: Option<u32>,
     /// Images only: `b64_json` (the only format served).
     pub response_format: Option<String>,
+    /// Seed of the initial noise; drawn when absent (the job records it).
     pub seed: Option<u64>,
+    /// Denoise steps; the model's default when absent.
     pub num_inference_steps: Option<u32>,
+    /// Classifier-free guidance scale; the model's default when absent.
     pub guidance_scale: Option<f32>,
     /// Two-expert models (Wan 2.2 A14B): the low-noise expert's guidance scale.
     pub guidance_scale_2: Option<f32>,
@@ -53,28 +58,38 @@ pub struct CreateParams {
     /// A partial schedule: its first step (from the request's latents, as they are) and the
     /// step it stops before (its latents keep their leftover noise).
     pub start_step: Option<u32>,
+    /// The step a partial schedule stops before (see `start_step`).
     pub end_step: Option<u32>,
     /// The precision preset the client expects (exact, bf16, fast); a 400 unless the server runs
     /// it.
     pub precision: Option<String>,
+    /// What guidance steers away from; the model's default when absent.
     pub negative_prompt: Option<String>,
+    /// Output width in pixels (instead of `size`).
     pub width: Option<u32>,
+    /// Output height in pixels (instead of `size`).
     pub height: Option<u32>,
+    /// Frames to generate (instead of `seconds`).
     pub num_frames: Option<u32>,
+    /// Frames per second of the output video.
     pub fps: Option<u32>,
+    /// Flow-matching timestep shift; the model's default when absent.
     pub shift: Option<f32>,
     /// `euler` or `unipc` (the model's default when absent).
     pub sampler: Option<SamplerKind>,
+    /// Higher runs first when the scheduler has a choice; bounded per API key.
     pub priority: Option<i32>,
     /// `/v1/videos`: a `preview` event (a small JPEG of the current estimate) every this many
     /// denoise steps.
     pub preview_every: Option<u32>,
+    /// Exact mode: refuse anything that alters the sampled distribution.
     pub exact: Option<bool>,
     /// Rewrite the prompt with the model's prompt extender before it is encoded; the job
     /// records the prompt used as `extended_prompt`.
     pub prompt_extend: Option<bool>,
     /// A causal job (`model` the served world model): one action per chunk after the first.
     pub actions: Option<Vec<String>>,
+    /// Parameters for plugins the deploy enabled, keyed by plugin name.
     #[serde(default)]
     pub plugin_params: BTreeMap<String, serde_json::Value>,
     /// Reward plugins (enabled by the deploy) to score the result with.
@@ -101,8 +116,10 @@ pub struct CreateParams {
     /// Accepted from OpenAI clients; no effect here.
     #[allow(dead_code)]
     pub user: Option<String>,
+    /// Accepted from OpenAI clients; no effect here.
     #[allow(dead_code)]
     pub quality: Option<String>,
+    /// Accepted from OpenAI clients; no effect here.
     #[allow(dead_code)]
     pub style: Option<String>,
 }
@@ -111,7 +128,9 @@ pub struct CreateParams {
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
 pub enum SecondsValue {
+    /// A number of seconds.
     Number(f64),
+    /// A number as a string, as OpenAI's client sends it.
     Text(String),
 }
 

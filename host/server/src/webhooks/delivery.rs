@@ -17,6 +17,7 @@ use crate::job::VideoObject;
 pub enum DeliveryState {
     /// Not delivered yet: the job runs, or attempts failed and another is due.
     Pending,
+    /// A receiver accepted the event (a 2xx).
     Delivered,
     /// Given up: the receiver answered 410 Gone, or the retry window ran out.
     Failed,
@@ -25,17 +26,22 @@ pub enum DeliveryState {
 /// The `webhook` object of a job: where the event goes and how its delivery went.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WebhookStatus {
+    /// The receiver, as the request gave it.
     pub url: String,
+    /// Where the delivery stands.
     pub status: DeliveryState,
+    /// Attempts made so far.
     pub attempts: u32,
     /// The last failed attempt's reason (status code or connection error).
     pub last_error: Option<String>,
     /// Unix seconds of the next attempt while retrying.
     pub next_attempt_at: Option<u64>,
+    /// Unix seconds of the accepted attempt.
     pub delivered_at: Option<u64>,
 }
 
 impl WebhookStatus {
+    /// A delivery to `url` not tried yet.
     pub fn pending(url: String) -> Self {
         Self {
             url,
@@ -52,8 +58,11 @@ impl WebhookStatus {
 /// job ended (Standard Webhooks suggests retrying for about a day).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RetrySchedule {
+    /// The wait after the first failed attempt.
     pub first: Duration,
+    /// The longest wait between attempts.
     pub max: Duration,
+    /// How long after the job ended attempts go on.
     pub window: Duration,
 }
 
@@ -74,13 +83,16 @@ impl RetrySchedule {
 /// Deliveries by outcome, for `/metrics`.
 #[derive(Clone, Default)]
 pub struct WebhookMetrics {
+    /// Events a receiver accepted (2xx).
     pub delivered: Counter,
     /// Attempts that failed and will be retried.
     pub retried: Counter,
+    /// Events abandoned: 410 Gone, or the retry window ran out.
     pub given_up: Counter,
 }
 
 impl WebhookMetrics {
+    /// The counters, registered under `fastvideo_webhook_*`.
     pub fn register(registry: &mut Registry) -> Self {
         let m = Self::default();
         let r = registry.sub_registry_with_prefix("fastvideo_webhook");
@@ -94,6 +106,7 @@ impl WebhookMetrics {
 /// How one attempt ended.
 #[derive(Debug, PartialEq)]
 pub enum Attempt {
+    /// The receiver accepted it (a 2xx).
     Delivered,
     /// Failed; try again later.
     Retry(String),
@@ -105,10 +118,13 @@ pub enum Attempt {
 
 /// The operator's webhook setup and the agent deliveries go out on.
 pub struct Webhooks {
+    /// Which URLs jobs may name (the operator's allowlist).
     pub policy: WebhookPolicy,
     secret: String,
+    /// When failed attempts are retried.
     pub schedule: RetrySchedule,
     agent: ureq::Agent,
+    /// Deliveries by outcome.
     pub metrics: WebhookMetrics,
 }
 

@@ -8,15 +8,20 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
+/// The server's WebRTC counters, for `/metrics`.
 #[derive(Clone, Default)]
 pub struct WebRtcMetrics {
+    /// Peers connected to a session now.
     pub peers_live: Gauge,
+    /// Peers answered since start.
     pub peers: Counter,
     /// Peers closed because ICE did not complete within the connect timeout.
     pub ice_timeouts: Counter,
+    /// Video frames sent.
     pub frames_sent: Counter,
     /// Queued frames skipped: stale after a new action, or beyond the queue.
     pub frames_skipped: Counter,
+    /// Picture-loss requests (PLI or FIR) from clients.
     pub keyframe_requests: Counter,
     /// Data-channel messages over the size limit or beyond the queue.
     pub messages_dropped: Counter,
@@ -25,6 +30,7 @@ pub struct WebRtcMetrics {
 }
 
 impl WebRtcMetrics {
+    /// The counters, registered under `fastvideo_webrtc_*`.
     pub fn register(registry: &mut Registry) -> Self {
         let m = Self::default();
         let r = registry.sub_registry_with_prefix("fastvideo_webrtc");
@@ -42,11 +48,14 @@ impl WebRtcMetrics {
 
 /// The server's WebRTC settings and counters.
 pub struct WebRtc {
+    /// How peers connect: bind address, ICE servers, timeouts.
     pub config: RtcConfig,
+    /// The counters every peer adds to.
     pub metrics: WebRtcMetrics,
 }
 
 impl WebRtc {
+    /// The settings and counters, shared by every peer.
     pub fn new(config: RtcConfig, metrics: WebRtcMetrics) -> Arc<Self> {
         Arc::new(Self { config, metrics })
     }
