@@ -76,6 +76,7 @@ pub struct PrecisionArgs {
 }
 
 impl PrecisionArgs {
+    /// Writes the flags given into `m`, over what a config file said.
     pub fn apply(&self, m: &mut ModelConfig) {
         set(&mut m.precision, &self.precision);
         set(&mut m.dtype, &self.dtype);
@@ -123,6 +124,7 @@ pub struct ParallelArgs {
 }
 
 impl ParallelArgs {
+    /// Writes the flags given into `m`, over what a config file said.
     pub fn apply(&self, m: &mut ModelConfig) {
         set(&mut m.gpus, &self.gpus);
         set_opt(&mut m.parallel, &self.parallel);
@@ -150,8 +152,10 @@ pub struct EngineArgs {
     /// auto, cpu, cuda or cuda:N [default: auto].
     #[arg(long)]
     pub device: Option<String>,
+    /// Dtypes, kernels and lossy options of the model.
     #[command(flatten)]
     pub precision: PrecisionArgs,
+    /// How the model splits over several GPUs.
     #[command(flatten)]
     pub parallel: ParallelArgs,
     /// shortest_remaining (step-level; short jobs overtake long ones) or fifo (request-level)
@@ -254,6 +258,8 @@ impl EngineArgs {
         Ok(cfg)
     }
 
+    /// Writes the flags given into `cfg`, over what a config file said (`--model` entries after the
+    /// first become `models`).
     pub fn apply(&self, cfg: &mut ServeConfig) {
         set_opt(&mut cfg.deploy, &self.deploy);
         let m = &mut cfg.model;
@@ -392,6 +398,8 @@ pub struct ServerArgs {
 }
 
 impl ServerArgs {
+    /// Writes the flags given into `cfg`'s `[http]`, `[webrtc]`, `[auth]`, `[storage]` and
+    /// `[webhooks]` sections, over what a config file said.
     pub fn apply(&self, cfg: &mut ServeConfig) {
         let h = &mut cfg.http;
         set(&mut h.host, &self.host);

@@ -19,15 +19,25 @@ use crate::size::parse_size;
 pub struct ServeConfig {
     /// Deploy config enabling plugins by hash (see docs/plugins.md).
     pub deploy: Option<PathBuf>,
+    /// The primary model (`[model]`).
     pub model: ModelConfig,
+    /// Admission and the step scheduler (`[scheduler]`).
     pub scheduler: SchedulerConfig,
+    /// Live world-model sessions (`[world]`).
     pub world: WorldConfig,
+    /// The HTTP listener (`[http]`).
     pub http: HttpConfig,
+    /// WebRTC peers of world sessions (`[webrtc]`).
     pub webrtc: WebRtcConfig,
+    /// Bearer API keys (`[auth]`).
     pub auth: AuthConfig,
+    /// Where jobs and videos are kept (`[storage]`).
     pub storage: StorageConfig,
+    /// LoRA adapters requests may name (`[adapters]`).
     pub adapters: AdapterConfig,
+    /// Completion webhooks (`[webhooks]`).
     pub webhooks: WebhookConfig,
+    /// A language model served beside the video model (`[lm]`).
     pub lm: LmConfig,
     /// Video models served beside the primary one (`[[models]]`, or `--model NAME=DIR` after the
     /// first): a request names one in `model`.
@@ -294,9 +304,11 @@ pub enum Drain {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct HttpConfig {
+    /// Address to listen on.
     pub host: IpAddr,
     /// 0 picks a free port (printed at start).
     pub port: u16,
+    /// What a SIGTERM does to admitted work.
     pub drain: Drain,
     /// Seconds to wait for admitted jobs during a drain.
     pub drain_timeout: u64,
@@ -380,6 +392,7 @@ pub struct StorageConfig {
     /// Space the kept videos may take: bytes, or 512M, 20G; 0: no budget.
     #[serde(with = "size")]
     pub disk_budget: u64,
+    /// What happens to unfinished jobs after a restart.
     pub restart_jobs: RestartJobs,
     /// ComfyUI outputs and uploads. Default: comfyui/ in the data directory.
     pub comfy_dir: Option<PathBuf>,

@@ -21,13 +21,19 @@ use crate::served::{ServedModel, Slot};
 
 /// A started engine and what a front end needs beside it.
 pub struct Assembly {
+    /// The engine, started.
     pub engine: Engine,
     /// Every metric the engine publishes is registered here; servers add theirs.
     pub registry: Registry,
+    /// The engine's metric handles.
     pub metrics: Metrics,
+    /// The primary model's folder and name.
     pub model: ModelLocation,
+    /// The device the primary model runs on (rank 0 when split).
     pub device: Device,
+    /// The loaded deploy config, if one was given.
     pub deploy: Option<Arc<Deployment>>,
+    /// What was built (`serve --print-engine` prints it).
     pub description: EngineDescription,
     /// The language model served beside the video model: its id and chat codec.
     pub chat: Option<(String, Arc<dyn fastvideo_request::chat::ChatCodec>)>,
@@ -39,8 +45,11 @@ pub struct Assembly {
 /// description built the same engine.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct EngineDescription {
+    /// The name clients ask for.
     pub model: String,
+    /// The model's folder.
     pub model_dir: PathBuf,
+    /// The device, as libtorch prints it (`Cpu`, `Cuda(0)`).
     pub device: String,
     /// The precision preset served: exact, bf16 or fast.
     pub precision: String,
@@ -50,20 +59,27 @@ pub struct EngineDescription {
     pub int8_attention: bool,
     /// 8-bit self-attention with f16 P·V (`int8_qk_attention`).
     pub int8_qk_attention: bool,
+    /// The transformer's dtype.
     pub transformer_dtype: String,
+    /// The text encoder's dtype.
     pub text_encoder_dtype: String,
+    /// The VAE's dtype.
     pub vae_dtype: String,
+    /// Whether the fused CUDA kernels run.
     pub kernels: bool,
     /// `cfg`/`sp` degrees and devices when split over GPUs.
     pub parallel: Option<String>,
+    /// What requests may ask of the primary model.
     pub limits: fastvideo_request::ModelLimits,
     /// The deploy file and the blake3 of its bytes (its limits and plugin defaults are in it).
     pub deploy: Option<(PathBuf, String)>,
     /// The plugins bound into the pipeline, one line each.
     pub plugins: Vec<String>,
+    /// Whether `/v1/weights` updates are taken.
     pub weight_updates: bool,
     /// The world model's folder, when it serves sessions.
     pub world: Option<PathBuf>,
+    /// The scheduler's parameters.
     pub scheduler: SchedulerDescription,
     /// Metrics fed by hooks outside the engine (the embedding cache, plugin time).
     pub metric_hooks: Vec<&'static str>,
@@ -72,18 +88,29 @@ pub struct EngineDescription {
 /// The engine's scheduling parameters after device-derived defaults were filled in.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SchedulerDescription {
+    /// How the next unit is picked.
     pub policy: fastvideo_engine::Policy,
+    /// Requests holding state at once.
     pub max_active: usize,
+    /// Requests admitted (queued or running) at once.
     pub max_queue: usize,
+    /// Memory the active requests may hold together.
     pub memory_bytes: u64,
+    /// Most requests stepped by one batched call.
     pub max_batch: usize,
+    /// Requests predicted to take longer are refused.
     pub max_request_seconds: Option<f64>,
     /// `None`: off.
     pub max_stretch: Option<f64>,
+    /// The executor's share for overdue jobs.
     pub overdue_share: f64,
+    /// Live world-model sessions at once.
     pub max_sessions: usize,
+    /// Seconds an untouched session stays open.
     pub session_idle_seconds: u64,
+    /// The executor's share waiting jobs keep against sessions.
     pub job_floor: f64,
+    /// The cost model's prior: step seconds per megapixel-forward before anything was measured.
     pub cost_prior_step_seconds_per_mpx_forward: f64,
 }
 

@@ -4,6 +4,8 @@
 //! the local commands (`generate`, `world`, `workflow run` …) load models through the same
 //! [`ModelConfig`], so a new option or input is added here once and reaches every one of them.
 
+#![deny(missing_docs)]
+
 pub mod args;
 mod config;
 mod engine;

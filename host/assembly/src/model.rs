@@ -17,7 +17,9 @@ use crate::locate;
 /// A model folder and the name clients ask for it by.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelLocation {
+    /// The folder the model loads from.
     pub dir: PathBuf,
+    /// The name clients ask for it by.
     pub name: String,
     /// The embedded default model (no `path` given).
     pub embedded: bool,

@@ -17,8 +17,11 @@ use crate::engine::{build_engine, Assembly};
 /// What `fastvideo serve` runs: the server state, its listener settings, and the assembly
 /// (for what was built).
 pub struct Served {
+    /// The server's shared state, ready for its router.
     pub state: AppState,
+    /// How it listens and drains.
     pub server: ServerConfig,
+    /// What the engine was built with.
     pub description: crate::EngineDescription,
 }
 

@@ -25,7 +25,9 @@ pub fn world_dir(model: &str) -> Result<PathBuf> {
 
 /// The world model as the engine serves it.
 pub struct ServedWorld {
+    /// The world model's folder.
     pub dir: PathBuf,
+    /// The model as the engine's sessions run it.
     pub sessions: Arc<dyn SessionModel>,
     /// Its transformer's weights on the device.
     pub bytes: u64,
