@@ -6,6 +6,8 @@
 //! A stack overflow aborts the process instead of panicking; the driver's `--trace` writes each
 //! input to a file before running it, to catch those.
 
+#![deny(missing_docs)]
+
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 
@@ -16,15 +18,18 @@ pub use targets::{Target, TARGETS};
 pub struct Rng(u64);
 
 impl Rng {
+    /// A generator from `seed` (0 is taken as 1: xorshift stays at 0 forever).
     pub fn new(seed: u64) -> Self {
         Self(seed.max(1))
     }
+    /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
     }
+    /// A number in `0..n` (0 when `n` is 0); the slight modulo bias does not matter here.
     pub fn below(&mut self, n: usize) -> usize {
         (self.next_u64() % n.max(1) as u64) as usize
     }
@@ -113,6 +118,7 @@ pub fn mutate(rng: &mut Rng, input: &[u8], other: &[u8], max_len: usize) -> Vec<
 /// What a run found.
 #[derive(Debug, Default)]
 pub struct Report {
+    /// Inputs run.
     pub executions: u64,
     /// (input, panic message).
     pub crashes: Vec<(Vec<u8>, String)>,

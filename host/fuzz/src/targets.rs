@@ -3,14 +3,19 @@
 
 use fastvideo_request::ModelLimits;
 
+/// One parser under test.
 pub struct Target {
+    /// Its name on the command line and its corpus folder.
     pub name: &'static str,
+    /// What it parses and where the code lives, for the listing.
     pub what: &'static str,
     /// Inputs are cut to this length.
     pub max_len: usize,
+    /// Runs the parser on one input: whether it was accepted.
     pub run: fn(&[u8]) -> bool,
 }
 
+/// Every target, in the order a run without a name goes through them.
 pub const TARGETS: &[Target] = &[
     Target {
         name: "image-input",
