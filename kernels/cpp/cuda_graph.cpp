@@ -10,6 +10,7 @@
 // cudaStreamCaptureModeThreadLocal, so fv_graph_begin / the captured work / fv_graph_end must
 // all run on one thread. Graphs are replayed on whatever stream is current at replay time.
 #include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -162,6 +163,32 @@ FV_EXPORT void* fv_current_stream(int device) {
   } catch (...) {
     return nullptr;
   }
+}
+
+// The caching allocator's byte counters on `device` (every pool together), as torch.cuda's
+// memory_allocated / max_memory_allocated / memory_reserved / max_memory_reserved read them:
+// out[0..4] = allocated current, allocated peak, reserved current, reserved peak. Why here: the
+// driver's used memory (nvidia-smi) includes the cache and every process, not what a phase needs.
+FV_EXPORT int fv_memory_stats(int device, long long* out, char* err, size_t err_len) {
+  return guarded(err, err_len, [&] {
+    TORCH_CHECK(out != nullptr, "fv_memory_stats: out is NULL");
+    auto s = c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(device));
+    constexpr auto all = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+    out[0] = s.allocated_bytes[all].current;
+    out[1] = s.allocated_bytes[all].peak;
+    out[2] = s.reserved_bytes[all].current;
+    out[3] = s.reserved_bytes[all].peak;
+  });
+}
+
+// Sets the peaks above to the current values (torch.cuda.reset_peak_memory_stats), after
+// returning the cache's unused blocks to the driver when `empty_cache` (torch.cuda.empty_cache),
+// so a phase's reserved peak is not what an earlier phase left cached.
+FV_EXPORT int fv_memory_reset_peak(int device, int empty_cache, char* err, size_t err_len) {
+  return guarded(err, err_len, [&] {
+    if (empty_cache) c10::cuda::CUDACachingAllocator::emptyCache();
+    c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(device));
+  });
 }
 
 }  // extern "C"

@@ -347,6 +347,33 @@ pub fn memory_free(ordinal: usize) -> Option<u64> {
     memory_info(ordinal).map(|(free, _)| free)
 }
 
+/// libtorch's caching allocator on one device, in bytes (what `torch.cuda.max_memory_allocated`
+/// and `max_memory_reserved` report): `allocated` is live tensors, `reserved` what the allocator
+/// holds from the driver (allocated plus its cache).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AllocatorMemory {
+    pub allocated: u64,
+    pub peak_allocated: u64,
+    pub reserved: u64,
+    pub peak_reserved: u64,
+}
+
+/// The allocator's counters on CUDA device `ordinal`, or `None` where they cannot be read (no
+/// CUDA-graph shim beside the binary: it is the C++ side that reaches them).
+pub fn allocator_memory(ordinal: usize) -> Option<AllocatorMemory> {
+    let [a, pa, r, pr] = crate::graph::allocator_stats(ordinal)?;
+    let b = |v: i64| v.max(0) as u64;
+    Some(AllocatorMemory { allocated: b(a), peak_allocated: b(pa), reserved: b(r), peak_reserved: b(pr) })
+}
+
+/// Resets the allocator's peaks on CUDA device `ordinal` to its current use, so the next
+/// [`allocator_memory`] gives the peak of what ran in between; `empty_cache` first gives the
+/// cache's unused blocks back (so the reserved peak is the work's, not an earlier phase's);
+/// whether it could.
+pub fn reset_allocator_peak(ordinal: usize, empty_cache: bool) -> bool {
+    crate::graph::reset_allocator_peak(ordinal, empty_cache)
+}
+
 fn memory_info(ordinal: usize) -> Option<(u64, u64)> {
     let k = device(ordinal)?;
     k.ctx.bind_to_thread().ok()?;

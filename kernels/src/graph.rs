@@ -27,6 +27,8 @@ type Step = unsafe extern "C" fn(*mut c_void, *mut c_char, usize) -> c_int;
 type Free = unsafe extern "C" fn(*mut c_void);
 type Stream = unsafe extern "C" fn(c_int) -> *mut c_void;
 type Version = unsafe extern "C" fn() -> c_int;
+type MemStats = unsafe extern "C" fn(c_int, *mut i64, *mut c_char, usize) -> c_int;
+type MemReset = unsafe extern "C" fn(c_int, c_int, *mut c_char, usize) -> c_int;
 
 /// The C ABI version this code speaks (`fv_graph_version`).
 const ABI: c_int = 1;
@@ -40,6 +42,8 @@ struct Shim {
     replay: Step,
     free: Free,
     stream: Stream,
+    /// The allocator's counters (optional: a shim built before they existed lacks them).
+    memory: Option<(MemStats, MemReset)>,
 }
 
 static SHIM: OnceLock<Option<Shim>> = OnceLock::new();
@@ -103,6 +107,10 @@ fn load(path: &std::path::Path) -> Result<Shim> {
             replay: *lib.get(b"fv_graph_replay\0")?,
             free: *lib.get(b"fv_graph_free\0")?,
             stream: *lib.get(b"fv_current_stream\0")?,
+            memory: match (lib.get::<MemStats>(b"fv_memory_stats\0"), lib.get::<MemReset>(b"fv_memory_reset_peak\0")) {
+                (Ok(s), Ok(r)) => Some((*s, *r)),
+                _ => None,
+            },
             _lib: lib,
         })
     }
@@ -111,6 +119,26 @@ fn load(path: &std::path::Path) -> Result<Shim> {
 /// Whether work on `device` can be captured.
 pub fn available(device: Device) -> bool {
     device.is_cuda() && shim().is_some()
+}
+
+/// libtorch's caching-allocator byte counters on CUDA device `ordinal`: allocated current and
+/// peak, reserved current and peak (`torch.cuda.memory_allocated` and friends). `None` without
+/// the shim (or one built before these counters), e.g. on CPU-only machines.
+pub(crate) fn allocator_stats(ordinal: usize) -> Option<[i64; 4]> {
+    let (stats, _) = shim()?.memory?;
+    let (mut out, mut err) = ([0i64; 4], [0 as c_char; 256]);
+    // SAFETY: the shim's signature; `out` holds the four values it writes.
+    let rc = unsafe { stats(ordinal as c_int, out.as_mut_ptr(), err.as_mut_ptr(), err.len()) };
+    (rc == 0).then_some(out)
+}
+
+/// Starts the allocator's peaks on CUDA device `ordinal` again from its current use (first
+/// emptying its cache when `empty_cache`); whether it could.
+pub(crate) fn reset_allocator_peak(ordinal: usize, empty_cache: bool) -> bool {
+    let Some((_, reset)) = shim().and_then(|s| s.memory) else { return false };
+    let mut err = [0 as c_char; 256];
+    // SAFETY: the shim's signature.
+    unsafe { reset(ordinal as c_int, c_int::from(empty_cache), err.as_mut_ptr(), err.len()) == 0 }
 }
 
 /// The raw stream a capture on this thread is recording, for kernels launched outside

@@ -82,7 +82,14 @@ pub fn run(args: BenchArgs) -> Result<()> {
         if let (Some(which), Some(s)) = (report.tiny_decoder, report.tiny_decode_s) {
             let psnr =
                 report.tiny_psnr_vs_vae_db.map(|p| format!(", {p:.1} dB against the full decoder")).unwrap_or_default();
-            println!("tiny decoder ({which}): {s:.3} s for the same latents{psnr}");
+            let chunks = match (report.tiny_decode_chunk_frames, report.tiny_decode_one_pass_s) {
+                (Some(c), Some(one)) => format!(" in chunks of {c} latent frames ({one:.3} s in one pass)"),
+                _ => String::new(),
+            };
+            println!("tiny decoder ({which}): {s:.3} s for the same latents{chunks}{psnr}");
+        }
+        for line in memory_lines(&report) {
+            println!("{line}");
         }
         if let (Some(f2), Some(sw)) = (report.expert_2_forward_s, report.expert_switch_forward_s) {
             println!("low-noise expert: forward {f2:.3} s; alternating experts {sw:.3} s per forward");
@@ -96,4 +103,53 @@ pub fn run(args: BenchArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+fn gib(b: u64) -> String {
+    format!("{:.2}", b as f64 / (1u64 << 30) as f64)
+}
+
+/// The human summary's memory lines: each phase's peaks (allocator view), or the driver's used
+/// memory after each phase where the allocator cannot be read, and the same-work peak.
+fn memory_lines(r: &bench::BenchReport) -> Vec<String> {
+    if r.phase_memory.is_empty() || r.phase_memory.iter().all(|p| p.driver_used_after_bytes.is_none()) {
+        return Vec::new(); // CPU: nothing to report
+    }
+    let mut out = Vec::new();
+    if r.memory_view == "allocator" {
+        out.push(
+            "device memory per phase, GiB (libtorch allocator; cache emptied and peaks reset before each):".into(),
+        );
+        for p in &r.phase_memory {
+            let (Some(s), Some(a), Some(v)) = (p.start_allocated_bytes, p.peak_allocated_bytes, p.peak_reserved_bytes)
+            else {
+                continue;
+            };
+            out.push(format!(
+                "  {:<21} peak allocated {:>6}  peak reserved {:>6}  (at start {})",
+                p.phase,
+                gib(a),
+                gib(v),
+                gib(s)
+            ));
+        }
+        if let (Some(a), Some(v)) = (r.same_work_peak_allocated_bytes, r.same_work_peak_reserved_bytes) {
+            out.push(format!(
+                "same work as diffusers_mem.py (text encode, CFG step, VAE decode): peak allocated {} GiB, reserved {} GiB",
+                gib(a),
+                gib(v)
+            ));
+        }
+    } else {
+        let after: Vec<String> = r
+            .phase_memory
+            .iter()
+            .filter_map(|p| p.driver_used_after_bytes.map(|b| format!("{} {}", p.phase, gib(b))))
+            .collect();
+        out.push(format!(
+            "device memory used after each phase, GiB (driver's view, no peaks: no CUDA-graph shim): {}",
+            after.join(", ")
+        ));
+    }
+    out
 }

@@ -74,7 +74,7 @@ g++ -O2 -std=c++17 -shared -fPIC -D_GLIBCXX_USE_CXX11_ABI=1 -fvisibility=hidden 
 strip --strip-unneeded "$work/libfastvideo_graph.so"
 
 # Every entry point must be exported, or the Rust side's dlsym fails on the GPU machine.
-for f in fv_graph_version fv_graph_torch_version fv_graph_begin fv_graph_end fv_graph_replay fv_graph_free fv_current_stream; do
+for f in fv_graph_version fv_graph_torch_version fv_graph_begin fv_graph_end fv_graph_replay fv_graph_free fv_current_stream fv_memory_stats fv_memory_reset_peak; do
   nm -D --defined-only "$work/libfastvideo_graph.so" | grep -qw "T $f" \
     || { echo "build_graph_shim: $f not exported" >&2; exit 1; }
 done

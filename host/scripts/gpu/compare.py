@@ -88,6 +88,17 @@ def dclip(eager):
 dm = {}
 if os.path.exists(os.path.join(A.dir, "diffusers_mem.json")):
     dm = json.load(open(os.path.join(A.dir, "diffusers_mem.json")))
+
+
+def phase_of(o, name):
+    """One phase's memory record from a report's `phase_memory` (the bench's or diffusers_mem.py's)."""
+    return next((p for p in o.get("phase_memory") or [] if p.get("phase") == name), {})
+
+
+def phase_peak(name, key):
+    return lambda o: gib(phase_of(o, name).get(key))
+
+
 vae_dtype = "bf16"  # which diffusers VAE figure our vae_decode_s sits next to
 rows = [  # label, ours(o) -> value, diffusers eager bf16, diffusers compile bf16, ratios?
     ("transformer forward (s)", lambda o: o.get("forward_s"), d.get("bf16_eager_forward_s"),
@@ -101,11 +112,16 @@ rows = [  # label, ours(o) -> value, diffusers eager bf16, diffusers compile bf1
     ("VAE decode, fp32 (s)", lambda o: o.get("vae_decode_s") if o.get("vae_dtype", vae_dtype) == "fp32" else None,
      d.get("vae_decode_fp32_s"), None, True),
     ("load (s; diffusers: transformer only)", lambda o: o.get("load_s"), d.get("bf16_load_s"), None, True),
-    ("peak GPU memory, forward (GiB)", lambda o: gib(o.get("peak_gpu_bytes")),
-     gib(d.get("bf16_eager_forward_peak_bytes")), gib(d.get("bf16_compile_forward_peak_bytes")), True),
-    ("peak GPU memory, nvidia-smi (GiB; diffusers: diffusers_mem.py, same work)",
+    *[(f"peak allocated, {ph} alone (GiB; diffusers: diffusers_mem.py)", phase_peak(ph, "peak_allocated_bytes"),
+       gib(phase_of(dm, ph).get("peak_allocated_bytes")), None, True)
+      for ph in ("forward", "cfg_step", "vae_decode")],
+    ("peak allocated, same work: text encode + CFG step + VAE decode (GiB)",
+     lambda o: gib(o.get("same_work_peak_allocated_bytes")), gib(dm.get("same_work_peak_allocated_bytes")), None, True),
+    ("peak reserved, same work (GiB)",
+     lambda o: gib(o.get("same_work_peak_reserved_bytes")), gib(dm.get("same_work_peak_reserved_bytes")), None, True),
+    ("nvidia-smi peak, whole process (GiB; ours adds tiny decoder, previews, batch-2 forward: not the same work)",
      lambda o: None if o.get("peak_gpu_smi_mib") is None else o["peak_gpu_smi_mib"] / 1024,
-     None if dm.get("peak_gpu_smi_mib") is None else dm["peak_gpu_smi_mib"] / 1024, None, True),
+     None if dm.get("peak_gpu_smi_mib") is None else dm["peak_gpu_smi_mib"] / 1024, None, False),
     ("velocity rel err vs fp32", lambda o: o.get("rel_err"), d.get("bf16_eager_rel_err"),
      d.get("bf16_compile_rel_err"), False),
 ]

@@ -60,6 +60,10 @@ pub struct BenchReport {
     /// random weights, speed only); none when the VAE's shape has no tiny counterpart.
     pub tiny_decoder: Option<&'static str>,
     pub tiny_decode_s: Option<f64>,
+    /// Latent frames per pass of the tiny decoder (`tiny_decode_s`), and the whole clip in one
+    /// pass for comparison.
+    pub tiny_decode_chunk_frames: Option<i64>,
+    pub tiny_decode_one_pass_s: Option<f64>,
     /// One live preview of the same latents (`preview_every`): pooled last frame, VAE decode,
     /// JPEG; compare with `cfg_step_s`.
     pub preview_s: f64,
@@ -73,6 +77,18 @@ pub struct BenchReport {
     pub gpu_used_after_load_bytes: Option<u64>,
     pub gpu_used_after_transformer_bytes: Option<u64>,
     pub gpu_used_after_vae_bytes: Option<u64>,
+    /// Where `phase_memory`'s peaks come from: `allocator` (libtorch's caching allocator, as
+    /// `torch.cuda.max_memory_allocated`/`max_memory_reserved` read it; needs the CUDA-graph
+    /// shim beside the binary) or `driver` (used memory after each phase only: no peaks).
+    pub memory_view: &'static str,
+    /// Each phase's memory on its own (cache emptied, peaks reset at its start): `forward`,
+    /// `cfg_step`, `forward_batch2`, `text_encode`, `vae_decode`, `tiny_decode` (in chunks),
+    /// `tiny_decode_one_pass` (the whole clip at once, what it was before), `preview`.
+    pub phase_memory: Vec<PhaseMemory>,
+    /// The peaks of the work diffusers' memory script does (text encode, CFG step, VAE decode),
+    /// with no tiny decoder or previews: the figure to set beside diffusers'.
+    pub same_work_peak_allocated_bytes: Option<u64>,
+    pub same_work_peak_reserved_bytes: Option<u64>,
     /// The scaled-dot-product backend libtorch picks for the self-attention shape.
     pub sdpa_backend: &'static str,
     pub vae_psnr_vs_fp32_db: Option<f64>,
@@ -95,6 +111,47 @@ pub struct BenchReport {
     pub velocity: Option<Tensor>,
 }
 
+/// One phase's device memory, measured alone: the allocator's cache is emptied and its peaks
+/// reset when the phase starts, so what an earlier phase left cached does not count here.
+#[derive(Debug, Clone, Serialize)]
+pub struct PhaseMemory {
+    pub phase: &'static str,
+    /// Live tensors when the phase starts (the loaded weights and what the bench holds).
+    pub start_allocated_bytes: Option<u64>,
+    pub peak_allocated_bytes: Option<u64>,
+    /// What the allocator held from the driver at most: allocated plus fragmentation.
+    pub peak_reserved_bytes: Option<u64>,
+    /// The driver's used memory after the phase (cache and other processes included).
+    pub driver_used_after_bytes: Option<u64>,
+}
+
+/// Runs `f` as one measured phase (see [`PhaseMemory`]), appending its memory to `into`.
+fn phase<T>(dev: Device, name: &'static str, into: &mut Vec<PhaseMemory>, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    use fastvideo_kernels::cuda::{allocator_memory, memory_used, reset_allocator_peak};
+    let ordinal = match dev {
+        Device::Cuda(i) => Some(i),
+        _ => None,
+    };
+    sync(dev);
+    let start = ordinal.filter(|i| reset_allocator_peak(*i, true)).and_then(allocator_memory);
+    let out = f()?;
+    sync(dev);
+    let end = start.and(ordinal).and_then(allocator_memory);
+    into.push(PhaseMemory {
+        phase: name,
+        start_allocated_bytes: start.map(|m| m.allocated),
+        peak_allocated_bytes: end.map(|m| m.peak_allocated),
+        peak_reserved_bytes: end.map(|m| m.peak_reserved),
+        driver_used_after_bytes: ordinal.and_then(memory_used),
+    });
+    Ok(out)
+}
+
+/// The highest of `get` over the named phases that have it.
+fn peak_of(phases: &[PhaseMemory], names: &[&str], get: impl Fn(&PhaseMemory) -> Option<u64>) -> Option<u64> {
+    phases.iter().filter(|p| names.contains(&p.phase)).filter_map(get).max()
+}
+
 pub(crate) fn sync(device: Device) {
     if let Device::Cuda(i) = device {
         tch::Cuda::synchronize(i as i64);
@@ -106,18 +163,21 @@ pub(crate) fn median(v: &mut [f64]) -> f64 {
     v[v.len() / 2]
 }
 
-/// Times `f` (synchronising the device around it): one warm-up, then `runs` timed calls.
+/// Times `f` (synchronising the device around it): one warm-up, then `runs` timed calls. The
+/// previous call's result is dropped before the next starts, so a phase's memory peak is what
+/// one call needs.
 pub(crate) fn time<T>(device: Device, runs: usize, mut f: impl FnMut() -> Result<T>) -> Result<(Vec<f64>, T)> {
-    let mut last = f()?;
+    let mut last = Some(f()?);
     sync(device);
     let mut times = Vec::with_capacity(runs);
     for _ in 0..runs.max(1) {
+        drop(last.take());
         let t = Instant::now();
-        last = f()?;
+        last = Some(f()?);
         sync(device);
         times.push(t.elapsed().as_secs_f64());
     }
-    Ok((times, last))
+    Ok((times, last.expect("at least one call")))
 }
 
 /// The input under the first of `names` the file has (diffusers' name first), else seeded noise.
@@ -190,7 +250,9 @@ pub fn run(model: &WanModel, opts: &BenchOptions) -> Result<BenchReport> {
     let tokens = lat[2] / pt * (lat[3] / ph) * (lat[4] / pw);
 
     let gpu_used_after_load_bytes = device_memory();
-    let (mut fw, velocity) = time(dev, opts.runs, || forward(&latents, &timestep, &context, image))?;
+    let mut mem = Vec::new();
+    let (mut fw, velocity) =
+        phase(dev, "forward", &mut mem, || time(dev, opts.runs, || forward(&latents, &timestep, &context, image)))?;
     let forward_runs_s = fw.clone();
     let forward_s = median(&mut fw);
     let mut enqueue = Vec::with_capacity(opts.runs);
@@ -202,10 +264,12 @@ pub fn run(model: &WanModel, opts: &BenchOptions) -> Result<BenchReport> {
         sync(dev);
         drop(out);
     }
-    let (mut cfg, _) = time(dev, opts.runs, || {
-        let c = forward(&latents, &timestep, &context, image)?;
-        let u = forward(&latents, &timestep, &uncond, image)?;
-        Ok(&u + (c - &u) * 5.0)
+    let (mut cfg, _) = phase(dev, "cfg_step", &mut mem, || {
+        time(dev, opts.runs, || {
+            let c = forward(&latents, &timestep, &context, image)?;
+            let u = forward(&latents, &timestep, &uncond, image)?;
+            Ok(&u + (c - &u) * 5.0)
+        })
     })?;
     let (mut b2, _) = {
         let (x2, t2, c2) = (
@@ -214,7 +278,7 @@ pub fn run(model: &WanModel, opts: &BenchOptions) -> Result<BenchReport> {
             Tensor::cat(&[&context, &uncond], 0),
         );
         let i2 = image.map(|i| Tensor::cat(&[i, i], 0));
-        time(dev, opts.runs, || forward(&x2, &t2, &c2, i2.as_ref()))?
+        phase(dev, "forward_batch2", &mut mem, || time(dev, opts.runs, || forward(&x2, &t2, &c2, i2.as_ref())))?
     };
     let sdpa_backend = {
         let heads = t.cfg.num_attention_heads;
@@ -264,7 +328,8 @@ pub fn run(model: &WanModel, opts: &BenchOptions) -> Result<BenchReport> {
     let gpu_used_after_transformer_bytes = device_memory();
 
     let (ids, mask) = model.tokenizer.encode(&["a red circle moving left".to_string()], len as usize, dev)?;
-    let (mut te, _) = time(dev, opts.runs, || model.text_encoder.forward(&ids, &mask))?;
+    let (mut te, _) =
+        phase(dev, "text_encode", &mut mem, || time(dev, opts.runs, || model.text_encoder.forward(&ids, &mask)))?;
 
     let (image_encode_s, vae_encode_s) = match &model.image {
         Some(cond) => {
@@ -289,7 +354,8 @@ pub fn run(model: &WanModel, opts: &BenchOptions) -> Result<BenchReport> {
     };
     let z = [1, model.vae.cfg.z_dim, lat[2], lat[3], lat[4]];
     let vae_latents = input(opts, &["vae_latents"], &z, 3, dev)?;
-    let (mut vd, frames) = time(dev, opts.vae_runs, || model.vae.decode(&vae_latents))?;
+    let (mut vd, frames) =
+        phase(dev, "vae_decode", &mut mem, || time(dev, opts.vae_runs, || model.vae.decode(&vae_latents)))?;
     let gpu_used_after_vae_bytes = device_memory();
     let (vae_psnr_vs_fp32_db, vae_fp32_decode_s) = if opts.vae_compare && model.load_report.vae_dtype != Kind::Float {
         let w = crate::Weights::from_dir(&model.dir.join("vae"), "diffusion_pytorch_model", dev, Kind::Float)?;
@@ -300,11 +366,14 @@ pub fn run(model: &WanModel, opts: &BenchOptions) -> Result<BenchReport> {
         (None, None)
     };
 
-    let (tiny_decoder, tiny_decode_s, tiny_psnr_vs_vae_db) = tiny_decode(model, &vae_latents, &frames, opts)?;
+    let tiny = tiny_decode(model, &vae_latents, &frames, opts, &mut mem)?;
     let preview = crate::preview::WanPreview::new(model.vae.clone());
-    let (mut pv, _) = time(dev, opts.vae_runs.max(3), || {
-        fastvideo_pipeline::LatentPreview::preview(&preview, &vae_latents).map(|p| Tensor::from(p.2.len() as i64))
+    let (mut pv, _) = phase(dev, "preview", &mut mem, || {
+        time(dev, opts.vae_runs.max(3), || {
+            fastvideo_pipeline::LatentPreview::preview(&preview, &vae_latents).map(|p| Tensor::from(p.2.len() as i64))
+        })
     })?;
+    let same_work = ["text_encode", "forward", "cfg_step", "vae_decode"];
 
     Ok(BenchReport {
         device: format!("{dev:?}"),
@@ -323,15 +392,21 @@ pub fn run(model: &WanModel, opts: &BenchOptions) -> Result<BenchReport> {
         forward_batch2_s: median(&mut b2),
         text_encode_s: median(&mut te),
         vae_decode_s: median(&mut vd),
-        tiny_decoder,
-        tiny_decode_s,
+        tiny_decoder: tiny.which,
+        tiny_decode_s: tiny.seconds,
+        tiny_decode_chunk_frames: tiny.which.map(|_| crate::tiny_vae::DECODE_CHUNK_FRAMES),
+        tiny_decode_one_pass_s: tiny.one_pass_seconds,
         preview_s: median(&mut pv),
-        tiny_psnr_vs_vae_db,
+        tiny_psnr_vs_vae_db: tiny.psnr_db,
         image_encode_s,
         vae_encode_s,
         gpu_used_after_load_bytes,
         gpu_used_after_transformer_bytes,
         gpu_used_after_vae_bytes,
+        memory_view: if mem.iter().any(|p| p.peak_allocated_bytes.is_some()) { "allocator" } else { "driver" },
+        same_work_peak_allocated_bytes: peak_of(&mem, &same_work, |p| p.peak_allocated_bytes),
+        same_work_peak_reserved_bytes: peak_of(&mem, &same_work, |p| p.peak_reserved_bytes),
+        phase_memory: mem,
         sdpa_backend,
         vae_psnr_vs_fp32_db,
         vae_fp32_decode_s,
@@ -344,14 +419,23 @@ pub fn run(model: &WanModel, opts: &BenchOptions) -> Result<BenchReport> {
     })
 }
 
-/// The tiny decoder on the bench's latents (see [`BenchReport::tiny_decode_s`]).
-#[allow(clippy::type_complexity)]
+/// What [`tiny_decode`] measured.
+struct Tiny {
+    which: Option<&'static str>,
+    seconds: Option<f64>,
+    one_pass_seconds: Option<f64>,
+    psnr_db: Option<f64>,
+}
+
+/// The tiny decoder on the bench's latents (see [`BenchReport::tiny_decode_s`]): in chunks as
+/// `decode` runs it, then once over the whole clip (its memory beside the chunks').
 fn tiny_decode(
     model: &WanModel,
     latents: &Tensor,
     frames: &Tensor,
     opts: &BenchOptions,
-) -> Result<(Option<&'static str>, Option<f64>, Option<f64>)> {
+    mem: &mut Vec<PhaseMemory>,
+) -> Result<Tiny> {
     use crate::tiny_vae::{TinyDecoderConfig, TinyVideoDecoder};
     let (dev, cfg) = (model.device, &model.vae.cfg);
     let (which, decoder) = match &model.tiny_vae {
@@ -362,9 +446,13 @@ fn tiny_decode(
             let w = crate::Weights::random(0, dev, model.load_report.vae_dtype);
             ("random full-size", std::sync::Arc::new(TinyVideoDecoder::new(c, &w)?))
         }
-        None => return Ok((None, None, None)),
+        None => return Ok(Tiny { which: None, seconds: None, one_pass_seconds: None, psnr_db: None }),
     };
-    let (mut t, video) = time(dev, opts.vae_runs, || decoder.decode(latents))?;
+    let (mut t, video) = phase(dev, "tiny_decode", mem, || time(dev, opts.vae_runs, || decoder.decode(latents)))?;
     let psnr_db = (which == "folder" && video.size() == frames.size()).then(|| psnr(&video, frames));
-    Ok((Some(which), Some(median(&mut t)), psnr_db))
+    drop(video);
+    let whole = latents.size()[2];
+    let (mut one, _) =
+        phase(dev, "tiny_decode_one_pass", mem, || time(dev, 1, || decoder.decode_chunked(latents, whole)))?;
+    Ok(Tiny { which: Some(which), seconds: Some(median(&mut t)), one_pass_seconds: Some(median(&mut one)), psnr_db })
 }
