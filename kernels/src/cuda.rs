@@ -50,8 +50,11 @@ const FUNCTIONS: &[&str] = &[
 pub enum Arg {
     /// A device pointer (0 = null).
     Ptr(u64),
+    /// A C `int64_t`.
     I64(i64),
+    /// A C `int`.
     I32(i32),
+    /// A C `float`.
     F32(f32),
 }
 
@@ -352,9 +355,13 @@ pub fn memory_free(ordinal: usize) -> Option<u64> {
 /// holds from the driver (allocated plus its cache).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AllocatorMemory {
+    /// Bytes held by live tensors now.
     pub allocated: u64,
+    /// The most `allocated` has been since the last peak reset.
     pub peak_allocated: u64,
+    /// Bytes the allocator holds from the driver now, its cache included.
     pub reserved: u64,
+    /// The most `reserved` has been since the last peak reset.
     pub peak_reserved: u64,
 }
 

@@ -8,6 +8,8 @@
 //! whose kernels compiled, supported dtypes, shapes and alignment) and otherwise runs the tch
 //! fallback, which computes the same function; `parity` tests hold the two together.
 
+#![deny(missing_docs)]
+
 pub mod attention8;
 mod cublaslt;
 pub mod cuda;

@@ -13,8 +13,12 @@ use crate::cuda::{self, Arg};
 /// `[B, 1, D]` or `[B, D]`.
 #[derive(Clone, Copy)]
 pub struct LayerNormSpec<'a> {
+    /// The LayerNorm's epsilon.
     pub eps: f64,
+    /// `(weight, bias)` of an affine LayerNorm; `None` for a plain one.
     pub affine: Option<(&'a Tensor, &'a Tensor)>,
+    /// `(scale, shift)`, `[B, 1, D]` or `[B, D]`: the output is `norm * (1 + scale) + shift`;
+    /// `None` for none.
     pub modulation: Option<(&'a Tensor, &'a Tensor)>,
 }
 

@@ -38,6 +38,7 @@ pub use fastvideo_torch::Int8Attention as Pv;
 /// What the kernel computes beyond P·V's type. [`Recipe::for_pv`] is what [`attention`] runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Recipe {
+    /// What P·V runs in.
     pub pv: Pv,
     /// One Q scale per query row instead of per 16 rows. The quality gate's INT8 Q·Kᵀ loss came
     /// from the shared scale (host/scripts/cpu/results/2026-12-04-qrow/).
