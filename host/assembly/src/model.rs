@@ -99,18 +99,12 @@ impl ModelConfig {
         }
     }
 
-    /// What `precision`, `dtype` and `vae_dtype` come to on `device` for a generation model; a
-    /// conflict (`exact` with a lower dtype) is an error naming the field.
-    pub fn numerics(&self, device: Device) -> Result<fastvideo_torch::Numerics> {
-        let n = self.precision.numerics(device, self.dtype, self.vae_dtype).map_err(anyhow::Error::msg)?;
-        self.with_options(n)
-    }
-
-    /// [`numerics`](Self::numerics) for a model of `family`: `fast` implies what its gate
-    /// admitted.
+    /// What `precision`, `dtype` and `vae_dtype` come to on `device` for a model of `family`
+    /// (`fast` implies what its gate admitted), with the explicit options on top; a conflict
+    /// (`exact` with a lower dtype) is an error naming the field.
     pub fn numerics_of(&self, device: Device, family: &dyn Family) -> Result<fastvideo_torch::Numerics> {
         let n = self.precision.numerics(device, self.dtype, self.vae_dtype).map_err(anyhow::Error::msg)?;
-        self.with_options(family.implies(n))
+        self.with_options(family.implies(n, device))
     }
 
     /// The explicit lossy options on top of a preset's numerics; conflicts name the fields.

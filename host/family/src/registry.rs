@@ -29,8 +29,9 @@ pub trait Family: Send + Sync {
         true
     }
 
-    /// What a precision preset implies for it (`fast` runs what its own quality gate admitted).
-    fn implies(&self, numerics: Numerics) -> Numerics {
+    /// What a precision preset implies for it on `device`: `fast` runs what its own quality
+    /// gate admitted (the preset alone fixes only the dtypes).
+    fn implies(&self, numerics: Numerics, _device: tch::Device) -> Numerics {
         numerics
     }
 

@@ -12,9 +12,7 @@ mod precision;
 pub mod weights;
 
 pub use dtype::{kind_name, DtypeChoice};
-pub use precision::{
-    beyond_preset, lossy_paths, Int8Attention, Numerics, Precision, FAST_INT8_ATTENTION, FAST_WORLD_INT8_ATTENTION,
-};
+pub use precision::{beyond_preset, lossy_paths, Int8Attention, Numerics, Precision};
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;

@@ -1,11 +1,10 @@
 //! Precision presets (`--precision exact|bf16|fast`): which numerics a deployment accepts, named
 //! so that a lossy path is never taken silently. `exact` computes in float32 with no
 //! approximation (the reference's numerics), `bf16` in bfloat16 as the GPU default does, and
-//! `fast` adds the options that passed the quality gate in docs/benchmarks.md, per kind of model
-//! (today: 8-bit attention with INT8 Q·Kᵀ and e4m3 P·V for generation models; INT8 Q·Kᵀ with f16
-//! P·V and the tiny decoder, where the folder has one, for world models). A lossy option that did
-//! not pass (FP8 linears) is an explicit flag of its own, never part of a preset. A run reports
-//! what it ran.
+//! `fast` adds the options that passed the quality gate in docs/benchmarks.md for that model:
+//! each model family says what (`fastvideo_family::Family::implies`), so this module knows only
+//! the dtypes. A lossy option that did not pass (FP8 linears) is an explicit flag of its own,
+//! never part of a preset. A run reports what it ran.
 
 use std::fmt;
 use std::str::FromStr;
@@ -13,16 +12,6 @@ use std::str::FromStr;
 use tch::{Device, Kind};
 
 use crate::DtypeChoice;
-
-/// The 8-bit attention recipe `fast` includes for generation models, if any: set by the quality
-/// gate (docs/benchmarks.md). e4m3 P·V passed once its recipe took one Q scale per row and V
-/// smoothed (`attention8::Recipe::shipped`): −0.71 points over 2,400 clips.
-pub const FAST_INT8_ATTENTION: Option<Int8Attention> = Some(Int8Attention::Fp8Pv);
-
-/// The same for world models, gated on their own eval: f16 P·V with per-row Q scales stayed
-/// within 0.3 points of bf16's action following, e4m3 within 0.9, so the world model takes the
-/// closer one.
-pub const FAST_WORLD_INT8_ATTENTION: Option<Int8Attention> = Some(Int8Attention::F16Pv);
 
 /// The 8-bit attention recipes: Q·Kᵀ in INT8 (K smoothed) either way; they differ in P·V.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -120,16 +109,15 @@ impl Precision {
                     int8_attention: None,
                 }
             }
-            // The VAE keeps its measured per-device default unless asked.
+            // The VAE keeps its measured per-device default unless asked. What `fast` adds beyond
+            // bf16 is the model family's to say.
             Precision::Bf16 | Precision::Fast => Numerics {
                 preset,
                 dtype: pick(dtype, DtypeChoice::Bf16),
                 vae_dtype,
                 fp8_linears: false,
-                tiny_decoder: preset == Precision::Fast,
-                // Only where a kernel can run it: a CPU would compute the quantized function in
-                // float32, slower than plain attention (measured 1.6-1.8x per step).
-                int8_attention: if preset == Precision::Fast && device.is_cuda() { FAST_INT8_ATTENTION } else { None },
+                tiny_decoder: false,
+                int8_attention: None,
             },
             Precision::Auto => unreachable!("returned above"),
         };
@@ -145,16 +133,6 @@ impl Numerics {
         }
         self.fp8_linears |= on;
         Ok(self)
-    }
-
-    /// The numerics for a world model: where `fast` implied an 8-bit attention recipe (a GPU),
-    /// it implies the world gate's instead. Call it before naming options explicitly (those
-    /// stand either way).
-    pub fn for_world(mut self) -> Self {
-        if self.preset == Precision::Fast {
-            self.int8_attention = self.int8_attention.and(FAST_WORLD_INT8_ATTENTION);
-        }
-        self
     }
 
     /// Adds an explicit 8-bit attention recipe (it replaces the preset's); refused with `exact`.
@@ -189,11 +167,11 @@ pub fn lossy_paths(fp8_linears: bool, int8_attention: Option<Int8Attention>) -> 
 }
 
 /// Those of `paths` that `preset` does not include: a server running any of them serves no
-/// preset a request could name. `fast` includes either 8-bit attention recipe a gate admitted
-/// (for generation or for world models: both passed both).
+/// preset a request could name. `fast` includes either 8-bit attention recipe (each passed the
+/// generation and the world gates; a family picks one by default).
 pub fn beyond_preset(preset: Precision, paths: &[&'static str]) -> Vec<&'static str> {
-    let gated = [FAST_INT8_ATTENTION, FAST_WORLD_INT8_ATTENTION];
-    let implied = |name: &str| preset == Precision::Fast && gated.iter().flatten().any(|r| r.name() == name);
+    let gated = [Int8Attention::Fp8Pv, Int8Attention::F16Pv];
+    let implied = |name: &str| preset == Precision::Fast && gated.iter().any(|r| r.name() == name);
     paths.iter().copied().filter(|n| !implied(n)).collect()
 }
 
@@ -242,17 +220,16 @@ mod tests {
         let bf16 = Precision::Bf16.numerics(cuda, a, a).unwrap();
         assert_eq!((bf16.dtype, bf16.fp8_linears, bf16.tiny_decoder), (DtypeChoice::Bf16, false, false));
         let fast = Precision::Fast.numerics(cuda, DtypeChoice::Fp16, a).unwrap();
-        assert_eq!((fast.dtype, fast.tiny_decoder), (DtypeChoice::Fp16, true), "an explicit dtype wins");
+        assert_eq!(fast.dtype, DtypeChoice::Fp16, "an explicit dtype wins");
+        // The preset alone adds no lossy path: the family adds what its gate admitted.
+        assert!(!fast.fp8_linears && !fast.tiny_decoder && fast.int8_attention.is_none());
         // FP8 linears failed the eval gate: never part of a preset, only asked for by name.
-        assert!(!fast.fp8_linears && fast.int8_attention == FAST_INT8_ATTENTION);
-        assert_eq!(fast.lossy_paths(), FAST_INT8_ATTENTION.map(Int8Attention::name).into_iter().collect::<Vec<_>>());
         assert!(fast.with_fp8_linears(true).unwrap().lossy_paths().contains(&"fp8_linears"));
         assert_eq!(beyond_preset(Precision::Fast, &["fp8_linears"]), ["fp8_linears"]);
         for recipe in [Int8Attention::Fp8Pv, Int8Attention::F16Pv] {
-            assert_eq!(
+            assert!(
                 beyond_preset(Precision::Fast, &[recipe.name()]).is_empty(),
-                [FAST_INT8_ATTENTION, FAST_WORLD_INT8_ATTENTION].contains(&Some(recipe)),
-                "fast includes an 8-bit attention recipe exactly when a gate says so"
+                "fast includes either 8-bit attention recipe: each passed both gates"
             );
             assert_eq!(beyond_preset(Precision::Bf16, &[recipe.name()]), [recipe.name()]);
             let bf16_int8 = Precision::Bf16.numerics(cuda, a, a).unwrap().with_int8_attention(Some(recipe)).unwrap();
@@ -264,24 +241,6 @@ mod tests {
         // Today's default (no preset, no dtype) is unchanged.
         let auto = Precision::Auto.numerics(Device::Cpu, a, a).unwrap();
         assert_eq!((auto.preset, auto.kind(Device::Cpu)), (Precision::Exact, Kind::Float));
-    }
-
-    #[test]
-    fn world_models_take_their_own_gated_options() {
-        let (a, cuda) = (DtypeChoice::Auto, Device::Cuda(0));
-        let fast = Precision::Fast.numerics(cuda, a, a).unwrap();
-        assert_eq!(fast.for_world().int8_attention, FAST_WORLD_INT8_ATTENTION);
-        assert!(fast.for_world().tiny_decoder, "the tiny decoder passed the world gate");
-        // A named recipe stands on a world model too; bf16 has nothing implied to drop.
-        assert_ne!(FAST_WORLD_INT8_ATTENTION, FAST_INT8_ATTENTION, "each kind's own gate");
-        let named = fast.for_world().with_int8_attention(Some(Int8Attention::Fp8Pv)).unwrap();
-        assert_eq!(named.int8_attention, Some(Int8Attention::Fp8Pv));
-        let bf16 = Precision::Bf16.numerics(cuda, a, a).unwrap();
-        assert_eq!(bf16.for_world(), bf16);
-        // On a CPU `fast` implies no 8-bit attention (emulated it would be slower), named it runs.
-        let cpu = Precision::Fast.numerics(Device::Cpu, a, a).unwrap();
-        assert_eq!(cpu.int8_attention, None);
-        assert!(cpu.with_int8_attention(Some(Int8Attention::F16Pv)).unwrap().int8_attention.is_some());
     }
 
     #[test]

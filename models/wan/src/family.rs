@@ -14,7 +14,7 @@ use fastvideo_family::{
 use fastvideo_pipeline::session::SessionModel;
 use fastvideo_pipeline::{EmbeddingCache, LoopPolicies, PipelineSpec, Residency};
 use fastvideo_request::ModelLimits;
-use fastvideo_torch::Numerics;
+use fastvideo_torch::{Int8Attention, Numerics, Precision};
 
 use crate::sessions::WorldSessions;
 use crate::world::WorldModel;
@@ -49,6 +49,22 @@ fn options(ctx: &LoadContext, lazy: bool) -> LoadOptions {
     }
 }
 
+/// The 8-bit attention recipe `fast` runs on generation models where a kernel can run it: set by
+/// the quality gate (docs/benchmarks.md). e4m3 P·V passed once its recipe took one Q scale per
+/// row and V smoothed (`attention8::Recipe::shipped`): −0.71 points over 2,400 clips.
+pub const FAST_INT8_ATTENTION: Int8Attention = Int8Attention::Fp8Pv;
+
+/// The same for world models, gated on their own eval: f16 P·V with per-row Q scales stayed
+/// within 0.3 points of bf16's action following, e4m3 within 0.9, so the world model takes the
+/// closer one. Its `fast` also decodes with the folder's tiny decoder, which passed that gate.
+pub const FAST_WORLD_INT8_ATTENTION: Int8Attention = Int8Attention::F16Pv;
+
+/// `fast`'s 8-bit attention on `device`: only where a kernel can run it (a CPU would compute the
+/// quantized function in float32, slower than plain attention: 1.6-1.8x per step).
+fn fast_attention(n: &Numerics, device: tch::Device, recipe: Int8Attention) -> Option<Int8Attention> {
+    (n.preset == Precision::Fast && device.is_cuda()).then_some(recipe)
+}
+
 impl Family for Wan {
     fn name(&self) -> &'static str {
         "wan"
@@ -60,6 +76,11 @@ impl Family for Wan {
 
     fn kind(&self) -> ModelKind {
         ModelKind::Generation
+    }
+
+    fn implies(&self, mut n: Numerics, device: tch::Device) -> Numerics {
+        n.int8_attention = fast_attention(&n, device, FAST_INT8_ATTENTION);
+        n
     }
 
     fn load(&self, dir: &Path, ctx: &LoadContext) -> Result<Box<dyn LoadedModel>> {
@@ -185,8 +206,10 @@ impl Family for WanWorld {
         ModelKind::World
     }
 
-    fn implies(&self, numerics: Numerics) -> Numerics {
-        numerics.for_world()
+    fn implies(&self, mut n: Numerics, device: tch::Device) -> Numerics {
+        n.int8_attention = fast_attention(&n, device, FAST_WORLD_INT8_ATTENTION);
+        n.tiny_decoder = n.preset == Precision::Fast;
+        n
     }
 
     fn load(&self, dir: &Path, ctx: &LoadContext) -> Result<Box<dyn LoadedModel>> {
@@ -268,5 +291,38 @@ impl LoadedModel for LoadedWorld {
 
     fn as_any(&self) -> &dyn Any {
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use fastvideo_torch::{DtypeChoice, Int8Attention, Precision};
+    use tch::Device;
+
+    use super::*;
+
+    #[test]
+    fn fast_runs_what_each_kinds_gate_admitted() {
+        let (a, cuda) = (DtypeChoice::Auto, Device::Cuda(0));
+        let fast = Precision::Fast.numerics(cuda, a, a).unwrap();
+        let generation = WAN.implies(fast, cuda);
+        assert_eq!((generation.int8_attention, generation.tiny_decoder), (Some(FAST_INT8_ATTENTION), false));
+        assert_eq!(generation.lossy_paths(), [FAST_INT8_ATTENTION.name()]);
+        let world = WAN_WORLD.implies(fast, cuda);
+        assert_eq!(world.int8_attention, Some(FAST_WORLD_INT8_ATTENTION));
+        assert!(world.tiny_decoder, "the tiny decoder passed the world gate");
+        assert_ne!(FAST_WORLD_INT8_ATTENTION, FAST_INT8_ATTENTION, "each kind's own gate");
+        // A named recipe stands on a world model too; bf16 implies nothing on either kind.
+        let named = world.with_int8_attention(Some(Int8Attention::Fp8Pv)).unwrap();
+        assert_eq!(named.int8_attention, Some(Int8Attention::Fp8Pv));
+        let bf16 = Precision::Bf16.numerics(cuda, a, a).unwrap();
+        assert_eq!((WAN.implies(bf16, cuda), WAN_WORLD.implies(bf16, cuda)), (bf16, bf16));
+        // On a CPU `fast` implies no 8-bit attention (emulated it would be slower); named, it runs.
+        let cpu = Precision::Fast.numerics(Device::Cpu, a, a).unwrap();
+        assert_eq!(
+            (WAN.implies(cpu, Device::Cpu).int8_attention, WAN_WORLD.implies(cpu, Device::Cpu).int8_attention),
+            (None, None)
+        );
+        assert!(cpu.with_int8_attention(Some(Int8Attention::F16Pv)).unwrap().int8_attention.is_some());
     }
 }
