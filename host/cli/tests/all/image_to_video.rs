@@ -260,6 +260,17 @@ fn bench_takes_a_forwards_inputs_under_diffusers_names() {
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
     let report: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
     assert!(report["image_encode_s"].as_f64().unwrap() > 0.0 && report["vae_encode_s"].as_f64().unwrap() > 0.0);
+    // Memory per phase: every phase named; a CPU has no allocator peaks to read (view `driver`).
+    let phases: Vec<&str> =
+        report["phase_memory"].as_array().unwrap().iter().map(|p| p["phase"].as_str().unwrap()).collect();
+    let tiny = ["tiny_decode", "tiny_decode_one_pass", "preview"];
+    assert_eq!(phases, [&["forward", "cfg_step", "forward_batch2", "text_encode", "vae_decode"][..], &tiny].concat());
+    assert_eq!(report["memory_view"], "driver");
+    assert!(
+        report["same_work_peak_allocated_bytes"].is_null()
+            && report["phase_memory"][0]["peak_allocated_bytes"].is_null()
+    );
+    assert_eq!(report["tiny_decode_chunk_frames"], 2);
     let ours = f32s(&out, "velocity");
     let reference = f32s(Path::new(&fixture("wan_i2v.safetensors")), "transformer.out_i2v");
     assert_eq!(ours.len(), reference.len());
