@@ -19,6 +19,7 @@ use crate::{Umt5Encoder, WanTransformer3DModel};
 pub struct WanAdapters {
     /// The experts, in order (one for most models; the experts share one module table).
     pub experts: Vec<std::sync::Arc<WanTransformer3DModel>>,
+    /// The text encoder, for adapters with text-encoder keys (always unmerged).
     pub text_encoder: std::sync::Arc<Umt5Encoder>,
     /// The key of the whole set merged into the experts, if one is.
     merged: std::sync::Mutex<Option<String>>,
@@ -28,6 +29,7 @@ pub struct WanAdapters {
 }
 
 impl WanAdapters {
+    /// The adapter targets of `model`: its experts and its text encoder.
     pub fn of(model: &crate::WanModel) -> Self {
         Self {
             experts: model.experts(),

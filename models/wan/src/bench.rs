@@ -12,8 +12,11 @@ use crate::loader::WanModel;
 
 /// What to measure.
 pub struct BenchOptions {
+    /// Video frames the inputs stand for (`4k+1`).
     pub frames: i64,
+    /// Video height in pixels.
     pub height: i64,
+    /// Video width in pixels.
     pub width: i64,
     /// Timed repetitions of each transformer measurement (median reported).
     pub runs: usize,
@@ -33,49 +36,66 @@ pub struct BenchOptions {
 /// Seconds are medians over the timed runs, after one warm-up.
 #[derive(Debug, Serialize)]
 pub struct BenchReport {
+    /// The device it ran on.
     pub device: String,
     /// The precision preset the model was loaded with (exact, bf16, fast).
     pub precision: String,
     /// The lossy options on top of the preset (`fp8_linears`, `int8_attention`).
     pub lossy_paths: Vec<&'static str>,
+    /// The transformer's dtype.
     pub transformer_dtype: &'static str,
+    /// The VAE's dtype.
     pub vae_dtype: &'static str,
+    /// Whether the fused CUDA kernels ran.
     pub kernels: bool,
+    /// Video tokens of one forward.
     pub tokens: i64,
+    /// Loading the model.
     pub load_s: f64,
+    /// The process's peak resident host memory after loading, if the OS reports it.
     pub host_peak_rss_bytes: Option<u64>,
+    /// One transformer forward.
     pub forward_s: f64,
+    /// Every timed forward, in order.
     pub forward_runs_s: Vec<f64>,
     /// Host time to queue one forward's work (started on an idle device, not waiting for it to
     /// finish): far below `forward_s` means kernel launches are hidden behind GPU work.
     pub forward_enqueue_s: f64,
+    /// One guided denoise step: both branches and their combination.
     pub cfg_step_s: f64,
     /// Both CFG branches as one forward of batch 2 (what the engine's step batching does with
     /// rows of several requests).
     pub forward_batch2_s: f64,
+    /// Encoding one prompt with the text encoder.
     pub text_encode_s: f64,
+    /// Decoding the latents with the VAE.
     pub vae_decode_s: f64,
     /// The tiny decoder timed on the same latents: `folder` (the model's `tiny_vae/`, with its
     /// PSNR against the full decoder's frames) or `random full-size` (a TAEHV-size decoder on
     /// random weights, speed only); none when the VAE's shape has no tiny counterpart.
     pub tiny_decoder: Option<&'static str>,
+    /// Decoding the same latents with the tiny decoder, in chunks.
     pub tiny_decode_s: Option<f64>,
-    /// Latent frames per pass of the tiny decoder (`tiny_decode_s`), and the whole clip in one
-    /// pass for comparison.
+    /// Latent frames per pass of the tiny decoder (`tiny_decode_s`).
     pub tiny_decode_chunk_frames: Option<i64>,
+    /// The tiny decoder on the whole clip in one pass, for comparison.
     pub tiny_decode_one_pass_s: Option<f64>,
     /// One live preview of the same latents (`preview_every`): pooled last frame, VAE decode,
     /// JPEG; compare with `cfg_step_s`.
     pub preview_s: f64,
+    /// PSNR of the tiny decoder's frames against the VAE's (`folder` decoders only).
     pub tiny_psnr_vs_vae_db: Option<f64>,
-    /// Image-to-video models: the CLIP image encoder on the request's picture(s), and the VAE
-    /// encode of the conditioning video (the picture(s) and black frames).
+    /// Image-to-video models: the CLIP image encoder on the request's picture(s).
     pub image_encode_s: Option<f64>,
+    /// Image-to-video models: the VAE encode of the conditioning video (the picture(s) and
+    /// black frames).
     pub vae_encode_s: Option<f64>,
-    /// Device memory in use after loading and after each phase (driver's view: includes
-    /// libtorch's cache, so the growth past `after_load` is what the work itself reserved).
+    /// Device memory in use after loading (driver's view: includes libtorch's cache, so the
+    /// growth past it is what the work itself reserved).
     pub gpu_used_after_load_bytes: Option<u64>,
+    /// Device memory in use after the transformer runs, as `gpu_used_after_load_bytes`.
     pub gpu_used_after_transformer_bytes: Option<u64>,
+    /// Device memory in use after the VAE decode, as `gpu_used_after_load_bytes`.
     pub gpu_used_after_vae_bytes: Option<u64>,
     /// Where `phase_memory`'s peaks come from: `allocator` (libtorch's caching allocator, as
     /// `torch.cuda.max_memory_allocated`/`max_memory_reserved` read it; needs the CUDA-graph
@@ -85,17 +105,21 @@ pub struct BenchReport {
     /// `cfg_step`, `forward_batch2`, `text_encode`, `vae_decode`, `tiny_decode` (in chunks),
     /// `tiny_decode_one_pass` (the whole clip at once, what it was before), `preview`.
     pub phase_memory: Vec<PhaseMemory>,
-    /// The peaks of the work diffusers' memory script does (text encode, CFG step, VAE decode),
-    /// with no tiny decoder or previews: the figure to set beside diffusers'.
+    /// The allocated peak of the work diffusers' memory script does (text encode, CFG step, VAE
+    /// decode), with no tiny decoder or previews: the figure to set beside diffusers'.
     pub same_work_peak_allocated_bytes: Option<u64>,
+    /// The reserved peak of the same work.
     pub same_work_peak_reserved_bytes: Option<u64>,
     /// The scaled-dot-product backend libtorch picks for the self-attention shape.
     pub sdpa_backend: &'static str,
+    /// `vae_compare`: PSNR of the VAE's frames in its dtype against float32's.
     pub vae_psnr_vs_fp32_db: Option<f64>,
+    /// `vae_compare`: the float32 decode's time.
     pub vae_fp32_decode_s: Option<f64>,
-    /// Two-expert models: the low-noise expert's forward, and a forward of each expert right
-    /// after the other's (alternating, per forward): above `forward_s` by what switching costs.
+    /// Two-expert models: the low-noise expert's forward.
     pub expert_2_forward_s: Option<f64>,
+    /// Two-expert models: a forward of each expert right after the other's (alternating, per
+    /// forward): above `forward_s` by what switching costs.
     pub expert_switch_forward_s: Option<f64>,
     /// `--offload-experts`: alternating experts as above with blocking swaps (the whole
     /// incoming expert copied before its forward starts), to set against the streamed default.
@@ -115,9 +139,11 @@ pub struct BenchReport {
 /// reset when the phase starts, so what an earlier phase left cached does not count here.
 #[derive(Debug, Clone, Serialize)]
 pub struct PhaseMemory {
+    /// The phase's name (`forward`, `cfg_step`, `vae_decode` …).
     pub phase: &'static str,
     /// Live tensors when the phase starts (the loaded weights and what the bench holds).
     pub start_allocated_bytes: Option<u64>,
+    /// Live tensors at most during the phase.
     pub peak_allocated_bytes: Option<u64>,
     /// What the allocator held from the driver at most: allocated plus fragmentation.
     pub peak_reserved_bytes: Option<u64>,

@@ -54,8 +54,15 @@ pub struct CrossKv {
 /// included) of which the first `sink` frames of the sequence are always part.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Visibility {
+    /// Every earlier frame.
     All,
-    Window { window: usize, sink: usize },
+    /// A sliding window with an attention sink.
+    Window {
+        /// Latent frames seen, the chunk's own included.
+        window: usize,
+        /// First frames of the sequence that always stay in the window.
+        sink: usize,
+    },
 }
 
 impl Visibility {

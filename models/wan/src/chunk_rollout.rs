@@ -33,8 +33,9 @@ pub struct Chunk {
     pub index: u64,
     /// `[1, 3, n, H, W]` in [-1, 1] (n = 1 for the first chunk, else 4 × chunk frames).
     pub frames: Tensor,
-    /// The action index the chunk was generated under, and the id the caller gave it.
+    /// The action index the chunk was generated under.
     pub action: i64,
+    /// The id the caller gave that action (0: none yet).
     pub action_id: u64,
 }
 
@@ -47,8 +48,9 @@ pub struct DenoiseAt {
     pub num_steps: u32,
     /// Model time of this step (0–1000).
     pub timestep: f32,
-    /// Noise level now and after the step.
+    /// Noise level now.
     pub sigma: f32,
+    /// Noise level after the step.
     pub sigma_next: f32,
 }
 
@@ -80,7 +82,12 @@ impl ChunkGuide for Unguided {
 /// What one unit did.
 pub enum Unit {
     /// A denoise step: the forwards it ran and the output the sampler used.
-    Denoised { forwards: u32, output: Tensor },
+    Denoised {
+        /// Transformer forwards it ran (one per guidance branch).
+        forwards: u32,
+        /// The velocity the sampler used.
+        output: Tensor,
+    },
     /// The commit pass and decode of a finished chunk.
     Committed(Chunk),
 }

@@ -18,28 +18,41 @@ use crate::weights::Weights;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClipVisionConfig {
+    /// Width of the hidden states.
     pub hidden_size: i64,
+    /// Width of the MLP's inner layer.
     pub intermediate_size: i64,
+    /// Encoder layers (Wan reads the penultimate one's output).
     pub num_hidden_layers: i64,
+    /// Attention heads per layer.
     pub num_attention_heads: i64,
+    /// Channels of the image (3 when absent).
     #[serde(default = "default_channels")]
     pub num_channels: i64,
+    /// Side of the square input image in pixels.
     pub image_size: i64,
+    /// Side of one patch (one token) in pixels.
     pub patch_size: i64,
     /// transformers' default is `quick_gelu`; Wan's encoder (ViT-H/14) uses `gelu`.
     #[serde(default = "default_act")]
     pub hidden_act: String,
+    /// The LayerNorms' epsilon.
     #[serde(default = "default_eps")]
     pub layer_norm_eps: f64,
     // Accepted, no effect on the hidden states Wan reads (the projection head, init, dropout).
+    /// The projection head's width: accepted, unused (Wan reads hidden states).
     #[serde(default)]
     pub projection_dim: Option<i64>,
+    /// Training only: accepted, no effect on inference.
     #[serde(default)]
     pub attention_dropout: f64,
+    /// Training only: accepted, no effect on inference.
     #[serde(default)]
     pub dropout: f64,
+    /// Initialisation only: accepted, no effect on loaded weights.
     #[serde(default)]
     pub initializer_range: f64,
+    /// Initialisation only: accepted, no effect on loaded weights.
     #[serde(default)]
     pub initializer_factor: f64,
 }
@@ -55,6 +68,7 @@ fn default_eps() -> f64 {
 }
 
 impl ClipVisionConfig {
+    /// Reads `image_encoder/config.json`; unknown keys and activations other than GELU are refused.
     pub fn load(path: &Path) -> Result<Self> {
         let cfg: Self = read_config_with(path, &[TRANSFORMERS_BOOKKEEPING])?;
         if !matches!(cfg.hidden_act.as_str(), "gelu" | "quick_gelu") {
@@ -139,6 +153,7 @@ impl EncoderLayer {
 
 /// The encoder up to its penultimate layer, which is all Wan reads.
 pub struct ClipVisionEncoder {
+    /// The encoder's config.
     pub cfg: ClipVisionConfig,
     patch: Tensor,
     class: Tensor,

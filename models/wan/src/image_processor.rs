@@ -41,12 +41,16 @@ impl ProcessorBackend {
     }
 }
 
+/// A size as transformers' processors give it: a shortest edge, or a height and width.
 #[derive(Debug, Clone, Deserialize)]
 pub struct SizeSpec {
+    /// Resize so the shorter side is this long.
     #[serde(default)]
     pub shortest_edge: Option<i64>,
+    /// Target height in pixels.
     #[serde(default)]
     pub height: Option<i64>,
+    /// Target width in pixels.
     #[serde(default)]
     pub width: Option<i64>,
 }
@@ -55,28 +59,39 @@ pub struct SizeSpec {
 /// provenance keys that vary between library versions).
 #[derive(Debug, Clone, Deserialize)]
 pub struct ImageProcessorConfig {
+    /// Resize to `size` first.
     #[serde(default = "yes")]
     pub do_resize: bool,
+    /// What resizing aims at.
     pub size: SizeSpec,
     /// PIL's resampling code: 3 = bicubic (the only one implemented).
     #[serde(default = "bicubic")]
     pub resample: i64,
+    /// Crop the middle to `crop_size` after resizing.
     #[serde(default = "yes")]
     pub do_center_crop: bool,
+    /// What center cropping cuts to.
     pub crop_size: SizeSpec,
+    /// Multiply the 0..255 values by `rescale_factor`.
     #[serde(default = "yes")]
     pub do_rescale: bool,
+    /// What rescaling multiplies by (1/255 when absent).
     #[serde(default = "rescale")]
     pub rescale_factor: f64,
+    /// Normalise each channel with `image_mean` and `image_std`.
     #[serde(default = "yes")]
     pub do_normalize: bool,
+    /// Per RGB channel: the mean normalisation subtracts.
     pub image_mean: [f32; 3],
+    /// Per RGB channel: the standard deviation normalisation divides by.
     pub image_std: [f32; 3],
+    /// Convert to RGB first (inputs here are RGB already).
     #[serde(default = "yes")]
     pub do_convert_rgb: bool,
     /// Set by the loader from the class `model_index.json` names.
     #[serde(skip)]
     pub backend: ProcessorBackend,
+    /// Every other key, kept to be logged.
     #[serde(flatten)]
     pub other: BTreeMap<String, serde_json::Value>,
 }
@@ -93,12 +108,16 @@ fn rescale() -> f64 {
 
 /// One RGB8 picture, row-major `[height, width, 3]`.
 pub struct Rgb8<'a> {
+    /// Width in pixels.
     pub width: u32,
+    /// Height in pixels.
     pub height: u32,
+    /// `height * width * 3` bytes.
     pub data: &'a [u8],
 }
 
 impl ImageProcessorConfig {
+    /// Reads `preprocessor_config.json`, logging keys it does not use.
     pub fn load(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         let cfg: Self = serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;

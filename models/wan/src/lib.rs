@@ -4,6 +4,8 @@
 //! `Config` + `new(cfg, weights)`; module paths equal checkpoint keys. Parity with
 //! diffusers/transformers is tested against fixtures in `tests/fixtures/`.
 
+#![deny(missing_docs)]
+
 pub mod adapters;
 pub mod bench;
 pub mod causal;

@@ -6,6 +6,7 @@ use tch::{Device, Kind};
 /// How to load a model: the device and the compute dtype of each component.
 #[derive(Debug, Clone, Copy)]
 pub struct LoadOptions {
+    /// Where every component runs (rank 0's device when split over GPUs).
     pub device: Device,
     /// The transformer's and the text encoder's dtype (auto: bf16 on CUDA, fp32 on CPU).
     pub dtype: DtypeChoice,
@@ -29,6 +30,7 @@ pub struct LoadOptions {
 }
 
 impl LoadOptions {
+    /// Defaults on `device`: automatic dtypes, no lossy option, everything read at load.
     pub fn new(device: Device) -> Self {
         Self {
             device,
@@ -50,11 +52,15 @@ pub const VAE_CUDA_DEFAULT: Kind = Kind::BFloat16;
 /// What loading cost, for logs and benchmarks.
 #[derive(Debug, Clone)]
 pub struct LoadReport {
+    /// Wall time of the load.
     pub seconds: f64,
     /// The process's peak resident host memory after loading (VmHWM), if the OS reports it.
     pub host_peak_rss_bytes: Option<u64>,
+    /// The dtype the transformer runs in.
     pub transformer_dtype: Kind,
+    /// The dtype the text encoder runs in.
     pub text_encoder_dtype: Kind,
+    /// The dtype the VAE runs in.
     pub vae_dtype: Kind,
     /// The precision preset served (`exact`, `bf16` or `fast`), resolved.
     pub precision: Precision,

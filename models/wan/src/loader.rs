@@ -30,15 +30,22 @@ use crate::weights::Weights;
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RunDefaults {
+    /// Denoise steps.
     pub steps: Option<u32>,
+    /// Classifier-free guidance scale.
     pub guidance_scale: Option<f32>,
     /// Two-expert models: the low-noise expert's guidance scale (Wan 2.2 A14B's repository
     /// runs T2V at 4.0 / 3.0); absent: `guidance_scale`.
     pub guidance_scale_2: Option<f32>,
+    /// Output height in pixels.
     pub height: Option<u32>,
+    /// Output width in pixels.
     pub width: Option<u32>,
+    /// Video frames.
     pub num_frames: Option<u32>,
+    /// Frames per second of the output video.
     pub fps: Option<u32>,
+    /// What guidance steers away from.
     pub negative_prompt: Option<String>,
     /// Text length the prompt is padded/truncated to (diffusers' `max_sequence_length`).
     pub max_sequence_length: Option<usize>,
@@ -50,8 +57,11 @@ pub use crate::load_options::{LoadOptions, LoadReport, VAE_CUDA_DEFAULT};
 
 /// A loaded Wan model (2.1, or 2.2 with two experts).
 pub struct WanModel {
+    /// The folder it was loaded from.
     pub dir: PathBuf,
+    /// The text encoder's tokenizer.
     pub tokenizer: TextTokenizer,
+    /// The UMT5 text encoder.
     pub text_encoder: Arc<Umt5Encoder>,
     /// The transformer; of a two-expert model (Wan 2.2 A14B), the high-noise expert.
     pub transformer: Arc<WanTransformer3DModel>,
@@ -60,6 +70,7 @@ pub struct WanModel {
     pub low_noise: Option<LowNoiseExpert>,
     /// `--offload-experts`: the experts take turns on the device.
     pub offload: Option<Arc<crate::offload::ExpertSwap>>,
+    /// The VAE, which encodes input pictures and videos and decodes the result.
     pub vae: Arc<AutoencoderKLWan>,
     /// `tiny_vae/`, when the folder has one: a small decoder trained to mimic `vae`'s, for
     /// previews and for world sessions that opt into it.
@@ -67,9 +78,13 @@ pub struct WanModel {
     /// Prompt embeddings already computed with this text encoder (shared by every pipeline
     /// built from this model).
     pub text_cache: Arc<fastvideo_pipeline::EmbeddingCache>,
+    /// The scheduler's defaults from `scheduler/scheduler_config.json`.
     pub scheduler: SchedulerDefaults,
+    /// Run defaults from `fastvideo.json`, when the folder has one.
     pub run: RunDefaults,
+    /// The device it runs on (rank 0's when split).
     pub device: Device,
+    /// What the load cost and chose.
     pub load_report: LoadReport,
     /// The transformer over several ranks (`--gpus N --parallel …`); `None` runs it on `device`.
     pub parallel: Option<Arc<ParallelTransformer>>,
@@ -83,6 +98,7 @@ pub struct WanModel {
 /// Wan 2.2 A14B's second expert.
 #[derive(Clone)]
 pub struct LowNoiseExpert {
+    /// The low-noise expert's transformer (`transformer_2/`).
     pub transformer: Arc<WanTransformer3DModel>,
     /// Steps with timesteps below `boundary_ratio × 1000` run on this expert.
     pub boundary_ratio: f32,
@@ -99,7 +115,9 @@ pub struct ImageConditioning {
 /// A CLIP image encoder and its preprocessing.
 #[derive(Clone)]
 pub struct ClipImage {
+    /// The CLIP vision encoder (`image_encoder/`).
     pub encoder: Arc<ClipVisionEncoder>,
+    /// How pictures are prepared for it (`image_processor/`).
     pub processor: Arc<ImageProcessorConfig>,
 }
 
@@ -467,6 +485,7 @@ impl WanModel {
         std::iter::once(&self.transformer).chain(self.low_noise.as_ref().map(|e| &e.transformer)).cloned().collect()
     }
 
+    /// The text length prompts are padded or cut to: `fastvideo.json`'s, else diffusers' 512.
     pub fn max_sequence_length(&self) -> usize {
         self.run.max_sequence_length.unwrap_or(512)
     }

@@ -17,12 +17,17 @@ use crate::loader::WanModel;
 
 /// What to measure.
 pub struct LoraBenchOptions {
+    /// Video frames the timed input stands for (`4k+1`).
     pub frames: i64,
+    /// Video height in pixels.
     pub height: i64,
+    /// Video width in pixels.
     pub width: i64,
+    /// Adapter ranks to measure, each on every linear.
     pub ranks: Vec<i64>,
     /// Requests (each with its own adapter) in the mixed batch.
     pub batch: usize,
+    /// Timed runs per figure, after one warm-up.
     pub runs: usize,
     /// Where to write the adapter file timed from disk to first forward.
     pub scratch: std::path::PathBuf,
@@ -31,24 +36,36 @@ pub struct LoraBenchOptions {
 /// Seconds are medians over the timed runs, after one warm-up.
 #[derive(Debug, Serialize)]
 pub struct LoraBenchReport {
+    /// The device it ran on.
     pub device: String,
+    /// The transformer's dtype.
     pub dtype: &'static str,
+    /// Tokens of the forward's input.
     pub tokens: i64,
     /// Linear modules each adapter changes.
     pub modules: usize,
+    /// One transformer forward without an adapter.
     pub base_forward_s: f64,
+    /// One report per rank, in the options' order.
     pub ranks: Vec<RankReport>,
 }
 
+/// The figures for adapters of one rank.
 #[derive(Debug, Serialize)]
 pub struct RankReport {
+    /// The adapters' rank.
     pub rank: i64,
+    /// Device bytes one prepared adapter holds.
     pub adapter_bytes: u64,
+    /// One forward with the adapter applied beside the weights (unmerged).
     pub unmerged_forward_s: f64,
     /// `unmerged / base - 1`, in percent.
     pub unmerged_overhead_pct: f64,
+    /// Merging the adapter into the weights.
     pub merge_s: f64,
+    /// Taking it out again.
     pub unmerge_s: f64,
+    /// One forward with the adapter merged.
     pub merged_forward_s: f64,
     /// Steps after which merging (merge + unmerge once) costs less than running unmerged.
     pub merge_break_even_steps: f64,
@@ -56,10 +73,13 @@ pub struct RankReport {
     pub merged_vs_unmerged_rel: f64,
     /// `batch` requests with `batch` different adapters as one forward, against one by one.
     pub batch: usize,
+    /// The `batch` requests as one forward, each row with its own adapter.
     pub batch_mixed_forward_s: f64,
+    /// The same requests one forward each.
     pub one_by_one_s: f64,
     /// The adapter file as diffusers saves it: bytes, and the time to read, check and prepare it.
     pub file_bytes: u64,
+    /// Reading, checking and preparing the file.
     pub load_prepare_s: f64,
     /// From the file on disk to the end of the first forward with it (load, prepare, forward).
     pub first_forward_s: f64,

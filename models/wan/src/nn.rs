@@ -14,7 +14,9 @@ pub type Lora<'a> = Option<&'a AdapterRows<'a>>;
 
 /// `nn.Linear` (`weight` is `[out, in]`).
 pub struct Linear {
+    /// `[out, in]`, in the compute dtype or FP8 (see `fp8_scale`).
     pub weight: Tensor,
+    /// `[out]`, when the linear has one.
     pub bias: Option<Tensor>,
     /// The checkpoint modules this linear computes: one, or several fused (their outputs
     /// concatenated), each with the module slot adapters address it by.
@@ -27,8 +29,11 @@ pub struct Linear {
 /// One checkpoint module inside a [`Linear`]: output rows `start..start + len`.
 #[derive(Clone, Copy, Debug)]
 pub struct LinearPart {
+    /// The module slot adapters address it by.
     pub slot: usize,
+    /// Its first output row in the fused linear.
     pub start: i64,
+    /// Its output rows.
     pub len: i64,
 }
 
@@ -64,6 +69,7 @@ impl Linear {
         &self.parts
     }
 
+    /// `x Wᵀ + b` (through the FP8 kernel when the weight is FP8).
     pub fn forward(&self, x: &Tensor) -> Tensor {
         match &self.fp8_scale {
             Some(scale) => fastvideo_kernels::fp8::linear(x, &self.weight, scale, self.bias.as_ref()),

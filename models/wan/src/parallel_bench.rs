@@ -18,7 +18,9 @@ use crate::transformer::WanTransformer3DModel;
 /// A layout to measure: `--gpus` and `--parallel` as the CLI takes them.
 #[derive(Clone, Copy, Debug)]
 pub struct Layout {
+    /// GPUs the step is split over.
     pub gpus: usize,
+    /// How they split it; `None` for one GPU.
     pub mode: Option<ParallelMode>,
 }
 
@@ -46,28 +48,39 @@ impl std::fmt::Display for Layout {
     }
 }
 
+/// What to measure: the layouts, and the input every one of them runs.
 pub struct ParallelBenchOptions {
     /// Latent grid `[C, F, H, W]` (before patching).
     pub latent: [i64; 4],
+    /// Tokens of the text embeddings fed to cross-attention.
     pub text_len: i64,
+    /// Layouts to measure, each against the one-device step.
     pub layouts: Vec<Layout>,
     /// Every rank on the first device (checks a layout's arithmetic and overhead on one GPU).
     pub one_device: bool,
+    /// Timed steps per layout, after a warm-up.
     pub runs: usize,
+    /// The guidance scale combining the two branches.
     pub guidance: f64,
     /// Both guidance branches as one forward of two rows on every layout (as the engine runs
     /// them when it batches), instead of one forward per branch where the layout allows.
     pub batch_branches: bool,
 }
 
+/// The figures of one layout.
 #[derive(Debug, Serialize)]
 pub struct LayoutReport {
+    /// The layout, as given (`sp:4`).
     pub layout: String,
+    /// Ranks it ran on.
     pub ranks: usize,
+    /// Each rank's device.
     pub devices: Vec<String>,
+    /// How the ranks exchanged tensors (NCCL or local copies).
     pub transport: String,
     /// Median seconds of one CFG step (both guidance branches and their combination).
     pub step_s: f64,
+    /// Every timed step, in order.
     pub step_runs_s: Vec<f64>,
     /// One-device step time over this layout's.
     pub speedup: f64,
@@ -77,15 +90,24 @@ pub struct LayoutReport {
     pub rel_err_vs_single: f64,
 }
 
+/// What a parallel bench measured, as it prints it (JSON).
 #[derive(Debug, Serialize)]
 pub struct ParallelBenchReport {
+    /// Attention heads of the transformer measured.
     pub heads: i64,
+    /// Its blocks.
     pub layers: i64,
+    /// Its inner width.
     pub dim: i64,
+    /// Video tokens per forward.
     pub tokens: i64,
+    /// Its dtype.
     pub dtype: &'static str,
+    /// Whether every rank ran on the first device.
     pub one_device: bool,
+    /// The NCCL library's version, where it loaded.
     pub nccl_version: Option<i32>,
+    /// One report per layout, in the options' order.
     pub layouts: Vec<LayoutReport>,
 }
 

@@ -27,6 +27,7 @@ unsafe impl Send for WanPreview {}
 unsafe impl Sync for WanPreview {}
 
 impl WanPreview {
+    /// Previews decoded with `vae`.
     pub fn new(vae: Arc<AutoencoderKLWan>) -> Self {
         Self { vae }
     }

@@ -24,6 +24,7 @@ use crate::offload::{host_copy, map_linears, map_linears_of, point, Groups};
 use crate::transformer::WanTransformer3DModel;
 use crate::WanModel;
 
+/// The host tier of `sleep`/`wake`: the transformer's linears wait in pinned host memory.
 pub struct TransformerResidency {
     model: WanModel,
     bytes: u64,
@@ -37,6 +38,7 @@ unsafe impl Send for TransformerResidency {}
 unsafe impl Sync for TransformerResidency {}
 
 impl TransformerResidency {
+    /// Residency for `model`'s transformer; a model loaded lazily starts asleep.
     pub fn new(model: &WanModel) -> Self {
         let awake = AtomicBool::new(model.load_report.deferred_linear_bytes.is_none());
         Self { model: model.share(), bytes: resident_bytes(model), host: Mutex::new(None), awake }

@@ -10,9 +10,12 @@ use serde_json::{Map, Value};
 
 use crate::config::unsupported;
 
+/// What the folder's `scheduler/scheduler_config.json` says the sampler runs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SchedulerDefaults {
+    /// The solver its class names (UniPC or flow-matching Euler).
     pub sampler: SamplerKind,
+    /// The flow shift (`flow_shift` or `shift`).
     pub shift: f64,
 }
 
@@ -44,6 +47,8 @@ const EULER_FIXED: &[(&str, &str)] = &[
     ("use_beta_sigmas", r#"false"#),
 ];
 
+/// Reads `scheduler_config.json`; a key whose value our samplers would not match is refused, naming
+/// it.
 pub fn load(path: &Path) -> Result<SchedulerDefaults> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let map: Map<String, Value> =

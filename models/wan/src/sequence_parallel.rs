@@ -50,6 +50,7 @@ impl SequenceShard {
         Ok(Self { counts: split_counts(tokens, degree), comm, heads })
     }
 
+    /// This rank's index in the group.
     pub fn rank(&self) -> usize {
         self.comm.rank()
     }
@@ -64,6 +65,7 @@ impl SequenceShard {
         self.counts[self.rank()]
     }
 
+    /// Whether this rank holds no tokens.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -13,6 +13,8 @@ pub use crate::session_loop::FirstFrame;
 use crate::session_loop::{session_pipeline, NODE};
 use crate::world::WorldModel;
 
+/// A world model's live sessions as the engine runs them: the model, its key/value pool and the
+/// session pipeline.
 pub struct WorldSessions {
     id: String,
     model: Arc<WorldModel>,
@@ -70,6 +72,7 @@ impl WorldSessions {
         Self::new(id, model, max_sessions, device, LoopPolicies::new(Arc::new(ClassicCfg)), None)
     }
 
+    /// The key/value pool the sessions' windows live in.
     pub fn pool(&self) -> &Arc<KvPool> {
         &self.pool
     }

@@ -8,12 +8,15 @@ use anyhow::{anyhow, Result};
 use tch::{Device, Tensor};
 use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
 
+/// The text encoder's tokenizer (`tokenizer/tokenizer.json`), padding and truncating as diffusers
+/// does.
 #[derive(Clone)]
 pub struct TextTokenizer {
     inner: Tokenizer,
 }
 
 impl TextTokenizer {
+    /// Reads a `tokenizer.json`.
     pub fn from_file(path: &Path) -> Result<Self> {
         let inner =
             Tokenizer::from_file(path).map_err(|e| anyhow!("{}: not a usable tokenizer.json ({e})", path.display()))?;

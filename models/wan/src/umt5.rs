@@ -17,45 +17,69 @@ use crate::weights::Weights;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Umt5Config {
+    /// Rows of the token embedding.
     pub vocab_size: i64,
+    /// Width of the hidden states.
     pub d_model: i64,
+    /// Width of one attention head.
     pub d_kv: i64,
+    /// Width of the feed-forward's inner layer.
     pub d_ff: i64,
+    /// Encoder layers.
     pub num_layers: i64,
+    /// Attention heads per layer.
     pub num_heads: i64,
+    /// Buckets of the relative position bias.
     pub relative_attention_num_buckets: i64,
+    /// Distance beyond which relative positions share the last bucket.
     pub relative_attention_max_distance: i64,
+    /// The RMSNorms' epsilon.
     #[serde(default = "default_eps")]
     pub layer_norm_epsilon: f64,
+    /// The feed-forward's activation, `gated-` first when gated (default `gated-gelu`, UMT5's).
     #[serde(default = "default_ff")]
     pub feed_forward_proj: String,
+    /// The activation by name, overriding what `feed_forward_proj` implies.
     #[serde(default)]
     pub dense_act_fn: Option<String>,
+    /// Whether the feed-forward is gated, overriding what `feed_forward_proj` implies.
     #[serde(default)]
     pub is_gated_act: Option<bool>,
     // Accepted, no effect on the encoder's inference.
+    /// Training only: accepted, no effect on inference.
     #[serde(default)]
     pub dropout_rate: f64,
+    /// Training only: accepted, no effect on inference.
     #[serde(default)]
     pub classifier_dropout: f64,
+    /// Training only: accepted, no effect on inference.
     #[serde(default)]
     pub initializer_factor: f64,
+    /// The decoder's: accepted and ignored (only the encoder runs).
     #[serde(default)]
     pub num_decoder_layers: Option<i64>,
+    /// Accepted and ignored: only the encoder runs.
     #[serde(default)]
     pub is_encoder_decoder: Option<bool>,
+    /// Accepted and ignored: only the encoder runs.
     #[serde(default)]
     pub is_decoder: Option<bool>,
+    /// Accepted; the embedding is read under either of its names whatever it says.
     #[serde(default)]
     pub tie_word_embeddings: Option<bool>,
+    /// The decoder's: accepted and ignored.
     #[serde(default)]
     pub scale_decoder_outputs: Option<bool>,
+    /// The decoder's: accepted and ignored.
     #[serde(default)]
     pub decoder_start_token_id: Option<i64>,
+    /// Accepted and ignored: the tokenizer decides where a prompt ends.
     #[serde(default)]
     pub eos_token_id: Option<i64>,
+    /// Accepted and ignored: the tokenizer pads.
     #[serde(default)]
     pub pad_token_id: Option<i64>,
+    /// Accepted and ignored: the tokenizer is read from its own folder.
     #[serde(default)]
     pub tokenizer_class: Option<String>,
 }
@@ -75,6 +99,7 @@ enum Act {
 }
 
 impl Umt5Config {
+    /// Reads `text_encoder/config.json`; unknown keys are refused, naming them.
     pub fn load(path: &Path) -> Result<Self> {
         // `scalable_attention` (in Wan-AI's published configs) is never read by transformers' UMT5.
         let cfg: Self = read_config_with(path, &[TRANSFORMERS_BOOKKEEPING, &["scalable_attention"]])?;
@@ -149,6 +174,7 @@ struct Layer {
 
 /// The UMT5 encoder stack.
 pub struct Umt5Encoder {
+    /// The encoder's config.
     pub cfg: Umt5Config,
     embed: Tensor,
     layers: Vec<Layer>,
@@ -162,6 +188,7 @@ pub struct Umt5Encoder {
 unsafe impl Sync for Umt5Encoder {}
 
 impl Umt5Encoder {
+    /// Builds the encoder from `w`; `config_path` names the config in errors.
     pub fn new(cfg: Umt5Config, w: &Weights, config_path: &Path) -> Result<Self> {
         let (d, inner, eps) = (cfg.d_model, cfg.num_heads * cfg.d_kv, cfg.layer_norm_epsilon);
         // Tied embeddings may be saved under either name.

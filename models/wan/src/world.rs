@@ -23,12 +23,15 @@ use crate::weights::Weights;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ActionConfig {
+    /// The action names, in the order the embedding's rows are.
     pub actions: Vec<String>,
+    /// Width of the action embedding.
     pub dim: i64,
 }
 
 /// Actions → per-frame conditioning.
 pub struct ActionEmbedder {
+    /// Its config.
     pub cfg: ActionConfig,
     embedding: Tensor,
     proj: Linear,
@@ -39,6 +42,7 @@ pub struct ActionEmbedder {
 unsafe impl Sync for ActionEmbedder {}
 
 impl ActionEmbedder {
+    /// Reads `action_embedder/` (`config.json` and its weights) onto `device` in `kind`.
     pub fn load(dir: &Path, device: Device, kind: Kind) -> Result<Self> {
         let cfg: ActionConfig = read_config_with(&dir.join("config.json"), &[])?;
         if cfg.actions.is_empty() {
@@ -77,18 +81,25 @@ impl ActionEmbedder {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct WorldSpec {
+    /// Free text about the model, shown to users.
     pub description: String,
     /// Latent frames generated per chunk.
     pub chunk_frames: usize,
     /// Denoising timesteps of each chunk (0–1000, descending), before the shift.
     pub timesteps: Vec<f64>,
+    /// The flow shift applied to `timesteps`.
     pub shift: f64,
-    /// Latent frames a chunk attends to, itself included, and how many first frames always stay.
+    /// Latent frames a chunk attends to, itself included.
     pub window: usize,
+    /// First latent frames that always stay in the window.
     pub sink: usize,
+    /// Frames per second the video plays at.
     pub fps: u32,
+    /// Frame height in pixels.
     pub height: u32,
+    /// Frame width in pixels.
     pub width: u32,
+    /// The prompt it was trained with, used when a session gives none.
     pub prompt: String,
 }
 
@@ -128,8 +139,11 @@ impl WorldSpec {
 
 /// A world model folder, loaded.
 pub struct WorldModel {
+    /// The video model underneath.
     pub wan: WanModel,
+    /// The action embedder.
     pub actions: ActionEmbedder,
+    /// How it was trained to roll out (`world.json`).
     pub spec: WorldSpec,
     /// What turns a session's chunks into frames.
     pub decoder: FrameDecoder,
@@ -147,6 +161,7 @@ pub enum FrameDecoder {
 }
 
 impl WorldModel {
+    /// Loads a world-model folder: a Wan folder with `action_embedder/` and `world.json`.
     pub fn load(dir: &Path, opts: LoadOptions) -> Result<Self> {
         let wan = WanModel::load_with(dir, opts)?;
         let a_dir = dir.join("action_embedder");

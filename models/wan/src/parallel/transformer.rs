@@ -41,10 +41,12 @@ impl ParallelTransformer {
         Ok(Self { pool: Arc::clone(&self.pool), replicas: replicas(&self.pool.devices, first, load)? })
     }
 
+    /// The degrees the ranks split a step by.
     pub fn plan(&self) -> ParallelPlan {
         self.pool.plan
     }
 
+    /// Each rank's device, rank 0 first.
     pub fn devices(&self) -> &[Device] {
         &self.pool.devices
     }

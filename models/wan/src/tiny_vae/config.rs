@@ -9,10 +9,15 @@ use serde::Deserialize;
 /// stages double the frames and the side, and the output's pixel-shuffle patch.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct TinyDecoderConfig {
+    /// Latent channels in (the VAE's `z_dim`).
     pub latent_channels: i64,
+    /// Widths of the four levels.
     pub channels: [i64; 4],
+    /// Per stage: whether it doubles the frames.
     pub time_upscale: [bool; 3],
+    /// Per stage: whether it doubles the height and width.
     pub space_upscale: [bool; 3],
+    /// The output's pixel-shuffle patch (1 when absent).
     #[serde(default = "one")]
     pub patch_size: i64,
 }
@@ -22,6 +27,7 @@ fn one() -> i64 {
 }
 
 impl TinyDecoderConfig {
+    /// Reads `tiny_vae/config.json`, refusing shapes the decoder cannot build.
     pub fn load(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         let cfg: Self =

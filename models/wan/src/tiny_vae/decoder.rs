@@ -71,6 +71,7 @@ struct Stage {
 
 /// The tiny decoder's weights.
 pub struct TinyVideoDecoder {
+    /// The decoder's shape.
     pub cfg: TinyDecoderConfig,
     conv_in: Conv,
     stages: Vec<Stage>,
@@ -90,6 +91,7 @@ pub struct TinyDecodeStream {
 }
 
 impl TinyVideoDecoder {
+    /// Builds the decoder from `w` in `cfg`'s shape.
     pub fn new(cfg: TinyDecoderConfig, w: &Weights) -> Result<Self> {
         let c = cfg.channels;
         let stages = (0..3)

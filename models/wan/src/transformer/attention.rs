@@ -209,7 +209,12 @@ pub type KeyValues = (Tensor, Tensor);
 pub enum Keys<'a> {
     /// Keys/values of earlier frames (attended before this input's own; a causal rollout's) and
     /// a mask (`[N, M]`, true = attend) restricting which keys each query sees.
-    Local { past: Option<(&'a Tensor, &'a Tensor)>, mask: Option<&'a Tensor> },
+    Local {
+        /// Earlier frames' keys and values, if any.
+        past: Option<(&'a Tensor, &'a Tensor)>,
+        /// Which keys each query sees (`[N, M]`, true = attend); all when absent.
+        mask: Option<&'a Tensor>,
+    },
     /// The whole sequence, of which this rank holds one slice (Ulysses sequence parallelism).
     Sharded(&'a SequenceShard),
 }
@@ -223,7 +228,9 @@ impl Keys<'_> {
 /// once (a causal session's).
 #[derive(Clone, Copy)]
 pub enum Cross<'a> {
+    /// The projected text embeddings `[B, T, dim]`.
     Text(&'a Tensor),
+    /// The text's keys and values, computed once for every chunk.
     Kv(&'a Tensor, &'a Tensor),
     /// The projected text and the embedded image (`[B, T, dim]`, an image-conditioned model's).
     TextImage(&'a Tensor, &'a Tensor),

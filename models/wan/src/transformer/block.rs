@@ -181,10 +181,13 @@ pub(crate) struct Call<'a> {
 
 /// Everything a block needs besides the hidden states, computed once per forward.
 pub struct BlockInputs<'a> {
+    /// The projected text embeddings `[B, T, dim]`.
     pub context: &'a Tensor,
     /// The embedded image tokens `[B, T, dim]` of an image-conditioned model, if any.
     pub image: Option<&'a Tensor>,
+    /// The per-sample modulation `[B, 6, dim]`.
     pub temb6: &'a Tensor,
+    /// Rotary tables for the tokens this block sees.
     pub rope: &'a Rope,
     /// The sequence-parallel slice this rank holds (`rope` is already its rows), if any.
     pub shard: Option<&'a SequenceShard>,

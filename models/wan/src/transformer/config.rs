@@ -11,21 +11,38 @@ use crate::config::{read_config, unsupported};
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TransformerConfig {
+    /// Latent frames, rows and columns per token.
     pub patch_size: [i64; 3],
+    /// Attention heads per block.
     pub num_attention_heads: i64,
+    /// Width of one head.
     pub attention_head_dim: i64,
+    /// Channels of the latents in (more than the VAE's for image-to-video, which adds the image's).
     pub in_channels: i64,
+    /// Channels of the prediction out; `in_channels` when absent.
     pub out_channels: Option<i64>,
+    /// Width of the text encoder's embeddings.
     pub text_dim: i64,
+    /// Width of the sinusoidal timestep embedding.
     pub freq_dim: i64,
+    /// Width of the feed-forward's inner layer.
     pub ffn_dim: i64,
+    /// Transformer blocks.
     pub num_layers: i64,
+    /// Whether cross-attention's input is normalised first.
     pub cross_attn_norm: bool,
+    /// How q and k are normalised; only `rms_norm_across_heads` runs.
     pub qk_norm: Option<String>,
+    /// The norms' epsilon.
     pub eps: f64,
+    /// Width of the CLIP image embedding (image-to-video models); `None` without one.
     pub image_dim: Option<i64>,
+    /// Width of the image keys and values in cross-attention: with `image_dim`, and equal to the
+    /// inner width.
     pub added_kv_proj_dim: Option<i64>,
+    /// Positions the rotary tables cover per axis.
     pub rope_max_seq_len: i64,
+    /// First-and-last-frame models: the two images' tokens, which get a learned position embedding.
     pub pos_embed_seq_len: Option<i64>,
 }
 
@@ -53,6 +70,8 @@ impl Default for TransformerConfig {
 }
 
 impl TransformerConfig {
+    /// Reads `transformer/config.json`; unknown keys and shapes this crate cannot run are refused,
+    /// naming them.
     pub fn load(path: &Path) -> Result<Self> {
         let cfg: Self = read_config(path)?;
         if cfg.qk_norm.as_deref() != Some("rms_norm_across_heads") {
@@ -120,9 +139,11 @@ impl TransformerConfig {
         }
     }
 
+    /// Width of the attention: heads × head width.
     pub fn inner_dim(&self) -> i64 {
         self.num_attention_heads * self.attention_head_dim
     }
+    /// Channels of the prediction out.
     pub fn out_channels(&self) -> i64 {
         self.out_channels.unwrap_or(self.in_channels)
     }

@@ -21,6 +21,7 @@ use crate::weights::Weights;
 
 /// The Wan 2.1 diffusion transformer.
 pub struct WanTransformer3DModel {
+    /// Its config.
     pub cfg: TransformerConfig,
     patch_weight: Tensor,
     patch_bias: Tensor,
@@ -31,6 +32,7 @@ pub struct WanTransformer3DModel {
     text_2: Linear,
     /// Image-conditioned models' (`image_dim` set) CLIP-states embedder.
     image_embedder: Option<ImageEmbedder>,
+    /// The transformer blocks, in order.
     pub blocks: Vec<Block>,
     proj_out: Linear,
     scale_shift_table: Tensor,
@@ -53,6 +55,7 @@ pub struct WanTransformer3DModel {
 unsafe impl Sync for WanTransformer3DModel {}
 
 impl WanTransformer3DModel {
+    /// Builds the transformer from `w` in `cfg`'s shape, converting weights to `w`'s dtype.
     pub fn new(cfg: TransformerConfig, w: &Weights) -> Result<Self> {
         let dim = cfg.inner_dim();
         let [pt, ph, pw] = cfg.patch_size;

@@ -11,21 +11,37 @@ use crate::config::{read_config_with, unsupported};
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct VaeConfig {
+    /// Channels of the first level; each level multiplies them by `dim_mult`.
     pub base_dim: i64,
+    /// The decoder's `base_dim` where it differs from the encoder's (Wan 2.2).
     pub decoder_base_dim: Option<i64>,
+    /// Latent channels.
     pub z_dim: i64,
+    /// Per level: its channels as a multiple of `base_dim`.
     pub dim_mult: Vec<i64>,
+    /// Residual blocks per level.
     pub num_res_blocks: i64,
+    /// diffusers' attention scales: accepted, unused (no level attends by it).
     pub attn_scales: Vec<f64>,
+    /// Per downsampling level: whether it halves time too (diffusers' spelling).
     pub temperal_downsample: Vec<bool>,
+    /// Training only: accepted, no effect on inference.
     pub dropout: f64,
+    /// Per latent channel: the mean the latents are normalised by.
     pub latents_mean: Vec<f64>,
+    /// Per latent channel: the standard deviation the latents are normalised by.
     pub latents_std: Vec<f64>,
+    /// Wan 2.2's residual up/down blocks instead of Wan 2.1's.
     pub is_residual: bool,
+    /// Channels in: the video's 3 with each patch's pixels folded in (3 × patch_size²).
     pub in_channels: i64,
+    /// Channels out, as `in_channels`.
     pub out_channels: i64,
+    /// Pixels folded into channels per side before encoding (Wan 2.2); `None` for none.
     pub patch_size: Option<i64>,
+    /// Frames per latent frame, checked against `temperal_downsample` when given.
     pub scale_factor_temporal: Option<i64>,
+    /// Pixels per latent along height and width, checked against the levels and patch when given.
     pub scale_factor_spatial: Option<i64>,
 }
 
@@ -53,6 +69,8 @@ impl Default for VaeConfig {
 }
 
 impl VaeConfig {
+    /// Reads `vae/config.json`; unknown keys and values this crate cannot run are refused, naming
+    /// them.
     pub fn load(path: &Path) -> Result<Self> {
         // `clip_output` was in an unreleased diffusers; released ones ignore it and always clamp.
         let cfg: Self = read_config_with(path, &[&["clip_output"]])?;
@@ -103,6 +121,7 @@ impl VaeConfig {
         }
         Ok(cfg)
     }
+    /// Frames per latent frame: 2 per level that halves time.
     pub fn temporal_factor(&self) -> i64 {
         1 << self.temperal_downsample.iter().filter(|&&b| b).count()
     }

@@ -14,6 +14,7 @@ use crate::weights::Weights;
 
 /// The Wan video VAE (2.1, or 2.2's residual one).
 pub struct AutoencoderKLWan {
+    /// Its config.
     pub cfg: VaeConfig,
     encoder: Coder,
     quant_conv: CausalConv3d,
@@ -35,6 +36,7 @@ pub struct DecodeStream {
 unsafe impl Sync for AutoencoderKLWan {}
 
 impl AutoencoderKLWan {
+    /// Builds the VAE from `w` in `cfg`'s shape.
     pub fn new(cfg: VaeConfig, w: &Weights) -> Result<Self> {
         let z = cfg.z_dim;
         Ok(Self {
