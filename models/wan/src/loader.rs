@@ -355,7 +355,7 @@ impl WanModel {
         let text_cache = Arc::new(fastvideo_pipeline::EmbeddingCache::new(identity, 512));
         let load_report = LoadReport {
             seconds: t0.elapsed().as_secs_f64(),
-            host_peak_rss_bytes: host_peak_rss(),
+            host_peak_rss_bytes: crate::load_options::host_peak_rss(),
             transformer_dtype: kind,
             text_encoder_dtype: kind,
             vae_dtype: vae_kind,
@@ -496,10 +496,6 @@ fn is_null_component(v: &Value) -> bool {
     v.is_null() || *v == Value::Array(vec![Value::Null, Value::Null])
 }
 
-/// `transformer_2/`: the low-noise expert, in the first expert's dtype. Its config must agree
-/// with the first's on everything the pipeline around them shares (channels, text and image
-/// inputs, patching).
-/// `t` with its inner blocks in FP8 when `fp8` (`--fp8-linears`).
 /// The transformer with the load's lossy options applied (FP8 linears, 8-bit attention).
 pub(crate) fn with_lossy_options(
     mut t: WanTransformer3DModel,
@@ -513,6 +509,9 @@ pub(crate) fn with_lossy_options(
     t
 }
 
+/// `transformer_2/`: the low-noise expert, in the first expert's dtype. Its config must agree
+/// with the first's on everything the pipeline around them shares (channels, text and image
+/// inputs, patching).
 fn load_second_expert(dir: &Path, a: &TransformerConfig, device: Device, kind: Kind) -> Result<WanTransformer3DModel> {
     let t_dir = dir.join("transformer_2");
     let cfg_path = t_dir.join("config.json");
@@ -578,14 +577,6 @@ fn load_image_conditioning(
         );
     }
     Ok(ClipImage { encoder: Arc::new(encoder), processor: Arc::new(processor) })
-}
-
-/// Peak resident set size of this process (`VmHWM` in /proc/self/status), in bytes.
-pub fn host_peak_rss() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
 }
 
 /// Names a folder's weights without reading them: each file's path, size and modification time.
