@@ -27,7 +27,7 @@ pub mod share;
 mod weights;
 
 pub use cost::CostConfig;
-pub use engine::{Classifier, Engine, EngineConfig, EngineModel, Handle, RequestCheck, Residency};
+pub use engine::{Classifier, Engine, EngineConfig, EngineModel, Handle, ModelOffers, RequestCheck, Residency};
 pub use error::EngineError;
 pub use metrics::Metrics;
 pub use rollout::{Rollout, RolloutFailure, RolloutRequest, RolloutSample};

@@ -100,7 +100,7 @@ pub struct ChatServing {
 /// The words of a prompt a model's text encoder does not know.
 pub type UnknownWords = Arc<dyn Fn(&str) -> Vec<String> + Send + Sync>;
 
-/// The optional capabilities, by name (errors and descriptions list them).
+/// The optional capabilities, by name (the refusal of a missing one names it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Capability {
     /// LoRA adapters on requests.
@@ -148,11 +148,6 @@ pub trait LoadedModel: Send + Sync {
     /// Device bytes of its large weights (what a weight budget counts).
     fn resident_bytes(&self) -> u64 {
         0
-    }
-
-    /// Which capabilities it offers.
-    fn capabilities(&self) -> Vec<Capability> {
-        Vec::new()
     }
 
     /// Loaded lazily: bytes of weights not yet read (`None`: all read, or not lazily loadable).

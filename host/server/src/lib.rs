@@ -169,6 +169,7 @@ async fn capabilities(State(s): State<AppState>) -> Json<serde_json::Value> {
             serde_json::json!({
                 "model": id,
                 "primary": *id == s.engine.model_id(),
+                "offers": s.engine.offers(id),
                 "limits": limits,
                 "frames_rule": format!("frame_multiple × k + 1, at most {}", limits.max_frames),
                 "samplers": samplers,

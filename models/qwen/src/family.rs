@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Result;
-use fastvideo_family::{Capability, ChatServing, Family, LoadContext, LoadSummary, LoadedModel, ModelKind};
+use fastvideo_family::{ChatServing, Family, LoadContext, LoadSummary, LoadedModel, ModelKind};
 use fastvideo_pipeline::token::{check_decode, KvBlockPool};
 use fastvideo_pipeline::{LoopPolicies, PipelineSpec};
 use fastvideo_request::{ModelLimits, RequestError, ResolvedRequest};
@@ -82,10 +82,6 @@ impl LoadedModel for LoadedQwen {
     /// The chat pipeline on the pool made at load (deploy policies do not apply to token loops).
     fn pipeline(&self, _policies: LoopPolicies) -> Result<Arc<PipelineSpec>> {
         Ok(self.spec.clone())
-    }
-
-    fn capabilities(&self) -> Vec<Capability> {
-        vec![Capability::Chat]
     }
 
     fn chat(&self) -> Option<ChatServing> {

@@ -8,8 +8,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use fastvideo_family::{
-    Capability, Family, LoadContext, LoadSummary, LoadedModel, ModelKind, SessionOptions, SleepTier, UnknownWords,
-    WeightSource,
+    Family, LoadContext, LoadSummary, LoadedModel, ModelKind, SessionOptions, SleepTier, UnknownWords, WeightSource,
 };
 use fastvideo_pipeline::session::SessionModel;
 use fastvideo_pipeline::{EmbeddingCache, LoopPolicies, PipelineSpec, Residency};
@@ -140,17 +139,6 @@ impl LoadedModel for LoadedWan {
         crate::residency::resident_bytes(&self.model)
     }
 
-    fn capabilities(&self) -> Vec<Capability> {
-        let mut c = vec![Capability::WeightUpdates];
-        if self.model.parallel.is_none() {
-            c.push(Capability::Adapters);
-        }
-        if self.can_sleep() {
-            c.push(Capability::Residency);
-        }
-        c
-    }
-
     fn deferred_bytes(&self) -> Option<u64> {
         self.model.load_report.deferred_linear_bytes
     }
@@ -251,10 +239,6 @@ impl LoadedModel for LoadedWorld {
 
     fn resident_bytes(&self) -> u64 {
         crate::residency::resident_bytes(&self.world.wan)
-    }
-
-    fn capabilities(&self) -> Vec<Capability> {
-        vec![Capability::Sessions, Capability::Adapters, Capability::Residency]
     }
 
     fn residency(&self, _tier: SleepTier) -> Result<Option<Arc<dyn Residency>>> {

@@ -186,6 +186,12 @@ fn a_lora_runs_on_a_model_served_beside_the_primary() {
     let styled = video(body("copy", true));
     assert_ne!(plain, styled, "the adapter changes the second model's video");
     assert_eq!(video(body("copy", true)), styled, "and does so reproducibly");
+    // Each model says what it offers: the adapters are the second model's, weight updates the
+    // pinned primary's, and the second, with adapters merged into its weights, never sleeps.
+    let caps = server.get("/v1/capabilities").1;
+    let offers = |m: &str| caps["data"].as_array().unwrap().iter().find(|e| e["model"] == m).unwrap()["offers"].clone();
+    assert_eq!(offers("main"), serde_json::json!({"adapters": false, "weight_updates": true, "sleeps": false}));
+    assert_eq!(offers("copy"), serde_json::json!({"adapters": true, "weight_updates": false, "sleeps": false}));
     // The adapter is the second model's: the primary refuses it, naming the field.
     let (status, e) = server.post("/v1/videos", body("main", true));
     assert_eq!((status, e["error"]["param"].as_str()), (400, Some("lora")), "{e}");

@@ -42,6 +42,19 @@ pub(super) struct ServedModel {
     /// Which weights new requests get; the update lock serializes updates.
     pub(super) serving: Mutex<Option<WeightsInfo>>,
     pub(super) update: tokio::sync::Mutex<()>,
+    /// Whether its weights may leave the device.
+    pub(super) sleeps: bool,
+}
+
+/// What a served model offers beyond its pipeline, as clients see it in `/v1/capabilities`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct ModelOffers {
+    /// Requests may name LoRA adapters (`lora`).
+    pub adapters: bool,
+    /// Its weights may be replaced while it serves (`POST /v1/weights`).
+    pub weight_updates: bool,
+    /// Its weights may sleep off the device (`POST /v1/models/{name}/sleep`).
+    pub sleeps: bool,
 }
 
 /// The engine: cheap to clone, usable from any thread or task.
@@ -92,6 +105,7 @@ impl Engine {
             if let Some(a) = &adapters {
                 metrics.watch_adapters(a);
             }
+            let sleeps = residency.is_some();
             pipelines.push(ExecModel { id: id.clone(), spec, classify, residency });
             models.push(ServedModel {
                 id,
@@ -101,6 +115,7 @@ impl Engine {
                 adapters,
                 serving: Mutex::new(None),
                 update: tokio::sync::Mutex::new(()),
+                sleeps,
             });
         }
         Executor::new(pipelines, device, shared.clone(), metrics.clone(), &cfg, live_sessions).spawn(rx);
@@ -172,6 +187,12 @@ impl Engine {
     /// takes any.
     pub fn adapters(&self, id: Option<&str>) -> Option<&Arc<AdapterCache>> {
         self.served(id).ok()?.adapters.as_ref()
+    }
+
+    /// What model `id` offers beyond its pipeline; `None` when it is not served here.
+    pub fn offers(&self, id: &str) -> Option<ModelOffers> {
+        let m = self.0.models.iter().find(|m| m.id == id)?;
+        Some(ModelOffers { adapters: m.adapters.is_some(), weight_updates: m.weights.is_some(), sleeps: m.sleeps })
     }
 
     /// The served model `id` names (`None`: the primary); an unknown id is refused naming

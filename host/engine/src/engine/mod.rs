@@ -30,5 +30,5 @@ mod weight_swap;
 
 pub use admission::Handle;
 pub use config::EngineConfig;
-pub use front::Engine;
+pub use front::{Engine, ModelOffers};
 pub use model::{Classifier, EngineModel, RequestCheck, Residency};
