@@ -8,10 +8,9 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 use fastvideo_engine::Policy;
+use fastvideo_models::{LoadedModel, ModelKind};
 use fastvideo_parallel::ParallelMode;
 use fastvideo_torch::{DtypeChoice, Precision};
-use fastvideo_wan::world::WorldModel;
-use fastvideo_wan::WanModel;
 use tch::Device;
 
 use crate::config::{Drain, ModelConfig, RestartJobs, ServeConfig};
@@ -99,14 +98,11 @@ impl PrecisionArgs {
         m
     }
 
-    /// Loads the Wan folder `dir` with these dtypes and kernels ([`ModelConfig::load_at`]).
-    pub fn load(&self, dir: &Path, device: Device) -> anyhow::Result<WanModel> {
-        self.model_config().load_at(dir, device)
-    }
-
-    /// Loads a world-model folder with these dtypes and kernels.
-    pub fn load_world(&self, dir: &Path, device: Device) -> anyhow::Result<std::sync::Arc<WorldModel>> {
-        self.model_config().load_world(dir, device)
+    /// Loads the folder `dir` as a model of `kind` with these dtypes and kernels, through the
+    /// registry; errors name `--model` and the folder.
+    pub fn load(&self, dir: &Path, kind: ModelKind, device: Device) -> anyhow::Result<Box<dyn LoadedModel>> {
+        let loaded = self.model_config().load_model(dir, kind, device, false);
+        anyhow::Context::with_context(loaded, || format!("--model {}", dir.display()))
     }
 }
 

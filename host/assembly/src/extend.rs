@@ -1,5 +1,6 @@
 //! The prompt extender of a video model: the rewriter a request with `prompt_extend` runs
-//! before its text encoder (`fastvideo_qwen::extend`). It comes from `--prompt-extender DIR`
+//! before its text encoder (a language-model folder whose family offers
+//! [`PromptRewriter`], found through the registry). It comes from `--prompt-extender DIR`
 //! (`model.prompt_extender`), else from the model folder's own `prompt_extender/` (the shipped
 //! default model has one, trained to map free-form words onto its vocabulary).
 
@@ -7,14 +8,15 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
 
 use anyhow::{Context, Result};
-use fastvideo_models::LoadedModel;
-use fastvideo_pipeline::LoopPolicies;
-use fastvideo_qwen::extend::EXTEND_NODE;
-use fastvideo_qwen::PromptExtender;
+use fastvideo_models::{registry, LoadedModel, ModelKind, PromptRewriter};
+use fastvideo_pipeline::{LoopPolicies, EXTEND_NODE};
 use fastvideo_request::{RequestError, ResolvedRequest};
-use tch::{Device, Kind};
+use tch::Device;
 
 use crate::config::ModelConfig;
+
+/// A loaded rewriter by its folder and device, held weakly: it lives as long as a model uses it.
+type SharedRewriter = (PathBuf, Device, Weak<dyn PromptRewriter>);
 
 /// The folder inside a model folder that holds its rewriter.
 pub const EXTENDER_FOLDER: &str = "prompt_extender";
@@ -31,8 +33,8 @@ impl ModelConfig {
     /// Loads the rewriter of the model at `model_dir` (none when it has none); errors name the
     /// flag or the folder. Models sharing a rewriter folder share one copy of it (the same
     /// `--prompt-extender`, or copies of one model folder).
-    pub fn load_extender(&self, model_dir: &Path, device: Device) -> Result<Option<Arc<PromptExtender>>> {
-        static LOADED: Mutex<Vec<(PathBuf, Device, Weak<PromptExtender>)>> = Mutex::new(Vec::new());
+    pub fn load_extender(&self, model_dir: &Path, device: Device) -> Result<Option<Arc<dyn PromptRewriter>>> {
+        static LOADED: Mutex<Vec<SharedRewriter>> = Mutex::new(Vec::new());
         let Some(dir) = self.extender_dir(model_dir) else { return Ok(None) };
         let key = dir.canonicalize().unwrap_or_else(|_| dir.clone());
         let mut loaded = LOADED.lock().unwrap_or_else(|e| e.into_inner());
@@ -40,19 +42,25 @@ impl ModelConfig {
         if let Some(e) = loaded.iter().find(|(p, d, _)| *p == key && *d == device).and_then(|(_, _, w)| w.upgrade()) {
             return Ok(Some(e));
         }
-        let kind = if device.is_cuda() { Kind::BFloat16 } else { Kind::Float };
         let what = match &self.prompt_extender {
             Some(_) => format!("model.prompt_extender (--prompt-extender) {}", dir.display()),
             None => format!("the model's prompt extender {}", dir.display()),
         };
-        let e = Arc::new(PromptExtender::load(&dir, device, kind).with_context(|| what)?);
+        let e = rewriter(&dir, device).with_context(|| what)?;
         loaded.push((key, device, Arc::downgrade(&e)));
         Ok(Some(e))
     }
 }
 
+/// The language-model folder `dir` as a prompt rewriter, through the registry: refused, naming
+/// the family, when its family does not rewrite prompts.
+fn rewriter(dir: &Path, device: Device) -> Result<Arc<dyn PromptRewriter>> {
+    let family = registry().detect(dir, ModelKind::Language)?;
+    family.rewriter(dir, device)?.ok_or_else(|| anyhow::anyhow!("{} models do not rewrite prompts", family.name()))
+}
+
 /// `policies` with the rewriter's nodes before the text encoder (unchanged without one).
-pub fn with_extender(mut policies: LoopPolicies, extender: Option<&PromptExtender>) -> LoopPolicies {
+pub fn with_extender(mut policies: LoopPolicies, extender: Option<&dyn PromptRewriter>) -> LoopPolicies {
     if let Some(e) = extender {
         policies.text_stages = e.nodes();
     }
@@ -62,7 +70,7 @@ pub fn with_extender(mut policies: LoopPolicies, extender: Option<&PromptExtende
 /// Admission's check of `prompt_extend`: refused by name when `model` has no rewriter or the
 /// prompt does not fit it, and its sampling (`node_params.prompt_extend`) checked before any work.
 pub fn extend_check(
-    extender: Option<Arc<PromptExtender>>,
+    extender: Option<Arc<dyn PromptRewriter>>,
     model: &str,
 ) -> impl Fn(&ResolvedRequest) -> Result<(), RequestError> {
     let model = model.to_string();

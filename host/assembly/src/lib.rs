@@ -30,8 +30,8 @@ pub use engine::{
 pub use extend::{
     extend_check, prompt_warnings, unknown_words_warning, with_extender, PromptWarnings, EXTENDER_FOLDER,
 };
-pub use fastvideo_models::{LoadSummary, LoadedModel, ModelKind};
-pub use local::LocalEngine;
+pub use fastvideo_models::{missing, Autoencoder, Capability, LoadSummary, LoadedModel, ModelKind, SessionOptions};
+pub use local::{run_once, run_until, LocalEngine};
 pub use locate::{default_i2v_model, default_model, workflow_model_folder, world_model};
 pub use model::ModelLocation;
 pub use precision::precision_check;

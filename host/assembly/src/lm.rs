@@ -31,6 +31,8 @@ pub fn language_model(
     let family = fastvideo_models::registry().detect(dir, ModelKind::Language).with_context(ctx)?;
     let mut load = model.context(device, family).with_context(ctx)?;
     load.kv_cache_bytes = cfg.kv_cache.max(1);
+    // The language model computes in its own dtype, whatever the video model's `dtype` says.
+    load.numerics.dtype = fastvideo_torch::DtypeChoice::Auto;
     let lm = family.load(dir, &load).with_context(ctx)?;
     let id = crate::config::folder_name(dir);
     let chat = lm.chat().ok_or_else(|| missing(&id, family.name(), Capability::Chat)).with_context(ctx)?;

@@ -2,14 +2,21 @@
 //! exactly as `fastvideo serve` builds it (the registry's loading, plugins bound by the model's
 //! name, the deploy's adapters and their merging), so a local run and a served one of the same
 //! request cannot drift apart.
+//!
+//! Tools that run many requests on one pipeline in a loop (`generate`, the `eval` suites) run
+//! each with [`run_once`]: the pipeline a loaded model built ([`crate::LoadedModel::pipeline`]),
+//! run to its end in this thread with no scheduler between, since one process runs one request
+//! at a time.
 
 use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use fastvideo_engine::EngineError;
+use fastvideo_pipeline::{CancelToken, PipelineRun, PipelineSpec, Values};
 use fastvideo_plugin_host::Deployment;
-use fastvideo_request::{ModelLimits, OmniEvent, OmniOutput, OmniRequest};
+use fastvideo_request::{ModelLimits, OmniEvent, OmniOutput, OmniRequest, ResolvedRequest};
+use tch::Device;
 
 use crate::config::{ModelConfig, ServeConfig};
 use crate::engine::{build_engine_with, Assembly};
@@ -73,4 +80,31 @@ impl LocalEngine {
             handle.output.await.unwrap_or(Err(EngineError::Stopped))
         })
     }
+}
+
+/// Runs `req` on `spec` to its end in this thread, with request-provided `values` (e.g. its
+/// prepared adapters), telling `on_event` of each event as it happens; answers the output.
+pub fn run_once(
+    spec: Arc<PipelineSpec>,
+    req: ResolvedRequest,
+    device: Device,
+    values: Values,
+    on_event: &mut dyn FnMut(&OmniEvent),
+) -> Result<OmniOutput> {
+    run_until(spec, req, device, values, CancelToken::default(), on_event)
+}
+
+/// [`run_once`] that stops early when `cancel` is set (from `on_event`, say): the run then
+/// fails with `cancelled`.
+pub fn run_until(
+    spec: Arc<PipelineSpec>,
+    req: ResolvedRequest,
+    device: Device,
+    values: Values,
+    cancel: CancelToken,
+    on_event: &mut dyn FnMut(&OmniEvent),
+) -> Result<OmniOutput> {
+    let mut run = PipelineRun::new(spec, req, device, values, cancel);
+    run.run_to_end(&mut |e| on_event(&e))?;
+    run.finish(&mut |e| on_event(&e))
 }

@@ -2,13 +2,9 @@
 //! and parallel layout. Every command that loads a model goes through here.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use fastvideo_models::{registry, Family, LoadContext, LoadedModel, ModelKind};
-use fastvideo_wan::family::{LoadedWan, LoadedWorld};
-use fastvideo_wan::world::WorldModel;
-use fastvideo_wan::WanModel;
 use tch::Device;
 
 use crate::config::ModelConfig;
@@ -68,28 +64,6 @@ impl ModelConfig {
             parallel: self.parallel,
             ..LoadContext::new(device, numerics)
         })
-    }
-
-    /// The Wan folder `dir` through the registry, as the Wan tools (`eval`, `bench`) that reach
-    /// into its components take it.
-    pub fn load_at(&self, dir: &Path, device: Device) -> Result<WanModel> {
-        let loaded = self.load_model(dir, ModelKind::Generation, device, false);
-        let loaded = loaded.with_context(|| format!("--model {}", dir.display()))?;
-        match loaded.as_any().downcast_ref::<LoadedWan>() {
-            Some(w) => Ok(w.model.share()),
-            None => anyhow::bail!("--model {}: not a Wan model", dir.display()),
-        }
-    }
-
-    /// The world-model folder `dir` (a Wan folder plus `action_embedder/` and `world.json`)
-    /// through the registry.
-    pub fn load_world(&self, dir: &Path, device: Device) -> Result<Arc<WorldModel>> {
-        let loaded = self.load_model(dir, ModelKind::World, device, false);
-        let loaded = loaded.with_context(|| format!("--model {}", dir.display()))?;
-        match loaded.as_any().downcast_ref::<LoadedWorld>() {
-            Some(w) => Ok(w.world.clone()),
-            None => anyhow::bail!("--model {}: not a Wan world model", dir.display()),
-        }
     }
 
     fn apply_kernels(&self) {

@@ -50,8 +50,9 @@ pub fn sessions(
     let loaded = model
         .load_model(&dir, ModelKind::World, device, false)
         .with_context(|| format!("--model {}", dir.display()))?;
-    let seconds = loaded.warm_up()?;
+    // Only a GPU has kernels to compile and plans to make before the first session.
     if device.is_cuda() {
+        let seconds = loaded.warm_up()?;
         tracing::info!(seconds, "world model warmed up");
     }
     let id = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or("world".into());

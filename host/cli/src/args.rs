@@ -136,13 +136,13 @@ pub struct BenchModelArgs {
 }
 
 impl BenchModelArgs {
-    /// The model, loaded on the device.
-    pub fn load(&self) -> anyhow::Result<fastvideo_wan::WanModel> {
+    /// The generation model, loaded on the device through the registry.
+    pub fn load(&self) -> anyhow::Result<Box<dyn fastvideo_assembly::LoadedModel>> {
         let device = fastvideo_torch::device(&self.device)?;
         let dir = match &self.model {
             Some(m) => m.clone(),
             None => fastvideo_assembly::default_model()?,
         };
-        self.precision.load(&dir, device)
+        self.precision.load(&dir, fastvideo_assembly::ModelKind::Generation, device)
     }
 }

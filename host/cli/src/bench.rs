@@ -8,6 +8,8 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::Args;
 use fastvideo_wan::bench::{self, BenchOptions};
+use fastvideo_wan::family::LoadedWan;
+use fastvideo_wan::WanModel;
 use tch::Tensor;
 
 use crate::args::BenchModelArgs;
@@ -39,6 +41,18 @@ pub struct BenchArgs {
     lora: crate::lora::LoraArgs,
 }
 
+/// The Wan model `target` names: the component benchmarks time Wan's own parts (its
+/// transformer, text encoder and VAE), so they take the family's model, not the seam's.
+pub fn wan_model(target: &BenchModelArgs) -> Result<WanModel> {
+    let loaded = target.load()?;
+    match loaded.as_any().downcast_ref::<LoadedWan>() {
+        Some(w) => Ok(w.model.share()),
+        None => {
+            anyhow::bail!("--model: the component benchmarks time Wan models; this is a {}", loaded.summary().family)
+        }
+    }
+}
+
 pub fn run(args: BenchArgs) -> Result<()> {
     let inputs: HashMap<String, Tensor> = match &args.inputs {
         Some(p) => Tensor::read_safetensors(p)
@@ -47,7 +61,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             .collect(),
         None => HashMap::new(),
     };
-    let model = args.target.load()?;
+    let model = wan_model(&args.target)?;
     let shape = &args.target.shape;
     let opts = BenchOptions {
         frames: shape.frames,

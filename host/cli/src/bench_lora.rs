@@ -26,7 +26,7 @@ pub struct BenchLoraArgs {
 }
 
 pub fn run(args: BenchLoraArgs) -> Result<()> {
-    let model = args.target.load()?;
+    let model = crate::bench::wan_model(&args.target)?;
     let scratch = tempfile_dir()?;
     let shape = &args.target.shape;
     let opts = LoraBenchOptions {

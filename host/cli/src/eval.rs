@@ -5,16 +5,15 @@
 
 use std::io::Write;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use fastvideo_pipeline::{PipelineRun, Values};
+use fastvideo_assembly::{missing, run_once, Capability, LoadedModel, ModelKind};
+use fastvideo_pipeline::{frames_to_video, Values};
 use fastvideo_procedural::{analyze, render, Clip, Scene, Tally, Variation};
 use fastvideo_request::OmniRequest;
 use fastvideo_request::{ResolvedRequest, VideoArtifact};
-use fastvideo_wan::{pipeline, WanModel};
 use tch::{Kind, Tensor};
 
 use crate::args::{PluginArgs, SamplingArgs};
@@ -113,8 +112,16 @@ pub fn run(args: EvalArgs) -> Result<()> {
             Some(m) => m.clone(),
             None => fastvideo_assembly::world_model()?,
         };
-        let model = args.precision.load_world(&dir, device)?;
-        return crate::eval_world::run(&model, args.seeds, args.world_steps, device, args.dump.as_deref(), args.json);
+        let loaded = args.precision.load(&dir, ModelKind::World, device)?;
+        let sessions = crate::world::local_sessions(loaded.as_ref())?;
+        return crate::eval_world::run(
+            sessions.as_ref(),
+            args.seeds,
+            args.world_steps,
+            device,
+            args.dump.as_deref(),
+            args.json,
+        );
     }
     let list = scenes(&args.scenes, args.limit)?;
     if args.seeds == 0 {
@@ -129,16 +136,17 @@ pub fn run(args: EvalArgs) -> Result<()> {
         None if args.i2v => fastvideo_assembly::default_i2v_model()?,
         None => fastvideo_assembly::default_model()?,
     };
-    let model = args.precision.load(&model_dir, device)?;
+    let loaded = args.precision.load(&model_dir, ModelKind::Generation, device)?;
+    let model = loaded.as_ref();
     let limits = model.limits();
     if args.i2v {
-        return run_i2v(&args, &list, &model, &model_dir, device);
+        return run_i2v(&args, &list, model, &model_dir, device);
     }
     if !args.lora.lora.is_empty() {
-        return run_lora(&args, &list, &model, &model_dir, device);
+        return run_lora(&args, &list, model, &model_dir, device);
     }
     if args.extend {
-        return run_extend(&args, &list, &model, &model_dir, device);
+        return run_extend(&args, &list, model, &model_dir, device);
     }
     let build = |scene: &Scene, seed: u64| {
         let mut r = OmniRequest::text_to_video(format!("eval-{seed}"), scene.prompt());
@@ -149,7 +157,7 @@ pub fn run(args: EvalArgs) -> Result<()> {
     };
     let first = build(&list[0], 0)?;
     let policies = crate::generate::policies_for(&args.plugins, &[&first], &model_dir.display().to_string(), false)?;
-    let spec = Arc::new(pipeline::text_to_video_with(&model, policies)?);
+    let spec = model.pipeline(policies)?;
     let settings = format!(
         "{} {} steps, guidance {}, shift {}, {}x{}x{}",
         first.sampler.as_str(),
@@ -169,11 +177,9 @@ pub fn run(args: EvalArgs) -> Result<()> {
             let req = build(scene, seed)?;
             let t0 = Instant::now();
             let video = if args.vae_roundtrip {
-                vae_roundtrip(&model, scene, seed, &req)?
+                vae_roundtrip(model, scene, seed, &req)?
             } else {
-                let mut run = PipelineRun::new(spec.clone(), req, device, Values::default(), Default::default());
-                run.run_to_end(&mut |_| {})?;
-                let out = run.finish(&mut |_| {})?;
+                let out = run_once(spec.clone(), req, device, Values::default(), &mut |_| {})?;
                 out.video().context("the pipeline produced no video")?.clone()
             };
             seconds.push(t0.elapsed().as_secs_f64());
@@ -234,7 +240,7 @@ pub fn run(args: EvalArgs) -> Result<()> {
 fn run_i2v(
     args: &EvalArgs,
     list: &[Scene],
-    model: &WanModel,
+    model: &dyn LoadedModel,
     model_dir: &std::path::Path,
     device: tch::Device,
 ) -> Result<()> {
@@ -247,7 +253,7 @@ fn run_i2v(
     };
     let first = request(&list[0].prompt(), 0, &eval_i2v::png(&[128; 3], 1, 1)?)?;
     let policies = crate::generate::policies_for(&args.plugins, &[&first], &model_dir.display().to_string(), false)?;
-    let spec = Arc::new(pipeline::text_to_video_with(model, policies)?);
+    let spec = model.pipeline(policies)?;
     eprintln!("model: {} (image to video, {})", model_dir.display(), args.scenes);
     let eval = eval_i2v::I2vEval {
         scenes: list,
@@ -264,7 +270,7 @@ fn run_i2v(
 fn run_lora(
     args: &EvalArgs,
     list: &[Scene],
-    model: &WanModel,
+    model: &dyn LoadedModel,
     model_dir: &std::path::Path,
     device: tch::Device,
 ) -> Result<()> {
@@ -283,7 +289,7 @@ fn run_lora(
     let (policies, mut sources) =
         crate::generate::deploy_for(&args.plugins, &[&first], &model_dir.display().to_string(), false)?;
     sources.extend(files);
-    let spec = Arc::new(pipeline::text_to_video_with(model, policies)?);
+    let spec = model.pipeline(policies)?;
     eprintln!("model: {}", model_dir.display());
     let eval = crate::eval_lora::LoraEval {
         scenes: list,
@@ -300,7 +306,7 @@ fn run_lora(
 fn run_extend(
     args: &EvalArgs,
     list: &[Scene],
-    model: &WanModel,
+    model: &dyn LoadedModel,
     model_dir: &std::path::Path,
     device: tch::Device,
 ) -> Result<()> {
@@ -322,8 +328,8 @@ fn run_extend(
     let resolve = |r: OmniRequest, seed: u64| -> Result<ResolvedRequest> { Ok(r.resolve(&limits, || seed)?) };
     let first = resolve(build(&list[0].prompt(), 0)?, 0)?;
     let policies = crate::generate::policies_for(&args.plugins, &[&first], &model_dir.display().to_string(), false)?;
-    let policies = fastvideo_assembly::with_extender(policies, Some(&extender));
-    let spec = Arc::new(pipeline::text_to_video_with(model, policies)?);
+    let policies = fastvideo_assembly::with_extender(policies, Some(extender.as_ref()));
+    let spec = model.pipeline(policies)?;
     eprintln!("model: {} (prompt extension, {} scenes)", model_dir.display(), args.scenes);
     let eval = crate::eval_extend::ExtendEval {
         scenes: list,
@@ -336,7 +342,12 @@ fn run_extend(
 }
 
 /// The scene's ground-truth clip (variation drawn from `seed`) through the model's VAE and back.
-fn vae_roundtrip(model: &WanModel, scene: &Scene, seed: u64, req: &ResolvedRequest) -> Result<VideoArtifact> {
+fn vae_roundtrip(model: &dyn LoadedModel, scene: &Scene, seed: u64, req: &ResolvedRequest) -> Result<VideoArtifact> {
+    let summary = model.summary();
+    let Some(autoencoder) = model.autoencoder() else {
+        return Err(missing(&summary.dir.display().to_string(), summary.family, Capability::Autoencoder))
+            .context("--vae-roundtrip");
+    };
     let (f, h, w) = (req.num_frames as usize, req.height as usize, req.width as usize);
     if h != w {
         bail!("--vae-roundtrip renders square clips: --width and --height must agree");
@@ -346,9 +357,8 @@ fn vae_roundtrip(model: &WanModel, scene: &Scene, seed: u64, req: &ResolvedReque
         .view([1, f as i64, h as i64, w as i64, 3])
         .permute([0, 4, 1, 2, 3])
         .to_kind(Kind::Float)
-        .to_device(model.device)
+        .to_device(summary.device)
         / 127.5
         - 1.0;
-    let y = model.vae.decode(&model.vae.encode(&x)?)?;
-    pipeline::frames_to_video(&y, req.fps)
+    frames_to_video(&autoencoder.roundtrip(&x)?, req.fps)
 }

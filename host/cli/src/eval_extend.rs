@@ -8,7 +8,7 @@ use std::io::Write;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use fastvideo_pipeline::{PipelineRun, PipelineSpec, Values};
+use fastvideo_pipeline::{PipelineSpec, Values};
 use fastvideo_procedural::{analyze, paraphrase, Clip, Scene, Split, Tally};
 use fastvideo_request::{OmniOutput, OmniRequest, ResolvedRequest};
 
@@ -22,9 +22,7 @@ pub struct ExtendEval<'a> {
 }
 
 fn generate(spec: &Arc<PipelineSpec>, req: ResolvedRequest, device: tch::Device) -> Result<(Clip, OmniOutput)> {
-    let mut run = PipelineRun::new(Arc::clone(spec), req, device, Values::default(), Default::default());
-    run.run_to_end(&mut |_| {})?;
-    let out = run.finish(&mut |_| {})?;
+    let out = fastvideo_assembly::run_once(Arc::clone(spec), req, device, Values::default(), &mut |_| {})?;
     let v = out.video().context("the pipeline produced no video")?;
     let clip =
         Clip { frames: v.num_frames as usize, height: v.height as usize, width: v.width as usize, rgb: v.rgb.clone() };

@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use base64::Engine;
-use fastvideo_pipeline::{PipelineRun, PipelineSpec, Values};
+use fastvideo_pipeline::{PipelineSpec, Values};
 use fastvideo_procedural::{analyze, psnr, render, Clip, Scene, Tally, Variation};
 use fastvideo_request::{ImageRole, InputPart, OmniRequest, ResolvedRequest, TaskType, VideoArtifact};
 use serde::Serialize;
@@ -160,9 +160,7 @@ pub fn i2v_request(prompt: &str, seed: u64, picture: &[u8]) -> OmniRequest {
 }
 
 fn generate(spec: &Arc<PipelineSpec>, req: ResolvedRequest, device: Device) -> Result<VideoArtifact> {
-    let mut run = PipelineRun::new(spec.clone(), req, device, Values::default(), Default::default());
-    run.run_to_end(&mut |_| {})?;
-    let out = run.finish(&mut |_| {})?;
+    let out = fastvideo_assembly::run_once(spec.clone(), req, device, Values::default(), &mut |_| {})?;
     Ok(out.video().context("the pipeline produced no video")?.clone())
 }
 

@@ -8,7 +8,7 @@ use std::io::Write;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use fastvideo_pipeline::{AdapterSource, PipelineRun, PipelineSpec, Values};
+use fastvideo_pipeline::{AdapterSource, PipelineSpec, Values};
 use fastvideo_procedural::{analyze, object_area, Clip, Scene, Tally};
 use fastvideo_request::{LoraChoice, OmniRequest, ResolvedRequest};
 
@@ -24,9 +24,7 @@ pub struct LoraEval<'a> {
 }
 
 fn clip(spec: &Arc<PipelineSpec>, req: ResolvedRequest, values: Values, device: tch::Device) -> Result<Clip> {
-    let mut run = PipelineRun::new(Arc::clone(spec), req, device, values, Default::default());
-    run.run_to_end(&mut |_| {})?;
-    let out = run.finish(&mut |_| {})?;
+    let out = fastvideo_assembly::run_once(Arc::clone(spec), req, device, values, &mut |_| {})?;
     let v = out.video().context("the pipeline produced no video")?;
     Ok(Clip { frames: v.num_frames as usize, height: v.height as usize, width: v.width as usize, rgb: v.rgb.clone() })
 }

@@ -3,21 +3,20 @@
 //! move as the action said (from where it was, walls included); per frame, is it still there.
 
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
+use fastvideo_pipeline::session::offline::rollout;
+use fastvideo_pipeline::session::{SessionModel, SessionRequest};
 use fastvideo_procedural::world::{sample_actions, ActionScore};
 use fastvideo_procedural::Clip;
-use fastvideo_wan::offline_rollout::rollout;
-use fastvideo_wan::world::WorldModel;
 use tch::Device;
 
 /// Action sequences from seeds the training data never used (it takes 0..clips).
 const HELD_OUT_SEED: u64 = 5_000_000;
 
 pub fn run(
-    model: &Arc<WorldModel>,
+    sessions: &dyn SessionModel,
     sequences: u64,
     steps: usize,
     device: Device,
@@ -37,9 +36,9 @@ pub fn run(
         let names: Vec<String> = actions.iter().skip(1).map(|a| a.word().to_string()).collect();
         // Each sequence starts from the simulator's first frame, so every chunk after it is judged
         // against a known world (a generated first frame would be a guess at where things are).
-        let frame = fastvideo_assembly::world::simulator_frame(HELD_OUT_SEED + i, model.spec.width, model.spec.height)?;
+        let asked = SessionRequest { start_seed: Some(HELD_OUT_SEED + i), seed: i, ..Default::default() };
         // Through the session pipeline, as a server's session runs.
-        let video = tch::no_grad(|| rollout(model, &names, &model.spec.prompt, Some(&frame), i, device, None, |_| {}))?;
+        let video = tch::no_grad(|| rollout(sessions, &asked, &names, device, None, |_| {}))?;
         if let Some(d) = dump {
             fastvideo_media::write_mp4(&video, &d.join(format!("world-{i}.mp4")))?;
             let frames_dir = d.join(format!("world-{i}"));

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use fastvideo_pipeline::{LoopPolicies, PipelineRun, Values};
+use fastvideo_pipeline::{LoopPolicies, Values};
 use fastvideo_plugin_host::Binding;
 use fastvideo_request::{ImageRole, InputPart, OmniRequest, ResizeMode, TaskType, TextRole};
 
@@ -151,12 +151,10 @@ pub fn run_with_values(
     values: Values,
     quiet: bool,
 ) -> Result<fastvideo_request::OmniOutput> {
-    let mut run = PipelineRun::new(spec, req, device, values, Default::default());
     let mut progress = Progress::new(quiet);
-    let result = run.run_to_end(&mut |e| progress.on_event(&e));
+    let out = fastvideo_assembly::run_once(spec, req, device, values, &mut |e| progress.on_event(e));
     progress.finish();
-    result?;
-    run.finish(&mut |e| progress.on_event(&e))
+    out
 }
 
 /// Checks the places outputs go before any work, so a typo never costs a generation.

@@ -5,8 +5,10 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use fastvideo_wan::chunk_rollout;
-use fastvideo_wan::offline_rollout::rollout;
+use fastvideo_assembly::{missing, Capability, LoadedModel, ModelKind, SessionOptions};
+use fastvideo_pipeline::session::offline::{parse_actions, rollout};
+use fastvideo_pipeline::session::{SessionModel, SessionRequest};
+use fastvideo_pipeline::{ClassicCfg, LoopPolicies};
 
 #[derive(Args)]
 pub struct WorldArgs {
@@ -44,31 +46,54 @@ pub struct WorldArgs {
     lora: crate::lora::LoraArgs,
 }
 
+/// The sessions of the world model `loaded`, one at a time, with the simulator's frame as the
+/// first frame of a session that asks by `start_seed`: what `fastvideo serve --world` makes,
+/// for one local rollout.
+pub fn local_sessions(loaded: &dyn LoadedModel) -> Result<std::sync::Arc<dyn SessionModel>> {
+    let s = loaded.summary();
+    let options = SessionOptions {
+        id: "offline".into(),
+        max_sessions: 1,
+        policies: LoopPolicies::new(std::sync::Arc::new(ClassicCfg)),
+        first_frame: Some(std::sync::Arc::new(fastvideo_assembly::world::simulator_frame)),
+        adapters: None,
+        residency: None,
+    };
+    let id = s.dir.display().to_string();
+    loaded.sessions(options)?.ok_or_else(|| missing(&id, s.family, Capability::Sessions))
+}
+
 pub fn run(args: WorldArgs) -> Result<()> {
     let device = fastvideo_torch::device(&args.device)?;
     let dir = match &args.model {
         Some(m) => m.clone(),
         None => fastvideo_assembly::world_model()?,
     };
-    let model = args.precision.load_world(&dir, device)?;
-    let actions = chunk_rollout::parse_actions(&args.actions)?;
-    for a in &actions {
-        model.actions.index(a).with_context(|| "--actions")?;
+    let loaded = args.precision.load(&dir, ModelKind::World, device)?;
+    let sessions = local_sessions(loaded.as_ref())?;
+    let actions = parse_actions(&args.actions)?;
+    let known = sessions.actions();
+    if let Some(a) = actions.iter().find(|a| !known.contains(a)) {
+        anyhow::bail!("--actions: unknown action `{a}`; this model knows {}", known.join(", "));
     }
-    let prompt = args.prompt.clone().unwrap_or_else(|| model.spec.prompt.clone());
-    let first = args
-        .start_seed
-        .map(|s| fastvideo_assembly::world::simulator_frame(s, model.spec.width, model.spec.height))
-        .transpose()?;
-    let adapters = args.lora.set(model.wan.transformer.clone())?;
-    let warm_up_seconds =
-        if args.warm_up { Some(tch::no_grad(|| chunk_rollout::warm_up(&model, device))?) } else { None };
+    let adapters = match loaded.adapter_target() {
+        Some(target) => args.lora.set(target)?,
+        None if args.lora.lora.is_empty() => None,
+        None => return Err(missing(&dir.display().to_string(), loaded.summary().family, Capability::Adapters)),
+    };
+    let warm_up_seconds = if args.warm_up { Some(tch::no_grad(|| loaded.warm_up())?) } else { None };
+    let asked = SessionRequest {
+        prompt: args.prompt.clone(),
+        start_seed: args.start_seed,
+        seed: args.seed,
+        ..Default::default()
+    };
     let t0 = Instant::now();
     let mut last = t0;
     let mut chunk_seconds = Vec::new();
     // Through the session pipeline, as a server's session runs.
     let video = tch::no_grad(|| {
-        rollout(&model, &actions, &prompt, first.as_ref(), args.seed, device, adapters, |_| {
+        rollout(sessions.as_ref(), &asked, &actions, device, adapters, |_| {
             chunk_seconds.push(last.elapsed().as_secs_f64());
             last = Instant::now();
         })
@@ -77,11 +102,8 @@ pub fn run(args: WorldArgs) -> Result<()> {
     fastvideo_media::write_mp4(&video, &args.out).with_context(|| format!("writing {}", args.out.display()))?;
     let n = video.num_frames as f64;
     // What the preset and flags came to on this model: world models have their own gate.
-    let r = &model.wan.load_report;
-    let mut lossy = fastvideo_torch::lossy_paths(r.fp8_linears, r.int8_attention);
-    if model.decoder == fastvideo_wan::world::FrameDecoder::Tiny {
-        lossy.push("tiny_decoder");
-    }
+    let r = loaded.summary();
+    let lossy = r.lossy_paths();
     if args.json {
         let mut sorted = chunk_seconds[1..].to_vec();
         sorted.sort_by(f64::total_cmp);

@@ -5,7 +5,7 @@
 //! `architectures`) and `load`, which answers a [`LoadedModel`]. Everything above the family —
 //! the assembly, the server, the local commands — sees only these two traits: the model's limits,
 //! its one pipeline graph, its load summary, and the optional capabilities it offers (adapters,
-//! weight updates, residency, sessions, chat, prompt warnings). A capability a model does not
+//! weight updates, residency, sessions, chat, an autoencoder, prompt warnings). A capability a model does not
 //! offer is refused by [`missing`], naming the model and the capability.
 //!
 //! [`Registry`] holds the list of families and detects which one serves a folder, naming the
@@ -17,11 +17,13 @@ mod architecture;
 mod context;
 mod loaded;
 mod registry;
+mod rewriter;
 
 pub use architecture::{architecture_of, Architecture};
 pub use context::{LoadContext, ModelKind, SleepTier};
 pub use loaded::{
-    missing, Capability, ChatServing, DrawFrame, LoadSummary, LoadedModel, RequestCheck, SessionOptions, UnknownWords,
-    WeightSource,
+    missing, Autoencoder, Capability, ChatServing, DrawFrame, LoadSummary, LoadedModel, RequestCheck, SessionOptions,
+    UnknownWords, WeightSource,
 };
 pub use registry::{Family, Registry};
+pub use rewriter::PromptRewriter;

@@ -39,6 +39,9 @@ pub struct LoadSummary {
     pub text_encoder_dtype: Option<Kind>,
     /// The VAE's dtype, where the model has one.
     pub vae_dtype: Option<Kind>,
+    /// Frames are decoded by a tiny distilled decoder instead of the model's VAE (a lossy
+    /// path of its own).
+    pub tiny_decoder: bool,
     /// How it is split over GPUs, when it is.
     pub parallel: Option<String>,
     /// Seconds the load took.
@@ -50,7 +53,11 @@ pub struct LoadSummary {
 impl LoadSummary {
     /// The lossy paths it runs (`fp8_linears`, `int8_attention`, …), for the precision check.
     pub fn lossy_paths(&self) -> Vec<&'static str> {
-        fastvideo_torch::lossy_paths(self.fp8_linears, self.int8_attention)
+        let mut paths = fastvideo_torch::lossy_paths(self.fp8_linears, self.int8_attention);
+        if self.tiny_decoder {
+            paths.push("tiny_decoder");
+        }
+        paths
     }
 }
 
@@ -97,6 +104,14 @@ pub struct ChatServing {
     pub check: RequestCheck,
 }
 
+/// A model's pixel autoencoder on its own: what a VAE round trip (`eval --vae-roundtrip`, the
+/// ceiling the denoiser can reach) measures, whatever the family's latent layout.
+pub trait Autoencoder: Send + Sync {
+    /// Pixels `[1, 3, F, H, W]` in [-1, 1] (any device) through the encoder and the decoder,
+    /// answered on the model's device in the same layout.
+    fn roundtrip(&self, pixels: &tch::Tensor) -> Result<tch::Tensor>;
+}
+
 /// The words of a prompt a model's text encoder does not know.
 pub type UnknownWords = Arc<dyn Fn(&str) -> Vec<String> + Send + Sync>;
 
@@ -113,6 +128,8 @@ pub enum Capability {
     Sessions,
     /// Chat completions.
     Chat,
+    /// A pixel autoencoder (VAE) of its own, usable outside a pipeline.
+    Autoencoder,
 }
 
 impl Capability {
@@ -124,6 +141,7 @@ impl Capability {
             Capability::Residency => "sleeping off the device",
             Capability::Sessions => "sessions",
             Capability::Chat => "chat",
+            Capability::Autoencoder => "an autoencoder",
         }
     }
 }
@@ -178,6 +196,11 @@ pub trait LoadedModel: Send + Sync {
 
     /// Chat completions.
     fn chat(&self) -> Option<ChatServing> {
+        None
+    }
+
+    /// Its pixel autoencoder, for tools that measure it alone.
+    fn autoencoder(&self) -> Option<&dyn Autoencoder> {
         None
     }
 

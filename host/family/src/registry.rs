@@ -3,6 +3,7 @@
 //! through.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use anyhow::Result;
 use fastvideo_torch::Numerics;
@@ -10,6 +11,7 @@ use fastvideo_torch::Numerics;
 use crate::architecture::{architecture_of, Architecture};
 use crate::context::{LoadContext, ModelKind};
 use crate::loaded::LoadedModel;
+use crate::rewriter::PromptRewriter;
 
 /// A model family: what it is called, what it serves, and how it loads.
 pub trait Family: Send + Sync {
@@ -37,6 +39,12 @@ pub trait Family: Send + Sync {
 
     /// Loads `dir`. Errors name the file (and for configs the key).
     fn load(&self, dir: &Path, ctx: &LoadContext) -> Result<Box<dyn LoadedModel>>;
+
+    /// Loads `dir` as a prompt rewriter on `device` (its language model and its optional
+    /// system turn), where this family's models rewrite prompts; `None`: they do not.
+    fn rewriter(&self, _dir: &Path, _device: tch::Device) -> Result<Option<Arc<dyn PromptRewriter>>> {
+        Ok(None)
+    }
 }
 
 impl std::fmt::Debug for dyn Family {
@@ -101,6 +109,7 @@ impl Registry {
 mod tests {
     use super::*;
     use crate::loaded::LoadedModel;
+    use crate::rewriter::PromptRewriter;
 
     struct Fake(&'static str, &'static [&'static str], ModelKind, &'static str);
 

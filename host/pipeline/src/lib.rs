@@ -85,6 +85,7 @@ pub mod denoise;
 mod driver;
 mod embedding_cache;
 mod experts;
+mod frames;
 mod guidance;
 pub mod kv_pool;
 mod meter;
@@ -101,6 +102,9 @@ mod weight_loader;
 /// The value holding a request's extended prompt (`prompt_extend`): text stages read it in
 /// place of the request's prompt, and the request's output records it.
 pub const EXTENDED_PROMPT: &str = "extended_prompt";
+/// The prompt rewriter's decode node: a request's rewriter sampling goes in
+/// `node_params.prompt_extend`, whichever family's language model rewrites.
+pub const EXTEND_NODE: &str = "prompt_extend";
 
 pub use adapter_cache::{AdapterCache, AdapterEvent, AdapterSource, AdapterTarget, DEFAULT_MAX_LORAS_PER_REQUEST};
 pub use adapters::{AdapterRows, AdapterSet, ModuleDelta, PreparedAdapter, ADAPTERS};
@@ -109,6 +113,7 @@ pub use denoise::{ConditionMode, Conditioning, DenoiseLoop, Denoiser, LatentPrev
 pub use driver::{Advance, CancelToken, PipelineRun};
 pub use embedding_cache::{CacheObserver, EmbeddingCache};
 pub use experts::{BoundaryRouting, ExpertRouting, ExpertRoutingState, Route};
+pub use frames::frames_to_video;
 pub use guidance::{ClassicCfg, Guidance, GuidancePlan, GuidanceState, StepCtx};
 pub use meter::PluginMeter;
 pub use policies::{LoopPolicies, Observed, Observer, ObserverState, Reward, RewardInput, StepPolicy, StepPolicyState};

@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use fastvideo_pipeline::token::ARDecodeLoop;
+pub use fastvideo_pipeline::EXTEND_NODE;
 use fastvideo_pipeline::{Node, NodeCtx, Stage, Value, Values, EXTENDED_PROMPT};
 use fastvideo_request::ResolvedRequest;
 use tch::{Device, Kind, Tensor};
@@ -22,8 +23,6 @@ use tch::{Device, Kind, Tensor};
 use crate::language_model::PREFILL_CHUNK;
 use crate::{ChatTokenizer, LanguageModel, Message};
 
-/// The decode node's name: a request's rewriter sampling goes in `node_params.prompt_extend`.
-pub const EXTEND_NODE: &str = "prompt_extend";
 /// The folder file whose text, when present, is the rewriter's system turn.
 pub const SYSTEM_PROMPT_FILE: &str = "system_prompt.txt";
 /// Tokens a rewrite takes at most unless the request says (`node_params.prompt_extend.max_tokens`).
@@ -55,8 +54,8 @@ impl PromptExtender {
         Ok(Self { lm, system })
     }
 
-    /// Why `prompt` cannot be rewritten (as `(field, rule)`): its chat through the template must
-    /// leave the model room for at least one token.
+    /// Why `prompt` cannot be rewritten: its chat through the template must leave the model
+    /// room for at least one token.
     pub fn check_prompt(&self, prompt: &str) -> Result<(), String> {
         let n = self.lm.prompt_ids(&messages(self.system.as_deref(), prompt)).map_err(|e| format!("{e:#}"))?.len();
         let max = self.lm.model.config.max_position_embeddings as usize;
@@ -120,5 +119,15 @@ impl Stage for Detokenize {
         let text = if text.is_empty() { ctx.request.prompt.clone() } else { text };
         values.insert(EXTENDED_PROMPT, Value::Text(text));
         Ok(())
+    }
+}
+
+impl fastvideo_family::PromptRewriter for PromptExtender {
+    fn nodes(&self) -> Vec<Node> {
+        PromptExtender::nodes(self)
+    }
+
+    fn check_prompt(&self, prompt: &str) -> Result<(), String> {
+        PromptExtender::check_prompt(self, prompt)
     }
 }

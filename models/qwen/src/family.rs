@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Result;
-use fastvideo_family::{ChatServing, Family, LoadContext, LoadSummary, LoadedModel, ModelKind};
+use fastvideo_family::{ChatServing, Family, LoadContext, LoadSummary, LoadedModel, ModelKind, PromptRewriter};
 use fastvideo_pipeline::token::{check_decode, KvBlockPool};
 use fastvideo_pipeline::{LoopPolicies, PipelineSpec};
 use fastvideo_request::{ModelLimits, RequestError, ResolvedRequest};
@@ -37,9 +37,15 @@ impl Family for Qwen {
         ModelKind::Language
     }
 
+    fn rewriter(&self, dir: &Path, device: tch::Device) -> Result<Option<Arc<dyn PromptRewriter>>> {
+        let kind = if device.is_cuda() { Kind::BFloat16 } else { Kind::Float };
+        Ok(Some(Arc::new(crate::PromptExtender::load(dir, device, kind)?)))
+    }
+
     fn load(&self, dir: &Path, ctx: &LoadContext) -> Result<Box<dyn LoadedModel>> {
         let t0 = std::time::Instant::now();
-        let kind = if ctx.device.is_cuda() { Kind::BFloat16 } else { Kind::Float };
+        // `auto` (what a served `[lm]` always asks): bf16 on CUDA, float32 elsewhere.
+        let kind = ctx.numerics.dtype.resolve(ctx.device);
         let lm = LanguageModel::load(dir, ctx.device, kind)?;
         let (spec, pool) = chat_pipeline(&lm, ctx.kv_cache_bytes)?;
         let summary = LoadSummary {
@@ -53,6 +59,7 @@ impl Family for Qwen {
             dtype: kind,
             text_encoder_dtype: None,
             vae_dtype: None,
+            tiny_decoder: false,
             parallel: None,
             seconds: t0.elapsed().as_secs_f64(),
             note: None,

@@ -363,7 +363,7 @@ pub fn single_session_pool(model: &WorldModel, device: Device) -> Arc<KvPool> {
 /// The bare rollout, outside the loop contract: the first chunk (generated, or `first_frame`
 /// encoded) and then one chunk per action (names as the model lists them), calling `on_chunk`
 /// as each is decoded; returns all frames `[1, 3, F, H, W]`. What the family's tests compare
-/// the session pipeline against; commands roll out with [`crate::offline_rollout::rollout`].
+/// the session pipeline against; commands roll out through the session pipeline instead.
 #[allow(clippy::too_many_arguments)]
 pub fn run_offline(
     model: &WorldModel,
@@ -393,50 +393,4 @@ pub fn run_offline(
         frames.push(c.frames);
     }
     Ok(Tensor::cat(&frames, 2))
-}
-
-/// Rolls out a first chunk and one more, and drops them: the first work of a fresh process pays
-/// for compiling kernels (NVRTC), cuBLAS and cuDNN plans at the session's shapes and the
-/// allocator's first blocks, about half a second on an H200 at 480×832. A server does this once
-/// when it loads the world model, so no session's first chunk pays it. Returns the seconds taken.
-pub fn warm_up(model: &Arc<WorldModel>, device: Device) -> Result<f64> {
-    let t = std::time::Instant::now();
-    let action = model.actions.cfg.actions[0].clone();
-    // Through the session pipeline, as sessions run; its frames come back on the host, so the
-    // device is done when it returns and the time is the warm-up's, not the next caller's.
-    crate::offline_rollout::rollout(model, &[action], &model.spec.prompt, None, 0, device, None, |_| {})?;
-    Ok(t.elapsed().as_secs_f64())
-}
-
-/// Parses `"right*8,up*8,none"` into action names, one per chunk (the first chunk — the lone
-/// first frame — takes none and is not listed). Errors name the bad item.
-pub fn parse_actions(spec: &str) -> Result<Vec<String>> {
-    let mut out = Vec::new();
-    for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        let (name, count) = match item.split_once('*') {
-            Some((n, c)) => (
-                n.trim(),
-                c.trim().parse::<usize>().ok().filter(|&c| c > 0).with_context(|| {
-                    format!("--actions: `{item}`: the count after `*` must be a positive whole number")
-                })?,
-            ),
-            None => (item, 1),
-        };
-        out.extend(std::iter::repeat_n(name.to_string(), count));
-    }
-    anyhow::ensure!(!out.is_empty(), "--actions: no actions given (e.g. \"right*8,up*8\")");
-    Ok(out)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_actions;
-
-    #[test]
-    fn action_lists_expand_counts_and_name_bad_items() {
-        assert_eq!(parse_actions("right*2, up,none*1").unwrap(), ["right", "right", "up", "none"]);
-        assert!(parse_actions("up*x").unwrap_err().to_string().contains("`up*x`"));
-        assert!(parse_actions("up*0").is_err());
-        assert!(parse_actions(" , ").is_err());
-    }
 }

@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use fastvideo_family::{
-    Family, LoadContext, LoadSummary, LoadedModel, ModelKind, SessionOptions, SleepTier, UnknownWords, WeightSource,
+    Autoencoder, Family, LoadContext, LoadSummary, LoadedModel, ModelKind, SessionOptions, SleepTier, UnknownWords,
+    WeightSource,
 };
 use fastvideo_pipeline::session::SessionModel;
 use fastvideo_pipeline::{EmbeddingCache, LoopPolicies, PipelineSpec, Residency};
@@ -116,6 +117,7 @@ fn summary(model: &WanModel) -> LoadSummary {
         dtype: r.transformer_dtype,
         text_encoder_dtype: Some(r.text_encoder_dtype),
         vae_dtype: Some(r.vae_dtype),
+        tiny_decoder: false,
         parallel: model.parallel.as_ref().map(|p| format!("{:?} over {:?}", p.plan(), p.devices())),
         seconds: r.seconds,
         note: model.run.description.clone(),
@@ -133,6 +135,10 @@ impl LoadedModel for LoadedWan {
 
     fn pipeline(&self, policies: LoopPolicies) -> Result<Arc<PipelineSpec>> {
         crate::pipeline::text_to_video_with(&self.model, policies).map(Arc::new)
+    }
+
+    fn autoencoder(&self) -> Option<&dyn Autoencoder> {
+        Some(self)
     }
 
     fn resident_bytes(&self) -> u64 {
@@ -209,8 +215,16 @@ impl Family for WanWorld {
         } else {
             world
         };
-        let summary = LoadSummary { family: "wan-world", ..summary(&world.wan) };
+        let tiny_decoder = world.decoder == crate::world::FrameDecoder::Tiny;
+        let summary = LoadSummary { family: "wan-world", tiny_decoder, ..summary(&world.wan) };
         Ok(Box::new(LoadedWorld { world: Arc::new(world), summary }))
+    }
+}
+
+impl Autoencoder for LoadedWan {
+    fn roundtrip(&self, pixels: &tch::Tensor) -> Result<tch::Tensor> {
+        let vae = &self.model.vae;
+        vae.decode(&vae.encode(&pixels.to_device(self.model.device))?)
     }
 }
 
@@ -265,11 +279,8 @@ impl LoadedModel for LoadedWorld {
     }
 
     fn warm_up(&self) -> Result<f64> {
-        if !self.summary.device.is_cuda() {
-            return Ok(0.0);
-        }
         // Kernels compiled and library plans made now, not in the first session's first chunk.
-        tch::no_grad(|| crate::chunk_rollout::warm_up(&self.world, self.summary.device))
+        tch::no_grad(|| crate::offline_rollout::warm_up(&self.world, self.summary.device))
             .map_err(|e| e.context(format!("warming up the world model {}", self.summary.dir.display())))
     }
 

@@ -7,12 +7,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use anyhow::{ensure, Result};
+use fastvideo_pipeline::frames_to_video;
 use fastvideo_pipeline::{
     AdapterRows, AdapterSet, BlockHook, BoundaryRouting, ClassicCfg, ConditionMode, Conditioning, DenoiseLoop,
     Denoiser, EmbeddingCache, Guidance, LoopPolicies, Node, NodeCtx, PipelineSpec, Stage, Value, Values,
 };
-use fastvideo_request::{ResolvedRequest, TaskType, VideoArtifact};
-use tch::{Device, Kind, Tensor};
+use fastvideo_request::{ResolvedRequest, TaskType};
+use tch::{Device, Tensor};
 
 use crate::image_encode::{FirstFrameEncode, ImageEncode};
 use crate::loader::WanModel;
@@ -198,25 +199,6 @@ impl Stage for Assemble {
         values.insert(VIDEO, Value::Video(video));
         Ok(())
     }
-}
-
-/// Decoded frames `[1, 3, F, H, W]` in [-1, 1] → an RGB8 video artifact on the host.
-pub fn frames_to_video(frames: &Tensor, fps: u32) -> Result<VideoArtifact> {
-    let (b, c, f, h, w) = frames.size5()?;
-    ensure!(b == 1 && c == 3, "assemble: frames {:?} must be [1, 3, F, H, W]", frames.size());
-    let rgb = ((frames.squeeze_dim(0) / 2.0 + 0.5).clamp(0.0, 1.0) * 255.0)
-        .round()
-        .to_kind(Kind::Uint8)
-        .permute([1, 2, 3, 0])
-        .contiguous()
-        .to_device(Device::Cpu);
-    Ok(VideoArtifact {
-        fps,
-        num_frames: f as u32,
-        height: h as u32,
-        width: w as u32,
-        rgb: Vec::<u8>::try_from(rgb.flatten(0, -1))?,
-    })
 }
 
 /// Builds the validated pipeline for a loaded model, with `guidance` bound as its CFG policy.

@@ -198,7 +198,7 @@ impl LoopStage for SessionLoop {
         match unit {
             Unit::Denoised { forwards, output } => Ok(StepResult { done: false, emit, forwards, output: Some(output) }),
             Unit::Committed(chunk) => {
-                let video = crate::pipeline::frames_to_video(&chunk.frames, self.model.spec.fps)?;
+                let video = fastvideo_pipeline::frames_to_video(&chunk.frames, self.model.spec.fps)?;
                 let first_frame = s.frames;
                 s.frames += video.num_frames as u64;
                 emit.push(OmniEvent::Chunk {

@@ -41,7 +41,7 @@ fn chat_errors_name_the_field_and_exit_non_zero() {
         assert!(err.contains(want) && !err.contains("panicked"), "{want}: {err}");
     }
     let out = fastvideo(&["chat", "--lm", "/nonexistent", "hi"]);
-    assert!(String::from_utf8_lossy(&out.stderr).contains("no config.json"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent does not exist"));
 }
 
 /// The official `openai` client against `serve --lm`: a chat completion whole and streamed (the

@@ -161,7 +161,7 @@ fn a_session_run_makes_the_frames_of_the_rollout_it_drives() {
         .unwrap();
     }
     for (i, (v, f)) in videos.iter().zip(&bare).enumerate() {
-        let want = fastvideo_wan::pipeline::frames_to_video(f, v.fps).unwrap();
+        let want = fastvideo_pipeline::frames_to_video(f, v.fps).unwrap();
         assert_eq!(v.rgb, want.rgb, "chunk {i}");
     }
 }
@@ -289,7 +289,7 @@ fn the_offline_rollout_runs_the_session_pipeline_and_equals_the_bare_rollout() {
                 |_| {},
             )
             .unwrap();
-            let bare = fastvideo_wan::pipeline::frames_to_video(&bare, m.spec.fps).unwrap();
+            let bare = fastvideo_pipeline::frames_to_video(&bare, m.spec.fps).unwrap();
             let mut chunk_frames = Vec::new();
             let video = fastvideo_wan::offline_rollout::rollout(
                 &m,

@@ -16,6 +16,8 @@ use fastvideo_request::{ActionPart, RequestError, ResolvedRequest};
 use crate::kv_pool::PoolStats;
 use crate::PipelineSpec;
 
+pub mod offline;
+
 /// Value name under which a session's [`ActionInbox`] is handed to its loop node.
 pub const ACTIONS: &str = "actions";
 
