@@ -1,6 +1,6 @@
 //! The text encoder's tokenizer: a `tokenizer.json` read with the `tokenizers` crate, used the
-//! way diffusers pipelines call it (Wan's, for one) — cleaned prompt, special tokens added, truncated and padded
-//! to a fixed length, with an attention mask.
+//! way diffusers pipelines call it (Wan's, for one) — cleaned prompt, special tokens added,
+//! truncated and padded to a fixed length, with an attention mask.
 
 use std::path::Path;
 
