@@ -6,6 +6,7 @@
 //! normalised and rotated together, and the output projection adds into the residual stream.
 
 use anyhow::Result;
+use fastvideo_layers::Linear;
 use fastvideo_pipeline::token::{KvStore, PagedBatch};
 use fastvideo_torch::weights::Weights;
 use tch::{Kind, Tensor};
@@ -13,49 +14,6 @@ use tch::{Kind, Tensor};
 use crate::config::{Family, QwenConfig};
 use crate::rms_norm::RmsNorm;
 use crate::rope::Rope;
-
-/// `x Wᵀ + b`.
-pub struct Linear {
-    weight: Tensor,
-    bias: Option<Tensor>,
-}
-
-impl Linear {
-    /// Reads `weight` `[out_dim, in_dim]` (and `bias` `[out_dim]` when `bias`) under `w`.
-    pub fn new(w: &Weights, in_dim: i64, out_dim: i64, bias: bool) -> Result<Self> {
-        let weight = w.get("weight", &[out_dim, in_dim])?;
-        let bias = if bias { Some(w.get("bias", &[out_dim])?) } else { None };
-        Ok(Self { weight, bias })
-    }
-
-    /// Projections of one input as one matmul, outputs concatenated in order (all or none with
-    /// biases). The parts are consumed, so their weights are not kept beside the fused copy.
-    pub fn concat(parts: Vec<Linear>) -> Self {
-        let weight = Tensor::cat(&parts.iter().map(|p| &p.weight).collect::<Vec<_>>(), 0);
-        let bias = parts.iter().map(|p| p.bias.as_ref()).collect::<Option<Vec<_>>>().map(|b| Tensor::cat(&b, 0));
-        assert!(bias.is_some() || parts.iter().all(|p| p.bias.is_none()), "all parts or none have a bias");
-        Self { weight, bias }
-    }
-
-    /// `x Wᵀ + b` as a new tensor.
-    pub fn forward(&self, x: &Tensor) -> Tensor {
-        x.linear(&self.weight, self.bias.as_ref())
-    }
-
-    /// `acc += x Wᵀ + b` in place (`acc [.., out]`): the matmul accumulates into `acc` (a
-    /// residual add), one launch instead of a matmul and an add.
-    pub fn forward_add(&self, acc: &Tensor, x: &Tensor) {
-        let (out, inp) = self.weight.size2().expect("[out, in]");
-        if acc.is_contiguous() {
-            let _ = acc.view([-1, out]).addmm_(&x.reshape([-1, inp]), &self.weight.tr());
-            if let Some(b) = &self.bias {
-                let _ = acc.shallow_clone().g_add_(b);
-            }
-        } else {
-            let _ = acc.shallow_clone().g_add_(&self.forward(x));
-        }
-    }
-}
 
 /// One layer's grouped-query self-attention, its projections fused for decode.
 pub struct Attention {

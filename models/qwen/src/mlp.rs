@@ -1,10 +1,9 @@
 //! The SwiGLU feed-forward: `down(silu(gate(x)) · up(x))`, gate and up as one matmul.
 
 use anyhow::Result;
+use fastvideo_layers::Linear;
 use fastvideo_torch::weights::Weights;
 use tch::Tensor;
-
-use crate::attention::Linear;
 
 /// The SwiGLU feed-forward of one layer.
 pub struct Mlp {

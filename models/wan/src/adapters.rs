@@ -5,11 +5,11 @@
 use std::collections::HashMap;
 
 use anyhow::{bail, Context, Result};
+use fastvideo_layers::Linear;
 use fastvideo_lora::{LoraFile, TargetModule, TensorData};
 use fastvideo_pipeline::{AdapterSet, AdapterTarget, ModuleDelta, PreparedAdapter};
 use tch::{Device, Kind, Tensor};
 
-use crate::nn::Linear;
 use crate::{Umt5Encoder, WanTransformer3DModel};
 
 /// A Wan model as adapters see it: the transformer (a two-expert model's two), and the text

@@ -7,11 +7,12 @@
 use std::path::Path;
 
 use anyhow::{ensure, Result};
+use fastvideo_layers::config::{read_config_with, unsupported, TRANSFORMERS_BOOKKEEPING};
+use fastvideo_layers::heads::{merge_heads, split_heads};
+use fastvideo_layers::Linear;
 use serde::Deserialize;
 use tch::{Kind, Tensor};
 
-use crate::config::{read_config_with, unsupported, TRANSFORMERS_BOOKKEEPING};
-use crate::nn::{merge_heads, split_heads, Linear};
 use crate::weights::Weights;
 
 /// `image_encoder/config.json` (a `CLIPVisionConfig`).
@@ -131,7 +132,7 @@ impl EncoderLayer {
         let [q, k, v] = qkv;
         Ok(Self {
             norm1: LayerNorm::new(&w.pp("layer_norm1"), d, eps)?,
-            qkv: Linear::concat(&[q?, k?, v?]),
+            qkv: Linear::concat(vec![q?, k?, v?]),
             out: Linear::new(&a.pp("out_proj"), d, d, true)?,
             norm2: LayerNorm::new(&w.pp("layer_norm2"), d, eps)?,
             fc1: Linear::new(&w.pp("mlp.fc1"), d, cfg.intermediate_size, true)?,
@@ -186,7 +187,7 @@ impl ClipVisionEncoder {
         })
     }
 
-    /// `pixel_values [N, 3, S, S]` (already processed: see [`crate::image_processor`]) → the
+    /// `pixel_values [N, 3, S, S]` (already processed: see [`fastvideo_layers::image_processor`]) → the
     /// penultimate layer's hidden states `[N, tokens, hidden]`, transformers'
     /// `hidden_states[-2]`, in the weights' dtype.
     pub fn penultimate(&self, pixel_values: &Tensor) -> Result<Tensor> {

@@ -4,11 +4,11 @@
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
+use fastvideo_layers::image_processor::Rgb8;
 use fastvideo_pipeline::{NodeCtx, Stage, Value, Values};
 use fastvideo_request::{reframe, ImageRole, InputImage, Reframed, ResizeMode};
 
 use crate::image_condition::image_condition;
-use crate::image_processor::Rgb8;
 use crate::image_resize::picture_to_unit;
 use crate::loader::ClipImage;
 use crate::vae::AutoencoderKLWan;

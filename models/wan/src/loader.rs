@@ -5,6 +5,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{bail, ensure, Context, Result};
+use fastvideo_layers::config::{read_config, unsupported};
+use fastvideo_layers::image_processor::{ImageProcessorConfig, ProcessorBackend};
+use fastvideo_layers::tokenizer::TextTokenizer;
 use fastvideo_parallel::ParallelPlan;
 use fastvideo_request::{Defaults, ImageRole, ModelLimits, TaskType};
 use serde::Deserialize;
@@ -12,11 +15,8 @@ use serde_json::Value;
 use tch::{Device, Kind};
 
 use crate::clip_vision::{ClipVisionConfig, ClipVisionEncoder};
-use crate::config::unsupported;
-use crate::image_processor::ImageProcessorConfig;
 use crate::parallel::transformer::{load_from_files, transformer_checkpoint, ParallelTransformer};
 use crate::scheduler::{self, SchedulerDefaults};
-use crate::tokenizer::TextTokenizer;
 use crate::transformer::{TransformerConfig, WanTransformer3DModel};
 use crate::umt5::{Umt5Config, Umt5Encoder};
 use crate::vae::{AutoencoderKLWan, VaeConfig};
@@ -349,7 +349,7 @@ impl WanModel {
         let tokenizer = TextTokenizer::from_file(&dir.join("tokenizer").join("tokenizer.json"))?;
         let scheduler = scheduler::load(&dir.join("scheduler").join("scheduler_config.json"))?;
         let run_path = dir.join("fastvideo.json");
-        let run = if run_path.exists() { crate::config::read_config(&run_path)? } else { RunDefaults::default() };
+        let run = if run_path.exists() { read_config(&run_path)? } else { RunDefaults::default() };
         // The embedding cache key names the encoder's dtype too: bf16 and fp32 embeddings differ.
         let identity = format!("{}|{}", weights_identity(&e_dir), fastvideo_torch::kind_name(kind));
         let text_cache = Arc::new(fastvideo_pipeline::EmbeddingCache::new(identity, 512));
@@ -550,7 +550,7 @@ fn load_image_conditioning(
         return Err(unsupported(&index_path, "image_encoder", class, "only CLIPVisionModel"));
     }
     let class = component_class(dir, index, "image_processor")?;
-    let Some(backend) = crate::image_processor::ProcessorBackend::of_class(&class) else {
+    let Some(backend) = ProcessorBackend::of_class(&class) else {
         return Err(unsupported(&index_path, "image_processor", class, "only CLIPImageProcessor (Fast or Pil)"));
     };
     let e_dir = dir.join("image_encoder");

@@ -25,14 +25,10 @@ use std::time::Instant;
 
 use anyhow::{ensure, Result};
 use fastvideo_kernels::transfer::Transfer;
+use fastvideo_layers::offload::{host_copy, map_linears, point, same_layout, Groups};
 use tch::{Device, Tensor};
 
-use crate::nn::Linear;
 use crate::transformer::WanTransformer3DModel;
-
-/// Tensors for each linear's (weight, bias), by the group a forward reads them in
-/// ([`WanTransformer3DModel::linear_groups`]).
-pub(crate) type Groups = Vec<Vec<(Tensor, Option<Tensor>)>>;
 
 /// The two experts, one of them resident.
 pub struct ExpertSwap {
@@ -66,69 +62,6 @@ impl Drop for ExpertSwap {
     }
 }
 
-/// A host buffer like `t`: pinned where the device is CUDA (fast, asynchronous copies).
-fn host_like(t: &Tensor, device: Device) -> Tensor {
-    let h = Tensor::empty(t.size(), (t.kind(), Device::Cpu));
-    match device {
-        Device::Cuda(_) => h.f_pin_memory(device).unwrap_or(h),
-        _ => h,
-    }
-}
-
-/// Points `t`'s storage at `data` (every handle of `t` sees it).
-fn repoint(t: &Tensor, data: &Tensor) {
-    let mut t = t.shallow_clone();
-    t.set_data(data);
-}
-
-pub(crate) fn map_linears(t: &WanTransformer3DModel, f: impl Fn(&Tensor) -> Tensor) -> Groups {
-    let one = |l: &Linear| (f(&l.weight), l.bias.as_ref().map(&f));
-    t.linear_groups().into_iter().map(|g| g.into_iter().map(one).collect()).collect()
-}
-
-/// `f` of every tensor of `groups`, in the same layout.
-pub(crate) fn map_linears_of(groups: &Groups, f: impl Fn(&Tensor) -> Tensor) -> Groups {
-    groups.iter().map(|g| g.iter().map(|(w, b)| (f(w), b.as_ref().map(&f))).collect()).collect()
-}
-
-/// Host copies of `t`'s linears, pinned on CUDA.
-pub(crate) fn host_copy(t: &WanTransformer3DModel, device: Device) -> Groups {
-    map_linears(t, |w| {
-        let mut h = host_like(w, device);
-        h.copy_(w);
-        h
-    })
-}
-
-/// Points `t`'s linears at `data`.
-pub(crate) fn point(t: &WanTransformer3DModel, data: &Groups) {
-    for (g, d) in t.linear_groups().into_iter().zip(data) {
-        for (l, (w, b)) in g.into_iter().zip(d) {
-            repoint(&l.weight, w);
-            if let (Some(lb), Some(b)) = (&l.bias, b) {
-                repoint(lb, b);
-            }
-        }
-    }
-}
-
-/// Whether two sets of tensors pair up one to one with equal shapes and dtypes.
-fn same_layout(a: &Groups, b: &Groups) -> bool {
-    let same = |x: &Tensor, y: &Tensor| x.size() == y.size() && x.kind() == y.kind();
-    a.len() == b.len()
-        && a.iter().zip(b).all(|(g, h)| {
-            g.len() == h.len()
-                && g.iter().zip(h).all(|((w, b), (v, c))| {
-                    same(w, v)
-                        && match (b, c) {
-                            (Some(b), Some(c)) => same(b, c),
-                            (None, None) => true,
-                            _ => false,
-                        }
-                })
-        })
-}
-
 /// An expert moved to host memory before the other loads (see the module docs).
 pub struct Parked {
     expert: Arc<WanTransformer3DModel>,
@@ -145,19 +78,19 @@ impl Parked {
 impl ExpertSwap {
     /// Moves `expert`'s linears to (pinned) host memory right after it loaded.
     pub fn park(expert: Arc<WanTransformer3DModel>, device: Device) -> Parked {
-        let host = host_copy(&expert, device);
-        point(&expert, &host);
+        let host = host_copy(&expert.linear_groups(), device);
+        point(&expert.linear_groups(), &host);
         Parked { expert, host }
     }
 
     /// `first` resident on `device`, `second` parked.
     pub fn new(first: Arc<WanTransformer3DModel>, second: Parked, device: Device) -> Result<Self> {
-        let buffers = map_linears(&first, Tensor::detach);
+        let buffers = map_linears(&first.linear_groups(), Tensor::detach);
         ensure!(
             same_layout(&buffers, &second.host),
             "offloaded experts: the two transformers' linears differ in shape"
         );
-        let host = vec![host_copy(&first, device), second.host];
+        let host = vec![host_copy(&first.linear_groups(), device), second.host];
         Ok(Self {
             experts: vec![first, second.expert],
             host,
@@ -209,8 +142,8 @@ impl ExpertSwap {
             (Some(t), false) => t.synchronize()?,
             (None, _) => {}
         }
-        point(&self.experts[*resident], &self.host[*resident]);
-        point(&self.experts[e], &self.buffers);
+        point(&self.experts[*resident].linear_groups(), &self.host[*resident]);
+        point(&self.experts[e].linear_groups(), &self.buffers);
         *resident = e;
         self.swaps.fetch_add(1, Ordering::Relaxed);
         self.swap_nanos.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);

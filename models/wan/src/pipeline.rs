@@ -15,10 +15,11 @@ use fastvideo_pipeline::{
 use fastvideo_request::{ResolvedRequest, TaskType};
 use tch::{Device, Tensor};
 
+use fastvideo_layers::tokenizer::TextTokenizer;
+
 use crate::image_encode::{FirstFrameEncode, ImageEncode};
 use crate::loader::WanModel;
 use crate::parallel::ParallelTransformer;
-use crate::tokenizer::TextTokenizer;
 use crate::transformer::WanTransformer3DModel;
 use crate::umt5::Umt5Encoder;
 use crate::vae::AutoencoderKLWan;
@@ -59,7 +60,7 @@ fn encode(
     text: &str,
     max_len: usize,
     device: Device,
-    lora: crate::nn::Lora,
+    lora: fastvideo_layers::Lora,
 ) -> Result<Tensor> {
     let (ids, mask) = tokenizer.encode(&[text.to_string()], max_len, device)?;
     let h = encoder.forward_lora(&ids, &mask, lora)?;

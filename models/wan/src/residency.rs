@@ -17,10 +17,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use anyhow::{ensure, Result};
+use fastvideo_layers::offload::{host_copy, map_linears, map_linears_of, point, Groups};
 use fastvideo_pipeline::Residency;
 use tch::Tensor;
 
-use crate::offload::{host_copy, map_linears, map_linears_of, point, Groups};
 use crate::transformer::WanTransformer3DModel;
 use crate::WanModel;
 
@@ -49,8 +49,8 @@ impl Residency for TransformerResidency {
     fn sleep(&self) -> Result<()> {
         let mut host = self.host.lock().unwrap_or_else(|e| e.into_inner());
         let t = &self.model.transformer;
-        let copy = host.get_or_insert_with(|| host_copy(t, self.model.device));
-        point(t, copy);
+        let copy = host.get_or_insert_with(|| host_copy(&t.linear_groups(), self.model.device));
+        point(&t.linear_groups(), copy);
         self.awake.store(false, Ordering::Relaxed);
         Ok(())
     }
@@ -60,7 +60,7 @@ impl Residency for TransformerResidency {
         match host.as_ref() {
             Some(copy) => {
                 let on_device = map_linears_of(copy, |t| t.to_device(self.model.device));
-                point(&self.model.transformer, &on_device);
+                point(&self.model.transformer.linear_groups(), &on_device);
             }
             // Never slept: a model loaded lazily, whose linears were never read.
             None => read_linears(&self.model)?,
@@ -85,7 +85,11 @@ impl Residency for TransformerResidency {
 pub fn resident_bytes(model: &WanModel) -> u64 {
     let held = |t: &WanTransformer3DModel| -> u64 {
         let size = |t: &Tensor| t.numel() as u64 * t.kind().elt_size_in_bytes() as u64;
-        map_linears(t, |w| w.shallow_clone()).iter().flatten().map(|(w, b)| size(w) + b.as_ref().map_or(0, size)).sum()
+        map_linears(&t.linear_groups(), |w| w.shallow_clone())
+            .iter()
+            .flatten()
+            .map(|(w, b)| size(w) + b.as_ref().map_or(0, size))
+            .sum()
     };
     let second = match (&model.low_noise, &model.offload) {
         (Some(expert), None) => held(&expert.transformer),
@@ -97,7 +101,7 @@ pub fn resident_bytes(model: &WanModel) -> u64 {
 /// Reads `model`'s transformer linears from its checkpoint onto its device.
 fn read_linears(model: &WanModel) -> Result<()> {
     let fresh = crate::update::load_transformer(model, &model.dir)?;
-    point(&model.transformer, &map_linears(&fresh, |w| w.shallow_clone()));
+    point(&model.transformer.linear_groups(), &map_linears(&fresh.linear_groups(), |w| w.shallow_clone()));
     Ok(())
 }
 
@@ -128,7 +132,8 @@ impl DiskResidency {
 impl Residency for DiskResidency {
     fn sleep(&self) -> Result<()> {
         let t = &self.model.transformer;
-        point(t, &map_linears(t, |w| Tensor::empty([0], (w.kind(), w.device()))));
+        let groups = t.linear_groups();
+        point(&groups, &map_linears(&groups, |w| Tensor::empty([0], (w.kind(), w.device()))));
         self.awake.store(false, Ordering::Relaxed);
         Ok(())
     }

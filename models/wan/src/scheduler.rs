@@ -5,10 +5,9 @@
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
+use fastvideo_layers::config::unsupported;
 use fastvideo_request::SamplerKind;
 use serde_json::{Map, Value};
-
-use crate::config::unsupported;
 
 /// What the folder's `scheduler/scheduler_config.json` says the sampler runs.
 #[derive(Debug, Clone, PartialEq)]

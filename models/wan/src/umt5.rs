@@ -5,11 +5,12 @@
 use std::path::Path;
 
 use anyhow::{ensure, Result};
+use fastvideo_layers::config::{read_config_with, unsupported, TRANSFORMERS_BOOKKEEPING};
+use fastvideo_layers::heads::{merge_heads, split_heads};
+use fastvideo_layers::Linear;
 use serde::Deserialize;
 use tch::{Kind, Tensor};
 
-use crate::config::{read_config_with, unsupported, TRANSFORMERS_BOOKKEEPING};
-use crate::nn::{merge_heads, split_heads, Linear};
 use crate::weights::Weights;
 
 /// `text_encoder/config.json`. Decoder-side keys are accepted (the file describes the whole
@@ -272,7 +273,7 @@ impl Umt5Encoder {
     }
 
     /// [`forward`](Self::forward) with text-encoder adapters (unmerged) on every linear.
-    pub fn forward_lora(&self, input_ids: &Tensor, mask: &Tensor, lora: crate::nn::Lora) -> Result<Tensor> {
+    pub fn forward_lora(&self, input_ids: &Tensor, mask: &Tensor, lora: fastvideo_layers::Lora) -> Result<Tensor> {
         let s = input_ids.size();
         ensure!(
             s.len() == 2 && mask.size() == s,

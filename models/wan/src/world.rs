@@ -11,12 +11,12 @@
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
+use fastvideo_layers::config::read_config_with;
+use fastvideo_layers::Linear;
 use serde::Deserialize;
 use tch::{Device, Kind, Tensor};
 
-use crate::config::read_config_with;
 use crate::loader::{LoadOptions, WanModel};
-use crate::nn::Linear;
 use crate::weights::Weights;
 
 /// `action_embedder/config.json`.

@@ -1,6 +1,6 @@
 //! The Wan transformer over several ranks (issue 18): guidance branches (batch rows) split across
 //! CFG groups, and within a group the token sequence split across ranks (Ulysses, see
-//! [`sequence_parallel`](crate::sequence_parallel)). The pipeline sees one [`Denoiser`]; the
+//! [`sequence_parallel`](fastvideo_layers::sequence_parallel)). The pipeline sees one [`Denoiser`]; the
 //! engine's executor thread calls it exactly as the one-device transformer, so the scheduler,
 //! guiders, samplers and cancellation are unchanged, and every unit is decided there once.
 //!

@@ -6,10 +6,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
+use fastvideo_layers::sequence_parallel::split_counts;
 use fastvideo_parallel::{ParallelPlan, RankJob, RankPool};
 use tch::{Device, Tensor};
 
-use crate::sequence_parallel::split_counts;
 use crate::transformer::WanTransformer3DModel;
 use crate::weights::{checkpoint_files, Weights};
 

@@ -4,11 +4,12 @@
 
 use anyhow::Result;
 use fastvideo_kernels::attention8::{self, Pv};
+use fastvideo_layers::heads::{merge_heads, split_heads};
+use fastvideo_layers::sequence_parallel::{ulysses_attention, SequenceShard};
+use fastvideo_layers::{Linear, Lora};
 use tch::Tensor;
 
 use super::rope::Rope;
-use crate::nn::{merge_heads, split_heads, Linear, Lora};
-use crate::sequence_parallel::{ulysses_attention, SequenceShard};
 use crate::weights::Weights;
 
 /// Self-attention with q/k RMSNorm across all heads and rotary positions. q and k come from one
@@ -39,7 +40,7 @@ impl SelfAttention {
     pub(super) fn new(w: &Weights, dim: i64, heads: i64, eps: f64) -> Result<Self> {
         let qk = [Linear::new(&w.pp("to_q"), dim, dim, true)?, Linear::new(&w.pp("to_k"), dim, dim, true)?];
         Ok(Self {
-            to_qk: Linear::concat(&qk),
+            to_qk: Linear::concat(Vec::from(qk)),
             to_v: Linear::new(&w.pp("to_v"), dim, dim, true)?,
             to_out: Linear::new(&w.pp("to_out.0"), dim, dim, true)?,
             norm_q: w.get("norm_q.weight", &[dim])?,

@@ -2,13 +2,13 @@
 //! the gated GELU feed-forward, with the fused norm/residual kernels.
 
 use anyhow::Result;
+use fastvideo_layers::sequence_parallel::SequenceShard;
+use fastvideo_layers::{Linear, Lora};
 use tch::{Kind, Tensor};
 
 use super::attention::{Cross, CrossAttention, KeyValues, Keys, SelfAttention};
 use super::config::TransformerConfig;
 use super::rope::Rope;
-use crate::nn::{Linear, Lora};
-use crate::sequence_parallel::SequenceShard;
 use crate::weights::Weights;
 
 /// One `WanTransformerBlock`. The modulation table and the cross-attention norm stay float32

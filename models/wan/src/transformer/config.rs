@@ -3,9 +3,8 @@
 use std::path::Path;
 
 use anyhow::{ensure, Result};
+use fastvideo_layers::config::{read_config, unsupported};
 use serde::Deserialize;
-
-use crate::config::{read_config, unsupported};
 
 /// `transformer/config.json`. Defaults are Wan2.1-T2V-14B's (diffusers class defaults).
 #[derive(Debug, Clone, Deserialize)]

@@ -4,9 +4,9 @@
 //! models add a learned position table over the two images' tokens.
 
 use anyhow::{ensure, Result};
+use fastvideo_layers::{Linear, Lora};
 use tch::{Kind, Tensor};
 
-use crate::nn::{Linear, Lora};
 use crate::weights::Weights;
 
 pub(super) struct ImageEmbedder {

@@ -4,6 +4,8 @@
 use std::sync::{Arc, Mutex};
 
 use anyhow::{ensure, Result};
+use fastvideo_layers::sequence_parallel::SequenceShard;
+use fastvideo_layers::{Linear, Lora};
 use fastvideo_lora::{LoraFile, TargetModule};
 use fastvideo_parallel::Communicator;
 use fastvideo_pipeline::{AdapterRows, AdapterSet, BlockAction, BlockHook, PreparedAdapter};
@@ -15,8 +17,6 @@ use super::config::TransformerConfig;
 use super::image_embedder::ImageEmbedder;
 use super::rope::{Rope, RopeKey};
 use crate::adapters::Merged;
-use crate::nn::{Linear, Lora};
-use crate::sequence_parallel::SequenceShard;
 use crate::weights::Weights;
 
 /// The Wan 2.1 diffusion transformer.

@@ -3,9 +3,8 @@
 use std::path::Path;
 
 use anyhow::{ensure, Result};
+use fastvideo_layers::config::{read_config_with, unsupported};
 use serde::Deserialize;
-
-use crate::config::{read_config_with, unsupported};
 
 /// `vae/config.json`. Defaults are diffusers' class defaults (the Wan 2.1 VAE).
 #[derive(Debug, Clone, Deserialize)]

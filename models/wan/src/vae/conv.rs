@@ -43,7 +43,7 @@ impl CausalConv3d {
         // Zero frames in front for causality; the spatial zeros come from the conv's own padding.
         let x = if time_pad > 0 { x.constant_pad_nd([0, 0, 0, 0, time_pad, 0]) } else { x };
         let [_, ph, pw] = self.pad;
-        crate::nn::conv3d(&x, &self.weight, &self.bias, self.stride, [0, ph, pw])
+        fastvideo_layers::conv::conv3d(&x, &self.weight, &self.bias, self.stride, [0, ph, pw])
     }
 
     /// Forward through the feature cache: remember this input's tail for the next chunk.

@@ -37,8 +37,8 @@ fn fast_keeps_the_boundary_blocks_and_stores_the_inner_ones_in_fp8() {
     let m = load(true);
     assert_eq!((m.load_report.precision, m.load_report.fp8_linears), (Precision::Bf16, true));
     let groups = m.transformer.linear_groups();
-    let fp8 = |g: &[&fastvideo_wan::nn::Linear]| g.iter().all(|l| l.is_fp8() && l.weight.kind() == Kind::Float8e4m3fn);
-    let float = |g: &[&fastvideo_wan::nn::Linear]| g.iter().all(|l| !l.is_fp8() && l.weight.kind() == Kind::Float);
+    let fp8 = |g: &[&fastvideo_layers::Linear]| g.iter().all(|l| l.is_fp8() && l.weight.kind() == Kind::Float8e4m3fn);
+    let float = |g: &[&fastvideo_layers::Linear]| g.iter().all(|l| !l.is_fp8() && l.weight.kind() == Kind::Float);
     let n = m.transformer.blocks.len();
     assert!(float(&groups[0]), "embedders and head stay float");
     assert!(float(&groups[1]) && float(&groups[n]), "the first and the last block stay float");

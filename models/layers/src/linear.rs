@@ -1,13 +1,12 @@
-//! The few layers the Wan family needs, as plain structs holding checkpoint tensors.
-
-use std::sync::OnceLock;
+//! `nn.Linear` as every family runs it: FP8 weights (`--fp8-linears`), the module slots adapters
+//! address it by (unmerged LoRA rows added to its output), fused projections of one input, and
+//! the residual add riding the GEMM of a decode step.
 
 use anyhow::Result;
 use fastvideo_kernels::fp8::Quantized;
 use fastvideo_pipeline::{AdapterRows, ModuleDelta, PreparedAdapter};
-use tch::{Device, Kind, Tensor};
-
-use crate::weights::Weights;
+use fastvideo_torch::weights::Weights;
+use tch::Tensor;
 
 /// Which adapter rows a forward runs with (`None`: none, at no cost).
 pub type Lora<'a> = Option<&'a AdapterRows<'a>>;
@@ -48,13 +47,16 @@ impl Linear {
     }
 
     /// Several projections of the same input as one (outputs concatenated in order), so they
-    /// run as one GEMM. All parts must agree on having a bias.
-    pub fn concat(parts: &[Linear]) -> Self {
+    /// run as one GEMM. All parts or none have a bias. The parts are consumed, so their weights
+    /// are freed as soon as the fused copy exists (not kept beside it while the rest of a layer
+    /// loads).
+    pub fn concat(parts: Vec<Linear>) -> Self {
         let weight = Tensor::cat(&parts.iter().map(|p| &p.weight).collect::<Vec<_>>(), 0);
         let bias = parts.iter().map(|p| p.bias.as_ref()).collect::<Option<Vec<_>>>().map(|b| Tensor::cat(&b, 0));
+        assert!(bias.is_some() || parts.iter().all(|p| p.bias.is_none()), "all parts or none have a bias");
         let mut offset = 0;
         let mut fused = Vec::new();
-        for p in parts {
+        for p in &parts {
             for q in &p.parts {
                 fused.push(LinearPart { start: offset + q.start, ..*q });
             }
@@ -74,6 +76,21 @@ impl Linear {
         match &self.fp8_scale {
             Some(scale) => fastvideo_kernels::fp8::linear(x, &self.weight, scale, self.bias.as_ref()),
             None => x.linear(&self.weight, self.bias.as_ref()),
+        }
+    }
+
+    /// `acc += x Wᵀ + b` in place (`acc [.., out]`): the matmul accumulates into `acc` (a
+    /// residual add), one launch instead of a matmul and an add, which is what a decode step,
+    /// bound by launches, needs. An FP8 weight computes its output apart and adds it.
+    pub fn forward_add(&self, acc: &Tensor, x: &Tensor) {
+        let (out, inp) = self.weight.size2().expect("[out, in]");
+        if acc.is_contiguous() && self.fp8_scale.is_none() {
+            let _ = acc.view([-1, out]).addmm_(&x.reshape([-1, inp]), &self.weight.tr());
+            if let Some(b) = &self.bias {
+                let _ = acc.shallow_clone().g_add_(b);
+            }
+        } else {
+            let _ = acc.shallow_clone().g_add_(&self.forward(x));
         }
     }
 
@@ -143,38 +160,6 @@ impl Linear {
         let _ = y.gelu_("tanh");
         y
     }
-}
-
-/// `[B, N, H*D] -> [B, H, N, D]`.
-pub fn split_heads(x: &Tensor, heads: i64) -> Tensor {
-    let (b, n, _) = x.size3().expect("rank-3 activations");
-    x.view([b, n, heads, -1]).transpose(1, 2)
-}
-
-/// `[B, H, N, D] -> [B, N, H*D]`.
-pub fn merge_heads(x: &Tensor) -> Tensor {
-    let (b, _, n, _) = x.size4().expect("rank-4 activations");
-    x.transpose(1, 2).contiguous().view([b, n, -1])
-}
-
-/// `conv3d` that takes oneDNN on the CPU for float32. libtorch's own choice sends the VAE's 3-D
-/// convolutions (batch 1, 3×3×3, small channel counts) to its im2col `slow_conv3d`, 2–6× slower
-/// on a 2-core CPU than oneDNN at the default model's shapes (docs/benchmarks.md, CPU section).
-pub fn conv3d(x: &Tensor, weight: &Tensor, bias: &Tensor, stride: [i64; 3], padding: [i64; 3]) -> Tensor {
-    if x.device() == Device::Cpu && x.kind() == Kind::Float && onednn_available() {
-        x.contiguous().mkldnn_convolution(weight, Some(bias), padding, stride, [1, 1, 1], 1)
-    } else {
-        x.conv3d(weight, Some(bias), stride, padding, [1, 1, 1], 1)
-    }
-}
-
-/// Whether this libtorch was built with oneDNN (the PyPI wheels are); probed once.
-fn onednn_available() -> bool {
-    static AVAILABLE: OnceLock<bool> = OnceLock::new();
-    *AVAILABLE.get_or_init(|| {
-        let x = Tensor::ones([1, 1, 1, 1, 1], (Kind::Float, Device::Cpu));
-        x.f_mkldnn_convolution(&x, None::<Tensor>, [0, 0, 0], [1, 1, 1], [1, 1, 1], 1).is_ok()
-    })
 }
 
 /// `lin(x)` plus the deltas of one set that covers every row and adds only low-rank pairs (the

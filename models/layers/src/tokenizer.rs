@@ -1,6 +1,6 @@
 //! The text encoder's tokenizer: a `tokenizer.json` read with the `tokenizers` crate, used the
-//! way the Wan pipeline calls it — cleaned prompt, special tokens added, truncated and padded
-//! to a fixed length, with an attention mask.
+//! way diffusers pipelines call it (Wan's, for one) — cleaned prompt, special tokens added,
+//! truncated and padded to a fixed length, with an attention mask.
 
 use std::path::Path;
 
@@ -78,25 +78,4 @@ pub fn clean_prompt(text: &str) -> String {
         .replace("&quot;", "\"")
         .replace("&#39;", "'");
     unescaped.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::clean_prompt;
-
-    #[test]
-    fn unknown_words_are_named_once_in_order() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../default/tokenizer/tokenizer.json");
-        let tok = super::TextTokenizer::from_file(&path).unwrap();
-        assert!(tok.unknown_words("a red circle moving left on a white background").is_empty());
-        assert_eq!(
-            tok.unknown_words("a Crimson disc gliding left, crimson again"),
-            ["Crimson", "disc", "gliding", ",", "again"]
-        );
-    }
-
-    #[test]
-    fn cleans_like_the_reference() {
-        assert_eq!(clean_prompt("  a\tred \n circle &amp; a star  "), "a red circle & a star");
-    }
 }

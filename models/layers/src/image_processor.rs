@@ -16,7 +16,7 @@ use anyhow::{bail, ensure, Context, Result};
 use serde::Deserialize;
 use tch::{Device, Kind, Tensor};
 
-mod pil;
+pub mod pil;
 
 /// Which of transformers' implementations of the processor the folder names (`model_index.json`;
 /// the config file is the same for both).

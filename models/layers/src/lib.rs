@@ -1,0 +1,21 @@
+//! Layers and helpers every model family shares, in candle-nn's role: what belongs here has no
+//! family's shapes in it (no block layout, no checkpoint names beyond a module's own `weight` and
+//! `bias`), so a new family uses these instead of copying them from another. [`linear`] (FP8
+//! weights, adapter slots, fused projections), [`heads`], [`conv`], the strict `config.json`
+//! reader ([`config`]), host offload over linears ([`offload`]), Ulysses sequence parallelism
+//! ([`sequence_parallel`]), tokenizer padding ([`tokenizer`]) and the CLIP image processor
+//! ([`image_processor`]). Weights come from `fastvideo_torch::weights::Weights`; what walks a
+//! family's own modules (which linears a transformer has, in which groups) stays in the family.
+
+#![deny(missing_docs)]
+
+pub mod config;
+pub mod conv;
+pub mod heads;
+pub mod image_processor;
+pub mod linear;
+pub mod offload;
+pub mod sequence_parallel;
+pub mod tokenizer;
+
+pub use linear::{Linear, LinearPart, Lora};
