@@ -109,7 +109,6 @@ impl Registry {
 mod tests {
     use super::*;
     use crate::loaded::LoadedModel;
-    use crate::rewriter::PromptRewriter;
 
     struct Fake(&'static str, &'static [&'static str], ModelKind, &'static str);
 
