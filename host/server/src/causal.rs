@@ -1,16 +1,17 @@
 //! Causal video as a job: `POST /v1/videos` naming the served world model runs one of its
-//! sessions to a fixed length under a list of actions, as a video job. Each chunk, as it
-//! finishes, becomes a fragmented-MP4 fragment that `GET /v1/videos/{id}/content?stream=1`
-//! streams (the init segment first); the whole clip is the job's MP4 when it completes. The
-//! session's events are turned into a job's (`progress` per chunk, then `done`), so the job
+//! sessions to a fixed length under a list of actions, as a video job. This file maps the
+//! request's fields onto the engine's session job ([`fastvideo_engine::Engine::submit_session_job`],
+//! which drives the session and answers a job's handle) and adds what is HTTP's alone: each
+//! chunk, as it comes, becomes a fragmented-MP4 fragment that
+//! `GET /v1/videos/{id}/content?stream=1` streams (the init segment first). The job itself
 //! follows the same path as every other (record, history, store, webhook).
 
 use axum::body::Bytes;
-use fastvideo_engine::session::{SessionEvent, SessionRequest};
+use fastvideo_engine::session::SessionRequest;
 use fastvideo_engine::{EngineError, Handle};
 use fastvideo_media::Fmp4Writer;
-use fastvideo_request::{ActionPart, Artifact, OmniEvent, OmniOutput, RequestMetrics, VideoArtifact};
-use tokio::sync::{mpsc, oneshot, watch};
+use fastvideo_request::{ActionPart, OmniEvent};
+use tokio::sync::{mpsc, watch};
 
 use crate::auth::Caller;
 use crate::error::ApiError;
@@ -23,8 +24,6 @@ use crate::state::AppState;
 const DEFAULT_CHUNKS: usize = 8;
 /// The most chunks one job may ask for.
 const MAX_CHUNKS: usize = 256;
-/// The node name a causal job's progress events carry.
-const NODE: &str = "world";
 
 /// Whether `p` names the served world model: a causal job.
 pub fn is_causal(s: &AppState, p: &CreateParams) -> bool {
@@ -102,128 +101,59 @@ pub async fn create(s: &AppState, p: &CreateParams, who: Caller) -> Result<Video
         plugin_params: p.plugin_params.clone(),
         lora: Vec::new(),
     };
-    let resolved = model.request(&id, &req).map_err(ApiError::from)?;
-    let rx = s.engine.open_session(id.clone(), req).await?;
-    s.engine.session_streaming(&id, true);
-    for part in &parts {
-        if let Err(e) = s.engine.session_action(&id, part) {
-            s.engine.close_session(&id, "its job was refused");
-            return Err(e.into());
-        }
-    }
-    let chunks = actions.len() + 1;
+    let mut handle = s.engine.submit_session_job(id.clone(), req, &parts, 0.0).await?;
     let frames = 1 + actions.len() as u32 * fpc as u32;
     let (width, height) = model.frame_size();
     // Sessions play in real time: the prediction is the clip's length.
     let shape = [width, height, frames, model.fps()];
-    let queued = VideoObject::queued(id.clone(), model.id().to_string(), resolved.prompt.clone(), seed, shape);
+    let queued = VideoObject::queued(id.clone(), model.id().to_string(), handle.request.prompt.clone(), seed, shape);
     let video = VideoObject { webhook, ..queued };
-    let seconds = video.predicted_seconds;
+    handle.predicted_seconds = video.predicted_seconds;
     if let Err(e) = s.jobs.insert(video.clone(), who, s.keys.owner_tag(who), None) {
         s.engine.close_session(&id, "its job was refused");
         return Err(e);
     }
-    let live = s.jobs.live.open(&id);
-    let (etx, erx) = mpsc::unbounded_channel();
-    let (otx, orx) = oneshot::channel();
-    let handle =
-        Handle { request_id: id.clone(), request: resolved, predicted_seconds: seconds, events: erx, output: orx };
-    tokio::spawn(run(s.engine.clone(), id, rx, chunks, live, etx, otx));
+    let handle = stream_fragments(s.engine.clone(), handle, s.jobs.live.open(&id));
     tokio::spawn(s.jobs.clone().follow(handle, fastvideo_media::mp4_bytes));
     Ok(video)
 }
 
-/// Appends `piece`'s frames to `all`.
-fn append(all: &mut Option<VideoArtifact>, piece: &VideoArtifact) {
-    match all {
-        None => *all = Some(piece.clone()),
-        Some(v) => {
-            v.rgb.extend_from_slice(&piece.rgb);
-            v.num_frames += piece.num_frames;
-        }
-    }
-}
-
-/// Drives the session to `chunks` chunks: fragments to the live stream, the session's events as
-/// the job's, the whole clip as its output.
-async fn run(
-    engine: fastvideo_engine::Engine,
-    id: String,
-    mut rx: mpsc::Receiver<SessionEvent>,
-    chunks: usize,
-    live: watch::Sender<Fragments>,
-    events: mpsc::UnboundedSender<OmniEvent>,
-    done: oneshot::Sender<Result<OmniOutput, EngineError>>,
-) {
-    let _ = events.send(OmniEvent::NodeStarted { request_id: id.clone(), node: NODE.into() });
-    let started = std::time::Instant::now();
-    let mut writer: Option<Fmp4Writer> = None;
-    let mut all = None;
-    let mut got = 0;
-    let result = loop {
-        match rx.recv().await {
-            Some(SessionEvent::Chunk(c)) => {
-                // A chunk the session dropped (its reader too slow) would leave a gap.
-                if c.index != got as u64 {
-                    break Err(format!("chunk {got} was dropped by the session (chunk {} came)", c.index));
-                }
-                let piece = c.video.clone();
-                drop(c);
-                let w = writer.take();
-                let encoded = tokio::task::spawn_blocking(move || match w {
-                    None => Fmp4Writer::start(&piece).map(|(w, init, first)| (w, vec![init, first], piece)),
-                    Some(mut w) => w.push(&piece).map(|f| (w, vec![f], piece)),
-                })
-                .await;
-                let (w, parts, piece) = match encoded {
-                    Ok(Ok(x)) => x,
-                    Ok(Err(e)) => break Err(format!("encoding chunk {got}: {e:#}")),
-                    Err(e) => break Err(format!("encoding chunk {got}: {e}")),
-                };
-                writer = Some(w);
-                live.send_modify(|f| f.parts.extend(parts.into_iter().map(Bytes::from)));
-                append(&mut all, &piece);
-                got += 1;
-                let step = got as u32;
-                let _ = events.send(OmniEvent::Progress {
-                    request_id: id.clone(),
-                    node: NODE.into(),
-                    step,
-                    total_steps: chunks as u32,
-                });
-                if got == chunks {
-                    engine.close_session(&id, "the job has all its chunks");
-                    break Ok(());
-                }
-            }
-            Some(SessionEvent::Plugin(e)) => {
-                let _ = events.send(e);
-            }
-            Some(SessionEvent::Closed { reason }) => {
-                break Err(format!("the session ended after {got} chunks: {reason}"))
-            }
-            None => break Err(format!("the session ended after {got} chunks")),
-        }
-    };
-    live.send_modify(|f| f.ended = true);
-    let outcome = match (result, all) {
-        (Ok(()), Some(video)) => {
-            let metrics = RequestMetrics {
-                steps: chunks as u32,
-                total_seconds: started.elapsed().as_secs_f64(),
-                ..Default::default()
+/// `handle` with its chunks taken out of its events and encoded, in order, as fragmented-MP4
+/// fragments on `live` (the stream ends with the events). A chunk that cannot be encoded ends
+/// the session, and so the job, with the reason.
+fn stream_fragments(engine: fastvideo_engine::Engine, mut handle: Handle, live: watch::Sender<Fragments>) -> Handle {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let id = handle.request_id.clone();
+    let mut events = std::mem::replace(&mut handle.events, rx);
+    tokio::spawn(async move {
+        let (mut writer, mut failed) = (None::<Fmp4Writer>, false);
+        while let Some(ev) = events.recv().await {
+            let OmniEvent::Chunk { index, video, .. } = ev else {
+                let _ = tx.send(ev);
+                continue;
             };
-            let _ = events.send(OmniEvent::Done { request_id: id.clone(), metrics: metrics.clone() });
-            let artifacts = [("video".to_string(), Artifact::Video(video))].into_iter().collect();
-            Ok(OmniOutput { request_id: id, artifacts, metrics, rewards: Default::default(), extended_prompt: None })
+            if failed {
+                continue;
+            }
+            let w = writer.take();
+            let encoded = tokio::task::spawn_blocking(move || match w {
+                None => Fmp4Writer::start(&video).map(|(w, init, first)| (w, vec![init, first])),
+                Some(mut w) => w.push(&video).map(|f| (w, vec![f])),
+            })
+            .await;
+            let error = match encoded {
+                Ok(Ok((w, parts))) => {
+                    writer = Some(w);
+                    live.send_modify(|f| f.parts.extend(parts.into_iter().map(Bytes::from)));
+                    continue;
+                }
+                Ok(Err(e)) => format!("{e:#}"),
+                Err(e) => e.to_string(),
+            };
+            engine.close_session(&id, &format!("encoding chunk {index}: {error}"));
+            failed = true;
         }
-        (Ok(()), None) => Err(EngineError::Failed { code: "no_video".into(), message: "no chunk came".into() }),
-        (Err(message), _) => {
-            engine.close_session(&id, "its job failed");
-            Err(EngineError::Failed { code: "session_failed".into(), message })
-        }
-    };
-    // The follower reads the events to their end, then the output.
-    drop(events);
-    let _ = done.send(outcome);
+        live.send_modify(|f| f.ended = true);
+    });
+    handle
 }

@@ -11,7 +11,7 @@
 //!
 //! One file per part, so each reads alone: the settings (`config`) and the served model
 //! (`model`); what the front and the executor share (`shared`) and send each other (`command`);
-//! the front itself (`front`) and its admission (`admission`), session (`sessions`) and
+//! the front itself (`front`) and its admission (`admission`), session (`sessions`, and sessions run as jobs in `session_job`) and
 //! weight-swap (`weight_swap`) methods; the executor loop (`executor`) and its batched steps
 //! (`batching`). This file only names them, so the arrows between them run one way.
 
@@ -24,6 +24,7 @@ mod executor;
 mod front;
 mod model;
 mod residents;
+mod session_job;
 mod sessions;
 mod shared;
 mod weight_swap;
