@@ -9,7 +9,8 @@ use tch::{Device, Tensor};
 /// Where condition latents go; bound per pipeline (the model decides).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ConditionMode {
-    /// `[B, C', F, H, W]` appended to the latents' channels at every forward.
+    /// `[B, C', …]` appended to the latents' channels (dimension 1) at every forward, in the
+    /// latents' own layout (Wan: `[B, C', F, H, W]`).
     #[default]
     Channels,
     /// `[B, C, 1, H, W]`, the clean first latent frame (same channels as the latents).
@@ -22,7 +23,7 @@ impl ConditionMode {
         let (s, l) = (c.size(), l.size());
         match self {
             ConditionMode::Channels => ensure!(
-                s.len() == 5 && s[0] == l[0] && s[2..] == l[2..],
+                s.len() == l.len() && s.len() >= 2 && s[0] == l[0] && s[2..] == l[2..],
                 "denoise: condition latents {s:?} do not match the latents {l:?} outside the channels"
             ),
             ConditionMode::FirstFrame => ensure!(

@@ -47,9 +47,9 @@ impl<'a> Conditioning<'a> {
 
 /// A model that predicts the flow velocity of latents at a timestep, given its conditioning.
 pub trait Denoiser: Send + Sync {
-    /// `latents` is `[B, C, F, H, W]` (with a request's condition channels appended, when it has
-    /// any), `timestep` is `[B]` (float), or `[B, F]` per latent frame with a first-frame
-    /// condition ([`ConditionMode::FirstFrame`]).
+    /// `latents` is `[B, C, …]` in the layout of [`latent_shape`](Self::latent_shape) (with a
+    /// request's condition channels appended, when it has any), `timestep` is `[B]` (float),
+    /// or `[B, F]` per latent frame with a first-frame condition ([`ConditionMode::FirstFrame`]).
     fn forward(&self, latents: &Tensor, timestep: &Tensor, cond: Conditioning) -> Result<Tensor>;
     /// The same forward with a block policy hooked into the block loop. Denoisers without
     /// blocks ignore the hook.
@@ -63,8 +63,16 @@ pub trait Denoiser: Send + Sync {
         let _ = hook;
         self.forward(latents, timestep, cond)
     }
-    /// Latent shape `[1, C, F, H, W]` for a request.
+    /// The latents' shape for a request, in the family's own layout: one row, channels second
+    /// (Wan: `[1, C, F, H, W]`; a picture model may use `[1, C, H, W]`). The loop keeps to
+    /// that layout; only a first-frame condition needs frames (dimension 2).
     fn latent_shape(&self, req: &ResolvedRequest) -> Vec<i64>;
+    /// The request's sampler. The default is the flow-matching solver the request names with
+    /// its static `shift`; a family whose schedule depends on the request (a shift computed
+    /// from the image's sequence length, as FLUX and Qwen-Image do) builds its own here.
+    fn sampler(&self, req: &ResolvedRequest) -> Box<dyn Sampler> {
+        sampler::build(req)
+    }
     /// Whether the rows of one forward run side by side (CFG-parallel: each guidance group on
     /// its own GPUs), so a request's branches should always come as one batch.
     fn splits_batch(&self) -> bool {
@@ -179,7 +187,7 @@ impl DenoiseState {
 
     /// The timesteps of `t.len()` rows of this request's forwards.
     fn timesteps(&self, t: &[f32], device: Device) -> Tensor {
-        self.mode.timesteps(self.condition.is_some(), t, self.latents.size()[2], device)
+        self.mode.timesteps(self.condition.is_some(), t, self.latents.size().get(2).copied().unwrap_or(1), device)
     }
 
     /// The image embeddings for `n` stacked copies of the request's rows.
@@ -291,7 +299,7 @@ impl LoopStage for DenoiseLoop {
             }
             None => seeded_noise(&shape, req.seed, ctx.device),
         };
-        let mut sampler = sampler::build(req);
+        let mut sampler = self.denoiser.sampler(req);
         let start = req.start_step() as usize;
         let latents = match values.opt_tensor(&self.clean_latents) {
             Some(clean) => {

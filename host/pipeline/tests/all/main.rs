@@ -5,4 +5,5 @@
 
 mod adapter_cache;
 mod driver;
+mod family_layout;
 mod sampler_parity;
