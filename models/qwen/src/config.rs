@@ -83,6 +83,9 @@ struct RopeParameters {
     rope_type: Option<String>,
 }
 
+// Defaults of keys a folder may leave out: `Qwen3Config.__init__`'s in
+// `src/transformers/models/qwen3/configuration_qwen3.py` of transformers v5.24.0, the version
+// this project pins (tests/fixtures/requirements.txt); `Qwen2Config`'s agree.
 fn default_eps() -> f64 {
     1e-6
 }

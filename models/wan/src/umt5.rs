@@ -85,6 +85,8 @@ pub struct Umt5Config {
     pub tokenizer_class: Option<String>,
 }
 
+// Defaults of keys a folder may leave out: `UMT5Config.__init__`'s in
+// `src/transformers/models/umt5/configuration_umt5.py` of transformers v5.24.0, the pinned version.
 fn default_eps() -> f64 {
     1e-6
 }

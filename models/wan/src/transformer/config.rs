@@ -45,6 +45,8 @@ pub struct TransformerConfig {
     pub pos_embed_seq_len: Option<i64>,
 }
 
+/// `WanTransformer3DModel.__init__`'s defaults (Wan2.1-T2V-14B) in
+/// `src/diffusers/models/transformers/transformer_wan.py` of diffusers v0.42.1, the pinned tag.
 impl Default for TransformerConfig {
     fn default() -> Self {
         Self {

@@ -6,7 +6,9 @@ use anyhow::{ensure, Result};
 use fastvideo_layers::config::{read_config_with, unsupported};
 use serde::Deserialize;
 
-/// `vae/config.json`. Defaults are diffusers' class defaults (the Wan 2.1 VAE).
+/// `vae/config.json`. Defaults are diffusers' class defaults (the Wan 2.1 VAE):
+/// `AutoencoderKLWan.__init__` in `src/diffusers/models/autoencoders/autoencoder_kl_wan.py` of
+/// diffusers v0.42.1, the tag this project pins (tests/fixtures/requirements.txt).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct VaeConfig {
