@@ -3,8 +3,8 @@
 //! `bias`), so a new family uses these instead of copying them from another. [`linear`] (FP8
 //! weights, adapter slots, fused projections), [`heads`], [`conv`], the strict `config.json`
 //! reader ([`config`]), host offload over linears ([`offload`]), Ulysses sequence parallelism
-//! ([`sequence_parallel`]), tokenizer padding ([`tokenizer`]) and the CLIP image processor
-//! ([`image_processor`]). Weights come from `fastvideo_torch::weights::Weights`; what walks a
+//! ([`sequence_parallel`]), tokenizer padding ([`tokenizer`]), the CLIP image processor
+//! ([`image_processor`]) and how benchmarks measure ([`measure`]). Weights come from `fastvideo_torch::weights::Weights`; what walks a
 //! family's own modules (which linears a transformer has, in which groups) stays in the family.
 
 #![deny(missing_docs)]
@@ -14,6 +14,7 @@ pub mod conv;
 pub mod heads;
 pub mod image_processor;
 pub mod linear;
+pub mod measure;
 pub mod offload;
 pub mod sequence_parallel;
 pub mod tokenizer;

@@ -7,9 +7,9 @@ use std::time::Instant;
 use anyhow::Result;
 use std::sync::Arc;
 
+use fastvideo_layers::measure::sync;
 use fastvideo_pipeline::token::{CausalLm, DecodeParams, Generation, KvBlockPool, KvStore, PagedKv};
 use serde::Serialize;
-use tch::Device;
 
 use crate::QwenForCausalLM;
 
@@ -53,12 +53,6 @@ pub struct LmBenchReport {
     pub ttft_s: f64,
     /// One figure per batch size, in the options' order.
     pub decode: Vec<DecodeFigure>,
-}
-
-fn sync(device: Device) {
-    if let Device::Cuda(i) = device {
-        tch::Cuda::synchronize(i as i64);
-    }
 }
 
 fn prompt(len: usize, seed: usize, vocab: i64) -> Vec<i64> {

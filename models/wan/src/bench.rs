@@ -8,6 +8,8 @@ use anyhow::{ensure, Context, Result};
 use serde::Serialize;
 use tch::{Device, Kind, Tensor};
 
+use fastvideo_layers::measure::{median, peak_of, phase, psnr, sync, time, PhaseMemory};
+
 use crate::loader::WanModel;
 
 /// What to measure.
@@ -135,77 +137,6 @@ pub struct BenchReport {
     pub velocity: Option<Tensor>,
 }
 
-/// One phase's device memory, measured alone: the allocator's cache is emptied and its peaks
-/// reset when the phase starts, so what an earlier phase left cached does not count here.
-#[derive(Debug, Clone, Serialize)]
-pub struct PhaseMemory {
-    /// The phase's name (`forward`, `cfg_step`, `vae_decode` …).
-    pub phase: &'static str,
-    /// Live tensors when the phase starts (the loaded weights and what the bench holds).
-    pub start_allocated_bytes: Option<u64>,
-    /// Live tensors at most during the phase.
-    pub peak_allocated_bytes: Option<u64>,
-    /// What the allocator held from the driver at most: allocated plus fragmentation.
-    pub peak_reserved_bytes: Option<u64>,
-    /// The driver's used memory after the phase (cache and other processes included).
-    pub driver_used_after_bytes: Option<u64>,
-}
-
-/// Runs `f` as one measured phase (see [`PhaseMemory`]), appending its memory to `into`.
-fn phase<T>(dev: Device, name: &'static str, into: &mut Vec<PhaseMemory>, f: impl FnOnce() -> Result<T>) -> Result<T> {
-    use fastvideo_kernels::cuda::{allocator_memory, memory_used, reset_allocator_peak};
-    let ordinal = match dev {
-        Device::Cuda(i) => Some(i),
-        _ => None,
-    };
-    sync(dev);
-    let start = ordinal.filter(|i| reset_allocator_peak(*i, true)).and_then(allocator_memory);
-    let out = f()?;
-    sync(dev);
-    let end = start.and(ordinal).and_then(allocator_memory);
-    into.push(PhaseMemory {
-        phase: name,
-        start_allocated_bytes: start.map(|m| m.allocated),
-        peak_allocated_bytes: end.map(|m| m.peak_allocated),
-        peak_reserved_bytes: end.map(|m| m.peak_reserved),
-        driver_used_after_bytes: ordinal.and_then(memory_used),
-    });
-    Ok(out)
-}
-
-/// The highest of `get` over the named phases that have it.
-fn peak_of(phases: &[PhaseMemory], names: &[&str], get: impl Fn(&PhaseMemory) -> Option<u64>) -> Option<u64> {
-    phases.iter().filter(|p| names.contains(&p.phase)).filter_map(get).max()
-}
-
-pub(crate) fn sync(device: Device) {
-    if let Device::Cuda(i) = device {
-        tch::Cuda::synchronize(i as i64);
-    }
-}
-
-pub(crate) fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-/// Times `f` (synchronising the device around it): one warm-up, then `runs` timed calls. The
-/// previous call's result is dropped before the next starts, so a phase's memory peak is what
-/// one call needs.
-pub(crate) fn time<T>(device: Device, runs: usize, mut f: impl FnMut() -> Result<T>) -> Result<(Vec<f64>, T)> {
-    let mut last = Some(f()?);
-    sync(device);
-    let mut times = Vec::with_capacity(runs);
-    for _ in 0..runs.max(1) {
-        drop(last.take());
-        let t = Instant::now();
-        last = Some(f()?);
-        sync(device);
-        times.push(t.elapsed().as_secs_f64());
-    }
-    Ok((times, last.expect("at least one call")))
-}
-
 /// The input under the first of `names` the file has (diffusers' name first), else seeded noise.
 fn input(opts: &BenchOptions, names: &[&str], shape: &[i64], seed: i64, device: Device) -> Result<Tensor> {
     match names.iter().find_map(|n| opts.inputs.get(*n).map(|t| (n, t))) {
@@ -229,12 +160,6 @@ fn sdpa_name(choice: i64) -> &'static str {
         4 => "overrideable",
         _ => "unknown",
     }
-}
-
-/// PSNR in dB of `a` against `reference`, both in [-1, 1].
-pub fn psnr(a: &Tensor, reference: &Tensor) -> f64 {
-    let mse = f64::try_from((a - reference).to_kind(Kind::Double).square().mean(Kind::Double)).unwrap_or(f64::NAN);
-    10.0 * (4.0 / mse.max(1e-20)).log10()
 }
 
 /// Runs every measurement.

@@ -73,12 +73,3 @@ pub struct LoadReport {
     /// wake); `None` when they were read.
     pub deferred_linear_bytes: Option<u64>,
 }
-
-/// Peak resident set size of this process (`VmHWM` in /proc/self/status), in bytes: what
-/// [`LoadReport::host_peak_rss_bytes`] reports.
-pub fn host_peak_rss() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
-}

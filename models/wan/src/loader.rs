@@ -355,7 +355,7 @@ impl WanModel {
         let text_cache = Arc::new(fastvideo_pipeline::EmbeddingCache::new(identity, 512));
         let load_report = LoadReport {
             seconds: t0.elapsed().as_secs_f64(),
-            host_peak_rss_bytes: crate::load_options::host_peak_rss(),
+            host_peak_rss_bytes: fastvideo_layers::measure::host_peak_rss(),
             transformer_dtype: kind,
             text_encoder_dtype: kind,
             vae_dtype: vae_kind,

@@ -12,8 +12,8 @@ use fastvideo_pipeline::{AdapterRows, AdapterSet, ModuleDelta, PreparedAdapter};
 use serde::Serialize;
 use tch::{Device, Kind, Tensor};
 
-use crate::bench::{median, sync, time};
 use crate::loader::WanModel;
+use fastvideo_layers::measure::{median, sync, time};
 
 /// What to measure.
 pub struct LoraBenchOptions {

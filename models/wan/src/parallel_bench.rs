@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Result;
+use fastvideo_layers::measure::sync_all;
 use fastvideo_parallel::{ParallelMode, ParallelPlan};
 use serde::Serialize;
 use tch::{Device, Kind, Tensor};
@@ -111,15 +112,6 @@ pub struct ParallelBenchReport {
     pub layouts: Vec<LayoutReport>,
 }
 
-fn sync(devices: &[Device]) {
-    let mut seen: Vec<i64> =
-        devices.iter().filter_map(|d| if let Device::Cuda(i) = d { Some(*i as i64) } else { None }).collect();
-    seen.dedup();
-    for i in seen {
-        tch::Cuda::synchronize(i);
-    }
-}
-
 /// Runs every layout of `opts` with `first` (on its device, rank 0's) and `load` for the other
 /// devices' replicas (each loaded once and reused across layouts).
 pub fn run(
@@ -181,12 +173,12 @@ pub fn run(
             Ok(&pu + (pc - &pu) * opts.guidance)
         };
         let mut out = step()?; // warm-up: kernels, rotary tables, NCCL buffers
-        sync(&devices);
+        sync_all(&devices);
         let mut times = Vec::with_capacity(opts.runs);
         for _ in 0..opts.runs.max(1) {
             let t0 = Instant::now();
             out = step()?;
-            sync(&devices);
+            sync_all(&devices);
             times.push(t0.elapsed().as_secs_f64());
         }
         let mut sorted = times.clone();
