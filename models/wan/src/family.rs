@@ -11,7 +11,7 @@ use fastvideo_family::{
     Family, LoadContext, LoadSummary, LoadedModel, ModelKind, SessionOptions, SleepTier, UnknownWords, WeightSource,
 };
 use fastvideo_pipeline::session::SessionModel;
-use fastvideo_pipeline::{EmbeddingCache, LoopPolicies, PipelineSpec, Residency};
+use fastvideo_pipeline::{EmbeddingCache, LoopPolicies, PipelineSpec, Residency, WorkCount};
 use fastvideo_request::ModelLimits;
 use fastvideo_torch::{Int8Attention, Numerics, Precision};
 
@@ -135,6 +135,10 @@ impl LoadedModel for LoadedWan {
         crate::pipeline::text_to_video_with(&self.model, policies).map(Arc::new)
     }
 
+    fn work(&self) -> WorkCount {
+        crate::work::work(&self.model)
+    }
+
     fn resident_bytes(&self) -> u64 {
         crate::residency::resident_bytes(&self.model)
     }
@@ -235,6 +239,10 @@ impl LoadedModel for LoadedWorld {
         let id = self.summary.dir.display().to_string();
         let s = WorldSessions::new(id, self.world.clone(), 1, self.summary.device, policies, None)?;
         Ok(s.pipeline())
+    }
+
+    fn work(&self) -> WorkCount {
+        crate::work::world_work(&self.world)
     }
 
     fn resident_bytes(&self) -> u64 {
