@@ -110,8 +110,9 @@ pub struct SchedulerDescription {
     pub session_idle_seconds: u64,
     /// The executor's share waiting jobs keep against sessions.
     pub job_floor: f64,
-    /// The cost model's prior: step seconds per megapixel-forward before anything was measured.
-    pub cost_prior_step_seconds_per_mpx_forward: f64,
+    /// The cost model's prior: step seconds per thousand token-forwards (the model's unit of
+    /// work) before anything was measured.
+    pub cost_prior_step_seconds_per_ktoken_forward: f64,
 }
 
 /// The deploy config `cfg.deploy` names, loaded (plugins compiled, hashes checked).
@@ -354,7 +355,7 @@ fn describe(
             max_sessions: e.max_sessions,
             session_idle_seconds: e.session_idle.as_secs(),
             job_floor: e.job_floor,
-            cost_prior_step_seconds_per_mpx_forward: e.cost.prior_step_seconds_per_mpx_forward,
+            cost_prior_step_seconds_per_ktoken_forward: e.cost.prior_step_seconds_per_ktoken_forward,
         },
         metric_hooks: Vec::new(),
     }

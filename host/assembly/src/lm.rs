@@ -44,6 +44,7 @@ pub fn language_model(
         spec: lm.pipeline(fastvideo_pipeline::LoopPolicies::new(Arc::new(fastvideo_pipeline::ClassicCfg)))?,
         device,
         check: Box::new(move |r| check(r)),
+        work: lm.work(),
         classify: |_| "pipeline_failed",
         weights: None,
         adapters: None,

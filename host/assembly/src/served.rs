@@ -98,6 +98,7 @@ pub(crate) fn served(
         spec,
         device,
         check: Box::new(move |r| precision(r).and_then(|()| extend(r)).and_then(|()| plugins(r))),
+        work: loaded.work(),
         classify: Binding::classify_failure,
         weights,
         adapters,

@@ -1,10 +1,11 @@
 //! Predicted time and memory of a request, calibrated from what the executor measures.
 //!
 //! A request's work is `steps x step_seconds + one_shot_seconds` (text encode, VAE decode and the
-//! rest). Both terms are learned per [`CostKey`] (shape and guidance mode; the step count is a
-//! multiplier, not part of the key) as exponential moving averages of measured times. A key never
-//! seen is predicted from the throughput measured on any other key (seconds per pixel-forward),
-//! and before anything was measured from the configured prior.
+//! rest). Both terms are learned per [`CostKey`] (the model's own unit of work, tokens, and the
+//! guidance mode; the step count is a multiplier, not part of the key) as exponential moving
+//! averages of measured times. A key never seen is predicted from the throughput measured on any
+//! other key (seconds per token-forward), and before anything was measured from the configured
+//! prior.
 
 use std::collections::HashMap;
 
@@ -13,36 +14,29 @@ use fastvideo_request::ResolvedRequest;
 /// What the cost of one step depends on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct CostKey {
-    /// Video frames of the output.
-    pub frames: u32,
-    /// Output height in pixels.
-    pub height: u32,
-    /// Output width in pixels.
-    pub width: u32,
-    /// Transformer forwards per step (2 with classifier-free guidance).
+    /// Tokens one forward processes, as the model counts them ([`fastvideo_pipeline::WorkCount`]:
+    /// Wan's transformer sequence, a language model's decode positions). Sizes that make as many
+    /// tokens share a key: they cost the same.
+    pub tokens: u64,
+    /// Forwards of the main network per step (2 with classifier-free guidance).
     pub forwards: u32,
     /// Which of the engine's models (0: the primary): each learns its own step times.
     pub model: u32,
 }
 
 impl CostKey {
-    /// The key of a resolved request: its output shape, guidance mode and model.
-    pub fn of(req: &ResolvedRequest) -> Self {
-        Self {
-            frames: req.num_frames,
-            height: req.height,
-            width: req.width,
-            forwards: if req.does_cfg() { 2 } else { 1 },
-            model: 0,
-        }
+    /// The key of a resolved request to served model `model`, of `tokens` per forward (the
+    /// model's count for it), with its guidance mode.
+    pub fn of(req: &ResolvedRequest, tokens: u64, model: u32) -> Self {
+        Self { tokens, forwards: if req.does_cfg() { 2 } else { 1 }, model }
     }
 
-    fn pixels(&self) -> f64 {
-        self.frames as f64 * self.height as f64 * self.width as f64
+    fn ktokens(&self) -> f64 {
+        self.tokens as f64 / 1e3
     }
 
-    fn pixel_forwards(&self) -> f64 {
-        self.pixels() * self.forwards as f64
+    fn ktoken_forwards(&self) -> f64 {
+        self.ktokens() * self.forwards as f64
     }
 }
 
@@ -56,16 +50,18 @@ fn blend(old: Option<f64>, new: f64) -> f64 {
     }
 }
 
-/// Priors and the memory rule; see `docs/operators.md` for how to set them.
+/// Priors and the memory rule; see `docs/operators.md` for how to set them. Per token, the
+/// model's unit of work (a Wan token stands for about a thousand output pixels: 870 at
+/// 17x64x64, 987 at 81x480x832).
 #[derive(Debug, Clone, Copy)]
 pub struct CostConfig {
-    /// Seconds per step per megapixel-forward before anything was measured.
-    pub prior_step_seconds_per_mpx_forward: f64,
-    /// One-shot seconds per megapixel before anything was measured.
-    pub prior_one_shot_seconds_per_mpx: f64,
-    /// Predicted bytes a request holds while active, per output pixel (latents, activations,
+    /// Seconds per step per thousand token-forwards before anything was measured.
+    pub prior_step_seconds_per_ktoken_forward: f64,
+    /// One-shot seconds per thousand tokens before anything was measured.
+    pub prior_one_shot_seconds_per_ktoken: f64,
+    /// Predicted bytes a request holds while active, per token-forward (latents, activations,
     /// the decoded frames), plus `base_bytes`.
-    pub bytes_per_pixel: u64,
+    pub bytes_per_token: u64,
     /// Predicted bytes a request holds whatever its size.
     pub base_bytes: u64,
 }
@@ -73,11 +69,12 @@ pub struct CostConfig {
 impl Default for CostConfig {
     fn default() -> Self {
         // Measured on the default model on a 2-core CPU: 12.6 ms per CFG step at 17x64x64
-        // (0.07 Mpx x 2 forwards), ~0.4 s of text encode + decode.
+        // (80 tokens x 2 forwards), ~0.4 s of text encode + decode. Memory: 2 KiB per output
+        // pixel, 870 pixels a token at that size.
         Self {
-            prior_step_seconds_per_mpx_forward: 0.09,
-            prior_one_shot_seconds_per_mpx: 5.0,
-            bytes_per_pixel: 2048,
+            prior_step_seconds_per_ktoken_forward: 0.079,
+            prior_one_shot_seconds_per_ktoken: 5.0,
+            bytes_per_token: 2048 * 870,
             base_bytes: 16 << 20,
         }
     }
@@ -85,15 +82,16 @@ impl Default for CostConfig {
 
 impl CostConfig {
     /// Priors for a CUDA device. Measured on the H200 with Wan2.1-1.3B in bf16 at 480x832x81
-    /// (docs/benchmarks.md): 1.03 s per CFG step over 32.3 Mpx x 2 forwards; text encode and
-    /// decode 2.65 s; device memory grew 7.7 GB past the loaded model over a CFG step, a batch-2
-    /// forward and a decode (these priors predict 9.9 GB). The CPU figures would predict 130 GB
-    /// for that request and refuse it.
+    /// (docs/benchmarks.md): 1.03 s per CFG step over 32 760 tokens x 2 forwards; text encode
+    /// and decode 2.65 s; device memory grew 7.7 GB past the loaded model over a CFG step, a
+    /// batch-2 forward and a decode (these priors, 150 bytes per output pixel at 987 pixels a
+    /// token, predict 9.9 GB). The CPU figures would predict 117 GB for that request and refuse
+    /// it.
     pub fn cuda() -> Self {
         Self {
-            prior_step_seconds_per_mpx_forward: 0.016,
-            prior_one_shot_seconds_per_mpx: 0.082,
-            bytes_per_pixel: 150,
+            prior_step_seconds_per_ktoken_forward: 0.016,
+            prior_one_shot_seconds_per_ktoken: 0.081,
+            bytes_per_token: 150 * 987,
             base_bytes: 256 << 20,
         }
     }
@@ -114,9 +112,9 @@ pub struct CostModel {
     cfg: CostConfig,
     step: HashMap<CostKey, f64>,
     one_shot: HashMap<CostKey, f64>,
-    /// Seconds per megapixel-forward over all measured steps.
+    /// Seconds per thousand token-forwards over all measured steps.
     step_rate: Option<f64>,
-    /// One-shot seconds per megapixel over all measured requests.
+    /// One-shot seconds per thousand tokens over all measured requests.
     one_shot_rate: Option<f64>,
 }
 
@@ -129,15 +127,16 @@ impl CostModel {
     /// Predicted seconds of one denoise step.
     pub fn step_seconds(&self, key: &CostKey) -> f64 {
         self.step.get(key).copied().unwrap_or_else(|| {
-            key.pixel_forwards() / 1e6 * self.step_rate.unwrap_or(self.cfg.prior_step_seconds_per_mpx_forward)
+            key.ktoken_forwards() * self.step_rate.unwrap_or(self.cfg.prior_step_seconds_per_ktoken_forward)
         })
     }
 
     /// Predicted seconds of all one-shot stages of a request.
     pub fn one_shot_seconds(&self, key: &CostKey) -> f64 {
-        self.one_shot.get(key).copied().unwrap_or_else(|| {
-            key.pixels() / 1e6 * self.one_shot_rate.unwrap_or(self.cfg.prior_one_shot_seconds_per_mpx)
-        })
+        self.one_shot
+            .get(key)
+            .copied()
+            .unwrap_or_else(|| key.ktokens() * self.one_shot_rate.unwrap_or(self.cfg.prior_one_shot_seconds_per_ktoken))
     }
 
     /// Predicted seconds of a whole request.
@@ -153,7 +152,7 @@ impl CostModel {
 
     /// Predicted bytes a request holds while it is active.
     pub fn memory_bytes(&self, key: &CostKey) -> u64 {
-        self.cfg.base_bytes + self.cfg.bytes_per_pixel * key.pixels() as u64 * key.forwards as u64
+        self.cfg.base_bytes + self.cfg.bytes_per_token.saturating_mul(key.tokens).saturating_mul(key.forwards as u64)
     }
 
     /// A measured denoise step: updates the key's average and the throughput unseen keys are
@@ -161,14 +160,14 @@ impl CostModel {
     pub fn observe_step(&mut self, key: &CostKey, seconds: f64) {
         let old = self.step.get(key).copied();
         self.step.insert(*key, blend(old, seconds));
-        self.step_rate = Some(blend(self.step_rate, seconds / (key.pixel_forwards() / 1e6)));
+        self.step_rate = Some(blend(self.step_rate, seconds / key.ktoken_forwards()));
     }
 
     /// A finished request's total one-shot time.
     pub fn observe_one_shot(&mut self, key: &CostKey, seconds: f64) {
         let old = self.one_shot.get(key).copied();
         self.one_shot.insert(*key, blend(old, seconds));
-        self.one_shot_rate = Some(blend(self.one_shot_rate, seconds / (key.pixels() / 1e6)));
+        self.one_shot_rate = Some(blend(self.one_shot_rate, seconds / key.ktokens()));
     }
 }
 
@@ -176,17 +175,18 @@ impl CostModel {
 mod tests {
     use super::*;
 
-    const SMALL: CostKey = CostKey { frames: 17, height: 64, width: 64, forwards: 2, model: 0 };
-    const BIG: CostKey = CostKey { frames: 17, height: 128, width: 128, forwards: 2, model: 0 };
+    // Wan's tokens: 17 frames are 5 latent frames, 64x64 is 4x4 patches of 16 pixels.
+    const SMALL: CostKey = CostKey { tokens: 5 * 4 * 4, forwards: 2, model: 0 };
+    const BIG: CostKey = CostKey { tokens: 5 * 8 * 8, forwards: 2, model: 0 };
 
     #[test]
     fn unseen_keys_use_the_prior_then_measured_throughput() {
         let mut m = CostModel::new(CostConfig::default());
         let prior = m.step_seconds(&SMALL);
-        assert!((prior - 0.09 * SMALL.pixel_forwards() / 1e6).abs() < 1e-12);
+        assert!((prior - 0.079 * SMALL.ktoken_forwards()).abs() < 1e-12);
         m.observe_step(&SMALL, 0.5);
         assert_eq!(m.step_seconds(&SMALL), 0.5);
-        // Four times the pixels: predicted from the measured rate, not the prior.
+        // Four times the tokens: predicted from the measured rate, not the prior.
         assert!((m.step_seconds(&BIG) - 2.0).abs() < 1e-9);
     }
 
@@ -212,7 +212,8 @@ mod tests {
 
     #[test]
     fn cuda_priors_admit_a_real_size_request_on_one_gpu() {
-        let real = CostKey { frames: 81, height: 480, width: 832, forwards: 2, model: 0 };
+        // 81x480x832: 21 latent frames of 30x52 patches.
+        let real = CostKey { tokens: 21 * 30 * 52, forwards: 2, model: 0 };
         let gpu = CostModel::new(CostConfig::for_device(true));
         let bytes = gpu.memory_bytes(&real);
         assert!(bytes > 4 << 30 && bytes < 16 << 30, "{bytes}");

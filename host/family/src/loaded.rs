@@ -9,7 +9,7 @@ use anyhow::Result;
 use fastvideo_pipeline::session::SessionModel;
 use fastvideo_pipeline::token::KvBlockPool;
 use fastvideo_pipeline::{
-    AdapterCache, AdapterTarget, EmbeddingCache, LoopPolicies, PipelineSpec, Residency, WeightLoader,
+    AdapterCache, AdapterTarget, EmbeddingCache, LoopPolicies, PipelineSpec, Residency, WeightLoader, WorkCount,
 };
 use fastvideo_request::chat::ChatCodec;
 use fastvideo_request::{ModelLimits, RequestError, ResolvedRequest};
@@ -162,6 +162,10 @@ pub trait LoadedModel: Send + Sync {
 
     /// Its one pipeline graph for every task it serves, with the deploy's `policies` bound.
     fn pipeline(&self, policies: LoopPolicies) -> Result<Arc<PipelineSpec>>;
+
+    /// Its unit of work per forward for a request (tokens, not pixels): the key its step times
+    /// are learned and predicted by.
+    fn work(&self) -> WorkCount;
 
     /// Device bytes of its large weights (what a weight budget counts).
     fn resident_bytes(&self) -> u64 {

@@ -117,7 +117,7 @@ pub use frames::frames_to_video;
 pub use guidance::{ClassicCfg, Guidance, GuidancePlan, GuidanceState, StepCtx};
 pub use meter::PluginMeter;
 pub use policies::{LoopPolicies, Observed, Observer, ObserverState, Reward, RewardInput, StepPolicy, StepPolicyState};
-pub use spec::{Node, NodeKind, PipelineSpec, Residency, SpecError};
+pub use spec::{Node, NodeKind, PipelineSpec, Residency, SpecError, WorkCount};
 pub use stage::{LoopStage, LoopState, NodeCtx, Stage, StepResult, WaitForRoom};
 pub use value::{Value, Values};
 pub use weight_loader::WeightLoader;

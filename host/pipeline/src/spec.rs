@@ -200,6 +200,12 @@ impl PipelineSpec {
     }
 }
 
+/// What one forward of a model's main network processes for a request, in the model's own unit
+/// (Wan: the transformer's tokens, latent frames times latent patches; a language model: the
+/// positions a decode step runs). The engine's cost model learns step times per count, so the
+/// model says what its work is and the engine never reasons about pixels or frames.
+pub type WorkCount = Arc<dyn Fn(&ResolvedRequest) -> u64 + Send + Sync>;
+
 /// Moving a model's large weights off the device (to host memory) and back, so a server can
 /// declare more models than its device holds at once. The engine calls both on its executor
 /// thread, between units of work, never while a forward of that model runs.

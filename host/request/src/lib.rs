@@ -69,6 +69,7 @@ pub use request::{
     DiffusionParams, InputPart, Modality, OmniRequest, OutputSpec, SamplerKind, SamplingParams, TaskType, TextRole,
 };
 pub use resolve::{
-    Defaults, LatentInput, ModelLimits, PartialSchedule, ResolvedRequest, DEFAULT_NOISE_LEVEL, DEFAULT_STRENGTH,
+    Defaults, LatentInput, ModelLimits, PartialSchedule, PictureLimits, ResolvedRequest, VideoLimits,
+    DEFAULT_NOISE_LEVEL, DEFAULT_STRENGTH,
 };
 pub use seed::random_seed;

@@ -166,14 +166,18 @@ async fn capabilities(State(s): State<AppState>) -> Json<serde_json::Value> {
                     "routes": ["/v1/chat/completions", "/v1/completions"],
                 });
             }
-            serde_json::json!({
+            let mut entry = serde_json::json!({
                 "model": id,
                 "primary": *id == s.engine.model_id(),
                 "offers": s.engine.offers(id),
                 "limits": limits,
-                "frames_rule": format!("frame_multiple × k + 1, at most {}", limits.max_frames),
                 "samplers": samplers,
-            })
+            });
+            // A model without frames (an image model) has no frame rule to state.
+            if let Some(v) = &limits.video {
+                entry["frames_rule"] = format!("frame_multiple × k + 1, at most {}", v.max_frames).into();
+            }
+            entry
         })
         .collect();
     Json(serde_json::json!({"object": "list", "data": data}))

@@ -33,9 +33,13 @@ impl LoopStage for Idle {
 }
 
 fn app(keys: &[&str]) -> Router {
+    app_with(keys, ModelLimits { tasks: vec![TaskType::T2v, TaskType::T2i], ..ModelLimits::example() })
+}
+
+fn app_with(keys: &[&str], limits: ModelLimits) -> Router {
     let spec = PipelineSpec::new(
         "toy",
-        vec![TaskType::T2v, TaskType::T2i],
+        limits.tasks.clone(),
         vec![Node::looped("denoise", Arc::new(Idle), &[], &["video"])],
         &[],
         "video",
@@ -43,10 +47,12 @@ fn app(keys: &[&str]) -> Router {
     .unwrap();
     let model = EngineModel {
         id: "toy-model".into(),
-        limits: ModelLimits { tasks: vec![TaskType::T2v, TaskType::T2i], ..ModelLimits::example() },
+        limits,
         spec: Arc::new(spec),
         device: tch::Device::Cpu,
         check: Box::new(|_| Ok(())),
+        // Wan's count: latent frames (4x temporal stride) times 16-pixel patches.
+        work: Arc::new(|r| ((r.num_frames.max(1) - 1) / 4 + 1) as u64 * (r.height / 16) as u64 * (r.width / 16) as u64),
         classify: |_| "pipeline_failed",
         weights: None,
         adapters: None,
@@ -95,6 +101,11 @@ fn health_models_and_unknown_routes_answer_in_json() {
             (&json!("toy-model"), &json!(4), &json!("t2v"))
         );
         assert!(c["samplers"].as_array().unwrap().contains(&json!("unipc")), "{caps}");
+        // The flat wire form: the frame and size rules beside the other limits.
+        for key in ["max_frames", "spatial_multiple", "max_side"] {
+            assert!(c["limits"][key].is_u64(), "{key}: {caps}");
+        }
+        assert!(c["frames_rule"].is_string(), "{caps}");
         let (s, v) = call(&app, "GET", "/version", None, None).await;
         assert_eq!((s, &v["name"]), (StatusCode::OK, &json!("fastvideo")));
         assert!(v["version"].as_str().is_some_and(|v| !v.is_empty()));
@@ -229,5 +240,18 @@ fn priorities_above_the_keys_bound_are_400s_naming_priority() {
         }
         let (status, v) = call(&app, "POST", "/v1/images/generations", Some("beta-key"), body(2)).await;
         assert_eq!((status, v["error"]["param"].as_str()), (StatusCode::BAD_REQUEST, Some("priority")), "{v}");
+    });
+}
+
+#[test]
+fn a_model_without_frames_states_no_frame_rule() {
+    rt().block_on(async {
+        let limits = ModelLimits { tasks: vec![TaskType::T2i], video: None, ..ModelLimits::example() };
+        let (s, caps) = call(&app_with(&[], limits), "GET", "/v1/capabilities", None, None).await;
+        assert_eq!(s, StatusCode::OK);
+        let c = &caps["data"][0];
+        assert!(c["limits"].get("frame_multiple").is_none() && c["limits"].get("max_frames").is_none(), "{caps}");
+        assert!(c.get("frames_rule").is_none(), "{caps}");
+        assert_eq!(c["limits"]["spatial_multiple"], json!(16), "{caps}");
     });
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use anyhow::Result;
 use fastvideo_family::{ChatServing, Family, LoadContext, LoadSummary, LoadedModel, ModelKind, PromptRewriter};
 use fastvideo_pipeline::token::{check_decode, KvBlockPool};
-use fastvideo_pipeline::{LoopPolicies, PipelineSpec};
+use fastvideo_pipeline::{LoopPolicies, PipelineSpec, WorkCount};
 use fastvideo_request::{ModelLimits, RequestError, ResolvedRequest};
 use fastvideo_torch::Precision;
 use tch::Kind;
@@ -89,6 +89,12 @@ impl LoadedModel for LoadedQwen {
     /// The chat pipeline on the pool made at load (deploy policies do not apply to token loops).
     fn pipeline(&self, _policies: LoopPolicies) -> Result<Arc<PipelineSpec>> {
         Ok(self.spec.clone())
+    }
+
+    /// One position a step: a decode step runs one new token per request (`num_inference_steps`
+    /// counts the prefill chunks among the steps too), so every request shares one cost key.
+    fn work(&self) -> WorkCount {
+        Arc::new(|_| 1)
     }
 
     fn chat(&self) -> Option<ChatServing> {

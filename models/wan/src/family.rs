@@ -12,7 +12,7 @@ use fastvideo_family::{
     WeightSource,
 };
 use fastvideo_pipeline::session::SessionModel;
-use fastvideo_pipeline::{EmbeddingCache, LoopPolicies, PipelineSpec, Residency};
+use fastvideo_pipeline::{EmbeddingCache, LoopPolicies, PipelineSpec, Residency, WorkCount};
 use fastvideo_request::ModelLimits;
 use fastvideo_torch::{Int8Attention, Numerics, Precision};
 
@@ -137,6 +137,10 @@ impl LoadedModel for LoadedWan {
         crate::pipeline::text_to_video_with(&self.model, policies).map(Arc::new)
     }
 
+    fn work(&self) -> WorkCount {
+        crate::work::work(&self.model)
+    }
+
     fn autoencoder(&self) -> Option<&dyn Autoencoder> {
         Some(self)
     }
@@ -249,6 +253,10 @@ impl LoadedModel for LoadedWorld {
         let id = self.summary.dir.display().to_string();
         let s = WorldSessions::new(id, self.world.clone(), 1, self.summary.device, policies, None)?;
         Ok(s.pipeline())
+    }
+
+    fn work(&self) -> WorkCount {
+        crate::work::world_work(&self.world)
     }
 
     fn resident_bytes(&self) -> u64 {

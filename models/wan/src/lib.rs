@@ -36,6 +36,7 @@ pub mod vae;
 pub mod values;
 mod video_encode;
 pub use fastvideo_torch::weights;
+pub mod work;
 pub mod world;
 
 pub use loader::{LoadOptions, LoadReport, RunDefaults, WanModel, VAE_CUDA_DEFAULT};

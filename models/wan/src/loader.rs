@@ -9,7 +9,7 @@ use fastvideo_layers::config::{read_config, unsupported};
 use fastvideo_layers::image_processor::{ImageProcessorConfig, ProcessorBackend};
 use fastvideo_layers::tokenizer::TextTokenizer;
 use fastvideo_parallel::ParallelPlan;
-use fastvideo_request::{Defaults, ImageRole, ModelLimits, TaskType};
+use fastvideo_request::{Defaults, ImageRole, ModelLimits, PictureLimits, TaskType, VideoLimits};
 use serde::Deserialize;
 use serde_json::Value;
 use tch::{Device, Kind};
@@ -433,10 +433,8 @@ impl WanModel {
                 (Some(_), None) => vec![ImageRole::FirstFrame],
                 (Some(_), Some(_)) => vec![ImageRole::FirstFrame, ImageRole::LastFrame],
             },
-            frame_multiple: tf,
-            spatial_multiple: spatial,
-            max_frames: tf * (rope * t.patch_size[0] as u32 - 1) + 1,
-            max_side: (spatial * rope).min(4096),
+            video: Some(VideoLimits { frame_multiple: tf, max_frames: tf * (rope * t.patch_size[0] as u32 - 1) + 1 }),
+            picture: Some(PictureLimits { spatial_multiple: spatial, max_side: (spatial * rope).min(4096) }),
             max_steps: 1000,
             defaults: Defaults {
                 steps: r.steps.unwrap_or(50),

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use fastvideo_pipeline::kv_pool::{KvPool, PoolStats};
 use fastvideo_pipeline::session::{SessionModel, SessionRequest};
 use fastvideo_pipeline::{AdapterCache, ClassicCfg, LoopPolicies, PipelineSpec};
-use fastvideo_request::{Defaults, ModelLimits, OmniRequest, RequestError, ResolvedRequest, SamplerKind, TaskType};
+use fastvideo_request::{
+    Defaults, ModelLimits, OmniRequest, PictureLimits, RequestError, ResolvedRequest, SamplerKind, TaskType,
+};
 use tch::Device;
 
 pub use crate::session_loop::FirstFrame;
@@ -87,10 +89,9 @@ pub(crate) fn limits(model: &WorldModel) -> ModelLimits {
         family: "world model".into(),
         tasks: vec![TaskType::World],
         image_roles: Vec::new(),
-        frame_multiple: 1,
-        spatial_multiple: 1,
-        max_frames: 1,
-        max_side: spec.width.max(spec.height),
+        // A session's frames come as it runs; a request picks no count.
+        video: None,
+        picture: Some(PictureLimits { spatial_multiple: 1, max_side: spec.width.max(spec.height) }),
         max_steps: steps,
         defaults: Defaults {
             steps,

@@ -13,6 +13,7 @@ pub fn text_to_video(model: &WanModel, device: tch::Device) -> anyhow::Result<En
         spec: Arc::new(pipeline::text_to_video(model, pipeline::default_guidance())?),
         device,
         check: Box::new(|_| Ok(())),
+        work: fastvideo_wan::work::work(model),
         classify: |_| "pipeline_failed",
         weights: None,
         adapters: None,

@@ -258,7 +258,7 @@ fn video_to_video_maps_denoise_to_strength_and_takes_the_videos_size_and_rate() 
     assert!(req.inputs.iter().any(|p| matches!(p, InputPart::Video { b64: Some(_), .. })));
     let limits = fastvideo_request::ModelLimits {
         tasks: vec![TaskType::V2v],
-        spatial_multiple: 8,
+        picture: Some(fastvideo_request::PictureLimits { spatial_multiple: 8, max_side: 1024 }),
         ..fastvideo_request::ModelLimits::example()
     };
     let resolved = req.resolve(&limits, || 0).unwrap();

@@ -69,23 +69,24 @@ impl Engine {
                 return refuse(e.into());
             }
         }
-        let key = CostKey { model: model as u32, ..CostKey::of(&req) };
+        let key = CostKey::of(&req, (served.work)(&req), model as u32);
         let (predicted, memory) = {
             let cost = inner.shared.cost.lock().unwrap();
             (cost.request_seconds(&key, req.steps), cost.memory_bytes(&key))
         };
         if memory > inner.cfg.memory_bytes {
-            return refuse(EngineError::TooLarge {
-                field: "width".into(),
-                message: format!(
-                    "{}x{}x{} frames needs about {} MiB, more than this server's {} MiB; ask for fewer pixels or frames",
-                    req.width,
-                    req.height,
-                    req.num_frames,
-                    memory >> 20,
-                    inner.cfg.memory_bytes >> 20
-                ),
-            });
+            let (mib, have) = (memory >> 20, inner.cfg.memory_bytes >> 20);
+            // Named by what the request sized: its pictures, else its input.
+            let (field, message) = if req.width > 0 {
+                let m = format!(
+                    "{}x{}x{} frames needs about {mib} MiB, more than this server's {have} MiB; ask for fewer pixels or frames",
+                    req.width, req.height, req.num_frames
+                );
+                ("width", m)
+            } else {
+                ("inputs", format!("{} tokens need about {mib} MiB, more than this server's {have} MiB", key.tokens))
+            };
+            return refuse(EngineError::TooLarge { field: field.into(), message });
         }
         if let Some(max) = inner.cfg.max_request_seconds {
             if predicted > max {
@@ -183,8 +184,10 @@ impl Engine {
         }
     }
 
-    /// Predicted seconds of a request with this shape and step count (for clients and tests).
+    /// Predicted seconds of a request to the primary model with this shape and step count (for
+    /// clients and tests).
     pub fn predict(&self, req: &ResolvedRequest) -> f64 {
-        self.0.shared.cost.lock().unwrap().request_seconds(&CostKey::of(req), req.steps)
+        let key = CostKey::of(req, (self.0.models[0].work)(req), 0);
+        self.0.shared.cost.lock().unwrap().request_seconds(&key, req.steps)
     }
 }

@@ -37,6 +37,7 @@ pub(super) struct ServedModel {
     pub(super) id: String,
     pub(super) limits: ModelLimits,
     pub(super) check: RequestCheck,
+    pub(super) work: fastvideo_pipeline::WorkCount,
     pub(super) weights: Option<WeightUpdates>,
     pub(super) adapters: Option<Arc<AdapterCache>>,
     /// Which weights new requests get; the update lock serializes updates.
@@ -101,7 +102,7 @@ impl Engine {
             LiveSessions::new(sessions.clone(), device, cfg.session_idle, session_shared.clone(), metrics.clone());
         let (mut pipelines, mut models) = (Vec::new(), Vec::new());
         for m in std::iter::once(model).chain(extra) {
-            let EngineModel { id, limits, spec, device: _, check, classify, weights, adapters, residency } = m;
+            let EngineModel { id, limits, spec, device: _, check, work, classify, weights, adapters, residency } = m;
             if let Some(a) = &adapters {
                 metrics.watch_adapters(a);
             }
@@ -111,6 +112,7 @@ impl Engine {
                 id,
                 limits,
                 check,
+                work,
                 weights,
                 adapters,
                 serving: Mutex::new(None),

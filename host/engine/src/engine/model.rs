@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 pub use fastvideo_pipeline::Residency;
-use fastvideo_pipeline::{AdapterCache, PipelineSpec};
+use fastvideo_pipeline::{AdapterCache, PipelineSpec, WorkCount};
 use fastvideo_request::{ModelLimits, RequestError, ResolvedRequest};
 use tch::Device;
 
@@ -27,6 +27,8 @@ pub struct EngineModel {
     pub device: Device,
     /// Its extra admission check beyond the limits.
     pub check: RequestCheck,
+    /// Its unit of work per forward for a request (the cost model's key), as the model counts it.
+    pub work: WorkCount,
     /// Turns its run errors into codes for clients and metrics.
     pub classify: Classifier,
     /// How to load other weights (`update_weights`); none refuses updates.

@@ -9,7 +9,9 @@ use std::time::Duration;
 use anyhow::Result;
 use fastvideo_engine::{Engine, EngineConfig, EngineError, EngineModel, Metrics, Policy};
 use fastvideo_pipeline::{LoopStage, LoopState, Node, NodeCtx, PipelineSpec, Stage, StepResult, Value, Values};
-use fastvideo_request::{Defaults, ModelLimits, OmniEvent, OmniRequest, SamplerKind, TaskType};
+use fastvideo_request::{
+    Defaults, ModelLimits, OmniEvent, OmniRequest, PictureLimits, SamplerKind, TaskType, VideoLimits,
+};
 use tch::{Device, Tensor};
 
 /// Loop states alive of `counted` requests: a cancelled request must drop its state. (Only
@@ -72,8 +74,8 @@ fn limits() -> ModelLimits {
         family: "Toy".into(),
         tasks: vec![TaskType::T2v],
         image_roles: Vec::new(),
-        max_frames: 81,
-        max_side: 4096,
+        video: Some(VideoLimits { frame_multiple: 4, max_frames: 81 }),
+        picture: Some(PictureLimits { spatial_multiple: 16, max_side: 4096 }),
         max_steps: 1000,
         defaults: Defaults {
             steps: 10,
@@ -84,8 +86,12 @@ fn limits() -> ModelLimits {
             sampler: SamplerKind::Euler,
             ..example.defaults
         },
-        ..example
     }
+}
+
+/// Wan's count: latent frames (4x temporal stride) times 16-pixel patches.
+fn wan_tokens() -> fastvideo_pipeline::WorkCount {
+    Arc::new(|r| ((r.num_frames.max(1) - 1) / 4 + 1) as u64 * (r.height / 16) as u64 * (r.width / 16) as u64)
 }
 
 fn engine(cfg: EngineConfig, step_ms: u64) -> Engine {
@@ -110,6 +116,7 @@ fn engine(cfg: EngineConfig, step_ms: u64) -> Engine {
             }
             Ok(())
         }),
+        work: wan_tokens(),
         classify: |_| "pipeline_failed",
         weights: None,
         adapters: None,

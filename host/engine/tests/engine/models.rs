@@ -10,7 +10,7 @@ use fastvideo_pipeline::{LoopStage, LoopState, Node, NodeCtx, PipelineSpec, Step
 use fastvideo_request::TaskType;
 use tch::{Device, Tensor};
 
-use super::{limits, req, rt};
+use super::{limits, req, rt, wan_tokens};
 
 /// A loop whose result says which model ran it: `scale` × its step count.
 struct ScaledLoop(f32);
@@ -101,6 +101,7 @@ fn scaled_model(id: &str, scale: f32) -> EngineModel {
         spec: Arc::new(PipelineSpec::new(id, vec![TaskType::T2v], nodes, &[], "latents").unwrap()),
         device: Device::Cpu,
         check: Box::new(|_| Ok(())),
+        work: wan_tokens(),
         classify: |_| "pipeline_failed",
         weights: None,
         adapters: None,

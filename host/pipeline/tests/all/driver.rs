@@ -90,10 +90,8 @@ fn request(steps: u32, guidance: f32) -> ResolvedRequest {
         family: "Toy".into(),
         tasks: vec![TaskType::T2v],
         image_roles: Vec::new(),
-        frame_multiple: 4,
-        spatial_multiple: 16,
-        max_frames: 81,
-        max_side: 512,
+        video: Some(fastvideo_request::VideoLimits { frame_multiple: 4, max_frames: 81 }),
+        picture: Some(fastvideo_request::PictureLimits { spatial_multiple: 16, max_side: 512 }),
         max_steps: 100,
         defaults: Defaults {
             steps,

@@ -4,6 +4,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::{InputImage, InputPart, InputVideo, OmniRequest, OutputSpec, RequestError, SamplerKind, TaskType};
 
+mod shape;
+pub use shape::{PictureLimits, VideoLimits};
+
 /// Latents a request supplies (row-major float32 values of `shape`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LatentInput {
@@ -35,11 +38,12 @@ pub struct Defaults {
     pub guidance_scale: f32,
     /// Flow-matching timestep shift, for `diffusion.shift`.
     pub shift: f32,
-    /// Output height in pixels, for `diffusion.height`.
+    /// Output height in pixels, for `diffusion.height` (unread without picture limits).
     pub height: u32,
-    /// Output width in pixels, for `diffusion.width`.
+    /// Output width in pixels, for `diffusion.width` (unread without picture limits).
     pub width: u32,
-    /// Frame count, for `diffusion.num_frames` (`t2i` always uses 1).
+    /// Frame count, for `diffusion.num_frames` (`t2i` always uses 1; unread without video
+    /// limits).
     pub num_frames: u32,
     /// Frames per second, for `diffusion.fps`.
     pub fps: u32,
@@ -63,14 +67,14 @@ pub struct ModelLimits {
     /// I2V: the first frame; FLF2V: the first and the last). Any other picture is refused.
     #[serde(default = "first_frame_only")]
     pub image_roles: Vec<crate::ImageRole>,
-    /// Frames must equal `frame_multiple * k + 1` (Wan: 4, from the VAE's 4x temporal stride).
-    pub frame_multiple: u32,
-    /// Height and width must be multiples of this (Wan: 16 = VAE stride 8 x patch 2).
-    pub spatial_multiple: u32,
-    /// Most frames a request may ask for.
-    pub max_frames: u32,
-    /// Largest height or width, in pixels.
-    pub max_side: u32,
+    /// The frame rule, for a model that makes video; `None` refuses frames (image and language
+    /// models). Flattened: the wire keeps `frame_multiple` and `max_frames` beside the others.
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub video: Option<VideoLimits>,
+    /// The size rule, for a model that makes pictures; `None` refuses a size (language models).
+    /// Flattened: the wire keeps `spatial_multiple` and `max_side` beside the others.
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub picture: Option<PictureLimits>,
     /// Most solver steps a request may ask for.
     pub max_steps: u32,
     /// Values for the parameters a request leaves out.
@@ -84,10 +88,8 @@ impl ModelLimits {
             family: "Wan".into(),
             tasks: vec![TaskType::T2v, TaskType::T2i],
             image_roles: first_frame_only(),
-            frame_multiple: 4,
-            spatial_multiple: 16,
-            max_frames: 125,
-            max_side: 1024,
+            video: Some(VideoLimits { frame_multiple: 4, max_frames: 125 }),
+            picture: Some(PictureLimits { spatial_multiple: 16, max_side: 1024 }),
             max_steps: 100,
             defaults: Defaults {
                 steps: 20,
@@ -133,11 +135,13 @@ pub struct ResolvedRequest {
     pub guidance_scale: f32,
     /// Flow-matching timestep shift, in `(0, 100]`.
     pub shift: f32,
-    /// Output height in pixels: a positive multiple of `spatial_multiple`, at most `max_side`.
+    /// Output height in pixels: a positive multiple of `spatial_multiple`, at most `max_side`;
+    /// 0 for a model that makes no pictures.
     pub height: u32,
-    /// Output width in pixels: a positive multiple of `spatial_multiple`, at most `max_side`.
+    /// Output width in pixels, as `height`.
     pub width: u32,
-    /// Frames, `frame_multiple * k + 1` and at most `max_frames`; 1 for `t2i`.
+    /// Frames, `frame_multiple * k + 1` and at most `max_frames`; 1 for `t2i` and for a model
+    /// that makes pictures but no video, 0 for one that makes neither.
     pub num_frames: u32,
     /// Frames per second, in `1..=240`.
     pub fps: u32,
@@ -241,6 +245,7 @@ impl OmniRequest {
                 ),
             ));
         }
+        limits.check_video_task(self.task)?;
         for (i, part) in self.inputs.iter().enumerate() {
             let conditioning = !matches!(part, InputPart::Text { .. } | InputPart::Latent { .. });
             if conditioning && matches!(self.task, TaskType::T2v | TaskType::T2i) {
@@ -308,51 +313,15 @@ impl OmniRequest {
         if !shift.is_finite() || shift <= 0.0 || shift > 100.0 {
             return Err(RequestError::new("diffusion.shift", format!("{shift} must be in (0, 100]")));
         }
-        let m = limits.spatial_multiple;
-        let height = d.height.unwrap_or(def.height);
-        let width = d.width.unwrap_or(def.width);
-        for (name, v) in [("diffusion.height", height), ("diffusion.width", width)] {
-            if v == 0 || v % m != 0 || v > limits.max_side {
-                return Err(RequestError::new(
-                    name,
-                    format!("{v}: {} needs a positive multiple of {m} up to {}", limits.family, limits.max_side),
-                ));
-            }
+        let (height, width) = limits.resolve_size(d)?;
+        if limits.picture.is_some() {
+            self.check_fits(&images, video.as_ref(), width, height)?;
+        } else if let Some(i) =
+            self.inputs.iter().position(|p| matches!(p, InputPart::Image { .. } | InputPart::Video { .. }))
+        {
+            return Err(RequestError::new(format!("inputs[{i}]"), format!("{} takes no pictures", limits.family)));
         }
-        self.check_fits(&images, video.as_ref(), width, height)?;
-        let num_frames = match (&video, self.task) {
-            (_, TaskType::T2i) => 1,
-            // Video to video: every frame that fills the VAE's chunks (as diffusers' encoder
-            // reads them), within the model's limit, unless the request asks for fewer.
-            (Some(v), _) => {
-                let fm = limits.frame_multiple;
-                let usable = ((v.frames - 1) / fm * fm + 1).min(limits.max_frames);
-                match d.num_frames {
-                    Some(n) if n > usable => {
-                        return Err(RequestError::new(
-                            "diffusion.num_frames",
-                            format!("{n}: the input video gives {usable} usable frames (of {})", v.frames),
-                        ))
-                    }
-                    Some(n) => n,
-                    None => usable,
-                }
-            }
-            (None, _) => d.num_frames.unwrap_or(def.num_frames),
-        };
-        let fm = limits.frame_multiple;
-        if num_frames == 0 || (num_frames - 1) % fm != 0 || num_frames > limits.max_frames {
-            // Suggest the valid counts either side, but never one above the limit.
-            let top = (limits.max_frames.saturating_sub(1) / fm) * fm + 1;
-            let k = num_frames.saturating_sub(1) / fm;
-            let (lo, hi) =
-                (fm.saturating_mul(k).saturating_add(1).min(top), fm.saturating_mul(k + 1).saturating_add(1));
-            let hint = if num_frames > top || hi > top { format!("e.g. {top}") } else { format!("e.g. {lo} or {hi}") };
-            return Err(RequestError::new(
-                "diffusion.num_frames",
-                format!("{num_frames}: {} needs frames = {fm}k+1 up to {} ({hint})", limits.family, limits.max_frames),
-            ));
-        }
+        let num_frames = limits.resolve_frames(d, self.task, video.as_ref())?;
         // Video to video keeps the input's timing (output frame i is input frame i) unless the
         // request sets a rate.
         let fps = match (d.fps, &video) {

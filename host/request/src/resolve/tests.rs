@@ -8,10 +8,8 @@ fn limits() -> ModelLimits {
         family: "Wan".into(),
         tasks: vec![TaskType::T2v, TaskType::T2i],
         image_roles: first_frame_only(),
-        frame_multiple: 4,
-        spatial_multiple: 16,
-        max_frames: 121,
-        max_side: 1280,
+        video: Some(VideoLimits { frame_multiple: 4, max_frames: 121 }),
+        picture: Some(PictureLimits { spatial_multiple: 16, max_side: 1280 }),
         max_steps: 200,
         defaults: Defaults {
             steps: 20,
@@ -48,7 +46,7 @@ fn frames_must_be_4k_plus_1() {
     assert_eq!(e.field, "diffusion.num_frames");
     assert!(e.rule.contains("4k+1") && e.rule.contains("e.g. 13 or 17"), "{e}");
     // Past the limit the hint is the largest valid count, never a value out of range too.
-    let max = limits().max_frames;
+    let max = limits().video.unwrap().max_frames;
     for n in [max + 1, 100_000, u32::MAX] {
         r.diffusion.num_frames = Some(n);
         let e = r.resolve(&limits(), || 0).unwrap_err();
@@ -262,4 +260,62 @@ fn video_to_video_keeps_the_input_frame_rate_unless_asked() {
     assert_eq!((resolved.fps, resolved.num_frames), (25, 9));
     r.diffusion.fps = Some(16);
     assert_eq!(r.resolve(&l, || 0).unwrap().fps, 16);
+}
+
+/// Limits as an image model (one picture, no frames) and a language model (neither) declare them.
+fn image_limits() -> ModelLimits {
+    ModelLimits { family: "Flux".into(), tasks: vec![TaskType::T2i], video: None, ..limits() }
+}
+
+fn text_limits() -> ModelLimits {
+    ModelLimits { family: "Qwen".into(), tasks: vec![TaskType::Text], picture: None, ..image_limits() }
+}
+
+#[test]
+fn a_model_without_frames_refuses_frames_naming_the_field() {
+    let mut r = req();
+    r.task = TaskType::T2i;
+    let out = r.resolve(&image_limits(), || 0).unwrap();
+    assert_eq!((out.num_frames, out.height, out.width), (1, 64, 64));
+    // One frame is what a picture is (the server sends it for `t2i`); more is refused, not ignored.
+    r.diffusion.num_frames = Some(1);
+    assert_eq!(r.resolve(&image_limits(), || 0).unwrap().num_frames, 1);
+    r.diffusion.num_frames = Some(17);
+    let e = r.resolve(&image_limits(), || 0).unwrap_err();
+    assert_eq!(e.field, "diffusion.num_frames");
+    assert!(e.rule.contains("Flux makes no video"), "{e}");
+    // A video task on it is refused even where the family listed it.
+    let l = ModelLimits { tasks: vec![TaskType::T2v, TaskType::T2i], ..image_limits() };
+    let e = req().resolve(&l, || 0).unwrap_err();
+    assert_eq!(e.field, "task");
+    assert!(e.rule.contains("Flux makes no video"), "{e}");
+}
+
+#[test]
+fn a_model_without_pictures_refuses_a_size_naming_the_field() {
+    let mut r = req();
+    r.task = TaskType::Text;
+    let out = r.resolve(&text_limits(), || 0).unwrap();
+    assert_eq!((out.num_frames, out.height, out.width), (0, 0, 0));
+    r.diffusion.width = Some(64);
+    let e = r.resolve(&text_limits(), || 0).unwrap_err();
+    assert_eq!(e.field, "diffusion.width");
+    assert!(e.rule.contains("Qwen makes no pictures"), "{e}");
+    r.diffusion.width = None;
+    r.diffusion.num_frames = Some(2);
+    assert_eq!(r.resolve(&text_limits(), || 0).unwrap_err().field, "diffusion.num_frames");
+}
+
+#[test]
+fn limits_keep_their_flat_wire_form_and_omit_what_a_model_lacks() {
+    let video = serde_json::to_value(ModelLimits::example()).unwrap();
+    for key in ["frame_multiple", "max_frames", "spatial_multiple", "max_side"] {
+        assert!(video[key].is_u64(), "{key} in {video}");
+    }
+    assert_eq!(serde_json::from_value::<ModelLimits>(video).unwrap(), ModelLimits::example());
+    let text = serde_json::to_value(text_limits()).unwrap();
+    for key in ["frame_multiple", "max_frames", "spatial_multiple", "max_side"] {
+        assert!(text.get(key).is_none(), "{key} in {text}");
+    }
+    assert_eq!(serde_json::from_value::<ModelLimits>(text).unwrap(), text_limits());
 }

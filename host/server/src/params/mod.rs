@@ -461,17 +461,20 @@ fn frames_for_seconds(s: &SecondsValue, fps: u32, limits: &ModelLimits) -> Resul
     let secs = secs
         .filter(|v: &f64| v.is_finite() && *v > 0.0)
         .ok_or_else(|| ApiError::field("seconds", "seconds: must be a positive number such as \"4\""))?;
-    let m = limits.frame_multiple.max(1) as f64;
+    let Some(video) = &limits.video else {
+        return Err(ApiError::field("seconds", format!("seconds: {} makes no video", limits.family)));
+    };
+    let m = video.frame_multiple.max(1) as f64;
     let k = ((secs * fps as f64 - 1.0) / m).round().max(0.0);
     let frames = k * m + 1.0;
     // In floating point until checked: a huge `seconds` must be an error, not an overflow.
-    if frames > limits.max_frames as f64 {
+    if frames > video.max_frames as f64 {
         return Err(ApiError::field(
             "seconds",
             format!(
                 "seconds: {secs} s at {fps} fps is {frames:.0} frames; this model makes at most {} ({:.2} s)",
-                limits.max_frames,
-                limits.max_frames as f64 / fps.max(1) as f64
+                video.max_frames,
+                video.max_frames as f64 / fps.max(1) as f64
             ),
         ));
     }
@@ -483,7 +486,11 @@ mod tests {
     use super::*;
 
     fn limits() -> ModelLimits {
-        ModelLimits { max_frames: 81, max_side: 512, ..ModelLimits::example() }
+        ModelLimits {
+            video: Some(fastvideo_request::VideoLimits { frame_multiple: 4, max_frames: 81 }),
+            picture: Some(fastvideo_request::PictureLimits { spatial_multiple: 16, max_side: 512 }),
+            ..ModelLimits::example()
+        }
     }
 
     #[test]

@@ -49,6 +49,8 @@ pub fn state() -> AppState {
         spec: Arc::new(spec),
         device: tch::Device::Cpu,
         check: Box::new(|_| Ok(())),
+        // Wan's count: latent frames (4x temporal stride) times 16-pixel patches.
+        work: Arc::new(|r| ((r.num_frames.max(1) - 1) / 4 + 1) as u64 * (r.height / 16) as u64 * (r.width / 16) as u64),
         classify: |_| "pipeline_failed",
         weights: None,
         adapters: None,

@@ -4,3 +4,4 @@ mod chat;
 mod decode_loop;
 mod extend;
 mod parity;
+mod serving;

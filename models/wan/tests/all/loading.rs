@@ -97,6 +97,23 @@ fn text_to_image_is_a_one_frame_video() {
 }
 
 #[test]
+fn the_cost_keys_unit_is_the_transformers_tokens_so_sizes_of_as_many_share_it() {
+    let model = WanModel::load(&tiny(), Device::Cpu).unwrap();
+    let work = fastvideo_wan::work::work(&model);
+    let tokens = |frames, height, width| {
+        let mut r = OmniRequest::text_to_video("w", "a green star");
+        (r.diffusion.num_frames, r.diffusion.height, r.diffusion.width) = (Some(frames), Some(height), Some(width));
+        work(&r.resolve(&model.limits(), || 1).unwrap())
+    };
+    // 17 frames are 5 latent frames; 48x32 pixels are 3x2 patches of 16.
+    assert_eq!(tokens(17, 48, 32), 5 * 3 * 2);
+    // The engine's key is (tokens, forwards, model): other pixels of as many tokens share it.
+    assert_eq!(tokens(17, 48, 32), tokens(17, 32, 48));
+    assert_eq!(tokens(17, 96, 32), tokens(17, 48, 64));
+    assert_ne!(tokens(17, 48, 32), tokens(21, 48, 32));
+}
+
+#[test]
 fn a_sharded_index_cannot_point_outside_the_model_folder() {
     use fastvideo_wan::weights::index_shards;
     let ok = r#"{"weight_map": {"a": "m-00002.safetensors", "b": "m-00001.safetensors", "c": "m-00001.safetensors"}}"#;

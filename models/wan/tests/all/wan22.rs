@@ -277,7 +277,11 @@ fn ti2v_text_to_video_matches_diffusers_end_to_end() {
     let m = load("tiny-wan22-ti2v");
     assert!(m.expand_timesteps);
     let limits = m.limits();
-    assert_eq!(limits.spatial_multiple, 32, "16x VAE (patches included) times the transformer's 2x2 patch");
+    assert_eq!(
+        limits.picture.unwrap().spatial_multiple,
+        32,
+        "16x VAE (patches included) times the transformer's 2x2 patch"
+    );
     assert!(limits.tasks.contains(&TaskType::T2v) && limits.tasks.contains(&TaskType::I2v));
     let spec = Arc::new(pipeline::text_to_video(&m, pipeline::default_guidance()).unwrap());
     let req = ti2v_request(TaskType::T2v).resolve(&limits, || 0).unwrap();

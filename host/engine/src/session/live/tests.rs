@@ -4,7 +4,7 @@ use fastvideo_pipeline::{
     LoopStage, LoopState, Node, NodeCtx, Observed, Observer, ObserverState, PipelineSpec, PluginMeter, StepCtx,
     StepResult,
 };
-use fastvideo_request::{Defaults, ModelLimits, OmniRequest, SamplerKind, TaskType};
+use fastvideo_request::{Defaults, ModelLimits, OmniRequest, PictureLimits, SamplerKind, TaskType};
 
 use super::*;
 use crate::session::SessionRequest;
@@ -130,10 +130,8 @@ impl SessionModel for Model {
             family: "toy".into(),
             tasks: vec![TaskType::World],
             image_roles: Vec::new(),
-            frame_multiple: 1,
-            spatial_multiple: 1,
-            max_frames: 1,
-            max_side: 8,
+            video: None,
+            picture: Some(PictureLimits { spatial_multiple: 1, max_side: 8 }),
             max_steps: 2,
             defaults: Defaults {
                 steps: 2,
