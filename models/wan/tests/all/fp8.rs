@@ -62,7 +62,7 @@ fn an_fp8_forward_stays_within_the_bound_of_the_float_one() {
 fn adapters_run_unmerged_on_fp8_weights_and_merging_is_refused() {
     let m = load(true);
     let file =
-        fastvideo_lora::LoraFile::read(&default_model().join("../default-lora-large/large.safetensors")).unwrap();
+        fastvideo_lora::LoraFile::read(&default_model().join("../default-lora-large/large.safetensors"), &fastvideo_wan::lora_keys::WanKeys).unwrap();
     let prepared = Arc::new(m.transformer.prepare_adapter(&file, "large", "hash").unwrap());
     let set = AdapterSet::bound(vec![(prepared, 1.0, None)]);
     let target = fastvideo_wan::adapters::WanAdapters::of(&m);
