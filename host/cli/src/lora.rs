@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
-use fastvideo_lora::LoraFile;
+use fastvideo_lora::{LoraError, LoraFile};
 use fastvideo_pipeline::{
     AdapterCache, AdapterSet, AdapterSource, AdapterTarget, PipelineSpec, Value, Values, ADAPTERS,
 };
@@ -143,7 +143,7 @@ pub fn run(cmd: LoraCommand) -> Result<()> {
     match cmd {
         LoraCommand::Inspect(a) => {
             let bytes = std::fs::read(&a.file).with_context(|| a.file.display().to_string())?;
-            let file = LoraFile::parse(&bytes).with_context(|| a.file.display().to_string())?;
+            let file = parse_for_any_family(&bytes).with_context(|| a.file.display().to_string())?;
             let hash = blake3::hash(&bytes).to_hex().to_string();
             let summary = file.summary();
             let text = if a.json {
@@ -159,6 +159,22 @@ pub fn run(cmd: LoraCommand) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// `bytes` read with the first family's LoRA key map (in the registry's order) that places every
+/// key: inspect has no model at hand, and a file's names say whose it is. A file no family
+/// places gets the first family's error, which names the key.
+fn parse_for_any_family(bytes: &[u8]) -> Result<LoraFile, LoraError> {
+    let mut first = None;
+    for map in fastvideo_models::registry().lora_key_maps() {
+        match LoraFile::parse(bytes, map) {
+            Ok(file) => return Ok(file),
+            Err(e) => {
+                first.get_or_insert(e);
+            }
+        }
+    }
+    Err(first.unwrap_or_else(|| LoraError { key: None, message: "no model family here takes LoRA adapters".into() }))
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Result;
+use fastvideo_lora::KeyMap;
 use fastvideo_torch::Numerics;
 
 use crate::architecture::{architecture_of, Architecture};
@@ -40,6 +41,13 @@ pub trait Family: Send + Sync {
     /// Loads `dir`. Errors name the file (and for configs the key).
     fn load(&self, dir: &Path, ctx: &LoadContext) -> Result<Box<dyn LoadedModel>>;
 
+    /// How its LoRA files' original-format and kohya names map to its modules, where its models
+    /// take adapters (`fastvideo lora inspect` reads a file with it, before any model loads);
+    /// `None`: they take none.
+    fn lora_key_map(&self) -> Option<&'static dyn KeyMap> {
+        None
+    }
+
     /// Loads `dir` as a prompt rewriter on `device` (its language model and its optional
     /// system turn), where this family's models rewrite prompts; `None`: they do not.
     fn rewriter(&self, _dir: &Path, _device: tch::Device) -> Result<Option<Arc<dyn PromptRewriter>>> {
@@ -67,6 +75,18 @@ impl Registry {
     /// Every family.
     pub fn families(&self) -> &[&'static dyn Family] {
         &self.families
+    }
+
+    /// The LoRA key maps of the families that take adapters, in registry order, each once
+    /// (families that share a checkpoint layout share one).
+    pub fn lora_key_maps(&self) -> Vec<&'static dyn KeyMap> {
+        let mut maps: Vec<&'static dyn KeyMap> = Vec::new();
+        for m in self.families.iter().filter_map(|f| f.lora_key_map()) {
+            if !maps.iter().any(|k| k.family() == m.family()) {
+                maps.push(m);
+            }
+        }
+        maps
     }
 
     /// The family of `kind` serving `dir`, read from its `model_index.json` or `config.json`

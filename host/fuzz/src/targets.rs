@@ -235,7 +235,7 @@ fn tiny_wan_modules() -> Vec<fastvideo_lora::TargetModule> {
 
 fn lora_file(b: &[u8]) -> bool {
     static MODULES: std::sync::OnceLock<Vec<fastvideo_lora::TargetModule>> = std::sync::OnceLock::new();
-    match fastvideo_lora::LoraFile::parse(b) {
+    match fastvideo_lora::LoraFile::parse(b, &fastvideo_wan::lora_keys::WanKeys) {
         Ok(f) => {
             let s = f.summary();
             let _ = (s.to_json(), s.to_string());

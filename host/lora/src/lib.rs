@@ -1,22 +1,27 @@
 //! LoRA files as people ship them, read without libtorch: a safetensors file in diffusers/PEFT,
 //! original-Wan/ComfyUI or kohya naming becomes one patch per module, in diffusers' module names
 //! (the model's own), with its low-rank pair, alpha and full-weight or bias differences. The
-//! model family checks a file against its module table ([`LoraFile::check`]) and puts the
-//! tensors on its device; `fastvideo lora inspect` prints [`LoraFile::summary`].
+//! formats are this crate's; the module names of the original and kohya formats are the model
+//! family's, which brings them as a [`KeyMap`]. The family checks a file against its module table
+//! ([`LoraFile::check`]) and puts the tensors on its device; `fastvideo lora inspect` prints
+//! [`LoraFile::summary`].
 //!
 //! Untrusted input: every shape, dtype and name is checked here, and an error names the key.
 
 #![deny(missing_docs)]
 
+mod key_map;
 mod keys;
 mod summary;
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use keys::Named;
 use safetensors::{Dtype as StDtype, SafeTensors};
 
-pub use keys::{original_to_diffusers, place, Format, Part, Place};
+pub use key_map::KeyMap;
+pub use keys::{place, Format, Part, Place};
 pub use summary::Summary;
 
 /// A module a model lets adapters target: its name (diffusers' module path) and shape.
@@ -168,8 +173,8 @@ pub struct LoraFile {
 pub const MAX_FILE_BYTES: u64 = 32 << 30;
 
 impl LoraFile {
-    /// Reads and parses the file at `path`.
-    pub fn read(path: &Path) -> Result<Self, LoraError> {
+    /// Reads and parses the file at `path`, a family's names placed by `map`.
+    pub fn read(path: &Path, map: &dyn KeyMap) -> Result<Self, LoraError> {
         let meta = std::fs::metadata(path).map_err(|e| LoraError::file(format!("{}: {e}", path.display())))?;
         if meta.len() > MAX_FILE_BYTES {
             return Err(LoraError::file(format!(
@@ -180,33 +185,18 @@ impl LoraFile {
             )));
         }
         let bytes = std::fs::read(path).map_err(|e| LoraError::file(format!("{}: {e}", path.display())))?;
-        Self::parse(&bytes)
+        Self::parse(&bytes, map)
     }
 
-    /// Parses a safetensors LoRA file's bytes.
-    pub fn parse(bytes: &[u8]) -> Result<Self, LoraError> {
-        let st = SafeTensors::deserialize(bytes)
-            .map_err(|e| LoraError::file(format!("not a readable safetensors file ({e})")))?;
-        let (_, header) = SafeTensors::read_metadata(bytes)
-            .map_err(|e| LoraError::file(format!("not a readable safetensors file ({e})")))?;
-        let mut names: Vec<String> = st.names().into_iter().map(str::to_string).collect();
-        names.sort();
-        if names.is_empty() {
-            return Err(LoraError::file("the file holds no tensors"));
-        }
-        let format = Format::detect(names.iter().map(String::as_str));
-        let (metadata, text_metadata) = match format {
-            Format::Diffusers => (
-                AdapterMetadata::of(header.metadata().as_ref(), "transformer")?,
-                AdapterMetadata::of(header.metadata().as_ref(), "text_encoder")?,
-            ),
-            _ => (None, None),
-        };
+    /// Parses a safetensors LoRA file's bytes, a family's names placed by `map` (diffusers names
+    /// are the model's own and need no map).
+    pub fn parse(bytes: &[u8], map: &dyn KeyMap) -> Result<Self, LoraError> {
+        let Opened { st, names, format, metadata, text_metadata } = Opened::of(bytes)?;
         let mut modules: BTreeMap<String, ModulePatch> = BTreeMap::new();
         let mut text: BTreeMap<String, ModulePatch> = BTreeMap::new();
         let mut ignored = Vec::new();
         for key in &names {
-            let place = keys::place(format, key).map_err(|m| LoraError::at(key, m))?;
+            let place = keys::place(map, format, key).map_err(|m| LoraError::at(key, m))?;
             let (module, part, into) = match place {
                 Place::Module(m, p) => (m, p, &mut modules),
                 Place::Text(m, p) => (m, p, &mut text),
@@ -214,12 +204,7 @@ impl LoraFile {
                     ignored.push(key.clone());
                     continue;
                 }
-                Place::KohyaText => {
-                    return Err(LoraError::at(
-                        key,
-                        "a kohya text-encoder key; give text-encoder adapters in diffusers' names (text_encoder.encoder.block.…)",
-                    ))
-                }
+                Place::KohyaText => return Err(LoraError::at(key, KOHYA_TEXT)),
             };
             let t = tensor(&st, key)?;
             let patch = into.entry(module).or_default();
@@ -229,9 +214,7 @@ impl LoraFile {
                 Part::Diff => &mut patch.diff,
                 Part::DiffB => &mut patch.diff_b,
                 Part::Alpha => {
-                    let a = t.scalar().filter(|a| a.is_finite() && *a > 0.0);
-                    let Some(a) = a else { return Err(LoraError::at(key, "alpha must be one finite positive number")) };
-                    if patch.alpha.replace(a).is_some() {
+                    if patch.alpha.replace(alpha(&t)?).is_some() {
                         return Err(LoraError::at(key, "a second alpha for the same module"));
                     }
                     continue;
@@ -241,8 +224,8 @@ impl LoraFile {
                 return Err(LoraError::at(key, "a second tensor for the same part of the same module"));
             }
         }
-        for (map, meta) in [(&mut modules, &metadata), (&mut text, &text_metadata)] {
-            for (name, patch) in map.iter_mut() {
+        for (patches, meta) in [(&mut modules, &metadata), (&mut text, &text_metadata)] {
+            for (name, patch) in patches.iter_mut() {
                 check_patch(patch)?;
                 if let Some(m) = meta {
                     patch.metadata_scale = Some(m.scale(name));
@@ -256,6 +239,32 @@ impl LoraFile {
             )));
         }
         Ok(Self { format, modules, text, ignored, file_bytes: bytes.len() as u64 })
+    }
+
+    /// What of a file can be checked without a family's names (a deploy's `[[adapters]]` before
+    /// the model is known): a readable safetensors file whose keys are a LoRA format's, with
+    /// readable low-rank tensors and alphas. Whether its names place is [`parse`](Self::parse)'s,
+    /// with the model's [`KeyMap`]. A file refused here is refused by `parse` with any map, so the
+    /// early check never stops a file that a model would take.
+    pub fn check_format(bytes: &[u8]) -> Result<Format, LoraError> {
+        let Opened { st, names, format, .. } = Opened::of(bytes)?;
+        for key in &names {
+            let part = match keys::named(format, key).map_err(|m| LoraError::at(key, m))? {
+                Named::KohyaText => return Err(LoraError::at(key, KOHYA_TEXT)),
+                Named::Model(_, p) | Named::Text(_, p) | Named::Original(_, p) | Named::Kohya(_, p) => p,
+            };
+            // A difference may be a non-linear's that a family's map leaves out unread.
+            match part {
+                Part::Diff | Part::DiffB => {}
+                Part::Alpha => {
+                    alpha(&tensor(&st, key)?)?;
+                }
+                Part::Down | Part::Up => {
+                    tensor(&st, key)?;
+                }
+            }
+        }
+        Ok(format)
     }
 
     /// Checks every patch against `modules` (a model's module table): each must name one of
@@ -322,6 +331,48 @@ fn check_map(map: &BTreeMap<String, ModulePatch>, modules: &[TargetModule]) -> R
         }
     }
     Ok(())
+}
+
+const KOHYA_TEXT: &str =
+    "a kohya text-encoder key; give text-encoder adapters in diffusers' names (text_encoder.encoder.block.…)";
+
+/// A file's safetensors view, its keys in order, its format and (diffusers) its PEFT configs.
+struct Opened<'a> {
+    st: SafeTensors<'a>,
+    names: Vec<String>,
+    format: Format,
+    metadata: Option<AdapterMetadata>,
+    text_metadata: Option<AdapterMetadata>,
+}
+
+impl<'a> Opened<'a> {
+    fn of(bytes: &'a [u8]) -> Result<Self, LoraError> {
+        let st = SafeTensors::deserialize(bytes)
+            .map_err(|e| LoraError::file(format!("not a readable safetensors file ({e})")))?;
+        let (_, header) = SafeTensors::read_metadata(bytes)
+            .map_err(|e| LoraError::file(format!("not a readable safetensors file ({e})")))?;
+        let mut names: Vec<String> = st.names().into_iter().map(str::to_string).collect();
+        names.sort();
+        if names.is_empty() {
+            return Err(LoraError::file("the file holds no tensors"));
+        }
+        let format = Format::detect(names.iter().map(String::as_str));
+        let (metadata, text_metadata) = match format {
+            Format::Diffusers => (
+                AdapterMetadata::of(header.metadata().as_ref(), "transformer")?,
+                AdapterMetadata::of(header.metadata().as_ref(), "text_encoder")?,
+            ),
+            _ => (None, None),
+        };
+        Ok(Self { st, names, format, metadata, text_metadata })
+    }
+}
+
+/// An alpha tensor's value: one finite positive number.
+fn alpha(t: &TensorData) -> Result<f64, LoraError> {
+    t.scalar()
+        .filter(|a| a.is_finite() && *a > 0.0)
+        .ok_or_else(|| LoraError::at(&t.key, "alpha must be one finite positive number"))
 }
 
 /// A tensor of the file, with a dtype and rank LoRA tensors can have.

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use fastvideo_lora::{LoraFile, TargetModule};
+use fastvideo_lora::{KeyMap, LoraFile, TargetModule};
 use fastvideo_request::{LoraUse, RequestError};
 
 use crate::{AdapterSet, PreparedAdapter};
@@ -19,6 +19,8 @@ use crate::{AdapterSet, PreparedAdapter};
 pub trait AdapterTarget: Send + Sync {
     /// The modules adapters may target.
     fn modules(&self) -> &[TargetModule];
+    /// The model family's names in the original and kohya formats, which files are parsed with.
+    fn key_map(&self) -> &dyn KeyMap;
     /// Whether `file` fits the model (its transformer's modules; its text encoder's, when the
     /// model takes text-encoder adapters). By default text-encoder keys are refused.
     fn check(&self, file: &LoraFile) -> Result<(), fastvideo_lora::LoraError> {
@@ -194,7 +196,7 @@ impl AdapterCache {
                 fastvideo_request::MAX_LORA_SCALE
             );
         }
-        let file = read_checked(&source)?;
+        let file = read_checked(&source, self.target.key_map())?;
         self.target.check(&file).with_context(|| {
             format!("adapter `{}` ({}) does not fit this model", source.name, source.path.display())
         })?;
@@ -296,7 +298,7 @@ impl AdapterCache {
                 f
             }
             None => {
-                let f = Arc::new(read_checked(source)?);
+                let f = Arc::new(read_checked(source, self.target.key_map())?);
                 self.host.lock().unwrap_or_else(|e| e.into_inner()).put(name, Arc::clone(&f), self.host_budget);
                 f
             }
@@ -346,8 +348,8 @@ impl AdapterCache {
     }
 }
 
-/// The source's file, read once, its hash checked, parsed.
-fn read_checked(source: &AdapterSource) -> Result<LoraFile> {
+/// The source's file, read once, its hash checked, parsed with the model's `map`.
+fn read_checked(source: &AdapterSource, map: &dyn KeyMap) -> Result<LoraFile> {
     let what = || format!("adapter `{}` ({})", source.name, source.path.display());
     let meta = std::fs::metadata(&source.path).with_context(what)?;
     if meta.len() > fastvideo_lora::MAX_FILE_BYTES {
@@ -358,5 +360,5 @@ fn read_checked(source: &AdapterSource) -> Result<LoraFile> {
     if !actual.eq_ignore_ascii_case(source.blake3.trim()) {
         bail!("{}: blake3 is {actual}, the deploy pins {} (replaced file?)", what(), source.blake3.trim());
     }
-    LoraFile::parse(&bytes).with_context(what)
+    LoraFile::parse(&bytes, map).with_context(what)
 }

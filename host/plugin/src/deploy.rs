@@ -151,8 +151,9 @@ pub struct Deployment {
     pub model_adapters: std::collections::BTreeMap<String, Vec<AdapterSource>>,
 }
 
-/// An `[[adapters]]` entry with its file read: it exists, its hash is the pinned one, and it
-/// parses as a LoRA file. Whether it fits the model is checked when the model is loaded.
+/// An `[[adapters]]` entry with its file read: it exists, its hash is the pinned one, and it is a
+/// LoRA file in a format this runtime reads. Which modules its keys name is the model family's
+/// (its key map), so that and whether it fits the model are checked when the model is loaded.
 fn adapter_source(a: AdapterEntry, base: &Path) -> Result<AdapterSource, PluginError> {
     let refuse = |why: String| PluginError::Io(format!("[[adapters]] `{}`: {why}", a.name));
     if a.name.trim().is_empty() {
@@ -168,7 +169,7 @@ fn adapter_source(a: AdapterEntry, base: &Path) -> Result<AdapterSource, PluginE
             a.blake3.trim()
         )));
     }
-    fastvideo_lora::LoraFile::parse(&bytes).map_err(|e| refuse(format!("{}: {e}", path.display())))?;
+    fastvideo_lora::LoraFile::check_format(&bytes).map_err(|e| refuse(format!("{}: {e}", path.display())))?;
     Ok(AdapterSource { name: a.name, path, blake3: actual, default_scale: a.default_scale })
 }
 

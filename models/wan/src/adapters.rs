@@ -6,10 +6,11 @@ use std::collections::HashMap;
 
 use anyhow::{bail, Context, Result};
 use fastvideo_layers::Linear;
-use fastvideo_lora::{LoraFile, TargetModule, TensorData};
+use fastvideo_lora::{KeyMap, LoraFile, TargetModule, TensorData};
 use fastvideo_pipeline::{AdapterSet, AdapterTarget, ModuleDelta, PreparedAdapter};
 use tch::{Device, Kind, Tensor};
 
+use crate::lora_keys::WanKeys;
 use crate::{Umt5Encoder, WanTransformer3DModel};
 
 /// A Wan model as adapters see it: the transformer (a two-expert model's two), and the text
@@ -52,6 +53,9 @@ impl WanAdapters {
 impl AdapterTarget for WanAdapters {
     fn modules(&self) -> &[TargetModule] {
         self.transformer().modules()
+    }
+    fn key_map(&self) -> &dyn KeyMap {
+        &WanKeys
     }
     fn check(&self, file: &LoraFile) -> std::result::Result<(), fastvideo_lora::LoraError> {
         file.check(self.transformer().modules())?;
@@ -96,6 +100,9 @@ impl AdapterTarget for WanAdapters {
 impl AdapterTarget for WanTransformer3DModel {
     fn modules(&self) -> &[TargetModule] {
         WanTransformer3DModel::modules(self)
+    }
+    fn key_map(&self) -> &dyn KeyMap {
+        &WanKeys
     }
     fn prepare(&self, file: &LoraFile, name: &str, hash: &str) -> Result<PreparedAdapter> {
         self.prepare_adapter(file, name, hash)

@@ -16,6 +16,7 @@ use fastvideo_pipeline::{EmbeddingCache, LoopPolicies, PipelineSpec, Residency, 
 use fastvideo_request::ModelLimits;
 use fastvideo_torch::{Int8Attention, Numerics, Precision};
 
+use crate::lora_keys::WanKeys;
 use crate::sessions::WorldSessions;
 use crate::world::WorldModel;
 use crate::{LoadOptions, WanModel};
@@ -76,6 +77,10 @@ impl Family for Wan {
 
     fn kind(&self) -> ModelKind {
         ModelKind::Generation
+    }
+
+    fn lora_key_map(&self) -> Option<&'static dyn fastvideo_lora::KeyMap> {
+        Some(&WanKeys)
     }
 
     fn implies(&self, mut n: Numerics, device: tch::Device) -> Numerics {
@@ -202,6 +207,10 @@ impl Family for WanWorld {
 
     fn kind(&self) -> ModelKind {
         ModelKind::World
+    }
+
+    fn lora_key_map(&self) -> Option<&'static dyn fastvideo_lora::KeyMap> {
+        Some(&WanKeys)
     }
 
     fn implies(&self, mut n: Numerics, device: tch::Device) -> Numerics {

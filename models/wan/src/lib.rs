@@ -18,6 +18,7 @@ pub mod image_resize;
 mod load_options;
 pub mod loader;
 pub mod lora_bench;
+pub mod lora_keys;
 pub mod offline_rollout;
 pub mod offload;
 pub mod parallel;

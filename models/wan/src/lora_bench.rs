@@ -196,7 +196,7 @@ pub fn run(model: &WanModel, opts: &LoraBenchOptions) -> Result<LoraBenchReport>
         drop(sets);
         sync(dev);
         let t0 = Instant::now();
-        let file = LoraFile::read(&path)?;
+        let file = LoraFile::read(&path, &crate::lora_keys::WanKeys)?;
         let prepared = Arc::new(t.prepare_adapter(&file, "fresh", "h")?);
         sync(dev);
         let load_prepare_s = t0.elapsed().as_secs_f64();

@@ -17,6 +17,7 @@ use fastvideo_pipeline::WeightLoader;
 use fastvideo_pipeline::{LoopPolicies, PipelineSpec};
 
 use crate::loader::WanModel;
+use crate::lora_keys::WanKeys;
 use crate::pipeline::text_to_video_with;
 use crate::transformer::WanTransformer3DModel;
 use crate::weights::{checkpoint_files, Weights};
@@ -108,11 +109,11 @@ impl WanWeightLoader {
         let st = safetensors::SafeTensors::deserialize(&bytes).ok()?;
         let names = st.names();
         let format = fastvideo_lora::Format::detect(names.iter().copied());
-        let lora_keys = names.iter().any(|k| fastvideo_lora::place(format, k).is_ok());
+        let lora_keys = names.iter().any(|k| fastvideo_lora::place(&WanKeys, format, k).is_ok());
         if !lora_keys {
             return None;
         }
-        Some(LoraFile::parse(&bytes).with_context(|| format!("{}: a LoRA file", path.display())))
+        Some(LoraFile::parse(&bytes, &WanKeys).with_context(|| format!("{}: a LoRA file", path.display())))
     }
 
     /// The base checkpoint with `file` merged in at strength 1.

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use fastvideo_lora::{LoraFile, TargetModule};
+use fastvideo_lora::{KeyMap, LoraFile, TargetModule};
 use fastvideo_pipeline::{AdapterCache, AdapterEvent, AdapterSet, AdapterSource, AdapterTarget, PreparedAdapter};
 use fastvideo_request::LoraUse;
 
@@ -13,9 +13,30 @@ struct Stand {
     modules: Vec<TargetModule>,
 }
 
+/// The stand-in's adapters come in diffusers' names only (its own): no other names place.
+struct StandKeys;
+
+impl KeyMap for StandKeys {
+    fn family(&self) -> &str {
+        "stand-in"
+    }
+    fn original(&self, _: &str) -> Option<String> {
+        None
+    }
+    fn kohya(&self, _: &str) -> Option<String> {
+        None
+    }
+    fn not_linear(&self, _: &str) -> bool {
+        false
+    }
+}
+
 impl AdapterTarget for Stand {
     fn modules(&self) -> &[TargetModule] {
         &self.modules
+    }
+    fn key_map(&self) -> &dyn KeyMap {
+        &StandKeys
     }
     fn prepare(&self, file: &LoraFile, name: &str, hash: &str) -> anyhow::Result<PreparedAdapter> {
         file.check(&self.modules)?;

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use fastvideo_pipeline::{AdapterRows, AdapterSet, AdapterTarget};
 use fastvideo_torch::Precision;
+use fastvideo_wan::lora_keys::WanKeys;
 use fastvideo_wan::{LoadOptions, WanModel};
 use tch::{Device, Kind, Tensor};
 
@@ -62,7 +63,8 @@ fn an_fp8_forward_stays_within_the_bound_of_the_float_one() {
 fn adapters_run_unmerged_on_fp8_weights_and_merging_is_refused() {
     let m = load(true);
     let file =
-        fastvideo_lora::LoraFile::read(&default_model().join("../default-lora-large/large.safetensors")).unwrap();
+        fastvideo_lora::LoraFile::read(&default_model().join("../default-lora-large/large.safetensors"), &WanKeys)
+            .unwrap();
     let prepared = Arc::new(m.transformer.prepare_adapter(&file, "large", "hash").unwrap());
     let set = AdapterSet::bound(vec![(prepared, 1.0, None)]);
     let target = fastvideo_wan::adapters::WanAdapters::of(&m);

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use fastvideo_lora::LoraFile;
 use fastvideo_pipeline::{AdapterRows, AdapterSet, PreparedAdapter};
+use fastvideo_wan::lora_keys::WanKeys;
 use fastvideo_wan::{WanModel, WanTransformer3DModel};
 use tch::{Device, Tensor};
 
@@ -29,7 +30,7 @@ fn load(folder: &str) -> WanModel {
 }
 
 fn adapter(t: &WanTransformer3DModel, name: &str) -> Arc<PreparedAdapter> {
-    let file = LoraFile::read(&fixtures().join("lora").join(format!("{name}.safetensors"))).unwrap();
+    let file = LoraFile::read(&fixtures().join("lora").join(format!("{name}.safetensors")), &WanKeys).unwrap();
     Arc::new(t.prepare_adapter(&file, name, "hash").unwrap())
 }
 
@@ -142,7 +143,7 @@ fn the_image_path_of_an_i2v_model_takes_adapters() {
     t.unmerge_adapters();
     // The adapter's modules are the image path's: a text-to-video model has none of them.
     let t2v_model = load("tiny-wan");
-    let file = LoraFile::read(&fixtures().join("lora/i2v.safetensors")).unwrap();
+    let file = LoraFile::read(&fixtures().join("lora/i2v.safetensors"), &WanKeys).unwrap();
     let err = t2v_model.transformer.prepare_adapter(&file, "i2v", "h").unwrap_err();
     assert!(format!("{err:#}").contains("diffusion_model.blocks.0.cross_attn.k_img.lora_down.weight"), "{err:#}");
 }
@@ -197,7 +198,7 @@ fn files_that_do_not_fit_the_model_name_the_key() {
     // The I2V model is bigger (in_channels 12) but has the same blocks: a T2V adapter fits it;
     // a file for another width does not, and the error names the tensor and both shapes.
     let m = load("tiny-wan-i2v");
-    let file = LoraFile::read(&fixtures().join("lora/original.safetensors")).unwrap();
+    let file = LoraFile::read(&fixtures().join("lora/original.safetensors"), &WanKeys).unwrap();
     m.transformer.prepare_adapter(&file, "original", "h").expect("same blocks, same shapes");
     let mut wide = file.clone();
     let p = wide.modules.get_mut("blocks.1.ffn.net.2").unwrap();
@@ -218,7 +219,7 @@ fn adapters_take_each_modules_dtype_in_a_bf16_model() {
     opts.dtype = fastvideo_torch::DtypeChoice::Bf16;
     let m = WanModel::load_with(&fixtures().join("tiny-wan"), opts).unwrap();
     let t = &m.transformer;
-    let mut file = LoraFile::read(&fixtures().join("lora/original.safetensors")).unwrap();
+    let mut file = LoraFile::read(&fixtures().join("lora/original.safetensors"), &WanKeys).unwrap();
     let q = file.modules["blocks.0.attn1.to_q"].clone();
     file.modules.insert("condition_embedder.time_embedder.linear_2".into(), q);
     let set = AdapterSet::new(vec![(Arc::new(t.prepare_adapter(&file, "mixed", "h").unwrap()), 0.8)]);
@@ -237,7 +238,7 @@ fn text_encoder_adapters_match_transformers_and_key_the_embedding_cache() {
     use fastvideo_pipeline::{AdapterTarget, Value, Values, ADAPTERS};
     let m = load("tiny-wan");
     let target = fastvideo_wan::adapters::WanAdapters::of(&m);
-    let file = LoraFile::read(&fixtures().join("lora/text_encoder.safetensors")).unwrap();
+    let file = LoraFile::read(&fixtures().join("lora/text_encoder.safetensors"), &WanKeys).unwrap();
     assert_eq!((file.modules.len(), file.text.len()), (0, 14));
     let adapter = Arc::new(target.prepare(&file, "te", "h").unwrap());
     let set = AdapterSet::new(vec![(adapter, 0.7)]);

@@ -13,6 +13,7 @@ use fastvideo_pipeline::{
 use fastvideo_request::{
     Artifact, ImageRole, InputImage, InputPart, OmniEvent, OmniRequest, ResolvedRequest, TaskType, TextRole,
 };
+use fastvideo_wan::lora_keys::WanKeys;
 use fastvideo_wan::pipeline::{self, values};
 use fastvideo_wan::WanModel;
 use tch::{Device, Tensor};
@@ -304,7 +305,7 @@ fn ti2v_text_and_image_to_video_matches_diffusers_end_to_end() {
 /// The tiny two-expert model's run with the LoRA fixture `diffusers` at 0.8, bound to `expert`
 /// (`None`: both), and the folder's boundary moved to `boundary`.
 fn with_lora(m: &WanModel, expert: Option<u32>, boundary: f32) -> Tensor {
-    let file = fastvideo_lora::LoraFile::read(&fixture_dir().join("lora/diffusers.safetensors")).unwrap();
+    let file = fastvideo_lora::LoraFile::read(&fixture_dir().join("lora/diffusers.safetensors"), &WanKeys).unwrap();
     let prepared = Arc::new(m.transformer.prepare_adapter(&file, "diffusers", "hash").unwrap());
     let set = Arc::new(fastvideo_pipeline::AdapterSet::bound(vec![(prepared, 0.8, expert)]));
     let mut r = request(TaskType::T2v, 4.0, Some(3.0));
@@ -341,7 +342,7 @@ fn a_set_bound_per_expert_merges_into_each_expert_its_part() {
     use fastvideo_pipeline::AdapterTarget;
     let m = load("tiny-wan22-t2v");
     let unmerged = with_lora(&m, Some(1), 0.875);
-    let file = fastvideo_lora::LoraFile::read(&fixture_dir().join("lora/diffusers.safetensors")).unwrap();
+    let file = fastvideo_lora::LoraFile::read(&fixture_dir().join("lora/diffusers.safetensors"), &WanKeys).unwrap();
     let prepared = Arc::new(m.transformer.prepare_adapter(&file, "diffusers", "hash").unwrap());
     let set = fastvideo_pipeline::AdapterSet::bound(vec![(prepared, 0.8, Some(1))]);
     let target = fastvideo_wan::adapters::WanAdapters::of(&m);

@@ -8,6 +8,7 @@ use std::path::Path;
 
 use fastvideo_pipeline::kv_pool::KvPool;
 use fastvideo_wan::chunk_rollout::{single_session_pool, ChunkRollout};
+use fastvideo_wan::lora_keys::WanKeys;
 use fastvideo_wan::vae::DecodeStream;
 use fastvideo_wan::world::WorldModel;
 use fastvideo_wan::LoadOptions;
@@ -249,7 +250,7 @@ fn a_rollout_runs_with_lora_adapters_on_every_chunk() {
     tch::no_grad(|| {
         let (_dir, m) = tiny_world();
         let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
-        let file = fastvideo_lora::LoraFile::read(&fixtures.join("lora/original.safetensors")).unwrap();
+        let file = fastvideo_lora::LoraFile::read(&fixtures.join("lora/original.safetensors"), &WanKeys).unwrap();
         let adapter = Arc::new(m.wan.transformer.prepare_adapter(&file, "original", "h").unwrap());
         let actions = vec!["right".to_string(), "up".to_string()];
         let run = |set: Option<Arc<AdapterSet>>| {
