@@ -109,7 +109,7 @@ pub const EXTEND_NODE: &str = "prompt_extend";
 pub use adapter_cache::{AdapterCache, AdapterEvent, AdapterSource, AdapterTarget, DEFAULT_MAX_LORAS_PER_REQUEST};
 pub use adapters::{AdapterRows, AdapterSet, ModuleDelta, PreparedAdapter, ADAPTERS};
 pub use blocks::{BlockAction, BlockHook, BlockPolicy, BlockPolicyState, BoundHook};
-pub use denoise::{ConditionMode, Conditioning, DenoiseLoop, Denoiser, LatentPreview};
+pub use denoise::{ChannelCondition, Conditioning, DenoiseLoop, Denoiser, LatentCondition, LatentPreview};
 pub use driver::{Advance, CancelToken, PipelineRun};
 pub use embedding_cache::{CacheObserver, EmbeddingCache};
 pub use experts::{BoundaryRouting, ExpertRouting, ExpertRoutingState, Route};

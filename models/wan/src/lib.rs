@@ -12,6 +12,7 @@ pub mod causal;
 pub mod chunk_rollout;
 pub mod clip_vision;
 pub mod family;
+pub mod first_frame_condition;
 pub mod image_condition;
 mod image_encode;
 pub mod image_resize;

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use anyhow::{ensure, Result};
 use fastvideo_pipeline::frames_to_video;
 use fastvideo_pipeline::{
-    AdapterRows, AdapterSet, BlockHook, BoundaryRouting, ClassicCfg, ConditionMode, Conditioning, DenoiseLoop,
-    Denoiser, EmbeddingCache, Guidance, LoopPolicies, Node, NodeCtx, PipelineSpec, Stage, Value, Values,
+    AdapterRows, AdapterSet, BlockHook, BoundaryRouting, ClassicCfg, Conditioning, DenoiseLoop, Denoiser,
+    EmbeddingCache, Guidance, LoopPolicies, Node, NodeCtx, PipelineSpec, Stage, Value, Values,
 };
 use fastvideo_request::{ResolvedRequest, TaskType};
 use tch::{Device, Tensor};
@@ -242,7 +242,11 @@ pub fn text_to_video_with(model: &WanModel, policies: LoopPolicies) -> Result<Pi
         clean_latents: CLEAN_LATENTS.to_string(),
         image_embeds: IMAGE_EMBEDS.to_string(),
         latent_condition: LATENT_CONDITION.to_string(),
-        condition_mode: if model.expand_timesteps { ConditionMode::FirstFrame } else { ConditionMode::Channels },
+        condition: if model.expand_timesteps {
+            Arc::new(crate::first_frame_condition::FirstFrameCondition)
+        } else {
+            Arc::new(fastvideo_pipeline::ChannelCondition)
+        },
         output: LATENTS.to_string(),
         preview: Some(Arc::new(crate::preview::WanPreview::new(Arc::clone(&model.vae)))),
     };

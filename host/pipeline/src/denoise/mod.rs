@@ -13,7 +13,7 @@ mod capture;
 mod condition;
 
 use capture::Capture;
-pub use condition::ConditionMode;
+pub use condition::{ChannelCondition, LatentCondition};
 
 pub use crate::noise::seeded_noise;
 use crate::sampler::{self, Sampler};
@@ -49,7 +49,7 @@ impl<'a> Conditioning<'a> {
 pub trait Denoiser: Send + Sync {
     /// `latents` is `[B, C, …]` in the layout of [`latent_shape`](Self::latent_shape) (with a
     /// request's condition channels appended, when it has any), `timestep` is `[B]` (float),
-    /// or `[B, F]` per latent frame with a first-frame condition ([`ConditionMode::FirstFrame`]).
+    /// or what the pipeline's [`LatentCondition`] times its rows by (Wan 2.2 TI2V: `[B, F]`).
     fn forward(&self, latents: &Tensor, timestep: &Tensor, cond: Conditioning) -> Result<Tensor>;
     /// The same forward with a block policy hooked into the block loop. Denoisers without
     /// blocks ignore the hook.
@@ -108,12 +108,12 @@ pub struct DenoiseLoop {
     pub clean_latents: String,
     /// Value name of optional image embeddings every branch's forward takes (image-to-video).
     pub image_embeds: String,
-    /// Value name of optional condition latents: `[1, C', F, H, W]` appended to the latents'
-    /// channels at every forward (Wan 2.1 image-to-video's mask and encoded first frame), or the
-    /// clean first latent frame, as `condition_mode` says.
+    /// Value name of optional condition latents, which reach the denoiser as `condition`
+    /// says (appended to the latents' channels: Wan 2.1 image-to-video's mask and encoded first
+    /// frame; or Wan 2.2 TI2V's clean first latent frame).
     pub latent_condition: String,
-    /// How the condition latents reach the denoiser.
-    pub condition_mode: ConditionMode,
+    /// How the condition latents reach the denoiser: the family's rule.
+    pub condition: Arc<dyn LatentCondition>,
     /// Value name the denoised latents are written to by `finalize`.
     pub output: String,
     /// Pictures of the estimate for requests that ask for previews (`outputs.preview_every`);
@@ -135,7 +135,7 @@ struct DenoiseState {
     latents: Tensor,
     /// The loop stops before this step (the schedule's length, or a partial schedule's end).
     end: usize,
-    mode: ConditionMode,
+    rule: Arc<dyn LatentCondition>,
     sampler: Box<dyn Sampler>,
     capture: Option<Capture>,
     branches: Vec<String>,
@@ -180,14 +180,17 @@ impl DenoiseState {
     /// The denoiser's input: the latents, with the condition channels when there are any.
     fn model_input(&self) -> Tensor {
         match &self.condition {
-            Some(c) => self.mode.model_input(&self.latents, c),
+            Some(c) => self.rule.model_input(&self.latents, c),
             None => self.latents.shallow_clone(),
         }
     }
 
     /// The timesteps of `t.len()` rows of this request's forwards.
     fn timesteps(&self, t: &[f32], device: Device) -> Tensor {
-        self.mode.timesteps(self.condition.is_some(), t, self.latents.size().get(2).copied().unwrap_or(1), device)
+        match &self.condition {
+            Some(_) => self.rule.timesteps(t, &self.latents, device),
+            None => Tensor::from_slice(t).to_device(device),
+        }
     }
 
     /// The image embeddings for `n` stacked copies of the request's rows.
@@ -328,7 +331,7 @@ impl LoopStage for DenoiseLoop {
         let image = values.opt_tensor(&self.image_embeds).map(|t| t.shallow_clone());
         let condition = match values.opt_tensor(&self.latent_condition) {
             Some(c) => {
-                self.condition_mode.check(c, &latents)?;
+                self.condition.check(c, &latents)?;
                 Some(c.to_device(ctx.device))
             }
             None => None,
@@ -345,7 +348,7 @@ impl LoopStage for DenoiseLoop {
         let mut state = DenoiseState {
             latents,
             end,
-            mode: self.condition_mode,
+            rule: Arc::clone(&self.condition),
             sampler,
             capture: Capture::of(req),
             branches,
@@ -547,7 +550,10 @@ impl LoopStage for DenoiseLoop {
             let t = c.into_artifact(ctx.request, s.sampler.as_ref(), &s.latents)?;
             values.insert(TRAJECTORY, Value::Trajectory(Box::new(t)));
         }
-        let out = s.mode.output(s.latents, s.condition.as_ref());
+        let out = match &s.condition {
+            Some(c) => s.rule.output(s.latents, c),
+            None => s.latents,
+        };
         values.insert(self.output.clone(), Value::Tensor(out));
         Ok(())
     }

@@ -71,7 +71,7 @@ fn spec_with(
         clean_latents: "clean_latents".into(),
         image_embeds: "image_embeds".into(),
         latent_condition: "latent_condition".into(),
-        condition_mode: Default::default(),
+        condition: Arc::new(fastvideo_pipeline::ChannelCondition),
         output: "latents".into(),
         preview: Some(Arc::new(ToyPreview)),
     };
@@ -457,7 +457,7 @@ fn the_artifact_is_the_value_the_spec_names_as_its_final_output() {
         clean_latents: "clean_latents".into(),
         image_embeds: "image_embeds".into(),
         latent_condition: "latent_condition".into(),
-        condition_mode: Default::default(),
+        condition: Arc::new(fastvideo_pipeline::ChannelCondition),
         output: "latents".into(),
         preview: Some(Arc::new(ToyPreview)),
     };

@@ -58,7 +58,7 @@ fn spec() -> PipelineSpec {
         clean_latents: "clean_latents".into(),
         image_embeds: "image_embeds".into(),
         latent_condition: "condition".into(),
-        condition_mode: Default::default(),
+        condition: Arc::new(fastvideo_pipeline::ChannelCondition),
         output: "latents".into(),
         preview: None,
     };
