@@ -489,6 +489,7 @@ mod tests {
         ModelLimits {
             video: Some(fastvideo_request::VideoLimits { frame_multiple: 4, max_frames: 81 }),
             picture: Some(fastvideo_request::PictureLimits { spatial_multiple: 16, max_side: 512 }),
+            audio: None,
             ..ModelLimits::example()
         }
     }
