@@ -109,7 +109,8 @@ mod aac {
         let stream = input.streams().best(av::media::Type::Audio).expect("an audio stream");
         let index = stream.index();
         let seconds = stream.duration() as f64 * f64::from(stream.time_base());
-        let mut dec = av::codec::context::Context::from_parameters(stream.parameters()).unwrap().decoder().audio().unwrap();
+        let mut dec =
+            av::codec::context::Context::from_parameters(stream.parameters()).unwrap().decoder().audio().unwrap();
         let mut out = Decoded {
             codec: dec.id(),
             rate: dec.rate(),
