@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::RequestError;
+use crate::{RequestError, TaskType};
 
 /// The sound a model makes (Cosmos3: 48 kHz stereo from its audio tokenizer). A model with this
 /// in its limits makes sound by default; one without refuses `outputs.generate_sound: true`.
@@ -17,19 +17,22 @@ pub struct AudioLimits {
 }
 
 /// Whether the request makes sound: `generate_sound` as given, else whether the model makes
-/// any. Asking a model without sound for it is refused naming the field, so a client learns at
-/// once instead of getting a silent clip.
+/// any (a still picture, `t2i`, never has sound). Asking a model without sound, or a picture,
+/// for it is refused naming the field, so a client learns at once instead of getting silence.
 pub(super) fn resolve_sound(
     given: Option<bool>,
     audio: Option<&AudioLimits>,
+    task: TaskType,
     family: &str,
 ) -> Result<bool, RequestError> {
+    let field = "outputs.generate_sound";
     match (given, audio) {
-        (Some(true), None) => {
-            Err(RequestError::new("outputs.generate_sound", format!("this {family} model makes no sound")))
+        (Some(true), None) => Err(RequestError::new(field, format!("this {family} model makes no sound"))),
+        (Some(true), Some(_)) if task == TaskType::T2i => {
+            Err(RequestError::new(field, "`t2i` makes a still picture, without sound"))
         }
         (Some(on), _) => Ok(on),
-        (None, audio) => Ok(audio.is_some()),
+        (None, audio) => Ok(audio.is_some() && task != TaskType::T2i),
     }
 }
 
@@ -58,6 +61,12 @@ mod tests {
         assert!(!req(Some(false)).resolve(&with_sound(), || 1).unwrap().generate_sound);
         assert!(!req(Some(false)).resolve(&ModelLimits::example(), || 1).unwrap().generate_sound);
         assert!(req(Some(true)).resolve(&with_sound(), || 1).unwrap().generate_sound);
+        // A still picture has no sound, by default or on request.
+        let mut picture = req(None);
+        picture.task = crate::TaskType::T2i;
+        assert!(!picture.resolve(&with_sound(), || 1).unwrap().generate_sound);
+        picture.outputs.generate_sound = Some(true);
+        assert_eq!(picture.resolve(&with_sound(), || 1).unwrap_err().field, "outputs.generate_sound");
     }
 
     #[test]

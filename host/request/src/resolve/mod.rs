@@ -350,7 +350,8 @@ impl OmniRequest {
         if self.outputs.preview_every == Some(0) {
             return Err(RequestError::new("outputs.preview_every", "must be at least 1 (a preview every N steps)"));
         }
-        let generate_sound = audio::resolve_sound(self.outputs.generate_sound, limits.audio.as_ref(), &limits.family)?;
+        let generate_sound =
+            audio::resolve_sound(self.outputs.generate_sound, limits.audio.as_ref(), self.task, &limits.family)?;
         let sampler = self.sampling.sampler.unwrap_or(def.sampler);
         let (noise_level, sde_steps) = self.sampling.resolve_sde(sampler, steps)?;
         let partial = partial_schedule(d.start_step, d.end_step, steps, self.task, initial_noise.is_some())?;

@@ -411,8 +411,11 @@ impl CreateParams {
             return Err(ApiError::field("preview_every", "preview_every: at least 1 (a preview every N steps)"));
         }
         r.outputs.preview_every = self.preview_every;
-        if self.generate_sound == Some(true) && limits.audio.is_none() {
-            let message = format!("generate_sound: this {} model makes no sound", limits.family);
+        if self.generate_sound == Some(true) && (limits.audio.is_none() || task == TaskType::T2i) {
+            let message = match limits.audio {
+                None => format!("generate_sound: this {} model makes no sound", limits.family),
+                Some(_) => "generate_sound: images have no sound".to_string(),
+            };
             return Err(ApiError::field("generate_sound", message));
         }
         r.outputs.generate_sound = self.generate_sound;

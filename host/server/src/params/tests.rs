@@ -135,4 +135,7 @@ fn generate_sound_is_refused_on_a_silent_model_and_passed_on_to_one_with_sound()
         ModelLimits { audio: Some(fastvideo_request::AudioLimits { sample_rate: 48_000, channels: 2 }), ..limits() };
     let r = video_request_from_json(json.to_string().as_bytes(), &sound).unwrap();
     assert!(r.resolve(&sound, || 0).unwrap().generate_sound);
+    let p: CreateParams = serde_json::from_value(json).unwrap();
+    let e = p.to_request("i".into(), TaskType::T2i, "model", &sound).unwrap_err();
+    assert!(matches!(e, ApiError::BadRequest { param: Some(ref p), .. } if p == "generate_sound"), "{e:?}");
 }
