@@ -68,9 +68,13 @@ pub struct GenerateArgs {
     /// auto, cpu, cuda or cuda:N.
     #[arg(long, default_value = "auto")]
     device: String,
-    /// Output MP4 path.
+    /// Output MP4 path; it carries the sound as an AAC track when the model makes sound.
     #[arg(long, default_value = "out.mp4")]
     out: PathBuf,
+    /// Also write the sound as a WAV (16-bit PCM, the whole waveform the model made); needs a
+    /// model that makes sound.
+    #[arg(long)]
+    audio_out: Option<PathBuf>,
     /// Also write each frame as PNG into this folder.
     #[arg(long)]
     frames_dir: Option<PathBuf>,
@@ -157,14 +161,15 @@ pub fn run_with_values(
     out
 }
 
-/// Checks the places outputs go before any work, so a typo never costs a generation.
-fn check_output(path: &Path) -> Result<()> {
+/// Checks the place an output (`flag`, e.g. `--out`) goes before any work, so a typo never
+/// costs a generation; `example` is a file name to suggest.
+fn check_output(path: &Path, flag: &str, example: &str) -> Result<()> {
     let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     if !parent.is_dir() {
-        bail!("--out: folder {} does not exist", parent.display());
+        bail!("{flag}: folder {} does not exist", parent.display());
     }
     if path.is_dir() {
-        bail!("--out: {} is a folder; give a file name like out.mp4", path.display());
+        bail!("{flag}: {} is a folder; give a file name like {example}", path.display());
     }
     Ok(())
 }
@@ -225,6 +230,8 @@ fn request(args: &GenerateArgs) -> Result<(OmniRequest, Vec<fastvideo_pipeline::
     r.outputs.return_latents = args.trajectory_out.is_some();
     r.outputs.rewards = args.reward.clone();
     r.prompt_extend = args.extend_prompt;
+    // A WAV asked for means sound asked for; otherwise the model's default.
+    r.outputs.generate_sound = args.audio_out.as_ref().map(|_| true);
     if let Some(p) = &args.noise {
         r.inputs.push(noise_input(p)?);
     }
@@ -249,7 +256,10 @@ fn check_images(args: &GenerateArgs) -> Result<()> {
 }
 
 pub fn run(args: GenerateArgs) -> Result<()> {
-    check_output(&args.out)?;
+    check_output(&args.out, "--out", "out.mp4")?;
+    if let Some(p) = &args.audio_out {
+        check_output(p, "--audio-out", "out.wav")?;
+    }
     check_images(&args)?;
     // Built before the model loads, so a bad --noise file costs nothing either.
     let (omni, lora_files) = request(&args)?;
@@ -278,6 +288,9 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     let limits = model.limits();
     if args.image.is_none() && args.video.is_none() && !limits.tasks.contains(&TaskType::T2v) {
         bail!("{} is an image-to-video model: give the first frame with --image FILE", model_dir.display());
+    }
+    if args.audio_out.is_some() && limits.audio.is_none() {
+        bail!("--audio-out: {} makes no sound", model_dir.display());
     }
     let req = omni.resolve(&limits, fastvideo_request::random_seed)?;
     // Loaded only to run; whether the model has one is enough for the hint below.
@@ -351,7 +364,12 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         eprintln!("reward {name}: {value:.4}");
     }
     let video = out.video().context("the pipeline produced no video")?;
-    fastvideo_media::write_mp4(video, &args.out)?;
+    // The WAV first: it needs no encoder, so a build that cannot mux sound still keeps it.
+    if let Some(path) = &args.audio_out {
+        let audio = out.audio().context("the pipeline produced no sound")?;
+        fastvideo_media::write_wav(audio, path).context("--audio-out")?;
+    }
+    fastvideo_media::write_mp4_with_audio(video, out.audio(), &args.out)?;
     if let Some(dir) = &args.frames_dir {
         fastvideo_media::write_pngs(video, dir)?;
     }
@@ -359,12 +377,16 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     if !args.quiet {
         let per_step = steps.iter().sum::<f64>() / steps.len().max(1) as f64;
         eprintln!(
-            "wrote {} ({} frames, {}x{}, {} fps) in {:.2}s ({:.1} ms per denoise step)",
+            "wrote {} ({} frames, {}x{}, {} fps{}) in {:.2}s ({:.1} ms per denoise step)",
             args.out.display(),
             video.num_frames,
             video.width,
             video.height,
             video.fps,
+            match out.audio() {
+                Some(a) => format!(", sound {} Hz x{}", a.sample_rate, a.channels),
+                None => String::new(),
+            },
             out.metrics.total_seconds,
             per_step * 1e3
         );

@@ -14,7 +14,7 @@ use dynamo_runtime::error::{DynamoError, ErrorType};
 use dynamo_runtime::pipeline::{ManyOut, ResponseStream, SingleIn};
 use dynamo_runtime::protocols::annotated::Annotated;
 use fastvideo_engine::{Engine, EngineError, Handle};
-use fastvideo_request::{OmniEvent, VideoArtifact};
+use fastvideo_request::{AudioArtifact, OmniEvent, VideoArtifact};
 use futures::stream::{self, StreamExt};
 use serde_json::{json, Value};
 
@@ -76,7 +76,7 @@ impl Handler {
         &self,
         mut handle: Handle,
         mut progress: impl FnMut(u32, u32),
-    ) -> Result<VideoArtifact, DynamoError> {
+    ) -> Result<(VideoArtifact, Option<AudioArtifact>), DynamoError> {
         let predicted_ms = (handle.predicted_seconds * 1000.0) as u64;
         self.load.backlog_ms.fetch_add(predicted_ms, Ordering::Relaxed);
         while let Some(ev) = handle.events.recv().await {
@@ -87,16 +87,25 @@ impl Handler {
         let out = handle.output.await.unwrap_or(Err(EngineError::Stopped));
         self.load.backlog_ms.fetch_sub(predicted_ms, Ordering::Relaxed);
         let out = out.map_err(|e| protocol::engine_error(&e))?;
-        out.video().cloned().ok_or_else(|| protocol::error(ErrorType::Internal, "the pipeline produced no video"))
+        let video = out
+            .video()
+            .cloned()
+            .ok_or_else(|| protocol::error(ErrorType::Internal, "the pipeline produced no video"))?;
+        Ok((video, out.audio().cloned()))
     }
 
     /// Encodes one result as the frontend wants it.
-    async fn encode(&self, id: &str, video: VideoArtifact, url: bool) -> Result<Value, DynamoError> {
+    async fn encode(
+        &self,
+        id: &str,
+        (video, audio): (VideoArtifact, Option<AudioArtifact>),
+        url: bool,
+    ) -> Result<Value, DynamoError> {
         let internal = |e: String| protocol::error(ErrorType::Internal, e);
         let kind = self.kind;
         let fps = video.fps;
         let bytes = tokio::task::spawn_blocking(move || match kind {
-            Kind::Videos => fastvideo_media::mp4_bytes(&video),
+            Kind::Videos => fastvideo_media::mp4_bytes_with_audio(&video, audio.as_ref()),
             Kind::Images => fastvideo_media::png_bytes(&video, 0),
         })
         .await

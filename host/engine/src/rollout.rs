@@ -150,6 +150,7 @@ impl RolloutRequest {
                         return_trajectory: self.return_trajectory,
                         rewards: self.rewards.clone(),
                         preview_every: None,
+                        generate_sound: None,
                     },
                     node_params: BTreeMap::new(),
                     plugin_params: self.plugin_params.clone(),

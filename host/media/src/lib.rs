@@ -1,14 +1,20 @@
-//! Encoding video artifacts: H.264 through openh264 (built from its bundled source; no system
-//! ffmpeg) in an MP4 container written by the `mp4` crate, and PNG frames.
+//! Encoding video and audio artifacts: H.264 through openh264 (built from its bundled source) in
+//! an MP4 container written by the `mp4` crate, with an AAC-LC track beside it when the output
+//! has sound (libavcodec's encoder, the `ffmpeg` feature); WAV files; PNG frames.
 
 #![deny(missing_docs)]
 
+#[cfg(feature = "ffmpeg")]
+mod aac;
+mod edit_list;
 mod fmp4;
 mod h264;
 mod mp4_file;
 mod png_frames;
+mod wav;
 
 pub use fmp4::Fmp4Writer;
 pub use h264::{encode_h264, FrameEncoder, H264Stream, LiveFrame, LiveH264};
-pub use mp4_file::{mp4_bytes, write_mp4};
+pub use mp4_file::{mp4_bytes, mp4_bytes_with_audio, muxed_frames, write_mp4, write_mp4_with_audio};
 pub use png_frames::{png_bytes, write_pngs};
+pub use wav::{wav_bytes, write_wav};

@@ -388,6 +388,17 @@ impl PipelineRun {
             Some(other) => self.values.insert(spec.final_output.clone(), other),
             None => {}
         }
+        // Sound is returned when the request resolved it; a run asked for sound that made none is
+        // a family's bug, not a silent clip.
+        let sound = self.request.generate_sound;
+        match self.values.remove(crate::AUDIO) {
+            Some(Value::Audio(a)) if sound => {
+                out.artifacts.insert(crate::AUDIO.into(), Artifact::Audio(a));
+            }
+            _ if sound => return Err(anyhow!("the request resolved generate_sound, but this pipeline made no sound")),
+            Some(Value::Audio(_)) | None => {}
+            Some(other) => self.values.insert(crate::AUDIO, other),
+        }
         if self.request.outputs.return_latents {
             let t = self.values.tensor(&spec.latents)?.to_kind(Kind::Float).to_device(Device::Cpu).contiguous();
             let data = Vec::<f32>::try_from(t.flatten(0, -1))?;

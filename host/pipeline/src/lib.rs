@@ -102,6 +102,10 @@ mod weight_loader;
 /// The value holding a request's extended prompt (`prompt_extend`): text stages read it in
 /// place of the request's prompt, and the request's output records it.
 pub const EXTENDED_PROMPT: &str = "extended_prompt";
+/// The value a family that makes sound leaves its waveform under (a [`Value::Audio`], decoded
+/// by its audio decoder); the run returns it as the `audio` artifact when the request resolved
+/// `generate_sound`, and the MP4 writers mux it.
+pub const AUDIO: &str = "audio";
 /// The prompt rewriter's decode node: a request's rewriter sampling goes in
 /// `node_params.prompt_extend`, whichever family's language model rewrites.
 pub const EXTEND_NODE: &str = "prompt_extend";

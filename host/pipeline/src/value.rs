@@ -1,7 +1,7 @@
 use std::collections::BTreeMap;
 
 use anyhow::{anyhow, Result};
-use fastvideo_request::{TrajectoryArtifact, VideoArtifact};
+use fastvideo_request::{AudioArtifact, TrajectoryArtifact, VideoArtifact};
 use tch::Tensor;
 
 use crate::session::ActionInbox;
@@ -13,6 +13,8 @@ pub enum Value {
     Tensor(Tensor),
     /// Decoded frames; as a spec's final output it becomes the request's video artifact.
     Video(VideoArtifact),
+    /// A decoded waveform; under [`AUDIO`](crate::AUDIO) it becomes the `audio` artifact.
+    Audio(AudioArtifact),
     /// A denoise loop's trajectory (`outputs.return_trajectory`); becomes the `trajectory` artifact.
     Trajectory(Box<TrajectoryArtifact>),
     /// A live session's incoming actions ([`session::ACTIONS`](crate::session::ACTIONS)).

@@ -64,12 +64,14 @@ pub use media::{
     check_fit, decode_image, decode_video, fitted_size, image_bytes, reframe, ImageRole, InputImage, InputVideo,
     Reframed, ResizeMode, MAX_FITTED_ASPECT, MAX_FITTED_PIXELS, MAX_FITTED_SIDE, MAX_IMAGE_PIXELS, MAX_VIDEO_FRAMES,
 };
-pub use output::{Artifact, LatentsArtifact, OmniOutput, RequestMetrics, TrajectoryArtifact, VideoArtifact};
+pub use output::{
+    Artifact, AudioArtifact, LatentsArtifact, OmniOutput, RequestMetrics, TrajectoryArtifact, VideoArtifact,
+};
 pub use request::{
     DiffusionParams, InputPart, Modality, OmniRequest, OutputSpec, SamplerKind, SamplingParams, TaskType, TextRole,
 };
 pub use resolve::{
-    Defaults, LatentInput, ModelLimits, PartialSchedule, PictureLimits, ResolvedRequest, VideoLimits,
+    AudioLimits, Defaults, LatentInput, ModelLimits, PartialSchedule, PictureLimits, ResolvedRequest, VideoLimits,
     DEFAULT_NOISE_LEVEL, DEFAULT_STRENGTH,
 };
 pub use seed::random_seed;

@@ -26,6 +26,33 @@ impl VideoArtifact {
     }
 }
 
+/// A decoded waveform: `channels` interleaved f32 samples in [-1, 1] at `sample_rate`, as the
+/// model made it (Cosmos3's is not cut to the video's length; the MP4 writer trims its track,
+/// the WAV keeps it all).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AudioArtifact {
+    /// Samples per second per channel.
+    pub sample_rate: u32,
+    /// Interleaved channels (2: left, right).
+    pub channels: u16,
+    /// `frames * channels` samples, frame by frame; not serialized (encode it as WAV or into
+    /// the MP4 instead).
+    #[serde(skip)]
+    pub samples: Vec<f32>,
+}
+
+impl AudioArtifact {
+    /// Sample frames (one sample per channel each).
+    pub fn frames(&self) -> usize {
+        self.samples.len() / self.channels.max(1) as usize
+    }
+
+    /// Length in seconds.
+    pub fn seconds(&self) -> f64 {
+        self.frames() as f64 / self.sample_rate.max(1) as f64
+    }
+}
+
 /// Final latents in row-major f32.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LatentsArtifact {
@@ -67,6 +94,8 @@ pub struct TrajectoryArtifact {
 pub enum Artifact {
     /// Decoded RGB frames.
     Video(VideoArtifact),
+    /// The clip's sound, named `audio`, when the request resolved `generate_sound`.
+    Audio(AudioArtifact),
     /// Final latents, returned when the request set `outputs.return_latents`.
     Latents(LatentsArtifact),
     /// The denoising trajectory, returned when the request set `outputs.return_trajectory`.
@@ -119,6 +148,14 @@ impl OmniOutput {
     pub fn video(&self) -> Option<&VideoArtifact> {
         match self.artifacts.get("video") {
             Some(Artifact::Video(v)) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// The artifact named `audio`, if there is one and it is a waveform.
+    pub fn audio(&self) -> Option<&AudioArtifact> {
+        match self.artifacts.get("audio") {
+            Some(Artifact::Audio(a)) => Some(a),
             _ => None,
         }
     }

@@ -236,6 +236,10 @@ pub struct OutputSpec {
     /// where the model has a preview; none: no previews.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preview_every: Option<u32>,
+    /// Also make the clip's sound (an `audio` artifact, muxed into the MP4); none: what the model
+    /// does by default (sound when it makes any). `true` on a model without sound is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generate_sound: Option<bool>,
 }
 
 impl Default for OutputSpec {
@@ -247,6 +251,7 @@ impl Default for OutputSpec {
             return_trajectory: false,
             rewards: Vec::new(),
             preview_every: None,
+            generate_sound: None,
         }
     }
 }

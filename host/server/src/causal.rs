@@ -114,7 +114,7 @@ pub async fn create(s: &AppState, p: &CreateParams, who: Caller) -> Result<Video
         return Err(e);
     }
     let handle = stream_fragments(s.engine.clone(), handle, s.jobs.live.open(&id));
-    tokio::spawn(s.jobs.clone().follow(handle, fastvideo_media::mp4_bytes));
+    tokio::spawn(s.jobs.clone().follow(handle, fastvideo_media::mp4_bytes_with_audio));
     Ok(video)
 }
 

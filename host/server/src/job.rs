@@ -64,6 +64,12 @@ pub struct VideoObject {
     pub seed: Option<u64>,
     /// Video frames of the clip.
     pub num_frames: u32,
+    /// Frames per second of the clip (0 in records kept before the field existed).
+    #[serde(default)]
+    pub fps: u32,
+    /// Samples per second of the clip's sound (the MP4's AAC track); null without sound.
+    #[serde(default)]
+    pub audio_sample_rate: Option<u32>,
     /// The engine's prediction of its run time, in seconds.
     pub predicted_seconds: f64,
     /// What the server noticed about the request before it ran (words of the prompt the text
@@ -111,6 +117,8 @@ impl VideoObject {
             prompt,
             seed: Some(seed),
             num_frames,
+            fps,
+            audio_sample_rate: None,
             predicted_seconds: seconds,
             webhook: None,
             warnings: Vec::new(),
@@ -148,6 +156,8 @@ pub(crate) mod tests {
             prompt: "p".into(),
             seed: None,
             num_frames: 17,
+            fps: 8,
+            audio_sample_rate: None,
             predicted_seconds: 0.0,
             webhook: None,
             warnings: Vec::new(),

@@ -32,12 +32,14 @@ pub fn create(s: &AppState, p: &CreateParams, who: Caller) -> Result<VideoObject
     let warnings = s.prompt_warnings(&model, q);
     let shape = [q.width, q.height, q.num_frames, q.fps];
     let queued = VideoObject::queued(handle.request_id.clone(), model, q.prompt.clone(), q.seed, shape);
-    let video = VideoObject { predicted_seconds: handle.predicted_seconds, webhook, warnings, ..queued };
+    let audio_sample_rate = limits.audio.filter(|_| q.generate_sound).map(|a| a.sample_rate);
+    let video =
+        VideoObject { predicted_seconds: handle.predicted_seconds, webhook, warnings, audio_sample_rate, ..queued };
     if let Err(e) = s.jobs.insert(video.clone(), who, s.keys.owner_tag(who), Some(r)) {
         s.engine.cancel(&video.id);
         return Err(e);
     }
-    tokio::spawn(s.jobs.clone().follow(handle, fastvideo_media::mp4_bytes));
+    tokio::spawn(s.jobs.clone().follow(handle, fastvideo_media::mp4_bytes_with_audio));
     Ok(video)
 }
 

@@ -59,6 +59,7 @@ pub fn chat_limits(lm: &LanguageModel) -> ModelLimits {
         // Text only: no frame or size rule, so a request giving either is refused.
         video: None,
         picture: None,
+        audio: None,
         max_steps: lm.model.config.max_position_embeddings.max(1) as u32,
         defaults: Defaults {
             steps: 256,

@@ -92,6 +92,7 @@ pub(crate) fn limits(model: &WorldModel) -> ModelLimits {
         // A session's frames come as it runs; a request picks no count.
         video: None,
         picture: Some(PictureLimits { spatial_multiple: 1, max_side: spec.width.max(spec.height) }),
+        audio: None,
         max_steps: steps,
         defaults: Defaults {
             steps,

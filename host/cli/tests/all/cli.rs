@@ -134,6 +134,23 @@ fn bad_request_values_name_the_field() {
 }
 
 #[test]
+fn audio_out_needs_a_model_with_sound_and_a_place_to_go() {
+    let (out, wav) = ("/tmp/fastvideo-never-written-a.mp4", "/tmp/fastvideo-never-written.wav");
+    // The default model makes no sound: refused before generating, naming the flag.
+    assert_user_error(
+        &fastvideo(&["generate", "--prompt", "x", "--steps", "1", "--out", out, "--audio-out", wav]),
+        "--audio-out: ",
+    );
+    let r = fastvideo(&["generate", "--prompt", "x", "--out", out, "--audio-out", wav]);
+    assert!(String::from_utf8_lossy(&r.stderr).contains("makes no sound"));
+    assert_user_error(
+        &fastvideo(&["generate", "--prompt", "x", "--out", out, "--audio-out", "/no/such/dir/x.wav"]),
+        "--audio-out: folder /no/such/dir does not exist",
+    );
+    assert!(!Path::new(out).exists() && !Path::new(wav).exists());
+}
+
+#[test]
 fn presets_say_what_they_run() {
     // `fast` on a generation model takes the 8-bit attention recipe its gate admitted where a GPU
     // runs it, not on a CPU (where the quantized function is emulated, slower than plain

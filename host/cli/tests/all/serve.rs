@@ -215,6 +215,8 @@ fn malformed_requests_get_a_400_naming_the_field() {
         (json!({"prompt": "p", "precision": "fast"}), "precision"),
         // Would overflow the frame count if multiplied out in integers.
         (json!({"prompt": "p", "seconds": 1e300}), "seconds"),
+        // The default model makes no sound.
+        (json!({"prompt": "p", "generate_sound": true}), "generate_sound"),
     ];
     for (body, field) in cases {
         let (status, v) = server.post("/v1/videos", body.clone());

@@ -7,3 +7,4 @@ mod adapter_cache;
 mod driver;
 mod family_layout;
 mod sampler_parity;
+mod sound;

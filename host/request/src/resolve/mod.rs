@@ -4,7 +4,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::{InputImage, InputPart, InputVideo, OmniRequest, OutputSpec, RequestError, SamplerKind, TaskType};
 
+mod audio;
 mod shape;
+pub use audio::AudioLimits;
 pub use shape::{PictureLimits, VideoLimits};
 
 /// Latents a request supplies (row-major float32 values of `shape`).
@@ -75,6 +77,10 @@ pub struct ModelLimits {
     /// Flattened: the wire keeps `spatial_multiple` and `max_side` beside the others.
     #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
     pub picture: Option<PictureLimits>,
+    /// The sound the model makes; `None` (most models) makes none and refuses
+    /// `outputs.generate_sound: true`. Left off the wire when `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audio: Option<AudioLimits>,
     /// Most solver steps a request may ask for.
     pub max_steps: u32,
     /// Values for the parameters a request leaves out.
@@ -90,6 +96,7 @@ impl ModelLimits {
             image_roles: first_frame_only(),
             video: Some(VideoLimits { frame_multiple: 4, max_frames: 125 }),
             picture: Some(PictureLimits { spatial_multiple: 16, max_side: 1024 }),
+            audio: None,
             max_steps: 100,
             defaults: Defaults {
                 steps: 20,
@@ -147,6 +154,11 @@ pub struct ResolvedRequest {
     pub fps: u32,
     /// What to return and stream, as requested.
     pub outputs: OutputSpec,
+    /// Make the clip's sound: `outputs.generate_sound`, else whether the model makes any; never
+    /// true for a model without sound. A family that makes sound returns an `audio` artifact
+    /// exactly when this is set.
+    #[serde(default)]
+    pub generate_sound: bool,
     /// Per-node overrides, as requested.
     pub node_params: BTreeMap<String, serde_json::Value>,
     /// Per-plugin parameters, as requested.
@@ -338,6 +350,8 @@ impl OmniRequest {
         if self.outputs.preview_every == Some(0) {
             return Err(RequestError::new("outputs.preview_every", "must be at least 1 (a preview every N steps)"));
         }
+        let generate_sound =
+            audio::resolve_sound(self.outputs.generate_sound, limits.audio.as_ref(), self.task, &limits.family)?;
         let sampler = self.sampling.sampler.unwrap_or(def.sampler);
         let (noise_level, sde_steps) = self.sampling.resolve_sde(sampler, steps)?;
         let partial = partial_schedule(d.start_step, d.end_step, steps, self.task, initial_noise.is_some())?;
@@ -368,6 +382,7 @@ impl OmniRequest {
             num_frames,
             fps,
             outputs: self.outputs.clone(),
+            generate_sound,
             node_params: self.node_params.clone(),
             plugin_params: self.plugin_params.clone(),
             exact: self.exact,

@@ -20,7 +20,10 @@ impl Jobs {
     pub async fn follow(
         self,
         mut handle: Handle,
-        encode: fn(&fastvideo_request::VideoArtifact) -> anyhow::Result<Vec<u8>>,
+        encode: fn(
+            &fastvideo_request::VideoArtifact,
+            Option<&fastvideo_request::AudioArtifact>,
+        ) -> anyhow::Result<Vec<u8>>,
     ) {
         let id = handle.request_id.clone();
         while let Some(ev) = handle.events.recv().await {
@@ -54,7 +57,7 @@ impl Jobs {
         }
         let result = match result {
             Ok(out) => match out.video().cloned() {
-                Some(video) => match tokio::task::spawn_blocking(move || encode(&video)).await {
+                Some(video) => match tokio::task::spawn_blocking(move || encode(&video, out.audio())).await {
                     Ok(Ok(bytes)) => Ok(bytes),
                     Ok(Err(e)) => Err(JobError { code: "encode_failed".into(), message: format!("{e:#}") }),
                     Err(e) => Err(JobError { code: "encode_failed".into(), message: e.to_string() }),

@@ -89,7 +89,7 @@ impl Jobs {
             g.jobs.insert(job.video.id.clone(), job);
             drop(g);
             if let Some(h) = handle {
-                tokio::spawn(self.clone().follow(h, fastvideo_media::mp4_bytes));
+                tokio::spawn(self.clone().follow(h, fastvideo_media::mp4_bytes_with_audio));
             } else if pending_webhook {
                 out.webhooks += 1;
                 tokio::spawn(self.clone().deliver(id));

@@ -87,6 +87,9 @@ pub struct CreateParams {
     /// Rewrite the prompt with the model's prompt extender before it is encoded; the job
     /// records the prompt used as `extended_prompt`.
     pub prompt_extend: Option<bool>,
+    /// `/v1/videos`: make the clip's sound (an AAC track in the MP4); absent: what the model
+    /// does (sound when it makes any). `true` on a model without sound is a 400 naming it.
+    pub generate_sound: Option<bool>,
     /// A causal job (`model` the served world model): one action per chunk after the first.
     pub actions: Option<Vec<String>>,
     /// Parameters for plugins the deploy enabled, keyed by plugin name.
@@ -408,6 +411,14 @@ impl CreateParams {
             return Err(ApiError::field("preview_every", "preview_every: at least 1 (a preview every N steps)"));
         }
         r.outputs.preview_every = self.preview_every;
+        if self.generate_sound == Some(true) && (limits.audio.is_none() || task == TaskType::T2i) {
+            let message = match limits.audio {
+                None => format!("generate_sound: this {} model makes no sound", limits.family),
+                Some(_) => "generate_sound: images have no sound".to_string(),
+            };
+            return Err(ApiError::field("generate_sound", message));
+        }
+        r.outputs.generate_sound = self.generate_sound;
         r.exact = self.exact.unwrap_or(false);
         r.prompt_extend = self.prompt_extend.unwrap_or(false);
         r.lora = match &self.lora {
@@ -482,117 +493,4 @@ fn frames_for_seconds(s: &SecondsValue, fps: u32, limits: &ModelLimits) -> Resul
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn limits() -> ModelLimits {
-        ModelLimits {
-            video: Some(fastvideo_request::VideoLimits { frame_multiple: 4, max_frames: 81 }),
-            picture: Some(fastvideo_request::PictureLimits { spatial_multiple: 16, max_side: 512 }),
-            ..ModelLimits::example()
-        }
-    }
-
-    #[test]
-    fn openai_fields_map_to_the_request() {
-        let p = CreateParams {
-            prompt: Some("a red circle".into()),
-            seconds: Some(SecondsValue::Text("2".into())),
-            size: Some("96x64".into()),
-            ..Default::default()
-        };
-        let r = p.to_request("v1".into(), TaskType::T2v, "m", &limits()).unwrap();
-        assert_eq!((r.diffusion.width, r.diffusion.height), (Some(96), Some(64)));
-        assert_eq!(r.diffusion.num_frames, Some(17), "2 s at 8 fps is 16 frames, nearest 4k+1 is 17");
-        let img = p.to_request("i1".into(), TaskType::T2i, "m", &limits()).unwrap();
-        assert_eq!(img.diffusion.num_frames, Some(1));
-        // Two-expert fields pass through to the request, which resolve checks against the model.
-        let p = CreateParams { boundary_ratio: Some(0.9), guidance_scale_2: Some(3.0), ..p };
-        let r = p.to_request("v2".into(), TaskType::T2v, "m", &limits()).unwrap();
-        assert_eq!((r.diffusion.boundary_ratio, r.diffusion.guidance_scale_2), (Some(0.9), Some(3.0)));
-        assert_eq!(r.resolve(&limits(), || 0).unwrap_err().field, "diffusion.boundary_ratio");
-    }
-
-    #[test]
-    fn bad_values_name_their_field() {
-        let cases = [
-            (CreateParams { prompt: None, ..Default::default() }, "prompt"),
-            (CreateParams { prompt: Some("p".into()), size: Some("big".into()), ..Default::default() }, "size"),
-            (CreateParams { prompt: Some("p".into()), model: Some("sora-2".into()), ..Default::default() }, "model"),
-            (
-                CreateParams {
-                    prompt: Some("p".into()),
-                    seconds: Some(SecondsValue::Text("x".into())),
-                    ..Default::default()
-                },
-                "seconds",
-            ),
-        ];
-        for (p, field) in cases {
-            match p.to_request("x".into(), TaskType::T2v, "m", &limits()) {
-                Err(ApiError::BadRequest { param, .. }) => assert_eq!(param.as_deref(), Some(field)),
-                other => panic!("{field}: {other:?}"),
-            }
-        }
-    }
-
-    #[test]
-    fn the_sampler_is_chosen_by_name_and_a_wrong_one_is_named() {
-        let p: CreateParams = serde_json::from_value(serde_json::json!({"prompt": "p", "sampler": "euler"})).unwrap();
-        let r = p.to_request("x".into(), TaskType::T2v, "m", &limits()).unwrap();
-        assert_eq!(r.sampling.sampler, Some(SamplerKind::Euler));
-        let bad =
-            serde_path_to_error::deserialize::<_, CreateParams>(serde_json::json!({"prompt": "p", "sampler": "rk4"}));
-        let e = bad.unwrap_err();
-        assert_eq!(e.path().to_string(), "sampler");
-        assert!(e.into_inner().to_string().contains("euler"));
-    }
-
-    #[test]
-    fn form_fields_keep_text_fields_as_text() {
-        assert_eq!(form_value("prompt", "42".into()), serde_json::json!("42"));
-        assert_eq!(form_value("seed", "42".into()), serde_json::json!(42));
-        assert_eq!(form_value("plugin_params", r#"{"a":{"b":1}}"#.into()), serde_json::json!({"a": {"b": 1}}));
-    }
-
-    #[test]
-    fn bracketed_form_names_nest() {
-        let mut m = serde_json::Map::new();
-        for (k, v) in [("lora[][name]", "a"), ("lora[][scale]", "0.8"), ("lora[][name]", "b")] {
-            insert_form_field(&mut m, k, v.into()).unwrap();
-        }
-        assert_eq!(m.remove("lora").unwrap(), serde_json::json!([{"name": "a", "scale": "0.8"}, {"name": "b"}]));
-        insert_form_field(&mut m, "plugin_params[apg][eta]", serde_json::json!(0.5)).unwrap();
-        insert_form_field(&mut m, "plugin_params[apg][norm]", serde_json::json!(2)).unwrap();
-        insert_form_field(&mut m, "seed", serde_json::json!(3)).unwrap();
-        assert_eq!(
-            serde_json::Value::Object(m),
-            serde_json::json!({"plugin_params": {"apg": {"eta": 0.5, "norm": 2}}, "seed": 3})
-        );
-    }
-
-    #[test]
-    fn deeply_nested_form_names_are_refused_not_built() {
-        let mut m = serde_json::Map::new();
-        let deep = format!("a{}", "[x]".repeat(100_000));
-        let e = insert_form_field(&mut m, &deep, serde_json::json!(1)).unwrap_err();
-        assert!(format!("{e:?}").contains("deeper than 8"), "{e:?}");
-        assert!(m.is_empty());
-        insert_form_field(&mut m, &format!("a{}", "[x]".repeat(8)), serde_json::json!(1)).unwrap();
-    }
-
-    #[test]
-    fn huge_seconds_are_an_error_naming_the_field() {
-        let l = limits();
-        for secs in [1e6, 1e300] {
-            let e = frames_for_seconds(&SecondsValue::Number(secs), 16, &l).unwrap_err();
-            assert!(format!("{e:?}").contains("at most"), "{e:?}");
-        }
-        assert_eq!(frames_for_seconds(&SecondsValue::Number(1.0), 16, &l).unwrap(), 17);
-    }
-
-    #[test]
-    fn unknown_fields_are_named() {
-        assert_eq!(unknown_field("unknown field `stepz`, expected one of ...").as_deref(), Some("stepz"));
-    }
-}
+mod tests;

@@ -132,6 +132,7 @@ impl SessionModel for Model {
             image_roles: Vec::new(),
             video: None,
             picture: Some(PictureLimits { spatial_multiple: 1, max_side: 8 }),
+            audio: None,
             max_steps: 2,
             defaults: Defaults {
                 steps: 2,
