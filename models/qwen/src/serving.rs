@@ -71,7 +71,7 @@ pub fn chat_limits(lm: &LanguageModel) -> ModelLimits {
             fps: 1,
             sampler: SamplerKind::Euler,
             negative_prompt: String::new(),
-            experts: None,
+            knobs: Default::default(),
         },
     }
 }

@@ -11,6 +11,7 @@ pub mod bench;
 pub mod causal;
 pub mod chunk_rollout;
 pub mod clip_vision;
+pub mod experts;
 pub mod family;
 pub mod image_condition;
 mod image_encode;

@@ -7,7 +7,7 @@ use std::time::Duration;
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Multipart, Request};
 use axum::http::header::CONTENT_TYPE;
-use fastvideo_request::{ImageRole, InputPart, ModelLimits, OmniRequest, SamplerKind, TaskType};
+use fastvideo_request::{number_f32, ImageRole, InputPart, ModelLimits, OmniRequest, SamplerKind, TaskType};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
@@ -383,9 +383,11 @@ impl CreateParams {
         }
         d.num_inference_steps = self.num_inference_steps;
         d.guidance_scale = self.guidance_scale;
-        d.guidance_scale_2 = self.guidance_scale_2;
-        d.boundary_ratio = self.boundary_ratio;
-        d.switch_step = self.switch_step;
+        // The flat aliases of Wan 2.2's expert knobs, as `diffusion.<name>` (checked at admission
+        // against the model's knob schema).
+        d.set_knob("guidance_scale_2", self.guidance_scale_2.map(number_f32));
+        d.set_knob("boundary_ratio", self.boundary_ratio.map(number_f32));
+        d.set_knob("switch_step", self.switch_step);
         (d.start_step, d.end_step) = (self.start_step, self.end_step);
         d.precision.clone_from(&self.precision);
         d.negative_prompt = self.negative_prompt.clone();
@@ -482,6 +484,9 @@ fn frames_for_seconds(s: &SecondsValue, fps: u32, limits: &ModelLimits) -> Resul
 }
 
 #[cfg(test)]
+mod knob_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -509,7 +514,8 @@ mod tests {
         // Two-expert fields pass through to the request, which resolve checks against the model.
         let p = CreateParams { boundary_ratio: Some(0.9), guidance_scale_2: Some(3.0), ..p };
         let r = p.to_request("v2".into(), TaskType::T2v, "m", &limits()).unwrap();
-        assert_eq!((r.diffusion.boundary_ratio, r.diffusion.guidance_scale_2), (Some(0.9), Some(3.0)));
+        let knobs = serde_json::json!({"boundary_ratio": 0.9, "guidance_scale_2": 3.0});
+        assert_eq!(serde_json::to_value(&r.diffusion.knobs).unwrap(), knobs);
         assert_eq!(r.resolve(&limits(), || 0).unwrap_err().field, "diffusion.boundary_ratio");
     }
 
