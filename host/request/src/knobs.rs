@@ -189,6 +189,12 @@ impl KnobSchema {
             let field = format!("diffusion.{}", knob.name);
             let checked = knob.kind.check(&value, core.steps).map_err(|rule| RequestError::new(&field, rule))?;
             cfg |= knob.kind == KnobKind::GuidanceScale && checked > 1.0;
+            // One spelling per value (`3` and `3.0` are one guidance scale), so requests that
+            // differ only in how a number was written resolve equal.
+            let value = match knob.kind {
+                KnobKind::Step => serde_json::Value::from(checked as u64),
+                _ => number(checked),
+            };
             values.insert(knob.name.clone(), value);
         }
         Ok(ResolvedKnobs { values, cfg })
