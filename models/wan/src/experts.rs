@@ -125,3 +125,37 @@ impl ExpertRoutingState for BoundaryState {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use fastvideo_request::{ModelLimits, OmniRequest};
+
+    use super::*;
+
+    fn limits(two_experts: Option<(f32, Option<f32>)>) -> ModelLimits {
+        let mut l = ModelLimits::example();
+        l.defaults.knobs = knob_schema(two_experts);
+        l
+    }
+
+    #[test]
+    fn a_two_expert_model_reads_its_knobs_typed_with_the_folder_defaults() {
+        let mut r = OmniRequest::text_to_video("e", "a red circle");
+        let e = ExpertKnobs::of(&r.resolve(&limits(Some((0.9, Some(3.0)))), || 0).unwrap()).unwrap();
+        assert_eq!(e, ExpertKnobs { boundary_ratio: 0.9, guidance_scale_2: 3.0, switch_step: None });
+        // No second scale in the folder: the request's guidance scale (the example's 4).
+        r.diffusion.set_knob(SWITCH_STEP, Some(7));
+        let e = ExpertKnobs::of(&r.resolve(&limits(Some((0.875, None))), || 0).unwrap()).unwrap();
+        assert_eq!(e, ExpertKnobs { boundary_ratio: 0.875, guidance_scale_2: 4.0, switch_step: Some(7) });
+    }
+
+    #[test]
+    fn a_one_expert_model_refuses_the_knobs_saying_why() {
+        let mut r = OmniRequest::text_to_video("e", "a red circle");
+        assert_eq!(ExpertKnobs::of(&r.resolve(&limits(None), || 0).unwrap()), None);
+        r.diffusion.set_knob(BOUNDARY_RATIO, Some(0.5));
+        let e = r.resolve(&limits(None), || 0).unwrap_err();
+        assert_eq!(e.field, "diffusion.boundary_ratio");
+        assert!(e.rule.starts_with("applies to two-expert models (Wan 2.2 A14B); this Wan model has one transformer"));
+    }
+}
