@@ -34,6 +34,14 @@ pub trait ExpertRouting: Send + Sync {
     }
 }
 
+/// A request's routing state. `route` is asked once per step, in order, before the step runs
+/// (the scheduler batches by it, so it must not depend on anything but the step and the state).
+pub trait ExpertRoutingState: Send {
+    /// The route of the step `step` describes (`step.expert` and `step.guidance_scale` are not
+    /// yet set: they are this call's answer).
+    fn route(&mut self, step: &StepCtx) -> Result<Route>;
+}
+
 /// A deploy's routing policy in front of the model's own rule: the policy for every request it
 /// does not give way on, the model's rule for the rest (and for all, with no policy).
 pub struct OrModelRule {
@@ -50,12 +58,4 @@ impl ExpertRouting for OrModelRule {
             _ => self.model.init(req, experts, meter),
         }
     }
-}
-
-/// A request's routing state. `route` is asked once per step, in order, before the step runs
-/// (the scheduler batches by it, so it must not depend on anything but the step and the state).
-pub trait ExpertRoutingState: Send {
-    /// The route of the step `step` describes (`step.expert` and `step.guidance_scale` are not
-    /// yet set: they are this call's answer).
-    fn route(&mut self, step: &StepCtx) -> Result<Route>;
 }
