@@ -383,8 +383,7 @@ impl CreateParams {
         }
         d.num_inference_steps = self.num_inference_steps;
         d.guidance_scale = self.guidance_scale;
-        // The flat aliases of Wan 2.2's expert knobs, as `diffusion.<name>` (checked at admission
-        // against the model's knob schema).
+        // Wan 2.2's flat knob aliases, as `diffusion.<name>` (the model's knob schema checks them).
         d.set_knob("guidance_scale_2", self.guidance_scale_2.map(number_f32));
         d.set_knob("boundary_ratio", self.boundary_ratio.map(number_f32));
         d.set_knob("switch_step", self.switch_step);
@@ -482,9 +481,6 @@ fn frames_for_seconds(s: &SecondsValue, fps: u32, limits: &ModelLimits) -> Resul
     }
     Ok(frames as u32)
 }
-
-#[cfg(test)]
-mod knob_tests;
 
 #[cfg(test)]
 mod tests {

@@ -1,9 +1,9 @@
-//! A model's own knobs through the OpenAI-style body: the flat alias (`boundary_ratio`, as
-//! before the knob schema) and the request plane's `diffusion.boundary_ratio` are one knob.
+//! A model's own knobs through the OpenAI-style body, as the server reads it: the flat alias
+//! (`boundary_ratio`, as before the knob schema) and the request plane's `diffusion.boundary_ratio`
+//! are one knob.
 
 use fastvideo_request::{KnobSchema, ModelLimits, OmniRequest};
-
-use super::{video_request_from_form, video_request_from_json};
+use fastvideo_server::{video_request_from_form, video_request_from_json};
 
 fn two_experts() -> ModelLimits {
     let mut l = ModelLimits::example();
