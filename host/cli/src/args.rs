@@ -54,9 +54,10 @@ impl SamplingArgs {
         r.sampling.sde_steps = self.sde_steps.clone();
         r.diffusion.num_inference_steps = self.steps;
         r.diffusion.guidance_scale = self.guidance;
-        r.diffusion.guidance_scale_2 = self.guidance_2;
-        r.diffusion.boundary_ratio = self.boundary_ratio;
-        r.diffusion.switch_step = self.switch_step;
+        // Flat flags for Wan 2.2's expert knobs (the model's knob schema checks them).
+        r.diffusion.set_knob("guidance_scale_2", self.guidance_2.map(fastvideo_request::number_f32));
+        r.diffusion.set_knob("boundary_ratio", self.boundary_ratio.map(fastvideo_request::number_f32));
+        r.diffusion.set_knob("switch_step", self.switch_step);
         (r.diffusion.start_step, r.diffusion.end_step) = (self.start_step, self.end_step);
         r.diffusion.shift = self.shift;
     }

@@ -332,7 +332,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
             req.shift,
             req.seed
         );
-        if let Some(e) = &req.experts {
+        if let Some(e) = fastvideo_wan::experts::ExpertKnobs::of(&req) {
             eprintln!(
                 "two experts: the low-noise expert below timestep {:.0} (boundary {}), guidance {}",
                 e.boundary_ratio * 1000.0,

@@ -126,6 +126,14 @@ impl RolloutRequest {
                         sde_steps: self.sde_steps.clone(),
                     },
                     diffusion: DiffusionParams {
+                        // Two-expert models' flat fields, as the knobs the model's schema checks.
+                        knobs: [
+                            ("boundary_ratio", self.boundary_ratio.map(fastvideo_request::number_f32)),
+                            ("guidance_scale_2", self.guidance_scale_2.map(fastvideo_request::number_f32)),
+                        ]
+                        .into_iter()
+                        .filter_map(|(k, v)| Some((k.to_string(), v?)))
+                        .collect(),
                         num_inference_steps: self.num_inference_steps,
                         guidance_scale: self.guidance_scale,
                         shift: self.shift,
@@ -135,12 +143,9 @@ impl RolloutRequest {
                         fps: None,
                         strength: None,
                         resize_mode: None,
-                        boundary_ratio: self.boundary_ratio,
-                        switch_step: None,
                         start_step: None,
                         end_step: None,
                         precision: None,
-                        guidance_scale_2: self.guidance_scale_2,
                         negative_prompt: self.negative_prompt.clone(),
                     },
                     outputs: OutputSpec {

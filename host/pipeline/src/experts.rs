@@ -1,8 +1,11 @@
 //! Expert routing (DESIGN.md: a policy bound at build time, with per-request state): which of a
-//! model's denoisers runs a step, and with what guidance scale. Wan 2.2 A14B's rule is
-//! [`BoundaryRouting`]; a Wasm plugin may supply another (`expert-router`, docs/plugins.md).
+//! model's denoisers runs a step, and with what guidance scale. A two-expert model's own rule is
+//! its family's (Wan 2.2 A14B's boundary rule lives in `fastvideo-wan`); a Wasm plugin may
+//! supply another (`expert-router`, docs/plugins.md), which [`OrModelRule`] puts in front of it.
 
-use anyhow::{ensure, Result};
+use std::sync::Arc;
+
+use anyhow::Result;
 use fastvideo_request::ResolvedRequest;
 
 use crate::{PluginMeter, StepCtx};
@@ -23,6 +26,12 @@ pub trait ExpertRouting: Send + Sync {
     /// Called once per request before its first step, with the number of experts the model has;
     /// an error fails that request only.
     fn init(&self, req: &ResolvedRequest, experts: u32, meter: &PluginMeter) -> Result<Box<dyn ExpertRoutingState>>;
+
+    /// Whether this policy gives way to the model's own rule for `req` (a distribution-altering
+    /// plugin on an exact request); then [`OrModelRule`] runs the model's rule instead.
+    fn gives_way(&self, _req: &ResolvedRequest) -> bool {
+        false
+    }
 }
 
 /// A request's routing state. `route` is asked once per step, in order, before the step runs
@@ -33,46 +42,20 @@ pub trait ExpertRoutingState: Send {
     fn route(&mut self, step: &StepCtx) -> Result<Route>;
 }
 
-/// Wan 2.2's rule (diffusers' `WanPipeline`): the high-noise expert while the step's timestep is
-/// at or above `boundary_ratio × num_train_timesteps`, then the low-noise expert with
-/// `guidance_scale_2`. Both come from the request (its own or the model's defaults). A request's
-/// `switch_step` replaces the timestep test with a step index (ComfyUI's chained samplers).
-pub struct BoundaryRouting {
-    /// The scheduler's training timesteps (1000 for Wan).
-    pub num_train_timesteps: f32,
+/// A deploy's routing policy in front of the model's own rule: the policy for every request it
+/// does not give way on, the model's rule for the rest (and for all, with no policy).
+pub struct OrModelRule {
+    /// The deploy's policy (a plugin's), if one is bound.
+    pub policy: Option<Arc<dyn ExpertRouting>>,
+    /// The model family's own rule.
+    pub model: Arc<dyn ExpertRouting>,
 }
 
-struct BoundaryState {
-    boundary: f32,
-    switch_step: Option<u32>,
-    guidance_scale: f32,
-    guidance_scale_2: f32,
-}
-
-impl ExpertRouting for BoundaryRouting {
-    fn init(&self, req: &ResolvedRequest, _experts: u32, _meter: &PluginMeter) -> Result<Box<dyn ExpertRoutingState>> {
-        let e = req.experts.as_ref();
-        ensure!(e.is_some(), "expert routing: the request has no expert parameters (is this a two-expert model?)");
-        let e = e.unwrap();
-        Ok(Box::new(BoundaryState {
-            boundary: e.boundary_ratio * self.num_train_timesteps,
-            switch_step: e.switch_step,
-            guidance_scale: req.guidance_scale,
-            guidance_scale_2: e.guidance_scale_2,
-        }))
-    }
-}
-
-impl ExpertRoutingState for BoundaryState {
-    fn route(&mut self, step: &StepCtx) -> Result<Route> {
-        let high = match self.switch_step {
-            Some(s) => step.step_index < s,
-            None => step.timestep >= self.boundary,
-        };
-        Ok(if high {
-            Route { expert: 0, guidance_scale: self.guidance_scale }
-        } else {
-            Route { expert: 1, guidance_scale: self.guidance_scale_2 }
-        })
+impl ExpertRouting for OrModelRule {
+    fn init(&self, req: &ResolvedRequest, experts: u32, meter: &PluginMeter) -> Result<Box<dyn ExpertRoutingState>> {
+        match &self.policy {
+            Some(p) if !p.gives_way(req) => p.init(req, experts, meter),
+            _ => self.model.init(req, experts, meter),
+        }
     }
 }

@@ -116,7 +116,7 @@ pub use blocks::{BlockAction, BlockHook, BlockPolicy, BlockPolicyState, BoundHoo
 pub use denoise::{ChannelCondition, Conditioning, DenoiseLoop, Denoiser, LatentCondition, LatentPreview};
 pub use driver::{Advance, CancelToken, PipelineRun};
 pub use embedding_cache::{CacheObserver, EmbeddingCache};
-pub use experts::{BoundaryRouting, ExpertRouting, ExpertRoutingState, Route};
+pub use experts::{ExpertRouting, ExpertRoutingState, OrModelRule, Route};
 pub use frames::frames_to_video;
 pub use guidance::{ClassicCfg, Guidance, GuidancePlan, GuidanceState, StepCtx};
 pub use meter::PluginMeter;

@@ -1,21 +1,22 @@
 //! An expert-router plugin bound into the denoise loop as its [`ExpertRouting`] policy: one
 //! instance per request, asked once per step which expert runs it. A router sees only the step
-//! context and the request's expert parameters (no tensors), so it needs no grant but `log`.
-//! For an exact request a distribution-altering router gives way to the built-in boundary rule.
+//! context and the request's expert knobs (no tensors), so it needs no grant but `log`. For an
+//! exact request a distribution-altering router gives way to the model's own rule.
+//!
+//! The WIT `experts` record a router sees names Wan 2.2's knobs (`boundary_ratio`,
+//! `guidance_scale_2`, `switch_step`); they are read here from the request's resolved knobs by
+//! those names, so a model whose schema declares them can be routed.
 
 use std::sync::Arc;
 
 use anyhow::Result;
-use fastvideo_pipeline::{BoundaryRouting, ExpertRouting, ExpertRoutingState, PluginMeter, Route, StepCtx};
+use fastvideo_pipeline::{ExpertRouting, ExpertRoutingState, PluginMeter, Route, StepCtx};
 use fastvideo_request::ResolvedRequest;
 
 use crate::bindings::exports::fastvideo::plugin::expert_router::Experts;
 use crate::deploy::{Deployment, EnabledPlugin};
 use crate::guider::step_context;
 use crate::runtime::{Guest, PluginInstance, PluginRuntime};
-
-/// Wan's training timesteps: the built-in rule's scale, and the one routers are told about.
-const NUM_TRAIN_TIMESTEPS: f32 = 1000.0;
 
 /// A router plugin as the loop's [`ExpertRouting`].
 pub struct PluginRouter {
@@ -40,21 +41,25 @@ struct State {
 
 impl ExpertRouting for PluginRouter {
     fn init(&self, req: &ResolvedRequest, count: u32, meter: &PluginMeter) -> Result<Box<dyn ExpertRoutingState>> {
-        let builtin = BoundaryRouting { num_train_timesteps: NUM_TRAIN_TIMESTEPS };
-        if self.plugin.bypassed_for(req) {
-            return builtin.init(req, count, meter);
+        if self.gives_way(req) {
+            anyhow::bail!("expert router `{}` gives way to the model's rule for this request", self.plugin.name());
         }
-        let Some(e) = req.experts else {
+        let knobs = (req.knob_f64("boundary_ratio"), req.knob_f64("guidance_scale_2"));
+        let (Some(boundary_ratio), Some(guidance_scale_2)) = knobs else {
             anyhow::bail!("expert router `{}`: the request has no expert parameters", self.plugin.name());
         };
         let (inst, _) = self.runtime.start(&self.plugin, req, meter)?;
         let experts = Experts {
             count,
-            boundary_ratio: e.boundary_ratio,
-            guidance_scale_2: e.guidance_scale_2,
-            switch_step: e.switch_step,
+            boundary_ratio: boundary_ratio as f32,
+            guidance_scale_2: guidance_scale_2 as f32,
+            switch_step: req.knob_u32("switch_step"),
         };
         Ok(Box::new(State { inst, model_id: self.model_id.clone(), experts }))
+    }
+
+    fn gives_way(&self, req: &ResolvedRequest) -> bool {
+        self.plugin.bypassed_for(req)
     }
 }
 

@@ -36,8 +36,15 @@
 //! assert!(e.to_string().starts_with("diffusion.num_frames: 16: Wan needs frames = 4k+1"), "{e}");
 //!
 //! // Unknown fields are refused at parse time.
-//! let typo = r#"{"request_id": "r2", "task": "t2v", "inputs": [], "diffusion": {"stepz": 3}}"#;
+//! let typo = r#"{"request_id": "r2", "task": "t2v", "inputs": [], "stepz": 3}"#;
 //! assert!(serde_json::from_str::<OmniRequest>(typo).unwrap_err().to_string().contains("stepz"));
+//!
+//! // Except in `diffusion`, where a model's own knobs (its `KnobSchema`) sit beside the common
+//! // fields: one this model does not take is refused by `resolve`, naming it and the ones it does.
+//! let typo = r#"{"request_id": "r2", "task": "t2v", "inputs": [{"type": "text", "text": "a"}],
+//!                "diffusion": {"stepz": 3}}"#;
+//! let e = serde_json::from_str::<OmniRequest>(typo).unwrap().resolve(&limits, || 42).unwrap_err();
+//! assert_eq!(e.to_string(), "diffusion.stepz: not a parameter of this Wan model (this model's own parameters: none)");
 //! ```
 
 #![deny(missing_docs)]
@@ -46,8 +53,8 @@ mod action;
 pub mod chat;
 mod error;
 mod event;
-mod experts;
 mod inputs;
+mod knobs;
 mod lora;
 mod media;
 mod output;
@@ -58,7 +65,7 @@ mod seed;
 pub use action::ActionPart;
 pub use error::RequestError;
 pub use event::OmniEvent;
-pub use experts::{resolve_experts, ExpertDefaults, ExpertFields, ExpertParams};
+pub use knobs::{number, number_f32, Knob, KnobDefault, KnobKind, KnobSchema};
 pub use lora::{resolve_lora, LoraChoice, LoraExpert, LoraUse, MAX_LORA_SCALE};
 pub use media::{
     check_fit, decode_image, decode_video, fitted_size, image_bytes, reframe, ImageRole, InputImage, InputVideo,

@@ -141,8 +141,11 @@ pub struct SamplingParams {
 }
 
 /// Denoising and shape parameters. Each one left out takes the model's [`Defaults`](crate::Defaults).
+///
+/// Any other field is one of the model's own knobs ([`knobs`](Self::knobs)); no
+/// `deny_unknown_fields` here, because which names exist depends on the model: `resolve` refuses
+/// one the model does not take, naming it and the ones it does.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct DiffusionParams {
     /// Number of solver steps (each is one `LoopStage::step`).
     pub num_inference_steps: Option<u32>,
@@ -171,18 +174,6 @@ pub struct DiffusionParams {
     /// (diffusers' default), `crop` or `pad`. Only for `i2v` and `v2v`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resize_mode: Option<crate::ResizeMode>,
-    /// Two-expert models (Wan 2.2 A14B): the high-noise expert runs while the timestep is at
-    /// or above `boundary_ratio × 1000`, in `[0, 1]`; the model's value when absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub boundary_ratio: Option<f32>,
-    /// Two-expert models: the low-noise expert's guidance scale; the model's, else
-    /// `guidance_scale`, when absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub guidance_scale_2: Option<f32>,
-    /// Two-expert models: the low-noise expert from this step (0-based) on, instead of the
-    /// `boundary_ratio` rule (how ComfyUI's chained samplers split a schedule).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub switch_step: Option<u32>,
     /// A partial schedule's first step (0-based): the request's `latent` input is then the
     /// partially denoised latents at that step, taken as they are (no noise is added: ComfyUI's
     /// `KSamplerAdvanced` with `add_noise` off). Not for `v2v` (its `strength` says where to
@@ -199,6 +190,21 @@ pub struct DiffusionParams {
     /// absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub precision: Option<String>,
+    /// The model's own knobs given (`diffusion.boundary_ratio`, ...: the names its
+    /// [`KnobSchema`](crate::KnobSchema) declares), as sent; checked by `resolve`. A `null`
+    /// counts as not given.
+    #[serde(flatten)]
+    pub knobs: BTreeMap<String, serde_json::Value>,
+}
+
+impl DiffusionParams {
+    /// Sets knob `name` to `value` (a flat alias such as the CLI's `--boundary-ratio` lands here);
+    /// `None` leaves it unset.
+    pub fn set_knob(&mut self, name: &str, value: Option<impl Into<serde_json::Value>>) {
+        if let Some(v) = value {
+            self.knobs.insert(name.into(), v.into());
+        }
+    }
 }
 
 /// Output modality.

@@ -255,3 +255,28 @@ fn a_model_without_frames_states_no_frame_rule() {
         assert_eq!(c["limits"]["spatial_multiple"], json!(16), "{caps}");
     });
 }
+
+#[test]
+fn a_model_serves_its_knobs_and_checks_them_by_name() {
+    rt().block_on(async {
+        let mut limits = ModelLimits { tasks: vec![TaskType::T2v, TaskType::T2i], ..ModelLimits::example() };
+        limits.defaults.knobs = fastvideo_request::KnobSchema::example();
+        let app = app_with(&[], limits);
+        let (_, caps) = call(&app, "GET", "/v1/capabilities", None, None).await;
+        let knobs = &caps["data"][0]["limits"]["defaults"]["knobs"];
+        assert_eq!(knobs["knobs"][0]["name"], "boundary_ratio", "{caps}");
+        assert_eq!(knobs["knobs"][1]["default"], json!({"same_as": "guidance_scale"}), "{caps}");
+        // Errors name the field as the client sent it (flat), as for every diffusion field.
+        let body = json!({"prompt": "x", "boundary_ratio": 1.5});
+        let (s, e) = call(&app, "POST", "/v1/videos", None, Some(body)).await;
+        assert_eq!((s, &e["error"]["param"]), (StatusCode::BAD_REQUEST, &json!("boundary_ratio")), "{e}");
+        let body = json!({"prompt": "x", "num_inference_steps": 4, "boundary_ratio": 0.5, "switch_step": 2});
+        let (s, e) = call(&app, "POST", "/v1/videos", None, Some(body)).await;
+        assert_eq!((s, &e["error"]["param"]), (StatusCode::BAD_REQUEST, &json!("switch_step")), "{e}");
+        // The toy model without knobs: refused naming the field and saying it takes none.
+        let body = json!({"prompt": "x", "guidance_scale_2": 3});
+        let (s, e) = call(&app_with(&[], ModelLimits::example()), "POST", "/v1/videos", None, Some(body)).await;
+        assert_eq!((s, &e["error"]["param"]), (StatusCode::BAD_REQUEST, &json!("guidance_scale_2")), "{e}");
+        assert!(e["error"]["message"].as_str().unwrap().contains("own parameters: none"), "{e}");
+    });
+}

@@ -72,7 +72,7 @@ pub fn chat_limits(lm: &LanguageModel) -> ModelLimits {
             fps: 1,
             sampler: SamplerKind::Euler,
             negative_prompt: String::new(),
-            experts: None,
+            knobs: Default::default(),
         },
     }
 }

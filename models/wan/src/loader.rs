@@ -447,10 +447,9 @@ impl WanModel {
                 fps: r.fps.unwrap_or(16),
                 sampler: self.scheduler.sampler,
                 negative_prompt: r.negative_prompt.clone().unwrap_or_default(),
-                experts: self.low_noise.as_ref().map(|e| fastvideo_request::ExpertDefaults {
-                    boundary_ratio: e.boundary_ratio,
-                    guidance_scale_2: r.guidance_scale_2,
-                }),
+                knobs: crate::experts::knob_schema(
+                    self.low_noise.as_ref().map(|e| (e.boundary_ratio, r.guidance_scale_2)),
+                ),
             },
         }
     }

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use anyhow::{ensure, Result};
 use fastvideo_pipeline::frames_to_video;
 use fastvideo_pipeline::{
-    AdapterRows, AdapterSet, BlockHook, BoundaryRouting, ClassicCfg, Conditioning, DenoiseLoop, Denoiser,
-    EmbeddingCache, Guidance, LoopPolicies, Node, NodeCtx, PipelineSpec, Stage, Value, Values,
+    AdapterRows, AdapterSet, BlockHook, ClassicCfg, Conditioning, DenoiseLoop, Denoiser, EmbeddingCache, Guidance,
+    LoopPolicies, Node, NodeCtx, OrModelRule, PipelineSpec, Stage, Value, Values,
 };
 use fastvideo_request::{ResolvedRequest, TaskType};
 use tch::{Device, Tensor};
@@ -219,10 +219,10 @@ pub fn text_to_video_with(model: &WanModel, policies: LoopPolicies) -> Result<Pi
         );
     }
     // A two-expert model routes each step (the deploy's rule, else Wan 2.2's boundary rule).
-    let routing = model
-        .low_noise
-        .as_ref()
-        .map(|_| routing.unwrap_or_else(|| Arc::new(BoundaryRouting { num_train_timesteps: NUM_TRAIN_TIMESTEPS })));
+    let routing = model.low_noise.as_ref().map(|_| {
+        let own = Arc::new(crate::experts::BoundaryRouting { num_train_timesteps: NUM_TRAIN_TIMESTEPS });
+        Arc::new(OrModelRule { policy: routing, model: own }) as Arc<dyn fastvideo_pipeline::ExpertRouting>
+    });
     let denoiser = WanDenoiser {
         experts: model.experts(),
         offload: model.offload.clone(),

@@ -104,7 +104,7 @@ pub(crate) fn limits(model: &WorldModel) -> ModelLimits {
             fps: spec.fps,
             sampler: SamplerKind::Euler,
             negative_prompt: String::new(),
-            experts: None,
+            knobs: Default::default(),
         },
     }
 }

@@ -150,8 +150,9 @@ impl RunPlan {
         d.num_inference_steps = Some(self.steps);
         d.strength = self.strength;
         d.guidance_scale = Some(self.cfg);
-        d.switch_step = self.switch_step;
-        d.guidance_scale_2 = self.cfg_2;
+        // Wan 2.2's expert knobs, which the model's knob schema checks.
+        d.set_knob("switch_step", self.switch_step);
+        d.set_knob("guidance_scale_2", self.cfg_2.map(fastvideo_request::number_f32));
         d.shift = self.shift;
         d.width = self.width;
         d.height = self.height;

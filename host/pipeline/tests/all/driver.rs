@@ -104,7 +104,7 @@ fn request(steps: u32, guidance: f32) -> ResolvedRequest {
             fps: 8,
             sampler: SamplerKind::Euler,
             negative_prompt: String::new(),
-            experts: None,
+            knobs: Default::default(),
         },
     };
     let mut r = OmniRequest::text_to_video("toy-1", "p").resolve(&limits, || 11).unwrap();

@@ -29,7 +29,7 @@ fn request(exact: bool, params: Option<serde_json::Value>) -> ResolvedRequest {
     r.diffusion.num_frames = Some(9);
     r.diffusion.num_inference_steps = Some(6);
     r.diffusion.guidance_scale = Some(4.0);
-    r.diffusion.guidance_scale_2 = Some(3.0);
+    r.diffusion.set_knob("guidance_scale_2", Some(3.0));
     r.sampling.seed = Some(5);
     r.outputs.return_latents = true;
     r.exact = exact;

@@ -53,9 +53,10 @@ pub struct Defaults {
     pub sampler: SamplerKind,
     /// Negative prompt used when the request gives none; empty means none.
     pub negative_prompt: String,
-    /// A two-expert model's routing defaults; `None` for models with one transformer.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub experts: Option<crate::ExpertDefaults>,
+    /// The model's own knobs (`diffusion.<name>`): their types, defaults and rules, declared
+    /// by its family (Wan 2.2 A14B: the expert knobs); empty for most models.
+    #[serde(default, skip_serializing_if = "crate::KnobSchema::is_empty")]
+    pub knobs: crate::KnobSchema,
 }
 
 /// What a model family accepts; checked before any work is done.
@@ -108,7 +109,7 @@ impl ModelLimits {
                 fps: 8,
                 sampler: SamplerKind::Unipc,
                 negative_prompt: String::new(),
-                experts: None,
+                knobs: crate::KnobSchema::default(),
             },
         }
     }
@@ -187,9 +188,15 @@ pub struct ResolvedRequest {
     /// The adapters to run with, checked one by one (names against the deploy at admission).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub lora: Vec<crate::LoraUse>,
-    /// Two-expert models: where the low-noise expert takes over and its guidance scale.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub experts: Option<crate::ExpertParams>,
+    /// The model's own knobs, concrete: every one the request gave or the model defaults, by
+    /// name, checked against the model's [`KnobSchema`](crate::KnobSchema). The family's code
+    /// reads them (Wan 2.2: `boundary_ratio`, `guidance_scale_2`, `switch_step`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub knobs: BTreeMap<String, serde_json::Value>,
+    /// A knob that is a guidance scale of its own ([`KnobKind::GuidanceScale`](crate::KnobKind),
+    /// Wan 2.2's `guidance_scale_2`) is above 1: the unconditional branch runs for it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub knob_cfg: bool,
     /// A partial schedule: steps `start..end` of the `steps`-step schedule, from the request's
     /// latents as they are when `start > 0`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -227,10 +234,20 @@ impl ResolvedRequest {
         self.images.iter().find(|i| i.role == role)
     }
 
-    /// Whether the unconditional branch runs (guidance above 1, for either expert of a
-    /// two-expert model).
+    /// Whether the unconditional branch runs (guidance above 1, or a knob that is a guidance
+    /// scale above 1: either expert of a two-expert model).
     pub fn does_cfg(&self) -> bool {
-        self.guidance_scale > 1.0 || self.experts.is_some_and(|e| e.guidance_scale_2 > 1.0)
+        self.guidance_scale > 1.0 || self.knob_cfg
+    }
+
+    /// Knob `name` as a number, if the request has it (resolved: given, or the model's default).
+    pub fn knob_f64(&self, name: &str) -> Option<f64> {
+        self.knobs.get(name).and_then(serde_json::Value::as_f64)
+    }
+
+    /// Knob `name` as a whole number (a step index), if the request has it and it is one.
+    pub fn knob_u32(&self, name: &str) -> Option<u32> {
+        self.knobs.get(name).and_then(serde_json::Value::as_u64).and_then(|v| u32::try_from(v).ok())
     }
 }
 
@@ -309,19 +326,15 @@ impl OmniRequest {
         if !guidance_scale.is_finite() || !(0.0..=100.0).contains(&guidance_scale) {
             return Err(RequestError::new("diffusion.guidance_scale", format!("{guidance_scale} is outside 0..=100")));
         }
-        let given = crate::ExpertFields {
-            boundary_ratio: d.boundary_ratio,
-            guidance_scale_2: d.guidance_scale_2,
-            switch_step: d.switch_step,
-        };
-        let experts = crate::resolve_experts(def.experts.as_ref(), given, guidance_scale, steps, &limits.family)?;
-        if let Some(i) = self.lora.iter().position(|l| l.expert.is_some()).filter(|_| experts.is_none()) {
+        let shift = d.shift.unwrap_or(def.shift);
+        let core = crate::knobs::Resolved { guidance_scale, shift, steps };
+        let knobs = def.knobs.resolve(&d.knobs, &core, &limits.family)?;
+        if let Some(i) = self.lora.iter().position(|l| l.expert.is_some()).filter(|_| !def.knobs.expert_adapters) {
             return Err(RequestError::new(
                 format!("lora[{i}].expert"),
                 format!("binds to an expert of a two-expert model; this {} model has one transformer", limits.family),
             ));
         }
-        let shift = d.shift.unwrap_or(def.shift);
         if !shift.is_finite() || shift <= 0.0 || shift > 100.0 {
             return Err(RequestError::new("diffusion.shift", format!("{shift} must be in (0, 100]")));
         }
@@ -393,7 +406,8 @@ impl OmniRequest {
             resize_mode: self.diffusion.resize_mode.unwrap_or_default(),
             initial_noise,
             lora: crate::resolve_lora(&self.lora)?,
-            experts,
+            knobs: knobs.values,
+            knob_cfg: knobs.cfg,
             partial,
             precision: d.precision.clone(),
             prompt_extend: self.prompt_extend,

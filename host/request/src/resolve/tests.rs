@@ -22,7 +22,7 @@ fn limits() -> ModelLimits {
             fps: 16,
             sampler: SamplerKind::Unipc,
             negative_prompt: String::new(),
-            experts: None,
+            knobs: crate::KnobSchema::default(),
         },
     }
 }
@@ -127,9 +127,13 @@ fn json_round_trip_and_unknown_fields_are_refused() {
     let s = serde_json::to_string(&r).unwrap();
     let back: OmniRequest = serde_json::from_str(&s).unwrap();
     assert_eq!(back, r);
-    let bad = s.replace("\"diffusion\":{", "\"diffusion\":{\"stepz\":3,");
+    let bad = s.replace("\"request_id\":", "\"stepz\":3,\"request_id\":");
     let e = serde_json::from_str::<OmniRequest>(&bad).unwrap_err().to_string();
     assert!(e.contains("stepz"), "{e}");
+    // In `diffusion` an unknown name may be a model's knob: `resolve` refuses it for this one.
+    let bad = s.replace("\"diffusion\":{", "\"diffusion\":{\"stepz\":3,");
+    let e = serde_json::from_str::<OmniRequest>(&bad).unwrap().resolve(&limits(), || 0).unwrap_err();
+    assert_eq!(e.field, "diffusion.stepz");
 }
 
 #[test]
@@ -319,4 +323,67 @@ fn limits_keep_their_flat_wire_form_and_omit_what_a_model_lacks() {
         assert!(text.get(key).is_none(), "{key} in {text}");
     }
     assert_eq!(serde_json::from_value::<ModelLimits>(text).unwrap(), text_limits());
+}
+
+/// `limits()` with the example two-expert knobs.
+fn two_experts() -> ModelLimits {
+    let mut l = limits();
+    l.defaults.knobs = crate::KnobSchema::example();
+    l
+}
+
+#[test]
+fn knobs_arrive_as_diffusion_fields_and_resolve_to_values() {
+    let json = |diffusion: &str| {
+        let text = format!(
+            r#"{{"request_id": "k", "task": "t2v", "inputs": [{{"type": "text", "text": "a"}}], "diffusion": {diffusion}}}"#
+        );
+        serde_json::from_str::<OmniRequest>(&text).unwrap()
+    };
+    let r = json(r#"{"boundary_ratio": 0.5, "num_inference_steps": 10}"#).resolve(&two_experts(), || 0).unwrap();
+    assert_eq!(
+        (r.knob_f64("boundary_ratio"), r.knob_f64("guidance_scale_2"), r.knob_u32("switch_step")),
+        (Some(0.5), Some(5.0), None)
+    );
+    // The same knob set in code is the same request.
+    let mut set = req();
+    set.diffusion.num_inference_steps = Some(10);
+    set.diffusion.set_knob("boundary_ratio", Some(0.5));
+    set.request_id = "k".into();
+    set.inputs = vec![InputPart::Text { text: "a".into(), role: TextRole::Prompt }];
+    assert_eq!(set.resolve(&two_experts(), || 0).unwrap(), r);
+    // Written back, a knob is a diffusion field again.
+    let v = serde_json::to_value(&set).unwrap();
+    assert_eq!(v["diffusion"]["boundary_ratio"], 0.5);
+    // On a model without knobs the field is refused, naming it.
+    let e = json(r#"{"boundary_ratio": 0.5}"#).resolve(&limits(), || 0).unwrap_err();
+    assert_eq!(e.field, "diffusion.boundary_ratio");
+    assert!(e.rule.ends_with("(this model's own parameters: none)"), "{e}");
+    let e = json(r#"{"switch_step": 30}"#).resolve(&two_experts(), || 0).unwrap_err();
+    assert_eq!((e.field.as_str(), e.rule.as_str()), ("diffusion.switch_step", "30 is past the request's 20 steps"));
+}
+
+#[test]
+fn a_guidance_knob_counts_for_cfg_and_expert_adapters_need_the_schema() {
+    let mut r = req();
+    r.diffusion.guidance_scale = Some(1.0);
+    assert!(!r.resolve(&limits(), || 0).unwrap().does_cfg());
+    r.diffusion.set_knob("guidance_scale_2", Some(3.0));
+    assert!(r.resolve(&two_experts(), || 0).unwrap().does_cfg());
+    let mut r = req();
+    let lora = r#"{"name": "a", "expert": "low_noise"}"#;
+    r.lora.push(serde_json::from_str(lora).unwrap());
+    assert!(r.resolve(&two_experts(), || 0).is_ok());
+    let e = r.resolve(&limits(), || 0).unwrap_err();
+    assert_eq!(e.field, "lora[0].expert");
+    assert!(e.rule.contains("one transformer"), "{e}");
+}
+
+#[test]
+fn the_knob_schema_is_served_with_the_limits() {
+    let v = serde_json::to_value(two_experts()).unwrap();
+    assert_eq!(v["defaults"]["knobs"]["knobs"][0]["name"], "boundary_ratio");
+    assert_eq!(serde_json::from_value::<ModelLimits>(v).unwrap(), two_experts());
+    // A model without knobs serves none.
+    assert!(serde_json::to_value(limits()).unwrap()["defaults"].get("knobs").is_none());
 }

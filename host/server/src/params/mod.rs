@@ -7,7 +7,7 @@ use std::time::Duration;
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Multipart, Request};
 use axum::http::header::CONTENT_TYPE;
-use fastvideo_request::{ImageRole, InputPart, ModelLimits, OmniRequest, SamplerKind, TaskType};
+use fastvideo_request::{number_f32, ImageRole, InputPart, ModelLimits, OmniRequest, SamplerKind, TaskType};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
@@ -386,9 +386,10 @@ impl CreateParams {
         }
         d.num_inference_steps = self.num_inference_steps;
         d.guidance_scale = self.guidance_scale;
-        d.guidance_scale_2 = self.guidance_scale_2;
-        d.boundary_ratio = self.boundary_ratio;
-        d.switch_step = self.switch_step;
+        // Wan 2.2's flat knob aliases, as `diffusion.<name>` (the model's knob schema checks them).
+        d.set_knob("guidance_scale_2", self.guidance_scale_2.map(number_f32));
+        d.set_knob("boundary_ratio", self.boundary_ratio.map(number_f32));
+        d.set_knob("switch_step", self.switch_step);
         (d.start_step, d.end_step) = (self.start_step, self.end_step);
         d.precision.clone_from(&self.precision);
         d.negative_prompt = self.negative_prompt.clone();

@@ -28,7 +28,8 @@ fn openai_fields_map_to_the_request() {
     // Two-expert fields pass through to the request, which resolve checks against the model.
     let p = CreateParams { boundary_ratio: Some(0.9), guidance_scale_2: Some(3.0), ..p };
     let r = p.to_request("v2".into(), TaskType::T2v, "m", &limits()).unwrap();
-    assert_eq!((r.diffusion.boundary_ratio, r.diffusion.guidance_scale_2), (Some(0.9), Some(3.0)));
+    let knobs = serde_json::json!({"boundary_ratio": 0.9, "guidance_scale_2": 3.0});
+    assert_eq!(serde_json::to_value(&r.diffusion.knobs).unwrap(), knobs);
     assert_eq!(r.resolve(&limits(), || 0).unwrap_err().field, "diffusion.boundary_ratio");
 }
 

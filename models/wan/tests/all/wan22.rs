@@ -40,7 +40,7 @@ fn request(task: TaskType, guidance: f32, guidance_2: Option<f32>) -> OmniReques
     r.diffusion.num_frames = Some(9);
     r.diffusion.num_inference_steps = Some(6);
     r.diffusion.guidance_scale = Some(guidance);
-    r.diffusion.guidance_scale_2 = guidance_2;
+    r.diffusion.set_knob("guidance_scale_2", guidance_2);
     r.outputs.return_latents = true;
     r
 }
@@ -107,8 +107,9 @@ fn run_t2v(m: &WanModel, r: OmniRequest) -> (fastvideo_request::OmniOutput, Vec<
 #[test]
 fn two_expert_text_to_video_matches_diffusers_end_to_end() {
     let m = load("tiny-wan22-t2v");
-    let experts = m.limits().defaults.experts.expect("a two-expert model");
-    assert_eq!(experts.boundary_ratio, 0.875);
+    let knobs = m.limits().defaults.knobs;
+    let boundary = knobs.knob("boundary_ratio").expect("a two-expert model");
+    assert_eq!(boundary.default, fastvideo_request::KnobDefault::Value(serde_json::json!(0.875)));
     let (out, routes) = run_t2v(&m, request(TaskType::T2v, 4.0, Some(3.0)));
     // Timesteps 999 and 937 are at or above 875: the high-noise expert with guidance 4; the
     // other four steps on the low-noise expert with guidance 3.
@@ -127,14 +128,14 @@ fn the_second_guidance_scale_and_the_boundary_follow_the_request() {
     assert!(e < 1e-4, "one scale: relative error {e}"); // tolerance 1e-4, as the other pipelines
                                                         // The request's boundary 0.95: only timestep 999 is above 950.
     let mut r = request(TaskType::T2v, 4.0, Some(3.0));
-    r.diffusion.boundary_ratio = Some(0.95);
+    r.diffusion.set_knob("boundary_ratio", Some(0.95));
     let (out, routes) = run_t2v(&m, r);
     assert_eq!(routes.iter().filter(|(x, _)| *x == 0).count(), 1, "{routes:?}");
     let e = rel_err(&latents_of(&out), fx("t2v.latents_out_boundary_095"));
     assert!(e < 1e-4, "boundary 0.95: relative error {e}");
     // Boundary 0: the high-noise expert throughout.
     let mut r = request(TaskType::T2v, 4.0, Some(3.0));
-    r.diffusion.boundary_ratio = Some(0.0);
+    r.diffusion.set_knob("boundary_ratio", Some(0.0));
     let (out, routes) = run_t2v(&m, r);
     assert!(routes.iter().all(|&r| r == (0, 4.0)), "{routes:?}");
     let e = rel_err(&latents_of(&out), fx("t2v.latents_out_high_only"));
@@ -146,13 +147,13 @@ fn a_switch_step_routes_by_step_index() {
     // Switching after step 2 is what the folder's boundary does on this schedule: the same run.
     let m = load("tiny-wan22-t2v");
     let mut r = request(TaskType::T2v, 4.0, Some(3.0));
-    r.diffusion.switch_step = Some(2);
+    r.diffusion.set_knob("switch_step", Some(2));
     let (out, routes) = run_t2v(&m, r);
     assert_eq!(routes, [(0, 4.0), (0, 4.0), (1, 3.0), (1, 3.0), (1, 3.0), (1, 3.0)]);
     let e = rel_err(&latents_of(&out), fx("t2v.latents_out"));
     assert!(e < 1e-4, "switch step 2: relative error {e}");
     let mut r = request(TaskType::T2v, 4.0, Some(3.0));
-    r.diffusion.switch_step = Some(5);
+    r.diffusion.set_knob("switch_step", Some(5));
     let (_, routes) = run_t2v(&m, r);
     assert_eq!(routes.iter().map(|r| r.0).collect::<Vec<_>>(), [0, 0, 0, 0, 0, 1]);
 }
@@ -176,7 +177,7 @@ fn a_batch_never_mixes_experts() {
     let spec = Arc::new(pipeline::text_to_video(&m, pipeline::default_guidance()).unwrap());
     let run = |boundary: f32| {
         let mut r = request(TaskType::T2v, 4.0, Some(3.0));
-        r.diffusion.boundary_ratio = Some(boundary);
+        r.diffusion.set_knob("boundary_ratio", Some(boundary));
         r.sampling.seed = Some(1);
         let req = r.resolve(&m.limits(), || 0).unwrap();
         PipelineRun::new(spec.clone(), req, Device::Cpu, Values::default(), Default::default())
@@ -228,7 +229,7 @@ fn a_broken_two_expert_folder_names_what_is_wrong() {
 fn one_expert_models_refuse_the_expert_fields() {
     let m = load("tiny-wan");
     let mut r = request(TaskType::T2v, 4.0, None);
-    r.diffusion.boundary_ratio = Some(0.9);
+    r.diffusion.set_knob("boundary_ratio", Some(0.9));
     assert_eq!(r.resolve(&m.limits(), || 0).unwrap_err().field, "diffusion.boundary_ratio");
     let mut r = request(TaskType::T2v, 4.0, None);
     let expert = Some(fastvideo_request::LoraExpert::LowNoise);
@@ -309,7 +310,7 @@ fn with_lora(m: &WanModel, expert: Option<u32>, boundary: f32) -> Tensor {
     let prepared = Arc::new(m.transformer.prepare_adapter(&file, "diffusers", "hash").unwrap());
     let set = Arc::new(fastvideo_pipeline::AdapterSet::bound(vec![(prepared, 0.8, expert)]));
     let mut r = request(TaskType::T2v, 4.0, Some(3.0));
-    r.diffusion.boundary_ratio = Some(boundary);
+    r.diffusion.set_knob("boundary_ratio", Some(boundary));
     let req = r.resolve(&m.limits(), || 0).unwrap();
     let spec = Arc::new(pipeline::text_to_video(m, pipeline::default_guidance()).unwrap());
     let mut values = init("t2v.latents_in");
@@ -322,7 +323,7 @@ fn adapters_bind_to_one_expert_or_both() {
     let m = load("tiny-wan22-t2v");
     let none = {
         let mut r = request(TaskType::T2v, 4.0, Some(3.0));
-        r.diffusion.boundary_ratio = Some(0.0);
+        r.diffusion.set_knob("boundary_ratio", Some(0.0));
         latents_of(&run_t2v(&m, r).0)
     };
     // Boundary 0: the high-noise expert runs every step, so an adapter bound to the low-noise

@@ -144,7 +144,7 @@ impl SessionModel for Model {
                 fps: 16,
                 sampler: SamplerKind::Euler,
                 negative_prompt: String::new(),
-                experts: None,
+                knobs: Default::default(),
             },
         };
         let mut r = OmniRequest::text_to_video(id, "toy");
