@@ -6,14 +6,12 @@
 //! The size is `FASTVIDEO_UPLOAD_TEST_MIB` (default 256; the figure was measured at
 //! 1024). The worst `/health` latency is printed, not asserted: it is the machine's number.
 
-mod common;
-
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::common::{get, rt, send, state};
 use axum::http::StatusCode;
-use common::{get, rt, send, state};
 use fastvideo_server::{router, Files};
 
 fn agent() -> ureq::Agent {
@@ -61,7 +59,7 @@ fn health_answers_while_a_budget_of_uploads_is_stored() {
         .map(|i| {
             let url = format!("{base}/v1/files");
             std::thread::spawn(move || {
-                let (content_type, body) = common::form(&[("file", Some("clip.bin"), &payload(i, size))]);
+                let (content_type, body) = crate::common::form(&[("file", Some("clip.bin"), &payload(i, size))]);
                 let mut res = agent().post(&url).header("content-type", content_type).send(&body[..]).unwrap();
                 let text = res.body_mut().read_to_string().unwrap();
                 assert_eq!(res.status().as_u16(), 200, "upload {i}: {text}");
@@ -91,7 +89,7 @@ fn health_answers_while_a_budget_of_uploads_is_stored() {
     );
 
     // The budget is full: one more byte is a 507, whatever was in flight together.
-    let (content_type, body) = common::form(&[("file", Some("one.bin"), b"x")]);
+    let (content_type, body) = crate::common::form(&[("file", Some("one.bin"), b"x")]);
     let res = agent().post(&format!("{base}/v1/files")).header("content-type", content_type).send(&body[..]).unwrap();
     assert_eq!(res.status().as_u16(), 507);
     drop(rt);

@@ -1,7 +1,7 @@
 //! A toy engine to put under the router (its jobs run a few idle steps, then fail: it makes no
 //! video), and requests to send it in process.
 
-#![allow(dead_code)] // each test binary uses its own part
+#![allow(dead_code)] // not every suite uses every helper
 
 use std::sync::Arc;
 

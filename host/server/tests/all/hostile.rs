@@ -3,16 +3,14 @@
 //! deleted job, chat roles no template knows. Each must be a clear refusal naming the field the
 //! client sent (never an internal one), and the server must stay up.
 
-mod common;
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::common::{get, json, multipart, rt, send, state};
 use axum::http::StatusCode;
 use axum::Router;
 use base64::Engine as _;
-use common::{get, json, multipart, rt, send, state};
 use fastvideo_request::chat::ChatCodec;
 use fastvideo_request::RequestError;
 use fastvideo_server::{router, ComfyConfig, DeviceInfo, RetrySchedule, WebhookPolicy};
@@ -250,7 +248,7 @@ fn deleting_a_job_stops_its_pending_webhook_retries() {
         }
         assert_eq!((&hook["status"], &hook["attempts"]), (&j!("pending"), &j!(1)), "{hook}");
         let next = hook["next_attempt_at"].as_u64().expect("a retry is scheduled");
-        let (status, deleted) = send(&app, common::delete(&format!("/v1/videos/{id}"))).await;
+        let (status, deleted) = send(&app, crate::common::delete(&format!("/v1/videos/{id}"))).await;
         assert_eq!(status, StatusCode::OK, "{deleted}");
         let before = got.load(Ordering::SeqCst);
         assert_eq!(before, 1, "one attempt before the delete");
