@@ -332,13 +332,10 @@ pub fn run(args: GenerateArgs) -> Result<()> {
             req.shift,
             req.seed
         );
-        if let Some(e) = fastvideo_wan::experts::ExpertKnobs::of(&req) {
-            eprintln!(
-                "two experts: the low-noise expert below timestep {:.0} (boundary {}), guidance {}",
-                e.boundary_ratio * 1000.0,
-                e.boundary_ratio,
-                e.guidance_scale_2
-            );
+        // The model's own knobs as resolved (Wan 2.2 A14B: its expert boundary and second scale).
+        if !req.knobs.is_empty() {
+            let knobs: Vec<String> = req.knobs.iter().map(|(k, v)| format!("{k} {v}")).collect();
+            eprintln!("model knobs: {}", knobs.join(", "));
         }
     }
     let model_id = model_dir.display().to_string();
