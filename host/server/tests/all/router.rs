@@ -3,65 +3,26 @@
 //! job's life, without a model. The CLI's suite drives the real binary over HTTP on top of this.
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use anyhow::Result;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::Router;
-use fastvideo_engine::{Engine, EngineConfig, EngineModel, Metrics};
-use fastvideo_pipeline::{LoopStage, LoopState, Node, NodeCtx, PipelineSpec, StepResult, Values};
 use fastvideo_request::{ModelLimits, TaskType};
-use fastvideo_server::{router, ApiKeys, AppState};
+use fastvideo_server::{router, ApiKeys};
 use serde_json::{json, Value};
 use tower::ServiceExt;
 
-/// A loop of the request's steps that makes nothing: jobs run and then fail at the end, which is
-/// enough to see them admitted, listed, polled and cancelled.
-struct Idle;
-
-impl LoopStage for Idle {
-    fn init(&self, ctx: &NodeCtx, _: &mut Values) -> Result<LoopState> {
-        Ok(LoopState { step: 0, total_steps: ctx.request.steps, inner: Box::new(()) })
-    }
-    fn step(&self, _: &NodeCtx, _: &mut LoopState) -> Result<StepResult> {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        Ok(StepResult { forwards: 1, ..Default::default() })
-    }
-    fn finalize(&self, _: &NodeCtx, _: LoopState, _: &mut Values) -> Result<()> {
-        anyhow::bail!("the toy pipeline makes no video")
-    }
-}
+use crate::common::{toy_state, Idle};
 
 fn app(keys: &[&str]) -> Router {
     app_with(keys, ModelLimits { tasks: vec![TaskType::T2v, TaskType::T2i], ..ModelLimits::example() })
 }
 
 fn app_with(keys: &[&str], limits: ModelLimits) -> Router {
-    let spec = PipelineSpec::new(
-        "toy",
-        limits.tasks.clone(),
-        vec![Node::looped("denoise", Arc::new(Idle), &[], &["video"])],
-        &[],
-        "video",
-    )
-    .unwrap();
-    let model = EngineModel {
-        id: "toy-model".into(),
-        limits,
-        spec: Arc::new(spec),
-        device: tch::Device::Cpu,
-        check: Box::new(|_| Ok(())),
-        // Wan's count: latent frames (4x temporal stride) times 16-pixel patches.
-        work: Arc::new(|r| ((r.num_frames.max(1) - 1) / 4 + 1) as u64 * (r.height / 16) as u64 * (r.width / 16) as u64),
-        classify: |_| "pipeline_failed",
-        weights: None,
-        adapters: None,
-        residency: None,
-    };
-    let mut registry = prometheus_client::registry::Registry::default();
-    let engine = Engine::start(model, EngineConfig::default(), Metrics::register(&mut registry));
+    let state = toy_state(limits, Arc::new(Idle(Duration::from_millis(20))), &["video"]);
     let keys: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
-    router(AppState::new(engine, registry).with_api_keys(ApiKeys::new(&keys, false).unwrap()))
+    router(state.with_api_keys(ApiKeys::new(&keys, false).unwrap()))
 }
 
 async fn call(app: &Router, method: &str, uri: &str, key: Option<&str>, body: Option<Value>) -> (StatusCode, Value) {

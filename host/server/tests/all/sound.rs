@@ -9,12 +9,13 @@ use anyhow::Result;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::Router;
-use fastvideo_engine::{Engine, EngineConfig, EngineModel, Metrics};
-use fastvideo_pipeline::{LoopStage, LoopState, Node, NodeCtx, PipelineSpec, StepResult, Value, Values};
+use fastvideo_pipeline::{LoopStage, LoopState, NodeCtx, StepResult, Value, Values};
 use fastvideo_request::{AudioArtifact, AudioLimits, ModelLimits, TaskType, VideoArtifact};
-use fastvideo_server::{router, ApiKeys, AppState};
+use fastvideo_server::{router, ApiKeys};
 use serde_json::{json, Value as Json};
 use tower::ServiceExt;
+
+use crate::common::toy_state;
 
 /// Makes a grey clip of the request's shape and a 440 Hz stereo tone a quarter second longer
 /// than it (Cosmos3's waveform, too, runs past the last frame), as a family's decoders would.
@@ -47,23 +48,8 @@ impl LoopStage for Loud {
 
 fn app(audio: Option<AudioLimits>) -> Router {
     let limits = ModelLimits { tasks: vec![TaskType::T2v], audio, ..ModelLimits::example() };
-    let nodes = vec![Node::looped("denoise", Arc::new(Loud), &[], &["video", fastvideo_pipeline::AUDIO])];
-    let spec = PipelineSpec::new("toy", limits.tasks.clone(), nodes, &[], "video").unwrap();
-    let model = EngineModel {
-        id: "toy-model".into(),
-        limits,
-        spec: Arc::new(spec),
-        device: tch::Device::Cpu,
-        check: Box::new(|_| Ok(())),
-        work: Arc::new(|r| r.num_frames.max(1) as u64),
-        classify: |_| "pipeline_failed",
-        weights: None,
-        adapters: None,
-        residency: None,
-    };
-    let mut registry = prometheus_client::registry::Registry::default();
-    let engine = Engine::start(model, EngineConfig::default(), Metrics::register(&mut registry));
-    router(AppState::new(engine, registry).with_api_keys(ApiKeys::new(&[], false).unwrap()))
+    let state = toy_state(limits, Arc::new(Loud), &["video", fastvideo_pipeline::AUDIO]);
+    router(state.with_api_keys(ApiKeys::new(&[], false).unwrap()))
 }
 
 async fn call(app: &Router, method: &str, uri: &str, body: Option<Json>) -> (StatusCode, Vec<u8>) {

@@ -4,6 +4,7 @@
 #![allow(dead_code)] // not every suite uses every helper
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Result;
 use axum::body::Body;
@@ -16,14 +17,16 @@ use fastvideo_server::AppState;
 use serde_json::Value;
 use tower::ServiceExt;
 
-struct Idle;
+/// A loop of the request's steps, each sleeping this long, that makes nothing: jobs run and then
+/// fail at the end, which is enough to see them admitted, listed, polled and cancelled.
+pub struct Idle(pub Duration);
 
 impl LoopStage for Idle {
     fn init(&self, ctx: &NodeCtx, _: &mut Values) -> Result<LoopState> {
         Ok(LoopState { step: 0, total_steps: ctx.request.steps, inner: Box::new(()) })
     }
     fn step(&self, _: &NodeCtx, _: &mut LoopState) -> Result<StepResult> {
-        std::thread::sleep(std::time::Duration::from_millis(5));
+        std::thread::sleep(self.0);
         Ok(StepResult { forwards: 1, ..Default::default() })
     }
     fn finalize(&self, _: &NodeCtx, _: LoopState, _: &mut Values) -> Result<()> {
@@ -31,21 +34,14 @@ impl LoopStage for Idle {
     }
 }
 
-/// Server state over the toy model `toy-model`, which takes every media task (so media reach
-/// their checks).
-pub fn state() -> AppState {
-    let tasks = vec![TaskType::T2v, TaskType::T2i, TaskType::I2v, TaskType::V2v];
-    let spec = PipelineSpec::new(
-        "toy",
-        tasks.clone(),
-        vec![Node::looped("denoise", Arc::new(Idle), &[], &["video"])],
-        &[],
-        "video",
-    )
-    .unwrap();
+/// Server state over one engine model `toy-model` with `limits`, whose pipeline is the loop
+/// `stage` writing `outputs` (the first is the pipeline's output).
+pub fn toy_state(limits: ModelLimits, stage: Arc<dyn LoopStage>, outputs: &[&str]) -> AppState {
+    let nodes = vec![Node::looped("denoise", stage, &[], outputs)];
+    let spec = PipelineSpec::new("toy", limits.tasks.clone(), nodes, &[], outputs[0]).unwrap();
     let model = EngineModel {
         id: "toy-model".into(),
-        limits: ModelLimits { tasks, ..ModelLimits::example() },
+        limits,
         spec: Arc::new(spec),
         device: tch::Device::Cpu,
         check: Box::new(|_| Ok(())),
@@ -59,6 +55,13 @@ pub fn state() -> AppState {
     let mut registry = prometheus_client::registry::Registry::default();
     let engine = Engine::start(model, EngineConfig::default(), Metrics::register(&mut registry));
     AppState::new(engine, registry)
+}
+
+/// Server state over the toy model `toy-model`, which takes every media task (so media reach
+/// their checks).
+pub fn state() -> AppState {
+    let tasks = vec![TaskType::T2v, TaskType::T2i, TaskType::I2v, TaskType::V2v];
+    toy_state(ModelLimits { tasks, ..ModelLimits::example() }, Arc::new(Idle(Duration::from_millis(5))), &["video"])
 }
 
 pub fn rt() -> tokio::runtime::Runtime {
