@@ -90,6 +90,7 @@ mod guidance;
 pub mod kv_pool;
 mod meter;
 mod noise;
+pub mod packed;
 mod policies;
 pub mod sampler;
 pub mod session;

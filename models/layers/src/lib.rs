@@ -17,6 +17,7 @@ pub mod linear;
 pub mod measure;
 pub mod offload;
 pub mod sequence_parallel;
+pub mod timestep;
 pub mod tokenizer;
 
 pub use linear::{Linear, LinearPart, Lora};

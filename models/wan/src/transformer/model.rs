@@ -216,10 +216,7 @@ impl WanTransformer3DModel {
 
     /// Sinusoidal timestep features (`flip_sin_to_cos`, no frequency shift): `[B, freq_dim]`.
     fn timestep_features(&self, t: &Tensor) -> Tensor {
-        let half = self.cfg.freq_dim / 2;
-        let exponent = Tensor::arange(half, (Kind::Float, t.device())) * (-(10000f64.ln()) / half as f64);
-        let args = t.to_kind(Kind::Float).unsqueeze(1) * exponent.exp().unsqueeze(0);
-        Tensor::cat(&[args.cos(), args.sin()], -1)
+        fastvideo_layers::timestep::sinusoidal(t, self.cfg.freq_dim)
     }
 
     fn rope(&self, f: i64, h: i64, w: i64, device: Device) -> Rope {

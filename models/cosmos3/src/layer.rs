@@ -1,0 +1,55 @@
+//! One mixture-of-transformers decoder layer: each pathway its own pre-norms and MLP, one joint
+//! attention between them.
+
+use anyhow::Result;
+use fastvideo_torch::weights::Weights;
+use tch::Tensor;
+
+use crate::attention::{LayerKv, MotAttention};
+use crate::config::{Activation, Cosmos3Config};
+use crate::mlp::Mlp;
+use crate::norm::RmsNorm;
+
+/// One decoder layer.
+pub struct MotLayer {
+    input_layernorm: RmsNorm,
+    input_layernorm_moe_gen: RmsNorm,
+    post_attention_layernorm: RmsNorm,
+    post_attention_layernorm_moe_gen: RmsNorm,
+    self_attn: MotAttention,
+    mlp: Mlp,
+    mlp_moe_gen: Mlp,
+}
+
+impl MotLayer {
+    /// Reads `layers.{i}` under `w`.
+    pub fn new(w: &Weights, c: &Cosmos3Config, act: Activation) -> Result<Self> {
+        let norm = |name: &str| RmsNorm::new(&w.pp(name), c.hidden_size, c.rms_norm_eps, act);
+        let mlp = |name: &str| Mlp::new(&w.pp(name), c.hidden_size, c.intermediate_size, act);
+        Ok(Self {
+            input_layernorm: norm("input_layernorm")?,
+            input_layernorm_moe_gen: norm("input_layernorm_moe_gen")?,
+            post_attention_layernorm: norm("post_attention_layernorm")?,
+            post_attention_layernorm_moe_gen: norm("post_attention_layernorm_moe_gen")?,
+            self_attn: MotAttention::new(&w.pp("self_attn"), c, act)?,
+            mlp: mlp("mlp")?,
+            mlp_moe_gen: mlp("mlp_moe_gen")?,
+        })
+    }
+
+    /// The text pathway of one prompt `u [1, L, C]` (updated in place unless `keys_only`): its
+    /// keys and values for the generation stream.
+    pub fn prefix(&self, u: &Tensor, rope: (&Tensor, &Tensor), keys_only: bool) -> LayerKv {
+        let kv = self.self_attn.prefix(&self.input_layernorm.forward(u), u, rope, keys_only);
+        if !keys_only {
+            self.mlp.forward_add(u, &self.post_attention_layernorm.forward(u));
+        }
+        kv
+    }
+
+    /// The generation pathway of `B` branches `g [B, L, C]`, updated in place.
+    pub fn generation(&self, g: &Tensor, rope: (&Tensor, &Tensor), prefixes: &[&LayerKv]) {
+        self.self_attn.generation(&self.input_layernorm_moe_gen.forward(g), g, rope, prefixes);
+        self.mlp_moe_gen.forward_add(g, &self.post_attention_layernorm_moe_gen.forward(g));
+    }
+}

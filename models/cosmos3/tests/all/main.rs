@@ -1,0 +1,4 @@
+//! Integration tests of fastvideo-cosmos3: one binary (CI links libtorch once per crate).
+
+mod common;
+mod transformer;
