@@ -174,15 +174,29 @@ fn check_output(path: &Path, flag: &str, example: &str) -> Result<()> {
     Ok(())
 }
 
-/// The `latents` tensor of the --noise file as a request's latent input.
-fn noise_input(path: &Path) -> Result<InputPart> {
+/// The tensors of the --noise file as the request's latent inputs: `latents` (required) and
+/// whichever of the other latents a model denoises beside it the file has (`sound_latents`,
+/// `action_latents`), each named as the reference pipeline's call argument.
+fn noise_inputs(path: &Path) -> Result<Vec<InputPart>> {
+    const OTHERS: [&str; 2] = ["sound_latents", "action_latents"];
     let tensors = tch::Tensor::read_safetensors(path)
         .map_err(|e| anyhow::anyhow!("--noise: cannot read {} as safetensors: {e}", path.display()))?;
-    let Some((_, t)) = tensors.into_iter().find(|(n, _)| n == "latents") else {
+    if !tensors.iter().any(|(n, _)| n == "latents") {
         bail!("--noise: {} has no tensor named `latents`", path.display());
-    };
-    let t = t.to_kind(tch::Kind::Float).contiguous();
-    Ok(InputPart::Latent { shape: t.size(), data: Vec::<f32>::try_from(t.flatten(0, -1))? })
+    }
+    let mut parts = Vec::new();
+    for (name, t) in tensors {
+        if name != "latents" && !OTHERS.contains(&name.as_str()) {
+            bail!(
+                "--noise: {} has a tensor `{name}`; the keys are `latents`, `sound_latents`, `action_latents`",
+                path.display()
+            );
+        }
+        let t = t.to_kind(tch::Kind::Float).contiguous();
+        let name = (name != "latents").then_some(name);
+        parts.push(InputPart::Latent { name, shape: t.size(), data: Vec::<f32>::try_from(t.flatten(0, -1))? });
+    }
+    Ok(parts)
 }
 
 fn resize_mode(s: &str) -> Result<ResizeMode, String> {
@@ -233,7 +247,7 @@ fn request(args: &GenerateArgs) -> Result<(OmniRequest, Vec<fastvideo_pipeline::
     // A WAV asked for means sound asked for; otherwise the model's default.
     r.outputs.generate_sound = args.audio_out.as_ref().map(|_| true);
     if let Some(p) = &args.noise {
-        r.inputs.push(noise_input(p)?);
+        r.inputs.extend(noise_inputs(p)?);
     }
     Ok((r, lora_files))
 }

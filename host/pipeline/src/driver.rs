@@ -368,6 +368,12 @@ impl PipelineRun {
         Ok(())
     }
 
+    /// The run's named values so far (what each node wrote): for tests and tools that check a
+    /// stage's intermediate output.
+    pub fn values(&self) -> &Values {
+        &self.values
+    }
+
     /// Collects the artifacts once [`advance`](Self::advance) returned `Finished`, emitting an
     /// `Artifact` event per artifact and a final `Done`.
     pub fn finish(mut self, emit: &mut dyn FnMut(OmniEvent)) -> Result<OmniOutput> {

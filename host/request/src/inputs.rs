@@ -2,17 +2,21 @@
 //! pictures of image to video (each a role the model takes), the video of video to video, and
 //! request-supplied latents. Errors name `inputs[i]`.
 
+use std::collections::BTreeMap;
+
 use crate::{InputImage, InputPart, InputVideo, LatentInput, OmniRequest, RequestError, TaskType};
 
 impl OmniRequest {
-    /// The `latent` input, if any (at most one), its data matching its shape.
-    pub(crate) fn latent_input(&self) -> Result<Option<LatentInput>, RequestError> {
-        let mut found = None;
+    /// The latent inputs by name (`latents` when unnamed), at most one per name, each's data
+    /// matching its shape.
+    pub(crate) fn latent_inputs(&self) -> Result<BTreeMap<String, LatentInput>, RequestError> {
+        let mut found = BTreeMap::new();
         for (i, part) in self.inputs.iter().enumerate() {
-            let InputPart::Latent { shape, data } = part else { continue };
+            let InputPart::Latent { name, shape, data } = part else { continue };
             let field = format!("inputs[{i}]");
-            if found.is_some() {
-                return Err(RequestError::new(field, "a second latent input"));
+            let name = name.clone().unwrap_or_else(|| "latents".into());
+            if found.contains_key(&name) {
+                return Err(RequestError::new(field, format!("a second latent input named `{name}`")));
             }
             let n = shape.iter().try_fold(1i64, |acc, &d| if d > 0 { acc.checked_mul(d) } else { None });
             if n != Some(data.len() as i64) {
@@ -21,7 +25,7 @@ impl OmniRequest {
                     format!("shape {shape:?} does not hold the {} values given", data.len()),
                 ));
             }
-            found = Some(LatentInput { shape: shape.clone(), data: data.clone() });
+            found.insert(name, LatentInput { shape: shape.clone(), data: data.clone() });
         }
         Ok(found)
     }

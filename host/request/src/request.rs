@@ -88,6 +88,11 @@ pub enum InputPart {
     },
     /// Starting latents (shape, row-major f32 values).
     Latent {
+        /// Which of the model's latents these are: `latents` (the default: the video or image
+        /// latents) or another the model denoises beside them (Cosmos3: `sound_latents`,
+        /// `action_latents`), named as the reference pipeline's call arguments.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        name: Option<String>,
         /// Tensor dimensions, outermost first.
         shape: Vec<i64>,
         /// Row-major values, as many as the product of `shape`.

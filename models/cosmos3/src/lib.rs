@@ -20,3 +20,11 @@ pub mod transformer;
 pub use attention::LayerKv;
 pub use config::{Activation, Cosmos3Config};
 pub use transformer::{Cosmos3Transformer, GenInput, Prediction, Prefix};
+pub mod denoise;
+pub mod model;
+pub mod pipeline;
+pub mod prompt;
+pub mod sound;
+pub mod values;
+
+pub use model::Cosmos3Model;

@@ -93,6 +93,10 @@ pub struct Cosmos3Transformer {
     device: Device,
 }
 
+// SAFETY: the weights are read-only after construction and libtorch kernels may read one
+// tensor from several threads; nothing here mutates shared state.
+unsafe impl Sync for Cosmos3Transformer {}
+
 impl Cosmos3Transformer {
     /// Loads a `transformer/` folder (config and safetensors) onto `device` in `kind`.
     pub fn load(dir: &Path, device: Device, kind: Kind) -> Result<Self> {

@@ -284,6 +284,9 @@ impl LoopStage for DenoiseLoop {
         if !req.lora.is_empty() && values.adapters(ADAPTERS).is_none() {
             anyhow::bail!("lora: the request names LoRA adapters, but this run was given none prepared");
         }
+        if let Some(name) = req.named_noise.keys().next() {
+            bail!("inputs: a latent named `{name}`, but this model denoises only `latents`");
+        }
         let shape = self.denoiser.latent_shape(req);
         let supplied = match (values.opt_tensor(&self.initial_latents), &req.initial_noise) {
             (Some(t), _) => Some(t.shallow_clone()),

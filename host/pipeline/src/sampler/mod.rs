@@ -11,7 +11,7 @@ mod sde;
 mod unipc;
 
 pub use euler::FlowMatchEuler;
-pub use schedule::{Sampler, Schedule, NUM_TRAIN_TIMESTEPS};
+pub use schedule::{linspace, Sampler, Schedule, NUM_TRAIN_TIMESTEPS};
 pub use sde::{flow_sde_step, step_noise_seed, FlowSde, SdeDraw, SdeStep};
 pub use unipc::{UniPc, UniPcConfig};
 

@@ -80,7 +80,7 @@ pub(super) fn shift_sigma(s: f64, shift: f64) -> f64 {
 }
 
 /// `numpy.linspace(start, stop, n)`.
-pub(super) fn linspace(start: f64, stop: f64, n: usize) -> Vec<f64> {
+pub fn linspace(start: f64, stop: f64, n: usize) -> Vec<f64> {
     if n == 1 {
         return vec![start];
     }

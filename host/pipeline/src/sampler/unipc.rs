@@ -40,7 +40,15 @@ impl UniPc {
         let n = NUM_TRAIN_TIMESTEPS as f64;
         let mut s: Vec<f64> = linspace(1.0, 1.0 / n, steps + 1);
         s.pop();
-        let mut s: Vec<f64> = s.into_iter().map(|x| shift_sigma(x, cfg.flow_shift)).collect();
+        Self::with_base_sigmas(cfg, s)
+    }
+
+    /// The solver over caller-given base sigmas (one per step, before the shift), as diffusers'
+    /// `set_timesteps(sigmas=...)` with flow sigmas: Cosmos3's native flow schedule
+    /// `linspace(1 - 1/1000, 0, N + 1)[:-1]`.
+    pub fn with_base_sigmas(cfg: UniPcConfig, base: Vec<f64>) -> Self {
+        let n = NUM_TRAIN_TIMESTEPS as f64;
+        let mut s: Vec<f64> = base.into_iter().map(|x| shift_sigma(x, cfg.flow_shift)).collect();
         if (s[0] - 1.0).abs() < 1e-6 {
             s[0] -= 1e-6;
         }

@@ -179,6 +179,10 @@ pub struct ResolvedRequest {
     /// video to video. Seeded noise when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub initial_noise: Option<LatentInput>,
+    /// Other named latent inputs (Cosmos3: `sound_latents`, `action_latents`); the model's
+    /// loop refuses names it does not denoise.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub named_noise: BTreeMap<String, LatentInput>,
     /// `v2v`: the part of the schedule run on the noised input, in `(0, 1]`; 1 otherwise.
     #[serde(default = "full_strength")]
     pub strength: f64,
@@ -285,7 +289,8 @@ impl OmniRequest {
             }
         }
         let images = self.decode_images(&limits.image_roles)?;
-        let initial_noise = self.latent_input()?;
+        let mut named_noise = self.latent_inputs()?;
+        let initial_noise = named_noise.remove("latents");
         let mut video = self.decode_video()?;
         let strength = match (self.task, self.diffusion.strength) {
             (TaskType::V2v, s) => {
@@ -405,6 +410,7 @@ impl OmniRequest {
             strength,
             resize_mode: self.diffusion.resize_mode.unwrap_or_default(),
             initial_noise,
+            named_noise,
             lora: crate::resolve_lora(&self.lora)?,
             knobs: knobs.values,
             knob_cfg: knobs.cfg,

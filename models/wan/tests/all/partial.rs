@@ -30,7 +30,11 @@ fn request(start: Option<u32>, end: Option<u32>, with_latents: bool) -> OmniRequ
     r.outputs.return_trajectory = true;
     (r.diffusion.start_step, r.diffusion.end_step) = (start, end);
     if with_latents {
-        r.inputs.push(fastvideo_request::InputPart::Latent { shape: vec![1, 4, 2, 4, 4], data: vec![0.0; 128] });
+        r.inputs.push(fastvideo_request::InputPart::Latent {
+            name: None,
+            shape: vec![1, 4, 2, 4, 4],
+            data: vec![0.0; 128],
+        });
     }
     r
 }

@@ -1,0 +1,223 @@
+//! The runtime-owned denoise loop of a Cosmos3 request: `init` packs each guidance branch and
+//! runs its prompt once (the prefix cache), `step` is one solver step of every modality — all
+//! branches' forwards batched, classifier-free guidance with one scale for vision, sound and
+//! action, one UniPC per modality — and `finalize` hands the latents on. Clean (conditioning)
+//! frames get zero velocity, which UniPC keeps clean.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{ensure, Context, Result};
+use fastvideo_pipeline::denoise::seeded_noise;
+use fastvideo_pipeline::packed::PackedSeq;
+use fastvideo_pipeline::sampler::{linspace, Sampler, UniPc, UniPcConfig, NUM_TRAIN_TIMESTEPS};
+use fastvideo_pipeline::{LoopStage, LoopState, NodeCtx, StepCtx, StepResult, Value, Values};
+use fastvideo_request::ResolvedRequest;
+use tch::{Kind, Tensor};
+
+use crate::packing::{pack, Layout};
+use crate::transformer::{Cosmos3Transformer, GenInput, Prefix};
+use crate::values::{LATENTS, NEGATIVE_IDS, PROMPT_IDS, SOUND_LATENTS};
+
+/// The scheduler settings of a folder (`scheduler/scheduler_config.json`, `model_index.json`).
+#[derive(Clone, Debug)]
+pub struct Schedule {
+    /// UniPC's shift, order and final-steps rule.
+    pub unipc: UniPcConfig,
+    /// `use_native_flow_schedule`: base sigmas `linspace(1 - 1/1000, 0, N + 1)[:-1]`.
+    pub native: bool,
+}
+
+impl Schedule {
+    /// A fresh solver for `steps` steps.
+    pub fn sampler(&self, steps: usize) -> UniPc {
+        if self.native {
+            let n = NUM_TRAIN_TIMESTEPS as f64;
+            let mut base = linspace(1.0 - 1.0 / n, 0.0, steps + 1);
+            base.pop();
+            UniPc::with_base_sigmas(self.unipc.clone(), base)
+        } else {
+            UniPc::new(self.unipc.clone(), steps)
+        }
+    }
+}
+
+/// What the loop needs of the loaded model besides the transformer.
+#[derive(Clone, Debug)]
+pub struct Geometry {
+    /// VAE latent channels.
+    pub z_dim: i64,
+    /// Video frames per latent frame.
+    pub temporal: i64,
+    /// Pixels per latent cell.
+    pub spatial: i64,
+    /// `(sample rate, hop)` of the sound tokenizer, when the model makes sound.
+    pub sound: Option<(u32, i64)>,
+}
+
+impl Geometry {
+    /// Vision latent `[C, T, h, w]` of a request.
+    pub fn vision(&self, req: &ResolvedRequest) -> [i64; 4] {
+        let t = (req.num_frames as i64 - 1) / self.temporal + 1;
+        [self.z_dim, t, req.height as i64 / self.spatial, req.width as i64 / self.spatial]
+    }
+
+    /// Sound latent frames of a request that asks for sound: `ceil(int(F/fps·sr) / hop)`.
+    pub fn sound_frames(&self, req: &ResolvedRequest) -> Option<i64> {
+        let (rate, hop) = self.sound.filter(|_| req.generate_sound)?;
+        let samples = (req.num_frames as f64 / req.fps as f64 * rate as f64) as i64;
+        Some((samples + hop - 1) / hop)
+    }
+}
+
+/// The loop node.
+pub struct OmniDenoise {
+    /// The transformer.
+    pub model: Arc<Cosmos3Transformer>,
+    /// Its solver settings.
+    pub schedule: Schedule,
+    /// Latent geometry.
+    pub geometry: Geometry,
+}
+
+struct Branch {
+    seq: PackedSeq,
+    prefix: Prefix,
+}
+
+struct OmniState {
+    branches: Vec<Branch>,
+    vision: Tensor,
+    sound: Option<Tensor>,
+    vision_sampler: UniPc,
+    sound_sampler: Option<UniPc>,
+    guidance: f64,
+    step: usize,
+}
+
+/// A request-supplied latent named `name` of exactly `shape`, else seeded noise.
+fn initial(
+    req: &ResolvedRequest,
+    values: &Values,
+    name: &str,
+    shape: &[i64],
+    seed: u64,
+    device: tch::Device,
+) -> Result<Tensor> {
+    let given = values.opt_tensor(name).map(|t| t.shallow_clone()).or_else(|| {
+        let l = if name == LATENTS { req.initial_noise.as_ref() } else { req.named_noise.get(name) };
+        l.map(|l| Tensor::from_slice(&l.data).view(l.shape.as_slice()))
+    });
+    match given {
+        Some(t) => {
+            ensure!(
+                t.size() == shape,
+                "inputs.latent `{name}`: shape {:?} does not match the {:?} this request needs",
+                t.size(),
+                shape
+            );
+            Ok(t.to_kind(Kind::Float).to_device(device))
+        }
+        None => Ok(seeded_noise(shape, seed, device)),
+    }
+}
+
+impl LoopStage for OmniDenoise {
+    fn init(&self, ctx: &NodeCtx, values: &mut Values) -> Result<LoopState> {
+        let req = ctx.request;
+        let [c, t, h, w] = self.geometry.vision(req);
+        let sound_frames = self.geometry.sound_frames(req);
+        let vision = initial(req, values, LATENTS, &[1, c, t, h, w], req.seed, ctx.device)?.squeeze_dim(0);
+        let sound = match (sound_frames, self.model.config().sound()) {
+            (Some(n), Some(dim)) => {
+                Some(initial(req, values, SOUND_LATENTS, &[dim, n], req.seed.wrapping_add(1), ctx.device)?)
+            }
+            _ => None,
+        };
+        let layout = Layout {
+            vision: [t, h, w],
+            vision_clean: vec![],
+            temporal_compression: self.geometry.temporal,
+            fps: req.fps as f64,
+            sound: sound_frames,
+            action: None,
+        };
+        let mut names = vec![PROMPT_IDS];
+        if req.does_cfg() {
+            names.push(NEGATIVE_IDS);
+        }
+        let started = Instant::now();
+        let mut branches = Vec::new();
+        for name in names {
+            let ids: Vec<i64> = Vec::try_from(values.tensor(name)?.to_kind(Kind::Int64).reshape([-1]))?;
+            let seq = pack(self.model.config(), ids.len() as i64, &layout)?;
+            let positions = seq.positions(ctx.device).narrow(1, 0, seq.prefix_len());
+            let prefix = self.model.prefix(&ids, &positions).with_context(|| format!("the prompt of `{name}`"))?;
+            branches.push(Branch { seq, prefix });
+        }
+        tracing::debug!(
+            prefix_ms = started.elapsed().as_secs_f64() * 1e3,
+            bytes = branches.iter().map(|b| b.prefix.bytes()).sum::<u64>(),
+            "cosmos3: prompt prefixes computed once for the whole loop"
+        );
+        let steps = req.steps as usize;
+        let state = OmniState {
+            branches,
+            vision,
+            sound_sampler: sound.as_ref().map(|_| self.schedule.sampler(steps)),
+            sound,
+            vision_sampler: self.schedule.sampler(steps),
+            guidance: req.guidance_scale as f64,
+            step: 0,
+        };
+        Ok(LoopState { step: 0, total_steps: steps as u32, inner: Box::new(state) })
+    }
+
+    fn step(&self, _ctx: &NodeCtx, state: &mut LoopState) -> Result<StepResult> {
+        let s: &mut OmniState = state.get_mut()?;
+        let timestep = s.vision_sampler.timesteps()[s.step] as f64;
+        let input = GenInput { vision: &s.vision, sound: s.sound.as_ref(), action: None, domain: None, timestep };
+        let seqs: Vec<&PackedSeq> = s.branches.iter().map(|b| &b.seq).collect();
+        let prefixes: Vec<&Prefix> = s.branches.iter().map(|b| &b.prefix).collect();
+        let pred = self.model.forward(&seqs, &prefixes, &input)?;
+        let guide = |p: &Tensor| -> Tensor {
+            if p.size()[0] == 1 {
+                return p.get(0);
+            }
+            let (cond, uncond) = (p.get(0), p.get(1));
+            &uncond + (&cond - &uncond) * s.guidance
+        };
+        let v = guide(&pred.vision);
+        s.vision = s.vision_sampler.step(&v.unsqueeze(0), &s.vision.unsqueeze(0))?.squeeze_dim(0);
+        if let (Some(x), Some(p), Some(sampler)) = (&s.sound, &pred.sound, s.sound_sampler.as_mut()) {
+            let v = guide(p);
+            s.sound = Some(sampler.step(&v.unsqueeze(0), &x.unsqueeze(0))?.squeeze_dim(0));
+        }
+        s.step += 1;
+        Ok(StepResult { forwards: s.branches.len() as u32, output: Some(v), ..Default::default() })
+    }
+
+    fn finalize(&self, _ctx: &NodeCtx, state: LoopState, values: &mut Values) -> Result<()> {
+        let s = *state.inner.downcast::<OmniState>().map_err(|_| anyhow::anyhow!("loop state is not Cosmos3's"))?;
+        values.insert(LATENTS, Value::Tensor(s.vision.unsqueeze(0)));
+        if let Some(x) = s.sound {
+            values.insert(SOUND_LATENTS, Value::Tensor(x));
+        }
+        Ok(())
+    }
+
+    fn step_ctx<'a>(&self, ctx: &NodeCtx<'a>, state: &LoopState) -> Option<StepCtx<'a>> {
+        let s = state.inner.downcast_ref::<OmniState>()?;
+        let (timesteps, sigmas) = (s.vision_sampler.timesteps(), s.vision_sampler.sigmas());
+        (s.step < timesteps.len()).then(|| StepCtx {
+            request: ctx.request,
+            step_index: s.step as u32,
+            num_steps: timesteps.len() as u32,
+            timestep: timesteps[s.step],
+            sigma: sigmas[s.step],
+            sigma_next: sigmas.get(s.step + 1).copied().unwrap_or(0.0),
+            expert: 0,
+            guidance_scale: s.guidance as f32,
+        })
+    }
+}

@@ -1,0 +1,120 @@
+//! The Cosmos3 pipeline as runtime nodes: prompt ids → the omni denoise loop → VAE decode →
+//! frames, and sound decode → the audio artifact when the request makes sound.
+
+use std::sync::Arc;
+
+use anyhow::Result;
+use fastvideo_pipeline::{frames_to_video, Node, NodeCtx, PipelineSpec, Stage, Value, Values, AUDIO};
+use fastvideo_request::{AudioArtifact, TaskType};
+use fastvideo_wan::AutoencoderKLWan;
+use tch::{Kind, Tensor};
+
+use crate::denoise::OmniDenoise;
+use crate::model::Cosmos3Model;
+use crate::prompt::{PromptBuilder, Shape};
+use crate::sound::SoundTokenizer;
+use crate::values::{FRAMES, LATENTS, NEGATIVE_IDS, PROMPT_IDS, SOUND_LATENTS, VIDEO};
+
+/// Tokenizes the prompt and negative prompt with the pipeline's templates.
+struct PromptIds {
+    prompts: Arc<PromptBuilder>,
+}
+
+impl Stage for PromptIds {
+    fn run(&self, ctx: &NodeCtx, values: &mut Values) -> Result<()> {
+        let req = ctx.request;
+        let prompt = values.opt_text(fastvideo_pipeline::EXTENDED_PROMPT).unwrap_or(&req.prompt).to_string();
+        let shape = Shape { frames: req.num_frames, height: req.height, width: req.width, fps: req.fps as f64 };
+        let (cond, uncond) = self.prompts.branches(&prompt, &req.negative_prompt, shape)?;
+        values.insert(PROMPT_IDS, Value::Tensor(Tensor::from_slice(&cond)));
+        if req.does_cfg() {
+            values.insert(NEGATIVE_IDS, Value::Tensor(Tensor::from_slice(&uncond)));
+        }
+        Ok(())
+    }
+}
+
+/// `z / (1/std) + mean` (the reciprocal first, as the reference computes it), then the VAE.
+struct VaeDecode {
+    vae: Arc<AutoencoderKLWan>,
+}
+
+impl VaeDecode {
+    fn denormalize(&self, z: &Tensor) -> Tensor {
+        let c = &self.vae.cfg;
+        let n = c.z_dim;
+        let opts = (Kind::Float, z.device());
+        let stat = |v: &[f64]| Tensor::from_slice(&v.iter().map(|x| *x as f32).collect::<Vec<_>>()).to_device(opts.1);
+        let inv_std = stat(&c.latents_std).reciprocal().view([1, n, 1, 1, 1]);
+        let mean = stat(&c.latents_mean).view([1, n, 1, 1, 1]);
+        z.to_kind(Kind::Float) / inv_std + mean
+    }
+}
+
+impl Stage for VaeDecode {
+    fn run(&self, _ctx: &NodeCtx, values: &mut Values) -> Result<()> {
+        let z = self.denormalize(values.tensor(LATENTS)?);
+        let frames = self.vae.decode(&z)?;
+        values.insert(FRAMES, Value::Tensor(frames));
+        Ok(())
+    }
+}
+
+struct Assemble;
+
+impl Stage for Assemble {
+    fn run(&self, ctx: &NodeCtx, values: &mut Values) -> Result<()> {
+        let video = frames_to_video(values.tensor(FRAMES)?, ctx.request.fps)?;
+        values.insert(VIDEO, Value::Video(video));
+        Ok(())
+    }
+}
+
+/// The sound latents through the sound tokenizer's decoder: the `audio` artifact (not trimmed
+/// to the video's length, as the reference returns it; the MP4 muxer trims).
+struct SoundDecode {
+    tokenizer: Arc<SoundTokenizer>,
+}
+
+impl Stage for SoundDecode {
+    fn run(&self, _ctx: &NodeCtx, values: &mut Values) -> Result<()> {
+        let Some(latent) = values.opt_tensor(SOUND_LATENTS) else { return Ok(()) };
+        let wave = self.tokenizer.decode(&latent.unsqueeze(0))?.squeeze_dim(0).to_kind(Kind::Float);
+        let channels = wave.size()[0] as u16;
+        let samples = Vec::<f32>::try_from(wave.tr().contiguous().reshape([-1]).to_device(tch::Device::Cpu))?;
+        values.insert(
+            AUDIO,
+            Value::Audio(AudioArtifact { sample_rate: self.tokenizer.sample_rate(), channels, samples }),
+        );
+        Ok(())
+    }
+}
+
+/// The spec of a loaded folder: text to video and text to image (sound when asked).
+pub fn spec(model: &Cosmos3Model) -> Result<PipelineSpec> {
+    let denoise = OmniDenoise {
+        model: Arc::clone(&model.transformer),
+        schedule: model.schedule.clone(),
+        geometry: model.geometry(),
+    };
+    let mut nodes = vec![
+        Node::stage(
+            "prompt_ids",
+            Arc::new(PromptIds { prompts: Arc::clone(&model.prompts) }),
+            &[],
+            &[PROMPT_IDS, NEGATIVE_IDS],
+        ),
+        Node::looped("denoise", Arc::new(denoise), &[PROMPT_IDS], &[LATENTS, SOUND_LATENTS]),
+        Node::stage("vae_decode", Arc::new(VaeDecode { vae: Arc::clone(&model.vae) }), &[LATENTS], &[FRAMES]),
+        Node::stage("assemble", Arc::new(Assemble), &[FRAMES], &[VIDEO]),
+    ];
+    if let Some(tokenizer) = &model.sound {
+        nodes.push(Node::stage(
+            "sound_decode",
+            Arc::new(SoundDecode { tokenizer: Arc::clone(tokenizer) }),
+            &[LATENTS],
+            &[AUDIO],
+        ));
+    }
+    Ok(PipelineSpec::new("cosmos3-omni", vec![TaskType::T2v, TaskType::T2i], nodes, &[], VIDEO)?)
+}

@@ -1,0 +1,104 @@
+//! End-to-end parity with diffusers' `Cosmos3OmniPipeline` on the tiny folder, from the same
+//! initial latents (fixtures: make_cosmos3_fixtures.py): the prompt ids the templates and chat
+//! template make, the final latents of text to video with sound and of text to image, and the
+//! decoded frames.
+
+use std::sync::Arc;
+
+use fastvideo_cosmos3::values::{LATENTS, NEGATIVE_IDS, PROMPT_IDS, SOUND_LATENTS};
+use fastvideo_cosmos3::{pipeline, Cosmos3Model};
+use fastvideo_pipeline::{PipelineRun, Value, Values};
+use fastvideo_request::{Artifact, OmniEvent, OmniOutput, OmniRequest, ResolvedRequest};
+use tch::{Device, Kind, Tensor};
+
+use crate::common::{fixture, ints, load, max_abs};
+
+/// float32 on both sides: final latents within 1e-4 relative (3 steps of a 2-layer model; the
+/// transformer alone agrees to ~3e-6), frames within half an 8-bit step.
+const LATENT_TOL: f64 = 1e-4;
+
+fn model() -> Cosmos3Model {
+    Cosmos3Model::load(&fixture("tiny-cosmos3"), Device::Cpu, Kind::Float, Kind::Float).unwrap()
+}
+
+/// Prompt ids, negative prompt ids and final sound latents the run wrote.
+type Kept = (Option<Vec<i64>>, Option<Vec<i64>>, Option<Tensor>);
+
+fn run(model: &Cosmos3Model, req: ResolvedRequest, init: Values) -> (OmniOutput, Kept) {
+    let spec = Arc::new(pipeline::spec(model).unwrap());
+    let mut run = PipelineRun::new(spec, req, Device::Cpu, init, Default::default());
+    let mut progress = 0;
+    run.run_to_end(&mut |e| progress += matches!(e, OmniEvent::Progress { .. }) as u32).unwrap();
+    let ids = |name: &str| run.values().opt_tensor(name).map(ints);
+    let kept = (ids(PROMPT_IDS), ids(NEGATIVE_IDS), run.values().opt_tensor(SOUND_LATENTS).map(Tensor::copy));
+    (run.finish(&mut |_| {}).unwrap(), kept)
+}
+
+fn latents_of(out: &OmniOutput) -> Tensor {
+    let Some(Artifact::Latents(l)) = out.artifacts.get("latents") else { panic!("no latents returned") };
+    Tensor::from_slice(&l.data).view(l.shape.as_slice())
+}
+
+fn rel(a: &Tensor, b: &Tensor) -> f64 {
+    max_abs(a, b) / b.abs().max().double_value(&[]).max(1e-12)
+}
+
+fn frames_error(out: &OmniOutput, video: &Tensor) -> f64 {
+    let v = out.video().expect("video artifact");
+    let ours = Tensor::from_slice(&v.rgb).view([v.num_frames as i64, v.height as i64, v.width as i64, 3]);
+    max_abs(&(ours.to_kind(Kind::Float) / 255.0), video)
+}
+
+#[test]
+fn text_to_video_with_sound_matches_diffusers() {
+    let m = model();
+    let f = load("cosmos3/t2v_sound.safetensors");
+    let mut r = OmniRequest::text_to_video("t2v", "a robot arm stacks red blocks");
+    r.diffusion.height = Some(48);
+    r.diffusion.width = Some(64);
+    r.diffusion.num_frames = Some(5);
+    r.diffusion.fps = Some(16);
+    r.diffusion.num_inference_steps = Some(3);
+    r.diffusion.guidance_scale = Some(6.0);
+    r.outputs.return_latents = true;
+    let req = r.resolve(&m.limits(), || 0).unwrap();
+    assert!(req.generate_sound, "a model with sound makes sound by default");
+    let mut init = Values::default();
+    init.insert(LATENTS, Value::Tensor(f["latents"].shallow_clone()));
+    init.insert(SOUND_LATENTS, Value::Tensor(f["sound_latents"].shallow_clone()));
+    let (out, (cond, uncond, sound)) = run(&m, req, init);
+    assert_eq!(cond.unwrap(), ints(&f["cond_ids"]), "prompt ids");
+    assert_eq!(uncond.unwrap(), ints(&f["uncond_ids"]), "negative prompt ids");
+    let e = rel(&latents_of(&out), &f["final_latents"]);
+    let s = rel(&sound.expect("sound latents"), &f["sound_latents_out"]);
+    let v = frames_error(&out, &f["video"]);
+    eprintln!("t2v+sound: latents rel {e:.2e}, sound latents rel {s:.2e}, frames max abs {v:.2e}");
+    assert!(e < LATENT_TOL && s < LATENT_TOL, "latents {e:.2e}, sound {s:.2e}");
+    assert!(v <= 0.5 / 255.0 + 1e-4, "frames {v:.2e}");
+    assert_eq!(out.metrics.forwards, 6, "two branches per step, batched, counted per branch");
+}
+
+#[test]
+fn text_to_image_matches_diffusers() {
+    let m = model();
+    let f = load("cosmos3/t2i.safetensors");
+    let mut r = OmniRequest::text_to_video("t2i", "a red cube");
+    r.task = fastvideo_request::TaskType::T2i;
+    r.diffusion.height = Some(32);
+    r.diffusion.width = Some(48);
+    r.diffusion.num_frames = Some(1);
+    r.diffusion.num_inference_steps = Some(2);
+    r.diffusion.guidance_scale = Some(4.0);
+    r.outputs.return_latents = true;
+    let req = r.resolve(&m.limits(), || 0).unwrap();
+    let mut init = Values::default();
+    init.insert(LATENTS, Value::Tensor(f["latents"].shallow_clone()));
+    let (out, (cond, _, sound)) = run(&m, req, init);
+    assert_eq!(cond.unwrap(), ints(&f["cond_ids"]), "prompt ids");
+    assert!(sound.is_none(), "a picture has no sound");
+    let e = rel(&latents_of(&out), &f["final_latents"]);
+    let v = frames_error(&out, &f["video"]);
+    eprintln!("t2i: latents rel {e:.2e}, frames max abs {v:.2e}");
+    assert!(e < LATENT_TOL, "latents {e:.2e}");
+    assert!(v <= 0.5 / 255.0 + 1e-4, "frames {v:.2e}");
+}
