@@ -75,6 +75,19 @@ impl MotAttention {
         })
     }
 
+    /// Bytes of its weights: `(text pathway, generation pathway)`.
+    pub fn bytes(&self) -> (u64, u64) {
+        let norms = |n: &[&Option<RmsNorm>]| n.iter().filter_map(|n| n.as_ref()).map(RmsNorm::bytes).sum::<u64>();
+        (
+            self.und_qkv.bytes() + self.und_out.bytes() + norms(&[&self.norm_q, &self.norm_k]),
+            self.gen_qkv.bytes()
+                + self.gen_out.bytes()
+                + self.norm_added_q.bytes()
+                + self.norm_added_k.bytes()
+                + norms(&[&self.k_norm_und_for_gen]),
+        )
+    }
+
     /// q, k, v `[B, heads, L, D]` of `x [B, L, C]` through `qkv`.
     fn split(&self, qkv: &Linear, x: &Tensor) -> (Tensor, Tensor, Tensor) {
         let y = qkv.forward(x);

@@ -49,6 +49,11 @@ impl TimeEmbedder {
         })
     }
 
+    /// Bytes of its weights.
+    pub fn bytes(&self) -> u64 {
+        self.linear_1.bytes() + self.linear_2.bytes()
+    }
+
     /// The embedding `[1, hidden]` of the scheduler's timestep `t`, in `kind`.
     pub fn forward(&self, t: f64, kind: Kind, device: tch::Device) -> Tensor {
         let t = Tensor::from_slice(&[t as f32]).to_device(device) * self.scale;
@@ -75,6 +80,11 @@ impl DomainAwareLinear {
             input,
             output,
         })
+    }
+
+    /// Bytes of its weights.
+    pub fn bytes(&self) -> u64 {
+        fastvideo_layers::tensor_bytes(&self.fc) + fastvideo_layers::tensor_bytes(&self.bias)
     }
 
     /// Domains the table has.

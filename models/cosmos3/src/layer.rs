@@ -37,6 +37,17 @@ impl MotLayer {
         })
     }
 
+    /// Bytes of its weights: `(text pathway, generation pathway)`.
+    pub fn bytes(&self) -> (u64, u64) {
+        let (und, gen) = self.self_attn.bytes();
+        (
+            und + self.input_layernorm.bytes() + self.post_attention_layernorm.bytes() + self.mlp.bytes(),
+            gen + self.input_layernorm_moe_gen.bytes()
+                + self.post_attention_layernorm_moe_gen.bytes()
+                + self.mlp_moe_gen.bytes(),
+        )
+    }
+
     /// The text pathway of one prompt `u [1, L, C]` (updated in place unless `keys_only`): its
     /// keys and values for the generation stream.
     pub fn prefix(&self, u: &Tensor, rope: (&Tensor, &Tensor), keys_only: bool) -> LayerKv {

@@ -28,3 +28,4 @@ pub mod sound;
 pub mod values;
 
 pub use model::Cosmos3Model;
+pub mod family;

@@ -28,6 +28,11 @@ impl Mlp {
         Ok(Self { up, down: Linear::new(&w.pp("down_proj"), inner, hidden, false)?, inner, act })
     }
 
+    /// Bytes of its weights.
+    pub fn bytes(&self) -> u64 {
+        self.up.bytes() + self.down.bytes()
+    }
+
     /// The MLP of `x`, added into `residual` in place.
     pub fn forward_add(&self, residual: &Tensor, x: &Tensor) {
         let u = self.up.forward(x);

@@ -21,6 +21,11 @@ impl RmsNorm {
         Ok(Self { weight: w.get("weight", &[dim])?, eps, nemotron: act == Activation::Relu2 })
     }
 
+    /// Bytes of its weight.
+    pub fn bytes(&self) -> u64 {
+        fastvideo_layers::tensor_bytes(&self.weight)
+    }
+
     /// Normalises `x` over its last dimension.
     pub fn forward(&self, x: &Tensor) -> Tensor {
         let dim = *x.size().last().expect("rank >= 1");

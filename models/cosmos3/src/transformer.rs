@@ -148,6 +148,26 @@ impl Cosmos3Transformer {
         })
     }
 
+    /// Bytes of the weights it holds on the device: `(text pathway incl. the token embeddings,
+    /// everything else)`. One copy serves both loops.
+    pub fn bytes(&self) -> (u64, u64) {
+        use fastvideo_layers::tensor_bytes as t;
+        let (mut und, mut gen) = (t(&self.embed_tokens), 0);
+        for l in &self.layers {
+            let (u, g) = l.bytes();
+            und += u;
+            gen += g;
+        }
+        gen += self.norm_moe_gen.bytes() + self.proj_in.bytes() + self.proj_out.bytes() + self.time.bytes();
+        if let Some(s) = &self.sound {
+            gen += s.proj_in.bytes() + s.proj_out.bytes() + t(&s.embed);
+        }
+        if let Some(a) = &self.action {
+            gen += a.proj_in.bytes() + a.proj_out.bytes() + t(&a.embed);
+        }
+        (und, gen)
+    }
+
     /// The architecture.
     pub fn config(&self) -> &Cosmos3Config {
         &self.cfg

@@ -20,4 +20,4 @@ pub mod sequence_parallel;
 pub mod timestep;
 pub mod tokenizer;
 
-pub use linear::{Linear, LinearPart, Lora};
+pub use linear::{tensor_bytes, Linear, LinearPart, Lora};

@@ -36,7 +36,17 @@ pub struct LinearPart {
     pub len: i64,
 }
 
+/// Bytes a tensor holds.
+pub fn tensor_bytes(t: &Tensor) -> u64 {
+    t.numel() as u64 * t.kind().elt_size_in_bytes() as u64
+}
+
 impl Linear {
+    /// Bytes its weight, bias and scales hold on the device.
+    pub fn bytes(&self) -> u64 {
+        [Some(&self.weight), self.bias.as_ref(), self.fp8_scale.as_ref()].into_iter().flatten().map(tensor_bytes).sum()
+    }
+
     /// The module at `w`'s path, registered in the checkpoint's module table (so adapters can
     /// name it).
     pub fn new(w: &Weights, in_dim: i64, out_dim: i64, bias: bool) -> Result<Self> {

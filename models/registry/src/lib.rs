@@ -15,6 +15,7 @@ pub fn registry() -> &'static Registry {
             &fastvideo_wan::family::WAN,
             &fastvideo_wan::family::WAN_WORLD,
             &fastvideo_qwen::family::QWEN,
+            &fastvideo_cosmos3::family::COSMOS3,
         ])
     })
 }
