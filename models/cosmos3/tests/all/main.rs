@@ -1,4 +1,5 @@
 //! Integration tests of fastvideo-cosmos3: one binary (CI links libtorch once per crate).
 
 mod common;
+mod sound;
 mod transformer;
