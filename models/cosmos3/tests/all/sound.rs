@@ -117,3 +117,24 @@ fn config_accepts_the_fixture_and_refuses_other_layouts() {
     });
     assert!(err.contains("dec_mystery_flag") && err.contains("unsupported config key"), "{err}");
 }
+
+/// diffusers disables the encoder of a folder without `encoder.*` tensors: such a folder still
+/// decodes (identically) and refuses to encode, rather than failing to load.
+#[test]
+fn decoder_only_folder_decodes_and_refuses_to_encode() {
+    let src = fixture("tiny-cosmos3/sound_tokenizer");
+    let dir = std::env::temp_dir().join(format!("fastvideo-cosmos3-sound-{}-decoder-only", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(src.join("config.json"), dir.join("config.json")).unwrap();
+    let all = tch::Tensor::read_safetensors(src.join("diffusion_pytorch_model.safetensors")).unwrap();
+    let decoder: Vec<_> = all.into_iter().filter(|(k, _)| !k.starts_with("encoder.")).collect();
+    tch::Tensor::write_safetensors(&decoder, dir.join("diffusion_pytorch_model.safetensors")).unwrap();
+    let sound = SoundTokenizer::load(&dir, Device::Cpu, Kind::Float);
+    let _ = std::fs::remove_dir_all(&dir);
+    let sound = sound.unwrap();
+    let f = load("cosmos3/sound_decode.safetensors");
+    let full = tokenizer().decode(&f["latent"]).unwrap();
+    assert_eq!(max_abs(&sound.decode(&f["latent"]).unwrap(), &full), 0.0);
+    let err = sound.encode(&f["waveform"]).unwrap_err().to_string();
+    assert!(err.contains("decoder-only"), "{err}");
+}
