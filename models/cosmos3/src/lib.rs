@@ -15,10 +15,12 @@ mod norm;
 pub mod packing;
 pub mod positions;
 pub mod rope;
+pub mod sound;
 pub mod transformer;
 
 pub use attention::LayerKv;
 pub use config::{Activation, Cosmos3Config};
+pub use sound::{SoundTokenizer, SoundTokenizerConfig};
 pub use transformer::{Cosmos3Transformer, GenInput, Prediction, Prefix};
 pub mod denoise;
 pub mod model;

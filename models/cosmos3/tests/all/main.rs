@@ -2,4 +2,5 @@
 
 mod common;
 mod pipeline;
+mod sound;
 mod transformer;
