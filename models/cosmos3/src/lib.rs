@@ -26,7 +26,6 @@ pub mod denoise;
 pub mod model;
 pub mod pipeline;
 pub mod prompt;
-pub mod sound;
 pub mod values;
 
 pub use model::Cosmos3Model;

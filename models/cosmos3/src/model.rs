@@ -139,7 +139,7 @@ impl Cosmos3Model {
                 .sound
                 .as_ref()
                 .filter(|_| self.transformer.config().sound_gen)
-                .map(|s| (s.sample_rate(), s.hop())),
+                .map(|s| (s.sample_rate() as u32, s.hop())),
         }
     }
 }

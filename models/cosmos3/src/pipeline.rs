@@ -84,7 +84,7 @@ impl Stage for SoundDecode {
         let samples = Vec::<f32>::try_from(wave.tr().contiguous().reshape([-1]).to_device(tch::Device::Cpu))?;
         values.insert(
             AUDIO,
-            Value::Audio(AudioArtifact { sample_rate: self.tokenizer.sample_rate(), channels, samples }),
+            Value::Audio(AudioArtifact { sample_rate: self.tokenizer.sample_rate() as u32, channels, samples }),
         );
         Ok(())
     }

@@ -39,6 +39,10 @@ pub struct SoundTokenizer {
     kind: Kind,
 }
 
+// SAFETY: every tensor is written once at load and only read afterwards; libtorch allows
+// concurrent reads of a tensor from several threads.
+unsafe impl Sync for SoundTokenizer {}
+
 impl SoundTokenizer {
     /// Reads `dir/config.json` and `dir/diffusion_pytorch_model.safetensors` onto `device` in
     /// `kind`.

@@ -76,6 +76,15 @@ fn text_to_video_with_sound_matches_diffusers() {
     assert!(e < LATENT_TOL && s < LATENT_TOL, "latents {e:.2e}, sound {s:.2e}");
     assert!(v <= 0.5 / 255.0 + 1e-4, "frames {v:.2e}");
     assert_eq!(out.metrics.forwards, 6, "two branches per step, batched, counted per branch");
+    let Some(Artifact::Audio(a)) = out.artifacts.get("audio") else { panic!("no audio artifact") };
+    assert_eq!((a.sample_rate, a.channels), (96, 2));
+    let ours = Tensor::from_slice(&a.samples).view([-1, 2]).tr();
+    let w = max_abs(&ours, &f["sound"]);
+    eprintln!("t2v+sound: waveform max abs {w:.2e}");
+    // The tiny random decoder amplifies float32 rounding ~1e4-fold (diffusers' own float32 and
+    // float64 waveforms differ by 6e-3; ours measured 1.5e-2): 5e-2 still catches swapped
+    // channels, a wrong latent or decoder (errors ~1 on these mostly saturated samples).
+    assert!(w < 5e-2, "waveform {w:.2e}");
 }
 
 #[test]
