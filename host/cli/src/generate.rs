@@ -49,6 +49,9 @@ pub struct GenerateArgs {
     /// safetensors with a `latents` tensor: the initial noise, instead of the seed's. For text
     /// and image to video it is diffusers' `latents=` argument; for video to video, the noise
     /// added to the encoded video at --strength (what diffusers draws from its generator).
+    /// Models that denoise more than video take their other latents from the same file under
+    /// the reference pipeline's argument names (Cosmos3: `sound_latents`, `action_latents`),
+    /// used as given, as the pipeline uses them.
     #[arg(long)]
     noise: Option<PathBuf>,
     #[command(flatten)]
@@ -75,6 +78,10 @@ pub struct GenerateArgs {
     /// model that makes sound.
     #[arg(long)]
     audio_out: Option<PathBuf>,
+    /// Make no sound, even on a model that makes sound by default (the MP4 then has no audio
+    /// track).
+    #[arg(long, conflicts_with = "audio_out")]
+    no_sound: bool,
     /// Also write each frame as PNG into this folder.
     #[arg(long)]
     frames_dir: Option<PathBuf>,
@@ -245,7 +252,11 @@ fn request(args: &GenerateArgs) -> Result<(OmniRequest, Vec<fastvideo_pipeline::
     r.outputs.rewards = args.reward.clone();
     r.prompt_extend = args.extend_prompt;
     // A WAV asked for means sound asked for; otherwise the model's default.
-    r.outputs.generate_sound = args.audio_out.as_ref().map(|_| true);
+    r.outputs.generate_sound = match (&args.audio_out, args.no_sound) {
+        (Some(_), _) => Some(true),
+        (None, true) => Some(false),
+        (None, false) => None,
+    };
     if let Some(p) = &args.noise {
         r.inputs.extend(noise_inputs(p)?);
     }

@@ -49,6 +49,11 @@ impl Node {
         let own = |v: &[&str]| v.iter().map(|s| s.to_string()).collect();
         Self { name: name.into(), kind, inputs: own(inputs), outputs: own(outputs), tasks: Vec::new(), gate: None }
     }
+    /// The same node, run only for requests of `tasks`.
+    pub fn for_tasks(mut self, tasks: &[TaskType]) -> Self {
+        self.tasks = tasks.to_vec();
+        self
+    }
     /// The same node, run only for requests `gate` accepts.
     pub fn when(mut self, gate: fn(&ResolvedRequest) -> bool) -> Self {
         self.gate = Some(gate);

@@ -17,7 +17,7 @@ use tch::{Kind, Tensor};
 
 use crate::packing::{pack, Layout};
 use crate::transformer::{Cosmos3Transformer, GenInput, Prefix};
-use crate::values::{LATENTS, NEGATIVE_IDS, PROMPT_IDS, SOUND_LATENTS};
+use crate::values::{CLEAN_FRAMES, CONDITION_LATENTS, LATENTS, NEGATIVE_IDS, PROMPT_IDS, SOUND_LATENTS};
 
 /// The scheduler settings of a folder (`scheduler/scheduler_config.json`, `model_index.json`).
 #[derive(Clone, Debug)]
@@ -95,31 +95,45 @@ struct OmniState {
     step: usize,
 }
 
-/// A request-supplied latent named `name` of exactly `shape`, else seeded noise.
-fn initial(
+/// A request-supplied latent named `name` of exactly `shape`, if any.
+fn given(
     req: &ResolvedRequest,
     values: &Values,
     name: &str,
     shape: &[i64],
-    seed: u64,
     device: tch::Device,
-) -> Result<Tensor> {
+) -> Result<Option<Tensor>> {
     let given = values.opt_tensor(name).map(|t| t.shallow_clone()).or_else(|| {
         let l = if name == LATENTS { req.initial_noise.as_ref() } else { req.named_noise.get(name) };
         l.map(|l| Tensor::from_slice(&l.data).view(l.shape.as_slice()))
     });
-    match given {
-        Some(t) => {
-            ensure!(
-                t.size() == shape,
-                "inputs.latent `{name}`: shape {:?} does not match the {:?} this request needs",
-                t.size(),
-                shape
-            );
-            Ok(t.to_kind(Kind::Float).to_device(device))
-        }
-        None => Ok(seeded_noise(shape, seed, device)),
+    let Some(t) = given else { return Ok(None) };
+    ensure!(
+        t.size() == shape,
+        "inputs.latent `{name}`: shape {:?} does not match the {:?} this request needs",
+        t.size(),
+        shape
+    );
+    Ok(Some(t.to_kind(Kind::Float).to_device(device)))
+}
+
+/// The initial vision latents `[1, C, T, h, w]`: given ones as they are (the reference's
+/// `latents=`), else seeded noise with the clean frames taken from `clean`.
+fn initial_vision(
+    req: &ResolvedRequest,
+    values: &Values,
+    shape: &[i64],
+    clean: Option<(&Tensor, &[i64])>,
+    device: tch::Device,
+) -> Result<Tensor> {
+    if let Some(t) = given(req, values, LATENTS, shape, device)? {
+        return Ok(t);
     }
+    let noise = seeded_noise(shape, req.seed, device);
+    let Some((x0, frames)) = clean else { return Ok(noise) };
+    ensure!(x0.size() == shape, "condition latents {:?} do not match the {:?} this request needs", x0.size(), shape);
+    let idx = Tensor::from_slice(frames).to_device(device);
+    Ok(noise.index_copy(2, &idx, &x0.to_device(device).index_select(2, &idx)))
 }
 
 impl LoopStage for OmniDenoise {
@@ -127,16 +141,22 @@ impl LoopStage for OmniDenoise {
         let req = ctx.request;
         let [c, t, h, w] = self.geometry.vision(req);
         let sound_frames = self.geometry.sound_frames(req);
-        let vision = initial(req, values, LATENTS, &[1, c, t, h, w], req.seed, ctx.device)?.squeeze_dim(0);
+        let clean: Vec<i64> = match values.opt_tensor(CLEAN_FRAMES) {
+            Some(f) => Vec::try_from(f.to_kind(Kind::Int64).reshape([-1]))?,
+            None => Vec::new(),
+        };
+        let condition = values.opt_tensor(CONDITION_LATENTS).map(|x0| (x0, clean.as_slice()));
+        let vision = initial_vision(req, values, &[1, c, t, h, w], condition, ctx.device)?.squeeze_dim(0);
         let sound = match (sound_frames, self.model.config().sound()) {
-            (Some(n), Some(dim)) => {
-                Some(initial(req, values, SOUND_LATENTS, &[dim, n], req.seed.wrapping_add(1), ctx.device)?)
-            }
+            (Some(n), Some(dim)) => Some(match given(req, values, SOUND_LATENTS, &[dim, n], ctx.device)? {
+                Some(x) => x,
+                None => seeded_noise(&[dim, n], req.seed.wrapping_add(1), ctx.device),
+            }),
             _ => None,
         };
         let layout = Layout {
             vision: [t, h, w],
-            vision_clean: vec![],
+            vision_clean: clean.clone(),
             temporal_compression: self.geometry.temporal,
             fps: req.fps as f64,
             sound: sound_frames,

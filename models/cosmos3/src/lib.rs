@@ -7,6 +7,7 @@
 #![deny(missing_docs)]
 
 mod attention;
+pub mod condition;
 pub mod config;
 pub mod embed;
 mod layer;

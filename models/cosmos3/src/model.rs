@@ -5,7 +5,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{bail, ensure, Context, Result};
-use fastvideo_request::{AudioLimits, Defaults, ModelLimits, PictureLimits, SamplerKind, TaskType, VideoLimits};
+use fastvideo_request::{
+    AudioLimits, Defaults, ImageRole, ModelLimits, PictureLimits, SamplerKind, TaskType, VideoLimits,
+};
 use fastvideo_torch::weights::Weights;
 use fastvideo_wan::{AutoencoderKLWan, VaeConfig};
 use serde_json::Value;
@@ -104,8 +106,8 @@ impl Cosmos3Model {
         let spatial = self.vae.cfg.spatial_factor() as u32;
         ModelLimits {
             family: "Cosmos3".into(),
-            tasks: vec![TaskType::T2v, TaskType::T2i],
-            image_roles: Vec::new(),
+            tasks: vec![TaskType::T2v, TaskType::T2i, TaskType::I2v, TaskType::V2v],
+            image_roles: vec![ImageRole::FirstFrame],
             video: Some(VideoLimits { frame_multiple: tf, max_frames: 1 + tf * 96 }),
             picture: Some(PictureLimits { spatial_multiple: spatial, max_side: 2048 }),
             audio: self.geometry().sound.map(|(sample_rate, _)| AudioLimits {

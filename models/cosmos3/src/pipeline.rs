@@ -9,11 +9,12 @@ use fastvideo_request::{AudioArtifact, TaskType};
 use fastvideo_wan::AutoencoderKLWan;
 use tch::{Kind, Tensor};
 
+use crate::condition::VisionCondition;
 use crate::denoise::OmniDenoise;
 use crate::model::Cosmos3Model;
 use crate::prompt::{PromptBuilder, Shape};
 use crate::sound::SoundTokenizer;
-use crate::values::{FRAMES, LATENTS, NEGATIVE_IDS, PROMPT_IDS, SOUND_LATENTS, VIDEO};
+use crate::values::{CLEAN_FRAMES, CONDITION_LATENTS, FRAMES, LATENTS, NEGATIVE_IDS, PROMPT_IDS, SOUND_LATENTS, VIDEO};
 
 /// Tokenizes the prompt and negative prompt with the pipeline's templates.
 struct PromptIds {
@@ -104,6 +105,13 @@ pub fn spec(model: &Cosmos3Model) -> Result<PipelineSpec> {
             &[],
             &[PROMPT_IDS, NEGATIVE_IDS],
         ),
+        Node::stage(
+            "vision_condition",
+            Arc::new(VisionCondition { vae: Arc::clone(&model.vae) }),
+            &[],
+            &[CONDITION_LATENTS, CLEAN_FRAMES],
+        )
+        .for_tasks(&[TaskType::I2v, TaskType::V2v]),
         Node::looped("denoise", Arc::new(denoise), &[PROMPT_IDS], &[LATENTS, SOUND_LATENTS]),
         Node::stage("vae_decode", Arc::new(VaeDecode { vae: Arc::clone(&model.vae) }), &[LATENTS], &[FRAMES]),
         Node::stage("assemble", Arc::new(Assemble), &[FRAMES], &[VIDEO]),
@@ -116,5 +124,11 @@ pub fn spec(model: &Cosmos3Model) -> Result<PipelineSpec> {
             &[AUDIO],
         ));
     }
-    Ok(PipelineSpec::new("cosmos3-omni", vec![TaskType::T2v, TaskType::T2i], nodes, &[], VIDEO)?)
+    Ok(PipelineSpec::new(
+        "cosmos3-omni",
+        vec![TaskType::T2v, TaskType::T2i, TaskType::I2v, TaskType::V2v],
+        nodes,
+        &[],
+        VIDEO,
+    )?)
 }

@@ -15,3 +15,7 @@ pub const ACTION_LATENTS: &str = "action_latents";
 pub const FRAMES: &str = "frames";
 /// The video artifact.
 pub const VIDEO: &str = "video";
+/// Clean vision latents `[1, C, T, h, w]` of image to video and continuation.
+pub const CONDITION_LATENTS: &str = "condition_latents";
+/// Latent frames given clean (int64 `[n]`).
+pub const CLEAN_FRAMES: &str = "clean_frames";

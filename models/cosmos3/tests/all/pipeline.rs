@@ -5,10 +5,12 @@
 
 use std::sync::Arc;
 
-use fastvideo_cosmos3::values::{LATENTS, NEGATIVE_IDS, PROMPT_IDS, SOUND_LATENTS};
+use fastvideo_cosmos3::values::{CONDITION_LATENTS, LATENTS, NEGATIVE_IDS, PROMPT_IDS, SOUND_LATENTS};
 use fastvideo_cosmos3::{pipeline, Cosmos3Model};
 use fastvideo_pipeline::{PipelineRun, Value, Values};
-use fastvideo_request::{Artifact, OmniEvent, OmniOutput, OmniRequest, ResolvedRequest};
+use fastvideo_request::{
+    Artifact, ImageRole, InputImage, InputVideo, OmniEvent, OmniOutput, OmniRequest, ResolvedRequest, TaskType,
+};
 use tch::{Device, Kind, Tensor};
 
 use crate::common::{fixture, ints, load, max_abs};
@@ -21,8 +23,13 @@ fn model() -> Cosmos3Model {
     Cosmos3Model::load(&fixture("tiny-cosmos3"), Device::Cpu, Kind::Float, Kind::Float).unwrap()
 }
 
-/// Prompt ids, negative prompt ids and final sound latents the run wrote.
-type Kept = (Option<Vec<i64>>, Option<Vec<i64>>, Option<Tensor>);
+/// What the run wrote besides its artifacts.
+struct Kept {
+    cond: Option<Vec<i64>>,
+    uncond: Option<Vec<i64>>,
+    sound: Option<Tensor>,
+    condition: Option<Tensor>,
+}
 
 fn run(model: &Cosmos3Model, req: ResolvedRequest, init: Values) -> (OmniOutput, Kept) {
     let spec = Arc::new(pipeline::spec(model).unwrap());
@@ -30,7 +37,13 @@ fn run(model: &Cosmos3Model, req: ResolvedRequest, init: Values) -> (OmniOutput,
     let mut progress = 0;
     run.run_to_end(&mut |e| progress += matches!(e, OmniEvent::Progress { .. }) as u32).unwrap();
     let ids = |name: &str| run.values().opt_tensor(name).map(ints);
-    let kept = (ids(PROMPT_IDS), ids(NEGATIVE_IDS), run.values().opt_tensor(SOUND_LATENTS).map(Tensor::copy));
+    let copy = |name: &str| run.values().opt_tensor(name).map(Tensor::copy);
+    let kept = Kept {
+        cond: ids(PROMPT_IDS),
+        uncond: ids(NEGATIVE_IDS),
+        sound: copy(SOUND_LATENTS),
+        condition: copy(CONDITION_LATENTS),
+    };
     (run.finish(&mut |_| {}).unwrap(), kept)
 }
 
@@ -66,11 +79,11 @@ fn text_to_video_with_sound_matches_diffusers() {
     let mut init = Values::default();
     init.insert(LATENTS, Value::Tensor(f["latents"].shallow_clone()));
     init.insert(SOUND_LATENTS, Value::Tensor(f["sound_latents"].shallow_clone()));
-    let (out, (cond, uncond, sound)) = run(&m, req, init);
-    assert_eq!(cond.unwrap(), ints(&f["cond_ids"]), "prompt ids");
-    assert_eq!(uncond.unwrap(), ints(&f["uncond_ids"]), "negative prompt ids");
+    let (out, kept) = run(&m, req, init);
+    assert_eq!(kept.cond.unwrap(), ints(&f["cond_ids"]), "prompt ids");
+    assert_eq!(kept.uncond.unwrap(), ints(&f["uncond_ids"]), "negative prompt ids");
     let e = rel(&latents_of(&out), &f["final_latents"]);
-    let s = rel(&sound.expect("sound latents"), &f["sound_latents_out"]);
+    let s = rel(&kept.sound.expect("sound latents"), &f["sound_latents_out"]);
     let v = frames_error(&out, &f["video"]);
     eprintln!("t2v+sound: latents rel {e:.2e}, sound latents rel {s:.2e}, frames max abs {v:.2e}");
     assert!(e < LATENT_TOL && s < LATENT_TOL, "latents {e:.2e}, sound {s:.2e}");
@@ -104,12 +117,79 @@ fn text_to_image_matches_diffusers() {
     let req = r.resolve(&m.limits(), || 0).unwrap();
     let mut init = Values::default();
     init.insert(LATENTS, Value::Tensor(f["latents"].shallow_clone()));
-    let (out, (cond, _, sound)) = run(&m, req, init);
-    assert_eq!(cond.unwrap(), ints(&f["cond_ids"]), "prompt ids");
-    assert!(sound.is_none(), "a picture has no sound");
+    let (out, kept) = run(&m, req, init);
+    assert_eq!(kept.cond.unwrap(), ints(&f["cond_ids"]), "prompt ids");
+    assert!(kept.sound.is_none(), "a picture has no sound");
     let e = rel(&latents_of(&out), &f["final_latents"]);
     let v = frames_error(&out, &f["video"]);
     eprintln!("t2i: latents rel {e:.2e}, frames max abs {v:.2e}");
     assert!(e < LATENT_TOL, "latents {e:.2e}");
     assert!(v <= 0.5 / 255.0 + 1e-4, "frames {v:.2e}");
+}
+
+/// Image to video and video continuation: the resolved request of `task` at the fixture's size.
+fn conditioned_request(m: &Cosmos3Model, task: TaskType) -> ResolvedRequest {
+    let mut r = OmniRequest::text_to_video("cond", "a red cube slides");
+    r.diffusion.height = Some(32);
+    r.diffusion.width = Some(48);
+    r.diffusion.num_frames = Some(9);
+    r.diffusion.fps = Some(16);
+    r.diffusion.num_inference_steps = Some(2);
+    r.diffusion.guidance_scale = Some(6.0);
+    r.outputs.return_latents = true;
+    r.outputs.generate_sound = Some(false);
+    let mut req = r.resolve(&m.limits(), || 0).unwrap();
+    req.task = task;
+    req
+}
+
+/// Runs a conditioned case from the fixture's initial latents (verbatim, as `--noise` gives
+/// them) and checks our conditioning latents against the clean frames diffusers mixed in, the
+/// final latents and the frames.
+fn check_conditioned(name: &str, req: ResolvedRequest, f: &std::collections::HashMap<String, Tensor>, clean: &[i64]) {
+    let m = model();
+    let mut init = Values::default();
+    init.insert(LATENTS, Value::Tensor(f["latents"].shallow_clone()));
+    let (out, kept) = run(&m, req, init);
+    let x0 = kept.condition.expect("condition latents");
+    let idx = Tensor::from_slice(clean);
+    let c = max_abs(&x0.index_select(2, &idx), &f["latents"].index_select(2, &idx));
+    let e = rel(&latents_of(&out), &f["final_latents"]);
+    let v = frames_error(&out, &f["video_out"]);
+    eprintln!("{name}: clean latents max abs {c:.2e}, final latents rel {e:.2e}, frames max abs {v:.2e}");
+    // The VAE encode in float32 on both sides (the transformer's tolerance above for the rest).
+    assert!(c < 1e-4, "{name}: clean latents {c:.2e}");
+    assert!(e < LATENT_TOL, "{name}: latents {e:.2e}");
+    assert!(v <= 0.5 / 255.0 + 1e-4, "{name}: frames {v:.2e}");
+}
+
+#[test]
+fn image_to_video_matches_diffusers() {
+    let f = load("cosmos3/i2v.safetensors");
+    let mut req = conditioned_request(&model(), TaskType::I2v);
+    let image = &f["image"];
+    let (h, w, _) = image.size3().unwrap();
+    req.images = vec![InputImage {
+        role: ImageRole::FirstFrame,
+        width: w as u32,
+        height: h as u32,
+        rgb: Vec::<u8>::try_from(image.reshape([-1])).unwrap(),
+    }];
+    check_conditioned("i2v", req, &f, &[0]);
+}
+
+#[test]
+fn video_continuation_matches_diffusers() {
+    let f = load("cosmos3/v2v.safetensors");
+    let mut req = conditioned_request(&model(), TaskType::V2v);
+    let video = &f["video"];
+    let (n, h, w, _) = video.size4().unwrap();
+    req.video = Some(InputVideo {
+        width: w as u32,
+        height: h as u32,
+        fps: 16.0,
+        frames: n as u32,
+        rgb: Vec::<u8>::try_from(video.reshape([-1])).unwrap(),
+    });
+    check_conditioned("v2v", req, &f, &[0, 1]);
 }

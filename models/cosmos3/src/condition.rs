@@ -1,0 +1,106 @@
+//! The vision conditioning of image to video and video continuation, as
+//! `Cosmos3OmniPipeline.prepare_latents` builds it: the picture resized to cover the output
+//! (antialiased bilinear, ceil) and centre-cropped, repeated over every frame; or the video's
+//! frames resized (PIL bilinear), its first `4·max(clean)+1` kept and the last repeated to the
+//! length; encoded by the VAE (posterior mode) and normalised `(mu - mean)·(1/std)`. The clean
+//! latent frames (picture: 0; video: 0 and 1) are given, not denoised.
+
+use std::sync::Arc;
+
+use anyhow::{bail, ensure, Context, Result};
+use fastvideo_layers::image_processor::pil::{resize, Filter};
+use fastvideo_pipeline::{NodeCtx, Stage, Value, Values};
+use fastvideo_request::{ImageRole, InputImage, InputVideo, TaskType};
+use fastvideo_wan::AutoencoderKLWan;
+use tch::{Device, Kind, Tensor};
+
+use crate::values::{CLEAN_FRAMES, CONDITION_LATENTS};
+
+/// Latent frames a continuation keeps clean (diffusers' `condition_frame_indexes_vision`).
+pub const VIDEO_CLEAN_FRAMES: [i64; 2] = [0, 1];
+
+/// `[1, 3, H, W]` float32 in [-1, 1] of `image`: resized to cover `height`x`width` (ceil),
+/// antialiased bilinear, centre-cropped, rounded to 8 bits.
+pub fn cover(image: &InputImage, height: i64, width: i64, device: Device) -> Result<Tensor> {
+    let (h, w) = (image.height as i64, image.width as i64);
+    ensure!(image.rgb.len() as i64 == h * w * 3, "image: {} bytes for {w}x{h} RGB", image.rgb.len());
+    let x =
+        Tensor::from_slice(&image.rgb).to_device(device).view([1, h, w, 3]).permute([0, 3, 1, 2]).to_kind(Kind::Float);
+    let scale = (width as f64 / w as f64).max(height as f64 / h as f64);
+    let (rh, rw) = ((scale * h as f64).ceil() as i64, (scale * w as f64).ceil() as i64);
+    let x = x.internal_upsample_bilinear2d_aa([rh, rw], false, None, None);
+    // Python's round(): half to even, as the reference crops.
+    let top = ((rh - height) as f64 / 2.0).round_ties_even() as i64;
+    let left = ((rw - width) as f64 / 2.0).round_ties_even() as i64;
+    let x = x.narrow(2, top, height).narrow(3, left, width);
+    Ok(x.round().clamp(0.0, 255.0) / 127.5 - 1.0)
+}
+
+/// `[1, 3, F, H, W]` float32 in [-1, 1] of the first `keep` frames of `video`, each resized to
+/// `height`x`width` (PIL bilinear), the last repeated up to `frames`.
+pub fn continuation(
+    video: &InputVideo,
+    keep: i64,
+    frames: i64,
+    height: i64,
+    width: i64,
+    device: Device,
+) -> Result<Tensor> {
+    let (h, w) = (video.height as usize, video.width as usize);
+    let n = (video.frames as i64).min(keep).min(frames);
+    ensure!(n > 0, "video: no frames");
+    let per = h * w * 3;
+    let mut rgb = Vec::with_capacity(n as usize * height as usize * width as usize * 3);
+    for f in 0..n as usize {
+        rgb.extend(resize(Filter::Bilinear, &video.rgb[f * per..(f + 1) * per], w, h, width as usize, height as usize));
+    }
+    let x = Tensor::from_slice(&rgb).to_device(device).view([n, height, width, 3]).to_kind(Kind::Float) / 255.0;
+    let x = (x * 2.0 - 1.0).permute([3, 0, 1, 2]).unsqueeze(0);
+    Ok(match frames - n {
+        0 => x,
+        pad => Tensor::cat(&[&x, &x.narrow(2, n - 1, 1).expand([1, 3, pad, height, width], false)], 2),
+    })
+}
+
+/// The conditioning node: writes the clean latents and which latent frames are clean.
+pub struct VisionCondition {
+    /// Wan 2.2's VAE.
+    pub vae: Arc<AutoencoderKLWan>,
+}
+
+impl VisionCondition {
+    /// `(mu - mean)·(1/std)` of `video [1, 3, F, H, W]`.
+    fn encode(&self, video: &Tensor) -> Result<Tensor> {
+        let c = &self.vae.cfg;
+        let mu = self.vae.encode(video)?.to_kind(Kind::Float);
+        let stat =
+            |v: &[f64]| Tensor::from_slice(&v.iter().map(|x| *x as f32).collect::<Vec<_>>()).to_device(mu.device());
+        let mean = stat(&c.latents_mean).view([1, c.z_dim, 1, 1, 1]);
+        let inv_std = stat(&c.latents_std).reciprocal().view([1, c.z_dim, 1, 1, 1]);
+        Ok((mu - mean) * inv_std)
+    }
+}
+
+impl Stage for VisionCondition {
+    fn run(&self, ctx: &NodeCtx, values: &mut Values) -> Result<()> {
+        let req = ctx.request;
+        let (f, h, w) = (req.num_frames as i64, req.height as i64, req.width as i64);
+        let (video, clean) = match req.task {
+            TaskType::I2v => {
+                let image = req.image(ImageRole::FirstFrame).context("image to video needs a first-frame picture")?;
+                let x = cover(image, h, w, ctx.device)?.unsqueeze(2);
+                (x.expand([1, 3, f, h, w], false).contiguous(), vec![0])
+            }
+            TaskType::V2v => {
+                let video = req.video.as_ref().context("video continuation needs a video")?;
+                let keep = VIDEO_CLEAN_FRAMES.iter().max().unwrap() * self.vae.cfg.temporal_factor() + 1;
+                (continuation(video, keep, f, h, w, ctx.device)?, VIDEO_CLEAN_FRAMES.to_vec())
+            }
+            other => bail!("no vision conditioning for `{}`", other.as_str()),
+        };
+        let x0 = self.encode(&video)?;
+        values.insert(CONDITION_LATENTS, Value::Tensor(x0));
+        values.insert(CLEAN_FRAMES, Value::Tensor(Tensor::from_slice(&clean)));
+        Ok(())
+    }
+}
