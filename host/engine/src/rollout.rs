@@ -275,6 +275,10 @@ impl RolloutSample {
                     let shape = l.shape.iter().map(|&d| d as usize).collect();
                     bufs.push(("latents".into(), Dtype::F32, shape, f32_bytes(&l.data)));
                 }
+                Artifact::Actions(a) => {
+                    let shape = a.shape.iter().map(|&d| d as usize).collect();
+                    bufs.push(("action".into(), Dtype::F32, shape, f32_bytes(&a.data)));
+                }
                 Artifact::Video(v) if name == "video" => {
                     let shape = vec![v.num_frames as usize, v.height as usize, v.width as usize, 3];
                     bufs.push(("video".into(), Dtype::U8, shape, v.rgb.clone()));

@@ -405,6 +405,11 @@ impl PipelineRun {
             Some(Value::Audio(_)) | None => {}
             Some(other) => self.values.insert(crate::AUDIO, other),
         }
+        if let Some(Value::Tensor(t)) = self.values.remove(crate::ACTIONS) {
+            let t = t.to_kind(Kind::Float).to_device(Device::Cpu).contiguous();
+            let data = Vec::<f32>::try_from(t.flatten(0, -1))?;
+            out.artifacts.insert(crate::ACTIONS.into(), Artifact::Actions(LatentsArtifact { shape: t.size(), data }));
+        }
         if self.request.outputs.return_latents {
             let t = self.values.tensor(&spec.latents)?.to_kind(Kind::Float).to_device(Device::Cpu).contiguous();
             let data = Vec::<f32>::try_from(t.flatten(0, -1))?;

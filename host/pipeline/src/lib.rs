@@ -107,6 +107,10 @@ pub const EXTENDED_PROMPT: &str = "extended_prompt";
 /// by its audio decoder); the run returns it as the `audio` artifact when the request resolved
 /// `generate_sound`, and the MP4 writers mux it.
 pub const AUDIO: &str = "audio";
+
+/// The value an action model leaves its predicted actions under (a tensor `[steps, width]`);
+/// the run returns it as the `action` artifact.
+pub const ACTIONS: &str = "action";
 /// The prompt rewriter's decode node: a request's rewriter sampling goes in
 /// `node_params.prompt_extend`, whichever family's language model rewrites.
 pub const EXTEND_NODE: &str = "prompt_extend";

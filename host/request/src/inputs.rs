@@ -36,7 +36,7 @@ impl OmniRequest {
         for (i, part) in self.inputs.iter().enumerate() {
             let InputPart::Video { path, b64 } = part else { continue };
             let field = format!("inputs[{i}]");
-            if self.task != TaskType::V2v {
+            if self.task != TaskType::V2v && !crate::is_action_task(self.task) {
                 return Err(RequestError::new(field, format!("`{}` takes no video inputs", self.task.as_str())));
             }
             if video.is_some() {
@@ -59,7 +59,7 @@ impl OmniRequest {
         for (i, part) in self.inputs.iter().enumerate() {
             let InputPart::Image { path, b64, role } = part else { continue };
             let field = format!("inputs[{i}]");
-            if self.task != TaskType::I2v {
+            if self.task != TaskType::I2v && !matches!(self.task, TaskType::Policy | TaskType::ForwardDynamics) {
                 return Err(RequestError::new(field, format!("`{}` takes no image inputs", self.task.as_str())));
             }
             if images.iter().any(|im| im.role == *role) {

@@ -78,7 +78,8 @@ pub use request::{
     DiffusionParams, InputPart, Modality, OmniRequest, OutputSpec, SamplerKind, SamplingParams, TaskType, TextRole,
 };
 pub use resolve::{
-    AudioLimits, Defaults, LatentInput, ModelLimits, PartialSchedule, PictureLimits, ResolvedRequest, VideoLimits,
-    DEFAULT_NOISE_LEVEL, DEFAULT_STRENGTH,
+    canvas, is_action_task, ActionCondition, ActionDomain, ActionLimits, AudioLimits, CanvasBin, Defaults, LatentInput,
+    ModelLimits, PartialSchedule, PictureLimits, ResolvedAction, ResolvedRequest, VideoLimits, DEFAULT_NOISE_LEVEL,
+    DEFAULT_STRENGTH,
 };
 pub use seed::random_seed;

@@ -100,6 +100,9 @@ pub enum Artifact {
     Latents(LatentsArtifact),
     /// The denoising trajectory, returned when the request set `outputs.return_trajectory`.
     Trajectory(TrajectoryArtifact),
+    /// Actions `[steps, width]`, named `action`: what an action model's policy or inverse
+    /// dynamics predicts.
+    Actions(LatentsArtifact),
 }
 
 /// Where a request's time went.
@@ -156,6 +159,14 @@ impl OmniOutput {
     pub fn audio(&self) -> Option<&AudioArtifact> {
         match self.artifacts.get("audio") {
             Some(Artifact::Audio(a)) => Some(a),
+            _ => None,
+        }
+    }
+
+    /// The artifact named `action`, if the model predicted actions.
+    pub fn actions(&self) -> Option<&LatentsArtifact> {
+        match self.artifacts.get("action") {
+            Some(Artifact::Actions(a)) => Some(a),
             _ => None,
         }
     }

@@ -19,6 +19,12 @@ pub enum TaskType {
     World,
     /// Text generation by a language model: the prompt in, tokens out (chat completions).
     Text,
+    /// Actions and video from a first frame (an action model's policy).
+    Policy,
+    /// Video from a first frame and given actions.
+    ForwardDynamics,
+    /// The actions that connect a video's frames.
+    InverseDynamics,
 }
 
 impl TaskType {
@@ -31,6 +37,9 @@ impl TaskType {
             TaskType::V2v => "v2v",
             TaskType::World => "world",
             TaskType::Text => "text",
+            TaskType::Policy => "policy",
+            TaskType::ForwardDynamics => "forward_dynamics",
+            TaskType::InverseDynamics => "inverse_dynamics",
         }
     }
 }
@@ -195,6 +204,9 @@ pub struct DiffusionParams {
     /// absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub precision: Option<String>,
+    /// The action condition of `policy`, `forward_dynamics` and `inverse_dynamics`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<crate::ActionCondition>,
     /// The model's own knobs given (`diffusion.boundary_ratio`, ...: the names its
     /// [`KnobSchema`](crate::KnobSchema) declares), as sent; checked by `resolve`. A `null`
     /// counts as not given.

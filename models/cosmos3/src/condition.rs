@@ -14,7 +14,7 @@ use fastvideo_request::{ImageRole, InputImage, InputVideo, TaskType};
 use fastvideo_wan::AutoencoderKLWan;
 use tch::{Device, Kind, Tensor};
 
-use crate::values::{CLEAN_FRAMES, CONDITION_LATENTS};
+use crate::values::{ACTION_CLEAN, ACTION_CONDITION, CLEAN_FRAMES, CONDITION_LATENTS};
 
 /// Latent frames a continuation keeps clean (diffusers' `condition_frame_indexes_vision`).
 pub const VIDEO_CLEAN_FRAMES: [i64; 2] = [0, 1];
@@ -62,10 +62,13 @@ pub fn continuation(
     })
 }
 
-/// The conditioning node: writes the clean latents and which latent frames are clean.
+/// The conditioning node: writes the clean latents and which latent frames are clean (and, for
+/// the action tasks, the clean actions and which steps are clean).
 pub struct VisionCondition {
     /// Wan 2.2's VAE.
     pub vae: Arc<AutoencoderKLWan>,
+    /// The model's action width (0: no actions).
+    pub action_dim: i64,
 }
 
 impl VisionCondition {
@@ -78,6 +81,34 @@ impl VisionCondition {
         let mean = stat(&c.latents_mean).view([1, c.z_dim, 1, 1, 1]);
         let inv_std = stat(&c.latents_std).reciprocal().view([1, c.z_dim, 1, 1, 1]);
         Ok((mu - mean) * inv_std)
+    }
+}
+
+impl VisionCondition {
+    /// The action tasks: the clip fitted into the canvas, encoded, the latents cropped to the
+    /// content; the clean actions.
+    fn action(&self, ctx: &NodeCtx, values: &mut Values) -> Result<()> {
+        let req = ctx.request;
+        let a = req.action.as_ref().context("an action task without its action condition")?;
+        let (rgb, n, w, h) = match (req.image(ImageRole::FirstFrame), &req.video) {
+            (Some(i), _) => (&i.rgb, 1, i.width, i.height),
+            (None, Some(v)) => (&v.rgb, v.frames as usize, v.width, v.height),
+            (None, None) => bail!("an action task without a picture or video"),
+        };
+        let spatial = self.vae.cfg.spatial_factor();
+        let frames = req.num_frames as i64;
+        let canvas = (req.height, req.width);
+        let clip = crate::action::Clip { rgb, frames: n, width: w as usize, height: h as usize };
+        let (clip, (ch, cw)) = crate::action::fit_clip(clip, frames, canvas, spatial as u32, ctx.device)?;
+        let x0 = self.encode(&clip)?;
+        let x0 = x0.narrow(3, 0, (ch / spatial).max(1)).narrow(4, 0, (cw / spatial).max(1)).contiguous();
+        let clean = crate::action::clean_vision_frames(req.task, x0.size()[2]);
+        values.insert(CONDITION_LATENTS, Value::Tensor(x0));
+        values.insert(CLEAN_FRAMES, Value::Tensor(Tensor::from_slice(&clean)));
+        let (actions, clean) = crate::action::clean_actions(req.task, a, self.action_dim, ctx.device);
+        values.insert(ACTION_CONDITION, Value::Tensor(actions));
+        values.insert(ACTION_CLEAN, Value::Tensor(Tensor::from_slice(&clean)));
+        Ok(())
     }
 }
 
@@ -96,6 +127,7 @@ impl Stage for VisionCondition {
                 let keep = VIDEO_CLEAN_FRAMES.iter().max().unwrap() * self.vae.cfg.temporal_factor() + 1;
                 (continuation(video, keep, f, h, w, ctx.device)?, VIDEO_CLEAN_FRAMES.to_vec())
             }
+            task if fastvideo_request::is_action_task(task) => return self.action(ctx, values),
             other => bail!("no vision conditioning for `{}`", other.as_str()),
         };
         let x0 = self.encode(&video)?;

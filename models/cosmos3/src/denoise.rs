@@ -17,7 +17,10 @@ use tch::{Kind, Tensor};
 
 use crate::packing::{pack, Layout};
 use crate::transformer::{Cosmos3Transformer, GenInput, Prefix};
-use crate::values::{CLEAN_FRAMES, CONDITION_LATENTS, LATENTS, NEGATIVE_IDS, PROMPT_IDS, SOUND_LATENTS};
+use crate::values::{
+    ACTION_CLEAN, ACTION_CONDITION, ACTION_LATENTS, CLEAN_FRAMES, CONDITION_LATENTS, LATENTS, NEGATIVE_IDS, PROMPT_IDS,
+    SOUND_LATENTS,
+};
 
 /// The scheduler settings of a folder (`scheduler/scheduler_config.json`, `model_index.json`).
 #[derive(Clone, Debug)]
@@ -85,10 +88,35 @@ struct Branch {
     prefix: Prefix,
 }
 
+/// The actions of an action task: their latents, their solver (none when every step is
+/// given: forward dynamics), the embodiment and its width (columns past it stay zero).
+struct ActionState {
+    latents: Tensor,
+    sampler: Option<UniPc>,
+    domain: i64,
+    width: i64,
+}
+
+/// `x` with the columns past `width` zeroed, as the reference keeps an embodiment's unused
+/// action columns (in the noise, every velocity and after every step).
+fn zero_past(width: i64, x: &Tensor) -> Tensor {
+    let cols = x.size()[x.dim() - 1];
+    if width >= cols {
+        return x.shallow_clone();
+    }
+    let keep = Tensor::ones([cols], (Kind::Float, x.device())).index_fill(
+        0,
+        &Tensor::arange_start(width, cols, (Kind::Int64, x.device())),
+        0.0,
+    );
+    x * keep
+}
+
 struct OmniState {
     branches: Vec<Branch>,
     vision: Tensor,
     sound: Option<Tensor>,
+    action: Option<ActionState>,
     vision_sampler: UniPc,
     sound_sampler: Option<UniPc>,
     guidance: f64,
@@ -136,10 +164,54 @@ fn initial_vision(
     Ok(noise.index_copy(2, &idx, &x0.to_device(device).index_select(2, &idx)))
 }
 
+impl OmniDenoise {
+    /// An action task's initial actions and which steps are given clean: the given
+    /// `action_latents` as they are, else seeded noise with the clean steps taken from the
+    /// condition and the columns past the embodiment's width zeroed.
+    fn initial_actions(
+        &self,
+        req: &ResolvedRequest,
+        values: &Values,
+        device: tch::Device,
+    ) -> Result<Option<(ActionState, Vec<i64>)>> {
+        let Some(a) = &req.action else { return Ok(None) };
+        let dim = self.model.config().action().context("an action task on a model without action heads")?;
+        let x0 = values.tensor(ACTION_CONDITION)?;
+        let clean: Vec<i64> = Vec::try_from(values.tensor(ACTION_CLEAN)?.to_kind(Kind::Int64).reshape([-1]))?;
+        let shape = [a.chunk_size as i64, dim];
+        let mut state =
+            ActionState { latents: Tensor::new(), sampler: None, domain: a.domain_id as i64, width: a.width as i64 };
+        state.latents = match given(req, values, ACTION_LATENTS, &shape, device)? {
+            Some(x) => x,
+            None => {
+                let noise = seeded_noise(&shape, req.seed.wrapping_add(2), device);
+                let mixed = if clean.is_empty() {
+                    noise
+                } else {
+                    let idx = Tensor::from_slice(&clean).to_device(device);
+                    noise.index_copy(0, &idx, &x0.to_device(device).index_select(0, &idx))
+                };
+                zero_past(state.width, &mixed)
+            }
+        };
+        if (clean.len() as i64) < shape[0] {
+            state.sampler = Some(self.schedule.sampler(req.steps as usize));
+        }
+        Ok(Some((state, clean)))
+    }
+}
+
 impl LoopStage for OmniDenoise {
     fn init(&self, ctx: &NodeCtx, values: &mut Values) -> Result<LoopState> {
         let req = ctx.request;
-        let [c, t, h, w] = self.geometry.vision(req);
+        // An action task's latents are the content's crop of the canvas (its condition's size).
+        let [c, t, h, w] = match (&req.action, values.opt_tensor(CONDITION_LATENTS)) {
+            (Some(_), Some(x0)) => {
+                let (_, c, t, h, w) = x0.size5()?;
+                [c, t, h, w]
+            }
+            _ => self.geometry.vision(req),
+        };
         let sound_frames = self.geometry.sound_frames(req);
         let clean: Vec<i64> = match values.opt_tensor(CLEAN_FRAMES) {
             Some(f) => Vec::try_from(f.to_kind(Kind::Int64).reshape([-1]))?,
@@ -154,14 +226,16 @@ impl LoopStage for OmniDenoise {
             }),
             _ => None,
         };
+        let action = self.initial_actions(req, values, ctx.device)?;
         let layout = Layout {
             vision: [t, h, w],
             vision_clean: clean.clone(),
             temporal_compression: self.geometry.temporal,
             fps: req.fps as f64,
             sound: sound_frames,
-            action: None,
+            action: action.as_ref().map(|(a, clean)| (a.latents.size()[0], clean.clone())),
         };
+        let action = action.map(|(a, _)| a);
         let mut names = vec![PROMPT_IDS];
         if req.does_cfg() {
             names.push(NEGATIVE_IDS);
@@ -186,6 +260,7 @@ impl LoopStage for OmniDenoise {
             vision,
             sound_sampler: sound.as_ref().map(|_| self.schedule.sampler(steps)),
             sound,
+            action,
             vision_sampler: self.schedule.sampler(steps),
             guidance: req.guidance_scale as f64,
             step: 0,
@@ -196,7 +271,13 @@ impl LoopStage for OmniDenoise {
     fn step(&self, _ctx: &NodeCtx, state: &mut LoopState) -> Result<StepResult> {
         let s: &mut OmniState = state.get_mut()?;
         let timestep = s.vision_sampler.timesteps()[s.step] as f64;
-        let input = GenInput { vision: &s.vision, sound: s.sound.as_ref(), action: None, domain: None, timestep };
+        let input = GenInput {
+            vision: &s.vision,
+            sound: s.sound.as_ref(),
+            action: s.action.as_ref().map(|a| &a.latents),
+            domain: s.action.as_ref().map(|a| a.domain),
+            timestep,
+        };
         let seqs: Vec<&PackedSeq> = s.branches.iter().map(|b| &b.seq).collect();
         let prefixes: Vec<&Prefix> = s.branches.iter().map(|b| &b.prefix).collect();
         let pred = self.model.forward(&seqs, &prefixes, &input)?;
@@ -213,6 +294,14 @@ impl LoopStage for OmniDenoise {
             let v = guide(p);
             s.sound = Some(sampler.step(&v.unsqueeze(0), &x.unsqueeze(0))?.squeeze_dim(0));
         }
+        if let (Some(a), Some(p)) = (s.action.as_mut(), &pred.action) {
+            let width = a.width;
+            if let Some(sampler) = a.sampler.as_mut() {
+                let v = zero_past(width, &guide(p));
+                let next = sampler.step(&v.unsqueeze(0), &a.latents.unsqueeze(0))?.squeeze_dim(0);
+                a.latents = zero_past(width, &next);
+            }
+        }
         s.step += 1;
         Ok(StepResult { forwards: s.branches.len() as u32, output: Some(v), ..Default::default() })
     }
@@ -222,6 +311,9 @@ impl LoopStage for OmniDenoise {
         values.insert(LATENTS, Value::Tensor(s.vision.unsqueeze(0)));
         if let Some(x) = s.sound {
             values.insert(SOUND_LATENTS, Value::Tensor(x));
+        }
+        if let Some(a) = s.action {
+            values.insert(ACTION_LATENTS, Value::Tensor(a.latents));
         }
         Ok(())
     }

@@ -6,6 +6,7 @@
 
 #![deny(missing_docs)]
 
+pub mod action;
 mod attention;
 pub mod condition;
 pub mod config;

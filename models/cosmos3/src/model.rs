@@ -106,7 +106,7 @@ impl Cosmos3Model {
         let spatial = self.vae.cfg.spatial_factor() as u32;
         ModelLimits {
             family: "Cosmos3".into(),
-            tasks: vec![TaskType::T2v, TaskType::T2i, TaskType::I2v, TaskType::V2v],
+            tasks: self.tasks(),
             image_roles: vec![ImageRole::FirstFrame],
             video: Some(VideoLimits { frame_multiple: tf, max_frames: 1 + tf * 96 }),
             picture: Some(PictureLimits { spatial_multiple: spatial, max_side: 2048 }),
@@ -114,6 +114,7 @@ impl Cosmos3Model {
                 sample_rate,
                 channels: self.sound.as_ref().map_or(2, |s| s.channels() as u16),
             }),
+            action: self.transformer.config().action().map(|dim| crate::action::limits(dim as u32, spatial, tf)),
             max_steps: 1000,
             defaults: Defaults {
                 steps: 35,
@@ -128,6 +129,16 @@ impl Cosmos3Model {
                 knobs: Default::default(),
             },
         }
+    }
+
+    /// The tasks it runs: text, picture and video to video; the action tasks when it has action
+    /// heads.
+    pub fn tasks(&self) -> Vec<TaskType> {
+        let mut tasks = vec![TaskType::T2v, TaskType::T2i, TaskType::I2v, TaskType::V2v];
+        if self.transformer.config().action_gen {
+            tasks.extend([TaskType::Policy, TaskType::ForwardDynamics, TaskType::InverseDynamics]);
+        }
+        tasks
     }
 
     /// Latent geometry for the loop.

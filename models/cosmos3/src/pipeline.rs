@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use anyhow::Result;
-use fastvideo_pipeline::{frames_to_video, Node, NodeCtx, PipelineSpec, Stage, Value, Values, AUDIO};
+use fastvideo_pipeline::{frames_to_video, Node, NodeCtx, PipelineSpec, Stage, Value, Values, ACTIONS, AUDIO};
 use fastvideo_request::{AudioArtifact, TaskType};
 use fastvideo_wan::AutoencoderKLWan;
 use tch::{Kind, Tensor};
@@ -14,7 +14,10 @@ use crate::denoise::OmniDenoise;
 use crate::model::Cosmos3Model;
 use crate::prompt::{PromptBuilder, Shape};
 use crate::sound::SoundTokenizer;
-use crate::values::{CLEAN_FRAMES, CONDITION_LATENTS, FRAMES, LATENTS, NEGATIVE_IDS, PROMPT_IDS, SOUND_LATENTS, VIDEO};
+use crate::values::{
+    ACTION_CLEAN, ACTION_CONDITION, ACTION_LATENTS, CLEAN_FRAMES, CONDITION_LATENTS, FRAMES, LATENTS, NEGATIVE_IDS,
+    PROMPT_IDS, SOUND_LATENTS, VIDEO,
+};
 
 /// Tokenizes the prompt and negative prompt with the pipeline's templates.
 struct PromptIds {
@@ -26,7 +29,21 @@ impl Stage for PromptIds {
         let req = ctx.request;
         let prompt = values.opt_text(fastvideo_pipeline::EXTENDED_PROMPT).unwrap_or(&req.prompt).to_string();
         let shape = Shape { frames: req.num_frames, height: req.height, width: req.width, fps: req.fps as f64 };
-        let (cond, uncond) = self.prompts.branches(&prompt, &req.negative_prompt, shape)?;
+        let (cond, uncond) = match &req.action {
+            // The action model reads a JSON caption; the negative prompt goes as it is.
+            Some(a) => {
+                let text = crate::action::caption(
+                    &prompt,
+                    &a.view_point,
+                    req.num_frames,
+                    req.fps as f64,
+                    req.height,
+                    req.width,
+                );
+                (self.prompts.ids(&text, false)?, self.prompts.ids(&req.negative_prompt, false)?)
+            }
+            None => self.prompts.branches(&prompt, &req.negative_prompt, shape)?,
+        };
         values.insert(PROMPT_IDS, Value::Tensor(Tensor::from_slice(&cond)));
         if req.does_cfg() {
             values.insert(NEGATIVE_IDS, Value::Tensor(Tensor::from_slice(&uncond)));
@@ -98,6 +115,11 @@ pub fn spec(model: &Cosmos3Model) -> Result<PipelineSpec> {
         schedule: model.schedule.clone(),
         geometry: model.geometry(),
     };
+    let action_dim = model.transformer.config().action().unwrap_or(0);
+    let mut conditioned = vec![TaskType::I2v, TaskType::V2v];
+    if action_dim > 0 {
+        conditioned.extend([TaskType::Policy, TaskType::ForwardDynamics, TaskType::InverseDynamics]);
+    }
     let mut nodes = vec![
         Node::stage(
             "prompt_ids",
@@ -107,12 +129,12 @@ pub fn spec(model: &Cosmos3Model) -> Result<PipelineSpec> {
         ),
         Node::stage(
             "vision_condition",
-            Arc::new(VisionCondition { vae: Arc::clone(&model.vae) }),
+            Arc::new(VisionCondition { vae: Arc::clone(&model.vae), action_dim }),
             &[],
-            &[CONDITION_LATENTS, CLEAN_FRAMES],
+            &[CONDITION_LATENTS, CLEAN_FRAMES, ACTION_CONDITION, ACTION_CLEAN],
         )
-        .for_tasks(&[TaskType::I2v, TaskType::V2v]),
-        Node::looped("denoise", Arc::new(denoise), &[PROMPT_IDS], &[LATENTS, SOUND_LATENTS]),
+        .for_tasks(&conditioned),
+        Node::looped("denoise", Arc::new(denoise), &[PROMPT_IDS], &[LATENTS, SOUND_LATENTS, ACTION_LATENTS]),
         Node::stage("vae_decode", Arc::new(VaeDecode { vae: Arc::clone(&model.vae) }), &[LATENTS], &[FRAMES]),
         Node::stage("assemble", Arc::new(Assemble), &[FRAMES], &[VIDEO]),
     ];
@@ -124,11 +146,25 @@ pub fn spec(model: &Cosmos3Model) -> Result<PipelineSpec> {
             &[AUDIO],
         ));
     }
-    Ok(PipelineSpec::new(
-        "cosmos3-omni",
-        vec![TaskType::T2v, TaskType::T2i, TaskType::I2v, TaskType::V2v],
-        nodes,
-        &[],
-        VIDEO,
-    )?)
+    if action_dim > 0 {
+        nodes.push(
+            Node::stage("action_out", Arc::new(ActionOut), &[ACTION_LATENTS], &[ACTIONS])
+                .for_tasks(&[TaskType::Policy, TaskType::InverseDynamics]),
+        );
+    }
+    Ok(PipelineSpec::new("cosmos3-omni", model.tasks(), nodes, &[], VIDEO)?)
+}
+
+/// The predicted actions (policy, inverse dynamics): the first `width` columns of the final
+/// action latents, as the `action` artifact.
+struct ActionOut;
+
+impl Stage for ActionOut {
+    fn run(&self, ctx: &NodeCtx, values: &mut Values) -> Result<()> {
+        let Some(a) = &ctx.request.action else { return Ok(()) };
+        let latents = values.tensor(ACTION_LATENTS)?;
+        let out = latents.narrow(1, 0, a.width as i64).contiguous();
+        values.insert(ACTIONS, Value::Tensor(out));
+        Ok(())
+    }
 }

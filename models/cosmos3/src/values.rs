@@ -19,3 +19,7 @@ pub const VIDEO: &str = "video";
 pub const CONDITION_LATENTS: &str = "condition_latents";
 /// Latent frames given clean (int64 `[n]`).
 pub const CLEAN_FRAMES: &str = "clean_frames";
+/// Clean actions `[chunk, action_dim]` of an action task (forward dynamics: the given ones).
+pub const ACTION_CONDITION: &str = "action_condition";
+/// Action steps given clean (int64 `[n]`).
+pub const ACTION_CLEAN: &str = "action_clean";

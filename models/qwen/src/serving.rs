@@ -60,6 +60,7 @@ pub fn chat_limits(lm: &LanguageModel) -> ModelLimits {
         video: None,
         picture: None,
         audio: None,
+        action: None,
         max_steps: lm.model.config.max_position_embeddings.max(1) as u32,
         defaults: Defaults {
             steps: 256,

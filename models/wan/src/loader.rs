@@ -436,6 +436,7 @@ impl WanModel {
             video: Some(VideoLimits { frame_multiple: tf, max_frames: tf * (rope * t.patch_size[0] as u32 - 1) + 1 }),
             picture: Some(PictureLimits { spatial_multiple: spatial, max_side: (spatial * rope).min(4096) }),
             audio: None,
+            action: None,
             max_steps: 1000,
             defaults: Defaults {
                 steps: r.steps.unwrap_or(50),

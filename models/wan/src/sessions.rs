@@ -93,6 +93,7 @@ pub(crate) fn limits(model: &WorldModel) -> ModelLimits {
         video: None,
         picture: Some(PictureLimits { spatial_multiple: 1, max_side: spec.width.max(spec.height) }),
         audio: None,
+        action: None,
         max_steps: steps,
         defaults: Defaults {
             steps,

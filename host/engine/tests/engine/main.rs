@@ -77,6 +77,7 @@ fn limits() -> ModelLimits {
         video: Some(VideoLimits { frame_multiple: 4, max_frames: 81 }),
         picture: Some(PictureLimits { spatial_multiple: 16, max_side: 4096 }),
         audio: None,
+        action: None,
         max_steps: 1000,
         defaults: Defaults {
             steps: 10,

@@ -93,6 +93,7 @@ fn request(steps: u32, guidance: f32) -> ResolvedRequest {
         video: Some(fastvideo_request::VideoLimits { frame_multiple: 4, max_frames: 81 }),
         picture: Some(fastvideo_request::PictureLimits { spatial_multiple: 16, max_side: 512 }),
         audio: None,
+        action: None,
         max_steps: 100,
         defaults: Defaults {
             steps,

@@ -38,6 +38,7 @@ fn run(sound: bool, generate_sound: Option<bool>) -> Result<fastvideo_request::O
     let spec = PipelineSpec::new("toy", vec![TaskType::T2v], nodes, &[], "latents").unwrap();
     let limits = ModelLimits {
         audio: Some(AudioLimits { sample_rate: 48_000, channels: 2 }),
+        action: None,
         tasks: vec![TaskType::T2v],
         ..ModelLimits::example()
     };

@@ -44,6 +44,7 @@ mod tests {
         ModelLimits {
             family: "Cosmos3".into(),
             audio: Some(AudioLimits { sample_rate: 48_000, channels: 2 }),
+            action: None,
             ..ModelLimits::example()
         }
     }

@@ -4,8 +4,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::{InputImage, InputPart, InputVideo, OmniRequest, OutputSpec, RequestError, SamplerKind, TaskType};
 
+mod action;
 mod audio;
 mod shape;
+pub use action::{canvas, is_action_task, ActionCondition, ActionDomain, ActionLimits, CanvasBin, ResolvedAction};
 pub use audio::AudioLimits;
 pub use shape::{PictureLimits, VideoLimits};
 
@@ -82,6 +84,10 @@ pub struct ModelLimits {
     /// `outputs.generate_sound: true`. Left off the wire when `None`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub audio: Option<AudioLimits>,
+    /// The action rules of a model that generates or follows actions; `None` (most models)
+    /// refuses the action tasks. Left off the wire when `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<ActionLimits>,
     /// Most solver steps a request may ask for.
     pub max_steps: u32,
     /// Values for the parameters a request leaves out.
@@ -98,6 +104,7 @@ impl ModelLimits {
             video: Some(VideoLimits { frame_multiple: 4, max_frames: 125 }),
             picture: Some(PictureLimits { spatial_multiple: 16, max_side: 1024 }),
             audio: None,
+            action: None,
             max_steps: 100,
             defaults: Defaults {
                 steps: 20,
@@ -183,6 +190,9 @@ pub struct ResolvedRequest {
     /// loop refuses names it does not denoise.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub named_noise: BTreeMap<String, LatentInput>,
+    /// The checked action condition of an action task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<ResolvedAction>,
     /// `v2v`: the part of the schedule run on the noised input, in `(0, 1]`; 1 otherwise.
     #[serde(default = "full_strength")]
     pub strength: f64,
@@ -343,15 +353,52 @@ impl OmniRequest {
         if !shift.is_finite() || shift <= 0.0 || shift > 100.0 {
             return Err(RequestError::new("diffusion.shift", format!("{shift} must be in (0, 100]")));
         }
-        let (height, width) = limits.resolve_size(d)?;
-        if limits.picture.is_some() {
+        let action = match (is_action_task(self.task), &limits.action) {
+            (true, Some(rules)) => {
+                for (name, given) in [
+                    ("diffusion.height", d.height),
+                    ("diffusion.width", d.width),
+                    ("diffusion.num_frames", d.num_frames),
+                ] {
+                    if given.is_some() {
+                        return Err(RequestError::new(
+                            name,
+                            format!(
+                                "`{}` sets it from diffusion.action (the tier's canvas, chunk_size + 1 frames)",
+                                self.task.as_str()
+                            ),
+                        ));
+                    }
+                }
+                let image = images.iter().find(|i| i.role == crate::ImageRole::FirstFrame);
+                Some(rules.resolve(self.task, d.action.as_ref(), image, video.as_ref())?)
+            }
+            (true, None) => return Err(RequestError::new("task", format!("{} takes no actions", limits.family))),
+            (false, _) if d.action.is_some() => {
+                return Err(RequestError::new(
+                    "diffusion.action",
+                    format!("applies to the action tasks, not `{}`", self.task.as_str()),
+                ))
+            }
+            (false, _) => None,
+        };
+        let (height, width) = match &action {
+            Some((_, canvas)) => *canvas,
+            None => limits.resolve_size(d)?,
+        };
+        if action.is_some() {
+            // The action path fits pictures to the canvas itself.
+        } else if limits.picture.is_some() {
             self.check_fits(&images, video.as_ref(), width, height)?;
         } else if let Some(i) =
             self.inputs.iter().position(|p| matches!(p, InputPart::Image { .. } | InputPart::Video { .. }))
         {
             return Err(RequestError::new(format!("inputs[{i}]"), format!("{} takes no pictures", limits.family)));
         }
-        let num_frames = limits.resolve_frames(d, self.task, video.as_ref())?;
+        let num_frames = match &action {
+            Some((a, _)) => a.chunk_size + 1,
+            None => limits.resolve_frames(d, self.task, video.as_ref())?,
+        };
         // Video to video keeps the input's timing (output frame i is input frame i) unless the
         // request sets a rate.
         let fps = match (d.fps, &video) {
@@ -379,7 +426,7 @@ impl OmniRequest {
                 format!("{strength} of {steps} steps runs no step (give at least 1/{steps})"),
             ));
         }
-        if let Some(v) = &mut video {
+        if let Some(v) = video.as_mut().filter(|v| v.frames > num_frames) {
             v.rgb.truncate((num_frames * v.height * v.width * 3) as usize);
             v.frames = num_frames;
         }
@@ -411,6 +458,7 @@ impl OmniRequest {
             resize_mode: self.diffusion.resize_mode.unwrap_or_default(),
             initial_noise,
             named_noise,
+            action: action.map(|(a, _)| a),
             lora: crate::resolve_lora(&self.lora)?,
             knobs: knobs.values,
             knob_cfg: knobs.cfg,

@@ -11,6 +11,7 @@ fn limits() -> ModelLimits {
         video: Some(VideoLimits { frame_multiple: 4, max_frames: 121 }),
         picture: Some(PictureLimits { spatial_multiple: 16, max_side: 1280 }),
         audio: None,
+        action: None,
         max_steps: 200,
         defaults: Defaults {
             steps: 20,

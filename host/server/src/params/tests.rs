@@ -8,6 +8,7 @@ fn limits() -> ModelLimits {
         video: Some(fastvideo_request::VideoLimits { frame_multiple: 4, max_frames: 81 }),
         picture: Some(fastvideo_request::PictureLimits { spatial_multiple: 16, max_side: 512 }),
         audio: None,
+        action: None,
         ..ModelLimits::example()
     }
 }

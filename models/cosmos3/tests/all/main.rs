@@ -1,5 +1,6 @@
 //! Integration tests of fastvideo-cosmos3: one binary (CI links libtorch once per crate).
 
+mod actions;
 mod common;
 mod pipeline;
 mod sound;

@@ -133,6 +133,7 @@ impl SessionModel for Model {
             video: None,
             picture: Some(PictureLimits { spatial_multiple: 1, max_side: 8 }),
             audio: None,
+            action: None,
             max_steps: 2,
             defaults: Defaults {
                 steps: 2,
