@@ -104,6 +104,8 @@ pub struct GenerateArgs {
     #[arg(long)]
     quiet: bool,
     #[command(flatten)]
+    actions: crate::action_args::ActionArgs,
+    #[command(flatten)]
     plugins: PluginArgs,
     #[command(flatten)]
     lora: crate::lora::LoraArgs,
@@ -170,7 +172,7 @@ pub fn run_with_values(
 
 /// Checks the place an output (`flag`, e.g. `--out`) goes before any work, so a typo never
 /// costs a generation; `example` is a file name to suggest.
-fn check_output(path: &Path, flag: &str, example: &str) -> Result<()> {
+pub(crate) fn check_output(path: &Path, flag: &str, example: &str) -> Result<()> {
     let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     if !parent.is_dir() {
         bail!("{flag}: folder {} does not exist", parent.display());
@@ -239,6 +241,7 @@ fn request(args: &GenerateArgs) -> Result<(OmniRequest, Vec<fastvideo_pipeline::
         r.task = TaskType::V2v;
         r.inputs.push(InputPart::Video { path: Some(p.display().to_string()), b64: None });
     }
+    args.actions.apply(&mut r, args.video.is_some())?;
     r.sampling.seed = args.seed;
     let d = &mut r.diffusion;
     d.strength = args.strength;
@@ -286,6 +289,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         check_output(p, "--audio-out", "out.wav")?;
     }
     check_images(&args)?;
+    args.actions.check(args.video.is_some())?;
     // Built before the model loads, so a bad --noise file costs nothing either.
     let (omni, lora_files) = request(&args)?;
     let device = fastvideo_torch::device(&args.device)?;
@@ -386,6 +390,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         eprintln!("reward {name}: {value:.4}");
     }
     let video = out.video().context("the pipeline produced no video")?;
+    args.actions.write(&out)?;
     // The WAV first: it needs no encoder, so a build that cannot mux sound still keeps it.
     if let Some(path) = &args.audio_out {
         let audio = out.audio().context("the pipeline produced no sound")?;

@@ -1,6 +1,7 @@
 //! `fastvideo`: the command line. `generate` runs one request through the same pipeline and
 //! driver the server uses; errors print as one line and exit non-zero.
 
+mod action_args;
 mod args;
 mod bench;
 mod bench_lm;

@@ -146,6 +146,7 @@ impl RolloutRequest {
                         start_step: None,
                         end_step: None,
                         precision: None,
+                        action: None,
                         negative_prompt: self.negative_prompt.clone(),
                     },
                     outputs: OutputSpec {

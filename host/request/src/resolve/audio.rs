@@ -17,7 +17,8 @@ pub struct AudioLimits {
 }
 
 /// Whether the request makes sound: `generate_sound` as given, else whether the model makes
-/// any (a still picture, `t2i`, never has sound). Asking a model without sound, or a picture,
+/// any (a still picture, `t2i`, never has sound; the action tasks make none unless asked, as the
+/// reference pipeline's action mode runs without it). Asking a model without sound, or a picture,
 /// for it is refused naming the field, so a client learns at once instead of getting silence.
 pub(super) fn resolve_sound(
     given: Option<bool>,
@@ -32,7 +33,7 @@ pub(super) fn resolve_sound(
             Err(RequestError::new(field, "`t2i` makes a still picture, without sound"))
         }
         (Some(on), _) => Ok(on),
-        (None, audio) => Ok(audio.is_some() && task != TaskType::T2i),
+        (None, audio) => Ok(audio.is_some() && task != TaskType::T2i && !crate::is_action_task(task)),
     }
 }
 
