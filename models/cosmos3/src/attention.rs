@@ -75,6 +75,12 @@ impl MotAttention {
         })
     }
 
+    /// The text pathway's linears and q/k norm weights, shared (none without text q/k norms).
+    pub fn text_shared(&self) -> Option<(Linear, Linear, Tensor, Tensor)> {
+        let (q, k) = (self.norm_q.as_ref()?, self.norm_k.as_ref()?);
+        Some((self.und_qkv.share(), self.und_out.share(), q.weight(), k.weight()))
+    }
+
     /// Bytes of its weights: `(text pathway, generation pathway)`.
     pub fn bytes(&self) -> (u64, u64) {
         let norms = |n: &[&Option<RmsNorm>]| n.iter().filter_map(|n| n.as_ref()).map(RmsNorm::bytes).sum::<u64>();

@@ -37,6 +37,23 @@ impl MotLayer {
         })
     }
 
+    /// The text pathway as a Qwen3 decoder layer on the same tensors; `None` for layouts that
+    /// are not Qwen3 (Edge: relu², no text q/k norms).
+    pub fn text_layer(&self) -> Option<fastvideo_qwen::shared::SharedLayer> {
+        let (qkv, o, q_norm, k_norm) = self.self_attn.text_shared()?;
+        let (gate_up, down) = self.mlp.shared()?;
+        Some(fastvideo_qwen::shared::SharedLayer {
+            input_layernorm: self.input_layernorm.weight(),
+            qkv,
+            o,
+            q_norm,
+            k_norm,
+            post_attention_layernorm: self.post_attention_layernorm.weight(),
+            gate_up,
+            down,
+        })
+    }
+
     /// Bytes of its weights: `(text pathway, generation pathway)`.
     pub fn bytes(&self) -> (u64, u64) {
         let (und, gen) = self.self_attn.bytes();

@@ -28,6 +28,7 @@ pub mod denoise;
 pub mod model;
 pub mod pipeline;
 pub mod prompt;
+pub mod reasoner;
 pub mod values;
 
 pub use model::Cosmos3Model;

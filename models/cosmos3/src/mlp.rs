@@ -28,6 +28,11 @@ impl Mlp {
         Ok(Self { up, down: Linear::new(&w.pp("down_proj"), inner, hidden, false)?, inner, act })
     }
 
+    /// Its linears, shared: `(gate and up fused, down)`; `None` for relu² (no gate).
+    pub fn shared(&self) -> Option<(Linear, Linear)> {
+        (self.act == Activation::Silu).then(|| (self.up.share(), self.down.share()))
+    }
+
     /// Bytes of its weights.
     pub fn bytes(&self) -> u64 {
         self.up.bytes() + self.down.bytes()

@@ -21,6 +21,11 @@ impl RmsNorm {
         Ok(Self { weight: w.get("weight", &[dim])?, eps, nemotron: act == Activation::Relu2 })
     }
 
+    /// Its weight (shared, not copied).
+    pub fn weight(&self) -> Tensor {
+        self.weight.shallow_clone()
+    }
+
     /// Bytes of its weight.
     pub fn bytes(&self) -> u64 {
         fastvideo_layers::tensor_bytes(&self.weight)

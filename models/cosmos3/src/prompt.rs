@@ -27,7 +27,7 @@ pub struct Shape {
 
 /// Tokenizes prompts the pipeline's way.
 pub struct PromptBuilder {
-    chat: ChatTokenizer,
+    chat: std::sync::Arc<ChatTokenizer>,
     eos: i64,
     vision_start: i64,
     /// `model_index.json`'s `default_use_system_prompt`.
@@ -53,7 +53,7 @@ impl PromptBuilder {
         let vision_start = chat
             .token_id("<|vision_start|>")
             .with_context(|| format!("{}: the tokenizer has no `<|vision_start|>` token", dir.display()))?;
-        Ok(Self { chat, eos, vision_start, use_system_prompt })
+        Ok(Self { chat: std::sync::Arc::new(chat), eos, vision_start, use_system_prompt })
     }
 
     /// The prompt text after the duration and resolution templates (or their inverses).
@@ -95,7 +95,12 @@ impl PromptBuilder {
     }
 
     /// The chat tokenizer (the reasoner's too).
-    pub fn chat(&self) -> &ChatTokenizer {
+    pub fn chat(&self) -> &std::sync::Arc<ChatTokenizer> {
         &self.chat
+    }
+
+    /// The end-of-turn token.
+    pub fn eos(&self) -> i64 {
+        self.eos
     }
 }

@@ -91,6 +91,8 @@ pub struct Cosmos3Transformer {
     rope: MRope,
     kind: Kind,
     device: Device,
+    /// The text pathway's final norm and LM head (the reasoner's), when the checkpoint has them.
+    head: Option<(Tensor, Tensor)>,
 }
 
 // SAFETY: the weights are read-only after construction and libtorch kernels may read one
@@ -142,6 +144,10 @@ impl Cosmos3Transformer {
             sound,
             action,
             rope: MRope::new(cfg.head_dim, cfg.rope_theta, cfg.sections(), w.device()),
+            head: match (w.contains("norm.weight"), w.contains("lm_head.weight")) {
+                (true, true) => Some((w.get("norm.weight", &[h])?, w.get("lm_head.weight", &[cfg.vocab_size, h])?)),
+                _ => None,
+            },
             kind: w.kind(),
             device: w.device(),
             cfg,
@@ -166,6 +172,24 @@ impl Cosmos3Transformer {
             gen += a.proj_in.bytes() + a.proj_out.bytes() + t(&a.embed);
         }
         (und, gen)
+    }
+
+    /// The text pathway as a Qwen3 decoder's weights, shared with this model (the reasoner);
+    /// `None` when the checkpoint has no LM head or the layout is not Qwen3's.
+    pub fn text_weights(&self) -> Option<fastvideo_qwen::shared::SharedWeights> {
+        let (norm, lm_head) = self.head.as_ref()?;
+        let layers = self.layers.iter().map(MotLayer::text_layer).collect::<Option<Vec<_>>>()?;
+        Some(fastvideo_qwen::shared::SharedWeights {
+            embed_tokens: self.embed_tokens.shallow_clone(),
+            layers,
+            norm: norm.shallow_clone(),
+            lm_head: lm_head.shallow_clone(),
+        })
+    }
+
+    /// Bytes of the reasoner's own weights (the final text norm and the LM head).
+    pub fn head_bytes(&self) -> u64 {
+        self.head.as_ref().map_or(0, |(n, l)| fastvideo_layers::tensor_bytes(n) + fastvideo_layers::tensor_bytes(l))
     }
 
     /// The architecture.

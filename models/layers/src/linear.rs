@@ -42,6 +42,17 @@ pub fn tensor_bytes(t: &Tensor) -> u64 {
 }
 
 impl Linear {
+    /// Another handle to the same weights (nothing copied): for a second model built on weights
+    /// this one holds (an omni model's reasoner on its text pathway).
+    pub fn share(&self) -> Self {
+        Self {
+            weight: self.weight.shallow_clone(),
+            bias: self.bias.as_ref().map(Tensor::shallow_clone),
+            parts: self.parts.clone(),
+            fp8_scale: self.fp8_scale.as_ref().map(Tensor::shallow_clone),
+        }
+    }
+
     /// Bytes its weight, bias and scales hold on the device.
     pub fn bytes(&self) -> u64 {
         [Some(&self.weight), self.bias.as_ref(), self.fp8_scale.as_ref()].into_iter().flatten().map(tensor_bytes).sum()

@@ -55,6 +55,19 @@ impl Attention {
         })
     }
 
+    /// From a fused q/k/v linear and an output linear another model holds (shared), with
+    /// Qwen3's per-head norms of q and k.
+    pub(crate) fn from_parts(qkv_proj: Linear, o_proj: Linear, qk_norm: RmsNorm, c: &QwenConfig) -> Self {
+        Self {
+            qkv_proj,
+            o_proj,
+            qk_norm: Some(qk_norm),
+            heads: c.num_attention_heads,
+            kv_heads: c.num_key_value_heads,
+            head_dim: c.head_dim,
+        }
+    }
+
     /// q, k, v `[B, heads, T, D]` of `x [B, T, C]`: projected, q and k normalised per head
     /// (Qwen3) and rotated by `rope` (tables `[T, D]`, or `[B, 1, T, D]` per row). Views into
     /// the projection's and the rotation's outputs.

@@ -64,6 +64,13 @@ impl LanguageModel {
         Ok(Self { model, tokenizer: Arc::new(tokenizer), stop, device })
     }
 
+    /// A language model from a decoder built elsewhere (an omni model's reasoner on its own
+    /// weights), its tokenizer and the tokens that end a reply.
+    pub fn from_parts(model: Arc<QwenForCausalLM>, tokenizer: Arc<ChatTokenizer>, stop: Vec<i64>) -> Self {
+        let device = model.device();
+        Self { model, tokenizer, stop, device }
+    }
+
     /// Token ids that end a generation: the tokenizer's EOS and `generation_config.json`'s.
     pub fn stop_tokens(&self) -> &[i64] {
         &self.stop

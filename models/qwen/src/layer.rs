@@ -31,6 +31,20 @@ impl DecoderLayer {
         })
     }
 
+    /// A layer on weights another model holds (see [`crate::shared`]).
+    pub(crate) fn from_shared(l: crate::shared::SharedLayer, c: &QwenConfig) -> Self {
+        let eps = c.rms_norm_eps;
+        let norm = |w: Tensor, heads: i64| (RmsNorm::from_weight(w, eps), heads);
+        let qk_norm =
+            RmsNorm::over_heads(&[norm(l.q_norm, c.num_attention_heads), norm(l.k_norm, c.num_key_value_heads)]);
+        Self {
+            input_layernorm: RmsNorm::from_weight(l.input_layernorm, eps),
+            self_attn: Attention::from_parts(l.qkv, l.o, qk_norm, c),
+            post_attention_layernorm: RmsNorm::from_weight(l.post_attention_layernorm, eps),
+            mlp: Mlp::from_parts(l.gate_up, l.down, c.intermediate_size),
+        }
+    }
+
     /// The feed-forward half, added into `h`.
     fn mlp(&self, h: Tensor) -> Tensor {
         self.mlp.forward_add(&h, &self.post_attention_layernorm.forward(&h));

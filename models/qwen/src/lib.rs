@@ -22,6 +22,7 @@ pub mod model;
 pub mod rms_norm;
 pub mod rope;
 pub mod serving;
+pub mod shared;
 
 pub use chat::{ChatTokenizer, Message};
 pub use config::QwenConfig;

@@ -24,6 +24,11 @@ impl Mlp {
         })
     }
 
+    /// From fused gate-and-up and down linears another model holds (shared, not copied).
+    pub(crate) fn from_parts(gate_up: Linear, down: Linear, inner: i64) -> Self {
+        Self { gate_up, down, inner }
+    }
+
     fn hidden(&self, x: &Tensor) -> Tensor {
         let gu = self.gate_up.forward(x);
         gu.narrow(-1, 0, self.inner).silu() * gu.narrow(-1, self.inner, self.inner)

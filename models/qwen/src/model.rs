@@ -58,6 +58,31 @@ impl QwenForCausalLM {
         Ok(Self { config, embed_tokens, layers, norm, lm_head, rope, kind, graphs })
     }
 
+    /// A Qwen3 decoder on weights another model already holds (an omni model's text pathway):
+    /// the tensors are shared, not copied; only the per-head q/k norm tables are new (a few KiB).
+    pub fn from_shared(config: QwenConfig, w: crate::shared::SharedWeights, kind: Kind) -> Self {
+        let device = w.embed_tokens.device();
+        let eps = config.rms_norm_eps;
+        let layers = w.layers.into_iter().map(|l| DecoderLayer::from_shared(l, &config)).collect();
+        let rope = Rope::new(config.head_dim, config.rope_theta, device);
+        Self {
+            embed_tokens: w.embed_tokens,
+            layers,
+            norm: RmsNorm::from_weight(w.norm, eps),
+            lm_head: w.lm_head,
+            rope,
+            kind,
+            graphs: DecodeGraphs::for_device(device),
+            config,
+        }
+    }
+
+    /// Address of the token embedding's storage: tests check that a shared decoder holds no
+    /// copy of its owner's weights.
+    pub fn embed_tokens_ptr(&self) -> *mut std::ffi::c_void {
+        self.embed_tokens.data_ptr()
+    }
+
     /// A fresh contiguous cache for this model.
     pub fn cache(&self) -> ContiguousKv {
         ContiguousKv::new(self.layers.len())

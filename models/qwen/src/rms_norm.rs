@@ -19,6 +19,11 @@ impl RmsNorm {
         Ok(Self { weight: w.get("weight", &[dim])?, eps })
     }
 
+    /// A norm of `weight` (held elsewhere too: not copied).
+    pub(crate) fn from_weight(weight: Tensor, eps: f64) -> Self {
+        Self { weight, eps }
+    }
+
     /// Per-head norms of several head groups as one norm over `[.., Σ heads, dim]`: each norm's
     /// weight repeated over its group's heads, so q and k normalise in one launch, not two.
     pub fn over_heads(groups: &[(RmsNorm, i64)]) -> Self {

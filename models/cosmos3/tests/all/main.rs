@@ -3,5 +3,6 @@
 mod actions;
 mod common;
 mod pipeline;
+mod reasoner;
 mod sound;
 mod transformer;
