@@ -177,7 +177,11 @@ pub(crate) fn build_engine_with(cfg: &ServeConfig, deploy: Option<Arc<Deployment
         metric_hooks,
         ..describe(cfg, &location, &primary, &engine_cfg, world.as_ref().map(|w| w.dir.clone()))
     };
-    let lm = crate::lm::language_model(&cfg.lm, &cfg.model, device, &metrics)?;
+    // A separate language model (--lm), else the reasoner of an omni model on its own weights.
+    let lm = match crate::lm::language_model(&cfg.lm, &cfg.model, device, &metrics)? {
+        Some(lm) => Some(lm),
+        None => crate::lm::beside(primary.loaded.as_ref(), &location.name, device, &metrics),
+    };
     let chat = lm.as_ref().map(|l| (l.id.clone(), l.codec.clone()));
     let mut prompt_warnings = BTreeMap::from([(location.name.clone(), primary.warnings)]);
     let mut extra = Vec::new();

@@ -52,3 +52,33 @@ pub fn language_model(
     };
     Ok(Some(ServedLm { model, id, codec: chat.codec }))
 }
+
+/// The chat a generation model serves beside its pipeline on the same weights (an omni
+/// model's reasoner), as one more engine model named `<name>-reasoner`; `None` when it has
+/// none.
+pub fn beside(
+    loaded: &dyn fastvideo_models::LoadedModel,
+    name: &str,
+    device: Device,
+    metrics: &fastvideo_engine::Metrics,
+) -> Option<ServedLm> {
+    let chat = loaded.chat()?;
+    let beside = chat.beside?;
+    metrics.watch_kv_pool(&chat.kv_pool);
+    let check = chat.check.clone();
+    let id = format!("{name}-reasoner");
+    let model = EngineModel {
+        id: id.clone(),
+        limits: beside.limits,
+        spec: beside.spec,
+        device,
+        check: Box::new(move |r| check(r)),
+        // One position a step, as a language model's.
+        work: Arc::new(|_| 1),
+        classify: |_| "pipeline_failed",
+        weights: None,
+        adapters: None,
+        residency: None,
+    };
+    Some(ServedLm { model, id, codec: chat.codec })
+}

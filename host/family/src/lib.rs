@@ -22,8 +22,8 @@ mod rewriter;
 pub use architecture::{architecture_of, Architecture};
 pub use context::{LoadContext, ModelKind, SleepTier};
 pub use loaded::{
-    missing, Autoencoder, Capability, ChatServing, DrawFrame, LoadSummary, LoadedModel, RequestCheck, SessionOptions,
-    UnknownWords, WeightSource,
+    missing, Autoencoder, Capability, ChatPipeline, ChatServing, DrawFrame, LoadSummary, LoadedModel, RequestCheck,
+    SessionOptions, UnknownWords, WeightSource,
 };
 pub use registry::{Family, Registry};
 pub use rewriter::PromptRewriter;

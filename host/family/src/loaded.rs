@@ -102,6 +102,17 @@ pub struct ChatServing {
     pub kv_pool: Arc<KvBlockPool>,
     /// Refuses what could never run (e.g. more positions than the pool holds).
     pub check: RequestCheck,
+    /// A chat served beside the model's generation pipeline, on the same weights (an omni
+    /// model's reasoner); `None` when the model's own pipeline is the chat (a language model).
+    pub beside: Option<ChatPipeline>,
+}
+
+/// The pipeline and rules of a chat served beside a generation model.
+pub struct ChatPipeline {
+    /// The chat pipeline (tokenize, the decode loop on `kv_pool`).
+    pub spec: Arc<PipelineSpec>,
+    /// What a chat request to it may ask.
+    pub limits: ModelLimits,
 }
 
 /// A model's pixel autoencoder on its own: what a VAE round trip (`eval --vae-roundtrip`, the

@@ -79,6 +79,9 @@ pub struct VideoObject {
     /// The prompt the model was given, when the request asked for `prompt_extend`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub extended_prompt: Option<String>,
+    /// The actions an action model predicted (policy, inverse dynamics), `[steps][width]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<Vec<Vec<f32>>>,
     /// Where the job's end is announced, and how that went; absent without a `webhook`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub webhook: Option<crate::webhooks::WebhookStatus>,
@@ -123,6 +126,7 @@ impl VideoObject {
             webhook: None,
             warnings: Vec::new(),
             extended_prompt: None,
+            action: None,
         }
     }
 
@@ -162,6 +166,7 @@ pub(crate) mod tests {
             webhook: None,
             warnings: Vec::new(),
             extended_prompt: None,
+            action: None,
         }
     }
 }

@@ -4,11 +4,13 @@
 
 use std::any::Any;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use anyhow::{ensure, Result};
-use fastvideo_family::{Family, LoadContext, LoadSummary, LoadedModel, ModelKind};
+use fastvideo_family::{ChatPipeline, ChatServing, Family, LoadContext, LoadSummary, LoadedModel, ModelKind};
+use fastvideo_pipeline::token::KvBlockPool;
 use fastvideo_pipeline::{LoopPolicies, PipelineSpec, WorkCount};
+use fastvideo_qwen::LanguageModel;
 use fastvideo_request::ModelLimits;
 use fastvideo_torch::Precision;
 use tch::Kind;
@@ -60,7 +62,16 @@ impl Family for Cosmos3 {
             note: None,
         };
         let spec = Arc::new(crate::pipeline::spec(&model)?);
-        Ok(Box::new(LoadedCosmos3 { model, spec, summary }))
+        // The reasoner on the same tensors (its pool is made when a server first serves chats).
+        let reasoner = crate::reasoner::reasoner(&model.transformer, &model.prompts)?;
+        Ok(Box::new(LoadedCosmos3 {
+            model,
+            spec,
+            summary,
+            reasoner,
+            kv_bytes: ctx.kv_cache_bytes,
+            chat: OnceLock::new(),
+        }))
     }
 }
 
@@ -70,6 +81,13 @@ pub struct LoadedCosmos3 {
     pub model: Cosmos3Model,
     spec: Arc<PipelineSpec>,
     summary: LoadSummary,
+    /// The reasoner on the transformer's tensors (Nano/Super layouts).
+    reasoner: Option<LanguageModel>,
+    /// The key/value budget its chats may use at most.
+    kv_bytes: u64,
+    /// Its key/value pool and chat pipeline, made at the first `chat()`: a `generate` run
+    /// never pays for them.
+    chat: OnceLock<(Arc<KvBlockPool>, Arc<PipelineSpec>)>,
 }
 
 impl LoadedModel for LoadedCosmos3 {
@@ -99,8 +117,24 @@ impl LoadedModel for LoadedCosmos3 {
     }
 
     fn resident_bytes(&self) -> u64 {
+        // One copy for both loops: the text pathway counted once, plus the reasoner's head.
         let (und, gen) = self.model.transformer.bytes();
-        und + gen
+        und + gen + self.model.transformer.head_bytes()
+    }
+
+    /// The reasoner's chats, beside the generation pipeline on the same weights.
+    fn chat(&self) -> Option<ChatServing> {
+        let lm = self.reasoner.as_ref()?;
+        let (pool, spec) = self.chat.get_or_init(|| {
+            // At most four chats of the whole context; the deploy's budget caps it.
+            let shape = lm.model.kv_shape();
+            let per_position = 2 * shape.layers as u64 * (shape.kv_heads * shape.head_dim) as u64 * 2;
+            let bytes = self.kv_bytes.min(per_position * crate::reasoner::MAX_POSITIONS as u64 * 4);
+            let (spec, pool) = fastvideo_qwen::serving::chat_pipeline(lm, bytes).expect("the chat graph is valid");
+            (pool, Arc::new(spec))
+        });
+        let beside = ChatPipeline { spec: spec.clone(), limits: fastvideo_qwen::serving::chat_limits(lm) };
+        Some(fastvideo_qwen::serving::chat_serving(lm, pool, Some(beside)))
     }
 
     fn as_any(&self) -> &dyn Any {

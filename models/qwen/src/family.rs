@@ -8,13 +8,13 @@ use std::sync::Arc;
 
 use anyhow::Result;
 use fastvideo_family::{ChatServing, Family, LoadContext, LoadSummary, LoadedModel, ModelKind, PromptRewriter};
-use fastvideo_pipeline::token::{check_decode, KvBlockPool};
+use fastvideo_pipeline::token::KvBlockPool;
 use fastvideo_pipeline::{LoopPolicies, PipelineSpec, WorkCount};
-use fastvideo_request::{ModelLimits, RequestError, ResolvedRequest};
+use fastvideo_request::ModelLimits;
 use fastvideo_torch::Precision;
 use tch::Kind;
 
-use crate::serving::{chat_limits, chat_pipeline, DECODE_NODE};
+use crate::serving::{chat_limits, chat_pipeline};
 use crate::LanguageModel;
 
 /// Qwen3 and Qwen2.5 causal language models.
@@ -98,26 +98,7 @@ impl LoadedModel for LoadedQwen {
     }
 
     fn chat(&self) -> Option<ChatServing> {
-        // A request that could never fit the pool is refused at admission, naming max_tokens.
-        let capacity = self.pool.blocks() as i64 * self.pool.block_size();
-        let tokenizer = self.lm.tokenizer.clone();
-        let check = move |r: &ResolvedRequest| -> Result<(), RequestError> {
-            check_decode(r, DECODE_NODE, "")?;
-            let max_tokens = r.node_params.get(DECODE_NODE).and_then(|v| v.get("max_tokens")).and_then(|v| v.as_i64());
-            let prompt = tokenizer.encode(&r.prompt).map(|ids| ids.len() as i64).unwrap_or(0);
-            let need = prompt + max_tokens.unwrap_or(256);
-            if need > capacity {
-                return Err(RequestError::new(
-                    "max_tokens",
-                    format!(
-                        "{need} positions (prompt and max_tokens) exceed the key/value cache's {capacity} \
-                         (--lm-kv-cache)"
-                    ),
-                ));
-            }
-            Ok(())
-        };
-        Some(ChatServing { codec: self.lm.tokenizer.clone(), kv_pool: self.pool.clone(), check: Arc::new(check) })
+        Some(crate::serving::chat_serving(&self.lm, &self.pool, None))
     }
 
     fn as_any(&self) -> &dyn Any {

@@ -6,10 +6,10 @@
 use std::sync::Arc;
 
 use anyhow::Result;
-use fastvideo_pipeline::token::{ARDecodeLoop, KvBlockPool};
+use fastvideo_pipeline::token::{check_decode, ARDecodeLoop, KvBlockPool};
 use fastvideo_pipeline::{Node, NodeCtx, PipelineSpec, Stage, Value, Values};
 use fastvideo_request::chat::ChatCodec;
-use fastvideo_request::{Defaults, ModelLimits, RequestError, SamplerKind, TaskType};
+use fastvideo_request::{Defaults, ModelLimits, RequestError, ResolvedRequest, SamplerKind, TaskType};
 use tch::Tensor;
 
 use crate::chat::parse_messages;
@@ -47,6 +47,34 @@ pub fn chat_pipeline(lm: &LanguageModel, kv_budget_bytes: u64) -> Result<(Pipeli
         Node::looped(DECODE_NODE, Arc::new(decode), &["prompt_tokens"], &["tokens"]),
     ];
     Ok((PipelineSpec::new("chat", vec![TaskType::Text], nodes, &[], "tokens")?, pool))
+}
+
+/// The chat face of `lm` on `pool`: its codec and an admission check that refuses a request
+/// that could never fit the pool (naming max_tokens); `beside` when it is served next to a
+/// generation model's pipeline.
+pub fn chat_serving(
+    lm: &LanguageModel,
+    pool: &Arc<KvBlockPool>,
+    beside: Option<fastvideo_family::ChatPipeline>,
+) -> fastvideo_family::ChatServing {
+    let capacity = pool.blocks() as i64 * pool.block_size();
+    let tokenizer = lm.tokenizer.clone();
+    let check = move |r: &ResolvedRequest| -> Result<(), RequestError> {
+        check_decode(r, DECODE_NODE, "")?;
+        let max_tokens = r.node_params.get(DECODE_NODE).and_then(|v| v.get("max_tokens")).and_then(|v| v.as_i64());
+        let prompt = tokenizer.encode(&r.prompt).map(|ids| ids.len() as i64).unwrap_or(0);
+        let need = prompt + max_tokens.unwrap_or(256);
+        if need > capacity {
+            return Err(RequestError::new(
+                "max_tokens",
+                format!(
+                    "{need} positions (prompt and max_tokens) exceed the key/value cache's {capacity} (--lm-kv-cache)"
+                ),
+            ));
+        }
+        Ok(())
+    };
+    fastvideo_family::ChatServing { codec: lm.tokenizer.clone(), kv_pool: pool.clone(), check: Arc::new(check), beside }
 }
 
 /// What a text request to this model may ask: `num_inference_steps` is the most tokens (prompt

@@ -11,6 +11,7 @@ mod cli;
 mod comfyui;
 mod comfyui_i2v;
 mod common;
+mod cosmos3;
 mod default_model;
 mod image_to_video;
 mod lora;

@@ -53,7 +53,14 @@ impl Jobs {
         if let Ok(out) = &result {
             // Recorded before the MP4 is kept, so the stored record has it too.
             let extended = out.extended_prompt.clone();
-            self.with(&id, |j| j.video.extended_prompt = extended);
+            let action = out.actions().filter(|a| a.shape.len() == 2).map(|a| {
+                let width = a.shape[1].max(1) as usize;
+                a.data.chunks(width).map(<[f32]>::to_vec).collect()
+            });
+            self.with(&id, |j| {
+                j.video.extended_prompt = extended;
+                j.video.action = action;
+            });
         }
         let result = match result {
             Ok(out) => match out.video().cloned() {

@@ -92,6 +92,12 @@ pub struct CreateParams {
     pub generate_sound: Option<bool>,
     /// A causal job (`model` the served world model): one action per chunk after the first.
     pub actions: Option<Vec<String>>,
+    /// An action model's conditioning (diffusers' `CosmosActionCondition` fields: `mode` —
+    /// `policy`, `forward_dynamics` or `inverse_dynamics`; `domain_name`, `chunk_size`,
+    /// `resolution_tier`, `view_point`, `raw_actions`), with `input_reference` or `video` as
+    /// its clip. Without `mode`: forward dynamics with `raw_actions`, inverse with a `video`,
+    /// else policy.
+    pub action: Option<serde_json::Value>,
     /// Parameters for plugins the deploy enabled, keyed by plugin name.
     #[serde(default)]
     pub plugin_params: BTreeMap<String, serde_json::Value>,
@@ -369,6 +375,16 @@ impl CreateParams {
             r.task = TaskType::V2v;
             r.inputs.push(InputPart::Video { path: None, b64: Some(b64.into_owned()) });
         }
+        if let Some(v) = &self.action {
+            let (mode, condition) = action_condition(v)?;
+            r.task = match mode {
+                Some(m) => m,
+                None if condition.raw_actions.is_some() => TaskType::ForwardDynamics,
+                None if self.video.is_some() => TaskType::InverseDynamics,
+                None => TaskType::Policy,
+            };
+            r.diffusion.action = Some(condition);
+        }
         if task == TaskType::T2i && r.task != TaskType::T2i {
             return Err(ApiError::field("input_reference", "images take no input_reference or video here"));
         }
@@ -495,3 +511,26 @@ fn frames_for_seconds(s: &SecondsValue, fps: u32, limits: &ModelLimits) -> Resul
 
 #[cfg(test)]
 mod tests;
+
+/// `action`: its `mode` (an action task) and the rest as the request plane's condition; errors
+/// name `action.<field>`.
+fn action_condition(v: &serde_json::Value) -> Result<(Option<TaskType>, fastvideo_request::ActionCondition), ApiError> {
+    let mut v = v.clone();
+    let Some(map) = v.as_object_mut() else {
+        return Err(ApiError::field("action", "action: must be an object (domain_name, chunk_size, ...)"));
+    };
+    let mode = match map.remove("mode") {
+        None | Some(serde_json::Value::Null) => None,
+        Some(m) => match serde_json::from_value::<TaskType>(m.clone()) {
+            Ok(t) if fastvideo_request::is_action_task(t) => Some(t),
+            _ => {
+                return Err(ApiError::field(
+                    "action",
+                    format!("action.mode: {m} is not policy, forward_dynamics or inverse_dynamics"),
+                ))
+            }
+        },
+    };
+    let condition = serde_json::from_value(v).map_err(|e| ApiError::field("action", format!("action: {e}")))?;
+    Ok((mode, condition))
+}
