@@ -67,7 +67,11 @@ pub(crate) fn served(
         anyhow::bail!("models `{name}`: lazy (--lazy-model) needs a model with one transformer and no FP8 linears");
     }
     let binding = Binding::of(deploy, name);
-    let extender = cfg.model.load_extender(dir, device).with_context(what)?;
+    // A named or bundled extender, else the model's own reasoner (omni models).
+    let extender = match cfg.model.load_extender(dir, device).with_context(what)? {
+        Some(e) => Some(e),
+        None => loaded.rewriter(),
+    };
     let policies = crate::extend::with_extender(binding.policies.clone(), extender.as_deref());
     let spec = loaded.pipeline(policies.clone())?;
     let adapters = adapter_cache(&spec, &sources, &cfg.adapters)?;

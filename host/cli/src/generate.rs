@@ -300,13 +300,6 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         None => fastvideo_assembly::default_model()?,
     };
     let model_config = args.precision.model_config();
-    if args.extend_prompt && model_config.extender_dir(&model_dir).is_none() {
-        bail!(
-            "--extend-prompt: {} has no prompt extender (a `{}/` folder in the model, or --prompt-extender DIR)",
-            model_dir.display(),
-            fastvideo_assembly::EXTENDER_FOLDER
-        );
-    }
     let t0 = Instant::now();
     let mut load_config = model_config.clone();
     args.parallel.apply(&mut load_config);
@@ -322,11 +315,22 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         bail!("--audio-out: {} makes no sound", model_dir.display());
     }
     let req = omni.resolve(&limits, fastvideo_request::random_seed)?;
-    // Loaded only to run; whether the model has one is enough for the hint below.
+    // Loaded only to run; whether the model has one is enough for the hint below. An omni
+    // model rewrites with its own reasoner when no extender folder is named.
     let extender = match args.extend_prompt {
-        true => model_config.load_extender(&model_dir, device)?,
+        true => match model_config.load_extender(&model_dir, device)? {
+            Some(e) => Some(e),
+            None => model.rewriter(),
+        },
         false => None,
     };
+    if args.extend_prompt && extender.is_none() {
+        bail!(
+            "--extend-prompt: {} has no prompt extender (a `{}/` folder in the model, or --prompt-extender DIR)",
+            model_dir.display(),
+            fastvideo_assembly::EXTENDER_FOLDER
+        );
+    }
     if !args.extend_prompt {
         warn_unknown_words(model.as_ref(), &req.prompt, model_config.extender_dir(&model_dir).is_some());
     }

@@ -214,6 +214,12 @@ pub trait LoadedModel: Send + Sync {
         None
     }
 
+    /// A prompt rewriter on the model's own weights (an omni model's reasoner), used for
+    /// `prompt_extend` when the deploy names no separate extender.
+    fn rewriter(&self) -> Option<Arc<dyn crate::PromptRewriter>> {
+        None
+    }
+
     /// Its pixel autoencoder, for tools that measure it alone.
     fn autoencoder(&self) -> Option<&dyn Autoencoder> {
         None

@@ -99,9 +99,21 @@ impl LoadedModel for LoadedCosmos3 {
         self.model.limits()
     }
 
-    /// The omni pipeline (its guidance is the pipeline's own: one scale for every modality).
-    fn pipeline(&self, _policies: LoopPolicies) -> Result<Arc<PipelineSpec>> {
-        Ok(self.spec.clone())
+    /// The omni pipeline (its guidance is the pipeline's own: one scale for every modality),
+    /// after the deploy's prompt stages (the rewrite of `prompt_extend`) when it has any.
+    fn pipeline(&self, policies: LoopPolicies) -> Result<Arc<PipelineSpec>> {
+        match policies.text_stages.is_empty() {
+            true => Ok(self.spec.clone()),
+            false => Ok(Arc::new(crate::pipeline::spec_with(&self.model, policies.text_stages)?)),
+        }
+    }
+
+    /// The reasoner rewrites prompts for `prompt_extend`: both loops on the same weights, each
+    /// step visible to the scheduler.
+    fn rewriter(&self) -> Option<Arc<dyn fastvideo_family::PromptRewriter>> {
+        let lm = self.reasoner.as_ref()?;
+        let lm = LanguageModel::from_parts(lm.model.clone(), lm.tokenizer.clone(), lm.stop_tokens().to_vec());
+        Some(Arc::new(fastvideo_qwen::PromptExtender { lm, system: Some(crate::reasoner::REWRITE_SYSTEM.into()) }))
     }
 
     /// Generation tokens a step: what one forward's cost grows with (the prompt is computed

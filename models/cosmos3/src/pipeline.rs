@@ -108,8 +108,15 @@ impl Stage for SoundDecode {
     }
 }
 
-/// The spec of a loaded folder: text to video and text to image (sound when asked).
+/// The spec of a loaded folder: text, picture and video to video, text to image, the action
+/// tasks (sound when asked).
 pub fn spec(model: &Cosmos3Model) -> Result<PipelineSpec> {
+    spec_with(model, Vec::new())
+}
+
+/// [`spec`] after `text_stages` (a prompt rewrite: they write `EXTENDED_PROMPT`, which the
+/// prompt's tokenization reads in place of the request's prompt).
+pub fn spec_with(model: &Cosmos3Model, text_stages: Vec<Node>) -> Result<PipelineSpec> {
     let denoise = OmniDenoise {
         model: Arc::clone(&model.transformer),
         schedule: model.schedule.clone(),
@@ -120,7 +127,8 @@ pub fn spec(model: &Cosmos3Model) -> Result<PipelineSpec> {
     if action_dim > 0 {
         conditioned.extend([TaskType::Policy, TaskType::ForwardDynamics, TaskType::InverseDynamics]);
     }
-    let mut nodes = vec![
+    let mut nodes = text_stages;
+    nodes.extend([
         Node::stage(
             "prompt_ids",
             Arc::new(PromptIds { prompts: Arc::clone(&model.prompts) }),
@@ -137,7 +145,7 @@ pub fn spec(model: &Cosmos3Model) -> Result<PipelineSpec> {
         Node::looped("denoise", Arc::new(denoise), &[PROMPT_IDS], &[LATENTS, SOUND_LATENTS, ACTION_LATENTS]),
         Node::stage("vae_decode", Arc::new(VaeDecode { vae: Arc::clone(&model.vae) }), &[LATENTS], &[FRAMES]),
         Node::stage("assemble", Arc::new(Assemble), &[FRAMES], &[VIDEO]),
-    ];
+    ]);
     if let Some(tokenizer) = &model.sound {
         nodes.push(Node::stage(
             "sound_decode",

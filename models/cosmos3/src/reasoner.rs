@@ -12,6 +12,12 @@ use fastvideo_qwen::{LanguageModel, QwenForCausalLM};
 use crate::prompt::PromptBuilder;
 use crate::transformer::Cosmos3Transformer;
 
+/// The system turn of a prompt rewrite (`prompt_extend`): the reasoner expands a short prompt
+/// into the detailed description the generation pathway was trained on.
+pub const REWRITE_SYSTEM: &str =
+    "You expand a short video prompt into one detailed paragraph describing the subjects, \
+their motion, the setting, the lighting and the camera. Answer with the paragraph only.";
+
 /// Positions a chat may use: the published model's context (its rope is not scaled).
 pub const MAX_POSITIONS: i64 = 32_768;
 
