@@ -4,6 +4,7 @@
 mod action_args;
 mod args;
 mod bench;
+mod bench_cosmos3;
 mod bench_lm;
 mod bench_lora;
 mod bench_parallel;
@@ -51,6 +52,8 @@ enum Command {
     BenchLora(bench_lora::BenchLoraArgs),
     /// Time a language model: time to first token and decode tokens/s at several batch sizes.
     BenchLm(bench_lm::BenchLmArgs),
+    /// Time the Cosmos3 transformer at a real shape with random weights (prefix cache on and off).
+    BenchCosmos3(bench_cosmos3::BenchCosmos3Args),
     /// Roll out the world model under a list of actions and write the MP4.
     World(world::WorldArgs),
     /// One chat completion from a language-model folder (Qwen3, Qwen2.5), streamed to stdout.
@@ -87,6 +90,7 @@ fn main() -> ExitCode {
         Command::Lora(cmd) => lora::run(cmd),
         Command::BenchLora(args) => bench_lora::run(args),
         Command::BenchLm(args) => bench_lm::run(args),
+        Command::BenchCosmos3(args) => bench_cosmos3::run(args),
         Command::Dataset(args) => dataset::run(args),
         Command::World(args) => world::run(args),
         Command::Chat(args) => chat::run(args),

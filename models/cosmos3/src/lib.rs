@@ -8,6 +8,7 @@
 
 pub mod action;
 mod attention;
+pub mod bench;
 pub mod condition;
 pub mod config;
 pub mod embed;

@@ -21,12 +21,9 @@ their motion, the setting, the lighting and the camera. Answer with the paragrap
 /// Positions a chat may use: the published model's context (its rope is not scaled).
 pub const MAX_POSITIONS: i64 = 32_768;
 
-/// The reasoner on `t`'s weights with the folder's tokenizer; `None` for layouts whose text
-/// pathway is not a Qwen3 decoder (Edge) or checkpoints without an LM head.
-pub fn reasoner(t: &Cosmos3Transformer, prompts: &PromptBuilder) -> Result<Option<LanguageModel>> {
-    let Some(weights) = t.text_weights() else { return Ok(None) };
-    let c = t.config();
-    let config = QwenConfig {
+/// The Qwen3 configuration of the text pathway of `c` (`eos`: the end-of-turn token).
+pub fn qwen_config(c: &crate::Cosmos3Config, eos: i64) -> QwenConfig {
+    QwenConfig {
         family: Family::Qwen3,
         vocab_size: c.vocab_size,
         hidden_size: c.hidden_size,
@@ -40,8 +37,16 @@ pub fn reasoner(t: &Cosmos3Transformer, prompts: &PromptBuilder) -> Result<Optio
         max_position_embeddings: MAX_POSITIONS,
         tie_word_embeddings: false,
         qkv_bias: c.attention_bias,
-        eos_token_ids: vec![prompts.eos()],
-    };
+        eos_token_ids: vec![eos],
+    }
+}
+
+/// The reasoner on `t`'s weights with the folder's tokenizer; `None` for layouts whose text
+/// pathway is not a Qwen3 decoder (Edge) or checkpoints without an LM head.
+pub fn reasoner(t: &Cosmos3Transformer, prompts: &PromptBuilder) -> Result<Option<LanguageModel>> {
+    let Some(weights) = t.text_weights() else { return Ok(None) };
+    let c = t.config();
+    let config = qwen_config(c, prompts.eos());
     anyhow::ensure!(!c.attention_bias, "Cosmos3 reasoner: attention biases are not a Qwen3 layout");
     let model = QwenForCausalLM::from_shared(config, weights, t.kind());
     let lm = LanguageModel::from_parts(Arc::new(model), Arc::clone(prompts.chat()), vec![prompts.eos()]);

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Cosmos3-Nano at a published shape with random weights, one call: `fastvideo bench-cosmos3`
+# (the prompt's pass, a forward, a CFG step with and without the prefix cache, memory, the
+# reasoner's decode on the same weights), then diffusers' Cosmos3OmniTransformer eager and with
+# regional torch.compile on the same shapes. Figures into $OUT. Carry .gpu-pack/fastvideo.xz and
+# .gpu-pack/site.tar.xz (pack_site.sh; diffusers 0.42.1).
+#   env  FRAMES=61 HEIGHT=720 WIDTH=1280 RUNS=3 NO_COMPILE=
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
+OUT="${OUT:-/tmp/out}"
+mkdir -p "$OUT"
+# shellcheck source=host/scripts/gpu/torch_env.sh
+source host/scripts/gpu/torch_env.sh
+CFG=host/scripts/gpu/cosmos3_nano_config.json
+shape=(--frames "${FRAMES:-61}" --height "${HEIGHT:-720}" --width "${WIDTH:-1280}" --runs "${RUNS:-3}")
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+"$BIN" bench-cosmos3 --config "$CFG" "${shape[@]}" --decode-steps 32 --dtype bf16 >"$OUT/ours.json"
+python3 - "$OUT/ours.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+print(f"ours: {r['gen_tokens']} tokens/branch, prefix {r['prefix_s']*1e3:.1f} ms, forward {r['forward_s']*1e3:.1f} ms, "
+      f"CFG step {r['step_cached_s']*1e3:.1f} ms cached / {r['step_uncached_s']*1e3:.1f} ms uncached, "
+      f"peak {r['peak_allocated_bytes']/2**30:.1f} GiB")
+if r.get("reasoner"):
+    d = r["reasoner"]["decode"]
+    print("reasoner: ttft {:.1f} ms; ".format(r["reasoner"]["ttft_s"]*1e3) + ", ".join(f"B={x['batch']} {x['tokens_per_s']:.0f} tok/s" for x in d))
+PY
+python3 host/scripts/gpu/diffusers_cosmos3_bench.py "$CFG" "${shape[@]}" ${NO_COMPILE:+--no-compile} \
+  2>"$OUT/diffusers.err" | tee "$OUT/diffusers.txt"
