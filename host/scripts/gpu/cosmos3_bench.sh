@@ -2,8 +2,10 @@
 # Cosmos3-Nano at a published shape with random weights, one call: `fastvideo bench-cosmos3`
 # (the prompt's pass, a forward, a CFG step with and without the prefix cache, memory, the
 # reasoner's decode on the same weights), then diffusers' Cosmos3OmniTransformer eager and with
-# regional torch.compile on the same shapes. Figures into $OUT. Carry .gpu-pack/fastvideo.xz and
-# .gpu-pack/site.tar.xz (pack_site.sh; diffusers 0.42.1).
+# regional torch.compile on the same shapes. Figures into $OUT. Carry .gpu-pack/cosmos3_bench.xz
+# (the bench alone: `cargo build --release -p fastvideo-cosmos3 --example cosmos3_bench`, stripped,
+# xz; the full CLI's `fastvideo bench-cosmos3` is the same code) and .gpu-pack/site.tar.xz
+# (fetch_wheels.sh, pack_site.sh; diffusers 0.42.1).
 #   env  FRAMES=61 HEIGHT=720 WIDTH=1280 RUNS=3 NO_COMPILE=
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
@@ -14,7 +16,11 @@ source host/scripts/gpu/torch_env.sh
 CFG=host/scripts/gpu/cosmos3_nano_config.json
 shape=(--frames "${FRAMES:-61}" --height "${HEIGHT:-720}" --width "${WIDTH:-1280}" --runs "${RUNS:-3}")
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
-"$BIN" bench-cosmos3 --config "$CFG" "${shape[@]}" --decode-steps 32 --dtype bf16 >"$OUT/ours.json"
+BENCH=.gpu/cosmos3_bench
+if [ -f .gpu-pack/cosmos3_bench.xz ]; then
+  mkdir -p .gpu && xz -dc .gpu-pack/cosmos3_bench.xz >"$BENCH" && chmod +x "$BENCH"
+fi
+"$BENCH" "$CFG" "${FRAMES:-61}" "${HEIGHT:-720}" "${WIDTH:-1280}" "${RUNS:-3}" 32 cuda >"$OUT/ours.json"
 python3 - "$OUT/ours.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))

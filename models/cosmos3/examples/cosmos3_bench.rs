@@ -1,20 +1,20 @@
 //! `fastvideo bench-cosmos3` as a small binary of its own, for GPU-machine calls whose carried
 //! files must stay small (the CLI links the server, WebRTC and wasm as well):
 //!
-//!     cosmos3_bench CONFIG FRAMES HEIGHT WIDTH RUNS DECODE_STEPS [cpu|cuda] [NO_SOUND]
+//!     cosmos3_bench CONFIG FRAMES HEIGHT WIDTH RUNS DECODE_STEPS [DEVICE] [NO_SOUND]
 //!
 //! Prints the report as JSON.
 
 use anyhow::{Context, Result};
 use fastvideo_cosmos3::bench::{run, BenchOptions};
-use tch::{Device, Kind};
+use tch::Kind;
 
 fn main() -> Result<()> {
     let a: Vec<String> = std::env::args().skip(1).collect();
     let num = |i: usize| -> Result<i64> { a.get(i).context("too few arguments")?.parse().context("a number") };
     let device = match a.get(6).map(String::as_str) {
-        Some("cpu") => Device::Cpu,
-        _ => Device::cuda_if_available(),
+        Some(name) => fastvideo_torch::device(name)?,
+        None => fastvideo_torch::device("auto")?,
     };
     let kind = if device.is_cuda() { Kind::BFloat16 } else { Kind::Float };
     let (frames, fps) = (num(1)?, 24.0);
