@@ -5,7 +5,8 @@
 # regional torch.compile on the same shapes. Figures into $OUT. Carry .gpu-pack/cosmos3_bench.xz
 # (the bench alone: `cargo build --release -p fastvideo-cosmos3 --example cosmos3_bench`, stripped,
 # xz; the full CLI's `fastvideo bench-cosmos3` is the same code) and .gpu-pack/site.tar.xz
-# (fetch_wheels.sh, pack_site.sh; diffusers 0.42.1).
+# (fetch_wheels.sh, pack_site.sh; diffusers 0.42.1), and .gpu-pack/libfastvideo_graph.so
+# (build_graph_shim.sh: CUDA graphs for the reasoner's decode, allocator statistics).
 #   env  FRAMES=61 HEIGHT=720 WIDTH=1280 RUNS=3 NO_COMPILE=
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
@@ -26,7 +27,7 @@ import json, sys
 r = json.load(open(sys.argv[1]))
 print(f"ours: {r['gen_tokens']} tokens/branch, prefix {r['prefix_s']*1e3:.1f} ms, forward {r['forward_s']*1e3:.1f} ms, "
       f"CFG step {r['step_cached_s']*1e3:.1f} ms cached / {r['step_uncached_s']*1e3:.1f} ms uncached, "
-      f"peak {r['peak_allocated_bytes']/2**30:.1f} GiB")
+      f"peak {(r['peak_allocated_bytes'] or 0)/2**30:.1f} GiB")
 if r.get("reasoner"):
     d = r["reasoner"]["decode"]
     print("reasoner: ttft {:.1f} ms; ".format(r["reasoner"]["ttft_s"]*1e3) + ", ".join(f"B={x['batch']} {x['tokens_per_s']:.0f} tok/s" for x in d))
