@@ -261,3 +261,57 @@ NORM_MODULATE(norm_modulate_f16_wide, Half16<false>, MAX_CHUNKS)
 RMS_ROPE(rms_rope_f32_wide, F32, MAX_CHUNKS)
 RMS_ROPE(rms_rope_bf16_wide, Half16<true>, MAX_CHUNKS)
 RMS_ROPE(rms_rope_f16_wide, Half16<false>, MAX_CHUNKS)
+
+// Per-head RMSNorm · weight, then the rotate-half rotary embedding (Qwen/Cosmos3 layout: the
+// head's first and second halves are the pairs, angles from fp32 tables `[row, head_dim / 2]`),
+// for q and k heads read in place from a fused projection. head_dim 128: sixteen threads hold one
+// head (eight values each, one half-warp), so the norm's sum and the rotation's partner values
+// move by shuffles, not shared memory. One block per token row; `heads` heads, the first
+// `q_heads` take `wq`, the rest `wk`. Computed in fp32, rounded once into the dense output.
+template <class S>
+__device__ void head_rms_rope(const typename S::T* x, long long x_stride, const typename S::T* wq,
+                              const typename S::T* wk, int q_heads, typename S::T* out, const float* cosv,
+                              const float* sinv, float eps) {
+    const int head = threadIdx.x >> 4, lane = threadIdx.x & 15;
+    const long long row = blockIdx.x;
+    const int D = 128, half = 64;
+    const int col = lane * 8;
+    float v[8];
+    S::load8(x + row * x_stride + (long long)head * D + col, v);
+    float sq = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; i++) sq += v[i] * v[i];
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, o);
+    float w[8];
+    S::load8((head < q_heads ? wq : wk) + col, w);
+    const float rstd = rsqrtf(sq / D + eps);
+#pragma unroll
+    for (int i = 0; i < 8; i++) v[i] = v[i] * rstd * w[i];
+    float p[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++) p[i] = __shfl_xor_sync(0xffffffffu, v[i], 8);
+    const int f = col % half;
+    const float4 c0 = *reinterpret_cast<const float4*>(cosv + row * half + f);
+    const float4 c1 = *reinterpret_cast<const float4*>(cosv + row * half + f + 4);
+    const float4 s0 = *reinterpret_cast<const float4*>(sinv + row * half + f);
+    const float4 s1 = *reinterpret_cast<const float4*>(sinv + row * half + f + 4);
+    const float c[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
+    const float s[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};
+    const float sign = col < half ? -1.f : 1.f;
+    float o[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++) o[i] = v[i] * c[i] + sign * p[i] * s[i];
+    S::store8(out + row * (long long)(blockDim.x >> 4) * D + (long long)head * D + col, o);
+}
+
+#define HEAD_RMS_ROPE(NAME, S)                                                                         \
+    extern "C" __global__ void NAME(const S::T* x, long long x_stride, const S::T* wq, const S::T* wk, \
+                                    int q_heads, S::T* out, const float* cosv, const float* sinv,      \
+                                    float eps) {                                                       \
+        head_rms_rope<S>(x, x_stride, wq, wk, q_heads, out, cosv, sinv, eps);                          \
+    }
+
+HEAD_RMS_ROPE(head_rms_rope_f32, F32)
+HEAD_RMS_ROPE(head_rms_rope_bf16, Half16<true>)
+HEAD_RMS_ROPE(head_rms_rope_f16, Half16<false>)

@@ -15,6 +15,7 @@ mod cublaslt;
 pub mod cuda;
 pub mod fp8;
 pub mod graph;
+pub mod head_rope;
 pub mod linear_gelu;
 mod norm;
 pub mod paged_decode;

@@ -21,7 +21,24 @@ BENCH=.gpu/cosmos3_bench
 if [ -f .gpu-pack/cosmos3_bench.xz ]; then
   mkdir -p .gpu && xz -dc .gpu-pack/cosmos3_bench.xz >"$BENCH" && chmod +x "$BENCH"
 fi
-"$BENCH" "$CFG" "${FRAMES:-61}" "${HEIGHT:-720}" "${WIDTH:-1280}" "${RUNS:-3}" 32 cuda >"$OUT/ours.json"
+args=("$CFG" "${FRAMES:-61}" "${HEIGHT:-720}" "${WIDTH:-1280}" "${RUNS:-3}")
+COSMOS3_BENCH_DUMP=/tmp/pred_fused.safetensors "$BENCH" "${args[@]}" 32 cuda >"$OUT/ours.json"
+# The same without our fused kernels (per-head norm and rotation as plain ops) and with keys and
+# values repeated over their groups instead of SDPA's grouped path: what each is worth, and that
+# the fused path computes the same predictions.
+COSMOS3_BENCH_DUMP=/tmp/pred_plain.safetensors FASTVIDEO_NO_KERNELS=1 "$BENCH" "${args[@]}" 0 cuda >"$OUT/ours_nokernels.json"
+FASTVIDEO_COSMOS3_GQA=repeat "$BENCH" "${args[@]}" 0 cuda >"$OUT/ours_gqa_repeat.json"
+python3 - /tmp/pred_fused.safetensors /tmp/pred_plain.safetensors "$OUT" <<'PY' | tee "$OUT/kernel_parity.txt"
+import json, sys
+from safetensors.torch import load_file
+a, b = load_file(sys.argv[1]), load_file(sys.argv[2])
+for k in a:
+    x, y = a[k].double(), b[k].double()
+    print(f"{k}: fused vs plain ops max abs {(x - y).abs().max():.3e}, rel {(x - y).abs().max() / y.abs().max():.3e}")
+for name in ("ours_nokernels", "ours_gqa_repeat"):
+    r = json.load(open(f"{sys.argv[3]}/{name}.json"))
+    print(f"{name}: forward {r['forward_s']*1e3:.1f} ms, CFG step {r['step_cached_s']*1e3:.1f} ms")
+PY
 python3 - "$OUT/ours.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))

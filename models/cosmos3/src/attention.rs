@@ -28,6 +28,23 @@ pub struct LayerKv {
     pub v: Tensor,
 }
 
+/// The generation stream's rotary tables: `cos`, `sin±` `[B, 1, L, D]` in the compute dtype,
+/// and, on CUDA, fp32 `[B·L, D/2]` ones for the fused per-head norm and rotation.
+pub struct GenRope {
+    /// `cos` in the compute dtype.
+    pub cos: Tensor,
+    /// `sin` with rotate-half's sign, in the compute dtype.
+    pub sin: Tensor,
+    /// fp32 `(cos, sin)` `[B·L, D/2]` for the fused kernel, where it can run.
+    pub half: Option<(Tensor, Tensor)>,
+}
+
+/// Whether keys and values are repeated over their query groups before the attention instead
+/// of SDPA's own grouped-query path (`FASTVIDEO_COSMOS3_GQA=repeat`: for measuring the two).
+fn repeat_kv(device: tch::Device) -> bool {
+    !device.is_cuda() || std::env::var("FASTVIDEO_COSMOS3_GQA").is_ok_and(|v| v == "repeat")
+}
+
 /// One layer's joint attention.
 pub struct MotAttention {
     und_qkv: Linear,
@@ -106,6 +123,22 @@ impl MotAttention {
         )
     }
 
+    /// The generation stream's q, k (normalised per head and rotated by the fused kernel) and v,
+    /// `[B, heads, L, D]`; `None` where the kernel cannot run (the plain ops then do the same).
+    fn fused_qk(&self, x: &Tensor, rope: &GenRope) -> Option<(Tensor, Tensor, Tensor)> {
+        let (cos, sin) = rope.half.as_ref()?;
+        let y = self.gen_qkv.forward(x);
+        let (b, l, _) = y.size3().ok()?;
+        let d = y.size()[2] / (self.heads + 2 * self.kv_heads);
+        let (hq, hk) = (self.heads, self.kv_heads);
+        let qk = y.narrow(2, 0, (hq + hk) * d).view([b, l, hq + hk, d]);
+        let eps = self.norm_added_q.eps();
+        let (wq, wk) = (self.norm_added_q.weight(), self.norm_added_k.weight());
+        let out = fastvideo_kernels::head_rope::head_rms_rope(&qk, &wq, &wk, hq, eps, cos, sin)?;
+        let v = split_heads(&y.narrow(2, (hq + hk) * d, hk * d), hk);
+        Some((out.narrow(2, 0, hq).transpose(1, 2), out.narrow(2, hq, hk).transpose(1, 2), v))
+    }
+
     /// `k, v` repeated over their query-head groups.
     fn grouped(&self, k: Tensor, v: Tensor) -> (Tensor, Tensor) {
         let g = self.heads / self.kv_heads;
@@ -145,10 +178,17 @@ impl MotAttention {
     /// The generation pathway of `B` branches, `x [B, L, C]` (normalised) with rope tables
     /// `[B, 1, L, D]`; branch `b` attends over `prefixes[b]` and its own tokens. The output is
     /// added into `residual`.
-    pub fn generation(&self, x: &Tensor, residual: &Tensor, rope: (&Tensor, &Tensor), prefixes: &[&LayerKv]) {
-        let (q, k, v) = self.split(&self.gen_qkv, x);
-        let q = MRope::apply(&self.norm_added_q.forward(&q), rope.0, rope.1);
-        let k = MRope::apply(&self.norm_added_k.forward(&k), rope.0, rope.1);
+    pub fn generation(&self, x: &Tensor, residual: &Tensor, rope: &GenRope, prefixes: &[&LayerKv]) {
+        let (q, k, v) = match self.fused_qk(x, rope) {
+            Some(qkv) => qkv,
+            None => {
+                let (q, k, v) = self.split(&self.gen_qkv, x);
+                let q = MRope::apply(&self.norm_added_q.forward(&q), &rope.cos, &rope.sin);
+                let k = MRope::apply(&self.norm_added_k.forward(&k), &rope.cos, &rope.sin);
+                (q, k, v)
+            }
+        };
+        let repeat = repeat_kv(x.device());
         let outs: Vec<Tensor> = prefixes
             .iter()
             .enumerate()
@@ -156,7 +196,8 @@ impl MotAttention {
                 let b = b as i64;
                 let keys = Tensor::cat(&[&p.k, &k.narrow(0, b, 1)], 2);
                 let values = Tensor::cat(&[&p.v, &v.narrow(0, b, 1)], 2);
-                let (keys, values) = self.grouped(keys, values);
+                let (keys, values) = if repeat { self.grouped(keys, values) } else { (keys, values) };
+                let gqa = !repeat && self.heads != self.kv_heads;
                 Tensor::scaled_dot_product_attention(
                     &q.narrow(0, b, 1),
                     &keys,
@@ -165,7 +206,7 @@ impl MotAttention {
                     0.0,
                     false,
                     None,
-                    false,
+                    gqa,
                 )
             })
             .collect();

@@ -109,6 +109,15 @@ pub fn run(config: &Path, device: Device, kind: Kind, o: &BenchOptions) -> Resul
             model.forward(&both, &refs, &input)
         })
     })?;
+    // For comparing runs (the fused kernels on and off): one step's predictions, when asked.
+    if let Some(path) = std::env::var_os("COSMOS3_BENCH_DUMP") {
+        let pred = model.forward(&both, &refs, &input)?;
+        let mut named = vec![("vision", pred.vision.to_device(Device::Cpu))];
+        if let Some(s) = pred.sound {
+            named.push(("sound", s.to_device(Device::Cpu)));
+        }
+        Tensor::write_safetensors(&named, std::path::Path::new(&path))?;
+    }
     let gen_tokens = seqs[0].len() - seqs[0].prefix_len();
     let peak =
         fastvideo_layers::measure::peak_of(&memory, &["cfg_step", "cfg_step_uncached"], |p| p.peak_allocated_bytes);

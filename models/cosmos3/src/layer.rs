@@ -76,7 +76,7 @@ impl MotLayer {
     }
 
     /// The generation pathway of `B` branches `g [B, L, C]`, updated in place.
-    pub fn generation(&self, g: &Tensor, rope: (&Tensor, &Tensor), prefixes: &[&LayerKv]) {
+    pub fn generation(&self, g: &Tensor, rope: &crate::attention::GenRope, prefixes: &[&LayerKv]) {
         self.self_attn.generation(&self.input_layernorm_moe_gen.forward(g), g, rope, prefixes);
         self.mlp_moe_gen.forward_add(g, &self.post_attention_layernorm_moe_gen.forward(g));
     }

@@ -26,6 +26,11 @@ impl RmsNorm {
         self.weight.shallow_clone()
     }
 
+    /// Its epsilon.
+    pub fn eps(&self) -> f64 {
+        self.eps
+    }
+
     /// Bytes of its weight.
     pub fn bytes(&self) -> u64 {
         fastvideo_layers::tensor_bytes(&self.weight)

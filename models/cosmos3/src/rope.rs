@@ -46,6 +46,19 @@ impl MRope {
         (Tensor::cat(&[&cos, &cos], -1).to_kind(kind), Tensor::cat(&[&sin.neg(), &sin], -1).to_kind(kind))
     }
 
+    /// fp32 `cos, sin` `[L, head_dim / 2]` (one angle per frequency, unsigned) for the fused
+    /// norm-and-rotate kernel, their values rounded through `kind` as the reference's tables are.
+    pub fn half_tables(&self, positions: &Tensor, kind: Kind) -> (Tensor, Tensor) {
+        let pos = positions.to_device(self.inv_freq.device()).to_kind(Kind::Float);
+        let l = pos.size()[1];
+        let half = self.inv_freq.size()[0];
+        let freqs = pos.unsqueeze(2) * self.inv_freq.view([1, 1, half]);
+        let pick = self.axis.view([1, 1, half]).expand([1, l, half], false);
+        let f = freqs.gather(0, &pick, false).squeeze_dim(0);
+        let round = |t: Tensor| t.to_kind(kind).to_kind(Kind::Float).contiguous();
+        (round(f.cos()), round(f.sin()))
+    }
+
     /// `x [B, H, L, D]` rotated by tables `[L, D]` or `[B, 1, L, D]`.
     pub fn apply(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Tensor {
         let half = x.size()[3] / 2;

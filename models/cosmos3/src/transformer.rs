@@ -285,9 +285,20 @@ impl Cosmos3Transformer {
             seqs.iter().map(|s| self.rope.tables(&s.full_positions(self.device), self.kind)).collect();
         let cos = Tensor::stack(&tables.iter().map(|t| t.0.unsqueeze(0)).collect::<Vec<_>>(), 0);
         let sin = Tensor::stack(&tables.iter().map(|t| t.1.unsqueeze(0)).collect::<Vec<_>>(), 0);
+        let half = (fastvideo_kernels::head_rope::available(self.device)
+            && self.cfg.head_dim == fastvideo_kernels::head_rope::HEAD_DIM)
+            .then(|| {
+                let t: Vec<(Tensor, Tensor)> =
+                    seqs.iter().map(|s| self.rope.half_tables(&s.full_positions(self.device), self.kind)).collect();
+                (
+                    Tensor::cat(&t.iter().map(|x| &x.0).collect::<Vec<_>>(), 0),
+                    Tensor::cat(&t.iter().map(|x| &x.1).collect::<Vec<_>>(), 0),
+                )
+            });
+        let rope = crate::attention::GenRope { cos, sin, half };
         for (i, layer) in self.layers.iter().enumerate() {
             let kv: Vec<&LayerKv> = prefixes.iter().map(|p| &p.layers[i]).collect();
-            layer.generation(&g, (&cos, &sin), &kv);
+            layer.generation(&g, &rope, &kv);
         }
         let g = self.norm_moe_gen.forward(&g);
         self.heads(seqs[0], &g, input)
