@@ -315,3 +315,28 @@ __device__ void head_rms_rope(const typename S::T* x, long long x_stride, const 
 HEAD_RMS_ROPE(head_rms_rope_f32, F32)
 HEAD_RMS_ROPE(head_rms_rope_bf16, Half16<true>)
 HEAD_RMS_ROPE(head_rms_rope_f16, Half16<false>)
+
+// SwiGLU's product: out = silu(gate) · up, gate and up read from one fused projection row
+// (`[gate | up]`, `inner` each), computed in fp32 and rounded once. Eight values per thread.
+template <class S>
+__device__ void silu_mul(const typename S::T* x, typename S::T* out, long long rows, int inner) {
+    const long long groups = (long long)inner / 8;
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= rows * groups) return;
+    const long long row = i / groups, col = (i % groups) * 8;
+    float g[8], u[8], o[8];
+    S::load8(x + row * 2 * inner + col, g);
+    S::load8(x + row * 2 * inner + inner + col, u);
+#pragma unroll
+    for (int k = 0; k < 8; k++) o[k] = g[k] / (1.f + expf(-g[k])) * u[k];
+    S::store8(out + row * inner + col, o);
+}
+
+#define SILU_MUL(NAME, S)                                                                         \
+    extern "C" __global__ void NAME(const S::T* x, S::T* out, long long rows, int inner) {         \
+        silu_mul<S>(x, out, rows, inner);                                                         \
+    }
+
+SILU_MUL(silu_mul_f32, F32)
+SILU_MUL(silu_mul_bf16, Half16<true>)
+SILU_MUL(silu_mul_f16, Half16<false>)

@@ -20,6 +20,7 @@ pub mod linear_gelu;
 mod norm;
 pub mod paged_decode;
 mod rope;
+pub mod swiglu;
 pub mod transfer;
 
 pub use linear_gelu::linear_gelu_tanh;

@@ -16,7 +16,9 @@ fn main() -> Result<()> {
         Some(name) => fastvideo_torch::device(name)?,
         None => fastvideo_torch::device("auto")?,
     };
-    let kind = if device.is_cuda() { Kind::BFloat16 } else { Kind::Float };
+    // bf16 on CUDA (what is served); COSMOS3_BENCH_DTYPE=f32 for checking kernels against ops.
+    let f32 = std::env::var("COSMOS3_BENCH_DTYPE").is_ok_and(|v| v == "f32");
+    let kind = if device.is_cuda() && !f32 { Kind::BFloat16 } else { Kind::Float };
     let (frames, fps) = (num(1)?, 24.0);
     let samples = (frames as f64 / fps * 48_000.0) as i64;
     let opts = BenchOptions {

@@ -42,7 +42,10 @@ impl Mlp {
     pub fn forward_add(&self, residual: &Tensor, x: &Tensor) {
         let u = self.up.forward(x);
         let h = match self.act {
-            Activation::Silu => u.narrow(-1, 0, self.inner).silu() * u.narrow(-1, self.inner, self.inner),
+            Activation::Silu => match fastvideo_kernels::swiglu::silu_mul(&u) {
+                Some(h) => h,
+                None => u.narrow(-1, 0, self.inner).silu() * u.narrow(-1, self.inner, self.inner),
+            },
             Activation::Relu2 => u.relu().square(),
         };
         self.down.forward_add(residual, &h);

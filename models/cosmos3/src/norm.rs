@@ -43,6 +43,11 @@ impl RmsNorm {
             let y = x.to_kind(Kind::Float).rms_norm([dim], None::<&Tensor>, self.eps);
             return (y * self.weight.to_kind(Kind::Float)).to_kind(x.kind());
         }
+        if x.device().is_cuda() {
+            // One fused kernel with the weight (rounded once, not after the norm and again after
+            // the weight): a pass over the stream fewer.
+            return x.rms_norm([dim], Some(&self.weight), self.eps);
+        }
         x.rms_norm([dim], None::<&Tensor>, self.eps) * &self.weight
     }
 }
