@@ -307,14 +307,6 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         .load_model(&model_dir, ModelKind::Generation, device, false)
         .with_context(|| format!("--model {}", model_dir.display()))?;
     let load_s = t0.elapsed().as_secs_f64();
-    let limits = model.limits();
-    if args.image.is_none() && args.video.is_none() && !limits.tasks.contains(&TaskType::T2v) {
-        bail!("{} is an image-to-video model: give the first frame with --image FILE", model_dir.display());
-    }
-    if args.audio_out.is_some() && limits.audio.is_none() {
-        bail!("--audio-out: {} makes no sound", model_dir.display());
-    }
-    let req = omni.resolve(&limits, fastvideo_request::random_seed)?;
     // Loaded only to run; whether the model has one is enough for the hint below. An omni
     // model rewrites with its own reasoner when no extender folder is named.
     let extender = match args.extend_prompt {
@@ -331,6 +323,14 @@ pub fn run(args: GenerateArgs) -> Result<()> {
             fastvideo_assembly::EXTENDER_FOLDER
         );
     }
+    let limits = model.limits();
+    if args.image.is_none() && args.video.is_none() && !limits.tasks.contains(&TaskType::T2v) {
+        bail!("{} is an image-to-video model: give the first frame with --image FILE", model_dir.display());
+    }
+    if args.audio_out.is_some() && limits.audio.is_none() {
+        bail!("--audio-out: {} makes no sound", model_dir.display());
+    }
+    let req = omni.resolve(&limits, fastvideo_request::random_seed)?;
     if !args.extend_prompt {
         warn_unknown_words(model.as_ref(), &req.prompt, model_config.extender_dir(&model_dir).is_some());
     }
