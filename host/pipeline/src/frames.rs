@@ -25,3 +25,20 @@ pub fn frames_to_video(frames: &Tensor, fps: u32) -> Result<VideoArtifact> {
         rgb: Vec::<u8>::try_from(rgb.flatten(0, -1))?,
     })
 }
+
+/// The assemble node every family's graph ends with: the decoded frames under `frames` as the
+/// video artifact under `video`, at the request's frame rate.
+pub struct AssembleVideo {
+    /// Value name of the decoded frames `[1, 3, F, H, W]`.
+    pub frames: &'static str,
+    /// Value name the video is written to.
+    pub video: &'static str,
+}
+
+impl crate::Stage for AssembleVideo {
+    fn run(&self, ctx: &crate::NodeCtx, values: &mut crate::Values) -> Result<()> {
+        let video = frames_to_video(values.tensor(self.frames)?, ctx.request.fps)?;
+        values.insert(self.video, crate::Value::Video(video));
+        Ok(())
+    }
+}

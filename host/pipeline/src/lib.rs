@@ -122,7 +122,7 @@ pub use denoise::{ChannelCondition, Conditioning, DenoiseLoop, Denoiser, LatentC
 pub use driver::{Advance, CancelToken, PipelineRun};
 pub use embedding_cache::{CacheObserver, EmbeddingCache};
 pub use experts::{ExpertRouting, ExpertRoutingState, OrModelRule, Route};
-pub use frames::frames_to_video;
+pub use frames::{frames_to_video, AssembleVideo};
 pub use guidance::{ClassicCfg, Guidance, GuidancePlan, GuidanceState, StepCtx};
 pub use meter::PluginMeter;
 pub use policies::{LoopPolicies, Observed, Observer, ObserverState, Reward, RewardInput, StepPolicy, StepPolicyState};

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use anyhow::Result;
-use fastvideo_pipeline::{frames_to_video, Node, NodeCtx, PipelineSpec, Stage, Value, Values, ACTIONS, AUDIO};
+use fastvideo_pipeline::{AssembleVideo, Node, NodeCtx, PipelineSpec, Stage, Value, Values, ACTIONS, AUDIO};
 use fastvideo_request::{AudioArtifact, TaskType};
 use fastvideo_wan::AutoencoderKLWan;
 use tch::{Kind, Tensor};
@@ -78,16 +78,6 @@ impl Stage for VaeDecode {
     }
 }
 
-struct Assemble;
-
-impl Stage for Assemble {
-    fn run(&self, ctx: &NodeCtx, values: &mut Values) -> Result<()> {
-        let video = frames_to_video(values.tensor(FRAMES)?, ctx.request.fps)?;
-        values.insert(VIDEO, Value::Video(video));
-        Ok(())
-    }
-}
-
 /// The sound latents through the sound tokenizer's decoder: the `audio` artifact (not trimmed
 /// to the video's length, as the reference returns it; the MP4 muxer trims).
 struct SoundDecode {
@@ -144,7 +134,7 @@ pub fn spec_with(model: &Cosmos3Model, text_stages: Vec<Node>) -> Result<Pipelin
         .for_tasks(&conditioned),
         Node::looped("denoise", Arc::new(denoise), &[PROMPT_IDS], &[LATENTS, SOUND_LATENTS, ACTION_LATENTS]),
         Node::stage("vae_decode", Arc::new(VaeDecode { vae: Arc::clone(&model.vae) }), &[LATENTS], &[FRAMES]),
-        Node::stage("assemble", Arc::new(Assemble), &[FRAMES], &[VIDEO]),
+        Node::stage("assemble", Arc::new(AssembleVideo { frames: FRAMES, video: VIDEO }), &[FRAMES], &[VIDEO]),
     ]);
     if let Some(tokenizer) = &model.sound {
         nodes.push(Node::stage(

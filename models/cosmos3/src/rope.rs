@@ -33,15 +33,20 @@ impl MRope {
         Self { inv_freq: powers.ones_like() / powers, axis: Tensor::from_slice(&axis).to_device(device) }
     }
 
-    /// `cos, sin±` `[L, head_dim]` in `kind` for positions `[3, L]` (float32).
-    pub fn tables(&self, positions: &Tensor, kind: Kind) -> (Tensor, Tensor) {
+    /// The angles `[L, head_dim / 2]` (float32) of positions `[3, L]`: each frequency of its axis.
+    fn angles(&self, positions: &Tensor) -> Tensor {
         let pos = positions.to_device(self.inv_freq.device()).to_kind(Kind::Float);
         let l = pos.size()[1];
         let half = self.inv_freq.size()[0];
         // [3, L, half] angles of every axis, then each frequency picks its axis.
         let freqs = pos.unsqueeze(2) * self.inv_freq.view([1, 1, half]);
         let pick = self.axis.view([1, 1, half]).expand([1, l, half], false);
-        let f = freqs.gather(0, &pick, false).squeeze_dim(0);
+        freqs.gather(0, &pick, false).squeeze_dim(0)
+    }
+
+    /// `cos, sin±` `[L, head_dim]` in `kind` for positions `[3, L]` (float32).
+    pub fn tables(&self, positions: &Tensor, kind: Kind) -> (Tensor, Tensor) {
+        let f = self.angles(positions);
         let (cos, sin) = (f.cos(), f.sin());
         (Tensor::cat(&[&cos, &cos], -1).to_kind(kind), Tensor::cat(&[&sin.neg(), &sin], -1).to_kind(kind))
     }
@@ -49,12 +54,7 @@ impl MRope {
     /// fp32 `cos, sin` `[L, head_dim / 2]` (one angle per frequency, unsigned) for the fused
     /// norm-and-rotate kernel, their values rounded through `kind` as the reference's tables are.
     pub fn half_tables(&self, positions: &Tensor, kind: Kind) -> (Tensor, Tensor) {
-        let pos = positions.to_device(self.inv_freq.device()).to_kind(Kind::Float);
-        let l = pos.size()[1];
-        let half = self.inv_freq.size()[0];
-        let freqs = pos.unsqueeze(2) * self.inv_freq.view([1, 1, half]);
-        let pick = self.axis.view([1, 1, half]).expand([1, l, half], false);
-        let f = freqs.gather(0, &pick, false).squeeze_dim(0);
+        let f = self.angles(positions);
         let round = |t: Tensor| t.to_kind(kind).to_kind(Kind::Float).contiguous();
         (round(f.cos()), round(f.sin()))
     }

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use anyhow::{ensure, Result};
-use fastvideo_pipeline::frames_to_video;
+use fastvideo_pipeline::AssembleVideo;
 use fastvideo_pipeline::{
     AdapterRows, AdapterSet, BlockHook, ClassicCfg, Conditioning, DenoiseLoop, Denoiser, EmbeddingCache, Guidance,
     LoopPolicies, Node, NodeCtx, OrModelRule, PipelineSpec, Stage, Value, Values,
@@ -191,17 +191,6 @@ impl Stage for VaeDecode {
     }
 }
 
-/// `[1, 3, F, H, W]` in [-1, 1] → RGB8 frames.
-struct Assemble;
-
-impl Stage for Assemble {
-    fn run(&self, ctx: &NodeCtx, values: &mut Values) -> Result<()> {
-        let video = frames_to_video(values.tensor(FRAMES)?, ctx.request.fps)?;
-        values.insert(VIDEO, Value::Video(video));
-        Ok(())
-    }
-}
-
 /// Builds the validated pipeline for a loaded model, with `guidance` bound as its CFG policy.
 pub fn text_to_video(model: &WanModel, guidance: Arc<dyn Guidance>) -> Result<PipelineSpec> {
     text_to_video_with(model, LoopPolicies::new(guidance))
@@ -283,7 +272,7 @@ pub fn text_to_video_with(model: &WanModel, policies: LoopPolicies) -> Result<Pi
     nodes.extend([
         Node::looped("denoise", Arc::new(denoise), &denoise_inputs, &[LATENTS]),
         Node::stage("vae_decode", Arc::new(VaeDecode { vae: Arc::clone(&model.vae) }), &[LATENTS], &[FRAMES]),
-        Node::stage("assemble", Arc::new(Assemble), &[FRAMES], &[VIDEO]),
+        Node::stage("assemble", Arc::new(AssembleVideo { frames: FRAMES, video: VIDEO }), &[FRAMES], &[VIDEO]),
     ]);
     let spec = PipelineSpec::new(name, tasks, nodes, &[], VIDEO)?.with_observers(observers).with_rewards(rewards);
     // Adapters run on a transformer held whole by one device.
