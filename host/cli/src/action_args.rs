@@ -102,7 +102,7 @@ impl ActionArgs {
     /// Checks `--actions-out` before any work: a file name, and a task that predicts actions.
     pub fn check(&self, has_video: bool) -> Result<()> {
         let Some(p) = &self.actions_out else { return Ok(()) };
-        crate::generate::check_output(p, "--actions-out", "actions.safetensors")?;
+        crate::output_path::check_output(p, "--actions-out", "actions.safetensors")?;
         let mut r = OmniRequest::text_to_video("check", "check");
         self.apply(&mut r, has_video)?;
         if !matches!(r.task, TaskType::Policy | TaskType::InverseDynamics) {

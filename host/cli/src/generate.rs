@@ -170,19 +170,6 @@ pub fn run_with_values(
     out
 }
 
-/// Checks the place an output (`flag`, e.g. `--out`) goes before any work, so a typo never
-/// costs a generation; `example` is a file name to suggest.
-pub(crate) fn check_output(path: &Path, flag: &str, example: &str) -> Result<()> {
-    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    if !parent.is_dir() {
-        bail!("{flag}: folder {} does not exist", parent.display());
-    }
-    if path.is_dir() {
-        bail!("{flag}: {} is a folder; give a file name like {example}", path.display());
-    }
-    Ok(())
-}
-
 /// The tensors of the --noise file as the request's latent inputs: `latents` (required) and
 /// whichever of the other latents a model denoises beside it the file has (`sound_latents`,
 /// `action_latents`), each named as the reference pipeline's call argument.
@@ -284,9 +271,9 @@ fn check_images(args: &GenerateArgs) -> Result<()> {
 }
 
 pub fn run(args: GenerateArgs) -> Result<()> {
-    check_output(&args.out, "--out", "out.mp4")?;
+    crate::output_path::check_output(&args.out, "--out", "out.mp4")?;
     if let Some(p) = &args.audio_out {
-        check_output(p, "--audio-out", "out.wav")?;
+        crate::output_path::check_output(p, "--audio-out", "out.wav")?;
     }
     check_images(&args)?;
     args.actions.check(args.video.is_some())?;

@@ -17,6 +17,7 @@ mod eval_lora;
 mod eval_world;
 mod generate;
 mod lora;
+mod output_path;
 mod plugin;
 mod progress;
 mod serve;
