@@ -36,8 +36,10 @@ pub fn head_rms_rope(
     let (b, l, h, d) = qk.size4().ok()?;
     let st = qk.stride();
     let row = st[1];
+    // An even head count fills whole warps (two heads each): the shuffles ask all 32 lanes.
     let fits = d == HEAD_DIM
         && (1..=64).contains(&h)
+        && h % 2 == 0
         && (0..=h).contains(&q_heads)
         && st[3] == 1
         && st[2] == HEAD_DIM
