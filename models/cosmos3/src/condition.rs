@@ -118,6 +118,11 @@ impl Stage for VisionCondition {
         let (f, h, w) = (req.num_frames as i64, req.height as i64, req.width as i64);
         let (video, clean) = match req.task {
             TaskType::I2v => {
+                // One frame given clean would leave nothing to generate.
+                ensure!(
+                    f > 1,
+                    "diffusion.num_frames: image to video makes more than the given frame (ask for 4k+1 > 1)"
+                );
                 let image = req.image(ImageRole::FirstFrame).context("image to video needs a first-frame picture")?;
                 let x = cover(image, h, w, ctx.device)?.unsqueeze(2);
                 (x.expand([1, 3, f, h, w], false).contiguous(), vec![0])
@@ -125,6 +130,13 @@ impl Stage for VisionCondition {
             TaskType::V2v => {
                 let video = req.video.as_ref().context("video continuation needs a video")?;
                 let keep = VIDEO_CLEAN_FRAMES.iter().max().unwrap() * self.vae.cfg.temporal_factor() + 1;
+                // The kept frames are latent frames 0 and 1; the continuation needs a frame after them.
+                ensure!(
+                    f > keep,
+                    "diffusion.num_frames: {f}: a continuation keeps the video's first {keep} frames; ask for more \
+                     (at least {})",
+                    keep + self.vae.cfg.temporal_factor()
+                );
                 (continuation(video, keep, f, h, w, ctx.device)?, VIDEO_CLEAN_FRAMES.to_vec())
             }
             task if fastvideo_request::is_action_task(task) => return self.action(ctx, values),

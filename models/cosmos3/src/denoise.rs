@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use anyhow::{ensure, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 use fastvideo_pipeline::denoise::seeded_noise;
 use fastvideo_pipeline::packed::PackedSeq;
 use fastvideo_pipeline::sampler::{linspace, Sampler, UniPc, UniPcConfig, NUM_TRAIN_TIMESTEPS};
@@ -32,6 +32,12 @@ pub struct Schedule {
 }
 
 impl Schedule {
+    /// A fresh solver for a request: its steps and its `shift` (the folder's, unless it gave one).
+    pub fn for_request(&self, req: &ResolvedRequest) -> UniPc {
+        let unipc = UniPcConfig { flow_shift: req.shift as f64, ..self.unipc.clone() };
+        Schedule { unipc, native: self.native }.sampler(req.steps as usize)
+    }
+
     /// A fresh solver for `steps` steps.
     pub fn sampler(&self, steps: usize) -> UniPc {
         if self.native {
@@ -164,6 +170,12 @@ fn initial_vision(
     Ok(noise.index_copy(2, &idx, &x0.to_device(device).index_select(2, &idx)))
 }
 
+/// Whether the unconditional branch runs: the pipeline's `guidance_scale != 1` (a scale below 1
+/// blends towards the negative prompt; 1 is the conditional prediction alone).
+pub fn does_cfg(req: &ResolvedRequest) -> bool {
+    req.guidance_scale != 1.0
+}
+
 impl OmniDenoise {
     /// An action task's initial actions and which steps are given clean: the given
     /// `action_latents` as they are, else seeded noise with the clean steps taken from the
@@ -195,7 +207,7 @@ impl OmniDenoise {
             }
         };
         if (clean.len() as i64) < shape[0] {
-            state.sampler = Some(self.schedule.sampler(req.steps as usize));
+            state.sampler = Some(self.schedule.for_request(req));
         }
         Ok(Some((state, clean)))
     }
@@ -204,6 +216,20 @@ impl OmniDenoise {
 impl LoopStage for OmniDenoise {
     fn init(&self, ctx: &NodeCtx, values: &mut Values) -> Result<LoopState> {
         let req = ctx.request;
+        ensure!(
+            req.sampler == fastvideo_request::SamplerKind::Unipc,
+            "sampling.sampler: Cosmos3 runs the UniPC solver of its folder's scheduler, not `{:?}`",
+            req.sampler
+        );
+        // Latents given under a name this request does not denoise would be dropped silently.
+        let takes = |name: &str| match name {
+            SOUND_LATENTS => self.geometry.sound_frames(req).is_some(),
+            ACTION_LATENTS => req.action.is_some(),
+            _ => false,
+        };
+        if let Some(name) = req.named_noise.keys().find(|n| !takes(n)) {
+            bail!("inputs: a latent named `{name}`, which this request does not denoise");
+        }
         // An action task's latents are the content's crop of the canvas (its condition's size).
         let [c, t, h, w] = match (&req.action, values.opt_tensor(CONDITION_LATENTS)) {
             (Some(_), Some(x0)) => {
@@ -237,7 +263,7 @@ impl LoopStage for OmniDenoise {
         };
         let action = action.map(|(a, _)| a);
         let mut names = vec![PROMPT_IDS];
-        if req.does_cfg() {
+        if does_cfg(req) {
             names.push(NEGATIVE_IDS);
         }
         let started = Instant::now();
@@ -255,13 +281,14 @@ impl LoopStage for OmniDenoise {
             "cosmos3: prompt prefixes computed once for the whole loop"
         );
         let steps = req.steps as usize;
+        let sampler = || self.schedule.for_request(req);
         let state = OmniState {
             branches,
             vision,
-            sound_sampler: sound.as_ref().map(|_| self.schedule.sampler(steps)),
+            sound_sampler: sound.as_ref().map(|_| sampler()),
             sound,
             action,
-            vision_sampler: self.schedule.sampler(steps),
+            vision_sampler: sampler(),
             guidance: req.guidance_scale as f64,
             step: 0,
         };

@@ -45,7 +45,7 @@ impl Stage for PromptIds {
             None => self.prompts.branches(&prompt, &req.negative_prompt, shape)?,
         };
         values.insert(PROMPT_IDS, Value::Tensor(Tensor::from_slice(&cond)));
-        if req.does_cfg() {
+        if crate::denoise::does_cfg(req) {
             values.insert(NEGATIVE_IDS, Value::Tensor(Tensor::from_slice(&uncond)));
         }
         Ok(())

@@ -193,3 +193,38 @@ fn video_continuation_matches_diffusers() {
     });
     check_conditioned("v2v", req, &f, &[0, 1]);
 }
+
+/// Requests the pipeline cannot honour fail with a line naming what to change, never a panic:
+/// a continuation with no frame after the kept ones, image to video of one frame, another
+/// solver, and latents under a name the request does not denoise.
+#[test]
+fn requests_it_cannot_run_fail_naming_the_field() {
+    let m = model();
+    let spec = Arc::new(pipeline::spec(&m).unwrap());
+    let fails = |req: ResolvedRequest, init: Values| -> String {
+        let mut run = PipelineRun::new(spec.clone(), req, Device::Cpu, init, Default::default());
+        format!("{:#}", run.run_to_end(&mut |_| {}).unwrap_err())
+    };
+    let f = load("cosmos3/v2v.safetensors");
+    let mut req = conditioned_request(&m, TaskType::V2v);
+    req.num_frames = 5;
+    let video = &f["video"];
+    let (n, h, w, _) = video.size4().unwrap();
+    let rgb = Vec::<u8>::try_from(video.reshape([-1])).unwrap();
+    req.video = Some(InputVideo { width: w as u32, height: h as u32, fps: 16.0, frames: n as u32, rgb });
+    let e = fails(req, Values::default());
+    assert!(e.contains("diffusion.num_frames: 5"), "{e}");
+    let mut req = conditioned_request(&m, TaskType::I2v);
+    req.num_frames = 1;
+    let image = &load("cosmos3/i2v.safetensors")["image"];
+    let (h, w, _) = image.size3().unwrap();
+    let rgb = Vec::<u8>::try_from(image.reshape([-1])).unwrap();
+    req.images = vec![InputImage { role: ImageRole::FirstFrame, width: w as u32, height: h as u32, rgb }];
+    assert!(fails(req, Values::default()).contains("diffusion.num_frames"));
+    let mut req = conditioned_request(&m, TaskType::T2v);
+    req.sampler = fastvideo_request::SamplerKind::Euler;
+    assert!(fails(req, Values::default()).contains("sampling.sampler"));
+    let mut req = conditioned_request(&m, TaskType::T2v);
+    req.named_noise.insert("action_latents".into(), fastvideo_request::LatentInput { shape: vec![1], data: vec![0.0] });
+    assert!(fails(req, Values::default()).contains("`action_latents`"));
+}
