@@ -12,11 +12,11 @@ use fastvideo_cosmos3::values::{ACTION_LATENTS, CONDITION_LATENTS, LATENTS, NEGA
 use fastvideo_cosmos3::{pipeline, Cosmos3Model};
 use fastvideo_pipeline::{PipelineRun, Value, Values};
 use fastvideo_request::{
-    ActionCondition, Artifact, ImageRole, InputPart, InputVideo, OmniOutput, OmniRequest, ResolvedRequest, TaskType,
+    ActionCondition, Artifact, ImageRole, InputPart, OmniOutput, OmniRequest, ResolvedRequest, TaskType,
 };
 use tch::{Device, Kind, Tensor};
 
-use crate::common::{fixture, ints, load, max_abs};
+use crate::common::{fixture, input_video, ints, load, max_abs, rel};
 
 /// float32 on both sides, as the other pipeline cases.
 const TOL: f64 = 1e-4;
@@ -71,7 +71,7 @@ fn check(name: &str, req: ResolvedRequest, f: &HashMap<String, Tensor>) -> OmniO
     let c = max_abs(&x0.index_select(2, &idx), &f["latents"].index_select(2, &idx));
     let Some(Artifact::Latents(l)) = out.artifacts.get("latents") else { panic!("no latents") };
     let ours = Tensor::from_slice(&l.data).view(l.shape.as_slice());
-    let e = max_abs(&ours, &f["final_latents"]) / f["final_latents"].abs().max().double_value(&[]);
+    let e = rel(&ours, &f["final_latents"]);
     eprintln!("{name}: clean latents max abs {c:.2e}, final latents rel {e:.2e}");
     assert!(c < 1e-4, "{name}: clean latents {c:.2e}");
     assert!(e < TOL, "{name}: final latents {e:.2e}");
@@ -88,7 +88,7 @@ fn check(name: &str, req: ResolvedRequest, f: &HashMap<String, Tensor>) -> OmniO
 fn check_actions(name: &str, out: &OmniOutput, f: &HashMap<String, Tensor>) {
     let a = out.actions().expect("an action artifact");
     let ours = Tensor::from_slice(&a.data).view(a.shape.as_slice());
-    let e = max_abs(&ours, &f["action_out"]) / f["action_out"].abs().max().double_value(&[]);
+    let e = rel(&ours, &f["action_out"]);
     eprintln!("{name}: actions rel {e:.2e}");
     assert!(e < TOL, "{name}: actions {e:.2e}");
 }
@@ -117,19 +117,12 @@ fn inverse_dynamics_matches_diffusers() {
     let m = model();
     let f = load("cosmos3/action_inverse_dynamics.safetensors");
     let video = &f["video"];
-    let (n, h, w, _) = video.size4().unwrap();
     // The canvas comes from the picture's size: resolve with the first frame, then give the
     // whole clip (an MP4 input would be decoded lossily).
     let mut req = request(TaskType::Policy, &video.get(0), None).resolve(&m.limits(), || 0).unwrap();
     req.task = TaskType::InverseDynamics;
     req.images.clear();
-    req.video = Some(InputVideo {
-        width: w as u32,
-        height: h as u32,
-        fps: 16.0,
-        frames: n as u32,
-        rgb: Vec::<u8>::try_from(video.reshape([-1])).unwrap(),
-    });
+    req.video = Some(input_video(video, 16.0));
     let out = check("inverse_dynamics", req, &f);
     check_actions("inverse_dynamics", &out, &f);
 }

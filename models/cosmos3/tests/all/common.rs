@@ -26,3 +26,20 @@ pub fn max_abs(a: &Tensor, b: &Tensor) -> f64 {
 pub fn ints(t: &Tensor) -> Vec<i64> {
     Vec::<i64>::try_from(t.to_kind(Kind::Int64).reshape([-1])).unwrap()
 }
+
+/// `max |a − b| / max |b|`, in float64.
+pub fn rel(a: &Tensor, b: &Tensor) -> f64 {
+    max_abs(a, b) / b.abs().max().double_value(&[]).max(1e-12)
+}
+
+/// A decoded request video from a fixture's RGB8 frames `[F, H, W, 3]`.
+pub fn input_video(frames: &Tensor, fps: f64) -> fastvideo_request::InputVideo {
+    let (n, h, w, _) = frames.size4().unwrap();
+    fastvideo_request::InputVideo {
+        width: w as u32,
+        height: h as u32,
+        fps,
+        frames: n as u32,
+        rgb: Vec::<u8>::try_from(frames.reshape([-1])).unwrap(),
+    }
+}

@@ -9,11 +9,11 @@ use fastvideo_cosmos3::values::{CONDITION_LATENTS, LATENTS, NEGATIVE_IDS, PROMPT
 use fastvideo_cosmos3::{pipeline, Cosmos3Model};
 use fastvideo_pipeline::{PipelineRun, Value, Values};
 use fastvideo_request::{
-    Artifact, ImageRole, InputImage, InputVideo, OmniEvent, OmniOutput, OmniRequest, ResolvedRequest, TaskType,
+    Artifact, ImageRole, InputImage, OmniEvent, OmniOutput, OmniRequest, ResolvedRequest, TaskType,
 };
 use tch::{Device, Kind, Tensor};
 
-use crate::common::{fixture, ints, load, max_abs};
+use crate::common::{fixture, input_video, ints, load, max_abs, rel};
 
 /// float32 on both sides: final latents within 1e-4 relative (3 steps of a 2-layer model; the
 /// transformer alone agrees to ~3e-6), frames within half an 8-bit step.
@@ -50,10 +50,6 @@ fn run(model: &Cosmos3Model, req: ResolvedRequest, init: Values) -> (OmniOutput,
 fn latents_of(out: &OmniOutput) -> Tensor {
     let Some(Artifact::Latents(l)) = out.artifacts.get("latents") else { panic!("no latents returned") };
     Tensor::from_slice(&l.data).view(l.shape.as_slice())
-}
-
-fn rel(a: &Tensor, b: &Tensor) -> f64 {
-    max_abs(a, b) / b.abs().max().double_value(&[]).max(1e-12)
 }
 
 fn frames_error(out: &OmniOutput, video: &Tensor) -> f64 {
@@ -182,15 +178,7 @@ fn image_to_video_matches_diffusers() {
 fn video_continuation_matches_diffusers() {
     let f = load("cosmos3/v2v.safetensors");
     let mut req = conditioned_request(&model(), TaskType::V2v);
-    let video = &f["video"];
-    let (n, h, w, _) = video.size4().unwrap();
-    req.video = Some(InputVideo {
-        width: w as u32,
-        height: h as u32,
-        fps: 16.0,
-        frames: n as u32,
-        rgb: Vec::<u8>::try_from(video.reshape([-1])).unwrap(),
-    });
+    req.video = Some(input_video(&f["video"], 16.0));
     check_conditioned("v2v", req, &f, &[0, 1]);
 }
 
@@ -208,10 +196,7 @@ fn requests_it_cannot_run_fail_naming_the_field() {
     let f = load("cosmos3/v2v.safetensors");
     let mut req = conditioned_request(&m, TaskType::V2v);
     req.num_frames = 5;
-    let video = &f["video"];
-    let (n, h, w, _) = video.size4().unwrap();
-    let rgb = Vec::<u8>::try_from(video.reshape([-1])).unwrap();
-    req.video = Some(InputVideo { width: w as u32, height: h as u32, fps: 16.0, frames: n as u32, rgb });
+    req.video = Some(input_video(&f["video"], 16.0));
     let e = fails(req, Values::default());
     assert!(e.contains("diffusion.num_frames: 5"), "{e}");
     let mut req = conditioned_request(&m, TaskType::I2v);
