@@ -11,6 +11,7 @@
 
 pub mod config;
 pub mod conv;
+pub mod flow_match;
 pub mod heads;
 pub mod image_processor;
 pub mod linear;

@@ -152,6 +152,20 @@ impl Attention {
         self.output(&o, residual);
     }
 
+    /// `x [B, T, C]` from position 0 with no cache, each query seeing the keys `mask
+    /// [B, 1, T, T]` (bool) allows: an encoder's pass over padded prompts. Its output is added
+    /// into `residual`.
+    pub fn forward_masked(&self, x: &Tensor, residual: &Tensor, rope: (&Tensor, &Tensor), mask: &Tensor) {
+        let (q, k, v) = self.project(x, rope);
+        let groups = self.heads / self.kv_heads;
+        let (k, v) = match groups > 1 {
+            true => (k.repeat_interleave_self_int(groups, 1, None), v.repeat_interleave_self_int(groups, 1, None)),
+            false => (k, v),
+        };
+        let o = Tensor::scaled_dot_product_attention(&q, &k, &v, Some(mask), 0.0, false, None, false);
+        self.output(&o, residual);
+    }
+
     /// One new token of each of `B` requests, `x [B, 1, C]`, each at its own position (`rope`
     /// tables `[B, 1, 1, D]`) with its own cache, its output added into `residual`: the
     /// projections run batched, the attention row by row over each row's keys.

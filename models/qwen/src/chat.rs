@@ -34,6 +34,8 @@ pub struct ChatTokenizer {
     template: Option<String>,
     bos_token: Option<String>,
     eos_token: Option<String>,
+    pad_token: Option<String>,
+    padding_side: Option<String>,
     /// The last few prompts' ids: a served request's prompt is tokenized at admission (to check
     /// its length) and again by the pipeline's first node, which then finds it here.
     recent: Mutex<VecDeque<(String, Vec<i64>)>>,
@@ -51,6 +53,8 @@ struct TokenizerConfig {
     chat_template: Option<serde_json::Value>,
     bos_token: Option<serde_json::Value>,
     eos_token: Option<serde_json::Value>,
+    pad_token: Option<serde_json::Value>,
+    padding_side: Option<String>,
 }
 
 /// A special token as tokenizer_config.json writes it: a string, or `{"content": ...}`.
@@ -75,6 +79,19 @@ pub fn render_template(
     bos_token: &str,
     eos_token: &str,
 ) -> Result<String> {
+    render_template_with(template, messages, add_generation_prompt, bos_token, eos_token, &serde_json::Value::Null)
+}
+
+/// [`render_template`] with more variables (`extra`, a JSON object: `{"enable_thinking": false}`
+/// as `apply_chat_template`'s keyword arguments pass them).
+pub fn render_template_with(
+    template: &str,
+    messages: &[Message],
+    add_generation_prompt: bool,
+    bos_token: &str,
+    eos_token: &str,
+    extra: &serde_json::Value,
+) -> Result<String> {
     let mut env = minijinja::Environment::new();
     env.set_trim_blocks(true);
     env.set_lstrip_blocks(true);
@@ -88,6 +105,7 @@ pub fn render_template(
         add_generation_prompt => add_generation_prompt,
         bos_token => bos_token,
         eos_token => eos_token,
+        ..minijinja::Value::from_serialize(extra)
     };
     let tmpl = env.get_template("chat").expect("added above");
     tmpl.render(ctx).map_err(|e| anyhow!("messages: {}", e.detail().map(String::from).unwrap_or_else(|| e.to_string())))
@@ -157,6 +175,8 @@ impl ChatTokenizer {
             template,
             bos_token: token_text(cfg.bos_token),
             eos_token: token_text(cfg.eos_token),
+            pad_token: token_text(cfg.pad_token),
+            padding_side: cfg.padding_side,
             recent: Mutex::new(VecDeque::new()),
             hits: AtomicU64::new(0),
         })
@@ -174,12 +194,32 @@ impl ChatTokenizer {
 
     /// The template applied to `messages`; invalid messages are errors naming the message.
     pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
+        self.render_with(messages, add_generation_prompt, &serde_json::Value::Null)
+    }
+
+    /// [`Self::render`] with template variables `extra` (see [`render_template_with`]).
+    pub fn render_with(
+        &self,
+        messages: &[Message],
+        add_generation_prompt: bool,
+        extra: &serde_json::Value,
+    ) -> Result<String> {
         let Some(template) = &self.template else {
             bail!("this model folder has no chat template (chat_template.jinja or tokenizer_config.json)");
         };
         let bos = self.bos_token.as_deref().unwrap_or_default();
         let eos = self.eos_token.as_deref().unwrap_or_default();
-        render_template(template, messages, add_generation_prompt, bos, eos)
+        render_template_with(template, messages, add_generation_prompt, bos, eos, extra)
+    }
+
+    /// The folder's padding token, if tokenizer_config.json names one.
+    pub fn pad_token(&self) -> Option<&str> {
+        self.pad_token.as_deref()
+    }
+
+    /// The side prompts are padded on (`right` unless tokenizer_config.json says otherwise).
+    pub fn padding_side(&self) -> &str {
+        self.padding_side.as_deref().unwrap_or("right")
     }
 
     /// Token ids of `text`; special tokens written in it (`<|im_start|>`) are recognised, no

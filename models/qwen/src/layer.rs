@@ -70,6 +70,13 @@ impl DecoderLayer {
         self.mlp(x)
     }
 
+    /// `x [B, T, C]` through the layer with attention limited by `mask` (see
+    /// `Attention::forward_masked`), no cache.
+    pub fn forward_masked(&self, x: Tensor, rope: (&Tensor, &Tensor), mask: &Tensor) -> Tensor {
+        self.self_attn.forward_masked(&self.input_layernorm.forward(&x), &x, rope, mask);
+        self.mlp(x)
+    }
+
     /// [`Self::forward`] for one new token of each of several requests (see
     /// `Attention::forward_rows`).
     pub fn forward_rows(

@@ -1,0 +1,42 @@
+//! The attention both block kinds share: per-head RMS norms of queries and keys, the four-axis
+//! rotation, and scaled dot-product attention over the whole joint sequence (text then image:
+//! FLUX.2 attends without a mask, padding included).
+
+use anyhow::Result;
+use fastvideo_torch::weights::Weights;
+use tch::{Kind, Tensor};
+
+use crate::rope::Rope;
+
+/// `torch.nn.RMSNorm(head_dim)` over the last axis, computed in float32.
+pub struct HeadNorm {
+    weight: Tensor,
+    eps: f64,
+}
+
+impl HeadNorm {
+    /// The norm at `w` of width `dim`.
+    pub fn new(w: &Weights, dim: i64, eps: f64) -> Result<Self> {
+        Ok(Self { weight: w.get("weight", &[dim])?, eps })
+    }
+
+    /// `x [.., D]` normalised, in `x`'s dtype.
+    pub fn forward(&self, x: &Tensor) -> Tensor {
+        let xf = x.to_kind(Kind::Float);
+        let rms = (xf.square().mean_dim(-1, true, Kind::Float) + self.eps).rsqrt();
+        (xf * rms * self.weight.to_kind(Kind::Float)).to_kind(x.kind())
+    }
+}
+
+/// The rotary tables of a joint sequence: `cos, sin` `[S, head_dim]` float32.
+pub type RopeTables = (Tensor, Tensor);
+
+/// `q, k, v [B, S, H, D]` (already normed) rotated by `rope` and attended: `[B, S, H·D]`.
+pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, rope: &RopeTables) -> Tensor {
+    let (b, s, h, d) = q.size4().expect("[B, S, H, D]");
+    let q = Rope::apply(q, &rope.0, &rope.1).transpose(1, 2);
+    let k = Rope::apply(k, &rope.0, &rope.1).transpose(1, 2);
+    let v = v.transpose(1, 2);
+    let o = Tensor::scaled_dot_product_attention(&q, &k, &v, None::<Tensor>, 0.0, false, None, false);
+    o.transpose(1, 2).reshape([b, s, h * d])
+}

@@ -1,0 +1,85 @@
+//! `Flux2TransformerBlock`: the double-stream block. Image and text keep their own weights
+//! (projections, norms, feed-forwards, modulations) and meet in one attention over
+//! `[text | image]`.
+
+use anyhow::Result;
+use fastvideo_layers::Linear;
+use fastvideo_torch::weights::Weights;
+use tch::Tensor;
+
+use crate::attention::{attend, HeadNorm, RopeTables};
+use crate::config::TransformerConfig;
+use crate::embed::Mod;
+use crate::feed_forward::FeedForward;
+
+/// One stream's half of the block.
+struct Stream {
+    qkv: Linear,
+    norm_q: HeadNorm,
+    norm_k: HeadNorm,
+    out: Linear,
+    ff: FeedForward,
+}
+
+/// One double-stream block.
+pub struct DoubleBlock {
+    image: Stream,
+    text: Stream,
+    heads: i64,
+    head_dim: i64,
+    eps: f64,
+}
+
+impl DoubleBlock {
+    /// The block at `w` (`transformer_blocks.N`).
+    pub fn new(w: &Weights, c: &TransformerConfig) -> Result<Self> {
+        let (dim, d, eps) = (c.inner_dim(), c.attention_head_dim, c.eps);
+        let a = w.pp("attn");
+        let proj = |name: &str| Linear::new(&a.pp(name), dim, dim, false);
+        let image = Stream {
+            qkv: Linear::concat(vec![proj("to_q")?, proj("to_k")?, proj("to_v")?]),
+            norm_q: HeadNorm::new(&a.pp("norm_q"), d, eps)?,
+            norm_k: HeadNorm::new(&a.pp("norm_k"), d, eps)?,
+            out: proj("to_out.0")?,
+            ff: FeedForward::new(&w.pp("ff"), dim, c.mlp_hidden())?,
+        };
+        let text = Stream {
+            qkv: Linear::concat(vec![proj("add_q_proj")?, proj("add_k_proj")?, proj("add_v_proj")?]),
+            norm_q: HeadNorm::new(&a.pp("norm_added_q"), d, eps)?,
+            norm_k: HeadNorm::new(&a.pp("norm_added_k"), d, eps)?,
+            out: proj("to_add_out")?,
+            ff: FeedForward::new(&w.pp("ff_context"), dim, c.mlp_hidden())?,
+        };
+        Ok(Self { image, text, heads: c.num_attention_heads, head_dim: d, eps })
+    }
+
+    fn qkv(&self, s: &Stream, x: &Tensor) -> (Tensor, Tensor, Tensor) {
+        let (b, l, _) = x.size3().expect("[B, L, C]");
+        let parts = s.qkv.forward(x).view([b, l, 3, self.heads, self.head_dim]);
+        (s.norm_q.forward(&parts.select(2, 0)), s.norm_k.forward(&parts.select(2, 1)), parts.select(2, 2))
+    }
+
+    /// `(image [B, Si, C], text [B, St, C])` through the block with the image and text
+    /// modulations (two triples each) and the joint sequence's rotary tables.
+    pub fn forward(
+        &self,
+        image: &Tensor,
+        text: &Tensor,
+        image_mod: &[Mod],
+        text_mod: &[Mod],
+        rope: &RopeTables,
+    ) -> (Tensor, Tensor) {
+        let st = text.size()[1];
+        let (qi, ki, vi) = self.qkv(&self.image, &image_mod[0].modulate(image, self.eps));
+        let (qt, kt, vt) = self.qkv(&self.text, &text_mod[0].modulate(text, self.eps));
+        let o = attend(&Tensor::cat(&[qt, qi], 1), &Tensor::cat(&[kt, ki], 1), &Tensor::cat(&[vt, vi], 1), rope);
+        let si = o.size()[1] - st;
+        let (ot, oi) = (o.narrow(1, 0, st), o.narrow(1, st, si));
+        let run = |s: &Stream, x: &Tensor, attn: &Tensor, m: &[Mod]| {
+            let x = x + &m[0].gate * s.out.forward(attn);
+            let ff = s.ff.forward(&m[1].modulate(&x, self.eps));
+            &x + &m[1].gate * ff
+        };
+        (run(&self.image, image, &oi, image_mod), run(&self.text, text, &ot, text_mod))
+    }
+}

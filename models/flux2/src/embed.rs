@@ -1,0 +1,97 @@
+//! The timestep embedding and the modulations it drives: one embedding of the (model) time
+//! per sample, turned into shift/scale/gate triples for the double-stream image and text
+//! paths, the single-stream blocks and the output norm.
+
+use anyhow::Result;
+use fastvideo_layers::timestep::sinusoidal;
+use fastvideo_layers::Linear;
+use fastvideo_torch::weights::Weights;
+use tch::Tensor;
+
+/// `Flux2TimestepGuidanceEmbeddings` without a guidance embedder (klein has none).
+pub struct TimeEmbed {
+    channels: i64,
+    linear_1: Linear,
+    linear_2: Linear,
+}
+
+impl TimeEmbed {
+    /// The module at `w` (`time_guidance_embed`).
+    pub fn new(w: &Weights, channels: i64, dim: i64) -> Result<Self> {
+        let e = w.pp("timestep_embedder");
+        Ok(Self {
+            channels,
+            linear_1: Linear::new(&e.pp("linear_1"), channels, dim, false)?,
+            linear_2: Linear::new(&e.pp("linear_2"), dim, dim, false)?,
+        })
+    }
+
+    /// `[B, dim]` of model times `t [B]` (the sampler's timestep, 0..1000) in `kind`.
+    pub fn forward(&self, t: &Tensor, kind: tch::Kind) -> Tensor {
+        let proj = sinusoidal(t, self.channels).to_kind(kind);
+        self.linear_2.forward(&self.linear_1.forward(&proj).silu())
+    }
+}
+
+/// `Flux2Modulation`: `linear(silu(temb))`, split into `sets` triples (shift, scale, gate).
+pub struct Modulation {
+    linear: Linear,
+    sets: i64,
+}
+
+/// One shift/scale/gate triple, each `[B, 1, dim]`.
+pub struct Mod {
+    /// Added after the scale.
+    pub shift: Tensor,
+    /// `x · (1 + scale)`.
+    pub scale: Tensor,
+    /// The residual branch's weight.
+    pub gate: Tensor,
+}
+
+impl Mod {
+    /// `layer_norm(x) · (1 + scale) + shift` (the norm without affine weights).
+    pub fn modulate(&self, x: &Tensor, eps: f64) -> Tensor {
+        let d = x.size()[x.dim() - 1];
+        let normed = x.layer_norm([d], None::<Tensor>, None::<Tensor>, eps, false);
+        normed * (&self.scale + 1.0) + &self.shift
+    }
+}
+
+impl Modulation {
+    /// The module at `w` producing `sets` triples of width `dim`.
+    pub fn new(w: &Weights, dim: i64, sets: i64) -> Result<Self> {
+        Ok(Self { linear: Linear::new(&w.pp("linear"), dim, dim * 3 * sets, false)?, sets })
+    }
+
+    /// The triples of `temb [B, dim]`.
+    pub fn forward(&self, temb: &Tensor) -> Vec<Mod> {
+        let m = self.linear.forward(&temb.silu()).unsqueeze(1);
+        let chunks = m.chunk(3 * self.sets, -1);
+        chunks
+            .chunks(3)
+            .map(|c| Mod { shift: c[0].shallow_clone(), scale: c[1].shallow_clone(), gate: c[2].shallow_clone() })
+            .collect()
+    }
+}
+
+/// `AdaLayerNormContinuous` of the output: `linear(silu(temb))` split into scale then shift.
+pub struct OutputNorm {
+    linear: Linear,
+    eps: f64,
+}
+
+impl OutputNorm {
+    /// The module at `w` (`norm_out`).
+    pub fn new(w: &Weights, dim: i64, eps: f64) -> Result<Self> {
+        Ok(Self { linear: Linear::new(&w.pp("linear"), dim, 2 * dim, false)?, eps })
+    }
+
+    /// `x [B, S, dim]` normalised and modulated by `temb [B, dim]`.
+    pub fn forward(&self, x: &Tensor, temb: &Tensor) -> Tensor {
+        let emb = self.linear.forward(&temb.silu()).unsqueeze(1);
+        let parts = emb.chunk(2, -1);
+        Mod { scale: parts[0].shallow_clone(), shift: parts[1].shallow_clone(), gate: Tensor::new() }
+            .modulate(x, self.eps)
+    }
+}

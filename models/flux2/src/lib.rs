@@ -1,0 +1,18 @@
+//! FLUX.2 [klein] in tch: a diffusers `Flux2KleinPipeline` folder served as an image model,
+//! text to image and edits with reference pictures.
+
+#![deny(missing_docs)]
+
+pub mod attention;
+pub mod config;
+pub mod double_block;
+pub mod embed;
+pub mod feed_forward;
+pub mod prompt;
+pub mod rope;
+pub mod schedule;
+pub mod single_block;
+pub mod transformer;
+pub mod vae;
+
+pub use transformer::Flux2Transformer;

@@ -1,0 +1,4 @@
+//! Integration tests of fastvideo-flux2: one binary (CI links libtorch once per crate).
+
+mod common;
+mod components;
