@@ -59,10 +59,29 @@ impl OmniRequest {
         for (i, part) in self.inputs.iter().enumerate() {
             let InputPart::Image { path, b64, role } = part else { continue };
             let field = format!("inputs[{i}]");
-            if self.task != TaskType::I2v && !matches!(self.task, TaskType::Policy | TaskType::ForwardDynamics) {
+            if !matches!(self.task, TaskType::I2v | TaskType::I2i | TaskType::Policy | TaskType::ForwardDynamics) {
                 return Err(RequestError::new(field, format!("`{}` takes no image inputs", self.task.as_str())));
             }
-            if images.iter().any(|im| im.role == *role) {
+            // An edit's pictures are references; a picture sent without a role is one.
+            let role = match (self.task, role) {
+                (TaskType::I2i, crate::ImageRole::FirstFrame | crate::ImageRole::Reference) => {
+                    &crate::ImageRole::Reference
+                }
+                (TaskType::I2i, other) => {
+                    return Err(RequestError::new(
+                        field,
+                        format!("an edit takes reference pictures, not a `{}` image", other.as_str()),
+                    ))
+                }
+                (_, crate::ImageRole::Reference) => {
+                    return Err(RequestError::new(
+                        field,
+                        format!("reference pictures are for edits (`i2i`), not `{}`", self.task.as_str()),
+                    ))
+                }
+                (_, role) => role,
+            };
+            if *role != crate::ImageRole::Reference && images.iter().any(|im| im.role == *role) {
                 return Err(RequestError::new(field, format!("a second `{}` image", role.as_str())));
             }
             if !roles.contains(role) {

@@ -79,7 +79,7 @@ pub use request::{
 };
 pub use resolve::{
     canvas, is_action_task, ActionCondition, ActionDomain, ActionLimits, AudioLimits, CanvasBin, Defaults, LatentInput,
-    ModelLimits, PartialSchedule, PictureLimits, ResolvedAction, ResolvedRequest, VideoLimits, DEFAULT_NOISE_LEVEL,
-    DEFAULT_STRENGTH,
+    ModelLimits, PartialSchedule, PictureLimits, ReferenceLimits, ResolvedAction, ResolvedRequest, VideoLimits,
+    DEFAULT_NOISE_LEVEL, DEFAULT_STRENGTH,
 };
 pub use seed::random_seed;

@@ -12,6 +12,8 @@ pub enum TaskType {
     I2v,
     /// Text to image (a one-frame video).
     T2i,
+    /// An image edited, or made from reference pictures, by text (a one-frame video).
+    I2i,
     /// Video to video.
     V2v,
     /// A live world-model session: text and actions in, chunks of video out until it is
@@ -34,6 +36,7 @@ impl TaskType {
             TaskType::T2v => "t2v",
             TaskType::I2v => "i2v",
             TaskType::T2i => "t2i",
+            TaskType::I2i => "i2i",
             TaskType::V2v => "v2v",
             TaskType::World => "world",
             TaskType::Text => "text",

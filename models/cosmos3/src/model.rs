@@ -115,6 +115,7 @@ impl Cosmos3Model {
                 channels: self.sound.as_ref().map_or(2, |s| s.channels() as u16),
             }),
             action: self.transformer.config().action().map(|dim| crate::action::limits(dim as u32, spatial, tf)),
+            references: None,
             max_steps: 1000,
             defaults: Defaults {
                 steps: 35,

@@ -31,12 +31,23 @@ impl HeadNorm {
 /// The rotary tables of a joint sequence: `cos, sin` `[S, head_dim]` float32.
 pub type RopeTables = (Tensor, Tensor);
 
-/// `q, k, v [B, S, H, D]` (already normed) rotated by `rope` and attended: `[B, S, H·D]`.
-pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, rope: &RopeTables) -> Tensor {
+/// `q, k, v [1, S, H, D]` (already normed, the joint sequence of a pack) rotated by `rope`
+/// and attended within each sample's span (`spans`: start and length): `[1, S, H·D]`.
+pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, rope: &RopeTables, spans: &[(i64, i64)]) -> Tensor {
     let (b, s, h, d) = q.size4().expect("[B, S, H, D]");
     let q = Rope::apply(q, &rope.0, &rope.1).transpose(1, 2);
     let k = Rope::apply(k, &rope.0, &rope.1).transpose(1, 2);
     let v = v.transpose(1, 2);
-    let o = Tensor::scaled_dot_product_attention(&q, &k, &v, None::<Tensor>, 0.0, false, None, false);
+    let sdpa = |q: &Tensor, k: &Tensor, v: &Tensor| {
+        Tensor::scaled_dot_product_attention(q, k, v, None::<Tensor>, 0.0, false, None, false)
+    };
+    let o = match spans {
+        [_] => sdpa(&q, &k, &v),
+        _ => {
+            let parts: Vec<Tensor> =
+                spans.iter().map(|&(a, n)| sdpa(&q.narrow(2, a, n), &k.narrow(2, a, n), &v.narrow(2, a, n))).collect();
+            Tensor::cat(&parts, 2)
+        }
+    };
     o.transpose(1, 2).reshape([b, s, h * d])
 }

@@ -11,6 +11,7 @@ use crate::attention::{attend, HeadNorm, RopeTables};
 use crate::config::TransformerConfig;
 use crate::embed::Mod;
 use crate::feed_forward::FeedForward;
+use crate::packed::Layout;
 
 /// One stream's half of the block.
 struct Stream {
@@ -59,8 +60,9 @@ impl DoubleBlock {
         (s.norm_q.forward(&parts.select(2, 0)), s.norm_k.forward(&parts.select(2, 1)), parts.select(2, 2))
     }
 
-    /// `(image [B, Si, C], text [B, St, C])` through the block with the image and text
-    /// modulations (two triples each) and the joint sequence's rotary tables.
+    /// `(image [1, ΣSi, C], text [1, ΣSt, C])` (a pack's streams, see [`Layout`]) through the
+    /// block with per-token (or broadcast) image and text modulations (two triples each) and
+    /// the joint sequence's rotary tables.
     pub fn forward(
         &self,
         image: &Tensor,
@@ -68,13 +70,13 @@ impl DoubleBlock {
         image_mod: &[Mod],
         text_mod: &[Mod],
         rope: &RopeTables,
+        layout: &Layout,
     ) -> (Tensor, Tensor) {
-        let st = text.size()[1];
         let (qi, ki, vi) = self.qkv(&self.image, &image_mod[0].modulate(image, self.eps));
         let (qt, kt, vt) = self.qkv(&self.text, &text_mod[0].modulate(text, self.eps));
-        let o = attend(&Tensor::cat(&[qt, qi], 1), &Tensor::cat(&[kt, ki], 1), &Tensor::cat(&[vt, vi], 1), rope);
-        let si = o.size()[1] - st;
-        let (ot, oi) = (o.narrow(1, 0, st), o.narrow(1, st, si));
+        let joint = |t: Tensor, i: Tensor| layout.interleave(&t, &i);
+        let o = attend(&joint(qt, qi), &joint(kt, ki), &joint(vt, vi), rope, &layout.spans());
+        let (ot, oi) = layout.split(&o);
         let run = |s: &Stream, x: &Tensor, attn: &Tensor, m: &[Mod]| {
             let x = x + &m[0].gate * s.out.forward(attn);
             let ff = s.ff.forward(&m[1].modulate(&x, self.eps));

@@ -87,11 +87,15 @@ impl OutputNorm {
         Ok(Self { linear: Linear::new(&w.pp("linear"), dim, 2 * dim, false)?, eps })
     }
 
-    /// `x [B, S, dim]` normalised and modulated by `temb [B, dim]`.
-    pub fn forward(&self, x: &Tensor, temb: &Tensor) -> Tensor {
+    /// The scale and shift `[B, 1, dim]` of `temb [B, dim]`.
+    pub fn modulation(&self, temb: &Tensor) -> (Tensor, Tensor) {
         let emb = self.linear.forward(&temb.silu()).unsqueeze(1);
         let parts = emb.chunk(2, -1);
-        Mod { scale: parts[0].shallow_clone(), shift: parts[1].shallow_clone(), gate: Tensor::new() }
-            .modulate(x, self.eps)
+        (parts[0].shallow_clone(), parts[1].shallow_clone())
+    }
+
+    /// `x [1, S, dim]` normalised and modulated by `scale` and `shift` (`[1, S or 1, dim]`).
+    pub fn forward(&self, x: &Tensor, scale: Tensor, shift: Tensor) -> Tensor {
+        Mod { scale, shift, gate: Tensor::new() }.modulate(x, self.eps)
     }
 }

@@ -4,15 +4,22 @@
 #![deny(missing_docs)]
 
 pub mod attention;
+pub mod condition;
 pub mod config;
+pub mod denoise;
 pub mod double_block;
 pub mod embed;
+pub mod family;
 pub mod feed_forward;
+pub mod model;
+pub mod packed;
+pub mod pipeline;
 pub mod prompt;
 pub mod rope;
 pub mod schedule;
 pub mod single_block;
 pub mod transformer;
 pub mod vae;
+pub mod values;
 
 pub use transformer::Flux2Transformer;

@@ -41,15 +41,16 @@ impl SingleBlock {
         })
     }
 
-    /// `x [B, S, C]` (text then image) through the block with its one modulation triple.
-    pub fn forward(&self, x: &Tensor, m: &Mod, rope: &RopeTables) -> Tensor {
+    /// `x [1, S, C]` (a pack's joint sequence) through the block with its one modulation
+    /// triple (per token or broadcast), attending within each sample's span.
+    pub fn forward(&self, x: &Tensor, m: &Mod, rope: &RopeTables, spans: &[(i64, i64)]) -> Tensor {
         let (b, s, _) = x.size3().expect("[B, S, C]");
         let inner = self.heads * self.head_dim;
         let h = self.qkv_mlp.forward(&m.modulate(x, self.eps));
         let qkv = h.narrow(2, 0, 3 * inner).view([b, s, 3, self.heads, self.head_dim]);
         let mlp = swiglu(&h.narrow(2, 3 * inner, 2 * self.mlp_hidden));
         let (q, k) = (self.norm_q.forward(&qkv.select(2, 0)), self.norm_k.forward(&qkv.select(2, 1)));
-        let o = attend(&q, &k, &qkv.select(2, 2), rope);
+        let o = attend(&q, &k, &qkv.select(2, 2), rope, spans);
         x + &m.gate * self.out.forward(&Tensor::cat(&[o, mlp], 2))
     }
 }

@@ -11,6 +11,7 @@ use tch::{Device, Kind, Tensor};
 use crate::config::TransformerConfig;
 use crate::double_block::DoubleBlock;
 use crate::embed::{Modulation, OutputNorm, TimeEmbed};
+use crate::packed::{self, Layout, Sample};
 use crate::rope::Rope;
 use crate::single_block::SingleBlock;
 
@@ -88,7 +89,7 @@ impl Flux2Transformer {
     /// The prediction `[B, Si, out]` for image tokens `image [B, Si, in]` (noise tokens first,
     /// then any reference tokens) and prompt embeddings `text [B, St, joint]`, at times
     /// `timestep [B]` in `[0, 1]` (the pipeline's `t / 1000`), positions `image_ids [Si, 4]`
-    /// and `text_ids [St, 4]`.
+    /// and `text_ids [St, 4]`: the reference's call, as a pack of `B` samples.
     pub fn forward(
         &self,
         image: &Tensor,
@@ -97,24 +98,43 @@ impl Flux2Transformer {
         image_ids: &Tensor,
         text_ids: &Tensor,
     ) -> Tensor {
+        let b = image.size()[0];
+        let times: Vec<f32> = Vec::try_from(timestep.to_kind(Kind::Float).reshape([-1])).expect("float times");
+        let (images, texts): (Vec<Tensor>, Vec<Tensor>) = (0..b).map(|i| (image.get(i), text.get(i))).unzip();
+        let samples: Vec<Sample> = (0..b as usize)
+            .map(|i| Sample { image: &images[i], text: &texts[i], timestep: times[i], image_ids, text_ids })
+            .collect();
+        Tensor::stack(&self.forward_packed(&samples), 0)
+    }
+
+    /// Predictions `[Si, out]` of each sample of a pack (see [`crate::packed`]).
+    pub fn forward_packed(&self, samples: &[Sample]) -> Vec<Tensor> {
         let kind = self.kind;
-        let t = timestep.to_kind(kind) * 1000.0;
-        let temb = self.time.forward(&t, kind);
-        let (mi, mt, ms) =
-            (self.mod_image.forward(&temb), self.mod_text.forward(&temb), self.mod_single.forward(&temb));
-        let mut x = self.x_embedder.forward(&image.to_kind(kind));
-        let mut ctx = self.context_embedder.forward(&text.to_kind(kind));
-        let rope = self.rope.tables(&Tensor::cat(&[text_ids, image_ids], 0));
+        let device = samples[0].image.device();
+        let layout = Layout::of(samples);
+        let temb = self.time.forward(&packed::timesteps(samples, kind, device), kind);
+        let mi = layout.spread_mods(&self.mod_image.forward(&temb), &layout.image);
+        let mt = layout.spread_mods(&self.mod_text.forward(&temb), &layout.text);
+        let joint_lengths: Vec<i64> = layout.text.iter().zip(&layout.image).map(|(t, i)| t + i).collect();
+        let ms = layout.spread_mods(&self.mod_single.forward(&temb), &joint_lengths);
+        let cat = |f: &dyn Fn(&Sample) -> Tensor| Tensor::cat(&samples.iter().map(f).collect::<Vec<_>>(), 0);
+        let mut x = self.x_embedder.forward(&cat(&|s| s.image.to_kind(kind))).unsqueeze(0);
+        let mut ctx = self.context_embedder.forward(&cat(&|s| s.text.to_kind(kind))).unsqueeze(0);
+        let ids: Vec<Tensor> =
+            samples.iter().flat_map(|s| [s.text_ids.shallow_clone(), s.image_ids.shallow_clone()]).collect();
+        let rope = self.rope.tables(&Tensor::cat(&ids, 0));
         for block in &self.double {
-            (x, ctx) = block.forward(&x, &ctx, &mi, &mt, &rope);
+            (x, ctx) = block.forward(&x, &ctx, &mi, &mt, &rope, &layout);
         }
-        let st = ctx.size()[1];
-        let mut h = Tensor::cat(&[ctx, x], 1);
+        let spans = layout.spans();
+        let mut h = layout.interleave(&ctx, &x);
         for block in &self.single {
-            h = block.forward(&h, &ms[0], &rope);
+            h = block.forward(&h, &ms[0], &rope, &spans);
         }
-        let si = h.size()[1] - st;
-        let out = self.norm_out.forward(&h.narrow(1, st, si), &temb);
-        self.proj_out.forward(&out)
+        let (_, image) = layout.split(&h);
+        let (scale, shift) = self.norm_out.modulation(&temb);
+        let out =
+            self.norm_out.forward(&image, layout.spread(&scale, &layout.image), layout.spread(&shift, &layout.image));
+        layout.unpack_image(&self.proj_out.forward(&out))
     }
 }

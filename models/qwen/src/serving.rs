@@ -89,6 +89,7 @@ pub fn chat_limits(lm: &LanguageModel) -> ModelLimits {
         picture: None,
         audio: None,
         action: None,
+        references: None,
         max_steps: lm.model.config.max_position_embeddings.max(1) as u32,
         defaults: Defaults {
             steps: 256,

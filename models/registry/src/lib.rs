@@ -16,6 +16,7 @@ pub fn registry() -> &'static Registry {
             &fastvideo_wan::family::WAN_WORLD,
             &fastvideo_qwen::family::QWEN,
             &fastvideo_cosmos3::family::COSMOS3,
+            &fastvideo_flux2::family::FLUX2,
         ])
     })
 }

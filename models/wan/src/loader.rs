@@ -437,6 +437,7 @@ impl WanModel {
             picture: Some(PictureLimits { spatial_multiple: spatial, max_side: (spatial * rope).min(4096) }),
             audio: None,
             action: None,
+            references: None,
             max_steps: 1000,
             defaults: Defaults {
                 steps: r.steps.unwrap_or(50),

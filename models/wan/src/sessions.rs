@@ -94,6 +94,7 @@ pub(crate) fn limits(model: &WorldModel) -> ModelLimits {
         picture: Some(PictureLimits { spatial_multiple: 1, max_side: spec.width.max(spec.height) }),
         audio: None,
         action: None,
+        references: None,
         max_steps: steps,
         defaults: Defaults {
             steps,

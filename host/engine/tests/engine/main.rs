@@ -78,6 +78,7 @@ fn limits() -> ModelLimits {
         picture: Some(PictureLimits { spatial_multiple: 16, max_side: 4096 }),
         audio: None,
         action: None,
+        references: None,
         max_steps: 1000,
         defaults: Defaults {
             steps: 10,

@@ -94,6 +94,7 @@ fn request(steps: u32, guidance: f32) -> ResolvedRequest {
         picture: Some(fastvideo_request::PictureLimits { spatial_multiple: 16, max_side: 512 }),
         audio: None,
         action: None,
+        references: None,
         max_steps: 100,
         defaults: Defaults {
             steps,

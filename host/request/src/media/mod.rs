@@ -12,6 +12,8 @@ pub enum ImageRole {
     FirstFrame,
     /// The video ends on it (first-and-last-frame models).
     LastFrame,
+    /// A picture an edit starts from or draws on (`i2i`; several may be given).
+    Reference,
 }
 
 impl ImageRole {
@@ -20,6 +22,7 @@ impl ImageRole {
         match self {
             ImageRole::FirstFrame => "first_frame",
             ImageRole::LastFrame => "last_frame",
+            ImageRole::Reference => "reference",
         }
     }
 }

@@ -6,9 +6,11 @@ use crate::{InputImage, InputPart, InputVideo, OmniRequest, OutputSpec, RequestE
 
 mod action;
 mod audio;
+mod references;
 mod shape;
 pub use action::{canvas, is_action_task, ActionCondition, ActionDomain, ActionLimits, CanvasBin, ResolvedAction};
 pub use audio::AudioLimits;
+pub use references::ReferenceLimits;
 pub use shape::{PictureLimits, VideoLimits};
 
 /// Latents a request supplies (row-major float32 values of `shape`).
@@ -88,6 +90,10 @@ pub struct ModelLimits {
     /// refuses the action tasks. Left off the wire when `None`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub action: Option<ActionLimits>,
+    /// The reference pictures an editing model takes (`i2i`); `None` (most models) takes
+    /// none. Left off the wire when `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub references: Option<ReferenceLimits>,
     /// Most solver steps a request may ask for.
     pub max_steps: u32,
     /// Values for the parameters a request leaves out.
@@ -105,6 +111,7 @@ impl ModelLimits {
             picture: Some(PictureLimits { spatial_multiple: 16, max_side: 1024 }),
             audio: None,
             action: None,
+            references: None,
             max_steps: 100,
             defaults: Defaults {
                 steps: 20,
@@ -299,6 +306,19 @@ impl OmniRequest {
             }
         }
         let images = self.decode_images(&limits.image_roles)?;
+        if self.task == TaskType::I2i {
+            let rules = limits.references.as_ref().ok_or_else(|| {
+                RequestError::new("task", format!("{} takes no reference pictures (`i2i`)", limits.family))
+            })?;
+            let fields: Vec<String> = self
+                .inputs
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| matches!(p, InputPart::Image { .. }))
+                .map(|(i, _)| format!("inputs[{i}]"))
+                .collect();
+            rules.check(&images, &fields)?;
+        }
         let mut named_noise = self.latent_inputs()?;
         let initial_noise = named_noise.remove("latents");
         let mut video = self.decode_video()?;
@@ -384,10 +404,11 @@ impl OmniRequest {
         };
         let (height, width) = match &action {
             Some((_, canvas)) => *canvas,
-            None => limits.resolve_size(d)?,
+            None => limits.resolve_size(&self.edit_size(limits, &images))?,
         };
-        if action.is_some() {
-            // The action path fits pictures to the canvas itself.
+        if action.is_some() || self.task == TaskType::I2i {
+            // The action path fits pictures to the canvas itself; an edit's references keep
+            // their own sizes.
         } else if limits.picture.is_some() {
             self.check_fits(&images, video.as_ref(), width, height)?;
         } else if let Some(i) =
@@ -470,6 +491,19 @@ impl OmniRequest {
 }
 
 impl OmniRequest {
+    /// The request's size parameters, an edit's missing sides taken from its last reference as
+    /// the model uses it (scaled to its largest area, cut to the size multiple).
+    fn edit_size(&self, limits: &ModelLimits, images: &[InputImage]) -> crate::DiffusionParams {
+        let mut d = self.diffusion.clone();
+        let last = images.iter().rev().find(|i| i.role == crate::ImageRole::Reference);
+        if let (Some(rules), Some(pic), Some(im)) = (&limits.references, &limits.picture, last) {
+            let (w, h) = rules.used_size(im.width, im.height, pic.spatial_multiple);
+            d.width = d.width.or(Some(w));
+            d.height = d.height.or(Some(h));
+        }
+        d
+    }
+
     /// Every picture and the video's frames fitted to the output (`resize_mode`) within
     /// [`crate::check_fit`]'s bounds, so an input's shape cannot make the job's work or memory
     /// explode after admission. `images` and `video` are this request's, decoded in input order.

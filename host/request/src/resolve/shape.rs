@@ -88,7 +88,7 @@ impl ModelLimits {
         };
         let fm = v.frame_multiple;
         let num_frames = match (video, task) {
-            (_, TaskType::T2i) => 1,
+            (_, TaskType::T2i | TaskType::I2i) => 1,
             // Video to video: every frame that fills the VAE's chunks (as diffusers' encoder
             // reads them), within the model's limit, unless the request asks for fewer.
             (Some(input), _) => {

@@ -12,6 +12,7 @@ fn limits() -> ModelLimits {
         picture: Some(PictureLimits { spatial_multiple: 16, max_side: 1280 }),
         audio: None,
         action: None,
+        references: None,
         max_steps: 200,
         defaults: Defaults {
             steps: 20,

@@ -20,6 +20,7 @@ fn transformer_matches_diffusers() {
         &f["txt_ids"].squeeze_dim(0),
     );
     let e = rel(&out, &f["out"]);
+    eprintln!("transformer: {e:.2e}");
     assert!(e < 1e-5, "transformer: {e:.2e}");
 }
 

@@ -32,6 +32,23 @@ fn bilinear(x: f64) -> f64 {
     }
 }
 
+/// PIL's Lanczos kernel: the sinc truncated at 3 by a 3-wide sinc window.
+fn lanczos(x: f64) -> f64 {
+    let sinc = |x: f64| {
+        if x == 0.0 {
+            1.0
+        } else {
+            let x = x * std::f64::consts::PI;
+            x.sin() / x
+        }
+    };
+    if (-3.0..3.0).contains(&x) {
+        sinc(x) * sinc(x / 3.0)
+    } else {
+        0.0
+    }
+}
+
 /// A PIL resampling filter: its kernel and support (in input samples at scale 1).
 #[derive(Clone, Copy, Debug)]
 pub enum Filter {
@@ -39,6 +56,8 @@ pub enum Filter {
     Bicubic,
     /// `Image.BILINEAR`.
     Bilinear,
+    /// `Image.LANCZOS`.
+    Lanczos,
 }
 
 impl Filter {
@@ -46,6 +65,7 @@ impl Filter {
         match self {
             Filter::Bicubic => (bicubic, 2.0),
             Filter::Bilinear => (bilinear, 1.0),
+            Filter::Lanczos => (lanczos, 3.0),
         }
     }
 }

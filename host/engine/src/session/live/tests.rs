@@ -134,6 +134,7 @@ impl SessionModel for Model {
             picture: Some(PictureLimits { spatial_multiple: 1, max_side: 8 }),
             audio: None,
             action: None,
+            references: None,
             max_steps: 2,
             defaults: Defaults {
                 steps: 2,

@@ -1,0 +1,70 @@
+//! Reference pictures of an editing request (`i2i`): how many a model takes, the sizes it
+//! accepts, and the output size an edit gets when the request names none.
+
+use serde::{Deserialize, Serialize};
+
+use crate::{ImageRole, InputImage, RequestError};
+
+/// The reference rules of an editing model.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ReferenceLimits {
+    /// Most reference pictures a request may give.
+    pub max_references: u32,
+    /// Shortest side a reference may have, in pixels.
+    pub min_reference_side: u32,
+    /// Largest ratio of a reference's long side to its short side.
+    pub max_reference_aspect: f64,
+    /// References larger than this many pixels are scaled down to it (aspect kept).
+    pub max_reference_area: u64,
+}
+
+impl ReferenceLimits {
+    /// Checks the references among `images` (decoded in input order; `fields` are their
+    /// request fields): at least one for `i2i`, at most `max_references`, each within the
+    /// side and aspect rules.
+    pub fn check(&self, images: &[InputImage], fields: &[String]) -> Result<(), RequestError> {
+        let refs: Vec<(&InputImage, &String)> =
+            images.iter().zip(fields).filter(|(i, _)| i.role == ImageRole::Reference).collect();
+        if refs.is_empty() {
+            return Err(RequestError::new("inputs", "an edit (`i2i`) needs at least one reference picture"));
+        }
+        if refs.len() > self.max_references as usize {
+            return Err(RequestError::new(
+                refs[self.max_references as usize].1.clone(),
+                format!("{} reference pictures; this model takes at most {}", refs.len(), self.max_references),
+            ));
+        }
+        for (im, field) in refs {
+            let (w, h) = (im.width, im.height);
+            if w.min(h) < self.min_reference_side {
+                return Err(RequestError::new(
+                    field.clone(),
+                    format!(
+                        "a {w}x{h} reference is too small: both sides must be at least {} px",
+                        self.min_reference_side
+                    ),
+                ));
+            }
+            let aspect = w.max(h) as f64 / w.min(h) as f64;
+            if aspect > self.max_reference_aspect {
+                return Err(RequestError::new(
+                    field.clone(),
+                    format!("a {w}x{h} reference's aspect ratio {aspect:.1} is above {}", self.max_reference_aspect),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// `(width, height)` of a reference as the model uses it: scaled down to
+    /// `max_reference_area` when larger (truncating, as the reference pipeline), then cut to
+    /// multiples of `multiple`.
+    pub fn used_size(&self, width: u32, height: u32, multiple: u32) -> (u32, u32) {
+        let (mut w, mut h) = (width, height);
+        if w as u64 * h as u64 > self.max_reference_area {
+            let scale = (self.max_reference_area as f64 / (w as f64 * h as f64)).sqrt();
+            (w, h) = ((w as f64 * scale) as u32, (h as f64 * scale) as u32);
+        }
+        (w / multiple * multiple, h / multiple * multiple)
+    }
+}
