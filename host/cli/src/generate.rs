@@ -28,9 +28,10 @@ pub struct GenerateArgs {
     #[arg(long)]
     negative_prompt: Option<String>,
     /// Image-to-video: the picture (PNG, JPEG or WebP) the video starts from; it is stretched
-    /// to --width x --height as diffusers does. Needs an image-to-video model.
+    /// to --width x --height as diffusers does. Needs an image-to-video model. Image models
+    /// (FLUX.2 [klein]): a reference picture to edit or draw from; repeat it for several.
     #[arg(long)]
-    image: Option<PathBuf>,
+    image: Vec<PathBuf>,
     /// First-and-last-frame models: the picture the video ends on.
     #[arg(long, requires = "image")]
     last_image: Option<PathBuf>,
@@ -71,9 +72,10 @@ pub struct GenerateArgs {
     /// auto, cpu, cuda or cuda:N.
     #[arg(long, default_value = "auto")]
     device: String,
-    /// Output MP4 path; it carries the sound as an AAC track when the model makes sound.
-    #[arg(long, default_value = "out.mp4")]
-    out: PathBuf,
+    /// Output path: an MP4 (with the sound as an AAC track when the model makes sound), or a
+    /// PNG for image models (out.png when omitted) and one-frame requests.
+    #[arg(long)]
+    out: Option<PathBuf>,
     /// Also write the sound as a WAV (16-bit PCM, the whole waveform the model made); needs a
     /// model that makes sound.
     #[arg(long)]
@@ -218,11 +220,10 @@ fn request(args: &GenerateArgs) -> Result<(OmniRequest, Vec<fastvideo_pipeline::
     if let Some(n) = &args.negative_prompt {
         r.inputs.push(InputPart::Text { text: n.clone(), role: TextRole::Negative });
     }
-    for (path, role) in [(&args.image, ImageRole::FirstFrame), (&args.last_image, ImageRole::LastFrame)] {
-        if let Some(p) = path {
-            r.task = TaskType::I2v;
-            r.inputs.push(InputPart::Image { path: Some(p.display().to_string()), b64: None, role });
-        }
+    let images = args.image.iter().map(|p| (p, ImageRole::FirstFrame));
+    for (p, role) in images.chain(args.last_image.as_ref().map(|p| (p, ImageRole::LastFrame))) {
+        r.task = TaskType::I2v;
+        r.inputs.push(InputPart::Image { path: Some(p.display().to_string()), b64: None, role });
     }
     if let Some(p) = &args.video {
         r.task = TaskType::V2v;
@@ -256,12 +257,11 @@ fn request(args: &GenerateArgs) -> Result<(OmniRequest, Vec<fastvideo_pipeline::
 /// Reads and decodes the pictures and the video before the model loads, so a wrong file costs
 /// nothing.
 fn check_images(args: &GenerateArgs) -> Result<()> {
-    for (path, flag) in [(&args.image, "--image"), (&args.last_image, "--last-image")] {
-        if let Some(p) = path {
-            let bytes = std::fs::read(p).map_err(|e| anyhow::anyhow!("{flag}: cannot read {}: {e}", p.display()))?;
-            fastvideo_request::decode_image(&bytes, ImageRole::FirstFrame, flag)
-                .map_err(|e| anyhow::anyhow!("{} ({})", e, p.display()))?;
-        }
+    let images = args.image.iter().map(|p| (p, "--image"));
+    for (p, flag) in images.chain(args.last_image.as_ref().map(|p| (p, "--last-image"))) {
+        let bytes = std::fs::read(p).map_err(|e| anyhow::anyhow!("{flag}: cannot read {}: {e}", p.display()))?;
+        fastvideo_request::decode_image(&bytes, ImageRole::FirstFrame, flag)
+            .map_err(|e| anyhow::anyhow!("{} ({})", e, p.display()))?;
     }
     if let Some(p) = &args.video {
         let bytes = std::fs::read(p).map_err(|e| anyhow::anyhow!("--video: cannot read {}: {e}", p.display()))?;
@@ -270,20 +270,62 @@ fn check_images(args: &GenerateArgs) -> Result<()> {
     Ok(())
 }
 
+/// A request built before the model loads, fitted to what the model makes: an image model's
+/// task is a picture (`t2i`), or an edit (`i2i`) whose --image pictures are references.
+fn fit_to_model(omni: &mut OmniRequest, limits: &fastvideo_request::ModelLimits, args: &GenerateArgs) -> Result<()> {
+    let edits = limits.tasks.contains(&TaskType::I2i) && !limits.tasks.contains(&TaskType::I2v);
+    if edits && omni.task == TaskType::I2v {
+        if args.last_image.is_some() {
+            bail!("--last-image: {} edits pictures; give every reference with --image", limits.family);
+        }
+        omni.task = TaskType::I2i;
+        for part in &mut omni.inputs {
+            if let InputPart::Image { role, .. } = part {
+                *role = ImageRole::Reference;
+            }
+        }
+    } else if args.image.len() > 1 {
+        bail!(
+            "--image: given {} times; a video model takes one first frame (--last-image for the last)",
+            args.image.len()
+        );
+    }
+    if limits.video.is_none() && omni.task == TaskType::T2v && limits.tasks.contains(&TaskType::T2i) {
+        omni.task = TaskType::T2i;
+    }
+    Ok(())
+}
+
+/// Where the output goes: --out, else out.png for a picture model and out.mp4 otherwise. A
+/// picture model refuses a path that is not a PNG.
+fn output_path(args: &GenerateArgs, picture_model: bool) -> Result<PathBuf> {
+    let is_png = |p: &Path| p.extension().is_some_and(|e| e.eq_ignore_ascii_case("png"));
+    match &args.out {
+        Some(p) if picture_model && !is_png(p) => {
+            bail!("--out {}: this model makes pictures; give a .png path", p.display())
+        }
+        Some(p) => Ok(p.clone()),
+        None if picture_model => Ok(PathBuf::from("out.png")),
+        None => Ok(PathBuf::from("out.mp4")),
+    }
+}
+
 pub fn run(args: GenerateArgs) -> Result<()> {
-    crate::output_path::check_output(&args.out, "--out", "out.mp4")?;
+    if let Some(out) = &args.out {
+        crate::output_path::check_output(out, "--out", "out.mp4")?;
+    }
     if let Some(p) = &args.audio_out {
         crate::output_path::check_output(p, "--audio-out", "out.wav")?;
     }
     check_images(&args)?;
     args.actions.check(args.video.is_some())?;
     // Built before the model loads, so a bad --noise file costs nothing either.
-    let (omni, lora_files) = request(&args)?;
+    let (mut omni, lora_files) = request(&args)?;
     let device = fastvideo_torch::device(&args.device)?;
     let model_dir = match &args.model {
         Some(m) => m.clone(),
         // A first frame without a model means the shipped image-to-video model.
-        None if args.image.is_some() => fastvideo_assembly::default_i2v_model()?,
+        None if !args.image.is_empty() => fastvideo_assembly::default_i2v_model()?,
         None => fastvideo_assembly::default_model()?,
     };
     let model_config = args.precision.model_config();
@@ -311,7 +353,14 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         );
     }
     let limits = model.limits();
-    if args.image.is_none() && args.video.is_none() && !limits.tasks.contains(&TaskType::T2v) {
+    fit_to_model(&mut omni, &limits, &args)?;
+    let picture_model = limits.video.is_none();
+    let out_path = output_path(&args, picture_model)?;
+    if args.image.is_empty()
+        && args.video.is_none()
+        && !limits.tasks.contains(&TaskType::T2v)
+        && !limits.tasks.contains(&TaskType::T2i)
+    {
         bail!("{} is an image-to-video model: give the first frame with --image FILE", model_dir.display());
     }
     if args.audio_out.is_some() && limits.audio.is_none() {
@@ -387,7 +436,20 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         let audio = out.audio().context("the pipeline produced no sound")?;
         fastvideo_media::write_wav(audio, path).context("--audio-out")?;
     }
-    fastvideo_media::write_mp4_with_audio(video, out.audio(), &args.out)?;
+    let is_png = out_path.extension().is_some_and(|e| e.eq_ignore_ascii_case("png"));
+    if is_png {
+        if video.num_frames != 1 {
+            bail!(
+                "--out {}: a PNG holds one picture; this request made {} frames",
+                out_path.display(),
+                video.num_frames
+            );
+        }
+        let png = fastvideo_media::png_bytes(video, 0)?;
+        std::fs::write(&out_path, png).with_context(|| format!("--out {}", out_path.display()))?;
+    } else {
+        fastvideo_media::write_mp4_with_audio(video, out.audio(), &out_path)?;
+    }
     if let Some(dir) = &args.frames_dir {
         fastvideo_media::write_pngs(video, dir)?;
     }
@@ -396,7 +458,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         let per_step = steps.iter().sum::<f64>() / steps.len().max(1) as f64;
         eprintln!(
             "wrote {} ({} frames, {}x{}, {} fps{}) in {:.2}s ({:.1} ms per denoise step)",
-            args.out.display(),
+            out_path.display(),
             video.num_frames,
             video.width,
             video.height,

@@ -1,4 +1,6 @@
-//! `POST /v1/images/generations`: one-frame generations, answered when done (b64 PNG).
+//! `POST /v1/images/generations` and `POST /v1/images/edits`: pictures, answered when done
+//! (b64 PNG). `n` pictures are `n` requests submitted together, so the engine steps them as
+//! one batch.
 
 use axum::extract::{Request, State};
 use axum::{Extension, Json};
@@ -12,12 +14,32 @@ use crate::state::AppState;
 
 const MAX_N: u32 = 8;
 
+/// Text to image.
 pub async fn generate_images(
     State(s): State<AppState>,
     Extension(who): Extension<Caller>,
     req: Request,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let p: CreateParams = read_body(req).await?;
+    images(s, who, p, TaskType::T2i).await
+}
+
+/// Edits: the pictures in `image` (one or several) edited or drawn from by the prompt.
+pub async fn edit_images(
+    State(s): State<AppState>,
+    Extension(who): Extension<Caller>,
+    req: Request,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let p: CreateParams = read_body(req).await?;
+    images(s, who, p, TaskType::I2i).await
+}
+
+async fn images(
+    s: AppState,
+    who: Caller,
+    p: CreateParams,
+    task: TaskType,
+) -> Result<Json<serde_json::Value>, ApiError> {
     s.keys.check_priority(who, p.priority)?;
     if let Some(f) = p.response_format.as_deref().filter(|f| *f != "b64_json") {
         return Err(ApiError::field("response_format", format!("response_format: `{f}` is not served; use b64_json")));
@@ -34,13 +56,21 @@ pub async fn generate_images(
         return Err(ApiError::field(f, format!("{f}: images have one frame; use /v1/videos for video")));
     }
     let (model, limits) = s.model_for(p.model.as_deref())?;
+    if task == TaskType::I2i && !limits.tasks.contains(&TaskType::I2i) {
+        return Err(ApiError::field(
+            "image",
+            format!("image: model `{model}` ({}) makes pictures from text only; it does not edit", limits.family),
+        ));
+    }
+    let uploads = |file_id: &str, field: &str| s.files.base64_of(file_id, &s.keys.owner_tag(who), field);
     let base = s.new_id("img");
     let mut handles = Vec::new();
     for i in 0..n {
-        let mut r = p.to_request(format!("{base}_{i}"), TaskType::T2i, &model, &limits)?;
+        let mut r = p.to_request_with_uploads(format!("{base}_{i}"), task, &model, &limits, &uploads)?;
         r.model = (model != s.engine.model_id()).then(|| model.clone());
         // Sibling images take the next seeds (wrapping past u64::MAX, not overflowing).
         r.sampling.seed = p.seed.map(|seed| seed.wrapping_add(i as u64));
+        let names = crate::params::MediaNames::of(&r);
         match s.engine.submit(r) {
             Ok(h) => handles.push(h),
             Err(e) => {
@@ -48,7 +78,7 @@ pub async fn generate_images(
                 for h in &handles {
                     s.engine.cancel(&h.request_id);
                 }
-                return Err(e.into());
+                return Err(names.rename(e).into());
             }
         }
     }

@@ -93,6 +93,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/videos/{id}/events", get(stream::video_events))
         .route("/v1/stream", get(stream::websocket))
         .route("/v1/images/generations", post(images::generate_images))
+        .route("/v1/images/edits", post(images::edit_images))
         .route("/v1/files", post(files::upload).get(files::list))
         .route("/v1/files/{id}", get(files::retrieve).delete(files::delete))
         .route("/v1/files/{id}/content", get(files::content))

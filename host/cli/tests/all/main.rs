@@ -13,6 +13,7 @@ mod comfyui_i2v;
 mod common;
 mod cosmos3;
 mod default_model;
+mod flux2;
 mod image_to_video;
 mod lora;
 mod parallel;

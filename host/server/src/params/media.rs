@@ -67,6 +67,7 @@ impl MediaNames {
             let name = match part {
                 InputPart::Image { role: ImageRole::FirstFrame, .. } => "input_reference",
                 InputPart::Image { role: ImageRole::LastFrame, .. } => "last_frame",
+                InputPart::Image { role: ImageRole::Reference, .. } => "image",
                 InputPart::Video { .. } => "video",
                 _ => return None,
             };

@@ -112,6 +112,12 @@ pub struct CreateParams {
     pub input_reference: Option<MediaValue>,
     /// First-and-last-frame models: the last frame, as `input_reference`.
     pub last_frame: Option<MediaValue>,
+    /// `/v1/images/edits`: the pictures to edit or draw from, as the openai client uploads
+    /// them (`image`, or `image[]` for several), or in JSON as data URLs, base64 or upload
+    /// ids (one, or a list).
+    pub image: Option<MediaList>,
+    /// `/v1/images/edits`: OpenAI's inpainting mask (not served; a 400 naming it).
+    pub mask: Option<MediaValue>,
     /// Video to video: the input video (MP4, H.264), as `input_reference`.
     pub video: Option<MediaValue>,
     /// Video to video: the part of the schedule run on the noised video, in (0, 1].
@@ -131,6 +137,25 @@ pub struct CreateParams {
     /// Accepted from OpenAI clients; no effect here.
     #[allow(dead_code)]
     pub style: Option<String>,
+}
+
+/// One picture or several.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum MediaList {
+    /// One picture.
+    One(MediaValue),
+    /// Several, in order.
+    Many(Vec<MediaValue>),
+}
+
+impl MediaList {
+    fn items(&self) -> Vec<&MediaValue> {
+        match self {
+            MediaList::One(v) => vec![v],
+            MediaList::Many(list) => list.iter().collect(),
+        }
+    }
 }
 
 /// `seconds` arrives as a string from OpenAI clients and as a number from others.
@@ -385,8 +410,30 @@ impl CreateParams {
             };
             r.diffusion.action = Some(condition);
         }
-        if task == TaskType::T2i && r.task != TaskType::T2i {
+        if matches!(task, TaskType::T2i | TaskType::I2i) && r.task != task {
             return Err(ApiError::field("input_reference", "images take no input_reference or video here"));
+        }
+        if self.mask.is_some() {
+            return Err(ApiError::field("mask", "mask: inpainting masks are not served; edits take `image` only"));
+        }
+        match (&self.image, task) {
+            (Some(list), TaskType::I2i) => {
+                let items = list.items();
+                if items.is_empty() {
+                    return Err(ApiError::field("image", "image: at least one picture to edit"));
+                }
+                for v in items {
+                    let b64 = v.resolve("image", uploads)?;
+                    r.inputs.push(InputPart::Image {
+                        path: None,
+                        b64: Some(b64.into_owned()),
+                        role: ImageRole::Reference,
+                    });
+                }
+            }
+            (None, TaskType::I2i) => return Err(ApiError::field("image", "image: required (the picture to edit)")),
+            (Some(_), _) => return Err(ApiError::field("image", "image: only for POST /v1/images/edits")),
+            (None, _) => {}
         }
         r.diffusion.strength = self.strength;
         r.diffusion.resize_mode = self.resize_mode;
@@ -412,7 +459,7 @@ impl CreateParams {
         d.fps = self.fps;
         d.shift = self.shift;
         d.num_frames = match task {
-            TaskType::T2i => Some(1),
+            TaskType::T2i | TaskType::I2i => Some(1),
             _ => match (self.num_frames, &self.seconds) {
                 (Some(n), _) => Some(n),
                 (None, Some(s)) => Some(frames_for_seconds(s, self.fps.unwrap_or(limits.defaults.fps), limits)?),
@@ -428,7 +475,9 @@ impl CreateParams {
             return Err(ApiError::field("preview_every", "preview_every: at least 1 (a preview every N steps)"));
         }
         r.outputs.preview_every = self.preview_every;
-        if self.generate_sound == Some(true) && (limits.audio.is_none() || task == TaskType::T2i) {
+        if self.generate_sound == Some(true)
+            && (limits.audio.is_none() || matches!(task, TaskType::T2i | TaskType::I2i))
+        {
             let message = match limits.audio {
                 None => format!("generate_sound: this {} model makes no sound", limits.family),
                 Some(_) => "generate_sound: images have no sound".to_string(),

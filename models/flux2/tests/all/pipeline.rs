@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use fastvideo_flux2::model::Flux2Model;
-use fastvideo_flux2::values::LATENTS;
 use fastvideo_flux2::vae::unpatchify;
+use fastvideo_flux2::values::LATENTS;
 use fastvideo_pipeline::{PipelineRun, Values};
 use fastvideo_request::{ImageRole, InputPart, OmniOutput, OmniRequest, ResolvedRequest, TaskType};
 use tch::{Device, Kind, Tensor};
