@@ -172,6 +172,10 @@ pub struct EngineArgs {
     /// batch). Default: 8 on CUDA, 1 on CPU, where batching measured slower (docs/benchmarks.md).
     #[arg(long)]
     pub max_batch: Option<usize>,
+    /// Most tokens one packed denoise step may hold, for models that pack requests of different
+    /// sizes by token count (image models: FLUX.2). Default: 65536.
+    #[arg(long)]
+    pub max_batch_tokens: Option<u64>,
     /// Refuse requests predicted to take longer than this many seconds.
     #[arg(long)]
     pub max_request_seconds: Option<f64>,
@@ -282,6 +286,7 @@ impl EngineArgs {
         set(&mut s.max_queue, &self.max_queue);
         set_opt(&mut s.memory_mib, &self.memory_mib);
         set_opt(&mut s.max_batch, &self.max_batch);
+        set_opt(&mut s.max_batch_tokens, &self.max_batch_tokens);
         set_opt(&mut s.max_request_seconds, &self.max_request_seconds);
         set(&mut s.max_stretch, &self.max_stretch);
         set(&mut s.overdue_share, &self.overdue_share);

@@ -227,6 +227,9 @@ pub struct SchedulerConfig {
     /// Most requests whose compatible steps run as one batched forward. `None`: 8 on CUDA, 1 on
     /// CPU, where batching measured slower (docs/benchmarks.md).
     pub max_batch: Option<usize>,
+    /// Most tokens one packed step may hold (models that pack requests by token count).
+    /// `None`: 65536.
+    pub max_batch_tokens: Option<u64>,
     /// Refuse requests predicted to take longer than this many seconds.
     pub max_request_seconds: Option<f64>,
     /// A job in the server longer than this many times its predicted solo time is overdue. 0: off.
@@ -259,6 +262,7 @@ impl Default for SchedulerConfig {
             max_queue: 1024,
             memory_mib: None,
             max_batch: None,
+            max_batch_tokens: None,
             max_request_seconds: None,
             max_stretch: 3.0,
             overdue_share: 0.5,
@@ -468,8 +472,11 @@ impl ServeConfig {
         if let Some(m) = self.models.iter().find(|m| m.lazy && m.pin) {
             bail!("models `{}`: `lazy` (--lazy-model) and `pin` (--pin-model) exclude each other", m.name);
         }
-        if s.max_active == 0 || s.max_queue == 0 || s.max_batch == Some(0) {
-            bail!("scheduler.max_active, max_queue and max_batch (--max-active, --max-queue, --max-batch) must be positive");
+        if s.max_active == 0 || s.max_queue == 0 || s.max_batch == Some(0) || s.max_batch_tokens == Some(0) {
+            bail!(
+                "scheduler.max_active, max_queue, max_batch and max_batch_tokens (--max-active, --max-queue, \
+                 --max-batch, --max-batch-tokens) must be positive"
+            );
         }
         if s.max_stretch.is_nan() || (s.max_stretch != 0.0 && s.max_stretch < 1.0) {
             bail!(

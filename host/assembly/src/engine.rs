@@ -98,6 +98,8 @@ pub struct SchedulerDescription {
     pub memory_bytes: u64,
     /// Most requests stepped by one batched call.
     pub max_batch: usize,
+    /// Most tokens one packed step holds.
+    pub max_batch_tokens: u64,
     /// Requests predicted to take longer are refused.
     pub max_request_seconds: Option<f64>,
     /// `None`: off.
@@ -141,6 +143,7 @@ pub fn engine_config(cfg: &ServeConfig, device: Device) -> EngineConfig {
         memory_bytes,
         max_request_seconds: s.max_request_seconds,
         max_batch: s.max_batch.unwrap_or(if device.is_cuda() { 8 } else { 1 }),
+        max_batch_tokens: s.max_batch_tokens.unwrap_or(fastvideo_engine::DEFAULT_BATCH_TOKENS),
         cost: CostConfig::for_device(device.is_cuda()),
         max_sessions: cfg.world.max_sessions.max(1),
         session_idle: Duration::from_secs(cfg.world.idle_seconds.max(1)),
@@ -353,6 +356,7 @@ fn describe(
             max_queue: e.max_queue,
             memory_bytes: e.memory_bytes,
             max_batch: e.max_batch,
+            max_batch_tokens: e.max_batch_tokens,
             max_request_seconds: e.max_request_seconds,
             max_stretch: e.max_stretch.is_finite().then_some(e.max_stretch),
             overdue_share: e.overdue_share,

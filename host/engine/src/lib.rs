@@ -27,7 +27,9 @@ pub mod share;
 mod weights;
 
 pub use cost::CostConfig;
-pub use engine::{Classifier, Engine, EngineConfig, EngineModel, Handle, ModelOffers, RequestCheck, Residency};
+pub use engine::{
+    Classifier, Engine, EngineConfig, EngineModel, Handle, ModelOffers, RequestCheck, Residency, DEFAULT_BATCH_TOKENS,
+};
 pub use error::EngineError;
 pub use metrics::Metrics;
 pub use rollout::{Rollout, RolloutFailure, RolloutRequest, RolloutSample};

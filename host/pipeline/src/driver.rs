@@ -293,6 +293,16 @@ impl PipelineRun {
         stage.batch_key(&ctx, st).map(|k| (idx, k))
     }
 
+    /// Tokens the next loop step adds to a packed batch (see `LoopStage::batch_tokens`); `None`
+    /// outside a loop or when the loop does not count tokens.
+    pub fn batch_tokens(&self) -> Option<u64> {
+        let idx = self.next_index(self.cursor)?;
+        let node = &self.spec.nodes[idx];
+        let (NodeKind::Loop(stage), Some(st)) = (&node.kind, &self.active) else { return None };
+        let ctx = NodeCtx { request: &self.request, node: &node.name, device: self.device, meter: &self.meter };
+        stage.batch_tokens(&ctx, st)
+    }
+
     /// One loop step of each run, as one call of the loop stage (e.g. one batched forward).
     /// Every run's [`batch_key`](Self::batch_key) must be `Some` and equal, and the runs must
     /// share one pipeline; otherwise each run gets an error and nothing runs. Returns one result

@@ -87,6 +87,14 @@ pub trait LoopStage: Send + Sync {
         None
     }
 
+    /// Tokens one step of this request adds to a packed batch (its sequences' lengths, every
+    /// guidance branch counted): what the engine's token budget counts. `None` (the default):
+    /// the loop does not pack by tokens, and only the request count (`max_batch`) bounds it.
+    fn batch_tokens(&self, ctx: &NodeCtx, state: &LoopState) -> Option<u64> {
+        let _ = (ctx, state);
+        None
+    }
+
     /// One step of each of several requests whose [`batch_key`](Self::batch_key)s are equal.
     /// The default steps them one by one.
     fn step_batch(&self, ctxs: &[NodeCtx], states: &mut [&mut LoopState]) -> Vec<Result<StepResult>> {

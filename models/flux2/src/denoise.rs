@@ -102,6 +102,13 @@ impl Flux2Denoise {
         if let Some(name) = req.named_noise.keys().next() {
             bail!("inputs: a latent named `{name}`, which FLUX.2 does not denoise (it takes `latents`)");
         }
+        if self.scheduler.use_dynamic_shifting && req.shift != self.scheduler.shift as f32 {
+            bail!(
+                "diffusion.shift: FLUX.2 shifts its schedule by the picture's size (the folder's \
+                 use_dynamic_shifting); a fixed shift of {} does not apply",
+                req.shift
+            );
+        }
         let shape = self.latent_shape(req);
         let latents = match &req.initial_noise {
             Some(l) => {
@@ -215,6 +222,11 @@ impl LoopStage for Flux2Denoise {
     /// guidance may differ.
     fn batch_key(&self, _ctx: &NodeCtx, _state: &LoopState) -> Option<u64> {
         Some(0x464c_5558)
+    }
+
+    /// Every branch's joint sequence: the engine packs requests under its token budget.
+    fn batch_tokens(&self, _ctx: &NodeCtx, state: &LoopState) -> Option<u64> {
+        state.inner.downcast_ref::<FluxState>().map(FluxState::tokens)
     }
 
     fn step_batch(&self, _ctxs: &[NodeCtx], states: &mut [&mut LoopState]) -> Vec<Result<StepResult>> {

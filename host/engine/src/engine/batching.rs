@@ -20,8 +20,10 @@ fn jobs_span(keys: &[u64]) -> tracing::span::EnteredSpan {
 }
 
 /// Started requests whose next step can run in one call with `k`'s (same batch key), at most
-/// `max_batch - 1` of them, lowest slots first.
-pub(super) fn partners(jobs: &HashMap<u64, Job>, k: u64, max_batch: usize) -> Vec<u64> {
+/// `max_batch - 1` of them, lowest slots first; for loops that count tokens, only those that
+/// keep the step within `max_tokens` (first fit: a large request skipped, a smaller later one
+/// may still join).
+pub(super) fn partners(jobs: &HashMap<u64, Job>, k: u64, max_batch: usize, max_tokens: u64) -> Vec<u64> {
     if max_batch < 2 {
         return Vec::new();
     }
@@ -32,6 +34,14 @@ pub(super) fn partners(jobs: &HashMap<u64, Job>, k: u64, max_batch: usize) -> Ve
     let mut partners: Vec<u64> =
         jobs.iter().filter(|(o, j)| **o != k && j.run.as_ref().is_some_and(same)).map(|(o, _)| *o).collect();
     partners.sort_unstable();
+    if let Some(mut used) = run.batch_tokens() {
+        partners.retain(|o| {
+            let tokens = jobs[o].run.as_ref().and_then(PipelineRun::batch_tokens).unwrap_or(0);
+            let fits = used + tokens <= max_tokens;
+            used += fits as u64 * tokens;
+            fits
+        });
+    }
     partners.truncate(max_batch - 1);
     partners
 }

@@ -32,6 +32,9 @@ pub struct EngineConfig {
     pub max_request_seconds: Option<f64>,
     /// Most requests whose compatible steps run as one batched call (1 disables batching).
     pub max_batch: usize,
+    /// Most tokens one packed step may hold, for loops that pack requests of different sizes
+    /// by token count (`LoopStage::batch_tokens`): partners join while the sum stays within it.
+    pub max_batch_tokens: u64,
     /// The cost model's priors and memory rule.
     pub cost: CostConfig,
     /// Live world-model sessions at once; more get `sessions_full`.
@@ -51,6 +54,10 @@ pub struct EngineConfig {
     pub max_resident_bytes: Option<u64>,
 }
 
+/// The default token budget of a packed step: about seven 1024² FLUX.2 requests with
+/// guidance (4,608 tokens a branch), enough to fill an H100 without a step growing long.
+pub const DEFAULT_BATCH_TOKENS: u64 = 65_536;
+
 impl Default for EngineConfig {
     fn default() -> Self {
         Self {
@@ -63,6 +70,7 @@ impl Default for EngineConfig {
             max_queue: 1024,
             max_request_seconds: None,
             max_batch: 8,
+            max_batch_tokens: DEFAULT_BATCH_TOKENS,
             cost: CostConfig::default(),
             max_sessions: 4,
             session_idle: Duration::from_secs(60),

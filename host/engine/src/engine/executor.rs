@@ -49,6 +49,7 @@ pub(super) struct Executor {
     keys: HashMap<String, u64>,
     next_key: u64,
     max_batch: usize,
+    max_batch_tokens: u64,
     sessions: LiveSessions,
 }
 
@@ -86,6 +87,7 @@ impl Executor {
             keys: HashMap::new(),
             next_key: 0,
             max_batch: cfg.max_batch.max(1),
+            max_batch_tokens: cfg.max_batch_tokens,
             sessions,
         }
     }
@@ -341,7 +343,7 @@ impl Executor {
         if let Err(e) = self.make_resident(k) {
             return self.fail(k, e);
         }
-        let partners = batching::partners(&self.jobs, k, self.max_batch);
+        let partners = batching::partners(&self.jobs, k, self.max_batch, self.max_batch_tokens);
         if !partners.is_empty() {
             return self.advance_batch(k, partners);
         }

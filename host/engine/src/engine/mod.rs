@@ -30,6 +30,6 @@ mod shared;
 mod weight_swap;
 
 pub use admission::Handle;
-pub use config::EngineConfig;
+pub use config::{EngineConfig, DEFAULT_BATCH_TOKENS};
 pub use front::{Engine, ModelOffers};
 pub use model::{Classifier, EngineModel, RequestCheck, Residency};

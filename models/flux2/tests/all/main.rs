@@ -2,4 +2,5 @@
 
 mod common;
 mod components;
+mod packing;
 mod pipeline;
