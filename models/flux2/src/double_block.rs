@@ -7,11 +7,11 @@ use fastvideo_layers::Linear;
 use fastvideo_torch::weights::Weights;
 use tch::Tensor;
 
-use crate::attention::{attend, HeadNorm, RopeTables};
 use crate::config::TransformerConfig;
 use crate::embed::Mod;
 use crate::feed_forward::FeedForward;
 use crate::packed::Layout;
+use fastvideo_layers::joint::{attend, HeadNorm, RopeTables};
 
 /// One stream's half of the block.
 struct Stream {

@@ -8,6 +8,8 @@ use fastvideo_layers::Linear;
 use fastvideo_torch::weights::Weights;
 use tch::Tensor;
 
+pub use fastvideo_layers::joint::Mod;
+
 /// `Flux2TimestepGuidanceEmbeddings` without a guidance embedder (klein has none).
 pub struct TimeEmbed {
     channels: i64,
@@ -39,25 +41,6 @@ pub struct Modulation {
     sets: i64,
 }
 
-/// One shift/scale/gate triple, each `[B, 1, dim]`.
-pub struct Mod {
-    /// Added after the scale.
-    pub shift: Tensor,
-    /// `x · (1 + scale)`.
-    pub scale: Tensor,
-    /// The residual branch's weight.
-    pub gate: Tensor,
-}
-
-impl Mod {
-    /// `layer_norm(x) · (1 + scale) + shift` (the norm without affine weights).
-    pub fn modulate(&self, x: &Tensor, eps: f64) -> Tensor {
-        let d = x.size()[x.dim() - 1];
-        let normed = x.layer_norm([d], None::<Tensor>, None::<Tensor>, eps, false);
-        normed * (&self.scale + 1.0) + &self.shift
-    }
-}
-
 impl Modulation {
     /// The module at `w` producing `sets` triples of width `dim`.
     pub fn new(w: &Weights, dim: i64, sets: i64) -> Result<Self> {
@@ -66,12 +49,7 @@ impl Modulation {
 
     /// The triples of `temb [B, dim]`.
     pub fn forward(&self, temb: &Tensor) -> Vec<Mod> {
-        let m = self.linear.forward(&temb.silu()).unsqueeze(1);
-        let chunks = m.chunk(3 * self.sets, -1);
-        chunks
-            .chunks(3)
-            .map(|c| Mod { shift: c[0].shallow_clone(), scale: c[1].shallow_clone(), gate: c[2].shallow_clone() })
-            .collect()
+        Mod::split(&self.linear.forward(&temb.silu()), self.sets)
     }
 }
 

@@ -3,7 +3,6 @@
 
 #![deny(missing_docs)]
 
-pub mod attention;
 pub mod condition;
 pub mod config;
 pub mod denoise;

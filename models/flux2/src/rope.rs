@@ -1,6 +1,7 @@
 //! FLUX.2's rotary embedding: four axes (time, row, column, text position), each rotating its
-//! own slice of the head in interleaved pairs `(x[2i], x[2i+1])`. Angles are computed in float64
-//! and the tables kept in float32, as diffusers' `Flux2PosEmbed`; the rotation runs in float32.
+//! own slice of the head in interleaved pairs `(x[2i], x[2i+1])` (the rotation is
+//! `fastvideo_layers::joint::rotate`). Angles are computed in float64 and the tables kept in
+//! float32, as diffusers' `Flux2PosEmbed`.
 
 use tch::{Device, Kind, Tensor};
 
@@ -38,21 +39,5 @@ impl Rope {
         let angles = coords * self.inv_freq.unsqueeze(0);
         let pairs = |t: Tensor| t.repeat_interleave_self_int(2, 1, None).to_kind(Kind::Float);
         (pairs(angles.cos()), pairs(angles.sin()))
-    }
-
-    /// `x [B, S, H, D]` rotated by tables `[S, D]` (or `[B, S, D]`), in float32, answered in
-    /// `x`'s dtype.
-    pub fn apply(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Tensor {
-        let kind = x.kind();
-        let xf = x.to_kind(Kind::Float);
-        let size = xf.size();
-        let pairs = xf.reshape([size[0], size[1], size[2], size[3] / 2, 2]);
-        let (re, im) = (pairs.select(4, 0), pairs.select(4, 1));
-        let rotated = Tensor::stack(&[im.neg(), re], 4).reshape(size.as_slice());
-        let (cos, sin) = match cos.dim() {
-            2 => (cos.unsqueeze(0).unsqueeze(2), sin.unsqueeze(0).unsqueeze(2)),
-            _ => (cos.unsqueeze(2), sin.unsqueeze(2)),
-        };
-        (xf * cos + rotated * sin).to_kind(kind)
     }
 }

@@ -7,10 +7,10 @@ use fastvideo_layers::Linear;
 use fastvideo_torch::weights::Weights;
 use tch::Tensor;
 
-use crate::attention::{attend, HeadNorm, RopeTables};
 use crate::config::TransformerConfig;
 use crate::embed::Mod;
 use crate::feed_forward::swiglu;
+use fastvideo_layers::joint::{attend, HeadNorm, RopeTables};
 
 /// One single-stream block.
 pub struct SingleBlock {

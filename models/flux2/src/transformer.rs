@@ -11,7 +11,7 @@ use tch::{Device, Kind, Tensor};
 use crate::config::TransformerConfig;
 use crate::double_block::DoubleBlock;
 use crate::embed::{Modulation, OutputNorm, TimeEmbed};
-use crate::packed::{self, Layout, Sample};
+use crate::packed::{self, Sample};
 use crate::rope::Rope;
 use crate::single_block::SingleBlock;
 
@@ -111,7 +111,7 @@ impl Flux2Transformer {
     pub fn forward_packed(&self, samples: &[Sample]) -> Vec<Tensor> {
         let kind = self.kind;
         let device = samples[0].image.device();
-        let layout = Layout::of(samples);
+        let layout = packed::layout(samples);
         let temb = self.time.forward(&packed::timesteps(samples, kind, device), kind);
         let mi = layout.spread_mods(&self.mod_image.forward(&temb), &layout.image);
         let mt = layout.spread_mods(&self.mod_text.forward(&temb), &layout.text);

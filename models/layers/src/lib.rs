@@ -14,6 +14,7 @@ pub mod conv;
 pub mod flow_match;
 pub mod heads;
 pub mod image_processor;
+pub mod joint;
 pub mod linear;
 pub mod measure;
 pub mod offload;
