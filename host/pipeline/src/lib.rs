@@ -127,6 +127,6 @@ pub use guidance::{ClassicCfg, Guidance, GuidancePlan, GuidanceState, StepCtx};
 pub use meter::PluginMeter;
 pub use policies::{LoopPolicies, Observed, Observer, ObserverState, Reward, RewardInput, StepPolicy, StepPolicyState};
 pub use spec::{Node, NodeKind, PipelineSpec, Residency, SpecError, WorkCount};
-pub use stage::{LoopStage, LoopState, NodeCtx, Stage, StepResult, WaitForRoom};
+pub use stage::{step_packed, LoopStage, LoopState, NodeCtx, Stage, StepResult, WaitForRoom};
 pub use value::{Value, Values};
 pub use weight_loader::WeightLoader;

@@ -115,3 +115,35 @@ impl std::fmt::Display for WaitForRoom {
 }
 
 impl std::error::Error for WaitForRoom {}
+
+/// [`LoopStage::step_batch`] for a loop whose request states (all of type `S`) step together as
+/// one call, `step` (e.g. one packed forward): each request's result with its `forwards` and
+/// its guided output, or the call's error for every request.
+pub fn step_packed<S: 'static>(
+    states: &mut [&mut LoopState],
+    forwards: impl Fn(&S) -> u32,
+    step: impl FnOnce(&mut [&mut S]) -> Result<Vec<tch::Tensor>>,
+) -> Vec<Result<StepResult>> {
+    let mut inner: Vec<&mut S> = Vec::with_capacity(states.len());
+    for s in states.iter_mut() {
+        match s.get_mut::<S>() {
+            Ok(x) => inner.push(x),
+            Err(e) => {
+                let msg = format!("{e:#}");
+                return (0..states.len()).map(|_| Err(anyhow::anyhow!("{msg}"))).collect();
+            }
+        }
+    }
+    let counts: Vec<u32> = inner.iter().map(|s| forwards(s)).collect();
+    match step(&mut inner) {
+        Ok(outputs) => outputs
+            .into_iter()
+            .zip(counts)
+            .map(|(v, forwards)| Ok(StepResult { forwards, output: Some(v), ..Default::default() }))
+            .collect(),
+        Err(e) => {
+            let msg = format!("{e:#}");
+            counts.iter().map(|_| Err(anyhow::anyhow!("{msg}"))).collect()
+        }
+    }
+}

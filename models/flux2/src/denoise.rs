@@ -230,24 +230,10 @@ impl LoopStage for Flux2Denoise {
     }
 
     fn step_batch(&self, _ctxs: &[NodeCtx], states: &mut [&mut LoopState]) -> Vec<Result<StepResult>> {
-        let mut inner: Vec<&mut FluxState> = Vec::new();
-        for s in states.iter_mut() {
-            match s.get_mut::<FluxState>() {
-                Ok(f) => inner.push(f),
-                Err(e) => return states.iter().map(|_| Err(anyhow::anyhow!("{e}"))).collect(),
-            }
-        }
-        let forwards: Vec<u32> = inner.iter().map(|s| 1 + s.negative.is_some() as u32).collect();
-        match self.step_states(&mut inner) {
-            Ok(vs) => vs
-                .into_iter()
-                .zip(forwards)
-                .map(|(v, forwards)| Ok(StepResult { forwards, output: Some(v), ..Default::default() }))
-                .collect(),
-            Err(e) => {
-                let msg = format!("{e:#}");
-                states.iter().map(|_| Err(anyhow::anyhow!("{msg}"))).collect()
-            }
-        }
+        fastvideo_pipeline::step_packed(
+            states,
+            |s: &FluxState| 1 + s.negative.is_some() as u32,
+            |inner| self.step_states(inner),
+        )
     }
 }

@@ -77,6 +77,29 @@ struct Raw {
     eos_token_id: Option<serde_json::Value>,
 }
 
+/// A Qwen2.5-VL `config.json` as its text model's: transformers 5 nests the text keys in
+/// `text_config`, older writers keep them at the top level (then the top level is the text
+/// config). Other configs pass unchanged.
+fn vl_text_config(mut value: serde_json::Value) -> serde_json::Value {
+    if value.get("model_type").and_then(|m| m.as_str()) != Some("qwen2_5_vl") {
+        return value;
+    }
+    let mut text = match value.get_mut("text_config").map(serde_json::Value::take) {
+        Some(serde_json::Value::Object(t)) => t,
+        _ => value.as_object().cloned().unwrap_or_default(),
+    };
+    // Top-level keys the text config leaves out (older writers kept them beside it).
+    if let Some(top) = value.as_object() {
+        for (k, v) in top {
+            if k != "vision_config" && k != "text_config" {
+                text.entry(k.clone()).or_insert_with(|| v.clone());
+            }
+        }
+    }
+    text.insert("model_type".into(), "qwen2_5_vl_text".into());
+    serde_json::Value::Object(text)
+}
+
 #[derive(Deserialize)]
 struct RopeParameters {
     rope_theta: Option<f64>,
@@ -106,12 +129,23 @@ impl QwenConfig {
     /// Parses and checks `config.json`'s text: features this crate does not run (sliding windows,
     /// rope scaling, activations other than SiLU) are refused, not ignored.
     pub fn parse(text: &str) -> Result<Self> {
-        let raw: Raw = serde_json::from_str(text).context("not a Qwen config.json")?;
+        let value: serde_json::Value = serde_json::from_str(text).context("not valid JSON")?;
+        let value = vl_text_config(value);
+        let vl = value.get("model_type").and_then(|m| m.as_str()) == Some("qwen2_5_vl_text");
+        let mut raw: Raw = serde_json::from_value(value).context("not a Qwen config.json")?;
         let family = match raw.model_type.as_str() {
             "qwen3" => Family::Qwen3,
-            "qwen2" => Family::Qwen2,
-            other => bail!("model_type `{other}`: this loader runs qwen3 and qwen2"),
+            "qwen2" | "qwen2_5_vl_text" => Family::Qwen2,
+            other => bail!("model_type `{other}`: this loader runs qwen3, qwen2 and Qwen2.5-VL's text model"),
         };
+        if vl {
+            // Multimodal rope over text alone: every axis holds the same position, which is the
+            // ordinary rotary embedding. Pictures inside the prompt need the vision path.
+            raw.rope_scaling = None;
+            if let Some(r) = raw.rope_parameters.as_mut() {
+                r.rope_type = None;
+            }
+        }
         ensure!(raw.hidden_act == "silu", "hidden_act `{}`: only silu is supported", raw.hidden_act);
         ensure!(!raw.use_sliding_window, "use_sliding_window: sliding-window attention is not supported");
         let rope_type = raw.rope_parameters.as_ref().and_then(|r| r.rope_type.clone());

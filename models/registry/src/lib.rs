@@ -17,6 +17,7 @@ pub fn registry() -> &'static Registry {
             &fastvideo_qwen::family::QWEN,
             &fastvideo_cosmos3::family::COSMOS3,
             &fastvideo_flux2::family::FLUX2,
+            &fastvideo_qwenimage::family::QWEN_IMAGE,
         ])
     })
 }

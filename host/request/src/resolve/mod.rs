@@ -141,6 +141,10 @@ pub struct ResolvedRequest {
     /// `diffusion.negative_prompt`, else the negative text parts, else the model's default (may be
     /// empty).
     pub negative_prompt: String,
+    /// The request gave a negative prompt (rather than the model's default): some pipelines
+    /// (Qwen-Image's) run guidance only then.
+    #[serde(default)]
+    pub negative_given: bool,
     /// The request's seed, or the one `random_seed` supplied.
     pub seed: u64,
     /// The solver to run.
@@ -456,6 +460,7 @@ impl OmniRequest {
             task: self.task,
             prompt,
             negative_prompt: self.negative_prompt().unwrap_or_else(|| def.negative_prompt.clone()),
+            negative_given: self.negative_prompt().is_some(),
             seed: self.sampling.seed.unwrap_or_else(random_seed),
             sampler,
             noise_level,

@@ -35,6 +35,7 @@ pub struct VaeConfig {
     /// Wan 2.2's residual up/down blocks instead of Wan 2.1's.
     pub is_residual: bool,
     /// Channels in: the video's 3 with each patch's pixels folded in (3 × patch_size²).
+    #[serde(alias = "input_channels")]
     pub in_channels: i64,
     /// Channels out, as `in_channels`.
     pub out_channels: i64,

@@ -1,0 +1,109 @@
+//! `QwenImageTransformerBlock`: the MMDiT block. Image and text keep their own weights
+//! (modulations from the time embedding, projections with biases, per-head RMS norms, GELU
+//! feed-forwards) and meet in one attention over `[text | image]`.
+
+use anyhow::Result;
+use fastvideo_layers::joint::{attend, HeadNorm, Layout, Mod, RopeTables};
+use fastvideo_layers::Linear;
+use fastvideo_torch::weights::Weights;
+use tch::Tensor;
+
+use crate::config::TransformerConfig;
+
+const EPS: f64 = 1e-6;
+
+/// `FeedForward(dim, activation_fn="gelu-approximate")`: `net.0.proj`, tanh GELU, `net.2`.
+struct FeedForward {
+    proj: Linear,
+    out: Linear,
+}
+
+impl FeedForward {
+    fn new(w: &Weights, dim: i64) -> Result<Self> {
+        Ok(Self {
+            proj: Linear::new(&w.pp("net.0.proj"), dim, 4 * dim, true)?,
+            out: Linear::new(&w.pp("net.2"), 4 * dim, dim, true)?,
+        })
+    }
+
+    fn forward(&self, x: &Tensor) -> Tensor {
+        self.out.forward(&self.proj.forward_gelu_tanh(x))
+    }
+}
+
+/// One stream's half of the block.
+struct Stream {
+    modulation: Linear,
+    qkv: Linear,
+    norm_q: HeadNorm,
+    norm_k: HeadNorm,
+    out: Linear,
+    mlp: FeedForward,
+}
+
+/// One block.
+pub struct Block {
+    image: Stream,
+    text: Stream,
+    heads: i64,
+    head_dim: i64,
+}
+
+impl Block {
+    /// The block at `w` (`transformer_blocks.N`).
+    pub fn new(w: &Weights, c: &TransformerConfig) -> Result<Self> {
+        let (dim, d) = (c.inner_dim(), c.attention_head_dim);
+        let a = w.pp("attn");
+        let proj = |name: &str| Linear::new(&a.pp(name), dim, dim, true);
+        let image = Stream {
+            modulation: Linear::new(&w.pp("img_mod.1"), dim, 6 * dim, true)?,
+            qkv: Linear::concat(vec![proj("to_q")?, proj("to_k")?, proj("to_v")?]),
+            norm_q: HeadNorm::new(&a.pp("norm_q"), d, EPS)?,
+            norm_k: HeadNorm::new(&a.pp("norm_k"), d, EPS)?,
+            out: proj("to_out.0")?,
+            mlp: FeedForward::new(&w.pp("img_mlp"), dim)?,
+        };
+        let text = Stream {
+            modulation: Linear::new(&w.pp("txt_mod.1"), dim, 6 * dim, true)?,
+            qkv: Linear::concat(vec![proj("add_q_proj")?, proj("add_k_proj")?, proj("add_v_proj")?]),
+            norm_q: HeadNorm::new(&a.pp("norm_added_q"), d, EPS)?,
+            norm_k: HeadNorm::new(&a.pp("norm_added_k"), d, EPS)?,
+            out: proj("to_add_out")?,
+            mlp: FeedForward::new(&w.pp("txt_mlp"), dim)?,
+        };
+        Ok(Self { image, text, heads: c.num_attention_heads, head_dim: d })
+    }
+
+    fn qkv(&self, s: &Stream, x: &Tensor) -> (Tensor, Tensor, Tensor) {
+        let (b, l, _) = x.size3().expect("[B, L, C]");
+        let parts = s.qkv.forward(x).view([b, l, 3, self.heads, self.head_dim]);
+        (s.norm_q.forward(&parts.select(2, 0)), s.norm_k.forward(&parts.select(2, 1)), parts.select(2, 2))
+    }
+
+    /// `(image [1, ΣSi, C], text [1, ΣSt, C])` of a pack through the block, modulated by the
+    /// per-sample time embedding `temb [B, C]`.
+    pub fn forward(
+        &self,
+        image: &Tensor,
+        text: &Tensor,
+        temb: &Tensor,
+        rope: &RopeTables,
+        layout: &Layout,
+    ) -> (Tensor, Tensor) {
+        let mods = |s: &Stream, lengths: &[i64]| {
+            layout.spread_mods(&Mod::split(&s.modulation.forward(&temb.silu()), 2), lengths)
+        };
+        let (mi, mt) = (mods(&self.image, &layout.image), mods(&self.text, &layout.text));
+        let (qi, ki, vi) = self.qkv(&self.image, &mi[0].modulate(image, EPS));
+        let (qt, kt, vt) = self.qkv(&self.text, &mt[0].modulate(text, EPS));
+        let joint = |t: Tensor, i: Tensor| layout.interleave(&t, &i);
+        let o = attend(&joint(qt, qi), &joint(kt, ki), &joint(vt, vi), rope, &layout.spans());
+        let (ot, oi) = layout.split(&o);
+        let run = |s: &Stream, x: &Tensor, attn: &Tensor, m: &[Mod]| {
+            let x = x + &m[0].gate * s.out.forward(attn);
+            let ff = s.mlp.forward(&m[1].modulate(&x, EPS));
+            &x + &m[1].gate * ff
+        };
+        (run(&self.image, image, &oi, &mi), run(&self.text, text, &ot, &mt))
+    }
+}

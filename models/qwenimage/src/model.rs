@@ -1,0 +1,117 @@
+//! A Qwen-Image folder loaded: `model_index.json` (`QwenImagePipeline`), `transformer/`, `vae/`
+//! (`AutoencoderKLQwenImage`, Wan 2.1's architecture), `text_encoder/` (Qwen2.5-VL),
+//! `tokenizer/`, `scheduler/`.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::{ensure, Context, Result};
+use fastvideo_layers::flow_match::FlowMatchConfig;
+use fastvideo_request::{Defaults, ModelLimits, PictureLimits, SamplerKind, TaskType};
+use fastvideo_torch::weights::Weights;
+use fastvideo_wan::{AutoencoderKLWan, VaeConfig};
+use serde_json::Value;
+use tch::{Device, Kind};
+
+use crate::denoise::QwenImageDenoise;
+use crate::prompt::PromptEncoder;
+use crate::transformer::QwenImageTransformer;
+
+/// The Wan-architecture autoencoder of `dir` (`AutoencoderKLQwenImage`'s config).
+pub fn load_vae(dir: &Path, device: Device, kind: Kind) -> Result<AutoencoderKLWan> {
+    let cfg = VaeConfig::load(&dir.join("config.json"))?;
+    let w = Weights::from_dir(dir, "diffusion_pytorch_model", device, kind)?;
+    AutoencoderKLWan::new(cfg, &w)
+}
+
+/// Every component of a loaded folder.
+pub struct QwenImageModel {
+    /// The transformer.
+    pub transformer: Arc<QwenImageTransformer>,
+    /// The autoencoder.
+    pub vae: Arc<AutoencoderKLWan>,
+    /// The Qwen2.5-VL prompt encoder.
+    pub prompt: Arc<PromptEncoder>,
+    /// The scheduler settings.
+    pub scheduler: FlowMatchConfig,
+}
+
+impl QwenImageModel {
+    /// Loads `dir` onto `device`: the transformer in `kind`, the text encoder in `text_kind`,
+    /// the VAE in `vae_kind`.
+    pub fn load(dir: &Path, device: Device, kind: Kind, text_kind: Kind, vae_kind: Kind) -> Result<Self> {
+        let index = dir.join("model_index.json");
+        let text = std::fs::read_to_string(&index).with_context(|| format!("reading {}", index.display()))?;
+        let v: Value = serde_json::from_str(&text).with_context(|| format!("{}: not valid JSON", index.display()))?;
+        let class = v.get("_class_name").and_then(Value::as_str).unwrap_or("");
+        ensure!(class == "QwenImagePipeline", "{}: `_class_name` {class:?} is not QwenImagePipeline", index.display());
+        let scheduler = FlowMatchConfig::load(&dir.join("scheduler/scheduler_config.json"))?;
+        let transformer = Arc::new(QwenImageTransformer::load(&dir.join("transformer"), device, kind)?);
+        let vae = Arc::new(load_vae(&dir.join("vae"), device, vae_kind)?);
+        let prompt =
+            Arc::new(PromptEncoder::load(&dir.join("text_encoder"), &dir.join("tokenizer"), device, text_kind)?);
+        let c = transformer.config();
+        ensure!(
+            prompt.width() == c.joint_attention_dim,
+            "{}: the text encoder gives {} features a token; the transformer takes {}",
+            dir.display(),
+            prompt.width(),
+            c.joint_attention_dim
+        );
+        ensure!(
+            4 * vae.cfg.z_dim == c.in_channels,
+            "{}: the VAE's packed latents have {} channels; the transformer takes {}",
+            dir.display(),
+            4 * vae.cfg.z_dim,
+            c.in_channels
+        );
+        Ok(Self { transformer, vae, prompt, scheduler })
+    }
+
+    /// Pixels per token side: the VAE's spatial factor × the 2×2 patch.
+    pub fn pixels_per_token(&self) -> i64 {
+        2 * self.vae.cfg.spatial_factor()
+    }
+
+    /// The denoise loop of this model.
+    pub fn denoise(&self) -> QwenImageDenoise {
+        QwenImageDenoise {
+            model: Arc::clone(&self.transformer),
+            scheduler: self.scheduler.clone(),
+            pixels_per_token: self.pixels_per_token(),
+        }
+    }
+
+    /// Text to image.
+    pub fn tasks(&self) -> Vec<TaskType> {
+        vec![TaskType::T2i]
+    }
+
+    /// What requests it takes: sides multiples of the token size up to 2048; the pipeline's
+    /// defaults (1024², 50 steps, `true_cfg_scale` 4, guidance only with a negative prompt).
+    pub fn limits(&self) -> ModelLimits {
+        ModelLimits {
+            family: "Qwen-Image".into(),
+            tasks: self.tasks(),
+            image_roles: Vec::new(),
+            video: None,
+            picture: Some(PictureLimits { spatial_multiple: self.pixels_per_token() as u32, max_side: 2048 }),
+            audio: None,
+            action: None,
+            references: None,
+            max_steps: 1000,
+            defaults: Defaults {
+                steps: 50,
+                guidance_scale: 4.0,
+                shift: self.scheduler.shift as f32,
+                height: 1024,
+                width: 1024,
+                num_frames: 1,
+                fps: 1,
+                sampler: SamplerKind::Euler,
+                negative_prompt: String::new(),
+                knobs: Default::default(),
+            },
+        }
+    }
+}

@@ -1,0 +1,99 @@
+//! The Qwen-Image pipeline as runtime nodes: prompt embeddings → the denoise loop → VAE decode →
+//! the picture.
+
+use std::sync::Arc;
+
+use anyhow::Result;
+use fastvideo_pipeline::{AssembleVideo, Node, NodeCtx, PipelineSpec, Stage, Value, Values};
+use fastvideo_wan::AutoencoderKLWan;
+use tch::{Kind, Tensor};
+
+use crate::denoise::QwenImageDenoise;
+use crate::model::QwenImageModel;
+use crate::prompt::PromptEncoder;
+use crate::values::{FRAMES, LATENTS, NEGATIVE_EMBEDS, PROMPT_EMBEDS, VIDEO};
+
+/// The prompt's embeddings, and the negative prompt's when guidance runs.
+struct EncodePrompt {
+    encoder: Arc<PromptEncoder>,
+    denoise: Arc<QwenImageDenoise>,
+}
+
+impl Stage for EncodePrompt {
+    fn run(&self, ctx: &NodeCtx, values: &mut Values) -> Result<()> {
+        let req = ctx.request;
+        let prompt = values.opt_text(fastvideo_pipeline::EXTENDED_PROMPT).unwrap_or(&req.prompt).to_string();
+        values.insert(PROMPT_EMBEDS, Value::Tensor(self.encoder.encode(&prompt)?));
+        if self.denoise.does_cfg(req) {
+            values.insert(NEGATIVE_EMBEDS, Value::Tensor(self.encoder.encode(&req.negative_prompt)?));
+        }
+        Ok(())
+    }
+}
+
+/// Packed latents unpacked to `[1, z, 1, h, w]`, denormalised (`z / (1/std) + mean`, as the
+/// pipeline) and decoded; the first frame.
+struct VaeDecode {
+    vae: Arc<AutoencoderKLWan>,
+    pixels_per_token: i64,
+}
+
+impl Stage for VaeDecode {
+    fn run(&self, ctx: &NodeCtx, values: &mut Values) -> Result<()> {
+        let req = ctx.request;
+        let p = self.pixels_per_token;
+        let (h, w) = (req.height as i64 / p, req.width as i64 / p);
+        let tokens = values.tensor(LATENTS)?.to_kind(Kind::Float);
+        let z = unpack(&tokens, h, w);
+        let c = &self.vae.cfg;
+        let n = c.z_dim;
+        let stat =
+            |v: &[f64]| Tensor::from_slice(&v.iter().map(|x| *x as f32).collect::<Vec<_>>()).to_device(z.device());
+        let inv_std = stat(&c.latents_std).reciprocal().view([1, n, 1, 1, 1]);
+        let mean = stat(&c.latents_mean).view([1, n, 1, 1, 1]);
+        let frames = self.vae.decode(&(z / inv_std + mean))?.to_kind(Kind::Float);
+        values.insert(FRAMES, Value::Tensor(frames.narrow(2, 0, 1)));
+        Ok(())
+    }
+}
+
+/// Packed tokens `[1, h·w, 4·z]` (channels `(c, dy, dx)`) → latents `[1, z, 1, 2h, 2w]`.
+pub fn unpack(tokens: &Tensor, h: i64, w: i64) -> Tensor {
+    let c = tokens.size()[2] / 4;
+    tokens.view([1, h, w, c, 2, 2]).permute([0, 3, 1, 4, 2, 5]).reshape([1, c, 1, 2 * h, 2 * w])
+}
+
+/// Latents `[1, z, 1, 2h, 2w]` → packed tokens `[1, h·w, 4·z]`.
+pub fn pack(latents: &Tensor) -> Tensor {
+    let (_, c, _, h2, w2) = latents.size5().expect("[1, z, 1, H, W]");
+    let (h, w) = (h2 / 2, w2 / 2);
+    latents.view([1, c, h, 2, w, 2]).permute([0, 2, 4, 1, 3, 5]).reshape([1, h * w, c * 4])
+}
+
+/// The spec of a loaded folder: text to image.
+pub fn spec(model: &QwenImageModel) -> Result<PipelineSpec> {
+    spec_with(model, Vec::new())
+}
+
+/// [`spec`] after `text_stages` (a prompt rewrite writing `EXTENDED_PROMPT`).
+pub fn spec_with(model: &QwenImageModel, text_stages: Vec<Node>) -> Result<PipelineSpec> {
+    let denoise = Arc::new(model.denoise());
+    let mut nodes = text_stages;
+    nodes.extend([
+        Node::stage(
+            "encode_prompt",
+            Arc::new(EncodePrompt { encoder: Arc::clone(&model.prompt), denoise: Arc::clone(&denoise) }),
+            &[],
+            &[PROMPT_EMBEDS, NEGATIVE_EMBEDS],
+        ),
+        Node::looped("denoise", denoise, &[PROMPT_EMBEDS], &[LATENTS]),
+        Node::stage(
+            "vae_decode",
+            Arc::new(VaeDecode { vae: Arc::clone(&model.vae), pixels_per_token: model.pixels_per_token() }),
+            &[LATENTS],
+            &[FRAMES],
+        ),
+        Node::stage("assemble", Arc::new(AssembleVideo { frames: FRAMES, video: VIDEO }), &[FRAMES], &[VIDEO]),
+    ]);
+    Ok(PipelineSpec::new("qwen-image", model.tasks(), nodes, &[], VIDEO)?)
+}

@@ -1,0 +1,147 @@
+//! `QwenImageTransformer2DModel`: the packed 2×2 latent patches and the prompt embedded, the
+//! MMDiT blocks, and the image tokens' output projection. Samples of any size pack into one
+//! forward ([`fastvideo_layers::joint`]).
+
+use std::path::Path;
+
+use anyhow::Result;
+use fastvideo_layers::joint::Layout;
+use fastvideo_layers::Linear;
+use fastvideo_torch::weights::Weights;
+use tch::{Device, Kind, Tensor};
+
+use crate::block::Block;
+use crate::config::TransformerConfig;
+use crate::rope::QwenRope;
+
+/// One sample of a packed forward.
+pub struct Sample<'a> {
+    /// Packed latent tokens `[Si, in]`: the output picture's, then any references'.
+    pub image: &'a Tensor,
+    /// The token grids `(h, w)` of the pictures in `image`, the output first.
+    pub grids: &'a [(i64, i64)],
+    /// Prompt embeddings `[St, joint]`.
+    pub text: &'a Tensor,
+    /// The sample's time in `[0, 1]` (the pipeline's `t / 1000`).
+    pub timestep: f32,
+}
+
+/// The Qwen-Image transformer.
+pub struct QwenImageTransformer {
+    config: TransformerConfig,
+    time_1: Linear,
+    time_2: Linear,
+    txt_norm: Tensor,
+    img_in: Linear,
+    txt_in: Linear,
+    blocks: Vec<Block>,
+    norm_out: Linear,
+    proj_out: Linear,
+    rope: QwenRope,
+    kind: Kind,
+}
+
+// SAFETY: read-only weights after loading; libtorch's tensor reads are thread-safe.
+unsafe impl Sync for QwenImageTransformer {}
+
+/// Channels of the sinusoidal time features.
+const TIME_CHANNELS: i64 = 256;
+
+impl QwenImageTransformer {
+    /// Loads `dir` onto `device` in `kind`.
+    pub fn load(dir: &Path, device: Device, kind: Kind) -> Result<Self> {
+        let config = TransformerConfig::load(&dir.join("config.json"))?;
+        let w = Weights::from_dir(dir, "diffusion_pytorch_model", device, kind)?;
+        let t = Self::new(config, &w)?;
+        w.warn_unused("Qwen-Image transformer");
+        Ok(t)
+    }
+
+    /// The transformer of `config` on weights `w`.
+    pub fn new(config: TransformerConfig, w: &Weights) -> Result<Self> {
+        let c = &config;
+        let dim = c.inner_dim();
+        let te = w.pp("time_text_embed.timestep_embedder");
+        Ok(Self {
+            time_1: Linear::new(&te.pp("linear_1"), TIME_CHANNELS, dim, true)?,
+            time_2: Linear::new(&te.pp("linear_2"), dim, dim, true)?,
+            txt_norm: w.get("txt_norm.weight", &[c.joint_attention_dim])?,
+            img_in: Linear::new(&w.pp("img_in"), c.in_channels, dim, true)?,
+            txt_in: Linear::new(&w.pp("txt_in"), c.joint_attention_dim, dim, true)?,
+            blocks: (0..c.num_layers)
+                .map(|i| Block::new(&w.pp(format!("transformer_blocks.{i}")), c))
+                .collect::<Result<_>>()?,
+            norm_out: Linear::new(&w.pp("norm_out.linear"), dim, 2 * dim, true)?,
+            proj_out: Linear::new(&w.pp("proj_out"), dim, c.out_per_token(), true)?,
+            rope: QwenRope::new(c.axes_dims_rope, w.device()),
+            kind: w.kind(),
+            config,
+        })
+    }
+
+    /// Its architecture.
+    pub fn config(&self) -> &TransformerConfig {
+        &self.config
+    }
+
+    /// Its compute dtype.
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    /// `Timesteps(256, flip_sin_to_cos, scale=1000)` then the two-layer MLP: `[B, dim]`.
+    fn time_embedding(&self, times: &[f32], device: Device) -> Tensor {
+        let t = Tensor::from_slice(times).to_device(device).to_kind(self.kind).to_kind(Kind::Float);
+        let half = TIME_CHANNELS / 2;
+        let exponent = Tensor::arange(half, (Kind::Float, device)) * (-(10000f64.ln()) / half as f64);
+        let args = t.unsqueeze(1) * exponent.exp().unsqueeze(0) * 1000.0;
+        let proj = Tensor::cat(&[args.cos(), args.sin()], -1).to_kind(self.kind);
+        self.time_2.forward(&self.time_1.forward(&proj).silu())
+    }
+
+    /// `RMSNorm(joint)` of the prompt embeddings (float32 statistics).
+    fn norm_text(&self, x: &Tensor) -> Tensor {
+        let xf = x.to_kind(Kind::Float);
+        let rms = (xf.square().mean_dim(-1, true, Kind::Float) + 1e-6).rsqrt();
+        ((xf * rms).to_kind(self.kind) * &self.txt_norm).to_kind(self.kind)
+    }
+
+    /// Predictions `[Si, out]` of each sample of a pack.
+    pub fn forward_packed(&self, samples: &[Sample]) -> Vec<Tensor> {
+        let kind = self.kind;
+        let device = samples[0].image.device();
+        let times: Vec<f32> = samples.iter().map(|s| s.timestep).collect();
+        let layout = Layout::new(
+            samples.iter().map(|s| s.text.size()[0]).collect(),
+            samples.iter().map(|s| s.image.size()[0]).collect(),
+            &times,
+        );
+        let temb = self.time_embedding(&times, device);
+        let cat = |f: &dyn Fn(&Sample) -> Tensor| Tensor::cat(&samples.iter().map(f).collect::<Vec<_>>(), 0);
+        let mut x = self.img_in.forward(&cat(&|s| s.image.to_kind(kind))).unsqueeze(0);
+        let mut ctx = self.txt_in.forward(&self.norm_text(&cat(&|s| s.text.to_kind(kind)))).unsqueeze(0);
+        let tables: Vec<(Tensor, Tensor)> =
+            samples.iter().map(|s| self.rope.tables(s.text.size()[0], s.grids)).collect();
+        let rope = (
+            Tensor::cat(&tables.iter().map(|t| &t.0).collect::<Vec<_>>(), 0),
+            Tensor::cat(&tables.iter().map(|t| &t.1).collect::<Vec<_>>(), 0),
+        );
+        for block in &self.blocks {
+            (x, ctx) = block.forward(&x, &ctx, &temb, &rope, &layout);
+        }
+        let emb = self.norm_out.forward(&temb.silu()).unsqueeze(1);
+        let parts = emb.chunk(2, -1);
+        let (scale, shift) = (layout.spread(&parts[0], &layout.image), layout.spread(&parts[1], &layout.image));
+        let out = fastvideo_layers::joint::Mod { scale, shift, gate: Tensor::new() }.modulate(&x, 1e-6);
+        layout.unpack_image(&self.proj_out.forward(&out))
+    }
+
+    /// The reference's call on one sample (`hidden_states [1, S, in]` of one picture `grid`,
+    /// `text [1, St, joint]`, `timestep [1]` in `[0, 1]`): `[1, S, out]`.
+    pub fn forward(&self, image: &Tensor, text: &Tensor, timestep: f32, grid: (i64, i64)) -> Tensor {
+        let (image, text) = (image.get(0), text.get(0));
+        let grids = [grid];
+        let s = Sample { image: &image, grids: &grids, text: &text, timestep };
+        self.forward_packed(&[s]).pop().expect("one sample").unsqueeze(0)
+    }
+}

@@ -1,0 +1,5 @@
+//! Integration tests of fastvideo-qwenimage: one binary (CI links libtorch once per crate).
+
+mod common;
+mod components;
+mod pipeline;
