@@ -19,6 +19,7 @@ mod lora;
 mod parallel;
 mod plugin;
 mod prompt_extend;
+mod qwenimage;
 mod residency;
 mod rl;
 mod serve;
