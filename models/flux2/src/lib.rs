@@ -3,6 +3,7 @@
 
 #![deny(missing_docs)]
 
+pub mod bench;
 pub mod condition;
 pub mod config;
 pub mod denoise;

@@ -27,6 +27,12 @@ unsafe impl Sync for PromptEncoder {}
 impl PromptEncoder {
     /// Loads `text_encoder/` and `tokenizer/` of a folder.
     pub fn load(text_encoder: &Path, tokenizer: &Path, device: Device, kind: Kind) -> Result<Self> {
+        let lm = QwenForCausalLM::load(text_encoder, device, kind)?;
+        Self::new(lm, tokenizer).map_err(|e| e.context(format!("{}", text_encoder.display())))
+    }
+
+    /// The encoder on a loaded Qwen3 `lm` with the tokenizer folder `tokenizer`.
+    pub fn new(lm: QwenForCausalLM, tokenizer: &Path) -> Result<Self> {
         let tok = ChatTokenizer::load(tokenizer)?;
         if !tok.has_template() {
             bail!("{}: no chat template (chat_template.jinja or tokenizer_config.json)", tokenizer.display());
@@ -38,10 +44,9 @@ impl PromptEncoder {
         let pad_id = tok
             .token_id(pad)
             .ok_or_else(|| anyhow!("{}: pad token {pad:?} is not in the vocabulary", tokenizer.display()))?;
-        let lm = QwenForCausalLM::load(text_encoder, device, kind)?;
         let layers = lm.config.num_hidden_layers as usize;
         if layers < LAYERS[2] {
-            bail!("{}: the text encoder has {layers} layers; FLUX.2 reads layer {}", text_encoder.display(), LAYERS[2]);
+            bail!("the text encoder has {layers} layers; FLUX.2 reads layer {}", LAYERS[2]);
         }
         Ok(Self { lm, tokenizer: tok, pad_id })
     }

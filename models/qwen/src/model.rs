@@ -40,6 +40,15 @@ impl QwenForCausalLM {
     pub fn load(dir: &Path, device: Device, kind: Kind) -> Result<Self> {
         let config = QwenConfig::load(&dir.join("config.json"))?;
         let w = Weights::from_dir(dir, "model", device, kind).with_context(|| format!("{}", dir.display()))?;
+        let lm = Self::from_weights(config, &w)?;
+        w.warn_unused("language model");
+        Ok(lm)
+    }
+
+    /// The model of `config` on checkpoint `w` (its device and dtype): random weights for
+    /// benchmarks, or a folder's.
+    pub fn from_weights(config: QwenConfig, w: &Weights) -> Result<Self> {
+        let (device, kind) = (w.device(), w.kind());
         let c = &config;
         let m = w.pp("model");
         let embed_tokens = m.get("embed_tokens.weight", &[c.vocab_size, c.hidden_size])?;
@@ -52,7 +61,6 @@ impl QwenForCausalLM {
         } else {
             w.get("lm_head.weight", &[c.vocab_size, c.hidden_size])?
         };
-        w.warn_unused("language model");
         let rope = Rope::new(c.head_dim, c.rope_theta, device);
         let graphs = DecodeGraphs::for_device(device);
         Ok(Self { config, embed_tokens, layers, norm, lm_head, rope, kind, graphs })

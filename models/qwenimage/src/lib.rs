@@ -2,6 +2,7 @@
 
 #![deny(missing_docs)]
 
+pub mod bench;
 pub mod block;
 pub mod config;
 pub mod denoise;

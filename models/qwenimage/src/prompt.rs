@@ -30,9 +30,12 @@ unsafe impl Sync for PromptEncoder {}
 impl PromptEncoder {
     /// Loads `text_encoder/` and `tokenizer/` of a folder.
     pub fn load(text_encoder: &Path, tokenizer: &Path, device: Device, kind: Kind) -> Result<Self> {
-        let tokenizer = ChatTokenizer::load(tokenizer)?;
-        let lm = QwenForCausalLM::load(text_encoder, device, kind)?;
-        Ok(Self { lm, tokenizer })
+        Self::new(QwenForCausalLM::load(text_encoder, device, kind)?, tokenizer)
+    }
+
+    /// The encoder on a loaded language model `lm` with the tokenizer folder `tokenizer`.
+    pub fn new(lm: QwenForCausalLM, tokenizer: &Path) -> Result<Self> {
+        Ok(Self { lm, tokenizer: ChatTokenizer::load(tokenizer)? })
     }
 
     /// Width of one token's embedding.

@@ -140,6 +140,12 @@ impl Flux2Vae {
     pub fn load(dir: &Path, device: Device, kind: Kind) -> Result<Self> {
         let cfg = VaeConfig::load(&dir.join("config.json"))?;
         let w = Weights::from_dir(dir, "diffusion_pytorch_model", device, kind)?;
+        Self::new(cfg, &w)
+    }
+
+    /// The autoencoder of `cfg` on checkpoint `w` (its dtype).
+    pub fn new(cfg: VaeConfig, w: &Weights) -> Result<Self> {
+        let kind = w.kind();
         let l = cfg.latent_channels;
         let stats = w.with_kind(Kind::Float);
         let bn_mean = stats.get("bn.running_mean", &[4 * l])?;

@@ -1,0 +1,37 @@
+//! The FLUX.2 [klein] benchmark as a small binary of its own, for GPU-machine calls whose
+//! carried files must stay small:
+//!
+//!     flux2_bench CONFIG_DIR TOKENIZER_DIR HEIGHT WIDTH STEPS RUNS [DEVICE]
+//!
+//! Prints the report as JSON (see `fastvideo_flux2::bench`).
+
+use anyhow::{Context, Result};
+use fastvideo_flux2::bench::{run, BenchOptions};
+use tch::Kind;
+
+fn main() -> Result<()> {
+    let a: Vec<String> = std::env::args().skip(1).collect();
+    let num = |i: usize| -> Result<i64> { a.get(i).context("too few arguments")?.parse().context("a number") };
+    let device = fastvideo_torch::device(a.get(6).map_or("auto", String::as_str))?;
+    let kind = if device.is_cuda() { Kind::BFloat16 } else { Kind::Float };
+    let (height, width) = (num(2)?, num(3)?);
+    // 512², 768x1024 and 1024², two of each, interleaved as they would arrive.
+    let mixed = match std::env::var("FLUX2_BENCH_MIXED") {
+        Ok(s) => s
+            .split(',')
+            .map(|p| p.split_once('x').map(|(h, w)| (h.parse().unwrap(), w.parse().unwrap())).context("HxW"))
+            .collect::<Result<_>>()?,
+        Err(_) => vec![(512, 512), (768, 1024), (1024, 1024), (512, 512), (768, 1024), (1024, 1024)],
+    };
+    let opts = BenchOptions {
+        height,
+        width,
+        steps: num(4)? as u32,
+        runs: num(5)? as usize,
+        mixed,
+        tokenizer: a.get(1).context("the tokenizer folder")?.into(),
+    };
+    let report = run(std::path::Path::new(a.first().context("the config folder")?), device, kind, &opts)?;
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    Ok(())
+}
