@@ -122,7 +122,6 @@ def make(cls, *args, **kw):
             m = cls(*args, **kw)
     finally:
         torch.set_default_dtype(old)
-    print("DBG", cls.__name__, {str(x.dtype) for x in m.parameters()}, {str(x.dtype) for x in m.buffers()}, file=sys.stderr)
     if any(x.dtype != DTYPE for x in m.parameters()):  # no blanket .to(dtype): fp32 rope buffers stay fp32
         m.to(DTYPE)
     return randomize(m)
