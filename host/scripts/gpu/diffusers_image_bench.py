@@ -18,10 +18,14 @@ forwards are reported as `compile_warmup_s`.
 
     python3 diffusers_image_bench.py --family flux2|qwenimage [--height 1024 --width 1024 --steps 4
         --runs 3 --no-compile --edit --device cuda]
-    python3 diffusers_image_bench.py --family flux2 --tiny --device cpu --height 64 --width 64 --steps 2 --runs 1 --no-compile
+    python3 diffusers_image_bench.py --family qwenimage --tiny --device cpu --height 64 --width 64
+        --steps 2 --runs 1 --no-compile [--edit]
 
---tiny builds tiny configs (CPU smoke test). bfloat16 on cuda, float32 on cpu. The tokenizer is
-the tiny tests/fixtures/tiny-qwen3 (prompts have few tokens; FLUX.2 pads to 512 anyway).
+--tiny builds tiny configs (CPU smoke test). bfloat16 on cuda, float32 on cpu (--dtype overrides).
+The tokenizer is the tiny tests/fixtures/tiny-qwen3 (prompts have few tokens; FLUX.2 pads to 512).
+Qwen-Image edit: diffusers 0.42.1 drops the processor's `mm_token_type_ids` (diffusers #14194),
+which with transformers 5 silently changes the text encoder's positions (not its cost); the
+`edit_note` line records it, and an exception there is printed as an `error` line.
 Prints one JSON line per measurement on stdout (seconds, bytes); progress on stderr.
 """
 import argparse
@@ -172,8 +176,8 @@ def build():
                       fullatt_block_indexes=[1])
         tcfg = dict(in_channels=16, out_channels=4, num_layers=2, attention_head_dim=16, num_attention_heads=2,
                     joint_attention_dim=32, axes_dims_rope=(4, 6, 6))
-        vcfg = dict(base_dim=8, z_dim=4, dim_mult=[1, 2, 4, 4], num_res_blocks=1, temperal_downsample=[False, True, True],
-                    latents_mean=[0.0] * 4, latents_std=[1.0] * 4)
+        vcfg = dict(base_dim=8, z_dim=4, dim_mult=[1, 2, 4, 4], num_res_blocks=1,
+                    temperal_downsample=[False, True, True], latents_mean=[0.0] * 4, latents_std=[1.0] * 4)
     else:  # Qwen-Image (diffusers defaults) and Qwen2.5-VL-7B.
         text = dict(vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
                     num_attention_heads=28, num_key_value_heads=4, max_position_embeddings=128000,
@@ -230,11 +234,12 @@ if a.family == "flux2":
     latents = torch.randn(1, in_ch, h, w, generator=g)  # the pipeline's layout; it packs them itself
 else:
     latents = torch.randn(1, n_tok, in_ch, generator=g)  # already packed
+latents = latents.to(DEV, DTYPE)
 ref = Image.fromarray(np.random.default_rng(2).integers(0, 256, (1024, 1024, 3), dtype=np.uint8), "RGB")
 
 
 def forward_inputs():
-    """(cond kwargs, uncond kwargs or None, the step's hidden states) at the pipeline's shapes."""
+    """(cond kwargs, uncond kwargs or None) at the pipeline's shapes."""
     gi = torch.Generator().manual_seed(3)
     rnd = lambda *s: torch.randn(*s, generator=gi).to(DEV, DTYPE)  # noqa: E731
     ts = torch.full((1,), 0.9, device=DEV, dtype=DTYPE)
@@ -293,7 +298,7 @@ def bench_pipeline(mode, measure, pp, **extra):
         kw["guidance_scale"] = 1.0  # distilled: no CFG (and no warning)
     else:
         kw.update(negative_prompt=" ", true_cfg_scale=4.0)
-    call = lambda: pp(**kw, **extra, latents=latents.clone().to(DEV, DTYPE))  # noqa: E731
+    call = lambda: pp(**kw, **extra, latents=latents.clone())  # noqa: E731
     try:
         with torch.no_grad():
             sync()
