@@ -23,6 +23,7 @@ pub mod rms_norm;
 pub mod rope;
 pub mod serving;
 pub mod shared;
+pub mod vision;
 
 pub use chat::{ChatTokenizer, Message};
 pub use config::QwenConfig;

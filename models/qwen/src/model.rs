@@ -140,6 +140,11 @@ impl QwenForCausalLM {
         Ok(self.norm.forward(&x).linear(&self.lm_head, None::<Tensor>))
     }
 
+    /// The token embeddings `[B, T, C]` of `tokens [B, T]`.
+    pub fn embed(&self, tokens: &Tensor) -> Tensor {
+        Tensor::embedding(&self.embed_tokens, tokens, -1, false, false)
+    }
+
     /// Hidden states of right-padded prompts `tokens [B, T]` (row `b` has `lengths[b]` real
     /// tokens), as transformers' `output_hidden_states` numbers them: 0 the embeddings, `i` the
     /// output of layer `i`, the last one after the final norm. Each query sees the real keys up
@@ -147,33 +152,51 @@ impl QwenForCausalLM {
     /// layers up to the deepest asked for run: what a text encoder read at intermediate layers
     /// needs.
     pub fn hidden_states(&self, tokens: &Tensor, lengths: &[i64], wanted: &[usize]) -> Result<Vec<Tensor>> {
-        let (b, t) = tokens.size2().context("tokens are [B, T]")?;
+        let (_, t) = tokens.size2().context("tokens are [B, T]")?;
+        ensure!(t <= self.config.max_position_embeddings, "{t} positions exceed max_position_embeddings");
+        let rope = self.rope.tables(0, t, self.kind);
+        self.hidden_states_of(self.embed(tokens), (&rope.0, &rope.1), lengths, wanted)
+    }
+
+    /// [`Self::hidden_states`] of given input embeddings `x [B, T, C]` (a prompt with pictures'
+    /// features in it) rotated by `rope` (tables `[T, head_dim]`, e.g. [`Rope::tables_3d`]).
+    pub fn hidden_states_of(
+        &self,
+        x: Tensor,
+        rope: (&Tensor, &Tensor),
+        lengths: &[i64],
+        wanted: &[usize],
+    ) -> Result<Vec<Tensor>> {
+        let (b, t, _) = x.size3().context("embeddings are [B, T, C]")?;
         let n = self.layers.len();
         ensure!(lengths.len() == b as usize, "one length per row");
-        ensure!(t <= self.config.max_position_embeddings, "{t} positions exceed max_position_embeddings");
         if let Some(&bad) = wanted.iter().find(|&&i| i > n) {
             bail!("hidden state {bad} asked of a model of {n} layers");
         }
-        let device = tokens.device();
+        let device = x.device();
         let pos = Tensor::arange(t, (Kind::Int64, device));
         let causal = pos.view([1, t]).le_tensor(&pos.view([t, 1]));
         let real = pos.view([1, t]).lt_tensor(&Tensor::from_slice(lengths).to_device(device).view([b, 1]));
         let mask = causal.unsqueeze(0).logical_and(&real.unsqueeze(1)).unsqueeze(1);
-        let (cos, sin) = self.rope.tables(0, t, self.kind);
         let deepest = wanted.iter().copied().max().unwrap_or(0);
-        let mut x = Tensor::embedding(&self.embed_tokens, tokens, -1, false, false);
+        let mut x = x;
         let mut states: Vec<Option<Tensor>> = (0..=deepest).map(|_| None).collect();
         if wanted.contains(&0) {
             states[0] = Some(x.copy());
         }
         for (i, layer) in self.layers.iter().enumerate().take(deepest) {
-            x = layer.forward_masked(x, (&cos, &sin), &mask);
+            x = layer.forward_masked(x, rope, &mask);
             if wanted.contains(&(i + 1)) {
                 // Copies: the stream is updated in place by the next layer.
                 states[i + 1] = Some(if i + 1 == n { self.norm.forward(&x) } else { x.copy() });
             }
         }
         Ok(wanted.iter().map(|&i| states[i].as_ref().expect("ran").shallow_clone()).collect())
+    }
+
+    /// Its rotary frequencies (for multimodal position tables).
+    pub fn rope(&self) -> &Rope {
+        &self.rope
     }
 
     /// Logits `[B, vocab]` for one new token of each of `B` requests, each after its own cache's

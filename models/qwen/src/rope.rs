@@ -35,6 +35,20 @@ impl Rope {
         Self::of(&(pos.unsqueeze(1) * self.inv_freq.unsqueeze(0)), kind)
     }
 
+    /// `cos, sin±` `[T, head_dim]` of multimodal positions `positions [3, T]` (time, row,
+    /// column; int64): frequency `j` takes the axis of its section in `sections` (Qwen2.5-VL's
+    /// `mrope_section`, which sums to `head_dim / 2`). Text, equal on every axis, gets what
+    /// [`Self::tables`] gives.
+    pub fn tables_3d(&self, positions: &Tensor, sections: [i64; 3], kind: Kind) -> (Tensor, Tensor) {
+        let device = self.inv_freq.device();
+        let axis: Vec<i64> = (0..3).flat_map(|a| std::iter::repeat_n(a as i64, sections[a] as usize)).collect();
+        let axis = Tensor::from_slice(&axis).to_device(device);
+        let pos = positions.to_device(device).to_kind(Kind::Float);
+        // [T, half]: each frequency reads its axis' position.
+        let picked = pos.tr().index_select(1, &axis);
+        Self::of(&(picked * self.inv_freq.unsqueeze(0)), kind)
+    }
+
     /// `cos, sin±` of shape `[B, 1, 1, head_dim]` for one position per row (`positions [B]`
     /// int64): a decode batch's rows, each at its own place.
     pub fn tables_at(&self, positions: &Tensor, kind: Kind) -> (Tensor, Tensor) {

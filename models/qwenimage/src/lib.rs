@@ -6,6 +6,7 @@ pub mod bench;
 pub mod block;
 pub mod config;
 pub mod denoise;
+pub mod edit;
 pub mod family;
 pub mod model;
 pub mod pipeline;

@@ -23,9 +23,10 @@ impl Stage for EncodePrompt {
     fn run(&self, ctx: &NodeCtx, values: &mut Values) -> Result<()> {
         let req = ctx.request;
         let prompt = values.opt_text(fastvideo_pipeline::EXTENDED_PROMPT).unwrap_or(&req.prompt).to_string();
-        values.insert(PROMPT_EMBEDS, Value::Tensor(self.encoder.encode(&prompt)?));
+        let encode = |text: &str| -> Result<Tensor> { Ok(crate::prompt::cut(self.encoder.encode(text)?)) };
+        values.insert(PROMPT_EMBEDS, Value::Tensor(encode(&prompt)?));
         if self.denoise.does_cfg(req) {
-            values.insert(NEGATIVE_EMBEDS, Value::Tensor(self.encoder.encode(&req.negative_prompt)?));
+            values.insert(NEGATIVE_EMBEDS, Value::Tensor(encode(&req.negative_prompt)?));
         }
         Ok(())
     }

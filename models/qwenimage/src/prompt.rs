@@ -18,6 +18,19 @@ pub const DROP: usize = 34;
 /// Prompt tokens kept at most after the drop (`tokenizer_max_length`).
 pub const MAX_TOKENS: usize = 1024;
 
+/// Prompt embeddings the transformer reads at most (the pipeline's `max_sequence_length`).
+pub const MAX_SEQUENCE: i64 = 512;
+
+/// The first [`MAX_SEQUENCE`] rows of prompt embeddings, as the pipeline cuts them.
+pub fn cut(embeds: Tensor) -> Tensor {
+    let n = embeds.size()[0];
+    if n > MAX_SEQUENCE {
+        embeds.narrow(0, 0, MAX_SEQUENCE)
+    } else {
+        embeds
+    }
+}
+
 /// The Qwen2.5-VL language model and its tokenizer.
 pub struct PromptEncoder {
     lm: QwenForCausalLM,
@@ -38,6 +51,11 @@ impl PromptEncoder {
         Ok(Self { lm, tokenizer: ChatTokenizer::load(tokenizer)? })
     }
 
+    /// The tokenizer.
+    pub fn tokenizer(&self) -> &ChatTokenizer {
+        &self.tokenizer
+    }
+
     /// Width of one token's embedding.
     pub fn width(&self) -> i64 {
         self.lm.config.hidden_size
@@ -52,6 +70,32 @@ impl PromptEncoder {
             bail!("the prompt template tokenized to {} tokens; the pipeline drops the first {DROP}", ids.len());
         }
         Ok(ids)
+    }
+
+    /// `[L, width]` embeddings of an edit's `prompt` with its `pictures` (the edit template;
+    /// its first 64 tokens dropped).
+    pub fn encode_edit(
+        &self,
+        edit: &crate::edit::EditEncoder,
+        prompt: &str,
+        pictures: &[&fastvideo_request::InputImage],
+    ) -> Result<Tensor> {
+        let ids = self.tokenizer.encode(&edit.text(prompt, pictures.len()))?;
+        let device = self.lm.device();
+        let (ids, features, positions) = edit.prompt_inputs(&ids, pictures, device)?;
+        let n = ids.len();
+        if n <= crate::edit::DROP {
+            bail!("the edit template tokenized to {n} tokens; the pipeline drops the first {}", crate::edit::DROP);
+        }
+        let tokens = Tensor::from_slice(&ids).to_device(device);
+        let mut x = self.lm.embed(&tokens.unsqueeze(0));
+        // The pictures' tokens in place of their pads, in order.
+        let at = tokens.eq(edit.image_pad()).nonzero().squeeze_dim(1);
+        x = x.index_put_(&[Some(Tensor::zeros_like(&at)), Some(at)], &features.to_kind(x.kind()), false);
+        let (cos, sin) = self.lm.rope().tables_3d(&positions, edit.sections(), x.kind());
+        let last = self.lm.config.num_hidden_layers as usize;
+        let h = self.lm.hidden_states_of(x, (&cos, &sin), &[n as i64], &[last])?.pop().expect("one layer");
+        Ok(h.get(0).narrow(0, crate::edit::DROP as i64, (n - crate::edit::DROP) as i64))
     }
 
     /// `[L, width]` embeddings of `prompt` (L = its templated tokens past the first 34), in the

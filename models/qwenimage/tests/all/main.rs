@@ -2,4 +2,5 @@
 
 mod common;
 mod components;
+mod edit;
 mod pipeline;
