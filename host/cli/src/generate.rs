@@ -361,6 +361,9 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         && !limits.tasks.contains(&TaskType::T2v)
         && !limits.tasks.contains(&TaskType::T2i)
     {
+        if limits.tasks.contains(&TaskType::I2i) {
+            bail!("{} is an editing model: give the picture(s) to edit with --image FILE", model_dir.display());
+        }
         bail!("{} is an image-to-video model: give the first frame with --image FILE", model_dir.display());
     }
     if args.audio_out.is_some() && limits.audio.is_none() {

@@ -21,6 +21,7 @@ pub const REFERENCES: ReferenceLimits = ReferenceLimits {
     min_reference_side: 64,
     max_reference_aspect: 8.0,
     max_reference_area: 1024 * 1024,
+    scale_to_area: false,
 };
 
 /// Pixels `[1, 3, H, W]` in [-1, 1] of a reference as the pipeline prepares it: scaled to

@@ -15,7 +15,7 @@ use fastvideo_request::{ResolvedRequest, SamplerKind};
 use tch::{Kind, Tensor};
 
 use crate::transformer::{QwenImageTransformer, Sample};
-use crate::values::{LATENTS, NEGATIVE_EMBEDS, PROMPT_EMBEDS};
+use crate::values::{LATENTS, NEGATIVE_EMBEDS, PROMPT_EMBEDS, REFERENCE_GRIDS, REFERENCE_TOKENS};
 
 /// The sigmas (final 0 included) of `tokens` image tokens and `steps` steps: base
 /// `linspace(1, 1/N, N)`, `mu` on the config's line (`calculate_shift`).
@@ -37,6 +37,9 @@ pub struct QwenImageDenoise {
 pub struct QwenState {
     /// Packed latents `[S, C]` float32.
     latents: Tensor,
+    /// Reference latents `[N, C]` (model dtype), when editing.
+    refs: Option<Tensor>,
+    /// The token grids: the output's, then each reference's.
     grids: Vec<(i64, i64)>,
     prompt: Tensor,
     negative: Option<Tensor>,
@@ -47,7 +50,7 @@ pub struct QwenState {
 impl QwenState {
     /// Tokens a step of this request costs.
     pub fn tokens(&self) -> u64 {
-        let image = self.latents.size()[0] as u64;
+        let image = (self.latents.size()[0] + self.refs.as_ref().map_or(0, |r| r.size()[0])) as u64;
         let text = |t: &Tensor| t.size()[0] as u64;
         image + text(&self.prompt) + self.negative.as_ref().map_or(0, |n| image + text(n))
     }
@@ -112,11 +115,21 @@ impl QwenImageDenoise {
             true => Some(values.tensor(NEGATIVE_EMBEDS)?.to_kind(kind)),
             false => None,
         };
+        let mut grids = vec![grid];
+        let refs = match (values.opt_tensor(REFERENCE_TOKENS), values.opt_tensor(REFERENCE_GRIDS)) {
+            (Some(t), Some(g)) => {
+                let g: Vec<i64> = Vec::try_from(g.reshape([-1]))?;
+                grids.extend(g.chunks(2).map(|c| (c[0], c[1])));
+                Some(t.to_kind(kind))
+            }
+            _ => None,
+        };
         let sigmas = sigmas(&self.scheduler, shape[1], req.steps as usize);
         let sigmas: Vec<f64> = sigmas.iter().map(|&s| s as f64).collect();
         Ok(QwenState {
             latents: latents.squeeze_dim(0).to_device(ctx.device).to_kind(Kind::Float),
-            grids: vec![grid],
+            refs,
+            grids,
             prompt,
             negative,
             sampler: FlowMatchEuler::with_sigmas(&sigmas),
@@ -126,7 +139,13 @@ impl QwenImageDenoise {
 
     fn step_states(&self, states: &mut [&mut QwenState]) -> Result<Vec<Tensor>> {
         let kind = self.model.kind();
-        let images: Vec<Tensor> = states.iter().map(|s| s.latents.to_kind(kind)).collect();
+        let images: Vec<Tensor> = states
+            .iter()
+            .map(|s| match &s.refs {
+                Some(r) => Tensor::cat(&[s.latents.to_kind(kind), r.shallow_clone()], 0),
+                None => s.latents.to_kind(kind),
+            })
+            .collect();
         let mut samples = Vec::new();
         for (s, image) in states.iter().zip(&images) {
             let t = s.sampler.timesteps()[s.sampler.step_index()] / 1000.0;

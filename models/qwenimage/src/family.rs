@@ -26,7 +26,7 @@ impl Family for QwenImage {
     }
 
     fn architectures(&self) -> &'static [&'static str] {
-        &["QwenImagePipeline"]
+        &["QwenImagePipeline", "QwenImageEditPipeline", "QwenImageEditPlusPipeline"]
     }
 
     fn kind(&self) -> ModelKind {

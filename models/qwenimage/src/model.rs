@@ -14,6 +14,7 @@ use serde_json::Value;
 use tch::{Device, Kind};
 
 use crate::denoise::QwenImageDenoise;
+use crate::edit::{EditEncoder, EditKind};
 use crate::prompt::PromptEncoder;
 use crate::transformer::QwenImageTransformer;
 
@@ -34,6 +35,8 @@ pub struct QwenImageModel {
     pub prompt: Arc<PromptEncoder>,
     /// The scheduler settings.
     pub scheduler: FlowMatchConfig,
+    /// An edit folder's vision path (`None`: text to image).
+    pub edit: Option<Arc<EditEncoder>>,
 }
 
 impl QwenImageModel {
@@ -44,7 +47,15 @@ impl QwenImageModel {
         let text = std::fs::read_to_string(&index).with_context(|| format!("reading {}", index.display()))?;
         let v: Value = serde_json::from_str(&text).with_context(|| format!("{}: not valid JSON", index.display()))?;
         let class = v.get("_class_name").and_then(Value::as_str).unwrap_or("");
-        ensure!(class == "QwenImagePipeline", "{}: `_class_name` {class:?} is not QwenImagePipeline", index.display());
+        let edit_kind = match class {
+            "QwenImagePipeline" => None,
+            "QwenImageEditPipeline" => Some(EditKind::Edit),
+            "QwenImageEditPlusPipeline" => Some(EditKind::EditPlus),
+            other => anyhow::bail!(
+                "{}: `_class_name` {other:?} is not QwenImagePipeline, QwenImageEditPipeline or QwenImageEditPlusPipeline",
+                index.display()
+            ),
+        };
         let scheduler = FlowMatchConfig::load(&dir.join("scheduler/scheduler_config.json"))?;
         let transformer = Arc::new(QwenImageTransformer::load(&dir.join("transformer"), device, kind)?);
         let vae = Arc::new(load_vae(&dir.join("vae"), device, vae_kind)?);
@@ -65,7 +76,17 @@ impl QwenImageModel {
             4 * vae.cfg.z_dim,
             c.in_channels
         );
-        Ok(Self { transformer, vae, prompt, scheduler })
+        let edit = match edit_kind {
+            Some(kind) => Some(Arc::new(EditEncoder::load(
+                kind,
+                &dir.join("text_encoder"),
+                &dir.join("processor"),
+                device,
+                text_kind,
+            )?)),
+            None => None,
+        };
+        Ok(Self { transformer, vae, prompt, scheduler, edit })
     }
 
     /// Pixels per token side: the VAE's spatial factor × the 2×2 patch.
@@ -82,9 +103,25 @@ impl QwenImageModel {
         }
     }
 
-    /// Text to image.
+    /// Text to image; an edit folder edits (`i2i`) only, as its pipeline.
     pub fn tasks(&self) -> Vec<TaskType> {
-        vec![TaskType::T2i]
+        match self.edit {
+            Some(_) => vec![TaskType::I2i],
+            None => vec![TaskType::T2i],
+        }
+    }
+
+    /// An edit folder's reference rules: Edit one picture, Edit-Plus several, each scaled to
+    /// about a megapixel for the VAE (the output's default size).
+    pub fn references(&self) -> Option<fastvideo_request::ReferenceLimits> {
+        let edit = self.edit.as_ref()?;
+        Some(fastvideo_request::ReferenceLimits {
+            max_references: if edit.kind == EditKind::EditPlus { 4 } else { 1 },
+            min_reference_side: 28,
+            max_reference_aspect: 200.0,
+            max_reference_area: crate::edit::VAE_AREA as u64,
+            scale_to_area: true,
+        })
     }
 
     /// What requests it takes: sides multiples of the token size up to 2048; the pipeline's
@@ -93,12 +130,12 @@ impl QwenImageModel {
         ModelLimits {
             family: "Qwen-Image".into(),
             tasks: self.tasks(),
-            image_roles: Vec::new(),
+            image_roles: if self.edit.is_some() { vec![fastvideo_request::ImageRole::Reference] } else { Vec::new() },
             video: None,
             picture: Some(PictureLimits { spatial_multiple: self.pixels_per_token() as u32, max_side: 2048 }),
             audio: None,
             action: None,
-            references: None,
+            references: self.references(),
             max_steps: 1000,
             defaults: Defaults {
                 steps: 50,

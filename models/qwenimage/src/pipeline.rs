@@ -5,17 +5,21 @@ use std::sync::Arc;
 
 use anyhow::Result;
 use fastvideo_pipeline::{AssembleVideo, Node, NodeCtx, PipelineSpec, Stage, Value, Values};
+use fastvideo_request::{ImageRole, InputImage, TaskType};
 use fastvideo_wan::AutoencoderKLWan;
 use tch::{Kind, Tensor};
 
 use crate::denoise::QwenImageDenoise;
+use crate::edit::EditEncoder;
 use crate::model::QwenImageModel;
 use crate::prompt::PromptEncoder;
-use crate::values::{FRAMES, LATENTS, NEGATIVE_EMBEDS, PROMPT_EMBEDS, VIDEO};
+use crate::values::{FRAMES, LATENTS, NEGATIVE_EMBEDS, PROMPT_EMBEDS, REFERENCE_GRIDS, REFERENCE_TOKENS, VIDEO};
 
-/// The prompt's embeddings, and the negative prompt's when guidance runs.
+/// The prompt's embeddings, and the negative prompt's when guidance runs; an edit's with its
+/// pictures.
 struct EncodePrompt {
     encoder: Arc<PromptEncoder>,
+    edit: Option<Arc<EditEncoder>>,
     denoise: Arc<QwenImageDenoise>,
 }
 
@@ -23,10 +27,38 @@ impl Stage for EncodePrompt {
     fn run(&self, ctx: &NodeCtx, values: &mut Values) -> Result<()> {
         let req = ctx.request;
         let prompt = values.opt_text(fastvideo_pipeline::EXTENDED_PROMPT).unwrap_or(&req.prompt).to_string();
-        let encode = |text: &str| -> Result<Tensor> { Ok(crate::prompt::cut(self.encoder.encode(text)?)) };
+        let pictures: Vec<&InputImage> = req.images.iter().filter(|i| i.role == ImageRole::Reference).collect();
+        let encode = |text: &str| -> Result<Tensor> {
+            // The text-to-image pipeline cuts the prompt to 512 tokens; the edit pipelines do not.
+            match &self.edit {
+                Some(edit) => self.encoder.encode_edit(edit, text, &pictures),
+                None => Ok(crate::prompt::cut(self.encoder.encode(text)?)),
+            }
+        };
         values.insert(PROMPT_EMBEDS, Value::Tensor(encode(&prompt)?));
         if self.denoise.does_cfg(req) {
             values.insert(NEGATIVE_EMBEDS, Value::Tensor(encode(&req.negative_prompt)?));
+        }
+        Ok(())
+    }
+}
+
+/// An edit's pictures as packed reference latents and their grids.
+struct References {
+    vae: Arc<AutoencoderKLWan>,
+}
+
+impl Stage for References {
+    fn run(&self, ctx: &NodeCtx, values: &mut Values) -> Result<()> {
+        let (mut tokens, mut grids) = (Vec::new(), Vec::new());
+        for im in ctx.request.images.iter().filter(|i| i.role == ImageRole::Reference) {
+            let (t, (h, w)) = crate::edit::reference_latents(&self.vae, im, ctx.device)?;
+            tokens.push(t);
+            grids.extend([h, w]);
+        }
+        if !tokens.is_empty() {
+            values.insert(REFERENCE_TOKENS, Value::Tensor(Tensor::cat(&tokens, 0)));
+            values.insert(REFERENCE_GRIDS, Value::Tensor(Tensor::from_slice(&grids).view([-1, 2])));
         }
         Ok(())
     }
@@ -71,7 +103,7 @@ pub fn pack(latents: &Tensor) -> Tensor {
     latents.view([1, c, h, 2, w, 2]).permute([0, 2, 4, 1, 3, 5]).reshape([1, h * w, c * 4])
 }
 
-/// The spec of a loaded folder: text to image.
+/// The spec of a loaded folder: text to image, or edits.
 pub fn spec(model: &QwenImageModel) -> Result<PipelineSpec> {
     spec_with(model, Vec::new())
 }
@@ -83,10 +115,21 @@ pub fn spec_with(model: &QwenImageModel, text_stages: Vec<Node>) -> Result<Pipel
     nodes.extend([
         Node::stage(
             "encode_prompt",
-            Arc::new(EncodePrompt { encoder: Arc::clone(&model.prompt), denoise: Arc::clone(&denoise) }),
+            Arc::new(EncodePrompt {
+                encoder: Arc::clone(&model.prompt),
+                edit: model.edit.clone(),
+                denoise: Arc::clone(&denoise),
+            }),
             &[],
             &[PROMPT_EMBEDS, NEGATIVE_EMBEDS],
         ),
+        Node::stage(
+            "reference_latents",
+            Arc::new(References { vae: Arc::clone(&model.vae) }),
+            &[],
+            &[REFERENCE_TOKENS, REFERENCE_GRIDS],
+        )
+        .for_tasks(&[TaskType::I2i]),
         Node::looped("denoise", denoise, &[PROMPT_EMBEDS], &[LATENTS]),
         Node::stage(
             "vae_decode",

@@ -59,3 +59,37 @@ fn generate_matches_diffusers_with_and_without_a_negative_prompt() {
         assert!(e < 0.5 / 255.0 + 1e-3, "{case}: {e:.2e}");
     }
 }
+
+/// Qwen-Image-Edit-Plus through `generate` with two `--image` pictures: the pipeline's picture;
+/// without a picture, one line saying what the model needs.
+#[test]
+fn generate_edits_with_two_pictures_as_the_edit_plus_pipeline() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = fixture("tiny-qwenimage-edit").display().to_string();
+    let f: std::collections::HashMap<String, Tensor> =
+        Tensor::read_safetensors(fixture("qwenimage/edit_plus.safetensors")).unwrap().into_iter().collect();
+    let noise = dir.path().join("noise.safetensors");
+    Tensor::write_safetensors(&[("latents", &f["latents"])], &noise).unwrap();
+    let out = dir.path().join("edit.png");
+    let pics = ["edit0.png", "edit1.png"].map(|p| fixture(&format!("qwenimage/{p}")).display().to_string());
+    let common = ["generate", "--model", &m, "--prompt", "a red fox jumps over the lazy dog", "--steps", "2"];
+    let args: Vec<&str> = [
+        &common[..],
+        &["--guidance", "4", "--negative-prompt", "blurry, low quality", "--height", "32", "--width", "48"],
+        &["--device", "cpu", "--dtype", "fp32", "--noise", noise.to_str().unwrap(), "--out", out.to_str().unwrap()],
+        &["--image", &pics[0], "--image", &pics[1]],
+    ]
+    .concat();
+    let r = Command::new(env!("CARGO_BIN_EXE_fastvideo")).args(&args).output().unwrap();
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let img = image::open(&out).unwrap().to_rgb8();
+    let ours = Tensor::from_slice(img.as_raw()).view([32, 48, 3]).to_kind(Kind::Float) / 255.0;
+    let e = (ours - &f["image"]).abs().max().double_value(&[]);
+    assert!(e < 0.5 / 255.0 + 1e-3, "edit: {e:.2e}");
+    let r = Command::new(env!("CARGO_BIN_EXE_fastvideo"))
+        .args(&common)
+        .args(["--out", out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    crate::common::assert_user_error(&r, "is an editing model: give the picture(s) to edit with --image");
+}

@@ -16,6 +16,10 @@ pub struct ReferenceLimits {
     pub max_reference_aspect: f64,
     /// References larger than this many pixels are scaled down to it (aspect kept).
     pub max_reference_area: u64,
+    /// References are scaled to `max_reference_area` whatever their size, each side rounded to
+    /// a multiple of 32 (Qwen-Image-Edit's `calculate_dimensions`), instead of only scaled down.
+    #[serde(default)]
+    pub scale_to_area: bool,
 }
 
 impl ReferenceLimits {
@@ -60,6 +64,13 @@ impl ReferenceLimits {
     /// `max_reference_area` when larger (truncating, as the reference pipeline), then cut to
     /// multiples of `multiple`.
     pub fn used_size(&self, width: u32, height: u32, multiple: u32) -> (u32, u32) {
+        if self.scale_to_area {
+            let ratio = width as f64 / height as f64;
+            let w = (self.max_reference_area as f64 * ratio).sqrt();
+            let h = w / ratio;
+            let r = |x: f64| ((x / 32.0).round_ties_even() * 32.0) as u32;
+            return (r(w) / multiple * multiple, r(h) / multiple * multiple);
+        }
         let (mut w, mut h) = (width, height);
         if w as u64 * h as u64 > self.max_reference_area {
             let scale = (self.max_reference_area as f64 / (w as f64 * h as f64)).sqrt();

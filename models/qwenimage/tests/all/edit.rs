@@ -86,3 +86,31 @@ fn reference_latents_match_diffusers() {
     let e = rel(&Tensor::cat(&refs, 0), &f["ref_latents"]);
     assert!(e < 1e-5, "reference latents: {e:.2e}");
 }
+
+/// The whole edit: both pictures through both paths, true CFG, 2 steps; the picture within half
+/// an 8-bit step plus 1e-3 (float32 both sides).
+#[test]
+fn edit_plus_matches_diffusers_end_to_end() {
+    let f = load("qwenimage/edit_plus.safetensors");
+    let m = fastvideo_qwenimage::model::QwenImageModel::load(
+        &fixture("tiny-qwenimage-edit"),
+        Device::Cpu,
+        Kind::Float,
+        Kind::Float,
+        Kind::Float,
+    )
+    .unwrap();
+    assert_eq!(m.tasks(), [fastvideo_request::TaskType::I2i]);
+    let mut r = crate::pipeline::request("edit", &f["latents"], Some("blurry, low quality"));
+    r.task = fastvideo_request::TaskType::I2i;
+    r.diffusion.num_inference_steps = Some(2);
+    for n in ["edit0.png", "edit1.png"] {
+        let path = fixture(&format!("qwenimage/{n}")).display().to_string();
+        r.inputs.push(fastvideo_request::InputPart::Image { path: Some(path), b64: None, role: ImageRole::Reference });
+    }
+    let req = r.resolve(&m.limits(), || 0).unwrap();
+    let (out, _) = crate::pipeline::run(&m, req);
+    let e = crate::pipeline::picture_error(&out, &f["image"]);
+    eprintln!("edit picture: {e:.2e}");
+    assert!(e < 0.5 / 255.0 + 1e-3, "edit picture: {e:.2e}");
+}

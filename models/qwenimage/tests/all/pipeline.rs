@@ -41,7 +41,7 @@ pub fn run(model: &QwenImageModel, req: ResolvedRequest) -> (OmniOutput, Tensor)
     (run.finish(&mut |_| {}).unwrap(), latents)
 }
 
-fn picture_error(out: &OmniOutput, want: &Tensor) -> f64 {
+pub fn picture_error(out: &OmniOutput, want: &Tensor) -> f64 {
     let v = out.video().expect("a picture");
     let ours = Tensor::from_slice(&v.rgb).view([v.height as i64, v.width as i64, 3]).to_kind(Kind::Float) / 255.0;
     (ours.to_kind(Kind::Double) - want.to_kind(Kind::Double)).abs().max().double_value(&[])
