@@ -81,19 +81,33 @@ impl Block {
     }
 
     /// `(image [1, ΣSi, C], text [1, ΣSt, C])` of a pack through the block, modulated by the
-    /// per-sample time embedding `temb [B, C]`.
+    /// per-sample time embedding `temb [B, C]`. With `zero_cond` (Edit-2511's `zero_cond_t`),
+    /// `(temb at time 0 [B, C], each image token's row [ΣSi])`: rows `0..B` are the samples'
+    /// embeddings, `B..2B` their time-0 ones (reference tokens).
     pub fn forward(
         &self,
         image: &Tensor,
         text: &Tensor,
         temb: &Tensor,
+        zero_cond: Option<(&Tensor, &Tensor)>,
         rope: &RopeTables,
         layout: &Layout,
     ) -> (Tensor, Tensor) {
         let mods = |s: &Stream, lengths: &[i64]| {
             layout.spread_mods(&Mod::split(&s.modulation.forward(&temb.silu()), 2), lengths)
         };
-        let (mi, mt) = (mods(&self.image, &layout.image), mods(&self.text, &layout.text));
+        let mi = match zero_cond {
+            None => mods(&self.image, &layout.image),
+            Some((temb0, rows)) => {
+                let both = Tensor::cat(&[temb, temb0], 0);
+                let per_token = |t: &Tensor| t.squeeze_dim(1).index_select(0, rows).unsqueeze(0);
+                Mod::split(&self.image.modulation.forward(&both.silu()), 2)
+                    .iter()
+                    .map(|m| Mod { shift: per_token(&m.shift), scale: per_token(&m.scale), gate: per_token(&m.gate) })
+                    .collect()
+            }
+        };
+        let mt = mods(&self.text, &layout.text);
         let (qi, ki, vi) = self.qkv(&self.image, &mi[0].modulate(image, EPS));
         let (qt, kt, vt) = self.qkv(&self.text, &mt[0].modulate(text, EPS));
         let joint = |t: Tensor, i: Tensor| layout.interleave(&t, &i);

@@ -126,8 +126,25 @@ impl QwenImageTransformer {
             Tensor::cat(&tables.iter().map(|t| &t.0).collect::<Vec<_>>(), 0),
             Tensor::cat(&tables.iter().map(|t| &t.1).collect::<Vec<_>>(), 0),
         );
+        // Edit-2511: reference tokens modulated at time 0, the output picture's at its time.
+        let zero = self.config.zero_cond_t.then(|| {
+            let temb0 = self.time_embedding(&vec![0.0; samples.len()], device);
+            let b = samples.len() as i64;
+            let rows: Vec<i64> = samples
+                .iter()
+                .enumerate()
+                .flat_map(|(i, s)| {
+                    let noise = s.grids[0].0 * s.grids[0].1;
+                    let refs = s.image.size()[0] - noise;
+                    std::iter::repeat_n(i as i64, noise as usize)
+                        .chain(std::iter::repeat_n(b + i as i64, refs as usize))
+                })
+                .collect();
+            (temb0, Tensor::from_slice(&rows).to_device(device))
+        });
         for block in &self.blocks {
-            (x, ctx) = block.forward(&x, &ctx, &temb, &rope, &layout);
+            let zero_cond = zero.as_ref().map(|(t, r)| (t, r));
+            (x, ctx) = block.forward(&x, &ctx, &temb, zero_cond, &rope, &layout);
         }
         let emb = self.norm_out.forward(&temb.silu()).unsqueeze(1);
         let parts = emb.chunk(2, -1);

@@ -59,3 +59,21 @@ fn schedule_matches_diffusers() {
         assert_eq!(ours, want, "{tokens} tokens, {steps} steps");
     }
 }
+
+/// Edit-2511's `zero_cond_t` (reference tokens modulated at time 0) on the same weights.
+#[test]
+fn zero_cond_t_modulates_references_at_time_zero_as_diffusers() {
+    let f = load("qwenimage/transformer_zero_cond.safetensors");
+    let dir = folder().join("transformer");
+    let mut cfg = fastvideo_qwenimage::config::TransformerConfig::load(&dir.join("config.json")).unwrap();
+    cfg.zero_cond_t = true;
+    let w =
+        fastvideo_torch::weights::Weights::from_dir(&dir, "diffusion_pytorch_model", Device::Cpu, Kind::Float).unwrap();
+    let t = QwenImageTransformer::new(cfg, &w).unwrap();
+    let (image, text) = (f["hidden_states"].get(0), f["encoder_hidden_states"].get(0));
+    let grids = [(4, 6), (2, 3)];
+    let s = fastvideo_qwenimage::transformer::Sample { image: &image, grids: &grids, text: &text, timestep: 0.731 };
+    let out = t.forward_packed(&[s]).pop().unwrap().unsqueeze(0);
+    let e = rel(&out, &f["out"]);
+    assert!(e < 1e-5, "zero_cond_t: {e:.2e}");
+}
