@@ -103,7 +103,12 @@ pub fn parse(kind: Kind, v: &Value, id: &str, model: &str, limits: &ModelLimits)
             "preview_every: previews stream from fastvideo serve; the Dynamo frontend passes no events",
         ));
     }
-    let task = if kind == Kind::Videos { TaskType::T2v } else { TaskType::T2i };
+    // An images request with pictures in `image` is an edit (`/v1/images/edits`' body).
+    let task = match kind {
+        Kind::Videos => TaskType::T2v,
+        Kind::Images if params.image.is_some() => TaskType::I2i,
+        Kind::Images => TaskType::T2i,
+    };
     let first = params.to_request(id.to_string(), task, model, limits).map_err(|e| {
         let body = e.body();
         invalid(body["error"]["message"].as_str().unwrap_or("invalid request").to_string())
@@ -151,6 +156,7 @@ pub fn images_item(created: i64, data: Vec<Value>) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fastvideo_request::{ImageRole, InputPart};
 
     fn limits() -> ModelLimits {
         ModelLimits::example()
@@ -203,6 +209,22 @@ mod tests {
         assert_eq!(p.requests[1].request_id, "r-1");
         assert!(!p.url && !p.stream, "images are inline and never streamed");
         assert_eq!(p.requests[0].task, TaskType::T2i);
+    }
+
+    #[test]
+    fn an_images_request_with_pictures_is_an_edit_of_each_picture() {
+        let png = "data:image/png;base64,iVBORw0KGgo=";
+        let body = json!({"prompt": "x", "image": [png, png], "n": 2});
+        let p = parse(Kind::Images, &body, "r", "m", &limits()).unwrap();
+        assert_eq!(p.requests.len(), 2);
+        for r in &p.requests {
+            assert_eq!(r.task, TaskType::I2i);
+            let refs = r.inputs.iter().filter(|i| matches!(i, InputPart::Image { role: ImageRole::Reference, .. }));
+            assert_eq!(refs.count(), 2);
+        }
+        let e =
+            parse(Kind::Images, &json!({"prompt": "x", "image": png, "mask": png}), "r", "m", &limits()).unwrap_err();
+        assert!(e.public_message().unwrap().starts_with("mask:"));
     }
 
     #[test]
