@@ -74,3 +74,15 @@ impl LoadContext {
         }
     }
 }
+
+impl LoadContext {
+    /// Refuses what a family of one transformer on one GPU, without FP8 linears or a tiny
+    /// decoder, cannot honour, naming the option (`family` names the model in the message).
+    pub fn one_gpu_plain(&self, family: &str) -> anyhow::Result<()> {
+        anyhow::ensure!(self.gpus <= 1, "{family} runs on one GPU here (--gpus {} asked)", self.gpus);
+        anyhow::ensure!(!self.numerics.fp8_linears, "{family} has no FP8 linears yet (--fp8-linears)");
+        anyhow::ensure!(!self.tiny_decoder, "{family} folders have no tiny decoder");
+        anyhow::ensure!(!self.offload_experts, "{family} has one transformer (--offload-experts)");
+        Ok(())
+    }
+}

@@ -51,6 +51,34 @@ pub struct LoadSummary {
 }
 
 impl LoadSummary {
+    /// The summary of a plain one-device load (no FP8, no 8-bit attention, no split): exact
+    /// when every part runs in float32, else bf16.
+    pub fn plain(
+        family: &'static str,
+        dir: &std::path::Path,
+        device: Device,
+        kinds: (Kind, Option<Kind>, Option<Kind>),
+        seconds: f64,
+    ) -> Self {
+        let (dtype, text_encoder_dtype, vae_dtype) = kinds;
+        let all_f32 = [Some(dtype), text_encoder_dtype, vae_dtype].iter().flatten().all(|k| *k == Kind::Float);
+        Self {
+            family,
+            dir: dir.to_path_buf(),
+            device,
+            precision: if all_f32 { Precision::Exact } else { Precision::Bf16 },
+            fp8_linears: false,
+            int8_attention: None,
+            dtype,
+            text_encoder_dtype,
+            vae_dtype,
+            tiny_decoder: false,
+            parallel: None,
+            seconds,
+            note: None,
+        }
+    }
+
     /// The lossy paths it runs (`fp8_linears`, `int8_attention`, …), for the precision check.
     pub fn lossy_paths(&self) -> Vec<&'static str> {
         let mut paths = fastvideo_torch::lossy_paths(self.fp8_linears, self.int8_attention);

@@ -43,6 +43,29 @@ pub struct StepCtx<'a> {
     pub guidance_scale: f32,
 }
 
+impl<'a> StepCtx<'a> {
+    /// The next step of `sampler` for `request` (one denoiser, one guidance scale); `None` once
+    /// every step is taken.
+    pub fn of_sampler(
+        request: &'a ResolvedRequest,
+        sampler: &dyn crate::sampler::Sampler,
+        guidance_scale: f32,
+    ) -> Option<Self> {
+        let (timesteps, sigmas) = (sampler.timesteps(), sampler.sigmas());
+        let i = sampler.step_index();
+        (i < timesteps.len()).then(|| StepCtx {
+            request,
+            step_index: i as u32,
+            num_steps: timesteps.len() as u32,
+            timestep: timesteps[i],
+            sigma: sigmas[i],
+            sigma_next: sigmas.get(i + 1).copied().unwrap_or(0.0),
+            expert: 0,
+            guidance_scale,
+        })
+    }
+}
+
 /// How the loop turns branch predictions into one. The policy is bound when the pipeline is
 /// built and shared by all requests; anything that changes per request is in [`GuidanceState`].
 pub trait Guidance: Send + Sync {

@@ -6,14 +6,12 @@ use std::any::Any;
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
-use anyhow::{ensure, Result};
+use anyhow::Result;
 use fastvideo_family::{ChatPipeline, ChatServing, Family, LoadContext, LoadSummary, LoadedModel, ModelKind};
 use fastvideo_pipeline::token::KvBlockPool;
 use fastvideo_pipeline::{LoopPolicies, PipelineSpec, WorkCount};
 use fastvideo_qwen::LanguageModel;
 use fastvideo_request::ModelLimits;
-use fastvideo_torch::Precision;
-use tch::Kind;
 
 use crate::model::Cosmos3Model;
 
@@ -39,28 +37,12 @@ impl Family for Cosmos3 {
     fn load(&self, dir: &Path, ctx: &LoadContext) -> Result<Box<dyn LoadedModel>> {
         let t0 = std::time::Instant::now();
         let n = &ctx.numerics;
-        ensure!(ctx.gpus <= 1, "Cosmos3 runs on one GPU here (--gpus {} asked)", ctx.gpus);
-        ensure!(!n.fp8_linears, "Cosmos3 has no FP8 linears yet (--fp8-linears)");
-        ensure!(!ctx.tiny_decoder, "Cosmos3 folders have no tiny decoder");
-        ensure!(!ctx.offload_experts, "Cosmos3 has one transformer (--offload-experts)");
+        ctx.one_gpu_plain("Cosmos3")?;
         let kind = n.dtype.resolve(ctx.device);
         let vae_kind = n.vae_dtype.resolve_or(ctx.device, fastvideo_wan::VAE_CUDA_DEFAULT);
         let model = Cosmos3Model::load(dir, ctx.device, kind, vae_kind)?;
-        let summary = LoadSummary {
-            family: "cosmos3",
-            dir: dir.to_path_buf(),
-            device: ctx.device,
-            precision: if kind == Kind::Float && vae_kind == Kind::Float { Precision::Exact } else { Precision::Bf16 },
-            fp8_linears: false,
-            int8_attention: None,
-            dtype: kind,
-            text_encoder_dtype: None,
-            vae_dtype: Some(vae_kind),
-            tiny_decoder: false,
-            parallel: None,
-            seconds: t0.elapsed().as_secs_f64(),
-            note: None,
-        };
+        let kinds = (kind, None, Some(vae_kind));
+        let summary = LoadSummary::plain("cosmos3", dir, ctx.device, kinds, t0.elapsed().as_secs_f64());
         let spec = Arc::new(crate::pipeline::spec(&model)?);
         // The reasoner on the same tensors (its pool is made when a server first serves chats).
         let reasoner = crate::reasoner::reasoner(&model.transformer, &model.prompts)?;

@@ -191,18 +191,7 @@ impl LoopStage for QwenImageDenoise {
 
     fn step_ctx<'a>(&self, ctx: &NodeCtx<'a>, state: &LoopState) -> Option<StepCtx<'a>> {
         let s = state.inner.downcast_ref::<QwenState>()?;
-        let (timesteps, sigmas) = (s.sampler.timesteps(), s.sampler.sigmas());
-        let i = s.sampler.step_index();
-        (i < timesteps.len()).then(|| StepCtx {
-            request: ctx.request,
-            step_index: i as u32,
-            num_steps: timesteps.len() as u32,
-            timestep: timesteps[i],
-            sigma: sigmas[i],
-            sigma_next: sigmas.get(i + 1).copied().unwrap_or(0.0),
-            expert: 0,
-            guidance_scale: s.guidance as f32,
-        })
+        StepCtx::of_sampler(ctx.request, &s.sampler, s.guidance as f32)
     }
 
     /// Every request of the model packs with every other.

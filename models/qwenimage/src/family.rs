@@ -5,11 +5,10 @@ use std::any::Any;
 use std::path::Path;
 use std::sync::Arc;
 
-use anyhow::{ensure, Result};
+use anyhow::Result;
 use fastvideo_family::{Family, LoadContext, LoadSummary, LoadedModel, ModelKind};
 use fastvideo_pipeline::{LoopPolicies, PipelineSpec, WorkCount};
 use fastvideo_request::ModelLimits;
-use fastvideo_torch::Precision;
 use tch::Kind;
 
 use crate::model::QwenImageModel;
@@ -36,28 +35,12 @@ impl Family for QwenImage {
     fn load(&self, dir: &Path, ctx: &LoadContext) -> Result<Box<dyn LoadedModel>> {
         let t0 = std::time::Instant::now();
         let n = &ctx.numerics;
-        ensure!(ctx.gpus <= 1, "Qwen-Image runs on one GPU here (--gpus {} asked)", ctx.gpus);
-        ensure!(!n.fp8_linears, "Qwen-Image has no FP8 linears yet (--fp8-linears)");
-        ensure!(!ctx.tiny_decoder, "Qwen-Image folders have no tiny decoder");
-        ensure!(!ctx.offload_experts, "Qwen-Image has one transformer (--offload-experts)");
+        ctx.one_gpu_plain("Qwen-Image")?;
         let kind = n.dtype.resolve(ctx.device);
         let vae_kind = n.vae_dtype.resolve_or(ctx.device, Kind::BFloat16);
         let model = QwenImageModel::load(dir, ctx.device, kind, kind, vae_kind)?;
-        let summary = LoadSummary {
-            family: "qwenimage",
-            dir: dir.to_path_buf(),
-            device: ctx.device,
-            precision: if kind == Kind::Float && vae_kind == Kind::Float { Precision::Exact } else { Precision::Bf16 },
-            fp8_linears: false,
-            int8_attention: None,
-            dtype: kind,
-            text_encoder_dtype: Some(kind),
-            vae_dtype: Some(vae_kind),
-            tiny_decoder: false,
-            parallel: None,
-            seconds: t0.elapsed().as_secs_f64(),
-            note: None,
-        };
+        let kinds = (kind, Some(kind), Some(vae_kind));
+        let summary = LoadSummary::plain("qwenimage", dir, ctx.device, kinds, t0.elapsed().as_secs_f64());
         let spec = Arc::new(crate::pipeline::spec(&model)?);
         Ok(Box::new(LoadedQwenImage { model, spec, summary }))
     }
