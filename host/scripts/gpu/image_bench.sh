@@ -7,7 +7,8 @@
 #   carry .gpu-pack/flux2_bench.xz and .gpu-pack/qwenimage_bench.xz (release builds of
 #   `cargo build --release -p fastvideo-flux2 --example flux2_bench` and
 #   `-p fastvideo-qwenimage --example qwenimage_bench`, stripped, xz) and .gpu-pack/site.tar.xz
-#   (pack_site.sh: diffusers 0.42.1; the machine's transformers builds the text encoders).
+#   (pack_site.sh: diffusers 0.42.1; the machine's transformers builds the text encoders), and
+#   .gpu-pack/libfastvideo_graph.so (build_graph_shim.sh: allocator statistics).
 #   env  FAMILY=flux2|qwenimage HEIGHT=1024 WIDTH=1024 STEPS=4 RUNS=3 NO_COMPILE= EDIT=
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
@@ -27,7 +28,38 @@ BENCH=".gpu/${FAMILY}_bench"
 if [ -f ".gpu-pack/${FAMILY}_bench.xz" ]; then
   mkdir -p .gpu && xz -dc ".gpu-pack/${FAMILY}_bench.xz" >"$BENCH" && chmod +x "$BENCH"
 fi
-"$BENCH" "$CFG" tests/fixtures/tiny-qwen3 "$H" "$W" "$STEPS" "$RUNS" cuda >"$OUT/${FAMILY}_ours.json"
+# The fused kernels against the plain ops in float32 on the tiny folder's configs (the same
+# function, so float32 rounding apart).
+small=/tmp/small_$FAMILY && mkdir -p "$small"
+tiny=tests/fixtures/tiny-flux2-klein; [ "$FAMILY" = qwenimage ] && tiny=tests/fixtures/tiny-qwenimage
+for part in transformer text_encoder vae; do cp "$tiny/$part/config.json" "$small/$part.json"; done
+cp "$tiny/scheduler/scheduler_config.json" "$small/scheduler.json"
+small_args=("$small" "$tiny/tokenizer" 64 96 2 1 cuda)
+IMAGE_BENCH_DTYPE=f32 IMAGE_BENCH_DUMP=/tmp/small_fused.safetensors FLUX2_BENCH_MIXED=64x64 "$BENCH" "${small_args[@]}" >/dev/null
+IMAGE_BENCH_DTYPE=f32 IMAGE_BENCH_DUMP=/tmp/small_plain.safetensors FLUX2_BENCH_MIXED=64x64 FASTVIDEO_NO_KERNELS=1 \
+  "$BENCH" "${small_args[@]}" >/dev/null
+python3 - /tmp/small_fused.safetensors /tmp/small_plain.safetensors <<'PY' | tee "$OUT/${FAMILY}_kernel_parity_f32.txt"
+import sys
+from safetensors.torch import load_file
+a, b = load_file(sys.argv[1])["pred"].double(), load_file(sys.argv[2])["pred"].double()
+print(f"float32: fused kernels vs plain ops max abs {(a - b).abs().max():.3e}, rel {(a - b).abs().max() / b.abs().max():.3e}")
+PY
+# Allocator statistics (peak memory) come through the graph shim beside the binary.
+[ -f .gpu-pack/libfastvideo_graph.so ] && cp -p .gpu-pack/libfastvideo_graph.so .gpu/
+IMAGE_BENCH_DUMP=/tmp/pred_fused.safetensors "$BENCH" "$CFG" tests/fixtures/tiny-qwen3 "$H" "$W" "$STEPS" "$RUNS" cuda \
+  >"$OUT/${FAMILY}_ours.json"
+# The same without our fused kernels (norm and rotation, modulated norms, gated residuals,
+# SwiGLU as plain ops): what they are worth, and that they compute the same prediction.
+IMAGE_BENCH_DUMP=/tmp/pred_plain.safetensors FASTVIDEO_NO_KERNELS=1 "$BENCH" "$CFG" tests/fixtures/tiny-qwen3 "$H" "$W" \
+  "$STEPS" 1 cuda >"$OUT/${FAMILY}_ours_nokernels.json"
+python3 - /tmp/pred_fused.safetensors /tmp/pred_plain.safetensors "$OUT/${FAMILY}_ours_nokernels.json" <<'PY' | tee "$OUT/${FAMILY}_kernel_parity.txt"
+import json, sys
+from safetensors.torch import load_file
+a, b = load_file(sys.argv[1])["pred"].double(), load_file(sys.argv[2])["pred"].double()
+print(f"fused kernels vs plain ops (bf16): max abs {(a - b).abs().max():.3e}, rel {(a - b).abs().max() / b.abs().max():.3e}")
+r = json.load(open(sys.argv[3]))
+print(f"without kernels: forward {r['forward_s']*1e3:.1f} ms, CFG step {r['cfg_step_s']*1e3:.1f} ms")
+PY
 python3 - "$OUT/${FAMILY}_ours.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))

@@ -125,6 +125,8 @@ pub fn run(dir: &Path, device: Device, kind: Kind, o: &BenchOptions) -> Result<B
         median(&mut v)
     };
     let mut memory = Vec::new();
+    // Seeded: runs with the fused kernels on and off compare the same inputs.
+    tch::manual_seed(11);
     let one = inputs(&m, o.height, o.width, device);
     let (fwd, _) = phase(device, "forward", &mut memory, || {
         time(device, runs, || Ok(m.transformer.forward_packed(&[sample(&one)])))
@@ -150,6 +152,11 @@ pub fn run(dir: &Path, device: Device, kind: Kind, o: &BenchOptions) -> Result<B
             Ok(())
         })
     })?;
+    // One forward's prediction, for comparing runs (fused kernels on and off), when asked.
+    if let Some(path) = std::env::var_os("IMAGE_BENCH_DUMP") {
+        let pred = m.transformer.forward_packed(&[sample(&one)]).remove(0).to_device(Device::Cpu);
+        Tensor::write_safetensors(&[("pred", &pred)], std::path::Path::new(&path))?;
+    }
     let peak = memory.iter().find(|p| p.phase == "end_to_end").and_then(|p| p.peak_allocated_bytes);
     // The mixed stream: one step of every request, three ways.
     let stream: Vec<Inputs> = o.mixed.iter().map(|&(h, w)| inputs(&m, h, w, device)).collect();

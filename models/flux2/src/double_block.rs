@@ -11,7 +11,7 @@ use crate::config::TransformerConfig;
 use crate::embed::Mod;
 use crate::feed_forward::FeedForward;
 use crate::packed::Layout;
-use fastvideo_layers::joint::{attend, HeadNorm, RopeTables};
+use fastvideo_layers::joint::{attend, norm_rope, HeadNorm, RopeTables, Stream as Part};
 
 /// One stream's half of the block.
 struct Stream {
@@ -54,15 +54,17 @@ impl DoubleBlock {
         Ok(Self { image, text, heads: c.num_attention_heads, head_dim: d, eps })
     }
 
-    fn qkv(&self, s: &Stream, x: &Tensor) -> (Tensor, Tensor, Tensor) {
+    /// q, k (normed and rotated as the stream's tokens) and v `[1, S, H, D]` of `x`.
+    fn qkv(&self, s: &Stream, x: &Tensor, rope: &RopeTables, stream: Part) -> (Tensor, Tensor, Tensor) {
         let (b, l, _) = x.size3().expect("[B, L, C]");
         let parts = s.qkv.forward(x).view([b, l, 3, self.heads, self.head_dim]);
-        (s.norm_q.forward(&parts.select(2, 0)), s.norm_k.forward(&parts.select(2, 1)), parts.select(2, 2))
+        let (q, k) = norm_rope(&parts.select(2, 0), &parts.select(2, 1), (&s.norm_q, &s.norm_k), rope, stream);
+        (q, k, parts.select(2, 2))
     }
 
     /// `(image [1, ΣSi, C], text [1, ΣSt, C])` (a pack's streams, see [`Layout`]) through the
     /// block with per-token (or broadcast) image and text modulations (two triples each) and
-    /// the joint sequence's rotary tables.
+    /// the pack's rotary tables.
     pub fn forward(
         &self,
         image: &Tensor,
@@ -72,15 +74,14 @@ impl DoubleBlock {
         rope: &RopeTables,
         layout: &Layout,
     ) -> (Tensor, Tensor) {
-        let (qi, ki, vi) = self.qkv(&self.image, &image_mod[0].modulate(image, self.eps));
-        let (qt, kt, vt) = self.qkv(&self.text, &text_mod[0].modulate(text, self.eps));
+        let (qi, ki, vi) = self.qkv(&self.image, &image_mod[0].modulate(image, self.eps), rope, Part::Image);
+        let (qt, kt, vt) = self.qkv(&self.text, &text_mod[0].modulate(text, self.eps), rope, Part::Text);
         let joint = |t: Tensor, i: Tensor| layout.interleave(&t, &i);
-        let o = attend(&joint(qt, qi), &joint(kt, ki), &joint(vt, vi), rope, &layout.spans());
+        let o = attend(&joint(qt, qi), &joint(kt, ki), &joint(vt, vi), &layout.spans());
         let (ot, oi) = layout.split(&o);
         let run = |s: &Stream, x: &Tensor, attn: &Tensor, m: &[Mod]| {
-            let x = x + &m[0].gate * s.out.forward(attn);
-            let ff = s.ff.forward(&m[1].modulate(&x, self.eps));
-            &x + &m[1].gate * ff
+            let (x, normed) = m[0].gated_then(x, &s.out.forward(attn), &m[1], self.eps);
+            m[1].gated(&x, &s.ff.forward(&normed))
         };
         (run(&self.image, image, &oi, image_mod), run(&self.text, text, &ot, text_mod))
     }

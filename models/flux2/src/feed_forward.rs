@@ -14,6 +14,9 @@ pub struct FeedForward {
 
 /// `silu(x[.., :h]) · x[.., h:]` of a doubled projection.
 pub fn swiglu(x: &Tensor) -> Tensor {
+    if let Some(y) = fastvideo_kernels::swiglu::silu_mul(x) {
+        return y;
+    }
     let parts = x.chunk(2, -1);
     parts[0].silu() * &parts[1]
 }

@@ -10,7 +10,7 @@ use tch::Tensor;
 use crate::config::TransformerConfig;
 use crate::embed::Mod;
 use crate::feed_forward::swiglu;
-use fastvideo_layers::joint::{attend, HeadNorm, RopeTables};
+use fastvideo_layers::joint::{attend, norm_rope, HeadNorm, RopeTables, Stream};
 
 /// One single-stream block.
 pub struct SingleBlock {
@@ -48,9 +48,9 @@ impl SingleBlock {
         let inner = self.heads * self.head_dim;
         let h = self.qkv_mlp.forward(&m.modulate(x, self.eps));
         let qkv = h.narrow(2, 0, 3 * inner).view([b, s, 3, self.heads, self.head_dim]);
-        let mlp = swiglu(&h.narrow(2, 3 * inner, 2 * self.mlp_hidden));
-        let (q, k) = (self.norm_q.forward(&qkv.select(2, 0)), self.norm_k.forward(&qkv.select(2, 1)));
-        let o = attend(&q, &k, &qkv.select(2, 2), rope, spans);
-        x + &m.gate * self.out.forward(&Tensor::cat(&[o, mlp], 2))
+        let mlp = swiglu(&h.narrow(2, 3 * inner, 2 * self.mlp_hidden).contiguous());
+        let (q, k) = norm_rope(&qkv.select(2, 0), &qkv.select(2, 1), (&self.norm_q, &self.norm_k), rope, Stream::Joint);
+        let o = attend(&q, &k, &qkv.select(2, 2), spans);
+        m.gated(x, &self.out.forward(&Tensor::cat(&[o, mlp], 2)))
     }
 }

@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use anyhow::{ensure, Result};
+use fastvideo_layers::joint::RopeTables;
 use fastvideo_layers::Linear;
 use fastvideo_torch::weights::Weights;
 use tch::{Device, Kind, Tensor};
@@ -122,7 +123,7 @@ impl Flux2Transformer {
         let mut ctx = self.context_embedder.forward(&cat(&|s| s.text.to_kind(kind))).unsqueeze(0);
         let ids: Vec<Tensor> =
             samples.iter().flat_map(|s| [s.text_ids.shallow_clone(), s.image_ids.shallow_clone()]).collect();
-        let rope = self.rope.tables(&Tensor::cat(&ids, 0));
+        let rope = RopeTables::new(self.rope.tables(&Tensor::cat(&ids, 0)), &layout, self.config.num_attention_heads);
         for block in &self.double {
             (x, ctx) = block.forward(&x, &ctx, &mi, &mt, &rope, &layout);
         }

@@ -13,7 +13,9 @@ fn main() -> Result<()> {
     let a: Vec<String> = std::env::args().skip(1).collect();
     let num = |i: usize| -> Result<i64> { a.get(i).context("too few arguments")?.parse().context("a number") };
     let device = fastvideo_torch::device(a.get(6).map_or("auto", String::as_str))?;
-    let kind = if device.is_cuda() { Kind::BFloat16 } else { Kind::Float };
+    // bf16 on CUDA (what is served); IMAGE_BENCH_DTYPE=f32 for checking kernels against ops.
+    let f32 = std::env::var("IMAGE_BENCH_DTYPE").is_ok_and(|v| v == "f32");
+    let kind = if device.is_cuda() && !f32 { Kind::BFloat16 } else { Kind::Float };
     let opts = BenchOptions {
         height: num(2)?,
         width: num(3)?,

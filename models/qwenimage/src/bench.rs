@@ -85,6 +85,8 @@ pub fn run(dir: &Path, device: Device, kind: Kind, o: &BenchOptions) -> Result<B
     let c = m.transformer.config();
     let p = m.pixels_per_token();
     let grid = [(o.height / p, o.width / p)];
+    // Seeded: runs with the fused kernels on and off compare the same inputs.
+    tch::manual_seed(11);
     let image = Tensor::randn([grid[0].0 * grid[0].1, c.in_channels], (kind, device));
     let text = Tensor::randn([128, c.joint_attention_dim], (kind, device));
     let negative = Tensor::randn([16, c.joint_attention_dim], (kind, device));
@@ -115,6 +117,11 @@ pub fn run(dir: &Path, device: Device, kind: Kind, o: &BenchOptions) -> Result<B
             Ok(())
         })
     })?;
+    // One forward's prediction, for comparing runs (fused kernels on and off), when asked.
+    if let Some(path) = std::env::var_os("IMAGE_BENCH_DUMP") {
+        let pred = m.transformer.forward_packed(&[sample(&text)]).remove(0).to_device(Device::Cpu);
+        Tensor::write_safetensors(&[("pred", &pred)], std::path::Path::new(&path))?;
+    }
     let peak = memory.iter().find(|p| p.phase == "end_to_end").and_then(|p| p.peak_allocated_bytes);
     Ok(BenchReport {
         device: format!("{device:?}"),

@@ -3,7 +3,7 @@
 //! feed-forwards) and meet in one attention over `[text | image]`.
 
 use anyhow::Result;
-use fastvideo_layers::joint::{attend, HeadNorm, Layout, Mod, RopeTables};
+use fastvideo_layers::joint::{attend, norm_rope, HeadNorm, Layout, Mod, RopeTables, Stream as Part};
 use fastvideo_layers::Linear;
 use fastvideo_torch::weights::Weights;
 use tch::Tensor;
@@ -74,10 +74,12 @@ impl Block {
         Ok(Self { image, text, heads: c.num_attention_heads, head_dim: d })
     }
 
-    fn qkv(&self, s: &Stream, x: &Tensor) -> (Tensor, Tensor, Tensor) {
+    /// q, k (normed and rotated as the stream's tokens) and v `[1, S, H, D]` of `x`.
+    fn qkv(&self, s: &Stream, x: &Tensor, rope: &RopeTables, part: Part) -> (Tensor, Tensor, Tensor) {
         let (b, l, _) = x.size3().expect("[B, L, C]");
         let parts = s.qkv.forward(x).view([b, l, 3, self.heads, self.head_dim]);
-        (s.norm_q.forward(&parts.select(2, 0)), s.norm_k.forward(&parts.select(2, 1)), parts.select(2, 2))
+        let (q, k) = norm_rope(&parts.select(2, 0), &parts.select(2, 1), (&s.norm_q, &s.norm_k), rope, part);
+        (q, k, parts.select(2, 2))
     }
 
     /// `(image [1, ΣSi, C], text [1, ΣSt, C])` of a pack through the block, modulated by the
@@ -108,15 +110,14 @@ impl Block {
             }
         };
         let mt = mods(&self.text, &layout.text);
-        let (qi, ki, vi) = self.qkv(&self.image, &mi[0].modulate(image, EPS));
-        let (qt, kt, vt) = self.qkv(&self.text, &mt[0].modulate(text, EPS));
+        let (qi, ki, vi) = self.qkv(&self.image, &mi[0].modulate(image, EPS), rope, Part::Image);
+        let (qt, kt, vt) = self.qkv(&self.text, &mt[0].modulate(text, EPS), rope, Part::Text);
         let joint = |t: Tensor, i: Tensor| layout.interleave(&t, &i);
-        let o = attend(&joint(qt, qi), &joint(kt, ki), &joint(vt, vi), rope, &layout.spans());
+        let o = attend(&joint(qt, qi), &joint(kt, ki), &joint(vt, vi), &layout.spans());
         let (ot, oi) = layout.split(&o);
         let run = |s: &Stream, x: &Tensor, attn: &Tensor, m: &[Mod]| {
-            let x = x + &m[0].gate * s.out.forward(attn);
-            let ff = s.mlp.forward(&m[1].modulate(&x, EPS));
-            &x + &m[1].gate * ff
+            let (x, normed) = m[0].gated_then(x, &s.out.forward(attn), &m[1], EPS);
+            m[1].gated(&x, &s.mlp.forward(&normed))
         };
         (run(&self.image, image, &oi, &mi), run(&self.text, text, &ot, &mt))
     }

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use anyhow::Result;
-use fastvideo_layers::joint::Layout;
+use fastvideo_layers::joint::{Layout, RopeTables};
 use fastvideo_layers::Linear;
 use fastvideo_torch::weights::Weights;
 use tch::{Device, Kind, Tensor};
@@ -122,10 +122,11 @@ impl QwenImageTransformer {
         let mut ctx = self.txt_in.forward(&self.norm_text(&cat(&|s| s.text.to_kind(kind)))).unsqueeze(0);
         let tables: Vec<(Tensor, Tensor)> =
             samples.iter().map(|s| self.rope.tables(s.text.size()[0], s.grids)).collect();
-        let rope = (
+        let joint = (
             Tensor::cat(&tables.iter().map(|t| &t.0).collect::<Vec<_>>(), 0),
             Tensor::cat(&tables.iter().map(|t| &t.1).collect::<Vec<_>>(), 0),
         );
+        let rope = RopeTables::new(joint, &layout, self.config.num_attention_heads);
         // Edit-2511: reference tokens modulated at time 0, the output picture's at its time.
         let zero = self.config.zero_cond_t.then(|| {
             let temb0 = self.time_embedding(&vec![0.0; samples.len()], device);

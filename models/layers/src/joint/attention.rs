@@ -18,24 +18,100 @@ impl HeadNorm {
         Ok(Self { weight: w.get("weight", &[dim])?, eps })
     }
 
-    /// `x [.., D]` normalised, in `x`'s dtype.
+    /// `x [.., D]` normalised, in `x`'s dtype: `torch.nn.RMSNorm`'s `rms_norm`.
     pub fn forward(&self, x: &Tensor) -> Tensor {
-        let xf = x.to_kind(Kind::Float);
-        let rms = (xf.square().mean_dim(-1, true, Kind::Float) + self.eps).rsqrt();
-        (xf * rms * self.weight.to_kind(Kind::Float)).to_kind(x.kind())
+        let d = *x.size().last().expect("rank >= 1");
+        x.rms_norm([d], Some(&self.weight.to_kind(x.kind())), self.eps)
     }
 }
 
-/// The rotary tables of a joint sequence: `cos, sin` `[S, head_dim]` float32.
-pub type RopeTables = (Tensor, Tensor);
+/// The rotary tables of a pack, `cos, sin` `[S, head_dim]` float32 (each angle repeated for its
+/// pair) of the joint sequence and of each stream alone (text tokens, image tokens: a double
+/// block rotates each stream before joining them), and, where the fused norm-and-rotate kernel
+/// runs, their half tables `[S·heads, head_dim / 2]` (one row per token and head).
+pub struct RopeTables {
+    /// The joint sequence (text then image of each sample).
+    pub joint: (Tensor, Tensor),
+    /// The text stream.
+    pub text: (Tensor, Tensor),
+    /// The image stream.
+    pub image: (Tensor, Tensor),
+    rows: Option<[(Tensor, Tensor); 3]>,
+}
 
-/// `q, k, v [1, S, H, D]` (already normed, the joint sequence of a pack) rotated by `rope`
-/// and attended within each sample's span (`spans`: start and length): `[1, S, H·D]`.
-pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, rope: &RopeTables, spans: &[(i64, i64)]) -> Tensor {
+/// Which stream's tables.
+#[derive(Clone, Copy)]
+pub enum Stream {
+    /// The joint sequence.
+    Joint,
+    /// The text tokens.
+    Text,
+    /// The image tokens.
+    Image,
+}
+
+impl RopeTables {
+    /// The tables of a pack laid out as `layout`, from the joint sequence's `(cos, sin)`, for
+    /// attention of `heads` heads.
+    pub fn new(joint: (Tensor, Tensor), layout: &super::Layout, heads: i64) -> Self {
+        let split = |t: &Tensor| layout.split(&t.unsqueeze(0));
+        let (tc, ic) = split(&joint.0);
+        let (ts, is) = split(&joint.1);
+        let (text, image) = ((tc.squeeze_dim(0), ts.squeeze_dim(0)), (ic.squeeze_dim(0), is.squeeze_dim(0)));
+        let fused = joint.0.device().is_cuda() && fastvideo_kernels::enabled();
+        let rows =
+            fused.then(|| [&joint, &text, &image].map(|(c, s)| (per_head_half(c, heads), per_head_half(s, heads))));
+        Self { joint, text, image, rows }
+    }
+
+    fn pick(&self, stream: Stream) -> (&(Tensor, Tensor), Option<&(Tensor, Tensor)>) {
+        let i = stream as usize;
+        let full = [&self.joint, &self.text, &self.image][i];
+        (full, self.rows.as_ref().map(|r| &r[i]))
+    }
+}
+
+/// `[S, head_dim]` pair-repeated table → `[S·heads, head_dim / 2]` (one angle per pair, each
+/// token's row repeated for its heads), contiguous float32.
+fn per_head_half(t: &Tensor, heads: i64) -> Tensor {
+    let (s, d) = t.size2().expect("[S, head_dim]");
+    let half = t.view([s, d / 2, 2]).select(2, 0);
+    half.unsqueeze(1).expand([s, heads, d / 2], false).reshape([s * heads, d / 2]).contiguous()
+}
+
+/// Per-head RMS norms of `q` and `k` `[B, S, H, D]` (`norms`) and the rotation of the stream's
+/// tokens by `rope`: one fused kernel on the GPU (the norm and the rotation in float32, rounded
+/// once), the ops elsewhere.
+pub fn norm_rope(
+    q: &Tensor,
+    k: &Tensor,
+    norms: (&HeadNorm, &HeadNorm),
+    rope: &RopeTables,
+    stream: Stream,
+) -> (Tensor, Tensor) {
+    let (full, rows) = rope.pick(stream);
+    if let Some((cos, sin)) = rows {
+        let (b, s, h, d) = q.size4().expect("[B, S, H, D]");
+        let flat = |t: &Tensor| t.contiguous().view([b, s * h, d]);
+        let (qf, kf) = (flat(q), flat(k));
+        let out = fastvideo_kernels::rms_norm_rope(
+            &[(&qf, &norms.0.weight), (&kf, &norms.1.weight)],
+            norms.0.eps,
+            d,
+            Some((cos, sin)),
+        );
+        return (out[0].view([b, s, h, d]), out[1].view([b, s, h, d]));
+    }
+    let q = rotate(&norms.0.forward(q), &full.0, &full.1);
+    let k = rotate(&norms.1.forward(k), &full.0, &full.1);
+    (q, k)
+}
+
+/// `q, k, v [1, S, H, D]` (normed and rotated: [`norm_rope`]) of a pack's joint sequence,
+/// attended within each sample's span (`spans`: start and length): `[1, S, H·D]`.
+pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, spans: &[(i64, i64)]) -> Tensor {
     let (b, s, h, d) = q.size4().expect("[B, S, H, D]");
-    let q = rotate(q, &rope.0, &rope.1).transpose(1, 2);
-    let k = rotate(k, &rope.0, &rope.1).transpose(1, 2);
-    let v = v.transpose(1, 2);
+    let (q, k, v) = (q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2));
     let sdpa = |q: &Tensor, k: &Tensor, v: &Tensor| {
         Tensor::scaled_dot_product_attention(q, k, v, None::<Tensor>, 0.0, false, None, false)
     };

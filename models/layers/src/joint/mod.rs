@@ -7,9 +7,10 @@
 
 mod attention;
 
-pub use attention::{attend, HeadNorm, RopeTables};
+pub use attention::{attend, norm_rope, HeadNorm, RopeTables, Stream};
 
-use tch::Tensor;
+use fastvideo_kernels::LayerNormSpec;
+use tch::{Kind, Tensor};
 
 /// One shift/scale/gate triple, each `[B or 1, 1 or S, dim]`.
 pub struct Mod {
@@ -21,12 +22,49 @@ pub struct Mod {
     pub gate: Tensor,
 }
 
+/// A per-sample vector `[B, 1, D]` as the fused norm kernels take it (float32); `None` for a
+/// per-token one `[1, S, D]` (a pack of samples at different times), which the ops path takes.
+fn per_sample(t: &Tensor) -> Option<Tensor> {
+    (t.size()[1] == 1).then(|| t.to_kind(Kind::Float))
+}
+
 impl Mod {
-    /// `layer_norm(x) · (1 + scale) + shift` (the norm without affine weights).
+    /// `layer_norm(x) · (1 + scale) + shift` (the norm without affine weights): one fused
+    /// kernel on the GPU, the norm in float32.
     pub fn modulate(&self, x: &Tensor, eps: f64) -> Tensor {
+        if let (Some(scale), Some(shift)) = (per_sample(&self.scale), per_sample(&self.shift)) {
+            let spec = LayerNormSpec { eps, affine: None, modulation: Some((&scale, &shift)) };
+            return fastvideo_kernels::layer_norm_modulate(&x.contiguous(), &spec);
+        }
         let d = x.size()[x.dim() - 1];
         let normed = x.layer_norm([d], None::<Tensor>, None::<Tensor>, eps, false);
         normed * (&self.scale + 1.0) + &self.shift
+    }
+
+    /// `x + gate · y`: one fused kernel on the GPU.
+    pub fn gated(&self, x: &Tensor, y: &Tensor) -> Tensor {
+        match per_sample(&self.gate) {
+            Some(gate) => fastvideo_kernels::gated_residual(&x.contiguous(), &y.contiguous(), Some(&gate)),
+            None => x + &self.gate * y,
+        }
+    }
+
+    /// `x' = x + gate · y`, then `next`'s modulated norm of `x'`: `(x', norm)`, one fused kernel
+    /// on the GPU.
+    pub fn gated_then(&self, x: &Tensor, y: &Tensor, next: &Mod, eps: f64) -> (Tensor, Tensor) {
+        let fused = (per_sample(&self.gate), per_sample(&next.scale), per_sample(&next.shift));
+        if let (Some(gate), Some(scale), Some(shift)) = fused {
+            let spec = LayerNormSpec { eps, affine: None, modulation: Some((&scale, &shift)) };
+            return fastvideo_kernels::residual_layer_norm_modulate(
+                &x.contiguous(),
+                &y.contiguous(),
+                Some(&gate),
+                &spec,
+            );
+        }
+        let x = self.gated(x, y);
+        let n = next.modulate(&x, eps);
+        (x, n)
     }
 
     /// The triples of a modulation's output `[B, 3·sets·dim]`, split as diffusers splits it
@@ -104,8 +142,12 @@ impl Layout {
         Tensor::cat(&parts, 1)
     }
 
-    /// The inverse of [`Self::interleave`]: `(text, image)` streams of a joint sequence.
+    /// The inverse of [`Self::interleave`]: `(text, image)` streams of a joint sequence (views
+    /// for one sample, copies for several).
     pub fn split(&self, joint: &Tensor) -> (Tensor, Tensor) {
+        if let ([t], [i]) = (self.text.as_slice(), self.image.as_slice()) {
+            return (joint.narrow(1, 0, *t), joint.narrow(1, *t, *i));
+        }
         let mut off = 0;
         let (mut text, mut image) = (Vec::new(), Vec::new());
         for (&t, &i) in self.text.iter().zip(&self.image) {
