@@ -18,9 +18,10 @@ mkdir -p "$OUT"
 source host/scripts/gpu/torch_env.sh
 FAMILY="${FAMILY:-flux2}"
 H="${HEIGHT:-1024}" W="${WIDTH:-1024}" RUNS="${RUNS:-3}"
+# Any Qwen tokenizer serves (FLUX.2 pads prompts to 512); Qwen-Image's edit needs the picture tags.
 case "$FAMILY" in
-  flux2) CFG=host/scripts/gpu/flux2_klein_4b; STEPS="${STEPS:-4}" ;;
-  qwenimage) CFG=host/scripts/gpu/qwen_image; STEPS="${STEPS:-10}" ;;
+  flux2) CFG=host/scripts/gpu/flux2_klein_4b; STEPS="${STEPS:-4}"; TOK=tests/fixtures/tiny-qwen3 ;;
+  qwenimage) CFG=host/scripts/gpu/qwen_image; STEPS="${STEPS:-10}"; TOK=tests/fixtures/tiny-qwenimage/tokenizer ;;
   *) echo "FAMILY is flux2 or qwenimage" >&2; exit 2 ;;
 esac
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
@@ -46,11 +47,11 @@ print(f"float32: fused kernels vs plain ops max abs {(a - b).abs().max():.3e}, r
 PY
 # Allocator statistics (peak memory) come through the graph shim beside the binary.
 [ -f .gpu-pack/libfastvideo_graph.so ] && cp -p .gpu-pack/libfastvideo_graph.so .gpu/
-IMAGE_BENCH_DUMP=/tmp/pred_fused.safetensors "$BENCH" "$CFG" tests/fixtures/tiny-qwen3 "$H" "$W" "$STEPS" "$RUNS" cuda \
+IMAGE_BENCH_DUMP=/tmp/pred_fused.safetensors "$BENCH" "$CFG" "$TOK" "$H" "$W" "$STEPS" "$RUNS" cuda \
   >"$OUT/${FAMILY}_ours.json"
 # The same without our fused kernels (norm and rotation, modulated norms, gated residuals,
 # SwiGLU as plain ops): what they are worth, and that they compute the same prediction.
-IMAGE_BENCH_DUMP=/tmp/pred_plain.safetensors FASTVIDEO_NO_KERNELS=1 "$BENCH" "$CFG" tests/fixtures/tiny-qwen3 "$H" "$W" \
+IMAGE_BENCH_DUMP=/tmp/pred_plain.safetensors FASTVIDEO_NO_KERNELS=1 "$BENCH" "$CFG" "$TOK" "$H" "$W" \
   "$STEPS" 1 cuda >"$OUT/${FAMILY}_ours_nokernels.json"
 python3 - /tmp/pred_fused.safetensors /tmp/pred_plain.safetensors "$OUT/${FAMILY}_ours_nokernels.json" <<'PY' | tee "$OUT/${FAMILY}_kernel_parity.txt"
 import json, sys
@@ -66,6 +67,7 @@ r = json.load(open(sys.argv[1]))
 gib = (r["peak_allocated_bytes"] or 0) / 2**30
 print(f"ours: {r['image_tokens']} image tokens, forward {r['forward_s']*1e3:.1f} ms, CFG step {r['cfg_step_s']*1e3:.1f} ms, "
       f"end to end {r['end_to_end_s']:.3f} s (peak {gib:.1f} GiB); nodes " + ", ".join(f"{n} {s*1e3:.0f} ms" for n, s in r["nodes"]))
+print(f"edit with one 1024² picture: {r['edit_s']:.3f} s (peak {(r['edit_peak_allocated_bytes'] or 0) / 2**30:.1f} GiB)")
 p = r.get("packing")
 if p:
     print(f"mixed stream {p['sizes']}: one at a time {p['one_at_a_time_s']*1e3:.1f} ms, same-size batches "

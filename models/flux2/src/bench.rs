@@ -69,6 +69,10 @@ pub struct BenchReport {
     pub end_to_end_s: f64,
     /// Its nodes' seconds (last run).
     pub nodes: Vec<(String, f64)>,
+    /// The same request as an edit of one 1024² reference picture (median).
+    pub edit_s: f64,
+    /// Peak allocated bytes over the edit.
+    pub edit_peak_allocated_bytes: Option<u64>,
     /// Peak allocated bytes over the whole request.
     pub peak_allocated_bytes: Option<u64>,
     /// The mixed stream.
@@ -115,6 +119,14 @@ fn sample(i: &Inputs) -> Sample<'_> {
     Sample { image: &i.image, text: &i.text, timestep: 0.75, image_ids: &i.ids, text_ids: &i.text_ids }
 }
 
+/// A `w`×`h` reference picture (a colour gradient).
+pub fn gradient(w: u32, h: u32) -> fastvideo_request::InputImage {
+    let rgb = (0..h)
+        .flat_map(|y| (0..w).flat_map(move |x| [(x * 255 / w) as u8, (y * 255 / h) as u8, ((x + y) % 256) as u8]))
+        .collect();
+    fastvideo_request::InputImage { role: fastvideo_request::ImageRole::Reference, width: w, height: h, rgb }
+}
+
 /// Builds the model of `dir` with random weights on `device` in `kind` and measures.
 pub fn run(dir: &Path, device: Device, kind: Kind, o: &BenchOptions) -> Result<BenchReport> {
     let m = random_model(dir, &o.tokenizer, device, kind)?;
@@ -158,6 +170,17 @@ pub fn run(dir: &Path, device: Device, kind: Kind, o: &BenchOptions) -> Result<B
         Tensor::write_safetensors(&[("pred", &pred)], std::path::Path::new(&path))?;
     }
     let peak = memory.iter().find(|p| p.phase == "end_to_end").and_then(|p| p.peak_allocated_bytes);
+    let mut edit = req.clone();
+    edit.task = TaskType::I2i;
+    edit.images = vec![gradient(1024, 1024)];
+    let (edit_t, _) = phase(device, "edit", &mut memory, || {
+        time(device, runs, || {
+            let mut run = PipelineRun::new(spec.clone(), edit.clone(), device, Values::default(), Default::default());
+            run.run_to_end(&mut |_| {})?;
+            run.finish(&mut |_| {}).map(drop)
+        })
+    })?;
+    let edit_peak = memory.iter().find(|p| p.phase == "edit").and_then(|p| p.peak_allocated_bytes);
     // The mixed stream: one step of every request, three ways.
     let stream: Vec<Inputs> = o.mixed.iter().map(|&(h, w)| inputs(&m, h, w, device)).collect();
     let (solo, _) = time(device, runs, || {
@@ -188,6 +211,8 @@ pub fn run(dir: &Path, device: Device, kind: Kind, o: &BenchOptions) -> Result<B
         cfg_step_s: skip(cfg),
         end_to_end_s: skip(e2e),
         nodes,
+        edit_s: skip(edit_t),
+        edit_peak_allocated_bytes: edit_peak,
         peak_allocated_bytes: peak,
         packing: PackingReport {
             sizes: o.mixed.clone(),

@@ -52,6 +52,12 @@ pub struct BenchReport {
     pub end_to_end_s: f64,
     /// Its nodes' seconds (last run).
     pub nodes: Vec<(String, f64)>,
+    /// The same request as an Edit-Plus edit of one 1024² picture (median).
+    pub edit_s: f64,
+    /// Its nodes' seconds (last run).
+    pub edit_nodes: Vec<(String, f64)>,
+    /// Peak allocated bytes over the edit.
+    pub edit_peak_allocated_bytes: Option<u64>,
     /// Peak allocated bytes over the whole request.
     pub peak_allocated_bytes: Option<u64>,
     /// Per-phase memory.
@@ -123,6 +129,31 @@ pub fn run(dir: &Path, device: Device, kind: Kind, o: &BenchOptions) -> Result<B
         Tensor::write_safetensors(&[("pred", &pred)], std::path::Path::new(&path))?;
     }
     let peak = memory.iter().find(|p| p.phase == "end_to_end").and_then(|p| p.peak_allocated_bytes);
+    // The same weights as an Edit-Plus model: a random vision tower beside them.
+    let vcfg = fastvideo_qwen::vision::VisionConfig::load(&dir.join("text_encoder.json"))?;
+    let vision = fastvideo_qwen::vision::VisionTower::new(vcfg, &Weights::random(4, device, kind).pp("visual"))?;
+    let processor = fastvideo_qwen::vision::processor::ProcessorConfig::default();
+    let encoder = crate::edit::EditEncoder::new(crate::edit::EditKind::EditPlus, vision, processor, 302, [16, 24, 24]);
+    let em = QwenImageModel { edit: Some(Arc::new(encoder)), ..m.share() };
+    let espec = Arc::new(crate::pipeline::spec(&em)?);
+    let mut edit = req.clone();
+    edit.task = TaskType::I2i;
+    edit.images = vec![fastvideo_request::InputImage {
+        role: fastvideo_request::ImageRole::Reference,
+        width: 1024,
+        height: 1024,
+        rgb: (0..1024u32 * 1024).flat_map(|i| [(i % 1024 / 4) as u8, (i / 1024 / 4) as u8, (i % 251) as u8]).collect(),
+    }];
+    let mut edit_nodes = Vec::new();
+    let (edit_t, _) = phase(device, "edit", &mut memory, || {
+        time(device, runs, || {
+            let mut run = PipelineRun::new(espec.clone(), edit.clone(), device, Values::default(), Default::default());
+            run.run_to_end(&mut |_| {})?;
+            edit_nodes = run.finish(&mut |_| {})?.metrics.node_seconds;
+            Ok(())
+        })
+    })?;
+    let edit_peak = memory.iter().find(|p| p.phase == "edit").and_then(|p| p.peak_allocated_bytes);
     Ok(BenchReport {
         device: format!("{device:?}"),
         dtype: format!("{kind:?}"),
@@ -131,6 +162,9 @@ pub fn run(dir: &Path, device: Device, kind: Kind, o: &BenchOptions) -> Result<B
         cfg_step_s: skip(cfg),
         end_to_end_s: skip(e2e),
         nodes,
+        edit_s: skip(edit_t),
+        edit_nodes,
+        edit_peak_allocated_bytes: edit_peak,
         peak_allocated_bytes: peak,
         memory,
     })

@@ -97,6 +97,18 @@ impl EditEncoder {
         Ok(Self { kind, vision, processor, image_pad, sections: [sections[0], sections[1], sections[2]] })
     }
 
+    /// The encoder of a vision tower, processor settings, the picture-pad token and the text
+    /// model's `mrope_section` (random weights for benchmarks).
+    pub fn new(
+        kind: EditKind,
+        vision: VisionTower,
+        processor: ProcessorConfig,
+        image_pad: i64,
+        sections: [i64; 3],
+    ) -> Self {
+        Self { kind, vision, processor, image_pad, sections }
+    }
+
     /// The template with `prompt` and one tag per picture.
     pub fn text(&self, prompt: &str, pictures: usize) -> String {
         let tags: String = match self.kind {

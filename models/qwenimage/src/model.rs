@@ -89,6 +89,17 @@ impl QwenImageModel {
         Ok(Self { transformer, vae, prompt, scheduler, edit })
     }
 
+    /// Another handle to the same components (nothing copied).
+    pub fn share(&self) -> Self {
+        Self {
+            transformer: Arc::clone(&self.transformer),
+            vae: Arc::clone(&self.vae),
+            prompt: Arc::clone(&self.prompt),
+            scheduler: self.scheduler.clone(),
+            edit: self.edit.clone(),
+        }
+    }
+
     /// Pixels per token side: the VAE's spatial factor × the 2×2 patch.
     pub fn pixels_per_token(&self) -> i64 {
         2 * self.vae.cfg.spatial_factor()

@@ -87,7 +87,7 @@ fn generate_edits_with_two_pictures_as_the_edit_plus_pipeline() {
     let e = (ours - &f["image"]).abs().max().double_value(&[]);
     assert!(e < 0.5 / 255.0 + 1e-3, "edit: {e:.2e}");
     let r = Command::new(env!("CARGO_BIN_EXE_fastvideo"))
-        .args(&common)
+        .args(common)
         .args(["--out", out.to_str().unwrap()])
         .output()
         .unwrap();
