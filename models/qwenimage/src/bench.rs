@@ -133,7 +133,10 @@ pub fn run(dir: &Path, device: Device, kind: Kind, o: &BenchOptions) -> Result<B
     let vcfg = fastvideo_qwen::vision::VisionConfig::load(&dir.join("text_encoder.json"))?;
     let vision = fastvideo_qwen::vision::VisionTower::new(vcfg, &Weights::random(4, device, kind).pp("visual"))?;
     let processor = fastvideo_qwen::vision::processor::ProcessorConfig::default();
-    let encoder = crate::edit::EditEncoder::new(crate::edit::EditKind::EditPlus, vision, processor, 302, [16, 24, 24]);
+    let te: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("text_encoder.json"))?)?;
+    let pad = te.get("image_token_id").and_then(serde_json::Value::as_i64).unwrap_or(302);
+    let sections = crate::edit::mrope_sections(&te)?;
+    let encoder = crate::edit::EditEncoder::new(crate::edit::EditKind::EditPlus, vision, processor, pad, sections);
     let em = QwenImageModel { edit: Some(Arc::new(encoder)), ..m.share() };
     let espec = Arc::new(crate::pipeline::spec(&em)?);
     let mut edit = req.clone();

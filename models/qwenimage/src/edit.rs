@@ -74,14 +74,7 @@ impl EditEncoder {
         let v: Value = serde_json::from_str(&text).with_context(|| format!("{}: not JSON", cfg_path.display()))?;
         let image_pad = v.get("image_token_id").and_then(Value::as_i64);
         let image_pad = image_pad.with_context(|| format!("{}: no `image_token_id`", cfg_path.display()))?;
-        let text_cfg = v.get("text_config").unwrap_or(&v);
-        let rope = text_cfg.get("rope_parameters").or(text_cfg.get("rope_scaling"));
-        let sections: Vec<i64> = rope
-            .and_then(|r| r.get("mrope_section"))
-            .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(Value::as_i64).collect())
-            .unwrap_or_default();
-        ensure!(sections.len() == 3, "{}: the text model has no 3-part `mrope_section`", cfg_path.display());
+        let sections = mrope_sections(&v).with_context(|| format!("{}", cfg_path.display()))?;
         let vision_cfg = VisionConfig::load(&cfg_path)?;
         let w = Weights::from_dir(text_encoder, "model", device, dtype)?;
         let vision = VisionTower::new(vision_cfg, &w.pp("visual"))?;
@@ -94,7 +87,7 @@ impl EditEncoder {
             processor.patch_size,
             processor.merge_size
         );
-        Ok(Self { kind, vision, processor, image_pad, sections: [sections[0], sections[1], sections[2]] })
+        Ok(Self { kind, vision, processor, image_pad, sections })
     }
 
     /// The encoder of a vision tower, processor settings, the picture-pad token and the text
@@ -184,6 +177,20 @@ impl EditEncoder {
     pub fn image_pad(&self) -> i64 {
         self.image_pad
     }
+}
+
+/// The text model's `mrope_section` in a Qwen2.5-VL `config.json` (nested `text_config` or
+/// top level; `rope_parameters` or the older `rope_scaling`).
+pub fn mrope_sections(config: &Value) -> Result<[i64; 3]> {
+    let text_cfg = config.get("text_config").unwrap_or(config);
+    let rope = text_cfg.get("rope_parameters").or(text_cfg.get("rope_scaling"));
+    let sections: Vec<i64> = rope
+        .and_then(|r| r.get("mrope_section"))
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_i64).collect())
+        .unwrap_or_default();
+    ensure!(sections.len() == 3, "the text model has no 3-part `mrope_section`");
+    Ok([sections[0], sections[1], sections[2]])
 }
 
 /// `im` resized with PIL's Lanczos to `calculate_dimensions(area, its aspect)`: RGB8, width,
