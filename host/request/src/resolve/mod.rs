@@ -602,4 +602,6 @@ impl crate::SamplingParams {
 }
 
 #[cfg(test)]
+mod references_tests;
+#[cfg(test)]
 mod tests;
