@@ -34,16 +34,41 @@ pub(super) fn partners(jobs: &HashMap<u64, Job>, k: u64, max_batch: usize, max_t
     let mut partners: Vec<u64> =
         jobs.iter().filter(|(o, j)| **o != k && j.run.as_ref().is_some_and(same)).map(|(o, _)| *o).collect();
     partners.sort_unstable();
-    if let Some(mut used) = run.batch_tokens() {
-        partners.retain(|o| {
-            let tokens = jobs[o].run.as_ref().and_then(PipelineRun::batch_tokens).unwrap_or(0);
-            let fits = used + tokens <= max_tokens;
-            used += fits as u64 * tokens;
-            fits
-        });
+    if let Some(used) = run.batch_tokens() {
+        let tokens = |o: &u64| jobs[o].run.as_ref().and_then(PipelineRun::batch_tokens).unwrap_or(0);
+        partners = within_budget(used, &partners, tokens, max_tokens);
     }
     partners.truncate(max_batch - 1);
     partners
+}
+
+/// The `candidates` (in order) that join a step already holding `used` tokens without its sum
+/// passing `max_tokens`: first fit, so a large one skipped leaves room for smaller ones after it.
+fn within_budget(mut used: u64, candidates: &[u64], tokens: impl Fn(&u64) -> u64, max_tokens: u64) -> Vec<u64> {
+    let mut out = Vec::new();
+    for c in candidates {
+        let t = tokens(c);
+        if used + t <= max_tokens {
+            used += t;
+            out.push(*c);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::within_budget;
+
+    #[test]
+    fn partners_fill_the_token_budget_first_fit() {
+        let tokens = |k: &u64| [0, 4_608, 9_216, 1_536, 4_608][*k as usize];
+        // 4608 held; 9216 would pass 12000, the smaller ones after it still fit.
+        assert_eq!(within_budget(4_608, &[2, 3, 4], tokens, 12_000), [3, 4]);
+        assert_eq!(within_budget(4_608, &[1, 2, 3, 4], tokens, 20_000), [1, 2, 3]);
+        // Nothing fits beside a step that fills the budget alone.
+        assert!(within_budget(16_384, &[3], tokens, 16_384).is_empty());
+    }
 }
 
 /// One step of every job (all started, slots `keys`) as one batched call: each job's outcome,
