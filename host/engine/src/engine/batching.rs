@@ -56,21 +56,6 @@ fn within_budget(mut used: u64, candidates: &[u64], tokens: impl Fn(&u64) -> u64
     out
 }
 
-#[cfg(test)]
-mod tests {
-    use super::within_budget;
-
-    #[test]
-    fn partners_fill_the_token_budget_first_fit() {
-        let tokens = |k: &u64| [0, 4_608, 9_216, 1_536, 4_608][*k as usize];
-        // 4608 held; 9216 would pass 12000, the smaller ones after it still fit.
-        assert_eq!(within_budget(4_608, &[2, 3, 4], tokens, 12_000), [3, 4]);
-        assert_eq!(within_budget(4_608, &[1, 2, 3, 4], tokens, 20_000), [1, 2, 3]);
-        // Nothing fits beside a step that fills the budget alone.
-        assert!(within_budget(16_384, &[3], tokens, 16_384).is_empty());
-    }
-}
-
 /// One step of every job (all started, slots `keys`) as one batched call: each job's outcome,
 /// and the seconds the call took. A panic fails every job of the batch.
 pub(super) fn step(jobs: &mut [Job], keys: &[u64], classify: Classifier) -> (Vec<Result<(), EngineError>>, f64) {
@@ -96,4 +81,19 @@ pub(super) fn step(jobs: &mut [Job], keys: &[u64], classify: Classifier) -> (Vec
         }
     };
     (results, seconds)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::within_budget;
+
+    #[test]
+    fn partners_fill_the_token_budget_first_fit() {
+        let tokens = |k: &u64| [0, 4_608, 9_216, 1_536, 4_608][*k as usize];
+        // 4608 held; 9216 would pass 12000, the smaller ones after it still fit.
+        assert_eq!(within_budget(4_608, &[2, 3, 4], tokens, 12_000), [3, 4]);
+        assert_eq!(within_budget(4_608, &[1, 2, 3, 4], tokens, 20_000), [1, 2, 3]);
+        // Nothing fits beside a step that fills the budget alone.
+        assert!(within_budget(16_384, &[3], tokens, 16_384).is_empty());
+    }
 }
