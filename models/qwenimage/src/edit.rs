@@ -15,7 +15,7 @@ use fastvideo_wan::AutoencoderKLWan;
 use serde_json::Value;
 use tch::{Device, Kind, Tensor};
 
-use crate::pipeline::pack;
+use crate::latents::pack;
 
 /// Which edit pipeline a folder is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -8,6 +8,7 @@ pub mod config;
 pub mod denoise;
 pub mod edit;
 pub mod family;
+pub mod latents;
 pub mod model;
 pub mod pipeline;
 pub mod prompt;

@@ -77,7 +77,7 @@ impl Stage for VaeDecode {
         let p = self.pixels_per_token;
         let (h, w) = (req.height as i64 / p, req.width as i64 / p);
         let tokens = values.tensor(LATENTS)?.to_kind(Kind::Float);
-        let z = unpack(&tokens, h, w);
+        let z = crate::latents::unpack(&tokens, h, w);
         let c = &self.vae.cfg;
         let n = c.z_dim;
         let stat =
@@ -88,19 +88,6 @@ impl Stage for VaeDecode {
         values.insert(FRAMES, Value::Tensor(frames.narrow(2, 0, 1)));
         Ok(())
     }
-}
-
-/// Packed tokens `[1, h·w, 4·z]` (channels `(c, dy, dx)`) → latents `[1, z, 1, 2h, 2w]`.
-pub fn unpack(tokens: &Tensor, h: i64, w: i64) -> Tensor {
-    let c = tokens.size()[2] / 4;
-    tokens.view([1, h, w, c, 2, 2]).permute([0, 3, 1, 4, 2, 5]).reshape([1, c, 1, 2 * h, 2 * w])
-}
-
-/// Latents `[1, z, 1, 2h, 2w]` → packed tokens `[1, h·w, 4·z]`.
-pub fn pack(latents: &Tensor) -> Tensor {
-    let (_, c, _, h2, w2) = latents.size5().expect("[1, z, 1, H, W]");
-    let (h, w) = (h2 / 2, w2 / 2);
-    latents.view([1, c, h, 2, w, 2]).permute([0, 2, 4, 1, 3, 5]).reshape([1, h * w, c * 4])
 }
 
 /// The spec of a loaded folder: text to image, or edits.
