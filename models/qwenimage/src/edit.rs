@@ -17,6 +17,26 @@ use tch::{Device, Kind, Tensor};
 
 use crate::latents::pack;
 
+/// An edit's pictures as the vision tower's language tokens.
+pub struct PictureTokens {
+    /// `[Σ tokens, width]`, the pictures' in order.
+    pub features: Tensor,
+    /// Each picture's patch grid `(rows, columns)`.
+    pub grids: Vec<(i64, i64)>,
+}
+
+impl PictureTokens {
+    /// How many pictures.
+    pub fn len(&self) -> usize {
+        self.grids.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.grids.is_empty()
+    }
+}
+
 /// Which edit pipeline a folder is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EditKind {
@@ -119,29 +139,35 @@ impl EditEncoder {
         resized(im, area)
     }
 
-    /// The prompt's ids with each picture's pad expanded to its tokens, the pictures' tokens
-    /// from the vision tower `[Σ, width]`, and the 3-D positions `[3, T]`.
-    pub fn prompt_inputs(
-        &self,
-        ids: &[i64],
-        pictures: &[&InputImage],
-        device: Device,
-    ) -> Result<(Vec<i64>, Tensor, Tensor)> {
-        let m = self.processor.merge_size;
-        let mut patches = Vec::new();
-        let mut grids = Vec::new();
+    /// The pictures as language tokens: resized for the tower, processed, through the vision
+    /// tower once (every prompt of the request reuses them).
+    pub fn pictures(&self, pictures: &[&InputImage], device: Device) -> PictureTokens {
+        let (mut patches, mut grids) = (Vec::new(), Vec::new());
         for im in pictures {
             let (rgb, w, h) = self.condition_picture(im);
             let p = patchify(&self.processor, &rgb, h, w, device);
             patches.push(p.pixels);
             grids.push(p.grid);
         }
+        let features = match patches.is_empty() {
+            true => Tensor::new(),
+            false => self.vision.forward(&Tensor::cat(&patches, 0), &grids),
+        };
+        PictureTokens { features, grids }
+    }
+
+    /// The prompt's ids with each picture's pad expanded to its tokens, and the 3-D positions
+    /// `[3, T]` (text sequential, each picture's tokens at its row and column after the text
+    /// before it, the text after continuing past its larger side).
+    pub fn prompt_inputs(&self, ids: &[i64], pictures: &PictureTokens, device: Device) -> Result<(Vec<i64>, Tensor)> {
+        let m = self.processor.merge_size;
         let pads = ids.iter().filter(|&&i| i == self.image_pad).count();
-        ensure!(pads == pictures.len(), "the prompt holds {pads} picture tags for {} pictures", pictures.len());
+        let n = pictures.grids.len();
+        ensure!(pads == n, "the prompt holds {pads} picture tags for {n} pictures");
         let mut expanded = Vec::new();
         let (mut t, mut h, mut w) = (Vec::new(), Vec::new(), Vec::new());
         let mut pos = 0i64;
-        let mut next_grid = grids.iter();
+        let mut next_grid = pictures.grids.iter();
         for &id in ids {
             if id != self.image_pad {
                 expanded.push(id);
@@ -163,9 +189,8 @@ impl EditEncoder {
             }
             pos += lh.max(lw);
         }
-        let features = self.vision.forward(&Tensor::cat(&patches, 0), &grids);
         let positions = Tensor::stack(&[Tensor::from_slice(&t), Tensor::from_slice(&h), Tensor::from_slice(&w)], 0);
-        Ok((expanded, features, positions.to_device(device)))
+        Ok((expanded, positions.to_device(device)))
     }
 
     /// `mrope_section` of the text model.

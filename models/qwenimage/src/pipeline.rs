@@ -28,10 +28,12 @@ impl Stage for EncodePrompt {
         let req = ctx.request;
         let prompt = values.opt_text(fastvideo_pipeline::EXTENDED_PROMPT).unwrap_or(&req.prompt).to_string();
         let pictures: Vec<&InputImage> = req.images.iter().filter(|i| i.role == ImageRole::Reference).collect();
+        // The pictures through the vision tower once, for both prompts.
+        let tokens = self.edit.as_ref().map(|edit| (edit, edit.pictures(&pictures, ctx.device)));
         let encode = |text: &str| -> Result<Tensor> {
             // The text-to-image pipeline cuts the prompt to 512 tokens; the edit pipelines do not.
-            match &self.edit {
-                Some(edit) => self.encoder.encode_edit(edit, text, &pictures),
+            match &tokens {
+                Some((edit, tokens)) => self.encoder.encode_edit(edit, text, tokens),
                 None => Ok(crate::prompt::cut(self.encoder.encode(text)?)),
             }
         };

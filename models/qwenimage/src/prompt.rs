@@ -78,11 +78,12 @@ impl PromptEncoder {
         &self,
         edit: &crate::edit::EditEncoder,
         prompt: &str,
-        pictures: &[&fastvideo_request::InputImage],
+        pictures: &crate::edit::PictureTokens,
     ) -> Result<Tensor> {
         let ids = self.tokenizer.encode(&edit.text(prompt, pictures.len()))?;
         let device = self.lm.device();
-        let (ids, features, positions) = edit.prompt_inputs(&ids, pictures, device)?;
+        let (ids, positions) = edit.prompt_inputs(&ids, pictures, device)?;
+        let features = &pictures.features;
         let n = ids.len();
         if n <= crate::edit::DROP {
             bail!("the edit template tokenized to {n} tokens; the pipeline drops the first {}", crate::edit::DROP);

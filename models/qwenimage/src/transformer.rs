@@ -103,7 +103,7 @@ impl QwenImageTransformer {
     fn norm_text(&self, x: &Tensor) -> Tensor {
         let xf = x.to_kind(Kind::Float);
         let rms = (xf.square().mean_dim(-1, true, Kind::Float) + 1e-6).rsqrt();
-        ((xf * rms).to_kind(self.kind) * &self.txt_norm).to_kind(self.kind)
+        (xf * rms).to_kind(self.kind) * &self.txt_norm
     }
 
     /// Predictions `[Si, out]` of each sample of a pack.

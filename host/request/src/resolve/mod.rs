@@ -311,17 +311,7 @@ impl OmniRequest {
         }
         let images = self.decode_images(&limits.image_roles)?;
         if self.task == TaskType::I2i {
-            let rules = limits.references.as_ref().ok_or_else(|| {
-                RequestError::new("task", format!("{} takes no reference pictures (`i2i`)", limits.family))
-            })?;
-            let fields: Vec<String> = self
-                .inputs
-                .iter()
-                .enumerate()
-                .filter(|(_, p)| matches!(p, InputPart::Image { .. }))
-                .map(|(i, _)| format!("inputs[{i}]"))
-                .collect();
-            rules.check(&images, &fields)?;
+            self.check_references(limits, &images)?;
         }
         let mut named_noise = self.latent_inputs()?;
         let initial_noise = named_noise.remove("latents");
@@ -496,19 +486,6 @@ impl OmniRequest {
 }
 
 impl OmniRequest {
-    /// The request's size parameters, an edit's missing sides taken from its last reference as
-    /// the model uses it (scaled to its largest area, cut to the size multiple).
-    fn edit_size(&self, limits: &ModelLimits, images: &[InputImage]) -> crate::DiffusionParams {
-        let mut d = self.diffusion.clone();
-        let last = images.iter().rev().find(|i| i.role == crate::ImageRole::Reference);
-        if let (Some(rules), Some(pic), Some(im)) = (&limits.references, &limits.picture, last) {
-            let (w, h) = rules.used_size(im.width, im.height, pic.spatial_multiple);
-            d.width = d.width.or(Some(w));
-            d.height = d.height.or(Some(h));
-        }
-        d
-    }
-
     /// Every picture and the video's frames fitted to the output (`resize_mode`) within
     /// [`crate::check_fit`]'s bounds, so an input's shape cannot make the job's work or memory
     /// explode after admission. `images` and `video` are this request's, decoded in input order.

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::{ImageRole, InputImage, RequestError};
+use crate::{ImageRole, InputImage, InputPart, ModelLimits, OmniRequest, RequestError};
 
 /// The reference rules of an editing model.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -77,5 +77,36 @@ impl ReferenceLimits {
             (w, h) = ((w as f64 * scale) as u32, (h as f64 * scale) as u32);
         }
         (w / multiple * multiple, h / multiple * multiple)
+    }
+}
+
+impl OmniRequest {
+    /// An edit's pictures (decoded, in input order) against the model's reference rules; a model
+    /// without them takes no edit, naming `task`.
+    pub(super) fn check_references(&self, limits: &ModelLimits, images: &[InputImage]) -> Result<(), RequestError> {
+        let rules = limits.references.as_ref().ok_or_else(|| {
+            RequestError::new("task", format!("{} takes no reference pictures (`i2i`)", limits.family))
+        })?;
+        let fields: Vec<String> = self
+            .inputs
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| matches!(p, InputPart::Image { .. }))
+            .map(|(i, _)| format!("inputs[{i}]"))
+            .collect();
+        rules.check(images, &fields)
+    }
+
+    /// The request's size parameters, an edit's missing sides taken from its last reference as
+    /// the model uses it (scaled to its largest area, cut to the size multiple).
+    pub(super) fn edit_size(&self, limits: &ModelLimits, images: &[InputImage]) -> crate::DiffusionParams {
+        let mut d = self.diffusion.clone();
+        let last = images.iter().rev().find(|i| i.role == crate::ImageRole::Reference);
+        if let (Some(rules), Some(pic), Some(im)) = (&limits.references, &limits.picture, last) {
+            let (w, h) = rules.used_size(im.width, im.height, pic.spatial_multiple);
+            d.width = d.width.or(Some(w));
+            d.height = d.height.or(Some(h));
+        }
+        d
     }
 }

@@ -59,17 +59,19 @@ fn edit_prompt_matches_transformers_with_3d_positions() {
     let pics = pictures();
     let refs: Vec<&InputImage> = pics.iter().collect();
     let ids = prompt.tokenizer().encode(&edit.text("a red fox jumps over the lazy dog", 2)).unwrap();
-    let (ids, features, positions) = edit.prompt_inputs(&ids, &refs, Device::Cpu).unwrap();
+    let tokens = edit.pictures(&refs, Device::Cpu);
+    let (ids, positions) = edit.prompt_inputs(&ids, &tokens, Device::Cpu).unwrap();
+    let features = &tokens.features;
     assert_eq!(ids, Vec::<i64>::try_from(&f["ids"]).unwrap(), "ids");
     assert_eq!(
         Vec::<i64>::try_from(positions.reshape([-1])).unwrap(),
         Vec::<i64>::try_from(f["positions"].reshape([-1])).unwrap(),
         "3-D positions"
     );
-    let e = rel(&features, &f["image_embeds"]);
+    let e = rel(features, &f["image_embeds"]);
     assert!(e < 1e-5, "vision tokens: {e:.2e}");
     for (key, text) in [("embeds", "a red fox jumps over the lazy dog"), ("neg_embeds", "blurry, low quality")] {
-        let e = rel(&prompt.encode_edit(&edit, text, &refs).unwrap(), &f[key]);
+        let e = rel(&prompt.encode_edit(&edit, text, &tokens).unwrap(), &f[key]);
         assert!(e < 1e-5, "{key}: {e:.2e}");
     }
 }
