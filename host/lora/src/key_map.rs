@@ -22,4 +22,26 @@ pub trait KeyMap: Send + Sync {
     /// patch convolution), whose differences are left out and counted, as diffusers leaves them
     /// out, instead of refusing the file. Given in either format's spelling, prefix stripped.
     fn not_linear(&self, module: &str) -> bool;
+
+    /// The model's modules that a name [`original`](Self::original) or [`kohya`](Self::kohya)
+    /// returned stands for, when the format fuses several along their output features (BFL's
+    /// `img_attn.qkv` for `to_q`, `to_k`, `to_v`): equal parts, in order. The file's low-rank
+    /// pair then applies to each part with the down matrix shared and the up matrix's rows split,
+    /// as diffusers' converters split it. `None`: one module.
+    fn split(&self, _module: &str) -> Option<Vec<String>> {
+        None
+    }
+}
+
+/// `{prefix}{i}{sep}{rest}` → `(i, rest)`: a block's index and its module inside the block, in
+/// either format's spelling (`blocks.3.self_attn.q` with `.`, `blocks_3_self_attn_q` with `_`).
+pub fn block<'a>(module: &'a str, prefix: &str, sep: char) -> Option<(u32, &'a str)> {
+    let (i, rest) = module.strip_prefix(prefix)?.split_once(sep)?;
+    Some((i.parse().ok()?, rest))
+}
+
+/// The name among `names` that kohya's spelling `flat` stands for (every `.` an `_`):
+/// `img_mlp_net_0_proj` → `img_mlp.net.0.proj`.
+pub fn kohya_name<'a>(flat: &str, names: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    names.into_iter().find(|n| n.len() == flat.len() && n.replace('.', "_") == flat)
 }

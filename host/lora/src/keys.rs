@@ -10,8 +10,9 @@ use crate::KeyMap;
 pub enum Format {
     /// diffusers / PEFT: `transformer.blocks.0.attn1.to_q.lora_A.weight`.
     Diffusers,
-    /// The original Wan repository's names, as ComfyUI and LightX2V ship them:
-    /// `diffusion_model.blocks.0.self_attn.q.lora_down.weight` (+ `.alpha`, `.diff`, `.diff_b`).
+    /// The original repository's names under `diffusion_model.`, as ComfyUI loads them: Wan's
+    /// `diffusion_model.blocks.0.self_attn.q.lora_down.weight` (+ `.alpha`, `.diff`, `.diff_b`) as
+    /// LightX2V ships them, BFL's `diffusion_model.double_blocks.0.img_attn.qkv.lora_A.weight`.
     Original,
     /// kohya / musubi-tuner: `lora_unet_blocks_0_self_attn_q.lora_down.weight`.
     Kohya,
@@ -22,7 +23,7 @@ impl Format {
     pub fn as_str(self) -> &'static str {
         match self {
             Format::Diffusers => "diffusers",
-            Format::Original => "original (Wan/ComfyUI)",
+            Format::Original => "original (diffusion_model.…, as ComfyUI loads it)",
             Format::Kohya => "kohya",
         }
     }
@@ -72,9 +73,12 @@ pub enum Place {
     KohyaText,
 }
 
-const SUFFIXES: [(&str, Part); 10] = [
+const SUFFIXES: [(&str, Part); 12] = [
     (".lora_A.weight", Part::Down),
     (".lora_B.weight", Part::Up),
+    // PEFT's state dict with the adapter's name in it (`default`), as some trainers save it.
+    (".lora_A.default.weight", Part::Down),
+    (".lora_B.default.weight", Part::Up),
     (".lora_B.bias", Part::DiffB),
     (".lora_down.weight", Part::Down),
     (".lora_up.weight", Part::Up),

@@ -20,7 +20,7 @@ use std::path::Path;
 use keys::Named;
 use safetensors::{Dtype as StDtype, SafeTensors};
 
-pub use key_map::KeyMap;
+pub use key_map::{block, kohya_name, KeyMap};
 pub use keys::{place, Format, Part, Place};
 pub use summary::Summary;
 
@@ -102,6 +102,23 @@ impl TensorData {
             Dtype::F16 => f16_to_f64(u16::from_le_bytes([b[0], b[1]])),
             Dtype::BF16 => f32::from_bits((u16::from_le_bytes([b[0], b[1]]) as u32) << 16) as f64,
         })
+    }
+
+    /// Part `i` of `n` equal parts along the first dimension (module `fused`'s share for one of
+    /// the modules it fuses).
+    fn rows(&self, i: usize, n: usize, fused: &str) -> Result<Self, LoraError> {
+        let Some(&len) = self.shape.first().filter(|&&l| l > 0 && l % n == 0) else {
+            return Err(LoraError::at(
+                &self.key,
+                format!("shape {:?} does not split into the {n} equal parts `{fused}` fuses", self.shape),
+            ));
+        };
+        let row_bytes = self.data.len() / len;
+        let part = len / n;
+        let mut shape = self.shape.clone();
+        shape[0] = part;
+        let data = self.data[i * part * row_bytes..(i + 1) * part * row_bytes].to_vec();
+        Ok(Self { key: self.key.clone(), dtype: self.dtype, shape, data })
     }
 }
 
@@ -224,6 +241,7 @@ impl LoraFile {
                 return Err(LoraError::at(key, "a second tensor for the same part of the same module"));
             }
         }
+        split_fused(&mut modules, map)?;
         for (patches, meta) in [(&mut modules, &metadata), (&mut text, &text_metadata)] {
             for (name, patch) in patches.iter_mut() {
                 check_patch(patch)?;
@@ -288,6 +306,33 @@ impl LoraFile {
     pub fn summary(&self) -> Summary {
         Summary::of(self)
     }
+}
+
+/// Replaces each patch of a fused module ([`KeyMap::split`]) by one per part: the down matrix and
+/// alpha shared, the up matrix's, difference's and bias difference's rows split equally.
+fn split_fused(modules: &mut BTreeMap<String, ModulePatch>, map: &dyn KeyMap) -> Result<(), LoraError> {
+    let fused: Vec<(String, Vec<String>)> =
+        modules.keys().filter_map(|m| map.split(m).map(|parts| (m.clone(), parts))).collect();
+    for (name, parts) in fused {
+        let Some(patch) = modules.remove(&name) else { continue };
+        let n = parts.len();
+        for (i, part) in parts.into_iter().enumerate() {
+            let rows = |t: &Option<TensorData>| t.as_ref().map(|t| t.rows(i, n, &name)).transpose();
+            let piece = ModulePatch {
+                down: patch.down.clone(),
+                up: rows(&patch.up)?,
+                alpha: patch.alpha,
+                metadata_scale: patch.metadata_scale,
+                diff: rows(&patch.diff)?,
+                diff_b: rows(&patch.diff_b)?,
+            };
+            if modules.insert(part.clone(), piece).is_some() {
+                let key = patch.up.as_ref().or(patch.diff.as_ref()).map_or(name.as_str(), |t| t.key.as_str());
+                return Err(LoraError::at(key, format!("`{part}` is given both on its own and fused in `{name}`")));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Every patch of `map` names one of `modules`, with shapes that fit.

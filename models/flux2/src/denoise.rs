@@ -11,7 +11,7 @@ use anyhow::{bail, ensure, Result};
 use fastvideo_layers::flow_match::FlowMatchConfig;
 use fastvideo_pipeline::denoise::seeded_noise;
 use fastvideo_pipeline::sampler::{FlowMatchEuler, Sampler};
-use fastvideo_pipeline::{LoopStage, LoopState, NodeCtx, StepCtx, StepResult, Value, Values};
+use fastvideo_pipeline::{AdapterSet, LoopStage, LoopState, NodeCtx, StepCtx, StepResult, Value, Values, ADAPTERS};
 use fastvideo_request::{ResolvedRequest, SamplerKind};
 use tch::{Kind, Tensor};
 
@@ -46,6 +46,8 @@ pub struct FluxState {
     text_ids: Tensor,
     sampler: FlowMatchEuler,
     guidance: f64,
+    /// The request's LoRA adapters, if any.
+    adapters: Option<Arc<AdapterSet>>,
 }
 
 impl FluxState {
@@ -148,6 +150,7 @@ impl Flux2Denoise {
             negative,
             sampler: FlowMatchEuler::with_sigmas(&sigmas),
             guidance: req.guidance_scale as f64,
+            adapters: values.adapters(ADAPTERS).cloned(),
         })
     }
 
@@ -155,16 +158,17 @@ impl Flux2Denoise {
     fn step_states(&self, states: &mut [&mut FluxState]) -> Result<Vec<Tensor>> {
         let kind = self.model.kind();
         let images: Vec<(Tensor, Tensor)> = states.iter().map(|s| s.image(kind)).collect();
-        let mut samples = Vec::new();
+        let (mut samples, mut sets) = (Vec::new(), Vec::new());
         for (s, (image, ids)) in states.iter().zip(&images) {
             let step = s.sampler.step_index();
             // The pipeline passes `t / 1000`; the transformer multiplies it back.
             let t = s.sampler.timesteps()[step] / 1000.0;
             for text in std::iter::once(&s.prompt).chain(s.negative.as_ref()) {
                 samples.push(Sample { image, text, timestep: t, image_ids: ids, text_ids: &s.text_ids });
+                sets.push(s.adapters.as_deref());
             }
         }
-        let mut preds = self.model.forward_packed(&samples).into_iter();
+        let mut preds = self.model.forward_adapted(&samples, &sets)?.into_iter();
         let mut outputs = Vec::new();
         for s in states.iter_mut() {
             let n = s.latents.size()[0];

@@ -3,7 +3,7 @@
 //! `[text | image]`.
 
 use anyhow::Result;
-use fastvideo_layers::Linear;
+use fastvideo_layers::{Linear, Lora};
 use fastvideo_torch::weights::Weights;
 use tch::Tensor;
 
@@ -11,7 +11,7 @@ use crate::config::TransformerConfig;
 use crate::embed::Mod;
 use crate::feed_forward::FeedForward;
 use crate::packed::Layout;
-use fastvideo_layers::joint::{attend, norm_rope, HeadNorm, RopeTables, Stream as Part};
+use fastvideo_layers::joint::{attend, linear, norm_rope, HeadNorm, PackedLora, RopeTables, Stream as Part};
 
 /// One stream's half of the block.
 struct Stream {
@@ -55,16 +55,17 @@ impl DoubleBlock {
     }
 
     /// q, k (normed and rotated as the stream's tokens) and v `[1, S, H, D]` of `x`.
-    fn qkv(&self, s: &Stream, x: &Tensor, rope: &RopeTables, stream: Part) -> (Tensor, Tensor, Tensor) {
+    fn qkv(&self, s: &Stream, x: &Tensor, rope: &RopeTables, stream: Part, lora: Lora) -> (Tensor, Tensor, Tensor) {
         let (b, l, _) = x.size3().expect("[B, L, C]");
-        let parts = s.qkv.forward(x).view([b, l, 3, self.heads, self.head_dim]);
+        let parts = linear(&s.qkv, x, lora).view([b, l, 3, self.heads, self.head_dim]);
         let (q, k) = norm_rope(&parts.select(2, 0), &parts.select(2, 1), (&s.norm_q, &s.norm_k), rope, stream);
         (q, k, parts.select(2, 2))
     }
 
     /// `(image [1, ΣSi, C], text [1, ΣSt, C])` (a pack's streams, see [`Layout`]) through the
     /// block with per-token (or broadcast) image and text modulations (two triples each) and
-    /// the pack's rotary tables.
+    /// the pack's rotary tables; each sample's tokens with its adapters (`lora`).
+    #[allow(clippy::too_many_arguments)]
     pub fn forward(
         &self,
         image: &Tensor,
@@ -73,16 +74,26 @@ impl DoubleBlock {
         text_mod: &[Mod],
         rope: &RopeTables,
         layout: &Layout,
+        lora: Option<&PackedLora>,
     ) -> (Tensor, Tensor) {
-        let (qi, ki, vi) = self.qkv(&self.image, &image_mod[0].modulate(image, self.eps), rope, Part::Image);
-        let (qt, kt, vt) = self.qkv(&self.text, &text_mod[0].modulate(text, self.eps), rope, Part::Text);
+        let (ri, rt) = (lora.map(|l| &l.image), lora.map(|l| &l.text));
+        let (qi, ki, vi) = self.qkv(&self.image, &image_mod[0].modulate(image, self.eps), rope, Part::Image, ri);
+        let (qt, kt, vt) = self.qkv(&self.text, &text_mod[0].modulate(text, self.eps), rope, Part::Text, rt);
         let joint = |t: Tensor, i: Tensor| layout.interleave(&t, &i);
         let o = attend(&joint(qt, qi), &joint(kt, ki), &joint(vt, vi), &layout.spans());
         let (ot, oi) = layout.split(&o);
-        let run = |s: &Stream, x: &Tensor, attn: &Tensor, m: &[Mod]| {
-            let (x, normed) = m[0].gated_then(x, &s.out.forward(attn), &m[1], self.eps);
-            m[1].gated(&x, &s.ff.forward(&normed))
+        let run = |s: &Stream, x: &Tensor, attn: &Tensor, m: &[Mod], rows: Lora| {
+            let (x, normed) = m[0].gated_then(x, &linear(&s.out, attn, rows), &m[1], self.eps);
+            m[1].gated(&x, &s.ff.forward(&normed, rows))
         };
-        (run(&self.image, image, &oi, image_mod), run(&self.text, text, &ot, text_mod))
+        (run(&self.image, image, &oi, image_mod, ri), run(&self.text, text, &ot, text_mod, rt))
+    }
+
+    /// Its linears.
+    pub fn linears<'a>(&'a self, out: &mut Vec<&'a Linear>) {
+        for s in [&self.image, &self.text] {
+            out.extend([&s.qkv, &s.out]);
+            s.ff.linears(out);
+        }
     }
 }

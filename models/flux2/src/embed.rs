@@ -3,8 +3,9 @@
 //! paths, the single-stream blocks and the output norm.
 
 use anyhow::Result;
+use fastvideo_layers::joint::linear;
 use fastvideo_layers::timestep::sinusoidal;
-use fastvideo_layers::Linear;
+use fastvideo_layers::{Linear, Lora};
 use fastvideo_torch::weights::Weights;
 use tch::Tensor;
 
@@ -28,10 +29,16 @@ impl TimeEmbed {
         })
     }
 
-    /// `[B, dim]` of model times `t [B]` (the sampler's timestep, 0..1000) in `kind`.
-    pub fn forward(&self, t: &Tensor, kind: tch::Kind) -> Tensor {
+    /// `[B, dim]` of model times `t [B]` (the sampler's timestep, 0..1000) in `kind`, each
+    /// sample's row with its adapters (`lora`).
+    pub fn forward(&self, t: &Tensor, kind: tch::Kind, lora: Lora) -> Tensor {
         let proj = sinusoidal(t, self.channels).to_kind(kind);
-        self.linear_2.forward(&self.linear_1.forward(&proj).silu())
+        linear(&self.linear_2, &linear(&self.linear_1, &proj, lora).silu(), lora)
+    }
+
+    /// Its linears.
+    pub fn linears<'a>(&'a self, out: &mut Vec<&'a Linear>) {
+        out.extend([&self.linear_1, &self.linear_2]);
     }
 }
 
@@ -48,8 +55,13 @@ impl Modulation {
     }
 
     /// The triples of `temb [B, dim]`.
-    pub fn forward(&self, temb: &Tensor) -> Vec<Mod> {
-        Mod::split(&self.linear.forward(&temb.silu()), self.sets)
+    pub fn forward(&self, temb: &Tensor, lora: Lora) -> Vec<Mod> {
+        Mod::split(&linear(&self.linear, &temb.silu(), lora), self.sets)
+    }
+
+    /// Its linear.
+    pub fn linear(&self) -> &Linear {
+        &self.linear
     }
 }
 
@@ -65,9 +77,14 @@ impl OutputNorm {
         Ok(Self { linear: Linear::new(&w.pp("linear"), dim, 2 * dim, false)?, eps })
     }
 
+    /// Its linear.
+    pub fn linear(&self) -> &Linear {
+        &self.linear
+    }
+
     /// The scale and shift `[B, 1, dim]` of `temb [B, dim]`.
-    pub fn modulation(&self, temb: &Tensor) -> (Tensor, Tensor) {
-        let emb = self.linear.forward(&temb.silu()).unsqueeze(1);
+    pub fn modulation(&self, temb: &Tensor, lora: Lora) -> (Tensor, Tensor) {
+        let emb = linear(&self.linear, &temb.silu(), lora).unsqueeze(1);
         let parts = emb.chunk(2, -1);
         (parts[0].shallow_clone(), parts[1].shallow_clone())
     }

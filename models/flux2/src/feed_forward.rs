@@ -2,7 +2,8 @@
 //! second half`), and the projection back.
 
 use anyhow::Result;
-use fastvideo_layers::Linear;
+use fastvideo_layers::joint::linear;
+use fastvideo_layers::{Linear, Lora};
 use fastvideo_torch::weights::Weights;
 use tch::Tensor;
 
@@ -30,8 +31,13 @@ impl FeedForward {
         })
     }
 
-    /// `x [.., dim]` through it.
-    pub fn forward(&self, x: &Tensor) -> Tensor {
-        self.linear_out.forward(&swiglu(&self.linear_in.forward(x)))
+    /// `x [.., dim]` through it, its rows with their adapters (`lora`).
+    pub fn forward(&self, x: &Tensor, lora: Lora) -> Tensor {
+        linear(&self.linear_out, &swiglu(&linear(&self.linear_in, x, lora)), lora)
+    }
+
+    /// Its linears.
+    pub fn linears<'a>(&'a self, out: &mut Vec<&'a Linear>) {
+        out.extend([&self.linear_in, &self.linear_out]);
     }
 }

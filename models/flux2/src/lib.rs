@@ -11,6 +11,7 @@ pub mod double_block;
 pub mod embed;
 pub mod family;
 pub mod feed_forward;
+pub mod lora_keys;
 pub mod model;
 pub mod packed;
 pub mod pipeline;

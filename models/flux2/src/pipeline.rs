@@ -81,5 +81,6 @@ pub fn spec_with(model: &Flux2Model, text_stages: Vec<Node>) -> Result<PipelineS
         Node::stage("vae_decode", Arc::new(VaeDecode { vae: Arc::clone(&model.vae) }), &[LATENTS], &[FRAMES]),
         Node::stage("assemble", Arc::new(AssembleVideo { frames: FRAMES, video: VIDEO }), &[FRAMES], &[VIDEO]),
     ]);
-    Ok(PipelineSpec::new("flux2-klein", model.tasks(), nodes, &[], VIDEO)?)
+    let spec = PipelineSpec::new("flux2-klein", model.tasks(), nodes, &[], VIDEO)?;
+    Ok(spec.with_adapters(model.transformer.clone()))
 }

@@ -3,7 +3,8 @@
 //! attention output and the feed-forward's activation back together.
 
 use anyhow::Result;
-use fastvideo_layers::Linear;
+use fastvideo_layers::joint::linear;
+use fastvideo_layers::{Linear, Lora};
 use fastvideo_torch::weights::Weights;
 use tch::Tensor;
 
@@ -42,15 +43,21 @@ impl SingleBlock {
     }
 
     /// `x [1, S, C]` (a pack's joint sequence) through the block with its one modulation
-    /// triple (per token or broadcast), attending within each sample's span.
-    pub fn forward(&self, x: &Tensor, m: &Mod, rope: &RopeTables, spans: &[(i64, i64)]) -> Tensor {
+    /// triple (per token or broadcast), attending within each sample's span; the tokens' rows
+    /// with their adapters (`lora`).
+    pub fn forward(&self, x: &Tensor, m: &Mod, rope: &RopeTables, spans: &[(i64, i64)], lora: Lora) -> Tensor {
         let (b, s, _) = x.size3().expect("[B, S, C]");
         let inner = self.heads * self.head_dim;
-        let h = self.qkv_mlp.forward(&m.modulate(x, self.eps));
+        let h = linear(&self.qkv_mlp, &m.modulate(x, self.eps), lora);
         let qkv = h.narrow(2, 0, 3 * inner).view([b, s, 3, self.heads, self.head_dim]);
         let mlp = swiglu(&h.narrow(2, 3 * inner, 2 * self.mlp_hidden).contiguous());
         let (q, k) = norm_rope(&qkv.select(2, 0), &qkv.select(2, 1), (&self.norm_q, &self.norm_k), rope, Stream::Joint);
         let o = attend(&q, &k, &qkv.select(2, 2), spans);
-        m.gated(x, &self.out.forward(&Tensor::cat(&[o, mlp], 2)))
+        m.gated(x, &linear(&self.out, &Tensor::cat(&[o, mlp], 2), lora))
+    }
+
+    /// Its linears.
+    pub fn linears<'a>(&'a self, out: &mut Vec<&'a Linear>) {
+        out.extend([&self.qkv_mlp, &self.out]);
     }
 }

@@ -4,15 +4,19 @@
 use std::path::Path;
 
 use anyhow::{ensure, Result};
-use fastvideo_layers::joint::RopeTables;
+use fastvideo_layers::adapters::LinearAdapters;
+use fastvideo_layers::joint::{linear, PackedLora, RopeTables};
 use fastvideo_layers::Linear;
+use fastvideo_lora::{KeyMap, LoraFile, TargetModule};
+use fastvideo_pipeline::{AdapterSet, AdapterTarget, PreparedAdapter};
 use fastvideo_torch::weights::Weights;
 use tch::{Device, Kind, Tensor};
 
 use crate::config::TransformerConfig;
 use crate::double_block::DoubleBlock;
 use crate::embed::{Modulation, OutputNorm, TimeEmbed};
-use crate::packed::{self, Sample};
+use crate::lora_keys::Flux2Keys;
+use crate::packed::{self, Layout, Sample};
 use crate::rope::Rope;
 use crate::single_block::SingleBlock;
 
@@ -31,9 +35,12 @@ pub struct Flux2Transformer {
     proj_out: Linear,
     rope: Rope,
     kind: Kind,
+    /// Its linears as LoRA sees them, and the set merged into them, if any.
+    adapters: LinearAdapters,
 }
 
-// SAFETY: the weights are read-only after loading and libtorch's tensor reads are thread-safe;
+// SAFETY: the weights are read-only after loading, except while an adapter set is merged or
+// unmerged, which the engine does between forwards; libtorch's tensor reads are thread-safe;
 // every request's state lives in its own tensors (as fastvideo-wan's models).
 unsafe impl Sync for Flux2Transformer {}
 
@@ -73,6 +80,7 @@ impl Flux2Transformer {
             proj_out: Linear::new(&w.pp("proj_out"), dim, c.out_channels(), false)?,
             rope: Rope::new(&c.axes_dims_rope, c.rope_theta, w.device()),
             kind: w.kind(),
+            adapters: LinearAdapters::new(w.linears()),
             config,
         })
     }
@@ -108,34 +116,90 @@ impl Flux2Transformer {
         Tensor::stack(&self.forward_packed(&samples), 0)
     }
 
-    /// Predictions `[Si, out]` of each sample of a pack (see [`crate::packed`]).
+    /// Predictions `[Si, out]` of each sample of a pack (see [`crate::packed`]), on the weights
+    /// as they are (a merged adapter set included).
     pub fn forward_packed(&self, samples: &[Sample]) -> Vec<Tensor> {
+        self.run(samples, &packed::layout(samples), None)
+    }
+
+    /// [`forward_packed`](Self::forward_packed) with each sample's adapter set (`sets`, by
+    /// sample; `None`: without adapters): a merged set costs nothing, other sets run unmerged on
+    /// their own samples' tokens.
+    pub fn forward_adapted(&self, samples: &[Sample], sets: &[Option<&AdapterSet>]) -> Result<Vec<Tensor>> {
+        ensure!(
+            sets.len() == samples.len(),
+            "FLUX.2 transformer: {} adapter sets for {} samples",
+            sets.len(),
+            samples.len()
+        );
+        let sets = self.adapters.unmerged_sets(sets).map_err(|e| anyhow::anyhow!("FLUX.2 transformer: {e}"))?;
+        let mut layout = packed::layout(samples);
+        let lora = layout.lora(&sets);
+        Ok(self.run(samples, &layout, lora.as_ref()))
+    }
+
+    fn run(&self, samples: &[Sample], layout: &Layout, lora: Option<&PackedLora>) -> Vec<Tensor> {
         let kind = self.kind;
         let device = samples[0].image.device();
-        let layout = packed::layout(samples);
-        let temb = self.time.forward(&packed::timesteps(samples, kind, device), kind);
-        let mi = layout.spread_mods(&self.mod_image.forward(&temb), &layout.image);
-        let mt = layout.spread_mods(&self.mod_text.forward(&temb), &layout.text);
+        let rs = lora.map(|l| &l.samples);
+        let temb = self.time.forward(&packed::timesteps(samples, kind, device), kind, rs);
+        let mi = layout.spread_mods(&self.mod_image.forward(&temb, rs), &layout.image);
+        let mt = layout.spread_mods(&self.mod_text.forward(&temb, rs), &layout.text);
         let joint_lengths: Vec<i64> = layout.text.iter().zip(&layout.image).map(|(t, i)| t + i).collect();
-        let ms = layout.spread_mods(&self.mod_single.forward(&temb), &joint_lengths);
+        let ms = layout.spread_mods(&self.mod_single.forward(&temb, rs), &joint_lengths);
         let cat = |f: &dyn Fn(&Sample) -> Tensor| Tensor::cat(&samples.iter().map(f).collect::<Vec<_>>(), 0);
-        let mut x = self.x_embedder.forward(&cat(&|s| s.image.to_kind(kind))).unsqueeze(0);
-        let mut ctx = self.context_embedder.forward(&cat(&|s| s.text.to_kind(kind))).unsqueeze(0);
+        let (ri, rt) = (lora.map(|l| &l.image), lora.map(|l| &l.text));
+        let mut x = linear(&self.x_embedder, &cat(&|s| s.image.to_kind(kind)), ri).unsqueeze(0);
+        let mut ctx = linear(&self.context_embedder, &cat(&|s| s.text.to_kind(kind)), rt).unsqueeze(0);
         let ids: Vec<Tensor> =
             samples.iter().flat_map(|s| [s.text_ids.shallow_clone(), s.image_ids.shallow_clone()]).collect();
-        let rope = RopeTables::new(self.rope.tables(&Tensor::cat(&ids, 0)), &layout, self.config.num_attention_heads);
+        let rope = RopeTables::new(self.rope.tables(&Tensor::cat(&ids, 0)), layout, self.config.num_attention_heads);
         for block in &self.double {
-            (x, ctx) = block.forward(&x, &ctx, &mi, &mt, &rope, &layout);
+            (x, ctx) = block.forward(&x, &ctx, &mi, &mt, &rope, layout, lora);
         }
         let spans = layout.spans();
         let mut h = layout.interleave(&ctx, &x);
         for block in &self.single {
-            h = block.forward(&h, &ms[0], &rope, &spans);
+            h = block.forward(&h, &ms[0], &rope, &spans, lora.map(|l| &l.joint));
         }
         let (_, image) = layout.split(&h);
-        let (scale, shift) = self.norm_out.modulation(&temb);
+        let (scale, shift) = self.norm_out.modulation(&temb, rs);
         let out =
             self.norm_out.forward(&image, layout.spread(&scale, &layout.image), layout.spread(&shift, &layout.image));
-        layout.unpack_image(&self.proj_out.forward(&out))
+        layout.unpack_image(&linear(&self.proj_out, &out, ri))
+    }
+
+    /// Every linear, in a fixed order (merging walks them).
+    pub fn linears(&self) -> Vec<&Linear> {
+        let mut out = Vec::new();
+        self.time.linears(&mut out);
+        out.extend([self.mod_image.linear(), self.mod_text.linear(), self.mod_single.linear()]);
+        out.extend([&self.x_embedder, &self.context_embedder, self.norm_out.linear(), &self.proj_out]);
+        self.double.iter().for_each(|b| b.linears(&mut out));
+        self.single.iter().for_each(|b| b.linears(&mut out));
+        out
+    }
+}
+
+/// LoRA on the transformer (the text encoder takes none).
+impl AdapterTarget for Flux2Transformer {
+    fn modules(&self) -> &[TargetModule] {
+        self.adapters.modules()
+    }
+    fn key_map(&self) -> &dyn KeyMap {
+        &Flux2Keys
+    }
+    fn prepare(&self, file: &LoraFile, name: &str, hash: &str) -> Result<PreparedAdapter> {
+        let device = self.proj_out.weight.device();
+        self.adapters.prepare(file, name, hash, device, &self.adapters.kinds(&self.linears(), self.kind))
+    }
+    fn merge(&self, set: &AdapterSet) -> Result<()> {
+        self.adapters.merge(&self.linears(), set)
+    }
+    fn unmerge(&self) {
+        self.adapters.unmerge(&self.linears())
+    }
+    fn merged(&self) -> Option<String> {
+        self.adapters.merged()
     }
 }

@@ -9,6 +9,7 @@
 
 #![deny(missing_docs)]
 
+pub mod adapters;
 pub mod config;
 pub mod conv;
 pub mod flow_match;

@@ -3,8 +3,10 @@
 //! feed-forwards) and meet in one attention over `[text | image]`.
 
 use anyhow::Result;
-use fastvideo_layers::joint::{attend, norm_rope, HeadNorm, Layout, Mod, RopeTables, Stream as Part};
-use fastvideo_layers::Linear;
+use fastvideo_layers::joint::{
+    attend, linear, norm_rope, with_rows, HeadNorm, Layout, Mod, PackedLora, RopeTables, Stream as Part,
+};
+use fastvideo_layers::{Linear, Lora};
 use fastvideo_torch::weights::Weights;
 use tch::Tensor;
 
@@ -26,8 +28,9 @@ impl FeedForward {
         })
     }
 
-    fn forward(&self, x: &Tensor) -> Tensor {
-        self.out.forward(&self.proj.forward_gelu_tanh(x))
+    fn forward(&self, x: &Tensor, lora: Lora) -> Tensor {
+        let h = with_rows(x, lora, |x, r| self.proj.forward_gelu_tanh_lora(x, r));
+        linear(&self.out, &h, lora)
     }
 }
 
@@ -75,9 +78,9 @@ impl Block {
     }
 
     /// q, k (normed and rotated as the stream's tokens) and v `[1, S, H, D]` of `x`.
-    fn qkv(&self, s: &Stream, x: &Tensor, rope: &RopeTables, part: Part) -> (Tensor, Tensor, Tensor) {
+    fn qkv(&self, s: &Stream, x: &Tensor, rope: &RopeTables, part: Part, lora: Lora) -> (Tensor, Tensor, Tensor) {
         let (b, l, _) = x.size3().expect("[B, L, C]");
-        let parts = s.qkv.forward(x).view([b, l, 3, self.heads, self.head_dim]);
+        let parts = linear(&s.qkv, x, lora).view([b, l, 3, self.heads, self.head_dim]);
         let (q, k) = norm_rope(&parts.select(2, 0), &parts.select(2, 1), (&s.norm_q, &s.norm_k), rope, part);
         (q, k, parts.select(2, 2))
     }
@@ -85,7 +88,9 @@ impl Block {
     /// `(image [1, ΣSi, C], text [1, ΣSt, C])` of a pack through the block, modulated by the
     /// per-sample time embedding `temb [B, C]`. With `zero_cond` (Edit-2511's `zero_cond_t`),
     /// `(temb at time 0 [B, C], each image token's row [ΣSi])`: rows `0..B` are the samples'
-    /// embeddings, `B..2B` their time-0 ones (reference tokens).
+    /// embeddings, `B..2B` their time-0 ones (reference tokens). Each sample's rows run with
+    /// its adapters (`lora`).
+    #[allow(clippy::too_many_arguments)]
     pub fn forward(
         &self,
         image: &Tensor,
@@ -94,31 +99,41 @@ impl Block {
         zero_cond: Option<(&Tensor, &Tensor)>,
         rope: &RopeTables,
         layout: &Layout,
+        lora: Option<&PackedLora>,
     ) -> (Tensor, Tensor) {
+        let (rs, ri, rt) = (lora.map(|l| &l.samples), lora.map(|l| &l.image), lora.map(|l| &l.text));
         let mods = |s: &Stream, lengths: &[i64]| {
-            layout.spread_mods(&Mod::split(&s.modulation.forward(&temb.silu()), 2), lengths)
+            layout.spread_mods(&Mod::split(&linear(&s.modulation, &temb.silu(), rs), 2), lengths)
         };
         let mi = match zero_cond {
             None => mods(&self.image, &layout.image),
             Some((temb0, rows)) => {
                 let both = Tensor::cat(&[temb, temb0], 0);
                 let per_token = |t: &Tensor| t.squeeze_dim(1).index_select(0, rows).unsqueeze(0);
-                Mod::split(&self.image.modulation.forward(&both.silu()), 2)
+                let stacked = lora.map(|l| l.samples_stacked(layout.len() as i64, 2));
+                Mod::split(&linear(&self.image.modulation, &both.silu(), stacked.as_ref()), 2)
                     .iter()
                     .map(|m| Mod { shift: per_token(&m.shift), scale: per_token(&m.scale), gate: per_token(&m.gate) })
                     .collect()
             }
         };
         let mt = mods(&self.text, &layout.text);
-        let (qi, ki, vi) = self.qkv(&self.image, &mi[0].modulate(image, EPS), rope, Part::Image);
-        let (qt, kt, vt) = self.qkv(&self.text, &mt[0].modulate(text, EPS), rope, Part::Text);
+        let (qi, ki, vi) = self.qkv(&self.image, &mi[0].modulate(image, EPS), rope, Part::Image, ri);
+        let (qt, kt, vt) = self.qkv(&self.text, &mt[0].modulate(text, EPS), rope, Part::Text, rt);
         let joint = |t: Tensor, i: Tensor| layout.interleave(&t, &i);
         let o = attend(&joint(qt, qi), &joint(kt, ki), &joint(vt, vi), &layout.spans());
         let (ot, oi) = layout.split(&o);
-        let run = |s: &Stream, x: &Tensor, attn: &Tensor, m: &[Mod]| {
-            let (x, normed) = m[0].gated_then(x, &s.out.forward(attn), &m[1], EPS);
-            m[1].gated(&x, &s.mlp.forward(&normed))
+        let run = |s: &Stream, x: &Tensor, attn: &Tensor, m: &[Mod], rows: Lora| {
+            let (x, normed) = m[0].gated_then(x, &linear(&s.out, attn, rows), &m[1], EPS);
+            m[1].gated(&x, &s.mlp.forward(&normed, rows))
         };
-        (run(&self.image, image, &oi, &mi), run(&self.text, text, &ot, &mt))
+        (run(&self.image, image, &oi, &mi, ri), run(&self.text, text, &ot, &mt, rt))
+    }
+
+    /// Its linears.
+    pub fn linears<'a>(&'a self, out: &mut Vec<&'a Linear>) {
+        for s in [&self.image, &self.text] {
+            out.extend([&s.modulation, &s.qkv, &s.out, &s.mlp.proj, &s.mlp.out]);
+        }
     }
 }

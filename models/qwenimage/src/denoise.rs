@@ -10,7 +10,7 @@ use anyhow::{bail, ensure, Result};
 use fastvideo_layers::flow_match::FlowMatchConfig;
 use fastvideo_pipeline::denoise::seeded_noise;
 use fastvideo_pipeline::sampler::{linspace, FlowMatchEuler, Sampler};
-use fastvideo_pipeline::{LoopStage, LoopState, NodeCtx, StepCtx, StepResult, Value, Values};
+use fastvideo_pipeline::{AdapterSet, LoopStage, LoopState, NodeCtx, StepCtx, StepResult, Value, Values, ADAPTERS};
 use fastvideo_request::{ResolvedRequest, SamplerKind};
 use tch::{Kind, Tensor};
 
@@ -45,6 +45,8 @@ pub struct QwenState {
     negative: Option<Tensor>,
     sampler: FlowMatchEuler,
     guidance: f64,
+    /// The request's LoRA adapters, if any.
+    adapters: Option<Arc<AdapterSet>>,
 }
 
 impl QwenState {
@@ -134,6 +136,7 @@ impl QwenImageDenoise {
             negative,
             sampler: FlowMatchEuler::with_sigmas(&sigmas),
             guidance: req.guidance_scale as f64,
+            adapters: values.adapters(ADAPTERS).cloned(),
         })
     }
 
@@ -146,14 +149,15 @@ impl QwenImageDenoise {
                 None => s.latents.to_kind(kind),
             })
             .collect();
-        let mut samples = Vec::new();
+        let (mut samples, mut sets) = (Vec::new(), Vec::new());
         for (s, image) in states.iter().zip(&images) {
             let t = s.sampler.timesteps()[s.sampler.step_index()] / 1000.0;
             for text in std::iter::once(&s.prompt).chain(s.negative.as_ref()) {
                 samples.push(Sample { image, grids: &s.grids, text, timestep: t });
+                sets.push(s.adapters.as_deref());
             }
         }
-        let mut preds = self.model.forward_packed(&samples).into_iter();
+        let mut preds = self.model.forward_adapted(&samples, &sets)?.into_iter();
         let mut outputs = Vec::new();
         for s in states.iter_mut() {
             let n = s.latents.size()[0];

@@ -9,6 +9,7 @@ pub mod denoise;
 pub mod edit;
 pub mod family;
 pub mod latents;
+pub mod lora_keys;
 pub mod model;
 pub mod pipeline;
 pub mod prompt;

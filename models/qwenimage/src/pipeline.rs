@@ -128,5 +128,6 @@ pub fn spec_with(model: &QwenImageModel, text_stages: Vec<Node>) -> Result<Pipel
         ),
         Node::stage("assemble", Arc::new(AssembleVideo { frames: FRAMES, video: VIDEO }), &[FRAMES], &[VIDEO]),
     ]);
-    Ok(PipelineSpec::new("qwen-image", model.tasks(), nodes, &[], VIDEO)?)
+    let spec = PipelineSpec::new("qwen-image", model.tasks(), nodes, &[], VIDEO)?;
+    Ok(spec.with_adapters(model.transformer.clone()))
 }

@@ -4,14 +4,18 @@
 
 use std::path::Path;
 
-use anyhow::Result;
-use fastvideo_layers::joint::{Layout, RopeTables};
-use fastvideo_layers::Linear;
+use anyhow::{ensure, Result};
+use fastvideo_layers::adapters::LinearAdapters;
+use fastvideo_layers::joint::{linear, Layout, PackedLora, RopeTables};
+use fastvideo_layers::{Linear, Lora};
+use fastvideo_lora::{KeyMap, LoraFile, TargetModule};
+use fastvideo_pipeline::{AdapterSet, AdapterTarget, PreparedAdapter};
 use fastvideo_torch::weights::Weights;
 use tch::{Device, Kind, Tensor};
 
 use crate::block::Block;
 use crate::config::TransformerConfig;
+use crate::lora_keys::QwenImageKeys;
 use crate::rope::QwenRope;
 
 /// One sample of a packed forward.
@@ -39,9 +43,12 @@ pub struct QwenImageTransformer {
     proj_out: Linear,
     rope: QwenRope,
     kind: Kind,
+    /// Its linears as LoRA sees them, and the set merged into them, if any.
+    adapters: LinearAdapters,
 }
 
-// SAFETY: read-only weights after loading; libtorch's tensor reads are thread-safe.
+// SAFETY: read-only weights after loading, except while an adapter set is merged or unmerged,
+// which the engine does between forwards; libtorch's tensor reads are thread-safe.
 unsafe impl Sync for QwenImageTransformer {}
 
 /// Channels of the sinusoidal time features.
@@ -75,6 +82,7 @@ impl QwenImageTransformer {
             proj_out: Linear::new(&w.pp("proj_out"), dim, c.out_per_token(), true)?,
             rope: QwenRope::new(c.axes_dims_rope, w.device()),
             kind: w.kind(),
+            adapters: LinearAdapters::new(w.linears()),
             config,
         })
     }
@@ -90,13 +98,13 @@ impl QwenImageTransformer {
     }
 
     /// `Timesteps(256, flip_sin_to_cos, scale=1000)` then the two-layer MLP: `[B, dim]`.
-    fn time_embedding(&self, times: &[f32], device: Device) -> Tensor {
+    fn time_embedding(&self, times: &[f32], device: Device, lora: Lora) -> Tensor {
         let t = Tensor::from_slice(times).to_device(device).to_kind(self.kind).to_kind(Kind::Float);
         let half = TIME_CHANNELS / 2;
         let exponent = Tensor::arange(half, (Kind::Float, device)) * (-(10000f64.ln()) / half as f64);
         let args = t.unsqueeze(1) * exponent.exp().unsqueeze(0) * 1000.0;
         let proj = Tensor::cat(&[args.cos(), args.sin()], -1).to_kind(self.kind);
-        self.time_2.forward(&self.time_1.forward(&proj).silu())
+        linear(&self.time_2, &linear(&self.time_1, &proj, lora).silu(), lora)
     }
 
     /// `RMSNorm(joint)` of the prompt embeddings (float32 statistics).
@@ -106,30 +114,57 @@ impl QwenImageTransformer {
         (xf * rms).to_kind(self.kind) * &self.txt_norm
     }
 
-    /// Predictions `[Si, out]` of each sample of a pack.
-    pub fn forward_packed(&self, samples: &[Sample]) -> Vec<Tensor> {
-        let kind = self.kind;
-        let device = samples[0].image.device();
+    /// The layout of `samples`.
+    fn layout(samples: &[Sample]) -> Layout {
         let times: Vec<f32> = samples.iter().map(|s| s.timestep).collect();
-        let layout = Layout::new(
+        Layout::new(
             samples.iter().map(|s| s.text.size()[0]).collect(),
             samples.iter().map(|s| s.image.size()[0]).collect(),
             &times,
+        )
+    }
+
+    /// Predictions `[Si, out]` of each sample of a pack, on the weights as they are (a merged
+    /// adapter set included).
+    pub fn forward_packed(&self, samples: &[Sample]) -> Vec<Tensor> {
+        self.run(samples, &Self::layout(samples), None)
+    }
+
+    /// [`forward_packed`](Self::forward_packed) with each sample's adapter set (`sets`, by
+    /// sample; `None`: without adapters): a merged set costs nothing, other sets run unmerged on
+    /// their own samples' tokens.
+    pub fn forward_adapted(&self, samples: &[Sample], sets: &[Option<&AdapterSet>]) -> Result<Vec<Tensor>> {
+        ensure!(
+            sets.len() == samples.len(),
+            "Qwen-Image transformer: {} adapter sets for {} samples",
+            sets.len(),
+            samples.len()
         );
-        let temb = self.time_embedding(&times, device);
+        let sets = self.adapters.unmerged_sets(sets).map_err(|e| anyhow::anyhow!("Qwen-Image transformer: {e}"))?;
+        let mut layout = Self::layout(samples);
+        let lora = layout.lora(&sets);
+        Ok(self.run(samples, &layout, lora.as_ref()))
+    }
+
+    fn run(&self, samples: &[Sample], layout: &Layout, lora: Option<&PackedLora>) -> Vec<Tensor> {
+        let kind = self.kind;
+        let device = samples[0].image.device();
+        let times: Vec<f32> = samples.iter().map(|s| s.timestep).collect();
+        let (rs, ri, rt) = (lora.map(|l| &l.samples), lora.map(|l| &l.image), lora.map(|l| &l.text));
+        let temb = self.time_embedding(&times, device, rs);
         let cat = |f: &dyn Fn(&Sample) -> Tensor| Tensor::cat(&samples.iter().map(f).collect::<Vec<_>>(), 0);
-        let mut x = self.img_in.forward(&cat(&|s| s.image.to_kind(kind))).unsqueeze(0);
-        let mut ctx = self.txt_in.forward(&self.norm_text(&cat(&|s| s.text.to_kind(kind)))).unsqueeze(0);
+        let mut x = linear(&self.img_in, &cat(&|s| s.image.to_kind(kind)), ri).unsqueeze(0);
+        let mut ctx = linear(&self.txt_in, &self.norm_text(&cat(&|s| s.text.to_kind(kind))), rt).unsqueeze(0);
         let tables: Vec<(Tensor, Tensor)> =
             samples.iter().map(|s| self.rope.tables(s.text.size()[0], s.grids)).collect();
         let joint = (
             Tensor::cat(&tables.iter().map(|t| &t.0).collect::<Vec<_>>(), 0),
             Tensor::cat(&tables.iter().map(|t| &t.1).collect::<Vec<_>>(), 0),
         );
-        let rope = RopeTables::new(joint, &layout, self.config.num_attention_heads);
+        let rope = RopeTables::new(joint, layout, self.config.num_attention_heads);
         // Edit-2511: reference tokens modulated at time 0, the output picture's at its time.
         let zero = self.config.zero_cond_t.then(|| {
-            let temb0 = self.time_embedding(&vec![0.0; samples.len()], device);
+            let temb0 = self.time_embedding(&vec![0.0; samples.len()], device, rs);
             let b = samples.len() as i64;
             let rows: Vec<i64> = samples
                 .iter()
@@ -145,13 +180,20 @@ impl QwenImageTransformer {
         });
         for block in &self.blocks {
             let zero_cond = zero.as_ref().map(|(t, r)| (t, r));
-            (x, ctx) = block.forward(&x, &ctx, &temb, zero_cond, &rope, &layout);
+            (x, ctx) = block.forward(&x, &ctx, &temb, zero_cond, &rope, layout, lora);
         }
-        let emb = self.norm_out.forward(&temb.silu()).unsqueeze(1);
+        let emb = linear(&self.norm_out, &temb.silu(), rs).unsqueeze(1);
         let parts = emb.chunk(2, -1);
         let (scale, shift) = (layout.spread(&parts[0], &layout.image), layout.spread(&parts[1], &layout.image));
         let out = fastvideo_layers::joint::Mod { scale, shift, gate: Tensor::new() }.modulate(&x, 1e-6);
-        layout.unpack_image(&self.proj_out.forward(&out))
+        layout.unpack_image(&linear(&self.proj_out, &out, ri))
+    }
+
+    /// Every linear, in a fixed order (merging walks them).
+    pub fn linears(&self) -> Vec<&Linear> {
+        let mut out = vec![&self.time_1, &self.time_2, &self.img_in, &self.txt_in, &self.norm_out, &self.proj_out];
+        self.blocks.iter().for_each(|b| b.linears(&mut out));
+        out
     }
 
     /// The reference's call on one sample (`hidden_states [1, S, in]` of one picture `grid`,
@@ -161,5 +203,28 @@ impl QwenImageTransformer {
         let grids = [grid];
         let s = Sample { image: &image, grids: &grids, text: &text, timestep };
         self.forward_packed(&[s]).pop().expect("one sample").unsqueeze(0)
+    }
+}
+
+/// LoRA on the transformer (the text encoder takes none).
+impl AdapterTarget for QwenImageTransformer {
+    fn modules(&self) -> &[TargetModule] {
+        self.adapters.modules()
+    }
+    fn key_map(&self) -> &dyn KeyMap {
+        &QwenImageKeys
+    }
+    fn prepare(&self, file: &LoraFile, name: &str, hash: &str) -> Result<PreparedAdapter> {
+        let device = self.proj_out.weight.device();
+        self.adapters.prepare(file, name, hash, device, &self.adapters.kinds(&self.linears(), self.kind))
+    }
+    fn merge(&self, set: &AdapterSet) -> Result<()> {
+        self.adapters.merge(&self.linears(), set)
+    }
+    fn unmerge(&self) {
+        self.adapters.unmerge(&self.linears())
+    }
+    fn merged(&self) -> Option<String> {
+        self.adapters.merged()
     }
 }

@@ -49,11 +49,18 @@ fn reference_image(fixture_file: &str) -> Tensor {
 /// float32 on both sides: half an 8-bit step (rounding) plus the pipeline's 1e-4.
 const PICTURE_TOL: f64 = 0.5 / 255.0 + 1e-3;
 
+/// Text to image, an edit with two references, and text to image with a BFL-format LoRA at 0.7
+/// (diffusers' `load_lora_weights` + `set_adapters`).
 #[test]
 fn generate_matches_diffusers_for_text_to_image_and_a_two_reference_edit() {
     let dir = tempfile::tempdir().unwrap();
     let m = model();
-    for (case, refs) in [("flux2/t2i.safetensors", vec![]), ("flux2/edit.safetensors", vec!["ref0.png", "ref1.png"])] {
+    let lora = format!("{}=0.7", fixture("image_lora/flux2_bfl.safetensors").display());
+    for (case, refs, lora) in [
+        ("flux2/t2i.safetensors", vec![], None),
+        ("flux2/edit.safetensors", vec!["ref0.png", "ref1.png"], None),
+        ("image_lora/flux2_t2i.safetensors", vec![], Some(lora.as_str())),
+    ] {
         let noise = noise_file(dir.path(), case);
         let out = dir.path().join("out.png");
         let mut args: Vec<String> = [
@@ -82,6 +89,9 @@ fn generate_matches_diffusers_for_text_to_image_and_a_two_reference_edit() {
         args.extend(["--noise".into(), noise.display().to_string(), "--out".into(), out.display().to_string()]);
         for r in refs {
             args.extend(["--image".into(), fixture(&format!("flux2/{r}")).display().to_string()]);
+        }
+        if let Some(l) = lora {
+            args.extend(["--lora".into(), l.into()]);
         }
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
         let r = fastvideo(&argv);

@@ -11,13 +11,18 @@ fn fixture(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures").join(rel)
 }
 
+/// With and without true CFG, and with a Lightning-style LoRA at 0.7 (diffusers'
+/// `load_lora_weights` + `set_adapters`).
 #[test]
 fn generate_matches_diffusers_with_and_without_a_negative_prompt() {
     let dir = tempfile::tempdir().unwrap();
     let m = fixture("tiny-qwenimage").display().to_string();
-    for (case, negative) in
-        [("qwenimage/t2i.safetensors", Some("blurry, low quality")), ("qwenimage/t2i_nocfg.safetensors", None)]
-    {
+    let lora = format!("{}=0.7", fixture("image_lora/qwenimage_lightning.safetensors").display());
+    for (case, negative, lora) in [
+        ("qwenimage/t2i.safetensors", Some("blurry, low quality"), None),
+        ("qwenimage/t2i_nocfg.safetensors", None, None),
+        ("image_lora/qwenimage_t2i.safetensors", Some("blurry, low quality"), Some(lora.as_str())),
+    ] {
         let f: std::collections::HashMap<String, Tensor> =
             Tensor::read_safetensors(fixture(case)).unwrap().into_iter().collect();
         let noise = dir.path().join("noise.safetensors");
@@ -49,6 +54,9 @@ fn generate_matches_diffusers_with_and_without_a_negative_prompt() {
         args.extend(["--noise".into(), noise.display().to_string(), "--out".into(), out.display().to_string()]);
         if let Some(n) = negative {
             args.extend(["--negative-prompt".into(), n.into()]);
+        }
+        if let Some(l) = lora {
+            args.extend(["--lora".into(), l.into()]);
         }
         let r = Command::new(env!("CARGO_BIN_EXE_fastvideo")).args(&args).output().unwrap();
         assert!(r.status.success(), "{case}: {}", String::from_utf8_lossy(&r.stderr));

@@ -2,5 +2,6 @@
 
 mod common;
 mod components;
+mod lora;
 mod packing;
 mod pipeline;

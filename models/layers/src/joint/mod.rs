@@ -6,8 +6,10 @@
 //! What joint-attention (MMDiT) families share: FLUX.2, Qwen-Image.
 
 mod attention;
+mod lora;
 
 pub use attention::{attend, norm_rope, HeadNorm, RopeTables, Stream};
+pub use lora::{linear, with_rows, PackedLora};
 
 use fastvideo_kernels::LayerNormSpec;
 use tch::{Kind, Tensor};

@@ -3,4 +3,5 @@
 mod common;
 mod components;
 mod edit;
+mod lora;
 mod pipeline;

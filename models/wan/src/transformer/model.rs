@@ -4,6 +4,7 @@
 use std::sync::{Arc, Mutex};
 
 use anyhow::{ensure, Result};
+use fastvideo_layers::adapters::LinearAdapters;
 use fastvideo_layers::sequence_parallel::SequenceShard;
 use fastvideo_layers::{Linear, Lora};
 use fastvideo_lora::{LoraFile, TargetModule};
@@ -16,7 +17,6 @@ use super::block::{modulation, Block, BlockInputs};
 use super::config::TransformerConfig;
 use super::image_embedder::ImageEmbedder;
 use super::rope::{Rope, RopeKey};
-use crate::adapters::Merged;
 use crate::weights::Weights;
 
 /// The Wan 2.1 diffusion transformer.
@@ -41,10 +41,8 @@ pub struct WanTransformer3DModel {
     rope_cache: Mutex<Option<(RopeKey, Rope)>>,
     /// The compute dtype (weights were converted to it at load).
     kind: Kind,
-    /// Every linear module by slot (checkpoint name and shape): what adapters may target.
-    modules: Vec<TargetModule>,
-    /// The adapter set merged into the weights, if any, with the originals it replaced.
-    merged: Mutex<Option<Merged>>,
+    /// Its linear modules as adapters see them, and the set merged into the weights, if any.
+    adapters: LinearAdapters,
     /// Weight groups still being copied in (an offloaded expert): forwards wait for each.
     pub arrivals: Arrivals,
 }
@@ -80,8 +78,7 @@ impl WanTransformer3DModel {
             scale_shift_table: w.with_kind(Kind::Float).get("scale_shift_table", &[1, 2, dim])?,
             kind: w.kind(),
             rope_cache: Mutex::new(None),
-            modules: w.linears(),
-            merged: Mutex::new(None),
+            adapters: LinearAdapters::new(w.linears()),
             arrivals: Arrivals::default(),
             cfg,
         })
@@ -89,20 +86,13 @@ impl WanTransformer3DModel {
 
     /// The linear modules adapters may target, by slot.
     pub fn modules(&self) -> &[TargetModule] {
-        &self.modules
+        self.adapters.modules()
     }
 
     /// Each module's weight dtype, by slot: the compute dtype, or float32 for the modules kept
     /// in full precision (the timestep embedder). Adapter tensors take their module's.
     pub fn module_kinds(&self) -> Vec<Kind> {
-        let mut kinds = vec![self.kind; self.modules.len()];
-        for lin in self.linears() {
-            for p in lin.parts() {
-                // An FP8 linear computes in the model's dtype: its deltas are kept in that.
-                kinds[p.slot] = if lin.is_fp8() { self.kind } else { lin.weight.kind() };
-            }
-        }
-        kinds
+        self.adapters.kinds(&self.linears(), self.kind)
     }
 
     /// Every linear, in a fixed order (merging walks them; tests compare their weights).
@@ -154,64 +144,34 @@ impl WanTransformer3DModel {
 
     /// `file` prepared for this model (checked against its modules, on its device and dtype).
     pub fn prepare_adapter(&self, file: &LoraFile, name: &str, hash: &str) -> Result<PreparedAdapter> {
-        crate::adapters::prepare(file, name, hash, &self.modules, self.patch_device(), &self.module_kinds())
+        self.adapters.prepare(file, name, hash, self.patch_device(), &self.module_kinds())
     }
 
     /// Merges `set` into the weights (after unmerging another set, if one is merged): forwards
     /// then run rows with exactly this set at the plain model's cost. Call between forwards only.
     pub fn merge_adapters(&self, set: &AdapterSet) -> Result<()> {
-        ensure!(!self.has_fp8(), "adapters cannot merge into FP8 weights (--fp8-linears); they run unmerged");
-        let mut merged = self.merged.lock().unwrap_or_else(|e| e.into_inner());
-        if merged.as_ref().is_some_and(|m| m.key() == set.key()) {
-            return Ok(());
-        }
-        let linears = self.linears();
-        if let Some(m) = merged.take() {
-            crate::adapters::unmerge(&linears, m);
-        }
-        if !set.is_empty() {
-            *merged = Some(crate::adapters::merge(&linears, set)?);
-        }
-        Ok(())
+        self.adapters.merge(&self.linears(), set)
     }
 
     /// Merges `set` for good (no originals kept): a weight update made of an adapter. Only on a
     /// model no forward uses yet.
     pub fn merge_permanently(&self, set: &AdapterSet) -> Result<()> {
-        ensure!(self.merged_adapters().is_none(), "transformer: adapters are merged already");
-        ensure!(!self.has_fp8(), "adapters cannot merge into FP8 weights; merge before quantizing");
-        drop(crate::adapters::merge(&self.linears(), set)?);
-        Ok(())
+        self.adapters.merge_permanently(&self.linears(), set)
     }
 
     /// Restores the original weights (bit for bit) if a set is merged. Call between forwards only.
     pub fn unmerge_adapters(&self) {
-        let mut merged = self.merged.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(m) = merged.take() {
-            crate::adapters::unmerge(&self.linears(), m);
-        }
+        self.adapters.unmerge(&self.linears())
     }
 
     /// The key of the merged set, if any.
     pub fn merged_adapters(&self) -> Option<String> {
-        self.merged.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map(|m| m.key().to_string())
+        self.adapters.merged()
     }
 
-    /// The row groups still to add unmerged: those whose set is not the merged one. A row group
-    /// with another set while one is merged would compute on the wrong weights: refused.
+    /// The row groups still to add unmerged: those whose set is not the merged one.
     fn unmerged_rows<'a>(&self, rows: Option<&AdapterRows<'a>>, batch: i64) -> Result<Option<AdapterRows<'a>>> {
-        let groups = rows.map_or(&[][..], |r| &r.groups[..]);
-        let Some(merged) = self.merged_adapters() else {
-            return Ok(rows.filter(|r| !r.is_empty()).map(|r| AdapterRows { groups: r.groups.clone(), text: false }));
-        };
-        let covered: i64 = groups.iter().filter(|(s, _, _)| s.key() == merged).map(|(_, _, l)| l).sum();
-        ensure!(
-            covered == batch,
-            "transformer: {} of {batch} rows run with the merged adapters `{merged}`; the others would compute on \
-             the wrong weights",
-            covered
-        );
-        Ok(None)
+        self.adapters.unmerged_rows(rows, batch).map_err(|e| anyhow::anyhow!("transformer: {e}"))
     }
 
     /// Sinusoidal timestep features (`flip_sin_to_cos`, no frequency shift): `[B, freq_dim]`.
