@@ -160,7 +160,10 @@ fn adapter_cache(
         return Ok(None);
     }
     let Some(target) = &spec.adapters else {
-        anyhow::bail!("[[adapters]]: LoRA adapters need the transformer on one GPU; this model runs parallel (--gpus)");
+        anyhow::bail!(
+            "[[adapters]]: this model takes no LoRA adapters (its family has none, or its transformer runs parallel \
+             over --gpus)"
+        );
     };
     if cfg.max_per_request == 0 {
         anyhow::bail!("adapters.max_per_request (--max-loras-per-request) must be at least 1");

@@ -15,7 +15,8 @@ use fastvideo_request::{LoraChoice, LoraExpert, LoraUse, OmniRequest, ResolvedRe
 #[derive(Args, Clone, Debug, Default)]
 pub struct LoraArgs {
     /// A LoRA adapter to run with: a name the --deploy enables, or a .safetensors file (diffusers,
-    /// original Wan/ComfyUI or kohya keys); `=SCALE` sets its strength (default: the deploy's,
+    /// original `diffusion_model.` keys as ComfyUI loads them for Wan, FLUX.2 and Qwen-Image, or
+    /// kohya keys); `=SCALE` sets its strength (default: the deploy's,
     /// or 1 for a file). Repeatable; adapters stack in order. On a two-expert model (Wan 2.2
     /// A14B) an adapter binds to both experts, or with `@high_noise` / `@low_noise` to one.
     #[arg(long = "lora", value_name = "NAME_OR_FILE[=SCALE][@EXPERT]")]
@@ -92,7 +93,7 @@ pub fn values(
         return Ok(values);
     }
     let Some(target) = &spec.adapters else {
-        bail!("--lora: LoRA adapters need the transformer on one device (drop --gpus)");
+        bail!("--lora: this model takes no LoRA adapters (its family has none, or its transformer runs parallel over --gpus)");
     };
     if let Some(set) = set_for(Arc::clone(target), sources, &req.lora, cache_mib)? {
         values.insert(ADAPTERS, Value::Adapters(set));

@@ -101,3 +101,57 @@ fn generate_edits_with_two_pictures_as_the_edit_plus_pipeline() {
         .unwrap();
     crate::common::assert_user_error(&r, "is an editing model: give the picture(s) to edit with --image");
 }
+
+/// A deploy's adapter by hash on a served Qwen-Image model: a request naming it and one without,
+/// sent together (so the engine packs them into one forward), each make the picture
+/// `generate` makes alone with and without `--lora`; an unknown name is a 400 naming the field.
+#[test]
+fn served_requests_with_and_without_an_adapter_match_generate() {
+    use base64::Engine as _;
+    let dir = tempfile::tempdir().unwrap();
+    let m = fixture("tiny-qwenimage").display().to_string();
+    let file = fixture("image_lora/qwenimage_lightning.safetensors");
+    let hash = blake3::hash(&std::fs::read(&file).unwrap()).to_hex().to_string();
+    let deploy = dir.path().join("deploy.toml");
+    let text = format!("[[adapters]]\nname = \"lightning\"\nsource = \"{}\"\nblake3 = \"{hash}\"\n", file.display());
+    std::fs::write(&deploy, text).unwrap();
+    let server = crate::common::server::Server::start(&["--model", &m, "--deploy", deploy.to_str().unwrap()]);
+    let body = |lora: bool| {
+        let mut b = serde_json::json!({"prompt": "a red fox", "size": "48x32", "num_inference_steps": 3, "seed": 5});
+        if lora {
+            b["lora"] = serde_json::json!([{"name": "lightning", "scale": 0.7}]);
+        }
+        b
+    };
+    let picture = |v: &serde_json::Value| {
+        let b64 = v["data"][0]["b64_json"].as_str().unwrap_or_else(|| panic!("{v}"));
+        let png = base64::engine::general_purpose::STANDARD.decode(b64).unwrap();
+        let img = image::load_from_memory(&png).unwrap().to_rgb8();
+        Tensor::from_slice(img.as_raw()).view([32, 48, 3]).to_kind(Kind::Float) / 255.0
+    };
+    let (styled, plain) = std::thread::scope(|s| {
+        let a = s.spawn(|| server.post("/v1/images/generations", body(true)));
+        let b = s.spawn(|| server.post("/v1/images/generations", body(false)));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    assert_eq!((styled.0, plain.0), (200, 200), "{} {}", styled.1, plain.1);
+    let lora = format!("{}=0.7", file.display());
+    for (served, extra) in [(&styled.1, vec!["--lora", lora.as_str()]), (&plain.1, vec![])] {
+        let out = dir.path().join("alone.png");
+        let mut args = vec!["generate", "--model", &m, "--prompt", "a red fox", "--steps", "3", "--height", "32"];
+        args.extend(["--width", "48", "--seed", "5", "--device", "cpu", "--out", out.to_str().unwrap()]);
+        args.extend(extra);
+        let r = Command::new(env!("CARGO_BIN_EXE_fastvideo")).args(&args).output().unwrap();
+        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+        let img = image::open(&out).unwrap().to_rgb8();
+        let alone = Tensor::from_slice(img.as_raw()).view([32, 48, 3]).to_kind(Kind::Float) / 255.0;
+        // Packed with another request vs alone: float32 rounding, at most one 8-bit step.
+        let e = (picture(served) - alone).abs().max().double_value(&[]);
+        assert!(e <= 1.0 / 255.0 + 1e-6, "served vs generate: {e:.2e}");
+    }
+    assert!((picture(&styled.1) - picture(&plain.1)).abs().max().double_value(&[]) > 0.05);
+    let mut wrong = body(true);
+    wrong["lora"][0]["name"] = "other".into();
+    let (status, e) = server.post("/v1/images/generations", wrong);
+    assert_eq!((status, e["error"]["param"].as_str()), (400, Some("lora[0].name")), "{e}");
+}

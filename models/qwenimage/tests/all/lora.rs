@@ -56,12 +56,14 @@ fn every_format_matches_diffusers_unmerged_and_merged() {
         let reference = want[&format!("qwenimage.{name}.unmerged")].get(0);
         assert!(rel(&base, &reference) > 0.05, "{name}: the adapter must move the output");
         let e = rel(&out, &reference);
+        eprintln!("{name}: unmerged {e:.2e}");
         assert!(e < 1e-5, "{name} unmerged: {e:.2e}");
 
         let full = set(&t, name, 1.0);
         t.merge(&full).unwrap();
         let merged = t.forward_adapted(&[sample(&i)], &[Some(&full)]).unwrap().remove(0);
         let e = rel(&merged, &want[&format!("qwenimage.{name}.fused")].get(0));
+        eprintln!("{name}: merged {e:.2e}");
         assert!(e < 1e-5, "{name} merged: {e:.2e}");
         assert!(t.forward_adapted(&[sample(&i)], &[None]).is_err());
         t.unmerge();
