@@ -101,12 +101,15 @@ pub fn core_pack_schemas() -> Schemas {
 }
 
 /// The schemas of every first-party translator pack: the core pack, the Wan pack
-/// (`comfy-wan`: Wan's image-to-video nodes) and the KJNodes pack (`comfy-kjnodes`: its image
-/// resize nodes). What `fastvideo workflow parse` names widget values with.
+/// (`comfy-wan`: Wan's image-to-video nodes), the KJNodes pack (`comfy-kjnodes`: its image
+/// resize nodes), and the FLUX.2 and Qwen-Image packs (`comfy-flux2`, `comfy-qwenimage`). What
+/// `fastvideo workflow parse` names widget values with.
 pub fn first_party_schemas() -> Schemas {
     let mut s = core_pack_schemas();
     s.extend(pack_schemas(include_str!("../../../plugins/translators/comfy-wan/object_info.json")));
     s.extend(pack_schemas(include_str!("../../../plugins/translators/comfy-kjnodes/object_info.json")));
+    s.extend(pack_schemas(include_str!("../../../plugins/translators/comfy-flux2/object_info.json")));
+    s.extend(pack_schemas(include_str!("../../../plugins/translators/comfy-qwenimage/object_info.json")));
     s
 }
 

@@ -38,12 +38,34 @@ pub const STAGES: &[StageDecl] = &[
     stage!("video.components", [("video", "video", true)], ["images", "audio", "fps"]),
     stage!("image.resize", [("images", "images", true)], ["images"]),
     stage!("encode.text", [("text_encoder", "text_encoder", true)], ["conditioning"]),
+    // `ConditioningZeroOut`: the conditioning's embeddings zeroed (a negative that guides nowhere).
+    stage!("encode.zero", [("conditioning", "conditioning", true)], ["conditioning"]),
     stage!(
         "encode.clip_vision",
         [("clip_vision", "clip_vision", true), ("images", "images", true)],
         ["clip_vision_output"]
     ),
     stage!("latent.empty", [], ["latent"]),
+    // An edit's conditioning: the text with reference pictures (`ReferenceLatent` takes a
+    // VAE-encoded one; `TextEncodeQwenImageEdit(Plus)` encodes up to three with the prompt),
+    // and how the references are placed (`FluxKontextMultiReferenceLatentMethod`).
+    stage!(
+        "condition.reference",
+        [("conditioning", "conditioning", true), ("latent", "latent", false)],
+        ["conditioning"]
+    ),
+    stage!(
+        "encode.text_edit",
+        [
+            ("text_encoder", "text_encoder", true),
+            ("vae", "vae", false),
+            ("image1", "images", false),
+            ("image2", "images", false),
+            ("image3", "images", false)
+        ],
+        ["conditioning"]
+    ),
+    stage!("condition.reference_method", [("conditioning", "conditioning", true)], ["conditioning"]),
     stage!(
         "condition.image_to_video",
         [
@@ -59,6 +81,8 @@ pub const STAGES: &[StageDecl] = &[
     ),
     stage!("latent.image_to_video", [("vae", "vae", true), ("start_image", "images", true)], ["latent"]),
     stage!("model.shift", [("model", "model", true)], ["model"]),
+    // `CFGNorm`: the guided prediction rescaled to the conditional one's norm.
+    stage!("model.cfg_norm", [("model", "model", true)], ["model"]),
     // A LoRA on the model (`LoraLoaderModelOnly`), and one that also passes the text encoder
     // (`LoraLoader`'s CLIP output).
     stage!("model.lora_model", [("model", "model", true)], ["model"]),
@@ -83,6 +107,8 @@ pub const STAGES: &[StageDecl] = &[
         ["guider"]
     ),
     stage!("schedule", [("model", "model", true)], ["sigmas"]),
+    // FLUX.2's schedule, shifted by the picture's size (`Flux2Scheduler`: steps, width, height).
+    stage!("schedule.flux2", [], ["sigmas"]),
     stage!("sampler.select", [], ["sampler"]),
     stage!("noise.random", [], ["noise"]),
     stage!(

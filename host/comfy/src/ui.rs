@@ -237,12 +237,16 @@ impl<'a> Flattener<'a> {
                 }
             }
         }
-        let bound: Vec<Src> = names(slots("inputs"))
+        let declared = names(slots("inputs"));
+        // Inputs match by name; by position only where the instance lists every input (an
+        // instance listing fewer, such as FLUX.2 [klein]'s template, would bind the wrong one).
+        let positional = instance_names.len() == declared.len();
+        let bound: Vec<Src> = declared
             .iter()
             .enumerate()
             .map(|(j, name)| {
-                let at = instance_names.iter().position(|n| n == name).unwrap_or(j);
-                match sources.get(at).cloned().unwrap_or(Src::None) {
+                let at = instance_names.iter().position(|n| n == name).or(positional.then_some(j));
+                match at.and_then(|a| sources.get(a).cloned()).unwrap_or(Src::None) {
                     Src::None => promoted.get(name).cloned().map_or(Src::None, Src::Value),
                     s => s,
                 }

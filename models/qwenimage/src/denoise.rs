@@ -66,6 +66,21 @@ pub fn true_cfg(cond: &Tensor, neg: &Tensor, scale: f64) -> Tensor {
 }
 
 impl QwenImageDenoise {
+    /// The scheduler `req` runs: the folder's (shifted by the picture's size), or with a fixed
+    /// shift in its place when the request asks for another shift than the folder's, as
+    /// ComfyUI's Qwen-Image templates do (`ModelSamplingAuraFlow`, shift 3.1).
+    pub fn schedule_of(&self, req: &ResolvedRequest) -> FlowMatchConfig {
+        match req.shift != self.scheduler.shift as f32 {
+            true => FlowMatchConfig {
+                shift: req.shift as f64,
+                use_dynamic_shifting: false,
+                shift_terminal: None,
+                ..self.scheduler.clone()
+            },
+            false => self.scheduler.clone(),
+        }
+    }
+
     /// Whether `req` runs the negative branch: `true_cfg_scale` (the request's guidance) above 1
     /// and a negative prompt given, as the pipeline.
     pub fn does_cfg(&self, req: &ResolvedRequest) -> bool {
@@ -86,13 +101,6 @@ impl QwenImageDenoise {
             "sampling.sampler: Qwen-Image runs its folder's flow-matching Euler scheduler, not `{}`",
             req.sampler.as_str()
         );
-        if self.scheduler.use_dynamic_shifting && req.shift != self.scheduler.shift as f32 {
-            bail!(
-                "diffusion.shift: Qwen-Image shifts its schedule by the picture's size (the folder's \
-                 use_dynamic_shifting); a fixed shift of {} does not apply",
-                req.shift
-            );
-        }
         if let Some(name) = req.named_noise.keys().next() {
             bail!("inputs: a latent named `{name}`, which Qwen-Image does not denoise (it takes `latents`)");
         }
@@ -126,7 +134,7 @@ impl QwenImageDenoise {
             }
             _ => None,
         };
-        let sigmas = sigmas(&self.scheduler, shape[1], req.steps as usize);
+        let sigmas = sigmas(&self.schedule_of(req), shape[1], req.steps as usize);
         let sigmas: Vec<f64> = sigmas.iter().map(|&s| s as f64).collect();
         Ok(QwenState {
             latents: latents.squeeze_dim(0).to_device(ctx.device).to_kind(Kind::Float),

@@ -45,6 +45,7 @@
 #![deny(missing_docs)]
 extern crate alloc;
 
+pub mod comfy;
 mod manifest;
 
 #[doc(hidden)]

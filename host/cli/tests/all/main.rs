@@ -10,6 +10,7 @@ mod chat;
 mod cli;
 mod comfyui;
 mod comfyui_i2v;
+mod comfyui_image;
 mod common;
 mod cosmos3;
 mod default_model;

@@ -20,8 +20,10 @@ use crate::{CompileError, PipelineGraph};
 /// ComfyUI sampler names we run, and as what.
 const SAMPLERS: &[(&str, SamplerKind)] =
     &[("euler", SamplerKind::Euler), ("uni_pc", SamplerKind::Unipc), ("uni_pc_bh2", SamplerKind::Unipc)];
-/// ComfyUI schedules we run: both are the flow-matching sigma schedule with the model's shift.
-const SCHEDULERS: &[&str] = &["simple", "normal"];
+/// ComfyUI schedules we run: the flow-matching sigma schedule with the model's shift (`simple`,
+/// `normal`), and FLUX.2's shifted by the picture's size (`flux2`, `Flux2Scheduler`), which is
+/// what a FLUX.2 folder's scheduler computes.
+const SCHEDULERS: &[&str] = &["simple", "normal", "flux2"];
 /// Added to a video-to-video strength so that `floor(steps · strength)` is the intended step
 /// count despite float rounding (the request computes the start step that way).
 const STRENGTH_EPS: f64 = 1e-9;
@@ -134,7 +136,7 @@ impl<'a> Lowering<'a> {
                 let (noise, _) = self.expect(sampler, "noise", &["noise.random"])?;
                 let (guider, _) = self.expect(sampler, "guider", &["guider.cfg"])?;
                 let (select, _) = self.expect(sampler, "sampler", &["sampler.select"])?;
-                let (sched, _) = self.expect(sampler, "sigmas", &["schedule"])?;
+                let (sched, _) = self.expect(sampler, "sigmas", &["schedule", "schedule.flux2"])?;
                 self.model(guider, "model", &mut files, &mut shift, &mut loras)?;
                 (Fields::of(noise, sched, guider, select, sched)?, guider, sampler, (0, u64::MAX))
             }
@@ -152,7 +154,22 @@ impl<'a> Lowering<'a> {
             return Err(CompileError::node(&fields.scheduler_node, msg));
         }
         let (prompt, pos_via) = self.conditioning(cond_node, "positive", &mut files)?;
+        if prompt.is_none() && self.input(cond_node, "positive").is_some_and(|(p, _)| p.stage == "encode.zero") {
+            return Err(CompileError::node(
+                &cond_node.origin,
+                "`positive` is zeroed out (ConditioningZeroOut): nothing to draw",
+            ));
+        }
         let (negative, neg_via) = self.conditioning(cond_node, "negative", &mut files)?;
+        let zeroed = self.input(cond_node, "negative").is_some_and(|(p, _)| p.stage == "encode.zero");
+        if zeroed && fields.cfg > 1.0 {
+            let msg = format!(
+                "`negative` is zeroed out (ConditioningZeroOut) with cfg {}: guiding away from zeroed embeddings is not \
+                 supported; set cfg 1 (no guidance) or encode an empty prompt",
+                fields.cfg
+            );
+            return Err(CompileError::node(&cond_node.origin, msg));
+        }
         let via = match (pos_via, neg_via) {
             (Some(p), Some(n)) if p.origin != n.origin => {
                 let msg = format!(
@@ -177,7 +194,7 @@ impl<'a> Lowering<'a> {
             task: source.task(),
             files,
             prompt: prompt.unwrap_or_default(),
-            negative: negative.unwrap_or_default(),
+            negative,
             seed: fields.seed,
             steps,
             strength,
@@ -198,7 +215,27 @@ impl<'a> Lowering<'a> {
             cfg_2: experts.map(|e| e.1),
         };
         source.fill(&mut plan)?;
+        flux2_schedule_fits(self, sampler, &plan)?;
         Ok(plan)
+    }
+}
+
+/// A `Flux2Scheduler` shifts its sigmas by its own width and height: they must be the run's, or
+/// the run would take another schedule than the workflow's (the model shifts by the picture's).
+fn flux2_schedule_fits(l: &Lowering, sampler: &GraphNode, plan: &RunPlan) -> Result<(), CompileError> {
+    let Some((sched, _)) = l.input(sampler, "sigmas").filter(|(s, _)| s.stage == "schedule.flux2") else {
+        return Ok(());
+    };
+    let (w, h) = (number(sched, "width")? as u32, number(sched, "height")? as u32);
+    match (plan.width, plan.height) {
+        (Some(pw), Some(ph)) if (pw, ph) != (w, h) => Err(CompileError::node(
+            &sched.origin,
+            format!(
+                "its schedule is for {w}×{h} but the latent is {pw}×{ph}: FLUX.2 shifts the schedule by the \
+                 picture's size; give both the same width and height"
+            ),
+        )),
+        _ => Ok(()),
     }
 }
 

@@ -65,8 +65,9 @@ pub struct RunPlan {
     pub files: Vec<ModelFile>,
     /// Prompt and negative prompt.
     pub prompt: String,
-    /// Empty when no negative conditioning is connected.
-    pub negative: String,
+    /// `None` when no negative conditioning is connected (or it is zeroed out); an empty
+    /// prompt connected is `Some("")`, which guides away from the empty prompt as ComfyUI does.
+    pub negative: Option<String>,
     /// Seed, steps, guidance scale, solver.
     pub seed: u64,
     /// Solver steps of the whole schedule; video to video runs the `strength` part of it.
@@ -158,7 +159,7 @@ impl RunPlan {
         d.height = self.height;
         d.num_frames = self.frames;
         d.fps = self.fps.map(|f| f.round().max(1.0) as u32);
-        d.negative_prompt = (!self.negative.is_empty()).then(|| self.negative.clone());
+        d.negative_prompt = self.negative.clone();
         r.lora = self
             .loras
             .iter()

@@ -87,6 +87,8 @@ impl<'a> Lowering<'a> {
                 push_file(files, self.file(enc, "text_encoder")?);
                 Ok((Some(text(e, "text")?), None))
             }
+            // Zeroed embeddings guide nowhere: no negative prompt (the caller checks the cfg).
+            "encode.zero" => Ok((None, None)),
             // Output 0 is the conditioned positive, 1 the negative.
             "condition.image_to_video" => {
                 let (text, _) = self.conditioning(e, ["positive", "negative"][k.min(1)], files)?;

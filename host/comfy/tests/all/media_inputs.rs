@@ -92,7 +92,7 @@ fn image_to_video_lowers_to_a_request_carrying_the_cropped_picture() {
     let run = lower(image_to_video()).unwrap();
     assert_eq!((run.task, run.latent_node.as_str(), run.size_node.as_str()), (TaskType::I2v, "50", "50"));
     assert_eq!((run.width, run.height, run.frames), (Some(32), Some(16), Some(9)));
-    assert_eq!((run.prompt.as_str(), run.negative.as_str()), ("a cat turns around", "blurry"));
+    assert_eq!((run.prompt.as_str(), run.negative.as_deref()), ("a cat turns around", Some("blurry")));
     let roles: Vec<(&str, &str)> = run.files.iter().map(|f| (f.role, f.node.as_str())).collect();
     assert!(roles.contains(&("clip_vision", "49")) && roles.contains(&("vae", "39")), "{roles:?}");
     assert_eq!(run.images.len(), 1);

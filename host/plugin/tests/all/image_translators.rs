@@ -39,7 +39,10 @@ fn the_wan_image_to_video_template_compiles_to_a_request_carrying_the_picture() 
     assert_eq!((r.task, r.latent_node.as_str(), r.sampler_node.as_str()), (TaskType::I2v, "50", "3"));
     assert_eq!((r.width, r.height, r.frames, r.steps, r.fps), (Some(512), Some(512), Some(33), 20, Some(16.0)));
     assert!(r.prompt.starts_with("a cute anime girl"), "{}", r.prompt);
-    assert!(r.negative.starts_with("色调艳丽"), "the negative prompt through WanImageToVideo's second output");
+    assert!(
+        r.negative.as_deref().unwrap_or("").starts_with("色调艳丽"),
+        "the negative prompt through WanImageToVideo's second output"
+    );
     assert_eq!(r.images.len(), 1);
     let image = &r.images[0];
     assert_eq!((image.role, image.node.as_str()), (ImageRole::FirstFrame, "52"));

@@ -59,7 +59,7 @@ fn wan_text_to_video_compiles_to_one_run() {
     let r = &c.runs[0];
     assert_eq!(r.task, TaskType::T2v);
     assert!(r.prompt.starts_with("a fox moving quickly"), "{}", r.prompt);
-    assert!(r.negative.starts_with("色调艳丽"), "the negative prompt comes from node 7");
+    assert!(r.negative.as_deref().unwrap_or("").starts_with("色调艳丽"), "the negative prompt comes from node 7");
     assert_eq!((r.seed, r.steps, r.cfg, r.sampler), (82628696717253, 30, 6.0, SamplerKind::Unipc));
     assert_eq!(r.shift, Some(8.0), "ModelSamplingSD3");
     assert_eq!((r.width, r.height, r.frames, r.fps), (Some(832), Some(480), Some(33), Some(16.0)));

@@ -136,6 +136,19 @@ const RULES: &[Rule] = &[
         outputs: 1,
         params: &[("model", "model"), ("shift", "shift")],
     },
+    // The same static shift, as ComfyUI's Qwen-Image templates set it.
+    Rule {
+        class_type: "ModelSamplingAuraFlow",
+        stage: "model.shift",
+        outputs: 1,
+        params: &[("model", "model"), ("shift", "shift")],
+    },
+    Rule {
+        class_type: "ConditioningZeroOut",
+        stage: "encode.zero",
+        outputs: 1,
+        params: &[("conditioning", "conditioning")],
+    },
     // LoRA on the model; the CLIP output passes the text encoder through (LoRAs with
     // text-encoder keys are refused where adapters load, so strength_clip has nothing to scale).
     Rule {
@@ -299,6 +312,6 @@ fastvideo_plugin_sdk::manifest! {
     kind: workflow_translator,
     hooks: [translate],
     distribution_altering: false,
-    description: "ComfyUI core nodes: loaders, CLIPTextEncode, CLIP vision, KSampler(Advanced), SamplerCustomAdvanced and its parts, empty latents, ModelSamplingSD3, LoraLoaderModelOnly/LoraLoader, VAE, LoadImage, LoadVideo/GetVideoComponents, ImageScale(By), CreateVideo, SaveVideo/SaveImage, primitives",
+    description: "ComfyUI core nodes: loaders, CLIPTextEncode, CLIP vision, KSampler(Advanced), SamplerCustomAdvanced and its parts, empty latents, ModelSamplingSD3/AuraFlow, ConditioningZeroOut, LoraLoaderModelOnly/LoraLoader, VAE, LoadImage, LoadVideo/GetVideoComponents, ImageScale(By), CreateVideo, SaveVideo/SaveImage, primitives",
     params_schema: { "type": "object", "properties": {}, "additionalProperties": false },
 }
