@@ -93,6 +93,11 @@ fn png_b64(image: &InputImage) -> Result<String, String> {
 impl ImagePlan {
     /// Decodes the file, applies the steps and gives the request input (a lossless PNG).
     pub fn load(&self, inputs: &Path) -> Result<InputPart, CompileError> {
+        Ok(self.load_sized(inputs)?.0)
+    }
+
+    /// [`load`](Self::load), with the picture's size after the resize steps.
+    pub fn load_sized(&self, inputs: &Path) -> Result<(InputPart, (u32, u32)), CompileError> {
         let bytes = read(inputs, &self.node, "image", &self.file, "image")?;
         let mut image = decode_image(&bytes, self.role, "image").map_err(|e| {
             CompileError::input(&self.node, "image", format!("Invalid image file: {}: {}", self.file, e.rule))
@@ -101,7 +106,7 @@ impl ImagePlan {
             image = step.apply(&image).map_err(|m| CompileError::node(&step.node, m))?;
         }
         let b64 = png_b64(&image).map_err(|m| CompileError::input(&self.node, "image", m))?;
-        Ok(InputPart::Image { path: None, b64: Some(b64), role: self.role })
+        Ok((InputPart::Image { path: None, b64: Some(b64), role: self.role }, (image.width, image.height)))
     }
 }
 

@@ -1,5 +1,6 @@
 //! One resize step of a picture on its way to a request: what an `image.resize` graph node asks
-//! for (ComfyUI's `ImageScale`, `ImageScaleBy`, KJNodes' `ImageResizeKJ(v2)`), and the center
+//! for (ComfyUI's `ImageScale`, `ImageScaleBy`, `ImageScaleToTotalPixels`,
+//! `FluxKontextImageScale`, KJNodes' `ImageResizeKJ(v2)`), and the center
 //! crop ComfyUI's Wan image-to-video nodes apply to their start and end images. The target
 //! size depends on the picture's own size (a side of 0, a scale factor, keeping proportions),
 //! so it is computed when the file is read, not when the workflow compiles.
@@ -53,6 +54,13 @@ pub struct Resize {
     /// A factor on both sides instead of a size (`ImageScaleBy`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub scale: Option<f64>,
+    /// A pixel count instead of a size, in units of 1024² (`ImageScaleToTotalPixels`), each
+    /// side then rounded to a multiple of `divisible_by`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub megapixels: Option<f64>,
+    /// The preferred FLUX Kontext size of the picture's aspect (`FluxKontextImageScale`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub kontext: bool,
     /// The resampling filter.
     pub method: Method,
     /// How a different aspect is met.
@@ -65,6 +73,28 @@ pub struct Resize {
     /// picture's own (`ImageResizeKJv2`).
     pub zero_keeps_aspect: bool,
 }
+
+/// FLUX Kontext's preferred sizes, which `FluxKontextImageScale` picks the one of the picture's
+/// aspect from (the first of equally close ones).
+const KONTEXT: [(u32, u32); 17] = [
+    (672, 1568),
+    (688, 1504),
+    (720, 1456),
+    (752, 1392),
+    (800, 1328),
+    (832, 1248),
+    (880, 1184),
+    (944, 1104),
+    (1024, 1024),
+    (1104, 944),
+    (1184, 880),
+    (1248, 832),
+    (1328, 800),
+    (1392, 752),
+    (1456, 720),
+    (1504, 688),
+    (1568, 672),
+];
 
 /// Python's `round` (ties to even), as ComfyUI computes sizes.
 fn py_round(x: f64) -> u32 {
@@ -80,6 +110,8 @@ impl Resize {
             width,
             height,
             scale: None,
+            megapixels: None,
+            kontext: false,
             method: Method::Bilinear,
             fit: Fit::Crop,
             anchor: Anchor::Center,
@@ -118,11 +150,17 @@ impl Resize {
             None | Some(Value::Null) => None,
             Some(v) => Some(v.as_f64().filter(|s| *s > 0.0).ok_or_else(|| err("`scale_by` must be above 0".into()))?),
         };
+        let megapixels = match p.get("megapixels") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(v.as_f64().filter(|m| *m > 0.0).ok_or_else(|| err("`megapixels` must be above 0".into()))?),
+        };
         Ok(Resize {
             node: n.origin.clone(),
             width: side("width")?,
             height: side("height")?,
             scale,
+            megapixels,
+            kontext: p.get("kontext").and_then(Value::as_bool).unwrap_or(false),
             method,
             fit,
             anchor,
@@ -134,6 +172,25 @@ impl Resize {
     /// The size a `w`×`h` picture becomes.
     pub fn size(&self, w: u32, h: u32) -> Result<(u32, u32), String> {
         let (fw, fh) = (w as f64, h as f64);
+        if let Some(mp) = self.megapixels {
+            // ComfyUI: round(side · √(mp·1024² / (w·h)) / steps) · steps.
+            let s = (mp * 1024.0 * 1024.0 / (fw * fh)).sqrt();
+            let step = self.divisible_by.max(1) as f64;
+            let side = |x: f64| (py_round(x * s / step) as f64 * step) as u32;
+            let (tw, th) = (side(fw), side(fh));
+            if tw == 0 || th == 0 {
+                return Err(format!("resizes the {w}x{h} picture to {tw}x{th}, which is empty"));
+            }
+            return Ok((tw, th));
+        }
+        if self.kontext {
+            let aspect = fw / fh;
+            let best = KONTEXT.iter().min_by(|a, b| {
+                let d = |&(x, y): &(u32, u32)| (aspect - x as f64 / y as f64).abs();
+                d(a).total_cmp(&d(b))
+            });
+            return Ok(*best.expect("a list"));
+        }
         let (mut tw, mut th) = match (self.scale, self.width, self.height) {
             (Some(s), _, _) => (py_round(fw * s), py_round(fh * s)),
             (None, 0, 0) => (w, h),
@@ -222,6 +279,13 @@ mod tests {
         assert_eq!(div.size(640, 480), Ok((288, 224)));
         let by = Resize { scale: Some(0.5), ..step(0, 0, Fit::Stretch) };
         assert_eq!(by.size(5, 3), Ok((2, 2)), "round(2.5) and round(1.5) are 2 in Python");
+        let total = Resize { megapixels: Some(1.0), ..step(0, 0, Fit::Stretch) };
+        assert_eq!(total.size(640, 480), Ok((1182, 887)), "ImageScaleToTotalPixels: 1 MP of 4:3");
+        let stepped = Resize { divisible_by: 64, ..total.clone() };
+        assert_eq!(stepped.size(640, 480), Ok((1152, 896)), "sides rounded to resolution_steps");
+        let kontext = Resize { kontext: true, ..step(0, 0, Fit::Crop) };
+        assert_eq!(kontext.size(640, 480), Ok((1184, 880)), "the Kontext size nearest 4:3");
+        assert_eq!(kontext.size(100, 100), Ok((1024, 1024)));
         assert!(step(1, 1, Fit::Contain).size(640, 10).unwrap_err().contains("empty"));
     }
 

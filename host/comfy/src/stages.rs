@@ -37,6 +37,8 @@ pub const STAGES: &[StageDecl] = &[
     stage!("load.video", [], ["video"]),
     stage!("video.components", [("video", "video", true)], ["images", "audio", "fps"]),
     stage!("image.resize", [("images", "images", true)], ["images"]),
+    // `GetImageSize`: width, height and batch size of a picture, known when its file is read.
+    stage!("image.size", [("images", "images", true)], ["int", "int", "int"]),
     stage!("encode.text", [("text_encoder", "text_encoder", true)], ["conditioning"]),
     // `ConditioningZeroOut`: the conditioning's embeddings zeroed (a negative that guides nowhere).
     stage!("encode.zero", [("conditioning", "conditioning", true)], ["conditioning"]),

@@ -168,3 +168,83 @@ fn the_qwen_image_template_runs_as_generate_with_and_without_its_lightning_lora(
     assert!(max_diff(&styled, &generate(dir.path(), &model, &args)) <= 1, "LoRA: the template's picture is generate's");
     assert!(max_diff(&styled, &plain) > 10);
 }
+
+/// ComfyUI's FLUX.2 [klein] edit template (a picture scaled to a pixel count, VAE-encoded into
+/// `ReferenceLatent`, the output sized by `GetImageSize`, a zeroed-out negative at cfg 1) on an
+/// uploaded picture: the picture `generate --image` makes.
+#[test]
+fn the_flux2_klein_edit_template_runs_as_generate() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = fixture("tiny-flux2-klein");
+    let m = model.display();
+    let files = format!(
+        "\"flux-2-klein-4b-fp8.safetensors\" = \"{m}\"\n\"qwen_3_4b.safetensors\" = \"{m}\"\n\"flux2-vae.safetensors\" = \"{m}\"\n"
+    );
+    let s = serve(dir.path(), &[CORE, ("fastvideo_translator_comfy_flux2", "comfy-flux2")], &files, "", &model);
+    let mut p = template(dir.path(), "image_flux2_klein_image_edit_4b_distilled.json");
+    let picture = std::fs::read(fixture("flux2/ref1.png")).unwrap();
+    let load = p
+        .as_object()
+        .unwrap()
+        .iter()
+        .find(|(_, n)| n["class_type"] == "LoadImage" && n["inputs"]["image"] == "handbag_white.png");
+    let name = load.unwrap().1["inputs"]["image"].as_str().unwrap().to_string();
+    assert_eq!(comfy::upload(&s, (&name, &picture), &[])["name"], name.as_str());
+    // The 64×64 picture kept at its size: 64² pixels is 1/256 of a megapixel.
+    let scale = node_of(&p, "ImageScaleToTotalPixels");
+    p[&scale]["inputs"]["megapixels"] = json!(64.0 * 64.0 / (1024.0 * 1024.0));
+    let sampler = node_of(&p, "RandomNoise");
+    let seed = p[&sampler]["inputs"]["noise_seed"].as_u64().unwrap().to_string();
+    let text = node_of(&p, "CLIPTextEncode");
+    let prompt = p[&text]["inputs"]["text"].as_str().unwrap().to_string();
+    let served = run(&s, &p, "flux2-edit");
+    let reference = fixture("flux2/ref1.png");
+    let args =
+        ["--prompt", &prompt, "--steps", "4", "--guidance", "1", "--seed", &seed, "--height", "64", "--width", "64"];
+    let mut args = args.to_vec();
+    args.extend(["--image", reference.to_str().unwrap()]);
+    let alone = generate(dir.path(), &model, &args);
+    assert_eq!(served.len(), 64 * 64 * 3);
+    assert!(max_diff(&served, &alone) <= 1, "the template's picture is generate's");
+}
+
+/// ComfyUI's Qwen-Image-Edit template (`TextEncodeQwenImageEdit` with the picture on both
+/// branches, the output the size of the VAE-encoded picture, `ModelSamplingAuraFlow` shift 3,
+/// `CFGNorm`) on the tiny Edit-Plus folder: the picture `generate --image` makes.
+#[test]
+fn the_qwen_image_edit_template_runs_as_generate() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = fixture("tiny-qwenimage-edit");
+    let m = model.display();
+    let files = format!(
+        "\"qwen_image_edit_fp8_e4m3fn.safetensors\" = \"{m}\"\n\"qwen_2.5_vl_7b_fp8_scaled.safetensors\" = \"{m}\"\n\
+         \"qwen_image_vae.safetensors\" = \"{m}\"\n"
+    );
+    let packs = [CORE, ("fastvideo_translator_comfy_qwenimage", "comfy-qwenimage")];
+    let s = serve(dir.path(), &packs, &files, "", &model);
+    let mut p = template(dir.path(), "image_qwen_image_edit.json");
+    let load = node_of(&p, "LoadImage");
+    let name = p[&load]["inputs"]["image"].as_str().unwrap().to_string();
+    let picture = std::fs::read(fixture("qwenimage/edit1.png")).unwrap();
+    assert_eq!(comfy::upload(&s, (&name, &picture), &[])["name"], name.as_str());
+    let sampler = node_of(&p, "KSampler");
+    let seed = p[&sampler]["inputs"]["seed"].as_u64().unwrap().to_string();
+    let positive = p[&sampler]["inputs"]["positive"][0].as_str().unwrap().to_string();
+    let negative = p[&sampler]["inputs"]["negative"][0].as_str().unwrap().to_string();
+    p[&negative]["inputs"]["prompt"] = json!("blurry");
+    let prompt = p[&positive]["inputs"]["prompt"].as_str().unwrap().to_string();
+    for n in p.as_object_mut().unwrap().values_mut() {
+        if n["class_type"] == "PrimitiveInt" {
+            n["inputs"]["value"] = json!(3);
+        }
+    }
+    let served = run(&s, &p, "qwen-edit");
+    let reference = fixture("qwenimage/edit1.png");
+    let args =
+        ["--prompt", &prompt, "--negative-prompt", "blurry", "--steps", "3", "--guidance", "2.5", "--shift", "3"];
+    let mut args = args.to_vec();
+    args.extend(["--seed", &seed, "--height", "96", "--width", "64", "--image", reference.to_str().unwrap()]);
+    let alone = generate(dir.path(), &model, &args);
+    assert_eq!(served.len(), 64 * 96 * 3, "the output is the encoded picture's size");
+    assert!(max_diff(&served, &alone) <= 1, "the template's picture is generate's");
+}

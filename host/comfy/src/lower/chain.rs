@@ -129,7 +129,13 @@ impl<'a> Lowering<'a> {
             bind_per_model(loras, loras_2);
         }
         for param in ["positive", "negative"] {
-            let (a, b) = (self.conditioning(first, param, files)?.0, self.conditioning(second, param, files)?.0);
+            let mut refs = Vec::new();
+            let a = self.conditioning(first, param, files, &mut refs)?.0;
+            let b = self.conditioning(second, param, files, &mut refs)?.0;
+            if let Some(r) = refs.first() {
+                let msg = format!("conditions on node {}'s picture: chained samplers run text to video only", r.node);
+                return Err(CompileError::node(&first.origin, msg));
+            }
             if a != b {
                 return at(
                     second,

@@ -4,6 +4,7 @@
 //! decides the task (`source`); the sampling settings and the schedule are read here.
 
 mod chain;
+mod edit;
 mod run_plan;
 mod source;
 
@@ -65,8 +66,10 @@ impl<'a> Lowering<'a> {
         })
     }
 
-    /// Follows `model.shift` and `model.lora` nodes to the loader; the shift nearest the
-    /// sampler wins, and LoRAs stack in the order they are applied (loader side first).
+    /// Follows `model.shift`, `model.lora` and `model.cfg_norm` nodes to the loader; the shift
+    /// nearest the sampler wins, and LoRAs stack in the order they are applied (loader side
+    /// first). `CFGNorm` at strength 1 is what Qwen-Image's true CFG does itself (the guided
+    /// prediction rescaled to the conditional one's norm); another strength is refused.
     fn model(
         &self,
         n: &GraphNode,
@@ -75,13 +78,28 @@ impl<'a> Lowering<'a> {
         shift: &mut Option<f32>,
         loras: &mut Vec<LoraPlan>,
     ) -> Result<(), CompileError> {
-        const FROM: [&str; 5] =
-            ["model.shift", "model.lora", "model.lora_model", "load.diffusion_model", "load.checkpoint"];
+        const FROM: [&str; 6] = [
+            "model.shift",
+            "model.lora",
+            "model.lora_model",
+            "model.cfg_norm",
+            "load.diffusion_model",
+            "load.checkpoint",
+        ];
         let (mut m, _) = self.expect(n, param, &FROM)?;
         let mut stack = Vec::new();
         while m.stage.starts_with("model.") {
             if m.stage == "model.shift" {
                 shift.get_or_insert(number(m, "shift")? as f32);
+            } else if m.stage == "model.cfg_norm" {
+                let s = number(m, "strength")?;
+                if (s - 1.0).abs() > 1e-9 {
+                    let msg = format!(
+                        "CFGNorm strength {s}: this runtime's true CFG rescales to the conditional prediction's norm \
+                         fully; set 1"
+                    );
+                    return Err(CompileError::node(&m.origin, msg));
+                }
             } else {
                 stack.push(LoraPlan {
                     node: m.origin.clone(),
@@ -153,14 +171,17 @@ impl<'a> Lowering<'a> {
                 format!("scheduler `{}` is not one this runtime runs ({})", fields.scheduler, SCHEDULERS.join(", "));
             return Err(CompileError::node(&fields.scheduler_node, msg));
         }
-        let (prompt, pos_via) = self.conditioning(cond_node, "positive", &mut files)?;
+        let mut refs = Vec::new();
+        let (prompt, pos_via) = self.conditioning(cond_node, "positive", &mut files, &mut refs)?;
         if prompt.is_none() && self.input(cond_node, "positive").is_some_and(|(p, _)| p.stage == "encode.zero") {
             return Err(CompileError::node(
                 &cond_node.origin,
                 "`positive` is zeroed out (ConditioningZeroOut): nothing to draw",
             ));
         }
-        let (negative, neg_via) = self.conditioning(cond_node, "negative", &mut files)?;
+        let mut negative_refs = Vec::new();
+        let (negative, neg_via) = self.conditioning(cond_node, "negative", &mut files, &mut negative_refs)?;
+        edit::same_references(cond_node, &refs, &negative_refs)?;
         let zeroed = self.input(cond_node, "negative").is_some_and(|(p, _)| p.stage == "encode.zero");
         if zeroed && fields.cfg > 1.0 {
             let msg = format!(
@@ -185,7 +206,7 @@ impl<'a> Lowering<'a> {
             (p, _) => p,
         };
         let (latent, _) = self.need(latent_of, "latent")?;
-        let source = self.source(sampler, latent, via, &mut files)?;
+        let source = self.source(sampler, latent, via, &refs, &mut files)?;
         let (steps, strength) = schedule(sampler, &fields, partial, &source)?;
         let mut plan = RunPlan {
             sampler_node: sampler.origin.clone(),
@@ -209,12 +230,17 @@ impl<'a> Lowering<'a> {
             fps_node: None,
             fps_from_video: false,
             images: Vec::new(),
+            size_from: None,
             video: None,
             outputs: Vec::new(),
             switch_step: experts.map(|e| e.0),
             cfg_2: experts.map(|e| e.1),
         };
+        let size_from = edit::size_from(&source, &refs);
         source.fill(&mut plan)?;
+        if !refs.is_empty() {
+            (plan.task, plan.images, plan.size_from) = (fastvideo_request::TaskType::I2i, refs, size_from);
+        }
         flux2_schedule_fits(self, sampler, &plan)?;
         Ok(plan)
     }
@@ -222,21 +248,33 @@ impl<'a> Lowering<'a> {
 
 /// A `Flux2Scheduler` shifts its sigmas by its own width and height: they must be the run's, or
 /// the run would take another schedule than the workflow's (the model shifts by the picture's).
+/// Sizes the graph computes (`GetImageSize`) must be the latent's own.
 fn flux2_schedule_fits(l: &Lowering, sampler: &GraphNode, plan: &RunPlan) -> Result<(), CompileError> {
     let Some((sched, _)) = l.input(sampler, "sigmas").filter(|(s, _)| s.stage == "schedule.flux2") else {
         return Ok(());
     };
-    let (w, h) = (number(sched, "width")? as u32, number(sched, "height")? as u32);
-    match (plan.width, plan.height) {
-        (Some(pw), Some(ph)) if (pw, ph) != (w, h) => Err(CompileError::node(
-            &sched.origin,
-            format!(
-                "its schedule is for {w}×{h} but the latent is {pw}×{ph}: FLUX.2 shifts the schedule by the \
-                 picture's size; give both the same width and height"
-            ),
-        )),
-        _ => Ok(()),
+    let latent = l.input(sampler, "latent").map(|(n, _)| n);
+    let mismatch = |what: String| {
+        let msg = format!(
+            "its schedule is for {what}: FLUX.2 shifts the schedule by the picture's size; give the scheduler the \
+             latent's width and height"
+        );
+        Err(CompileError::node(&sched.origin, msg))
+    };
+    for (k, want) in [("width", plan.width), ("height", plan.height)] {
+        match (sched.params.get(k).and_then(Value::as_f64), want) {
+            (Some(v), Some(w)) if v as u32 != w => {
+                let (sw, sh) = (number(sched, "width")?, number(sched, "height")?);
+                let (pw, ph) = (plan.width.unwrap_or(0), plan.height.unwrap_or(0));
+                return mismatch(format!("{sw}×{sh} but the latent is {pw}×{ph}"));
+            }
+            (Some(_), Some(_)) => {}
+            // A computed size: the same value the latent reads.
+            _ if latent.is_some_and(|n| n.params.get(k).is_some() && n.params.get(k) == sched.params.get(k)) => {}
+            _ => return mismatch(format!("another {k} than the latent's")),
+        }
     }
+    Ok(())
 }
 
 /// The schedule a run takes, as (steps, video-to-video strength). ComfyUI's `denoise` d with s

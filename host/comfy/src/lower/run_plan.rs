@@ -98,9 +98,14 @@ pub struct RunPlan {
     /// The frame rate is the input video's (`CreateVideo` fed by `GetVideoComponents`' fps).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub fps_from_video: bool,
-    /// Image to video: the first (and last) frame.
+    /// Image to video: the first (and last) frame; an edit: the references.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub images: Vec<ImagePlan>,
+    /// An edit sized by one of its references (the `VAEEncode` of it, or `GetImageSize`): its
+    /// index in `images`. The size is that picture's once read, each side rounded down to a
+    /// multiple of 16, as the VAE encoding crops it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub size_from: Option<usize>,
     /// Video to video: the input video.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub video: Option<VideoPlan>,
@@ -144,8 +149,13 @@ impl RunPlan {
         r.task = self.task;
         r.sampling.seed = Some(self.seed);
         r.sampling.sampler = Some(self.sampler);
-        for image in &self.images {
-            r.inputs.push(image.load(inputs)?);
+        let mut sized = None;
+        for (i, image) in self.images.iter().enumerate() {
+            let (part, (w, h)) = image.load_sized(inputs)?;
+            if self.size_from == Some(i) {
+                sized = Some((w - w % 16, h - h % 16));
+            }
+            r.inputs.push(part);
         }
         let d = &mut r.diffusion;
         d.num_inference_steps = Some(self.steps);
@@ -155,8 +165,8 @@ impl RunPlan {
         d.set_knob("switch_step", self.switch_step);
         d.set_knob("guidance_scale_2", self.cfg_2.map(fastvideo_request::number_f32));
         d.shift = self.shift;
-        d.width = self.width;
-        d.height = self.height;
+        d.width = self.width.or(sized.map(|s| s.0));
+        d.height = self.height.or(sized.map(|s| s.1));
         d.num_frames = self.frames;
         d.fps = self.fps.map(|f| f.round().max(1.0) as u32);
         d.negative_prompt = self.negative.clone();

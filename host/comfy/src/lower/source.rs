@@ -24,6 +24,9 @@ pub(super) enum Source<'a> {
     Image(&'a GraphNode, Vec<ImagePlan>),
     /// `encode.vae` of a video's frames.
     Video(VideoPlan),
+    /// An edit whose output takes its size from one of its reference pictures: the
+    /// `encode.vae` of it (fully denoised), or an empty latent sized by `GetImageSize` of it.
+    Edit(&'a GraphNode, ImagePlan),
 }
 
 impl Source<'_> {
@@ -33,6 +36,7 @@ impl Source<'_> {
             Source::Empty(_) => TaskType::T2v,
             Source::Image(..) => TaskType::I2v,
             Source::Video(_) => TaskType::V2v,
+            Source::Edit(..) => TaskType::I2i,
         }
     }
 
@@ -47,6 +51,8 @@ impl Source<'_> {
                     run.images = images;
                 }
             }
+            // The model's size for its last reference, known when the pictures are read.
+            Source::Edit(n, _) => (run.frames, run.size_node) = (Some(1), n.origin.clone()),
             // The size is the video's (through its resizes): known when it is read.
             Source::Video(video) => {
                 run.size_node = video.resize.last().map_or(&video.node, |r| &r.node).clone();
@@ -67,31 +73,28 @@ fn batch_of_one(n: &GraphNode) -> Result<(), CompileError> {
 
 impl<'a> Lowering<'a> {
     /// The text `param` of `n` is conditioned on, and the image-to-video node it passes
-    /// through on the way, if any.
+    /// through on the way, if any; an edit's reference pictures on the way go to `refs`.
     pub(super) fn conditioning(
         &self,
         n: &GraphNode,
         param: &str,
         files: &mut Vec<ModelFile>,
+        refs: &mut Vec<ImagePlan>,
     ) -> Result<(Option<String>, Option<&'a GraphNode>), CompileError> {
         let Some((e, k)) = self.input(n, param) else { return Ok((None, None)) };
         match e.stage.as_str() {
             "encode.text" => {
-                const FROM: [&str; 3] = ["load.text_encoder", "load.checkpoint", "model.lora"];
-                let (mut enc, _) = self.expect(e, "text_encoder", &FROM)?;
-                // A LoraLoader's CLIP output: the text encoder it was given (the adapter's
-                // strength_clip has nothing to act on: text-encoder keys are refused at load).
-                while enc.stage == "model.lora" {
-                    enc = self.expect(enc, "text_encoder", &FROM)?.0;
-                }
-                push_file(files, self.file(enc, "text_encoder")?);
+                self.text_encoder(e, files)?;
                 Ok((Some(text(e, "text")?), None))
+            }
+            "condition.reference" | "condition.reference_method" | "encode.text_edit" => {
+                Ok((self.edit_conditioning(e, files, refs)?, None))
             }
             // Zeroed embeddings guide nowhere: no negative prompt (the caller checks the cfg).
             "encode.zero" => Ok((None, None)),
             // Output 0 is the conditioned positive, 1 the negative.
             "condition.image_to_video" => {
-                let (text, _) = self.conditioning(e, ["positive", "negative"][k.min(1)], files)?;
+                let (text, _) = self.conditioning(e, ["positive", "negative"][k.min(1)], files, refs)?;
                 Ok((text, Some(e)))
             }
             other => {
@@ -104,15 +107,32 @@ impl<'a> Lowering<'a> {
         }
     }
 
+    /// The text encoder `e` (`encode.text`, `encode.text_edit`) reads, its file pushed to `files`.
+    pub(super) fn text_encoder(&self, e: &GraphNode, files: &mut Vec<ModelFile>) -> Result<(), CompileError> {
+        const FROM: [&str; 3] = ["load.text_encoder", "load.checkpoint", "model.lora"];
+        let (mut enc, _) = self.expect(e, "text_encoder", &FROM)?;
+        // A LoraLoader's CLIP output: the text encoder it was given (the adapter's
+        // strength_clip has nothing to act on: text-encoder keys are refused at load).
+        while enc.stage == "model.lora" {
+            enc = self.expect(enc, "text_encoder", &FROM)?.0;
+        }
+        push_file(files, self.file(enc, "text_encoder")?);
+        Ok(())
+    }
+
     /// What makes `latent`, the sampler's latent; `via` is the image-to-video node its
-    /// conditioning passes through.
+    /// conditioning passes through, `refs` an edit's reference pictures.
     pub(super) fn source(
         &self,
         sampler: &GraphNode,
         latent: &'a GraphNode,
         via: Option<&'a GraphNode>,
+        refs: &[ImagePlan],
         files: &mut Vec<ModelFile>,
     ) -> Result<Source<'a>, CompileError> {
+        if !refs.is_empty() {
+            return self.edit_source(sampler, latent, refs, files);
+        }
         let err = |m: String| Err(CompileError::node(&sampler.origin, m));
         if let Some(v) = via.filter(|v| v.origin != latent.origin) {
             return err(format!(

@@ -5,5 +5,6 @@
 
 mod common;
 mod corpus;
+mod edits;
 mod formats;
 mod media_inputs;

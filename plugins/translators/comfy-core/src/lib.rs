@@ -182,6 +182,22 @@ const RULES: &[Rule] = &[
         ],
     },
     Rule {
+        class_type: "ImageScaleToTotalPixels",
+        stage: "image.resize",
+        outputs: 1,
+        params: &[
+            ("images", "image"),
+            ("method", "upscale_method"),
+            ("megapixels", "megapixels"),
+            ("divisible_by", "resolution_steps"),
+        ],
+    },
+    // The FLUX Kontext size of the picture's aspect, Lanczos, center crop (Qwen-Image-Edit's
+    // templates scale their pictures with it too).
+    Rule { class_type: "FluxKontextImageScale", stage: "image.resize", outputs: 1, params: &[("images", "image")] },
+    // The size of a picture, known when its file is read: an edit's output size.
+    Rule { class_type: "GetImageSize", stage: "image.size", outputs: 3, params: &[("images", "image")] },
+    Rule {
         class_type: "ImageScaleBy",
         stage: "image.resize",
         outputs: 1,
@@ -290,7 +306,10 @@ impl WorkflowTranslator for Core {
             }
             params.insert(param.to_string(), v);
         }
-        if rule.class_type == "SaveImage" {
+        if rule.class_type == "FluxKontextImageScale" {
+            params.extend([("kontext".into(), json!(true)), ("method".into(), json!("lanczos"))]);
+            params.insert("fit".into(), json!("crop"));
+        } else if rule.class_type == "SaveImage" {
             params.insert("format".into(), json!("png"));
         } else if rule.class_type == "SaveAnimatedWEBP" {
             params.insert("format".into(), json!("webp"));
@@ -312,6 +331,6 @@ fastvideo_plugin_sdk::manifest! {
     kind: workflow_translator,
     hooks: [translate],
     distribution_altering: false,
-    description: "ComfyUI core nodes: loaders, CLIPTextEncode, CLIP vision, KSampler(Advanced), SamplerCustomAdvanced and its parts, empty latents, ModelSamplingSD3/AuraFlow, ConditioningZeroOut, LoraLoaderModelOnly/LoraLoader, VAE, LoadImage, LoadVideo/GetVideoComponents, ImageScale(By), CreateVideo, SaveVideo/SaveImage, primitives",
+    description: "ComfyUI core nodes: loaders, CLIPTextEncode, CLIP vision, KSampler(Advanced), SamplerCustomAdvanced and its parts, empty latents, ModelSamplingSD3/AuraFlow, ConditioningZeroOut, LoraLoaderModelOnly/LoraLoader, VAE, LoadImage, LoadVideo/GetVideoComponents, ImageScale(By), ImageScaleToTotalPixels, FluxKontextImageScale, GetImageSize, CreateVideo, SaveVideo/SaveImage, primitives",
     params_schema: { "type": "object", "properties": {}, "additionalProperties": false },
 }
