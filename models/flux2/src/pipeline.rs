@@ -82,5 +82,5 @@ pub fn spec_with(model: &Flux2Model, text_stages: Vec<Node>) -> Result<PipelineS
         Node::stage("assemble", Arc::new(AssembleVideo { frames: FRAMES, video: VIDEO }), &[FRAMES], &[VIDEO]),
     ]);
     let spec = PipelineSpec::new("flux2-klein", model.tasks(), nodes, &[], VIDEO)?;
-    Ok(spec.with_adapters(model.transformer.clone()))
+    Ok(spec.with_adapters(Arc::new(fastvideo_layers::adapters::Adapted(model.transformer.clone()))))
 }

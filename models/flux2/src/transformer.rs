@@ -4,11 +4,11 @@
 use std::path::Path;
 
 use anyhow::{ensure, Result};
-use fastvideo_layers::adapters::LinearAdapters;
+use fastvideo_layers::adapters::{LinearAdapters, LinearModel};
 use fastvideo_layers::joint::{linear, PackedLora, RopeTables};
 use fastvideo_layers::Linear;
-use fastvideo_lora::{KeyMap, LoraFile, TargetModule};
-use fastvideo_pipeline::{AdapterSet, AdapterTarget, PreparedAdapter};
+use fastvideo_lora::KeyMap;
+use fastvideo_pipeline::AdapterSet;
 use fastvideo_torch::weights::Weights;
 use tch::{Device, Kind, Tensor};
 
@@ -126,15 +126,8 @@ impl Flux2Transformer {
     /// sample; `None`: without adapters): a merged set costs nothing, other sets run unmerged on
     /// their own samples' tokens.
     pub fn forward_adapted(&self, samples: &[Sample], sets: &[Option<&AdapterSet>]) -> Result<Vec<Tensor>> {
-        ensure!(
-            sets.len() == samples.len(),
-            "FLUX.2 transformer: {} adapter sets for {} samples",
-            sets.len(),
-            samples.len()
-        );
-        let sets = self.adapters.unmerged_sets(sets).map_err(|e| anyhow::anyhow!("FLUX.2 transformer: {e}"))?;
         let mut layout = packed::layout(samples);
-        let lora = layout.lora(&sets);
+        let lora = self.adapters.packed(&mut layout, sets, "FLUX.2 transformer")?;
         Ok(self.run(samples, &layout, lora.as_ref()))
     }
 
@@ -181,25 +174,21 @@ impl Flux2Transformer {
     }
 }
 
-/// LoRA on the transformer (the text encoder takes none).
-impl AdapterTarget for Flux2Transformer {
-    fn modules(&self) -> &[TargetModule] {
-        self.adapters.modules()
+/// LoRA on the transformer, served as [`fastvideo_layers::adapters::Adapted`].
+impl LinearModel for Flux2Transformer {
+    fn linear_adapters(&self) -> &LinearAdapters {
+        &self.adapters
     }
-    fn key_map(&self) -> &dyn KeyMap {
+    fn adapted_linears(&self) -> Vec<&Linear> {
+        self.linears()
+    }
+    fn compute_kind(&self) -> Kind {
+        self.kind
+    }
+    fn adapter_device(&self) -> Device {
+        self.proj_out.weight.device()
+    }
+    fn lora_keys(&self) -> &'static dyn KeyMap {
         &Flux2Keys
-    }
-    fn prepare(&self, file: &LoraFile, name: &str, hash: &str) -> Result<PreparedAdapter> {
-        let device = self.proj_out.weight.device();
-        self.adapters.prepare(file, name, hash, device, &self.adapters.kinds(&self.linears(), self.kind))
-    }
-    fn merge(&self, set: &AdapterSet) -> Result<()> {
-        self.adapters.merge(&self.linears(), set)
-    }
-    fn unmerge(&self) {
-        self.adapters.unmerge(&self.linears())
-    }
-    fn merged(&self) -> Option<String> {
-        self.adapters.merged()
     }
 }

@@ -1,15 +1,16 @@
 //! LoRA on a model's [`Linear`]s, for every family: adapters prepared for the model's module
 //! table (its slots), a set merged into the weights with the originals kept on the host so that
 //! unmerging restores them bit for bit, and which rows still run unmerged while a set is merged.
-//! A family holds one [`LinearAdapters`] per adapted model and lists its linears; the unmerged
-//! path itself is [`Linear::forward_lora`].
+//! A family holds one [`LinearAdapters`] per adapted model and lists its linears ([`LinearModel`],
+//! which [`Adapted`] serves as an adapter target); the unmerged path itself is
+//! [`Linear::forward_lora`].
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use anyhow::{bail, ensure, Context, Result};
-use fastvideo_lora::{LoraFile, ModulePatch, TargetModule, TensorData};
-use fastvideo_pipeline::{AdapterRows, AdapterSet, ModuleDelta, PreparedAdapter};
+use fastvideo_lora::{KeyMap, LoraFile, ModulePatch, TargetModule, TensorData};
+use fastvideo_pipeline::{AdapterRows, AdapterSet, AdapterTarget, ModuleDelta, PreparedAdapter};
 use tch::{Device, Kind, Tensor};
 
 use crate::Linear;
@@ -253,5 +254,52 @@ fn unmerge(linears: &[&Linear], merged: Merged) {
         if let (Some(b), Some(bias)) = (b, &lin.bias) {
             bias.shallow_clone().copy_(&b);
         }
+    }
+}
+
+/// What a model whose adapters act on its [`Linear`]s brings, for [`Adapted`] to serve LoRA on it.
+pub trait LinearModel: Send + Sync {
+    /// Its module table and merged set.
+    fn linear_adapters(&self) -> &LinearAdapters;
+    /// Every linear, in a fixed order (merging walks them).
+    fn adapted_linears(&self) -> Vec<&Linear>;
+    /// Its compute dtype (what an FP8 linear's deltas are kept in).
+    fn compute_kind(&self) -> Kind;
+    /// Where its weights, and so the adapters' tensors, live.
+    fn adapter_device(&self) -> Device;
+    /// Its family's LoRA names in the original and kohya formats.
+    fn lora_keys(&self) -> &'static dyn KeyMap;
+}
+
+/// A [`LinearModel`] as an [`AdapterTarget`]: LoRA on its linears (text-encoder keys refused).
+pub struct Adapted<M>(pub Arc<M>);
+
+impl<M: LinearModel> AdapterTarget for Adapted<M> {
+    fn modules(&self) -> &[TargetModule] {
+        self.0.linear_adapters().modules()
+    }
+    fn key_map(&self) -> &dyn KeyMap {
+        self.0.lora_keys()
+    }
+    fn prepare(&self, file: &LoraFile, name: &str, hash: &str) -> Result<PreparedAdapter> {
+        let (m, linears) = (&self.0, self.0.adapted_linears());
+        let kinds = m.linear_adapters().kinds(&linears, m.compute_kind());
+        m.linear_adapters().prepare(file, name, hash, m.adapter_device(), &kinds)
+    }
+    fn merge(&self, set: &AdapterSet) -> Result<()> {
+        self.0.linear_adapters().merge(&self.0.adapted_linears(), set)
+    }
+    fn unmerge(&self) {
+        self.0.linear_adapters().unmerge(&self.0.adapted_linears())
+    }
+    fn merged(&self) -> Option<String> {
+        self.0.linear_adapters().merged()
+    }
+}
+
+impl<M> std::ops::Deref for Adapted<M> {
+    type Target = M;
+    fn deref(&self) -> &M {
+        &self.0
     }
 }

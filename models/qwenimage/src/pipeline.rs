@@ -129,5 +129,5 @@ pub fn spec_with(model: &QwenImageModel, text_stages: Vec<Node>) -> Result<Pipel
         Node::stage("assemble", Arc::new(AssembleVideo { frames: FRAMES, video: VIDEO }), &[FRAMES], &[VIDEO]),
     ]);
     let spec = PipelineSpec::new("qwen-image", model.tasks(), nodes, &[], VIDEO)?;
-    Ok(spec.with_adapters(model.transformer.clone()))
+    Ok(spec.with_adapters(Arc::new(fastvideo_layers::adapters::Adapted(model.transformer.clone()))))
 }

@@ -4,12 +4,12 @@
 
 use std::path::Path;
 
-use anyhow::{ensure, Result};
-use fastvideo_layers::adapters::LinearAdapters;
+use anyhow::Result;
+use fastvideo_layers::adapters::{LinearAdapters, LinearModel};
 use fastvideo_layers::joint::{linear, Layout, PackedLora, RopeTables};
 use fastvideo_layers::{Linear, Lora};
-use fastvideo_lora::{KeyMap, LoraFile, TargetModule};
-use fastvideo_pipeline::{AdapterSet, AdapterTarget, PreparedAdapter};
+use fastvideo_lora::KeyMap;
+use fastvideo_pipeline::AdapterSet;
 use fastvideo_torch::weights::Weights;
 use tch::{Device, Kind, Tensor};
 
@@ -134,15 +134,8 @@ impl QwenImageTransformer {
     /// sample; `None`: without adapters): a merged set costs nothing, other sets run unmerged on
     /// their own samples' tokens.
     pub fn forward_adapted(&self, samples: &[Sample], sets: &[Option<&AdapterSet>]) -> Result<Vec<Tensor>> {
-        ensure!(
-            sets.len() == samples.len(),
-            "Qwen-Image transformer: {} adapter sets for {} samples",
-            sets.len(),
-            samples.len()
-        );
-        let sets = self.adapters.unmerged_sets(sets).map_err(|e| anyhow::anyhow!("Qwen-Image transformer: {e}"))?;
         let mut layout = Self::layout(samples);
-        let lora = layout.lora(&sets);
+        let lora = self.adapters.packed(&mut layout, sets, "Qwen-Image transformer")?;
         Ok(self.run(samples, &layout, lora.as_ref()))
     }
 
@@ -206,25 +199,21 @@ impl QwenImageTransformer {
     }
 }
 
-/// LoRA on the transformer (the text encoder takes none).
-impl AdapterTarget for QwenImageTransformer {
-    fn modules(&self) -> &[TargetModule] {
-        self.adapters.modules()
+/// LoRA on the transformer, served as [`fastvideo_layers::adapters::Adapted`].
+impl LinearModel for QwenImageTransformer {
+    fn linear_adapters(&self) -> &LinearAdapters {
+        &self.adapters
     }
-    fn key_map(&self) -> &dyn KeyMap {
+    fn adapted_linears(&self) -> Vec<&Linear> {
+        self.linears()
+    }
+    fn compute_kind(&self) -> Kind {
+        self.kind
+    }
+    fn adapter_device(&self) -> Device {
+        self.proj_out.weight.device()
+    }
+    fn lora_keys(&self) -> &'static dyn KeyMap {
         &QwenImageKeys
-    }
-    fn prepare(&self, file: &LoraFile, name: &str, hash: &str) -> Result<PreparedAdapter> {
-        let device = self.proj_out.weight.device();
-        self.adapters.prepare(file, name, hash, device, &self.adapters.kinds(&self.linears(), self.kind))
-    }
-    fn merge(&self, set: &AdapterSet) -> Result<()> {
-        self.adapters.merge(&self.linears(), set)
-    }
-    fn unmerge(&self) {
-        self.adapters.unmerge(&self.linears())
-    }
-    fn merged(&self) -> Option<String> {
-        self.adapters.merged()
     }
 }

@@ -2,20 +2,11 @@
 //! become `i2i` runs whose references are the pictures on the conditioning, in order, sized by
 //! the picture the latent encodes; what the edit models cannot run is refused naming the node.
 
-use fastvideo_comfy::stages::stage;
-use fastvideo_comfy::{as_ref, plan, value_name, value_ref, CompileError, GraphNode, PipelineGraph};
+use fastvideo_comfy::{as_ref, plan, CompileError, GraphNode, PipelineGraph};
 use fastvideo_request::{ImageRole, TaskType};
 use serde_json::{json, Value};
 
-fn r(id: &str, k: usize) -> Value {
-    value_ref(&value_name(id, k))
-}
-
-fn node(id: &str, stage_name: &str, params: Value) -> GraphNode {
-    let inputs = params.as_object().unwrap().values().filter_map(as_ref).map(String::from).collect();
-    let outputs = (0..stage(stage_name).unwrap().outputs.len()).map(|k| value_name(id, k)).collect();
-    GraphNode { name: id.into(), stage: stage_name.into(), inputs, outputs, params, origin: id.into() }
-}
+use crate::common::{node, r};
 
 /// Qwen-Image-Edit-Plus as the packs translate its template: two pictures on both branches,
 /// the first scaled to a Kontext size and VAE-encoded as the latent, `CFGNorm` on the model.

@@ -6,21 +6,11 @@
 use std::path::Path;
 
 use base64::Engine as _;
-use fastvideo_comfy::stages::stage;
-use fastvideo_comfy::{as_ref, plan, value_name, value_ref, CompileError, GraphNode, PipelineGraph, WorkflowConfig};
+use fastvideo_comfy::{as_ref, plan, value_name, CompileError, GraphNode, PipelineGraph, WorkflowConfig};
 use fastvideo_request::{ImageRole, InputPart, TaskType, VideoArtifact};
 use serde_json::{json, Value};
 
-fn r(id: &str, k: usize) -> Value {
-    value_ref(&value_name(id, k))
-}
-
-/// A graph node as a translator makes it: every reference in `params` is an input.
-fn node(id: &str, stage_name: &str, params: Value) -> GraphNode {
-    let inputs = params.as_object().unwrap().values().filter_map(as_ref).map(String::from).collect();
-    let outputs = (0..stage(stage_name).unwrap().outputs.len()).map(|k| value_name(id, k)).collect();
-    GraphNode { name: id.into(), stage: stage_name.into(), inputs, outputs, params, origin: id.into() }
-}
+use crate::common::{node, r};
 
 /// ComfyUI's `image_to_video_wan` template as the packs translate it, at 32×16, 9 frames.
 fn image_to_video() -> Vec<GraphNode> {

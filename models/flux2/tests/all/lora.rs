@@ -7,17 +7,18 @@ use std::sync::Arc;
 use fastvideo_flux2::lora_keys::Flux2Keys;
 use fastvideo_flux2::packed::Sample;
 use fastvideo_flux2::Flux2Transformer;
+use fastvideo_layers::adapters::Adapted;
 use fastvideo_lora::{place, Format, KeyMap, LoraFile, Part, Place};
 use fastvideo_pipeline::{AdapterSet, AdapterTarget};
 use tch::{Device, Kind, Tensor};
 
 use crate::common::{fixture, folder, load, rel};
 
-fn transformer() -> Flux2Transformer {
-    Flux2Transformer::load(&folder().join("transformer"), Device::Cpu, Kind::Float).unwrap()
+fn transformer() -> Adapted<Flux2Transformer> {
+    Adapted(Arc::new(Flux2Transformer::load(&folder().join("transformer"), Device::Cpu, Kind::Float).unwrap()))
 }
 
-fn set(t: &Flux2Transformer, name: &str, strength: f64) -> AdapterSet {
+fn set(t: &Adapted<Flux2Transformer>, name: &str, strength: f64) -> AdapterSet {
     let path = fixture(&format!("image_lora/flux2_{name}.safetensors"));
     let file = LoraFile::read(&path, &Flux2Keys).unwrap();
     AdapterSet::new(vec![(Arc::new(t.prepare(&file, name, "hash").unwrap()), strength)])

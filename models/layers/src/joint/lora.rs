@@ -3,10 +3,12 @@
 //! ([`Linear::forward_lora`]) adds each group's deltas to its own rows only. A pack in which no
 //! sample has adapters builds nothing and costs nothing.
 
+use anyhow::{ensure, Result};
 use fastvideo_pipeline::{AdapterRows, AdapterSet};
 use tch::Tensor;
 
 use super::Layout;
+use crate::adapters::LinearAdapters;
 use crate::{Linear, Lora};
 
 /// Which rows of each of a pack's activations run with which adapter set.
@@ -79,5 +81,20 @@ impl<'a> PackedLora<'a> {
             }
         }
         rows
+    }
+}
+
+impl LinearAdapters {
+    /// The rows of a pack of `layout` whose samples run with `sets` (by sample), for the sets
+    /// not merged ([`unmerged_sets`](Self::unmerged_sets)); `model` names it in errors.
+    pub fn packed<'a>(
+        &self,
+        layout: &mut Layout,
+        sets: &[Option<&'a AdapterSet>],
+        model: &str,
+    ) -> Result<Option<PackedLora<'a>>> {
+        ensure!(sets.len() == layout.len(), "{model}: {} adapter sets for {} samples", sets.len(), layout.len());
+        let sets = self.unmerged_sets(sets).map_err(|e| anyhow::anyhow!("{model}: {e}"))?;
+        Ok(layout.lora(&sets))
     }
 }

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use fastvideo_layers::adapters::Adapted;
 use fastvideo_lora::{place, Format, LoraFile, Place};
 use fastvideo_pipeline::{AdapterSet, AdapterTarget};
 use fastvideo_qwenimage::lora_keys::QwenImageKeys;
@@ -13,16 +14,16 @@ use tch::{Device, Kind, Tensor};
 
 use crate::common::{fixture, folder, load, rel};
 
-fn transformer(zero_cond_t: bool) -> QwenImageTransformer {
+fn transformer(zero_cond_t: bool) -> Adapted<QwenImageTransformer> {
     let dir = folder().join("transformer");
     let mut cfg = fastvideo_qwenimage::config::TransformerConfig::load(&dir.join("config.json")).unwrap();
     cfg.zero_cond_t = zero_cond_t;
     let w =
         fastvideo_torch::weights::Weights::from_dir(&dir, "diffusion_pytorch_model", Device::Cpu, Kind::Float).unwrap();
-    QwenImageTransformer::new(cfg, &w).unwrap()
+    Adapted(Arc::new(QwenImageTransformer::new(cfg, &w).unwrap()))
 }
 
-fn set(t: &QwenImageTransformer, name: &str, strength: f64) -> AdapterSet {
+fn set(t: &Adapted<QwenImageTransformer>, name: &str, strength: f64) -> AdapterSet {
     let path = fixture(&format!("image_lora/qwenimage_{name}.safetensors"));
     let file = LoraFile::read(&path, &QwenImageKeys).unwrap();
     AdapterSet::new(vec![(Arc::new(t.prepare(&file, name, "hash").unwrap()), strength)])
