@@ -23,7 +23,7 @@ impl Format {
     pub fn as_str(self) -> &'static str {
         match self {
             Format::Diffusers => "diffusers",
-            Format::Original => "original (diffusion_model.…, as ComfyUI loads it)",
+            Format::Original => "original (diffusion_model.…)",
             Format::Kohya => "kohya",
         }
     }

@@ -43,7 +43,7 @@ fn inspect_reports_format_rank_and_hash() {
     let out = fastvideo(&["lora", "inspect", &adapter("original"), "--json"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["format"], "original (Wan/ComfyUI)");
+    assert_eq!(v["format"], "original (diffusion_model.…)");
     assert_eq!(v["ranks"], serde_json::json!([4]));
     assert_eq!(v["alphas"], serde_json::json!([2.0]));
     assert_eq!(v["modules"], 22);
@@ -314,4 +314,21 @@ fn comfyui_lora_loaders_run_the_deploys_adapters() {
     let (code, r) = s.post("/prompt", serde_json::json!({"prompt": with_lora(1.0, "other.safetensors")}));
     assert_eq!(code, 400, "{r}");
     assert!(r["node_errors"]["900"].is_object(), "{r}");
+}
+
+/// A file of another family is read with that family's names: FLUX.2's BFL `qkv` counts as the
+/// three modules it fuses (2 blocks × 12 + 2 × 2 + 8 outside the blocks), Qwen-Image's kohya
+/// names as its modules.
+#[test]
+fn inspect_reads_image_family_files_with_their_names() {
+    let fixture = |f: &str| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/image_lora").join(f);
+    let inspect = |f: &str| {
+        let out = fastvideo(&["lora", "inspect", fixture(f).to_str().unwrap(), "--json"]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let v = inspect("flux2_bfl.safetensors");
+    assert_eq!((v["format"].as_str(), v["modules"].as_u64()), (Some("original (diffusion_model.…)"), Some(36)));
+    let v = inspect("qwenimage_kohya.safetensors");
+    assert_eq!((v["format"].as_str(), v["modules"].as_u64()), (Some("kohya"), Some(34)));
 }
