@@ -72,6 +72,11 @@ pub struct PrecisionArgs {
     /// model folder's `prompt_extender/`, which the shipped default model has].
     #[arg(long, value_name = "DIR")]
     pub prompt_extender: Option<PathBuf>,
+    /// The transformer's weights from one safetensors file in the original release's layout
+    /// (Wan's `blocks.0.self_attn.q.weight`, bare or under ComfyUI's `model.diffusion_model.`)
+    /// or diffusers' names, in place of the folder's; the folder gives the config and the rest.
+    #[arg(long, value_name = "FILE")]
+    pub transformer: Option<PathBuf>,
 }
 
 impl PrecisionArgs {
@@ -89,6 +94,7 @@ impl PrecisionArgs {
         m.int8_attention |= self.int8_attention;
         m.int8_qk_attention |= self.int8_qk_attention;
         set_opt(&mut m.prompt_extender, &self.prompt_extender);
+        set_opt(&mut m.transformer, &self.transformer);
     }
 
     /// The default model config with these flags applied.

@@ -187,6 +187,9 @@ pub struct ModelConfig {
     /// The prompt rewriter (a transformers-layout Qwen folder) requests with `prompt_extend`
     /// run before the text encoder; the model folder's `prompt_extender/` when it has one.
     pub prompt_extender: Option<PathBuf>,
+    /// The transformer's weights from one safetensors file as the original release or ComfyUI
+    /// publishes it (`--transformer`), in place of the folder's; the folder gives the rest.
+    pub transformer: Option<PathBuf>,
 }
 
 impl Default for ModelConfig {
@@ -207,6 +210,7 @@ impl Default for ModelConfig {
             int8_attention: false,
             int8_qk_attention: false,
             prompt_extender: None,
+            transformer: None,
         }
     }
 }
@@ -444,6 +448,7 @@ impl ServeConfig {
         };
         join(&mut self.deploy);
         join(&mut self.model.path);
+        join(&mut self.model.transformer);
         join(&mut self.auth.api_key_file);
         join(&mut self.storage.data_dir);
         join(&mut self.storage.comfy_dir);

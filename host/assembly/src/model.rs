@@ -62,6 +62,7 @@ impl ModelConfig {
             offload_experts: self.offload_experts,
             gpus: self.gpus,
             parallel: self.parallel,
+            transformer: self.transformer.clone(),
             ..LoadContext::new(device, numerics)
         })
     }

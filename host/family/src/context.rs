@@ -57,6 +57,9 @@ pub struct LoadContext {
     pub parallel: Option<ParallelMode>,
     /// Bytes of the key/value cache of token-decoding models.
     pub kv_cache_bytes: u64,
+    /// `--transformer FILE`: the transformer's weights from one file in the format its
+    /// original release publishes (families that read one; the others refuse it).
+    pub transformer: Option<std::path::PathBuf>,
 }
 
 impl LoadContext {
@@ -71,6 +74,7 @@ impl LoadContext {
             gpus: 1,
             parallel: None,
             kv_cache_bytes: 1 << 30,
+            transformer: None,
         }
     }
 }
@@ -83,6 +87,10 @@ impl LoadContext {
         anyhow::ensure!(!self.numerics.fp8_linears, "{family} has no FP8 linears yet (--fp8-linears)");
         anyhow::ensure!(!self.tiny_decoder, "{family} folders have no tiny decoder");
         anyhow::ensure!(!self.offload_experts, "{family} has one transformer (--offload-experts)");
+        anyhow::ensure!(
+            self.transformer.is_none(),
+            "{family} reads no single-file transformer yet (--transformer): give a diffusers folder"
+        );
         Ok(())
     }
 }

@@ -31,6 +31,31 @@ pub trait KeyMap: Send + Sync {
     fn split(&self, _module: &str) -> Option<Vec<String>> {
         None
     }
+
+    /// The model's name of an original-format tensor that is no linear's weight or bias (norms,
+    /// modulation tables, the patch convolution), for single-file checkpoints in the original
+    /// layout ([`checkpoint_name`]); `None`: no such tensor.
+    fn original_tensor(&self, _name: &str) -> Option<String> {
+        None
+    }
+}
+
+/// The model's (diffusers') name of tensor `key` of a single-file checkpoint in the original
+/// layout (`blocks.0.self_attn.q.weight`, bare or under ComfyUI's `model.diffusion_model.`):
+/// a linear's weight or bias by [`KeyMap::original`], any other tensor by
+/// [`KeyMap::original_tensor`]. `Err` says why it has no place.
+pub fn checkpoint_name(map: &dyn KeyMap, key: &str) -> Result<String, String> {
+    let name =
+        key.strip_prefix("model.diffusion_model.").or_else(|| key.strip_prefix("diffusion_model.")).unwrap_or(key);
+    if let Some(t) = map.original_tensor(name) {
+        return Ok(t);
+    }
+    if let Some((module, param @ ("weight" | "bias"))) = name.rsplit_once('.') {
+        if let Some(m) = map.original(module) {
+            return Ok(format!("{m}.{param}"));
+        }
+    }
+    Err(format!("is not a tensor of a {} transformer in the original layout", map.family()))
 }
 
 /// `{prefix}{i}{sep}{rest}` → `(i, rest)`: a block's index and its module inside the block, in

@@ -20,7 +20,7 @@ use std::path::Path;
 use keys::Named;
 use safetensors::{Dtype as StDtype, SafeTensors};
 
-pub use key_map::{block, kohya_name, KeyMap};
+pub use key_map::{block, checkpoint_name, kohya_name, KeyMap};
 pub use keys::{place, Format, Part, Place};
 pub use summary::Summary;
 

@@ -124,6 +124,31 @@ impl Weights {
         Ok(Self { store: Rc::new(store), prefix: String::new(), device, kind })
     }
 
+    /// Maps one safetensors file whose keys are another layout's (a single-file checkpoint in
+    /// the original release's names): each key is indexed under `rename(key)`, whose error names
+    /// the key. Also returns, by model name, the key the file stores each tensor under.
+    pub fn from_file_renamed(
+        file: &Path,
+        device: Device,
+        kind: Kind,
+        rename: &dyn Fn(&str) -> Result<String>,
+    ) -> Result<(Self, HashMap<String, String>)> {
+        let mut raw = HashMap::new();
+        let map = map_file(file, 0, &mut raw)?;
+        let mut keys: Vec<String> = raw.keys().cloned().collect();
+        keys.sort();
+        let (mut entries, mut stored) = (HashMap::new(), HashMap::new());
+        for key in keys {
+            let name = rename(&key)?;
+            if let Some(other) = stored.insert(name.clone(), key.clone()) {
+                bail!("{}: tensors `{other}` and `{key}` are both the model's `{name}`", file.display());
+            }
+            entries.insert(name, raw.remove(&key).expect("listed"));
+        }
+        let store = Store::new(Source::Mapped { maps: vec![(file.to_path_buf(), map)], entries }, file.to_path_buf());
+        Ok((Self { store: Rc::new(store), prefix: String::new(), device, kind }, stored))
+    }
+
     /// Random weights for whatever the model asks for, the way freshly initialised layers look:
     /// matrices and convolutions `N(0, 1/fan_in)`, 1-D weights (norms) ones, biases zeros. The
     /// same `seed` gives the same tensors on every device of one kind (each is drawn from a

@@ -46,7 +46,8 @@ fn options(ctx: &LoadContext, lazy: bool) -> LoadOptions {
         fp8_linears: n.fp8_linears,
         int8_attention: n.int8_attention,
         precision: n.preset,
-        lazy_transformer: lazy,
+        lazy_transformer: lazy && ctx.transformer.is_none(),
+        transformer_file: ctx.transformer.clone(),
     }
 }
 

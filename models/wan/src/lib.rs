@@ -31,6 +31,7 @@ pub mod residency;
 pub mod scheduler;
 pub mod session_loop;
 pub mod sessions;
+pub mod single_file;
 pub mod tiny_vae;
 pub mod transformer;
 pub mod umt5;

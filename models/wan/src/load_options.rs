@@ -4,7 +4,7 @@ use fastvideo_torch::{DtypeChoice, Int8Attention, Precision};
 use tch::{Device, Kind};
 
 /// How to load a model: the device and the compute dtype of each component.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct LoadOptions {
     /// Where every component runs (rank 0's device when split over GPUs).
     pub device: Device,
@@ -27,6 +27,9 @@ pub struct LoadOptions {
     /// model's first wake reads them. Taken only for one transformer without FP8 linears
     /// ([`LoadReport::deferred_linear_bytes`] says whether it was).
     pub lazy_transformer: bool,
+    /// `--transformer FILE`: the transformer's weights from one file instead of the folder's
+    /// (`crate::single_file`); the folder's config still gives the architecture.
+    pub transformer_file: Option<std::path::PathBuf>,
 }
 
 impl LoadOptions {
@@ -41,6 +44,7 @@ impl LoadOptions {
             int8_attention: None,
             precision: Precision::Auto,
             lazy_transformer: false,
+            transformer_file: None,
         }
     }
 }

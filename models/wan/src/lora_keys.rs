@@ -26,6 +26,39 @@ impl KeyMap for WanKeys {
             .iter()
             .any(|p| module.contains(p) || module.contains(&p.replace('.', "_")))
     }
+    /// As diffusers' `convert_wan_transformer_to_diffusers`: the modulation tables, the per-head
+    /// norms, norm3 (the cross-attention norm, diffusers' norm2; the two swap names), the image
+    /// embedder's norms and position table, the patch convolution.
+    fn original_tensor(&self, name: &str) -> Option<String> {
+        const TOP: [(&str, &str); 5] = [
+            ("head.modulation", "scale_shift_table"),
+            ("patch_embedding.", "patch_embedding."),
+            ("img_emb.proj.0.", "condition_embedder.image_embedder.norm1."),
+            ("img_emb.proj.4.", "condition_embedder.image_embedder.norm2."),
+            ("img_emb.emb_pos", "condition_embedder.image_embedder.pos_embed"),
+        ];
+        const BLOCK: [(&str, &str); 8] = [
+            ("modulation", "scale_shift_table"),
+            ("norm3.", "norm2."),
+            ("norm2.", "norm3."),
+            ("self_attn.norm_q.", "attn1.norm_q."),
+            ("self_attn.norm_k.", "attn1.norm_k."),
+            ("cross_attn.norm_q.", "attn2.norm_q."),
+            ("cross_attn.norm_k.", "attn2.norm_k."),
+            ("cross_attn.norm_k_img.", "attn2.norm_added_k."),
+        ];
+        let rename = |table: &[(&str, &str)], s: &str| {
+            table.iter().find_map(|(o, d)| match o.ends_with('.') {
+                true => s.strip_prefix(o).map(|rest| format!("{d}{rest}")),
+                false => (s == *o).then(|| d.to_string()),
+            })
+        };
+        match name.strip_prefix("blocks.").and_then(|r| r.split_once('.')) {
+            Some((i, rest)) if i.parse::<u32>().is_ok() => rename(&BLOCK, rest).map(|d| format!("blocks.{i}.{d}")),
+            Some(_) => None,
+            None => rename(&TOP, name),
+        }
+    }
 }
 
 /// A block's module in original names (`self_attn.q`) → diffusers (`attn1.to_q`).
@@ -139,6 +172,31 @@ mod tests {
         );
         assert_eq!(wan(Format::Kohya, "lora_te_encoder_block_0.lora_down.weight"), Ok(Place::KohyaText));
         assert_eq!(Format::detect(["a", "lora_unet_x"]), Format::Kohya);
+    }
+
+    /// Single-file checkpoints: every tensor of the original layout has the name diffusers'
+    /// `convert_wan_transformer_to_diffusers` gives it.
+    #[test]
+    fn original_checkpoint_tensors_take_diffusers_names() {
+        let name = |k: &str| fastvideo_lora::checkpoint_name(&WanKeys, k);
+        for (original, model) in [
+            ("model.diffusion_model.blocks.3.self_attn.q.weight", "blocks.3.attn1.to_q.weight"),
+            ("blocks.3.cross_attn.o.bias", "blocks.3.attn2.to_out.0.bias"),
+            ("blocks.0.ffn.0.weight", "blocks.0.ffn.net.0.proj.weight"),
+            ("blocks.0.modulation", "blocks.0.scale_shift_table"),
+            ("blocks.0.norm3.weight", "blocks.0.norm2.weight"),
+            ("blocks.0.cross_attn.norm_k_img.weight", "blocks.0.attn2.norm_added_k.weight"),
+            ("head.modulation", "scale_shift_table"),
+            ("head.head.bias", "proj_out.bias"),
+            ("patch_embedding.weight", "patch_embedding.weight"),
+            ("time_projection.1.weight", "condition_embedder.time_proj.weight"),
+            ("img_emb.proj.4.bias", "condition_embedder.image_embedder.norm2.bias"),
+            ("diffusion_model.img_emb.emb_pos", "condition_embedder.image_embedder.pos_embed"),
+        ] {
+            assert_eq!(name(original).as_deref(), Ok(model), "{original}");
+        }
+        assert!(name("blocks.0.self_attn.x.weight").is_err());
+        assert!(name("blocks.x.modulation").is_err());
         assert_eq!(Format::detect(["diffusion_model.x"]), Format::Original);
     }
 }

@@ -163,7 +163,7 @@ pub enum FrameDecoder {
 impl WorldModel {
     /// Loads a world-model folder: a Wan folder with `action_embedder/` and `world.json`.
     pub fn load(dir: &Path, opts: LoadOptions) -> Result<Self> {
-        let wan = WanModel::load_with(dir, opts)?;
+        let wan = WanModel::load_with(dir, opts.clone())?;
         let a_dir = dir.join("action_embedder");
         if !a_dir.is_dir() {
             bail!("{} is not a world model: it has no action_embedder/ folder", dir.display());

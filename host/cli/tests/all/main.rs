@@ -25,6 +25,7 @@ mod residency;
 mod rl;
 mod serve;
 mod sessions;
+mod single_file;
 mod store;
 mod wan22;
 mod webhooks;

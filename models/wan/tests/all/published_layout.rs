@@ -111,7 +111,7 @@ fn bf16_shards_and_other_versions_configs_load_and_generate_the_same_model() {
     let published = relaid(true);
     let plain = relaid(false);
     let opts = LoadOptions { dtype: DtypeChoice::Fp32, vae_dtype: DtypeChoice::Fp32, ..LoadOptions::new(Device::Cpu) };
-    let a = WanModel::load_with(published.path(), opts).expect("published-style folder loads");
+    let a = WanModel::load_with(published.path(), opts.clone()).expect("published-style folder loads");
     assert_eq!(a.load_report.transformer_dtype, Kind::Float, "CPU computes in fp32 whatever the storage");
     let b = WanModel::load_with(plain.path(), opts).unwrap();
     // Same values, different storage and configs: bit-identical generation.

@@ -1,0 +1,132 @@
+//! `--transformer FILE`: a Wan folder's transformer weights from one file as the original
+//! release and ComfyUI publish it (`tests/fixtures/make_single_file_fixtures.py`: tiny-wan's
+//! transformer with its weights moved, in the original key layout, bare and under
+//! `model.diffusion_model.`). `generate` makes the frames diffusers' pipeline makes with those
+//! weights; a file that does not fit the folder is one error line naming the file and the key.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use tch::{Kind, Tensor};
+
+fn fixture(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures").join(rel)
+}
+
+fn generate(model: &Path, transformer: &Path, dir: &Path) -> Output {
+    std::fs::create_dir_all(dir).unwrap();
+    let f: HashMap<String, Tensor> =
+        Tensor::read_safetensors(fixture("single_file/outputs.safetensors")).unwrap().into_iter().collect();
+    let noise = dir.join("noise.safetensors");
+    Tensor::write_safetensors(&[("latents", &f["latents"])], &noise).unwrap();
+    let args = [
+        "generate",
+        "--model",
+        model.to_str().unwrap(),
+        "--transformer",
+        transformer.to_str().unwrap(),
+        "--prompt",
+        "a red circle moving left on a white background",
+        "--negative-prompt",
+        "blurry low quality",
+        "--height",
+        "32",
+        "--width",
+        "32",
+        "--frames",
+        "9",
+        "--steps",
+        "4",
+        "--guidance",
+        "5",
+        "--device",
+        "cpu",
+        "--dtype",
+        "fp32",
+        "--noise",
+    ];
+    let frames = dir.join("frames");
+    let out = dir.join("out.mp4");
+    Command::new(env!("CARGO_BIN_EXE_fastvideo"))
+        .args(args)
+        .arg(&noise)
+        .arg("--frames-dir")
+        .arg(&frames)
+        .arg("--out")
+        .arg(&out)
+        .env("RUST_BACKTRACE", "1")
+        .output()
+        .unwrap()
+}
+
+/// Both layouts make the pipeline's frames: float32 on both sides, half an 8-bit step of
+/// rounding plus 1e-3 (4.3e-3 would be a whole step).
+#[test]
+fn a_single_file_transformer_makes_the_pipelines_frames() {
+    let want = &Tensor::read_safetensors(fixture("single_file/outputs.safetensors")).unwrap();
+    let video = want.iter().find(|(k, _)| k == "video").unwrap().1.get(0).permute([0, 2, 3, 1]);
+    for file in ["wan_original.safetensors", "wan_comfy.safetensors"] {
+        let dir = tempfile::tempdir().unwrap();
+        let r = generate(&fixture("tiny-wan"), &fixture(&format!("single_file/{file}")), dir.path());
+        assert!(r.status.success(), "{file}: {}", String::from_utf8_lossy(&r.stderr));
+        let frames: Vec<Tensor> = (0..9)
+            .map(|i| {
+                let img = image::open(dir.path().join(format!("frames/frame_{i:04}.png"))).unwrap().to_rgb8();
+                Tensor::from_slice(img.as_raw()).view([32, 32, 3]).to_kind(Kind::Float) / 255.0
+            })
+            .collect();
+        let e = (Tensor::stack(&frames, 0) - &video).abs().max().double_value(&[]);
+        assert!(e < 0.5 / 255.0 + 1e-3, "{file}: {e:.2e}");
+    }
+}
+
+/// A copy of the original-layout file with `edit` applied to its tensors.
+fn edited(dir: &Path, name: &str, edit: impl FnOnce(&mut Vec<(String, Tensor)>)) -> PathBuf {
+    let mut t = Tensor::read_safetensors(fixture("single_file/wan_original.safetensors")).unwrap();
+    edit(&mut t);
+    let path = dir.join(name);
+    let refs: Vec<(&str, &Tensor)> = t.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    Tensor::write_safetensors(&refs, &path).unwrap();
+    path
+}
+
+#[test]
+fn a_file_that_does_not_fit_is_refused_naming_the_file_and_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let zeros = |shape: &[i64]| Tensor::zeros(shape, (Kind::Float, tch::Device::Cpu));
+    let cases: Vec<(PathBuf, &str)> = vec![
+        (
+            edited(d, "case0.safetensors", |t| t.push(("blocks.0.self_attn.x.weight".into(), zeros(&[24, 24])))),
+            "`blocks.0.self_attn.x.weight` is not a tensor of a Wan transformer in the original layout",
+        ),
+        (
+            edited(d, "case1.safetensors", |t| t.retain(|(k, _)| k != "blocks.1.ffn.2.weight")),
+            "missing tensor `blocks.1.ffn.net.2.weight`",
+        ),
+        (
+            edited(d, "case2.safetensors", |t| {
+                t.iter_mut().find(|(k, _)| k == "head.head.weight").unwrap().1 = zeros(&[16, 20]);
+            }),
+            "`head.head.weight` (the model's `proj_out.weight`) has shape [16, 20]",
+        ),
+        // An image-to-video model's tensor in a text-to-video folder's file.
+        (
+            edited(d, "case3.safetensors", |t| t.push(("img_emb.emb_pos".into(), zeros(&[1, 514, 24])))),
+            "`img_emb.emb_pos` is not a tensor of this folder's transformer",
+        ),
+    ];
+    for (i, (case, want)) in cases.into_iter().enumerate() {
+        let r = generate(&fixture("tiny-wan"), &case, &d.join(format!("out{i}")));
+        crate::common::assert_user_error(&r, want);
+        assert!(String::from_utf8_lossy(&r.stderr).contains(&format!("case{i}.safetensors")), "names the file");
+    }
+    // Not a safetensors file at all.
+    let junk = d.join("junk.safetensors");
+    std::fs::write(&junk, b"GGUF....").unwrap();
+    crate::common::assert_user_error(&generate(&fixture("tiny-wan"), &junk, &d.join("j")), "not a safetensors file");
+    // A family that reads no single file says so.
+    let flux = generate(&fixture("tiny-flux2-klein"), &fixture("single_file/wan_original.safetensors"), &d.join("f"));
+    crate::common::assert_user_error(&flux, "FLUX.2 reads no single-file transformer yet (--transformer)");
+}
