@@ -25,6 +25,19 @@ struct Entry {
     /// Byte range inside the mapped file.
     start: usize,
     end: usize,
+    /// The key the file stores it under, where that is another layout's
+    /// ([`Weights::from_file_renamed`]).
+    stored: Option<String>,
+}
+
+impl Entry {
+    /// `key` as an error names it: with the file's own key beside it when that differs.
+    fn spelled(&self, key: &str) -> String {
+        match &self.stored {
+            Some(s) => format!("`{s}` (the model's `{key}`)"),
+            None => format!("`{key}`"),
+        }
+    }
 }
 
 enum Source {
@@ -98,6 +111,7 @@ fn map_file(file: &Path, index: usize, entries: &mut HashMap<String, Entry>) -> 
             shape,
             start: data_start + s,
             end: data_start + e,
+            stored: None,
         };
         if entries.insert(key.clone(), entry).is_some() {
             bail!("{}: tensor `{key}` appears in more than one shard", file.display());
@@ -125,28 +139,41 @@ impl Weights {
     }
 
     /// Maps one safetensors file whose keys are another layout's (a single-file checkpoint in
-    /// the original release's names): each key is indexed under `rename(key)`, whose error names
-    /// the key. Also returns, by model name, the key the file stores each tensor under.
+    /// the original release's names): `rename` gets every key, sorted, and gives each one's name
+    /// in the model (its error names the key). Errors about a tensor name the file's key too.
     pub fn from_file_renamed(
         file: &Path,
         device: Device,
         kind: Kind,
-        rename: &dyn Fn(&str) -> Result<String>,
-    ) -> Result<(Self, HashMap<String, String>)> {
+        rename: &dyn Fn(&[String]) -> Result<Vec<String>>,
+    ) -> Result<Self> {
         let mut raw = HashMap::new();
         let map = map_file(file, 0, &mut raw)?;
         let mut keys: Vec<String> = raw.keys().cloned().collect();
         keys.sort();
-        let (mut entries, mut stored) = (HashMap::new(), HashMap::new());
-        for key in keys {
-            let name = rename(&key)?;
-            if let Some(other) = stored.insert(name.clone(), key.clone()) {
+        let names = rename(&keys)?;
+        let mut entries: HashMap<String, Entry> = HashMap::new();
+        for (key, name) in keys.into_iter().zip(names) {
+            let mut e = raw.remove(&key).expect("listed");
+            if let Some(other) = entries.get(&name) {
+                let other = other.stored.as_deref().unwrap_or(&name);
                 bail!("{}: tensors `{other}` and `{key}` are both the model's `{name}`", file.display());
             }
-            entries.insert(name, raw.remove(&key).expect("listed"));
+            e.stored = (key != name).then_some(key);
+            entries.insert(name, e);
         }
         let store = Store::new(Source::Mapped { maps: vec![(file.to_path_buf(), map)], entries }, file.to_path_buf());
-        Ok((Self { store: Rc::new(store), prefix: String::new(), device, kind }, stored))
+        Ok(Self { store: Rc::new(store), prefix: String::new(), device, kind })
+    }
+
+    /// The key the checkpoint stores the model's tensor `name` under (itself, unless the file
+    /// is in another layout).
+    pub fn stored_name(&self, name: &str) -> String {
+        match &self.store.source {
+            Source::Mapped { entries, .. } => entries.get(name).and_then(|e| e.stored.clone()),
+            _ => None,
+        }
+        .unwrap_or_else(|| name.to_string())
     }
 
     /// Random weights for whatever the model asks for, the way freshly initialised layers look:
@@ -355,15 +382,16 @@ impl Weights {
                     bail!("{origin}: missing tensor `{key}` (expected shape {shape:?})");
                 };
                 if e.shape != shape {
-                    bail!("{origin}: tensor `{key}` has shape {:?}, the config implies {shape:?}", e.shape);
+                    bail!("{origin}: tensor {} has shape {:?}, the config implies {shape:?}", e.spelled(&key), e.shape);
                 }
                 let (path, map) = &maps[e.file];
                 let bytes = &map[e.start..e.end];
                 let want = e.shape.iter().product::<i64>() as usize * e.kind.elt_size_in_bytes();
                 if bytes.len() != want {
                     bail!(
-                        "{}: tensor `{key}` holds {} bytes, its shape and dtype need {want}",
+                        "{}: tensor {} holds {} bytes, its shape and dtype need {want}",
                         path.display(),
+                        e.spelled(&key),
                         bytes.len()
                     );
                 }

@@ -249,16 +249,15 @@ impl WanModel {
             _ => None,
         };
         let file = opts.transformer_file.as_deref();
-        let (t_w, stored) = crate::single_file::or_folder(file, &t_dir, boundary_ratio.is_some(), device, kind)?;
+        let t_w = crate::single_file::or_folder(file, &t_dir, boundary_ratio.is_some(), device, kind)?;
         // Lazily where it can be: one transformer, no FP8 linears (their scales are made here).
         let lazy = opts.lazy_transformer && boundary_ratio.is_none() && !opts.fp8_linears;
         if lazy {
             t_w.defer_linears();
         }
-        let built = WanTransformer3DModel::new(t_cfg.clone(), &t_w);
-        let built = built.map_err(|e| crate::single_file::in_file_terms(e, &stored))?;
-        if let Some(file) = &opts.transformer_file {
-            crate::single_file::check_all_used(&t_w, &stored, file)?;
+        let built = WanTransformer3DModel::new(t_cfg.clone(), &t_w)?;
+        if let Some(file) = file {
+            crate::single_file::check_all_used(&t_w, file)?;
         }
         let transformer = Arc::new(with_lossy_options(built, opts.fp8_linears, opts.int8_attention));
         // A lazy model's first wake reads the checkpoint as a weight update does, which refuses

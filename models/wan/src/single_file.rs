@@ -5,7 +5,6 @@
 //! folder's transformer and every tensor it needs must be there, else the load is refused naming
 //! the file and the key. The folder's `transformer/config.json` gives the architecture.
 
-use std::collections::HashMap;
 use std::path::Path;
 
 use anyhow::{bail, Result};
@@ -16,16 +15,10 @@ use crate::lora_keys::WanKeys;
 use crate::weights::Weights;
 
 /// The transformer's weights: from `file` when one is given (`two_experts`: refused, one file
-/// replaces one transformer), else the folder's `t_dir`; with the file's key of each tensor.
-pub fn or_folder(
-    file: Option<&Path>,
-    t_dir: &Path,
-    two_experts: bool,
-    device: Device,
-    kind: Kind,
-) -> Result<(Weights, HashMap<String, String>)> {
+/// replaces one transformer), else the folder's `t_dir`.
+pub fn or_folder(file: Option<&Path>, t_dir: &Path, two_experts: bool, device: Device, kind: Kind) -> Result<Weights> {
     let Some(file) = file else {
-        return Ok((Weights::from_dir(t_dir, "diffusion_pytorch_model", device, kind)?, HashMap::new()));
+        return Weights::from_dir(t_dir, "diffusion_pytorch_model", device, kind);
     };
     anyhow::ensure!(
         !two_experts,
@@ -35,57 +28,31 @@ pub fn or_folder(
     weights(file, device, kind)
 }
 
-/// The file's tensors under the model's names, and by model name the key the file uses.
-pub fn weights(file: &Path, device: Device, kind: Kind) -> Result<(Weights, HashMap<String, String>)> {
-    let names = safetensor_keys(file)?;
-    let strip = |k: &str| {
-        k.strip_prefix("model.diffusion_model.").or_else(|| k.strip_prefix("diffusion_model.")).map(str::to_string)
-    };
-    // diffusers' names (some repacks keep them): the condition embedder gives them away.
-    let diffusers = names.iter().any(|k| strip(k).unwrap_or_else(|| k.clone()).starts_with("condition_embedder."));
-    let rename = |key: &str| -> Result<String> {
-        if diffusers {
-            return Ok(strip(key).unwrap_or_else(|| key.to_string()));
+/// The file's tensors under the model's names.
+pub fn weights(file: &Path, device: Device, kind: Kind) -> Result<Weights> {
+    let rename = |keys: &[String]| -> Result<Vec<String>> {
+        let strip = |k: &str| {
+            k.strip_prefix("model.diffusion_model.")
+                .or_else(|| k.strip_prefix("diffusion_model."))
+                .unwrap_or(k)
+                .to_string()
+        };
+        // diffusers' names (some repacks keep them): the condition embedder gives them away.
+        if keys.iter().any(|k| strip(k).starts_with("condition_embedder.")) {
+            return Ok(keys.iter().map(|k| strip(k)).collect());
         }
-        checkpoint_name(&WanKeys, key).map_err(|why| anyhow::anyhow!("{}: `{key}` {why}", file.display()))
+        let name =
+            |k: &String| checkpoint_name(&WanKeys, k).map_err(|why| anyhow::anyhow!("{}: `{k}` {why}", file.display()));
+        keys.iter().map(name).collect()
     };
     Weights::from_file_renamed(file, device, kind, &rename)
 }
 
 /// Refuses a file with tensors the model did not read, naming the first as the file spells it.
-pub fn check_all_used(w: &Weights, stored: &HashMap<String, String>, file: &Path) -> Result<()> {
+pub fn check_all_used(w: &Weights, file: &Path) -> Result<()> {
     if let Some(first) = w.unused().first() {
-        let key = stored.get(first).unwrap_or(first);
+        let key = w.stored_name(first);
         bail!("{}: `{key}` is not a tensor of this folder's transformer (the model's `{first}`)", file.display());
     }
     Ok(())
-}
-
-/// An error about the model's tensor `name` told with the file's key for it.
-pub fn in_file_terms(e: anyhow::Error, stored: &HashMap<String, String>) -> anyhow::Error {
-    let msg = format!("{e:#}");
-    let named = stored.iter().find(|(name, _)| msg.contains(&format!("`{name}`")));
-    match named {
-        Some((name, key)) if key != name => {
-            anyhow::anyhow!("{}", msg.replace(&format!("`{name}`"), &format!("`{key}` (the model's `{name}`)")))
-        }
-        _ => e,
-    }
-}
-
-/// The tensor names of a safetensors file (its header only).
-fn safetensor_keys(file: &Path) -> Result<Vec<String>> {
-    use std::io::Read;
-    let mut f = std::fs::File::open(file).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
-    let mut len = [0u8; 8];
-    f.read_exact(&mut len)
-        .map_err(|_| anyhow::anyhow!("{}: not a safetensors file (shorter than its header)", file.display()))?;
-    let n = u64::from_le_bytes(len);
-    anyhow::ensure!(n < 100 << 20, "{}: not a safetensors file (a header of {n} bytes)", file.display());
-    let mut header = vec![0u8; n as usize];
-    f.read_exact(&mut header)
-        .map_err(|_| anyhow::anyhow!("{}: not a safetensors file (truncated header)", file.display()))?;
-    let v: serde_json::Value = serde_json::from_slice(&header)
-        .map_err(|e| anyhow::anyhow!("{}: not a safetensors file (its header is not JSON: {e})", file.display()))?;
-    Ok(v.as_object().map(|m| m.keys().filter(|k| *k != "__metadata__").cloned().collect()).unwrap_or_default())
 }

@@ -125,7 +125,10 @@ fn a_file_that_does_not_fit_is_refused_naming_the_file_and_the_key() {
     // Not a safetensors file at all.
     let junk = d.join("junk.safetensors");
     std::fs::write(&junk, b"GGUF....").unwrap();
-    crate::common::assert_user_error(&generate(&fixture("tiny-wan"), &junk, &d.join("j")), "not a safetensors file");
+    crate::common::assert_user_error(
+        &generate(&fixture("tiny-wan"), &junk, &d.join("j")),
+        "not a readable safetensors file",
+    );
     // A family that reads no single file says so.
     let flux = generate(&fixture("tiny-flux2-klein"), &fixture("single_file/wan_original.safetensors"), &d.join("f"));
     crate::common::assert_user_error(&flux, "FLUX.2 reads no single-file transformer yet (--transformer)");
