@@ -138,7 +138,7 @@ impl LinearAdapters {
 /// `file`'s tensors on `device`, by the slots of `modules` (the model's module table), each in
 /// its module's dtype (`kinds`, by slot). Every module the file names must exist with the shapes
 /// it implies: the file is checked against the table first, so an error names the key.
-pub fn prepare(
+fn prepare(
     file: &LoraFile,
     name: &str,
     hash: &str,
