@@ -18,7 +18,8 @@ use tch::{Device, Tensor};
 const SOURCE: &str = concat!(
     include_str!("../cuda/norms.cu"),
     include_str!("../cuda/quant.cu"),
-    include_str!("../cuda/paged_decode.cu")
+    include_str!("../cuda/paged_decode.cu"),
+    include_str!("../cuda/ggml.cu")
 );
 const FUNCTIONS: &[&str] = &[
     "norm_modulate_f32",
@@ -49,6 +50,30 @@ const FUNCTIONS: &[&str] = &[
     "paged_decode_f16_d128",
     "paged_decode_bf16_d64",
     "paged_decode_f16_d64",
+    "ggml_q8_0_f32",
+    "ggml_q8_0_bf16",
+    "ggml_q8_0_f16",
+    "ggml_q4_0_f32",
+    "ggml_q4_0_bf16",
+    "ggml_q4_0_f16",
+    "ggml_q4_1_f32",
+    "ggml_q4_1_bf16",
+    "ggml_q4_1_f16",
+    "ggml_q5_0_f32",
+    "ggml_q5_0_bf16",
+    "ggml_q5_0_f16",
+    "ggml_q5_1_f32",
+    "ggml_q5_1_bf16",
+    "ggml_q5_1_f16",
+    "ggml_q4_k_f32",
+    "ggml_q4_k_bf16",
+    "ggml_q4_k_f16",
+    "ggml_q5_k_f32",
+    "ggml_q5_k_bf16",
+    "ggml_q5_k_f16",
+    "ggml_q6_k_f32",
+    "ggml_q6_k_bf16",
+    "ggml_q6_k_f16",
 ];
 
 /// A kernel argument, as the kernel's C signature declares it.

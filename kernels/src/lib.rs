@@ -14,6 +14,7 @@ pub mod attention8;
 mod cublaslt;
 pub mod cuda;
 pub mod fp8;
+pub mod ggml;
 pub mod graph;
 pub mod head_rope;
 pub mod linear_gelu;

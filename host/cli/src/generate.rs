@@ -392,6 +392,9 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         if let Some(d) = &r.note {
             eprintln!("note: {d}");
         }
+        if let Some(q) = &r.quantized_weights {
+            eprintln!("weights: {q}, dequantized per layer (lossy against the float checkpoint)");
+        }
         eprintln!(
             "generating {} frames {}x{} @ {} fps: {} {} steps, guidance {}, shift {}, seed {}",
             req.num_frames,

@@ -48,6 +48,9 @@ pub struct LoadSummary {
     pub seconds: f64,
     /// Free text the folder carries for users (e.g. "random weights").
     pub note: Option<String>,
+    /// Weights the checkpoint stores quantized and that run so (a lossy format of the file's
+    /// own, e.g. `GGUF Q4_K ×20, Q6_K ×8`), when it does.
+    pub quantized_weights: Option<String>,
 }
 
 impl LoadSummary {
@@ -76,6 +79,7 @@ impl LoadSummary {
             parallel: None,
             seconds,
             note: None,
+            quantized_weights: None,
         }
     }
 
@@ -84,6 +88,9 @@ impl LoadSummary {
         let mut paths = fastvideo_torch::lossy_paths(self.fp8_linears, self.int8_attention);
         if self.tiny_decoder {
             paths.push("tiny_decoder");
+        }
+        if self.quantized_weights.is_some() {
+            paths.push("quantized_weights");
         }
         paths
     }

@@ -36,12 +36,12 @@ impl LinearAdapters {
     }
 
     /// Each module's weight dtype, by slot: the linear's own (float32 for the modules a family
-    /// keeps in full precision), `compute` for an FP8 one. Adapter tensors take their module's.
+    /// keeps in full precision), `compute` for a quantized one (FP8, GGUF blocks). Adapter tensors take their module's.
     pub fn kinds(&self, linears: &[&Linear], compute: Kind) -> Vec<Kind> {
         let mut kinds = vec![compute; self.modules.len()];
         for lin in linears {
             for p in lin.parts() {
-                kinds[p.slot] = if lin.is_fp8() { compute } else { lin.weight.kind() };
+                kinds[p.slot] = if lin.is_quantized() { compute } else { lin.weight.kind() };
             }
         }
         kinds
@@ -64,7 +64,10 @@ impl LinearAdapters {
     /// from any other merged set: forwards then run rows with exactly this set at the plain
     /// model's cost. Call between forwards only.
     pub fn merge(&self, linears: &[&Linear], set: &AdapterSet) -> Result<()> {
-        ensure!(!linears.iter().any(|l| l.is_fp8()), "adapters cannot merge into FP8 weights; they run unmerged");
+        ensure!(
+            !linears.iter().any(|l| l.is_quantized()),
+            "adapters cannot merge into quantized weights (FP8 or GGUF blocks); they run unmerged"
+        );
         let mut merged = self.merged.lock().unwrap_or_else(|e| e.into_inner());
         if merged.as_ref().is_some_and(|m| m.key == set.key()) {
             return Ok(());
@@ -82,7 +85,10 @@ impl LinearAdapters {
     /// model no forward uses yet.
     pub fn merge_permanently(&self, linears: &[&Linear], set: &AdapterSet) -> Result<()> {
         ensure!(self.merged().is_none(), "adapters are merged already");
-        ensure!(!linears.iter().any(|l| l.is_fp8()), "adapters cannot merge into FP8 weights; merge before quantizing");
+        ensure!(
+            !linears.iter().any(|l| l.is_quantized()),
+            "adapters cannot merge into quantized weights (FP8 or GGUF blocks); merge before quantizing"
+        );
         drop(merge(linears, set)?);
         Ok(())
     }

@@ -5,15 +5,16 @@
 use anyhow::Result;
 use fastvideo_kernels::fp8::Quantized;
 use fastvideo_pipeline::{AdapterRows, ModuleDelta, PreparedAdapter};
-use fastvideo_torch::weights::Weights;
-use tch::Tensor;
+use fastvideo_torch::weights::{GgmlType, LinearWeight, Weights};
+use tch::{Kind, Tensor};
 
 /// Which adapter rows a forward runs with (`None`: none, at no cost).
 pub type Lora<'a> = Option<&'a AdapterRows<'a>>;
 
 /// `nn.Linear` (`weight` is `[out, in]`).
 pub struct Linear {
-    /// `[out, in]`, in the compute dtype or FP8 (see `fp8_scale`).
+    /// `[out, in]`, in the compute dtype or FP8 (see `fp8_scale`); or, for a GGUF file's
+    /// weight kept in ggml's blocks (see `ggml`), those blocks as 1-D `uint8`.
     pub weight: Tensor,
     /// `[out]`, when the linear has one.
     pub bias: Option<Tensor>,
@@ -23,6 +24,29 @@ pub struct Linear {
     /// Set when `weight` holds FP8 (e4m3) values (`--fp8-linears`): one float32 scale per
     /// output channel.
     fp8_scale: Option<Tensor>,
+    /// Set when `weight` holds ggml blocks: dequantized per forward, just before the GEMM.
+    ggml: Option<GgmlLayout>,
+}
+
+/// How a linear's ggml blocks lay out its rows: runs of rows in one block format each (fused
+/// projections whose parts a K-quant mix stores in different types), in order.
+#[derive(Clone, Debug)]
+struct GgmlLayout {
+    runs: Vec<GgmlRun>,
+    in_dim: i64,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct GgmlRun {
+    ty: GgmlType,
+    rows: i64,
+    bytes: i64,
+}
+
+impl GgmlLayout {
+    fn out_dim(&self) -> i64 {
+        self.runs.iter().map(|r| r.rows).sum()
+    }
 }
 
 /// One checkpoint module inside a [`Linear`]: output rows `start..start + len`.
@@ -50,6 +74,7 @@ impl Linear {
             bias: self.bias.as_ref().map(Tensor::shallow_clone),
             parts: self.parts.clone(),
             fp8_scale: self.fp8_scale.as_ref().map(Tensor::shallow_clone),
+            ggml: self.ggml.clone(),
         }
     }
 
@@ -61,10 +86,16 @@ impl Linear {
     /// The module at `w`'s path, registered in the checkpoint's module table (so adapters can
     /// name it).
     pub fn new(w: &Weights, in_dim: i64, out_dim: i64, bias: bool) -> Result<Self> {
-        let weight = w.get_linear_weight(&[out_dim, in_dim])?;
+        let (weight, ggml) = match w.get_linear(&[out_dim, in_dim])? {
+            LinearWeight::Dense(t) => (t, None),
+            LinearWeight::Ggml(g) => {
+                let run = GgmlRun { ty: g.ty, rows: out_dim, bytes: g.bytes.numel() as i64 };
+                (g.bytes, Some(GgmlLayout { runs: vec![run], in_dim }))
+            }
+        };
         let bias = if bias { Some(w.get("bias", &[out_dim])?) } else { None };
         let slot = w.register_linear(in_dim, out_dim, bias.is_some());
-        Ok(Self { weight, bias, parts: vec![LinearPart { slot, start: 0, len: out_dim }], fp8_scale: None })
+        Ok(Self { weight, bias, parts: vec![LinearPart { slot, start: 0, len: out_dim }], fp8_scale: None, ggml })
     }
 
     /// Several projections of the same input as one (outputs concatenated in order), so they
@@ -72,7 +103,11 @@ impl Linear {
     /// are freed as soon as the fused copy exists (not kept beside it while the rest of a layer
     /// loads).
     pub fn concat(parts: Vec<Linear>) -> Self {
-        let weight = Tensor::cat(&parts.iter().map(|p| &p.weight).collect::<Vec<_>>(), 0);
+        let ggml = parts.iter().any(|p| p.ggml.is_some()).then(|| ggml_concat(&parts));
+        let weight = match ggml {
+            Some(_) => Tensor::cat(&parts.iter().map(ggml_bytes).collect::<Vec<_>>(), 0),
+            None => Tensor::cat(&parts.iter().map(|p| &p.weight).collect::<Vec<_>>(), 0),
+        };
         let bias = parts.iter().map(|p| p.bias.as_ref()).collect::<Option<Vec<_>>>().map(|b| Tensor::cat(&b, 0));
         assert!(bias.is_some() || parts.iter().all(|p| p.bias.is_none()), "all parts or none have a bias");
         let mut offset = 0;
@@ -84,7 +119,7 @@ impl Linear {
             // From the parts, not the weight: a deferred weight (lazy loading) is empty.
             offset += p.parts.iter().map(|q| q.len).sum::<i64>();
         }
-        Self { weight, bias, parts: fused, fp8_scale: None }
+        Self { weight, bias, parts: fused, fp8_scale: None, ggml }
     }
 
     /// The modules this linear computes.
@@ -92,20 +127,41 @@ impl Linear {
         &self.parts
     }
 
-    /// `x Wᵀ + b` (through the FP8 kernel when the weight is FP8).
+    /// `x Wᵀ + b` (through the FP8 kernel when the weight is FP8; ggml blocks dequantized
+    /// first, in `x`'s dtype).
     pub fn forward(&self, x: &Tensor) -> Tensor {
-        match &self.fp8_scale {
-            Some(scale) => fastvideo_kernels::fp8::linear(x, &self.weight, scale, self.bias.as_ref()),
-            None => x.linear(&self.weight, self.bias.as_ref()),
+        match (&self.fp8_scale, &self.ggml) {
+            (Some(scale), _) => fastvideo_kernels::fp8::linear(x, &self.weight, scale, self.bias.as_ref()),
+            (None, Some(g)) => x.linear(&self.dense(g, x.kind()), self.bias.as_ref()),
+            (None, None) => x.linear(&self.weight, self.bias.as_ref()),
         }
+    }
+
+    /// The `[out, in]` weight in `kind` from its ggml blocks, each run of rows decoded into its
+    /// rows (`fastvideo_kernels::ggml`: on the GPU by a kernel of ours).
+    fn dense(&self, g: &GgmlLayout, kind: Kind) -> Tensor {
+        let w = Tensor::empty([g.out_dim(), g.in_dim], (kind, self.weight.device()));
+        let (mut row, mut byte) = (0, 0);
+        for r in &g.runs {
+            let bytes = self.weight.narrow(0, byte, r.bytes);
+            fastvideo_kernels::ggml::dequantize_into(&bytes, r.ty, &w.narrow(0, row, r.rows));
+            row += r.rows;
+            byte += r.bytes;
+        }
+        w
+    }
+
+    /// The block formats of the weight's rows when it is kept in ggml's blocks (a GGUF file).
+    pub fn ggml_types(&self) -> Vec<GgmlType> {
+        self.ggml.iter().flat_map(|g| g.runs.iter().map(|r| r.ty)).collect()
     }
 
     /// `acc += x Wᵀ + b` in place (`acc [.., out]`): the matmul accumulates into `acc` (a
     /// residual add), one launch instead of a matmul and an add, which is what a decode step,
     /// bound by launches, needs. An FP8 weight computes its output apart and adds it.
     pub fn forward_add(&self, acc: &Tensor, x: &Tensor) {
-        let (out, inp) = self.weight.size2().expect("[out, in]");
-        if acc.is_contiguous() && self.fp8_scale.is_none() {
+        if acc.is_contiguous() && !self.is_quantized() {
+            let (out, inp) = self.weight.size2().expect("[out, in]");
             let _ = acc.view([-1, out]).addmm_(&x.reshape([-1, inp]), &self.weight.tr());
             if let Some(b) = &self.bias {
                 let _ = acc.shallow_clone().g_add_(b);
@@ -136,18 +192,24 @@ impl Linear {
 
     /// Stores the weight in FP8 with per-output-channel scales; forwards then quantize their
     /// input per token (`fastvideo_kernels::fp8`). For `--fp8-linears`, at load, before the
-    /// model is shared.
+    /// model is shared. A weight kept in ggml's blocks stays as it is (it is quantized already).
     pub fn quantize_fp8(&mut self) {
-        if self.fp8_scale.is_none() {
+        if self.fp8_scale.is_none() && self.ggml.is_none() {
             let (values, scale) = fastvideo_kernels::fp8::quantize_weight(&self.weight);
             self.weight = values;
             self.fp8_scale = Some(scale);
         }
     }
 
-    /// Whether the weight is stored in FP8 (then adapters run unmerged only).
+    /// Whether the weight is stored in FP8.
     pub fn is_fp8(&self) -> bool {
         self.fp8_scale.is_some()
+    }
+
+    /// Whether the weight is stored quantized, in FP8 or ggml's blocks (then adapters run
+    /// unmerged only).
+    pub fn is_quantized(&self) -> bool {
+        self.fp8_scale.is_some() || self.ggml.is_some()
     }
 
     /// [`forward`](Self::forward) plus each row group's adapter deltas (unmerged LoRA:
@@ -175,11 +237,49 @@ impl Linear {
     /// the GELU (then unfused).
     pub fn forward_gelu_tanh_lora(&self, x: &Tensor, lora: Lora) -> Tensor {
         if let (None, None, Some(bias)) = (lora, &self.fp8_scale, &self.bias) {
-            return fastvideo_kernels::linear_gelu_tanh(x, &self.weight, bias);
+            return match &self.ggml {
+                Some(g) => fastvideo_kernels::linear_gelu_tanh(x, &self.dense(g, x.kind()), bias),
+                None => fastvideo_kernels::linear_gelu_tanh(x, &self.weight, bias),
+            };
         }
         let mut y = self.forward_lora(x, lora);
         let _ = y.gelu_("tanh");
         y
+    }
+}
+
+/// The runs of a concatenation of linears of which some keep ggml blocks: a dense part joins as
+/// a run of its plain float type.
+fn ggml_concat(parts: &[Linear]) -> GgmlLayout {
+    let mut runs = Vec::new();
+    let mut in_dim = 0;
+    for p in parts {
+        match &p.ggml {
+            Some(g) => {
+                runs.extend_from_slice(&g.runs);
+                in_dim = g.in_dim;
+            }
+            None => {
+                let (rows, cols) = p.weight.size2().expect("[out, in]");
+                let ty = match p.weight.kind() {
+                    Kind::Float => GgmlType::F32,
+                    Kind::Half => GgmlType::F16,
+                    Kind::BFloat16 => GgmlType::BF16,
+                    other => panic!("a {other:?} weight fused with GGUF blocks"),
+                };
+                runs.push(GgmlRun { ty, rows, bytes: rows * cols * p.weight.kind().elt_size_in_bytes() as i64 });
+                in_dim = cols;
+            }
+        }
+    }
+    GgmlLayout { runs, in_dim }
+}
+
+/// A part's weight as bytes (1-D `uint8`), for [`ggml_concat`]'s buffer.
+fn ggml_bytes(p: &Linear) -> Tensor {
+    match p.ggml {
+        Some(_) => p.weight.shallow_clone(),
+        None => p.weight.contiguous().view_dtype(Kind::Uint8).reshape([-1]),
     }
 }
 
@@ -190,7 +290,7 @@ impl Linear {
 /// after the base GEMM makes, the unmerged path's main cost at real size (docs/benchmarks.md).
 /// `None` when the rows or deltas are of another shape; [`add_deltas`] handles those.
 fn forward_deltas_first(lin: &Linear, x: &Tensor, rows: &AdapterRows) -> Option<Tensor> {
-    if lin.is_fp8() {
+    if lin.is_quantized() {
         return None;
     }
     let n = x.size()[0];

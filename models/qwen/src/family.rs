@@ -63,6 +63,7 @@ impl Family for Qwen {
             parallel: None,
             seconds: t0.elapsed().as_secs_f64(),
             note: None,
+            quantized_weights: None,
         };
         Ok(Box::new(LoadedQwen { lm, spec: Arc::new(spec), pool, summary }))
     }

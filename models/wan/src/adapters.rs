@@ -33,7 +33,7 @@ impl WanAdapters {
             experts: model.experts(),
             text_encoder: model.text_encoder.clone(),
             merged: Default::default(),
-            frozen: model.offload.is_some() || model.experts().iter().any(|t| t.has_fp8()),
+            frozen: model.offload.is_some() || model.experts().iter().any(|t| t.has_quantized_linears()),
         }
     }
 

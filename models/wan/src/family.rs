@@ -127,6 +127,7 @@ fn summary(model: &WanModel) -> LoadSummary {
         parallel: model.parallel.as_ref().map(|p| format!("{:?} over {:?}", p.plan(), p.devices())),
         seconds: r.seconds,
         note: model.run.description.clone(),
+        quantized_weights: r.quantized_weights.clone(),
     }
 }
 

@@ -76,4 +76,7 @@ pub struct LoadReport {
     /// Loaded lazily: bytes of the transformer linears not yet read (they come at the first
     /// wake); `None` when they were read.
     pub deferred_linear_bytes: Option<u64>,
+    /// The transformer file's quantized formats, when its weights stay quantized (a GGUF file):
+    /// `GGUF Q4_K ×20, Q6_K ×8`.
+    pub quantized_weights: Option<String>,
 }

@@ -270,6 +270,7 @@ impl WanModel {
             );
         }
         t_w.warn_unused("transformer");
+        let quantized_weights = crate::single_file::quantized_formats(&t_w);
         let deferred_linear_bytes = lazy.then(|| t_w.deferred_bytes());
         let (low_noise, offload) = match (boundary_ratio, parked) {
             (Some(boundary_ratio), Some(parked)) => {
@@ -364,6 +365,7 @@ impl WanModel {
             fp8_linears: opts.fp8_linears,
             int8_attention: opts.int8_attention,
             deferred_linear_bytes,
+            quantized_weights,
         };
         tracing::info!(?load_report, dir = %dir.display(), "model loaded");
         Ok(Self {

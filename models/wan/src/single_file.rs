@@ -48,6 +48,16 @@ pub fn weights(file: &Path, device: Device, kind: Kind) -> Result<Weights> {
     Weights::from_file_renamed(file, device, kind, &rename)
 }
 
+/// The file's quantized formats as a load report names them (`GGUF Q4_K ×20, Q6_K ×8`), when it
+/// holds any.
+pub fn quantized_formats(w: &Weights) -> Option<String> {
+    let types = w.ggml_types();
+    (!types.is_empty()).then(|| {
+        let list: Vec<String> = types.iter().map(|(t, n)| format!("{t} ×{n}")).collect();
+        format!("GGUF {}", list.join(", "))
+    })
+}
+
 /// Refuses a file with tensors the model did not read, naming the first as the file spells it.
 pub fn check_all_used(w: &Weights, file: &Path) -> Result<()> {
     if let Some(first) = w.unused().first() {

@@ -15,6 +15,7 @@ mod common;
 mod cosmos3;
 mod default_model;
 mod flux2;
+mod gguf;
 mod image_to_video;
 mod lora;
 mod parallel;

@@ -15,9 +15,14 @@ fn fixture(rel: &str) -> PathBuf {
 }
 
 fn generate(model: &Path, transformer: &Path, dir: &Path) -> Output {
+    generate_with_noise_of("single_file/outputs.safetensors", model, transformer, dir)
+}
+
+/// `fastvideo generate` of the fixtures' case (32x32, 9 frames, 4 steps, guidance 5, fp32 on the
+/// CPU) with `--transformer` and the `latents` of `outputs` (a fixture file) as its noise.
+pub(crate) fn generate_with_noise_of(outputs: &str, model: &Path, transformer: &Path, dir: &Path) -> Output {
     std::fs::create_dir_all(dir).unwrap();
-    let f: HashMap<String, Tensor> =
-        Tensor::read_safetensors(fixture("single_file/outputs.safetensors")).unwrap().into_iter().collect();
+    let f: HashMap<String, Tensor> = Tensor::read_safetensors(fixture(outputs)).unwrap().into_iter().collect();
     let noise = dir.join("noise.safetensors");
     Tensor::write_safetensors(&[("latents", &f["latents"])], &noise).unwrap();
     let args = [
@@ -70,15 +75,20 @@ fn a_single_file_transformer_makes_the_pipelines_frames() {
         let dir = tempfile::tempdir().unwrap();
         let r = generate(&fixture("tiny-wan"), &fixture(&format!("single_file/{file}")), dir.path());
         assert!(r.status.success(), "{file}: {}", String::from_utf8_lossy(&r.stderr));
-        let frames: Vec<Tensor> = (0..9)
-            .map(|i| {
-                let img = image::open(dir.path().join(format!("frames/frame_{i:04}.png"))).unwrap().to_rgb8();
-                Tensor::from_slice(img.as_raw()).view([32, 32, 3]).to_kind(Kind::Float) / 255.0
-            })
-            .collect();
-        let e = (Tensor::stack(&frames, 0) - &video).abs().max().double_value(&[]);
+        let e = (frames(dir.path()) - &video).abs().max().double_value(&[]);
         assert!(e < 0.5 / 255.0 + 1e-3, "{file}: {e:.2e}");
     }
+}
+
+/// The 9 frames `generate` wrote under `dir/frames`, `[9, 32, 32, 3]` in [0, 1].
+pub(crate) fn frames(dir: &Path) -> Tensor {
+    let frames: Vec<Tensor> = (0..9)
+        .map(|i| {
+            let img = image::open(dir.join(format!("frames/frame_{i:04}.png"))).unwrap().to_rgb8();
+            Tensor::from_slice(img.as_raw()).view([32, 32, 3]).to_kind(Kind::Float) / 255.0
+        })
+        .collect();
+    Tensor::stack(&frames, 0)
 }
 
 /// A copy of the original-layout file with `edit` applied to its tensors.
@@ -124,7 +134,7 @@ fn a_file_that_does_not_fit_is_refused_naming_the_file_and_the_key() {
     }
     // Not a safetensors file at all.
     let junk = d.join("junk.safetensors");
-    std::fs::write(&junk, b"GGUF....").unwrap();
+    std::fs::write(&junk, b"PK\x03\x04....").unwrap();
     crate::common::assert_user_error(
         &generate(&fixture("tiny-wan"), &junk, &d.join("j")),
         "not a readable safetensors file",

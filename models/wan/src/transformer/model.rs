@@ -120,9 +120,10 @@ impl WanTransformer3DModel {
         }
     }
 
-    /// Whether any linear is stored in FP8.
-    pub fn has_fp8(&self) -> bool {
-        self.linears().iter().any(|l| l.is_fp8())
+    /// Whether any linear is stored quantized (FP8, or a GGUF file's blocks): adapters then
+    /// run unmerged.
+    pub fn has_quantized_linears(&self) -> bool {
+        self.linears().iter().any(|l| l.is_quantized())
     }
 
     /// The linears by the group a forward reads them in ([`Arrivals`]): first those outside the

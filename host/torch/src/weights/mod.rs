@@ -6,6 +6,11 @@
 //! straight onto its device and into its dtype: loading a checkpoint never holds a second copy
 //! of it in host memory, whatever dtype it was stored in (fp32, bf16, fp16) and however sharded.
 
+mod gguf;
+
+pub use fastvideo_gguf::GgmlType;
+pub use gguf::{GgmlWeight, LinearWeight};
+
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -28,9 +33,21 @@ struct Entry {
     /// The key the file stores it under, where that is another layout's
     /// ([`Weights::from_file_renamed`]).
     stored: Option<String>,
+    /// Set for a GGUF tensor in one of ggml's block formats (`kind` is then float32, what it
+    /// decodes to).
+    ggml: Option<GgmlType>,
 }
 
 impl Entry {
+    /// Bytes its shape and type need.
+    fn want_bytes(&self) -> u64 {
+        let n = self.shape.iter().product::<i64>() as u64;
+        match self.ggml {
+            Some(ty) => ty.bytes_for(n).unwrap_or(u64::MAX),
+            None => n * self.kind.elt_size_in_bytes() as u64,
+        }
+    }
+
     /// `key` as an error names it: with the file's own key beside it when that differs.
     fn spelled(&self, key: &str) -> String {
         match &self.stored {
@@ -112,6 +129,7 @@ fn map_file(file: &Path, index: usize, entries: &mut HashMap<String, Entry>) -> 
             start: data_start + s,
             end: data_start + e,
             stored: None,
+            ggml: None,
         };
         if entries.insert(key.clone(), entry).is_some() {
             bail!("{}: tensor `{key}` appears in more than one shard", file.display());
@@ -138,9 +156,12 @@ impl Weights {
         Ok(Self { store: Rc::new(store), prefix: String::new(), device, kind })
     }
 
-    /// Maps one safetensors file whose keys are another layout's (a single-file checkpoint in
-    /// the original release's names): `rename` gets every key, sorted, and gives each one's name
-    /// in the model (its error names the key). Errors about a tensor name the file's key too.
+    /// Maps one safetensors or GGUF file (told by its first bytes) whose keys are another
+    /// layout's (a single-file checkpoint in the original release's names): `rename` gets every
+    /// key, sorted, and gives each one's name in the model (its error names the key). Errors
+    /// about a tensor name the file's key too. A GGUF file's block-quantized linear weights stay
+    /// quantized ([`get_linear`](Self::get_linear)); it is checked whole (every range, every
+    /// block's scale) before anything is read.
     pub fn from_file_renamed(
         file: &Path,
         device: Device,
@@ -148,7 +169,7 @@ impl Weights {
         rename: &dyn Fn(&[String]) -> Result<Vec<String>>,
     ) -> Result<Self> {
         let mut raw = HashMap::new();
-        let map = map_file(file, 0, &mut raw)?;
+        let map = if gguf::is_gguf(file)? { gguf::map(file, &mut raw)? } else { map_file(file, 0, &mut raw)? };
         let mut keys: Vec<String> = raw.keys().cloned().collect();
         keys.sort();
         let names = rename(&keys)?;
@@ -332,7 +353,7 @@ impl Weights {
         }
         if let Source::Mapped { maps, entries } = &self.store.source {
             let e = &entries[&key];
-            let want = e.shape.iter().product::<i64>() as usize * e.kind.elt_size_in_bytes();
+            let want = e.want_bytes() as usize;
             if e.end - e.start != want {
                 let path = maps[e.file].0.display();
                 bail!("{path}: tensor `{key}` holds {} bytes, its shape and dtype need {want}", e.end - e.start);
@@ -378,29 +399,9 @@ impl Weights {
                 t.to_kind(self.kind)
             }
             Source::Mapped { maps, entries } => {
-                let Some(e) = entries.get(&key) else {
-                    bail!("{origin}: missing tensor `{key}` (expected shape {shape:?})");
-                };
-                if e.shape != shape {
-                    bail!("{origin}: tensor {} has shape {:?}, the config implies {shape:?}", e.spelled(&key), e.shape);
-                }
-                let (path, map) = &maps[e.file];
-                let bytes = &map[e.start..e.end];
-                let want = e.shape.iter().product::<i64>() as usize * e.kind.elt_size_in_bytes();
-                if bytes.len() != want {
-                    bail!(
-                        "{}: tensor {} holds {} bytes, its shape and dtype need {want}",
-                        path.display(),
-                        e.spelled(&key),
-                        bytes.len()
-                    );
-                }
+                let (bytes, e) = mapped(maps, entries, &origin, &key, shape)?;
                 let t = self.materialise(bytes, e);
-                // The bytes are copied: drop the pages from this process's mapping so a
-                // checkpoint never sits in our resident memory (the page cache may keep them).
-                // SAFETY: the mapping is read-only and file-backed, so DONTNEED only forgets
-                // pages that a later read faults back in from the file.
-                let _ = unsafe { map.unchecked_advise_range(UncheckedAdvice::DontNeed, e.start, e.end - e.start) };
+                forget_pages(&maps[e.file].1, e);
                 t
             }
         };
@@ -412,6 +413,9 @@ impl Weights {
     /// target the bytes go straight from the mapping to the device (no host copy), and the dtype
     /// conversion runs there.
     fn materialise(&self, bytes: &[u8], e: &Entry) -> Tensor {
+        if let Some(ty) = e.ggml {
+            return gguf::decode(ty, bytes, &e.shape).to_kind(self.kind).to_device(self.device);
+        }
         let aligned = (bytes.as_ptr() as usize).is_multiple_of(e.kind.elt_size_in_bytes());
         if self.device != Device::Cpu && aligned && std::env::var_os("FASTVIDEO_LOAD_VIA_HOST").is_none() {
             let strides = contiguous_strides(&e.shape);
@@ -444,6 +448,43 @@ impl Weights {
             tracing::warn!(component, count = unused.len(), first = %unused[0], "checkpoint tensors not used by the model");
         }
     }
+}
+
+/// The checked bytes of the mapped tensor `key`: present, of `shape`, its byte range as long
+/// as its shape and type need.
+fn mapped<'a>(
+    maps: &'a [(PathBuf, Mmap)],
+    entries: &'a HashMap<String, Entry>,
+    origin: &impl std::fmt::Display,
+    key: &str,
+    shape: &[i64],
+) -> Result<(&'a [u8], &'a Entry)> {
+    let Some(e) = entries.get(key) else {
+        bail!("{origin}: missing tensor `{key}` (expected shape {shape:?})");
+    };
+    if e.shape != shape {
+        bail!("{origin}: tensor {} has shape {:?}, the config implies {shape:?}", e.spelled(key), e.shape);
+    }
+    let (path, map) = &maps[e.file];
+    let bytes = &map[e.start..e.end];
+    let want = e.want_bytes() as usize;
+    if bytes.len() != want {
+        bail!(
+            "{}: tensor {} holds {} bytes, its shape and dtype need {want}",
+            path.display(),
+            e.spelled(key),
+            bytes.len()
+        );
+    }
+    Ok((bytes, e))
+}
+
+/// Drops a copied tensor's pages from this process's mapping, so a checkpoint never sits in our
+/// resident memory (the page cache may keep them).
+fn forget_pages(map: &Mmap, e: &Entry) {
+    // SAFETY: the mapping is read-only and file-backed, so DONTNEED only forgets pages that a
+    // later read faults back in from the file.
+    let _ = unsafe { map.unchecked_advise_range(UncheckedAdvice::DontNeed, e.start, e.end - e.start) };
 }
 
 /// The files of the checkpoint `dir/<stem>.safetensors`, or of its shards listed in

@@ -1,0 +1,113 @@
+//! GGUF files as checkpoints: tensors in plain float types read like safetensors ones; tensors
+//! in ggml's block formats decode to float32 where a model asks for a dense tensor, and a
+//! linear's weight stays in its blocks ([`Weights::get_linear`]), dequantized per layer inside
+//! the forward (`fastvideo_layers::Linear`).
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Read;
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use fastvideo_gguf::{first_bad_scale, GgmlType, GgufFile};
+use memmap2::Mmap;
+use tch::{Kind, Tensor};
+
+use super::{forget_pages, mapped, Entry, Source, Weights};
+
+/// Whether `file` starts with GGUF's magic.
+pub(super) fn is_gguf(file: &Path) -> Result<bool> {
+    let mut head = [0u8; 4];
+    let mut f = std::fs::File::open(file).with_context(|| format!("opening {}", file.display()))?;
+    Ok(f.read(&mut head).with_context(|| format!("reading {}", file.display()))? == 4 && &head == b"GGUF")
+}
+
+/// Maps a GGUF file and indexes its tensors under the file's names, checking the whole file
+/// first: the tables, every tensor's range, and every block's scale (a NaN scale would turn a
+/// block into NaNs on the device).
+pub(super) fn map(file: &Path, entries: &mut HashMap<String, Entry>) -> Result<Mmap> {
+    let f = std::fs::File::open(file).with_context(|| format!("opening {}", file.display()))?;
+    // SAFETY: as for safetensors files (`map_file`): only read.
+    let map = unsafe { Mmap::map(&f) }.with_context(|| format!("mapping {}", file.display()))?;
+    let parsed = GgufFile::parse(&map).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    if let Some(arch) = parsed.get("general.architecture").and_then(|v| v.as_str()) {
+        if arch != "wan" {
+            tracing::warn!(file = %file.display(), arch, "GGUF file names another architecture; reading it by its keys");
+        }
+    }
+    for t in &parsed.tensors {
+        let shape = parsed.shape(t).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+        let bytes = &map[t.start..t.end];
+        if let Some(block) = first_bad_scale(t.ty, bytes) {
+            bail!("{}: tensor `{}` ({}) has a NaN or infinite scale in block {block}", file.display(), t.name, t.ty);
+        }
+        let (kind, ggml) = match t.ty {
+            GgmlType::F32 => (Kind::Float, None),
+            GgmlType::F16 => (Kind::Half, None),
+            GgmlType::BF16 => (Kind::BFloat16, None),
+            q => (Kind::Float, Some(q)),
+        };
+        let entry = Entry { file: 0, kind, shape, start: t.start, end: t.end, stored: None, ggml };
+        entries.insert(t.name.clone(), entry);
+    }
+    Ok(map)
+}
+
+/// Decodes ggml blocks to a float32 CPU tensor of `shape`.
+pub(super) fn decode(ty: GgmlType, bytes: &[u8], shape: &[i64]) -> Tensor {
+    let mut out = vec![0f32; shape.iter().product::<i64>() as usize];
+    fastvideo_gguf::dequantize(ty, bytes, &mut out).expect("sizes checked when mapped");
+    Tensor::from_slice(&out).reshape(shape)
+}
+
+/// A linear's `[out, in]` weight as a GGUF file stores it: ggml blocks of `ty`, as bytes on the
+/// device (1-D `uint8`), rows in order.
+pub struct GgmlWeight {
+    /// The block format.
+    pub ty: GgmlType,
+    /// The blocks, 1-D `uint8`.
+    pub bytes: Tensor,
+    /// `[out, in]`.
+    pub shape: [i64; 2],
+}
+
+/// A linear's weight as [`Weights::get_linear`] gives it.
+pub enum LinearWeight {
+    /// In the compute dtype (or FP8, see `get_linear_weight`).
+    Dense(Tensor),
+    /// Still in ggml's blocks.
+    Ggml(GgmlWeight),
+}
+
+impl Weights {
+    /// A linear's `[out, in]` weight: kept in its ggml blocks when the checkpoint stores it so
+    /// (a GGUF file), else as [`get_linear_weight`](Self::get_linear_weight) gives it.
+    pub fn get_linear(&self, shape: &[i64]) -> Result<LinearWeight> {
+        let key = self.key("weight");
+        let Source::Mapped { maps, entries } = &self.store.source else {
+            return self.get_linear_weight(shape).map(LinearWeight::Dense);
+        };
+        let Some(ty) = entries.get(&key).and_then(|e| e.ggml) else {
+            return self.get_linear_weight(shape).map(LinearWeight::Dense);
+        };
+        if shape.len() != 2 || self.store.deferred.get().is_some() {
+            return self.get_linear_weight(shape).map(LinearWeight::Dense);
+        }
+        let (bytes, e) = mapped(maps, entries, &self.store.origin.display(), &key, shape)?;
+        let t = Tensor::from_slice(bytes).to_device(self.device);
+        forget_pages(&maps[e.file].1, e);
+        self.store.used.borrow_mut().insert(key);
+        Ok(LinearWeight::Ggml(GgmlWeight { ty, bytes: t, shape: [shape[0], shape[1]] }))
+    }
+
+    /// How many of the checkpoint's tensors each ggml block format holds (empty unless it is
+    /// a GGUF file with quantized tensors): what a load report names as lossy.
+    pub fn ggml_types(&self) -> BTreeMap<String, usize> {
+        let mut counts = BTreeMap::new();
+        if let Source::Mapped { entries, .. } = &self.store.source {
+            for ty in entries.values().filter_map(|e| e.ggml) {
+                *counts.entry(ty.to_string()).or_default() += 1;
+            }
+        }
+        counts
+    }
+}
