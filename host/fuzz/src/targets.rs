@@ -84,6 +84,12 @@ pub const TARGETS: &[Target] = &[
         run: safetensors_header,
     },
     Target {
+        name: "gguf-file",
+        what: "a GGUF file's header, metadata and tensor table, the model shapes ComfyUI records, block scales, and every small tensor decoded (fastvideo-gguf)",
+        max_len: 1 << 16,
+        run: gguf_file,
+    },
+    Target {
         name: "lora-file",
         what: "a LoRA safetensors file: header, key names in every format, shapes, alphas, metadata (fastvideo-lora), checked against a model's modules",
         max_len: 1 << 16,
@@ -208,6 +214,22 @@ fn safetensors_header(b: &[u8]) -> bool {
         }
         Err(_) => false,
     }
+}
+
+fn gguf_file(b: &[u8]) -> bool {
+    let Ok(file) = fastvideo_gguf::GgufFile::parse(b) else { return false };
+    for t in &file.tensors {
+        let _ = file.shape(t);
+        let bytes = &b[t.start..t.end];
+        let _ = fastvideo_gguf::first_bad_scale(t.ty, bytes);
+        // Decoding is bounded by the input (the range lies inside it); large tensors are
+        // skipped only to keep executions fast.
+        if t.len() <= 1 << 16 {
+            let mut out = vec![0f32; t.len() as usize];
+            fastvideo_gguf::dequantize(t.ty, bytes, &mut out).expect("a parsed tensor's bytes are whole blocks");
+        }
+    }
+    true
 }
 
 /// The linear modules of tests/fixtures/tiny-wan's transformer (2 blocks of width 24).
