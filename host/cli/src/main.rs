@@ -5,6 +5,7 @@ mod action_args;
 mod args;
 mod bench;
 mod bench_cosmos3;
+mod bench_formats;
 mod bench_lm;
 mod bench_lora;
 mod bench_parallel;
@@ -49,6 +50,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Time one CFG step of the transformer split over GPUs, for each parallel layout.
     BenchParallel(bench_parallel::BenchParallelArgs),
+    /// Time a Wan transformer shape with its linears in each weight format (dense, FP8, GGUF).
+    BenchFormats(bench_formats::BenchFormatsArgs),
     /// Time LoRA adapters on a model: unmerged overhead, mixed batches, merge/unmerge, load.
     BenchLora(bench_lora::BenchLoraArgs),
     /// Time a language model: time to first token and decode tokens/s at several batch sizes.
@@ -99,6 +102,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve::run(*args),
         Command::Bench(args) => bench::run(args),
         Command::BenchParallel(args) => bench_parallel::run(args),
+        Command::BenchFormats(args) => bench_formats::run(args),
         Command::Plugin(cmd) => plugin::run(cmd),
         Command::Workflow(cmd) => workflow::run(cmd),
     };

@@ -121,11 +121,9 @@ fn scale_min_k4(j: usize, q: &[u8]) -> (f32, f32) {
 /// would turn every value of the block into NaN: a damaged file, refused before it reaches a
 /// device. Plain float types are not checked (a NaN weight there is the file's own value).
 pub fn first_bad_scale(ty: GgmlType, bytes: &[u8]) -> Option<usize> {
-    let scale_at: &[usize] = match ty {
-        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => return None,
-        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[0],
-        GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
-        GgmlType::Q6_K => &[208],
-    };
+    let scale_at = ty.scale_offsets();
+    if scale_at.is_empty() {
+        return None;
+    }
     bytes.chunks_exact(ty.block_bytes()).position(|b| scale_at.iter().any(|&at| !h(b, at).is_finite()))
 }

@@ -113,6 +113,17 @@ impl GgmlType {
         }
     }
 
+    /// Byte offsets of a block's f16 scales (the scale, then the min where the format has one);
+    /// none for the plain float types.
+    pub fn scale_offsets(self) -> &'static [usize] {
+        match self {
+            Self::F32 | Self::F16 | Self::BF16 => &[],
+            Self::Q4_0 | Self::Q5_0 | Self::Q8_0 => &[0],
+            Self::Q4_1 | Self::Q5_1 | Self::Q4_K | Self::Q5_K => &[0, 2],
+            Self::Q6_K => &[208],
+        }
+    }
+
     /// Whether values are stored in blocks with scales (lossy against the float weights the
     /// file was made from), not as plain floats.
     pub fn is_quantized(self) -> bool {

@@ -14,6 +14,7 @@ pub mod clip_vision;
 pub mod experts;
 pub mod family;
 pub mod first_frame_condition;
+pub mod formats_bench;
 pub mod image_condition;
 mod image_encode;
 pub mod image_resize;

@@ -59,6 +59,27 @@ pub(super) fn decode(ty: GgmlType, bytes: &[u8], shape: &[i64]) -> Tensor {
     Tensor::from_slice(&out).reshape(shape)
 }
 
+/// Random blocks of `ty` for an `[out, in]` weight (`None` when rows are not whole blocks): random
+/// quants, every scale `1 / (64 √in)` (about `random`'s spread for 8-bit quants), every min 0.
+fn random_blocks(ty: GgmlType, shape: &[i64], seed: u64, key: &str, device: tch::Device) -> Option<Tensor> {
+    let [out, inp] = shape else { return None };
+    if !ty.is_quantized() || inp % ty.block_len() as i64 != 0 {
+        return None;
+    }
+    let blocks = out * inp / ty.block_len() as i64;
+    let key_seed = u64::from_le_bytes(blake3::hash(key.as_bytes()).as_bytes()[..8].try_into().unwrap());
+    tch::manual_seed((seed ^ key_seed) as i64 & i64::MAX);
+    let b = Tensor::randint_low(0, 256, [blocks, ty.block_bytes() as i64], (Kind::Uint8, device));
+    let scale = half::f16::from_f32(1.0 / (64.0 * (*inp as f32).sqrt())).to_bits().to_le_bytes();
+    for (i, &at) in ty.scale_offsets().iter().enumerate() {
+        let v = if i == 0 { scale } else { [0, 0] };
+        for (j, byte) in v.into_iter().enumerate() {
+            let _ = b.narrow(1, (at + j) as i64, 1).fill_(i64::from(byte));
+        }
+    }
+    Some(b.reshape([-1]))
+}
+
 /// A linear's `[out, in]` weight as a GGUF file stores it: ggml blocks of `ty`, as bytes on the
 /// device (1-D `uint8`), rows in order.
 pub struct GgmlWeight {
@@ -83,6 +104,12 @@ impl Weights {
     /// (a GGUF file), else as [`get_linear_weight`](Self::get_linear_weight) gives it.
     pub fn get_linear(&self, shape: &[i64]) -> Result<LinearWeight> {
         let key = self.key("weight");
+        if let Source::Random { seed, ggml: Some(ty) } = self.store.source {
+            if let Some(bytes) = random_blocks(ty, shape, seed, &key, self.device) {
+                self.store.used.borrow_mut().insert(key);
+                return Ok(LinearWeight::Ggml(GgmlWeight { ty, bytes, shape: [shape[0], shape[1]] }));
+            }
+        }
         let Source::Mapped { maps, entries } = &self.store.source else {
             return self.get_linear_weight(shape).map(LinearWeight::Dense);
         };

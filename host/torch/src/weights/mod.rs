@@ -63,9 +63,11 @@ enum Source {
         entries: HashMap<String, Entry>,
     },
     InMemory(HashMap<String, Tensor>),
-    /// Made up on request (benchmarks of shapes whose checkpoints are not at hand).
+    /// Made up on request (benchmarks of shapes whose checkpoints are not at hand); linear
+    /// weights in `ggml`'s blocks when set.
     Random {
         seed: u64,
+        ggml: Option<GgmlType>,
     },
 }
 
@@ -202,7 +204,17 @@ impl Weights {
     /// same `seed` gives the same tensors on every device of one kind (each is drawn from a
     /// generator seeded by the seed and the key).
     pub fn random(seed: u64, device: Device, kind: Kind) -> Self {
-        let store = Store::new(Source::Random { seed }, PathBuf::from(format!("random weights (seed {seed})")));
+        let store =
+            Store::new(Source::Random { seed, ggml: None }, PathBuf::from(format!("random weights (seed {seed})")));
+        Self { store: Rc::new(store), prefix: String::new(), device, kind }
+    }
+
+    /// [`random`](Self::random), with linear weights as random ggml blocks of `ty` (scales of
+    /// the size `random` draws): the memory and speed of a GGUF file of a shape whose file is
+    /// not at hand.
+    pub fn random_ggml(seed: u64, device: Device, kind: Kind, ty: GgmlType) -> Self {
+        let origin = PathBuf::from(format!("random {ty} weights (seed {seed})"));
+        let store = Store::new(Source::Random { seed, ggml: Some(ty) }, origin);
         Self { store: Rc::new(store), prefix: String::new(), device, kind }
     }
 
@@ -384,7 +396,7 @@ impl Weights {
                 }
                 t.to_device(self.device).to_kind(self.kind)
             }
-            Source::Random { seed } => {
+            Source::Random { seed, .. } => {
                 let opts = (Kind::Float, self.device);
                 let t = if shape.len() >= 2 {
                     let key_seed = u64::from_le_bytes(blake3::hash(key.as_bytes()).as_bytes()[..8].try_into().unwrap());
