@@ -36,7 +36,15 @@ pub struct SamplingArgs {
     /// Flow-matching timestep shift.
     #[arg(long)]
     pub shift: Option<f32>,
-    /// euler, unipc or flow_sde (model default when omitted).
+    /// An explicit schedule: the training-grid points each step starts from, descending in
+    /// (0, 1000], comma-separated (`1000,750,500,250` for a 4-step distilled model); the shift
+    /// still applies. Sets the step count.
+    #[arg(long, value_delimiter = ',', conflicts_with = "sigmas")]
+    pub timesteps: Option<Vec<f64>>,
+    /// --timesteps divided by 1000: the schedule as noise levels in (0, 1].
+    #[arg(long, value_delimiter = ',')]
+    pub sigmas: Option<Vec<f64>>,
+    /// euler, unipc, flow_sde or dmd (model default when omitted).
     #[arg(long, value_parser = parse_sampler)]
     pub sampler: Option<SamplerKind>,
     /// flow_sde: the SDE noise scale (0.7 when omitted).
@@ -53,6 +61,7 @@ impl SamplingArgs {
         r.sampling.noise_level = self.noise_level;
         r.sampling.sde_steps = self.sde_steps.clone();
         r.diffusion.num_inference_steps = self.steps;
+        (r.diffusion.timesteps, r.diffusion.sigmas) = (self.timesteps.clone(), self.sigmas.clone());
         r.diffusion.guidance_scale = self.guidance;
         // Flat flags for Wan 2.2's expert knobs (the model's knob schema checks them).
         r.diffusion.set_knob("guidance_scale_2", self.guidance_2.map(fastvideo_request::number_f32));
@@ -68,7 +77,8 @@ pub fn parse_sampler(s: &str) -> Result<SamplerKind, String> {
         "euler" => Ok(SamplerKind::Euler),
         "unipc" => Ok(SamplerKind::Unipc),
         "flow_sde" | "flow-sde" => Ok(SamplerKind::FlowSde),
-        other => Err(format!("unknown sampler `{other}` (euler, unipc or flow_sde)")),
+        "dmd" | "lcm" => Ok(SamplerKind::Dmd),
+        other => Err(format!("unknown sampler `{other}` (euler, unipc, flow_sde or dmd)")),
     }
 }
 

@@ -407,6 +407,11 @@ pub fn run(args: GenerateArgs) -> Result<()> {
             req.shift,
             req.seed
         );
+        if let Some(base) = &req.schedule {
+            let points: Vec<String> =
+                base.iter().map(|s| format!("{}", (s * 1000.0 * 100.0).round() / 100.0)).collect();
+            eprintln!("schedule: timesteps {} (before the shift)", points.join(", "));
+        }
         // The model's own knobs as resolved (Wan 2.2 A14B: its expert boundary and second scale).
         if !req.knobs.is_empty() {
             let knobs: Vec<String> = req.knobs.iter().map(|(k, v)| format!("{k} {v}")).collect();

@@ -145,6 +145,8 @@ impl RolloutRequest {
                         resize_mode: None,
                         start_step: None,
                         end_step: None,
+                        timesteps: None,
+                        sigmas: None,
                         precision: None,
                         action: None,
                         negative_prompt: self.negative_prompt.clone(),

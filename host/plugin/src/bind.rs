@@ -103,6 +103,18 @@ impl Binding {
             };
             return Err(RequestError::new("outputs.rewards", format!("no reward plugin named `{name}` ({known})")));
         }
+        if let Some(name) = self.deploy.as_ref().and_then(|d| d.few_step_cache(r)) {
+            return Err(RequestError::new(
+                "diffusion.num_inference_steps",
+                format!(
+                    "{} steps is a few-step schedule, and this server's cache plugin `{name}` reuses work across \
+                     steps, which such a schedule does not leave (each step matters); use more than {} steps, \
+                     `exact`, or a server without it",
+                    r.steps,
+                    crate::deploy::FEW_STEPS
+                ),
+            ));
+        }
         match &self.deploy {
             Some(d) => d.check_request(r).map_err(|e| match &e {
                 PluginError::Refused { plugin, .. } => {

@@ -173,6 +173,9 @@ fn adapter_source(a: AdapterEntry, base: &Path) -> Result<AdapterSource, PluginE
     Ok(AdapterSource { name: a.name, path, blake3: actual, default_scale: a.default_scale })
 }
 
+/// Schedules of this many steps or fewer run without step and block caches.
+pub const FEW_STEPS: u32 = 4;
+
 impl Deployment {
     /// Reads, hashes, audits, compiles and links every plugin of a deploy file.
     pub fn load(path: &Path) -> Result<Self, PluginError> {
@@ -275,6 +278,21 @@ impl Deployment {
     /// The enabled plugins of one kind, in deploy-file order.
     pub fn of_kind(&self, kind: PluginKind) -> impl Iterator<Item = &Arc<EnabledPlugin>> {
         self.plugins.iter().filter(move |p| p.plugin.audit.manifest.kind == kind)
+    }
+
+    /// The step or block cache that would run for `req` when its schedule has [`FEW_STEPS`]
+    /// steps or fewer: such a cache reuses work across steps, and a few-step distilled schedule,
+    /// where each step moves the sample far, leaves none to reuse (it would skip the steps that
+    /// matter). Admission refuses the request naming it.
+    pub fn few_step_cache(&self, req: &ResolvedRequest) -> Option<&str> {
+        if req.steps > FEW_STEPS {
+            return None;
+        }
+        [PluginKind::StepInterceptor, PluginKind::BlockInterceptor]
+            .into_iter()
+            .flat_map(|k| self.of_kind(k))
+            .find(|p| !p.bypassed_for(req))
+            .map(|p| p.name())
     }
 
     /// Request-time checks: parameters only for enabled plugins, valid against their schema, and

@@ -123,11 +123,15 @@ pub enum SamplerKind {
     /// Euler's schedule with stochastic (SDE) steps that report their log-probability: the
     /// Flow-GRPO sampler for RL rollouts (`sampling.noise_level`, `sampling.sde_steps`).
     FlowSde,
+    /// Few-step distilled models (DMD, LCM, LightX2V): each step predicts the clean sample
+    /// `x0 = x − σ·v` and noises it afresh to the next level, `(1 − σ')·x0 + σ'·ε` (diffusers
+    /// `FlowMatchLCMScheduler`; ComfyUI's `lcm` sampler). Its noise is drawn from the seed.
+    Dmd,
 }
 
 impl SamplerKind {
     /// Every solver, in the order docs list them.
-    pub const ALL: [SamplerKind; 3] = [SamplerKind::Euler, SamplerKind::Unipc, SamplerKind::FlowSde];
+    pub const ALL: [SamplerKind; 4] = [SamplerKind::Euler, SamplerKind::Unipc, SamplerKind::FlowSde, SamplerKind::Dmd];
 
     /// The wire name (`euler`, `unipc`), as it appears in JSON.
     pub fn as_str(self) -> &'static str {
@@ -135,6 +139,7 @@ impl SamplerKind {
             SamplerKind::Euler => "euler",
             SamplerKind::Unipc => "unipc",
             SamplerKind::FlowSde => "flow_sde",
+            SamplerKind::Dmd => "dmd",
         }
     }
 }
@@ -197,6 +202,16 @@ pub struct DiffusionParams {
     /// start).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_step: Option<u32>,
+    /// An explicit schedule, the points of the training grid each step starts from, descending in
+    /// `(0, 1000]` (`[1000, 750, 500, 250]`: a 4-step distilled model's list); the shift still
+    /// applies, as diffusers' `set_timesteps(sigmas=t / 1000)`. Sets the step count. The model's
+    /// list (`fastvideo.json`) when absent and it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timesteps: Option<Vec<f64>>,
+    /// [`timesteps`](Self::timesteps) divided by 1000: the same schedule as noise levels in
+    /// `(0, 1]`. One of the two at most.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sigmas: Option<Vec<f64>>,
     /// A partial schedule's end: the loop stops before this step and its latents keep their
     /// leftover noise (ComfyUI's `return_with_leftover_noise`); `num_inference_steps` when
     /// absent.

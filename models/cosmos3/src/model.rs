@@ -127,6 +127,7 @@ impl Cosmos3Model {
                 fps: 24,
                 sampler: SamplerKind::Unipc,
                 negative_prompt: String::new(),
+                timesteps: None,
                 knobs: Default::default(),
             },
         }

@@ -104,6 +104,7 @@ impl Flux2Model {
                 fps: 1,
                 sampler: SamplerKind::Euler,
                 negative_prompt: String::new(),
+                timesteps: None,
                 knobs: Default::default(),
             },
         }

@@ -102,6 +102,7 @@ pub fn chat_limits(lm: &LanguageModel) -> ModelLimits {
             fps: 1,
             sampler: SamplerKind::Euler,
             negative_prompt: String::new(),
+            timesteps: None,
             knobs: Default::default(),
         },
     }

@@ -158,6 +158,7 @@ impl QwenImageModel {
                 fps: 1,
                 sampler: SamplerKind::Euler,
                 negative_prompt: String::new(),
+                timesteps: None,
                 knobs: Default::default(),
             },
         }

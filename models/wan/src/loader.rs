@@ -51,6 +51,12 @@ pub struct RunDefaults {
     pub max_sequence_length: Option<usize>,
     /// Free text shown to users (e.g. "random weights: output is noise").
     pub description: Option<String>,
+    /// A distilled model's schedule: the training-grid points its steps start from
+    /// (`[1000, 750, 500, 250]`), as `diffusion.timesteps` takes them.
+    pub timesteps: Option<Vec<f64>>,
+    /// The solver its requests default to (`dmd` for a DMD/LCM-distilled model); the scheduler
+    /// config's otherwise.
+    pub sampler: Option<fastvideo_request::SamplerKind>,
 }
 
 pub use crate::load_options::{LoadOptions, LoadReport, VAE_CUDA_DEFAULT};
@@ -450,8 +456,9 @@ impl WanModel {
                 width: r.width.unwrap_or(832),
                 num_frames: r.num_frames.unwrap_or(81),
                 fps: r.fps.unwrap_or(16),
-                sampler: self.scheduler.sampler,
+                sampler: r.sampler.unwrap_or(self.scheduler.sampler),
                 negative_prompt: r.negative_prompt.clone().unwrap_or_default(),
+                timesteps: r.timesteps.clone(),
                 knobs: crate::experts::knob_schema(
                     self.low_noise.as_ref().map(|e| (e.boundary_ratio, r.guidance_scale_2)),
                 ),

@@ -106,6 +106,7 @@ pub(crate) fn limits(model: &WorldModel) -> ModelLimits {
             fps: spec.fps,
             sampler: SamplerKind::Euler,
             negative_prompt: String::new(),
+            timesteps: None,
             knobs: Default::default(),
         },
     }

@@ -30,6 +30,16 @@ impl FlowMatchEuler {
         Self { schedule: Schedule { timesteps, sigmas, index: 0 }, dts: None }
     }
 
+    /// Euler over an explicit schedule's base noise levels (one per step, before the shift), as
+    /// diffusers' `set_timesteps(sigmas=base)`: the base rounded to float32 and shifted in
+    /// float32 (numpy's arithmetic on a float32 array), model time `sigma × 1000`.
+    pub fn with_base_sigmas(base: &[f64], shift: f64) -> Self {
+        let mut sigmas = shifted_f32(base, shift);
+        let timesteps = sigmas.iter().map(|s| s * NUM_TRAIN_TIMESTEPS as f32).collect();
+        sigmas.push(0.0);
+        Self { schedule: Schedule { timesteps, sigmas, index: 0 }, dts: None }
+    }
+
     /// Euler over given noise levels (`sigmas`, ending at 0; one step per pair), with model
     /// time `sigma × 1000`: the few-step schedules world models are distilled for.
     pub fn with_sigmas(sigmas: &[f64]) -> Self {
@@ -45,6 +55,13 @@ impl FlowMatchEuler {
     pub(crate) fn advance(&mut self) {
         self.schedule.index += 1;
     }
+}
+
+/// `shift · s / (1 + (shift − 1) · s)` of each base level, in float32 as diffusers' flow-match
+/// schedulers compute it on their float32 sigmas.
+pub(super) fn shifted_f32(base: &[f64], shift: f64) -> Vec<f32> {
+    let k = shift as f32;
+    base.iter().map(|&b| b as f32).map(|s| k * s / (1.0 + (k - 1.0) * s)).collect()
 }
 
 impl Sampler for FlowMatchEuler {

@@ -5,11 +5,13 @@
 //! so timesteps and sigmas match the reference bit for bit; solver coefficients are computed in
 //! float64 from those float32 sigmas.
 
+mod dmd;
 mod euler;
 mod schedule;
 mod sde;
 mod unipc;
 
+pub use dmd::{Dmd, StepNoise};
 pub use euler::FlowMatchEuler;
 pub use schedule::{linspace, Sampler, Schedule, NUM_TRAIN_TIMESTEPS};
 pub use sde::{flow_sde_step, step_noise_seed, FlowSde, SdeDraw, SdeStep};
@@ -17,12 +19,21 @@ pub use unipc::{UniPc, UniPcConfig};
 
 use fastvideo_request::{ResolvedRequest, SamplerKind};
 
-/// Builds the sampler a request asked for.
+/// Builds the sampler a request asked for, over its explicit schedule when it has one.
 pub fn build(req: &ResolvedRequest) -> Box<dyn Sampler> {
     let (steps, shift) = (req.steps as usize, req.shift as f64);
-    match req.sampler {
-        SamplerKind::Euler => Box::new(FlowMatchEuler::new(steps, shift)),
-        SamplerKind::Unipc => Box::new(UniPc::new(UniPcConfig { flow_shift: shift, ..UniPcConfig::default() }, steps)),
-        SamplerKind::FlowSde => Box::new(FlowSde::new(steps, shift, req.noise_level, &req.sde_steps, req.seed)),
+    let unipc = UniPcConfig { flow_shift: shift, ..UniPcConfig::default() };
+    match (req.sampler, &req.schedule) {
+        (SamplerKind::Euler, None) => Box::new(FlowMatchEuler::new(steps, shift)),
+        (SamplerKind::Euler, Some(base)) => Box::new(FlowMatchEuler::with_base_sigmas(base, shift)),
+        (SamplerKind::Unipc, None) => Box::new(UniPc::new(unipc, steps)),
+        (SamplerKind::Unipc, Some(base)) => Box::new(UniPc::with_base_sigmas(unipc, base.clone())),
+        (SamplerKind::FlowSde, None) => Box::new(FlowSde::new(steps, shift, req.noise_level, &req.sde_steps, req.seed)),
+        (SamplerKind::FlowSde, Some(base)) => {
+            Box::new(FlowSde::with_base_sigmas(base, shift, req.noise_level, &req.sde_steps, req.seed))
+        }
+        (SamplerKind::Dmd, Some(base)) => Box::new(Dmd::new(base, shift, req.seed)),
+        // diffusers' FlowMatchLCMScheduler spaces steps as its Euler scheduler does.
+        (SamplerKind::Dmd, None) => Box::new(Dmd::over(FlowMatchEuler::new(steps, shift).schedule().clone(), req.seed)),
     }
 }

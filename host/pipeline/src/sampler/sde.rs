@@ -97,13 +97,23 @@ impl FlowSde {
     /// `steps` Euler steps with shift `shift`; `sde_steps` (each below `steps`) are stochastic
     /// with noise scale `noise_level`, their noise drawn from `seed`.
     pub fn new(steps: usize, shift: f64, noise_level: f32, sde_steps: &[u32], seed: u64) -> Self {
+        Self::over(FlowMatchEuler::new(steps, shift), noise_level, sde_steps, seed)
+    }
+
+    /// [`new`](Self::new) over an explicit schedule's base levels (before the shift).
+    pub fn with_base_sigmas(base: &[f64], shift: f64, noise_level: f32, sde_steps: &[u32], seed: u64) -> Self {
+        Self::over(FlowMatchEuler::with_base_sigmas(base, shift), noise_level, sde_steps, seed)
+    }
+
+    fn over(euler: FlowMatchEuler, noise_level: f32, sde_steps: &[u32], seed: u64) -> Self {
+        let steps = euler.schedule().timesteps.len();
         let mut stochastic = vec![false; steps];
         for &i in sde_steps {
             if let Some(s) = stochastic.get_mut(i as usize) {
                 *s = true;
             }
         }
-        Self { euler: FlowMatchEuler::new(steps, shift), noise_level, stochastic, seed, log_probs: Vec::new() }
+        Self { euler, noise_level, stochastic, seed, log_probs: Vec::new() }
     }
 }
 

@@ -106,6 +106,7 @@ fn request(steps: u32, guidance: f32) -> ResolvedRequest {
             fps: 8,
             sampler: SamplerKind::Euler,
             negative_prompt: String::new(),
+            timesteps: None,
             knobs: Default::default(),
         },
     };

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use fastvideo_pipeline::sampler::{FlowMatchEuler, Sampler, UniPc, UniPcConfig};
+use fastvideo_pipeline::sampler::{Dmd, FlowMatchEuler, Sampler, StepNoise, UniPc, UniPcConfig};
 use tch::Tensor;
 
 fn fixtures() -> HashMap<String, Tensor> {
@@ -127,4 +127,75 @@ fn flow_sde_sampler_mixes_ode_and_sde_steps() {
     assert_eq!(lpa, lpb);
     let (xc, _, _) = run(&[1, 3], 10);
     assert!(rel_err(&xa, &xc) > 1e-3, "another seed draws other noise");
+}
+
+fn few_step_fixtures() -> HashMap<String, Tensor> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/few_step_samplers.safetensors");
+    Tensor::read_safetensors(&path).expect("fixture readable").into_iter().collect()
+}
+
+/// The 4-step distilled schedule (tests/fixtures/make_few_step_fixtures.py): base sigmas
+/// [1, 0.75, 0.5, 0.25] (`--timesteps 1000,750,500,250`), shift 5.
+const LIST: [f64; 4] = [1.0, 0.75, 0.5, 0.25];
+
+/// An explicit schedule through each solver, as diffusers' `set_timesteps(sigmas=…)`
+/// (tolerances as [`check`]: schedules 1e-6, steps 1e-5 relative).
+#[test]
+fn explicit_schedules_match_diffusers() {
+    let fx = few_step_fixtures();
+    check("euler_list", Box::new(FlowMatchEuler::with_base_sigmas(&LIST, 5.0)), &fx);
+    let unipc = UniPcConfig { flow_shift: 5.0, ..Default::default() };
+    check("unipc_list", Box::new(UniPc::with_base_sigmas(unipc, LIST.to_vec())), &fx);
+}
+
+/// The DMD/LCM sampler (x0, then fresh noise to the next level) against diffusers'
+/// `FlowMatchLCMScheduler`, fed the noise diffusers drew: over the explicit list, and over the
+/// scheduler's own spacing (which is Euler's).
+#[test]
+fn dmd_matches_diffusers_flow_match_lcm() {
+    let fx = few_step_fixtures();
+    let noise_of = |name: &'static str| -> StepNoise {
+        let fx = few_step_fixtures();
+        Box::new(move |i, _shape, _dev| fx[&format!("{name}.noise.{i}")].shallow_clone())
+    };
+    check("dmd_list", Box::new(Dmd::with_noise(&LIST, 5.0, noise_of("dmd_list"))), &fx);
+    let euler = FlowMatchEuler::new(6, 3.0);
+    let base: Vec<f64> = euler.sigmas()[..6].iter().map(|&s| s as f64).collect();
+    // The default spacing's sigmas are final (already shifted): shift 1 keeps them.
+    check("dmd_default", Box::new(Dmd::with_noise(&base, 1.0, noise_of("dmd_default"))), &fx);
+}
+
+/// The request path: `diffusion.timesteps` resolves to the base levels every solver takes,
+/// and a model's list applies when the request gives no count.
+#[test]
+fn a_requests_timesteps_build_the_distilled_schedule() {
+    use fastvideo_request::{ModelLimits, OmniRequest, SamplerKind};
+    let mut limits = ModelLimits::example();
+    let resolve = |r: &OmniRequest, l: &ModelLimits| r.resolve(l, || 5).map_err(|e| e.to_string());
+    let mut r = OmniRequest::text_to_video("r", "a red circle");
+    r.diffusion.timesteps = Some(vec![1000.0, 750.0, 500.0, 250.0]);
+    r.diffusion.shift = Some(5.0);
+    r.sampling.sampler = Some(SamplerKind::Euler);
+    let req = resolve(&r, &limits).unwrap();
+    assert_eq!((req.steps, req.schedule.as_deref()), (4, Some(&LIST[..])));
+    let s = fastvideo_pipeline::sampler::build(&req);
+    assert_eq!(s.timesteps(), [1000.0, 937.5, 833.3333, 625.0]);
+    // The model's list: used without a count, or with its own count; another count spaces evenly.
+    limits.defaults.timesteps = Some(vec![1000.0, 750.0, 500.0, 250.0]);
+    let plain = OmniRequest::text_to_video("r", "a red circle");
+    assert_eq!(resolve(&plain, &limits).unwrap().schedule.as_deref(), Some(&LIST[..]));
+    let mut eight = plain.clone();
+    eight.diffusion.num_inference_steps = Some(8);
+    assert_eq!(resolve(&eight, &limits).unwrap().schedule, None);
+    // Refusals name the field.
+    let mut bad = OmniRequest::text_to_video("r", "a red circle");
+    bad.diffusion.timesteps = Some(vec![1000.0, 1000.0]);
+    assert!(resolve(&bad, &limits).unwrap_err().contains("diffusion.timesteps[1]"));
+    bad.diffusion.timesteps = Some(vec![1200.0]);
+    assert!(resolve(&bad, &limits).unwrap_err().contains("outside (0, 1000]"));
+    bad.diffusion.timesteps = Some(vec![1000.0, 500.0]);
+    bad.diffusion.num_inference_steps = Some(3);
+    assert!(resolve(&bad, &limits).unwrap_err().contains("disagrees with the 2 entries"));
+    bad.diffusion.sigmas = Some(vec![1.0]);
+    assert!(resolve(&bad, &limits).unwrap_err().contains("not both"));
 }

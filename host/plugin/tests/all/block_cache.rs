@@ -76,3 +76,24 @@ fn a_cache_that_cannot_fit_the_model_fails_its_request_by_name() {
     let msg = e.to_string();
     assert!(msg.contains("`cache`") && msg.contains("begin-forward") && msg.contains("no middle blocks"), "{msg}");
 }
+
+/// A few-step schedule (4 steps or fewer: distilled models) leaves a cross-step cache nothing to
+/// reuse: admission refuses it naming the field and the plugin, for the block cache and the
+/// step cache alike; 5 steps pass, and so does an exact request (which runs without the cache).
+#[test]
+fn caches_are_refused_on_few_step_schedules() {
+    for (stem, name) in [("fastvideo_cache_dbcache", "cache"), ("fastvideo_cache_taylorseer", "seer")] {
+        let d = Arc::new(deploy(stem, name, &["tensor", "tensor-ops", "events"], "").unwrap());
+        let binding = d.bind("tiny");
+        let req = |steps: u32, exact: bool| {
+            let mut r = common::tiny_request("a red circle", steps, 1);
+            r.exact = exact;
+            common::resolve_tiny(r, None)
+        };
+        let err = binding.check(&req(4, false)).unwrap_err();
+        assert_eq!(err.field, "diffusion.num_inference_steps", "{stem}");
+        assert!(err.rule.contains(&format!("`{name}`")) && err.rule.contains("4 steps"), "{}", err.rule);
+        binding.check(&req(5, false)).unwrap();
+        binding.check(&req(4, true)).unwrap();
+    }
+}

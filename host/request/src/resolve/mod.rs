@@ -7,6 +7,7 @@ use crate::{InputImage, InputPart, InputVideo, OmniRequest, OutputSpec, RequestE
 mod action;
 mod audio;
 mod references;
+mod schedule;
 mod shape;
 pub use action::{canvas, is_action_task, ActionCondition, ActionDomain, ActionLimits, CanvasBin, ResolvedAction};
 pub use audio::AudioLimits;
@@ -55,6 +56,10 @@ pub struct Defaults {
     pub fps: u32,
     /// Solver, for `sampling.sampler`.
     pub sampler: SamplerKind,
+    /// An explicit schedule (`diffusion.timesteps`), for models distilled to a few fixed steps;
+    /// it sets the step count when a request gives neither a list nor a count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timesteps: Option<Vec<f64>>,
     /// Negative prompt used when the request gives none; empty means none.
     pub negative_prompt: String,
     /// The model's own knobs (`diffusion.<name>`): their types, defaults and rules, declared
@@ -123,6 +128,7 @@ impl ModelLimits {
                 fps: 8,
                 sampler: SamplerKind::Unipc,
                 negative_prompt: String::new(),
+                timesteps: None,
                 knobs: crate::KnobSchema::default(),
             },
         }
@@ -157,6 +163,11 @@ pub struct ResolvedRequest {
     pub sde_steps: Vec<u32>,
     /// Solver steps, in `1..=max_steps`.
     pub steps: u32,
+    /// An explicit schedule's base noise levels (one per step, descending in `(0, 1]`, before
+    /// the shift), from `diffusion.timesteps`/`sigmas` or the model's list; `None`: the
+    /// sampler's own spacing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<Vec<f64>>,
     /// Classifier-free guidance scale, in `0..=100`; above 1 the unconditional branch runs.
     pub guidance_scale: f32,
     /// Flow-matching timestep shift, in `(0, 100]`.
@@ -344,13 +355,7 @@ impl OmniRequest {
         }
         let d = &self.diffusion;
         let def = &limits.defaults;
-        let steps = d.num_inference_steps.unwrap_or(def.steps);
-        if steps == 0 || steps > limits.max_steps {
-            return Err(RequestError::new(
-                "diffusion.num_inference_steps",
-                format!("{steps} is outside 1..={}", limits.max_steps),
-            ));
-        }
+        let (steps, schedule) = schedule::resolve(d, def, limits.max_steps)?;
         let guidance_scale = d.guidance_scale.unwrap_or(def.guidance_scale);
         if !guidance_scale.is_finite() || !(0.0..=100.0).contains(&guidance_scale) {
             return Err(RequestError::new("diffusion.guidance_scale", format!("{guidance_scale} is outside 0..=100")));
@@ -456,6 +461,7 @@ impl OmniRequest {
             noise_level,
             sde_steps,
             steps,
+            schedule,
             guidance_scale,
             shift,
             height,

@@ -24,6 +24,7 @@ fn limits() -> ModelLimits {
             fps: 16,
             sampler: SamplerKind::Unipc,
             negative_prompt: String::new(),
+            timesteps: None,
             knobs: crate::KnobSchema::default(),
         },
     }

@@ -146,6 +146,7 @@ impl SessionModel for Model {
                 fps: 16,
                 sampler: SamplerKind::Euler,
                 negative_prompt: String::new(),
+                timesteps: None,
                 knobs: Default::default(),
             },
         };

@@ -1,0 +1,69 @@
+//! The step count and an explicit schedule: `diffusion.timesteps` (points of the 1000-step
+//! training grid) or `diffusion.sigmas` (the same divided by 1000), the model's own list for a
+//! distilled model (`fastvideo.json`), or a plain `num_inference_steps`.
+
+use super::Defaults;
+use crate::request::DiffusionParams;
+use crate::RequestError;
+
+/// `(steps, base noise levels)`: the list's length and its values over 1000, or the count with
+/// no list. A request's list wins; then its count (the model's list applies when the count is
+/// absent or equals the list's length); then the model's list; then the model's count.
+pub(super) fn resolve(
+    d: &DiffusionParams,
+    def: &Defaults,
+    max_steps: u32,
+) -> Result<(u32, Option<Vec<f64>>), RequestError> {
+    let given = match (&d.timesteps, &d.sigmas) {
+        (Some(_), Some(_)) => {
+            return Err(RequestError::new("diffusion.sigmas", "give `timesteps` or `sigmas`, not both"));
+        }
+        (Some(t), None) => Some(("diffusion.timesteps", t, 1000.0)),
+        (None, Some(s)) => Some(("diffusion.sigmas", s, 1.0)),
+        (None, None) => None,
+    };
+    if let Some((field, list, scale)) = given {
+        let base = checked(field, list, scale, max_steps)?;
+        if let Some(n) = d.num_inference_steps.filter(|&n| n as usize != base.len()) {
+            return Err(RequestError::new(
+                "diffusion.num_inference_steps",
+                format!("{n} disagrees with the {} entries of {field}", base.len()),
+            ));
+        }
+        return Ok((base.len() as u32, Some(base)));
+    }
+    let model = def.timesteps.as_ref().map(|t| checked("timesteps (the model's)", t, 1000.0, max_steps)).transpose()?;
+    match (d.num_inference_steps, model) {
+        (Some(n), Some(base)) if n as usize == base.len() => Ok((n, Some(base))),
+        (Some(n), _) => Ok((in_range(n, max_steps)?, None)),
+        (None, Some(base)) => Ok((base.len() as u32, Some(base))),
+        (None, None) => Ok((in_range(def.steps, max_steps)?, None)),
+    }
+}
+
+fn in_range(steps: u32, max_steps: u32) -> Result<u32, RequestError> {
+    if steps == 0 || steps > max_steps {
+        return Err(RequestError::new("diffusion.num_inference_steps", format!("{steps} is outside 1..={max_steps}")));
+    }
+    Ok(steps)
+}
+
+/// `list` over `scale`, checked: 1..=max_steps entries, each finite in `(0, scale]`, strictly
+/// descending.
+fn checked(field: &str, list: &[f64], scale: f64, max_steps: u32) -> Result<Vec<f64>, RequestError> {
+    if list.is_empty() || list.len() > max_steps as usize {
+        return Err(RequestError::new(field, format!("{} entries; give 1..={max_steps}", list.len())));
+    }
+    for (i, &v) in list.iter().enumerate() {
+        if !v.is_finite() || v <= 0.0 || v > scale {
+            return Err(RequestError::new(format!("{field}[{i}]"), format!("{v} is outside (0, {scale}]")));
+        }
+        if i > 0 && v >= list[i - 1] {
+            return Err(RequestError::new(
+                format!("{field}[{i}]"),
+                format!("{v} does not descend from {} (a schedule runs from noise to clean)", list[i - 1]),
+            ));
+        }
+    }
+    Ok(list.iter().map(|v| v / scale).collect())
+}
