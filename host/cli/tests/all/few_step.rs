@@ -17,8 +17,13 @@ fn fixture(rel: &str) -> PathBuf {
 /// `generate` on `model` with the fixture case's settings (32x32, 9 frames, guidance 5, fp32
 /// CPU, the fixture's latents) and `extra` flags; frames in `dir/frames`.
 fn generate(model: &Path, dir: &Path, extra: &[&str]) -> Output {
+    generate_from("few_step_outputs.safetensors", model, dir, &[&["--guidance", "5"], extra].concat())
+}
+
+/// [`generate`] with the `latents` of fixture file `outputs`, the guidance left to `extra`.
+fn generate_from(outputs: &str, model: &Path, dir: &Path, extra: &[&str]) -> Output {
     std::fs::create_dir_all(dir).unwrap();
-    let f = Tensor::read_safetensors(fixture("few_step_outputs.safetensors")).unwrap();
+    let f = Tensor::read_safetensors(fixture(outputs)).unwrap();
     let latents = &f.iter().find(|(k, _)| k == "latents").unwrap().1;
     let noise = dir.join("noise.safetensors");
     Tensor::write_safetensors(&[("latents", latents)], &noise).unwrap();
@@ -26,20 +31,7 @@ fn generate(model: &Path, dir: &Path, extra: &[&str]) -> Output {
         .args(["generate", "--model"])
         .arg(model)
         .args(["--prompt", "a red circle moving left on a white background", "--negative-prompt", "blurry low quality"])
-        .args([
-            "--height",
-            "32",
-            "--width",
-            "32",
-            "--frames",
-            "9",
-            "--guidance",
-            "5",
-            "--device",
-            "cpu",
-            "--dtype",
-            "fp32",
-        ])
+        .args(["--height", "32", "--width", "32", "--frames", "9", "--device", "cpu", "--dtype", "fp32"])
         .arg("--noise")
         .arg(&noise)
         .arg("--frames-dir")
@@ -86,6 +78,42 @@ fn an_explicit_schedule_makes_the_pipelines_frames_and_a_models_list_applies_by_
     ok(&generate(&model, &d.join("e"), &["--shift", "5"]));
     let e = (frames(&d.join("e")) - &video).abs().max().double_value(&[]);
     assert!(e < 0.5 / 255.0 + 1e-3, "the model's list: {e:.2e}");
+}
+
+/// LightX2V's Wan 2.2 recipe (Wan2.2-Lightning): a LoRA file per expert in LightX2V's layout,
+/// 4 steps on the list at shift 5, guidance 1 on both experts, the switch after two steps (the
+/// folder's boundary 0.875 falls between 937.5 and 833.3). Same frames as diffusers' pipeline
+/// with each file loaded into its expert; tolerance as above.
+#[test]
+fn lightx2vs_two_expert_distillation_loras_run_their_recipe() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (high, low) =
+        (fixture("few_step_lightning/high_noise.safetensors"), fixture("few_step_lightning/low_noise.safetensors"));
+    let lora = |f: &Path, expert: &str| format!("{}=1@{expert}", f.display());
+    let (high, low) = (lora(&high, "high_noise"), lora(&low, "low_noise"));
+    let args = [
+        "--lora",
+        &high,
+        "--lora",
+        &low,
+        "--timesteps",
+        "1000,750,500,250",
+        "--shift",
+        "5",
+        "--guidance",
+        "1",
+        "--guidance-2",
+        "1",
+        "--sampler",
+        "euler",
+    ];
+    let r = generate_from("few_step_lightning/outputs.safetensors", &fixture("tiny-wan22-t2v"), d, &args);
+    ok(&r);
+    let want = Tensor::read_safetensors(fixture("few_step_lightning/outputs.safetensors")).unwrap();
+    let video = want.iter().find(|(k, _)| k == "video").unwrap().1.get(0).permute([0, 2, 3, 1]);
+    let e = (frames(d) - &video).abs().max().double_value(&[]);
+    assert!(e < 0.5 / 255.0 + 1e-3, "{e:.2e}");
 }
 
 /// The `dmd` sampler draws each step's fresh noise from the seed: the same seed makes the same
