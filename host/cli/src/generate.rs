@@ -393,7 +393,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
             eprintln!("note: {d}");
         }
         if let Some(q) = &r.quantized_weights {
-            eprintln!("weights: {q}, dequantized per layer (lossy against the float checkpoint)");
+            eprintln!("weights: {q} (lossy against the float checkpoint)");
         }
         eprintln!(
             "generating {} frames {}x{} @ {} fps: {} {} steps, guidance {}, shift {}, seed {}",

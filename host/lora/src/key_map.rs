@@ -50,7 +50,10 @@ pub fn checkpoint_name(map: &dyn KeyMap, key: &str) -> Result<String, String> {
     if let Some(t) = map.original_tensor(name) {
         return Ok(t);
     }
-    if let Some((module, param @ ("weight" | "bias"))) = name.rsplit_once('.') {
+    // A linear's weight and bias, and the scales FP8 checkpoints keep beside an FP8 weight
+    // (ComfyUI's `scale_weight`/`scale_input`, ModelOpt's `weight_scale`/`input_scale`).
+    const PARAMS: [&str; 6] = ["weight", "bias", "scale_weight", "scale_input", "weight_scale", "input_scale"];
+    if let Some((module, param)) = name.rsplit_once('.').filter(|(_, p)| PARAMS.contains(p)) {
         if let Some(m) = map.original(module) {
             return Ok(format!("{m}.{param}"));
         }

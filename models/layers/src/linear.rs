@@ -86,23 +86,37 @@ impl Linear {
     /// The module at `w`'s path, registered in the checkpoint's module table (so adapters can
     /// name it).
     pub fn new(w: &Weights, in_dim: i64, out_dim: i64, bias: bool) -> Result<Self> {
-        let (weight, ggml) = match w.get_linear(&[out_dim, in_dim])? {
-            LinearWeight::Dense(t) => (t, None),
+        let (weight, ggml, fp8_scale) = match w.get_linear(&[out_dim, in_dim])? {
+            LinearWeight::Dense(t) => (t, None, None),
             LinearWeight::Ggml(g) => {
                 let run = GgmlRun { ty: g.ty, rows: out_dim, bytes: g.bytes.numel() as i64 };
-                (g.bytes, Some(GgmlLayout { runs: vec![run], in_dim }))
+                (g.bytes, Some(GgmlLayout { runs: vec![run], in_dim }), None)
             }
+            LinearWeight::Fp8 { values, scale } => (values, None, Some(scale)),
         };
         let bias = if bias { Some(w.get("bias", &[out_dim])?) } else { None };
         let slot = w.register_linear(in_dim, out_dim, bias.is_some());
-        Ok(Self { weight, bias, parts: vec![LinearPart { slot, start: 0, len: out_dim }], fp8_scale: None, ggml })
+        Ok(Self { weight, bias, parts: vec![LinearPart { slot, start: 0, len: out_dim }], fp8_scale, ggml })
     }
 
     /// Several projections of the same input as one (outputs concatenated in order), so they
     /// run as one GEMM. All parts or none have a bias. The parts are consumed, so their weights
     /// are freed as soon as the fused copy exists (not kept beside it while the rest of a layer
     /// loads).
-    pub fn concat(parts: Vec<Linear>) -> Self {
+    pub fn concat(mut parts: Vec<Linear>) -> Self {
+        // FP8 parts (an FP8 checkpoint's) fuse as FP8 when all are; beside float parts they
+        // are dequantized to the others' dtype.
+        let all_fp8 = parts.iter().all(|p| p.fp8_scale.is_some());
+        let float_kind = parts.iter().find(|p| !p.is_quantized()).map(|p| p.weight.kind());
+        if let (false, Some(kind)) = (all_fp8, float_kind) {
+            for p in parts.iter_mut() {
+                if let Some(scale) = p.fp8_scale.take() {
+                    p.weight = (p.weight.to_kind(Kind::Float) * scale.view([-1, 1])).to_kind(kind);
+                }
+            }
+        }
+        let fp8_scale =
+            all_fp8.then(|| Tensor::cat(&parts.iter().flat_map(|p| p.fp8_scale.as_ref()).collect::<Vec<_>>(), 0));
         let ggml = parts.iter().any(|p| p.ggml.is_some()).then(|| ggml_concat(&parts));
         let weight = match ggml {
             Some(_) => Tensor::cat(&parts.iter().map(ggml_bytes).collect::<Vec<_>>(), 0),
@@ -119,7 +133,7 @@ impl Linear {
             // From the parts, not the weight: a deferred weight (lazy loading) is empty.
             offset += p.parts.iter().map(|q| q.len).sum::<i64>();
         }
-        Self { weight, bias, parts: fused, fp8_scale: None, ggml }
+        Self { weight, bias, parts: fused, fp8_scale, ggml }
     }
 
     /// The modules this linear computes.

@@ -261,6 +261,11 @@ impl WanModel {
         if lazy {
             t_w.defer_linears();
         }
+        // An FP8 checkpoint's weights feed the FP8 GEMM as they are where the preset runs FP8
+        // linears (no second rounding); elsewhere they are dequantized.
+        if opts.fp8_linears {
+            t_w.keep_fp8();
+        }
         let built = WanTransformer3DModel::new(t_cfg.clone(), &t_w)?;
         if let Some(file) = file {
             crate::single_file::check_all_used(&t_w, file)?;
@@ -276,7 +281,7 @@ impl WanModel {
             );
         }
         t_w.warn_unused("transformer");
-        let quantized_weights = crate::single_file::quantized_formats(&t_w);
+        let quantized_weights = crate::single_file::quantized_formats(&t_w, opts.fp8_linears);
         let deferred_linear_bytes = lazy.then(|| t_w.deferred_bytes());
         let (low_noise, offload) = match (boundary_ratio, parked) {
             (Some(boundary_ratio), Some(parked)) => {

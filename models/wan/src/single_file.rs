@@ -41,8 +41,13 @@ pub fn weights(file: &Path, device: Device, kind: Kind) -> Result<Weights> {
         if keys.iter().any(|k| strip(k).starts_with("condition_embedder.")) {
             return Ok(keys.iter().map(|k| strip(k)).collect());
         }
-        let name =
-            |k: &String| checkpoint_name(&WanKeys, k).map_err(|why| anyhow::anyhow!("{}: `{k}` {why}", file.display()));
+        let name = |k: &String| {
+            // ComfyUI's fp8_scaled marker: an empty tensor whose dtype names the FP8 type.
+            if strip(k) == SCALED_FP8 {
+                return Ok(SCALED_FP8.to_string());
+            }
+            checkpoint_name(&WanKeys, k).map_err(|why| anyhow::anyhow!("{}: `{k}` {why}", file.display()))
+        };
         keys.iter().map(name).collect()
     };
     Weights::from_file_renamed(file, device, kind, &rename)
@@ -50,17 +55,23 @@ pub fn weights(file: &Path, device: Device, kind: Kind) -> Result<Weights> {
 
 /// The file's quantized formats as a load report names them (`GGUF Q4_K ×20, Q6_K ×8`), when it
 /// holds any.
-pub fn quantized_formats(w: &Weights) -> Option<String> {
+pub fn quantized_formats(w: &Weights, kept_fp8: bool) -> Option<String> {
     let types = w.ggml_types();
-    (!types.is_empty()).then(|| {
+    if !types.is_empty() {
         let list: Vec<String> = types.iter().map(|(t, n)| format!("{t} ×{n}")).collect();
-        format!("GGUF {}", list.join(", "))
-    })
+        return Some(format!("GGUF {}, dequantized per layer", list.join(", ")));
+    }
+    let fp8 = w.fp8_count();
+    let how = if kept_fp8 { "run by the FP8 GEMM" } else { "dequantized at load" };
+    (fp8 > 0).then(|| format!("FP8 (scaled) ×{fp8}, {how}"))
 }
+
+/// ComfyUI's marker of an `fp8_scaled` file (`comfy/utils.py`): no weight of the model.
+const SCALED_FP8: &str = "scaled_fp8";
 
 /// Refuses a file with tensors the model did not read, naming the first as the file spells it.
 pub fn check_all_used(w: &Weights, file: &Path) -> Result<()> {
-    if let Some(first) = w.unused().first() {
+    if let Some(first) = w.unused().iter().find(|k| *k != SCALED_FP8) {
         let key = w.stored_name(first);
         bail!("{}: `{key}` is not a tensor of this folder's transformer (the model's `{first}`)", file.display());
     }

@@ -52,12 +52,13 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
 fn a_gguf_transformer_makes_the_pipelines_frames() {
     let dir = tempfile::tempdir().unwrap();
     let model = folder(dir.path());
-    let r = generate_with_noise_of("gguf/outputs.safetensors", &model, &fixture("gguf/wan_mixed.gguf"), dir.path());
+    let r =
+        generate_with_noise_of("gguf/outputs.safetensors", &model, &fixture("gguf/wan_mixed.gguf"), dir.path(), &[]);
     let stderr = String::from_utf8_lossy(&r.stderr);
     assert!(r.status.success(), "{stderr}");
     assert!(stderr.contains("with quantized_weights"), "the load report names the lossy format: {stderr}");
     assert!(
-        stderr.contains("weights: GGUF Q4_0 ×2, Q4_1 ×2, Q4_K ×4, Q5_0 ×2, Q5_1 ×2, Q5_K ×2, Q6_K ×4, Q8_0 ×2"),
+        stderr.contains("weights: GGUF Q4_0 ×2, Q4_1 ×2, Q4_K ×4, Q5_0 ×2, Q5_1 ×2, Q5_K ×2, Q6_K ×4, Q8_0 ×2, dequantized per layer"),
         "{stderr}"
     );
     let want = Tensor::read_safetensors(fixture("gguf/outputs.safetensors")).unwrap();
@@ -94,11 +95,11 @@ fn a_damaged_gguf_file_is_refused_naming_the_file_and_the_tensor() {
     for (i, (file, data, want)) in cases.into_iter().enumerate() {
         let path = d.join(file);
         std::fs::write(&path, data).unwrap();
-        let r = generate_with_noise_of("gguf/outputs.safetensors", &model, &path, &d.join(format!("out{i}")));
+        let r = generate_with_noise_of("gguf/outputs.safetensors", &model, &path, &d.join(format!("out{i}")), &[]);
         crate::common::assert_user_error(&r, &want);
         assert!(String::from_utf8_lossy(&r.stderr).contains(file), "names the file");
     }
     // A GGUF file of another model: its first key is refused, as for safetensors files.
-    let r = generate_with_noise_of("gguf/outputs.safetensors", &model, &fixture("gguf/types.gguf"), &d.join("t"));
+    let r = generate_with_noise_of("gguf/outputs.safetensors", &model, &fixture("gguf/types.gguf"), &d.join("t"), &[]);
     crate::common::assert_user_error(&r, "`BF16` is not a tensor of a Wan transformer");
 }

@@ -15,12 +15,18 @@ fn fixture(rel: &str) -> PathBuf {
 }
 
 fn generate(model: &Path, transformer: &Path, dir: &Path) -> Output {
-    generate_with_noise_of("single_file/outputs.safetensors", model, transformer, dir)
+    generate_with_noise_of("single_file/outputs.safetensors", model, transformer, dir, &[])
 }
 
 /// `fastvideo generate` of the fixtures' case (32x32, 9 frames, 4 steps, guidance 5, fp32 on the
 /// CPU) with `--transformer` and the `latents` of `outputs` (a fixture file) as its noise.
-pub(crate) fn generate_with_noise_of(outputs: &str, model: &Path, transformer: &Path, dir: &Path) -> Output {
+pub(crate) fn generate_with_noise_of(
+    outputs: &str,
+    model: &Path,
+    transformer: &Path,
+    dir: &Path,
+    extra: &[&str],
+) -> Output {
     std::fs::create_dir_all(dir).unwrap();
     let f: HashMap<String, Tensor> = Tensor::read_safetensors(fixture(outputs)).unwrap().into_iter().collect();
     let noise = dir.join("noise.safetensors");
@@ -60,6 +66,7 @@ pub(crate) fn generate_with_noise_of(outputs: &str, model: &Path, transformer: &
         .arg(&frames)
         .arg("--out")
         .arg(&out)
+        .args(extra)
         .env("RUST_BACKTRACE", "1")
         .output()
         .unwrap()
@@ -142,4 +149,43 @@ fn a_file_that_does_not_fit_is_refused_naming_the_file_and_the_key() {
     // A family that reads no single file says so.
     let flux = generate(&fixture("tiny-flux2-klein"), &fixture("single_file/wan_original.safetensors"), &d.join("f"));
     crate::common::assert_user_error(&flux, "FLUX.2 reads no single-file transformer yet (--transformer)");
+}
+
+/// ComfyUI's `fp8_scaled` file (tests/fixtures/make_fp8_fixtures.py: e4m3 block linears with a
+/// per-tensor `scale_weight`, the `scaled_fp8` marker, under `model.diffusion_model.`): in
+/// float32 its weights are dequantized as ComfyUI does and the frames are the pipeline's on those
+/// weights (tolerance as above); the load line names the lossy format. With `--fp8-linears` the
+/// e4m3 values feed the FP8 GEMM as stored (activations then quantized per token too: within
+/// 0.1 of the reference, where a scale applied wrongly is off by far more).
+#[test]
+fn an_fp8_scaled_file_makes_the_pipelines_frames() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let file = fixture("fp8/wan_fp8_scaled.safetensors");
+    let want = Tensor::read_safetensors(fixture("fp8/outputs.safetensors")).unwrap();
+    let video = want.iter().find(|(k, _)| k == "video").unwrap().1.get(0).permute([0, 2, 3, 1]);
+    let r = generate_with_noise_of("fp8/outputs.safetensors", &fixture("tiny-wan"), &file, &d.join("a"), &[]);
+    let stderr = String::from_utf8_lossy(&r.stderr);
+    assert!(r.status.success(), "{stderr}");
+    assert!(stderr.contains("weights: FP8 (scaled) ×20, dequantized at load"), "{stderr}");
+    let e = (frames(&d.join("a")) - &video).abs().max().double_value(&[]);
+    assert!(e < 0.5 / 255.0 + 1e-3, "{e:.2e}");
+    let fast = ["--precision", "fast", "--fp8-linears"];
+    let r = generate_with_noise_of("fp8/outputs.safetensors", &fixture("tiny-wan"), &file, &d.join("b"), &fast);
+    let stderr = String::from_utf8_lossy(&r.stderr);
+    assert!(r.status.success(), "{stderr}");
+    assert!(stderr.contains("weights: FP8 (scaled) ×20, run by the FP8 GEMM"), "{stderr}");
+    let e = (frames(&d.join("b")) - &video).abs().max().double_value(&[]);
+    assert!(e < 0.1, "{e:.2e}");
+    // A NaN scale is refused naming the file's tensor.
+    let mut bytes = std::fs::read(&file).unwrap();
+    let key = "model.diffusion_model.blocks.1.ffn.2.scale_weight";
+    let (header, meta) = safetensors::SafeTensors::read_metadata(&bytes).unwrap();
+    let (start, _) = meta.info(key).unwrap().data_offsets;
+    let at = 8 + header + start;
+    bytes[at..at + 4].copy_from_slice(&f32::NAN.to_le_bytes());
+    let nan = d.join("nan.safetensors");
+    std::fs::write(&nan, bytes).unwrap();
+    let r = generate_with_noise_of("fp8/outputs.safetensors", &fixture("tiny-wan"), &nan, &d.join("c"), &[]);
+    crate::common::assert_user_error(&r, &format!("nan.safetensors: tensor `{key}` has a NaN or infinite scale"));
 }

@@ -93,10 +93,18 @@ pub struct GgmlWeight {
 
 /// A linear's weight as [`Weights::get_linear`] gives it.
 pub enum LinearWeight {
-    /// In the compute dtype (or FP8, see `get_linear_weight`).
+    /// In the compute dtype.
     Dense(Tensor),
     /// Still in ggml's blocks.
     Ggml(GgmlWeight),
+    /// An FP8 checkpoint's e4m3 values and their float32 scale per output channel (`[out]`),
+    /// kept for the FP8 GEMM ([`Weights::keep_fp8`]).
+    Fp8 {
+        /// `[out, in]` e4m3.
+        values: Tensor,
+        /// `[out]` float32.
+        scale: Tensor,
+    },
 }
 
 impl Weights {
@@ -104,6 +112,12 @@ impl Weights {
     /// (a GGUF file), else as [`get_linear_weight`](Self::get_linear_weight) gives it.
     pub fn get_linear(&self, shape: &[i64]) -> Result<LinearWeight> {
         let key = self.key("weight");
+        let e4m3 = matches!(self.stored("weight"), Some((Kind::Float8e4m3fn, _)));
+        if e4m3 && self.store.keep_fp8.get() && shape.len() == 2 && self.store.deferred.get().is_none() {
+            let values = self.with_kind(Kind::Float8e4m3fn).get("weight", shape)?;
+            let scale = self.fp8_scale(shape[0])?.expand([shape[0], 1], false).reshape([-1]).to_device(self.device);
+            return Ok(LinearWeight::Fp8 { values, scale });
+        }
         if let Source::Random { seed, ggml: Some(ty) } = self.store.source {
             if let Some(bytes) = random_blocks(ty, shape, seed, &key, self.device) {
                 self.store.used.borrow_mut().insert(key);
@@ -124,6 +138,26 @@ impl Weights {
         forget_pages(&maps[e.file].1, e);
         self.store.used.borrow_mut().insert(key);
         Ok(LinearWeight::Ggml(GgmlWeight { ty, bytes: t, shape: [shape[0], shape[1]] }))
+    }
+
+    /// From now on, linear weights an FP8 checkpoint stores in e4m3 stay FP8 with their scale
+    /// ([`LinearWeight::Fp8`]), for the FP8 GEMM, instead of being dequantized: where the
+    /// precision preset runs FP8 linears (`--fp8-linears`, `fast`).
+    pub fn keep_fp8(&self) {
+        self.store.keep_fp8.set(true);
+    }
+
+    /// How many of the checkpoint's linear weights are stored in FP8 (a lossy format of the
+    /// file's own).
+    pub fn fp8_count(&self) -> usize {
+        match &self.store.source {
+            Source::Mapped { entries, .. } => {
+                let fp8 = |e: &&Entry| matches!(e.kind, Kind::Float8e4m3fn | Kind::Float8e5m2);
+                // Not ComfyUI's empty `scaled_fp8` marker.
+                entries.values().filter(fp8).filter(|e| e.end > e.start).count()
+            }
+            _ => 0,
+        }
     }
 
     /// How many of the checkpoint's tensors each ggml block format holds (empty unless it is

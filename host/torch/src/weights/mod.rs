@@ -80,11 +80,20 @@ struct Store {
     /// While set ([`Weights::defer_linears`]): linear weights are checked and counted (bytes in
     /// the target dtype) but not read.
     deferred: Cell<Option<u64>>,
+    /// Set by [`Weights::keep_fp8`]: e4m3 linear weights stay FP8 ([`Weights::get_linear`]).
+    keep_fp8: Cell<bool>,
 }
 
 impl Store {
     fn new(source: Source, origin: PathBuf) -> Self {
-        Self { source, used: RefCell::default(), origin, linears: RefCell::default(), deferred: Cell::new(None) }
+        Self {
+            source,
+            used: RefCell::default(),
+            origin,
+            linears: RefCell::default(),
+            deferred: Cell::new(None),
+            keep_fp8: Cell::new(false),
+        }
     }
 }
 
@@ -304,7 +313,14 @@ impl Weights {
             return self.get("weight", shape);
         }
         let values = self.with_kind(Kind::Float).get("weight", shape)?;
-        let out = shape[0];
+        let scale = self.fp8_scale(shape[0])?;
+        Ok((values * scale).to_kind(self.kind))
+    }
+
+    /// An FP8 weight's float32 scale as `[1, 1]` or `[out, 1]` (`weight_scale` or `scale_weight`
+    /// beside it), checked finite; the static input scale (`input_scale`, ComfyUI's
+    /// `scale_input`) is read and not used: activations are quantized per token at run time.
+    fn fp8_scale(&self, out: i64) -> Result<Tensor> {
         let scale = match ["weight_scale", "scale_weight"].into_iter().find_map(|n| Some((n, self.stored(n)?.1))) {
             Some((name, s)) => {
                 let n: i64 = s.iter().product();
@@ -315,7 +331,15 @@ impl Weights {
                         self.key(name)
                     );
                 }
-                self.with_kind(Kind::Float).get(name, &s)?.reshape([-1, 1])
+                let scale = self.with_kind(Kind::Float).get(name, &s)?.reshape([-1, 1]);
+                if !bool::try_from(scale.isfinite().all()).unwrap_or(false) {
+                    bail!(
+                        "{}: tensor `{}` has a NaN or infinite scale",
+                        self.store.origin.display(),
+                        self.stored_name(&self.key(name))
+                    );
+                }
+                scale
             }
             None => bail!(
                 "{}: `{}` is stored in FP8 without a `weight_scale` or `scale_weight` beside it",
@@ -323,10 +347,12 @@ impl Weights {
                 self.key("weight")
             ),
         };
-        if let Some((_, s)) = self.stored("input_scale") {
-            let _ = self.with_kind(Kind::Float).get("input_scale", &s)?;
+        for name in ["input_scale", "scale_input"] {
+            if let Some((_, s)) = self.stored(name) {
+                let _ = self.with_kind(Kind::Float).get(name, &s)?;
+            }
         }
-        Ok((values * scale).to_kind(self.kind))
+        Ok(scale)
     }
 
     /// From now on, linear weights ([`get_linear_weight`](Self::get_linear_weight)) are checked
@@ -372,7 +398,7 @@ impl Weights {
             }
         }
         let mut used = self.store.used.borrow_mut();
-        for n in [name, "weight_scale", "scale_weight", "input_scale"] {
+        for n in [name, "weight_scale", "scale_weight", "input_scale", "scale_input"] {
             if n == name || self.contains(n) && !matches!(self.store.source, Source::Random { .. }) {
                 used.insert(self.key(n));
             }
