@@ -19,6 +19,7 @@ pub mod joint;
 pub mod linear;
 pub mod measure;
 pub mod offload;
+pub mod quant_config;
 pub mod sequence_parallel;
 pub mod timestep;
 pub mod tokenizer;

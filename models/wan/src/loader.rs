@@ -270,6 +270,9 @@ impl WanModel {
         if let Some(file) = file {
             crate::single_file::check_all_used(&t_w, file)?;
         }
+        if let Some(q) = &t_cfg.quantization_config {
+            q.check_weights(&t_dir.join("config.json"), &t_w.linears(), &t_w)?;
+        }
         let transformer = Arc::new(with_lossy_options(built, opts.fp8_linears, opts.int8_attention));
         // A lazy model's first wake reads the checkpoint as a weight update does, which refuses
         // tensors the model lacks: refuse them now, not at that first request.

@@ -189,3 +189,75 @@ fn an_fp8_scaled_file_makes_the_pipelines_frames() {
     let r = generate_with_noise_of("fp8/outputs.safetensors", &fixture("tiny-wan"), &nan, &d.join("c"), &[]);
     crate::common::assert_user_error(&r, &format!("nan.safetensors: tensor `{key}` has a NaN or infinite scale"));
 }
+
+/// An NVIDIA ModelOpt FP8 export in diffusers' layout (`quantization_config` with its ignore
+/// list, `weight_scale` beside each FP8 weight) as a folder's transformer: the pipeline's frames
+/// on the dequantized weights; a list that disagrees with the weights, and an algorithm not run,
+/// are refused naming the key.
+#[test]
+fn a_modelopt_fp8_folder_makes_the_pipelines_frames() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let model = d.join("model");
+    copy_dir(&fixture("tiny-wan"), &model);
+    std::fs::remove_dir_all(model.join("transformer")).unwrap();
+    copy_dir(&fixture("fp8/modelopt_transformer"), &model.join("transformer"));
+    let run = |sub: &str| {
+        let want = fixture("fp8/modelopt_outputs.safetensors");
+        let f: HashMap<String, Tensor> = Tensor::read_safetensors(&want).unwrap().into_iter().collect();
+        let dir = d.join(sub);
+        std::fs::create_dir_all(&dir).unwrap();
+        let noise = dir.join("noise.safetensors");
+        Tensor::write_safetensors(&[("latents", &f["latents"])], &noise).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_fastvideo"))
+            .args(["generate", "--model"])
+            .arg(&model)
+            .args([
+                "--prompt",
+                "a red circle moving left on a white background",
+                "--negative-prompt",
+                "blurry low quality",
+            ])
+            .args(["--height", "32", "--width", "32", "--frames", "9", "--steps", "4", "--guidance", "5"])
+            .args(["--device", "cpu", "--dtype", "fp32", "--noise"])
+            .arg(&noise)
+            .arg("--frames-dir")
+            .arg(dir.join("frames"))
+            .arg("--out")
+            .arg(dir.join("out.mp4"))
+            .output()
+            .unwrap();
+        (out, f["video"].get(0).permute([0, 2, 3, 1]))
+    };
+    let (r, video) = run("a");
+    let stderr = String::from_utf8_lossy(&r.stderr);
+    assert!(r.status.success(), "{stderr}");
+    assert!(stderr.contains("weights: FP8 (scaled) ×20, dequantized at load"), "{stderr}");
+    let e = (frames(&d.join("a")) - &video).abs().max().double_value(&[]);
+    assert!(e < 0.5 / 255.0 + 1e-3, "{e:.2e}");
+    let config = model.join("transformer/config.json");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, text.replace("\"proj_out\",", "\"proj_out\", \"blocks.0.attn1.to_q\",")).unwrap();
+    crate::common::assert_user_error(
+        &run("b").0,
+        "`blocks.0.attn1.to_q` is on quantization_config.ignore, but its weight is stored in FP8",
+    );
+    std::fs::write(&config, text.replace("\"FP8\"", "\"NVFP4\"")).unwrap();
+    crate::common::assert_user_error(
+        &run("c").0,
+        "config key `quantization_config.quant_algo` = NVFP4 is not supported",
+    );
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let p = e.unwrap().path();
+        let dest = to.join(p.file_name().unwrap());
+        if p.is_dir() {
+            copy_dir(&p, &dest);
+        } else {
+            std::fs::copy(&p, &dest).unwrap();
+        }
+    }
+}

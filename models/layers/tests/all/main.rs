@@ -5,6 +5,7 @@
 mod config;
 mod image_processor;
 mod linear;
+mod quant_config;
 mod sequence_parallel;
 mod tokenizer;
 

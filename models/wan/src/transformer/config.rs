@@ -43,6 +43,9 @@ pub struct TransformerConfig {
     pub rope_max_seq_len: i64,
     /// First-and-last-frame models: the two images' tokens, which get a learned position embedding.
     pub pos_embed_seq_len: Option<i64>,
+    /// An FP8 checkpoint's export settings (NVIDIA ModelOpt): the method and the modules left
+    /// unquantized.
+    pub quantization_config: Option<fastvideo_layers::quant_config::QuantizationConfig>,
 }
 
 /// `WanTransformer3DModel.__init__`'s defaults (Wan2.1-T2V-14B) in
@@ -66,6 +69,7 @@ impl Default for TransformerConfig {
             added_kv_proj_dim: None,
             rope_max_seq_len: 1024,
             pos_embed_seq_len: None,
+            quantization_config: None,
         }
     }
 }
@@ -75,6 +79,9 @@ impl TransformerConfig {
     /// naming them.
     pub fn load(path: &Path) -> Result<Self> {
         let cfg: Self = read_config(path)?;
+        if let Some(q) = &cfg.quantization_config {
+            q.check(path)?;
+        }
         if cfg.qk_norm.as_deref() != Some("rms_norm_across_heads") {
             return Err(unsupported(path, "qk_norm", format!("{:?}", cfg.qk_norm), "only \"rms_norm_across_heads\""));
         }
