@@ -39,6 +39,8 @@ pub struct Assembly {
     pub chat: Option<(String, Arc<dyn fastvideo_request::chat::ChatCodec>)>,
     /// What to say about a request's prompt, per served video model id.
     pub prompt_warnings: BTreeMap<String, crate::PromptWarnings>,
+    /// What `/v1/models` says about each served model's numerics, per id.
+    pub model_info: BTreeMap<String, serde_json::Value>,
 }
 
 /// What an engine was built with, as JSON-friendly data: two front ends that print the same
@@ -187,6 +189,7 @@ pub(crate) fn build_engine_with(cfg: &ServeConfig, deploy: Option<Arc<Deployment
     };
     let chat = lm.as_ref().map(|l| (l.id.clone(), l.codec.clone()));
     let mut prompt_warnings = BTreeMap::from([(location.name.clone(), primary.warnings)]);
+    let mut model_info = BTreeMap::from([(location.name.clone(), crate::served::model_info(primary.loaded.as_ref()))]);
     let mut extra = Vec::new();
     let mut budget = WeightBudget::default();
     budget.add(&location.name, primary.loaded.resident_bytes(), None, true);
@@ -197,6 +200,7 @@ pub(crate) fn build_engine_with(cfg: &ServeConfig, deploy: Option<Arc<Deployment
         let slot = Slot { name: &m.name, dir: &m.path, primary: false, pin: m.pin, lazy: m.lazy };
         let served = crate::served::served(cfg, deploy.as_ref(), slot, device)?;
         prompt_warnings.insert(m.name.clone(), served.warnings);
+        model_info.insert(m.name.clone(), crate::served::model_info(served.loaded.as_ref()));
         let bytes = served.loaded.resident_bytes();
         budget.add(&m.name, bytes, served.engine.residency.clone(), !m.lazy);
         extra.push(served.engine);
@@ -212,7 +216,18 @@ pub(crate) fn build_engine_with(cfg: &ServeConfig, deploy: Option<Arc<Deployment
     extra.extend(lm.into_iter().map(|l| l.model));
     let engine =
         Engine::start_with_models(primary.engine, extra, world.map(|w| w.sessions), engine_cfg, metrics.clone());
-    Ok(Assembly { engine, registry, metrics, model: location, device, deploy, description, chat, prompt_warnings })
+    Ok(Assembly {
+        engine,
+        registry,
+        metrics,
+        model: location,
+        device,
+        deploy,
+        description,
+        chat,
+        prompt_warnings,
+        model_info,
+    })
 }
 
 /// Every `[[adapters]]` entry's `model` names a served video model.

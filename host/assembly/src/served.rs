@@ -111,6 +111,17 @@ pub(crate) fn served(
     Ok(ServedModel { engine, loaded, binding, warnings })
 }
 
+/// What `/v1/models` says about a model's numerics: the precision preset served, the lossy
+/// paths on top of it, and the checkpoint's own quantized format (GGUF, FP8) when it has one.
+pub fn model_info(loaded: &dyn LoadedModel) -> serde_json::Value {
+    let s = loaded.summary();
+    let mut v = serde_json::json!({"precision": s.precision.to_string(), "lossy_paths": s.lossy_paths()});
+    if let Some(q) = &s.quantized_weights {
+        v["quantized_weights"] = q.clone().into();
+    }
+    v
+}
+
 /// Weight updates that refuse a model folder of another family before reading any weights (the
 /// family's own loader then names the file and tensor of whatever else is wrong).
 struct SameFamily {

@@ -41,7 +41,7 @@ pub fn build_server(cfg: &ServeConfig) -> Result<Served> {
     };
     let assembly = build_engine(cfg)?;
     let comfy = comfyui(cfg, assembly.deploy.as_ref(), &assembly.model.dir, &assembly.model.name, assembly.device)?;
-    let Assembly { engine, registry, description, chat, prompt_warnings, .. } = assembly;
+    let Assembly { engine, registry, description, chat, prompt_warnings, model_info, .. } = assembly;
     let s = &cfg.storage;
     let retention = fastvideo_server::Retention {
         ttl: (s.job_ttl > 0).then(|| Duration::from_secs(s.job_ttl)),
@@ -50,6 +50,7 @@ pub fn build_server(cfg: &ServeConfig) -> Result<Served> {
     let h = &cfg.http;
     let mut state = AppState::new(engine, registry)
         .with_prompt_warnings(prompt_warnings)
+        .with_model_info(model_info)
         .with_job_store(store, retention)
         .with_files(files)
         .with_webrtc(webrtc(cfg)?)

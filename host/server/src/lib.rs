@@ -129,7 +129,13 @@ async fn models(State(s): State<AppState>) -> Json<serde_json::Value> {
         .engine
         .models()
         .iter()
-        .map(|(id, _)| serde_json::json!({"id": id, "object": "model", "created": 0, "owned_by": "fastvideo"}))
+        .map(|(id, _)| {
+            let mut m = serde_json::json!({"id": id, "object": "model", "created": 0, "owned_by": "fastvideo"});
+            if let (Some(info), Some(m)) = (s.model_info.get(*id).and_then(|i| i.as_object()), m.as_object_mut()) {
+                m.extend(info.clone());
+            }
+            m
+        })
         .collect();
     Json(serde_json::json!({"object": "list", "data": data}))
 }

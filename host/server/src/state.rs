@@ -45,6 +45,8 @@ pub struct AppState {
     pub(crate) chat: Option<Arc<ChatModel>>,
     /// What to say about a request's prompt (a job's `warnings`), per served model id.
     pub(crate) prompt_warnings: BTreeMap<String, PromptWarnings>,
+    /// Fields `/v1/models` adds to each model's entry (its numerics), per served model id.
+    pub(crate) model_info: BTreeMap<String, serde_json::Value>,
 }
 
 /// What a front end says about a request's prompt before it runs (see
@@ -75,6 +77,7 @@ impl AppState {
             webhook_metrics,
             chat: None,
             prompt_warnings: BTreeMap::new(),
+            model_info: BTreeMap::new(),
         }
     }
 
@@ -82,6 +85,13 @@ impl AppState {
     /// words the text encoder does not know.
     pub fn with_prompt_warnings(mut self, warnings: BTreeMap<String, PromptWarnings>) -> Self {
         self.prompt_warnings = warnings;
+        self
+    }
+
+    /// `/v1/models` adds `info[id]`'s fields (precision, lossy paths, quantized weights) to
+    /// model `id`'s entry.
+    pub fn with_model_info(mut self, info: BTreeMap<String, serde_json::Value>) -> Self {
+        self.model_info = info;
         self
     }
 

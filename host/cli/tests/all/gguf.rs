@@ -103,3 +103,31 @@ fn a_damaged_gguf_file_is_refused_naming_the_file_and_the_tensor() {
     let r = generate_with_noise_of("gguf/outputs.safetensors", &model, &fixture("gguf/types.gguf"), &d.join("t"), &[]);
     crate::common::assert_user_error(&r, "`BF16` is not a tensor of a Wan transformer");
 }
+
+/// A server on a GGUF transformer says so in `/v1/models` (the lossy format and path), and an
+/// `exact` request is refused there, since the file's blocks are not the float weights.
+#[test]
+fn a_served_gguf_model_reports_its_format() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = folder(dir.path());
+    let file = fixture("gguf/wan_mixed.gguf");
+    let server = crate::common::server::Server::start(&[
+        "--model",
+        model.to_str().unwrap(),
+        "--transformer",
+        file.to_str().unwrap(),
+        "--dtype",
+        "fp32",
+    ]);
+    let (status, models) = server.get("/v1/models");
+    assert_eq!(status, 200);
+    let m = &models["data"][0];
+    assert!(m["quantized_weights"].as_str().unwrap().starts_with("GGUF Q4_0 ×2"), "{m}");
+    assert!(m["lossy_paths"].as_array().unwrap().iter().any(|p| p == "quantized_weights"), "{m}");
+    let (status, body) = server.post(
+        "/v1/videos",
+        serde_json::json!({"prompt": "a red circle", "exact": true, "num_frames": 5, "height": 32, "width": 32}),
+    );
+    assert_eq!(status, 400, "{body}");
+    assert!(body.to_string().contains("quantized_weights"), "{body}");
+}
