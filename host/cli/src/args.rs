@@ -44,7 +44,10 @@ pub struct SamplingArgs {
     /// --timesteps divided by 1000: the schedule as noise levels in (0, 1].
     #[arg(long, value_delimiter = ',')]
     pub sigmas: Option<Vec<f64>>,
-    /// euler, unipc, flow_sde or dmd (model default when omitted).
+    /// rcm: the initial noise level in TrigFlow's sigma (80 when omitted).
+    #[arg(long)]
+    pub sigma_max: Option<f64>,
+    /// euler, unipc, flow_sde, dmd or rcm (model default when omitted).
     #[arg(long, value_parser = parse_sampler)]
     pub sampler: Option<SamplerKind>,
     /// flow_sde: the SDE noise scale (0.7 when omitted).
@@ -60,6 +63,7 @@ impl SamplingArgs {
         r.sampling.sampler = self.sampler;
         r.sampling.noise_level = self.noise_level;
         r.sampling.sde_steps = self.sde_steps.clone();
+        r.sampling.sigma_max = self.sigma_max;
         r.diffusion.num_inference_steps = self.steps;
         (r.diffusion.timesteps, r.diffusion.sigmas) = (self.timesteps.clone(), self.sigmas.clone());
         r.diffusion.guidance_scale = self.guidance;
@@ -78,7 +82,8 @@ pub fn parse_sampler(s: &str) -> Result<SamplerKind, String> {
         "unipc" => Ok(SamplerKind::Unipc),
         "flow_sde" | "flow-sde" => Ok(SamplerKind::FlowSde),
         "dmd" | "lcm" => Ok(SamplerKind::Dmd),
-        other => Err(format!("unknown sampler `{other}` (euler, unipc, flow_sde or dmd)")),
+        "rcm" => Ok(SamplerKind::Rcm),
+        other => Err(format!("unknown sampler `{other}` (euler, unipc, flow_sde, dmd or rcm)")),
     }
 }
 

@@ -43,7 +43,7 @@ enum Command {
     /// Render procedural training clips (the default model's data set).
     Dataset(dataset::DatasetArgs),
     /// Score prompt adherence: generate clips for fixed scenes and analyze them.
-    Eval(eval::EvalArgs),
+    Eval(Box<eval::EvalArgs>),
     /// Serve the model over an OpenAI-compatible HTTP API (videos, images, SSE, WebSocket).
     Serve(Box<serve::ServeArgs>),
     /// Time a model's components at one shape (forward, CFG step, text encode, VAE decode).
@@ -98,7 +98,7 @@ fn main() -> ExitCode {
         Command::Dataset(args) => dataset::run(args),
         Command::World(args) => world::run(args),
         Command::Chat(args) => chat::run(args),
-        Command::Eval(args) => eval::run(args),
+        Command::Eval(args) => eval::run(*args),
         Command::Serve(args) => serve::run(*args),
         Command::Bench(args) => bench::run(args),
         Command::BenchParallel(args) => bench_parallel::run(args),

@@ -124,6 +124,7 @@ impl RolloutRequest {
                         sampler: Some(self.sampler.unwrap_or(SamplerKind::FlowSde)),
                         noise_level: self.noise_level,
                         sde_steps: self.sde_steps.clone(),
+                        sigma_max: None,
                     },
                     diffusion: DiffusionParams {
                         // Two-expert models' flat fields, as the knobs the model's schema checks.

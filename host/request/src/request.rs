@@ -127,11 +127,17 @@ pub enum SamplerKind {
     /// `x0 = x − σ·v` and noises it afresh to the next level, `(1 − σ')·x0 + σ'·ε` (diffusers
     /// `FlowMatchLCMScheduler`; ComfyUI's `lcm` sampler). Its noise is drawn from the seed.
     Dmd,
+    /// rCM/sCM consistency sampling as TurboDiffusion runs its distilled Wan models: 1 to 4
+    /// steps at TrigFlow times `atan(sigma_max)`, 1.5, 1.4, 1.0 (as many as steps), converted
+    /// to flow levels `sin t / (sin t + cos t)`; the initial noise scaled by the first level, then
+    /// `dmd` steps over those levels (no shift). `sampling.sigma_max`, 80 by default.
+    Rcm,
 }
 
 impl SamplerKind {
     /// Every solver, in the order docs list them.
-    pub const ALL: [SamplerKind; 4] = [SamplerKind::Euler, SamplerKind::Unipc, SamplerKind::FlowSde, SamplerKind::Dmd];
+    pub const ALL: [SamplerKind; 5] =
+        [SamplerKind::Euler, SamplerKind::Unipc, SamplerKind::FlowSde, SamplerKind::Dmd, SamplerKind::Rcm];
 
     /// The wire name (`euler`, `unipc`), as it appears in JSON.
     pub fn as_str(self) -> &'static str {
@@ -140,6 +146,7 @@ impl SamplerKind {
             SamplerKind::Unipc => "unipc",
             SamplerKind::FlowSde => "flow_sde",
             SamplerKind::Dmd => "dmd",
+            SamplerKind::Rcm => "rcm",
         }
     }
 }
@@ -160,6 +167,10 @@ pub struct SamplingParams {
     /// the others are deterministic Euler steps. Every step when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sde_steps: Option<Vec<u32>>,
+    /// `rcm` only: the initial noise level in TrigFlow's σ (its first time is `atan(sigma_max)`);
+    /// 80 when absent (TurboDiffusion's Wan 2.1 default; its Wan 2.2 models use 200).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sigma_max: Option<f64>,
 }
 
 /// Denoising and shape parameters. Each one left out takes the model's [`Defaults`](crate::Defaults).

@@ -327,7 +327,10 @@ impl LoopStage for DenoiseLoop {
             }
             None => {
                 ensure!(start == 0, "denoise: strength below 1 needs clean latents to start from (a video input)");
-                noise
+                match sampler.initial_noise_scale() {
+                    1.0 => noise,
+                    scale => noise * scale,
+                }
             }
         };
         let end = req.partial.map_or(sampler.timesteps().len(), |p| p.end as usize);

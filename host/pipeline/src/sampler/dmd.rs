@@ -16,6 +16,8 @@ pub type StepNoise = Box<dyn FnMut(usize, &[i64], tch::Device) -> Tensor + Send>
 pub struct Dmd {
     schedule: Schedule,
     noise: StepNoise,
+    /// [`Sampler::initial_noise_scale`]: 1, or the first level for rCM.
+    initial_scale: f64,
 }
 
 impl Dmd {
@@ -35,18 +37,38 @@ impl Dmd {
         let mut sigmas = shifted_f32(base, shift);
         let timesteps = sigmas.iter().map(|s| s * NUM_TRAIN_TIMESTEPS as f32).collect();
         sigmas.push(0.0);
-        Self { schedule: Schedule { timesteps, sigmas, index: 0 }, noise }
+        Self { schedule: Schedule { timesteps, sigmas, index: 0 }, noise, initial_scale: 1.0 }
     }
 
     /// Over the schedule another sampler computed (Euler's default spacing for a step count),
     /// each step's noise drawn from `seed`.
     pub fn over(schedule: Schedule, seed: u64) -> Self {
         let noise: StepNoise = Box::new(move |i, shape, dev| seeded_noise(shape, step_noise_seed(seed, i as u32), dev));
-        Self { schedule: Schedule { index: 0, ..schedule }, noise }
+        Self { schedule: Schedule { index: 0, ..schedule }, noise, initial_scale: 1.0 }
+    }
+}
+
+impl Dmd {
+    /// rCM's consistency sampling as TurboDiffusion runs it: `dmd` steps over flow levels
+    /// given as they are (no shift), the initial noise scaled by the first.
+    pub fn consistency(levels: &[f64], noise: StepNoise) -> Self {
+        let initial_scale = levels.first().copied().unwrap_or(1.0);
+        Self { initial_scale, ..Self::with_noise(levels, 1.0, noise) }
+    }
+
+    /// [`consistency`](Self::consistency) with each step's noise drawn from `seed`.
+    pub fn consistency_seeded(levels: &[f64], seed: u64) -> Self {
+        Self::consistency(
+            levels,
+            Box::new(move |i, shape, dev| seeded_noise(shape, step_noise_seed(seed, i as u32), dev)),
+        )
     }
 }
 
 impl Sampler for Dmd {
+    fn initial_noise_scale(&self) -> f64 {
+        self.initial_scale
+    }
     fn begin_at(&mut self, index: usize) -> Result<()> {
         self.schedule.begin_at(index, "dmd")
     }

@@ -35,5 +35,8 @@ pub fn build(req: &ResolvedRequest) -> Box<dyn Sampler> {
         (SamplerKind::Dmd, Some(base)) => Box::new(Dmd::new(base, shift, req.seed)),
         // diffusers' FlowMatchLCMScheduler spaces steps as its Euler scheduler does.
         (SamplerKind::Dmd, None) => Box::new(Dmd::over(FlowMatchEuler::new(steps, shift).schedule().clone(), req.seed)),
+        // The request resolves rCM's levels (`sampling.sigma_max`); the shift does not apply.
+        (SamplerKind::Rcm, Some(levels)) => Box::new(Dmd::consistency_seeded(levels, req.seed)),
+        (SamplerKind::Rcm, None) => Box::new(Dmd::consistency_seeded(&[1.0], req.seed)),
     }
 }

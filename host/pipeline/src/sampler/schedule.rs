@@ -67,6 +67,12 @@ pub trait Sampler: Send {
     fn step_index(&self) -> usize {
         self.schedule().index
     }
+    /// What the initial noise is multiplied by before the first step: 1 (pure noise at σ = 1),
+    /// except for a schedule that starts below 1 and treats the noise as its first level
+    /// (rCM: `x = ε · σ₀`, as TurboDiffusion starts).
+    fn initial_noise_scale(&self) -> f64 {
+        1.0
+    }
     /// `(step, log-probability)` of each stochastic step taken so far; empty for deterministic
     /// samplers. Reads the values back from the device: call it once, at the end.
     fn log_probs(&self) -> Vec<(u32, f32)> {

@@ -199,3 +199,35 @@ fn a_requests_timesteps_build_the_distilled_schedule() {
     bad.diffusion.sigmas = Some(vec![1.0]);
     assert!(resolve(&bad, &limits).unwrap_err().contains("not both"));
 }
+
+/// rCM's consistency sampling against TurboDiffusion's loop (written out in float64 by the
+/// fixture script: there is no diffusers scheduler for it), fed the same noise: the levels a
+/// request resolves for `sampler: rcm` (sigma_max 80, 4 steps), the initial noise scaled by the
+/// first, and every step (tolerances as [`check`]).
+#[test]
+fn rcm_matches_turbodiffusions_loop() {
+    use fastvideo_request::{ModelLimits, OmniRequest, SamplerKind};
+    let fx = few_step_fixtures();
+    let mut r = OmniRequest::text_to_video("r", "a red circle");
+    r.sampling.sampler = Some(SamplerKind::Rcm);
+    r.diffusion.num_inference_steps = Some(4);
+    let req = r.resolve(&ModelLimits::example(), || 5).unwrap();
+    let levels = req.schedule.clone().unwrap();
+    let noise: StepNoise = {
+        let fx = few_step_fixtures();
+        Box::new(move |i, _shape, _dev| fx[&format!("rcm.noise.{i}")].shallow_clone())
+    };
+    let s = Dmd::consistency(&levels, noise);
+    let scaled = &fx["rcm.noise0"] * s.initial_noise_scale();
+    assert!(rel_err(&scaled, &fx["rcm.sample0"]) < 1e-6);
+    check("rcm", Box::new(s), &fx);
+    // Its own schedule only, 1 to 4 steps, and `sigma_max` for it alone.
+    r.diffusion.num_inference_steps = Some(5);
+    assert!(r.resolve(&ModelLimits::example(), || 5).unwrap_err().to_string().contains("1 to 4 steps"));
+    r.diffusion.num_inference_steps = Some(2);
+    r.diffusion.timesteps = Some(vec![1000.0, 500.0]);
+    assert!(r.resolve(&ModelLimits::example(), || 5).unwrap_err().to_string().contains("makes its own schedule"));
+    let mut euler = OmniRequest::text_to_video("r", "a red circle");
+    euler.sampling.sigma_max = Some(200.0);
+    assert!(euler.resolve(&ModelLimits::example(), || 5).unwrap_err().to_string().contains("sampling.sigma_max"));
+}

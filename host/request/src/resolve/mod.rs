@@ -438,6 +438,7 @@ impl OmniRequest {
         let generate_sound =
             audio::resolve_sound(self.outputs.generate_sound, limits.audio.as_ref(), self.task, &limits.family)?;
         let sampler = self.sampling.sampler.unwrap_or(def.sampler);
+        let schedule = schedule::for_sampler(sampler, schedule, steps, d, self.sampling.sigma_max)?;
         let (noise_level, sde_steps) = self.sampling.resolve_sde(sampler, steps)?;
         let partial = partial_schedule(d.start_step, d.end_step, steps, self.task, initial_noise.is_some())?;
         if (steps as f64 * strength) < 1.0 {

@@ -4,7 +4,7 @@
 
 use super::Defaults;
 use crate::request::DiffusionParams;
-use crate::RequestError;
+use crate::{RequestError, SamplerKind};
 
 /// `(steps, base noise levels)`: the list's length and its values over 1000, or the count with
 /// no list. A request's list wins; then its count (the model's list applies when the count is
@@ -39,6 +39,42 @@ pub(super) fn resolve(
         (None, Some(base)) => Ok((base.len() as u32, Some(base))),
         (None, None) => Ok((in_range(def.steps, max_steps)?, None)),
     }
+}
+
+/// TurboDiffusion's intermediate TrigFlow times after `atan(sigma_max)`, in order.
+const RCM_MID_TIMES: [f64; 3] = [1.5, 1.4, 1.0];
+
+/// The schedule `sampler` runs: `rcm` makes its own from `sigma_max` (1 to 4 steps, no list
+/// given); the others take the resolved one, and no `sigma_max`.
+pub(super) fn for_sampler(
+    sampler: SamplerKind,
+    schedule: Option<Vec<f64>>,
+    steps: u32,
+    d: &DiffusionParams,
+    sigma_max: Option<f64>,
+) -> Result<Option<Vec<f64>>, RequestError> {
+    if sampler != SamplerKind::Rcm {
+        if sigma_max.is_some() {
+            return Err(RequestError::new("sampling.sigma_max", "applies to the `rcm` sampler only"));
+        }
+        return Ok(schedule);
+    }
+    if d.timesteps.is_some() || d.sigmas.is_some() {
+        let field = if d.timesteps.is_some() { "diffusion.timesteps" } else { "diffusion.sigmas" };
+        return Err(RequestError::new(field, "the `rcm` sampler makes its own schedule from sampling.sigma_max"));
+    }
+    if steps > RCM_MID_TIMES.len() as u32 + 1 {
+        return Err(RequestError::new(
+            "diffusion.num_inference_steps",
+            format!("{steps}: the `rcm` sampler runs 1 to {} steps", RCM_MID_TIMES.len() + 1),
+        ));
+    }
+    let sigma_max = sigma_max.unwrap_or(80.0);
+    if !sigma_max.is_finite() || sigma_max <= 0.0 {
+        return Err(RequestError::new("sampling.sigma_max", format!("{sigma_max} must be positive")));
+    }
+    let times = std::iter::once(sigma_max.atan()).chain(RCM_MID_TIMES).take(steps as usize);
+    Ok(Some(times.map(|t| t.sin() / (t.cos() + t.sin())).collect()))
 }
 
 fn in_range(steps: u32, max_steps: u32) -> Result<u32, RequestError> {
