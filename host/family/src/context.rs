@@ -87,6 +87,11 @@ impl LoadContext {
         anyhow::ensure!(!self.numerics.fp8_linears, "{family} has no FP8 linears yet (--fp8-linears)");
         anyhow::ensure!(!self.tiny_decoder, "{family} folders have no tiny decoder");
         anyhow::ensure!(!self.offload_experts, "{family} has one transformer (--offload-experts)");
+        Ok(())
+    }
+
+    /// Refuses `--transformer` for a family that reads no single file yet.
+    pub fn no_single_file(&self, family: &str) -> anyhow::Result<()> {
         anyhow::ensure!(
             self.transformer.is_none(),
             "{family} reads no single-file transformer yet (--transformer): give a diffusers folder"

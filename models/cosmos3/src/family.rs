@@ -38,6 +38,7 @@ impl Family for Cosmos3 {
         let t0 = std::time::Instant::now();
         let n = &ctx.numerics;
         ctx.one_gpu_plain("Cosmos3")?;
+        ctx.no_single_file("Cosmos3")?;
         let kind = n.dtype.resolve(ctx.device);
         let vae_kind = n.vae_dtype.resolve_or(ctx.device, fastvideo_wan::VAE_CUDA_DEFAULT);
         let model = Cosmos3Model::load(dir, ctx.device, kind, vae_kind)?;

@@ -40,6 +40,7 @@ impl Family for Flux2 {
         let t0 = std::time::Instant::now();
         let n = &ctx.numerics;
         ctx.one_gpu_plain("FLUX.2")?;
+        ctx.no_single_file("FLUX.2")?;
         let kind = n.dtype.resolve(ctx.device);
         let vae_kind = n.vae_dtype.resolve_or(ctx.device, Kind::BFloat16);
         let model = Flux2Model::load(dir, ctx.device, kind, kind, vae_kind)?;

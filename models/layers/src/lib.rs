@@ -21,6 +21,7 @@ pub mod measure;
 pub mod offload;
 pub mod quant_config;
 pub mod sequence_parallel;
+pub mod single_file;
 pub mod timestep;
 pub mod tokenizer;
 

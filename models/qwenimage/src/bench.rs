@@ -75,7 +75,7 @@ pub fn random_model(dir: &Path, tokenizer: &Path, device: Device, kind: Kind) ->
     let lm = fastvideo_qwen::QwenForCausalLM::from_weights(qcfg, &Weights::random(3, device, kind))?;
     let prompt = Arc::new(PromptEncoder::new(lm, tokenizer)?);
     let scheduler = FlowMatchConfig::load(&dir.join("scheduler.json"))?;
-    Ok(QwenImageModel { transformer, vae, prompt, scheduler, edit: None })
+    Ok(QwenImageModel { transformer, vae, prompt, scheduler, edit: None, quantized_weights: None })
 }
 
 /// Builds the model of `dir` with random weights on `device` in `kind` and measures.

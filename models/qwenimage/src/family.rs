@@ -42,9 +42,10 @@ impl Family for QwenImage {
         ctx.one_gpu_plain("Qwen-Image")?;
         let kind = n.dtype.resolve(ctx.device);
         let vae_kind = n.vae_dtype.resolve_or(ctx.device, Kind::BFloat16);
-        let model = QwenImageModel::load(dir, ctx.device, kind, kind, vae_kind)?;
+        let model = QwenImageModel::load(dir, ctx.transformer.as_deref(), ctx.device, (kind, kind, vae_kind))?;
         let kinds = (kind, Some(kind), Some(vae_kind));
-        let summary = LoadSummary::plain("qwenimage", dir, ctx.device, kinds, t0.elapsed().as_secs_f64());
+        let mut summary = LoadSummary::plain("qwenimage", dir, ctx.device, kinds, t0.elapsed().as_secs_f64());
+        summary.quantized_weights = model.quantized_weights.clone();
         let spec = Arc::new(crate::pipeline::spec(&model)?);
         Ok(Box::new(LoadedQwenImage { model, spec, summary }))
     }

@@ -37,12 +37,16 @@ pub struct QwenImageModel {
     pub scheduler: FlowMatchConfig,
     /// An edit folder's vision path (`None`: text to image).
     pub edit: Option<Arc<EditEncoder>>,
+    /// A single-file transformer's quantized formats (GGUF, FP8), for the load report.
+    pub quantized_weights: Option<String>,
 }
 
 impl QwenImageModel {
-    /// Loads `dir` onto `device`: the transformer in `kind`, the text encoder in `text_kind`,
-    /// the VAE in `vae_kind`.
-    pub fn load(dir: &Path, device: Device, kind: Kind, text_kind: Kind, vae_kind: Kind) -> Result<Self> {
+    /// Loads `dir` onto `device`: the transformer in `kind` (its weights from `transformer` when
+    /// given: one file as ComfyUI publishes it, safetensors or GGUF), the text encoder in
+    /// `text_kind`, the VAE in `vae_kind`.
+    pub fn load(dir: &Path, transformer: Option<&Path>, device: Device, kinds: (Kind, Kind, Kind)) -> Result<Self> {
+        let (kind, text_kind, vae_kind) = kinds;
         let index = dir.join("model_index.json");
         let text = std::fs::read_to_string(&index).with_context(|| format!("reading {}", index.display()))?;
         let v: Value = serde_json::from_str(&text).with_context(|| format!("{}: not valid JSON", index.display()))?;
@@ -57,7 +61,9 @@ impl QwenImageModel {
             ),
         };
         let scheduler = FlowMatchConfig::load(&dir.join("scheduler/scheduler_config.json"))?;
-        let transformer = Arc::new(QwenImageTransformer::load(&dir.join("transformer"), device, kind)?);
+        let (transformer, quantized_weights) =
+            QwenImageTransformer::load(&dir.join("transformer"), transformer, device, kind)?;
+        let transformer = Arc::new(transformer);
         let vae = Arc::new(load_vae(&dir.join("vae"), device, vae_kind)?);
         let prompt =
             Arc::new(PromptEncoder::load(&dir.join("text_encoder"), &dir.join("tokenizer"), device, text_kind)?);
@@ -86,7 +92,7 @@ impl QwenImageModel {
             )?)),
             None => None,
         };
-        Ok(Self { transformer, vae, prompt, scheduler, edit })
+        Ok(Self { transformer, vae, prompt, scheduler, edit, quantized_weights })
     }
 
     /// Another handle to the same components (nothing copied).
@@ -97,6 +103,7 @@ impl QwenImageModel {
             prompt: Arc::clone(&self.prompt),
             scheduler: self.scheduler.clone(),
             edit: self.edit.clone(),
+            quantized_weights: self.quantized_weights.clone(),
         }
     }
 

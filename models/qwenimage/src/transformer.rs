@@ -56,12 +56,21 @@ const TIME_CHANNELS: i64 = 256;
 
 impl QwenImageTransformer {
     /// Loads `dir` onto `device` in `kind`.
-    pub fn load(dir: &Path, device: Device, kind: Kind) -> Result<Self> {
+    /// (Its weights from `file` instead of the folder's when given; with the file's quantized
+    /// formats, as a load report names them.)
+    pub fn load(dir: &Path, file: Option<&Path>, device: Device, kind: Kind) -> Result<(Self, Option<String>)> {
+        use fastvideo_layers::single_file;
         let config = TransformerConfig::load(&dir.join("config.json"))?;
-        let w = Weights::from_dir(dir, "diffusion_pytorch_model", device, kind)?;
+        let w = match file {
+            Some(f) => single_file::diffusers_named(f, device, kind)?,
+            None => Weights::from_dir(dir, "diffusion_pytorch_model", device, kind)?,
+        };
         let t = Self::new(config, &w)?;
-        w.warn_unused("Qwen-Image transformer");
-        Ok(t)
+        match file {
+            Some(f) => single_file::check_all_used(&w, f)?,
+            None => w.warn_unused("Qwen-Image transformer"),
+        }
+        Ok((t, single_file::quantized_formats(&w, false)))
     }
 
     /// The transformer of `config` on weights `w`.

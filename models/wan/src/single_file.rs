@@ -7,7 +7,9 @@
 
 use std::path::Path;
 
-use anyhow::{bail, Result};
+use anyhow::Result;
+pub use fastvideo_layers::single_file::{check_all_used, quantized_formats};
+use fastvideo_layers::single_file::{strip_prefix, SCALED_FP8};
 use fastvideo_lora::checkpoint_name;
 use tch::{Device, Kind};
 
@@ -31,12 +33,7 @@ pub fn or_folder(file: Option<&Path>, t_dir: &Path, two_experts: bool, device: D
 /// The file's tensors under the model's names.
 pub fn weights(file: &Path, device: Device, kind: Kind) -> Result<Weights> {
     let rename = |keys: &[String]| -> Result<Vec<String>> {
-        let strip = |k: &str| {
-            k.strip_prefix("model.diffusion_model.")
-                .or_else(|| k.strip_prefix("diffusion_model."))
-                .unwrap_or(k)
-                .to_string()
-        };
+        let strip = |k: &str| strip_prefix(k).to_string();
         // diffusers' names (some repacks keep them): the condition embedder gives them away.
         if keys.iter().any(|k| strip(k).starts_with("condition_embedder.")) {
             return Ok(keys.iter().map(|k| strip(k)).collect());
@@ -51,29 +48,4 @@ pub fn weights(file: &Path, device: Device, kind: Kind) -> Result<Weights> {
         keys.iter().map(name).collect()
     };
     Weights::from_file_renamed(file, device, kind, &rename)
-}
-
-/// The file's quantized formats as a load report names them (`GGUF Q4_K ×20, Q6_K ×8`), when it
-/// holds any.
-pub fn quantized_formats(w: &Weights, kept_fp8: bool) -> Option<String> {
-    let types = w.ggml_types();
-    if !types.is_empty() {
-        let list: Vec<String> = types.iter().map(|(t, n)| format!("{t} ×{n}")).collect();
-        return Some(format!("GGUF {}, dequantized per layer", list.join(", ")));
-    }
-    let fp8 = w.fp8_count();
-    let how = if kept_fp8 { "run by the FP8 GEMM" } else { "dequantized at load" };
-    (fp8 > 0).then(|| format!("FP8 (scaled) ×{fp8}, {how}"))
-}
-
-/// ComfyUI's marker of an `fp8_scaled` file (`comfy/utils.py`): no weight of the model.
-const SCALED_FP8: &str = "scaled_fp8";
-
-/// Refuses a file with tensors the model did not read, naming the first as the file spells it.
-pub fn check_all_used(w: &Weights, file: &Path) -> Result<()> {
-    if let Some(first) = w.unused().iter().find(|k| *k != SCALED_FP8) {
-        let key = w.stored_name(first);
-        bail!("{}: `{key}` is not a tensor of this folder's transformer (the model's `{first}`)", file.display());
-    }
-    Ok(())
 }

@@ -155,3 +155,44 @@ fn served_requests_with_and_without_an_adapter_match_generate() {
     let (status, e) = server.post("/v1/images/generations", wrong);
     assert_eq!((status, e["error"]["param"].as_str()), (400, Some("lora[0].name")), "{e}");
 }
+
+/// `--transformer FILE` on a Qwen-Image folder (tests/fixtures/make_image_single_file_fixtures.py:
+/// the transformer's weights moved, as ComfyUI's safetensors under `model.diffusion_model.` and
+/// as a Q8_0 GGUF): the picture diffusers' pipeline makes with each file's weights (the GGUF's
+/// as gguf-py decodes them), within half an 8-bit step plus 1e-3.
+#[test]
+fn a_single_file_transformer_makes_the_pipelines_picture() {
+    let dir = tempfile::tempdir().unwrap();
+    let f: std::collections::HashMap<String, Tensor> =
+        Tensor::read_safetensors(fixture("qwenimage/single_file_outputs.safetensors")).unwrap().into_iter().collect();
+    let noise = dir.path().join("noise.safetensors");
+    Tensor::write_safetensors(&[("latents", &f["latents"])], &noise).unwrap();
+    for (file, image, format) in [
+        ("qwenimage/single_file_comfy.safetensors", "image_comfy", None),
+        ("qwenimage/single_file_q8_0.gguf", "image_gguf", Some("weights: GGUF Q8_0 ×")),
+    ] {
+        let out = dir.path().join("out.png");
+        let r = Command::new(env!("CARGO_BIN_EXE_fastvideo"))
+            .args(["generate", "--model"])
+            .arg(fixture("tiny-qwenimage"))
+            .arg("--transformer")
+            .arg(fixture(file))
+            .args(["--prompt", "a red fox jumps over the lazy dog", "--negative-prompt", "blurry, low quality"])
+            .args(["--steps", "3", "--guidance", "4", "--height", "32", "--width", "48", "--device", "cpu"])
+            .args(["--dtype", "fp32", "--noise"])
+            .arg(&noise)
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&r.stderr);
+        assert!(r.status.success(), "{file}: {stderr}");
+        if let Some(format) = format {
+            assert!(stderr.contains(format), "{file}: {stderr}");
+        }
+        let img = image::open(&out).unwrap().to_rgb8();
+        let ours = Tensor::from_slice(img.as_raw()).view([32, 48, 3]).to_kind(Kind::Float) / 255.0;
+        let e = (ours - &f[image]).abs().max().double_value(&[]);
+        assert!(e < 0.5 / 255.0 + 1e-3, "{file}: {e:.2e}");
+    }
+}

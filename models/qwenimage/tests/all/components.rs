@@ -11,7 +11,7 @@ use crate::common::{folder, load, rel};
 #[test]
 fn transformer_matches_diffusers() {
     let f = load("qwenimage/transformer.safetensors");
-    let t = QwenImageTransformer::load(&folder().join("transformer"), Device::Cpu, Kind::Float).unwrap();
+    let (t, _) = QwenImageTransformer::load(&folder().join("transformer"), None, Device::Cpu, Kind::Float).unwrap();
     let out = t.forward(&f["hidden_states"], &f["encoder_hidden_states"], 0.731, (4, 6));
     let e = rel(&out, &f["out"]);
     eprintln!("transformer: {e:.2e}");

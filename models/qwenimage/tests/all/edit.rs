@@ -96,10 +96,9 @@ fn edit_plus_matches_diffusers_end_to_end() {
     let f = load("qwenimage/edit_plus.safetensors");
     let m = fastvideo_qwenimage::model::QwenImageModel::load(
         &fixture("tiny-qwenimage-edit"),
+        None,
         Device::Cpu,
-        Kind::Float,
-        Kind::Float,
-        Kind::Float,
+        (Kind::Float, Kind::Float, Kind::Float),
     )
     .unwrap();
     assert_eq!(m.tasks(), [fastvideo_request::TaskType::I2i]);

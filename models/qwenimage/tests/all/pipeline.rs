@@ -13,7 +13,7 @@ use tch::{Device, Kind, Tensor};
 use crate::common::{folder, load, rel};
 
 pub fn model() -> QwenImageModel {
-    QwenImageModel::load(&folder(), Device::Cpu, Kind::Float, Kind::Float, Kind::Float).unwrap()
+    QwenImageModel::load(&folder(), None, Device::Cpu, (Kind::Float, Kind::Float, Kind::Float)).unwrap()
 }
 
 /// The fixtures' call: 32x48, 3 steps, `true_cfg_scale` 4, the given packed `latents`.
