@@ -30,6 +30,12 @@ pub fn dequantize_into(bytes: &Tensor, ty: GgmlType, out: &Tensor) {
     if try_kernel(bytes, ty, out).is_some() {
         return;
     }
+    if out.device().is_cuda() {
+        static WARNED: std::sync::Once = std::sync::Once::new();
+        WARNED.call_once(|| {
+            tracing::warn!("GGUF blocks are decoded on the host (the CUDA decode kernel is unavailable): every forward copies the weights through host memory");
+        });
+    }
     let host: Vec<u8> = Vec::try_from(&bytes.to_device(Device::Cpu)).expect("a uint8 tensor");
     let mut values = vec![0f32; n as usize];
     fastvideo_gguf::dequantize(ty, &host, &mut values).expect("whole blocks (checked at load)");

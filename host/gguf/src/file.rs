@@ -26,7 +26,16 @@ pub enum Value {
     Bool(bool),
     String(String),
     Array(Vec<Value>),
+    /// An array longer than [`MAX_KEPT`] (a language model's vocabulary): checked, not kept, so a
+    /// file cannot make the reader hold many times its own size.
+    Skipped {
+        /// Its length.
+        len: u64,
+    },
 }
+
+/// Arrays up to this many values are kept ([`Value::Array`]); longer ones are skipped.
+pub const MAX_KEPT: u64 = 1 << 16;
 
 impl Value {
     /// The value as an integer, when it is one.
@@ -152,6 +161,12 @@ impl<'a> Cursor<'a> {
                 // caught before anything is allocated for it.
                 let left = (self.bytes.len() - self.at) as u64;
                 ensure!(n <= left, "metadata `{key}`: an array of {n} values in {left} bytes");
+                if n > MAX_KEPT {
+                    for _ in 0..n {
+                        self.skip(ty, key, depth + 1)?;
+                    }
+                    return Ok(Value::Skipped { len: n });
+                }
                 let mut v = Vec::new();
                 for _ in 0..n {
                     v.push(self.value(ty, key, depth + 1)?);
@@ -163,6 +178,37 @@ impl<'a> Cursor<'a> {
             12 => Value::F64(f64::from_le_bytes(self.array(key)?)),
             other => bail!("metadata `{key}`: unknown value type {other}"),
         })
+    }
+}
+
+impl Cursor<'_> {
+    /// Moves past one value of type `ty` without keeping it.
+    fn skip(&mut self, ty: u32, key: &str, depth: usize) -> Result<()> {
+        let fixed = match ty {
+            0 | 1 | 7 => 1,
+            2 | 3 => 2,
+            4..=6 => 4,
+            10..=12 => 8,
+            8 => {
+                let n = self.u64(key)?;
+                self.take(n, key)?;
+                return Ok(());
+            }
+            9 => {
+                ensure!(depth < MAX_DEPTH, "metadata `{key}`: arrays nested deeper than {MAX_DEPTH}");
+                let ty = self.u32(key)?;
+                let n = self.u64(key)?;
+                let left = (self.bytes.len() - self.at) as u64;
+                ensure!(n <= left, "metadata `{key}`: an array of {n} values in {left} bytes");
+                for _ in 0..n {
+                    self.skip(ty, key, depth + 1)?;
+                }
+                return Ok(());
+            }
+            other => bail!("metadata `{key}`: unknown value type {other}"),
+        };
+        self.take(fixed, key)?;
+        Ok(())
     }
 }
 
@@ -203,7 +249,9 @@ impl GgufFile {
             ensure!((1..=MAX_DIMS).contains(&n_dims), "tensor `{name}` has {n_dims} dims");
             let mut dims = Vec::new();
             for _ in 0..n_dims {
-                dims.push(c.u64(&name)?);
+                let d = c.u64(&name)?;
+                ensure!(d <= i64::MAX as u64, "tensor `{name}`: dim {d} is out of range");
+                dims.push(d);
             }
             let ty = GgmlType::from_id(c.u32(&name)?).map_err(|e| anyhow!("tensor `{name}`: {e}"))?;
             let offset = c.u64(&name)?;

@@ -82,4 +82,5 @@ pub use resolve::{
     ModelLimits, PartialSchedule, PictureLimits, ReferenceLimits, ResolvedAction, ResolvedRequest, VideoLimits,
     DEFAULT_NOISE_LEVEL, DEFAULT_STRENGTH,
 };
+pub use resolve::{rcm_levels, RCM_SIGMA_MAX};
 pub use seed::random_seed;

@@ -35,7 +35,11 @@ impl Schedule {
     /// A fresh solver for a request: its steps and its `shift` (the folder's, unless it gave one).
     pub fn for_request(&self, req: &ResolvedRequest) -> UniPc {
         let unipc = UniPcConfig { flow_shift: req.shift as f64, ..self.unipc.clone() };
-        Schedule { unipc, native: self.native }.sampler(req.steps as usize)
+        match &req.schedule {
+            // An explicit list (`diffusion.timesteps`): the base the scheduler's `sigmas=` takes.
+            Some(base) => UniPc::with_base_sigmas(unipc, base.clone()),
+            None => Schedule { unipc, native: self.native }.sampler(req.steps as usize),
+        }
     }
 
     /// A fresh solver for `steps` steps.

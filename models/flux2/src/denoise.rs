@@ -138,7 +138,11 @@ impl Flux2Denoise {
             _ => None,
         };
         let tokens = h * w;
-        let sigmas = crate::schedule::sigmas(&self.scheduler, tokens, req.steps as usize);
+        // An explicit list (`diffusion.timesteps`) is the base the pipeline's `sigmas=` takes.
+        let sigmas = match &req.schedule {
+            Some(base) => self.scheduler.sigmas(base, crate::schedule::empirical_mu(tokens, req.steps as usize)),
+            None => crate::schedule::sigmas(&self.scheduler, tokens, req.steps as usize),
+        };
         let sigmas: Vec<f64> = sigmas.iter().map(|&s| s as f64).collect();
         Ok(FluxState {
             latents: pack(&latents.to_device(ctx.device).to_kind(Kind::Float)),

@@ -37,15 +37,19 @@ pub fn check_all_used(w: &Weights, file: &Path) -> Result<()> {
 }
 
 /// The checkpoint's quantized formats as a load report names them (`GGUF Q4_K ×20, Q6_K ×8,
-/// dequantized per layer`, `FP8 (scaled) ×400, run by the FP8 GEMM`), when it holds any;
-/// `kept_fp8`: FP8 weights stay FP8 ([`Weights::keep_fp8`]).
-pub fn quantized_formats(w: &Weights, kept_fp8: bool) -> Option<String> {
+/// dequantized per layer`, `FP8 (scaled) ×400, 380 run by the FP8 GEMM, 20 dequantized at
+/// load`), when it holds any.
+pub fn quantized_formats(w: &Weights) -> Option<String> {
     let types = w.ggml_types();
     if !types.is_empty() {
         let list: Vec<String> = types.iter().map(|(t, n)| format!("{t} ×{n}")).collect();
         return Some(format!("GGUF {}, dequantized per layer", list.join(", ")));
     }
-    let fp8 = w.fp8_count();
-    let how = if kept_fp8 { "run by the FP8 GEMM" } else { "dequantized at load" };
+    let (fp8, kept) = (w.fp8_count(), w.kept_fp8_count());
+    let how = match kept {
+        0 => "dequantized at load".to_string(),
+        k if k == fp8 => "run by the FP8 GEMM".to_string(),
+        k => format!("{k} run by the FP8 GEMM, {} dequantized at load", fp8 - k),
+    };
     (fp8 > 0).then(|| format!("FP8 (scaled) ×{fp8}, {how}"))
 }

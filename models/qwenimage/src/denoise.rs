@@ -134,7 +134,12 @@ impl QwenImageDenoise {
             }
             _ => None,
         };
-        let sigmas = sigmas(&self.schedule_of(req), shape[1], req.steps as usize);
+        let cfg = self.schedule_of(req);
+        // An explicit list (`diffusion.timesteps`) is the base the pipeline's `sigmas=` takes.
+        let sigmas = match &req.schedule {
+            Some(base) => cfg.sigmas(base, cfg.linear_mu(shape[1])),
+            None => sigmas(&cfg, shape[1], req.steps as usize),
+        };
         let sigmas: Vec<f64> = sigmas.iter().map(|&s| s as f64).collect();
         Ok(QwenState {
             latents: latents.squeeze_dim(0).to_device(ctx.device).to_kind(Kind::Float),

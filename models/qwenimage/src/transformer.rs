@@ -70,7 +70,7 @@ impl QwenImageTransformer {
             Some(f) => single_file::check_all_used(&w, f)?,
             None => w.warn_unused("Qwen-Image transformer"),
         }
-        Ok((t, single_file::quantized_formats(&w, false)))
+        Ok((t, single_file::quantized_formats(&w)))
     }
 
     /// The transformer of `config` on weights `w`.

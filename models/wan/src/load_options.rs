@@ -79,4 +79,6 @@ pub struct LoadReport {
     /// The transformer file's quantized formats, when its weights stay quantized (a GGUF file):
     /// `GGUF Q4_K ×20, Q6_K ×8`.
     pub quantized_weights: Option<String>,
+    /// The single file the transformer's weights came from (`--transformer`), if any.
+    pub transformer_file: Option<std::path::PathBuf>,
 }

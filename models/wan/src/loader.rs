@@ -264,7 +264,9 @@ impl WanModel {
         // An FP8 checkpoint's weights feed the FP8 GEMM as they are where the preset runs FP8
         // linears (no second rounding); elsewhere they are dequantized.
         if opts.fp8_linears {
-            t_w.keep_fp8();
+            // The layers `--fp8-linears` quantizes: every block but the first and the last.
+            let n = t_cfg.num_layers as usize;
+            t_w.keep_fp8(Box::new(move |key| crate::transformer::fp8_block(key, n)));
         }
         let built = WanTransformer3DModel::new(t_cfg.clone(), &t_w)?;
         if let Some(file) = file {
@@ -284,7 +286,7 @@ impl WanModel {
             );
         }
         t_w.warn_unused("transformer");
-        let quantized_weights = crate::single_file::quantized_formats(&t_w, opts.fp8_linears);
+        let quantized_weights = crate::single_file::quantized_formats(&t_w);
         let deferred_linear_bytes = lazy.then(|| t_w.deferred_bytes());
         let (low_noise, offload) = match (boundary_ratio, parked) {
             (Some(boundary_ratio), Some(parked)) => {
@@ -380,6 +382,7 @@ impl WanModel {
             int8_attention: opts.int8_attention,
             deferred_linear_bytes,
             quantized_weights,
+            transformer_file: opts.transformer_file.clone(),
         };
         tracing::info!(?load_report, dir = %dir.display(), "model loaded");
         Ok(Self {

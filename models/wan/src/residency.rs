@@ -118,12 +118,20 @@ unsafe impl Send for DiskResidency {}
 unsafe impl Sync for DiskResidency {}
 
 impl DiskResidency {
-    /// Refused for FP8 linears (their scales live outside the tensors a wake repoints).
+    /// Refused for FP8 linears (their scales live outside the tensors a wake repoints) and for a
+    /// transformer read from a single file (a wake reads the folder).
     pub fn new(model: &WanModel) -> Result<Self> {
         ensure!(
             !model.load_report.fp8_linears,
             "a model with FP8 linears cannot sleep to disk (sleep to host memory instead)"
         );
+        // A wake reads the folder's checkpoint: not the single file (nor its quantized blocks).
+        if let Some(f) = &model.load_report.transformer_file {
+            anyhow::bail!(
+                "a model whose transformer is the file {} cannot sleep to disk (sleep to host memory instead)",
+                f.display()
+            );
+        }
         let awake = AtomicBool::new(model.load_report.deferred_linear_bytes.is_none());
         Ok(Self { model: model.share(), bytes: resident_bytes(model), awake })
     }

@@ -155,8 +155,9 @@ fn a_file_that_does_not_fit_is_refused_naming_the_file_and_the_key() {
 /// per-tensor `scale_weight`, the `scaled_fp8` marker, under `model.diffusion_model.`): in
 /// float32 its weights are dequantized as ComfyUI does and the frames are the pipeline's on those
 /// weights (tolerance as above); the load line names the lossy format. With `--fp8-linears` the
-/// e4m3 values feed the FP8 GEMM as stored (activations then quantized per token too: within
-/// 0.1 of the reference, where a scale applied wrongly is off by far more).
+/// e4m3 values of the blocks that recipe quantizes would feed the FP8 GEMM as stored; tiny-wan's
+/// two blocks are its boundary blocks, which stay dequantized (`models/wan/tests/all/fp8.rs`
+/// checks the kept path).
 #[test]
 fn an_fp8_scaled_file_makes_the_pipelines_frames() {
     let dir = tempfile::tempdir().unwrap();
@@ -174,9 +175,9 @@ fn an_fp8_scaled_file_makes_the_pipelines_frames() {
     let r = generate_with_noise_of("fp8/outputs.safetensors", &fixture("tiny-wan"), &file, &d.join("b"), &fast);
     let stderr = String::from_utf8_lossy(&r.stderr);
     assert!(r.status.success(), "{stderr}");
-    assert!(stderr.contains("weights: FP8 (scaled) ×20, run by the FP8 GEMM"), "{stderr}");
+    assert!(stderr.contains("weights: FP8 (scaled) ×20, dequantized at load"), "{stderr}");
     let e = (frames(&d.join("b")) - &video).abs().max().double_value(&[]);
-    assert!(e < 0.1, "{e:.2e}");
+    assert!(e < 0.5 / 255.0 + 1e-3, "{e:.2e}");
     // A NaN scale is refused naming the file's tensor.
     let mut bytes = std::fs::read(&file).unwrap();
     let key = "model.diffusion_model.blocks.1.ffn.2.scale_weight";

@@ -37,6 +37,11 @@ pub fn build(req: &ResolvedRequest) -> Box<dyn Sampler> {
         (SamplerKind::Dmd, None) => Box::new(Dmd::over(FlowMatchEuler::new(steps, shift).schedule().clone(), req.seed)),
         // The request resolves rCM's levels (`sampling.sigma_max`); the shift does not apply.
         (SamplerKind::Rcm, Some(levels)) => Box::new(Dmd::consistency_seeded(levels, req.seed)),
-        (SamplerKind::Rcm, None) => Box::new(Dmd::consistency_seeded(&[1.0], req.seed)),
+        // (A resolved request always carries rCM's levels; this is its default for `steps`.)
+        (SamplerKind::Rcm, None) => {
+            let levels = fastvideo_request::rcm_levels(req.steps, fastvideo_request::RCM_SIGMA_MAX)
+                .unwrap_or_else(|_| vec![1.0; 1]);
+            Box::new(Dmd::consistency_seeded(&levels, req.seed))
+        }
     }
 }

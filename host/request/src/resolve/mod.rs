@@ -12,6 +12,7 @@ mod shape;
 pub use action::{canvas, is_action_task, ActionCondition, ActionDomain, ActionLimits, CanvasBin, ResolvedAction};
 pub use audio::AudioLimits;
 pub use references::ReferenceLimits;
+pub use schedule::{rcm_levels, RCM_SIGMA_MAX};
 pub use shape::{PictureLimits, VideoLimits};
 
 /// Latents a request supplies (row-major float32 values of `shape`).

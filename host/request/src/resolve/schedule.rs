@@ -69,12 +69,27 @@ pub(super) fn for_sampler(
             format!("{steps}: the `rcm` sampler runs 1 to {} steps", RCM_MID_TIMES.len() + 1),
         ));
     }
-    let sigma_max = sigma_max.unwrap_or(80.0);
+    rcm_levels(steps, sigma_max.unwrap_or(RCM_SIGMA_MAX)).map(Some)
+}
+
+/// `rcm`'s default `sigma_max` (TurboDiffusion's for Wan 2.1).
+pub const RCM_SIGMA_MAX: f64 = 80.0;
+
+/// rCM's flow levels for `steps` steps (1 to 4) from `sigma_max`: TrigFlow times
+/// `atan(sigma_max)`, 1.5, 1.4, 1.0 as `sin t / (sin t + cos t)`. The first time must exceed
+/// the second (`sigma_max` above tan 1.5 ≈ 14.1 for 2 steps or more), else the noise would rise.
+pub fn rcm_levels(steps: u32, sigma_max: f64) -> Result<Vec<f64>, RequestError> {
     if !sigma_max.is_finite() || sigma_max <= 0.0 {
         return Err(RequestError::new("sampling.sigma_max", format!("{sigma_max} must be positive")));
     }
-    let times = std::iter::once(sigma_max.atan()).chain(RCM_MID_TIMES).take(steps as usize);
-    Ok(Some(times.map(|t| t.sin() / (t.cos() + t.sin())).collect()))
+    let times: Vec<f64> = std::iter::once(sigma_max.atan()).chain(RCM_MID_TIMES).take(steps as usize).collect();
+    if times.len() > 1 && times[0] <= times[1] {
+        return Err(RequestError::new(
+            "sampling.sigma_max",
+            format!("{sigma_max} puts the first step below the second (give more than tan 1.5 ≈ 14.1)"),
+        ));
+    }
+    Ok(times.iter().map(|t| t.sin() / (t.cos() + t.sin())).collect())
 }
 
 fn in_range(steps: u32, max_steps: u32) -> Result<u32, RequestError> {
@@ -91,10 +106,11 @@ fn checked(field: &str, list: &[f64], scale: f64, max_steps: u32) -> Result<Vec<
         return Err(RequestError::new(field, format!("{} entries; give 1..={max_steps}", list.len())));
     }
     for (i, &v) in list.iter().enumerate() {
-        if !v.is_finite() || v <= 0.0 || v > scale {
+        if !v.is_finite() || (v / scale) as f32 <= 0.0 || v > scale {
             return Err(RequestError::new(format!("{field}[{i}]"), format!("{v} is outside (0, {scale}]")));
         }
-        if i > 0 && v >= list[i - 1] {
+        // Compared as the samplers store them (float32): equal there is not descending.
+        if i > 0 && (v / scale) as f32 >= (list[i - 1] / scale) as f32 {
             return Err(RequestError::new(
                 format!("{field}[{i}]"),
                 format!("{v} does not descend from {} (a schedule runs from noise to clean)", list[i - 1]),

@@ -29,11 +29,7 @@ pub(super) fn map(file: &Path, entries: &mut HashMap<String, Entry>) -> Result<M
     // SAFETY: as for safetensors files (`map_file`): only read.
     let map = unsafe { Mmap::map(&f) }.with_context(|| format!("mapping {}", file.display()))?;
     let parsed = GgufFile::parse(&map).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
-    if let Some(arch) = parsed.get("general.architecture").and_then(|v| v.as_str()) {
-        if arch != "wan" {
-            tracing::warn!(file = %file.display(), arch, "GGUF file names another architecture; reading it by its keys");
-        }
-    }
+    // (`general.architecture` is not checked: the family's names place every key or refuse it.)
     for t in &parsed.tensors {
         let shape = parsed.shape(t).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
         let bytes = &map[t.start..t.end];
@@ -49,6 +45,9 @@ pub(super) fn map(file: &Path, entries: &mut HashMap<String, Entry>) -> Result<M
         let entry = Entry { file: 0, kind, shape, start: t.start, end: t.end, stored: None, ggml };
         entries.insert(t.name.clone(), entry);
     }
+    // The scan read every page: drop them from this process (the page cache may keep them).
+    // SAFETY: a read-only file mapping; DONTNEED only forgets pages a later read faults back in.
+    let _ = unsafe { map.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) };
     Ok(map)
 }
 
@@ -113,9 +112,11 @@ impl Weights {
     pub fn get_linear(&self, shape: &[i64]) -> Result<LinearWeight> {
         let key = self.key("weight");
         let e4m3 = matches!(self.stored("weight"), Some((Kind::Float8e4m3fn, _)));
-        if e4m3 && self.store.keep_fp8.get() && shape.len() == 2 && self.store.deferred.get().is_none() {
+        let keep = self.store.keep_fp8.borrow().as_ref().is_some_and(|k| k(&key));
+        if e4m3 && keep && shape.len() == 2 && self.store.deferred.get().is_none() {
             let values = self.with_kind(Kind::Float8e4m3fn).get("weight", shape)?;
             let scale = self.fp8_scale(shape[0])?.expand([shape[0], 1], false).reshape([-1]).to_device(self.device);
+            self.store.kept_fp8.set(self.store.kept_fp8.get() + 1);
             return Ok(LinearWeight::Fp8 { values, scale });
         }
         if let Source::Random { seed, ggml: Some(ty) } = self.store.source {
@@ -141,10 +142,16 @@ impl Weights {
     }
 
     /// From now on, linear weights an FP8 checkpoint stores in e4m3 stay FP8 with their scale
-    /// ([`LinearWeight::Fp8`]), for the FP8 GEMM, instead of being dequantized: where the
-    /// precision preset runs FP8 linears (`--fp8-linears`, `fast`).
-    pub fn keep_fp8(&self) {
-        self.store.keep_fp8.set(true);
+    /// ([`LinearWeight::Fp8`]), for the FP8 GEMM, instead of being dequantized, where `which`
+    /// accepts the weight's key: where the precision preset runs FP8 linears (`--fp8-linears`,
+    /// `fast`), in the layers its recipe quantizes.
+    pub fn keep_fp8(&self, which: super::KeepFp8) {
+        *self.store.keep_fp8.borrow_mut() = Some(which);
+    }
+
+    /// How many FP8 weights stayed FP8 ([`keep_fp8`](Self::keep_fp8)).
+    pub fn kept_fp8_count(&self) -> usize {
+        self.store.kept_fp8.get()
     }
 
     /// How many of the checkpoint's linear weights are stored in FP8 (a lossy format of the

@@ -22,6 +22,9 @@ use memmap2::{Mmap, UncheckedAdvice};
 use safetensors::{Dtype, SafeTensors};
 use tch::{Device, Kind, Tensor};
 
+/// Which linear weights (by key) an FP8 checkpoint keeps in FP8 ([`Weights::keep_fp8`]).
+pub type KeepFp8 = Box<dyn Fn(&str) -> bool>;
+
 /// Where one tensor's bytes sit.
 struct Entry {
     file: usize,
@@ -80,8 +83,11 @@ struct Store {
     /// While set ([`Weights::defer_linears`]): linear weights are checked and counted (bytes in
     /// the target dtype) but not read.
     deferred: Cell<Option<u64>>,
-    /// Set by [`Weights::keep_fp8`]: e4m3 linear weights stay FP8 ([`Weights::get_linear`]).
-    keep_fp8: Cell<bool>,
+    /// Set by [`Weights::keep_fp8`]: e4m3 linear weights whose key it accepts stay FP8
+    /// ([`Weights::get_linear`]).
+    keep_fp8: RefCell<Option<KeepFp8>>,
+    /// How many FP8 weights were kept so.
+    kept_fp8: Cell<usize>,
 }
 
 impl Store {
@@ -92,7 +98,8 @@ impl Store {
             origin,
             linears: RefCell::default(),
             deferred: Cell::new(None),
-            keep_fp8: Cell::new(false),
+            keep_fp8: RefCell::new(None),
+            kept_fp8: Cell::new(0),
         }
     }
 }

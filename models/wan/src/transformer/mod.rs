@@ -22,5 +22,5 @@ pub(crate) use block::Call;
 pub use block::{Block, BlockInputs};
 pub use config::TransformerConfig;
 pub(crate) use model::per_token;
-pub use model::WanTransformer3DModel;
+pub use model::{fp8_block, WanTransformer3DModel};
 pub use rope::Rope;

@@ -101,6 +101,7 @@ impl WanTransformer3DModel {
     }
 
     /// `--fp8-linears`: stores the linears of every block but the first and the last in FP8
+    /// ([`fp8_block`] names them)
     /// (the boundary blocks stay in the compute dtype, which keeps quality; docs/benchmarks.md).
     /// At load, before the model is shared.
     pub fn quantize_fp8(&mut self) {
@@ -508,4 +509,11 @@ pub(crate) fn per_token((temb, temb6): (Tensor, Tensor), tokens: i64) -> (Tensor
     } else {
         (temb, temb6)
     }
+}
+
+/// Whether the checkpoint key `key` lies in a block `--fp8-linears` stores in FP8 (every block
+/// of `n` but the first and the last).
+pub fn fp8_block(key: &str, n: usize) -> bool {
+    let block = key.strip_prefix("blocks.").and_then(|r| r.split('.').next()).and_then(|i| i.parse::<usize>().ok());
+    block.is_some_and(|i| i > 0 && i + 1 < n)
 }

@@ -149,3 +149,37 @@ fn fp8_stored_checkpoints_load_dequantized_with_their_scales() {
     let err = format!("{:#}", WanModel::load(dir.path(), Device::Cpu).err().expect("a scale is missing"));
     assert!(err.contains("blocks.1.ffn.net.2.weight") && err.contains("weight_scale"), "{err}");
 }
+
+/// An FP8 checkpoint's e4m3 weights kept for the FP8 GEMM (`Weights::keep_fp8`: what
+/// `--fp8-linears` does with an FP8 file, in the blocks it quantizes): here every block linear of
+/// ComfyUI's `fp8_scaled` fixture (tests/fixtures/make_fp8_fixtures.py). The kept linears are
+/// FP8 with the file's scales as they are (fused q‖k‖v included), and the forward stays within
+/// the FP8 activations' error of the same file dequantized (3e-2 relative L2 here, where a
+/// scale misapplied moves it by orders of magnitude more).
+#[test]
+fn an_fp8_files_weights_feed_the_fp8_gemm_as_stored() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
+    let cfg =
+        fastvideo_wan::transformer::TransformerConfig::load(&root.join("tiny-wan/transformer/config.json")).unwrap();
+    let file = root.join("fp8/wan_fp8_scaled.safetensors");
+    let build = |keep: bool| {
+        let w = fastvideo_wan::single_file::weights(&file, Device::Cpu, Kind::Float).unwrap();
+        if keep {
+            w.keep_fp8(Box::new(|key| key.starts_with("blocks.")));
+        }
+        let t = fastvideo_wan::transformer::WanTransformer3DModel::new(cfg.clone(), &w).unwrap();
+        assert_eq!(w.kept_fp8_count(), if keep { 20 } else { 0 });
+        t
+    };
+    let (kept, plain) = (build(true), build(false));
+    let blocks: Vec<_> = kept.linear_groups().into_iter().skip(1).flatten().map(|l| l.is_fp8()).collect();
+    assert!(!blocks.is_empty() && blocks.iter().all(|&f| f), "every block linear is FP8: {blocks:?}");
+    assert!(kept.linear_groups()[0].iter().all(|l| !l.is_fp8()), "outside the blocks: dense");
+    tch::manual_seed(3);
+    let latents = Tensor::randn([1, 4, 3, 4, 4], (Kind::Float, Device::Cpu));
+    let context = Tensor::randn([1, 8, 32], (Kind::Float, Device::Cpu));
+    let t = Tensor::from_slice(&[700.0f32]);
+    let (a, b) = (kept.forward(&latents, &t, &context).unwrap(), plain.forward(&latents, &t, &context).unwrap());
+    let e = rel_l2(&a, &b);
+    assert!(e > 0.0 && e < 3e-2, "{e:.2e}");
+}
