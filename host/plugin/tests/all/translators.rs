@@ -91,7 +91,7 @@ fn unsupported_values_and_untranslated_nodes_are_refused_by_name() {
     let ks = w["nodes"].as_array_mut().unwrap().iter_mut().find(|n| n["id"] == 3).unwrap();
     ks["widgets_values"][4] = json!("dpmpp_2m");
     let e = compile(&w, &t).unwrap_err().to_string();
-    assert_eq!(e, "node 3: sampler `dpmpp_2m` is not one this runtime runs (euler, uni_pc, uni_pc_bh2)");
+    assert_eq!(e, "node 3: sampler `dpmpp_2m` is not one this runtime runs (euler, uni_pc, uni_pc_bh2, lcm)");
 
     let mut w = template("text_to_video_wan.json");
     w["nodes"].as_array_mut().unwrap().push(
