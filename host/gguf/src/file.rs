@@ -154,13 +154,7 @@ impl<'a> Cursor<'a> {
             },
             8 => Value::String(self.string(key)?),
             9 => {
-                ensure!(depth < MAX_DEPTH, "metadata `{key}`: arrays nested deeper than {MAX_DEPTH}");
-                let ty = self.u32(key)?;
-                let n = self.u64(key)?;
-                // Every element takes at least one byte: a count past the bytes left is a lie,
-                // caught before anything is allocated for it.
-                let left = (self.bytes.len() - self.at) as u64;
-                ensure!(n <= left, "metadata `{key}`: an array of {n} values in {left} bytes");
+                let (ty, n) = self.array_header(key, depth)?;
                 if n > MAX_KEPT {
                     for _ in 0..n {
                         self.skip(ty, key, depth + 1)?;
@@ -182,6 +176,17 @@ impl<'a> Cursor<'a> {
 }
 
 impl Cursor<'_> {
+    /// An array's element type and length, checked: not nested past [`MAX_DEPTH`], and no more
+    /// elements than bytes left (each takes at least one), caught before anything is allocated.
+    fn array_header(&mut self, key: &str, depth: usize) -> Result<(u32, u64)> {
+        ensure!(depth < MAX_DEPTH, "metadata `{key}`: arrays nested deeper than {MAX_DEPTH}");
+        let ty = self.u32(key)?;
+        let n = self.u64(key)?;
+        let left = (self.bytes.len() - self.at) as u64;
+        ensure!(n <= left, "metadata `{key}`: an array of {n} values in {left} bytes");
+        Ok((ty, n))
+    }
+
     /// Moves past one value of type `ty` without keeping it.
     fn skip(&mut self, ty: u32, key: &str, depth: usize) -> Result<()> {
         let fixed = match ty {
@@ -195,11 +200,7 @@ impl Cursor<'_> {
                 return Ok(());
             }
             9 => {
-                ensure!(depth < MAX_DEPTH, "metadata `{key}`: arrays nested deeper than {MAX_DEPTH}");
-                let ty = self.u32(key)?;
-                let n = self.u64(key)?;
-                let left = (self.bytes.len() - self.at) as u64;
-                ensure!(n <= left, "metadata `{key}`: an array of {n} values in {left} bytes");
+                let (ty, n) = self.array_header(key, depth)?;
                 for _ in 0..n {
                     self.skip(ty, key, depth + 1)?;
                 }

@@ -15,19 +15,6 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let dst = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &dst);
-        } else {
-            std::fs::copy(e.path(), dst).unwrap();
-        }
-    }
-}
-
 #[test]
 fn default_model_writes_a_playable_mp4_with_the_requested_shape() {
     let dir = tempfile::tempdir().unwrap();
@@ -191,7 +178,7 @@ fn missing_and_corrupt_models_are_named() {
 
     let tiny = repo().join("tests/fixtures/tiny-wan");
     let corrupt = dir.path().join("corrupt");
-    copy_dir(&tiny, &corrupt);
+    crate::common::copy_dir(&tiny, &corrupt);
     let weights = corrupt.join("transformer/diffusion_pytorch_model.safetensors");
     let bytes = std::fs::read(&weights).unwrap();
     std::fs::write(&weights, &bytes[..bytes.len() / 2]).unwrap();
@@ -201,7 +188,7 @@ fn missing_and_corrupt_models_are_named() {
     );
 
     let unknown = dir.path().join("unknown");
-    copy_dir(&tiny, &unknown);
+    crate::common::copy_dir(&tiny, &unknown);
     let cfg = unknown.join("transformer/config.json");
     let text = std::fs::read_to_string(&cfg).unwrap().replacen('{', "{\n  \"sliding_window\": 4,", 1);
     std::fs::write(&cfg, text).unwrap();
@@ -228,7 +215,7 @@ fn missing_and_corrupt_models_are_named() {
     );
 
     let unsupported = dir.path().join("unsupported");
-    copy_dir(&tiny, &unsupported);
+    crate::common::copy_dir(&tiny, &unsupported);
     let cfg = unsupported.join("vae/config.json");
     // Patches folded into channels need a VAE whose first conv takes them (3 × 2² = 12 channels).
     let text = std::fs::read_to_string(&cfg).unwrap().replace("\"patch_size\": null", "\"patch_size\": 2");

@@ -72,7 +72,7 @@ fn an_explicit_schedule_makes_the_pipelines_frames_and_a_models_list_applies_by_
     assert!((frames(&d.join("c")) - &video).abs().max().double_value(&[]) > 0.02, "the list changes the frames");
     // A distilled folder: its fastvideo.json carries the list and the sampler.
     let model = d.join("distilled");
-    copy_dir(&tiny, &model);
+    crate::common::copy_dir(&tiny, &model);
     std::fs::write(model.join("fastvideo.json"), r#"{"timesteps": [1000, 750, 500, 250], "sampler": "euler"}"#)
         .unwrap();
     ok(&generate(&model, &d.join("e"), &["--shift", "5"]));
@@ -144,18 +144,5 @@ fn a_bad_schedule_is_one_error_naming_the_field() {
         (&["--sigmas", "1.5"][..], "diffusion.sigmas[0]: 1.5 is outside (0, 1]"),
     ] {
         crate::common::assert_user_error(&generate(&tiny, &d.join("x"), args), want);
-    }
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let p = e.unwrap().path();
-        let dest = to.join(p.file_name().unwrap());
-        if p.is_dir() {
-            copy_dir(&p, &dest);
-        } else {
-            std::fs::copy(&p, &dest).unwrap();
-        }
     }
 }

@@ -19,31 +19,10 @@ fn fixture(rel: &str) -> PathBuf {
 /// (the file brings them).
 fn folder(root: &Path) -> PathBuf {
     let model = root.join("model");
-    for entry in walk(&fixture("tiny-wan")) {
-        let rel = entry.strip_prefix(fixture("tiny-wan")).unwrap();
-        if rel.starts_with("transformer") {
-            continue;
-        }
-        let to = model.join(rel);
-        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
-        std::fs::copy(&entry, to).unwrap();
-    }
-    std::fs::create_dir_all(model.join("transformer")).unwrap();
+    crate::common::copy_dir(&fixture("tiny-wan"), &model);
+    std::fs::remove_file(model.join("transformer/diffusion_pytorch_model.safetensors")).unwrap();
     std::fs::copy(fixture("gguf/transformer_config.json"), model.join("transformer/config.json")).unwrap();
     model
-}
-
-fn walk(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
-        if p.is_dir() {
-            out.extend(walk(&p));
-        } else {
-            out.push(p);
-        }
-    }
-    out
 }
 
 /// float32 on both sides, the blocks decoded the same way (gguf-py in the fixture, ours here):

@@ -200,9 +200,9 @@ fn a_modelopt_fp8_folder_makes_the_pipelines_frames() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let model = d.join("model");
-    copy_dir(&fixture("tiny-wan"), &model);
+    crate::common::copy_dir(&fixture("tiny-wan"), &model);
     std::fs::remove_dir_all(model.join("transformer")).unwrap();
-    copy_dir(&fixture("fp8/modelopt_transformer"), &model.join("transformer"));
+    crate::common::copy_dir(&fixture("fp8/modelopt_transformer"), &model.join("transformer"));
     let run = |sub: &str| {
         let want = fixture("fp8/modelopt_outputs.safetensors");
         let f: HashMap<String, Tensor> = Tensor::read_safetensors(&want).unwrap().into_iter().collect();
@@ -248,17 +248,4 @@ fn a_modelopt_fp8_folder_makes_the_pipelines_frames() {
         &run("c").0,
         "config key `quantization_config.quant_algo` = NVFP4 is not supported",
     );
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let p = e.unwrap().path();
-        let dest = to.join(p.file_name().unwrap());
-        if p.is_dir() {
-            copy_dir(&p, &dest);
-        } else {
-            std::fs::copy(&p, &dest).unwrap();
-        }
-    }
 }

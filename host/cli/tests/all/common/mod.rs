@@ -39,3 +39,17 @@ pub fn client_python() -> std::path::PathBuf {
     assert!(p.exists(), "{} not found: run host/scripts/test.sh once (it installs the openai client)", p.display());
     p
 }
+
+/// Copies the folder `from` to `to` (a model folder to edit in a test).
+pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let p = e.unwrap().path();
+        let dest = to.join(p.file_name().unwrap());
+        if p.is_dir() {
+            copy_dir(&p, &dest);
+        } else {
+            std::fs::copy(&p, &dest).unwrap();
+        }
+    }
+}
