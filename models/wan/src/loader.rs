@@ -10,7 +10,6 @@ use fastvideo_layers::image_processor::{ImageProcessorConfig, ProcessorBackend};
 use fastvideo_layers::tokenizer::TextTokenizer;
 use fastvideo_parallel::ParallelPlan;
 use fastvideo_request::{Defaults, ImageRole, ModelLimits, PictureLimits, TaskType, VideoLimits};
-use serde::Deserialize;
 use serde_json::Value;
 use tch::{Device, Kind};
 
@@ -22,44 +21,8 @@ use crate::umt5::{Umt5Config, Umt5Encoder};
 use crate::vae::{AutoencoderKLWan, VaeConfig};
 use crate::weights::Weights;
 
-/// A file format (every field optional), so it cannot be `Defaults` (every field required):
-/// [`WanModel::limits`] fills `Defaults` from it and the family's own values.
-///
-/// Optional `fastvideo.json` beside `model_index.json`: run defaults that diffusers keeps in
-/// pipeline code rather than in the checkpoint. Every field is optional.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RunDefaults {
-    /// Denoise steps.
-    pub steps: Option<u32>,
-    /// Classifier-free guidance scale.
-    pub guidance_scale: Option<f32>,
-    /// Two-expert models: the low-noise expert's guidance scale (Wan 2.2 A14B's repository
-    /// runs T2V at 4.0 / 3.0); absent: `guidance_scale`.
-    pub guidance_scale_2: Option<f32>,
-    /// Output height in pixels.
-    pub height: Option<u32>,
-    /// Output width in pixels.
-    pub width: Option<u32>,
-    /// Video frames.
-    pub num_frames: Option<u32>,
-    /// Frames per second of the output video.
-    pub fps: Option<u32>,
-    /// What guidance steers away from.
-    pub negative_prompt: Option<String>,
-    /// Text length the prompt is padded/truncated to (diffusers' `max_sequence_length`).
-    pub max_sequence_length: Option<usize>,
-    /// Free text shown to users (e.g. "random weights: output is noise").
-    pub description: Option<String>,
-    /// A distilled model's schedule: the training-grid points its steps start from
-    /// (`[1000, 750, 500, 250]`), as `diffusion.timesteps` takes them.
-    pub timesteps: Option<Vec<f64>>,
-    /// The solver its requests default to (`dmd` for a DMD/LCM-distilled model); the scheduler
-    /// config's otherwise.
-    pub sampler: Option<fastvideo_request::SamplerKind>,
-}
-
 pub use crate::load_options::{LoadOptions, LoadReport, VAE_CUDA_DEFAULT};
+pub use crate::run_defaults::RunDefaults;
 
 /// A loaded Wan model (2.1, or 2.2 with two experts).
 pub struct WanModel {
