@@ -43,8 +43,7 @@ impl Dmd {
     /// Over the schedule another sampler computed (Euler's default spacing for a step count),
     /// each step's noise drawn from `seed`.
     pub fn over(schedule: Schedule, seed: u64) -> Self {
-        let noise: StepNoise = Box::new(move |i, shape, dev| seeded_noise(shape, step_noise_seed(seed, i as u32), dev));
-        Self { schedule: Schedule { index: 0, ..schedule }, noise, initial_scale: 1.0 }
+        Self { schedule: Schedule { index: 0, ..schedule }, noise: seeded(seed), initial_scale: 1.0 }
     }
 }
 
@@ -63,6 +62,11 @@ impl Dmd {
             Box::new(move |i, shape, dev| seeded_noise(shape, step_noise_seed(seed, i as u32), dev)),
         )
     }
+}
+
+/// Each step's noise from `seed`'s stream for that step (as `flow_sde` draws its own).
+fn seeded(seed: u64) -> StepNoise {
+    Box::new(move |i, shape, dev| seeded_noise(shape, step_noise_seed(seed, i as u32), dev))
 }
 
 impl Sampler for Dmd {

@@ -60,6 +60,13 @@ pub struct CreateParams {
     pub start_step: Option<u32>,
     /// The step a partial schedule stops before (see `start_step`).
     pub end_step: Option<u32>,
+    /// An explicit schedule for a distilled model: training-grid points, descending in
+    /// (0, 1000] (`[1000, 750, 500, 250]`); sets the step count.
+    pub timesteps: Option<Vec<f64>>,
+    /// `timesteps` divided by 1000 (noise levels in (0, 1]); one of the two.
+    pub sigmas: Option<Vec<f64>>,
+    /// The `rcm` sampler's initial noise level in TrigFlow's σ (80 when absent).
+    pub sigma_max: Option<f64>,
     /// The precision preset the client expects (exact, bf16, fast); a 400 unless the server runs
     /// it.
     pub precision: Option<String>,
@@ -454,6 +461,7 @@ impl CreateParams {
         d.set_knob("boundary_ratio", self.boundary_ratio.map(number_f32));
         d.set_knob("switch_step", self.switch_step);
         (d.start_step, d.end_step) = (self.start_step, self.end_step);
+        (d.timesteps, d.sigmas) = (self.timesteps.clone(), self.sigmas.clone());
         d.precision.clone_from(&self.precision);
         d.negative_prompt = self.negative_prompt.clone();
         d.fps = self.fps;
@@ -468,6 +476,7 @@ impl CreateParams {
         };
         r.sampling.seed = self.seed;
         r.sampling.sampler = self.sampler;
+        r.sampling.sigma_max = self.sigma_max;
         r.plugin_params = self.plugin_params.clone();
         r.outputs.rewards = self.rewards.clone();
         r.priority = self.priority.unwrap_or(0);

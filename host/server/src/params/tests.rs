@@ -141,3 +141,15 @@ fn generate_sound_is_refused_on_a_silent_model_and_passed_on_to_one_with_sound()
     let e = p.to_request("i".into(), TaskType::T2i, "model", &sound).unwrap_err();
     assert!(matches!(e, ApiError::BadRequest { param: Some(ref p), .. } if p == "generate_sound"), "{e:?}");
 }
+
+/// The few-step fields reach the request as they are; the request's resolution names a bad list.
+#[test]
+fn a_schedule_and_sigma_max_reach_the_request() {
+    let p: CreateParams = serde_json::from_value(
+        serde_json::json!({"prompt": "p", "timesteps": [1000, 750], "sampler": "rcm", "sigma_max": 200.0}),
+    )
+    .unwrap();
+    let r = p.to_request("x".into(), TaskType::T2v, "m", &limits()).unwrap();
+    assert_eq!(r.diffusion.timesteps, Some(vec![1000.0, 750.0]));
+    assert_eq!((r.sampling.sampler, r.sampling.sigma_max), (Some(SamplerKind::Rcm), Some(200.0)));
+}
