@@ -24,11 +24,7 @@ impl Dmd {
     /// The schedule of an explicit list's base levels (before the shift); each step's noise
     /// drawn from `seed`'s stream for that step.
     pub fn new(base: &[f64], shift: f64, seed: u64) -> Self {
-        Self::with_noise(
-            base,
-            shift,
-            Box::new(move |i, shape, dev| seeded_noise(shape, step_noise_seed(seed, i as u32), dev)),
-        )
+        Self::with_noise(base, shift, seeded(seed))
     }
 
     /// [`new`](Self::new) with the noise of each step given by `noise` (tests feed the
@@ -57,10 +53,7 @@ impl Dmd {
 
     /// [`consistency`](Self::consistency) with each step's noise drawn from `seed`.
     pub fn consistency_seeded(levels: &[f64], seed: u64) -> Self {
-        Self::consistency(
-            levels,
-            Box::new(move |i, shape, dev| seeded_noise(shape, step_noise_seed(seed, i as u32), dev)),
-        )
+        Self::consistency(levels, seeded(seed))
     }
 }
 
