@@ -191,4 +191,14 @@ FV_EXPORT int fv_memory_reset_peak(int device, int empty_cache, char* err, size_
   });
 }
 
+// Caps the caching allocator on `device` at `fraction` of the device's memory
+// (torch.cuda.set_per_process_memory_fraction): an allocation past it first frees the cache's
+// unused blocks, then fails as out of memory. `--max-device-memory` holds a load to its budget.
+FV_EXPORT int fv_memory_limit(int device, double fraction, char* err, size_t err_len) {
+  return guarded(err, err_len, [&] {
+    TORCH_CHECK(fraction > 0.0 && fraction <= 1.0, "fv_memory_limit: fraction ", fraction, " not in (0, 1]");
+    c10::cuda::CUDACachingAllocator::setMemoryFraction(fraction, static_cast<c10::DeviceIndex>(device));
+  });
+}
+
 }  // extern "C"

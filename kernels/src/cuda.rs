@@ -412,6 +412,14 @@ pub fn reset_allocator_peak(ordinal: usize, empty_cache: bool) -> bool {
     crate::graph::reset_allocator_peak(ordinal, empty_cache)
 }
 
+/// Caps libtorch's allocator on CUDA device `ordinal` at `bytes` (an allocation past it fails as
+/// out of memory once the cache is freed); whether it could: it needs the CUDA-graph shim beside
+/// the binary and the kernels' context.
+pub fn limit_allocator(ordinal: usize, bytes: u64) -> bool {
+    let Some((_, total)) = memory_info(ordinal) else { return false };
+    crate::graph::limit_allocator(ordinal, (bytes as f64 / total as f64).min(1.0))
+}
+
 fn memory_info(ordinal: usize) -> Option<(u64, u64)> {
     let k = device(ordinal)?;
     k.ctx.bind_to_thread().ok()?;

@@ -29,6 +29,7 @@ type Stream = unsafe extern "C" fn(c_int) -> *mut c_void;
 type Version = unsafe extern "C" fn() -> c_int;
 type MemStats = unsafe extern "C" fn(c_int, *mut i64, *mut c_char, usize) -> c_int;
 type MemReset = unsafe extern "C" fn(c_int, c_int, *mut c_char, usize) -> c_int;
+type MemLimit = unsafe extern "C" fn(c_int, f64, *mut c_char, usize) -> c_int;
 
 /// The C ABI version this code speaks (`fv_graph_version`).
 const ABI: c_int = 1;
@@ -44,6 +45,8 @@ struct Shim {
     stream: Stream,
     /// The allocator's counters (optional: a shim built before they existed lacks them).
     memory: Option<(MemStats, MemReset)>,
+    /// `fv_memory_limit`, in shims built since the device budget.
+    limit: Option<MemLimit>,
 }
 
 static SHIM: OnceLock<Option<Shim>> = OnceLock::new();
@@ -107,6 +110,7 @@ fn load(path: &std::path::Path) -> Result<Shim> {
             replay: *lib.get(b"fv_graph_replay\0")?,
             free: *lib.get(b"fv_graph_free\0")?,
             stream: *lib.get(b"fv_current_stream\0")?,
+            limit: lib.get::<MemLimit>(b"fv_memory_limit\0").ok().map(|f| *f),
             memory: match (lib.get::<MemStats>(b"fv_memory_stats\0"), lib.get::<MemReset>(b"fv_memory_reset_peak\0")) {
                 (Ok(s), Ok(r)) => Some((*s, *r)),
                 _ => None,
@@ -139,6 +143,15 @@ pub(crate) fn reset_allocator_peak(ordinal: usize, empty_cache: bool) -> bool {
     let mut err = [0 as c_char; 256];
     // SAFETY: the shim's signature.
     unsafe { reset(ordinal as c_int, c_int::from(empty_cache), err.as_mut_ptr(), err.len()) == 0 }
+}
+
+/// Caps the caching allocator on CUDA device `ordinal` at `fraction` of its memory; whether it
+/// could (the shim may be absent, or older than this call).
+pub(crate) fn limit_allocator(ordinal: usize, fraction: f64) -> bool {
+    let Some(limit) = shim().and_then(|s| s.limit) else { return false };
+    let mut err = [0 as c_char; 256];
+    // SAFETY: the shim's signature.
+    unsafe { limit(ordinal as c_int, fraction, err.as_mut_ptr(), err.len()) == 0 }
 }
 
 /// The raw stream a capture on this thread is recording, for kernels launched outside

@@ -77,6 +77,12 @@ pub struct PrecisionArgs {
     /// or diffusers' names, in place of the folder's; the folder gives the config and the rest.
     #[arg(long, value_name = "FILE")]
     pub transformer: Option<PathBuf>,
+    /// Device memory the model may take, weights and activations (`24G`, `20GiB`, bytes): the
+    /// text encoder's layers and the last transformer blocks that do not fit stream from
+    /// pinned host memory, overlapped with compute [default: stream only when the weights
+    /// exceed the GPU's free memory].
+    #[arg(long, value_name = "SIZE", value_parser = crate::size::parse_size)]
+    pub max_device_memory: Option<u64>,
 }
 
 impl PrecisionArgs {
@@ -95,6 +101,7 @@ impl PrecisionArgs {
         m.int8_qk_attention |= self.int8_qk_attention;
         set_opt(&mut m.prompt_extender, &self.prompt_extender);
         set_opt(&mut m.transformer, &self.transformer);
+        set_opt(&mut m.max_device_memory, &self.max_device_memory);
     }
 
     /// The default model config with these flags applied.

@@ -190,6 +190,11 @@ pub struct ModelConfig {
     /// The transformer's weights from one safetensors file as the original release or ComfyUI
     /// publishes it (`--transformer`), in place of the folder's; the folder gives the rest.
     pub transformer: Option<PathBuf>,
+    /// Device memory the model's weights and activations may take (`"24G"` or bytes): what
+    /// does not fit streams from pinned host memory (`--max-device-memory`, docs/operators.md).
+    /// `None`: on a GPU, streaming starts only when the weights exceed the free memory.
+    #[serde(with = "size_opt")]
+    pub max_device_memory: Option<u64>,
 }
 
 impl Default for ModelConfig {
@@ -211,6 +216,7 @@ impl Default for ModelConfig {
             int8_qk_attention: false,
             prompt_extender: None,
             transformer: None,
+            max_device_memory: None,
         }
     }
 }
@@ -588,5 +594,21 @@ mod size {
             Size::Bytes(n) => Ok(n),
             Size::Text(t) => super::parse_size(&t).map_err(serde::de::Error::custom),
         }
+    }
+}
+
+/// An optional [`size`].
+mod size_opt {
+    use serde::{Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &Option<u64>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(v) => s.serialize_u64(*v),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+        super::size::deserialize(d).map(Some)
     }
 }

@@ -130,12 +130,18 @@ pub fn deploy_at(path: Option<&std::path::Path>) -> Result<Option<Arc<Deployment
 }
 
 /// The engine's parameters: the config's, with the device's defaults where it left them open
-/// (memory: 90 % of the CUDA memory free now, else 8 GiB; batching: 8 on CUDA, 1 on CPU).
+/// (memory: 90 % of the CUDA memory free now, or a quarter of the model's device budget when
+/// that is less, else 8 GiB; batching: 8 on CUDA, 1 on CPU).
 pub fn engine_config(cfg: &ServeConfig, device: Device) -> EngineConfig {
     let s = &cfg.scheduler;
     let memory_bytes = match (s.memory_mib, device) {
         (Some(mib), _) => mib << 20,
-        (None, Device::Cuda(i)) => fastvideo_kernels::cuda::memory_free(i).map_or(8 << 30, |free| free / 10 * 9),
+        (None, Device::Cuda(i)) => {
+            let free = fastvideo_kernels::cuda::memory_free(i).map_or(8 << 30, |free| free / 10 * 9);
+            // Under a device budget the requests share what the weights leave of it: the
+            // quarter the plan keeps for activations (fastvideo_wan::device_budget).
+            cfg.model.max_device_memory.map_or(free, |b| free.min(b / 4))
+        }
         (None, _) => 8 << 30,
     };
     EngineConfig {

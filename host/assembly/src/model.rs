@@ -63,6 +63,7 @@ impl ModelConfig {
             gpus: self.gpus,
             parallel: self.parallel,
             transformer: self.transformer.clone(),
+            max_device_memory: self.max_device_memory,
             ..LoadContext::new(device, numerics)
         })
     }

@@ -119,6 +119,9 @@ pub fn model_info(loaded: &dyn LoadedModel) -> serde_json::Value {
     if let Some(q) = &s.quantized_weights {
         v["quantized_weights"] = q.clone().into();
     }
+    if let Some(b) = &s.device_budget {
+        v["device_budget"] = b.clone().into();
+    }
     v
 }
 

@@ -395,6 +395,9 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         if let Some(q) = &r.quantized_weights {
             eprintln!("weights: {q} (lossy against the float checkpoint)");
         }
+        if let Some(b) = &r.device_budget {
+            eprintln!("memory: {b}");
+        }
         eprintln!(
             "generating {} frames {}x{} @ {} fps: {} {} steps, guidance {}, shift {}, seed {}",
             req.num_frames,
@@ -481,10 +484,26 @@ pub fn run(args: GenerateArgs) -> Result<()> {
             out.metrics.total_seconds,
             per_step * 1e3
         );
+        if let Some(m) = cuda_index(device).and_then(fastvideo_kernels::cuda::allocator_memory) {
+            let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+            eprintln!(
+                "device memory: peak {:.2} GiB allocated, {:.2} GiB reserved by libtorch's allocator (load included)",
+                gib(m.peak_allocated),
+                gib(m.peak_reserved)
+            );
+        }
     }
     if args.json {
         // A closed pipe (`| head`) is not an error worth a panic.
         let _ = writeln!(std::io::stdout().lock(), "{}", serde_json::to_string_pretty(&out)?);
     }
     Ok(())
+}
+
+/// The CUDA device's ordinal, if `device` is one.
+fn cuda_index(device: tch::Device) -> Option<usize> {
+    match device {
+        tch::Device::Cuda(i) => Some(i),
+        _ => None,
+    }
 }

@@ -60,6 +60,9 @@ pub struct LoadContext {
     /// `--transformer FILE`: the transformer's weights from one file in the format its
     /// original release publishes (families that read one; the others refuse it).
     pub transformer: Option<std::path::PathBuf>,
+    /// `--max-device-memory`: bytes the model may take on the device; families that stream
+    /// weights from host memory plan by it, the others refuse it.
+    pub max_device_memory: Option<u64>,
 }
 
 impl LoadContext {
@@ -75,18 +78,30 @@ impl LoadContext {
             parallel: None,
             kv_cache_bytes: 1 << 30,
             transformer: None,
+            max_device_memory: None,
         }
     }
 }
 
 impl LoadContext {
-    /// Refuses what a family of one transformer on one GPU, without FP8 linears or a tiny
-    /// decoder, cannot honour, naming the option (`family` names the model in the message).
+    /// Refuses what a family of one transformer on one GPU, without FP8 linears, a tiny
+    /// decoder or streamed weights, cannot honour, naming the option (`family` names the model
+    /// in the message).
     pub fn one_gpu_plain(&self, family: &str) -> anyhow::Result<()> {
         anyhow::ensure!(self.gpus <= 1, "{family} runs on one GPU here (--gpus {} asked)", self.gpus);
         anyhow::ensure!(!self.numerics.fp8_linears, "{family} has no FP8 linears yet (--fp8-linears)");
         anyhow::ensure!(!self.tiny_decoder, "{family} folders have no tiny decoder");
         anyhow::ensure!(!self.offload_experts, "{family} has one transformer (--offload-experts)");
+        self.no_device_budget(family)
+    }
+
+    /// Refuses `--max-device-memory` for a family that streams no weights from host memory yet.
+    pub fn no_device_budget(&self, family: &str) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            self.max_device_memory.is_none(),
+            "{family} does not stream weights from host memory yet (--max-device-memory): it loads whole onto the \
+             device"
+        );
         Ok(())
     }
 

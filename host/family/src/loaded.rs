@@ -51,6 +51,9 @@ pub struct LoadSummary {
     /// Weights the checkpoint stores quantized and that run so (a lossy format of the file's
     /// own, e.g. `GGUF Q4_K ×20, Q6_K ×8`), when it does.
     pub quantized_weights: Option<String>,
+    /// What a device budget (`--max-device-memory`) streams from host memory, when something
+    /// does (one line).
+    pub device_budget: Option<String>,
 }
 
 impl LoadSummary {
@@ -80,6 +83,7 @@ impl LoadSummary {
             seconds,
             note: None,
             quantized_weights: None,
+            device_budget: None,
         }
     }
 

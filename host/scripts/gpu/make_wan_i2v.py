@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """Builds a random-weight Wan2.1-I2V-14B-480P folder in the diffusers layout, for benchmarks only.
 
-    python3 make_wan_i2v.py OUT_DIR [--device cuda|cpu] [--tiny] [--flf2v] [--seed 0]
+    python3 make_wan_i2v.py OUT_DIR [--device cuda|cpu] [--tiny] [--flf2v] [--full-text-encoder] [--seed 0]
 
 The transformer has the published I2V-14B shapes (36 input channels, image_dim 1280,
 added_kv_proj_dim 5120; --flf2v adds FLF2V-14B-720P's 514 image positions) and is saved in
 bfloat16 (33 GB; float32 would not fit the GPU machine's disk beside everything else). The image
 encoder is a ViT-H/14 CLIPVisionModel as Wan's, the VAE Wan 2.1's, the text encoder a 2-layer
-UMT5 with umt5-xxl widths, as make_wan13b.py builds them. --tiny: small shapes for a CPU check.
+UMT5 with umt5-xxl widths, as make_wan13b.py builds them; --full-text-encoder gives it umt5-xxl's
+24 layers and 256,384-token embedding (5.7 B params, saved in bfloat16: 11.4 GB), for memory
+budgets that must hold what the published folder holds. --tiny: small shapes for a CPU check.
 """
 import argparse
 import json
@@ -36,6 +38,7 @@ def main():
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--tiny", action="store_true")
     ap.add_argument("--flf2v", action="store_true")
+    ap.add_argument("--full-text-encoder", action="store_true")
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
     from diffusers import AutoencoderKLWan, WanTransformer3DModel
@@ -53,13 +56,17 @@ def main():
     if a.flf2v:
         tcfg["pos_embed_seq_len"] = 2 * ((ccfg["image_size"] // ccfg["patch_size"]) ** 2 + 1)
     ecfg["vocab_size"] = vocab_size(os.path.join(DEFAULT, "tokenizer", "tokenizer.json"))
+    te_dtype = torch.float32
+    if a.full_text_encoder:
+        ecfg.update(num_layers=24, vocab_size=max(ecfg["vocab_size"], 256384))
+        te_dtype = torch.bfloat16
     gen = torch.Generator().manual_seed(a.seed + 1)
     torch.manual_seed(a.seed)
     dev = torch.device(a.device)
     parts = [("transformer", lambda: WanTransformer3DModel(**tcfg), torch.bfloat16),
              ("vae", lambda: AutoencoderKLWan(**vcfg), torch.float32),
              ("text_encoder", lambda: UMT5EncoderModel(UMT5Config(
-                 **ecfg, layer_norm_epsilon=1e-6, dropout_rate=0.0, pad_token_id=0, eos_token_id=1)), torch.float32),
+                 **ecfg, layer_norm_epsilon=1e-6, dropout_rate=0.0, pad_token_id=0, eos_token_id=1)), te_dtype),
              ("image_encoder", lambda: CLIPVisionModel(CLIPVisionConfig(**ccfg)), torch.float32)]
     for name, build, dtype in parts:
         t = time.perf_counter()

@@ -10,6 +10,7 @@
 #![deny(missing_docs)]
 
 pub mod adapters;
+pub mod block_stream;
 pub mod config;
 pub mod conv;
 pub mod flow_match;

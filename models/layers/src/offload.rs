@@ -22,7 +22,7 @@ fn host_like(t: &Tensor, device: Device) -> Tensor {
 }
 
 /// Points `t`'s storage at `data` (every handle of `t` sees it).
-fn repoint(t: &Tensor, data: &Tensor) {
+pub(crate) fn repoint(t: &Tensor, data: &Tensor) {
     let mut t = t.shallow_clone();
     t.set_data(data);
 }

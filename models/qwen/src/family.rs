@@ -44,6 +44,7 @@ impl Family for Qwen {
 
     fn load(&self, dir: &Path, ctx: &LoadContext) -> Result<Box<dyn LoadedModel>> {
         let t0 = std::time::Instant::now();
+        ctx.no_device_budget("The Qwen3 language model")?;
         // `auto` (what a served `[lm]` always asks): bf16 on CUDA, float32 elsewhere.
         let kind = ctx.numerics.dtype.resolve(ctx.device);
         let lm = LanguageModel::load(dir, ctx.device, kind)?;
@@ -64,6 +65,7 @@ impl Family for Qwen {
             seconds: t0.elapsed().as_secs_f64(),
             note: None,
             quantized_weights: None,
+            device_budget: None,
         };
         Ok(Box::new(LoadedQwen { lm, spec: Arc::new(spec), pool, summary }))
     }

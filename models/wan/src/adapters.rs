@@ -21,8 +21,9 @@ pub struct WanAdapters {
     pub text_encoder: std::sync::Arc<Umt5Encoder>,
     /// The key of the whole set merged into the experts, if one is.
     merged: std::sync::Mutex<Option<String>>,
-    /// Experts swap between device and host (`--offload-experts`), or their weights are stored
-    /// in FP8 (`--fp8-linears`): never merged.
+    /// Experts swap between device and host (`--offload-experts`), stream blocks from host
+    /// memory (`--max-device-memory`), or their weights are stored in FP8 (`--fp8-linears`):
+    /// never merged.
     frozen: bool,
 }
 
@@ -33,7 +34,8 @@ impl WanAdapters {
             experts: model.experts(),
             text_encoder: model.text_encoder.clone(),
             merged: Default::default(),
-            frozen: model.offload.is_some() || model.experts().iter().any(|t| t.has_quantized_linears()),
+            frozen: model.offload.is_some()
+                || model.experts().iter().any(|t| t.has_quantized_linears() || t.block_stream().is_some()),
         }
     }
 

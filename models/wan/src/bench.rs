@@ -89,6 +89,8 @@ pub struct BenchReport {
     pub tiny_psnr_vs_vae_db: Option<f64>,
     /// Image-to-video models: the CLIP image encoder on the request's picture(s).
     pub image_encode_s: Option<f64>,
+    /// What `--max-device-memory` streams, when something does.
+    pub device_budget: Option<String>,
     /// Image-to-video models: the VAE encode of the conditioning video (the picture(s) and
     /// black frames).
     pub vae_encode_s: Option<f64>,
@@ -350,6 +352,7 @@ pub fn run(model: &WanModel, opts: &BenchOptions) -> Result<BenchReport> {
         preview_s: median(&mut pv),
         tiny_psnr_vs_vae_db: tiny.psnr_db,
         image_encode_s,
+        device_budget: model.load_report.device_budget.clone(),
         vae_encode_s,
         gpu_used_after_load_bytes,
         gpu_used_after_transformer_bytes,

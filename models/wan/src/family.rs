@@ -48,6 +48,8 @@ fn options(ctx: &LoadContext, lazy: bool) -> LoadOptions {
         precision: n.preset,
         lazy_transformer: lazy && ctx.transformer.is_none(),
         transformer_file: ctx.transformer.clone(),
+        max_device_memory: ctx.max_device_memory,
+        auto_stream: false,
     }
 }
 
@@ -90,7 +92,13 @@ impl Family for Wan {
     }
 
     fn load(&self, dir: &Path, ctx: &LoadContext) -> Result<Box<dyn LoadedModel>> {
-        let mut model = WanModel::load_with(dir, options(ctx, ctx.lazy))?;
+        anyhow::ensure!(
+            ctx.gpus <= 1 || ctx.max_device_memory.is_none(),
+            "--max-device-memory streams blocks on one GPU; a step split over {} GPUs (--gpus) loads whole on each",
+            ctx.gpus
+        );
+        let opts = LoadOptions { auto_stream: ctx.gpus <= 1, ..options(ctx, ctx.lazy) };
+        let mut model = WanModel::load_with(dir, opts)?;
         crate::parallel::setup(&mut model, ctx.gpus, ctx.parallel)?;
         Ok(Box::new(LoadedWan::new(model)))
     }
@@ -128,6 +136,7 @@ fn summary(model: &WanModel) -> LoadSummary {
         seconds: r.seconds,
         note: model.run.description.clone(),
         quantized_weights: r.quantized_weights.clone(),
+        device_budget: r.device_budget.clone(),
     }
 }
 
@@ -192,9 +201,12 @@ impl LoadedModel for LoadedWan {
 }
 
 impl LoadedWan {
-    /// One transformer on one device: the offloaded and split layouts manage their own weights.
+    /// One transformer on one device, whole: the offloaded, streamed and split layouts manage
+    /// their own weights.
     fn can_sleep(&self) -> bool {
-        self.model.low_noise.is_none() && self.model.parallel.is_none()
+        self.model.low_noise.is_none()
+            && self.model.parallel.is_none()
+            && self.model.transformer.block_stream().is_none()
     }
 }
 
@@ -222,6 +234,8 @@ impl Family for WanWorld {
     }
 
     fn load(&self, dir: &Path, ctx: &LoadContext) -> Result<Box<dyn LoadedModel>> {
+        // Sessions run the blocks through their own cached path (causal.rs), which streams nothing.
+        ctx.no_device_budget("A Wan world model")?;
         let world = WorldModel::load(dir, options(ctx, false))?;
         let world = if ctx.tiny_decoder {
             world.with_tiny_decoder().context("tiny_decoder")?

@@ -11,6 +11,7 @@ pub mod bench;
 pub mod causal;
 pub mod chunk_rollout;
 pub mod clip_vision;
+pub mod device_budget;
 pub mod experts;
 pub mod family;
 pub mod first_frame_condition;

@@ -30,6 +30,13 @@ pub struct LoadOptions {
     /// `--transformer FILE`: the transformer's weights from one file instead of the folder's
     /// (`crate::single_file`); the folder's config still gives the architecture.
     pub transformer_file: Option<std::path::PathBuf>,
+    /// `--max-device-memory`: the bytes the weights and activations may take on the device;
+    /// what does not fit streams from pinned host memory (`crate::device_budget`). Without it a
+    /// GPU load streams only when the weights exceed the free memory.
+    pub max_device_memory: Option<u64>,
+    /// Without `max_device_memory`, stream what does not fit in the GPU's free memory (served
+    /// generation models; off for world models, whose sessions stream nothing, and for tests).
+    pub auto_stream: bool,
 }
 
 impl LoadOptions {
@@ -45,6 +52,8 @@ impl LoadOptions {
             precision: Precision::Auto,
             lazy_transformer: false,
             transformer_file: None,
+            max_device_memory: None,
+            auto_stream: false,
         }
     }
 }
@@ -81,4 +90,6 @@ pub struct LoadReport {
     pub quantized_weights: Option<String>,
     /// The single file the transformer's weights came from (`--transformer`), if any.
     pub transformer_file: Option<std::path::PathBuf>,
+    /// What the device budget streams, when something does (one line).
+    pub device_budget: Option<String>,
 }

@@ -219,8 +219,25 @@ impl WanModel {
         };
         let file = opts.transformer_file.as_deref();
         let t_w = crate::single_file::or_folder(file, &t_dir, boundary_ratio.is_some(), device, kind)?;
-        // Lazily where it can be: one transformer, no FP8 linears (their scales are made here).
-        let lazy = opts.lazy_transformer && boundary_ratio.is_none() && !opts.fp8_linears;
+        let e_dir = dir.join("text_encoder");
+        let e_path = e_dir.join("config.json");
+        let e_cfg = Umt5Config::load(&e_path)?;
+        let e_w = Weights::from_dir(&e_dir, "model", device, kind)?;
+        let v_dir = dir.join("vae");
+        let v_w = Weights::from_dir(&v_dir, "diffusion_pytorch_model", device, vae_kind)?;
+        let budget = crate::device_budget::for_load(
+            &opts,
+            &crate::device_budget::LoadInputs {
+                dir,
+                transformer: (&t_w, t_cfg.num_layers as usize),
+                text_encoder: (&e_w, e_cfg.num_layers as usize),
+                vae: &v_w,
+                two_experts: boundary_ratio.is_some(),
+            },
+        )?;
+        // Lazily where it can be: one transformer, no FP8 linears (their scales are made here),
+        // nothing streamed (a streamed model does not sleep).
+        let lazy = opts.lazy_transformer && boundary_ratio.is_none() && !opts.fp8_linears && budget.is_none();
         if lazy {
             t_w.defer_linears();
         }
@@ -231,7 +248,8 @@ impl WanModel {
             let n = t_cfg.num_layers as usize;
             t_w.keep_fp8(Box::new(move |key| crate::transformer::fp8_block(key, n)));
         }
-        let built = WanTransformer3DModel::new(t_cfg.clone(), &t_w)?;
+        let streamed = budget.as_ref().and_then(|b| b.transformer);
+        let built = WanTransformer3DModel::new_streamed(t_cfg.clone(), &t_w, streamed)?;
         if let Some(file) = file {
             crate::single_file::check_all_used(&t_w, file)?;
         }
@@ -268,9 +286,7 @@ impl WanModel {
             (None, _) => (None, None),
         };
 
-        let v_dir = dir.join("vae");
         let v_cfg = VaeConfig::load(&v_dir.join("config.json"))?;
-        let v_w = Weights::from_dir(&v_dir, "diffusion_pytorch_model", device, vae_kind)?;
         let vae = AutoencoderKLWan::new(v_cfg, &v_w)?;
         v_w.warn_unused("vae");
         let tiny_dir = dir.join("tiny_vae");
@@ -279,11 +295,8 @@ impl WanModel {
             false => None,
         };
 
-        let e_dir = dir.join("text_encoder");
-        let e_path = e_dir.join("config.json");
-        let e_cfg = Umt5Config::load(&e_path)?;
-        let e_w = Weights::from_dir(&e_dir, "model", device, kind)?;
-        let text_encoder = Umt5Encoder::new(e_cfg, &e_w, &e_path)?;
+        let streamed = budget.as_ref().and_then(|b| b.text_encoder);
+        let text_encoder = Umt5Encoder::new_streamed(e_cfg, &e_w, &e_path, streamed)?;
 
         if text_encoder.cfg.d_model != transformer.cfg.text_dim {
             bail!(
@@ -346,6 +359,7 @@ impl WanModel {
             deferred_linear_bytes,
             quantized_weights,
             transformer_file: opts.transformer_file.clone(),
+            device_budget: budget.map(|b| b.describe(t_cfg.num_layers as usize, text_encoder.cfg.num_layers as usize)),
         };
         tracing::info!(?load_report, dir = %dir.display(), "model loaded");
         Ok(Self {

@@ -5,11 +5,12 @@
 use std::path::Path;
 
 use anyhow::{ensure, Result};
+use fastvideo_layers::block_stream::{self, BlockStream, StreamPlan};
 use fastvideo_layers::config::{read_config_with, unsupported, TRANSFORMERS_BOOKKEEPING};
 use fastvideo_layers::heads::{merge_heads, split_heads};
 use fastvideo_layers::Linear;
 use serde::Deserialize;
-use tch::{Kind, Tensor};
+use tch::{Device, Kind, Tensor};
 
 use crate::weights::Weights;
 
@@ -175,6 +176,24 @@ struct Layer {
     wo: Linear,
 }
 
+impl Layer {
+    /// Its linears, in the order block streaming walks them.
+    fn linears(&self) -> Vec<&Linear> {
+        [
+            Some(&self.q),
+            Some(&self.k),
+            Some(&self.v),
+            Some(&self.o),
+            Some(&self.wi_0),
+            self.wi_1.as_ref(),
+            Some(&self.wo),
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
+    }
+}
+
 /// The UMT5 encoder stack.
 pub struct Umt5Encoder {
     /// The encoder's config.
@@ -185,6 +204,9 @@ pub struct Umt5Encoder {
     act: Act,
     /// Every linear by slot (what text-encoder adapters may target).
     modules: Vec<fastvideo_lora::TargetModule>,
+    /// `--max-device-memory`: the last layers stream from host memory, and the token
+    /// embedding (a sixth of UMT5-XXL) is looked up on the host.
+    stream: Option<BlockStream>,
 }
 
 // SAFETY: weights are written once in `new` and only read afterwards (see the transformer).
@@ -193,12 +215,22 @@ unsafe impl Sync for Umt5Encoder {}
 impl Umt5Encoder {
     /// Builds the encoder from `w`; `config_path` names the config in errors.
     pub fn new(cfg: Umt5Config, w: &Weights, config_path: &Path) -> Result<Self> {
+        Self::new_streamed(cfg, w, config_path, None)
+    }
+
+    /// [`new`](Self::new), with the layers `plan` names streamed from host memory (parked as
+    /// each loads) and the token embedding kept there.
+    pub fn new_streamed(cfg: Umt5Config, w: &Weights, config_path: &Path, plan: Option<StreamPlan>) -> Result<Self> {
         let (d, inner, eps) = (cfg.d_model, cfg.num_heads * cfg.d_kv, cfg.layer_norm_epsilon);
         // Tied embeddings may be saved under either name.
         let embed_key = if w.contains("shared.weight") { "shared.weight" } else { "encoder.embed_tokens.weight" };
-        let embed = w.get(embed_key, &[cfg.vocab_size, d])?;
+        let embed = match plan {
+            Some(_) => w.with_device(Device::Cpu).get(embed_key, &[cfg.vocab_size, d])?,
+            None => w.get(embed_key, &[cfg.vocab_size, d])?,
+        };
         let gated = cfg.gated();
         let mut layers = Vec::new();
+        let mut parked = Vec::new();
         for i in 0..cfg.num_layers {
             let b = w.pp("encoder.block").pp(i);
             let (a, f) = (b.pp("layer.0"), b.pp("layer.1"));
@@ -226,10 +258,18 @@ impl Umt5Encoder {
                     false,
                 )?,
             });
+            if plan.is_some_and(|p| i as usize >= p.first) {
+                let l = layers.last().expect("pushed above");
+                parked.push(block_stream::park(&l.linears(), w.device()));
+            }
         }
+        let stream = match plan {
+            Some(p) if !parked.is_empty() => Some(BlockStream::new(p.first, parked, p.slots, w.device())?),
+            _ => None,
+        };
         let act = cfg.activation(config_path)?;
         let final_norm = T5Norm::new(&w.pp("encoder.final_layer_norm"), d, eps)?;
-        Ok(Self { final_norm, embed, layers, act, cfg, modules: w.linears() })
+        Ok(Self { final_norm, embed, layers, act, cfg, modules: w.linears(), stream })
     }
 
     /// Bidirectional relative-position buckets `[L, L]` (T5's log-spaced bucketing).
@@ -253,14 +293,16 @@ impl Umt5Encoder {
         &self.modules
     }
 
+    /// The layers streamed from host memory, if any (`--max-device-memory`).
+    pub fn block_stream(&self) -> Option<&BlockStream> {
+        self.stream.as_ref()
+    }
+
     /// Each module's weight dtype, by slot.
     pub fn module_kinds(&self) -> Vec<Kind> {
         let mut kinds = vec![self.embed.kind(); self.modules.len()];
         for l in &self.layers {
-            for lin in [Some(&l.q), Some(&l.k), Some(&l.v), Some(&l.o), Some(&l.wi_0), l.wi_1.as_ref(), Some(&l.wo)]
-                .into_iter()
-                .flatten()
-            {
+            for lin in l.linears() {
                 for p in lin.parts() {
                     kinds[p.slot] = lin.weight.kind();
                 }
@@ -284,7 +326,11 @@ impl Umt5Encoder {
         );
         let (b, len) = (s[0], s[1]);
         let dev = input_ids.device();
-        let mut x = Tensor::embedding(&self.embed, input_ids, -1, false, false);
+        let mut x = match self.embed.device() == dev {
+            true => Tensor::embedding(&self.embed, input_ids, -1, false, false),
+            false => Tensor::embedding(&self.embed, &input_ids.to_device(self.embed.device()), -1, false, false)
+                .to_device(dev),
+        };
         let buckets = self.buckets(len, dev);
         // Padding keys get the most negative value of the compute dtype, as transformers' additive
         // mask does (`(1 - mask) * finfo(dtype).min`).
@@ -297,7 +343,10 @@ impl Umt5Encoder {
         let pad = ((mask.to_kind(Kind::Float).ones_like() - mask.to_kind(Kind::Float)) * min).to_kind(kind);
         let pad = pad.view([b, 1, 1, len]);
         let h = self.cfg.num_heads;
-        for l in &self.layers {
+        for (i, l) in self.layers.iter().enumerate() {
+            if let Some(s) = &self.stream {
+                s.before(i, &l.linears())?;
+            }
             let n = l.norm_attn.forward(&x);
             let q = split_heads(&l.q.forward_lora(&n, lora), h);
             let k = split_heads(&l.k.forward_lora(&n, lora), h);
@@ -319,6 +368,9 @@ impl Umt5Encoder {
             };
             let a = a.to_kind(l.wo.weight.kind());
             x = clamp_f16(&x + l.wo.forward_lora(&a, lora));
+            if let Some(s) = &self.stream {
+                s.after(i)?;
+            }
         }
         Ok(self.final_norm.forward(&x))
     }

@@ -146,6 +146,13 @@ impl WanWeightLoader {
 
 impl WeightLoader for WanWeightLoader {
     fn load(&self, path: &Path) -> Result<PipelineSpec> {
+        // A new transformer would load whole onto the device, past the budget the stream keeps.
+        anyhow::ensure!(
+            self.model.transformer.block_stream().is_none(),
+            "{}: weight updates load a whole transformer, which a model streaming blocks from host memory \
+             (--max-device-memory) has no room for; restart with the new weights",
+            path.display()
+        );
         let t = match Self::lora(path) {
             Some(file) => Arc::new(self.merged(&file?, path)?),
             None => {

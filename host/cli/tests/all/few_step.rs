@@ -16,7 +16,7 @@ fn fixture(rel: &str) -> PathBuf {
 
 /// `generate` on `model` with the fixture case's settings (32x32, 9 frames, guidance 5, fp32
 /// CPU, the fixture's latents) and `extra` flags; frames in `dir/frames`.
-fn generate(model: &Path, dir: &Path, extra: &[&str]) -> Output {
+pub(crate) fn generate(model: &Path, dir: &Path, extra: &[&str]) -> Output {
     generate_from("few_step_outputs.safetensors", model, dir, &[&["--guidance", "5"], extra].concat())
 }
 

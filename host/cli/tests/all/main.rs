@@ -14,6 +14,7 @@ mod comfyui_image;
 mod common;
 mod cosmos3;
 mod default_model;
+mod device_budget;
 mod few_step;
 mod flux2;
 mod gguf;

@@ -253,6 +253,36 @@ impl Weights {
         Self { kind, ..self.clone() }
     }
 
+    /// The same view, materialising tensors on `device` (a component's host-side parts).
+    pub fn with_device(&self, device: Device) -> Self {
+        Self { device, ..self.clone() }
+    }
+
+    /// Bytes the tensors under `prefix` (of this view) take once loaded: in the view's dtype,
+    /// or as stored for GGUF blocks that stay quantized. `None` for random weights, whose
+    /// tensors exist only when asked for.
+    pub fn loaded_bytes_under(&self, prefix: &str) -> Option<u64> {
+        let want = self.key(prefix);
+        let elt = self.kind.elt_size_in_bytes() as u64;
+        let numel = |shape: &[i64]| shape.iter().product::<i64>().max(0) as u64;
+        match &self.store.source {
+            Source::Mapped { entries, .. } => Some(
+                entries
+                    .iter()
+                    .filter(|(k, _)| k.starts_with(&want))
+                    .map(|(_, e)| match e.ggml {
+                        Some(_) => e.want_bytes(),
+                        None => numel(&e.shape) * elt,
+                    })
+                    .sum(),
+            ),
+            Source::InMemory(t) => {
+                Some(t.iter().filter(|(k, _)| k.starts_with(&want)).map(|(_, t)| numel(&t.size()) * elt).sum())
+            }
+            Source::Random { .. } => None,
+        }
+    }
+
     /// The device tensors are materialised on.
     pub fn device(&self) -> Device {
         self.device

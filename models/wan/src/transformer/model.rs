@@ -12,6 +12,8 @@ use fastvideo_parallel::Communicator;
 use fastvideo_pipeline::{AdapterRows, AdapterSet, BlockAction, BlockHook, PreparedAdapter};
 use tch::{Device, Kind, Tensor};
 
+use fastvideo_layers::block_stream::{self, BlockStream, StreamPlan};
+
 use super::arrivals::{block_group, Arrivals, HEAD_GROUP};
 use super::block::{modulation, Block, BlockInputs};
 use super::config::TransformerConfig;
@@ -45,6 +47,9 @@ pub struct WanTransformer3DModel {
     adapters: LinearAdapters,
     /// Weight groups still being copied in (an offloaded expert): forwards wait for each.
     pub arrivals: Arrivals,
+    /// `--max-device-memory`: the last blocks' linears wait in host memory and pass through
+    /// device slots, one block at a time.
+    stream: Option<BlockStream>,
 }
 
 // SAFETY: every tensor is written once in `new` and only read afterwards, except by
@@ -55,12 +60,30 @@ unsafe impl Sync for WanTransformer3DModel {}
 impl WanTransformer3DModel {
     /// Builds the transformer from `w` in `cfg`'s shape, converting weights to `w`'s dtype.
     pub fn new(cfg: TransformerConfig, w: &Weights) -> Result<Self> {
+        Self::new_streamed(cfg, w, None)
+    }
+
+    /// [`new`](Self::new), with the blocks `plan` names streamed from host memory: each parked
+    /// there as it loads, so the device never holds more than one of them at load.
+    pub fn new_streamed(cfg: TransformerConfig, w: &Weights, plan: Option<StreamPlan>) -> Result<Self> {
         let dim = cfg.inner_dim();
         let [pt, ph, pw] = cfg.patch_size;
         let ce = w.pp("condition_embedder");
         // diffusers keeps the timestep embedder and the modulation tables in float32.
         let time = ce.pp("time_embedder").with_kind(Kind::Float);
-        let blocks = (0..cfg.num_layers).map(|i| Block::new(&w.pp("blocks").pp(i), &cfg)).collect::<Result<_>>()?;
+        let mut blocks = Vec::with_capacity(cfg.num_layers as usize);
+        let mut parked = Vec::new();
+        for i in 0..cfg.num_layers as usize {
+            let block = Block::new(&w.pp("blocks").pp(i), &cfg)?;
+            if plan.is_some_and(|p| i >= p.first) {
+                parked.push(block_stream::park(&block_linears(&block), w.device()));
+            }
+            blocks.push(block);
+        }
+        let stream = match plan {
+            Some(p) if !parked.is_empty() => Some(BlockStream::new(p.first, parked, p.slots, w.device())?),
+            _ => None,
+        };
         Ok(Self {
             patch_weight: w.get("patch_embedding.weight", &[dim, cfg.in_channels, pt, ph, pw])?,
             patch_bias: w.get("patch_embedding.bias", &[dim])?,
@@ -80,8 +103,14 @@ impl WanTransformer3DModel {
             rope_cache: Mutex::new(None),
             adapters: LinearAdapters::new(w.linears()),
             arrivals: Arrivals::default(),
+            stream,
             cfg,
         })
+    }
+
+    /// The blocks streamed from host memory, if any (`--max-device-memory`).
+    pub fn block_stream(&self) -> Option<&BlockStream> {
+        self.stream.as_ref()
     }
 
     /// The linear modules adapters may target, by slot.
@@ -136,11 +165,7 @@ impl WanTransformer3DModel {
         }
         head.push(&self.proj_out);
         let mut groups = vec![head];
-        for b in &self.blocks {
-            let mut g = Vec::new();
-            b.linears(&mut g);
-            groups.push(g);
-        }
+        groups.extend(self.blocks.iter().map(block_linears));
         groups
     }
 
@@ -152,13 +177,25 @@ impl WanTransformer3DModel {
     /// Merges `set` into the weights (after unmerging another set, if one is merged): forwards
     /// then run rows with exactly this set at the plain model's cost. Call between forwards only.
     pub fn merge_adapters(&self, set: &AdapterSet) -> Result<()> {
+        self.refuse_merge_while_streaming()?;
         self.adapters.merge(&self.linears(), set)
     }
 
     /// Merges `set` for good (no originals kept): a weight update made of an adapter. Only on a
     /// model no forward uses yet.
     pub fn merge_permanently(&self, set: &AdapterSet) -> Result<()> {
+        self.refuse_merge_while_streaming()?;
         self.adapters.merge_permanently(&self.linears(), set)
+    }
+
+    /// A streamed block's weights live in host memory and a device slot by turns: a merge
+    /// would change whichever copy the block points at now, and the next refill would undo it.
+    fn refuse_merge_while_streaming(&self) -> Result<()> {
+        ensure!(
+            self.stream.is_none(),
+            "adapters cannot be merged into blocks streamed from host memory (--max-device-memory); they run unmerged"
+        );
+        Ok(())
     }
 
     /// Restores the original weights (bit for bit) if a set is merged. Call between forwards only.
@@ -205,17 +242,15 @@ impl WanTransformer3DModel {
     pub fn run_blocks(&self, mut x: Tensor, inputs: &BlockInputs, hook: Option<&mut dyn BlockHook>) -> Result<Tensor> {
         let n = self.blocks.len();
         let Some(hook) = hook else {
-            for (i, block) in self.blocks.iter().enumerate() {
-                self.arrivals.await_group(block_group(i))?;
-                x = block.forward(&x, inputs)?;
+            for i in 0..n {
+                x = self.run_block(i, &x, inputs)?;
             }
             return Ok(x);
         };
         hook.begin(n)?;
         let mut i = 0;
         while i < n {
-            self.arrivals.await_group(block_group(i))?;
-            let out = self.blocks[i].forward(&x, inputs)?;
+            let out = self.run_block(i, &x, inputs)?;
             match hook.after_block(i, &x, &out)? {
                 BlockAction::Proceed => {
                     x = out;
@@ -229,6 +264,10 @@ impl WanTransformer3DModel {
                         hidden.size(),
                         out.size()
                     );
+                    // Skipped blocks pass their slots on as run ones do (block streaming).
+                    if let Some(s) = &self.stream {
+                        (i + 1..to).try_for_each(|k| s.after(k))?;
+                    }
                     x = hidden;
                     i = to;
                 }
@@ -236,6 +275,17 @@ impl WanTransformer3DModel {
         }
         hook.end(&x)?;
         Ok(x)
+    }
+
+    /// Block `i` once its weights are on the device (an offloaded expert's arriving, a streamed
+    /// block's slot).
+    fn run_block(&self, i: usize, x: &Tensor, inputs: &BlockInputs) -> Result<Tensor> {
+        self.arrivals.await_group(block_group(i))?;
+        let Some(s) = &self.stream else { return self.blocks[i].forward(x, inputs) };
+        s.before(i, &block_linears(&self.blocks[i]))?;
+        let out = self.blocks[i].forward(x, inputs)?;
+        s.after(i)?;
+        Ok(out)
     }
 
     /// `latents [B, C, F, H, W]`, `timestep [B]`, `context [B, L, text_dim]` → velocity with the
@@ -516,4 +566,11 @@ pub(crate) fn per_token((temb, temb6): (Tensor, Tensor), tokens: i64) -> (Tensor
 pub fn fp8_block(key: &str, n: usize) -> bool {
     let block = key.strip_prefix("blocks.").and_then(|r| r.split('.').next()).and_then(|i| i.parse::<usize>().ok());
     block.is_some_and(|i| i > 0 && i + 1 < n)
+}
+
+/// A block's linears in the order offloading walks them.
+fn block_linears(b: &Block) -> Vec<&Linear> {
+    let mut g = Vec::new();
+    b.linears(&mut g);
+    g
 }

@@ -17,6 +17,7 @@ mod partial;
 mod preview;
 mod published_layout;
 mod rl_consistency;
+mod streaming;
 mod tiny_vae;
 mod wan22;
 mod world;
