@@ -42,7 +42,7 @@ fn flags_and_the_file_give_the_same_config_and_flags_win() {
     let dir = tempfile::tempdir().unwrap();
     let file = write(
         dir.path(),
-        "deploy = \"d.toml\"\n[model]\ndtype = \"fp16\"\nparallel = \"cfg+sp\"\ngpus = 4\n\
+        "deploy = \"d.toml\"\n[model]\ndtype = \"fp16\"\nparallel = \"cfg+sp\"\ngpus = 4\nmax_device_memory = \"24G\"\n\
          [scheduler]\npolicy = \"fifo\"\nmax_batch = 2\n[storage]\ndisk_budget = \"512M\"\n\
          [http]\ndrain = \"cancel\"\n",
     );
@@ -59,6 +59,8 @@ fn flags_and_the_file_give_the_same_config_and_flags_win() {
         "cfg+sp",
         "--gpus",
         "4",
+        "--max-device-memory",
+        "24G",
         "--policy",
         "fifo",
         "--max-batch",
@@ -74,6 +76,7 @@ fn flags_and_the_file_give_the_same_config_and_flags_win() {
     assert_eq!((over.scheduler.max_batch, over.http.port), (Some(3), 9));
     assert_eq!(over.model, from_file.model);
     assert_eq!(over.storage.disk_budget, 512 << 20);
+    assert_eq!(over.model.max_device_memory, Some(24 << 30));
 }
 
 #[test]
@@ -86,6 +89,8 @@ fn bad_files_name_the_key() {
     assert!(e.contains("dtype") && e.contains("fp8"), "{e}");
     let e = err("[model]\nparallel = \"tp\"\n");
     assert!(e.contains("unknown parallel mode `tp`"), "{e}");
+    let e = err("[model]\nmax_device_memory = \"24Q\"\n");
+    assert!(e.contains("max_device_memory") && e.contains("unit"), "{e}");
     let e = err("[storage]\ndisk_budget = \"12Q\"\n");
     assert!(e.contains("disk_budget") && e.contains("unit"), "{e}");
     let e = format!("{:#}", ServeConfig::load(&dir.path().join("missing.toml")).unwrap_err());
