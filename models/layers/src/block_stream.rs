@@ -21,7 +21,7 @@ use fastvideo_kernels::transfer::{Arrival, Transfer};
 use tch::{Device, Tensor};
 
 use crate::linear::{tensor_bytes, Linear};
-use crate::offload::{host_copy, repoint};
+use crate::offload::{host_copy, repoint, same_group};
 
 /// Which of a model's blocks stream, and through how many device slots.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,19 +92,7 @@ impl BlockStream {
     pub fn new(first: usize, parked: Vec<BlockTensors>, slots: usize, device: Device) -> Result<Self> {
         ensure!(!parked.is_empty(), "block streaming: no block to stream");
         ensure!(slots >= 1, "block streaming: at least one device slot");
-        let same = |a: &BlockTensors, b: &BlockTensors| {
-            let eq = |x: &Tensor, y: &Tensor| x.size() == y.size() && x.kind() == y.kind();
-            a.len() == b.len()
-                && a.iter().zip(b).all(|((w, b), (v, c))| {
-                    eq(w, v)
-                        && match (b, c) {
-                            (Some(b), Some(c)) => eq(b, c),
-                            (None, None) => true,
-                            _ => false,
-                        }
-                })
-        };
-        if let Some(j) = parked.iter().position(|p| !same(p, &parked[0])) {
+        if let Some(j) = parked.iter().position(|p| !same_group(p, &parked[0])) {
             anyhow::bail!(
                 "block streaming: block {} stores its linears unlike block {first} (another shape or type, as in a \
                  mixed quantization); streamed blocks must be alike",

@@ -61,17 +61,19 @@ pub fn point(groups: &[Vec<&Linear>], data: &Groups) {
 
 /// Whether two sets of tensors pair up one to one with equal shapes and dtypes.
 pub fn same_layout(a: &Groups, b: &Groups) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(g, h)| same_group(g, h))
+}
+
+/// [`same_layout`] for one group.
+pub(crate) fn same_group(g: &[(Tensor, Option<Tensor>)], h: &[(Tensor, Option<Tensor>)]) -> bool {
     let same = |x: &Tensor, y: &Tensor| x.size() == y.size() && x.kind() == y.kind();
-    a.len() == b.len()
-        && a.iter().zip(b).all(|(g, h)| {
-            g.len() == h.len()
-                && g.iter().zip(h).all(|((w, b), (v, c))| {
-                    same(w, v)
-                        && match (b, c) {
-                            (Some(b), Some(c)) => same(b, c),
-                            (None, None) => true,
-                            _ => false,
-                        }
-                })
+    g.len() == h.len()
+        && g.iter().zip(h).all(|((w, b), (v, c))| {
+            same(w, v)
+                && match (b, c) {
+                    (Some(b), Some(c)) => same(b, c),
+                    (None, None) => true,
+                    _ => false,
+                }
         })
 }
