@@ -81,15 +81,22 @@ impl Residency for TransformerResidency {
 /// Device bytes of `model`'s transformer linears once resident: those on the device now and
 /// those a lazy load deferred (so call it before a lazy model's first wake, as the residencies
 /// here do once). A two-expert model counts both experts, or one when `--offload-experts` keeps
-/// one on the device at a time. What a weight budget counts for it.
+/// one on the device at a time; streamed blocks count as the slots they pass through. What a
+/// weight budget counts for it.
 pub fn resident_bytes(model: &WanModel) -> u64 {
     let held = |t: &WanTransformer3DModel| -> u64 {
         let size = |t: &Tensor| t.numel() as u64 * t.kind().elt_size_in_bytes() as u64;
-        map_linears(&t.linear_groups(), |w| w.shallow_clone())
+        let all: u64 = map_linears(&t.linear_groups(), |w| w.shallow_clone())
             .iter()
             .flatten()
             .map(|(w, b)| size(w) + b.as_ref().map_or(0, size))
-            .sum()
+            .sum();
+        // Streamed blocks (`--max-device-memory`) take their slots on the device, not their size.
+        let host = t.block_stream().map_or(0, |s| {
+            let (blocks, slots, bytes) = s.shape();
+            (blocks - slots) as u64 * bytes
+        });
+        all - host
     };
     let second = match (&model.low_noise, &model.offload) {
         (Some(expert), None) => held(&expert.transformer),

@@ -90,6 +90,10 @@ fn a_streamed_image_to_video_model_makes_diffusers_frames() {
     // A budget with room for everything streams nothing.
     let roomy = WanModel::load_with(&fixture_dir().join("tiny-wan-i2v"), budget(64 * b)).unwrap();
     assert!(roomy.transformer.block_stream().is_none() && roomy.text_encoder.block_stream().is_none());
+    // A weight budget counts the streamed blocks as the slots they pass through.
+    let (n, k, bytes) = t.shape();
+    let counted = |m: &WanModel| fastvideo_wan::residency::resident_bytes(m);
+    assert_eq!(counted(&roomy) - counted(&m), (n - k) as u64 * bytes);
     let report = roomy.load_report.device_budget.unwrap();
     assert!(report.starts_with("device budget") && !report.contains("streamed"), "{report}");
 }
