@@ -1,0 +1,3 @@
+fn main() {
+    fastvideo_build::libtorch_rpath()
+}

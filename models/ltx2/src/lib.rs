@@ -1,0 +1,15 @@
+//! LTX-2 in tch: the audio-video transformer of diffusers' `LTX2Pipeline` folders, its rotary
+//! positions and modulations (the rest of the family — text connectors, the video and audio
+//! VAEs, the vocoder, the pipelines — lands beside it).
+
+#![deny(missing_docs)]
+
+pub mod attention;
+pub mod block;
+pub mod config;
+pub mod embed;
+pub mod rope;
+pub mod transformer;
+
+pub use config::TransformerConfig;
+pub use transformer::{Ltx2Inputs, Ltx2Transformer};

@@ -1,0 +1,302 @@
+//! `LTX2VideoTransformer3DModel`: video tokens `[B, N, 128]` and audio tokens `[B, Na, 128]` in,
+//! one velocity per stream out, from one forward over both.
+
+use std::path::Path;
+
+use anyhow::{ensure, Context, Result};
+use fastvideo_layers::Linear;
+use fastvideo_torch::weights::Weights;
+use tch::{Device, Kind, Tensor};
+
+use crate::attention::{key_bias, Perturbation};
+use crate::block::{Block, BlockOptions, StreamInputs};
+use crate::config::TransformerConfig;
+use crate::embed::{layer_norm, AdaLayerNormSingle, TextProjection};
+use crate::rope::{audio_positions, video_positions, RopeSpec};
+
+/// One stream's modules outside the blocks.
+struct StreamEnds {
+    proj_in: Linear,
+    /// LTX-2.0: the text projected to the stream's width (2.3's connectors do it instead).
+    caption_projection: Option<TextProjection>,
+    time_embed: AdaLayerNormSingle,
+    /// The exchange's global scale/shift (4 vectors) and gate (1) from a timestep.
+    exchange_scale_shift: AdaLayerNormSingle,
+    exchange_gate: AdaLayerNormSingle,
+    /// The text's modulation from the sigma (LTX-2.3 with `use_prompt_adaln_single`).
+    prompt_adaln: Option<AdaLayerNormSingle>,
+    scale_shift_table: Tensor,
+    proj_out: Linear,
+}
+
+impl StreamEnds {
+    fn new(w: &Weights, c: &TransformerConfig, audio: bool) -> Result<Self> {
+        let (p, dim, input, output, text_mod) = match audio {
+            false => ("", c.inner_dim(), c.in_channels, c.out_channels(), c.cross_attn_mod),
+            true => {
+                ("audio_", c.audio_inner_dim(), c.audio_in_channels, c.audio_out_channels(), c.audio_cross_attn_mod)
+            }
+        };
+        let (gate, scale_shift) = match audio {
+            false => ("av_cross_attn_video_a2v_gate", "av_cross_attn_video_scale_shift"),
+            true => ("av_cross_attn_audio_v2a_gate", "av_cross_attn_audio_scale_shift"),
+        };
+        Ok(Self {
+            proj_in: Linear::new(&w.pp(format!("{p}proj_in")), input, dim, true)?,
+            caption_projection: c
+                .use_prompt_embeddings
+                .then(|| TextProjection::new(&w.pp(format!("{p}caption_projection")), c.caption_channels, dim))
+                .transpose()?,
+            time_embed: AdaLayerNormSingle::new(&w.pp(format!("{p}time_embed")), dim, if text_mod { 9 } else { 6 })?,
+            exchange_scale_shift: AdaLayerNormSingle::new(&w.pp(scale_shift), dim, 4)?,
+            exchange_gate: AdaLayerNormSingle::new(&w.pp(gate), dim, 1)?,
+            prompt_adaln: (c.prompt_modulation() && c.use_prompt_adaln_single)
+                .then(|| AdaLayerNormSingle::new(&w.pp(format!("{p}prompt_adaln")), dim, 2))
+                .transpose()?,
+            scale_shift_table: w.get(&format!("{p}scale_shift_table"), &[2, dim])?,
+            proj_out: Linear::new(&w.pp(format!("{p}proj_out")), dim, output, true)?,
+        })
+    }
+
+    /// The output head: LayerNorm, shift/scale from the embedded timestep, projection.
+    fn head(&self, x: &Tensor, embedded: &Tensor) -> Tensor {
+        let ss = self.scale_shift_table.unsqueeze(0).unsqueeze(0) + embedded.unsqueeze(2);
+        let (shift, scale) = (ss.select(2, 0), ss.select(2, 1));
+        self.proj_out.forward(&(layer_norm(x) * (scale + 1.0) + shift))
+    }
+}
+
+/// The LTX-2 audio-video transformer.
+pub struct Ltx2Transformer {
+    /// Its config.
+    pub cfg: TransformerConfig,
+    video: StreamEnds,
+    audio: StreamEnds,
+    blocks: Vec<Block>,
+    rope: RopeSpec,
+    audio_rope: RopeSpec,
+    exchange_rope: RopeSpec,
+    exchange_audio_rope: RopeSpec,
+    kind: Kind,
+}
+
+/// One forward's inputs, as `LTX2VideoTransformer3DModel.forward` takes them.
+pub struct Ltx2Inputs<'a> {
+    /// Video tokens `[B, N, in_channels]` of a `grid` of latent cells.
+    pub video: &'a Tensor,
+    /// Audio tokens `[B, Na, audio_in_channels]`.
+    pub audio: &'a Tensor,
+    /// The text for the video stream `[B, L, caption_channels]` (or the stream's width without
+    /// caption projections).
+    pub text: &'a Tensor,
+    /// The text for the audio stream.
+    pub audio_text: &'a Tensor,
+    /// `[B, L]`, 1 for tokens and 0 for padding.
+    pub text_mask: Option<&'a Tensor>,
+    /// The same for the audio text.
+    pub audio_text_mask: Option<&'a Tensor>,
+    /// The video timestep, scaled to 0..1000: `[B]`, or `[B, N]` one per token.
+    pub timestep: &'a Tensor,
+    /// The audio timestep (`timestep` when absent).
+    pub audio_timestep: Option<&'a Tensor>,
+    /// The video sigma `[B]` (LTX-2.3's prompt modulation; the cross timestep).
+    pub sigma: Option<&'a Tensor>,
+    /// The audio sigma (`sigma` when absent).
+    pub audio_sigma: Option<&'a Tensor>,
+    /// Latent frames, rows and columns of the video tokens.
+    pub grid: [i64; 3],
+    /// The clip's frame rate (video positions are in seconds).
+    pub fps: f64,
+    /// Audio tokens' latent frames.
+    pub audio_frames: i64,
+    /// Turn the audio-video exchange off in every block (modality guidance's pass).
+    pub isolate_modalities: bool,
+    /// Blocks whose self-attention spatio-temporal guidance perturbs.
+    pub stg_blocks: &'a [usize],
+    /// `[B]`: 1 where a sample attends in those blocks, 0 where it is perturbed (all perturbed
+    /// when absent).
+    pub perturbation_mask: Option<&'a Tensor>,
+    /// Modulate each stream's exchange by the other stream's sigma (LTX-2.3) instead of its own
+    /// timestep (LTX-2.0).
+    pub use_cross_timestep: bool,
+}
+
+impl Ltx2Transformer {
+    /// Reads `dir` (`config.json` and the weights) onto `device` in `kind`.
+    pub fn load(dir: &Path, device: Device, kind: Kind) -> Result<Self> {
+        let cfg = TransformerConfig::load(&dir.join("config.json"))?;
+        let w = Weights::from_dir(dir, "diffusion_pytorch_model", device, kind)?;
+        let t = Self::new(cfg, &w).with_context(|| format!("{}", dir.display()))?;
+        w.warn_unused("transformer");
+        Ok(t)
+    }
+
+    /// Builds it from `w` in `cfg`'s shape.
+    pub fn new(cfg: TransformerConfig, w: &Weights) -> Result<Self> {
+        let blocks =
+            (0..cfg.num_layers).map(|i| Block::new(&w.pp("transformer_blocks").pp(i), &cfg)).collect::<Result<_>>()?;
+        let spec = |dim, max: Vec<i64>, heads| RopeSpec {
+            dim,
+            max_positions: max.into_iter().map(|m| m as f64).collect(),
+            theta: cfg.rope_theta,
+            double_precision: cfg.rope_double_precision,
+            rope_type: cfg.rope_type,
+            heads,
+        };
+        let exchange_max = cfg.pos_embed_max_pos.max(cfg.audio_pos_embed_max_pos);
+        Ok(Self {
+            video: StreamEnds::new(w, &cfg, false)?,
+            audio: StreamEnds::new(w, &cfg, true)?,
+            blocks,
+            rope: spec(
+                cfg.inner_dim(),
+                vec![cfg.pos_embed_max_pos, cfg.base_height, cfg.base_width],
+                cfg.num_attention_heads,
+            ),
+            audio_rope: spec(cfg.audio_inner_dim(), vec![cfg.audio_pos_embed_max_pos], cfg.audio_num_attention_heads),
+            // The exchange rotates at the audio width, by time alone; the video side keeps the
+            // video head count for the split layout, as the reference does.
+            exchange_rope: spec(cfg.audio_cross_attention_dim, vec![exchange_max], cfg.num_attention_heads),
+            exchange_audio_rope: spec(cfg.audio_cross_attention_dim, vec![exchange_max], cfg.audio_num_attention_heads),
+            kind: w.kind(),
+            cfg,
+        })
+    }
+
+    /// The velocities `(video [B, N, out], audio [B, Na, audio_out])`.
+    pub fn forward(&self, x: &Ltx2Inputs) -> Result<(Tensor, Tensor)> {
+        let c = &self.cfg;
+        let b = x.video.size()[0];
+        let [f, h, w] = x.grid;
+        ensure!(
+            x.video.size() == [b, f * h * w, c.in_channels],
+            "ltx2 transformer: video tokens {:?}, expected [{b}, {}, {}] for the grid {:?}",
+            x.video.size(),
+            f * h * w,
+            c.in_channels,
+            x.grid
+        );
+        ensure!(
+            x.audio.size() == [b, x.audio_frames, c.audio_in_channels],
+            "ltx2 transformer: audio tokens {:?}, expected [{b}, {}, {}]",
+            x.audio.size(),
+            x.audio_frames,
+            c.audio_in_channels
+        );
+        let dev = x.video.device();
+        let kind = self.kind;
+        let audio_t = x.audio_timestep.unwrap_or(x.timestep);
+        let audio_sigma = x.audio_sigma.or(x.sigma);
+
+        // Rotary tables from the tokens' places in seconds and pixels.
+        let vpos = video_positions(x.grid, c.vae_scale_factors, c.causal_offset, x.fps, dev);
+        let apos = audio_positions(
+            x.audio_frames,
+            c.audio_scale_factor,
+            c.causal_offset,
+            c.audio_hop_length,
+            c.audio_sampling_rate,
+            dev,
+        );
+        let (vrope, arope) = (self.rope.table(&vpos), self.audio_rope.table(&apos));
+        let (vx_rope, ax_rope) =
+            (self.exchange_rope.table(&vpos.narrow(1, 0, 1)), self.exchange_audio_rope.table(&apos));
+
+        let video = self.video.proj_in.forward(&x.video.to_kind(kind));
+        let audio = self.audio.proj_in.forward(&x.audio.to_kind(kind));
+
+        let rows = |t: Tensor| t.view([b, -1, *t.size().last().unwrap()]);
+        let (temb, vemb) = self.video.time_embed.forward(x.timestep, kind);
+        let (atemb, aemb) = self.audio.time_embed.forward(audio_t, kind);
+        let (temb, vemb, atemb, aemb) = (rows(temb), rows(vemb), rows(atemb), rows(aemb));
+        let prompt = |ends: &StreamEnds, s: Option<&Tensor>| -> Result<Option<Tensor>> {
+            match &ends.prompt_adaln {
+                Some(m) => Ok(Some(rows(m.forward(sigma_or(s, "prompt modulation")?, kind).0))),
+                None => Ok(None),
+            }
+        };
+        let (vprompt, aprompt) = (prompt(&self.video, x.sigma)?, prompt(&self.audio, audio_sigma)?);
+        let gate_factor = c.cross_attn_timestep_scale_multiplier as f64 / c.timestep_scale_multiplier as f64;
+        let (v_ex_t, a_ex_t) = match x.use_cross_timestep {
+            true => (sigma_or(audio_sigma, "use_cross_timestep")?, sigma_or(x.sigma, "use_cross_timestep")?),
+            false => (x.timestep, audio_t),
+        };
+        let exchange = |ends: &StreamEnds, t: &Tensor| {
+            let ss = rows(ends.exchange_scale_shift.forward(t, kind).0);
+            let gate = rows(ends.exchange_gate.forward(&(t.to_kind(Kind::Float) * gate_factor), kind).0);
+            (ss, gate)
+        };
+        let (v_ex, a_ex) = (exchange(&self.video, v_ex_t), exchange(&self.audio, a_ex_t));
+
+        let project = |ends: &StreamEnds, t: &Tensor| match &ends.caption_projection {
+            Some(p) => p.forward(&t.to_kind(kind)),
+            None => t.to_kind(kind),
+        };
+        let (text, audio_text) = (project(&self.video, x.text), project(&self.audio, x.audio_text));
+        let vbias = x.text_mask.map(|m| key_bias(m, kind));
+        let abias = x.audio_text_mask.map(|m| key_bias(m, kind));
+        let v_in = StreamInputs {
+            text: &text,
+            text_bias: vbias.as_ref(),
+            temb: &temb,
+            temb_prompt: vprompt.as_ref(),
+            exchange: (&v_ex.0, &v_ex.1),
+            rope: &vrope,
+            exchange_rope: &vx_rope,
+        };
+        let a_in = StreamInputs {
+            text: &audio_text,
+            text_bias: abias.as_ref(),
+            temb: &atemb,
+            temb_prompt: aprompt.as_ref(),
+            exchange: (&a_ex.0, &a_ex.1),
+            rope: &arope,
+            exchange_rope: &ax_rope,
+        };
+
+        let mask = match x.perturbation_mask {
+            Some(m) => Some(m.to_kind(kind).view([b, 1, 1])),
+            None if !x.stg_blocks.is_empty() => Some(Tensor::zeros([b, 1, 1], (kind, dev))),
+            None => None,
+        };
+        let all = mask.as_ref().is_some_and(|m| m.eq(0.0).all().int64_value(&[]) != 0);
+        let (mut video, mut audio) = (video, audio);
+        for (i, block) in self.blocks.iter().enumerate() {
+            let perturb = match (&mask, x.stg_blocks.contains(&i)) {
+                (Some(m), true) => Some(Perturbation { mask: m, all }),
+                _ => None,
+            };
+            let o = BlockOptions { isolate: x.isolate_modalities, perturb };
+            (video, audio) = block.forward(&video, &audio, &v_in, &a_in, o);
+        }
+        Ok((self.video.head(&video, &vemb), self.audio.head(&audio, &aemb)))
+    }
+
+    /// Every linear, blocks in order after the stream ends.
+    pub fn linears(&self) -> Vec<&Linear> {
+        let mut out = Vec::new();
+        for e in [&self.video, &self.audio] {
+            out.push(&e.proj_in);
+            if let Some(p) = &e.caption_projection {
+                p.linears(&mut out);
+            }
+            for m in
+                [Some(&e.time_embed), Some(&e.exchange_scale_shift), Some(&e.exchange_gate), e.prompt_adaln.as_ref()]
+                    .into_iter()
+                    .flatten()
+            {
+                m.linears(&mut out);
+            }
+            out.push(&e.proj_out);
+        }
+        for b in &self.blocks {
+            b.linears(&mut out);
+        }
+        out
+    }
+}
+
+/// `s`, or an error saying `what` needs it.
+fn sigma_or<'a>(s: Option<&'a Tensor>, what: &str) -> Result<&'a Tensor> {
+    s.with_context(|| format!("ltx2 transformer: {what} needs a sigma"))
+}

@@ -1,0 +1,4 @@
+//! Integration tests of fastvideo-ltx2: one binary (CI links libtorch once per crate).
+
+mod common;
+mod transformer;
