@@ -7,9 +7,11 @@
 pub mod attention;
 pub mod block;
 pub mod config;
+pub mod connectors;
 pub mod embed;
 pub mod rope;
 pub mod transformer;
 
 pub use config::TransformerConfig;
+pub use connectors::{ConnectedText, Ltx2Connectors};
 pub use transformer::{Ltx2Inputs, Ltx2Transformer};

@@ -1,4 +1,5 @@
 //! Integration tests of fastvideo-ltx2: one binary (CI links libtorch once per crate).
 
 mod common;
+mod connectors;
 mod transformer;
