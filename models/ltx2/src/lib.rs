@@ -11,7 +11,9 @@ pub mod connectors;
 pub mod embed;
 pub mod rope;
 pub mod transformer;
+pub mod upsampler;
 
 pub use config::TransformerConfig;
 pub use connectors::{ConnectedText, Ltx2Connectors};
 pub use transformer::{Ltx2Inputs, Ltx2Transformer};
+pub use upsampler::Ltx2LatentUpsampler;

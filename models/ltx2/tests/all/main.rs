@@ -3,3 +3,4 @@
 mod common;
 mod connectors;
 mod transformer;
+mod upsampler;
