@@ -193,12 +193,10 @@ impl Ltx2LatentUpsampler {
         let upsample = match (cfg.spatial_upsample, cfg.temporal_upsample, cfg.use_rational_resampler) {
             (true, true, _) => Upsample::Shuffle { conv: Conv::new(&up.pp("0"), m, 8 * m, 3)?, factors: vec![2, 2, 2] },
             (true, false, true) => {
-                let (num, den) = match cfg.rational_spatial_scale {
-                    s if s == 0.75 => (3, 4),
-                    s if s == 1.5 => (3, 2),
-                    s if s == 2.0 => (2, 1),
-                    s if s == 4.0 => (4, 1),
-                    s => bail!("latent upsampler: rational_spatial_scale {s} (0.75, 1.5, 2 or 4)"),
+                const SCALES: [(f64, (i64, i64)); 4] = [(0.75, (3, 4)), (1.5, (3, 2)), (2.0, (2, 1)), (4.0, (4, 1))];
+                let s = cfg.rational_spatial_scale;
+                let Some(&(_, (num, den))) = SCALES.iter().find(|(k, _)| *k == s) else {
+                    bail!("latent upsampler: rational_spatial_scale {s} (0.75, 1.5, 2 or 4)")
                 };
                 // The binomial blur [1 4 6 4 1]ᵀ[1 4 6 4 1] / 256 (a buffer the checkpoint may carry).
                 let k = Tensor::from_slice(&[1.0f32, 4.0, 6.0, 4.0, 1.0]).to_device(w.device());
