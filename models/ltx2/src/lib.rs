@@ -12,8 +12,10 @@ pub mod embed;
 pub mod rope;
 pub mod transformer;
 pub mod upsampler;
+pub mod vocoder;
 
 pub use config::TransformerConfig;
 pub use connectors::{ConnectedText, Ltx2Connectors};
 pub use transformer::{Ltx2Inputs, Ltx2Transformer};
 pub use upsampler::Ltx2LatentUpsampler;
+pub use vocoder::Ltx2Vocoder;

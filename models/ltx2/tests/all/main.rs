@@ -4,3 +4,4 @@ mod common;
 mod connectors;
 mod transformer;
 mod upsampler;
+mod vocoder;
