@@ -5,6 +5,7 @@
 #![deny(missing_docs)]
 
 pub mod attention;
+pub mod audio_vae;
 pub mod block;
 pub mod config;
 pub mod connectors;
@@ -14,6 +15,7 @@ pub mod transformer;
 pub mod upsampler;
 pub mod vocoder;
 
+pub use audio_vae::Ltx2AudioDecoder;
 pub use config::TransformerConfig;
 pub use connectors::{ConnectedText, Ltx2Connectors};
 pub use transformer::{Ltx2Inputs, Ltx2Transformer};

@@ -1,5 +1,6 @@
 //! Integration tests of fastvideo-ltx2: one binary (CI links libtorch once per crate).
 
+mod audio_vae;
 mod common;
 mod connectors;
 mod transformer;
