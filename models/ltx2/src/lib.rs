@@ -13,6 +13,7 @@ pub mod embed;
 pub mod rope;
 pub mod transformer;
 pub mod upsampler;
+pub mod video_vae;
 pub mod vocoder;
 
 pub use audio_vae::Ltx2AudioDecoder;
@@ -20,4 +21,5 @@ pub use config::TransformerConfig;
 pub use connectors::{ConnectedText, Ltx2Connectors};
 pub use transformer::{Ltx2Inputs, Ltx2Transformer};
 pub use upsampler::Ltx2LatentUpsampler;
+pub use video_vae::Ltx2VideoDecoder;
 pub use vocoder::Ltx2Vocoder;

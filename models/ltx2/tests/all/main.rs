@@ -5,4 +5,5 @@ mod common;
 mod connectors;
 mod transformer;
 mod upsampler;
+mod video_vae;
 mod vocoder;

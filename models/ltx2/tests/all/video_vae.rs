@@ -1,0 +1,22 @@
+//! The video VAE's decoder against diffusers' `AutoencoderKLLTX2Video.decode` (float32, CPU;
+//! tests/fixtures/make_ltx2_fixtures.py): a causal and a centred decoder with a residual
+//! spatio-temporal upsampler, a plain spatial one, reflect padding and the 2×2 unpatchify.
+
+use fastvideo_ltx2::Ltx2VideoDecoder;
+use tch::{Device, Kind};
+
+use crate::common::{fixture, load, rel};
+
+/// float32 on both sides: summation order only.
+#[test]
+fn causal_and_centred_video_decoders_match_diffusers() {
+    let f = load("video_vae.safetensors");
+    for (folder, key) in [("video_vae", "video_causal"), ("video_vae_centred", "video_centred")] {
+        let d = Ltx2VideoDecoder::load(&fixture(folder), Device::Cpu, Kind::Float).unwrap();
+        let video = d.decode(&f["latents"], None).unwrap();
+        let e = rel(&video, &f[key]);
+        eprintln!("{key}: {e:.2e}");
+        assert!(e < 1e-5, "{key}: {e:.2e}");
+    }
+    assert!(rel(&f["video_causal"], &f["video_centred"]) > 1e-3, "the two paddings differ");
+}
