@@ -202,8 +202,7 @@ impl ResBlock {
         let skip = match &self.shortcut {
             Some((nw, nb, cw, cb)) => {
                 let c = x.size()[1];
-                let n =
-                    x.movedim(&[1], &[-1]).layer_norm([c], Some(nw), Some(nb), self.eps, false).movedim(&[-1], &[1]);
+                let n = x.movedim([1], [-1]).layer_norm([c], Some(nw), Some(nb), self.eps, false).movedim([-1], [1]);
                 n.conv3d(cw, Some(cb), [1, 1, 1], [0, 0, 0], [1, 1, 1], 1)
             }
             None => x.shallow_clone(),
