@@ -10,6 +10,7 @@ pub mod block;
 pub mod config;
 pub mod connectors;
 pub mod embed;
+pub mod guidance;
 pub mod rope;
 pub mod transformer;
 pub mod upsampler;

@@ -3,6 +3,7 @@
 mod audio_vae;
 mod common;
 mod connectors;
+mod guidance;
 mod transformer;
 mod upsampler;
 mod video_vae;
