@@ -38,15 +38,16 @@ pub fn guided_velocity(x: &Tensor, sigma: f64, p: &Passes, s: &Scales) -> Tensor
     let x = x.to_kind(Kind::Float);
     let x0 = |v: &Tensor| &x - v.to_kind(Kind::Float) * sigma;
     let cond = x0(p.cond);
-    let mut guided = cond.shallow_clone();
+    // A copy: the deltas add in place and `cond` is the rescale's reference.
+    let mut guided = cond.copy();
     if let Some(u) = p.uncond {
-        guided = guided + (&cond - x0(u)) * (s.cfg - 1.0);
+        guided += (&cond - x0(u)) * (s.cfg - 1.0);
     }
     if let Some(q) = p.perturbed {
-        guided = guided + (&cond - x0(q)) * s.stg;
+        guided += (&cond - x0(q)) * s.stg;
     }
     if let Some(i) = p.isolated {
-        guided = guided + (&cond - x0(i)) * (s.modality - 1.0);
+        guided += (&cond - x0(i)) * (s.modality - 1.0);
     }
     if s.rescale > 0.0 {
         guided = rescale(&guided, &cond, s.rescale);
