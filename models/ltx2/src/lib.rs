@@ -12,6 +12,7 @@ pub mod connectors;
 pub mod embed;
 pub mod guidance;
 pub mod rope;
+pub mod schedule;
 pub mod transformer;
 pub mod upsampler;
 pub mod video_vae;

@@ -4,6 +4,7 @@ mod audio_vae;
 mod common;
 mod connectors;
 mod guidance;
+mod schedule;
 mod transformer;
 mod upsampler;
 mod video_vae;
