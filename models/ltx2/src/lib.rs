@@ -11,6 +11,7 @@ pub mod config;
 pub mod connectors;
 pub mod embed;
 pub mod guidance;
+pub mod latents;
 pub mod rope;
 pub mod schedule;
 pub mod transformer;

@@ -4,6 +4,7 @@ mod audio_vae;
 mod common;
 mod connectors;
 mod guidance;
+mod latents;
 mod schedule;
 mod transformer;
 mod upsampler;
