@@ -62,7 +62,7 @@ clip() { # $1: label, then extra flags
 }
 
 stage make make_model
-stage clip clip resident || true
 stage clip clip budget --max-device-memory "$BUDGET" || true
+stage clip clip resident || true
 stage bench bench resident || true
 stage bench bench budget --max-device-memory "$BUDGET" || true
