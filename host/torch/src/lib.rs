@@ -8,6 +8,7 @@
 #![deny(missing_docs)]
 
 mod dtype;
+pub mod parity;
 mod precision;
 pub mod weights;
 

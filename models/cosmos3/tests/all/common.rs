@@ -12,24 +12,14 @@ pub fn fixture(rel: &str) -> PathBuf {
 
 /// Every tensor of a safetensors fixture, on the CPU.
 pub fn load(rel: &str) -> HashMap<String, Tensor> {
-    let path = fixture(rel);
-    Tensor::read_safetensors(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())).into_iter().collect()
+    fastvideo_torch::parity::load_fixture(&fixture(rel))
 }
 
-/// Largest absolute difference, in float64.
-pub fn max_abs(a: &Tensor, b: &Tensor) -> f64 {
-    assert_eq!(a.size(), b.size(), "shapes differ");
-    (a.to_kind(Kind::Double) - b.to_kind(Kind::Double)).abs().max().double_value(&[])
-}
+pub use fastvideo_torch::parity::{max_abs, rel};
 
 /// Integer tensor as a vector.
 pub fn ints(t: &Tensor) -> Vec<i64> {
     Vec::<i64>::try_from(t.to_kind(Kind::Int64).reshape([-1])).unwrap()
-}
-
-/// `max |a − b| / max |b|`, in float64.
-pub fn rel(a: &Tensor, b: &Tensor) -> f64 {
-    max_abs(a, b) / b.abs().max().double_value(&[]).max(1e-12)
 }
 
 /// A decoded request video from a fixture's RGB8 frames `[F, H, W, 3]`.

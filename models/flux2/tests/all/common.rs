@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use tch::{Kind, Tensor};
+use tch::Tensor;
 
 /// `tests/fixtures/<rel>` of the workspace.
 pub fn fixture(rel: &str) -> PathBuf {
@@ -17,13 +17,7 @@ pub fn folder() -> PathBuf {
 
 /// Every tensor of a safetensors fixture, on the CPU.
 pub fn load(rel: &str) -> HashMap<String, Tensor> {
-    let path = fixture(rel);
-    Tensor::read_safetensors(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())).into_iter().collect()
+    fastvideo_torch::parity::load_fixture(&fixture(rel))
 }
 
-/// `max |a − b| / max |b|`, in float64.
-pub fn rel(a: &Tensor, b: &Tensor) -> f64 {
-    assert_eq!(a.size(), b.size(), "shapes differ");
-    let diff = (a.to_kind(Kind::Double) - b.to_kind(Kind::Double)).abs().max().double_value(&[]);
-    diff / b.abs().max().double_value(&[]).max(1e-12)
-}
+pub use fastvideo_torch::parity::rel;
