@@ -11,8 +11,6 @@ use fastvideo_parallel::ParallelMode;
 use fastvideo_torch::{DtypeChoice, Precision};
 use serde::{Deserialize, Serialize};
 
-use crate::size::parse_size;
-
 /// How one process serves: the model, how it runs, and (for `serve`) its HTTP face.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -89,7 +87,7 @@ pub struct LmConfig {
     /// A transformers-layout Qwen3 or Qwen2.5 folder; none: no language model.
     pub path: Option<PathBuf>,
     /// Its paged key/value cache: bytes, or 512M, 2G.
-    #[serde(with = "size")]
+    #[serde(with = "crate::size::bytes")]
     pub kv_cache: u64,
 }
 
@@ -193,7 +191,7 @@ pub struct ModelConfig {
     /// Device memory the model's weights and activations may take (`"24G"` or bytes): what
     /// does not fit streams from pinned host memory (`--max-device-memory`, docs/operators.md).
     /// `None`: on a GPU, streaming starts only when the weights exceed the free memory.
-    #[serde(with = "size_opt")]
+    #[serde(with = "crate::size::bytes_opt")]
     pub max_device_memory: Option<u64>,
 }
 
@@ -404,7 +402,7 @@ pub struct StorageConfig {
     /// Seconds a finished video is kept; 0: until deleted.
     pub job_ttl: u64,
     /// Space the kept videos may take: bytes, or 512M, 20G; 0: no budget.
-    #[serde(with = "size")]
+    #[serde(with = "crate::size::bytes")]
     pub disk_budget: u64,
     /// What happens to unfinished jobs after a restart.
     pub restart_jobs: RestartJobs,
@@ -572,43 +570,5 @@ mod from_str_opt {
 
     pub fn deserialize<'de, T: FromStr<Err = String>, D: Deserializer<'de>>(d: D) -> Result<Option<T>, D::Error> {
         Option::<String>::deserialize(d)?.map(|t| t.parse().map_err(serde::de::Error::custom)).transpose()
-    }
-}
-
-/// A size as bytes or as text with a binary unit (`"20G"`).
-mod size {
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_u64(*v)
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Size {
-            Bytes(u64),
-            Text(String),
-        }
-        match Size::deserialize(d)? {
-            Size::Bytes(n) => Ok(n),
-            Size::Text(t) => super::parse_size(&t).map_err(serde::de::Error::custom),
-        }
-    }
-}
-
-/// An optional [`size`].
-mod size_opt {
-    use serde::{Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(v: &Option<u64>, s: S) -> Result<S::Ok, S::Error> {
-        match v {
-            Some(v) => s.serialize_u64(*v),
-            None => s.serialize_none(),
-        }
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
-        super::size::deserialize(d).map(Some)
     }
 }

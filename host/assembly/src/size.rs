@@ -22,6 +22,44 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     Ok((n * (1u64 << shift) as f64) as u64)
 }
 
+/// A size field as bytes or as text with a binary unit (`"20G"`), for serde's `with`.
+pub(crate) mod bytes {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(*v)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Size {
+            Bytes(u64),
+            Text(String),
+        }
+        match Size::deserialize(d)? {
+            Size::Bytes(n) => Ok(n),
+            Size::Text(t) => super::parse_size(&t).map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+/// An optional [`bytes`].
+pub(crate) mod bytes_opt {
+    use serde::{Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &Option<u64>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(v) => s.serialize_u64(*v),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+        super::bytes::deserialize(d).map(Some)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
