@@ -14,6 +14,8 @@
 # Run from the repo root on the GPU machine with the binary at ${FASTVIDEO_BIN:-.gpu/fastvideo}
 # (or .gpu-pack/fastvideo.xz) and the CUDA-graph library in .gpu-pack (the budget's cap needs it).
 #   env  STAGES="make bench clip"  MODEL=/tmp/wan-i2v-14b-full  BUDGET=24G  RUNS=2  OUT=/tmp/offload
+#        FULL_TEXT_ENCODER=1 (unset: the 2-layer text encoder, a faster build that leaves the
+#        budget to the transformer, the image encoder and the VAE)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
 # shellcheck source=host/scripts/gpu/torch_env.sh
@@ -21,6 +23,7 @@ source host/scripts/gpu/torch_env.sh
 # shellcheck source=host/scripts/gpu/stage.sh
 source host/scripts/gpu/stage.sh
 STAGES="${STAGES:-make bench clip}"
+FULL_TEXT_ENCODER="${FULL_TEXT_ENCODER-1}"
 MODEL="${MODEL:-/tmp/wan-i2v-14b-full}"
 BUDGET="${BUDGET:-24G}"
 OUT="${OUT:-/tmp/offload}"
@@ -30,7 +33,8 @@ nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 
 make_model() {
   if [ -f "$MODEL/model_index.json" ]; then echo "$MODEL exists"; return; fi
-  python3 host/scripts/gpu/make_wan_i2v.py "$MODEL" --device cuda --full-text-encoder
+  # shellcheck disable=SC2086  # the flag or nothing
+  python3 host/scripts/gpu/make_wan_i2v.py "$MODEL" --device cuda ${FULL_TEXT_ENCODER:+--full-text-encoder}
 }
 
 bench() { # $1: label, then extra flags
