@@ -369,6 +369,14 @@ fn preload_nvrtc() {
     }
 }
 
+/// The ordinal of `device` when it is a CUDA device.
+pub fn ordinal(device: tch::Device) -> Option<usize> {
+    match device {
+        tch::Device::Cuda(i) => Some(i),
+        _ => None,
+    }
+}
+
 /// Bytes in use on CUDA device `ordinal` (the driver's view: total minus free, so it includes
 /// libtorch's cached blocks and other processes), or `None` when the kernels' context is not up.
 pub fn memory_used(ordinal: usize) -> Option<u64> {

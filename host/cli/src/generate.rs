@@ -484,7 +484,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
             out.metrics.total_seconds,
             per_step * 1e3
         );
-        if let Some(m) = cuda_index(device).and_then(fastvideo_kernels::cuda::allocator_memory) {
+        if let Some(m) = fastvideo_kernels::cuda::ordinal(device).and_then(fastvideo_kernels::cuda::allocator_memory) {
             let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
             eprintln!(
                 "device memory: peak {:.2} GiB allocated, {:.2} GiB reserved by libtorch's allocator (load included)",
@@ -498,12 +498,4 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         let _ = writeln!(std::io::stdout().lock(), "{}", serde_json::to_string_pretty(&out)?);
     }
     Ok(())
-}
-
-/// The CUDA device's ordinal, if `device` is one.
-fn cuda_index(device: tch::Device) -> Option<usize> {
-    match device {
-        tch::Device::Cuda(i) => Some(i),
-        _ => None,
-    }
 }

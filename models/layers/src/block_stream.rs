@@ -21,7 +21,7 @@ use fastvideo_kernels::transfer::{Arrival, Transfer};
 use tch::{Device, Tensor};
 
 use crate::linear::{tensor_bytes, Linear};
-use crate::offload::{host_copy, repoint, same_group};
+use crate::offload::{copy_group, host_copy, repoint, same_group, upload_group};
 
 /// Which of a model's blocks stream, and through how many device slots.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -169,27 +169,13 @@ impl BlockStream {
     fn fill(&self, st: &mut SlotState, s: usize, j: usize) -> Result<()> {
         st.holds[s] = Some(j);
         self.uploads.fetch_add(1, Ordering::Relaxed);
-        let pairs = self.slots[s].iter().zip(&self.host[j]);
         let Some(t) = &self.transfer else {
-            for ((w, b), (hw, hb)) in pairs {
-                w.shallow_clone().copy_(hw);
-                if let (Some(b), Some(hb)) = (b, hb) {
-                    b.shallow_clone().copy_(hb);
-                }
-            }
+            copy_group(&self.slots[s], &self.host[j]);
             return Ok(());
         };
         // A failed copy leaves the slot's content unknown: it holds nothing until refilled.
-        let queued = (|| {
-            t.after_compute()?;
-            for ((w, b), (hw, hb)) in pairs {
-                t.upload(w, hw)?;
-                if let (Some(b), Some(hb)) = (b, hb) {
-                    t.upload(b, hb)?;
-                }
-            }
-            t.mark()
-        })();
+        let queued =
+            t.after_compute().and_then(|()| upload_group(t, &self.slots[s], &self.host[j])).and_then(|()| t.mark());
         match queued {
             Ok(a) => {
                 st.arriving[s] = Some(a);

@@ -34,10 +34,7 @@ pub fn phase<T>(
     f: impl FnOnce() -> Result<T>,
 ) -> Result<T> {
     use fastvideo_kernels::cuda::{allocator_memory, memory_used, reset_allocator_peak};
-    let ordinal = match dev {
-        Device::Cuda(i) => Some(i),
-        _ => None,
-    };
+    let ordinal = fastvideo_kernels::cuda::ordinal(dev);
     sync(dev);
     let start = ordinal.filter(|i| reset_allocator_peak(*i, true)).and_then(allocator_memory);
     let out = f()?;

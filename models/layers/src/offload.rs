@@ -4,6 +4,8 @@
 //! handle the model holds sees the move. What a family walks (which linears, in which groups)
 //! stays in the family; expert offloading and `sleep`/`wake` are built on these.
 
+use anyhow::Result;
+use fastvideo_kernels::transfer::Transfer;
 use tch::{Device, Tensor};
 
 use crate::linear::Linear;
@@ -76,4 +78,27 @@ pub(crate) fn same_group(g: &[(Tensor, Option<Tensor>)], h: &[(Tensor, Option<Te
                     _ => false,
                 }
         })
+}
+
+/// Copies one group's host tensors `src` into its device tensors `dst` now (the CPU, or no copy
+/// stream).
+pub fn copy_group(dst: &[(Tensor, Option<Tensor>)], src: &[(Tensor, Option<Tensor>)]) {
+    for ((w, b), (hw, hb)) in dst.iter().zip(src) {
+        w.shallow_clone().copy_(hw);
+        if let (Some(b), Some(hb)) = (b, hb) {
+            b.shallow_clone().copy_(hb);
+        }
+    }
+}
+
+/// Queues one group's copies from `src` (pinned host) into `dst` on `t`'s copy stream; the
+/// caller orders them after compute and marks their arrival.
+pub fn upload_group(t: &Transfer, dst: &[(Tensor, Option<Tensor>)], src: &[(Tensor, Option<Tensor>)]) -> Result<()> {
+    for ((w, b), (hw, hb)) in dst.iter().zip(src) {
+        t.upload(w, hw)?;
+        if let (Some(b), Some(hb)) = (b, hb) {
+            t.upload(b, hb)?;
+        }
+    }
+    Ok(())
 }

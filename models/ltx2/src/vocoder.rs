@@ -155,13 +155,13 @@ struct AntiAlias {
 
 impl AntiAlias {
     fn new(act: Snake, ratio: i64, k: i64, w: &Weights) -> Result<Self> {
+        // Checkpoints carry the filters as buffers; computed only where one does not.
         let filter = |name: &str| -> Result<Tensor> {
-            let f = kaiser_sinc(ratio, k, w.device()).to_kind(w.kind()).view([1, 1, k]);
-            // Checkpoints carry the filters as buffers; the same numbers, read to mark them used.
-            if w.contains(&format!("{name}.filter")) {
-                return w.get(&format!("{name}.filter"), &[1, 1, k]);
+            let key = format!("{name}.filter");
+            match w.contains(&key) {
+                true => w.get(&key, &[1, 1, k]),
+                false => Ok(kaiser_sinc(ratio, k, w.device()).to_kind(w.kind()).view([1, 1, k])),
             }
-            Ok(f)
         };
         Ok(Self { act, up: filter("upsample")?, down: filter("downsample")?, ratio })
     }

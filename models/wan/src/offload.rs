@@ -25,7 +25,7 @@ use std::time::Instant;
 
 use anyhow::{ensure, Result};
 use fastvideo_kernels::transfer::Transfer;
-use fastvideo_layers::offload::{host_copy, map_linears, point, same_layout, Groups};
+use fastvideo_layers::offload::{copy_group, host_copy, map_linears, point, same_layout, upload_group, Groups};
 use tch::{Device, Tensor};
 
 use crate::transformer::WanTransformer3DModel;
@@ -155,28 +155,11 @@ impl ExpertSwap {
     fn fill(&self, e: usize) -> Result<Vec<Option<fastvideo_kernels::transfer::Arrival>>> {
         let pairs = self.buffers.iter().zip(&self.host[e]);
         let Some(t) = &self.transfer else {
-            for (dev, host) in pairs {
-                for ((w, b), (hw, hb)) in dev.iter().zip(host) {
-                    w.shallow_clone().copy_(hw);
-                    if let (Some(b), Some(hb)) = (b, hb) {
-                        b.shallow_clone().copy_(hb);
-                    }
-                }
-            }
+            pairs.for_each(|(dev, host)| copy_group(dev, host));
             return Ok(Vec::new());
         };
         t.after_compute()?;
-        let mut arrivals = Vec::with_capacity(self.buffers.len());
-        for (dev, host) in pairs {
-            for ((w, b), (hw, hb)) in dev.iter().zip(host) {
-                t.upload(w, hw)?;
-                if let (Some(b), Some(hb)) = (b, hb) {
-                    t.upload(b, hb)?;
-                }
-            }
-            arrivals.push(Some(t.mark()?));
-        }
-        Ok(arrivals)
+        pairs.map(|(dev, host)| upload_group(t, dev, host).and_then(|()| t.mark().map(Some))).collect()
     }
 
     /// Which expert is on the device.
