@@ -123,15 +123,27 @@ struct Connector {
 }
 
 impl Connector {
-    fn new(
-        w: &Weights,
-        heads: i64,
-        head_dim: i64,
-        layers: usize,
-        registers: Option<i64>,
-        gated: bool,
-        c: &ConnectorsConfig,
-    ) -> Result<Self> {
+    /// The video stream's connector (`video_connector`), or the audio stream's.
+    fn new(w: &Weights, c: &ConnectorsConfig, audio: bool) -> Result<Self> {
+        let (w, heads, head_dim, layers, registers, gated) = match audio {
+            false => (
+                w.pp("video_connector"),
+                c.video_connector_num_attention_heads,
+                c.video_connector_attention_head_dim,
+                c.video_connector_num_layers,
+                c.video_connector_num_learnable_registers,
+                c.video_gated_attn,
+            ),
+            true => (
+                w.pp("audio_connector"),
+                c.audio_connector_num_attention_heads,
+                c.audio_connector_attention_head_dim,
+                c.audio_connector_num_layers,
+                c.audio_connector_num_learnable_registers,
+                c.audio_gated_attn,
+            ),
+        };
+        let w = &w;
         let dim = heads * head_dim;
         let shape = AttentionShape { query_dim: dim, kv_dim: dim, heads, head_dim, bias: true, out_bias: true, gated };
         let blocks = (0..layers)
@@ -243,24 +255,7 @@ impl Ltx2Connectors {
             ),
             false => (Linear::new(&w.pp("text_proj_in"), input, c.caption_channels, c.proj_bias)?, None),
         };
-        let video = Connector::new(
-            &w.pp("video_connector"),
-            c.video_connector_num_attention_heads,
-            c.video_connector_attention_head_dim,
-            c.video_connector_num_layers,
-            c.video_connector_num_learnable_registers,
-            c.video_gated_attn,
-            c,
-        )?;
-        let audio = Connector::new(
-            &w.pp("audio_connector"),
-            c.audio_connector_num_attention_heads,
-            c.audio_connector_attention_head_dim,
-            c.audio_connector_num_layers,
-            c.audio_connector_num_learnable_registers,
-            c.audio_gated_attn,
-            c,
-        )?;
+        let (video, audio) = (Connector::new(w, c, false)?, Connector::new(w, c, true)?);
         Ok(Self { cfg, proj_in, video, audio })
     }
 
