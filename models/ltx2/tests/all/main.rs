@@ -3,6 +3,7 @@
 mod audio_vae;
 mod common;
 mod connectors;
+mod gemma;
 mod guidance;
 mod latents;
 mod schedule;
