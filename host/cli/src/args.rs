@@ -18,6 +18,10 @@ pub struct SamplingArgs {
     /// else --guidance, when omitted).
     #[arg(long = "guidance-2")]
     pub guidance_2: Option<f32>,
+    /// Models that make sound with their picture (LTX-2): the audio stream's classifier-free
+    /// guidance scale (the model's when omitted).
+    #[arg(long = "audio-guidance")]
+    pub audio_guidance: Option<f32>,
     /// Two-expert models: the high-noise expert runs while the timestep is at or above this
     /// fraction of 1000, in [0, 1] (the model's boundary_ratio when omitted).
     #[arg(long)]
@@ -71,6 +75,7 @@ impl SamplingArgs {
         r.diffusion.set_knob("guidance_scale_2", self.guidance_2.map(fastvideo_request::number_f32));
         r.diffusion.set_knob("boundary_ratio", self.boundary_ratio.map(fastvideo_request::number_f32));
         r.diffusion.set_knob("switch_step", self.switch_step);
+        r.diffusion.set_knob("audio_guidance_scale", self.audio_guidance.map(fastvideo_request::number_f32));
         (r.diffusion.start_step, r.diffusion.end_step) = (self.start_step, self.end_step);
         r.diffusion.shift = self.shift;
     }

@@ -174,9 +174,9 @@ pub fn run_with_values(
 
 /// The tensors of the --noise file as the request's latent inputs: `latents` (required) and
 /// whichever of the other latents a model denoises beside it the file has (`sound_latents`,
-/// `action_latents`), each named as the reference pipeline's call argument.
+/// `action_latents`, `audio_latents`), each named as the reference pipeline's call argument.
 fn noise_inputs(path: &Path) -> Result<Vec<InputPart>> {
-    const OTHERS: [&str; 2] = ["sound_latents", "action_latents"];
+    const OTHERS: [&str; 3] = ["sound_latents", "action_latents", "audio_latents"];
     let tensors = tch::Tensor::read_safetensors(path)
         .map_err(|e| anyhow::anyhow!("--noise: cannot read {} as safetensors: {e}", path.display()))?;
     if !tensors.iter().any(|(n, _)| n == "latents") {
@@ -186,7 +186,7 @@ fn noise_inputs(path: &Path) -> Result<Vec<InputPart>> {
     for (name, t) in tensors {
         if name != "latents" && !OTHERS.contains(&name.as_str()) {
             bail!(
-                "--noise: {} has a tensor `{name}`; the keys are `latents`, `sound_latents`, `action_latents`",
+                "--noise: {} has a tensor `{name}`; the keys are `latents`, `sound_latents`, `action_latents`, `audio_latents`",
                 path.display()
             );
         }

@@ -17,9 +17,9 @@ pub fn mp4_bytes(video: &VideoArtifact) -> Result<Vec<u8>> {
 }
 
 /// Encodes `video` as an H.264 MP4 in memory and, when `audio` is given, an AAC-LC track beside
-/// it, trimmed to the video's duration (`num_frames / fps`; a shorter waveform is not padded):
-/// Cosmos3's waveform runs past the last frame, and a player would hold that frame while the
-/// sound plays on. Without `audio` the bytes are those of [`mp4_bytes`]: no audio track at all.
+/// it lasting as long as the video (`num_frames / fps`): trimmed where the waveform runs past
+/// the last frame (Cosmos3's does, and a player would hold that frame while the sound plays on),
+/// padded with silence where it ends early (LTX-2's vocoder stops a few mel frames short). Without `audio` the bytes are those of [`mp4_bytes`]: no audio track at all.
 /// AAC needs the `ffmpeg` feature (libavcodec's encoder); a build without it refuses sound.
 pub fn mp4_bytes_with_audio(video: &VideoArtifact, audio: Option<&AudioArtifact>) -> Result<Vec<u8>> {
     let stream = encode_h264(video)?;
@@ -60,7 +60,20 @@ pub fn mp4_bytes_with_audio(video: &VideoArtifact, audio: Option<&AudioArtifact>
         w.write_sample(1, &sample).with_context(|| format!("writing frame {i}"))?;
     }
     let edit = match audio {
-        Some(audio) => Some(audio_track::write(&mut w, audio, muxed_frames(video, audio))?),
+        Some(audio) => {
+            let frames = muxed_frames(video, audio);
+            let padded;
+            let audio = match audio.frames() < frames {
+                true => {
+                    let mut samples = audio.samples.clone();
+                    samples.resize(frames * audio.channels.max(1) as usize, 0.0);
+                    padded = AudioArtifact { sample_rate: audio.sample_rate, channels: audio.channels, samples };
+                    &padded
+                }
+                false => audio,
+            };
+            Some(audio_track::write(&mut w, audio, frames)?)
+        }
         None => None,
     };
     w.write_end().context("finishing MP4")?;
@@ -71,10 +84,10 @@ pub fn mp4_bytes_with_audio(video: &VideoArtifact, audio: Option<&AudioArtifact>
     Ok(bytes)
 }
 
-/// Sample frames of `audio` the MP4 carries: the waveform up to the video's end.
+/// Sample frames the MP4's audio track carries at `audio`'s rate: as many as the video lasts
+/// (the waveform trimmed, or padded with silence).
 pub fn muxed_frames(video: &VideoArtifact, audio: &AudioArtifact) -> usize {
-    let video_frames = (video.num_frames as u64 * audio.sample_rate as u64).div_ceil(video.fps.max(1) as u64);
-    audio.frames().min(video_frames as usize)
+    (video.num_frames as u64 * audio.sample_rate as u64).div_ceil(video.fps.max(1) as u64) as usize
 }
 
 /// Writes `video` to `path` as an H.264 MP4.

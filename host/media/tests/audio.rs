@@ -61,10 +61,10 @@ fn a_video_without_sound_is_written_as_before() {
 }
 
 #[test]
-fn the_muxed_track_stops_with_the_video() {
+fn the_muxed_track_lasts_as_long_as_the_video() {
     let video = clip(16, 48, 64); // 1 s at 16 fps
-    assert_eq!(fastvideo_media::muxed_frames(&video, &tones(1.25, 440.0, 660.0)), 48_000);
-    assert_eq!(fastvideo_media::muxed_frames(&video, &tones(0.5, 440.0, 660.0)), 24_000, "never padded");
+    assert_eq!(fastvideo_media::muxed_frames(&video, &tones(1.25, 440.0, 660.0)), 48_000, "trimmed");
+    assert_eq!(fastvideo_media::muxed_frames(&video, &tones(0.5, 440.0, 660.0)), 48_000, "padded with silence");
 }
 
 #[cfg(not(feature = "ffmpeg"))]

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use anyhow::{anyhow, Result};
 use tch::{Device, Tensor};
-use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
+use tokenizers::{PaddingDirection, PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
 
 /// The text encoder's tokenizer (`tokenizer/tokenizer.json`), padding and truncating as diffusers
 /// does.
@@ -23,22 +23,42 @@ impl TextTokenizer {
         Ok(Self { inner })
     }
 
-    /// `(input_ids [B, max_len], mask [B, max_len])` as int64 tensors.
+    /// `(input_ids [B, max_len], mask [B, max_len])` as int64 tensors: prompts cleaned
+    /// ([`clean_prompt`]), padded on the right.
     pub fn encode(&self, prompts: &[String], max_len: usize, device: Device) -> Result<(Tensor, Tensor)> {
+        let cleaned: Vec<String> = prompts.iter().map(|p| clean_prompt(p)).collect();
+        self.encode_padded(cleaned, max_len, PaddingDirection::Right, device)
+    }
+
+    /// [`Self::encode`] as chat-style pipelines (LTX-2's Gemma) call it: prompts only stripped,
+    /// padded on the left, so every prompt's last token sits at the end.
+    pub fn encode_left(&self, prompts: &[String], max_len: usize, device: Device) -> Result<(Tensor, Tensor)> {
+        let stripped: Vec<String> = prompts.iter().map(|p| p.trim().to_string()).collect();
+        self.encode_padded(stripped, max_len, PaddingDirection::Left, device)
+    }
+
+    fn encode_padded(
+        &self,
+        prompts: Vec<String>,
+        max_len: usize,
+        direction: PaddingDirection,
+        device: Device,
+    ) -> Result<(Tensor, Tensor)> {
         let mut tok = self.inner.clone();
         let pad_id = tok.token_to_id("<pad>").unwrap_or(0);
         tok.with_truncation(Some(TruncationParams { max_length: max_len, ..Default::default() }))
             .map_err(|e| anyhow!("tokenizer truncation: {e}"))?;
         tok.with_padding(Some(PaddingParams {
             strategy: PaddingStrategy::Fixed(max_len),
+            direction,
             pad_id,
             ..Default::default()
         }));
-        let cleaned: Vec<String> = prompts.iter().map(|p| clean_prompt(p)).collect();
-        let enc = tok.encode_batch(cleaned, true).map_err(|e| anyhow!("tokenizing prompt: {e}"))?;
+        let n = prompts.len();
+        let enc = tok.encode_batch(prompts, true).map_err(|e| anyhow!("tokenizing prompt: {e}"))?;
         let ids: Vec<i64> = enc.iter().flat_map(|e| e.get_ids().iter().map(|&i| i as i64)).collect();
         let mask: Vec<i64> = enc.iter().flat_map(|e| e.get_attention_mask().iter().map(|&i| i as i64)).collect();
-        let shape = [prompts.len() as i64, max_len as i64];
+        let shape = [n as i64, max_len as i64];
         Ok((
             Tensor::from_slice(&ids).view(shape).to_device(device),
             Tensor::from_slice(&mask).view(shape).to_device(device),

@@ -240,7 +240,16 @@ pub struct Ltx2AudioDecoder {
     pub latents_std: Tensor,
 }
 
+// SAFETY: the weights are read-only after construction and libtorch kernels may read one
+// tensor from several threads; nothing here mutates shared state.
+unsafe impl Sync for Ltx2AudioDecoder {}
+
 impl Ltx2AudioDecoder {
+    /// The dtype its weights are in.
+    pub fn kind(&self) -> Kind {
+        self.latents_mean.kind()
+    }
+
     /// Reads `dir` (`config.json`, the weights; the encoder's are left unread) onto `device` in
     /// `kind`.
     pub fn load(dir: &Path, device: Device, kind: Kind) -> Result<Self> {

@@ -1,6 +1,7 @@
-//! LTX-2 in tch: the audio-video transformer of diffusers' `LTX2Pipeline` folders, its rotary
-//! positions and modulations (the rest of the family — text connectors, the video and audio
-//! VAEs, the vocoder, the pipelines — lands beside it).
+//! LTX-2 in tch: diffusers' `LTX2Pipeline` folders served as a family — Gemma 3 and the text
+//! connectors, the audio-video transformer (two streams that attend to each other), the video
+//! and audio VAEs' decoders, the vocoder, and one denoise loop over both streams with guidance
+//! per stream.
 
 #![deny(missing_docs)]
 
@@ -9,14 +10,20 @@ pub mod audio_vae;
 pub mod block;
 pub mod config;
 pub mod connectors;
+pub mod denoise;
 pub mod embed;
+pub mod family;
 pub mod gemma;
 pub mod guidance;
 pub mod latents;
+pub mod model;
+pub mod pipeline;
+pub mod prompt;
 pub mod rope;
 pub mod schedule;
 pub mod transformer;
 pub mod upsampler;
+pub mod values;
 pub mod video_vae;
 pub mod vocoder;
 
@@ -24,6 +31,7 @@ pub use audio_vae::Ltx2AudioDecoder;
 pub use config::TransformerConfig;
 pub use connectors::{ConnectedText, Ltx2Connectors};
 pub use gemma::GemmaEncoder;
+pub use model::Ltx2Model;
 pub use transformer::{Ltx2Inputs, Ltx2Transformer};
 pub use upsampler::Ltx2LatentUpsampler;
 pub use video_vae::Ltx2VideoDecoder;

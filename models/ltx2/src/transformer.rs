@@ -80,6 +80,10 @@ pub struct Ltx2Transformer {
     kind: Kind,
 }
 
+// SAFETY: the weights are read-only after construction and libtorch kernels may read one
+// tensor from several threads; nothing here mutates shared state.
+unsafe impl Sync for Ltx2Transformer {}
+
 /// One forward's inputs, as `LTX2VideoTransformer3DModel.forward` takes them.
 pub struct Ltx2Inputs<'a> {
     /// Video tokens `[B, N, in_channels]` of a `grid` of latent cells.
@@ -161,6 +165,11 @@ impl Ltx2Transformer {
             kind: w.kind(),
             cfg,
         })
+    }
+
+    /// The dtype its weights are in (its inputs are cast to it).
+    pub fn kind(&self) -> Kind {
+        self.kind
     }
 
     /// The velocities `(video [B, N, out], audio [B, Na, audio_out])`.

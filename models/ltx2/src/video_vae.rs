@@ -269,7 +269,31 @@ pub struct Ltx2VideoDecoder {
     pub latents_std: Tensor,
 }
 
+// SAFETY: the weights are read-only after construction and libtorch kernels may read one
+// tensor from several threads; nothing here mutates shared state.
+unsafe impl Sync for Ltx2VideoDecoder {}
+
 impl Ltx2VideoDecoder {
+    /// The dtype its weights are in.
+    pub fn kind(&self) -> Kind {
+        self.latents_mean.kind()
+    }
+
+    /// `(spatial, temporal)` pixels and frames per latent cell: the config's, else as diffusers
+    /// derives them (the patch sizes times 2 per scaling block of the encoder).
+    pub fn compression(&self) -> (i64, i64) {
+        let c = &self.cfg;
+        let scaling = match &c.spatio_temporal_scaling {
+            Some(serde_json::Value::Array(v)) => v.iter().filter(|b| b.as_bool() == Some(true)).count() as u32,
+            Some(_) => 0,
+            None => 4,
+        };
+        (
+            c.spatial_compression_ratio.unwrap_or(c.patch_size << scaling),
+            c.temporal_compression_ratio.unwrap_or(c.patch_size_t << scaling),
+        )
+    }
+
     /// Reads `dir` (`config.json`, the decoder's weights and the latent statistics) onto
     /// `device` in `kind`.
     pub fn load(dir: &Path, device: Device, kind: Kind) -> Result<Self> {

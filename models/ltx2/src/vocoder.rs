@@ -393,7 +393,19 @@ pub struct Ltx2Vocoder {
     pub sample_rate: i64,
 }
 
+// SAFETY: the weights are read-only after construction and libtorch kernels may read one
+// tensor from several threads; nothing here mutates shared state.
+unsafe impl Sync for Ltx2Vocoder {}
+
 impl Ltx2Vocoder {
+    /// Channels of the waveform it writes (2: stereo).
+    pub fn channels(&self) -> u16 {
+        match &self.bwe {
+            Some(b) => b.generator.cfg.out_channels as u16,
+            None => self.generator.cfg.out_channels as u16,
+        }
+    }
+
     /// Reads `dir` (`config.json` naming `LTX2Vocoder` or `LTX2VocoderWithBWE`, and the weights)
     /// onto `device` in `kind`.
     pub fn load(dir: &Path, device: Device, kind: Kind) -> Result<Self> {

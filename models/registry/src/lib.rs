@@ -18,6 +18,7 @@ pub fn registry() -> &'static Registry {
             &fastvideo_cosmos3::family::COSMOS3,
             &fastvideo_flux2::family::FLUX2,
             &fastvideo_qwenimage::family::QWEN_IMAGE,
+            &fastvideo_ltx2::family::LTX2,
         ])
     })
 }

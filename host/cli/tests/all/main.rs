@@ -20,6 +20,7 @@ mod flux2;
 mod gguf;
 mod image_to_video;
 mod lora;
+mod ltx2;
 mod parallel;
 mod plugin;
 mod prompt_extend;

@@ -1,0 +1,153 @@
+//! An LTX-2 folder (the tiny random one of tests/fixtures/make_ltx2_pipeline_fixtures.py)
+//! through the `fastvideo` binary: video and sound from one loop match `LTX2Pipeline` on the
+//! same noise, the MP4 carries H.264 and AAC of the video's duration (read back by ffprobe),
+//! and bad input is one line naming the field.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use tch::Tensor;
+
+fn fixture(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures").join(rel)
+}
+
+fn fastvideo(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_fastvideo")).args(args).env("RUST_BACKTRACE", "1").output().expect("binary runs")
+}
+
+/// The fixture's call, as the issue spells the command (4 steps, guidance 3, audio guidance 5,
+/// the other scales the pipeline's defaults), writing into `dir`.
+fn parity_args(dir: &Path) -> Vec<String> {
+    let d = dir.display();
+    let model = fixture("tiny-ltx2").display().to_string();
+    let noise = fixture("ltx2/pipeline_noise.safetensors").display().to_string();
+    [
+        "generate",
+        "--model",
+        &model,
+        "--prompt",
+        "a red ball bounces on a wooden floor and a bell rings",
+        "--negative-prompt",
+        "blurry static silent",
+        "--steps",
+        "4",
+        "--guidance",
+        "3",
+        "--audio-guidance",
+        "5",
+        "--frames",
+        "17",
+        "--height",
+        "32",
+        "--width",
+        "32",
+        "--fps",
+        "24",
+        "--seed",
+        "0",
+        "--device",
+        "cpu",
+        "--dtype",
+        "fp32",
+        "--noise",
+        &noise,
+        "--frames-dir",
+        &format!("{d}"),
+        "--audio-out",
+        &format!("{d}/out.wav"),
+        "--out",
+        &format!("{d}/out.mp4"),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+/// `(codec_type, codec_name, duration)` of each stream, as ffprobe reads the file.
+fn probe(mp4: &Path) -> Vec<(String, String, f64)> {
+    let out = Command::new("ffprobe")
+        .args(["-v", "error", "-show_entries", "stream=codec_type,codec_name,duration", "-of", "json"])
+        .arg(mp4)
+        .output()
+        .expect("ffprobe runs (host/scripts/ffmpeg.sh installs it)");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["streams"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            let text = |k: &str| s[k].as_str().unwrap_or_default().to_string();
+            (text("codec_type"), text("codec_name"), text("duration").parse().unwrap_or(f64::NAN))
+        })
+        .collect()
+}
+
+/// float32 on both sides. Frames: half an 8-bit step of rounding plus 1e-3 (as the other
+/// pipeline tests). Sound: the WAV's 16-bit rounding (1/32767) plus 1e-4.
+#[test]
+fn video_and_sound_match_the_pipeline_and_the_mp4_has_both_tracks_of_one_duration() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = parity_args(dir.path());
+    let r = fastvideo(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let want = Tensor::read_safetensors(fixture("ltx2/pipeline.safetensors")).unwrap();
+    let get = |name: &str| want.iter().find(|(k, _)| k == name).unwrap().1.shallow_clone();
+
+    let frames: Vec<Tensor> = (0..17)
+        .map(|i| {
+            let img = image::open(dir.path().join(format!("frame_{i:04}.png"))).unwrap().to_rgb8();
+            Tensor::from_slice(img.as_raw()).view([32, 32, 3]).to_kind(tch::Kind::Float)
+        })
+        .collect();
+    let frames = Tensor::stack(&frames, 0);
+    let expected = get("frames") * 255.0;
+    assert_eq!(frames.size(), expected.size());
+    let e = (frames - &expected).abs().max().double_value(&[]);
+    assert!(e <= 0.5 + 1e-3 * 255.0, "frames differ from LTX2Pipeline's by {e} levels");
+
+    let wav = hound::WavReader::open(dir.path().join("out.wav")).unwrap();
+    let spec = wav.spec();
+    assert_eq!((spec.sample_rate, spec.channels), (24000, 2));
+    let samples: Vec<f32> = match spec.sample_format {
+        hound::SampleFormat::Int => wav.into_samples::<i16>().map(|s| s.unwrap() as f32 / 32767.0).collect(),
+        hound::SampleFormat::Float => wav.into_samples::<f32>().map(|s| s.unwrap()).collect(),
+    };
+    let got = Tensor::from_slice(&samples).view([-1, 2]).tr();
+    let audio = get("audio");
+    assert_eq!(got.size(), audio.size(), "the waveform's length");
+    let e = (got - &audio).abs().max().double_value(&[]);
+    assert!(e <= 1.0 / 32767.0 + 1e-4, "sound differs from LTX2Pipeline's by {e}");
+
+    let streams = probe(&dir.path().join("out.mp4"));
+    let find = |t: &str| streams.iter().find(|s| s.0 == t).unwrap_or_else(|| panic!("a {t} stream in {streams:?}"));
+    let (video, audio) = (find("video"), find("audio"));
+    assert_eq!((video.1.as_str(), audio.1.as_str()), ("h264", "aac"));
+    assert!((video.2 - 17.0 / 24.0).abs() < 1e-3, "video lasts {}", video.2);
+    assert!((audio.2 - video.2).abs() < 0.005, "sound lasts {} s, the video {} s", audio.2, video.2);
+}
+
+#[test]
+fn bad_input_is_one_line_naming_the_field() {
+    let m = fixture("tiny-ltx2").display().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("x.mp4");
+    let o = out.to_str().unwrap();
+    let bad_noise = dir.path().join("noise.safetensors");
+    let z = Tensor::zeros([1, 8, 2, 4, 4], (tch::Kind::Float, tch::Device::Cpu));
+    let a = Tensor::zeros([1, 4, 18, 4], (tch::Kind::Float, tch::Device::Cpu));
+    Tensor::write_safetensors(&[("latents", &z), ("audio_latents", &a)], &bad_noise).unwrap();
+    let noise = bad_noise.to_str().unwrap();
+    let cases: [(&[&str], &str); 4] = [
+        (&["--frames", "16"], "diffusion.num_frames: 16"),
+        (&["--height", "48"], "diffusion.height: 48"),
+        (&["--audio-guidance", "101"], "diffusion.audio_guidance_scale"),
+        (&["--frames", "17", "--height", "32", "--width", "32", "--noise", noise], "inputs.latent `latents`"),
+    ];
+    for (extra, want) in cases {
+        let r =
+            fastvideo(&[&["generate", "--model", &m, "--prompt", "p", "--steps", "2", "--out", o][..], extra].concat());
+        crate::common::assert_user_error(&r, want);
+    }
+}

@@ -1,0 +1,273 @@
+//! The runtime-owned denoise loop of an LTX-2 request: one loop over two streams. `init` lays
+//! out the video and audio latents (given ones normalised, as the pipeline treats its
+//! `latents=` and `audio_latents=`) and the noise levels; `step` runs the passes the guidance
+//! asks for — conditional and unconditional batched, then the STG pass and the modality pass
+//! — guides each stream with its own scales in x0 space and takes one Euler step of each;
+//! `finalize` hands both streams' latents on.
+
+use std::sync::Arc;
+
+use anyhow::{ensure, Result};
+use fastvideo_pipeline::denoise::seeded_noise;
+use fastvideo_pipeline::{LoopStage, LoopState, NodeCtx, StepCtx, StepResult, Value, Values};
+use fastvideo_request::ResolvedRequest;
+use tch::{Kind, Tensor};
+
+use crate::guidance::{guided_velocity, Passes, Scales};
+use crate::latents::{
+    denormalize_audio, normalize_audio, normalize_video, pack_audio, pack_video, unpack_audio, unpack_video,
+};
+use crate::model::Geometry;
+use crate::schedule::Ltx2Schedule;
+use crate::transformer::{Ltx2Inputs, Ltx2Transformer};
+use crate::values::{AUDIO_LATENTS, AUDIO_TEXT, LATENTS, TEXT_MASK, VIDEO_TEXT};
+
+/// The pipeline's default spatio-temporal guidance block.
+pub const STG_BLOCKS: [usize; 1] = [28];
+
+/// The latent statistics the loop normalises given latents with.
+pub struct Statistics {
+    /// Video VAE per-channel mean and standard deviation, and its scaling factor.
+    pub video: (Tensor, Tensor, f64),
+    /// Audio VAE per-feature mean and standard deviation (packed layout).
+    pub audio: (Tensor, Tensor),
+}
+
+// SAFETY: the weights are read-only after construction and libtorch kernels may read one
+// tensor from several threads; nothing here mutates shared state.
+unsafe impl Sync for Statistics {}
+
+/// The loop node.
+pub struct Ltx2Denoise {
+    /// The transformer.
+    pub model: Arc<Ltx2Transformer>,
+    /// Its noise levels.
+    pub schedule: Arc<Ltx2Schedule>,
+    /// Latent shapes.
+    pub geometry: Geometry,
+    /// Latent statistics.
+    pub stats: Arc<Statistics>,
+}
+
+struct State {
+    video: Tensor,
+    audio: Tensor,
+    grid: [i64; 3],
+    audio_frames: i64,
+    fps: f64,
+    sigmas: Vec<f32>,
+    /// Rows: `[negative, prompt]` with classifier-free guidance, else `[prompt]`.
+    text: (Tensor, Tensor, Tensor),
+    scales: (Scales, Scales),
+    cfg: bool,
+    stg: Vec<usize>,
+    modality: bool,
+    step: usize,
+}
+
+/// The request's scales for each stream (knobs default to the pipeline's values).
+fn scales(req: &ResolvedRequest) -> (Scales, Scales) {
+    let k = |name: &str, default: f64| req.knob_f64(name).unwrap_or(default);
+    (
+        Scales {
+            cfg: req.guidance_scale as f64,
+            stg: k("stg_scale", 1.0),
+            modality: k("modality_scale", 3.0),
+            rescale: k("guidance_rescale", 0.7),
+        },
+        Scales {
+            cfg: k("audio_guidance_scale", 7.0),
+            stg: k("audio_stg_scale", 1.0),
+            modality: k("audio_modality_scale", 3.0),
+            rescale: k("audio_guidance_rescale", 0.7),
+        },
+    )
+}
+
+/// The latent `name` the request gives (`--noise`, in the pipeline call's layout), checked
+/// against `shape`.
+fn given(req: &ResolvedRequest, name: &str, shape: &[i64], device: tch::Device) -> Result<Option<Tensor>> {
+    let l = if name == LATENTS { req.initial_noise.as_ref() } else { req.named_noise.get(name) };
+    let Some(l) = l else { return Ok(None) };
+    ensure!(
+        l.shape == shape,
+        "inputs.latent `{name}`: shape {:?} does not match the {:?} this request needs",
+        l.shape,
+        shape
+    );
+    Ok(Some(Tensor::from_slice(&l.data).view(l.shape.as_slice()).to_device(device)))
+}
+
+impl Ltx2Denoise {
+    /// One forward of `rows` text rows over the current latents at noise level `sigma`.
+    fn forward(&self, s: &State, rows: &[i64], stg: &[usize], isolate: bool) -> Result<(Tensor, Tensor)> {
+        let kind = self.model.kind();
+        let device = s.video.device();
+        let b = rows.len() as i64;
+        let idx = Tensor::from_slice(rows).to_device(device);
+        let pick = |t: &Tensor| match rows.len() as i64 == t.size()[0]
+            && rows.iter().enumerate().all(|(i, r)| i as i64 == *r)
+        {
+            true => t.shallow_clone(),
+            false => t.index_select(0, &idx),
+        };
+        let (text, audio_text, mask) = (pick(&s.text.0), pick(&s.text.1), pick(&s.text.2));
+        let video = s.video.to_kind(kind).repeat([b, 1, 1]);
+        let audio = s.audio.to_kind(kind).repeat([b, 1, 1]);
+        let t = s.sigmas[s.step] * 1000.0;
+        let timestep = Tensor::full([b], t as f64, (Kind::Float, device));
+        let (v, a) = self.model.forward(&Ltx2Inputs {
+            video: &video,
+            audio: &audio,
+            text: &text,
+            audio_text: &audio_text,
+            text_mask: Some(&mask),
+            audio_text_mask: Some(&mask),
+            timestep: &timestep,
+            audio_timestep: None,
+            sigma: Some(&timestep),
+            audio_sigma: None,
+            grid: s.grid,
+            fps: s.fps,
+            audio_frames: s.audio_frames,
+            isolate_modalities: isolate,
+            stg_blocks: stg,
+            perturbation_mask: None,
+            use_cross_timestep: true,
+        })?;
+        Ok((v.to_kind(Kind::Float), a.to_kind(Kind::Float)))
+    }
+}
+
+impl LoopStage for Ltx2Denoise {
+    fn init(&self, ctx: &NodeCtx, values: &mut Values) -> Result<LoopState> {
+        let req = ctx.request;
+        let device = ctx.device;
+        if let Some(name) = req.named_noise.keys().find(|n| n.as_str() != AUDIO_LATENTS) {
+            anyhow::bail!("inputs: a latent named `{name}`; LTX-2 denoises `latents` and `{AUDIO_LATENTS}`");
+        }
+        let g = &self.geometry;
+        let [c, f, h, w] = g.video(req.num_frames, req.height, req.width);
+        let audio_frames = g.audio_frames(req.num_frames, req.fps as f64);
+        let [ac, al, am] = g.audio(audio_frames);
+        let (vm, vs, scale) = &self.stats.video;
+        let video = match given(req, LATENTS, &[1, c, f, h, w], device)? {
+            Some(x) => pack_video(&normalize_video(&x, &vm.to_device(device), &vs.to_device(device), *scale)),
+            None => pack_video(&seeded_noise(&[1, c, f, h, w], req.seed, device)),
+        };
+        let (am_, as_) = &self.stats.audio;
+        let audio = match given(req, AUDIO_LATENTS, &[1, ac, al, am], device)? {
+            Some(x) => normalize_audio(&pack_audio(&x), &am_.to_device(device), &as_.to_device(device)),
+            None => pack_audio(&seeded_noise(&[1, ac, al, am], req.seed.wrapping_add(1), device)),
+        };
+        let sigmas = self.schedule.sigmas(req.steps as usize, f * h * w, req.schedule.as_deref())?;
+        let scales = scales(req);
+        let cfg = req.does_cfg();
+        let text = (
+            values.tensor(VIDEO_TEXT)?.shallow_clone(),
+            values.tensor(AUDIO_TEXT)?.shallow_clone(),
+            values.tensor(TEXT_MASK)?.shallow_clone(),
+        );
+        ensure!(
+            text.0.size()[0] == 1 + cfg as i64,
+            "ltx2: {} text rows for a request with guidance {cfg}",
+            text.0.size()[0]
+        );
+        // Blocks the model lacks perturb nothing: the pass would equal the conditional one.
+        let stg: Vec<usize> = match scales.0.stg > 0.0 || scales.1.stg > 0.0 {
+            true => STG_BLOCKS.iter().copied().filter(|&b| b < self.model.cfg.num_layers).collect(),
+            false => Vec::new(),
+        };
+        let modality = scales.0.modality > 1.0 || scales.1.modality > 1.0;
+        let steps = sigmas.len() as u32 - 1;
+        let state = State {
+            video: video.to_kind(Kind::Float),
+            audio: audio.to_kind(Kind::Float),
+            grid: [f, h, w],
+            audio_frames,
+            fps: req.fps as f64,
+            sigmas,
+            text,
+            scales,
+            cfg,
+            stg,
+            modality,
+            step: 0,
+        };
+        Ok(LoopState { step: 0, total_steps: steps, inner: Box::new(state) })
+    }
+
+    fn step(&self, _ctx: &NodeCtx, state: &mut LoopState) -> Result<StepResult> {
+        let s: &mut State = state.get_mut()?;
+        let cond_row = s.cfg as i64;
+        let (v, a) = match s.cfg {
+            true => self.forward(s, &[0, 1], &[], false)?,
+            false => self.forward(s, &[0], &[], false)?,
+        };
+        let mut forwards = 1 + s.cfg as u32;
+        let (vc, ac) = (v.narrow(0, cond_row, 1), a.narrow(0, cond_row, 1));
+        let (vu, au) = match s.cfg {
+            true => (Some(v.narrow(0, 0, 1)), Some(a.narrow(0, 0, 1))),
+            false => (None, None),
+        };
+        let perturbed = match s.stg.is_empty() {
+            true => None,
+            false => {
+                forwards += 1;
+                Some(self.forward(s, &[cond_row], &s.stg.clone(), false)?)
+            }
+        };
+        let isolated = match s.modality {
+            true => {
+                forwards += 1;
+                Some(self.forward(s, &[cond_row], &[], true)?)
+            }
+            false => None,
+        };
+        let sigma = s.sigmas[s.step] as f64;
+        let video_passes = Passes {
+            cond: &vc,
+            uncond: vu.as_ref(),
+            perturbed: perturbed.as_ref().map(|p| &p.0),
+            isolated: isolated.as_ref().map(|p| &p.0),
+        };
+        let audio_passes = Passes {
+            cond: &ac,
+            uncond: au.as_ref(),
+            perturbed: perturbed.as_ref().map(|p| &p.1),
+            isolated: isolated.as_ref().map(|p| &p.1),
+        };
+        let gv = guided_velocity(&s.video, sigma, &video_passes, &s.scales.0);
+        let ga = guided_velocity(&s.audio, sigma, &audio_passes, &s.scales.1);
+        // Euler in float32: `x + (σ_next − σ)·v`, the step size rounded to float32 first.
+        let dt = (s.sigmas[s.step + 1] - s.sigmas[s.step]) as f64;
+        s.video = &s.video + &gv * dt;
+        s.audio = &s.audio + &ga * dt;
+        s.step += 1;
+        Ok(StepResult { forwards, output: Some(gv), ..Default::default() })
+    }
+
+    fn finalize(&self, _ctx: &NodeCtx, state: LoopState, values: &mut Values) -> Result<()> {
+        let s = *state.inner.downcast::<State>().map_err(|_| anyhow::anyhow!("loop state is not LTX-2's"))?;
+        values.insert(LATENTS, Value::Tensor(unpack_video(&s.video, s.grid)));
+        let (m, sd) = &self.stats.audio;
+        let audio = denormalize_audio(&s.audio, &m.to_device(s.audio.device()), &sd.to_device(s.audio.device()));
+        let mel_bins = self.geometry.mel_bins / crate::model::AUDIO_COMPRESSION;
+        values.insert(AUDIO_LATENTS, Value::Tensor(unpack_audio(&audio, mel_bins)));
+        Ok(())
+    }
+
+    fn step_ctx<'a>(&self, ctx: &NodeCtx<'a>, state: &LoopState) -> Option<StepCtx<'a>> {
+        let s = state.inner.downcast_ref::<State>()?;
+        (s.step + 1 < s.sigmas.len()).then(|| StepCtx {
+            request: ctx.request,
+            step_index: s.step as u32,
+            num_steps: s.sigmas.len() as u32 - 1,
+            timestep: s.sigmas[s.step] * 1000.0,
+            sigma: s.sigmas[s.step],
+            sigma_next: s.sigmas[s.step + 1],
+            expert: 0,
+            guidance_scale: s.scales.0.cfg as f32,
+        })
+    }
+}
