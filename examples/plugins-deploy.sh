@@ -41,6 +41,8 @@ write nanwatch fastvideo_observer_nanwatch '["tensor", "tensor-ops", "events"]'
 write profiler fastvideo_observer_profiler '["tensor", "events", "clock"]' 'per_step = false'
 # Wan 2.2 A14B: experts switched by signal-to-noise ratio (the request's boundary by default).
 write snr-router fastvideo_router_snr '["log"]'
+# LTX-2: the audio-video guidance as a stream guider (the request's own scales unless pinned here).
+write ltx2-av fastvideo_guider_ltx2_av '["tensor", "tensor-ops"]'
 # Several plugins in one deploy: a guider, a block cache and two observers.
 cat "$out/cfg-zero-star.toml" "$out/dbcache.toml" "$out/nanwatch.toml" "$out/profiler.toml" > "$out/watched.toml"
 echo "wrote $out/watched.toml"

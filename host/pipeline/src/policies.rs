@@ -72,6 +72,9 @@ pub trait ObserverState: Send {
 pub struct LoopPolicies {
     /// How branch predictions are combined each step.
     pub guidance: Arc<dyn Guidance>,
+    /// How a model that denoises several streams (LTX-2) combines them each step, when the
+    /// deploy binds a stream guider; the model's own rule otherwise. One-stream models ignore it.
+    pub stream_guidance: Option<Arc<dyn crate::StreamGuidance>>,
     /// A block cache hooked into each forward, if any.
     pub blocks: Option<Arc<dyn BlockPolicy>>,
     /// A step interceptor (step cache) around each solver step, if any.
@@ -93,6 +96,7 @@ impl LoopPolicies {
     pub fn new(guidance: Arc<dyn Guidance>) -> Self {
         Self {
             guidance,
+            stream_guidance: None,
             blocks: None,
             steps: None,
             observers: Vec::new(),

@@ -5,18 +5,18 @@
 use std::sync::Arc;
 
 use fastvideo_pipeline::{
-    BlockPolicy, ClassicCfg, ExpertRouting, Guidance, LoopPolicies, Observer, Reward, StepPolicy,
+    BlockPolicy, ClassicCfg, ExpertRouting, Guidance, LoopPolicies, Observer, Reward, StepPolicy, StreamGuidance,
 };
 use fastvideo_request::{RequestError, ResolvedRequest};
 
 use crate::{
     Deployment, PluginBlockPolicy, PluginError, PluginGuider, PluginKind, PluginObserver, PluginReward, PluginRouter,
-    PluginStepPolicy,
+    PluginStepPolicy, PluginStreamGuider,
 };
 
 impl Deployment {
-    /// The loop policies this deploy enables: its guider (else built-in CFG), its block and step
-    /// interceptors and expert router if any, every observer and every reward. `model_id` is what plugins see in their step
+    /// The loop policies this deploy enables: its guider (else built-in CFG), its stream guider,
+    /// block and step interceptors and expert router if any, every observer and every reward. `model_id` is what plugins see in their step
     /// context.
     pub fn policies(&self, model_id: &str) -> LoopPolicies {
         let first = |kind| self.of_kind(kind).next().cloned();
@@ -38,7 +38,9 @@ impl Deployment {
             .collect();
         let routing = first(PluginKind::ExpertRouter)
             .map(|p| Arc::new(PluginRouter::new(self, p, model_id)) as Arc<dyn ExpertRouting>);
-        LoopPolicies { guidance, blocks, steps, observers, rewards, routing, text_stages: Vec::new() }
+        let stream_guidance = first(PluginKind::StreamGuider)
+            .map(|p| Arc::new(PluginStreamGuider::new(self, p, model_id)) as Arc<dyn StreamGuidance>);
+        LoopPolicies { guidance, stream_guidance, blocks, steps, observers, rewards, routing, text_stages: Vec::new() }
     }
 
     /// What is bound where, one line per plugin (`guider: plugin `cfg` (blake3 …)`), for logs.

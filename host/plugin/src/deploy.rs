@@ -223,6 +223,7 @@ impl Deployment {
         }
         for (kind, what) in [
             (PluginKind::Guider, "guider"),
+            (PluginKind::StreamGuider, "stream guider"),
             (PluginKind::BlockInterceptor, "block interceptor"),
             (PluginKind::StepInterceptor, "step interceptor"),
             (PluginKind::ExpertRouter, "expert router"),

@@ -68,6 +68,7 @@ mod router;
 mod runtime;
 mod state;
 mod step;
+mod stream_guider;
 mod translator;
 
 pub use bind::Binding;
@@ -86,4 +87,5 @@ pub use router::PluginRouter;
 pub use runtime::{Limits, LoadedPlugin, PluginInstance, PluginRuntime, PROVIDED};
 pub use state::{HostState, InstanceLimits, OutputCounts, PluginEvent, PluginTensor};
 pub use step::PluginStepPolicy;
+pub use stream_guider::PluginStreamGuider;
 pub use translator::PluginTranslator;

@@ -10,7 +10,7 @@ use crate::PluginError;
 /// Name of the custom section the SDK's `manifest!` macro writes.
 pub const MANIFEST_SECTION: &str = "fastvideo-manifest";
 /// WIT package versions this host loads.
-pub const SUPPORTED_WIT: &[&str] = &["0.1.0", "0.1.1", "0.1.2", "0.1.3", "0.1.4"];
+pub const SUPPORTED_WIT: &[&str] = &["0.1.0", "0.1.1", "0.1.2", "0.1.3", "0.1.4", "0.1.5"];
 const PACKAGE: &str = "fastvideo:plugin/";
 
 /// What a plugin is: the one WIT interface it exports (kebab-case in the manifest, e.g.
@@ -21,6 +21,9 @@ pub enum PluginKind {
     /// Names the guidance branches to run and combines their predictions each step (CFG and
     /// its variants).
     Guider,
+    /// Guidance of a model that denoises several streams in one loop (LTX-2's video and audio):
+    /// names the branches and combines every stream's predictions each step (since WIT 0.1.5).
+    StreamGuider,
     /// Around every solver step: may supply the step's model output, skipping the forwards
     /// (step caches).
     StepInterceptor,
@@ -44,6 +47,7 @@ impl PluginKind {
     pub fn interface(self) -> &'static str {
         match self {
             PluginKind::Guider => "guider",
+            PluginKind::StreamGuider => "stream-guider",
             PluginKind::StepInterceptor => "step-interceptor",
             PluginKind::BlockInterceptor => "block-interceptor",
             PluginKind::Observer => "observer",
@@ -55,7 +59,7 @@ impl PluginKind {
     /// Hook points a manifest may list for this kind.
     pub fn hooks(self) -> &'static [&'static str] {
         match self {
-            PluginKind::Guider => &["combine"],
+            PluginKind::Guider | PluginKind::StreamGuider => &["combine"],
             PluginKind::StepInterceptor => &["before-step", "after-step"],
             PluginKind::BlockInterceptor => &["begin-forward", "after-block", "end-forward"],
             PluginKind::Observer => {

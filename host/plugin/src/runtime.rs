@@ -171,12 +171,26 @@ impl PluginRuntime {
         req: &fastvideo_request::ResolvedRequest,
         meter: &PluginMeter,
     ) -> Result<(PluginInstance, Vec<String>), PluginError> {
+        self.start_streams(plugin, req, meter, &[])
+    }
+
+    /// [`Self::start`] for a stream guider, whose `init` also gets the model's `streams` and the
+    /// request's resolved knobs.
+    pub(crate) fn start_streams(
+        &self,
+        plugin: &crate::EnabledPlugin,
+        req: &fastvideo_request::ResolvedRequest,
+        meter: &PluginMeter,
+        streams: &[String],
+    ) -> Result<(PluginInstance, Vec<String>), PluginError> {
         let params = plugin.params_for(req)?.to_string();
+        let knobs = serde_json::to_string(&req.knobs).unwrap_or_else(|_| "{}".into());
         let mut inst = self.instantiate(&plugin.plugin)?;
         inst.meter = Some(meter.clone());
         let none = |r: wasmtime::Result<Result<(), String>>| r.map(|r| r.map(|()| Vec::new()));
         let answer = inst.call("init", |store, g| match g {
             Guest::Guider(g) => g.call_init(store, &params),
+            Guest::StreamGuider(g) => g.call_init(store, &params, streams, &knobs),
             Guest::StepInterceptor(g) => none(g.call_init(store, &params)),
             Guest::BlockInterceptor(g) => none(g.call_init(store, &params)),
             Guest::Observer(g) => none(g.call_init(store, &params)),
@@ -230,6 +244,7 @@ impl PluginRuntime {
         let (s, i) = (&mut store, &instance);
         let loaded = match &plugin.exports {
             ExportIndices::Guider(x) => x.load(s, i).map(Guest::Guider),
+            ExportIndices::StreamGuider(x) => x.load(s, i).map(Guest::StreamGuider),
             ExportIndices::StepInterceptor(x) => x.load(s, i).map(Guest::StepInterceptor),
             ExportIndices::BlockInterceptor(x) => x.load(s, i).map(Guest::BlockInterceptor),
             ExportIndices::Observer(x) => x.load(s, i).map(Guest::Observer),
@@ -300,6 +315,7 @@ pub struct LoadedPlugin {
 /// Where the plugin kind's exported functions are, resolved once at load.
 enum ExportIndices {
     Guider(exports::guider::GuestIndices),
+    StreamGuider(exports::stream_guider::GuestIndices),
     StepInterceptor(exports::step_interceptor::GuestIndices),
     BlockInterceptor(exports::block_interceptor::GuestIndices),
     Observer(exports::observer::GuestIndices),
@@ -312,6 +328,7 @@ impl ExportIndices {
     fn new(kind: PluginKind, pre: &InstancePre<HostState>) -> wasmtime::Result<Self> {
         Ok(match kind {
             PluginKind::Guider => Self::Guider(exports::guider::GuestIndices::new(pre)?),
+            PluginKind::StreamGuider => Self::StreamGuider(exports::stream_guider::GuestIndices::new(pre)?),
             PluginKind::StepInterceptor => Self::StepInterceptor(exports::step_interceptor::GuestIndices::new(pre)?),
             PluginKind::BlockInterceptor => Self::BlockInterceptor(exports::block_interceptor::GuestIndices::new(pre)?),
             PluginKind::Observer => Self::Observer(exports::observer::GuestIndices::new(pre)?),
@@ -329,6 +346,7 @@ impl ExportIndices {
 #[allow(dead_code)]
 pub(crate) enum Guest {
     Guider(exports::guider::Guest),
+    StreamGuider(exports::stream_guider::Guest),
     StepInterceptor(exports::step_interceptor::Guest),
     BlockInterceptor(exports::block_interceptor::Guest),
     Observer(exports::observer::Guest),

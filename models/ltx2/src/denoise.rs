@@ -7,9 +7,12 @@
 
 use std::sync::Arc;
 
-use anyhow::{ensure, Result};
+use anyhow::{ensure, Context, Result};
 use fastvideo_pipeline::denoise::seeded_noise;
-use fastvideo_pipeline::{LoopStage, LoopState, NodeCtx, StepCtx, StepResult, Value, Values};
+use fastvideo_pipeline::{
+    GuidanceState, LoopStage, LoopState, NodeCtx, StepCtx, StepResult, StreamGuidance, StreamPreds, Value, Values,
+    STREAM_BRANCHES,
+};
 use fastvideo_request::ResolvedRequest;
 use tch::{Kind, Tensor};
 
@@ -47,6 +50,8 @@ pub struct Ltx2Denoise {
     pub geometry: Geometry,
     /// Latent statistics.
     pub stats: Arc<Statistics>,
+    /// A deploy's stream guider, if it binds one.
+    pub guidance: Option<Arc<dyn StreamGuidance>>,
 }
 
 struct State {
@@ -56,13 +61,23 @@ struct State {
     audio_frames: i64,
     fps: f64,
     sigmas: Vec<f32>,
-    /// Rows: `[negative, prompt]` with classifier-free guidance, else `[prompt]`.
+    /// Rows: `[negative, prompt]` when a branch needs the negative prompt, else `[prompt]`.
     text: (Tensor, Tensor, Tensor),
     scales: (Scales, Scales),
-    cfg: bool,
+    /// The passes each step runs, from [`STREAM_BRANCHES`], conditional first.
+    branches: Vec<String>,
+    /// The blocks the `perturbed` pass perturbs.
     stg: Vec<usize>,
-    modality: bool,
+    /// A deploy's stream guider and its request state; the pipeline's own rule when `None`.
+    plugin: Option<(Arc<dyn StreamGuidance>, GuidanceState)>,
     step: usize,
+}
+
+impl State {
+    /// The text row of the prompt (after the negative prompt's when there is one).
+    fn cond_row(&self) -> i64 {
+        self.text.0.size()[0] - 1
+    }
 }
 
 /// The request's scales for each stream (knobs default to the pipeline's values).
@@ -139,6 +154,63 @@ impl Ltx2Denoise {
     }
 }
 
+impl Ltx2Denoise {
+    /// Each branch's `(video, audio)` velocity at the current step, in `s.branches` order, and
+    /// the forwards run: `cond` and `uncond` as one batch (as the pipeline runs them), then the
+    /// perturbed and the isolated pass.
+    fn passes(&self, s: &State) -> Result<(Vec<(Tensor, Tensor)>, u32)> {
+        let cond = s.cond_row();
+        let has = |b: &str| s.branches.iter().any(|x| x == b);
+        let mut forwards = 0;
+        // Rows: the negative prompt's (0), then the prompt's.
+        let batch = match has("uncond") {
+            true => Some(self.forward(s, &[0, cond], &[], false)?),
+            false => None,
+        };
+        let mut out = Vec::with_capacity(s.branches.len());
+        for b in &s.branches {
+            let pred = match (b.as_str(), &batch) {
+                ("uncond", Some((v, a))) => (v.narrow(0, 0, 1), a.narrow(0, 0, 1)),
+                ("cond", Some((v, a))) => (v.narrow(0, 1, 1), a.narrow(0, 1, 1)),
+                ("cond", None) => self.forward(s, &[cond], &[], false)?,
+                ("perturbed", _) => self.forward(s, &[cond], &s.stg, false)?,
+                ("isolated", _) => self.forward(s, &[cond], &[], true)?,
+                (other, _) => anyhow::bail!("ltx2: no pass named `{other}` (passes: {})", STREAM_BRANCHES.join(", ")),
+            };
+            forwards += 1;
+            out.push(pred);
+        }
+        Ok((out, forwards))
+    }
+}
+
+/// The passes the pipeline's own rule runs for `req`: the conditional one; the unconditional
+/// one with classifier-free guidance; the perturbed one when a stream's STG scale is above 0;
+/// the isolated one when a stream's modality scale is above 1.
+/// (Without an STG block in the model that pass would equal the conditional one: it is skipped.)
+fn builtin_branches(req: &ResolvedRequest, (video, audio): &(Scales, Scales), stg_blocks: bool) -> Vec<String> {
+    let mut b = vec!["cond".to_string()];
+    if req.does_cfg() {
+        b.push("uncond".into());
+    }
+    if stg_blocks && (video.stg > 0.0 || audio.stg > 0.0) {
+        b.push("perturbed".into());
+    }
+    if video.modality > 1.0 || audio.modality > 1.0 {
+        b.push("isolated".into());
+    }
+    b
+}
+
+/// The streams, in the order a stream guider gets them.
+pub const STREAMS: [&str; 2] = ["video", "audio"];
+
+/// Whether `req` needs the negative prompt encoded: classifier-free guidance, or a stream
+/// guider that may ask for it.
+pub fn needs_negative(req: &ResolvedRequest, guider: bool) -> bool {
+    req.does_cfg() || guider
+}
+
 impl LoopStage for Ltx2Denoise {
     fn init(&self, ctx: &NodeCtx, values: &mut Values) -> Result<LoopState> {
         let req = ctx.request;
@@ -162,23 +234,30 @@ impl LoopStage for Ltx2Denoise {
         };
         let sigmas = self.schedule.sigmas(req.steps as usize, f * h * w, req.schedule.as_deref())?;
         let scales = scales(req);
-        let cfg = req.does_cfg();
         let text = (
             values.tensor(VIDEO_TEXT)?.shallow_clone(),
             values.tensor(AUDIO_TEXT)?.shallow_clone(),
             values.tensor(TEXT_MASK)?.shallow_clone(),
         );
-        ensure!(
-            text.0.size()[0] == 1 + cfg as i64,
-            "ltx2: {} text rows for a request with guidance {cfg}",
-            text.0.size()[0]
-        );
-        // Blocks the model lacks perturb nothing: the pass would equal the conditional one.
-        let stg: Vec<usize> = match scales.0.stg > 0.0 || scales.1.stg > 0.0 {
-            true => STG_BLOCKS.iter().copied().filter(|&b| b < self.model.cfg.num_layers).collect(),
-            false => Vec::new(),
+        // A deploy's stream guider names the passes; the pipeline's rule runs those its scales use.
+        let plugin = match &self.guidance {
+            Some(g) if !g.gives_way(req) => {
+                let plan = g.init(req, &STREAMS, ctx.meter).context("stream guider init")?;
+                Some((Arc::clone(g), plan))
+            }
+            _ => None,
         };
-        let modality = scales.0.modality > 1.0 || scales.1.modality > 1.0;
+        // Blocks the model lacks perturb nothing.
+        let stg: Vec<usize> = STG_BLOCKS.iter().copied().filter(|&b| b < self.model.cfg.num_layers).collect();
+        let (branches, plugin) = match plugin {
+            Some((g, plan)) => (plan.branches, Some((g, plan.state))),
+            None => (builtin_branches(req, &scales, !stg.is_empty()), None),
+        };
+        let rows = text.0.size()[0];
+        ensure!(
+            rows == 1 + branches.iter().any(|b| b == "uncond") as i64,
+            "ltx2: {rows} text rows for the passes {branches:?} (is the negative prompt encoded?)"
+        );
         let steps = sigmas.len() as u32 - 1;
         let state = State {
             video: video.to_kind(Kind::Float),
@@ -189,56 +268,49 @@ impl LoopStage for Ltx2Denoise {
             sigmas,
             text,
             scales,
-            cfg,
+            branches,
             stg,
-            modality,
+            plugin,
             step: 0,
         };
         Ok(LoopState { step: 0, total_steps: steps, inner: Box::new(state) })
     }
 
-    fn step(&self, _ctx: &NodeCtx, state: &mut LoopState) -> Result<StepResult> {
+    fn step(&self, ctx: &NodeCtx, state: &mut LoopState) -> Result<StepResult> {
+        let step_ctx = self.step_ctx(ctx, state).context("ltx2: a step past the schedule")?;
         let s: &mut State = state.get_mut()?;
-        let cond_row = s.cfg as i64;
-        let (v, a) = match s.cfg {
-            true => self.forward(s, &[0, 1], &[], false)?,
-            false => self.forward(s, &[0], &[], false)?,
-        };
-        let mut forwards = 1 + s.cfg as u32;
-        let (vc, ac) = (v.narrow(0, cond_row, 1), a.narrow(0, cond_row, 1));
-        let (vu, au) = match s.cfg {
-            true => (Some(v.narrow(0, 0, 1)), Some(a.narrow(0, 0, 1))),
-            false => (None, None),
-        };
-        let perturbed = match s.stg.is_empty() {
-            true => None,
-            false => {
-                forwards += 1;
-                Some(self.forward(s, &[cond_row], &s.stg.clone(), false)?)
-            }
-        };
-        let isolated = match s.modality {
-            true => {
-                forwards += 1;
-                Some(self.forward(s, &[cond_row], &[], true)?)
-            }
-            false => None,
-        };
+        let (preds, forwards) = self.passes(s)?;
         let sigma = s.sigmas[s.step] as f64;
-        let video_passes = Passes {
-            cond: &vc,
-            uncond: vu.as_ref(),
-            perturbed: perturbed.as_ref().map(|p| &p.0),
-            isolated: isolated.as_ref().map(|p| &p.0),
+        let (gv, ga) = match &mut s.plugin {
+            Some((g, st)) => {
+                let (video, audio): (Vec<Tensor>, Vec<Tensor>) = preds.into_iter().unzip();
+                let streams = [
+                    StreamPreds { name: STREAMS[0], latents: &s.video, preds: &video },
+                    StreamPreds { name: STREAMS[1], latents: &s.audio, preds: &audio },
+                ];
+                let mut out = g.combine(&step_ctx, &streams, st)?.into_iter();
+                let (Some(v), Some(a)) = (out.next(), out.next()) else { anyhow::bail!("stream guider: two streams") };
+                (v.to_kind(Kind::Float), a.to_kind(Kind::Float))
+            }
+            None => {
+                let pick = |name: &str, stream: usize| {
+                    s.branches
+                        .iter()
+                        .position(|b| b == name)
+                        .map(|i| if stream == 0 { &preds[i].0 } else { &preds[i].1 })
+                };
+                let passes = |stream| Passes {
+                    cond: pick("cond", stream).expect("the conditional pass runs first"),
+                    uncond: pick("uncond", stream),
+                    perturbed: pick("perturbed", stream),
+                    isolated: pick("isolated", stream),
+                };
+                (
+                    guided_velocity(&s.video, sigma, &passes(0), &s.scales.0),
+                    guided_velocity(&s.audio, sigma, &passes(1), &s.scales.1),
+                )
+            }
         };
-        let audio_passes = Passes {
-            cond: &ac,
-            uncond: au.as_ref(),
-            perturbed: perturbed.as_ref().map(|p| &p.1),
-            isolated: isolated.as_ref().map(|p| &p.1),
-        };
-        let gv = guided_velocity(&s.video, sigma, &video_passes, &s.scales.0);
-        let ga = guided_velocity(&s.audio, sigma, &audio_passes, &s.scales.1);
         // Euler in float32: `x + (σ_next − σ)·v`, the step size rounded to float32 first.
         let dt = (s.sigmas[s.step + 1] - s.sigmas[s.step]) as f64;
         s.video = &s.video + &gv * dt;

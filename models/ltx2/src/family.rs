@@ -42,7 +42,7 @@ impl Family for Ltx2 {
         let model = Ltx2Model::load(dir, ctx.device, (kind, kind, vae_kind))?;
         let kinds = (kind, Some(kind), Some(vae_kind));
         let summary = LoadSummary::plain("ltx2", dir, ctx.device, kinds, t0.elapsed().as_secs_f64());
-        let spec = Arc::new(crate::pipeline::spec(&model, Vec::new())?);
+        let spec = Arc::new(crate::pipeline::spec(&model, Vec::new(), None)?);
         Ok(Box::new(LoadedLtx2 { model, spec, summary }))
     }
 }
@@ -64,12 +64,13 @@ impl LoadedModel for LoadedLtx2 {
         self.model.limits()
     }
 
-    /// The two-stream pipeline (its guidance is the pipeline's own, per stream), after the
-    /// deploy's prompt stages when it has any.
+    /// The two-stream pipeline, guided per stream by the deploy's stream guider or the
+    /// pipeline's own rule (a one-stream guider cannot combine two streams, so it is not used
+    /// here), after the deploy's prompt stages when it has any.
     fn pipeline(&self, policies: LoopPolicies) -> Result<Arc<PipelineSpec>> {
-        match policies.text_stages.is_empty() {
+        match policies.text_stages.is_empty() && policies.stream_guidance.is_none() {
             true => Ok(self.spec.clone()),
-            false => Ok(Arc::new(crate::pipeline::spec(&self.model, policies.text_stages)?)),
+            false => Ok(Arc::new(crate::pipeline::spec(&self.model, policies.text_stages, policies.stream_guidance)?)),
         }
     }
 

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use anyhow::Result;
-use fastvideo_pipeline::{AssembleVideo, Node, NodeCtx, PipelineSpec, Stage, Value, Values, AUDIO};
+use fastvideo_pipeline::{AssembleVideo, Node, NodeCtx, PipelineSpec, Stage, StreamGuidance, Value, Values, AUDIO};
 use fastvideo_request::AudioArtifact;
 use tch::{Kind, Tensor};
 
@@ -22,13 +22,15 @@ use crate::vocoder::Ltx2Vocoder;
 /// connectors, as one batch.
 struct EncodePrompt {
     prompts: Arc<PromptEncoder>,
+    /// A stream guider is bound: it may ask for the negative prompt whatever the scales.
+    guider: bool,
 }
 
 impl Stage for EncodePrompt {
     fn run(&self, ctx: &NodeCtx, values: &mut Values) -> Result<()> {
         let req = ctx.request;
         let prompt = values.opt_text(fastvideo_pipeline::EXTENDED_PROMPT).unwrap_or(&req.prompt).to_string();
-        let rows = match req.does_cfg() {
+        let rows = match crate::denoise::needs_negative(req, self.guider) {
             true => vec![req.negative_prompt.clone(), prompt],
             false => vec![prompt],
         };
@@ -93,20 +95,25 @@ pub fn statistics(model: &Ltx2Model) -> Statistics {
 
 /// The spec of a loaded folder (text to video with sound), after `text_stages` (a prompt
 /// rewrite: they write `EXTENDED_PROMPT`, which the prompt encoding reads in place of the
-/// request's prompt).
-pub fn spec(model: &Ltx2Model, text_stages: Vec<Node>) -> Result<PipelineSpec> {
+/// request's prompt), guided by `guidance` (a deploy's stream guider) or the pipeline's rule.
+pub fn spec(
+    model: &Ltx2Model,
+    text_stages: Vec<Node>,
+    guidance: Option<Arc<dyn StreamGuidance>>,
+) -> Result<PipelineSpec> {
     let stats = Arc::new(statistics(model));
     let denoise = Ltx2Denoise {
         model: Arc::clone(&model.transformer),
         schedule: Arc::clone(&model.schedule),
         geometry: model.geometry,
         stats: Arc::clone(&stats),
+        guidance: guidance.clone(),
     };
     let mut nodes = text_stages;
     nodes.extend([
         Node::stage(
             "encode_prompt",
-            Arc::new(EncodePrompt { prompts: Arc::clone(&model.prompts) }),
+            Arc::new(EncodePrompt { prompts: Arc::clone(&model.prompts), guider: guidance.is_some() }),
             &[],
             &[VIDEO_TEXT, AUDIO_TEXT, TEXT_MASK],
         ),

@@ -199,7 +199,12 @@ pub fn text_to_video(model: &WanModel, guidance: Arc<dyn Guidance>) -> Result<Pi
 /// [`text_to_video`] with every policy a deploy binds: guidance, an optional block cache and
 /// step interceptor in the denoise loop, and observers watching each request.
 pub fn text_to_video_with(model: &WanModel, policies: LoopPolicies) -> Result<PipelineSpec> {
-    let LoopPolicies { guidance, blocks, steps, observers, rewards, routing, text_stages } = policies;
+    let LoopPolicies { guidance, stream_guidance, blocks, steps, observers, rewards, routing, text_stages } = policies;
+    anyhow::ensure!(
+        stream_guidance.is_none(),
+        "a stream guider combines the streams of a model that denoises several (LTX-2's video and audio); Wan \
+         denoises one: bind a guider instead"
+    );
     if let (Some(p), Some(_)) = (&model.parallel, &blocks) {
         anyhow::bail!(
             "a block policy (block cache) needs the whole block loop on one device; it cannot run with --gpus {} \

@@ -73,6 +73,10 @@ pub use __imports::fastvideo::plugin::types::{Dtype, StepContext};
 pub use __block_interceptor::exports::fastvideo::plugin::block_interceptor::{BlockAction, Guest as BlockInterceptor};
 /// A guider: turns the guidance branches' predictions into one. Export with [`export_guider!`].
 pub use __guider::exports::fastvideo::plugin::guider::Guest as Guider;
+/// A stream guider: turns every stream's branch predictions into each stream's guided output
+/// (models that denoise several streams in one loop, such as LTX-2's video and audio). Export
+/// with [`export_stream_guider!`].
+pub use __stream_guider::exports::fastvideo::plugin::stream_guider::{Guest as StreamGuider, StreamPreds};
 /// An observer: read-only events of a request's life. Export with [`export_observer!`].
 pub use __observer::exports::fastvideo::plugin::observer::{Event, Guest as Observer};
 /// A reward: scores a finished video. Export with [`export_reward!`].
@@ -95,6 +99,7 @@ pub use __guider::export_guider;
 pub use __observer::export_observer;
 pub use __reward::export_reward;
 pub use __step_interceptor::export_step_interceptor;
+pub use __stream_guider::export_stream_guider;
 pub use __workflow_translator::export_workflow_translator;
 
 // Generated bindings. Every world shares one copy of the imported interfaces, so a `Tensor`
@@ -108,12 +113,12 @@ pub mod __imports {
         inline: "
             package fastvideo:sdk;
             world imports {
-                import fastvideo:plugin/tensor@0.1.4;
-                import fastvideo:plugin/tensor-ops@0.1.4;
-                import fastvideo:plugin/tensor-read@0.1.4;
-                import fastvideo:plugin/log@0.1.4;
-                import fastvideo:plugin/events@0.1.4;
-                import fastvideo:plugin/clock@0.1.4;
+                import fastvideo:plugin/tensor@0.1.5;
+                import fastvideo:plugin/tensor-ops@0.1.5;
+                import fastvideo:plugin/tensor-read@0.1.5;
+                import fastvideo:plugin/log@0.1.5;
+                import fastvideo:plugin/events@0.1.5;
+                import fastvideo:plugin/clock@0.1.5;
             }
         ",
         world: "fastvideo:sdk/imports",
@@ -143,97 +148,111 @@ macro_rules! kind {
 
 kind!(
     __guider,
-    "fastvideo:plugin/guider-plugin@0.1.4",
+    "fastvideo:plugin/guider-plugin@0.1.5",
     "export_guider",
     "fastvideo_plugin_sdk::__guider",
     [
-        "fastvideo:plugin/types@0.1.4" => types,
-        "fastvideo:plugin/tensor@0.1.4" => tensor,
-        "fastvideo:plugin/tensor-ops@0.1.4" => tensor_ops,
-        "fastvideo:plugin/tensor-read@0.1.4" => tensor_read,
-        "fastvideo:plugin/log@0.1.4" => log,
+        "fastvideo:plugin/types@0.1.5" => types,
+        "fastvideo:plugin/tensor@0.1.5" => tensor,
+        "fastvideo:plugin/tensor-ops@0.1.5" => tensor_ops,
+        "fastvideo:plugin/tensor-read@0.1.5" => tensor_read,
+        "fastvideo:plugin/log@0.1.5" => log,
+    ]
+);
+
+kind!(
+    __stream_guider,
+    "fastvideo:plugin/stream-guider-plugin@0.1.5",
+    "export_stream_guider",
+    "fastvideo_plugin_sdk::__stream_guider",
+    [
+        "fastvideo:plugin/types@0.1.5" => types,
+        "fastvideo:plugin/tensor@0.1.5" => tensor,
+        "fastvideo:plugin/tensor-ops@0.1.5" => tensor_ops,
+        "fastvideo:plugin/tensor-read@0.1.5" => tensor_read,
+        "fastvideo:plugin/log@0.1.5" => log,
     ]
 );
 
 kind!(
     __step_interceptor,
-    "fastvideo:plugin/step-interceptor-plugin@0.1.4",
+    "fastvideo:plugin/step-interceptor-plugin@0.1.5",
     "export_step_interceptor",
     "fastvideo_plugin_sdk::__step_interceptor",
     [
-        "fastvideo:plugin/types@0.1.4" => types,
-        "fastvideo:plugin/tensor@0.1.4" => tensor,
-        "fastvideo:plugin/tensor-ops@0.1.4" => tensor_ops,
-        "fastvideo:plugin/tensor-read@0.1.4" => tensor_read,
-        "fastvideo:plugin/log@0.1.4" => log,
-        "fastvideo:plugin/events@0.1.4" => events,
-        "fastvideo:plugin/clock@0.1.4" => clock,
+        "fastvideo:plugin/types@0.1.5" => types,
+        "fastvideo:plugin/tensor@0.1.5" => tensor,
+        "fastvideo:plugin/tensor-ops@0.1.5" => tensor_ops,
+        "fastvideo:plugin/tensor-read@0.1.5" => tensor_read,
+        "fastvideo:plugin/log@0.1.5" => log,
+        "fastvideo:plugin/events@0.1.5" => events,
+        "fastvideo:plugin/clock@0.1.5" => clock,
     ]
 );
 
 kind!(
     __block_interceptor,
-    "fastvideo:plugin/block-interceptor-plugin@0.1.4",
+    "fastvideo:plugin/block-interceptor-plugin@0.1.5",
     "export_block_interceptor",
     "fastvideo_plugin_sdk::__block_interceptor",
     [
-        "fastvideo:plugin/types@0.1.4" => types,
-        "fastvideo:plugin/tensor@0.1.4" => tensor,
-        "fastvideo:plugin/tensor-ops@0.1.4" => tensor_ops,
-        "fastvideo:plugin/tensor-read@0.1.4" => tensor_read,
-        "fastvideo:plugin/log@0.1.4" => log,
-        "fastvideo:plugin/events@0.1.4" => events,
-        "fastvideo:plugin/clock@0.1.4" => clock,
+        "fastvideo:plugin/types@0.1.5" => types,
+        "fastvideo:plugin/tensor@0.1.5" => tensor,
+        "fastvideo:plugin/tensor-ops@0.1.5" => tensor_ops,
+        "fastvideo:plugin/tensor-read@0.1.5" => tensor_read,
+        "fastvideo:plugin/log@0.1.5" => log,
+        "fastvideo:plugin/events@0.1.5" => events,
+        "fastvideo:plugin/clock@0.1.5" => clock,
     ]
 );
 
 kind!(
     __observer,
-    "fastvideo:plugin/observer-plugin@0.1.4",
+    "fastvideo:plugin/observer-plugin@0.1.5",
     "export_observer",
     "fastvideo_plugin_sdk::__observer",
     [
-        "fastvideo:plugin/types@0.1.4" => types,
-        "fastvideo:plugin/tensor@0.1.4" => tensor,
-        "fastvideo:plugin/tensor-ops@0.1.4" => tensor_ops,
-        "fastvideo:plugin/tensor-read@0.1.4" => tensor_read,
-        "fastvideo:plugin/log@0.1.4" => log,
-        "fastvideo:plugin/events@0.1.4" => events,
-        "fastvideo:plugin/clock@0.1.4" => clock,
+        "fastvideo:plugin/types@0.1.5" => types,
+        "fastvideo:plugin/tensor@0.1.5" => tensor,
+        "fastvideo:plugin/tensor-ops@0.1.5" => tensor_ops,
+        "fastvideo:plugin/tensor-read@0.1.5" => tensor_read,
+        "fastvideo:plugin/log@0.1.5" => log,
+        "fastvideo:plugin/events@0.1.5" => events,
+        "fastvideo:plugin/clock@0.1.5" => clock,
     ]
 );
 
 kind!(
     __reward,
-    "fastvideo:plugin/reward-plugin@0.1.4",
+    "fastvideo:plugin/reward-plugin@0.1.5",
     "export_reward",
     "fastvideo_plugin_sdk::__reward",
     [
-        "fastvideo:plugin/types@0.1.4" => types,
-        "fastvideo:plugin/tensor@0.1.4" => tensor,
-        "fastvideo:plugin/tensor-ops@0.1.4" => tensor_ops,
-        "fastvideo:plugin/tensor-read@0.1.4" => tensor_read,
-        "fastvideo:plugin/log@0.1.4" => log,
+        "fastvideo:plugin/types@0.1.5" => types,
+        "fastvideo:plugin/tensor@0.1.5" => tensor,
+        "fastvideo:plugin/tensor-ops@0.1.5" => tensor_ops,
+        "fastvideo:plugin/tensor-read@0.1.5" => tensor_read,
+        "fastvideo:plugin/log@0.1.5" => log,
     ]
 );
 
 kind!(
     __expert_router,
-    "fastvideo:plugin/expert-router-plugin@0.1.4",
+    "fastvideo:plugin/expert-router-plugin@0.1.5",
     "export_expert_router",
     "fastvideo_plugin_sdk::__expert_router",
     [
-        "fastvideo:plugin/types@0.1.4" => types,
-        "fastvideo:plugin/log@0.1.4" => log,
+        "fastvideo:plugin/types@0.1.5" => types,
+        "fastvideo:plugin/log@0.1.5" => log,
     ]
 );
 
 kind!(
     __workflow_translator,
-    "fastvideo:plugin/workflow-translator-plugin@0.1.4",
+    "fastvideo:plugin/workflow-translator-plugin@0.1.5",
     "export_workflow_translator",
     "fastvideo_plugin_sdk::__workflow_translator",
     [
-        "fastvideo:plugin/log@0.1.4" => log,
+        "fastvideo:plugin/log@0.1.5" => log,
     ]
 );

@@ -129,7 +129,7 @@ pub const fn json_bytes<const N: usize>(parts: &[Part]) -> [u8; N] {
 /// }
 /// ```
 ///
-/// `kind` is one of `guider`, `step_interceptor`, `block_interceptor`, `observer`, `reward`,
+/// `kind` is one of `guider`, `stream_guider`, `step_interceptor`, `block_interceptor`, `observer`, `reward`,
 /// `workflow_translator`, `expert_router`; a hook the kind does not have is a compile error. The WIT version is
 /// this SDK's ([`WIT_VERSION`](crate::WIT_VERSION)).
 ///
@@ -212,6 +212,9 @@ macro_rules! __kind {
     (guider) => {
         "guider"
     };
+    (stream_guider) => {
+        "stream-guider"
+    };
     (step_interceptor) => {
         "step-interceptor"
     };
@@ -234,7 +237,7 @@ macro_rules! __kind {
         compile_error!(concat!(
             "unknown plugin kind `",
             stringify!($other),
-            "`: one of guider, step_interceptor, block_interceptor, observer, reward, workflow_translator, expert_router"
+            "`: one of guider, stream_guider, step_interceptor, block_interceptor, observer, reward, workflow_translator, expert_router"
         ))
     };
 }
@@ -244,6 +247,9 @@ macro_rules! __kind {
 #[macro_export]
 macro_rules! __hook {
     (guider combine) => {
+        "combine"
+    };
+    (stream_guider combine) => {
         "combine"
     };
     (step_interceptor before_step) => {

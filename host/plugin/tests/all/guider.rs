@@ -53,7 +53,7 @@ fn audit_reads_the_manifest_and_capabilities_without_running() {
     assert_eq!(a.manifest.hooks, vec!["combine"]);
     assert!(!a.manifest.distribution_altering);
     assert_eq!(a.capabilities, vec!["tensor", "tensor-ops"], "imports: {:?}", a.imports);
-    assert!(a.exports.contains(&"fastvideo:plugin/guider@0.1.4".to_string()));
+    assert!(a.exports.contains(&"fastvideo:plugin/guider@0.1.5".to_string()));
     assert!(a.imports.iter().all(|i| !i.starts_with("wasi:")), "no WASI: {:?}", a.imports);
 
     // Capabilities come from the component's import section, never from what its manifest
@@ -258,7 +258,7 @@ fn plugin_tensor_ops_match_torch() {
 
 /// Versioning: `tests/fixtures/plugins/cfg-wit-0.1.0.wasm` is classic CFG built against the
 /// frozen WIT 0.1.0 (`wit/since-v0.1.0`; rebuilt by the script beside it). Today's host is
-/// generated from the newest WIT (0.1.4); wasmtime's semver-aware linking maps the old imports and exports onto
+/// generated from the newest WIT (0.1.5); wasmtime's semver-aware linking maps the old imports and exports onto
 /// it, so the old plugin loads, audits as 0.1.0 and matches built-in CFG bit for bit.
 #[test]
 fn a_plugin_built_for_the_previous_wit_version_still_loads_and_runs() {

@@ -15,4 +15,5 @@ mod loop_hooks;
 mod python_guest;
 mod rewards;
 mod router;
+mod stream_guider;
 mod translators;

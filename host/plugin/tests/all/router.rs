@@ -120,6 +120,6 @@ fn the_audit_shows_a_router_that_sees_no_tensors() {
     assert_eq!(a.manifest.kind, PluginKind::ExpertRouter);
     assert_eq!(a.manifest.hooks, ["route"]);
     assert!(a.manifest.distribution_altering);
-    assert!(a.exports.iter().any(|e| e.starts_with("fastvideo:plugin/expert-router@0.1.4")), "{:?}", a.exports);
+    assert!(a.exports.iter().any(|e| e.starts_with("fastvideo:plugin/expert-router@0.1.5")), "{:?}", a.exports);
     assert!(a.capabilities.iter().all(|c| c == "log"), "{:?}", a.capabilities);
 }
