@@ -129,6 +129,27 @@ fn video_and_sound_match_the_pipeline_and_the_mp4_has_both_tracks_of_one_duratio
 }
 
 #[test]
+fn the_official_openai_client_gets_a_video_with_sound_from_serve() {
+    let m = fixture("tiny-ltx2").display().to_string();
+    let server = crate::common::server::Server::start(&["--model", &m]);
+    let dir = tempfile::tempdir().unwrap();
+    let out_path = dir.path().join("sound.mp4");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/clients/openai_sound.py");
+    let out =
+        Command::new(crate::common::client_python()).arg(script).arg(&server.base).arg(&out_path).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["status"], "completed", "{r}");
+    assert_eq!(r["audio_sample_rate"], 24000);
+    assert_eq!(r["bad_request"]["status"], 400);
+    assert_eq!(r["bad_request"]["param"], "guidance_scale_2");
+    let streams = probe(&out_path);
+    let kinds: Vec<(&str, &str)> = streams.iter().map(|s| (s.0.as_str(), s.1.as_str())).collect();
+    assert_eq!(kinds, [("video", "h264"), ("audio", "aac")]);
+    assert!((streams[0].2 - streams[1].2).abs() < 0.005, "{streams:?}");
+}
+
+#[test]
 fn bad_input_is_one_line_naming_the_field() {
     let m = fixture("tiny-ltx2").display().to_string();
     let dir = tempfile::tempdir().unwrap();

@@ -55,6 +55,20 @@ pub struct CreateParams {
     pub boundary_ratio: Option<f32>,
     /// Two-expert models: the low-noise expert from this step on (instead of boundary_ratio).
     pub switch_step: Option<u32>,
+    /// Models that make sound with their picture (LTX-2): the audio stream's guidance scale.
+    pub audio_guidance_scale: Option<f32>,
+    /// LTX-2: spatio-temporal guidance of the video, and of the audio.
+    pub stg_scale: Option<f32>,
+    /// See `stg_scale`.
+    pub audio_stg_scale: Option<f32>,
+    /// LTX-2: modality guidance of the video, and of the audio.
+    pub modality_scale: Option<f32>,
+    /// See `modality_scale`.
+    pub audio_modality_scale: Option<f32>,
+    /// LTX-2: the rescale of the video's guided estimate, and of the audio's.
+    pub guidance_rescale: Option<f32>,
+    /// See `guidance_rescale`.
+    pub audio_guidance_rescale: Option<f32>,
     /// A partial schedule: its first step (from the request's latents, as they are) and the
     /// step it stops before (its latents keep their leftover noise).
     pub start_step: Option<u32>,
@@ -460,6 +474,18 @@ impl CreateParams {
         d.set_knob("guidance_scale_2", self.guidance_scale_2.map(number_f32));
         d.set_knob("boundary_ratio", self.boundary_ratio.map(number_f32));
         d.set_knob("switch_step", self.switch_step);
+        // LTX-2's guidance per stream, as `diffusion.<name>`.
+        for (name, v) in [
+            ("audio_guidance_scale", self.audio_guidance_scale),
+            ("stg_scale", self.stg_scale),
+            ("audio_stg_scale", self.audio_stg_scale),
+            ("modality_scale", self.modality_scale),
+            ("audio_modality_scale", self.audio_modality_scale),
+            ("guidance_rescale", self.guidance_rescale),
+            ("audio_guidance_rescale", self.audio_guidance_rescale),
+        ] {
+            d.set_knob(name, v.map(number_f32));
+        }
         (d.start_step, d.end_step) = (self.start_step, self.end_step);
         (d.timesteps, d.sigmas) = (self.timesteps.clone(), self.sigmas.clone());
         d.precision.clone_from(&self.precision);
