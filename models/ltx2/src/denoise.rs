@@ -80,23 +80,24 @@ impl State {
     }
 }
 
-/// The request's scales for each stream (knobs default to the pipeline's values).
+/// The request's scales for each stream (knobs default to the pipeline's values). As the
+/// pipeline's `audio_x = audio_x or x`, an audio scale of 0 means the video's.
 fn scales(req: &ResolvedRequest) -> (Scales, Scales) {
     let k = |name: &str, default: f64| req.knob_f64(name).unwrap_or(default);
-    (
-        Scales {
-            cfg: req.guidance_scale as f64,
-            stg: k("stg_scale", 1.0),
-            modality: k("modality_scale", 3.0),
-            rescale: k("guidance_rescale", 0.7),
-        },
-        Scales {
-            cfg: k("audio_guidance_scale", 7.0),
-            stg: k("audio_stg_scale", 1.0),
-            modality: k("audio_modality_scale", 3.0),
-            rescale: k("audio_guidance_rescale", 0.7),
-        },
-    )
+    let video = Scales {
+        cfg: req.guidance_scale as f64,
+        stg: k("stg_scale", 1.0),
+        modality: k("modality_scale", 3.0),
+        rescale: k("guidance_rescale", 0.7),
+    };
+    let or_video = |a: f64, v: f64| if a == 0.0 { v } else { a };
+    let audio = Scales {
+        cfg: or_video(k("audio_guidance_scale", 7.0), video.cfg),
+        stg: or_video(k("audio_stg_scale", 1.0), video.stg),
+        modality: or_video(k("audio_modality_scale", 3.0), video.modality),
+        rescale: or_video(k("audio_guidance_rescale", 0.7), video.rescale),
+    };
+    (video, audio)
 }
 
 /// The latent `name` the request gives (`--noise`, in the pipeline call's layout), checked

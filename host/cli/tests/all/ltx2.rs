@@ -149,6 +149,23 @@ fn the_official_openai_client_gets_a_video_with_sound_from_serve() {
     assert!((streams[0].2 - streams[1].2).abs() < 0.005, "{streams:?}");
 }
 
+/// The pipeline's `audio_guidance_scale or guidance_scale`: 0 is the video's scale.
+#[test]
+fn an_audio_scale_of_zero_is_the_videos() {
+    let wav = |audio: &str| {
+        let dir = tempfile::tempdir().unwrap();
+        let mut args = parity_args(dir.path());
+        let i = args.iter().position(|a| a == "--audio-guidance").unwrap();
+        args[i + 1] = audio.into();
+        let r = fastvideo(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+        std::fs::read(dir.path().join("out.wav")).unwrap()
+    };
+    let (zero, three, five) = (wav("0"), wav("3"), wav("5"));
+    assert!(zero == three, "audio guidance 0 runs the video's 3");
+    assert!(zero != five, "and the scale matters");
+}
+
 #[test]
 fn bad_input_is_one_line_naming_the_field() {
     let m = fixture("tiny-ltx2").display().to_string();

@@ -8,8 +8,10 @@
 //! The scales are the request's (`knobs-json`: `guidance_scale` comes in the step context,
 //! `audio_guidance_scale`, `stg_scale`, `audio_stg_scale`, `modality_scale`,
 //! `audio_modality_scale`, `guidance_rescale`, `audio_guidance_rescale` as the model resolved
-//! them); the params may pin any of them for every request. A branch whose scale leaves it
-//! without effect in both streams is not asked for, so it costs no forward.
+//! them); the params may pin any of them for every request. An audio scale of 0 means the
+//! video's, as the pipeline's `audio_x = audio_x or x`. A branch whose scale leaves it without
+//! effect in both streams is not asked for, so it costs no forward (the unconditional one is
+//! always asked for: the video's scale is known only per step).
 
 use std::cell::RefCell;
 
@@ -63,22 +65,29 @@ struct Ltx2Av;
 impl StreamGuider for Ltx2Av {
     fn init(params: String, streams: Vec<String>, knobs: String) -> Result<Vec<String>, String> {
         let k = merged(&params, &knobs)?;
+        let video = Scales {
+            cfg: None,
+            stg: k.stg_scale.unwrap_or(1.0),
+            modality: k.modality_scale.unwrap_or(3.0),
+            rescale: k.guidance_rescale.unwrap_or(0.7),
+        };
+        let or_video = |a: Option<f32>, default: f32, v: f32| match a.unwrap_or(default) {
+            0.0 => v,
+            a => a,
+        };
+        let audio = Scales {
+            // 0 means the video's, which is the step context's guidance scale.
+            cfg: k.audio_guidance_scale.or(Some(7.0)).filter(|a| *a != 0.0),
+            stg: or_video(k.audio_stg_scale, 1.0, video.stg),
+            modality: or_video(k.audio_modality_scale, 3.0, video.modality),
+            rescale: or_video(k.audio_guidance_rescale, 0.7, video.rescale),
+        };
         let scales: Vec<Scales> = streams
             .iter()
             .map(|s| match s.as_str() {
-                "audio" => Ok(Scales {
-                    cfg: Some(k.audio_guidance_scale.unwrap_or(7.0)),
-                    stg: k.audio_stg_scale.unwrap_or(1.0),
-                    modality: k.audio_modality_scale.unwrap_or(3.0),
-                    rescale: k.audio_guidance_rescale.unwrap_or(0.7),
-                }),
+                "audio" => Ok(audio),
                 // The video stream's CFG scale is the request's `guidance_scale` (step context).
-                "video" => Ok(Scales {
-                    cfg: None,
-                    stg: k.stg_scale.unwrap_or(1.0),
-                    modality: k.modality_scale.unwrap_or(3.0),
-                    rescale: k.guidance_rescale.unwrap_or(0.7),
-                }),
+                "video" => Ok(video),
                 other => Err(format!("ltx2-av: a stream named `{other}`; this guider knows `video` and `audio`")),
             })
             .collect::<Result<_, _>>()?;
