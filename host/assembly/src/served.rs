@@ -96,12 +96,15 @@ pub(crate) fn served(
     let plugins = binding.request_check();
     let extend = crate::extend::extend_check(extender.clone(), name);
     let warnings = crate::extend::prompt_warnings(loaded.as_ref(), extender.is_some());
+    let nodes = Arc::clone(&spec);
     let engine = EngineModel {
         id: name.to_string(),
         limits: loaded.limits(),
         spec,
         device,
-        check: Box::new(move |r| precision(r).and_then(|()| extend(r)).and_then(|()| plugins(r))),
+        check: Box::new(move |r| {
+            precision(r).and_then(|()| extend(r)).and_then(|()| nodes.check_node_params(r)).and_then(|()| plugins(r))
+        }),
         work: loaded.work(),
         classify: Binding::classify_failure,
         weights,

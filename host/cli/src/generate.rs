@@ -87,6 +87,14 @@ pub struct GenerateArgs {
     /// Also write each frame as PNG into this folder.
     #[arg(long)]
     frames_dir: Option<PathBuf>,
+    /// A pipeline node's parameter, `node.key=value` (value as JSON, else as a string);
+    /// repeatable. The nodes that take them and their keys are the model's (LTX-2: `refine`).
+    #[arg(long = "node-param", value_parser = crate::args::parse_plugin_param)]
+    node_params: Vec<crate::args::PluginParam>,
+    /// Models with a latent upsampler (LTX-2): generate at half the size, upsample the latents
+    /// ×2 and refine them at the full size (`node_params.refine` with its defaults).
+    #[arg(long)]
+    two_stage: bool,
     /// Also write the denoising trajectory (kept latents, timesteps, sigmas, the flow_sde steps'
     /// log-probabilities) and final latents as a safetensors file, as `/v1/rollouts` returns a
     /// sample.
@@ -215,6 +223,15 @@ fn warn_unknown_words(model: &dyn fastvideo_assembly::LoadedModel, prompt: &str,
 fn request(args: &GenerateArgs) -> Result<(OmniRequest, Vec<fastvideo_pipeline::AdapterSource>)> {
     let mut r = OmniRequest::text_to_video(format!("cli-{}", std::process::id()), args.prompt.clone());
     args.plugins.apply(&mut r);
+    for (node, key, value) in &args.node_params {
+        let entry = r.node_params.entry(node.clone()).or_insert_with(|| serde_json::json!({}));
+        if let Some(m) = entry.as_object_mut() {
+            m.insert(key.clone(), value.clone());
+        }
+    }
+    if args.two_stage {
+        r.node_params.entry("refine".into()).or_insert_with(|| serde_json::json!({}));
+    }
     let lora_files = args.lora.apply(&mut r)?;
     args.sampling.apply(&mut r);
     if let Some(n) = &args.negative_prompt {
@@ -425,6 +442,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     let (policies, mut adapters) = deploy_for(&args.plugins, &[&req], &model_id, args.quiet)?;
     let policies = fastvideo_assembly::with_extender(policies, extender.as_deref());
     let spec = model.pipeline(policies)?;
+    spec.check_node_params(&req)?;
     adapters.extend(lora_files);
     let values = crate::lora::values(&spec, &req, adapters, args.lora.adapter_cache)?;
     let (prompt, seed) = (req.prompt.clone(), req.seed);

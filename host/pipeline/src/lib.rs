@@ -127,7 +127,7 @@ pub use frames::{frames_to_video, AssembleVideo};
 pub use guidance::{ClassicCfg, Guidance, GuidancePlan, GuidanceState, StepCtx};
 pub use meter::PluginMeter;
 pub use policies::{LoopPolicies, Observed, Observer, ObserverState, Reward, RewardInput, StepPolicy, StepPolicyState};
-pub use spec::{Node, NodeKind, PipelineSpec, Residency, SpecError, WorkCount};
+pub use spec::{Node, NodeKind, NodeParams, PipelineSpec, Residency, SpecError, WorkCount};
 pub use stage::{step_packed, LoopStage, LoopState, NodeCtx, Stage, StepResult, WaitForRoom};
 pub use stream_guidance::{StreamGuidance, StreamPreds, STREAM_BRANCHES};
 pub use value::{Value, Values};

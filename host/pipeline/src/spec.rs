@@ -34,6 +34,17 @@ pub struct Node {
     /// extension's nodes for requests that ask for it. Validation counts a gated node's outputs
     /// as produced, so what reads them must be gated alike or read them as optional.
     pub gate: Option<fn(&ResolvedRequest) -> bool>,
+    /// The parameters a request may give this node (`node_params.<name>`), as a JSON Schema,
+    /// checked at admission by [`PipelineSpec::check_node_params`].
+    pub params: Option<NodeParams>,
+}
+
+/// A node's parameter schema, compiled once.
+#[derive(Clone)]
+pub struct NodeParams {
+    /// The JSON Schema (served to clients as it is).
+    pub schema: serde_json::Value,
+    validator: Arc<jsonschema::Validator>,
 }
 
 impl Node {
@@ -47,7 +58,23 @@ impl Node {
     }
     fn new(name: &str, kind: NodeKind, inputs: &[&str], outputs: &[&str]) -> Self {
         let own = |v: &[&str]| v.iter().map(|s| s.to_string()).collect();
-        Self { name: name.into(), kind, inputs: own(inputs), outputs: own(outputs), tasks: Vec::new(), gate: None }
+        Self {
+            name: name.into(),
+            kind,
+            inputs: own(inputs),
+            outputs: own(outputs),
+            tasks: Vec::new(),
+            gate: None,
+            params: None,
+        }
+    }
+    /// The same node, taking request parameters `node_params.<name>` that `schema` (a JSON
+    /// Schema) accepts; a schema that does not compile is a wiring mistake, reported here.
+    pub fn with_params(mut self, schema: serde_json::Value) -> anyhow::Result<Self> {
+        let validator = jsonschema::validator_for(&schema)
+            .map_err(|e| anyhow::anyhow!("node `{}`: its parameter schema does not compile: {e}", self.name))?;
+        self.params = Some(NodeParams { schema, validator: Arc::new(validator) });
+        Ok(self)
     }
     /// The same node, run only for requests of `tasks`.
     pub fn for_tasks(mut self, tasks: &[TaskType]) -> Self {
@@ -197,6 +224,38 @@ impl PipelineSpec {
     pub fn with_rewards(mut self, rewards: Vec<Arc<dyn Reward>>) -> Self {
         self.rewards = rewards;
         self
+    }
+
+    /// Checks a request's `node_params` against the nodes: each must name a node of this
+    /// pipeline, and a node that declares a schema must accept its value. The error names the
+    /// field (`node_params.<node>`) and, for an unknown node, the nodes that take parameters.
+    pub fn check_node_params(&self, r: &ResolvedRequest) -> Result<(), fastvideo_request::RequestError> {
+        for (name, value) in &r.node_params {
+            let field = format!("node_params.{name}");
+            let Some(node) = self.nodes.iter().find(|n| &n.name == name) else {
+                let taking: Vec<&str> =
+                    self.nodes.iter().filter(|n| n.params.is_some()).map(|n| n.name.as_str()).collect();
+                let known = match taking.is_empty() {
+                    true => "none of its nodes takes parameters".to_string(),
+                    false => format!("nodes taking parameters: {}", taking.join(", ")),
+                };
+                return Err(fastvideo_request::RequestError::new(
+                    field,
+                    format!("pipeline `{}` has no node `{name}` ({known})", self.name),
+                ));
+            };
+            if let Some(p) = &node.params {
+                if let Some(e) = p.validator.iter_errors(value).next() {
+                    let at = e.instance_path.to_string();
+                    let field = match at.is_empty() {
+                        true => field,
+                        false => format!("{field}{}", at.replace('/', ".")),
+                    };
+                    return Err(fastvideo_request::RequestError::new(field, e.to_string()));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The reward named `name`, if the pipeline has one.

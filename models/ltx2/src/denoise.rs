@@ -18,12 +18,13 @@ use tch::{Kind, Tensor};
 
 use crate::guidance::{guided_velocity, Passes, Scales};
 use crate::latents::{
-    denormalize_audio, normalize_audio, normalize_video, pack_audio, pack_video, unpack_audio, unpack_video,
+    denormalize_audio, noised, normalize_audio, normalize_video, pack_audio, pack_video, unpack_audio, unpack_video,
 };
 use crate::model::Geometry;
+use crate::refine::{two_stage, RefineParams};
 use crate::schedule::Ltx2Schedule;
 use crate::transformer::{Ltx2Inputs, Ltx2Transformer};
-use crate::values::{AUDIO_LATENTS, AUDIO_TEXT, LATENTS, TEXT_MASK, VIDEO_TEXT};
+use crate::values::{AUDIO_LATENTS, AUDIO_TEXT, LATENTS, TEXT_MASK, UPSAMPLED, VIDEO_TEXT};
 
 /// The pipeline's default spatio-temporal guidance block.
 pub const STG_BLOCKS: [usize; 1] = [28];
@@ -50,8 +51,32 @@ pub struct Ltx2Denoise {
     pub geometry: Geometry,
     /// Latent statistics.
     pub stats: Arc<Statistics>,
-    /// A deploy's stream guider, if it binds one.
+    /// A deploy's stream guider, if it binds one (the base loop's; refine uses its own scales).
     pub guidance: Option<Arc<dyn StreamGuidance>>,
+    /// Which loop of the two-stage recipe this node is.
+    pub role: Role,
+}
+
+/// The base loop (the whole job, or the two-stage recipe's half-size first stage), or the
+/// recipe's second, `refine`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// From noise (or `--noise`), at the request's size — half of it with `node_params.refine`.
+    Base,
+    /// From the upsampled base latents, re-noised, on its own noise levels.
+    Refine,
+}
+
+/// A loop's starting point: both streams' packed latents (the transformer's scale), the video
+/// grid, the audio frames, the noise levels and the scales.
+struct Start {
+    video: Tensor,
+    audio: Tensor,
+    grid: [i64; 3],
+    audio_frames: i64,
+    sigmas: Vec<f32>,
+    scales: (Scales, Scales),
+    cfg: bool,
 }
 
 struct State {
@@ -185,13 +210,13 @@ impl Ltx2Denoise {
     }
 }
 
-/// The passes the pipeline's own rule runs for `req`: the conditional one; the unconditional
-/// one with classifier-free guidance; the perturbed one when a stream's STG scale is above 0;
+/// The passes the pipeline's own rule runs: the conditional one; the unconditional one with
+/// classifier-free guidance (`cfg`); the perturbed one when a stream's STG scale is above 0;
 /// the isolated one when a stream's modality scale is above 1.
 /// (Without an STG block in the model that pass would equal the conditional one: it is skipped.)
-fn builtin_branches(req: &ResolvedRequest, (video, audio): &(Scales, Scales), stg_blocks: bool) -> Vec<String> {
+fn builtin_branches(cfg: bool, (video, audio): &(Scales, Scales), stg_blocks: bool) -> Vec<String> {
     let mut b = vec!["cond".to_string()];
-    if req.does_cfg() {
+    if cfg {
         b.push("uncond".into());
     }
     if stg_blocks && (video.stg > 0.0 || audio.stg > 0.0) {
@@ -206,21 +231,36 @@ fn builtin_branches(req: &ResolvedRequest, (video, audio): &(Scales, Scales), st
 /// The streams, in the order a stream guider gets them.
 pub const STREAMS: [&str; 2] = ["video", "audio"];
 
-/// Whether `req` needs the negative prompt encoded: classifier-free guidance, or a stream
-/// guider that may ask for it.
+/// Whether `req` needs the negative prompt encoded: classifier-free guidance in either loop, or
+/// a stream guider that may ask for it.
 pub fn needs_negative(req: &ResolvedRequest, guider: bool) -> bool {
-    req.does_cfg() || guider
+    let refine = RefineParams::of(req).ok().flatten().is_some_and(|p| p.cfg());
+    req.does_cfg() || guider || refine
 }
 
-impl LoopStage for Ltx2Denoise {
-    fn init(&self, ctx: &NodeCtx, values: &mut Values) -> Result<LoopState> {
-        let req = ctx.request;
-        let device = ctx.device;
+impl Ltx2Denoise {
+    /// The base loop's start: given latents normalised (as the pipeline treats `latents=` and
+    /// `audio_latents=`), else seeded noise; half the size for the two-stage recipe.
+    fn base(&self, req: &ResolvedRequest, device: tch::Device) -> Result<Start> {
         if let Some(name) = req.named_noise.keys().find(|n| n.as_str() != AUDIO_LATENTS) {
             anyhow::bail!("inputs: a latent named `{name}`; LTX-2 denoises `latents` and `{AUDIO_LATENTS}`");
         }
         let g = &self.geometry;
-        let [c, f, h, w] = g.video(req.num_frames, req.height, req.width);
+        let (height, width) = match two_stage(req) {
+            true => {
+                let unit = 64.max(2 * g.spatial as u32);
+                for (field, v) in [("height", req.height), ("width", req.width)] {
+                    ensure!(
+                        v % unit == 0,
+                        "diffusion.{field}: {v} is not a multiple of {unit}, which the two-stage recipe needs (its \
+                         first stage runs at half the size)"
+                    );
+                }
+                (req.height / 2, req.width / 2)
+            }
+            false => (req.height, req.width),
+        };
+        let [c, f, h, w] = g.video(req.num_frames, height, width);
         let audio_frames = g.audio_frames(req.num_frames, req.fps as f64);
         let [ac, al, am] = g.audio(audio_frames);
         let (vm, vs, scale) = &self.stats.video;
@@ -235,14 +275,56 @@ impl LoopStage for Ltx2Denoise {
         };
         let sigmas = self.schedule.sigmas(req.steps as usize, f * h * w, req.schedule.as_deref())?;
         let scales = scales(req);
+        Ok(Start { video, audio, grid: [f, h, w], audio_frames, sigmas, scales, cfg: req.does_cfg() })
+    }
+
+    /// The refine loop's start: the upsampled video latents and the base loop's audio
+    /// latents, normalised, each blended with fresh seeded noise by `noise_scale`.
+    fn refine(&self, req: &ResolvedRequest, values: &Values, device: tch::Device) -> Result<Start> {
+        let p = RefineParams::of(req)?.unwrap_or_default();
+        let up = values.tensor(UPSAMPLED)?.to_kind(Kind::Float).to_device(device);
+        let audio = values.tensor(AUDIO_LATENTS)?.to_kind(Kind::Float).to_device(device);
+        let (_, _, f, h, w) = up.size5()?;
+        let audio_frames = audio.size()[2];
+        let (vm, vs, scale) = &self.stats.video;
+        let (am, as_) = &self.stats.audio;
+        let video = pack_video(&normalize_video(&up, &vm.to_device(device), &vs.to_device(device), *scale));
+        let audio = normalize_audio(&pack_audio(&audio), &am.to_device(device), &as_.to_device(device));
+        let noise_scale = p.noise_scale.unwrap_or(p.sigmas[0]);
+        let fresh = |x: &Tensor, seed: u64| noised(x, &seeded_noise(&x.size(), seed, device), noise_scale);
+        let (video, audio) = (fresh(&video, req.seed.wrapping_add(2)), fresh(&audio, req.seed.wrapping_add(3)));
+        let mut sigmas: Vec<f32> = p.sigmas.iter().map(|&s| s as f32).collect();
+        sigmas.push(0.0);
+        let or_video = |a: f64, v: f64| if a == 0.0 { v } else { a };
+        let scales = (
+            Scales { cfg: p.guidance_scale, stg: p.stg_scale, modality: p.modality_scale, rescale: p.guidance_rescale },
+            Scales {
+                cfg: or_video(p.audio_guidance_scale, p.guidance_scale),
+                stg: or_video(p.audio_stg_scale, p.stg_scale),
+                modality: or_video(p.audio_modality_scale, p.modality_scale),
+                rescale: or_video(p.audio_guidance_rescale, p.guidance_rescale),
+            },
+        );
+        Ok(Start { video, audio, grid: [f, h, w], audio_frames, sigmas, scales, cfg: p.cfg() })
+    }
+}
+
+impl LoopStage for Ltx2Denoise {
+    fn init(&self, ctx: &NodeCtx, values: &mut Values) -> Result<LoopState> {
+        let req = ctx.request;
+        let start = match self.role {
+            Role::Base => self.base(req, ctx.device)?,
+            Role::Refine => self.refine(req, values, ctx.device)?,
+        };
         let text = (
             values.tensor(VIDEO_TEXT)?.shallow_clone(),
             values.tensor(AUDIO_TEXT)?.shallow_clone(),
             values.tensor(TEXT_MASK)?.shallow_clone(),
         );
-        // A deploy's stream guider names the passes; the pipeline's rule runs those its scales use.
+        // A deploy's stream guider names the base loop's passes; the pipeline's rule runs those
+        // its scales use.
         let plugin = match &self.guidance {
-            Some(g) if !g.gives_way(req) => {
+            Some(g) if self.role == Role::Base && !g.gives_way(req) => {
                 let plan = g.init(req, &STREAMS, ctx.meter).context("stream guider init")?;
                 Some((Arc::clone(g), plan))
             }
@@ -252,23 +334,23 @@ impl LoopStage for Ltx2Denoise {
         let stg: Vec<usize> = STG_BLOCKS.iter().copied().filter(|&b| b < self.model.cfg.num_layers).collect();
         let (branches, plugin) = match plugin {
             Some((g, plan)) => (plan.branches, Some((g, plan.state))),
-            None => (builtin_branches(req, &scales, !stg.is_empty()), None),
+            None => (builtin_branches(start.cfg, &start.scales, !stg.is_empty()), None),
         };
         let rows = text.0.size()[0];
         ensure!(
-            rows == 1 + branches.iter().any(|b| b == "uncond") as i64,
+            rows > branches.iter().any(|b| b == "uncond") as i64,
             "ltx2: {rows} text rows for the passes {branches:?} (is the negative prompt encoded?)"
         );
-        let steps = sigmas.len() as u32 - 1;
+        let steps = start.sigmas.len() as u32 - 1;
         let state = State {
-            video: video.to_kind(Kind::Float),
-            audio: audio.to_kind(Kind::Float),
-            grid: [f, h, w],
-            audio_frames,
+            video: start.video.to_kind(Kind::Float),
+            audio: start.audio.to_kind(Kind::Float),
+            grid: start.grid,
+            audio_frames: start.audio_frames,
             fps: req.fps as f64,
-            sigmas,
+            sigmas: start.sigmas,
             text,
-            scales,
+            scales: start.scales,
             branches,
             stg,
             plugin,

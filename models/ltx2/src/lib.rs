@@ -19,6 +19,7 @@ pub mod latents;
 pub mod model;
 pub mod pipeline;
 pub mod prompt;
+pub mod refine;
 pub mod rope;
 pub mod schedule;
 pub mod transformer;

@@ -16,6 +16,7 @@ use crate::audio_vae::Ltx2AudioDecoder;
 use crate::prompt::PromptEncoder;
 use crate::schedule::Ltx2Schedule;
 use crate::transformer::Ltx2Transformer;
+use crate::upsampler::Ltx2LatentUpsampler;
 use crate::video_vae::Ltx2VideoDecoder;
 use crate::vocoder::Ltx2Vocoder;
 
@@ -71,6 +72,8 @@ pub struct Ltx2Model {
     pub vocoder: Arc<Ltx2Vocoder>,
     /// The noise levels.
     pub schedule: Arc<Ltx2Schedule>,
+    /// The latent upsampler (`latent_upsampler/`), when the folder has one: the two-stage recipe.
+    pub upsampler: Option<Arc<Ltx2LatentUpsampler>>,
     /// Latent shapes.
     pub geometry: Geometry,
     /// Bytes of every weight read (the text encoder's vision tower not included).
@@ -97,6 +100,19 @@ impl Ltx2Model {
         let audio_vae = Arc::new(Ltx2AudioDecoder::load(&dir.join("audio_vae"), device, vae_kind)?);
         let vocoder = Arc::new(Ltx2Vocoder::load(&dir.join("vocoder"), device, vae_kind)?);
         let schedule = Arc::new(Ltx2Schedule::load(&dir.join("scheduler/scheduler_config.json"))?);
+        let up_dir = dir.join("latent_upsampler");
+        let upsampler = match up_dir.join("config.json").is_file() {
+            true => {
+                let u = Ltx2LatentUpsampler::load(&up_dir, device, kind)?;
+                ensure!(
+                    u.doubles_space(),
+                    "{}: the two-stage recipe needs an upsampler that doubles rows and columns and keeps frames",
+                    up_dir.join("config.json").display()
+                );
+                Some(Arc::new(u))
+            }
+            false => None,
+        };
         let tc = &transformer.cfg;
         let (spatial, temporal) = vae.compression();
         ensure!(
@@ -136,7 +152,8 @@ impl Ltx2Model {
             .sum::<u64>()
             + weight_bytes(&dir.join("text_encoder"), "model", text_kind, "model.language_model")
             + weight_bytes(&dir.join("text_encoder"), "model", text_kind, "language_model.model");
-        Ok(Self { prompts, transformer, vae, audio_vae, vocoder, schedule, geometry, bytes })
+        let bytes = bytes + weight_bytes(&up_dir, "diffusion_pytorch_model", kind, "");
+        Ok(Self { prompts, transformer, vae, audio_vae, vocoder, schedule, upsampler, geometry, bytes })
     }
 
     /// What requests it takes: text to video with sound; frames `8k + 1`, sides multiples of

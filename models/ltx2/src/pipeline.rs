@@ -10,11 +10,12 @@ use fastvideo_request::AudioArtifact;
 use tch::{Kind, Tensor};
 
 use crate::audio_vae::Ltx2AudioDecoder;
-use crate::denoise::{Ltx2Denoise, Statistics};
+use crate::denoise::{Ltx2Denoise, Role, Statistics};
 use crate::latents::denormalize_video;
 use crate::model::Ltx2Model;
 use crate::prompt::PromptEncoder;
-use crate::values::{AUDIO_LATENTS, AUDIO_TEXT, FRAMES, LATENTS, TEXT_MASK, VIDEO, VIDEO_TEXT};
+use crate::refine::{two_stage, Upsample, REFINE};
+use crate::values::{AUDIO_LATENTS, AUDIO_TEXT, FRAMES, LATENTS, TEXT_MASK, UPSAMPLED, VIDEO, VIDEO_TEXT};
 use crate::video_vae::Ltx2VideoDecoder;
 use crate::vocoder::Ltx2Vocoder;
 
@@ -102,13 +103,15 @@ pub fn spec(
     guidance: Option<Arc<dyn StreamGuidance>>,
 ) -> Result<PipelineSpec> {
     let stats = Arc::new(statistics(model));
-    let denoise = Ltx2Denoise {
+    let denoise = |role, guidance| Ltx2Denoise {
         model: Arc::clone(&model.transformer),
         schedule: Arc::clone(&model.schedule),
         geometry: model.geometry,
         stats: Arc::clone(&stats),
-        guidance: guidance.clone(),
+        guidance,
+        role,
     };
+    let texts = [VIDEO_TEXT, AUDIO_TEXT, TEXT_MASK];
     let mut nodes = text_stages;
     nodes.extend([
         Node::stage(
@@ -117,7 +120,20 @@ pub fn spec(
             &[],
             &[VIDEO_TEXT, AUDIO_TEXT, TEXT_MASK],
         ),
-        Node::looped("denoise", Arc::new(denoise), &[VIDEO_TEXT, AUDIO_TEXT, TEXT_MASK], &[LATENTS, AUDIO_LATENTS]),
+        Node::looped("denoise", Arc::new(denoise(Role::Base, guidance.clone())), &texts, &[LATENTS, AUDIO_LATENTS]),
+    ]);
+    // The two-stage recipe, for requests that give `node_params.refine`: upsample, then refine.
+    if let Some(upsampler) = &model.upsampler {
+        let upsample = Upsample { upsampler: Arc::clone(upsampler), stats: Arc::clone(&stats) };
+        let refine_in = [VIDEO_TEXT, AUDIO_TEXT, TEXT_MASK, UPSAMPLED, AUDIO_LATENTS];
+        nodes.extend([
+            Node::stage("upsample", Arc::new(upsample), &[LATENTS], &[UPSAMPLED]).when(two_stage),
+            Node::looped(REFINE, Arc::new(denoise(Role::Refine, None)), &refine_in, &[LATENTS, AUDIO_LATENTS])
+                .when(two_stage)
+                .with_params(crate::refine::schema())?,
+        ]);
+    }
+    nodes.extend([
         Node::stage(
             "decode_video",
             Arc::new(DecodeVideo { vae: Arc::clone(&model.vae), stats, kind: model.transformer.kind() }),

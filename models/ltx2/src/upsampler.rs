@@ -137,6 +137,10 @@ pub struct Ltx2LatentUpsampler {
     final_conv: Conv,
 }
 
+// SAFETY: the weights are read-only after construction and libtorch kernels may read one
+// tensor from several threads; nothing here mutates shared state.
+unsafe impl Sync for Ltx2LatentUpsampler {}
+
 /// `b (c p1 p2 …) d… → b c (d p1) …` over the last `factors.len()` axes.
 fn pixel_shuffle(x: &Tensor, factors: &[i64]) -> Tensor {
     let s = x.size();
@@ -159,6 +163,18 @@ fn pixel_shuffle(x: &Tensor, factors: &[i64]) -> Tensor {
 }
 
 impl Ltx2LatentUpsampler {
+    /// The dtype its weights are in.
+    pub fn kind(&self) -> Kind {
+        self.final_conv.weight.kind()
+    }
+
+    /// Whether it doubles the latents' rows and columns and keeps their frames (what the
+    /// two-stage recipe needs).
+    pub fn doubles_space(&self) -> bool {
+        let c = &self.cfg;
+        c.spatial_upsample && !c.temporal_upsample && (!c.use_rational_resampler || c.rational_spatial_scale == 2.0)
+    }
+
     /// Reads `dir` (`config.json` and the weights) onto `device` in `kind`.
     pub fn load(dir: &Path, device: Device, kind: Kind) -> Result<Self> {
         let path = dir.join("config.json");

@@ -16,3 +16,5 @@ pub const AUDIO_LATENTS: &str = "audio_latents";
 pub const FRAMES: &str = "frames";
 /// The video artifact.
 pub const VIDEO: &str = "video";
+/// The two-stage recipe: the base loop's video latents upsampled ×2, at the VAE's scale.
+pub const UPSAMPLED: &str = "upsampled_latents";

@@ -149,6 +149,42 @@ fn the_official_openai_client_gets_a_video_with_sound_from_serve() {
     assert!((streams[0].2 - streams[1].2).abs() < 0.005, "{streams:?}");
 }
 
+/// diffusers' two-stage recipe (stage one at half the size, `LTX2LatentUpsamplePipeline`, stage
+/// two on `STAGE_2_DISTILLED_SIGMA_VALUES` without guidance), with `noise_scale` 0 so no fresh
+/// noise needs matching: the same frames and sound. float32; as the one-stage test.
+#[test]
+fn two_stages_match_the_documented_recipe() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = parity_args(dir.path());
+    let set = |args: &mut Vec<String>, flag: &str, value: &str| {
+        let i = args.iter().position(|a| a == flag).unwrap();
+        args[i + 1] = value.into();
+    };
+    set(&mut args, "--steps", "3");
+    set(&mut args, "--height", "64");
+    set(&mut args, "--width", "64");
+    set(&mut args, "--noise", &fixture("ltx2/two_stage_noise.safetensors").display().to_string());
+    args.extend(["--two-stage", "--node-param", "refine.noise_scale=0"].map(String::from));
+    let r = fastvideo(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let want = Tensor::read_safetensors(fixture("ltx2/two_stage.safetensors")).unwrap();
+    let get = |name: &str| want.iter().find(|(k, _)| k == name).unwrap().1.shallow_clone();
+    let frames: Vec<Tensor> = (0..17)
+        .map(|i| {
+            let img = image::open(dir.path().join(format!("frame_{i:04}.png"))).unwrap().to_rgb8();
+            Tensor::from_slice(img.as_raw()).view([64, 64, 3]).to_kind(tch::Kind::Float)
+        })
+        .collect();
+    let e = (Tensor::stack(&frames, 0) - get("frames") * 255.0).abs().max().double_value(&[]);
+    assert!(e <= 0.5 + 1e-3 * 255.0, "frames differ from the recipe's by {e} levels");
+    let wav = hound::WavReader::open(dir.path().join("out.wav")).unwrap();
+    let samples: Vec<f32> = wav.into_samples::<i16>().map(|s| s.unwrap() as f32 / 32767.0).collect();
+    let e = (Tensor::from_slice(&samples).view([-1, 2]).tr() - get("audio")).abs().max().double_value(&[]);
+    assert!(e <= 1.0 / 32767.0 + 1e-4, "sound differs from the recipe's by {e}");
+    let out = String::from_utf8_lossy(&r.stderr);
+    assert!(out.contains("wrote") && out.contains("64x64"), "{out}");
+}
+
 /// The pipeline's `audio_guidance_scale or guidance_scale`: 0 is the video's scale.
 #[test]
 fn an_audio_scale_of_zero_is_the_videos() {
@@ -177,11 +213,16 @@ fn bad_input_is_one_line_naming_the_field() {
     let a = Tensor::zeros([1, 4, 18, 4], (tch::Kind::Float, tch::Device::Cpu));
     Tensor::write_safetensors(&[("latents", &z), ("audio_latents", &a)], &bad_noise).unwrap();
     let noise = bad_noise.to_str().unwrap();
-    let cases: [(&[&str], &str); 4] = [
+    let cases: [(&[&str], &str); 8] = [
         (&["--frames", "16"], "diffusion.num_frames: 16"),
         (&["--height", "48"], "diffusion.height: 48"),
         (&["--audio-guidance", "101"], "diffusion.audio_guidance_scale"),
         (&["--frames", "17", "--height", "32", "--width", "32", "--noise", noise], "inputs.latent `latents`"),
+        // The refine node's parameters are checked against its schema before any work.
+        (&["--node-param", "refine.sigma=0.5"], "node_params.refine"),
+        (&["--node-param", "refine.noise_scale=2"], "node_params.refine.noise_scale"),
+        (&["--node-param", "upscale.x=1"], "node_params.upscale"),
+        (&["--two-stage", "--height", "96", "--width", "64", "--frames", "9"], "diffusion.height: 96"),
     ];
     for (extra, want) in cases {
         let r =
