@@ -33,6 +33,18 @@ mp4 = client.videos.download_content(video.id, variant="video").read()
 with open(out, "wb") as f:
     f.write(mp4)
 
+# The two-stage recipe: half the size first, the latents upsampled, then refined.
+two = client.videos.create(
+    model=model,
+    prompt="a red ball bounces on a wooden floor and a bell rings",
+    size="64x64",
+    extra_body={"num_frames": 9, "fps": 24, "num_inference_steps": 2, "seed": 3,
+                "node_params": {"refine": {"noise_scale": 0.5}}},
+)
+while two.status in ("queued", "in_progress"):
+    time.sleep(0.05)
+    two = client.videos.retrieve(two.id)
+
 try:
     client.videos.create(model=model, prompt="p", size="32x32", extra_body={"guidance_scale_2": 2.0})
     bad = None
@@ -45,5 +57,7 @@ print(json.dumps({
     "status": video.status,
     "audio_sample_rate": getattr(video, "audio_sample_rate", None) or extra.get("audio_sample_rate"),
     "bytes": len(mp4),
+    "two_stage_status": two.status,
+    "two_stage_error": getattr(two, "error", None) and two.error.message,
     "bad_request": bad,
 }))

@@ -140,6 +140,7 @@ fn the_official_openai_client_gets_a_video_with_sound_from_serve() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(r["status"], "completed", "{r}");
+    assert_eq!(r["two_stage_status"], "completed", "{r}");
     assert_eq!(r["audio_sample_rate"], 24000);
     assert_eq!(r["bad_request"]["status"], 400);
     assert_eq!(r["bad_request"]["param"], "guidance_scale_2");

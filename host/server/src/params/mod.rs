@@ -122,6 +122,10 @@ pub struct CreateParams {
     /// Parameters for plugins the deploy enabled, keyed by plugin name.
     #[serde(default)]
     pub plugin_params: BTreeMap<String, serde_json::Value>,
+    /// Per-node parameters, `{node: {key: value}}` (LTX-2: `refine`, the two-stage recipe),
+    /// checked against the node's schema at admission.
+    #[serde(default)]
+    pub node_params: BTreeMap<String, serde_json::Value>,
     /// Reward plugins (enabled by the deploy) to score the result with.
     #[serde(default)]
     pub rewards: Vec<String>,
@@ -504,6 +508,7 @@ impl CreateParams {
         r.sampling.sampler = self.sampler;
         r.sampling.sigma_max = self.sigma_max;
         r.plugin_params = self.plugin_params.clone();
+        r.node_params = self.node_params.clone();
         r.outputs.rewards = self.rewards.clone();
         r.priority = self.priority.unwrap_or(0);
         if self.preview_every == Some(0) {
