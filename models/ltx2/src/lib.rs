@@ -25,6 +25,7 @@ pub mod schedule;
 pub mod transformer;
 pub mod upsampler;
 pub mod values;
+pub mod video_encoder;
 pub mod video_vae;
 pub mod vocoder;
 
@@ -35,5 +36,6 @@ pub use gemma::GemmaEncoder;
 pub use model::Ltx2Model;
 pub use transformer::{Ltx2Inputs, Ltx2Transformer};
 pub use upsampler::Ltx2LatentUpsampler;
+pub use video_encoder::Ltx2VideoEncoder;
 pub use video_vae::Ltx2VideoDecoder;
 pub use vocoder::Ltx2Vocoder;

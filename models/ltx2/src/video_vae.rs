@@ -122,7 +122,7 @@ mod d {
 }
 
 /// A bool or a list of bools (`n` entries when a bool).
-fn bools(v: &Value, n: usize, path: &Path, key: &str) -> Result<Vec<bool>> {
+pub(crate) fn bools(v: &Value, n: usize, path: &Path, key: &str) -> Result<Vec<bool>> {
     match v {
         Value::Bool(b) => Ok(vec![*b; n]),
         Value::Array(a) if a.iter().all(Value::is_boolean) => Ok(a.iter().map(|b| b.as_bool().unwrap()).collect()),
@@ -132,14 +132,14 @@ fn bools(v: &Value, n: usize, path: &Path, key: &str) -> Result<Vec<bool>> {
 
 /// `LTX2VideoCausalConv3d`: frames padded by repeating the first (causal) or both ends, space
 /// padded by reflection (or zeros), then an unpadded 3×3×3 convolution (`.conv`).
-struct CausalConv3d {
+pub(crate) struct CausalConv3d {
     weight: Tensor,
     bias: Tensor,
     reflect: bool,
 }
 
 impl CausalConv3d {
-    fn new(w: &Weights, input: i64, output: i64, reflect: bool) -> Result<Self> {
+    pub(crate) fn new(w: &Weights, input: i64, output: i64, reflect: bool) -> Result<Self> {
         Ok(Self {
             weight: w.get("conv.weight", &[output, input, 3, 3, 3])?,
             bias: w.get("conv.bias", &[output])?,
@@ -147,7 +147,7 @@ impl CausalConv3d {
         })
     }
 
-    fn forward(&self, x: &Tensor, causal: bool) -> Tensor {
+    pub(crate) fn forward(&self, x: &Tensor, causal: bool) -> Tensor {
         let f = x.size()[2];
         let first = x.narrow(2, 0, 1);
         let x = match causal {
@@ -163,12 +163,12 @@ impl CausalConv3d {
 }
 
 /// `PerChannelRMSNorm`: `x / sqrt(mean(x², channels) + 1e-8)`.
-fn channel_rms(x: &Tensor) -> Tensor {
+pub(crate) fn channel_rms(x: &Tensor) -> Tensor {
     x / (x.square().mean_dim(1, true, x.kind()) + 1e-8).sqrt()
 }
 
 /// `LTX2VideoResnetBlock3d` without noise injection or timestep conditioning.
-struct ResBlock {
+pub(crate) struct ResBlock {
     conv1: CausalConv3d,
     conv2: CausalConv3d,
     /// LayerNorm over channels and a 1×1×1 convolution, where the widths differ.
@@ -177,7 +177,7 @@ struct ResBlock {
 }
 
 impl ResBlock {
-    fn new(w: &Weights, input: i64, output: i64, reflect: bool, eps: f64) -> Result<Self> {
+    pub(crate) fn new(w: &Weights, input: i64, output: i64, reflect: bool, eps: f64) -> Result<Self> {
         let shortcut = (input != output)
             .then(|| -> Result<_> {
                 Ok((
@@ -196,7 +196,7 @@ impl ResBlock {
         })
     }
 
-    fn forward(&self, x: &Tensor, causal: bool) -> Tensor {
+    pub(crate) fn forward(&self, x: &Tensor, causal: bool) -> Tensor {
         let h = self.conv1.forward(&channel_rms(x).silu(), causal);
         let h = self.conv2.forward(&channel_rms(&h).silu(), causal);
         let skip = match &self.shortcut {

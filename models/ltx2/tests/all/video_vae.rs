@@ -20,3 +20,18 @@ fn causal_and_centred_video_decoders_match_diffusers() {
     }
     assert!(rel(&f["video_causal"], &f["video_centred"]) > 1e-3, "the two paddings differ");
 }
+
+/// The encoder (spatio-temporal downsamplers with their channel-averaged shortcuts, the patch
+/// order) against `AutoencoderKLLTX2Video.encode(...).latent_dist.mode()` of the tiny folder's
+/// VAE (tests/fixtures/make_ltx2_pipeline_fixtures.py). float32: summation order only.
+#[test]
+fn the_encoder_matches_the_posterior_mode() {
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/tiny-ltx2/vae");
+    let enc = fastvideo_ltx2::Ltx2VideoEncoder::load(&dir, tch::Device::Cpu, tch::Kind::Float).unwrap();
+    let f = crate::common::load("vae_encode.safetensors");
+    let out = enc.encode(&f["pixels"]).unwrap();
+    assert_eq!(out.size(), f["latents"].size());
+    let e = crate::common::rel(&out, &f["latents"]);
+    eprintln!("video encoder: {e:.2e}");
+    assert!(e < 1e-5, "video encoder: {e:.2e}");
+}
