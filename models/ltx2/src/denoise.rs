@@ -13,7 +13,7 @@ use fastvideo_pipeline::{
     GuidanceState, LoopStage, LoopState, NodeCtx, StepCtx, StepResult, StreamGuidance, StreamPreds, Value, Values,
     STREAM_BRANCHES,
 };
-use fastvideo_request::ResolvedRequest;
+use fastvideo_request::{ResolvedRequest, TaskType};
 use tch::{Kind, Tensor};
 
 use crate::guidance::{guided_velocity, Passes, Scales};
@@ -24,7 +24,7 @@ use crate::model::Geometry;
 use crate::refine::{two_stage, RefineParams};
 use crate::schedule::Ltx2Schedule;
 use crate::transformer::{Ltx2Inputs, Ltx2Transformer};
-use crate::values::{AUDIO_LATENTS, AUDIO_TEXT, LATENTS, TEXT_MASK, UPSAMPLED, VIDEO_TEXT};
+use crate::values::{AUDIO_LATENTS, AUDIO_TEXT, CONDITION, LATENTS, TEXT_MASK, UPSAMPLED, VIDEO_TEXT};
 
 /// The pipeline's default spatio-temporal guidance block.
 pub const STG_BLOCKS: [usize; 1] = [28];
@@ -77,6 +77,8 @@ struct Start {
     sigmas: Vec<f32>,
     scales: (Scales, Scales),
     cfg: bool,
+    /// Leading video tokens given clean (image to video).
+    clean: i64,
 }
 
 struct State {
@@ -93,6 +95,8 @@ struct State {
     branches: Vec<String>,
     /// The blocks the `perturbed` pass perturbs.
     stg: Vec<usize>,
+    /// Image to video: the leading video tokens (the first latent frame) kept clean; 0 otherwise.
+    clean: i64,
     /// A deploy's stream guider and its request state; the pipeline's own rule when `None`.
     plugin: Option<(Arc<dyn StreamGuidance>, GuidanceState)>,
     step: usize,
@@ -157,6 +161,16 @@ impl Ltx2Denoise {
         let audio = s.audio.to_kind(kind).repeat([b, 1, 1]);
         let t = s.sigmas[s.step] * 1000.0;
         let timestep = Tensor::full([b], t as f64, (Kind::Float, device));
+        // Image to video: the clean first frame's tokens at timestep 0, the rest at t.
+        let per_token = (s.clean > 0).then(|| {
+            let n = s.video.size()[1];
+            let keep = Tensor::ones([1, n], (Kind::Float, device)).index_fill(
+                1,
+                &Tensor::arange(s.clean, (Kind::Int64, device)),
+                0.0,
+            );
+            timestep.unsqueeze(1) * keep
+        });
         let (v, a) = self.model.forward(&Ltx2Inputs {
             video: &video,
             audio: &audio,
@@ -164,8 +178,8 @@ impl Ltx2Denoise {
             audio_text: &audio_text,
             text_mask: Some(&mask),
             audio_text_mask: Some(&mask),
-            timestep: &timestep,
-            audio_timestep: None,
+            timestep: per_token.as_ref().unwrap_or(&timestep),
+            audio_timestep: per_token.as_ref().map(|_| &timestep),
             sigma: Some(&timestep),
             audio_sigma: None,
             grid: s.grid,
@@ -241,7 +255,7 @@ pub fn needs_negative(req: &ResolvedRequest, guider: bool) -> bool {
 impl Ltx2Denoise {
     /// The base loop's start: given latents normalised (as the pipeline treats `latents=` and
     /// `audio_latents=`), else seeded noise; half the size for the two-stage recipe.
-    fn base(&self, req: &ResolvedRequest, device: tch::Device) -> Result<Start> {
+    fn base(&self, req: &ResolvedRequest, values: &Values, device: tch::Device) -> Result<Start> {
         if let Some(name) = req.named_noise.keys().find(|n| n.as_str() != AUDIO_LATENTS) {
             anyhow::bail!("inputs: a latent named `{name}`; LTX-2 denoises `latents` and `{AUDIO_LATENTS}`");
         }
@@ -264,9 +278,22 @@ impl Ltx2Denoise {
         let audio_frames = g.audio_frames(req.num_frames, req.fps as f64);
         let [ac, al, am] = g.audio(audio_frames);
         let (vm, vs, scale) = &self.stats.video;
+        // Image to video: the first latent frame is clean — the given latents' own (the picture
+        // is then unused, as the pipeline does), else the encoded picture over the noise.
+        let i2v = req.task == TaskType::I2v;
         let video = match given(req, LATENTS, &[1, c, f, h, w], device)? {
             Some(x) => pack_video(&normalize_video(&x, &vm.to_device(device), &vs.to_device(device), *scale)),
-            None => pack_video(&seeded_noise(&[1, c, f, h, w], req.seed, device)),
+            None => {
+                let noise = seeded_noise(&[1, c, f, h, w], req.seed, device);
+                match i2v {
+                    true => {
+                        let cond = values.tensor(CONDITION)?.to_device(device);
+                        ensure!(cond.size() == [1, c, 1, h, w], "ltx2: condition latents {:?}", cond.size());
+                        pack_video(&Tensor::cat(&[cond, noise.narrow(2, 1, f - 1)], 2))
+                    }
+                    false => pack_video(&noise),
+                }
+            }
         };
         let (am_, as_) = &self.stats.audio;
         let audio = match given(req, AUDIO_LATENTS, &[1, ac, al, am], device)? {
@@ -275,7 +302,8 @@ impl Ltx2Denoise {
         };
         let sigmas = self.schedule.sigmas(req.steps as usize, f * h * w, req.schedule.as_deref())?;
         let scales = scales(req);
-        Ok(Start { video, audio, grid: [f, h, w], audio_frames, sigmas, scales, cfg: req.does_cfg() })
+        let clean = if i2v { h * w } else { 0 };
+        Ok(Start { video, audio, grid: [f, h, w], audio_frames, sigmas, scales, cfg: req.does_cfg(), clean })
     }
 
     /// The refine loop's start: the upsampled video latents and the base loop's audio
@@ -292,7 +320,15 @@ impl Ltx2Denoise {
         let audio = normalize_audio(&pack_audio(&audio), &am.to_device(device), &as_.to_device(device));
         let noise_scale = p.noise_scale.unwrap_or(p.sigmas[0]);
         let fresh = |x: &Tensor, seed: u64| noised(x, &seeded_noise(&x.size(), seed, device), noise_scale);
-        let (video, audio) = (fresh(&video, req.seed.wrapping_add(2)), fresh(&audio, req.seed.wrapping_add(3)));
+        // Image to video: the upsampled first frame stays clean (no fresh noise, timestep 0).
+        let clean = if req.task == TaskType::I2v { h * w } else { 0 };
+        let n = video.size()[1];
+        let renoised = fresh(&video, req.seed.wrapping_add(2));
+        let video = match clean {
+            0 => renoised,
+            k => Tensor::cat(&[video.narrow(1, 0, k), renoised.narrow(1, k, n - k)], 1),
+        };
+        let audio = fresh(&audio, req.seed.wrapping_add(3));
         let mut sigmas: Vec<f32> = p.sigmas.iter().map(|&s| s as f32).collect();
         sigmas.push(0.0);
         let or_video = |a: f64, v: f64| if a == 0.0 { v } else { a };
@@ -305,7 +341,7 @@ impl Ltx2Denoise {
                 rescale: or_video(p.audio_guidance_rescale, p.guidance_rescale),
             },
         );
-        Ok(Start { video, audio, grid: [f, h, w], audio_frames, sigmas, scales, cfg: p.cfg() })
+        Ok(Start { video, audio, grid: [f, h, w], audio_frames, sigmas, scales, cfg: p.cfg(), clean })
     }
 }
 
@@ -313,7 +349,7 @@ impl LoopStage for Ltx2Denoise {
     fn init(&self, ctx: &NodeCtx, values: &mut Values) -> Result<LoopState> {
         let req = ctx.request;
         let start = match self.role {
-            Role::Base => self.base(req, ctx.device)?,
+            Role::Base => self.base(req, values, ctx.device)?,
             Role::Refine => self.refine(req, values, ctx.device)?,
         };
         let text = (
@@ -353,6 +389,7 @@ impl LoopStage for Ltx2Denoise {
             scales: start.scales,
             branches,
             stg,
+            clean: start.clean,
             plugin,
             step: 0,
         };
@@ -396,7 +433,12 @@ impl LoopStage for Ltx2Denoise {
         };
         // Euler in float32: `x + (σ_next − σ)·v`, the step size rounded to float32 first.
         let dt = (s.sigmas[s.step + 1] - s.sigmas[s.step]) as f64;
-        s.video = &s.video + &gv * dt;
+        let next = &s.video + &gv * dt;
+        // The clean first frame is not stepped.
+        s.video = match s.clean {
+            0 => next,
+            k => Tensor::cat(&[s.video.narrow(1, 0, k), next.narrow(1, k, next.size()[1] - k)], 1),
+        };
         s.audio = &s.audio + &ga * dt;
         s.step += 1;
         Ok(StepResult { forwards, output: Some(gv), ..Default::default() })

@@ -8,6 +8,7 @@
 pub mod attention;
 pub mod audio_vae;
 pub mod block;
+pub mod condition;
 pub mod config;
 pub mod connectors;
 pub mod denoise;

@@ -17,6 +17,7 @@ use crate::prompt::PromptEncoder;
 use crate::schedule::Ltx2Schedule;
 use crate::transformer::Ltx2Transformer;
 use crate::upsampler::Ltx2LatentUpsampler;
+use crate::video_encoder::Ltx2VideoEncoder;
 use crate::video_vae::Ltx2VideoDecoder;
 use crate::vocoder::Ltx2Vocoder;
 
@@ -66,6 +67,8 @@ pub struct Ltx2Model {
     pub transformer: Arc<Ltx2Transformer>,
     /// The video VAE's decoder.
     pub vae: Arc<Ltx2VideoDecoder>,
+    /// Its encoder (image to video's first frame).
+    pub encoder: Arc<Ltx2VideoEncoder>,
     /// The audio VAE's decoder.
     pub audio_vae: Arc<Ltx2AudioDecoder>,
     /// Mel spectrogram to waveform.
@@ -97,6 +100,7 @@ impl Ltx2Model {
         let prompts = Arc::new(PromptEncoder::load(dir, device, kind, text_kind)?);
         let transformer = Arc::new(Ltx2Transformer::load(&dir.join("transformer"), device, kind)?);
         let vae = Arc::new(Ltx2VideoDecoder::load(&dir.join("vae"), device, vae_kind)?);
+        let encoder = Arc::new(Ltx2VideoEncoder::load(&dir.join("vae"), device, vae_kind)?);
         let audio_vae = Arc::new(Ltx2AudioDecoder::load(&dir.join("audio_vae"), device, vae_kind)?);
         let vocoder = Arc::new(Ltx2Vocoder::load(&dir.join("vocoder"), device, vae_kind)?);
         let schedule = Arc::new(Ltx2Schedule::load(&dir.join("scheduler/scheduler_config.json"))?);
@@ -153,17 +157,17 @@ impl Ltx2Model {
             + weight_bytes(&dir.join("text_encoder"), "model", text_kind, "model.language_model")
             + weight_bytes(&dir.join("text_encoder"), "model", text_kind, "language_model.model");
         let bytes = bytes + weight_bytes(&up_dir, "diffusion_pytorch_model", kind, "");
-        Ok(Self { prompts, transformer, vae, audio_vae, vocoder, schedule, upsampler, geometry, bytes })
+        Ok(Self { prompts, transformer, vae, encoder, audio_vae, vocoder, schedule, upsampler, geometry, bytes })
     }
 
-    /// What requests it takes: text to video with sound; frames `8k + 1`, sides multiples of
+    /// What requests it takes: text and image to video with sound; frames `8k + 1`, sides multiples of
     /// 32 (the pipeline's check); the pipeline's defaults (512×768, 121 frames at 24 fps, 30
     /// steps, guidance 3) and its other scales as knobs.
     pub fn limits(&self) -> ModelLimits {
         let g = &self.geometry;
         ModelLimits {
             family: "LTX-2".into(),
-            tasks: vec![TaskType::T2v],
+            tasks: vec![TaskType::T2v, TaskType::I2v],
             image_roles: vec![fastvideo_request::ImageRole::FirstFrame],
             video: Some(VideoLimits { frame_multiple: g.temporal as u32, max_frames: 1 + g.temporal as u32 * 64 }),
             picture: Some(PictureLimits { spatial_multiple: 32.max(g.spatial as u32), max_side: 2048 }),

@@ -6,16 +6,17 @@ use std::sync::Arc;
 
 use anyhow::Result;
 use fastvideo_pipeline::{AssembleVideo, Node, NodeCtx, PipelineSpec, Stage, StreamGuidance, Value, Values, AUDIO};
-use fastvideo_request::AudioArtifact;
+use fastvideo_request::{AudioArtifact, TaskType};
 use tch::{Kind, Tensor};
 
 use crate::audio_vae::Ltx2AudioDecoder;
+use crate::condition::Condition;
 use crate::denoise::{Ltx2Denoise, Role, Statistics};
 use crate::latents::denormalize_video;
 use crate::model::Ltx2Model;
 use crate::prompt::PromptEncoder;
 use crate::refine::{two_stage, Upsample, REFINE};
-use crate::values::{AUDIO_LATENTS, AUDIO_TEXT, FRAMES, LATENTS, TEXT_MASK, UPSAMPLED, VIDEO, VIDEO_TEXT};
+use crate::values::{AUDIO_LATENTS, AUDIO_TEXT, CONDITION, FRAMES, LATENTS, TEXT_MASK, UPSAMPLED, VIDEO, VIDEO_TEXT};
 use crate::video_vae::Ltx2VideoDecoder;
 use crate::vocoder::Ltx2Vocoder;
 
@@ -120,6 +121,13 @@ pub fn spec(
             &[],
             &[VIDEO_TEXT, AUDIO_TEXT, TEXT_MASK],
         ),
+        Node::stage(
+            "condition",
+            Arc::new(Condition { encoder: Arc::clone(&model.encoder), stats: Arc::clone(&stats) }),
+            &[],
+            &[CONDITION],
+        )
+        .for_tasks(&[TaskType::I2v]),
         Node::looped("denoise", Arc::new(denoise(Role::Base, guidance.clone())), &texts, &[LATENTS, AUDIO_LATENTS]),
     ]);
     // The two-stage recipe, for requests that give `node_params.refine`: upsample, then refine.

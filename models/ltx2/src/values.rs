@@ -18,3 +18,5 @@ pub const FRAMES: &str = "frames";
 pub const VIDEO: &str = "video";
 /// The two-stage recipe: the base loop's video latents upsampled ×2, at the VAE's scale.
 pub const UPSAMPLED: &str = "upsampled_latents";
+/// Image to video: the first frame's clean latents `[1, C, 1, h, w]` (normalised).
+pub const CONDITION: &str = "condition_latents";

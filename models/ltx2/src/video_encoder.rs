@@ -91,9 +91,10 @@ impl Ltx2VideoEncoder {
             Some(v) => bools(v, n, path, "spatio_temporal_scaling")?,
             None => vec![true; n],
         };
-        let types = c.downsample_type.clone().unwrap_or_else(|| {
-            ["spatial", "temporal", "spatiotemporal", "spatiotemporal"].map(String::from).to_vec()
-        });
+        let types = c
+            .downsample_type
+            .clone()
+            .unwrap_or_else(|| ["spatial", "temporal", "spatiotemporal", "spatiotemporal"].map(String::from).to_vec());
         if let Some(t) = c.down_block_types.as_ref().and_then(|t| t.iter().find(|t| *t != "LTX2VideoDownBlock3D")) {
             return Err(unsupported(path, "down_block_types", t, "LTX2VideoDownBlock3D"));
         }
@@ -148,6 +149,11 @@ impl Ltx2VideoEncoder {
             mid,
             conv_out,
         })
+    }
+
+    /// The dtype its weights are in.
+    pub fn kind(&self) -> Kind {
+        self.conv_in.kind()
     }
 
     /// Pixels `[B, 3, F, H, W]` in [-1, 1] → the posterior's mean `[B, C, F', H', W']`.

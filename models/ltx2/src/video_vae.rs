@@ -147,6 +147,10 @@ impl CausalConv3d {
         })
     }
 
+    pub(crate) fn kind(&self) -> Kind {
+        self.weight.kind()
+    }
+
     pub(crate) fn forward(&self, x: &Tensor, causal: bool) -> Tensor {
         let f = x.size()[2];
         let first = x.narrow(2, 0, 1);

@@ -186,6 +186,36 @@ fn two_stages_match_the_documented_recipe() {
     assert!(out.contains("wrote") && out.contains("64x64"), "{out}");
 }
 
+/// `LTX2ImageToVideoPipeline` on the same noise (`image_crf=0`): the given latents' first latent
+/// frame stays clean (timestep 0, not stepped; the picture is then unused, as the pipeline
+/// does). float32; as the one-stage test.
+#[test]
+fn image_to_video_matches_the_pipeline() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = parity_args(dir.path());
+    let i = args.iter().position(|a| a == "--steps").unwrap();
+    args[i + 1] = "3".into();
+    let i = args.iter().position(|a| a == "--noise").unwrap();
+    args[i + 1] = fixture("ltx2/i2v_noise.safetensors").display().to_string();
+    args.extend(["--image".to_string(), fixture("ltx2/first_frame.png").display().to_string()]);
+    let r = fastvideo(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let want = Tensor::read_safetensors(fixture("ltx2/i2v.safetensors")).unwrap();
+    let get = |name: &str| want.iter().find(|(k, _)| k == name).unwrap().1.shallow_clone();
+    let frames: Vec<Tensor> = (0..17)
+        .map(|i| {
+            let img = image::open(dir.path().join(format!("frame_{i:04}.png"))).unwrap().to_rgb8();
+            Tensor::from_slice(img.as_raw()).view([32, 32, 3]).to_kind(tch::Kind::Float)
+        })
+        .collect();
+    let e = (Tensor::stack(&frames, 0) - get("frames") * 255.0).abs().max().double_value(&[]);
+    assert!(e <= 0.5 + 1e-3 * 255.0, "frames differ from the pipeline's by {e} levels");
+    let wav = hound::WavReader::open(dir.path().join("out.wav")).unwrap();
+    let samples: Vec<f32> = wav.into_samples::<i16>().map(|s| s.unwrap() as f32 / 32767.0).collect();
+    let e = (Tensor::from_slice(&samples).view([-1, 2]).tr() - get("audio")).abs().max().double_value(&[]);
+    assert!(e <= 1.0 / 32767.0 + 1e-4, "sound differs from the pipeline's by {e}");
+}
+
 /// The pipeline's `audio_guidance_scale or guidance_scale`: 0 is the video's scale.
 #[test]
 fn an_audio_scale_of_zero_is_the_videos() {

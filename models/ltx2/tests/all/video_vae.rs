@@ -35,3 +35,31 @@ fn the_encoder_matches_the_posterior_mode() {
     eprintln!("video encoder: {e:.2e}");
     assert!(e < 1e-5, "video encoder: {e:.2e}");
 }
+
+/// Image to video's first frame as `LTX2ImageToVideoPipeline.prepare_latents` makes it: the
+/// picture (56x40) resized to 32x32 by its video processor (PIL bilinear), encoded (posterior
+/// mode), normalised without the scaling factor. float32: summation order only.
+#[test]
+fn the_first_frame_condition_matches_the_image_to_video_pipeline() {
+    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
+    let model = fastvideo_ltx2::Ltx2Model::load(
+        &root.join("tiny-ltx2"),
+        tch::Device::Cpu,
+        (tch::Kind::Float, tch::Kind::Float, tch::Kind::Float),
+    )
+    .unwrap();
+    let png = image::open(root.join("ltx2/first_frame.png")).unwrap().to_rgb8();
+    let picture = fastvideo_request::InputImage {
+        role: fastvideo_request::ImageRole::FirstFrame,
+        width: png.width(),
+        height: png.height(),
+        rgb: png.into_raw(),
+    };
+    let stats = fastvideo_ltx2::pipeline::statistics(&model);
+    let z = fastvideo_ltx2::condition::condition_latents(&model.encoder, &stats, &picture, (32, 32), tch::Device::Cpu)
+        .unwrap();
+    let f = crate::common::load("i2v.safetensors");
+    let e = crate::common::rel(&z, &f["condition"]);
+    eprintln!("first frame condition: {e:.2e}");
+    assert!(e < 1e-5, "first frame condition: {e:.2e}");
+}
