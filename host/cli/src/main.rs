@@ -8,6 +8,7 @@ mod bench_cosmos3;
 mod bench_formats;
 mod bench_lm;
 mod bench_lora;
+mod bench_ltx2;
 mod bench_parallel;
 mod chat;
 mod dataset;
@@ -58,6 +59,9 @@ enum Command {
     BenchLm(bench_lm::BenchLmArgs),
     /// Time the Cosmos3 transformer at a real shape with random weights (prefix cache on and off).
     BenchCosmos3(bench_cosmos3::BenchCosmos3Args),
+    /// Time the LTX-2 audio-video transformer at a real shape with random weights (a forward and
+    /// a guided step).
+    BenchLtx2(bench_ltx2::BenchLtx2Args),
     /// Roll out the world model under a list of actions and write the MP4.
     World(world::WorldArgs),
     /// One chat completion from a language-model folder (Qwen3, Qwen2.5), streamed to stdout.
@@ -95,6 +99,7 @@ fn main() -> ExitCode {
         Command::BenchLora(args) => bench_lora::run(args),
         Command::BenchLm(args) => bench_lm::run(args),
         Command::BenchCosmos3(args) => bench_cosmos3::run(args),
+        Command::BenchLtx2(args) => bench_ltx2::run(args),
         Command::Dataset(args) => dataset::run(args),
         Command::World(args) => world::run(args),
         Command::Chat(args) => chat::run(args),

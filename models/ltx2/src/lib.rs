@@ -7,6 +7,7 @@
 
 pub mod attention;
 pub mod audio_vae;
+pub mod bench;
 pub mod block;
 pub mod condition;
 pub mod config;

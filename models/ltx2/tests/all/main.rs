@@ -1,6 +1,7 @@
 //! Integration tests of fastvideo-ltx2: one binary (CI links libtorch once per crate).
 
 mod audio_vae;
+mod bench;
 mod common;
 mod connectors;
 mod gemma;
