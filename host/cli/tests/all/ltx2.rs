@@ -84,42 +84,52 @@ fn probe(mp4: &Path) -> Vec<(String, String, f64)> {
         .collect()
 }
 
-/// float32 on both sides. Frames: half an 8-bit step of rounding plus 1e-3 (as the other
-/// pipeline tests). Sound: the WAV's 16-bit rounding (1/32767) plus 1e-4.
-#[test]
-fn video_and_sound_match_the_pipeline_and_the_mp4_has_both_tracks_of_one_duration() {
-    let dir = tempfile::tempdir().unwrap();
-    let args = parity_args(dir.path());
-    let r = fastvideo(&args.iter().map(String::as_str).collect::<Vec<_>>());
-    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
-    let want = Tensor::read_safetensors(fixture("ltx2/pipeline.safetensors")).unwrap();
-    let get = |name: &str| want.iter().find(|(k, _)| k == name).unwrap().1.shallow_clone();
-
+/// Asserts the run in `dir` (17 PNG frames of `side`², `out.wav`) made the frames and sound of
+/// fixture `name`: half an 8-bit step of rounding plus 1e-3 for frames (as the other pipeline
+/// tests), the WAV's 16-bit step plus 1e-4 for sound.
+fn assert_matches(dir: &Path, name: &str, side: i64) {
+    let want = Tensor::read_safetensors(fixture(name)).unwrap();
+    let get = |k: &str| want.iter().find(|(n, _)| n == k).unwrap().1.shallow_clone();
     let frames: Vec<Tensor> = (0..17)
         .map(|i| {
-            let img = image::open(dir.path().join(format!("frame_{i:04}.png"))).unwrap().to_rgb8();
-            Tensor::from_slice(img.as_raw()).view([32, 32, 3]).to_kind(tch::Kind::Float)
+            let img = image::open(dir.join(format!("frame_{i:04}.png"))).unwrap().to_rgb8();
+            Tensor::from_slice(img.as_raw()).view([side, side, 3]).to_kind(tch::Kind::Float)
         })
         .collect();
     let frames = Tensor::stack(&frames, 0);
     let expected = get("frames") * 255.0;
     assert_eq!(frames.size(), expected.size());
     let e = (frames - &expected).abs().max().double_value(&[]);
-    assert!(e <= 0.5 + 1e-3 * 255.0, "frames differ from LTX2Pipeline's by {e} levels");
-
-    let wav = hound::WavReader::open(dir.path().join("out.wav")).unwrap();
-    let spec = wav.spec();
-    assert_eq!((spec.sample_rate, spec.channels), (24000, 2));
-    let samples: Vec<f32> = match spec.sample_format {
-        hound::SampleFormat::Int => wav.into_samples::<i16>().map(|s| s.unwrap() as f32 / 32767.0).collect(),
-        hound::SampleFormat::Float => wav.into_samples::<f32>().map(|s| s.unwrap()).collect(),
-    };
+    assert!(e <= 0.5 + 1e-3 * 255.0, "{name}: frames differ by {e} levels");
+    let wav = hound::WavReader::open(dir.join("out.wav")).unwrap();
+    assert_eq!((wav.spec().sample_rate, wav.spec().channels), (24000, 2));
+    let samples: Vec<f32> = wav.into_samples::<i16>().map(|s| s.unwrap() as f32 / 32767.0).collect();
     let got = Tensor::from_slice(&samples).view([-1, 2]).tr();
     let audio = get("audio");
-    assert_eq!(got.size(), audio.size(), "the waveform's length");
+    assert_eq!(got.size(), audio.size(), "{name}: the waveform's length");
     let e = (got - &audio).abs().max().double_value(&[]);
-    assert!(e <= 1.0 / 32767.0 + 1e-4, "sound differs from LTX2Pipeline's by {e}");
+    assert!(e <= 1.0 / 32767.0 + 1e-4, "{name}: sound differs by {e}");
+}
 
+/// `generate` with `args`, which must succeed.
+fn ok(args: &[String]) -> Output {
+    let r = fastvideo(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    r
+}
+
+/// `args` with `flag`'s value replaced.
+fn set(args: &mut [String], flag: &str, value: &str) {
+    let i = args.iter().position(|a| a == flag).unwrap();
+    args[i + 1] = value.into();
+}
+
+/// float32 on both sides (tolerances in [`assert_matches`]); ffprobe reads the MP4.
+#[test]
+fn video_and_sound_match_the_pipeline_and_the_mp4_has_both_tracks_of_one_duration() {
+    let dir = tempfile::tempdir().unwrap();
+    ok(&parity_args(dir.path()));
+    assert_matches(dir.path(), "ltx2/pipeline.safetensors", 32);
     let streams = probe(&dir.path().join("out.mp4"));
     let find = |t: &str| streams.iter().find(|s| s.0 == t).unwrap_or_else(|| panic!("a {t} stream in {streams:?}"));
     let (video, audio) = (find("video"), find("audio"));
@@ -157,33 +167,13 @@ fn the_official_openai_client_gets_a_video_with_sound_from_serve() {
 fn two_stages_match_the_documented_recipe() {
     let dir = tempfile::tempdir().unwrap();
     let mut args = parity_args(dir.path());
-    let set = |args: &mut Vec<String>, flag: &str, value: &str| {
-        let i = args.iter().position(|a| a == flag).unwrap();
-        args[i + 1] = value.into();
-    };
     set(&mut args, "--steps", "3");
     set(&mut args, "--height", "64");
     set(&mut args, "--width", "64");
     set(&mut args, "--noise", &fixture("ltx2/two_stage_noise.safetensors").display().to_string());
     args.extend(["--two-stage", "--node-param", "refine.noise_scale=0"].map(String::from));
-    let r = fastvideo(&args.iter().map(String::as_str).collect::<Vec<_>>());
-    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
-    let want = Tensor::read_safetensors(fixture("ltx2/two_stage.safetensors")).unwrap();
-    let get = |name: &str| want.iter().find(|(k, _)| k == name).unwrap().1.shallow_clone();
-    let frames: Vec<Tensor> = (0..17)
-        .map(|i| {
-            let img = image::open(dir.path().join(format!("frame_{i:04}.png"))).unwrap().to_rgb8();
-            Tensor::from_slice(img.as_raw()).view([64, 64, 3]).to_kind(tch::Kind::Float)
-        })
-        .collect();
-    let e = (Tensor::stack(&frames, 0) - get("frames") * 255.0).abs().max().double_value(&[]);
-    assert!(e <= 0.5 + 1e-3 * 255.0, "frames differ from the recipe's by {e} levels");
-    let wav = hound::WavReader::open(dir.path().join("out.wav")).unwrap();
-    let samples: Vec<f32> = wav.into_samples::<i16>().map(|s| s.unwrap() as f32 / 32767.0).collect();
-    let e = (Tensor::from_slice(&samples).view([-1, 2]).tr() - get("audio")).abs().max().double_value(&[]);
-    assert!(e <= 1.0 / 32767.0 + 1e-4, "sound differs from the recipe's by {e}");
-    let out = String::from_utf8_lossy(&r.stderr);
-    assert!(out.contains("wrote") && out.contains("64x64"), "{out}");
+    ok(&args);
+    assert_matches(dir.path(), "ltx2/two_stage.safetensors", 64);
 }
 
 /// `LTX2ImageToVideoPipeline` on the same noise (`image_crf=0`): the given latents' first latent
@@ -193,27 +183,24 @@ fn two_stages_match_the_documented_recipe() {
 fn image_to_video_matches_the_pipeline() {
     let dir = tempfile::tempdir().unwrap();
     let mut args = parity_args(dir.path());
-    let i = args.iter().position(|a| a == "--steps").unwrap();
-    args[i + 1] = "3".into();
-    let i = args.iter().position(|a| a == "--noise").unwrap();
-    args[i + 1] = fixture("ltx2/i2v_noise.safetensors").display().to_string();
+    set(&mut args, "--steps", "3");
+    set(&mut args, "--noise", &fixture("ltx2/i2v_noise.safetensors").display().to_string());
     args.extend(["--image".to_string(), fixture("ltx2/first_frame.png").display().to_string()]);
-    let r = fastvideo(&args.iter().map(String::as_str).collect::<Vec<_>>());
-    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
-    let want = Tensor::read_safetensors(fixture("ltx2/i2v.safetensors")).unwrap();
-    let get = |name: &str| want.iter().find(|(k, _)| k == name).unwrap().1.shallow_clone();
-    let frames: Vec<Tensor> = (0..17)
-        .map(|i| {
-            let img = image::open(dir.path().join(format!("frame_{i:04}.png"))).unwrap().to_rgb8();
-            Tensor::from_slice(img.as_raw()).view([32, 32, 3]).to_kind(tch::Kind::Float)
-        })
-        .collect();
-    let e = (Tensor::stack(&frames, 0) - get("frames") * 255.0).abs().max().double_value(&[]);
-    assert!(e <= 0.5 + 1e-3 * 255.0, "frames differ from the pipeline's by {e} levels");
-    let wav = hound::WavReader::open(dir.path().join("out.wav")).unwrap();
-    let samples: Vec<f32> = wav.into_samples::<i16>().map(|s| s.unwrap() as f32 / 32767.0).collect();
-    let e = (Tensor::from_slice(&samples).view([-1, 2]).tr() - get("audio")).abs().max().double_value(&[]);
-    assert!(e <= 1.0 / 32767.0 + 1e-4, "sound differs from the pipeline's by {e}");
+    ok(&args);
+    assert_matches(dir.path(), "ltx2/i2v.safetensors", 32);
+}
+
+/// LTX-2.3's layout (split positions, gated attention, prompt modulation from the sigma, STG that
+/// acts, per-stream text projections) through the same call: the same frames and sound as
+/// `LTX2Pipeline`. float32; as the one-stage test.
+#[test]
+fn the_23_layout_matches_the_pipeline() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = parity_args(dir.path());
+    set(&mut args, "--model", &fixture("tiny-ltx2-23").display().to_string());
+    set(&mut args, "--noise", &fixture("ltx2/pipeline_23_noise.safetensors").display().to_string());
+    ok(&args);
+    assert_matches(dir.path(), "ltx2/pipeline_23.safetensors", 32);
 }
 
 /// The pipeline's `audio_guidance_scale or guidance_scale`: 0 is the video's scale.
@@ -222,10 +209,8 @@ fn an_audio_scale_of_zero_is_the_videos() {
     let wav = |audio: &str| {
         let dir = tempfile::tempdir().unwrap();
         let mut args = parity_args(dir.path());
-        let i = args.iter().position(|a| a == "--audio-guidance").unwrap();
-        args[i + 1] = audio.into();
-        let r = fastvideo(&args.iter().map(String::as_str).collect::<Vec<_>>());
-        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+        set(&mut args, "--audio-guidance", audio);
+        ok(&args);
         std::fs::read(dir.path().join("out.wav")).unwrap()
     };
     let (zero, three, five) = (wav("0"), wav("3"), wav("5"));
