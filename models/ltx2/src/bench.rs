@@ -1,7 +1,7 @@
 //! Timings of the audio-video transformer at a published size with random weights: one
 //! forward (both streams, one sample), and one denoise step as the loop runs it with the
-//! pipeline's guidance — the conditional and unconditional passes batched, the STG pass, the
-//! modality pass — with peak memory. What `fastvideo bench-ltx2` prints and
+//! pipeline's guidance — the conditional, unconditional, STG and modality passes as one batch of
+//! four — with peak memory. What `fastvideo bench-ltx2` prints and
 //! `host/scripts/gpu/ltx2_bench.sh` sets beside diffusers eager and torch.compile.
 
 use std::path::Path;
@@ -48,8 +48,8 @@ pub struct BenchReport {
     pub audio_tokens: i64,
     /// One forward of one sample, both streams (median).
     pub forward_s: f64,
-    /// One step with the pipeline's guidance: cond+uncond batched, the STG pass and the modality
-    /// pass (median).
+    /// One step with the pipeline's guidance as the loop runs it: the conditional, unconditional,
+    /// STG and modality passes in one batch of four (median).
     pub step_s: f64,
     /// Bytes of the linear layers' weights (nearly all of them).
     pub weight_bytes: u64,
@@ -82,9 +82,16 @@ pub fn run(config: &Path, device: Device, kind: Kind, o: &BenchOptions) -> Resul
             Tensor::full([b], 937.0, (Kind::Float, device)),
         )
     };
-    let (one, two) = (inputs(1), inputs(2));
+    let (one, four) = (inputs(1), inputs(4));
+    // The loop's one forward a step: [cond, uncond, perturbed, isolated].
+    let perturb4 = Tensor::from_slice(&[1.0f32, 1.0, 0.0, 1.0]).to_device(device);
+    let exchange4 = Tensor::from_slice(&[1.0f32, 1.0, 1.0, 0.0]).to_device(device);
     let forward = |b: i64, stg: &[usize], isolate: bool| -> Result<()> {
-        let (video, audio, text, audio_text, mask, t) = if b == 1 { &one } else { &two };
+        let (video, audio, text, audio_text, mask, t) = if b == 1 { &one } else { &four };
+        let (perturb, exchange) = match b {
+            1 => (None, None),
+            _ => (Some(perturb4.shallow_clone()), Some(exchange4.shallow_clone())),
+        };
         let _velocities = model.forward(&Ltx2Inputs {
             video,
             audio,
@@ -100,8 +107,9 @@ pub fn run(config: &Path, device: Device, kind: Kind, o: &BenchOptions) -> Resul
             fps: o.fps,
             audio_frames: na,
             isolate_modalities: isolate,
+            exchange_mask: exchange.as_ref(),
             stg_blocks: stg,
-            perturbation_mask: None,
+            perturbation_mask: perturb.as_ref(),
             use_cross_timestep: true,
         })?;
         Ok(())
@@ -110,13 +118,7 @@ pub fn run(config: &Path, device: Device, kind: Kind, o: &BenchOptions) -> Resul
     let mut memory = Vec::new();
     let runs = o.runs.max(1) + 1;
     let (mut fwd_t, _) = phase(device, "forward", &mut memory, || time(device, runs, || forward(1, &[], false)))?;
-    let (mut step_t, _) = phase(device, "step", &mut memory, || {
-        time(device, runs, || {
-            forward(2, &[], false)?;
-            forward(1, &stg, false)?;
-            forward(1, &[], true)
-        })
-    })?;
+    let (mut step_t, _) = phase(device, "step", &mut memory, || time(device, runs, || forward(4, &stg, false)))?;
     let skip = |v: &mut Vec<f64>| {
         v.remove(0);
         median(v)

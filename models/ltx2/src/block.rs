@@ -69,6 +69,9 @@ pub struct StreamInputs<'a> {
 pub struct BlockOptions<'a> {
     /// Audio-video exchange off (`isolate_modalities`: modality guidance's pass).
     pub isolate: bool,
+    /// `[B, 1, 1]`: 1 where a sample's streams exchange, 0 where they are isolated (several
+    /// guidance passes in one batch); every sample exchanges when absent.
+    pub exchange: Option<&'a Tensor>,
     /// Spatio-temporal guidance on this block's self-attentions.
     pub perturb: Option<Perturbation<'a>>,
 }
@@ -206,12 +209,20 @@ impl Block {
             let kv = &na * (&ass[0] + 1.0) + &ass[1];
             let a2v =
                 self.audio_to_video.forward(&q, Some(&kv), None, Some(v.exchange_rope), Some(a.exchange_rope), None);
-            video += v_gate * a2v;
+            let a2v = v_gate * a2v;
+            video += match o.exchange {
+                Some(keep) => a2v * keep,
+                None => a2v,
+            };
             let kv = &nv * (&vss[2] + 1.0) + &vss[3];
             let q = &na * (&ass[2] + 1.0) + &ass[3];
             let v2a =
                 self.video_to_audio.forward(&q, Some(&kv), None, Some(a.exchange_rope), Some(v.exchange_rope), None);
-            audio += a_gate * v2a;
+            let v2a = a_gate * v2a;
+            audio += match o.exchange {
+                Some(keep) => v2a * keep,
+                None => v2a,
+            };
         }
         (self.video.feed_forward(&video, &vm), self.audio.feed_forward(&audio, &am))
     }

@@ -145,7 +145,15 @@ fn given(req: &ResolvedRequest, name: &str, shape: &[i64], device: tch::Device) 
 
 impl Ltx2Denoise {
     /// One forward of `rows` text rows over the current latents at noise level `sigma`.
-    fn forward(&self, s: &State, rows: &[i64], stg: &[usize], isolate: bool) -> Result<(Tensor, Tensor)> {
+    /// One forward of `rows` (text rows, one sample each); `perturbed` and `exchange` give each
+    /// sample's STG mask (0: perturbed) and exchange mask (0: isolated) when some pass needs one.
+    fn forward(
+        &self,
+        s: &State,
+        rows: &[i64],
+        perturbed: Option<&[f32]>,
+        exchange: Option<&[f32]>,
+    ) -> Result<(Tensor, Tensor)> {
         let kind = self.model.kind();
         let device = s.video.device();
         let b = rows.len() as i64;
@@ -161,6 +169,8 @@ impl Ltx2Denoise {
         let audio = s.audio.to_kind(kind).repeat([b, 1, 1]);
         let t = s.sigmas[s.step] * 1000.0;
         let timestep = Tensor::full([b], t as f64, (Kind::Float, device));
+        let per_sample = |m: Option<&[f32]>| m.map(|m| Tensor::from_slice(m).to_device(device));
+        let (perturbation_mask, exchange_mask) = (per_sample(perturbed), per_sample(exchange));
         // Image to video: the clean first frame's tokens at timestep 0, the rest at t.
         let per_token = (s.clean > 0).then(|| {
             let n = s.video.size()[1];
@@ -185,9 +195,10 @@ impl Ltx2Denoise {
             grid: s.grid,
             fps: s.fps,
             audio_frames: s.audio_frames,
-            isolate_modalities: isolate,
-            stg_blocks: stg,
-            perturbation_mask: None,
+            isolate_modalities: false,
+            exchange_mask: exchange_mask.as_ref(),
+            stg_blocks: if perturbed.is_some() { &s.stg } else { &[] },
+            perturbation_mask: perturbation_mask.as_ref(),
             use_cross_timestep: true,
         })?;
         Ok((v.to_kind(Kind::Float), a.to_kind(Kind::Float)))
@@ -196,31 +207,26 @@ impl Ltx2Denoise {
 
 impl Ltx2Denoise {
     /// Each branch's `(video, audio)` velocity at the current step, in `s.branches` order, and
-    /// the forwards run: `cond` and `uncond` as one batch (as the pipeline runs them), then the
-    /// perturbed and the isolated pass.
+    /// the passes run: every pass in one batched forward — the negative prompt's row for
+    /// `uncond`, the prompt's for the others, the STG blocks perturbing only the `perturbed`
+    /// sample and the streams isolated only in the `isolated` one (diffusers runs three forwards:
+    /// cond and uncond batched, then each extra pass alone).
     fn passes(&self, s: &State) -> Result<(Vec<(Tensor, Tensor)>, u32)> {
         let cond = s.cond_row();
-        let has = |b: &str| s.branches.iter().any(|x| x == b);
-        let mut forwards = 0;
-        // Rows: the negative prompt's (0), then the prompt's.
-        let batch = match has("uncond") {
-            true => Some(self.forward(s, &[0, cond], &[], false)?),
-            false => None,
-        };
-        let mut out = Vec::with_capacity(s.branches.len());
-        for b in &s.branches {
-            let pred = match (b.as_str(), &batch) {
-                ("uncond", Some((v, a))) => (v.narrow(0, 0, 1), a.narrow(0, 0, 1)),
-                ("cond", Some((v, a))) => (v.narrow(0, 1, 1), a.narrow(0, 1, 1)),
-                ("cond", None) => self.forward(s, &[cond], &[], false)?,
-                ("perturbed", _) => self.forward(s, &[cond], &s.stg, false)?,
-                ("isolated", _) => self.forward(s, &[cond], &[], true)?,
-                (other, _) => anyhow::bail!("ltx2: no pass named `{other}` (passes: {})", STREAM_BRANCHES.join(", ")),
-            };
-            forwards += 1;
-            out.push(pred);
+        if let Some(b) = s.branches.iter().find(|b| !STREAM_BRANCHES.contains(&b.as_str())) {
+            anyhow::bail!("ltx2: no pass named `{b}` (passes: {})", STREAM_BRANCHES.join(", "));
         }
-        Ok((out, forwards))
+        let rows: Vec<i64> = s.branches.iter().map(|b| if b == "uncond" { 0 } else { cond }).collect();
+        let mask = |name: &str| -> Option<Vec<f32>> {
+            s.branches
+                .iter()
+                .any(|b| b == name)
+                .then(|| s.branches.iter().map(|b| if b == name { 0.0 } else { 1.0 }).collect())
+        };
+        let (perturbed, isolated) = (mask("perturbed"), mask("isolated"));
+        let (v, a) = self.forward(s, &rows, perturbed.as_deref(), isolated.as_deref())?;
+        let out = (0..rows.len() as i64).map(|i| (v.narrow(0, i, 1), a.narrow(0, i, 1))).collect();
+        Ok((out, rows.len() as u32))
     }
 }
 

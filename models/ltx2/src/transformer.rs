@@ -115,6 +115,9 @@ pub struct Ltx2Inputs<'a> {
     pub audio_frames: i64,
     /// Turn the audio-video exchange off in every block (modality guidance's pass).
     pub isolate_modalities: bool,
+    /// `[B]`: 1 where a sample's streams exchange, 0 where they are isolated — modality
+    /// guidance's pass batched with the others (diffusers has only the whole-batch flag).
+    pub exchange_mask: Option<&'a Tensor>,
     /// Blocks whose self-attention spatio-temporal guidance perturbs.
     pub stg_blocks: &'a [usize],
     /// `[B]`: 1 where a sample attends in those blocks, 0 where it is perturbed (all perturbed
@@ -269,13 +272,14 @@ impl Ltx2Transformer {
             None => None,
         };
         let all = mask.as_ref().is_some_and(|m| m.eq(0.0).all().int64_value(&[]) != 0);
+        let exchange = x.exchange_mask.map(|m| m.to_kind(kind).view([b, 1, 1]));
         let (mut video, mut audio) = (video, audio);
         for (i, block) in self.blocks.iter().enumerate() {
             let perturb = match (&mask, x.stg_blocks.contains(&i)) {
                 (Some(m), true) => Some(Perturbation { mask: m, all }),
                 _ => None,
             };
-            let o = BlockOptions { isolate: x.isolate_modalities, perturb };
+            let o = BlockOptions { isolate: x.isolate_modalities, exchange: exchange.as_ref(), perturb };
             (video, audio) = block.forward(&video, &audio, &v_in, &a_in, o);
         }
         Ok((self.video.head(&video, &vemb), self.audio.head(&audio, &aemb)))

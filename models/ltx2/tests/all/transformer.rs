@@ -33,6 +33,7 @@ fn run(t: &Ltx2Transformer, f: &HashMap<String, Tensor>, case: &str) -> (Tensor,
         fps: 24.0,
         audio_frames: shape[3],
         isolate_modalities: case == "isolated",
+        exchange_mask: None,
         stg_blocks: if case == "stg" { &stg } else { &[] },
         perturbation_mask: (case == "stg").then_some(&stg_mask),
         use_cross_timestep: case == "cross",
@@ -83,10 +84,48 @@ fn inputs_of_the_wrong_shape_are_refused_naming_them() {
         fps: 24.0,
         audio_frames: 5,
         isolate_modalities: false,
+        exchange_mask: None,
         stg_blocks: &[],
         perturbation_mask: None,
         use_cross_timestep: false,
     };
     let e = t.forward(&x).unwrap_err().to_string();
     assert!(e.contains("video tokens [2, 5, 8]") && e.contains("[2, 18, 8]"), "{e}");
+}
+
+/// Modality guidance's pass batched with the others: a per-sample exchange mask isolates the
+/// streams of only the samples it zeroes — sample 0 as the plain forward, sample 1 as the
+/// isolated one (diffusers has only the whole-batch flag, so each half is checked against it).
+#[test]
+fn a_per_sample_exchange_mask_isolates_only_its_samples() {
+    let t = Ltx2Transformer::load(&fixture("transformer_23"), Device::Cpu, Kind::Float).unwrap();
+    let f = load("transformer_23.safetensors");
+    let shape = Vec::<i64>::try_from(&f["shape"]).unwrap();
+    let keep = Tensor::from_slice(&[1.0f32, 0.0]);
+    let x = Ltx2Inputs {
+        video: &f["hidden_states"],
+        audio: &f["audio_hidden_states"],
+        text: &f["encoder_hidden_states"],
+        audio_text: &f["audio_encoder_hidden_states"],
+        text_mask: Some(&f["encoder_attention_mask"]),
+        audio_text_mask: Some(&f["encoder_attention_mask"]),
+        timestep: &f["timestep"],
+        audio_timestep: None,
+        sigma: Some(&f["sigma"]),
+        audio_sigma: Some(&f["audio_sigma"]),
+        grid: [shape[0], shape[1], shape[2]],
+        fps: 24.0,
+        audio_frames: shape[3],
+        isolate_modalities: false,
+        exchange_mask: Some(&keep),
+        stg_blocks: &[],
+        perturbation_mask: None,
+        use_cross_timestep: false,
+    };
+    let (video, audio) = t.forward(&x).unwrap();
+    for (sample, case) in [(0, "plain"), (1, "isolated")] {
+        let ev = rel(&video.get(sample), &f[&format!("{case}.video")].get(sample));
+        let ea = rel(&audio.get(sample), &f[&format!("{case}.audio")].get(sample));
+        assert!(ev < 1e-5 && ea < 1e-5, "sample {sample} as {case}: video {ev:.2e}, audio {ea:.2e}");
+    }
 }
