@@ -116,20 +116,16 @@ pub fn run(config: &Path, device: Device, kind: Kind, o: &BenchOptions) -> Resul
     };
     let stg: Vec<usize> = crate::denoise::STG_BLOCKS.iter().copied().filter(|&b| b < cfg.num_layers).collect();
     let mut memory = Vec::new();
-    let runs = o.runs.max(1) + 1;
+    let runs = o.runs.max(1);
     let (mut fwd_t, _) = phase(device, "forward", &mut memory, || time(device, runs, || forward(1, &[], false)))?;
     let (mut step_t, _) = phase(device, "step", &mut memory, || time(device, runs, || forward(4, &stg, false)))?;
-    let skip = |v: &mut Vec<f64>| {
-        v.remove(0);
-        median(v)
-    };
     Ok(BenchReport {
         device: format!("{device:?}"),
         dtype: format!("{kind:?}"),
         video_tokens: n,
         audio_tokens: na,
-        forward_s: skip(&mut fwd_t),
-        step_s: skip(&mut step_t),
+        forward_s: median(&mut fwd_t),
+        step_s: median(&mut step_t),
         weight_bytes: model.linears().iter().map(|l| l.bytes()).sum(),
         peak_allocated_bytes: fastvideo_layers::measure::peak_of(&memory, &["step"], |p| p.peak_allocated_bytes),
         memory,

@@ -12,9 +12,7 @@ fn fixture(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures").join(rel)
 }
 
-fn fastvideo(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_fastvideo")).args(args).env("RUST_BACKTRACE", "1").output().expect("binary runs")
-}
+use crate::common::fastvideo;
 
 /// The fixture's call, as the issue spells the command (4 steps, guidance 3, audio guidance 5,
 /// the other scales the pipeline's defaults), writing into `dir`.

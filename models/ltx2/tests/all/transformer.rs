@@ -12,6 +12,16 @@ use crate::common::{fixture, load, rel};
 
 /// Runs `case` of `f` on `t` (the fixture's inputs; the case's own options).
 fn run(t: &Ltx2Transformer, f: &HashMap<String, Tensor>, case: &str) -> (Tensor, Tensor) {
+    run_with(t, f, case, None)
+}
+
+/// [`run`] with a per-sample exchange mask.
+fn run_with(
+    t: &Ltx2Transformer,
+    f: &HashMap<String, Tensor>,
+    case: &str,
+    exchange: Option<&Tensor>,
+) -> (Tensor, Tensor) {
     let shape = Vec::<i64>::try_from(&f["shape"]).unwrap();
     let token_t = case == "tokens";
     let timestep = if token_t { &f["token_timestep"] } else { &f["timestep"] };
@@ -33,7 +43,7 @@ fn run(t: &Ltx2Transformer, f: &HashMap<String, Tensor>, case: &str) -> (Tensor,
         fps: 24.0,
         audio_frames: shape[3],
         isolate_modalities: case == "isolated",
-        exchange_mask: None,
+        exchange_mask: exchange,
         stg_blocks: if case == "stg" { &stg } else { &[] },
         perturbation_mask: (case == "stg").then_some(&stg_mask),
         use_cross_timestep: case == "cross",
@@ -100,29 +110,8 @@ fn inputs_of_the_wrong_shape_are_refused_naming_them() {
 fn a_per_sample_exchange_mask_isolates_only_its_samples() {
     let t = Ltx2Transformer::load(&fixture("transformer_23"), Device::Cpu, Kind::Float).unwrap();
     let f = load("transformer_23.safetensors");
-    let shape = Vec::<i64>::try_from(&f["shape"]).unwrap();
     let keep = Tensor::from_slice(&[1.0f32, 0.0]);
-    let x = Ltx2Inputs {
-        video: &f["hidden_states"],
-        audio: &f["audio_hidden_states"],
-        text: &f["encoder_hidden_states"],
-        audio_text: &f["audio_encoder_hidden_states"],
-        text_mask: Some(&f["encoder_attention_mask"]),
-        audio_text_mask: Some(&f["encoder_attention_mask"]),
-        timestep: &f["timestep"],
-        audio_timestep: None,
-        sigma: Some(&f["sigma"]),
-        audio_sigma: Some(&f["audio_sigma"]),
-        grid: [shape[0], shape[1], shape[2]],
-        fps: 24.0,
-        audio_frames: shape[3],
-        isolate_modalities: false,
-        exchange_mask: Some(&keep),
-        stg_blocks: &[],
-        perturbation_mask: None,
-        use_cross_timestep: false,
-    };
-    let (video, audio) = t.forward(&x).unwrap();
+    let (video, audio) = run_with(&t, &f, "plain", Some(&keep));
     for (sample, case) in [(0, "plain"), (1, "isolated")] {
         let ev = rel(&video.get(sample), &f[&format!("{case}.video")].get(sample));
         let ea = rel(&audio.get(sample), &f[&format!("{case}.audio")].get(sample));

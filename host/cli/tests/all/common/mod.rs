@@ -20,6 +20,15 @@ pub fn plugins() -> &'static BTreeMap<String, PathBuf> {
 }
 
 /// Asserts a user error: non-zero exit, one `error:` line containing `needle`, no panic.
+/// The `fastvideo` binary run with `args` (backtraces on, so a panic shows where).
+pub fn fastvideo(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_fastvideo"))
+        .args(args)
+        .env("RUST_BACKTRACE", "1")
+        .output()
+        .expect("binary runs")
+}
+
 pub fn assert_user_error(out: &std::process::Output, needle: &str) {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "expected failure, got success; stderr: {err}");
