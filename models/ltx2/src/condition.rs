@@ -13,8 +13,7 @@ use fastvideo_pipeline::{NodeCtx, Stage, Value, Values};
 use fastvideo_request::{ImageRole, InputImage};
 use tch::{Device, Kind, Tensor};
 
-use crate::denoise::Statistics;
-use crate::latents::normalize_video;
+use crate::latents::{normalize_video, Statistics};
 use crate::refine::two_stage;
 use crate::values::CONDITION;
 use crate::video_encoder::Ltx2VideoEncoder;

@@ -19,6 +19,7 @@ use tch::{Kind, Tensor};
 use crate::guidance::{guided_velocity, Passes, Scales};
 use crate::latents::{
     denormalize_audio, noised, normalize_audio, normalize_video, pack_audio, pack_video, unpack_audio, unpack_video,
+    Statistics,
 };
 use crate::model::Geometry;
 use crate::refine::{two_stage, RefineParams};
@@ -28,18 +29,6 @@ use crate::values::{AUDIO_LATENTS, AUDIO_TEXT, CONDITION, LATENTS, TEXT_MASK, UP
 
 /// The pipeline's default spatio-temporal guidance block.
 pub const STG_BLOCKS: [usize; 1] = [28];
-
-/// The latent statistics the loop normalises given latents with.
-pub struct Statistics {
-    /// Video VAE per-channel mean and standard deviation, and its scaling factor.
-    pub video: (Tensor, Tensor, f64),
-    /// Audio VAE per-feature mean and standard deviation (packed layout).
-    pub audio: (Tensor, Tensor),
-}
-
-// SAFETY: the weights are read-only after construction and libtorch kernels may read one
-// tensor from several threads; nothing here mutates shared state.
-unsafe impl Sync for Statistics {}
 
 /// The loop node.
 pub struct Ltx2Denoise {

@@ -55,3 +55,16 @@ pub fn denormalize_audio(x: &Tensor, mean: &Tensor, std: &Tensor) -> Tensor {
 pub fn noised(x: &Tensor, noise: &Tensor, noise_scale: f64) -> Tensor {
     noise * noise_scale + x * (1.0 - noise_scale)
 }
+
+/// The VAEs' latent statistics: what given latents are normalised with and final ones
+/// denormalised with.
+pub struct Statistics {
+    /// Video VAE per-channel mean and standard deviation, and its scaling factor.
+    pub video: (Tensor, Tensor, f64),
+    /// Audio VAE per-feature mean and standard deviation (packed layout).
+    pub audio: (Tensor, Tensor),
+}
+
+// SAFETY: the weights are read-only after construction and libtorch kernels may read one
+// tensor from several threads; nothing here mutates shared state.
+unsafe impl Sync for Statistics {}

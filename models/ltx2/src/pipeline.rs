@@ -11,8 +11,8 @@ use tch::{Kind, Tensor};
 
 use crate::audio_vae::Ltx2AudioDecoder;
 use crate::condition::Condition;
-use crate::denoise::{Ltx2Denoise, Role, Statistics};
-use crate::latents::denormalize_video;
+use crate::denoise::{Ltx2Denoise, Role};
+use crate::latents::{denormalize_video, Statistics};
 use crate::model::Ltx2Model;
 use crate::prompt::PromptEncoder;
 use crate::refine::{two_stage, Upsample, REFINE};

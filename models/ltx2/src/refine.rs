@@ -13,8 +13,7 @@ use fastvideo_request::ResolvedRequest;
 use serde::Deserialize;
 use tch::Kind;
 
-use crate::denoise::Statistics;
-use crate::latents::denormalize_video;
+use crate::latents::{denormalize_video, Statistics};
 use crate::upsampler::Ltx2LatentUpsampler;
 use crate::values::{LATENTS, UPSAMPLED};
 
