@@ -73,10 +73,6 @@ pub use __imports::fastvideo::plugin::types::{Dtype, StepContext};
 pub use __block_interceptor::exports::fastvideo::plugin::block_interceptor::{BlockAction, Guest as BlockInterceptor};
 /// A guider: turns the guidance branches' predictions into one. Export with [`export_guider!`].
 pub use __guider::exports::fastvideo::plugin::guider::Guest as Guider;
-/// A stream guider: turns every stream's branch predictions into each stream's guided output
-/// (models that denoise several streams in one loop, such as LTX-2's video and audio). Export
-/// with [`export_stream_guider!`].
-pub use __stream_guider::exports::fastvideo::plugin::stream_guider::{Guest as StreamGuider, StreamPreds};
 /// An observer: read-only events of a request's life. Export with [`export_observer!`].
 pub use __observer::exports::fastvideo::plugin::observer::{Event, Guest as Observer};
 /// A reward: scores a finished video. Export with [`export_reward!`].
@@ -84,6 +80,10 @@ pub use __reward::exports::fastvideo::plugin::reward::Guest as Reward;
 /// A step interceptor: sees every solver step and may supply its output, skipping the forwards.
 /// Export with [`export_step_interceptor!`].
 pub use __step_interceptor::exports::fastvideo::plugin::step_interceptor::Guest as StepInterceptor;
+/// A stream guider: turns every stream's branch predictions into each stream's guided output
+/// (models that denoise several streams in one loop, such as LTX-2's video and audio). Export
+/// with [`export_stream_guider!`].
+pub use __stream_guider::exports::fastvideo::plugin::stream_guider::{Guest as StreamGuider, StreamPreds};
 /// A workflow translator: one ComfyUI node into pipeline graph nodes (pure data). Export with
 /// [`export_workflow_translator!`].
 pub use __workflow_translator::exports::fastvideo::plugin::workflow_translator::{

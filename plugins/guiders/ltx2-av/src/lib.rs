@@ -107,7 +107,11 @@ impl StreamGuider for Ltx2Av {
             streams
                 .iter()
                 .map(|s| {
-                    let i = plan.streams.iter().position(|n| *n == s.name).ok_or_else(|| format!("ltx2-av: unknown stream `{}`", s.name))?;
+                    let i = plan
+                        .streams
+                        .iter()
+                        .position(|n| *n == s.name)
+                        .ok_or_else(|| format!("ltx2-av: unknown stream `{}`", s.name))?;
                     guided(&ctx, &plan.branches, plan.scales[i], s)
                 })
                 .collect()
