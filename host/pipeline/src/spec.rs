@@ -226,22 +226,26 @@ impl PipelineSpec {
         self
     }
 
-    /// Checks a request's `node_params` against the nodes: each must name a node of this
-    /// pipeline, and a node that declares a schema must accept its value. The error names the
-    /// field (`node_params.<node>`) and, for an unknown node, the nodes that take parameters.
+    /// Checks a request's `node_params` against the nodes: a node that declares a schema must
+    /// accept its value, and in a pipeline with such nodes every name must be one of its nodes
+    /// (pipelines without any leave other names to whoever reads them — a world session's
+    /// `rollout`, a chat's `ar_decode`). The error names the field (`node_params.<node>`) and,
+    /// for an unknown node, the nodes that take parameters.
     pub fn check_node_params(&self, r: &ResolvedRequest) -> Result<(), fastvideo_request::RequestError> {
+        let taking: Vec<&str> = self.nodes.iter().filter(|n| n.params.is_some()).map(|n| n.name.as_str()).collect();
         for (name, value) in &r.node_params {
             let field = format!("node_params.{name}");
             let Some(node) = self.nodes.iter().find(|n| &n.name == name) else {
-                let taking: Vec<&str> =
-                    self.nodes.iter().filter(|n| n.params.is_some()).map(|n| n.name.as_str()).collect();
-                let known = match taking.is_empty() {
-                    true => "none of its nodes takes parameters".to_string(),
-                    false => format!("nodes taking parameters: {}", taking.join(", ")),
-                };
+                if taking.is_empty() {
+                    continue;
+                }
                 return Err(fastvideo_request::RequestError::new(
                     field,
-                    format!("pipeline `{}` has no node `{name}` ({known})", self.name),
+                    format!(
+                        "pipeline `{}` has no node `{name}` (nodes taking parameters: {})",
+                        self.name,
+                        taking.join(", ")
+                    ),
                 ));
             };
             if let Some(p) = &node.params {

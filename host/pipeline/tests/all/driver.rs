@@ -537,3 +537,35 @@ fn a_gated_node_runs_only_for_requests_it_accepts_and_its_text_reaches_the_outpu
         (vec!["rewrite".to_string(), "contexts".into(), "denoise".into()], Some("p (rewritten)".to_string()))
     );
 }
+
+/// `node_params` against the nodes: a node's schema checks its value (the error names the key);
+/// in a pipeline with such nodes an unknown node is refused naming the ones that take
+/// parameters; a pipeline without any leaves other names to whoever reads them.
+#[test]
+fn node_params_are_checked_against_the_nodes_schemas() {
+    let plain = spec(None);
+    let schema = serde_json::json!({
+        "type": "object",
+        "properties": {"strength": {"type": "number", "minimum": 0, "maximum": 1}},
+        "additionalProperties": false
+    });
+    let mut nodes = plain.nodes.clone();
+    nodes[0] = nodes[0].clone().with_params(schema).unwrap();
+    let with = PipelineSpec::new("toy", vec![TaskType::T2v], nodes, &[], "latents").unwrap();
+    let req = |params: serde_json::Value| {
+        let mut r = request(2, 1.0);
+        r.node_params = serde_json::from_value(params).unwrap();
+        r
+    };
+    assert!(with.check_node_params(&req(serde_json::json!({"contexts": {"strength": 0.5}}))).is_ok());
+    let e = with.check_node_params(&req(serde_json::json!({"contexts": {"strength": 2}}))).unwrap_err();
+    assert_eq!(e.field, "node_params.contexts.strength", "{e}");
+    let e = with.check_node_params(&req(serde_json::json!({"contexts": {"x": 1}}))).unwrap_err();
+    assert_eq!(e.field, "node_params.contexts", "{e}");
+    let e = with.check_node_params(&req(serde_json::json!({"rollout": {}}))).unwrap_err();
+    assert!(e.field == "node_params.rollout" && e.rule.contains("nodes taking parameters: contexts"), "{e}");
+    assert!(plain.check_node_params(&req(serde_json::json!({"rollout": {"chunk": 3}}))).is_ok());
+    // A schema that does not compile is a wiring mistake, caught when the node is built.
+    let bad = Node::stage("x", Arc::new(Contexts), &[], &[]).with_params(serde_json::json!({"type": 7}));
+    assert!(bad.is_err());
+}
