@@ -77,8 +77,8 @@ struct State {
     audio_frames: i64,
     fps: f64,
     sigmas: Vec<f32>,
-    /// Rows: `[negative, prompt]` when a branch needs the negative prompt, else `[prompt]`.
-    text: (Tensor, Tensor, Tensor),
+    /// The step's one forward, laid out once.
+    batch: Batch,
     scales: (Scales, Scales),
     /// The passes each step runs, from [`STREAM_BRANCHES`], conditional first.
     branches: Vec<String>,
@@ -91,10 +91,51 @@ struct State {
     step: usize,
 }
 
-impl State {
-    /// The text row of the prompt (after the negative prompt's when there is one).
-    fn cond_row(&self) -> i64 {
-        self.text.0.size()[0] - 1
+/// What every step's one forward takes beside the latents, the same each step: each pass's text
+/// (the negative prompt's for `uncond`, the prompt's for the others), the STG and exchange masks
+/// (0 for the `perturbed` and the `isolated` sample) and image to video's per-token time scale.
+struct Batch {
+    text: Tensor,
+    audio_text: Tensor,
+    mask: Tensor,
+    perturb: Option<Tensor>,
+    exchange: Option<Tensor>,
+    /// `[1, N]`: 0 on the clean first frame's tokens, 1 elsewhere.
+    keep: Option<Tensor>,
+}
+
+impl Batch {
+    /// `text` rows: `[negative, prompt]` when a pass needs the negative prompt, else `[prompt]`.
+    fn new(branches: &[String], text: [&Tensor; 3], clean: i64, tokens: i64) -> Result<Self> {
+        let rows = text[0].size()[0];
+        ensure!(
+            rows > branches.iter().any(|b| b == "uncond") as i64,
+            "ltx2: {rows} text rows for the passes {branches:?} (is the negative prompt encoded?)"
+        );
+        if let Some(b) = branches.iter().find(|b| !STREAM_BRANCHES.contains(&b.as_str())) {
+            anyhow::bail!("ltx2: no pass named `{b}` (passes: {})", STREAM_BRANCHES.join(", "));
+        }
+        let device = text[0].device();
+        let order: Vec<i64> = branches.iter().map(|b| if b == "uncond" { 0 } else { rows - 1 }).collect();
+        let idx = Tensor::from_slice(&order).to_device(device);
+        let mask = |name: &str| {
+            branches.iter().any(|b| b == name).then(|| {
+                let m: Vec<f32> = branches.iter().map(|b| if b == name { 0.0 } else { 1.0 }).collect();
+                Tensor::from_slice(&m).to_device(device)
+            })
+        };
+        let keep = (clean > 0).then(|| {
+            let clean = Tensor::arange(clean, (Kind::Int64, device));
+            Tensor::ones([1, tokens], (Kind::Float, device)).index_fill(1, &clean, 0.0)
+        });
+        Ok(Self {
+            text: text[0].index_select(0, &idx),
+            audio_text: text[1].index_select(0, &idx),
+            mask: text[2].index_select(0, &idx),
+            perturb: mask("perturbed"),
+            exchange: mask("isolated"),
+            keep,
+        })
     }
 }
 
@@ -108,14 +149,24 @@ fn scales(req: &ResolvedRequest) -> (Scales, Scales) {
         modality: k("modality_scale", 3.0),
         rescale: k("guidance_rescale", 0.7),
     };
-    let or_video = |a: f64, v: f64| if a == 0.0 { v } else { a };
     let audio = Scales {
-        cfg: or_video(k("audio_guidance_scale", 7.0), video.cfg),
-        stg: or_video(k("audio_stg_scale", 1.0), video.stg),
-        modality: or_video(k("audio_modality_scale", 3.0), video.modality),
-        rescale: or_video(k("audio_guidance_rescale", 0.7), video.rescale),
+        cfg: k("audio_guidance_scale", 7.0),
+        stg: k("audio_stg_scale", 1.0),
+        modality: k("audio_modality_scale", 3.0),
+        rescale: k("audio_guidance_rescale", 0.7),
     };
-    (video, audio)
+    (video, or_video(audio, video))
+}
+
+/// The audio's scales as the pipeline reads them (`audio_x = audio_x or x`): each 0 is the video's.
+fn or_video(audio: Scales, video: Scales) -> Scales {
+    let pick = |a: f64, v: f64| if a == 0.0 { v } else { a };
+    Scales {
+        cfg: pick(audio.cfg, video.cfg),
+        stg: pick(audio.stg, video.stg),
+        modality: pick(audio.modality, video.modality),
+        rescale: pick(audio.rescale, video.rescale),
+    }
 }
 
 /// The latent `name` the request gives (`--noise`, in the pipeline call's layout), checked
@@ -134,49 +185,24 @@ fn given(req: &ResolvedRequest, name: &str, shape: &[i64], device: tch::Device) 
 
 impl Ltx2Denoise {
     /// One forward of `rows` text rows over the current latents at noise level `sigma`.
-    /// One forward of `rows` (text rows, one sample each); `perturbed` and `exchange` give each
-    /// sample's STG mask (0: perturbed) and exchange mask (0: isolated) when some pass needs one.
-    fn forward(
-        &self,
-        s: &State,
-        rows: &[i64],
-        perturbed: Option<&[f32]>,
-        exchange: Option<&[f32]>,
-    ) -> Result<(Tensor, Tensor)> {
+    /// The step's one forward: every pass of `s.batch`, each a sample.
+    fn forward(&self, s: &State) -> Result<(Tensor, Tensor)> {
         let kind = self.model.kind();
-        let device = s.video.device();
-        let b = rows.len() as i64;
-        let idx = Tensor::from_slice(rows).to_device(device);
-        let pick = |t: &Tensor| match rows.len() as i64 == t.size()[0]
-            && rows.iter().enumerate().all(|(i, r)| i as i64 == *r)
-        {
-            true => t.shallow_clone(),
-            false => t.index_select(0, &idx),
-        };
-        let (text, audio_text, mask) = (pick(&s.text.0), pick(&s.text.1), pick(&s.text.2));
+        let x = &s.batch;
+        let b = x.text.size()[0];
         let video = s.video.to_kind(kind).repeat([b, 1, 1]);
         let audio = s.audio.to_kind(kind).repeat([b, 1, 1]);
         let t = s.sigmas[s.step] * 1000.0;
-        let timestep = Tensor::full([b], t as f64, (Kind::Float, device));
-        let per_sample = |m: Option<&[f32]>| m.map(|m| Tensor::from_slice(m).to_device(device));
-        let (perturbation_mask, exchange_mask) = (per_sample(perturbed), per_sample(exchange));
+        let timestep = Tensor::full([b], t as f64, (Kind::Float, s.video.device()));
         // Image to video: the clean first frame's tokens at timestep 0, the rest at t.
-        let per_token = (s.clean > 0).then(|| {
-            let n = s.video.size()[1];
-            let keep = Tensor::ones([1, n], (Kind::Float, device)).index_fill(
-                1,
-                &Tensor::arange(s.clean, (Kind::Int64, device)),
-                0.0,
-            );
-            timestep.unsqueeze(1) * keep
-        });
+        let per_token = x.keep.as_ref().map(|keep| timestep.unsqueeze(1) * keep);
         let (v, a) = self.model.forward(&Ltx2Inputs {
             video: &video,
             audio: &audio,
-            text: &text,
-            audio_text: &audio_text,
-            text_mask: Some(&mask),
-            audio_text_mask: Some(&mask),
+            text: &x.text,
+            audio_text: &x.audio_text,
+            text_mask: Some(&x.mask),
+            audio_text_mask: Some(&x.mask),
             timestep: per_token.as_ref().unwrap_or(&timestep),
             audio_timestep: per_token.as_ref().map(|_| &timestep),
             sigma: Some(&timestep),
@@ -185,9 +211,9 @@ impl Ltx2Denoise {
             fps: s.fps,
             audio_frames: s.audio_frames,
             isolate_modalities: false,
-            exchange_mask: exchange_mask.as_ref(),
-            stg_blocks: if perturbed.is_some() { &s.stg } else { &[] },
-            perturbation_mask: perturbation_mask.as_ref(),
+            exchange_mask: x.exchange.as_ref(),
+            stg_blocks: if x.perturb.is_some() { &s.stg } else { &[] },
+            perturbation_mask: x.perturb.as_ref(),
             use_cross_timestep: true,
         })?;
         Ok((v.to_kind(Kind::Float), a.to_kind(Kind::Float)))
@@ -201,21 +227,9 @@ impl Ltx2Denoise {
     /// sample and the streams isolated only in the `isolated` one (diffusers runs three forwards:
     /// cond and uncond batched, then each extra pass alone).
     fn passes(&self, s: &State) -> Result<(Vec<(Tensor, Tensor)>, u32)> {
-        let cond = s.cond_row();
-        if let Some(b) = s.branches.iter().find(|b| !STREAM_BRANCHES.contains(&b.as_str())) {
-            anyhow::bail!("ltx2: no pass named `{b}` (passes: {})", STREAM_BRANCHES.join(", "));
-        }
-        let rows: Vec<i64> = s.branches.iter().map(|b| if b == "uncond" { 0 } else { cond }).collect();
-        let mask = |name: &str| -> Option<Vec<f32>> {
-            s.branches
-                .iter()
-                .any(|b| b == name)
-                .then(|| s.branches.iter().map(|b| if b == name { 0.0 } else { 1.0 }).collect())
-        };
-        let (perturbed, isolated) = (mask("perturbed"), mask("isolated"));
-        let (v, a) = self.forward(s, &rows, perturbed.as_deref(), isolated.as_deref())?;
-        let out = (0..rows.len() as i64).map(|i| (v.narrow(0, i, 1), a.narrow(0, i, 1))).collect();
-        Ok((out, rows.len() as u32))
+        let (v, a) = self.forward(s)?;
+        let n = s.branches.len() as i64;
+        Ok(((0..n).map(|i| (v.narrow(0, i, 1), a.narrow(0, i, 1))).collect(), n as u32))
     }
 }
 
@@ -326,16 +340,15 @@ impl Ltx2Denoise {
         let audio = fresh(&audio, req.seed.wrapping_add(3));
         let mut sigmas: Vec<f32> = p.sigmas.iter().map(|&s| s as f32).collect();
         sigmas.push(0.0);
-        let or_video = |a: f64, v: f64| if a == 0.0 { v } else { a };
-        let scales = (
-            Scales { cfg: p.guidance_scale, stg: p.stg_scale, modality: p.modality_scale, rescale: p.guidance_rescale },
-            Scales {
-                cfg: or_video(p.audio_guidance_scale, p.guidance_scale),
-                stg: or_video(p.audio_stg_scale, p.stg_scale),
-                modality: or_video(p.audio_modality_scale, p.modality_scale),
-                rescale: or_video(p.audio_guidance_rescale, p.guidance_rescale),
-            },
-        );
+        let v =
+            Scales { cfg: p.guidance_scale, stg: p.stg_scale, modality: p.modality_scale, rescale: p.guidance_rescale };
+        let a = Scales {
+            cfg: p.audio_guidance_scale,
+            stg: p.audio_stg_scale,
+            modality: p.audio_modality_scale,
+            rescale: p.audio_guidance_rescale,
+        };
+        let scales = (v, or_video(a, v));
         Ok(Start { video, audio, grid: [f, h, w], audio_frames, sigmas, scales, cfg: p.cfg(), clean })
     }
 }
@@ -347,11 +360,6 @@ impl LoopStage for Ltx2Denoise {
             Role::Base => self.base(req, values, ctx.device)?,
             Role::Refine => self.refine(req, values, ctx.device)?,
         };
-        let text = (
-            values.tensor(VIDEO_TEXT)?.shallow_clone(),
-            values.tensor(AUDIO_TEXT)?.shallow_clone(),
-            values.tensor(TEXT_MASK)?.shallow_clone(),
-        );
         // A deploy's stream guider names the base loop's passes; the pipeline's rule runs those
         // its scales use.
         let plugin = match &self.guidance {
@@ -367,11 +375,8 @@ impl LoopStage for Ltx2Denoise {
             Some((g, plan)) => (plan.branches, Some((g, plan.state))),
             None => (builtin_branches(start.cfg, &start.scales, !stg.is_empty()), None),
         };
-        let rows = text.0.size()[0];
-        ensure!(
-            rows > branches.iter().any(|b| b == "uncond") as i64,
-            "ltx2: {rows} text rows for the passes {branches:?} (is the negative prompt encoded?)"
-        );
+        let text = [values.tensor(VIDEO_TEXT)?, values.tensor(AUDIO_TEXT)?, values.tensor(TEXT_MASK)?];
+        let batch = Batch::new(&branches, text, start.clean, start.video.size()[1])?;
         let steps = start.sigmas.len() as u32 - 1;
         let state = State {
             video: start.video.to_kind(Kind::Float),
@@ -380,7 +385,7 @@ impl LoopStage for Ltx2Denoise {
             audio_frames: start.audio_frames,
             fps: req.fps as f64,
             sigmas: start.sigmas,
-            text,
+            batch,
             scales: start.scales,
             branches,
             stg,
