@@ -51,7 +51,7 @@ write color_match fastvideo_reward_color_match '["tensor", "tensor-ops"]'
 write motion_direction fastvideo_reward_motion_direction '["tensor", "tensor-ops"]'
 cat "$out/color_match.toml" "$out/motion_direction.toml" > "$out/rewards.toml"
 echo "wrote $out/rewards.toml"
-# ComfyUI workflows: the core, Wan, KJNodes, FLUX.2 and Qwen-Image translator packs, and the model
+# ComfyUI workflows: the core, Wan, KJNodes, FLUX.2, Qwen-Image and LTX-2 translator packs, and the model
 # files of ComfyUI's
 # Wan 2.1 templates: text to video on the embedded default model, image to video on the shipped
 # image-to-video default (the text encoder and VAE files serve both).
@@ -60,8 +60,10 @@ write comfy-wan fastvideo_translator_comfy_wan '[]'
 write comfy-kjnodes fastvideo_translator_comfy_kjnodes '[]'
 write comfy-flux2 fastvideo_translator_comfy_flux2 '[]'
 write comfy-qwenimage fastvideo_translator_comfy_qwenimage '[]'
+write comfy-ltx2 fastvideo_translator_comfy_ltx2 '[]'
 {
-  cat "$out/comfy-core.toml" "$out/comfy-wan.toml" "$out/comfy-kjnodes.toml" "$out/comfy-flux2.toml" "$out/comfy-qwenimage.toml"
+  cat "$out/comfy-core.toml" "$out/comfy-wan.toml" "$out/comfy-kjnodes.toml" "$out/comfy-flux2.toml" "$out/comfy-qwenimage.toml" \
+    "$out/comfy-ltx2.toml"
   echo
   echo "[workflows.models]"
   echo "\"wan2.1_t2v_1.3B_fp16.safetensors\" = \"default\""

@@ -60,6 +60,11 @@ pub struct SamplingArgs {
     /// flow_sde: the stochastic steps, comma-separated from 0 (every step when omitted).
     #[arg(long, value_delimiter = ',')]
     pub sde_steps: Option<Vec<u32>>,
+    /// One of the model's own knobs, `name=value` (value as JSON, else a string), as the API's
+    /// flat field of that name: LTX-2's `stg_scale=0`, `modality_scale=1`; repeatable. The
+    /// model's knob schema checks it.
+    #[arg(long = "knob", value_parser = parse_knob)]
+    pub knobs: Vec<(String, serde_json::Value)>,
 }
 
 impl SamplingArgs {
@@ -78,7 +83,18 @@ impl SamplingArgs {
         r.diffusion.set_knob("audio_guidance_scale", self.audio_guidance.map(fastvideo_request::number_f32));
         (r.diffusion.start_step, r.diffusion.end_step) = (self.start_step, self.end_step);
         r.diffusion.shift = self.shift;
+        for (k, v) in &self.knobs {
+            r.diffusion.set_knob(k, Some(v.clone()));
+        }
     }
+}
+
+/// `name=value` (value as JSON, else a string).
+pub fn parse_knob(s: &str) -> Result<(String, serde_json::Value), String> {
+    let (name, value) =
+        s.split_once('=').filter(|(n, _)| !n.is_empty()).ok_or_else(|| format!("`{s}`: expected name=value"))?;
+    let v = serde_json::from_str(value).unwrap_or_else(|_| serde_json::Value::String(value.to_string()));
+    Ok((name.to_string(), v))
 }
 
 pub fn parse_sampler(s: &str) -> Result<SamplerKind, String> {

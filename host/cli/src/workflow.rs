@@ -167,7 +167,8 @@ fn run_workflow(args: RunArgs) -> Result<()> {
             std::fs::create_dir_all(path.parent().expect("has a folder"))
                 .with_context(|| format!("creating {}", path.display()))?;
             if o.kind == "video" {
-                fastvideo_media::write_mp4(video, &path)?;
+                // With the sound when the workflow's CreateVideo takes it (LTX-2).
+                fastvideo_media::write_mp4_with_audio(video, out.audio().filter(|_| plan.audio), &path)?;
             } else {
                 if video.num_frames != 1 {
                     bail!("node {}: SaveImage of a {}-frame video; use SaveVideo", o.node, video.num_frames);

@@ -102,7 +102,8 @@ pub fn core_pack_schemas() -> Schemas {
 
 /// The schemas of every first-party translator pack: the core pack, the Wan pack
 /// (`comfy-wan`: Wan's image-to-video nodes), the KJNodes pack (`comfy-kjnodes`: its image
-/// resize nodes), and the FLUX.2 and Qwen-Image packs (`comfy-flux2`, `comfy-qwenimage`). What
+/// resize nodes), and the FLUX.2, Qwen-Image and LTX-2 packs (`comfy-flux2`, `comfy-qwenimage`,
+/// `comfy-ltx2`). What
 /// `fastvideo workflow parse` names widget values with.
 pub fn first_party_schemas() -> Schemas {
     let mut s = core_pack_schemas();
@@ -110,6 +111,7 @@ pub fn first_party_schemas() -> Schemas {
     s.extend(pack_schemas(include_str!("../../../plugins/translators/comfy-kjnodes/object_info.json")));
     s.extend(pack_schemas(include_str!("../../../plugins/translators/comfy-flux2/object_info.json")));
     s.extend(pack_schemas(include_str!("../../../plugins/translators/comfy-qwenimage/object_info.json")));
+    s.extend(pack_schemas(include_str!("../../../plugins/translators/comfy-ltx2/object_info.json")));
     s
 }
 

@@ -124,6 +124,11 @@ impl Resize {
     pub fn of(n: &GraphNode) -> Result<Self, CompileError> {
         let err = |m: String| CompileError::node(&n.origin, m);
         let p = &n.params;
+        if let Some(mode) = p.get("mode").and_then(Value::as_str) {
+            return Err(err(format!(
+                "resize `{mode}` is not run yet (`scale dimensions`, `scale by multiplier` and `scale total pixels` are)"
+            )));
+        }
         let side = |k: &str| match p.get(k) {
             None | Some(Value::Null) => Ok(0),
             Some(v) => v.as_u64().map(|v| v as u32).ok_or_else(|| err(format!("`{k}` must be a whole number ≥ 0"))),

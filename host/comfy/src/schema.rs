@@ -29,6 +29,9 @@ pub struct InputDecl {
     pub optional: bool,
     /// The declaration's options (`default`, `min`, `options`, …), as declared.
     pub options: Value,
+    /// A dynamic combo (`COMFY_DYNAMICCOMBO_V3`): each choice's key and the widgets it adds,
+    /// stored after the choice in a UI-format file and named `{name}.{widget}` in the API format.
+    pub choices: Vec<(String, Vec<InputDecl>)>,
 }
 
 /// What a node type takes and gives.
@@ -91,22 +94,73 @@ impl NodeSchema {
             if w.control_after_generate {
                 rest.next_if(|v| v.as_str().is_some_and(|s| CONTROL_VALUES.contains(&s)));
             }
+            // A dynamic combo's chosen widgets follow its choice.
+            let chosen = w.choices.iter().find(|(k, _)| v.as_str() == Some(k.as_str()));
+            for sub in chosen.map_or(&[][..], |(_, subs)| &subs[..]).iter().filter(|i| i.widget) {
+                let Some(v) = rest.next() else { break };
+                out.push((format!("{}.{}", w.name, sub.name), v.clone()));
+            }
         }
         out
     }
 }
 
-/// `["INT", {...}]`, `[["a", "b"], {...}]` or `["COMBO", {"options": [...]}]`.
+/// `["INT", {...}]`, `[["a", "b"], {...}]`, `["COMBO", {"options": [...]}]`, a type list
+/// (`"FLOAT,INT"`: a widget of its first type) or a dynamic combo
+/// (`["COMFY_DYNAMICCOMBO_V3", {"options": [{"key", "inputs", "input_order"?}, …]}]`).
 fn input_decl(name: &str, decl: &Value, optional: bool) -> Result<InputDecl, &'static str> {
     let Value::Array(parts) = decl else { return Err("must be [type, options]") };
     let ty = parts.first().ok_or("must be [type, options]")?;
     let options = parts.get(1).cloned().unwrap_or(Value::Null);
     let flag = |k: &str| options.get(k).and_then(Value::as_bool);
     let ty = type_name(ty);
-    let widget = WIDGET_TYPES.contains(&ty.as_str()) && flag("forceInput") != Some(true);
+    let first = ty.split(',').next().unwrap_or_default();
+    let dynamic = ty == DYNAMIC_COMBO;
+    let widget = (dynamic || WIDGET_TYPES.contains(&first)) && flag("forceInput") != Some(true);
     // The frontend adds the control to seeds by name when the declaration does not say.
-    let control = flag("control_after_generate").unwrap_or(ty == "INT" && (name == "seed" || name == "noise_seed"));
-    Ok(InputDecl { name: name.to_string(), ty, widget, control_after_generate: widget && control, optional, options })
+    let control = flag("control_after_generate").unwrap_or(first == "INT" && (name == "seed" || name == "noise_seed"));
+    let choices = match dynamic {
+        true => choices(&options)?,
+        false => Vec::new(),
+    };
+    Ok(InputDecl {
+        name: name.to_string(),
+        ty,
+        widget,
+        control_after_generate: widget && control,
+        optional,
+        options,
+        choices,
+    })
+}
+
+/// A dynamic combo's type.
+const DYNAMIC_COMBO: &str = "COMFY_DYNAMICCOMBO_V3";
+
+/// A dynamic combo's choices: each key with its inputs, required then optional (in the
+/// option's `input_order` when it gives one).
+fn choices(options: &Value) -> Result<Vec<(String, Vec<InputDecl>)>, &'static str> {
+    let Some(list) = options.get("options").and_then(Value::as_array) else {
+        return Err("a dynamic combo lists its options");
+    };
+    let mut out = Vec::new();
+    for o in list {
+        let key = o.get("key").and_then(Value::as_str).ok_or("a dynamic combo option has a `key`")?;
+        let mut inputs = Vec::new();
+        for group in ["required", "optional"] {
+            let Some(decls) = o.get("inputs").and_then(|i| i.get(group)).and_then(Value::as_object) else { continue };
+            let order: Vec<String> = match o.get("input_order").and_then(|i| i.get(group)) {
+                Some(Value::Array(names)) => names.iter().filter_map(Value::as_str).map(String::from).collect(),
+                _ => decls.keys().cloned().collect(),
+            };
+            for n in order {
+                let d = decls.get(&n).ok_or("a dynamic combo option's input_order names an undeclared input")?;
+                inputs.push(input_decl(&n, d, group == "optional")?);
+            }
+        }
+        out.push((key.to_string(), inputs));
+    }
+    Ok(out)
 }
 
 fn type_name(ty: &Value) -> String {

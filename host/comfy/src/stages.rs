@@ -124,6 +124,45 @@ pub const STAGES: &[StageDecl] = &[
         ],
         ["latent", "latent"]
     ),
+    // LTX-2's audio and video in one latent: the empty audio latent (`LTXVEmptyLatentAudio`),
+    // the two packed into one and split apart (`LTXVConcatAVLatent`, `LTXVSeparateAVLatent`),
+    // the audio VAE and its decode, the latent upsampler between two samplers, the frame rate
+    // and keyframe-guide nodes on the conditioning, a picture written into the latent in place
+    // (`LTXVImgToVideoInplace`; `bypass` passes the latent through), the picture's
+    // compression-like preprocessing, an LLM prompt enhancer (`TextGenerateLTX2Prompt`).
+    stage!("load.audio_vae", [], ["audio_vae"]),
+    stage!("load.upscale_model", [], ["upscale_model"]),
+    stage!("latent.empty_audio", [("audio_vae", "audio_vae", true)], ["latent"]),
+    stage!("latent.av_concat", [("video", "latent", true), ("audio", "latent", true)], ["latent"]),
+    stage!("latent.av_separate", [("latent", "latent", true)], ["latent", "latent"]),
+    stage!(
+        "latent.upsample",
+        [("latent", "latent", true), ("upscale_model", "upscale_model", true), ("vae", "vae", true)],
+        ["latent"]
+    ),
+    stage!(
+        "latent.image_inplace",
+        [("vae", "vae", true), ("images", "images", false), ("latent", "latent", true)],
+        ["latent"]
+    ),
+    stage!(
+        "condition.frame_rate",
+        [("positive", "conditioning", true), ("negative", "conditioning", true)],
+        ["conditioning", "conditioning"]
+    ),
+    stage!(
+        "condition.crop_guides",
+        [("positive", "conditioning", true), ("negative", "conditioning", true), ("latent", "latent", true)],
+        ["conditioning", "conditioning", "latent"]
+    ),
+    stage!("image.preprocess", [("images", "images", true)], ["images"]),
+    stage!("image.empty", [], ["images"]),
+    stage!("text.generate", [("text_encoder", "text_encoder", true)], ["value"]),
+    // ManualSigmas: the noise levels as the workflow writes them.
+    stage!("schedule.manual", [], ["sigmas"]),
+    stage!("decode.audio", [("latent", "latent", true), ("audio_vae", "audio_vae", true)], ["audio"]),
+    // PreviewAny: shows a value in the UI; nothing to run.
+    stage!("output.preview", [], []),
     stage!("decode.vae", [("latent", "latent", true), ("vae", "vae", true)], ["images"]),
     stage!("encode.vae", [("images", "images", true), ("vae", "vae", true)], ["latent"]),
     stage!("video.create", [("images", "images", true), ("audio", "audio", false)], ["video"]),

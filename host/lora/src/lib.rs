@@ -511,7 +511,9 @@ impl AdapterMetadata {
             map.iter()
                 .map(|(p, v)| {
                     let x = v.as_f64().filter(|x| x.is_finite() && *x > 0.0);
-                    x.map(|x| (p.trim_start_matches('^').to_string(), x))
+                    // PEFT matches a pattern as a regex anchored at the end: its `^` and `$`
+                    // anchors add nothing to the literal names matched here.
+                    x.map(|x| (p.trim_start_matches('^').trim_end_matches('$').to_string(), x))
                         .ok_or_else(|| bad(&format!("`{k}.{p}` must be a positive number")))
                 })
                 .collect()

@@ -5,6 +5,7 @@
 //! through instead of attending, per sample).
 
 use anyhow::Result;
+use fastvideo_layers::linear::Lora;
 use fastvideo_layers::Linear;
 use fastvideo_torch::weights::Weights;
 use tch::{Kind, Tensor};
@@ -75,7 +76,8 @@ impl Attention {
 
     /// Queries from `x [B, S, query_dim]`, keys and values from `context` (or `x`); `mask` an
     /// additive bias `[B, 1, L]` on the keys; `q_rope` rotates the queries and `k_rope` (or
-    /// `q_rope`) the keys.
+    /// `q_rope`) the keys; `lora`'s deltas on every projection.
+    #[allow(clippy::too_many_arguments)]
     pub fn forward(
         &self,
         x: &Tensor,
@@ -84,15 +86,16 @@ impl Attention {
         q_rope: Option<&Rope>,
         k_rope: Option<&Rope>,
         perturb: Option<Perturbation>,
+        lora: Lora,
     ) -> Tensor {
         let ctx = context.unwrap_or(x);
-        let gates = self.to_gate_logits.as_ref().map(|g| g.forward(x));
-        let v = self.to_v.forward(ctx);
+        let gates = self.to_gate_logits.as_ref().map(|g| g.forward_lora(x, lora));
+        let v = self.to_v.forward_lora(ctx, lora);
         let mut out = match perturb {
             Some(p) if p.all => v,
             _ => {
-                let mut q = self.norm_q.forward(&self.to_q.forward(x));
-                let mut k = self.norm_k.forward(&self.to_k.forward(ctx));
+                let mut q = self.norm_q.forward(&self.to_q.forward_lora(x, lora));
+                let mut k = self.norm_k.forward(&self.to_k.forward_lora(ctx, lora));
                 if let Some(r) = q_rope {
                     q = r.apply(&q);
                     k = k_rope.unwrap_or(r).apply(&k);
@@ -124,7 +127,7 @@ impl Attention {
             let gate = g.sigmoid() * 2.0;
             out = (out.view([s[0], s[1], self.heads, -1]) * gate.unsqueeze(-1)).view([s[0], s[1], s[2]]);
         }
-        self.to_out.forward(&out)
+        self.to_out.forward_lora(&out, lora)
     }
 
     /// Its linears.

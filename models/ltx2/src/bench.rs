@@ -111,6 +111,7 @@ pub fn run(config: &Path, device: Device, kind: Kind, o: &BenchOptions) -> Resul
             stg_blocks: stg,
             perturbation_mask: perturb.as_ref(),
             use_cross_timestep: true,
+            lora: None,
         })?;
         Ok(())
     };

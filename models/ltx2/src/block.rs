@@ -5,6 +5,7 @@
 //! shift/scale/gate), the exchange by its own global and per-block tables.
 
 use anyhow::Result;
+use fastvideo_layers::linear::Lora;
 use fastvideo_layers::Linear;
 use fastvideo_torch::weights::Weights;
 use tch::Tensor;
@@ -74,6 +75,8 @@ pub struct BlockOptions<'a> {
     pub exchange: Option<&'a Tensor>,
     /// Spatio-temporal guidance on this block's self-attentions.
     pub perturb: Option<Perturbation<'a>>,
+    /// Unmerged LoRA deltas on every linear.
+    pub lora: Lora<'a>,
 }
 
 impl Stream {
@@ -125,11 +128,11 @@ impl Stream {
     }
 
     /// Self-attention, then the text attention.
-    fn attend(&self, x: &Tensor, s: &StreamInputs, perturb: Option<Perturbation>) -> (Tensor, Vec<Tensor>) {
+    fn attend(&self, x: &Tensor, s: &StreamInputs, perturb: Option<Perturbation>, lora: Lora) -> (Tensor, Vec<Tensor>) {
         let m = mod_params(&self.table, s.temb);
         let (shift, scale, gate) = (&m[0], &m[1], &m[2]);
         let h = self.norm1.forward(x) * (scale + 1.0) + shift;
-        let x = x + self.attn1.forward(&h, None, None, Some(s.rope), None, perturb) * gate;
+        let x = x + self.attn1.forward(&h, None, None, Some(s.rope), None, perturb, lora) * gate;
         let mut h = self.norm2.forward(&x);
         if self.text_adaln {
             h = h * (&m[7] + 1.0) + &m[6];
@@ -144,7 +147,7 @@ impl Stream {
             }
             None => s.text.shallow_clone(),
         };
-        let mut a = self.attn2.forward(&h, Some(&text), s.text_bias, None, None, None);
+        let mut a = self.attn2.forward(&h, Some(&text), s.text_bias, None, None, None, lora);
         if self.text_adaln {
             a *= &m[8];
         }
@@ -152,9 +155,9 @@ impl Stream {
     }
 
     /// The feed-forward, modulated by `m` (from [`attend`](Self::attend)).
-    fn feed_forward(&self, x: &Tensor, m: &[Tensor]) -> Tensor {
+    fn feed_forward(&self, x: &Tensor, m: &[Tensor], lora: Lora) -> Tensor {
         let h = self.norm3.forward(x) * (&m[4] + 1.0) + &m[3];
-        x + self.ff.forward(&h) * &m[5]
+        x + self.ff.forward(&h, lora) * &m[5]
     }
 
     /// The exchange's modulation: (a2v scale, a2v shift, v2a scale, v2a shift) and the gate.
@@ -198,8 +201,9 @@ impl Block {
     ) -> (Tensor, Tensor) {
         // Spatio-temporal guidance exists only where the layout has perturbed attention.
         let perturb = if self.perturbed { o.perturb } else { None };
-        let (mut video, vm) = self.video.attend(video, v, perturb);
-        let (mut audio, am) = self.audio.attend(audio, a, perturb);
+        let lora = o.lora;
+        let (mut video, vm) = self.video.attend(video, v, perturb, lora);
+        let (mut audio, am) = self.audio.attend(audio, a, perturb, lora);
         if !o.isolate {
             let nv = self.video.exchange_norm.forward(&video);
             let na = self.audio.exchange_norm.forward(&audio);
@@ -207,8 +211,15 @@ impl Block {
             let (ass, a_gate) = self.audio.exchange_mod(a);
             let q = &nv * (&vss[0] + 1.0) + &vss[1];
             let kv = &na * (&ass[0] + 1.0) + &ass[1];
-            let a2v =
-                self.audio_to_video.forward(&q, Some(&kv), None, Some(v.exchange_rope), Some(a.exchange_rope), None);
+            let a2v = self.audio_to_video.forward(
+                &q,
+                Some(&kv),
+                None,
+                Some(v.exchange_rope),
+                Some(a.exchange_rope),
+                None,
+                lora,
+            );
             let a2v = v_gate * a2v;
             video += match o.exchange {
                 Some(keep) => a2v * keep,
@@ -216,15 +227,22 @@ impl Block {
             };
             let kv = &nv * (&vss[2] + 1.0) + &vss[3];
             let q = &na * (&ass[2] + 1.0) + &ass[3];
-            let v2a =
-                self.video_to_audio.forward(&q, Some(&kv), None, Some(a.exchange_rope), Some(v.exchange_rope), None);
+            let v2a = self.video_to_audio.forward(
+                &q,
+                Some(&kv),
+                None,
+                Some(a.exchange_rope),
+                Some(v.exchange_rope),
+                None,
+                lora,
+            );
             let v2a = a_gate * v2a;
             audio += match o.exchange {
                 Some(keep) => v2a * keep,
                 None => v2a,
             };
         }
-        (self.video.feed_forward(&video, &vm), self.audio.feed_forward(&audio, &am))
+        (self.video.feed_forward(&video, &vm, lora), self.audio.feed_forward(&audio, &am, lora))
     }
 
     /// Its linears.

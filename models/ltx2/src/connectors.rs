@@ -201,10 +201,10 @@ impl Connector {
         let key_bias = bias.unsqueeze(1);
         let mut x = x;
         for blk in &self.blocks {
-            let h = blk.attn1.forward(&blk.norm1.forward(&x), None, Some(&key_bias), Some(&rope), None, None);
+            let h = blk.attn1.forward(&blk.norm1.forward(&x), None, Some(&key_bias), Some(&rope), None, None, None);
             // Not in place: `x` may be the caller's tensor.
             let y = &x + h;
-            x = &y + blk.ff.forward(&blk.norm2.forward(&y));
+            x = &y + blk.ff.forward(&blk.norm2.forward(&y), None);
         }
         Ok((self.norm_out.forward(&x), bias))
     }

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use anyhow::{ensure, Context, Result};
 use fastvideo_pipeline::denoise::seeded_noise;
 use fastvideo_pipeline::{
-    GuidanceState, LoopStage, LoopState, NodeCtx, StepCtx, StepResult, StreamGuidance, StreamPreds, Value, Values,
-    STREAM_BRANCHES,
+    AdapterSet, GuidanceState, LoopStage, LoopState, NodeCtx, StepCtx, StepResult, StreamGuidance, StreamPreds, Value,
+    Values, ADAPTERS, STREAM_BRANCHES,
 };
 use fastvideo_request::{ResolvedRequest, TaskType};
 use tch::{Kind, Tensor};
@@ -22,7 +22,7 @@ use crate::latents::{
     Statistics,
 };
 use crate::model::Geometry;
-use crate::refine::{two_stage, RefineParams};
+use crate::refine::{two_stage, BaseParams, RefineParams};
 use crate::schedule::Ltx2Schedule;
 use crate::transformer::{Ltx2Inputs, Ltx2Transformer};
 use crate::values::{AUDIO_LATENTS, AUDIO_TEXT, CONDITION, LATENTS, TEXT_MASK, UPSAMPLED, VIDEO_TEXT};
@@ -88,6 +88,8 @@ struct State {
     clean: i64,
     /// A deploy's stream guider and its request state; the pipeline's own rule when `None`.
     plugin: Option<(Arc<dyn StreamGuidance>, GuidanceState)>,
+    /// The request's LoRA adapters, if any.
+    adapters: Option<Arc<AdapterSet>>,
     step: usize,
 }
 
@@ -196,6 +198,7 @@ impl Ltx2Denoise {
         let timestep = Tensor::full([b], t as f64, (Kind::Float, s.video.device()));
         // Image to video: the clean first frame's tokens at timestep 0, the rest at t.
         let per_token = x.keep.as_ref().map(|keep| timestep.unsqueeze(1) * keep);
+        let lora = self.model.unmerged(s.adapters.as_deref())?;
         let (v, a) = self.model.forward(&Ltx2Inputs {
             video: &video,
             audio: &audio,
@@ -215,6 +218,7 @@ impl Ltx2Denoise {
             stg_blocks: if x.perturb.is_some() { &s.stg } else { &[] },
             perturbation_mask: x.perturb.as_ref(),
             use_cross_timestep: true,
+            lora: lora.as_ref(),
         })?;
         Ok((v.to_kind(Kind::Float), a.to_kind(Kind::Float)))
     }
@@ -309,7 +313,10 @@ impl Ltx2Denoise {
             Some(x) => normalize_audio(&pack_audio(&x), &am_.to_device(device), &as_.to_device(device)),
             None => pack_audio(&seeded_noise(&[1, ac, al, am], req.seed.wrapping_add(1), device)),
         };
-        let sigmas = self.schedule.sigmas(req.steps as usize, f * h * w, req.schedule.as_deref())?;
+        let sigmas = match BaseParams::of(req)?.and_then(|p| p.sigmas) {
+            Some(given) => given_sigmas(&given, "node_params.denoise.sigmas")?,
+            None => self.schedule.sigmas(req.steps as usize, f * h * w, req.schedule.as_deref())?,
+        };
         let scales = scales(req);
         let clean = if i2v { h * w } else { 0 };
         Ok(Start { video, audio, grid: [f, h, w], audio_frames, sigmas, scales, cfg: req.does_cfg(), clean })
@@ -332,14 +339,14 @@ impl Ltx2Denoise {
         // Image to video: the upsampled first frame stays clean (no fresh noise, timestep 0).
         let clean = if req.task == TaskType::I2v { h * w } else { 0 };
         let n = video.size()[1];
-        let renoised = fresh(&video, req.seed.wrapping_add(2));
+        let seed = p.seed.unwrap_or(req.seed.wrapping_add(2));
+        let renoised = fresh(&video, seed);
         let video = match clean {
             0 => renoised,
             k => Tensor::cat(&[video.narrow(1, 0, k), renoised.narrow(1, k, n - k)], 1),
         };
-        let audio = fresh(&audio, req.seed.wrapping_add(3));
-        let mut sigmas: Vec<f32> = p.sigmas.iter().map(|&s| s as f32).collect();
-        sigmas.push(0.0);
+        let audio = fresh(&audio, seed.wrapping_add(1));
+        let sigmas = given_sigmas(&p.sigmas, "node_params.refine.sigmas")?;
         let v =
             Scales { cfg: p.guidance_scale, stg: p.stg_scale, modality: p.modality_scale, rescale: p.guidance_rescale };
         let a = Scales {
@@ -391,6 +398,7 @@ impl LoopStage for Ltx2Denoise {
             stg,
             clean: start.clean,
             plugin,
+            adapters: values.adapters(ADAPTERS).cloned(),
             step: 0,
         };
         Ok(LoopState { step: 0, total_steps: steps, inner: Box::new(state) })
@@ -467,4 +475,10 @@ impl LoopStage for Ltx2Denoise {
             guidance_scale: s.scales.0.cfg as f32,
         })
     }
+}
+
+/// Noise levels as given (`field` names them in errors): descending, then a final 0.
+fn given_sigmas(given: &[f64], field: &str) -> Result<Vec<f32>> {
+    ensure!(given.windows(2).all(|w| w[1] < w[0]), "{field}: noise levels must descend ({given:?})");
+    Ok(given.iter().map(|&s| s as f32).chain([0.0]).collect())
 }

@@ -3,6 +3,7 @@
 //! projection), the GELU feed-forward and the norms.
 
 use anyhow::Result;
+use fastvideo_layers::linear::Lora;
 use fastvideo_layers::timestep::sinusoidal;
 use fastvideo_layers::Linear;
 use fastvideo_torch::weights::Weights;
@@ -30,11 +31,11 @@ impl AdaLayerNormSingle {
     }
 
     /// `(modulation [B·T, params·dim], embedded [B·T, dim])` of times `t` (any shape, flattened),
-    /// in `kind`.
-    pub fn forward(&self, t: &Tensor, kind: Kind) -> (Tensor, Tensor) {
+    /// in `kind`, with `lora`'s deltas (rows of every width: see `AdapterRows::every`).
+    pub fn forward(&self, t: &Tensor, kind: Kind, lora: Lora) -> (Tensor, Tensor) {
         let proj = sinusoidal(&t.flatten(0, -1), TIME_CHANNELS).to_kind(kind);
-        let embedded = self.linear_2.forward(&self.linear_1.forward(&proj).silu());
-        (self.linear.forward(&embedded.silu()), embedded)
+        let embedded = self.linear_2.forward_lora(&self.linear_1.forward_lora(&proj, lora).silu(), lora);
+        (self.linear.forward_lora(&embedded.silu(), lora), embedded)
     }
 
     /// Its linears.
@@ -59,8 +60,8 @@ impl TextProjection {
     }
 
     /// `x [.., input]` → `[.., dim]`.
-    pub fn forward(&self, x: &Tensor) -> Tensor {
-        self.linear_2.forward(&self.linear_1.forward_gelu_tanh(x))
+    pub fn forward(&self, x: &Tensor, lora: Lora) -> Tensor {
+        self.linear_2.forward_lora(&self.linear_1.forward_gelu_tanh_lora(x, lora), lora)
     }
 
     /// Its linears.
@@ -85,8 +86,8 @@ impl FeedForward {
     }
 
     /// `x [.., dim]` through it.
-    pub fn forward(&self, x: &Tensor) -> Tensor {
-        self.out.forward(&self.proj.forward_gelu_tanh(x))
+    pub fn forward(&self, x: &Tensor, lora: Lora) -> Tensor {
+        self.out.forward_lora(&self.proj.forward_gelu_tanh_lora(x, lora), lora)
     }
 
     /// Its linears.

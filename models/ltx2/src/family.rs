@@ -32,6 +32,10 @@ impl Family for Ltx2 {
         ModelKind::Generation
     }
 
+    fn lora_key_map(&self) -> Option<&'static dyn fastvideo_lora::KeyMap> {
+        Some(&crate::lora_keys::Ltx2Keys)
+    }
+
     fn load(&self, dir: &Path, ctx: &LoadContext) -> Result<Box<dyn LoadedModel>> {
         let t0 = std::time::Instant::now();
         let n = &ctx.numerics;

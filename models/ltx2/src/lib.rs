@@ -18,6 +18,7 @@ pub mod family;
 pub mod gemma;
 pub mod guidance;
 pub mod latents;
+pub mod lora_keys;
 pub mod model;
 pub mod pipeline;
 pub mod prompt;

@@ -128,7 +128,13 @@ pub fn spec(
             &[CONDITION],
         )
         .for_tasks(&[TaskType::I2v]),
-        Node::looped("denoise", Arc::new(denoise(Role::Base, guidance.clone())), &texts, &[LATENTS, AUDIO_LATENTS]),
+        Node::looped(
+            crate::refine::DENOISE,
+            Arc::new(denoise(Role::Base, guidance.clone())),
+            &texts,
+            &[LATENTS, AUDIO_LATENTS],
+        )
+        .with_params(crate::refine::base_schema())?,
     ]);
     // The two-stage recipe, for requests that give `node_params.refine`: upsample, then refine.
     if let Some(upsampler) = &model.upsampler {
@@ -156,5 +162,6 @@ pub fn spec(
             &[AUDIO],
         ),
     ]);
-    Ok(PipelineSpec::new("ltx2", model.limits().tasks, nodes, &[], VIDEO)?)
+    let spec = PipelineSpec::new("ltx2", model.limits().tasks, nodes, &[], VIDEO)?;
+    Ok(spec.with_adapters(Arc::new(fastvideo_layers::adapters::Adapted(model.transformer.clone()))))
 }

@@ -54,6 +54,9 @@ pub struct RefineParams {
     pub guidance_rescale: f64,
     /// Of the audio's (0: the video's).
     pub audio_guidance_rescale: f64,
+    /// The fresh noise's seed (a ComfyUI workflow's second `RandomNoise`); derived from the
+    /// request's seed when absent.
+    pub seed: Option<u64>,
 }
 
 impl Default for RefineParams {
@@ -69,6 +72,7 @@ impl Default for RefineParams {
             audio_modality_scale: 1.0,
             guidance_rescale: 0.0,
             audio_guidance_rescale: 0.0,
+            seed: None,
         }
     }
 }
@@ -101,7 +105,44 @@ pub fn schema() -> serde_json::Value {
             "guidance_scale": scale, "audio_guidance_scale": scale,
             "stg_scale": scale, "audio_stg_scale": scale,
             "modality_scale": scale, "audio_modality_scale": scale,
-            "guidance_rescale": unit, "audio_guidance_rescale": unit
+            "guidance_rescale": unit, "audio_guidance_rescale": unit,
+            "seed": {"type": "integer", "minimum": 0}
+        },
+        "additionalProperties": false
+    })
+}
+
+/// The base loop's node name, and the key of its parameters in `node_params`.
+pub const DENOISE: &str = "denoise";
+
+/// `node_params.denoise`: the base loop's noise levels as given (a ComfyUI workflow's
+/// ManualSigmas), in place of the scheduler's shifted list for the request's step count.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BaseParams {
+    /// Noise levels, descending in (0, 1], used as given; a final 0 is appended.
+    pub sigmas: Option<Vec<f64>>,
+}
+
+impl BaseParams {
+    /// The request's, if it gives any.
+    pub fn of(req: &ResolvedRequest) -> Result<Option<Self>> {
+        req.node_params
+            .get(DENOISE)
+            .map(|v| serde_json::from_value(v.clone()).context("node_params.denoise"))
+            .transpose()
+    }
+}
+
+/// The JSON Schema of `node_params.denoise`.
+pub fn base_schema() -> serde_json::Value {
+    serde_json::json!({
+        "type": "object",
+        "properties": {
+            "sigmas": {
+                "type": "array", "minItems": 1, "maxItems": 1000,
+                "items": {"type": "number", "exclusiveMinimum": 0, "maximum": 1}
+            }
         },
         "additionalProperties": false
     })

@@ -4,7 +4,11 @@
 use std::path::Path;
 
 use anyhow::{ensure, Context, Result};
+use fastvideo_layers::adapters::{LinearAdapters, LinearModel};
+use fastvideo_layers::linear::Lora;
 use fastvideo_layers::Linear;
+use fastvideo_lora::KeyMap;
+use fastvideo_pipeline::{AdapterRows, AdapterSet};
 use fastvideo_torch::weights::Weights;
 use tch::{Device, Kind, Tensor};
 
@@ -12,6 +16,7 @@ use crate::attention::{key_bias, Perturbation};
 use crate::block::{Block, BlockOptions, StreamInputs};
 use crate::config::TransformerConfig;
 use crate::embed::{layer_norm, AdaLayerNormSingle, TextProjection};
+use crate::lora_keys::Ltx2Keys;
 use crate::rope::{audio_positions, video_positions, RopeSpec};
 
 /// One stream's modules outside the blocks.
@@ -59,10 +64,10 @@ impl StreamEnds {
     }
 
     /// The output head: LayerNorm, shift/scale from the embedded timestep, projection.
-    fn head(&self, x: &Tensor, embedded: &Tensor) -> Tensor {
+    fn head(&self, x: &Tensor, embedded: &Tensor, lora: Lora) -> Tensor {
         let ss = self.scale_shift_table.unsqueeze(0).unsqueeze(0) + embedded.unsqueeze(2);
         let (shift, scale) = (ss.select(2, 0), ss.select(2, 1));
-        self.proj_out.forward(&(layer_norm(x) * (scale + 1.0) + shift))
+        self.proj_out.forward_lora(&(layer_norm(x) * (scale + 1.0) + shift), lora)
     }
 }
 
@@ -78,6 +83,8 @@ pub struct Ltx2Transformer {
     exchange_rope: RopeSpec,
     exchange_audio_rope: RopeSpec,
     kind: Kind,
+    /// Its linear modules as LoRA adapters see them, and the set merged into the weights, if any.
+    adapters: LinearAdapters,
 }
 
 // SAFETY: the weights are read-only after construction and libtorch kernels may read one
@@ -126,6 +133,9 @@ pub struct Ltx2Inputs<'a> {
     /// Modulate each stream's exchange by the other stream's sigma (LTX-2.3) instead of its own
     /// timestep (LTX-2.0).
     pub use_cross_timestep: bool,
+    /// Unmerged LoRA deltas on every linear ([`Ltx2Transformer::unmerged`]); `None` runs the
+    /// weights as they are (a merged set included).
+    pub lora: Lora<'a>,
 }
 
 impl Ltx2Transformer {
@@ -151,9 +161,10 @@ impl Ltx2Transformer {
             heads,
         };
         let exchange_max = cfg.pos_embed_max_pos.max(cfg.audio_pos_embed_max_pos);
+        let (video, audio) = (StreamEnds::new(w, &cfg, false)?, StreamEnds::new(w, &cfg, true)?);
         Ok(Self {
-            video: StreamEnds::new(w, &cfg, false)?,
-            audio: StreamEnds::new(w, &cfg, true)?,
+            video,
+            audio,
             blocks,
             rope: spec(
                 cfg.inner_dim(),
@@ -166,8 +177,24 @@ impl Ltx2Transformer {
             exchange_rope: spec(cfg.audio_cross_attention_dim, vec![exchange_max], cfg.num_attention_heads),
             exchange_audio_rope: spec(cfg.audio_cross_attention_dim, vec![exchange_max], cfg.audio_num_attention_heads),
             kind: w.kind(),
+            adapters: LinearAdapters::new(w.linears()),
             cfg,
         })
+    }
+
+    /// What a forward of the request whose adapters are `set` adds unmerged: every row's
+    /// deltas, nothing when `set` is the merged one (or empty). Another set merged would
+    /// compute on the wrong weights: refused.
+    pub fn unmerged<'a>(&self, set: Option<&'a AdapterSet>) -> Result<Option<AdapterRows<'a>>> {
+        let set = set.filter(|s| !s.is_empty());
+        match (self.adapters.merged(), set) {
+            (Some(m), Some(s)) if m == s.key() => Ok(None),
+            (Some(m), _) => anyhow::bail!(
+                "ltx2 transformer: adapters `{m}` are merged but this request runs {}",
+                set.map_or("none".to_string(), |s| format!("`{}`", s.key()))
+            ),
+            (None, set) => Ok(AdapterRows::every(set)),
+        }
     }
 
     /// The dtype its weights are in (its inputs are cast to it).
@@ -214,16 +241,17 @@ impl Ltx2Transformer {
         let (vx_rope, ax_rope) =
             (self.exchange_rope.table(&vpos.narrow(1, 0, 1)), self.exchange_audio_rope.table(&apos));
 
-        let video = self.video.proj_in.forward(&x.video.to_kind(kind));
-        let audio = self.audio.proj_in.forward(&x.audio.to_kind(kind));
+        let lora = x.lora;
+        let video = self.video.proj_in.forward_lora(&x.video.to_kind(kind), lora);
+        let audio = self.audio.proj_in.forward_lora(&x.audio.to_kind(kind), lora);
 
         let rows = |t: Tensor| t.view([b, -1, *t.size().last().unwrap()]);
-        let (temb, vemb) = self.video.time_embed.forward(x.timestep, kind);
-        let (atemb, aemb) = self.audio.time_embed.forward(audio_t, kind);
+        let (temb, vemb) = self.video.time_embed.forward(x.timestep, kind, lora);
+        let (atemb, aemb) = self.audio.time_embed.forward(audio_t, kind, lora);
         let (temb, vemb, atemb, aemb) = (rows(temb), rows(vemb), rows(atemb), rows(aemb));
         let prompt = |ends: &StreamEnds, s: Option<&Tensor>| -> Result<Option<Tensor>> {
             match &ends.prompt_adaln {
-                Some(m) => Ok(Some(rows(m.forward(sigma_or(s, "prompt modulation")?, kind).0))),
+                Some(m) => Ok(Some(rows(m.forward(sigma_or(s, "prompt modulation")?, kind, lora).0))),
                 None => Ok(None),
             }
         };
@@ -234,14 +262,14 @@ impl Ltx2Transformer {
             false => (x.timestep, audio_t),
         };
         let exchange = |ends: &StreamEnds, t: &Tensor| {
-            let ss = rows(ends.exchange_scale_shift.forward(t, kind).0);
-            let gate = rows(ends.exchange_gate.forward(&(t.to_kind(Kind::Float) * gate_factor), kind).0);
+            let ss = rows(ends.exchange_scale_shift.forward(t, kind, lora).0);
+            let gate = rows(ends.exchange_gate.forward(&(t.to_kind(Kind::Float) * gate_factor), kind, lora).0);
             (ss, gate)
         };
         let (v_ex, a_ex) = (exchange(&self.video, v_ex_t), exchange(&self.audio, a_ex_t));
 
         let project = |ends: &StreamEnds, t: &Tensor| match &ends.caption_projection {
-            Some(p) => p.forward(&t.to_kind(kind)),
+            Some(p) => p.forward(&t.to_kind(kind), lora),
             None => t.to_kind(kind),
         };
         let (text, audio_text) = (project(&self.video, x.text), project(&self.audio, x.audio_text));
@@ -279,10 +307,10 @@ impl Ltx2Transformer {
                 (Some(m), true) => Some(Perturbation { mask: m, all }),
                 _ => None,
             };
-            let o = BlockOptions { isolate: x.isolate_modalities, exchange: exchange.as_ref(), perturb };
+            let o = BlockOptions { isolate: x.isolate_modalities, exchange: exchange.as_ref(), perturb, lora };
             (video, audio) = block.forward(&video, &audio, &v_in, &a_in, o);
         }
-        Ok((self.video.head(&video, &vemb), self.audio.head(&audio, &aemb)))
+        Ok((self.video.head(&video, &vemb, lora), self.audio.head(&audio, &aemb, lora)))
     }
 
     /// Every linear, blocks in order after the stream ends.
@@ -306,6 +334,25 @@ impl Ltx2Transformer {
             b.linears(&mut out);
         }
         out
+    }
+}
+
+/// LoRA on the transformer, served as [`fastvideo_layers::adapters::Adapted`].
+impl LinearModel for Ltx2Transformer {
+    fn linear_adapters(&self) -> &LinearAdapters {
+        &self.adapters
+    }
+    fn adapted_linears(&self) -> Vec<&Linear> {
+        self.linears()
+    }
+    fn compute_kind(&self) -> Kind {
+        self.kind
+    }
+    fn adapter_device(&self) -> Device {
+        self.video.proj_out.weight.device()
+    }
+    fn lora_keys(&self) -> &'static dyn KeyMap {
+        &Ltx2Keys
     }
 }
 

@@ -136,6 +136,35 @@ fn video_and_sound_match_the_pipeline_and_the_mp4_has_both_tracks_of_one_duratio
     assert!((audio.2 - video.2).abs() < 0.005, "sound lasts {} s, the video {} s", audio.2, video.2);
 }
 
+/// A LoRA in Lightricks' original names (`diffusion_model.patchify_proj`, `adaln_single`, as the
+/// trainer and ComfyUI ship them) at 0.7: `LTX2Pipeline.load_lora_weights` + `set_adapters` on the
+/// same noise (tests/fixtures/make_ltx2_lora_fixtures.py), within [`assert_matches`]' tolerances.
+#[test]
+fn a_lora_in_the_original_names_matches_the_pipeline_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = parity_args(dir.path());
+    let lora = format!("{}=0.7", fixture("ltx2_lora/pipeline_original.safetensors").display());
+    args.extend(["--lora".to_string(), lora]);
+    ok(&args);
+    assert_matches(dir.path(), "ltx2_lora/pipeline.safetensors", 32);
+}
+
+/// `node_params.denoise.sigmas`: the base loop on levels as given (no shift, a final 0), as
+/// `LTX2Pipeline(sigmas=…)` runs them with a scheduler without its dynamic shift
+/// (tests/fixtures/make_ltx2_given_sigmas_fixture.py); a list that does not descend is refused.
+#[test]
+fn given_noise_levels_run_as_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = parity_args(dir.path());
+    args.extend(["--node-param".to_string(), "denoise.sigmas=[1.0,0.9,0.7,0.4]".to_string()]);
+    ok(&args);
+    assert_matches(dir.path(), "ltx2/given_sigmas.safetensors", 32);
+    let mut bad = parity_args(dir.path());
+    bad.extend(["--node-param".to_string(), "denoise.sigmas=[0.5,0.9]".to_string()]);
+    let r = fastvideo(&bad.iter().map(String::as_str).collect::<Vec<_>>());
+    crate::common::assert_user_error(&r, "node_params.denoise.sigmas");
+}
+
 #[test]
 fn the_official_openai_client_gets_a_video_with_sound_from_serve() {
     let m = fixture("tiny-ltx2").display().to_string();

@@ -11,6 +11,7 @@ mod cli;
 mod comfyui;
 mod comfyui_i2v;
 mod comfyui_image;
+mod comfyui_ltx2;
 mod common;
 mod cosmos3;
 mod default_model;

@@ -3,6 +3,7 @@
 //! do is refused here, naming the node and the value. Where the sampler's latent comes from
 //! decides the task (`source`); the sampling settings and the schedule are read here.
 
+mod av;
 mod chain;
 mod edit;
 mod run_plan;
@@ -240,6 +241,9 @@ impl<'a> Lowering<'a> {
             outputs: Vec::new(),
             switch_step: experts.map(|e| e.0),
             cfg_2: experts.map(|e| e.1),
+            node_params: Default::default(),
+            knobs: Default::default(),
+            audio: false,
         };
         let size_from = edit::size_from(&source, &refs);
         source.fill(&mut plan)?;
@@ -384,7 +388,7 @@ fn push_file(files: &mut Vec<ModelFile>, f: ModelFile) {
 pub fn plan(g: &PipelineGraph) -> Result<Vec<RunPlan>, CompileError> {
     let l = Lowering { g };
     let mut runs: Vec<RunPlan> = Vec::new();
-    for out in g.nodes.iter().filter(|n| n.stage.starts_with("output.")) {
+    for out in g.nodes.iter().filter(|n| n.stage.starts_with("output.") && n.stage != "output.preview") {
         let prefix = out.params.get("prefix").and_then(Value::as_str).unwrap_or("ComfyUI").to_string();
         let (images_of, kind, fps) = if out.stage == "output.video" {
             let (video, _) = l.expect(out, "video", &["video.create"])?;
@@ -397,17 +401,37 @@ pub fn plan(g: &PipelineGraph) -> Result<Vec<RunPlan>, CompileError> {
             (out, "image", Fps::None)
         };
         let (decode, _) = l.expect(images_of, "images", &["decode.vae"])?;
-        let (sampler, _) = l.expect(decode, "latent", &["sample", "sample.custom"])?;
         let (vae, _) = l.expect(decode, "vae", &["load.vae", "load.checkpoint"])?;
+        // LTX-2: the video half of a latent that carries sound (`LTXVSeparateAVLatent`).
+        let av = l.input(decode, "latent").filter(|(p, _)| p.stage == "latent.av_separate").is_some();
+        let sampler = match av {
+            true => l.separated(decode, "latent", 0)?,
+            false => l.expect(decode, "latent", &["sample", "sample.custom"])?.0,
+        };
+        let audio = match (kind, l.input(images_of, "audio")) {
+            ("video", Some(_)) if av => Some(l.audio_of(images_of, sampler)?),
+            ("video", Some((a, _))) => {
+                let msg = format!(
+                    "`audio` comes from node {} (`{}`): only LTX-2's sampler makes sound here",
+                    a.origin, a.stage
+                );
+                return Err(CompileError::node(&images_of.origin, msg));
+            }
+            _ => None,
+        };
         let plan = OutputPlan { node: out.origin.clone(), kind, prefix };
         if let Some(run) = runs.iter_mut().find(|r| r.sampler_node == sampler.origin) {
             run.outputs.push(plan);
+            run.audio |= audio.is_some();
             if run.fps.is_none() && !run.fps_from_video {
                 fps.set(run);
             }
             continue;
         }
-        let mut run = l.run(sampler, vae)?;
+        let mut run = match av {
+            true => l.av_run(sampler, vae, audio)?,
+            false => l.run(sampler, vae)?,
+        };
         fps.set(&mut run);
         run.outputs.push(plan);
         runs.push(run);

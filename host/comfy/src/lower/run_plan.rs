@@ -118,6 +118,17 @@ pub struct RunPlan {
     /// The second model's guidance scale, as `switch_step`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cfg_2: Option<f32>,
+    /// Parameters of the model's pipeline nodes (LTX-2: each loop's noise levels as given, the
+    /// refine stage of two).
+    #[serde(skip_serializing_if = "serde_json::Map::is_empty")]
+    pub node_params: serde_json::Map<String, serde_json::Value>,
+    /// The model's knobs the workflow sets (LTX-2: the audio's guidance scale, the other
+    /// guidance off as ComfyUI's `CFGGuider` runs it).
+    #[serde(skip_serializing_if = "serde_json::Map::is_empty")]
+    pub knobs: serde_json::Map<String, serde_json::Value>,
+    /// The video output carries the sound the run makes (`CreateVideo`'s `audio`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub audio: bool,
 }
 
 impl RunPlan {
@@ -164,6 +175,10 @@ impl RunPlan {
         // Wan 2.2's expert knobs, which the model's knob schema checks.
         d.set_knob("switch_step", self.switch_step);
         d.set_knob("guidance_scale_2", self.cfg_2.map(fastvideo_request::number_f32));
+        for (k, v) in &self.knobs {
+            d.set_knob(k, Some(v.clone()));
+        }
+        r.node_params.extend(self.node_params.iter().map(|(k, v)| (k.clone(), v.clone())));
         d.shift = self.shift;
         d.width = self.width.or(sized.map(|s| s.0));
         d.height = self.height.or(sized.map(|s| s.1));

@@ -85,7 +85,21 @@ impl<'a> Lowering<'a> {
         match e.stage.as_str() {
             "encode.text" => {
                 self.text_encoder(e, files)?;
+                if let Some((gen, _)) = self.input(e, "text").filter(|(g, _)| g.stage == "text.generate") {
+                    let msg = format!(
+                        "its prompt is written by node {} (an LLM prompt enhancer such as TextGenerateLTX2Prompt), which \
+                         this runtime does not run; give the prompt as text (switch the enhancer off)",
+                        gen.origin
+                    );
+                    return Err(CompileError::node(&e.origin, msg));
+                }
                 Ok((Some(text(e, "text")?), None))
+            }
+            // LTX-2's frame rate and keyframe-guide nodes pass the text through (outputs 0 and
+            // 1 are the positive and the negative).
+            "condition.frame_rate" | "condition.crop_guides" if k < 2 => {
+                let (text, _) = self.conditioning(e, ["positive", "negative"][k], files, refs)?;
+                Ok((text, None))
             }
             "condition.reference" | "condition.reference_method" | "encode.text_edit" => {
                 Ok((self.edit_conditioning(e, files, refs)?, None))

@@ -244,7 +244,9 @@ pub async fn run(c: Arc<Comfy>, s: AppState, entry: Entry, checked: Checked) {
         };
         for o in &plan.outputs {
             send("executing", json!({ "node": o.node, "display_node": o.node, "prompt_id": id }), false);
-            match write_output(&c, &video, o.kind, &o.prefix).await {
+            // The sound goes into the MP4 when the workflow's CreateVideo takes it.
+            let audio = out.audio().filter(|_| plan.audio && o.kind == "video").cloned();
+            match write_output(&c, &video, audio, o.kind, &o.prefix).await {
                 Ok(file) => {
                     let output = if o.kind == "video" {
                         json!({ "images": [file], "animated": [true] })
@@ -307,6 +309,7 @@ pub async fn run(c: Arc<Comfy>, s: AppState, entry: Entry, checked: Checked) {
 async fn write_output(
     c: &Comfy,
     video: &fastvideo_request::VideoArtifact,
+    audio: Option<fastvideo_request::AudioArtifact>,
     kind: &str,
     prefix: &str,
 ) -> Result<Value, String> {
@@ -314,7 +317,7 @@ async fn write_output(
     let (ext, video) = (if kind == "video" { "mp4" } else { "png" }, video.clone());
     let bytes = tokio::task::spawn_blocking(move || {
         if ext == "mp4" {
-            fastvideo_media::mp4_bytes(&video)
+            fastvideo_media::mp4_bytes_with_audio(&video, audio.as_ref())
         } else if video.num_frames == 1 {
             fastvideo_media::png_bytes(&video, 0)
         } else {

@@ -7,6 +7,7 @@ mod connectors;
 mod gemma;
 mod guidance;
 mod latents;
+mod lora;
 mod schedule;
 mod transformer;
 mod upsampler;

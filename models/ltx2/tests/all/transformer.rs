@@ -6,21 +6,23 @@
 use std::collections::HashMap;
 
 use fastvideo_ltx2::{Ltx2Inputs, Ltx2Transformer};
+use fastvideo_pipeline::AdapterRows;
 use tch::{Device, Kind, Tensor};
 
 use crate::common::{fixture, load, rel};
 
 /// Runs `case` of `f` on `t` (the fixture's inputs; the case's own options).
 fn run(t: &Ltx2Transformer, f: &HashMap<String, Tensor>, case: &str) -> (Tensor, Tensor) {
-    run_with(t, f, case, None)
+    run_with(t, f, case, None, None)
 }
 
-/// [`run`] with a per-sample exchange mask.
-fn run_with(
+/// [`run`] with a per-sample exchange mask and unmerged LoRA deltas.
+pub(crate) fn run_with(
     t: &Ltx2Transformer,
     f: &HashMap<String, Tensor>,
     case: &str,
     exchange: Option<&Tensor>,
+    lora: Option<&AdapterRows>,
 ) -> (Tensor, Tensor) {
     let shape = Vec::<i64>::try_from(&f["shape"]).unwrap();
     let token_t = case == "tokens";
@@ -47,6 +49,7 @@ fn run_with(
         stg_blocks: if case == "stg" { &stg } else { &[] },
         perturbation_mask: (case == "stg").then_some(&stg_mask),
         use_cross_timestep: case == "cross",
+        lora,
     };
     t.forward(&x).unwrap()
 }
@@ -98,6 +101,7 @@ fn inputs_of_the_wrong_shape_are_refused_naming_them() {
         stg_blocks: &[],
         perturbation_mask: None,
         use_cross_timestep: false,
+        lora: None,
     };
     let e = t.forward(&x).unwrap_err().to_string();
     assert!(e.contains("video tokens [2, 5, 8]") && e.contains("[2, 18, 8]"), "{e}");
@@ -111,7 +115,7 @@ fn a_per_sample_exchange_mask_isolates_only_its_samples() {
     let t = Ltx2Transformer::load(&fixture("transformer_23"), Device::Cpu, Kind::Float).unwrap();
     let f = load("transformer_23.safetensors");
     let keep = Tensor::from_slice(&[1.0f32, 0.0]);
-    let (video, audio) = run_with(&t, &f, "plain", Some(&keep));
+    let (video, audio) = run_with(&t, &f, "plain", Some(&keep), None);
     for (sample, case) in [(0, "plain"), (1, "isolated")] {
         let ev = rel(&video.get(sample), &f[&format!("{case}.video")].get(sample));
         let ea = rel(&audio.get(sample), &f[&format!("{case}.audio")].get(sample));

@@ -233,6 +233,39 @@ const RULES: &[Rule] = &[
             ("quality", "quality"),
         ],
     },
+    // Custom sampling's noise levels as written (`"1.0, 0.99, …, 0.0"`).
+    Rule { class_type: "ManualSigmas", stage: "schedule.manual", outputs: 1, params: &[("sigmas", "sigmas")] },
+    // The tile sizes change where tiles meet, not what a decode is: decoded whole here.
+    Rule {
+        class_type: "VAEDecodeTiled",
+        stage: "decode.vae",
+        outputs: 1,
+        params: &[("latent", "samples"), ("vae", "vae")],
+    },
+    Rule {
+        class_type: "EmptyImage",
+        stage: "image.empty",
+        outputs: 1,
+        params: &[("width", "width"), ("height", "height"), ("batch", "batch_size"), ("color", "color")],
+    },
+    // Its `resize_type` picks the rule; see `resize_rule`.
+    Rule {
+        class_type: "ResizeImageMaskNode",
+        stage: "image.resize",
+        outputs: 1,
+        params: &[
+            ("images", "input"),
+            ("mode", "resize_type"),
+            ("method", "scale_method"),
+            ("width", "resize_type.width"),
+            ("height", "resize_type.height"),
+            ("fit", "resize_type.crop"),
+            ("scale", "resize_type.multiplier"),
+            ("megapixels", "resize_type.megapixels"),
+        ],
+    },
+    // Shows a value in the UI: nothing runs.
+    Rule { class_type: "PreviewAny", stage: "output.preview", outputs: 0, params: &[("source", "source")] },
     Rule { class_type: "PrimitiveInt", stage: "value", outputs: 1, params: &[("value", "value")] },
     Rule { class_type: "PrimitiveFloat", stage: "value", outputs: 1, params: &[("value", "value")] },
     Rule { class_type: "PrimitiveString", stage: "value", outputs: 1, params: &[("value", "value")] },
@@ -279,6 +312,23 @@ fn convert(param: &str, v: Value) -> Value {
     }
 }
 
+/// `ResizeImageMaskNode`'s `resize_type` as the resize stage's rule: a size (`scale dimensions`),
+/// a factor (`scale by multiplier`) or a pixel count (`scale total pixels`) are what the stage
+/// does; the other choices keep their name in `mode`, which the lowering refuses by name.
+fn resize_rule(params: &mut Map<String, Value>) {
+    let mode = params.get("mode").and_then(Value::as_str).unwrap_or_default().to_string();
+    let keep: &[&str] = match mode.as_str() {
+        "scale dimensions" => &["width", "height", "fit"],
+        "scale by multiplier" => &["scale"],
+        "scale total pixels" => &["megapixels"],
+        _ => &[],
+    };
+    if !keep.is_empty() {
+        params.remove("mode");
+    }
+    params.retain(|k, _| keep.contains(&k.as_str()) || ["images", "method", "mode"].contains(&k.as_str()));
+}
+
 struct Core;
 
 impl WorkflowTranslator for Core {
@@ -313,6 +363,8 @@ impl WorkflowTranslator for Core {
             params.insert("format".into(), json!("png"));
         } else if rule.class_type == "SaveAnimatedWEBP" {
             params.insert("format".into(), json!("webp"));
+        } else if rule.class_type == "ResizeImageMaskNode" {
+            resize_rule(&mut params);
         }
         Ok(vec![GraphNode {
             name: node.id.clone(),
@@ -331,6 +383,6 @@ fastvideo_plugin_sdk::manifest! {
     kind: workflow_translator,
     hooks: [translate],
     distribution_altering: false,
-    description: "ComfyUI core nodes: loaders, CLIPTextEncode, CLIP vision, KSampler(Advanced), SamplerCustomAdvanced and its parts, empty latents, ModelSamplingSD3/AuraFlow, ConditioningZeroOut, LoraLoaderModelOnly/LoraLoader, VAE, LoadImage, LoadVideo/GetVideoComponents, ImageScale(By), ImageScaleToTotalPixels, FluxKontextImageScale, GetImageSize, CreateVideo, SaveVideo/SaveImage, primitives",
+    description: "ComfyUI core nodes: loaders, CLIPTextEncode, CLIP vision, KSampler(Advanced), SamplerCustomAdvanced and its parts, empty latents, ModelSamplingSD3/AuraFlow, ConditioningZeroOut, LoraLoaderModelOnly/LoraLoader, VAE, LoadImage, LoadVideo/GetVideoComponents, ImageScale(By), ImageScaleToTotalPixels, FluxKontextImageScale, ResizeImageMaskNode, GetImageSize, EmptyImage, ManualSigmas, VAEDecodeTiled, CreateVideo, SaveVideo/SaveImage, PreviewAny, primitives",
     params_schema: { "type": "object", "properties": {}, "additionalProperties": false },
 }

@@ -1,0 +1,251 @@
+//! LTX-2's audio-video workflows: one latent that packs video and audio (`LTXVConcatAVLatent`)
+//! denoised by a `SamplerCustomAdvanced` on ManualSigmas, split again (`LTXVSeparateAVLatent`)
+//! for the VAE decode and the audio VAE decode. Two such samplers with the latent upsampler
+//! between them (the base at half size, then a short refine schedule) are the two-stage recipe:
+//! one request whose `node_params` carry each loop's noise levels as given. ComfyUI's
+//! `CFGGuider` is plain classifier-free guidance on both streams with one scale, so the request
+//! turns the pipeline's other guidance (STG, modality guidance, rescale) off.
+
+use serde_json::{json, Map, Value};
+
+use fastvideo_request::{SamplerKind, TaskType};
+
+use super::{number, push_file, text, Lowering, ModelFile, RunPlan};
+use crate::translate::GraphNode;
+use crate::CompileError;
+
+/// One sampler of the graph: its seed, guidance scale and noise levels (the final 0 dropped).
+struct Pass<'a> {
+    node: &'a GraphNode,
+    guider: &'a GraphNode,
+    seed: u64,
+    cfg: f64,
+    sigmas: Vec<f64>,
+    /// Its `LTXVConcatAVLatent`.
+    latent: &'a GraphNode,
+}
+
+impl<'a> Lowering<'a> {
+    /// The sampler of an `LTXVSeparateAVLatent` `sep`, read as a pass.
+    fn pass(&self, sampler: &'a GraphNode) -> Result<Pass<'a>, CompileError> {
+        let (noise, _) = self.expect(sampler, "noise", &["noise.random"])?;
+        let (guider, _) = self.expect(sampler, "guider", &["guider.cfg"])?;
+        let (select, _) = self.expect(sampler, "sampler", &["sampler.select"])?;
+        let (sched, _) = self.expect(sampler, "sigmas", &["schedule.manual"])?;
+        let (latent, _) = self.expect(sampler, "latent", &["latent.av_concat"])?;
+        let name = text(select, "sampler")?;
+        if name != "euler" {
+            let msg = format!("sampler `{name}`: LTX-2's loop steps with Euler (`euler`)");
+            return Err(CompileError::node(&select.origin, msg));
+        }
+        let seed = noise.params.get("seed").and_then(Value::as_u64);
+        let seed = seed.ok_or_else(|| CompileError::node(&noise.origin, "`seed` must be a whole number ≥ 0"))?;
+        Ok(Pass { node: sampler, guider, seed, cfg: number(guider, "cfg")?, sigmas: manual_sigmas(sched)?, latent })
+    }
+
+    /// A video latent through `LTXVImgToVideoInplace` nodes that are bypassed (a picture
+    /// written into the latent in place is not run yet).
+    fn through_inplace(&self, mut n: (&'a GraphNode, usize)) -> Result<(&'a GraphNode, usize), CompileError> {
+        while n.0.stage == "latent.image_inplace" {
+            if n.0.params.get("bypass").and_then(Value::as_bool) != Some(true) {
+                let msg = "a picture written into the latent in place (LTXVImgToVideoInplace without `bypass`) is not \
+                           run yet; set bypass";
+                return Err(CompileError::node(&n.0.origin, msg));
+            }
+            n = self.need(n.0, "latent")?;
+        }
+        Ok(n)
+    }
+
+    /// `CreateVideo` `video`'s sound: the audio VAE decode of the audio half of `sampler`'s
+    /// latent.
+    pub(super) fn audio_of(&self, video: &GraphNode, sampler: &GraphNode) -> Result<&'a GraphNode, CompileError> {
+        let (decode, _) = self.expect(video, "audio", &["decode.audio"])?;
+        if !std::ptr::eq(self.separated(decode, "latent", 1)?, sampler) {
+            let msg = format!("decodes another sampler's sound than the video's (node {})", sampler.origin);
+            return Err(CompileError::node(&decode.origin, msg));
+        }
+        Ok(decode)
+    }
+
+    /// Output `k` of an `LTXVSeparateAVLatent` (`expect_k`) and the sampler it separates.
+    pub(super) fn separated(&self, n: &GraphNode, param: &str, expect_k: usize) -> Result<&'a GraphNode, CompileError> {
+        let (sep, k) = self.expect(n, param, &["latent.av_separate"])?;
+        if k != expect_k {
+            let which = ["video", "audio"][expect_k];
+            let msg =
+                format!("`{param}` takes node {}'s output {k}; the {which} latent is output {expect_k}", sep.origin);
+            return Err(CompileError::node(&n.origin, msg));
+        }
+        Ok(self.expect(sep, "latent", &["sample.custom"])?.0)
+    }
+
+    /// The run of the LTX-2 graph whose last sampler is `last`, decoded by the VAE `vae`.
+    pub(super) fn av_run(
+        &self,
+        last: &'a GraphNode,
+        vae: &GraphNode,
+        audio: Option<&GraphNode>,
+    ) -> Result<RunPlan, CompileError> {
+        let mut files = Vec::new();
+        push_file(&mut files, self.file(vae, "vae")?);
+        let last_pass = self.pass(last)?;
+        let video = self.through_inplace(self.need(last_pass.latent, "video")?)?;
+        let (base, refine) = match video.0.stage.as_str() {
+            "latent.upsample" => {
+                let up = video.0;
+                let first = self.separated(up, "latent", 0)?;
+                let (loader, _) = self.expect(up, "upscale_model", &["load.upscale_model"])?;
+                push_file(&mut files, self.file(loader, "upscale_model")?);
+                self.vae(up, "vae", &mut files)?;
+                if !std::ptr::eq(self.separated(last_pass.latent, "audio", 1)?, first) {
+                    let msg =
+                        format!("its audio latent is not node {}'s: the refine carries the base's sound", first.origin);
+                    return Err(CompileError::node(&last_pass.latent.origin, msg));
+                }
+                (self.pass(first)?, Some(last_pass))
+            }
+            "latent.empty" => (last_pass, None),
+            other => {
+                let msg = format!(
+                    "its video latent comes from node {} (`{other}`); this runtime starts from EmptyLTXVLatentVideo, or \
+                     from the latent upsampler of another sampler's video (two stages)",
+                    video.0.origin
+                );
+                return Err(CompileError::node(&last_pass.latent.origin, msg));
+            }
+        };
+        let (empty, _) = self.through_inplace(self.need(base.latent, "video")?)?;
+        if empty.stage != "latent.empty" {
+            let msg =
+                format!("its video latent comes from node {} (`{}`), not an empty latent", empty.origin, empty.stage);
+            return Err(CompileError::node(&base.latent.origin, msg));
+        }
+        let (empty_audio, _) = self.expect(base.latent, "audio", &["latent.empty_audio"])?;
+        let (audio_vae, _) = self.expect(empty_audio, "audio_vae", &["load.audio_vae"])?;
+        push_file(&mut files, self.file(audio_vae, "audio_vae")?);
+        if let Some(decode) = audio {
+            let (loader, _) = self.expect(decode, "audio_vae", &["load.audio_vae"])?;
+            push_file(&mut files, self.file(loader, "audio_vae")?);
+        }
+
+        let (mut shift, mut loras) = (None, Vec::new());
+        self.model(base.guider, "model", &mut files, &mut shift, &mut loras)?;
+        let mut refs = Vec::new();
+        let (prompt, _) = self.conditioning(base.guider, "positive", &mut files, &mut refs)?;
+        let (negative, _) = self.conditioning(base.guider, "negative", &mut files, &mut refs)?;
+        if let Some(r) = refs.first() {
+            let msg = format!("conditions on node {}'s picture: LTX-2 workflows run text to video here", r.node);
+            return Err(CompileError::node(&base.guider.origin, msg));
+        }
+        let mut node_params = Map::new();
+        node_params.insert("denoise".into(), json!({ "sigmas": base.sigmas }));
+        if let Some(r) = &refine {
+            self.same_model_and_prompt(&base, r, &loras, (&prompt, &negative))?;
+            node_params.insert(
+                "refine".into(),
+                json!({ "sigmas": r.sigmas, "guidance_scale": r.cfg, "audio_guidance_scale": r.cfg, "seed": r.seed }),
+            );
+        }
+        let (w, h) = (number(empty, "width")? as u32, number(empty, "height")? as u32);
+        let length = empty.params.get("frames").and_then(Value::as_u64).unwrap_or(1);
+        let scale = if refine.is_some() { 2 } else { 1 };
+        let cfg = base.cfg as f32;
+        // ComfyUI's CFGGuider: one scale on both streams, no other guidance.
+        let knobs = json!({
+            "audio_guidance_scale": cfg, "stg_scale": 0.0, "audio_stg_scale": 0.0, "modality_scale": 1.0,
+            "audio_modality_scale": 1.0, "guidance_rescale": 0.0, "audio_guidance_rescale": 0.0,
+        });
+        Ok(RunPlan {
+            sampler_node: last.origin.clone(),
+            latent_node: empty.origin.clone(),
+            size_node: empty.origin.clone(),
+            task: TaskType::T2v,
+            files,
+            prompt: prompt.unwrap_or_default(),
+            negative,
+            seed: base.seed,
+            steps: base.sigmas.len() as u32,
+            strength: None,
+            cfg,
+            sampler: SamplerKind::Euler,
+            shift: None,
+            loras,
+            // The latent's cells (32 pixels, 8 frames after the first), as EmptyLTXVLatentVideo
+            // allots them; two stages end at twice the size.
+            width: Some(w / 32 * 32 * scale),
+            height: Some(h / 32 * 32 * scale),
+            frames: Some(((length.max(1) - 1) / 8 * 8 + 1) as u32),
+            fps: frame_rate(self, base.guider),
+            fps_node: None,
+            fps_from_video: false,
+            images: Vec::new(),
+            size_from: None,
+            video: None,
+            outputs: Vec::new(),
+            switch_step: None,
+            cfg_2: None,
+            node_params,
+            knobs: knobs.as_object().cloned().unwrap_or_default(),
+            audio: audio.is_some(),
+        })
+    }
+
+    /// A refine pass runs the base's model (its LoRAs) and prompt: one request serves both.
+    fn same_model_and_prompt(
+        &self,
+        base: &Pass,
+        refine: &Pass,
+        loras: &[super::LoraPlan],
+        prompts: (&Option<String>, &Option<String>),
+    ) -> Result<(), CompileError> {
+        let (mut files, mut shift, mut loras_2) = (Vec::<ModelFile>::new(), None, Vec::new());
+        self.model(refine.guider, "model", &mut files, &mut shift, &mut loras_2)?;
+        let strip = |l: &[super::LoraPlan]| l.iter().map(|l| (l.file.clone(), l.strength)).collect::<Vec<_>>();
+        if strip(&loras_2) != strip(loras) {
+            let msg =
+                format!("its model's LoRAs differ from node {}'s: both stages run one model here", base.node.origin);
+            return Err(CompileError::node(&refine.guider.origin, msg));
+        }
+        let mut refs = Vec::new();
+        let p = self.conditioning(refine.guider, "positive", &mut files, &mut refs)?.0;
+        let n = self.conditioning(refine.guider, "negative", &mut files, &mut refs)?.0;
+        if (&p, &n) != prompts {
+            let msg = format!("its prompt differs from node {}'s: both stages run one prompt", base.guider.origin);
+            return Err(CompileError::node(&refine.guider.origin, msg));
+        }
+        Ok(())
+    }
+}
+
+/// `LTXVConditioning`'s frame rate on the guider's positive conditioning, if it sets one.
+fn frame_rate(l: &Lowering, guider: &GraphNode) -> Option<f32> {
+    let mut n = l.input(guider, "positive")?.0;
+    loop {
+        match n.stage.as_str() {
+            "condition.frame_rate" => return n.params.get("frame_rate").and_then(Value::as_f64).map(|f| f as f32),
+            "condition.crop_guides" => n = l.input(n, "positive")?.0,
+            _ => return None,
+        }
+    }
+}
+
+/// ManualSigmas' list (`"1.0, 0.99, …, 0.0"`): descending noise levels in (0, 1] ending at 0,
+/// returned without the final 0.
+fn manual_sigmas(n: &GraphNode) -> Result<Vec<f64>, CompileError> {
+    let s = text(n, "sigmas")?;
+    let err = |m: String| CompileError::node(&n.origin, m);
+    let values: Vec<f64> = s
+        .split([',', ' ', '\n'])
+        .filter(|t| !t.trim().is_empty())
+        .map(|t| t.trim().parse::<f64>().map_err(|_| err(format!("`sigmas`: `{t}` is not a number"))))
+        .collect::<Result<_, _>>()?;
+    let Some((&last, levels)) = values.split_last() else { return Err(err("`sigmas` is empty".into())) };
+    if last != 0.0 {
+        return Err(err(format!("`sigmas` ends at {last}: this runtime denoises to the end (a list ending at 0)")));
+    }
+    if levels.is_empty() || levels.iter().any(|&s| !(s > 0.0 && s <= 1.0)) || levels.windows(2).any(|w| w[1] >= w[0]) {
+        return Err(err(format!("`sigmas` {s:?}: noise levels must descend in (0, 1] before the final 0")));
+    }
+    Ok(levels.to_vec())
+}
