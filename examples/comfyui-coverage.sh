@@ -14,7 +14,7 @@ FASTVIDEO="$fv" bash examples/plugins-deploy.sh "$deploys" >/dev/null
   echo "# ComfyUI template coverage"
   echo
   echo "The 644 workflows of PyPI \`comfyui-workflow-templates-json\` 0.1.123 against the first-party"
-  echo "translator packs (core, Wan, KJNodes, FLUX.2, Qwen-Image), with the model files of the Wan 2.1 text- and image-to-video"
+  echo "translator packs (core, Wan, KJNodes, FLUX.2, Qwen-Image, LTX-2), with the model files of the Wan 2.1 text- and image-to-video"
   echo "templates mapped to the default models (\`deploys/comfyui.toml\`). Made by"
   echo "\`bash examples/comfyui-coverage.sh\`; see [comfyui.md](comfyui.md)."
   echo

@@ -168,7 +168,7 @@ fn run_workflow(args: RunArgs) -> Result<()> {
                 .with_context(|| format!("creating {}", path.display()))?;
             if o.kind == "video" {
                 // With the sound when the workflow's CreateVideo takes it (LTX-2).
-                fastvideo_media::write_mp4_with_audio(video, out.audio().filter(|_| plan.audio), &path)?;
+                fastvideo_media::write_mp4_with_audio(video, out.audio().filter(|_| o.audio), &path)?;
             } else {
                 if video.num_frames != 1 {
                     bail!("node {}: SaveImage of a {}-frame video; use SaveVideo", o.node, video.num_frames);

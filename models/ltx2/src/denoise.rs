@@ -288,7 +288,31 @@ impl Ltx2Denoise {
             false => (req.height, req.width),
         };
         let [c, f, h, w] = g.video(req.num_frames, height, width);
-        let audio_frames = g.audio_frames(req.num_frames, req.fps as f64);
+        let base = BaseParams::of(req)?.unwrap_or_default();
+        let audio_frames = match base.audio_seconds {
+            Some(s) => ((s * g.audio_rate).round() as i64).max(1),
+            None => g.audio_frames(req.num_frames, req.fps as f64),
+        };
+        let sigmas = match &base.sigmas {
+            Some(given) => {
+                let field = "node_params.denoise.sigmas";
+                ensure!(
+                    req.schedule.is_none(),
+                    "{field}: give the levels here or as diffusion.sigmas/timesteps, not both"
+                );
+                ensure!(
+                    given.len() == req.steps as usize,
+                    "{field}: {} levels for {} steps; give one level per step (diffusion.num_inference_steps)",
+                    given.len(),
+                    req.steps
+                );
+                given_sigmas(given, field)?
+            }
+            None => self.schedule.sigmas(req.steps as usize, f * h * w, req.schedule.as_deref())?,
+        };
+        // Fresh noise at the first level: σ0·noise, as a flow-matching sampler noises an empty
+        // latent (1 for the scheduler's own lists).
+        let sigma0 = sigmas[0] as f64;
         let [ac, al, am] = g.audio(audio_frames);
         let (vm, vs, scale) = &self.stats.video;
         // Image to video: the first latent frame is clean — the given latents' own (the picture
@@ -297,7 +321,7 @@ impl Ltx2Denoise {
         let video = match given(req, LATENTS, &[1, c, f, h, w], device)? {
             Some(x) => pack_video(&normalize_video(&x, &vm.to_device(device), &vs.to_device(device), *scale)),
             None => {
-                let noise = seeded_noise(&[1, c, f, h, w], req.seed, device);
+                let noise = seeded_noise(&[1, c, f, h, w], req.seed, device) * sigma0;
                 match i2v {
                     true => {
                         let cond = values.tensor(CONDITION)?.to_device(device);
@@ -311,11 +335,7 @@ impl Ltx2Denoise {
         let (am_, as_) = &self.stats.audio;
         let audio = match given(req, AUDIO_LATENTS, &[1, ac, al, am], device)? {
             Some(x) => normalize_audio(&pack_audio(&x), &am_.to_device(device), &as_.to_device(device)),
-            None => pack_audio(&seeded_noise(&[1, ac, al, am], req.seed.wrapping_add(1), device)),
-        };
-        let sigmas = match BaseParams::of(req)?.and_then(|p| p.sigmas) {
-            Some(given) => given_sigmas(&given, "node_params.denoise.sigmas")?,
-            None => self.schedule.sigmas(req.steps as usize, f * h * w, req.schedule.as_deref())?,
+            None => pack_audio(&(seeded_noise(&[1, ac, al, am], req.seed.wrapping_add(1), device) * sigma0)),
         };
         let scales = scales(req);
         let clean = if i2v { h * w } else { 0 };
@@ -339,7 +359,8 @@ impl Ltx2Denoise {
         // Image to video: the upsampled first frame stays clean (no fresh noise, timestep 0).
         let clean = if req.task == TaskType::I2v { h * w } else { 0 };
         let n = video.size()[1];
-        let seed = p.seed.unwrap_or(req.seed.wrapping_add(2));
+        // Streams of their own: the base loop's noise comes from the seed and the seed + 1.
+        let seed = p.seed.unwrap_or(req.seed).wrapping_add(2);
         let renoised = fresh(&video, seed);
         let video = match clean {
             0 => renoised,

@@ -54,8 +54,8 @@ pub struct RefineParams {
     pub guidance_rescale: f64,
     /// Of the audio's (0: the video's).
     pub audio_guidance_rescale: f64,
-    /// The fresh noise's seed (a ComfyUI workflow's second `RandomNoise`); derived from the
-    /// request's seed when absent.
+    /// The seed the fresh noise derives from in place of the request's (a ComfyUI workflow's
+    /// second `RandomNoise`).
     pub seed: Option<u64>,
 }
 
@@ -120,8 +120,13 @@ pub const DENOISE: &str = "denoise";
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct BaseParams {
-    /// Noise levels, descending in (0, 1], used as given; a final 0 is appended.
+    /// Noise levels, descending in (0, 1], used as given; a final 0 is appended. As many as the
+    /// request's steps; the loop starts from fresh noise scaled to the first level (`σ0·noise`,
+    /// as a flow-matching sampler noises an empty latent).
     pub sigmas: Option<Vec<f64>>,
+    /// The sound's length in seconds, when it is not the video's (ComfyUI's
+    /// `LTXVEmptyLatentAudio` sizes it by its own frame count and rate).
+    pub audio_seconds: Option<f64>,
 }
 
 impl BaseParams {
@@ -142,7 +147,8 @@ pub fn base_schema() -> serde_json::Value {
             "sigmas": {
                 "type": "array", "minItems": 1, "maxItems": 1000,
                 "items": {"type": "number", "exclusiveMinimum": 0, "maximum": 1}
-            }
+            },
+            "audio_seconds": {"type": "number", "exclusiveMinimum": 0, "maximum": 3600}
         },
         "additionalProperties": false
     })

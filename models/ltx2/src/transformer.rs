@@ -87,8 +87,9 @@ pub struct Ltx2Transformer {
     adapters: LinearAdapters,
 }
 
-// SAFETY: the weights are read-only after construction and libtorch kernels may read one
-// tensor from several threads; nothing here mutates shared state.
+// SAFETY: the weights are read-only after construction, except while an adapter set is merged
+// or unmerged, which the engine does between forwards; libtorch kernels may read one tensor from
+// several threads; every request's state lives in its own tensors.
 unsafe impl Sync for Ltx2Transformer {}
 
 /// One forward's inputs, as `LTX2VideoTransformer3DModel.forward` takes them.

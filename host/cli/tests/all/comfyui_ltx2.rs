@@ -144,6 +144,7 @@ fn the_ltx_2_3_text_to_video_template_runs_with_sound_as_generate() {
             .args(["--audio-guidance", "1", "--knob", "stg_scale=0", "--knob", "audio_stg_scale=0"])
             .args(["--knob", "modality_scale=1", "--knob", "audio_modality_scale=1", "--knob", "guidance_rescale=0"])
             .args(["--knob", "audio_guidance_rescale=0"])
+            .args(["--steps", "8", "--node-param", "denoise.audio_seconds=2.125"])
             .args(["--node-param", "denoise.sigmas=[1.0,0.99375,0.9875,0.98125,0.975,0.909375,0.725,0.421875]"])
             .args(["--two-stage", "--node-param", "refine.sigmas=[0.85,0.725,0.4219]"])
             .args(["--node-param", &format!("refine.seed={refine_seed}")])

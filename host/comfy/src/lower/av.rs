@@ -86,6 +86,7 @@ impl<'a> Lowering<'a> {
         last: &'a GraphNode,
         vae: &GraphNode,
         audio: Option<&GraphNode>,
+        video_create: &GraphNode,
     ) -> Result<RunPlan, CompileError> {
         let mut files = Vec::new();
         push_file(&mut files, self.file(vae, "vae")?);
@@ -138,8 +139,31 @@ impl<'a> Lowering<'a> {
             let msg = format!("conditions on node {}'s picture: LTX-2 workflows run text to video here", r.node);
             return Err(CompileError::node(&base.guider.origin, msg));
         }
+        // The sound's length is the audio latent's own (its frame count at its rate), which
+        // ComfyUI's templates make a little longer than the video's 8k+1 frames.
+        let (audio_frames, audio_fps) = (whole(empty_audio, "frames")?, number(empty_audio, "fps")?);
+        if audio_fps <= 0.0 {
+            return Err(CompileError::node(&empty_audio.origin, "`frame_rate` must be above 0"));
+        }
+        let fps = frame_rate(self, base.guider);
+        for (n, rate) in
+            [(video_create, video_create.params.get("fps").and_then(Value::as_f64)), (empty_audio, Some(audio_fps))]
+        {
+            if let (Some(a), Some(b)) = (fps, rate) {
+                if (a as f64 - b).abs() > 1e-6 {
+                    let msg = format!(
+                        "frame rate {b} differs from LTXVConditioning's {a}: the model places video and sound in time \
+                         by one rate"
+                    );
+                    return Err(CompileError::node(&n.origin, msg));
+                }
+            }
+        }
         let mut node_params = Map::new();
-        node_params.insert("denoise".into(), json!({ "sigmas": base.sigmas }));
+        node_params.insert(
+            "denoise".into(),
+            json!({ "sigmas": base.sigmas, "audio_seconds": audio_frames as f64 / audio_fps }),
+        );
         if let Some(r) = &refine {
             self.same_model_and_prompt(&base, r, &loras, (&prompt, &negative))?;
             node_params.insert(
@@ -147,8 +171,8 @@ impl<'a> Lowering<'a> {
                 json!({ "sigmas": r.sigmas, "guidance_scale": r.cfg, "audio_guidance_scale": r.cfg, "seed": r.seed }),
             );
         }
-        let (w, h) = (number(empty, "width")? as u32, number(empty, "height")? as u32);
-        let length = empty.params.get("frames").and_then(Value::as_u64).unwrap_or(1);
+        let (w, h) = (whole(empty, "width")? as u32, whole(empty, "height")? as u32);
+        let length = whole(empty, "frames")?;
         let scale = if refine.is_some() { 2 } else { 1 };
         let cfg = base.cfg as f32;
         // ComfyUI's CFGGuider: one scale on both streams, no other guidance.
@@ -176,7 +200,7 @@ impl<'a> Lowering<'a> {
             width: Some(w / 32 * 32 * scale),
             height: Some(h / 32 * 32 * scale),
             frames: Some(((length.max(1) - 1) / 8 * 8 + 1) as u32),
-            fps: frame_rate(self, base.guider),
+            fps,
             fps_node: None,
             fps_from_video: false,
             images: Vec::new(),
@@ -187,7 +211,6 @@ impl<'a> Lowering<'a> {
             cfg_2: None,
             node_params,
             knobs: knobs.as_object().cloned().unwrap_or_default(),
-            audio: audio.is_some(),
         })
     }
 
@@ -201,6 +224,13 @@ impl<'a> Lowering<'a> {
     ) -> Result<(), CompileError> {
         let (mut files, mut shift, mut loras_2) = (Vec::<ModelFile>::new(), None, Vec::new());
         self.model(refine.guider, "model", &mut files, &mut shift, &mut loras_2)?;
+        let (mut base_files, mut base_loras) = (Vec::<ModelFile>::new(), Vec::new());
+        self.model(base.guider, "model", &mut base_files, &mut None, &mut base_loras)?;
+        let file_of = |f: &[ModelFile]| f.first().map(|m| m.file.clone());
+        if file_of(&files) != file_of(&base_files) {
+            let msg = format!("its model is not node {}'s: both stages run one model here", base.guider.origin);
+            return Err(CompileError::node(&refine.guider.origin, msg));
+        }
         let strip = |l: &[super::LoraPlan]| l.iter().map(|l| (l.file.clone(), l.strength)).collect::<Vec<_>>();
         if strip(&loras_2) != strip(loras) {
             let msg =
@@ -235,10 +265,11 @@ fn frame_rate(l: &Lowering, guider: &GraphNode) -> Option<f32> {
 fn manual_sigmas(n: &GraphNode) -> Result<Vec<f64>, CompileError> {
     let s = text(n, "sigmas")?;
     let err = |m: String| CompileError::node(&n.origin, m);
+    // ComfyUI reads the numbers out of the text (`[-+]?\d*\.*\d+`) whatever separates them.
     let values: Vec<f64> = s
-        .split([',', ' ', '\n'])
-        .filter(|t| !t.trim().is_empty())
-        .map(|t| t.trim().parse::<f64>().map_err(|_| err(format!("`sigmas`: `{t}` is not a number"))))
+        .split(|c: char| !(c.is_ascii_digit() || matches!(c, '.' | '+' | '-')))
+        .filter(|t| !t.is_empty())
+        .map(|t| t.parse::<f64>().map_err(|_| err(format!("`sigmas`: `{t}` is not a number"))))
         .collect::<Result<_, _>>()?;
     let Some((&last, levels)) = values.split_last() else { return Err(err("`sigmas` is empty".into())) };
     if last != 0.0 {
@@ -248,4 +279,13 @@ fn manual_sigmas(n: &GraphNode) -> Result<Vec<f64>, CompileError> {
         return Err(err(format!("`sigmas` {s:?}: noise levels must descend in (0, 1] before the final 0")));
     }
     Ok(levels.to_vec())
+}
+
+/// `n`'s whole-number parameter `k` (a count or a size).
+fn whole(n: &GraphNode, k: &str) -> Result<u64, CompileError> {
+    let v = number(n, k)?;
+    if v < 0.0 || v.fract() != 0.0 {
+        return Err(CompileError::node(&n.origin, format!("`{k}` {v} must be a whole number ≥ 0")));
+    }
+    Ok(v as u64)
 }

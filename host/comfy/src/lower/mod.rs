@@ -243,7 +243,6 @@ impl<'a> Lowering<'a> {
             cfg_2: experts.map(|e| e.1),
             node_params: Default::default(),
             knobs: Default::default(),
-            audio: false,
         };
         let size_from = edit::size_from(&source, &refs);
         source.fill(&mut plan)?;
@@ -408,28 +407,21 @@ pub fn plan(g: &PipelineGraph) -> Result<Vec<RunPlan>, CompileError> {
             true => l.separated(decode, "latent", 0)?,
             false => l.expect(decode, "latent", &["sample", "sample.custom"])?.0,
         };
+        // LTX-2's sound goes into the video; another source's (an input video's) is not carried.
         let audio = match (kind, l.input(images_of, "audio")) {
             ("video", Some(_)) if av => Some(l.audio_of(images_of, sampler)?),
-            ("video", Some((a, _))) => {
-                let msg = format!(
-                    "`audio` comes from node {} (`{}`): only LTX-2's sampler makes sound here",
-                    a.origin, a.stage
-                );
-                return Err(CompileError::node(&images_of.origin, msg));
-            }
             _ => None,
         };
-        let plan = OutputPlan { node: out.origin.clone(), kind, prefix };
+        let plan = OutputPlan { node: out.origin.clone(), kind, prefix, audio: audio.is_some() };
         if let Some(run) = runs.iter_mut().find(|r| r.sampler_node == sampler.origin) {
             run.outputs.push(plan);
-            run.audio |= audio.is_some();
             if run.fps.is_none() && !run.fps_from_video {
                 fps.set(run);
             }
             continue;
         }
         let mut run = match av {
-            true => l.av_run(sampler, vae, audio)?,
+            true => l.av_run(sampler, vae, audio, images_of)?,
             false => l.run(sampler, vae)?,
         };
         fps.set(&mut run);

@@ -46,6 +46,9 @@ pub struct OutputPlan {
     pub kind: &'static str,
     /// File name prefix (`video/ComfyUI`), as ComfyUI names its outputs.
     pub prefix: String,
+    /// The video carries the sound the run makes (its `CreateVideo` takes LTX-2's decoded audio).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub audio: bool,
 }
 
 /// One sampler's run: everything a request needs, and the outputs it feeds.
@@ -126,9 +129,6 @@ pub struct RunPlan {
     /// guidance off as ComfyUI's `CFGGuider` runs it).
     #[serde(skip_serializing_if = "serde_json::Map::is_empty")]
     pub knobs: serde_json::Map<String, serde_json::Value>,
-    /// The video output carries the sound the run makes (`CreateVideo`'s `audio`).
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub audio: bool,
 }
 
 impl RunPlan {

@@ -245,7 +245,7 @@ pub async fn run(c: Arc<Comfy>, s: AppState, entry: Entry, checked: Checked) {
         for o in &plan.outputs {
             send("executing", json!({ "node": o.node, "display_node": o.node, "prompt_id": id }), false);
             // The sound goes into the MP4 when the workflow's CreateVideo takes it.
-            let audio = out.audio().filter(|_| plan.audio && o.kind == "video").cloned();
+            let audio = out.audio().filter(|_| o.audio).cloned();
             match write_output(&c, &video, audio, o.kind, &o.prefix).await {
                 Ok(file) => {
                     let output = if o.kind == "video" {

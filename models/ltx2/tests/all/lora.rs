@@ -81,6 +81,16 @@ fn kohya_names_are_the_original_files_modules() {
     assert!(ev < 2e-2 && ea < 2e-2, "kohya: video {ev:.2e}, audio {ea:.2e}");
 }
 
+/// Merging walks `linears()`: every module of the table must be reached there exactly once, or a
+/// module's delta would be left out of a merged set (and only there).
+#[test]
+fn every_module_is_one_linear_of_the_merge_walk() {
+    let t = transformer();
+    let mut slots: Vec<usize> = t.linears().iter().flat_map(|l| l.parts().iter().map(|p| p.slot)).collect();
+    slots.sort_unstable();
+    assert_eq!(slots, (0..t.modules().len()).collect::<Vec<_>>());
+}
+
 /// A file for another model's modules is refused naming the key.
 #[test]
 fn a_file_for_another_layout_is_refused_naming_the_key() {
