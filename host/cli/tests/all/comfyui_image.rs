@@ -32,20 +32,7 @@ fn node_of(prompt: &Value, class: &str) -> String {
 
 /// Posts `prompt`, waits, and returns its picture (RGB8) from `/view`.
 fn run(s: &Server, prompt: &Value, id: &str) -> Vec<u8> {
-    let mut ws = comfy::connect(s, id);
-    let (code, r) = s.post("/prompt", json!({"prompt": prompt, "client_id": id, "prompt_id": id}));
-    assert_eq!(code, 200, "{r}");
-    let seen = comfy::until_done(&mut ws, id);
-    let executed = seen.iter().find(|m| m["type"] == "executed").unwrap_or_else(|| panic!("{seen:?}"));
-    let f = &executed["data"]["output"]["images"][0];
-    let url = format!(
-        "/view?filename={}&subfolder={}&type=output",
-        f["filename"].as_str().unwrap(),
-        f["subfolder"].as_str().unwrap()
-    );
-    let (code, bytes) = s.bytes(&url);
-    assert_eq!(code, 200);
-    image::load_from_memory(&bytes).unwrap().to_rgb8().into_raw()
+    image::load_from_memory(&comfy::output_of(s, prompt, id)).unwrap().to_rgb8().into_raw()
 }
 
 /// `fastvideo generate` alone with `args` (CPU, float32 as the server): its picture (RGB8).
@@ -126,9 +113,7 @@ fn the_qwen_image_template_runs_as_generate_with_and_without_its_lightning_lora(
     // The template's LoRA file name, served by the deploy's adapter of that file.
     let lightning = dir.path().join("Qwen-Image-Lightning-8steps-V1.0.safetensors");
     std::fs::copy(fixture("image_lora/qwenimage_lightning.safetensors"), &lightning).unwrap();
-    let hash = blake3::hash(&std::fs::read(&lightning).unwrap()).to_hex().to_string();
-    let adapters =
-        format!("[[adapters]]\nname = \"lightning\"\nsource = \"{}\"\nblake3 = \"{hash}\"\n\n", lightning.display());
+    let adapters = comfy::adapter("lightning", &lightning);
     let s = serve(dir.path(), &[CORE], &files, &adapters, &model);
     let mut p = template(dir.path(), "image_qwen_image.json");
     let latent = node_of(&p, "EmptySD3LatentImage");

@@ -68,9 +68,7 @@ fn the_ltx_2_3_text_to_video_template_runs_with_sound_as_generate() {
     // The template's distilled LoRA, served by the deploy's adapter of that file name.
     let lora = dir.path().join("ltx_2.3_22b_distilled_1.1_lora_dynamic_fro09_avg_rank_111_bf16.safetensors");
     std::fs::copy(fixture("ltx2_lora/pipeline_original.safetensors"), &lora).unwrap();
-    let hash = blake3::hash(&std::fs::read(&lora).unwrap()).to_hex().to_string();
-    let adapters =
-        format!("[[adapters]]\nname = \"distilled\"\nsource = \"{}\"\nblake3 = \"{hash}\"\n\n", lora.display());
+    let adapters = comfy::adapter("distilled", &lora);
     let packs = [("fastvideo_translator_comfy_core", "comfy-core"), ("fastvideo_translator_comfy_ltx2", "comfy-ltx2")];
     let deploy = comfy::deploy_with(dir.path(), &packs, &files);
     let text = format!("{adapters}{}", std::fs::read_to_string(&deploy).unwrap());
@@ -119,19 +117,7 @@ fn the_ltx_2_3_text_to_video_template_runs_with_sound_as_generate() {
         nodes_of(&p, "RandomNoise").iter().map(|n| p[n]["inputs"]["noise_seed"].as_u64().unwrap()).collect();
     let (seed, refine_seed) = (*seeds.iter().max().unwrap(), *seeds.iter().min().unwrap());
 
-    let mut ws = comfy::connect(&s, "ltx");
-    let (code, r) = s.post("/prompt", json!({ "prompt": p, "client_id": "ltx", "prompt_id": "ltx" }));
-    assert_eq!(code, 200, "{r}");
-    let seen = comfy::until_done(&mut ws, "ltx");
-    let executed = seen.iter().find(|m| m["type"] == "executed").unwrap_or_else(|| panic!("{seen:?}"));
-    let f = &executed["data"]["output"]["images"][0];
-    let url = format!(
-        "/view?filename={}&subfolder={}&type=output",
-        f["filename"].as_str().unwrap(),
-        f["subfolder"].as_str().unwrap()
-    );
-    let (code, mp4) = s.bytes(&url);
-    assert_eq!(code, 200);
+    let mp4 = comfy::output_of(&s, &p, "ltx");
     assert_eq!(streams(&mp4, dir.path()), ["h264,video", "aac,audio"]);
 
     // The same clip from `generate`: the template's two stages as flags.

@@ -116,6 +116,31 @@ pub fn small_i2v(model: &I2vModel, image: &str, prompt: &str) -> Value {
     wf
 }
 
+/// A deploy's `[[adapters]]` entry `name` serving `file`, pinned by its hash.
+pub fn adapter(name: &str, file: &Path) -> String {
+    let hash = blake3::hash(&std::fs::read(file).unwrap()).to_hex().to_string();
+    format!("[[adapters]]\nname = \"{name}\"\nsource = \"{}\"\nblake3 = \"{hash}\"\n\n", file.display())
+}
+
+/// Posts `prompt` (as `id`) to `/prompt`, waits for it, and returns the bytes of its first
+/// output file from `/view`.
+pub fn output_of(s: &Server, prompt: &Value, id: &str) -> Vec<u8> {
+    let mut ws = connect(s, id);
+    let (code, r) = s.post("/prompt", serde_json::json!({"prompt": prompt, "client_id": id, "prompt_id": id}));
+    assert_eq!(code, 200, "{r}");
+    let seen = until_done(&mut ws, id);
+    let executed = seen.iter().find(|m| m["type"] == "executed").unwrap_or_else(|| panic!("{seen:?}"));
+    let f = &executed["data"]["output"]["images"][0];
+    let url = format!(
+        "/view?filename={}&subfolder={}&type=output",
+        f["filename"].as_str().unwrap(),
+        f["subfolder"].as_str().unwrap()
+    );
+    let (code, bytes) = s.bytes(&url);
+    assert_eq!(code, 200);
+    bytes
+}
+
 /// `workflow` in ComfyUI's API format, as `fastvideo workflow parse` writes it.
 pub fn to_api(dir: &Path, workflow: &Value) -> Value {
     let file = dir.join("to_api.json");
