@@ -18,7 +18,8 @@ pub struct LoraArgs {
     /// original `diffusion_model.` keys as ComfyUI loads them for Wan, FLUX.2 and Qwen-Image, or
     /// kohya keys); `=SCALE` sets its strength (default: the deploy's,
     /// or 1 for a file). Repeatable; adapters stack in order. On a two-expert model (Wan 2.2
-    /// A14B) an adapter binds to both experts, or with `@high_noise` / `@low_noise` to one.
+    /// A14B) an adapter binds to both experts, or with `@high_noise` / `@low_noise` to one; on a
+    /// two-stage recipe (LTX-2 `--two-stage`) `@base` / `@refine` binds it to one loop.
     #[arg(long = "lora", value_name = "NAME_OR_FILE[=SCALE][@EXPERT]")]
     pub lora: Vec<String>,
     /// Device memory for prepared adapters, in MiB.
@@ -49,6 +50,9 @@ impl LoraArgs {
             let (arg, expert) = match arg.rsplit_once('@') {
                 Some((a, "high_noise")) => (a, Some(LoraExpert::HighNoise)),
                 Some((a, "low_noise")) => (a, Some(LoraExpert::LowNoise)),
+                // A two-stage recipe's adapter for one loop (LTX-2: `...@refine`).
+                Some((a, "base")) => (a, Some(LoraExpert::Base)),
+                Some((a, "refine")) => (a, Some(LoraExpert::Refine)),
                 _ => (arg.as_str(), None),
             };
             let (spec, scale) = split(arg)?;

@@ -45,6 +45,11 @@ pub trait AdapterTarget: Send + Sync {
     fn can_merge(&self) -> bool {
         true
     }
+    /// Whether `set` can be merged at all: a set whose entries bind to one loop of a two-stage
+    /// recipe (one model, two weight sets in turn) runs unmerged.
+    fn merges(&self, _set: &AdapterSet) -> bool {
+        true
+    }
 }
 
 /// One adapter a server may run.

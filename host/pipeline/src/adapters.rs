@@ -110,6 +110,11 @@ impl AdapterSet {
         all
     }
 
+    /// Whether some entry binds to one expert (or loop) only.
+    pub fn is_bound(&self) -> bool {
+        !self.experts.is_empty()
+    }
+
     /// What expert `e` runs: the entries bound to it or to every expert.
     pub fn for_expert(&self, e: u32) -> &AdapterSet {
         self.experts.get(e as usize).unwrap_or(self)

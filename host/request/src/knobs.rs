@@ -28,6 +28,10 @@ pub struct KnobSchema {
     /// Whether an adapter may bind to one expert (`lora[i].expert`): two-expert models.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub expert_adapters: bool,
+    /// Whether an adapter may bind to one loop of a two-stage recipe (`lora[i].expert`: `base`
+    /// or `refine`): LTX-2.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stage_adapters: bool,
 }
 
 /// One knob: its wire name (`diffusion.<name>`, and the same name flat where a wire has flat
@@ -120,6 +124,7 @@ impl KnobSchema {
             not_here: BTreeMap::new(),
             exclusive: vec![["boundary_ratio".into(), "switch_step".into()]],
             expert_adapters: true,
+            stage_adapters: false,
         }
     }
 

@@ -22,12 +22,14 @@ pub struct LoraChoice {
     #[serde(default, deserialize_with = "scale_field", skip_serializing_if = "Option::is_none")]
     pub scale: Option<f64>,
     /// Two-expert models: the one expert the adapter binds to (`high_noise` or `low_noise`,
-    /// as the Wan 2.2 LoRAs that ship one file per expert); absent: both.
+    /// as the Wan 2.2 LoRAs that ship one file per expert); two-stage models (LTX-2's
+    /// two-stage recipe): the one loop (`base` or `refine`, as the distilled LoRA the reference
+    /// swaps in for stage two); absent: both.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expert: Option<LoraExpert>,
 }
 
-/// Which expert of a two-expert model an adapter binds to.
+/// Which expert of a two-expert model, or which loop of a two-stage one, an adapter binds to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LoraExpert {
@@ -35,14 +37,33 @@ pub enum LoraExpert {
     HighNoise,
     /// Expert 1, `transformer_2`.
     LowNoise,
+    /// A two-stage model's first loop (`denoise`).
+    Base,
+    /// A two-stage model's second loop (`refine`).
+    Refine,
 }
 
 impl LoraExpert {
-    /// The expert's index in the model.
+    /// The expert's (or loop's) index in the model.
     pub fn index(self) -> u32 {
         match self {
-            LoraExpert::HighNoise => 0,
-            LoraExpert::LowNoise => 1,
+            LoraExpert::HighNoise | LoraExpert::Base => 0,
+            LoraExpert::LowNoise | LoraExpert::Refine => 1,
+        }
+    }
+
+    /// Whether it names a loop of a two-stage model rather than an expert.
+    pub fn is_stage(self) -> bool {
+        matches!(self, LoraExpert::Base | LoraExpert::Refine)
+    }
+
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LoraExpert::HighNoise => "high_noise",
+            LoraExpert::LowNoise => "low_noise",
+            LoraExpert::Base => "base",
+            LoraExpert::Refine => "refine",
         }
     }
 }

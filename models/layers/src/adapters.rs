@@ -293,7 +293,13 @@ impl<M: LinearModel> AdapterTarget for Adapted<M> {
         m.linear_adapters().prepare(file, name, hash, m.adapter_device(), &kinds)
     }
     fn merge(&self, set: &AdapterSet) -> Result<()> {
+        anyhow::ensure!(!set.is_bound(), "a set bound to one loop runs unmerged");
         self.0.linear_adapters().merge(&self.0.adapted_linears(), set)
+    }
+    /// One transformer: a set whose entries bind to one loop of a two-stage recipe (LTX-2's
+    /// `refine`) has two weight sets in turn, so it runs unmerged.
+    fn merges(&self, set: &AdapterSet) -> bool {
+        !set.is_bound()
     }
     fn unmerge(&self) {
         self.0.linear_adapters().unmerge(&self.0.adapted_linears())

@@ -198,7 +198,9 @@ impl Ltx2Denoise {
         let timestep = Tensor::full([b], t as f64, (Kind::Float, s.video.device()));
         // Image to video: the clean first frame's tokens at timestep 0, the rest at t.
         let per_token = x.keep.as_ref().map(|keep| timestep.unsqueeze(1) * keep);
-        let lora = self.model.unmerged(s.adapters.as_deref())?;
+        // A set may bind entries to one loop: the base loop runs what binds to 0, refine to 1.
+        let stage = if self.role == Role::Refine { 1 } else { 0 };
+        let lora = self.model.unmerged(s.adapters.as_deref().map(|a| a.for_expert(stage)))?;
         let (v, a) = self.model.forward(&Ltx2Inputs {
             video: &video,
             audio: &audio,
@@ -384,6 +386,12 @@ impl Ltx2Denoise {
 impl LoopStage for Ltx2Denoise {
     fn init(&self, ctx: &NodeCtx, values: &mut Values) -> Result<LoopState> {
         let req = ctx.request;
+        let adapters = values.adapters(ADAPTERS).cloned();
+        ensure!(
+            two_stage(req) || !adapters.as_ref().is_some_and(|a| a.is_bound()),
+            "lora: an adapter bound to `base` or `refine` needs the two-stage recipe (node_params.refine, \
+             --two-stage); without it bind none"
+        );
         let start = match self.role {
             Role::Base => self.base(req, values, ctx.device)?,
             Role::Refine => self.refine(req, values, ctx.device)?,
@@ -419,7 +427,7 @@ impl LoopStage for Ltx2Denoise {
             stg,
             clean: start.clean,
             plugin,
-            adapters: values.adapters(ADAPTERS).cloned(),
+            adapters,
             step: 0,
         };
         Ok(LoopState { step: 0, total_steps: steps, inner: Box::new(state) })

@@ -215,6 +215,8 @@ pub fn knobs() -> KnobSchema {
             knob("guidance_rescale", unit.clone(), 0.7, "rescale of the video's guided estimate (0 is off)"),
             knob("audio_guidance_rescale", unit, 0.7, "rescale of the audio's guided estimate (0 is off)"),
         ],
+        // An adapter may bind to the two-stage recipe's `base` or `refine` loop.
+        stage_adapters: true,
         ..Default::default()
     }
 }

@@ -56,6 +56,7 @@ pub fn knob_schema(two_experts: Option<(f32, Option<f32>)>) -> KnobSchema {
         not_here: BTreeMap::new(),
         exclusive: vec![[BOUNDARY_RATIO.into(), SWITCH_STEP.into()]],
         expert_adapters: true,
+        stage_adapters: false,
     }
 }
 

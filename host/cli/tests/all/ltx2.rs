@@ -203,6 +203,29 @@ fn two_stages_match_the_documented_recipe() {
     assert_matches(dir.path(), "ltx2/two_stage.safetensors", 64);
 }
 
+/// The reference's distilled recipe swaps a LoRA in for stage two only: `--lora FILE=1@refine`
+/// against the two-stage recipe with `load_lora_weights` + `set_adapters` before stage two
+/// (tests/fixtures/make_ltx2_lora_fixtures.py), as the two-stage test; an adapter bound to one
+/// loop without the two-stage recipe is refused naming `lora`.
+#[test]
+fn a_lora_bound_to_the_refine_loop_matches_the_recipe_with_it_in_stage_two() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = parity_args(dir.path());
+    set(&mut args, "--steps", "3");
+    set(&mut args, "--height", "64");
+    set(&mut args, "--width", "64");
+    set(&mut args, "--noise", &fixture("ltx2/two_stage_noise.safetensors").display().to_string());
+    let lora = format!("{}=1@refine", fixture("ltx2_lora/pipeline_original.safetensors").display());
+    args.extend(["--two-stage", "--node-param", "refine.noise_scale=0", "--lora", &lora].map(String::from));
+    ok(&args);
+    assert_matches(dir.path(), "ltx2_lora/two_stage.safetensors", 64);
+
+    let mut one_stage = parity_args(dir.path());
+    one_stage.extend(["--lora".to_string(), lora]);
+    let r = fastvideo(&one_stage.iter().map(String::as_str).collect::<Vec<_>>());
+    crate::common::assert_user_error(&r, "needs the two-stage recipe");
+}
+
 /// `LTX2ImageToVideoPipeline` on the same noise (`image_crf=0`): the given latents' first latent
 /// frame stays clean (timestep 0, not stepped; the picture is then unused, as the pipeline
 /// does). float32; as the one-stage test.

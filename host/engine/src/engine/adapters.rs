@@ -41,6 +41,9 @@ pub(super) fn sync(spec: &Arc<PipelineSpec>, jobs: &HashMap<u64, Job>, starting:
     let merged = target.merged();
     match common_set(spec, jobs, starting) {
         Some(set) if merged.as_deref() == Some(set.key()) => {}
+        // A set the target runs only unmerged (bound to one loop of a two-stage recipe).
+        Some(set) if !target.merges(set) && merged.is_some() => target.unmerge(),
+        Some(set) if !target.merges(set) => {}
         Some(set) => {
             let t = std::time::Instant::now();
             match target.merge(set) {

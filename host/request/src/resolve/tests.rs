@@ -380,6 +380,10 @@ fn a_guidance_knob_counts_for_cfg_and_expert_adapters_need_the_schema() {
     let e = r.resolve(&limits(), || 0).unwrap_err();
     assert_eq!(e.field, "lora[0].expert");
     assert!(e.rule.contains("one transformer"), "{e}");
+    // A loop of a two-stage recipe is not an expert.
+    r.lora[0].expert = Some(crate::LoraExpert::Refine);
+    let e = r.resolve(&two_experts(), || 0).unwrap_err();
+    assert!(e.field == "lora[0].expert" && e.rule.contains("`high_noise` or `low_noise` here"), "{e}");
 }
 
 #[test]
