@@ -8,7 +8,7 @@
 
 use serde_json::{json, Map, Value};
 
-use fastvideo_request::{SamplerKind, TaskType};
+use fastvideo_request::{LoraExpert, SamplerKind, TaskType};
 
 use super::{number, push_file, text, Lowering, ModelFile, RunPlan};
 use crate::translate::GraphNode;
@@ -16,7 +16,6 @@ use crate::CompileError;
 
 /// One sampler of the graph: its seed, guidance scale and noise levels (the final 0 dropped).
 struct Pass<'a> {
-    node: &'a GraphNode,
     guider: &'a GraphNode,
     seed: u64,
     cfg: f64,
@@ -40,7 +39,7 @@ impl<'a> Lowering<'a> {
         }
         let seed = noise.params.get("seed").and_then(Value::as_u64);
         let seed = seed.ok_or_else(|| CompileError::node(&noise.origin, "`seed` must be a whole number ≥ 0"))?;
-        Ok(Pass { node: sampler, guider, seed, cfg: number(guider, "cfg")?, sigmas: manual_sigmas(sched)?, latent })
+        Ok(Pass { guider, seed, cfg: number(guider, "cfg")?, sigmas: manual_sigmas(sched)?, latent })
     }
 
     /// A video latent through `LTXVImgToVideoInplace` nodes that are bypassed (a picture
@@ -165,7 +164,7 @@ impl<'a> Lowering<'a> {
             json!({ "sigmas": base.sigmas, "audio_seconds": audio_frames as f64 / audio_fps }),
         );
         if let Some(r) = &refine {
-            self.same_model_and_prompt(&base, r, &loras, (&prompt, &negative))?;
+            self.same_model_and_prompt(&base, r, &mut loras, (&prompt, &negative))?;
             node_params.insert(
                 "refine".into(),
                 json!({ "sigmas": r.sigmas, "guidance_scale": r.cfg, "audio_guidance_scale": r.cfg, "seed": r.seed }),
@@ -214,12 +213,14 @@ impl<'a> Lowering<'a> {
         })
     }
 
-    /// A refine pass runs the base's model (its LoRAs) and prompt: one request serves both.
+    /// A refine pass runs the base's model and prompt: one request serves both. LoRAs on one
+    /// stage's model only bind to that loop (`base`, `refine`: the distilled LoRA the reference
+    /// swaps in for stage two), those on both to both; `loras` (the base's) becomes the request's.
     fn same_model_and_prompt(
         &self,
         base: &Pass,
         refine: &Pass,
-        loras: &[super::LoraPlan],
+        loras: &mut Vec<super::LoraPlan>,
         prompts: (&Option<String>, &Option<String>),
     ) -> Result<(), CompileError> {
         let (mut files, mut shift, mut loras_2) = (Vec::<ModelFile>::new(), None, Vec::new());
@@ -231,12 +232,7 @@ impl<'a> Lowering<'a> {
             let msg = format!("its model is not node {}'s: both stages run one model here", base.guider.origin);
             return Err(CompileError::node(&refine.guider.origin, msg));
         }
-        let strip = |l: &[super::LoraPlan]| l.iter().map(|l| (l.file.clone(), l.strength)).collect::<Vec<_>>();
-        if strip(&loras_2) != strip(loras) {
-            let msg =
-                format!("its model's LoRAs differ from node {}'s: both stages run one model here", base.node.origin);
-            return Err(CompileError::node(&refine.guider.origin, msg));
-        }
+        super::chain::bind_per_model(loras, loras_2, (LoraExpert::Base, LoraExpert::Refine));
         let mut refs = Vec::new();
         let p = self.conditioning(refine.guider, "positive", &mut files, &mut refs)?.0;
         let n = self.conditioning(refine.guider, "negative", &mut files, &mut refs)?.0;

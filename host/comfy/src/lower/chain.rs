@@ -7,6 +7,8 @@
 
 use serde_json::Value;
 
+use fastvideo_request::LoraExpert;
+
 use super::{number, text, Lowering};
 use crate::lower::{LoraPlan, ModelFile};
 use crate::translate::GraphNode;
@@ -26,20 +28,23 @@ fn step(n: &GraphNode, k: &str, default: u64) -> u64 {
     n.params.get(k).and_then(Value::as_u64).unwrap_or(default)
 }
 
-/// The LoRAs of a chain's two models as one request's: one loaded on both (same file, same
-/// strength) binds to both experts, the others to their model's (the first sampler's is the
-/// high-noise expert).
-fn bind_per_model(first: &mut Vec<LoraPlan>, second: Vec<LoraPlan>) {
-    use fastvideo_request::LoraExpert;
+/// The LoRAs of two models (or two stages) as one request's: one loaded on both (same file, same
+/// strength) binds to both, the others to their own — `(first, second)` name the binding (a
+/// chain's high- and low-noise experts; a two-stage recipe's `base` and `refine` loops).
+pub(super) fn bind_per_model(
+    first: &mut Vec<LoraPlan>,
+    second: Vec<LoraPlan>,
+    (one, two): (fastvideo_request::LoraExpert, fastvideo_request::LoraExpert),
+) {
     let same = |a: &LoraPlan, b: &LoraPlan| a.file == b.file && a.strength == b.strength;
     for l in first.iter_mut() {
         if !second.iter().any(|s| same(s, l)) {
-            l.expert = Some(LoraExpert::HighNoise);
+            l.expert = Some(one);
         }
     }
     let shared: Vec<LoraPlan> = first.clone();
     for mut l in second.into_iter().filter(|s| !shared.iter().any(|f| same(f, s))) {
-        l.expert = Some(LoraExpert::LowNoise);
+        l.expert = Some(two);
         first.push(l);
     }
 }
@@ -126,7 +131,7 @@ impl<'a> Lowering<'a> {
             return Err(CompileError::node(node, "the two samplers run one model with different LoRAs"));
         }
         if two_models {
-            bind_per_model(loras, loras_2);
+            bind_per_model(loras, loras_2, (LoraExpert::HighNoise, LoraExpert::LowNoise));
         }
         for param in ["positive", "negative"] {
             let mut refs = Vec::new();

@@ -3,6 +3,7 @@
 //! per crate instead of one per file. Add a suite as a module here.
 //! One suite: `cargo test -p fastvideo-comfy --test all -- corpus::`.
 
+mod av;
 mod common;
 mod corpus;
 mod edits;
