@@ -386,6 +386,11 @@ impl Ltx2Denoise {
 impl LoopStage for Ltx2Denoise {
     fn init(&self, ctx: &NodeCtx, values: &mut Values) -> Result<LoopState> {
         let req = ctx.request;
+        ensure!(
+            req.sampler == fastvideo_request::SamplerKind::Euler,
+            "sampling.sampler: LTX-2's loops step with `euler` (its scheduler's); `{}` is not run here",
+            req.sampler.as_str()
+        );
         let adapters = values.adapters(ADAPTERS).cloned();
         ensure!(
             two_stage(req) || !adapters.as_ref().is_some_and(|a| a.is_bound()),

@@ -279,7 +279,7 @@ fn bad_input_is_one_line_naming_the_field() {
     let a = Tensor::zeros([1, 4, 18, 4], (tch::Kind::Float, tch::Device::Cpu));
     Tensor::write_safetensors(&[("latents", &z), ("audio_latents", &a)], &bad_noise).unwrap();
     let noise = bad_noise.to_str().unwrap();
-    let cases: [(&[&str], &str); 8] = [
+    let cases: [(&[&str], &str); 9] = [
         (&["--frames", "16"], "diffusion.num_frames: 16"),
         (&["--height", "48"], "diffusion.height: 48"),
         (&["--audio-guidance", "101"], "diffusion.audio_guidance_scale"),
@@ -289,6 +289,7 @@ fn bad_input_is_one_line_naming_the_field() {
         (&["--node-param", "refine.noise_scale=2"], "node_params.refine.noise_scale"),
         (&["--node-param", "upscale.x=1"], "node_params.upscale"),
         (&["--two-stage", "--height", "96", "--width", "64", "--frames", "9"], "diffusion.height: 96"),
+        (&["--sampler", "unipc", "--frames", "9", "--height", "32", "--width", "32"], "sampling.sampler"),
     ];
     for (extra, want) in cases {
         let r =
