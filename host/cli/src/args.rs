@@ -51,7 +51,7 @@ pub struct SamplingArgs {
     /// rcm: the initial noise level in TrigFlow's sigma (80 when omitted).
     #[arg(long)]
     pub sigma_max: Option<f64>,
-    /// euler, unipc, flow_sde, dmd or rcm (model default when omitted).
+    /// euler, unipc, flow_sde, dmd, rcm or euler_ancestral (model default when omitted).
     #[arg(long, value_parser = parse_sampler)]
     pub sampler: Option<SamplerKind>,
     /// flow_sde: the SDE noise scale (0.7 when omitted).
@@ -104,7 +104,8 @@ pub fn parse_sampler(s: &str) -> Result<SamplerKind, String> {
         "flow_sde" | "flow-sde" => Ok(SamplerKind::FlowSde),
         "dmd" | "lcm" => Ok(SamplerKind::Dmd),
         "rcm" => Ok(SamplerKind::Rcm),
-        other => Err(format!("unknown sampler `{other}` (euler, unipc, flow_sde, dmd or rcm)")),
+        "euler_ancestral" | "euler-ancestral" => Ok(SamplerKind::EulerAncestral),
+        other => Err(format!("unknown sampler `{other}` (euler, unipc, flow_sde, dmd, rcm or euler_ancestral)")),
     }
 }
 

@@ -44,11 +44,28 @@ fn fold(v: &mut Value, literals: &HashMap<String, Value>, left: &mut Vec<String>
 /// changes, and what is left is refused by node.
 fn fixed(nodes: &[GraphNode], literals: &HashMap<String, Value>) -> Result<HashMap<String, Value>, CompileError> {
     let pending: Vec<&GraphNode> = nodes.iter().filter(|n| n.stage == "switch" || n.stage == "math").collect();
+    let by_output: HashMap<&str, &GraphNode> =
+        nodes.iter().flat_map(|n| n.outputs.iter().map(move |o| (o.as_str(), n))).collect();
     let mut known = literals.clone();
     let mut made: HashMap<String, Value> = HashMap::new();
     let mut done = vec![false; pending.len()];
     loop {
         let mut progress = false;
+        // `GetImageSize` of a picture the graph makes (`EmptyImage`, then resizes by a factor or
+        // to a size): known now, so what reads it (a latent's size) is too.
+        for n in nodes.iter().filter(|n| n.stage == "image.size") {
+            if made.contains_key(&n.outputs[0]) {
+                continue;
+            }
+            let Some(src) = n.params.get("images").and_then(as_ref) else { continue };
+            if let Some((w, h)) = image_dims(src, &by_output, &known, 0) {
+                for (name, v) in n.outputs.iter().zip([w, h, 1]) {
+                    made.insert(name.clone(), serde_json::json!(v));
+                    known.insert(name.clone(), serde_json::json!(v));
+                }
+                progress = true;
+            }
+        }
         for k in 0..pending.len() {
             if done[k] {
                 continue;
@@ -93,6 +110,35 @@ fn fixed(nodes: &[GraphNode], literals: &HashMap<String, Value>) -> Result<HashM
         return Err(CompileError::node(&n.origin, msg));
     }
     Ok(made)
+}
+
+/// Width and height of the picture `name` when the graph makes it from fixed numbers: an
+/// `image.empty`, through `image.resize` nodes by a factor (ComfyUI rounds each side) or to a
+/// fixed size.
+fn image_dims(
+    name: &str,
+    by_output: &HashMap<&str, &GraphNode>,
+    known: &HashMap<String, Value>,
+    depth: usize,
+) -> Option<(i64, i64)> {
+    let n = by_output.get(name)?;
+    let mut p = n.params.clone();
+    fold(&mut p, known, &mut Vec::new());
+    let num = |k: &str| p.get(k).and_then(Value::as_f64);
+    match n.stage.as_str() {
+        "image.empty" => Some((num("width")? as i64, num("height")? as i64)),
+        "image.resize" if depth < 32 => {
+            let (w, h) = image_dims(p.get("images").and_then(as_ref)?, by_output, known, depth + 1)?;
+            match (num("scale"), num("width"), num("height"), p.get("mode")) {
+                (Some(s), _, _, None) => Some(((w as f64 * s).round() as i64, (h as f64 * s).round() as i64)),
+                (None, Some(nw), Some(nh), None) if nw > 0.0 && nh > 0.0 && p.get("megapixels").is_none() => {
+                    Some((nw as i64, nh as i64))
+                }
+                _ => None,
+            }
+        }
+        _ => None,
+    }
 }
 
 /// One switch or math node's values once its parameters `p` are literal, `None` while they
@@ -174,8 +220,12 @@ impl PipelineGraph {
             .collect();
         let aliases = fixed(&nodes, &literals)?;
         let mut literals = literals;
-        let mut nodes: Vec<GraphNode> =
-            nodes.into_iter().filter(|n| !["value", "switch", "math"].contains(&n.stage.as_str())).collect();
+        // Literal nodes, and picture sizes known now, are folded away.
+        let mut nodes: Vec<GraphNode> = nodes
+            .into_iter()
+            .filter(|n| !["value", "switch", "math"].contains(&n.stage.as_str()))
+            .filter(|n| n.stage != "image.size" || !aliases.contains_key(&n.outputs[0]))
+            .collect();
         // A switch's value is what it picks: a literal folds in, another node's value is read
         // from that node (its name replaces the switch's in the reader's inputs).
         for n in &mut nodes {

@@ -132,12 +132,21 @@ pub enum SamplerKind {
     /// to flow levels `sin t / (sin t + cos t)`; the initial noise scaled by the first level, then
     /// `dmd` steps over those levels (no shift). `sampling.sigma_max`, 80 by default.
     Rcm,
+    /// Euler ancestral for rectified flows, as ComfyUI's `euler_ancestral` runs on flow-matching
+    /// models: an Euler step down to `σ'²/σ`, then fresh noise (from the seed) back up to `σ'`.
+    EulerAncestral,
 }
 
 impl SamplerKind {
     /// Every solver, in the order docs list them.
-    pub const ALL: [SamplerKind; 5] =
-        [SamplerKind::Euler, SamplerKind::Unipc, SamplerKind::FlowSde, SamplerKind::Dmd, SamplerKind::Rcm];
+    pub const ALL: [SamplerKind; 6] = [
+        SamplerKind::Euler,
+        SamplerKind::Unipc,
+        SamplerKind::FlowSde,
+        SamplerKind::Dmd,
+        SamplerKind::Rcm,
+        SamplerKind::EulerAncestral,
+    ];
 
     /// The wire name (`euler`, `unipc`), as it appears in JSON.
     pub fn as_str(self) -> &'static str {
@@ -147,6 +156,7 @@ impl SamplerKind {
             SamplerKind::FlowSde => "flow_sde",
             SamplerKind::Dmd => "dmd",
             SamplerKind::Rcm => "rcm",
+            SamplerKind::EulerAncestral => "euler_ancestral",
         }
     }
 }

@@ -17,6 +17,9 @@ use crate::CompileError;
 /// One sampler of the graph: its seed, guidance scale and noise levels (the final 0 dropped).
 struct Pass<'a> {
     guider: &'a GraphNode,
+    /// Its `KSamplerSelect` and the solver it names.
+    select: &'a GraphNode,
+    kind: SamplerKind,
     seed: u64,
     cfg: f64,
     sigmas: Vec<f64>,
@@ -33,13 +36,17 @@ impl<'a> Lowering<'a> {
         let (sched, _) = self.expect(sampler, "sigmas", &["schedule.manual"])?;
         let (latent, _) = self.expect(sampler, "latent", &["latent.av_concat"])?;
         let name = text(select, "sampler")?;
-        if name != "euler" {
-            let msg = format!("sampler `{name}`: LTX-2's loop steps with Euler (`euler`)");
-            return Err(CompileError::node(&select.origin, msg));
-        }
+        let kind = match name.as_str() {
+            "euler" => SamplerKind::Euler,
+            "euler_ancestral" => SamplerKind::EulerAncestral,
+            _ => {
+                let msg = format!("sampler `{name}`: LTX-2's loops step with `euler` or `euler_ancestral`");
+                return Err(CompileError::node(&select.origin, msg));
+            }
+        };
         let seed = noise.params.get("seed").and_then(Value::as_u64);
         let seed = seed.ok_or_else(|| CompileError::node(&noise.origin, "`seed` must be a whole number ≥ 0"))?;
-        Ok(Pass { guider, seed, cfg: number(guider, "cfg")?, sigmas: manual_sigmas(sched)?, latent })
+        Ok(Pass { guider, select, kind, seed, cfg: number(guider, "cfg")?, sigmas: manual_sigmas(sched)?, latent })
     }
 
     /// A video latent through `LTXVImgToVideoInplace` nodes that are bypassed (a picture
@@ -165,6 +172,11 @@ impl<'a> Lowering<'a> {
         );
         if let Some(r) = &refine {
             self.same_model_and_prompt(&base, r, &mut loras, (&prompt, &negative))?;
+            if r.kind != base.kind {
+                let msg =
+                    format!("its sampler differs from node {}'s: one request runs one solver", base.select.origin);
+                return Err(CompileError::node(&r.select.origin, msg));
+            }
             node_params.insert(
                 "refine".into(),
                 json!({ "sigmas": r.sigmas, "guidance_scale": r.cfg, "audio_guidance_scale": r.cfg, "seed": r.seed }),
@@ -191,7 +203,7 @@ impl<'a> Lowering<'a> {
             steps: base.sigmas.len() as u32,
             strength: None,
             cfg,
-            sampler: SamplerKind::Euler,
+            sampler: base.kind,
             shift: None,
             loras,
             // The latent's cells (32 pixels, 8 frames after the first), as EmptyLTXVLatentVideo

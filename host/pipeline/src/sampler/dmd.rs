@@ -58,7 +58,7 @@ impl Dmd {
 }
 
 /// Each step's noise from `seed`'s stream for that step (as `flow_sde` draws its own).
-fn seeded(seed: u64) -> StepNoise {
+pub(super) fn seeded(seed: u64) -> StepNoise {
     Box::new(move |i, shape, dev| seeded_noise(shape, step_noise_seed(seed, i as u32), dev))
 }
 

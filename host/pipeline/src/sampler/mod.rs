@@ -5,12 +5,14 @@
 //! so timesteps and sigmas match the reference bit for bit; solver coefficients are computed in
 //! float64 from those float32 sigmas.
 
+mod ancestral;
 mod dmd;
 mod euler;
 mod schedule;
 mod sde;
 mod unipc;
 
+pub use ancestral::{euler_ancestral_rf, EulerAncestral};
 pub use dmd::{Dmd, StepNoise};
 pub use euler::FlowMatchEuler;
 pub use schedule::{linspace, Sampler, Schedule, NUM_TRAIN_TIMESTEPS};
@@ -31,6 +33,10 @@ pub fn build(req: &ResolvedRequest) -> Box<dyn Sampler> {
         (SamplerKind::FlowSde, None) => Box::new(FlowSde::new(steps, shift, req.noise_level, &req.sde_steps, req.seed)),
         (SamplerKind::FlowSde, Some(base)) => {
             Box::new(FlowSde::with_base_sigmas(base, shift, req.noise_level, &req.sde_steps, req.seed))
+        }
+        (SamplerKind::EulerAncestral, Some(base)) => Box::new(EulerAncestral::new(base, shift, dmd::seeded(req.seed))),
+        (SamplerKind::EulerAncestral, None) => {
+            Box::new(EulerAncestral::over(FlowMatchEuler::new(steps, shift).schedule().clone(), dmd::seeded(req.seed)))
         }
         (SamplerKind::Dmd, Some(base)) => Box::new(Dmd::new(base, shift, req.seed)),
         // diffusers' FlowMatchLCMScheduler spaces steps as its Euler scheduler does.
