@@ -158,8 +158,10 @@ pub const STAGES: &[StageDecl] = &[
     stage!("image.preprocess", [("images", "images", true)], ["images"]),
     stage!("image.empty", [], ["images"]),
     stage!("text.generate", [("text_encoder", "text_encoder", true)], ["value"]),
-    // ManualSigmas: the noise levels as the workflow writes them.
+    // ManualSigmas: the noise levels as the workflow writes them; LTXVScheduler: LTX-2's
+    // shifted levels for a step count and the latent's size.
     stage!("schedule.manual", [], ["sigmas"]),
+    stage!("schedule.ltxv", [("latent", "latent", false)], ["sigmas"]),
     stage!("decode.audio", [("latent", "latent", true), ("audio_vae", "audio_vae", true)], ["audio"]),
     // PreviewAny: shows a value in the UI; nothing to run.
     stage!("output.preview", [], []),

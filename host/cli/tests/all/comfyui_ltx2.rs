@@ -258,3 +258,51 @@ fn the_ltx_2_distilled_template_runs_with_euler_ancestral_as_generate() {
     let other = compare(&served, &generate(dir.path(), &model, &euler));
     assert!(other.1 > 4.0 * same.1.max(0.25), "euler must differ from euler_ancestral: {other:?}");
 }
+
+/// ComfyUI's LTX-2.0 text-to-video template: `LTXVScheduler` for the base (its levels computed
+/// when the workflow compiles), guidance 4, and the distilled LoRA on the refine's model only —
+/// bound to that loop, as the reference swaps it in for stage two.
+#[test]
+fn the_ltx_2_template_swaps_its_distilled_lora_in_for_stage_two() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = [
+        "ltx-2-19b-dev-fp8.safetensors",
+        "gemma_3_12B_it_fp4_mixed.safetensors",
+        "ltx-2-spatial-upscaler-x2-1.0.safetensors",
+    ];
+    let (s, model, lora) = serve(dir.path(), &files, "ltx-2-19b-distilled-lora-384.safetensors");
+    let mut p = template(dir.path(), "video_ltx2_t2v.json");
+    for n in nodes_of(&p, "EmptyImage") {
+        p[&n]["inputs"]["width"] = json!(64);
+        p[&n]["inputs"]["height"] = json!(64);
+    }
+    for n in nodes_of(&p, "PrimitiveInt") {
+        if p[&n]["inputs"]["value"] == json!(121) {
+            p[&n]["inputs"]["value"] = json!(17);
+        }
+    }
+    let sched = nodes_of(&p, "LTXVScheduler").pop().unwrap();
+    p[&sched]["inputs"]["steps"] = json!(3);
+    let cond = nodes_of(&p, "LTXVConditioning").pop().unwrap();
+    let text = |k: &str| p[&link(&p, &cond, k)]["inputs"]["text"].as_str().unwrap().to_string();
+    let (prompt, negative) = (text("positive"), text("negative"));
+    let mp4 = comfy::output_of(&s, &p, "ltx20t2v");
+    assert_eq!(streams(&mp4, dir.path()), ["h264,video", "aac,audio"]);
+    let served = decode(&mp4, dir.path(), "served.mp4");
+
+    let mut args: Vec<String> = ["--prompt", &prompt, "--negative-prompt", &negative, "--seed", "10"]
+        .iter()
+        .chain(&["--frames", "17", "--height", "64", "--width", "64", "--fps", "24", "--sampler", "euler_ancestral"])
+        .map(|s| s.to_string())
+        .collect();
+    // LTXVScheduler's 3 levels for the 3×1×1 latent (ComfyUI's arithmetic, run in Python).
+    let base = "1.0,0.6278722286224365,0.10000002384185791";
+    args.extend(two_stage_flags("4", base, "0.909375,0.725,0.421875", 0, 17.0 / 24.0));
+    let with_lora = |at: &str| [args.clone(), vec!["--lora".into(), format!("{}=1{at}", lora.display())]].concat();
+    let same = compare(&served, &generate(dir.path(), &model, &with_lora("@refine")));
+    eprintln!("served vs generate: frames max {} mean {:.3} levels, sound {} steps", same.0, same.1, same.2);
+    assert!(same.1 < 0.25 && same.2 <= 2, "the template's clip is generate's: {same:?}");
+    // The LoRA on both loops is another clip: the template's binding is the one that ran.
+    let both = compare(&served, &generate(dir.path(), &model, &with_lora("")));
+    assert!(both.1 > 4.0 * same.1.max(0.25), "the LoRA in both stages must differ: {both:?}");
+}

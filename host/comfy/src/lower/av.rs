@@ -33,7 +33,7 @@ impl<'a> Lowering<'a> {
         let (noise, _) = self.expect(sampler, "noise", &["noise.random"])?;
         let (guider, _) = self.expect(sampler, "guider", &["guider.cfg"])?;
         let (select, _) = self.expect(sampler, "sampler", &["sampler.select"])?;
-        let (sched, _) = self.expect(sampler, "sigmas", &["schedule.manual"])?;
+        let (sched, _) = self.expect(sampler, "sigmas", &["schedule.manual", "schedule.ltxv"])?;
         let (latent, _) = self.expect(sampler, "latent", &["latent.av_concat"])?;
         let name = text(select, "sampler")?;
         let kind = match name.as_str() {
@@ -46,7 +46,55 @@ impl<'a> Lowering<'a> {
         };
         let seed = noise.params.get("seed").and_then(Value::as_u64);
         let seed = seed.ok_or_else(|| CompileError::node(&noise.origin, "`seed` must be a whole number ≥ 0"))?;
-        Ok(Pass { guider, select, kind, seed, cfg: number(guider, "cfg")?, sigmas: manual_sigmas(sched)?, latent })
+        let sigmas = match sched.stage.as_str() {
+            "schedule.ltxv" => self.ltxv_sigmas(sched)?,
+            _ => manual_sigmas(sched)?,
+        };
+        Ok(Pass { guider, select, kind, seed, cfg: number(guider, "cfg")?, sigmas, latent })
+    }
+
+    /// `LTXVScheduler`'s levels (the final 0 dropped): `steps` levels from 1, shifted by
+    /// `exp(k) / (exp(k) + 1/σ − 1)` with `k` linear in the latent's token count (4096 without a
+    /// latent) between `base_shift` at 1024 and `max_shift` at 4096, then stretched so the last
+    /// level is `terminal` — ComfyUI's arithmetic, in float32 as it computes it.
+    fn ltxv_sigmas(&self, n: &GraphNode) -> Result<Vec<f64>, CompileError> {
+        let steps = whole(n, "steps")?;
+        if steps == 0 {
+            return Err(CompileError::node(&n.origin, "`steps` must be at least 1"));
+        }
+        let tokens = match self.input(n, "latent") {
+            None => 4096.0,
+            Some(_) => {
+                let (concat, _) = self.expect(n, "latent", &["latent.av_concat", "latent.empty"])?;
+                let (empty, _) = match concat.stage.as_str() {
+                    "latent.empty" => (concat, 0),
+                    _ => self.through_inplace(self.need(concat, "video")?)?,
+                };
+                if empty.stage != "latent.empty" {
+                    let msg = format!(
+                        "its latent's video comes from node {} (`{}`), not an empty latent",
+                        empty.origin, empty.stage
+                    );
+                    return Err(CompileError::node(&n.origin, msg));
+                }
+                let f = (whole(empty, "frames")?.max(1) - 1) / 8 + 1;
+                (f * (whole(empty, "height")? / 32) * (whole(empty, "width")? / 32)) as f64
+            }
+        };
+        let (max, base) = (number(n, "max_shift")?, number(n, "base_shift")?);
+        let stretch = n.params.get("stretch").and_then(Value::as_bool).unwrap_or(true);
+        let terminal = number(n, "terminal")?;
+        let mm = (max - base) / (4096.0 - 1024.0);
+        let k = (tokens * mm + base - mm * 1024.0) as f32;
+        let e = k.exp();
+        let mut levels: Vec<f32> =
+            (0..steps).map(|i| 1.0 - i as f32 / steps as f32).map(|s| e / (e + (1.0 / s - 1.0))).collect();
+        if stretch {
+            let last = 1.0 - *levels.last().expect("steps ≥ 1");
+            let scale = last / (1.0 - terminal as f32);
+            levels.iter_mut().for_each(|s| *s = 1.0 - (1.0 - *s) / scale);
+        }
+        Ok(levels.into_iter().map(f64::from).collect())
     }
 
     /// A video latent through `LTXVImgToVideoInplace` nodes that are bypassed (a picture
@@ -76,7 +124,12 @@ impl<'a> Lowering<'a> {
 
     /// Output `k` of an `LTXVSeparateAVLatent` (`expect_k`) and the sampler it separates.
     pub(super) fn separated(&self, n: &GraphNode, param: &str, expect_k: usize) -> Result<&'a GraphNode, CompileError> {
-        let (sep, k) = self.expect(n, param, &["latent.av_separate"])?;
+        // Through `LTXVCropGuides`' latent, which passes a latent without keyframe guides on.
+        let (mut from, mut param) = (n, param);
+        while let Some((crop, 2)) = self.input(from, param).filter(|(p, _)| p.stage == "condition.crop_guides") {
+            (from, param) = (crop, "latent");
+        }
+        let (sep, k) = self.expect(from, param, &["latent.av_separate"])?;
         if k != expect_k {
             let which = ["video", "audio"][expect_k];
             let msg =

@@ -169,3 +169,28 @@ fn one_stage_without_the_sound_in_the_video() {
     assert!(p.loras.is_empty(), "the LoRA was on the unused refine's model");
     assert!(!p.outputs[0].audio);
 }
+
+/// `LTXVScheduler` on the base: its levels computed when the workflow compiles, by ComfyUI's
+/// arithmetic (values from its `LTXVScheduler.get_sigmas` run in Python: 4 steps, the default
+/// shifts, stretched to 0.1, for the 16×16×24 latent of 768×512×121).
+#[test]
+fn ltxv_scheduler_levels_are_comfyuis() {
+    let mut g = two_stage();
+    g.push(node(
+        "ltxv",
+        "schedule.ltxv",
+        json!({"steps": 4, "max_shift": 2.05, "base_shift": 0.95, "stretch": true, "terminal": 0.1, "latent": r("av1", 0)}),
+    ));
+    set(&mut g, "base", "sigmas", r("ltxv", 0));
+    set(&mut g, "video", "width", json!(768));
+    set(&mut g, "video", "height", json!(512));
+    set(&mut g, "video", "frames", json!(121));
+    let p = lower(g).unwrap();
+    let got: Vec<f64> = serde_json::from_value(p.node_params["denoise"]["sigmas"].clone()).unwrap();
+    let want = [1.0, 0.8838440179824829, 0.6650611162185669, 0.10000002384185791];
+    assert_eq!(got.len(), 4);
+    for (g, w) in got.iter().zip(want) {
+        assert!((g - w).abs() < 1e-6, "{got:?}");
+    }
+    assert_eq!(p.steps, 4);
+}

@@ -51,6 +51,20 @@ fn rule(class_type: &str) -> Option<comfy::StageRule> {
                 ("bypass", "bypass"),
             ][..],
         ),
+        // LTX-2's shifted schedule for a step count, by the latent's token count (computed when
+        // the workflow compiles).
+        "LTXVScheduler" => (
+            "schedule.ltxv",
+            1,
+            &[
+                ("steps", "steps"),
+                ("max_shift", "max_shift"),
+                ("base_shift", "base_shift"),
+                ("stretch", "stretch"),
+                ("terminal", "terminal"),
+                ("latent", "latent"),
+            ][..],
+        ),
         "LTXVPreprocess" => ("image.preprocess", 1, &[("images", "image"), ("compression", "img_compression")][..]),
         // The model's text encoder (Gemma 3 in the folder); `text_encoder` names its file.
         "LTXAVTextEncoderLoader" => {
@@ -89,6 +103,6 @@ fastvideo_plugin_sdk::manifest! {
     kind: workflow_translator,
     hooks: [translate],
     distribution_altering: false,
-    description: "ComfyUI LTX-2 nodes: EmptyLTXVLatentVideo, LTXVEmptyLatentAudio, LTXVConcatAVLatent/LTXVSeparateAVLatent, LTXVAudioVAELoader/Decode, LatentUpscaleModelLoader, LTXVLatentUpsampler, LTXVConditioning, LTXVCropGuides, LTXVImgToVideoInplace (bypassed), LTXVPreprocess, LTXAVTextEncoderLoader, TextGenerateLTX2Prompt (refused when used)",
+    description: "ComfyUI LTX-2 nodes: EmptyLTXVLatentVideo, LTXVEmptyLatentAudio, LTXVConcatAVLatent/LTXVSeparateAVLatent, LTXVAudioVAELoader/Decode, LatentUpscaleModelLoader, LTXVLatentUpsampler, LTXVConditioning, LTXVCropGuides, LTXVScheduler, LTXVImgToVideoInplace (bypassed), LTXVPreprocess, LTXAVTextEncoderLoader, TextGenerateLTX2Prompt (refused when used)",
     params_schema: { "type": "object", "properties": {}, "additionalProperties": false },
 }
