@@ -6,6 +6,7 @@ use crate::{InputImage, InputPart, InputVideo, OmniRequest, OutputSpec, RequestE
 
 mod action;
 mod audio;
+mod bindings;
 mod references;
 mod schedule;
 mod shape;
@@ -364,23 +365,7 @@ impl OmniRequest {
         let shift = d.shift.unwrap_or(def.shift);
         let core = crate::knobs::Resolved { guidance_scale, shift, steps };
         let knobs = def.knobs.resolve(&d.knobs, &core, &limits.family)?;
-        for (i, e) in self.lora.iter().enumerate().filter_map(|(i, l)| l.expert.map(|e| (i, e))) {
-            let (allowed, what) = match e.is_stage() {
-                true => (def.knobs.stage_adapters, "a loop of a two-stage recipe (`base`, `refine`)"),
-                false => (def.knobs.expert_adapters, "an expert of a two-expert model (`high_noise`, `low_noise`)"),
-            };
-            if !allowed {
-                let have = match (def.knobs.expert_adapters, def.knobs.stage_adapters) {
-                    (true, _) => "binds to `high_noise` or `low_noise` here",
-                    (_, true) => "binds to `base` or `refine` here",
-                    _ => "has one transformer and one loop",
-                };
-                return Err(RequestError::new(
-                    format!("lora[{i}].expert"),
-                    format!("`{}` binds to {what}; this {} model {have}", e.as_str(), limits.family),
-                ));
-            }
-        }
+        bindings::check(&self.lora, &def.knobs, &limits.family)?;
         if !shift.is_finite() || shift <= 0.0 || shift > 100.0 {
             return Err(RequestError::new("diffusion.shift", format!("{shift} must be in (0, 100]")));
         }
