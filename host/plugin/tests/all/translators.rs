@@ -91,7 +91,10 @@ fn unsupported_values_and_untranslated_nodes_are_refused_by_name() {
     let ks = w["nodes"].as_array_mut().unwrap().iter_mut().find(|n| n["id"] == 3).unwrap();
     ks["widgets_values"][4] = json!("dpmpp_2m");
     let e = compile(&w, &t).unwrap_err().to_string();
-    assert_eq!(e, "node 3: sampler `dpmpp_2m` is not one this runtime runs (euler, uni_pc, uni_pc_bh2, lcm, euler_ancestral)");
+    assert_eq!(
+        e,
+        "node 3: sampler `dpmpp_2m` is not one this runtime runs (euler, uni_pc, uni_pc_bh2, lcm, euler_ancestral)"
+    );
 
     let mut w = template("text_to_video_wan.json");
     w["nodes"].as_array_mut().unwrap().push(
@@ -104,7 +107,10 @@ fn unsupported_values_and_untranslated_nodes_are_refused_by_name() {
     let e = compile(&w, &t).unwrap_err();
     assert_eq!(
         e,
-        CompileError::Untranslated(vec![("90".into(), "FancyPromptEncode".into()), ("91".into(), "ImageCompare".into())]),
+        CompileError::Untranslated(vec![
+            ("90".into(), "FancyPromptEncode".into()),
+            ("91".into(), "ImageCompare".into())
+        ]),
         "every missing node, none dropped"
     );
 
