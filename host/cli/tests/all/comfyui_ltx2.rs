@@ -133,6 +133,30 @@ fn two_stage_flags(cfg: &str, base: &str, refine: &str, refine_seed: u64, audio_
     .collect()
 }
 
+/// An LTX-2.0 template at a size the tiny folder runs fast: its 1280×720 `EmptyImage` (scaled
+/// by 0.5 for the base) made 64×64, so the base is 32×32 and the clip 64×64; 121 frames → 17.
+fn shrink_ltx2_0(p: &mut Value) {
+    for n in nodes_of(p, "EmptyImage") {
+        p[&n]["inputs"]["width"] = json!(64);
+        p[&n]["inputs"]["height"] = json!(64);
+    }
+    for n in nodes_of(p, "PrimitiveInt") {
+        if p[&n]["inputs"]["value"] == json!(121) {
+            p[&n]["inputs"]["value"] = json!(17);
+        }
+    }
+}
+
+/// `generate`'s flags for a shrunk LTX-2.0 template's clip (17 frames 64×64 at its 24 fps, its
+/// `euler_ancestral`), before the stages' flags.
+fn ltx2_0_flags(prompt: &str, negative: &str, seed: &str) -> Vec<String> {
+    ["--prompt", prompt, "--negative-prompt", negative, "--seed", seed]
+        .iter()
+        .chain(&["--frames", "17", "--height", "64", "--width", "64", "--fps", "24", "--sampler", "euler_ancestral"])
+        .map(|s| s.to_string())
+        .collect()
+}
+
 /// (largest, mean) difference of two clips' frames in 8-bit levels, and their sounds' in
 /// 16-bit steps.
 fn compare((frames, sound): &(Vec<u8>, Vec<u8>), (f, s): &(Vec<u8>, Vec<u8>)) -> (u8, f64, i32) {
@@ -224,16 +248,7 @@ fn the_ltx_2_distilled_template_runs_with_euler_ancestral_as_generate() {
     ];
     let (s, model, _) = serve(dir.path(), &files, "ltx-2-19b-lora-camera-control-dolly-left.safetensors");
     let mut p = template(dir.path(), "video_ltx2_t2v_distilled.json");
-    // 1280×720 scaled by 0.5 → 64×64 scaled to a 32×32 base; 121 frames → 17.
-    for n in nodes_of(&p, "EmptyImage") {
-        p[&n]["inputs"]["width"] = json!(64);
-        p[&n]["inputs"]["height"] = json!(64);
-    }
-    for n in nodes_of(&p, "PrimitiveInt") {
-        if p[&n]["inputs"]["value"] == json!(121) {
-            p[&n]["inputs"]["value"] = json!(17);
-        }
-    }
+    shrink_ltx2_0(&mut p);
     let prompt = nodes_of(&p, "PrimitiveStringMultiline").pop().unwrap();
     let prompt = p[&prompt]["inputs"]["value"].as_str().unwrap().to_string();
     let seed_of = |v: u64| nodes_of(&p, "RandomNoise").iter().any(|n| p[n]["inputs"]["noise_seed"] == json!(v));
@@ -242,11 +257,7 @@ fn the_ltx_2_distilled_template_runs_with_euler_ancestral_as_generate() {
     assert_eq!(streams(&mp4, dir.path()), ["h264,video", "aac,audio"]);
     let served = decode(&mp4, dir.path(), "served.mp4");
 
-    let mut args: Vec<String> = ["--prompt", &prompt, "--negative-prompt", &prompt, "--seed", "45"]
-        .iter()
-        .chain(&["--frames", "17", "--height", "64", "--width", "64", "--fps", "24", "--sampler", "euler_ancestral"])
-        .map(|s| s.to_string())
-        .collect();
+    let mut args = ltx2_0_flags(&prompt, &prompt, "45");
     let base = "1.0,0.99375,0.9875,0.98125,0.975,0.909375,0.725,0.421875";
     args.extend(two_stage_flags("1", base, "0.909375,0.725,0.421875", 420, 17.0 / 24.0));
     let same = compare(&served, &generate(dir.path(), &model, &args));
@@ -272,15 +283,7 @@ fn the_ltx_2_template_swaps_its_distilled_lora_in_for_stage_two() {
     ];
     let (s, model, lora) = serve(dir.path(), &files, "ltx-2-19b-distilled-lora-384.safetensors");
     let mut p = template(dir.path(), "video_ltx2_t2v.json");
-    for n in nodes_of(&p, "EmptyImage") {
-        p[&n]["inputs"]["width"] = json!(64);
-        p[&n]["inputs"]["height"] = json!(64);
-    }
-    for n in nodes_of(&p, "PrimitiveInt") {
-        if p[&n]["inputs"]["value"] == json!(121) {
-            p[&n]["inputs"]["value"] = json!(17);
-        }
-    }
+    shrink_ltx2_0(&mut p);
     let sched = nodes_of(&p, "LTXVScheduler").pop().unwrap();
     p[&sched]["inputs"]["steps"] = json!(3);
     let cond = nodes_of(&p, "LTXVConditioning").pop().unwrap();
@@ -290,11 +293,7 @@ fn the_ltx_2_template_swaps_its_distilled_lora_in_for_stage_two() {
     assert_eq!(streams(&mp4, dir.path()), ["h264,video", "aac,audio"]);
     let served = decode(&mp4, dir.path(), "served.mp4");
 
-    let mut args: Vec<String> = ["--prompt", &prompt, "--negative-prompt", &negative, "--seed", "10"]
-        .iter()
-        .chain(&["--frames", "17", "--height", "64", "--width", "64", "--fps", "24", "--sampler", "euler_ancestral"])
-        .map(|s| s.to_string())
-        .collect();
+    let mut args = ltx2_0_flags(&prompt, &negative, "10");
     // LTXVScheduler's 3 levels for the 3×1×1 latent (ComfyUI's arithmetic, run in Python).
     let base = "1.0,0.6278722286224365,0.10000002384185791";
     args.extend(two_stage_flags("4", base, "0.909375,0.725,0.421875", 0, 17.0 / 24.0));

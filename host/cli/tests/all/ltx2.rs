@@ -116,6 +116,17 @@ fn ok(args: &[String]) -> Output {
     r
 }
 
+/// The two-stage fixture's call (3 steps, 64×64 from a 32×32 base, its noise), before
+/// `--two-stage` and its parameters.
+fn two_stage_args(dir: &Path) -> Vec<String> {
+    let mut args = parity_args(dir);
+    set(&mut args, "--steps", "3");
+    set(&mut args, "--height", "64");
+    set(&mut args, "--width", "64");
+    set(&mut args, "--noise", &fixture("ltx2/two_stage_noise.safetensors").display().to_string());
+    args
+}
+
 /// `args` with `flag`'s value replaced.
 fn set(args: &mut [String], flag: &str, value: &str) {
     let i = args.iter().position(|a| a == flag).unwrap();
@@ -193,11 +204,7 @@ fn the_official_openai_client_gets_a_video_with_sound_from_serve() {
 #[test]
 fn two_stages_match_the_documented_recipe() {
     let dir = tempfile::tempdir().unwrap();
-    let mut args = parity_args(dir.path());
-    set(&mut args, "--steps", "3");
-    set(&mut args, "--height", "64");
-    set(&mut args, "--width", "64");
-    set(&mut args, "--noise", &fixture("ltx2/two_stage_noise.safetensors").display().to_string());
+    let mut args = two_stage_args(dir.path());
     args.extend(["--two-stage", "--node-param", "refine.noise_scale=0"].map(String::from));
     ok(&args);
     assert_matches(dir.path(), "ltx2/two_stage.safetensors", 64);
@@ -210,11 +217,7 @@ fn two_stages_match_the_documented_recipe() {
 #[test]
 fn a_lora_bound_to_the_refine_loop_matches_the_recipe_with_it_in_stage_two() {
     let dir = tempfile::tempdir().unwrap();
-    let mut args = parity_args(dir.path());
-    set(&mut args, "--steps", "3");
-    set(&mut args, "--height", "64");
-    set(&mut args, "--width", "64");
-    set(&mut args, "--noise", &fixture("ltx2/two_stage_noise.safetensors").display().to_string());
+    let mut args = two_stage_args(dir.path());
     let lora = format!("{}=1@refine", fixture("ltx2_lora/pipeline_original.safetensors").display());
     args.extend(["--two-stage", "--node-param", "refine.noise_scale=0", "--lora", &lora].map(String::from));
     ok(&args);

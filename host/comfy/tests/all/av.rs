@@ -3,11 +3,11 @@
 //! plain CFG on both streams, LoRAs bound to the loop whose model carries them); what that
 //! request cannot express is refused naming the node.
 
-use fastvideo_comfy::{as_ref, plan, CompileError, GraphNode, PipelineGraph, RunPlan};
+use fastvideo_comfy::GraphNode;
 use fastvideo_request::{LoraExpert, TaskType};
 use serde_json::{json, Value};
 
-use crate::common::{node, r};
+use crate::common::{lower, node, r, refused, set};
 
 /// The two-stage graph: base at 32×32 (ManualSigmas from 1), the upsampler, the refine on its
 /// own levels with the distilled LoRA, video and sound decoded into one MP4.
@@ -80,21 +80,6 @@ fn two_stage() -> Vec<GraphNode> {
         node("mk", "video.create", json!({"images": r("dec", 0), "audio": r("snd", 0), "fps": 8.0})),
         node("out", "output.video", json!({"video": r("mk", 0), "prefix": "video/LTX"})),
     ]
-}
-
-fn lower(nodes: Vec<GraphNode>) -> Result<RunPlan, CompileError> {
-    Ok(plan(&PipelineGraph::build(nodes)?)?.remove(0))
-}
-
-fn set(nodes: &mut [GraphNode], id: &str, key: &str, v: Value) {
-    let n = nodes.iter_mut().find(|n| n.name == id).unwrap();
-    n.params[key] = v;
-    n.inputs = n.params.as_object().unwrap().values().filter_map(as_ref).map(String::from).collect();
-}
-
-fn refused(nodes: Vec<GraphNode>, node: &str, needle: &str) {
-    let e = lower(nodes).unwrap_err().to_string();
-    assert!(e.contains(&format!("node {node}")) && e.contains(needle), "{e}");
 }
 
 #[test]

@@ -2,11 +2,11 @@
 //! become `i2i` runs whose references are the pictures on the conditioning, in order, sized by
 //! the picture the latent encodes; what the edit models cannot run is refused naming the node.
 
-use fastvideo_comfy::{as_ref, plan, CompileError, GraphNode, PipelineGraph};
+use fastvideo_comfy::GraphNode;
 use fastvideo_request::{ImageRole, TaskType};
 use serde_json::{json, Value};
 
-use crate::common::{node, r};
+use crate::common::{lower, node, r, refused, set};
 
 /// Qwen-Image-Edit-Plus as the packs translate its template: two pictures on both branches,
 /// the first scaled to a Kontext size and VAE-encoded as the latent, `CFGNorm` on the model.
@@ -40,21 +40,6 @@ fn qwen_edit() -> Vec<GraphNode> {
         node("8", "decode.vae", json!({"latent": r("3", 0), "vae": r("39", 0)})),
         node("60", "output.image", json!({"images": r("8", 0), "prefix": "ComfyUI", "format": "png"})),
     ]
-}
-
-fn lower(nodes: Vec<GraphNode>) -> Result<fastvideo_comfy::RunPlan, CompileError> {
-    Ok(plan(&PipelineGraph::build(nodes)?)?.remove(0))
-}
-
-fn set(nodes: &mut [GraphNode], id: &str, key: &str, v: Value) {
-    let n = nodes.iter_mut().find(|n| n.name == id).unwrap();
-    n.params[key] = v;
-    n.inputs = n.params.as_object().unwrap().values().filter_map(as_ref).map(String::from).collect();
-}
-
-fn refused(nodes: Vec<GraphNode>, node: &str, needle: &str) {
-    let e = lower(nodes).unwrap_err().to_string();
-    assert!(e.contains(&format!("node {node}")) && e.contains(needle), "{e}");
 }
 
 #[test]
