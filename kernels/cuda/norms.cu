@@ -91,7 +91,8 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
 // x' = x + y * gate (y, gate optional), stored to x_out when y is given; then, when `out` is given,
 // out = (LayerNorm(x') [* w + b]) [* (1 + scale) + shift]. gate/scale/shift are fp32 rows indexed
 // by batch (row / rows_per_batch) with `mod_stride` elements between batches; w, b are fp32.
-template <class S, int CH>
+// With RMS the norm is an RMSNorm (no mean subtracted: LTX-2's blocks).
+template <class S, int CH, bool RMS>
 __device__ void norm_modulate(const typename S::T* x, const typename S::T* y, const float* gate,
                               typename S::T* x_out, const float* w, const float* b, const float* scale,
                               const float* shift, long long mod_stride, typename S::T* out,
@@ -126,7 +127,7 @@ __device__ void norm_modulate(const typename S::T* x, const typename S::T* y, co
         }
     }
     if (!out) return;
-    float mean = block_sum(sum, scratch) / D;
+    float mean = RMS ? 0.f : block_sum(sum, scratch) / D;
     float sq = 0.f;
 #pragma unroll
     for (int c = 0; c < CH; c++) {
@@ -232,13 +233,13 @@ __device__ void rms_rope(const typename S::T* x0, const typename S::T* w0, typen
     }
 }
 
-#define NORM_MODULATE(NAME, S, CH)                                                                     \
+#define NORM_MODULATE(NAME, S, CH, RMS)                                                                   \
     extern "C" __global__ void NAME(const S::T* x, const S::T* y, const float* gate, S::T* x_out,    \
                                     const float* w, const float* b, const float* scale,             \
                                     const float* shift, long long mod_stride, S::T* out,            \
                                     int rows_per_batch, int D, float eps) {                         \
-        norm_modulate<S, CH>(x, y, gate, x_out, w, b, scale, shift, mod_stride, out, rows_per_batch, \
-                             D, eps);                                                                \
+        norm_modulate<S, CH, RMS>(x, y, gate, x_out, w, b, scale, shift, mod_stride, out,            \
+                                  rows_per_batch, D, eps);                                           \
     }
 #define RMS_ROPE(NAME, S, CH)                                                                         \
     extern "C" __global__ void NAME(const S::T* x0, const S::T* w0, S::T* out0, const S::T* x1,     \
@@ -249,18 +250,85 @@ __device__ void rms_rope(const typename S::T* x0, const typename S::T* w0, typen
                         head_dim, eps);                                                              \
     }
 
-NORM_MODULATE(norm_modulate_f32, F32, 1)
-NORM_MODULATE(norm_modulate_bf16, Half16<true>, 1)
-NORM_MODULATE(norm_modulate_f16, Half16<false>, 1)
+NORM_MODULATE(norm_modulate_f32, F32, 1, false)
+NORM_MODULATE(norm_modulate_bf16, Half16<true>, 1, false)
+NORM_MODULATE(norm_modulate_f16, Half16<false>, 1, false)
+NORM_MODULATE(rms_modulate_f32, F32, 1, true)
+NORM_MODULATE(rms_modulate_bf16, Half16<true>, 1, true)
+NORM_MODULATE(rms_modulate_f16, Half16<false>, 1, true)
 RMS_ROPE(rms_rope_f32, F32, 1)
 RMS_ROPE(rms_rope_bf16, Half16<true>, 1)
 RMS_ROPE(rms_rope_f16, Half16<false>, 1)
-NORM_MODULATE(norm_modulate_f32_wide, F32, MAX_CHUNKS)
-NORM_MODULATE(norm_modulate_bf16_wide, Half16<true>, MAX_CHUNKS)
-NORM_MODULATE(norm_modulate_f16_wide, Half16<false>, MAX_CHUNKS)
+NORM_MODULATE(norm_modulate_f32_wide, F32, MAX_CHUNKS, false)
+NORM_MODULATE(norm_modulate_bf16_wide, Half16<true>, MAX_CHUNKS, false)
+NORM_MODULATE(norm_modulate_f16_wide, Half16<false>, MAX_CHUNKS, false)
+NORM_MODULATE(rms_modulate_f32_wide, F32, MAX_CHUNKS, true)
+NORM_MODULATE(rms_modulate_bf16_wide, Half16<true>, MAX_CHUNKS, true)
+NORM_MODULATE(rms_modulate_f16_wide, Half16<false>, MAX_CHUNKS, true)
 RMS_ROPE(rms_rope_f32_wide, F32, MAX_CHUNKS)
 RMS_ROPE(rms_rope_bf16_wide, Half16<true>, MAX_CHUNKS)
 RMS_ROPE(rms_rope_f16_wide, Half16<false>, MAX_CHUNKS)
+
+// RMSNorm across all heads · weight (LTX-2's `rms_norm_across_heads`), then the rotate-half
+// rotary embedding with angles of its own for every head (LTX-2's "split" layout: the frequencies
+// run across the whole width, so head h takes angles [h·half, (h+1)·half) of the row's table
+// `[rows_per_batch, D / 2]` fp32, indexed by the row's token). Each thread holds 8 consecutive
+// values; its partner half sits `half / 8` lanes away in the same warp (head_dim a power of two
+// from 16 to 256, D a multiple of 256 so every lane of every warp is live for the shuffles).
+// x rows are `x_stride` apart, out is dense; blockIdx.y picks q or k (same tokens, same table).
+template <class S>
+__device__ void rms_rope_split(const typename S::T* x0, const typename S::T* w0, typename S::T* out0,
+                               const typename S::T* x1, const typename S::T* w1, typename S::T* out1,
+                               long long x_stride, const float* cosv, const float* sinv,
+                               int rows_per_batch, int D, int head_dim, float eps) {
+    __shared__ float scratch[32];
+    const typename S::T* x = blockIdx.y == 0 ? x0 : x1;
+    const typename S::T* w = blockIdx.y == 0 ? w0 : w1;
+    typename S::T* out = blockIdx.y == 0 ? out0 : out1;
+    const long long row = blockIdx.x;
+    const long long tok = row % rows_per_batch;
+    const int col = threadIdx.x * 8;
+    float v[8], wv[8];
+    S::load8(x + row * x_stride + col, v);
+    S::load8(w + col, wv);
+    const int half = head_dim / 2;
+    const int head = col / head_dim, j = col % head_dim;
+    const long long t = tok * (long long)(D / 2) + (long long)head * half + (j % half);
+    const float4 c0 = *reinterpret_cast<const float4*>(cosv + t);
+    const float4 c1 = *reinterpret_cast<const float4*>(cosv + t + 4);
+    const float4 s0 = *reinterpret_cast<const float4*>(sinv + t);
+    const float4 s1 = *reinterpret_cast<const float4*>(sinv + t + 4);
+    float sq = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; i++) sq += v[i] * v[i];
+    const float rstd = rsqrtf(block_sum(sq, scratch) / D + eps);
+#pragma unroll
+    for (int i = 0; i < 8; i++) v[i] = v[i] * rstd * wv[i];
+    float p[8];
+    const int lanes = half / 8;
+#pragma unroll
+    for (int i = 0; i < 8; i++) p[i] = __shfl_xor_sync(0xffffffffu, v[i], lanes);
+    const float c[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
+    const float s[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};
+    const float sign = j < half ? -1.f : 1.f;
+    float o[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++) o[i] = v[i] * c[i] + sign * p[i] * s[i];
+    S::store8(out + row * (long long)D + col, o);
+}
+
+#define RMS_ROPE_SPLIT(NAME, S)                                                                        \
+    extern "C" __global__ void NAME(const S::T* x0, const S::T* w0, S::T* out0, const S::T* x1,      \
+                                    const S::T* w1, S::T* out1, long long x_stride,                  \
+                                    const float* cosv, const float* sinv, int rows_per_batch, int D,  \
+                                    int head_dim, float eps) {                                        \
+        rms_rope_split<S>(x0, w0, out0, x1, w1, out1, x_stride, cosv, sinv, rows_per_batch, D,       \
+                          head_dim, eps);                                                             \
+    }
+
+RMS_ROPE_SPLIT(rms_rope_split_f32, F32)
+RMS_ROPE_SPLIT(rms_rope_split_bf16, Half16<true>)
+RMS_ROPE_SPLIT(rms_rope_split_f16, Half16<false>)
 
 // Per-head RMSNorm · weight, then the rotate-half rotary embedding (Qwen/Cosmos3 layout: the
 // head's first and second halves are the pairs, angles from fp32 tables `[row, head_dim / 2]`),

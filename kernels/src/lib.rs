@@ -25,8 +25,11 @@ pub mod swiglu;
 pub mod transfer;
 
 pub use linear_gelu::linear_gelu_tanh;
-pub use norm::{gated_residual, layer_norm_modulate, residual_layer_norm_modulate, LayerNormSpec};
-pub use rope::rms_norm_rope;
+pub use norm::{
+    gated_residual, layer_norm_modulate, residual_layer_norm_modulate, residual_rms_norm_modulate, rms_norm_modulate,
+    LayerNormSpec, RmsNormSpec,
+};
+pub use rope::{rms_norm_rope, rms_norm_rope_split};
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Once;

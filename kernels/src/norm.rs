@@ -1,8 +1,9 @@
-//! LayerNorm with adaLN modulation, fused with the (gated) residual add before it.
+//! LayerNorm (or RMSNorm) with adaLN modulation, fused with the (gated) residual add before it.
 //!
 //! In diffusers' Wan block every norm is `FP32LayerNorm` on an upcast residual stream, followed by
 //! `* (1 + scale) + shift` in fp32 and a cast back; every residual add is
-//! `(x.float() + y * gate).type_as(x)`. One kernel does both in one pass over the row.
+//! `(x.float() + y * gate).type_as(x)`. One kernel does both in one pass over the row. LTX-2's
+//! blocks do the same around a weightless RMSNorm, with modulation per sample or per token.
 
 use tch::{Kind, Tensor};
 
@@ -22,9 +23,66 @@ pub struct LayerNormSpec<'a> {
     pub modulation: Option<(&'a Tensor, &'a Tensor)>,
 }
 
+/// A weightless RMSNorm over the last dim, optionally modulated (`* (1 + scale) + shift`, the
+/// vectors `[B, 1, D]`, `[B, D]` or per token `[B, N, D]`).
+#[derive(Clone, Copy)]
+pub struct RmsNormSpec<'a> {
+    /// The norm's epsilon.
+    pub eps: f64,
+    /// `(scale, shift)`, or `None` for none.
+    pub modulation: Option<(&'a Tensor, &'a Tensor)>,
+}
+
+/// Which norm follows the residual add.
+#[derive(Clone, Copy)]
+enum Norm<'a> {
+    Layer(&'a LayerNormSpec<'a>),
+    Rms(&'a RmsNormSpec<'a>),
+}
+
+impl Norm<'_> {
+    fn eps(&self) -> f64 {
+        match self {
+            Norm::Layer(s) => s.eps,
+            Norm::Rms(s) => s.eps,
+        }
+    }
+
+    fn modulation(&self) -> Option<(&Tensor, &Tensor)> {
+        match self {
+            Norm::Layer(s) => s.modulation,
+            Norm::Rms(s) => s.modulation,
+        }
+    }
+
+    fn affine(&self) -> Option<(&Tensor, &Tensor)> {
+        match self {
+            Norm::Layer(s) => s.affine,
+            Norm::Rms(_) => None,
+        }
+    }
+}
+
 /// `LayerNorm(x)` per `spec`, computed in fp32 and stored in `x`'s dtype. `x` is `[B, N, D]`.
 pub fn layer_norm_modulate(x: &Tensor, spec: &LayerNormSpec) -> Tensor {
-    fused(x, None, Some(spec)).1.expect("norm requested")
+    fused(x, None, Some(Norm::Layer(spec))).1.expect("norm requested")
+}
+
+/// `RMSNorm(x)` per `spec`, computed in fp32 and stored in `x`'s dtype. `x` is `[B, N, D]`.
+pub fn rms_norm_modulate(x: &Tensor, spec: &RmsNormSpec) -> Tensor {
+    fused(x, None, Some(Norm::Rms(spec))).1.expect("norm requested")
+}
+
+/// `x' = x + y * gate`, then `RMSNorm(x')` per `spec`; returns `(x', norm)`, the norm of `x'` as
+/// stored.
+pub fn residual_rms_norm_modulate(
+    x: &Tensor,
+    y: &Tensor,
+    gate: Option<&Tensor>,
+    spec: &RmsNormSpec,
+) -> (Tensor, Tensor) {
+    let (x, n) = fused(x, Some((y, gate)), Some(Norm::Rms(spec)));
+    (x, n.expect("norm requested"))
 }
 
 /// `x + y * gate` (gate `[B, 1, D]`/`[B, D]`, or 1 when absent) computed in fp32, stored in `x`'s dtype.
@@ -40,15 +98,11 @@ pub fn residual_layer_norm_modulate(
     gate: Option<&Tensor>,
     spec: &LayerNormSpec,
 ) -> (Tensor, Tensor) {
-    let (x, n) = fused(x, Some((y, gate)), Some(spec));
+    let (x, n) = fused(x, Some((y, gate)), Some(Norm::Layer(spec)));
     (x, n.expect("norm requested"))
 }
 
-fn fused(
-    x: &Tensor,
-    residual: Option<(&Tensor, Option<&Tensor>)>,
-    spec: Option<&LayerNormSpec>,
-) -> (Tensor, Option<Tensor>) {
+fn fused(x: &Tensor, residual: Option<(&Tensor, Option<&Tensor>)>, spec: Option<Norm>) -> (Tensor, Option<Tensor>) {
     if let Some(out) = try_kernel(x, residual, spec) {
         return out;
     }
@@ -65,11 +119,7 @@ fn per_sample(t: &Tensor) -> Tensor {
 }
 
 /// The same function in tch ops: the CPU path, and the CUDA path for shapes the kernel refuses.
-fn fallback(
-    x: &Tensor,
-    residual: Option<(&Tensor, Option<&Tensor>)>,
-    spec: Option<&LayerNormSpec>,
-) -> (Tensor, Option<Tensor>) {
+fn fallback(x: &Tensor, residual: Option<(&Tensor, Option<&Tensor>)>, spec: Option<Norm>) -> (Tensor, Option<Tensor>) {
     let kind = x.kind();
     let x = match residual {
         Some((y, gate)) => {
@@ -84,12 +134,17 @@ fn fallback(
     };
     let norm = spec.map(|s| {
         let d = *x.size().last().expect("rank >= 1");
-        let (w, b) = match s.affine {
-            Some((w, b)) => (Some(w.to_kind(Kind::Float)), Some(b.to_kind(Kind::Float))),
-            None => (None, None),
+        let h = match s {
+            Norm::Layer(s) => {
+                let (w, b) = match s.affine {
+                    Some((w, b)) => (Some(w.to_kind(Kind::Float)), Some(b.to_kind(Kind::Float))),
+                    None => (None, None),
+                };
+                x.to_kind(Kind::Float).layer_norm([d], w.as_ref(), b.as_ref(), s.eps, true)
+            }
+            Norm::Rms(s) => x.to_kind(Kind::Float).rms_norm([d], None::<&Tensor>, s.eps),
         };
-        let h = x.to_kind(Kind::Float).layer_norm([d], w.as_ref(), b.as_ref(), s.eps, true);
-        let h = match s.modulation {
+        let h = match s.modulation() {
             Some((scale, shift)) => {
                 h * (per_sample(&scale.to_kind(Kind::Float)) + 1.0) + per_sample(&shift.to_kind(Kind::Float))
             }
@@ -100,24 +155,41 @@ fn fallback(
     (x, norm)
 }
 
-/// Batch stride (elements) of an fp32 per-sample vector usable by the kernel, if it is one.
-fn mod_stride(t: &Tensor, b: i64, d: i64) -> Option<i64> {
+/// How an fp32 modulation vector the kernel can read is laid out: one row per sample or one per
+/// token, with the stride (elements) between rows.
+#[derive(Clone, Copy, PartialEq)]
+enum ModLayout {
+    PerSample(i64),
+    PerToken(i64),
+}
+
+fn mod_layout(t: &Tensor, b: i64, n: i64, d: i64) -> Option<ModLayout> {
     let s = t.size();
     let st = t.stride();
-    let ok_shape = (s == [b, 1, d] && st[2] == 1) || (s == [b, d] && st[1] == 1);
-    (ok_shape && t.kind() == Kind::Float).then(|| st[0])
+    if t.kind() != Kind::Float {
+        return None;
+    }
+    if (s == [b, 1, d] && st[2] == 1) || (s == [b, d] && st[1] == 1) {
+        return Some(ModLayout::PerSample(st[0]));
+    }
+    // Per token: rows evenly spaced across the batch too, so row `r` sits at `r · st[1]`.
+    (n > 1 && s == [b, n, d] && st[2] == 1 && st[0] == n * st[1]).then_some(ModLayout::PerToken(st[1]))
 }
 
 fn try_kernel(
     x: &Tensor,
     residual: Option<(&Tensor, Option<&Tensor>)>,
-    spec: Option<&LayerNormSpec>,
+    spec: Option<Norm>,
 ) -> Option<(Tensor, Option<Tensor>)> {
     let dev = cuda::for_tensor(x)?;
-    let name = match x.kind() {
-        Kind::BFloat16 => "norm_modulate_bf16",
-        Kind::Half => "norm_modulate_f16",
-        Kind::Float => "norm_modulate_f32",
+    let rms = matches!(spec, Some(Norm::Rms(_)));
+    let name = match (x.kind(), rms) {
+        (Kind::BFloat16, false) => "norm_modulate_bf16",
+        (Kind::Half, false) => "norm_modulate_f16",
+        (Kind::Float, false) => "norm_modulate_f32",
+        (Kind::BFloat16, true) => "rms_modulate_bf16",
+        (Kind::Half, true) => "rms_modulate_f16",
+        (Kind::Float, true) => "rms_modulate_f32",
         _ => return None,
     };
     let (b, n, d) = x.size3().ok()?;
@@ -125,16 +197,19 @@ fn try_kernel(
         return None;
     }
     let same_device = |t: &Tensor| t.device() == x.device();
-    // Every per-sample vector must share one batch stride (they are chunks of one modulation tensor).
-    let mut stride: Option<i64> = None;
+    // Every vector must share one layout and row stride (they are chunks of one modulation
+    // tensor); a single sample's per-sample vectors need no stride.
+    let mut layout: Option<ModLayout> = None;
     let mut take = |t: &Tensor| -> Option<u64> {
-        let s = mod_stride(t, b, d).filter(|_| same_device(t) && cuda::aligned(t))?;
-        if b > 1 {
-            if s % 4 != 0 || stride.is_some_and(|p| p != s) {
-                return None;
-            }
-            stride = Some(s);
+        let l = match mod_layout(t, b, n, d).filter(|_| same_device(t) && cuda::aligned(t))? {
+            ModLayout::PerSample(_) if b == 1 => ModLayout::PerSample(0),
+            l => l,
+        };
+        let (ModLayout::PerSample(s) | ModLayout::PerToken(s)) = l;
+        if s % 4 != 0 || layout.is_some_and(|p| p != l) {
+            return None;
         }
+        layout = Some(l);
         Some(t.data_ptr() as u64)
     };
     let (y_ptr, gate_ptr) = match residual {
@@ -159,7 +234,7 @@ fn try_kernel(
     };
     let (w_ptr, b_ptr, scale_ptr, shift_ptr, eps) = match spec {
         Some(s) => {
-            let (w, bias) = match s.affine {
+            let (w, bias) = match s.affine() {
                 Some((w, bias)) => {
                     let dense = |t: &Tensor| {
                         t.size() == [d]
@@ -175,11 +250,11 @@ fn try_kernel(
                 }
                 None => (0, 0),
             };
-            let (sc, sh) = match s.modulation {
+            let (sc, sh) = match s.modulation() {
                 Some((sc, sh)) => (take(sc)?, take(sh)?),
                 None => (0, 0),
             };
-            (w, bias, sc, sh, s.eps as f32)
+            (w, bias, sc, sh, s.eps() as f32)
         }
         None => (0, 0, 0, 0, 0.0),
     };
@@ -195,9 +270,13 @@ fn try_kernel(
         Arg::Ptr(b_ptr),
         Arg::Ptr(scale_ptr),
         Arg::Ptr(shift_ptr),
-        Arg::I64(stride.unwrap_or(0)),
+        Arg::I64(match layout {
+            Some(ModLayout::PerSample(s) | ModLayout::PerToken(s)) => s,
+            None => 0,
+        }),
         Arg::Ptr(ptr(&out)),
-        Arg::I32(n as i32),
+        // The kernel picks a vector's row as `row / rows_per_batch`.
+        Arg::I32(if matches!(layout, Some(ModLayout::PerToken(_))) { 1 } else { n as i32 }),
         Arg::I32(d as i32),
         Arg::F32(eps),
     ];

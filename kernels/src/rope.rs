@@ -120,3 +120,119 @@ fn try_kernel(
     dev.launch_rows(name, b * n, inputs.len() as u32, d, &args).ok()?;
     Some(outs)
 }
+
+/// For each `(x, weight)`: `RMSNorm(x) * weight` over the last dim (all heads together), then the
+/// rotate-half rotary embedding of every head with angles of its own: `cos`, `sin` are
+/// `[N, D / 2]` fp32, head `h` taking columns `[h·head_dim/2, (h+1)·head_dim/2)` (LTX-2's
+/// "split" layout, where the frequencies run across the whole width). Pairs are `(j, j +
+/// head_dim/2)` within each head. `x` is `[B, N, D]` with a dense last dim; results are dense in
+/// `x`'s dtype, computed in fp32. Two inputs share one launch (q and k of the same tokens).
+pub fn rms_norm_rope_split(
+    inputs: &[(&Tensor, &Tensor)],
+    eps: f64,
+    head_dim: i64,
+    cos: &Tensor,
+    sin: &Tensor,
+) -> Vec<Tensor> {
+    if let Some(out) = try_split_kernel(inputs, eps, head_dim, cos, sin) {
+        return out;
+    }
+    inputs.iter().map(|(x, w)| split_fallback(x, w, eps, head_dim, cos, sin)).collect()
+}
+
+fn split_fallback(x: &Tensor, w: &Tensor, eps: f64, head_dim: i64, cos: &Tensor, sin: &Tensor) -> Tensor {
+    let kind = x.kind();
+    let (b, n, d) = x.size3().expect("[B, N, D] activations");
+    let y = x.to_kind(Kind::Float).rms_norm([d], Some(&w.to_kind(Kind::Float)), eps);
+    let heads = d / head_dim;
+    let y = y.view([b, n, heads, 2, head_dim / 2]);
+    let (x1, x2) = (y.select(3, 0), y.select(3, 1));
+    let cos = cos.view([1, n, heads, head_dim / 2]);
+    let sin = sin.view([1, n, heads, head_dim / 2]);
+    let first = &x1 * &cos - &x2 * &sin;
+    let second = &x2 * &cos + &x1 * &sin;
+    Tensor::stack(&[first, second], 3).view([b, n, d]).to_kind(kind)
+}
+
+fn try_split_kernel(
+    inputs: &[(&Tensor, &Tensor)],
+    eps: f64,
+    head_dim: i64,
+    cos: &Tensor,
+    sin: &Tensor,
+) -> Option<Vec<Tensor>> {
+    let first = inputs.first()?.0;
+    if inputs.len() > 2 {
+        return None;
+    }
+    let dev = cuda::for_tensor(first)?;
+    let kind = first.kind();
+    let name = match kind {
+        Kind::BFloat16 => "rms_rope_split_bf16",
+        Kind::Half => "rms_rope_split_f16",
+        Kind::Float => "rms_rope_split_f32",
+        _ => return None,
+    };
+    let (b, n, d) = first.size3().ok()?;
+    // One chunk of 8 per thread, every warp full (the partner half moves by shuffle), a head's
+    // half a power-of-two number of chunks within one warp.
+    let half_chunks = head_dim / 16;
+    if d % 256 != 0 || d > 8192 || head_dim % 16 != 0 || half_chunks > 16 || half_chunks & (half_chunks - 1) != 0 {
+        return None;
+    }
+    if d % head_dim != 0 {
+        return None;
+    }
+    let row_stride = first.stride()[1];
+    for (x, w) in inputs {
+        let st = x.stride();
+        let fits = x.size() == [b, n, d]
+            && x.kind() == kind
+            && x.device() == first.device()
+            && st[2] == 1
+            && st[1] == row_stride
+            && st[0] == n * row_stride
+            && row_stride % 8 == 0
+            && cuda::aligned(x)
+            && w.size() == [d]
+            && w.kind() == kind
+            && w.is_contiguous()
+            && w.device() == first.device()
+            && cuda::aligned(w);
+        if !fits {
+            return None;
+        }
+    }
+    let table = |t: &Tensor| {
+        t.size() == [n, d / 2]
+            && t.kind() == Kind::Float
+            && t.is_contiguous()
+            && t.device() == first.device()
+            && cuda::aligned(t)
+    };
+    if !table(cos) || !table(sin) {
+        return None;
+    }
+    let outs: Vec<Tensor> = inputs.iter().map(|_| Tensor::empty([b, n, d], (kind, first.device()))).collect();
+    let (x1, w1, o1) = match inputs.get(1) {
+        Some((x, w)) => (x.data_ptr() as u64, w.data_ptr() as u64, outs[1].data_ptr() as u64),
+        None => (0, 0, 0),
+    };
+    let args = [
+        Arg::Ptr(inputs[0].0.data_ptr() as u64),
+        Arg::Ptr(inputs[0].1.data_ptr() as u64),
+        Arg::Ptr(outs[0].data_ptr() as u64),
+        Arg::Ptr(x1),
+        Arg::Ptr(w1),
+        Arg::Ptr(o1),
+        Arg::I64(row_stride),
+        Arg::Ptr(cos.data_ptr() as u64),
+        Arg::Ptr(sin.data_ptr() as u64),
+        Arg::I32(n as i32),
+        Arg::I32(d as i32),
+        Arg::I32(head_dim as i32),
+        Arg::F32(eps as f32),
+    ];
+    dev.launch_rows(name, b * n, inputs.len() as u32, d, &args).ok()?;
+    Some(outs)
+}

@@ -7,7 +7,8 @@
 //! 1.5e-3 (fp16) relative max error, since both sides round once from slightly different fp32 values.
 
 use fastvideo_kernels::{
-    gated_residual, layer_norm_modulate, residual_layer_norm_modulate, rms_norm_rope, LayerNormSpec,
+    gated_residual, layer_norm_modulate, residual_layer_norm_modulate, residual_rms_norm_modulate, rms_norm_modulate,
+    rms_norm_rope, rms_norm_rope_split, LayerNormSpec, RmsNormSpec,
 };
 use tch::{Device, Kind, Tensor};
 
@@ -53,6 +54,71 @@ fn reference_rms_rope(x: &Tensor, w: &Tensor, cos: &Tensor, sin: &Tensor, head_d
     let (a, c) = (y.select(-1, 0), y.select(-1, 1));
     let (cs, sn) = (cos.to_kind(Kind::Double).view([1, n, 1, -1]), sin.to_kind(Kind::Double).view([1, n, 1, -1]));
     Tensor::stack(&[&a * &cs - &c * &sn, &a * &sn + &c * &cs], -1).view([b, n, d])
+}
+
+/// LTX-2's split layout: RMSNorm across heads · w, then each head's halves rotated by that head's
+/// own angles (`cos`, `sin` `[N, D/2]`, head-major).
+fn reference_rms_rope_split(x: &Tensor, w: &Tensor, cos: &Tensor, sin: &Tensor, head_dim: i64, eps: f64) -> Tensor {
+    let (b, n, d) = x.size3().unwrap();
+    let x = x.to_kind(Kind::Double);
+    let r = (x.square().mean_dim(-1, true, Kind::Double) + eps).rsqrt();
+    let y = (x * r * w.to_kind(Kind::Double)).view([b, n, d / head_dim, head_dim]);
+    let (a, c) = (y.narrow(-1, 0, head_dim / 2), y.narrow(-1, head_dim / 2, head_dim / 2));
+    let shape = [1, n, d / head_dim, head_dim / 2];
+    let (cs, sn) = (cos.to_kind(Kind::Double).view(shape), sin.to_kind(Kind::Double).view(shape));
+    Tensor::cat(&[&a * &cs - &c * &sn, &c * &cs + &a * &sn], -1).view([b, n, d])
+}
+
+/// The RMS norms LTX-2's blocks use: weightless, modulated per sample (`[B, 1, D]` rows of one
+/// table) and per token (`[B, N, D]`, image-to-video's per-token timesteps), with the residual.
+fn check_rms_norms(c: &Case, device: Device, kind: Kind, tol: f64) {
+    let (b, n, d) = c.x.size3().unwrap();
+    let x = c.x.to_device(device).to_kind(kind);
+    let y = c.y.to_device(device).to_kind(kind);
+    let xr = x.to_kind(Kind::Double).to_device(Device::Cpu);
+    let yr = y.to_kind(Kind::Double).to_device(Device::Cpu);
+    let rms = |t: &Tensor| t * (t.square().mean_dim(-1, true, Kind::Double) + c.eps).rsqrt();
+    // Per sample: chunks of one [B, 1, 3, D] tensor, as LTX-2's modulation comes.
+    let per_sample = c.modulation.narrow(1, 0, 3).unsqueeze(1).to_device(device);
+    // Per token: [B, N, 3, D] unbound on dim 2.
+    let per_token = (randn(&[b, n, 3, d], 21) * 0.3).to_device(device);
+    for (name, m) in [("per sample", per_sample), ("per token", per_token)] {
+        let v = m.unbind(2);
+        let (shift, scale, gate) = (&v[0], &v[1], &v[2]);
+        let dbl = |t: &Tensor| t.to_device(Device::Cpu).to_kind(Kind::Double);
+        let got = rms_norm_modulate(&x, &RmsNormSpec { eps: c.eps, modulation: Some((scale, shift)) });
+        let want = rms(&xr) * (dbl(scale) + 1.0) + dbl(shift);
+        let e = rel(&got, &want);
+        assert!(e < tol, "{kind:?} {device:?} rms_norm_modulate {name} rel {e} >= {tol}");
+        let spec = RmsNormSpec { eps: c.eps, modulation: Some((scale, shift)) };
+        let (xn, h) = residual_rms_norm_modulate(&x, &y, Some(gate), &spec);
+        let e = rel(&xn, &(&xr + &yr * dbl(gate)));
+        assert!(e < tol, "{kind:?} {device:?} residual (rms) {name} rel {e} >= {tol}");
+        let want = rms(&dbl(&xn)) * (dbl(scale) + 1.0) + dbl(shift);
+        let e = rel(&h, &want);
+        assert!(e < tol, "{kind:?} {device:?} residual + rms_norm_modulate {name} rel {e} >= {tol}");
+    }
+    let plain = rms_norm_modulate(&x, &RmsNormSpec { eps: c.eps, modulation: None });
+    let e = rel(&plain, &rms(&xr));
+    assert!(e < tol, "{kind:?} {device:?} rms_norm (no modulation) rel {e} >= {tol}");
+}
+
+fn check_rope_split(b: i64, n: i64, heads: i64, head_dim: i64, device: Device, kind: Kind, tol: f64) {
+    let d = heads * head_dim;
+    let qkv = randn(&[b, n, 3 * d], 31).to_device(device).to_kind(kind);
+    let (q, k) = (qkv.narrow(2, 0, d), qkv.narrow(2, d, d));
+    let wq = (randn(&[d], 32) * 0.2 + 1.0).to_device(device).to_kind(kind);
+    let wk = (randn(&[d], 33) * 0.2 + 1.0).to_device(device).to_kind(kind);
+    let ang = randn(&[n, d / 2], 34) * 3.0;
+    let (cos, sin) = (ang.cos(), ang.sin());
+    let out =
+        rms_norm_rope_split(&[(&q, &wq), (&k, &wk)], 1e-6, head_dim, &cos.to_device(device), &sin.to_device(device));
+    for (got, (x, w)) in out.iter().zip([(&q, &wq), (&k, &wk)]) {
+        let want =
+            reference_rms_rope_split(&x.to_device(Device::Cpu), &w.to_device(Device::Cpu), &cos, &sin, head_dim, 1e-6);
+        let e = rel(got, &want);
+        assert!(e < tol, "{kind:?} {device:?} rms_norm_rope_split ({heads}x{head_dim}) rel {e} >= {tol}");
+    }
 }
 
 struct Case {
@@ -150,6 +216,10 @@ fn fallbacks_match_the_reference_formulas_on_cpu() {
     }
     check_rope(2, 6, 3, 16, Device::Cpu, Kind::Float, 2e-5);
     check_rope(1, 5, 2, 24, Device::Cpu, Kind::BFloat16, 1.2e-2);
+    check_rms_norms(&case(2, 5, 48, 6), Device::Cpu, Kind::Float, 2e-5);
+    check_rms_norms(&case(1, 7, 64, 7), Device::Cpu, Kind::BFloat16, 1.2e-2);
+    check_rope_split(2, 6, 4, 16, Device::Cpu, Kind::Float, 2e-5);
+    check_rope_split(1, 5, 2, 32, Device::Cpu, Kind::BFloat16, 1.2e-2);
 }
 
 /// Every fp32 fallback op is the same function the model computed before it used these ops, so
@@ -196,6 +266,12 @@ fn cuda_kernels_match_their_fallbacks() {
         check_rope(1, 300, 12, 128, device, kind, tol);
         check_rope(2, 40, 40, 128, device, kind, tol);
         check_rope(1, 20, 80, 128, device, kind, tol); // 10,240 wide: the `_wide` build
+                                                       // LTX-2: the video stream (32 x 128), the audio stream (32 x 64), two samples.
+        check_rms_norms(&case(2, 37, 4096, 8), device, kind, tol);
+        check_rms_norms(&case(1, 19, 2048, 9), device, kind, tol);
+        check_rope_split(1, 300, 32, 128, device, kind, tol);
+        check_rope_split(2, 40, 32, 64, device, kind, tol);
+        check_rope_split(2, 7, 8, 32, device, kind, tol);
     }
     // Kernel vs fallback on identical inputs: the kernel must be no worse than the fallback.
     let c = case(2, 129, 1536, 9);

@@ -5,6 +5,7 @@
 //! through instead of attending, per sample).
 
 use anyhow::Result;
+use fastvideo_kernels::{rms_norm_rope, rms_norm_rope_split};
 use fastvideo_layers::linear::Lora;
 use fastvideo_layers::Linear;
 use fastvideo_torch::weights::Weights;
@@ -94,12 +95,9 @@ impl Attention {
         let mut out = match perturb {
             Some(p) if p.all => v,
             _ => {
-                let mut q = self.norm_q.forward(&self.to_q.forward_lora(x, lora));
-                let mut k = self.norm_k.forward(&self.to_k.forward_lora(ctx, lora));
-                if let Some(r) = q_rope {
-                    q = r.apply(&q);
-                    k = k_rope.unwrap_or(r).apply(&k);
-                }
+                let q = self.to_q.forward_lora(x, lora);
+                let k = self.to_k.forward_lora(ctx, lora);
+                let (q, k) = self.norm_rotate(q, k, q_rope, k_rope);
                 let heads = |t: &Tensor| {
                     let s = t.size();
                     t.view([s[0], s[1], self.heads, -1]).transpose(1, 2)
@@ -128,6 +126,32 @@ impl Attention {
             out = (out.view([s[0], s[1], self.heads, -1]) * gate.unsqueeze(-1)).view([s[0], s[1], s[2]]);
         }
         self.to_out.forward_lora(&out, lora)
+    }
+
+    /// `norm_q`/`norm_k` across heads, then the rotary tables: fused per tensor (or for q and k
+    /// in one launch when they share a table) where the tables have the split layout; the
+    /// plain ops otherwise.
+    fn norm_rotate(&self, q: Tensor, k: Tensor, q_rope: Option<&Rope>, k_rope: Option<&Rope>) -> (Tensor, Tensor) {
+        let eps = self.norm_q.eps();
+        let head_dim = q.size()[2] / self.heads;
+        let one = |x: &Tensor, norm: &RmsNorm, rope: Option<&Rope>| match (norm.weight(), rope) {
+            (Some(w), None) => rms_norm_rope(&[(x, w)], eps, head_dim, None).remove(0),
+            (Some(w), Some(r)) if r.split_tables().is_some() => {
+                let (cos, sin) = r.split_tables().expect("split tables");
+                rms_norm_rope_split(&[(x, w)], eps, head_dim, cos, sin).remove(0)
+            }
+            (_, Some(r)) => r.apply(&norm.forward(x)),
+            (None, None) => norm.forward(x),
+        };
+        match (q_rope, k_rope, self.norm_q.weight(), self.norm_k.weight()) {
+            (Some(r), None, Some(wq), Some(wk)) if q.size() == k.size() && r.split_tables().is_some() => {
+                let (cos, sin) = r.split_tables().expect("split tables");
+                let mut out = rms_norm_rope_split(&[(&q, wq), (&k, wk)], eps, head_dim, cos, sin);
+                let k = out.pop().expect("two outputs");
+                (out.pop().expect("two outputs"), k)
+            }
+            _ => (one(&q, &self.norm_q, q_rope), one(&k, &self.norm_k, k_rope.or(q_rope))),
+        }
     }
 
     /// Its linears.

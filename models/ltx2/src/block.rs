@@ -5,14 +5,15 @@
 //! shift/scale/gate), the exchange by its own global and per-block tables.
 
 use anyhow::Result;
+use fastvideo_kernels::{gated_residual, residual_rms_norm_modulate, rms_norm_modulate, RmsNormSpec};
 use fastvideo_layers::linear::Lora;
 use fastvideo_layers::Linear;
 use fastvideo_torch::weights::Weights;
-use tch::Tensor;
+use tch::{Kind, Tensor};
 
 use crate::attention::{Attention, AttentionShape, Perturbation};
 use crate::config::TransformerConfig;
-use crate::embed::{mod_params, FeedForward, RmsNorm};
+use crate::embed::{mod_params, mod_params_f32, one_table, FeedForward, RmsNorm};
 use crate::rope::Rope;
 
 /// One stream's modules in a block (video or audio).
@@ -127,16 +128,16 @@ impl Stream {
         })
     }
 
-    /// Self-attention, then the text attention.
-    fn attend(&self, x: &Tensor, s: &StreamInputs, perturb: Option<Perturbation>, lora: Lora) -> (Tensor, Vec<Tensor>) {
-        let m = mod_params(&self.table, s.temb);
-        let (shift, scale, gate) = (&m[0], &m[1], &m[2]);
-        let h = self.norm1.forward(x) * (scale + 1.0) + shift;
-        let x = x + self.attn1.forward(&h, None, None, Some(s.rope), None, perturb, lora) * gate;
-        let mut h = self.norm2.forward(&x);
-        if self.text_adaln {
-            h = h * (&m[7] + 1.0) + &m[6];
-        }
+    /// Self-attention, then the text attention. The text attention's residual add is left to
+    /// the caller, which fuses it into the norm that follows.
+    fn attend(&self, x: &Tensor, s: &StreamInputs, perturb: Option<Perturbation>, lora: Lora) -> Attended {
+        let m = mod_params_f32(&self.table, s.temb);
+        let h = norm_mod(&self.norm1, x, Some((&m[1], &m[0])));
+        let a = self.attn1.forward(&h, None, None, Some(s.rope), None, perturb, lora);
+        drop(h);
+        let text_mod = self.text_adaln.then(|| (&m[7], &m[6]));
+        let (x, h) = residual_norm_mod(&self.norm2, x, &a, Some(&m[2]), text_mod);
+        drop(a);
         let text = match &self.prompt_table {
             Some(table) => {
                 let kv = match s.temb_prompt {
@@ -147,25 +148,75 @@ impl Stream {
             }
             None => s.text.shallow_clone(),
         };
-        let mut a = self.attn2.forward(&h, Some(&text), s.text_bias, None, None, None, lora);
-        if self.text_adaln {
-            a *= &m[8];
-        }
-        (x + a, m)
+        let text = self.attn2.forward(&h, Some(&text), s.text_bias, None, None, None, lora);
+        let text_gate = self.text_adaln.then(|| m[8].shallow_clone());
+        Attended { x, text, text_gate, m }
     }
 
-    /// The feed-forward, modulated by `m` (from [`attend`](Self::attend)).
-    fn feed_forward(&self, x: &Tensor, m: &[Tensor], lora: Lora) -> Tensor {
-        let h = self.norm3.forward(x) * (&m[4] + 1.0) + &m[3];
-        x + self.ff.forward(&h, lora) * &m[5]
+    /// `x + y · gate`, then the feed-forward modulated by `m` (from [`attend`](Self::attend)).
+    fn feed_forward(&self, x: &Tensor, y: &Tensor, gate: Option<&Tensor>, m: &[Tensor], lora: Lora) -> Tensor {
+        let (x, h) = residual_norm_mod(&self.norm3, x, y, gate, Some((&m[4], &m[3])));
+        let ff = self.ff.forward(&h, lora);
+        drop(h);
+        gated_residual(&x, &ff, Some(&m[5]))
     }
 
-    /// The exchange's modulation: (a2v scale, a2v shift, v2a scale, v2a shift) and the gate.
+    /// The exchange's modulation (float32): (a2v scale, a2v shift, v2a scale, v2a shift) and the
+    /// gate.
     fn exchange_mod(&self, s: &StreamInputs) -> (Vec<Tensor>, Tensor) {
-        let ss = mod_params(&self.exchange_table.narrow(0, 0, 4), s.exchange.0);
-        let gate = mod_params(&self.exchange_table.narrow(0, 4, 1), s.exchange.1).remove(0);
+        let ss = mod_params_f32(&self.exchange_table.narrow(0, 0, 4), s.exchange.0);
+        let gate = mod_params_f32(&self.exchange_table.narrow(0, 4, 1), s.exchange.1).remove(0);
         (ss, gate)
     }
+}
+
+/// A stream after [`Stream::attend`]: its residual after the self-attention, the text
+/// attention's output and gate (not yet added), and the block's modulation (float32).
+struct Attended {
+    x: Tensor,
+    text: Tensor,
+    text_gate: Option<Tensor>,
+    m: Vec<Tensor>,
+}
+
+/// `norm(x) · (1 + scale) + shift` in float32, rounded once (one fused pass on CUDA for the
+/// weightless norms every published config has).
+fn norm_mod(norm: &RmsNorm, x: &Tensor, modulation: Option<(&Tensor, &Tensor)>) -> Tensor {
+    match norm.weight() {
+        None => rms_norm_modulate(x, &RmsNormSpec { eps: norm.eps(), modulation }),
+        Some(_) => {
+            let h = norm.forward(x);
+            match modulation {
+                Some((scale, shift)) => (h.to_kind(Kind::Float) * (scale + 1.0) + shift).to_kind(x.kind()),
+                None => h,
+            }
+        }
+    }
+}
+
+/// `x' = x + y · gate`, then [`norm_mod`] of `x'` as stored; returns both.
+fn residual_norm_mod(
+    norm: &RmsNorm,
+    x: &Tensor,
+    y: &Tensor,
+    gate: Option<&Tensor>,
+    modulation: Option<(&Tensor, &Tensor)>,
+) -> (Tensor, Tensor) {
+    if norm.weight().is_some() {
+        let x = gated_residual(x, y, gate);
+        let h = norm_mod(norm, &x, modulation);
+        return (x, h);
+    }
+    // The kernel reads the gate and the modulation with one stride: rows of one table.
+    let joined = match (gate, modulation) {
+        (Some(g), Some((scale, shift))) => one_table(&[g, scale, shift]),
+        _ => Vec::new(),
+    };
+    let (gate, modulation) = match joined.as_slice() {
+        [g, scale, shift] => (Some(g), Some((scale, shift))),
+        _ => (gate, modulation),
+    };
+    residual_rms_norm_modulate(x, y, gate, &RmsNormSpec { eps: norm.eps(), modulation })
 }
 
 impl Block {
@@ -202,47 +253,50 @@ impl Block {
         // Spatio-temporal guidance exists only where the layout has perturbed attention.
         let perturb = if self.perturbed { o.perturb } else { None };
         let lora = o.lora;
-        let (mut video, vm) = self.video.attend(video, v, perturb, lora);
-        let (mut audio, am) = self.audio.attend(audio, a, perturb, lora);
-        if !o.isolate {
-            let nv = self.video.exchange_norm.forward(&video);
-            let na = self.audio.exchange_norm.forward(&audio);
-            let (vss, v_gate) = self.video.exchange_mod(v);
-            let (ass, a_gate) = self.audio.exchange_mod(a);
-            let q = &nv * (&vss[0] + 1.0) + &vss[1];
-            let kv = &na * (&ass[0] + 1.0) + &ass[1];
-            let a2v = self.audio_to_video.forward(
-                &q,
-                Some(&kv),
-                None,
-                Some(v.exchange_rope),
-                Some(a.exchange_rope),
-                None,
-                lora,
+        let va = self.video.attend(video, v, perturb, lora);
+        let aa = self.audio.attend(audio, a, perturb, lora);
+        if o.isolate {
+            return (
+                self.video.feed_forward(&va.x, &va.text, va.text_gate.as_ref(), &va.m, lora),
+                self.audio.feed_forward(&aa.x, &aa.text, aa.text_gate.as_ref(), &aa.m, lora),
             );
-            let a2v = v_gate * a2v;
-            video += match o.exchange {
-                Some(keep) => a2v * keep,
-                None => a2v,
-            };
-            let kv = &nv * (&vss[2] + 1.0) + &vss[3];
-            let q = &na * (&ass[2] + 1.0) + &ass[3];
-            let v2a = self.video_to_audio.forward(
-                &q,
-                Some(&kv),
-                None,
-                Some(a.exchange_rope),
-                Some(v.exchange_rope),
-                None,
-                lora,
-            );
-            let v2a = a_gate * v2a;
-            audio += match o.exchange {
-                Some(keep) => v2a * keep,
-                None => v2a,
-            };
         }
-        (self.video.feed_forward(&video, &vm, lora), self.audio.feed_forward(&audio, &am, lora))
+        let (vss, v_gate) = self.video.exchange_mod(v);
+        let (ass, a_gate) = self.audio.exchange_mod(a);
+        // Each stream's text residual fused with its exchange norm: the a2v queries (video) and
+        // keys (audio); then the v2a keys and queries from the same residuals.
+        let (video, q) = residual_norm_mod(
+            &self.video.exchange_norm,
+            &va.x,
+            &va.text,
+            va.text_gate.as_ref(),
+            Some((&vss[0], &vss[1])),
+        );
+        let (audio, kv) = residual_norm_mod(
+            &self.audio.exchange_norm,
+            &aa.x,
+            &aa.text,
+            aa.text_gate.as_ref(),
+            Some((&ass[0], &ass[1])),
+        );
+        let a2v =
+            self.audio_to_video.forward(&q, Some(&kv), None, Some(v.exchange_rope), Some(a.exchange_rope), None, lora);
+        drop((q, kv));
+        let kv = norm_mod(&self.video.exchange_norm, &video, Some((&vss[2], &vss[3])));
+        let q = norm_mod(&self.audio.exchange_norm, &audio, Some((&ass[2], &ass[3])));
+        let v2a =
+            self.video_to_audio.forward(&q, Some(&kv), None, Some(a.exchange_rope), Some(v.exchange_rope), None, lora);
+        drop((q, kv));
+        // The exchange's residuals fused into the feed-forwards' norms; `keep` zeroes the
+        // exchange of samples whose streams are isolated (several guidance passes in one batch).
+        let gate = |g: Tensor| match o.exchange {
+            Some(keep) => g * keep.to_kind(Kind::Float),
+            None => g,
+        };
+        (
+            self.video.feed_forward(&video, &a2v, Some(&gate(v_gate)), &va.m, lora),
+            self.audio.feed_forward(&audio, &v2a, Some(&gate(a_gate)), &aa.m, lora),
+        )
     }
 
     /// Its linears.

@@ -109,6 +109,16 @@ impl RmsNorm {
         Ok(Self { weight: affine.then(|| w.get("weight", &[dim])).transpose()?, eps })
     }
 
+    /// Its weight (`None` without `elementwise_affine`).
+    pub fn weight(&self) -> Option<&Tensor> {
+        self.weight.as_ref()
+    }
+
+    /// Its epsilon.
+    pub fn eps(&self) -> f64 {
+        self.eps
+    }
+
     /// `x` normalised over its last dimension.
     pub fn forward(&self, x: &Tensor) -> Tensor {
         let xf = x.to_kind(Kind::Float);
@@ -133,4 +143,19 @@ pub fn mod_params(table: &Tensor, temb: &Tensor) -> Vec<Tensor> {
     let s = temb.size();
     let values = table.unsqueeze(0).unsqueeze(0) + temb.reshape([s[0], s[1], n, -1]);
     values.unbind(2)
+}
+
+/// [`mod_params`] summed in the model's dtype as the reference does, then held in float32: the
+/// fused norm kernels read modulation vectors in fp32, all `n` as rows of one tensor.
+pub fn mod_params_f32(table: &Tensor, temb: &Tensor) -> Vec<Tensor> {
+    let n = table.size()[0];
+    let s = temb.size();
+    let values = table.unsqueeze(0).unsqueeze(0) + temb.reshape([s[0], s[1], n, -1]);
+    values.to_kind(Kind::Float).unbind(2)
+}
+
+/// Vectors `[B, T, dim]` from different tables restacked as rows of one fp32 tensor, so one
+/// kernel call can read them all with one stride (a few kilobytes per sample).
+pub fn one_table(vectors: &[&Tensor]) -> Vec<Tensor> {
+    Tensor::stack(vectors, 2).to_kind(Kind::Float).unbind(2)
 }

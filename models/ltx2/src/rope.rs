@@ -36,6 +36,9 @@ pub struct Rope {
     cos: Tensor,
     sin: Tensor,
     rope_type: RopeType,
+    /// The split layout's tables as `[S, dim / 2]` (one batch of positions): what the fused
+    /// norm-and-rotate kernel reads (`fastvideo_kernels::rms_norm_rope_split`).
+    flat: Option<(Tensor, Tensor)>,
 }
 
 /// Midpoints `[1, 3, N]` (frame time in seconds, pixel row, pixel column) of the video tokens of
@@ -98,7 +101,7 @@ impl RopeSpec {
                     cos = Tensor::cat(&[Tensor::ones([b, s, pad], (Kind::Float, device)), cos], -1);
                     sin = Tensor::cat(&[Tensor::zeros([b, s, pad], (Kind::Float, device)), sin], -1);
                 }
-                Rope { cos, sin, rope_type: RopeType::Interleaved }
+                Rope { cos, sin, rope_type: RopeType::Interleaved, flat: None }
             }
             RopeType::Split => {
                 let pad = self.dim / 2 - f.size()[2];
@@ -107,14 +110,20 @@ impl RopeSpec {
                     cos = Tensor::cat(&[Tensor::ones([b, s, pad], (Kind::Float, device)), cos], -1);
                     sin = Tensor::cat(&[Tensor::zeros([b, s, pad], (Kind::Float, device)), sin], -1);
                 }
+                let flat = (b == 1).then(|| (cos.squeeze_dim(0).contiguous(), sin.squeeze_dim(0).contiguous()));
                 let heads = |t: Tensor| t.reshape([b, s, self.heads, -1]).transpose(1, 2);
-                Rope { cos: heads(cos), sin: heads(sin), rope_type: RopeType::Split }
+                Rope { cos: heads(cos), sin: heads(sin), rope_type: RopeType::Split, flat }
             }
         }
     }
 }
 
 impl Rope {
+    /// `(cos, sin)` `[S, dim / 2]` of the split layout for one batch of positions.
+    pub fn split_tables(&self) -> Option<(&Tensor, &Tensor)> {
+        self.flat.as_ref().map(|(c, s)| (c, s))
+    }
+
     /// `x [B, S, C]` rotated (float32 arithmetic, the result in `x`'s dtype).
     pub fn apply(&self, x: &Tensor) -> Tensor {
         let kind = x.kind();
