@@ -35,6 +35,12 @@ pub struct GenerateArgs {
     /// First-and-last-frame models: the picture the video ends on.
     #[arg(long, requires = "image")]
     last_image: Option<PathBuf>,
+    /// A picture placed at an output frame with a strength in [0, 1] (1 when omitted),
+    /// `FILE@FRAME[=STRENGTH]`; repeatable (LTX-2: its condition pipeline — frame 0 or 1 + 8k for
+    /// the published VAE; the picture is scaled to cover the output and centre-cropped).
+    /// Models that cannot place pictures refuse it.
+    #[arg(long, value_parser = keyframe, conflicts_with = "image")]
+    keyframe: Vec<KeyframeArg>,
     /// Video to video: the input video (MP4, H.264); its frames are stretched to --width x
     /// --height, and --frames defaults to all of them (4k+1). Needs a text-to-video model.
     #[arg(long, conflicts_with = "image")]
@@ -205,6 +211,29 @@ fn noise_inputs(path: &Path) -> Result<Vec<InputPart>> {
     Ok(parts)
 }
 
+/// One `--keyframe FILE@FRAME[=STRENGTH]`.
+#[derive(Clone, Debug)]
+pub struct KeyframeArg {
+    path: PathBuf,
+    frame: u32,
+    strength: f64,
+}
+
+fn keyframe(s: &str) -> Result<KeyframeArg, String> {
+    let (path, at) = s.rsplit_once('@').ok_or_else(|| format!("`{s}` is not FILE@FRAME[=STRENGTH]"))?;
+    let (frame, strength) = match at.split_once('=') {
+        Some((f, st)) => {
+            (f, st.parse().map_err(|_| format!("`{st}` in `{s}` is not a strength (a number in [0, 1])"))?)
+        }
+        None => (at, 1.0),
+    };
+    let frame = frame.parse().map_err(|_| format!("`{frame}` in `{s}` is not a frame number"))?;
+    if path.is_empty() {
+        return Err(format!("`{s}` names no file (FILE@FRAME[=STRENGTH])"));
+    }
+    Ok(KeyframeArg { path: PathBuf::from(path), frame, strength })
+}
+
 fn resize_mode(s: &str) -> Result<ResizeMode, String> {
     ResizeMode::parse(s).ok_or_else(|| format!("`{s}` is not stretch, crop or pad"))
 }
@@ -242,6 +271,11 @@ fn request(args: &GenerateArgs) -> Result<(OmniRequest, Vec<fastvideo_pipeline::
         r.task = TaskType::I2v;
         r.inputs.push(InputPart::Image { path: Some(p.display().to_string()), b64: None, role });
     }
+    for k in &args.keyframe {
+        r.task = TaskType::I2v;
+        let path = Some(k.path.display().to_string());
+        r.inputs.push(InputPart::Keyframe { path, b64: None, frame: k.frame, strength: k.strength });
+    }
     if let Some(p) = &args.video {
         r.task = TaskType::V2v;
         r.inputs.push(InputPart::Video { path: Some(p.display().to_string()), b64: None });
@@ -275,7 +309,8 @@ fn request(args: &GenerateArgs) -> Result<(OmniRequest, Vec<fastvideo_pipeline::
 /// nothing.
 fn check_images(args: &GenerateArgs) -> Result<()> {
     let images = args.image.iter().map(|p| (p, "--image"));
-    for (p, flag) in images.chain(args.last_image.as_ref().map(|p| (p, "--last-image"))) {
+    let keyframes = args.keyframe.iter().map(|k| (&k.path, "--keyframe"));
+    for (p, flag) in images.chain(args.last_image.as_ref().map(|p| (p, "--last-image"))).chain(keyframes) {
         let bytes = std::fs::read(p).map_err(|e| anyhow::anyhow!("{flag}: cannot read {}: {e}", p.display()))?;
         fastvideo_request::decode_image(&bytes, ImageRole::FirstFrame, flag)
             .map_err(|e| anyhow::anyhow!("{} ({})", e, p.display()))?;
@@ -290,6 +325,9 @@ fn check_images(args: &GenerateArgs) -> Result<()> {
 /// A request built before the model loads, fitted to what the model makes: an image model's
 /// task is a picture (`t2i`), or an edit (`i2i`) whose --image pictures are references.
 fn fit_to_model(omni: &mut OmniRequest, limits: &fastvideo_request::ModelLimits, args: &GenerateArgs) -> Result<()> {
+    if !args.keyframe.is_empty() && !limits.image_roles.contains(&ImageRole::Keyframe) {
+        bail!("--keyframe: {} takes no keyframe pictures (a picture at a frame with a strength)", limits.family);
+    }
     let edits = limits.tasks.contains(&TaskType::I2i) && !limits.tasks.contains(&TaskType::I2v);
     if edits && omni.task == TaskType::I2v {
         if args.last_image.is_some() {

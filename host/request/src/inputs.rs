@@ -73,6 +73,12 @@ impl OmniRequest {
                         format!("an edit takes reference pictures, not a `{}` image", other.as_str()),
                     ))
                 }
+                (_, crate::ImageRole::Keyframe) => {
+                    return Err(RequestError::new(
+                        field,
+                        "a keyframe picture is a `keyframe` input, with the frame it goes at (and its strength)",
+                    ))
+                }
                 (_, crate::ImageRole::Reference) => {
                     return Err(RequestError::new(
                         field,
@@ -90,11 +96,17 @@ impl OmniRequest {
             let bytes = crate::image_bytes(path.as_deref(), b64.as_deref(), &field)?;
             images.push(crate::decode_image(&bytes, *role, &field)?);
         }
-        if self.task == TaskType::I2v && !images.iter().any(|im| im.role == crate::ImageRole::FirstFrame) {
+        // Keyframes (their own inputs, checked in `resolve`) stand in for the first frame.
+        let keyframes = self.has_keyframes();
+        if self.task == TaskType::I2v && !keyframes && !images.iter().any(|im| im.role == crate::ImageRole::FirstFrame)
+        {
             return Err(RequestError::new("inputs", "image-to-video needs an image input (the first frame)"));
         }
-        if let Some(missing) =
-            roles.iter().find(|r| self.task == TaskType::I2v && !images.iter().any(|im| im.role == **r))
+        let needed = |r: &crate::ImageRole| *r != crate::ImageRole::Keyframe && !keyframes;
+        if let Some(missing) = roles
+            .iter()
+            .filter(|r| needed(r))
+            .find(|r| self.task == TaskType::I2v && !images.iter().any(|im| im.role == **r))
         {
             return Err(RequestError::new(
                 "inputs",

@@ -69,7 +69,8 @@ pub use knobs::{number, number_f32, Knob, KnobDefault, KnobKind, KnobSchema};
 pub use lora::{resolve_lora, LoraChoice, LoraExpert, LoraUse, MAX_LORA_SCALE};
 pub use media::{
     check_fit, decode_image, decode_video, fitted_size, image_bytes, reframe, ImageRole, InputImage, InputVideo,
-    Reframed, ResizeMode, MAX_FITTED_ASPECT, MAX_FITTED_PIXELS, MAX_FITTED_SIDE, MAX_IMAGE_PIXELS, MAX_VIDEO_FRAMES,
+    Keyframe, Reframed, ResizeMode, MAX_FITTED_ASPECT, MAX_FITTED_PIXELS, MAX_FITTED_SIDE, MAX_IMAGE_PIXELS,
+    MAX_VIDEO_FRAMES,
 };
 pub use output::{
     Artifact, AudioArtifact, LatentsArtifact, OmniOutput, RequestMetrics, TrajectoryArtifact, VideoArtifact,

@@ -83,6 +83,22 @@ pub enum InputPart {
         #[serde(default)]
         role: crate::ImageRole,
     },
+    /// A picture placed at a frame of the video with a strength (keyframe conditioning, LTX-2's
+    /// condition pipeline), as a file path or base64 bytes like `image`. Models that cannot place
+    /// a picture at a frame refuse it.
+    Keyframe {
+        /// Path of the image file.
+        #[serde(default)]
+        path: Option<String>,
+        /// The PNG, JPEG or WebP bytes, base64-encoded.
+        #[serde(default)]
+        b64: Option<String>,
+        /// The output frame (0-based) the picture is placed at.
+        frame: u32,
+        /// How strongly it holds, in `[0, 1]`; 1 when absent.
+        #[serde(default = "crate::request::full_hold")]
+        strength: f64,
+    },
     /// A video (MP4 with an H.264 track) given as a file path or as base64 bytes (a `data:` URL
     /// is accepted too). Exactly one of the two.
     Video {
@@ -110,6 +126,10 @@ pub enum InputPart {
         /// Row-major values, as many as the product of `shape`.
         data: Vec<f32>,
     },
+}
+
+fn full_hold() -> f64 {
+    1.0
 }
 
 /// Solver choice. `None` fields in the request take the model's defaults.

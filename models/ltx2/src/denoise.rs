@@ -17,7 +17,8 @@ use fastvideo_pipeline::{
 use fastvideo_request::{ResolvedRequest, SamplerKind, TaskType};
 use tch::{Kind, Tensor};
 
-use crate::guidance::{guided_velocity, Passes, Scales};
+use crate::guidance::{guided_velocity, guided_x0, Passes, Scales};
+use crate::keyframes::{appended, blend, has_keyframes, keyed_start, placed, Keyed};
 use crate::latents::{
     denormalize_audio, noised, normalize_audio, normalize_video, pack_audio, pack_video, unpack_audio, unpack_video,
     Statistics,
@@ -26,7 +27,9 @@ use crate::model::Geometry;
 use crate::refine::{two_stage, BaseParams, RefineParams};
 use crate::schedule::Ltx2Schedule;
 use crate::transformer::{Ltx2Inputs, Ltx2Transformer};
-use crate::values::{AUDIO_LATENTS, AUDIO_TEXT, CONDITION, LATENTS, TEXT_MASK, UPSAMPLED, VIDEO_TEXT};
+use crate::values::{
+    AUDIO_LATENTS, AUDIO_TEXT, CONDITION, KEYFRAME_LATENTS, LATENTS, TEXT_MASK, UPSAMPLED, VIDEO_TEXT,
+};
 
 /// The pipeline's default spatio-temporal guidance block.
 pub const STG_BLOCKS: [usize; 1] = [28];
@@ -69,6 +72,8 @@ struct Start {
     cfg: bool,
     /// Leading video tokens given clean (image to video).
     clean: i64,
+    /// Keyframe conditioning.
+    keyed: Option<Keyed>,
 }
 
 struct State {
@@ -87,6 +92,8 @@ struct State {
     stg: Vec<usize>,
     /// Image to video: the leading video tokens (the first latent frame) kept clean; 0 otherwise.
     clean: i64,
+    /// Keyframe conditioning: the mask, clean tokens and positions (the condition pipeline).
+    keyed: Option<Keyed>,
     /// A deploy's stream guider and its request state; the pipeline's own rule when `None`.
     plugin: Option<(Arc<dyn StreamGuidance>, GuidanceState)>,
     /// The request's LoRA adapters, if any.
@@ -204,27 +211,31 @@ impl Ltx2Denoise {
         // A set may bind entries to one loop: the base loop runs what binds to 0, refine to 1.
         let stage = if self.role == Role::Refine { 1 } else { 0 };
         let lora = self.model.unmerged(s.adapters.as_deref().map(|a| a.for_expert(stage)))?;
-        let (v, a) = self.model.forward(&Ltx2Inputs {
-            video: &video,
-            audio: &audio,
-            text: &x.text,
-            audio_text: &x.audio_text,
-            text_mask: Some(&x.mask),
-            audio_text_mask: Some(&x.mask),
-            timestep: per_token.as_ref().unwrap_or(&timestep),
-            audio_timestep: per_token.as_ref().map(|_| &timestep),
-            sigma: Some(&timestep),
-            audio_sigma: None,
-            grid: s.grid,
-            fps: s.fps,
-            audio_frames: s.audio_frames,
-            isolate_modalities: false,
-            exchange_mask: x.exchange.as_ref(),
-            stg_blocks: if x.perturb.is_some() { &s.stg } else { &[] },
-            perturbation_mask: x.perturb.as_ref(),
-            use_cross_timestep: true,
-            lora: lora.as_ref(),
-        })?;
+        let positions = s.keyed.as_ref().and_then(|k| k.positions.as_ref());
+        let (v, a) = self.model.forward_at(
+            &Ltx2Inputs {
+                video: &video,
+                audio: &audio,
+                text: &x.text,
+                audio_text: &x.audio_text,
+                text_mask: Some(&x.mask),
+                audio_text_mask: Some(&x.mask),
+                timestep: per_token.as_ref().unwrap_or(&timestep),
+                audio_timestep: per_token.as_ref().map(|_| &timestep),
+                sigma: Some(&timestep),
+                audio_sigma: None,
+                grid: s.grid,
+                fps: s.fps,
+                audio_frames: s.audio_frames,
+                isolate_modalities: false,
+                exchange_mask: x.exchange.as_ref(),
+                stg_blocks: if x.perturb.is_some() { &s.stg } else { &[] },
+                perturbation_mask: x.perturb.as_ref(),
+                use_cross_timestep: true,
+                lora: lora.as_ref(),
+            },
+            positions,
+        )?;
         Ok((v.to_kind(Kind::Float), a.to_kind(Kind::Float)))
     }
 }
@@ -293,6 +304,18 @@ impl Ltx2Denoise {
             false => (req.height, req.width),
         };
         let [c, f, h, w] = g.video(req.num_frames, height, width);
+        // Keyframes: the appended tokens count in the schedule's token count.
+        let conds = match has_keyframes(req) {
+            true => {
+                ensure!(
+                    !two_stage(req),
+                    "node_params.refine: keyframe inputs do not run with the two-stage recipe yet; run one stage"
+                );
+                placed(req, &values.tensor(KEYFRAME_LATENTS)?.to_device(device), g.temporal)
+            }
+            false => Vec::new(),
+        };
+        let extra = appended(&conds);
         let base = BaseParams::of(req)?.unwrap_or_default();
         let audio_frames = match base.audio_seconds {
             Some(s) => ((s * g.audio_rate).round() as i64).max(1),
@@ -313,7 +336,7 @@ impl Ltx2Denoise {
                 );
                 given_sigmas(given, field)?
             }
-            None => self.schedule.sigmas(req.steps as usize, f * h * w, req.schedule.as_deref())?,
+            None => self.schedule.sigmas(req.steps as usize, f * h * w + extra, req.schedule.as_deref())?,
         };
         // Fresh noise at the first level: σ0·noise, as a flow-matching sampler noises an empty
         // latent (1 for the scheduler's own lists).
@@ -322,9 +345,33 @@ impl Ltx2Denoise {
         let (vm, vs, scale) = &self.stats.video;
         // Image to video: the first latent frame is clean — the given latents' own (the picture
         // is then unused, as the pipeline does), else the encoded picture over the noise.
-        let i2v = req.task == TaskType::I2v;
-        let video = match given(req, LATENTS, &[1, c, f, h, w], device)? {
-            Some(x) => pack_video(&normalize_video(&x, &vm.to_device(device), &vs.to_device(device), *scale)),
+        let i2v = req.task == TaskType::I2v && conds.is_empty();
+        let given_video = given(req, LATENTS, &[1, c, f, h, w], device)?;
+        let normalized =
+            |x: &Tensor| pack_video(&normalize_video(x, &vm.to_device(device), &vs.to_device(device), *scale));
+        let mut keyed = None;
+        let video = match given_video {
+            // Keyframes, as the condition pipeline's `latents=` with `noise_scale=0` (given
+            // latents are the start), else its own draw over every token at the first level.
+            _ if !conds.is_empty() => {
+                let (start, noise) = match &given_video {
+                    Some(x) => (normalized(x), None),
+                    None => {
+                        let n = f * h * w;
+                        (
+                            Tensor::zeros([1, n, c], (Kind::Float, device)),
+                            Some(seeded_noise(&[1, n + extra, c], req.seed, device)),
+                        )
+                    }
+                };
+                let (cfg, noise) = (&self.model.cfg, noise.as_ref().map(|n| (n, sigma0)));
+                let at = (cfg.vae_scale_factors, cfg.causal_offset);
+                let (video, k) =
+                    keyed_start(&start, &conds, noise, [f, h, w], (g.temporal, g.spatial), at, req.fps as f64)?;
+                keyed.replace(k);
+                video
+            }
+            Some(x) => normalized(&x),
             None => {
                 let noise = seeded_noise(&[1, c, f, h, w], req.seed, device) * sigma0;
                 match i2v {
@@ -344,7 +391,7 @@ impl Ltx2Denoise {
         };
         let scales = scales(req);
         let clean = if i2v { h * w } else { 0 };
-        Ok(Start { video, audio, grid: [f, h, w], audio_frames, sigmas, scales, cfg: req.does_cfg(), clean })
+        Ok(Start { video, audio, grid: [f, h, w], audio_frames, sigmas, scales, cfg: req.does_cfg(), clean, keyed })
     }
 
     /// The refine loop's start: the upsampled video latents and the base loop's audio
@@ -382,7 +429,7 @@ impl Ltx2Denoise {
             rescale: p.audio_guidance_rescale,
         };
         let scales = (v, or_video(a, v));
-        Ok(Start { video, audio, grid: [f, h, w], audio_frames, sigmas, scales, cfg: p.cfg(), clean })
+        Ok(Start { video, audio, grid: [f, h, w], audio_frames, sigmas, scales, cfg: p.cfg(), clean, keyed: None })
     }
 }
 
@@ -424,7 +471,10 @@ impl LoopStage for Ltx2Denoise {
             None => (builtin_branches(start.cfg, &start.scales, !stg.is_empty()), None),
         };
         let text = [values.tensor(VIDEO_TEXT)?, values.tensor(AUDIO_TEXT)?, values.tensor(TEXT_MASK)?];
-        let batch = Batch::new(&branches, text, start.clean, start.video.size()[1])?;
+        let mut batch = Batch::new(&branches, text, start.clean, start.video.size()[1])?;
+        if let Some(k) = &start.keyed {
+            batch.keep = Some(1.0 - &k.mask); // keyframes: each token at `t·(1 − m)`
+        }
         let steps = start.sigmas.len() as u32 - 1;
         let state = State {
             video: start.video.to_kind(Kind::Float),
@@ -438,6 +488,7 @@ impl LoopStage for Ltx2Denoise {
             branches,
             stg,
             clean: start.clean,
+            keyed: start.keyed,
             plugin,
             adapters,
             ancestral,
@@ -460,7 +511,12 @@ impl LoopStage for Ltx2Denoise {
                 ];
                 let mut out = g.combine(&step_ctx, &streams, st)?.into_iter();
                 let (Some(v), Some(a)) = (out.next(), out.next()) else { anyhow::bail!("stream guider: two streams") };
-                (v.to_kind(Kind::Float), a.to_kind(Kind::Float))
+                let v = v.to_kind(Kind::Float);
+                let v = match &s.keyed {
+                    Some(k) => (&s.video - blend(&(&s.video - &v * sigma), &k.mask, &k.clean)) / sigma,
+                    None => v,
+                };
+                (v, a.to_kind(Kind::Float))
             }
             None => {
                 let pick = |name: &str, stream: usize| {
@@ -475,10 +531,15 @@ impl LoopStage for Ltx2Denoise {
                     perturbed: pick("perturbed", stream),
                     isolated: pick("isolated", stream),
                 };
-                (
-                    guided_velocity(&s.video, sigma, &passes(0), &s.scales.0),
-                    guided_velocity(&s.audio, sigma, &passes(1), &s.scales.1),
-                )
+                // Keyframes: the clean estimate blended toward the pictures before the step.
+                let video = match &s.keyed {
+                    Some(k) => {
+                        let x0 = blend(&guided_x0(&s.video, sigma, &passes(0), &s.scales.0), &k.mask, &k.clean);
+                        (&s.video - x0) / sigma
+                    }
+                    None => guided_velocity(&s.video, sigma, &passes(0), &s.scales.0),
+                };
+                (video, guided_velocity(&s.audio, sigma, &passes(1), &s.scales.1))
             }
         };
         let (sigma, sigma_next) = (s.sigmas[s.step] as f64, s.sigmas[s.step + 1] as f64);
@@ -505,7 +566,11 @@ impl LoopStage for Ltx2Denoise {
 
     fn finalize(&self, _ctx: &NodeCtx, state: LoopState, values: &mut Values) -> Result<()> {
         let s = *state.inner.downcast::<State>().map_err(|_| anyhow::anyhow!("loop state is not LTX-2's"))?;
-        values.insert(LATENTS, Value::Tensor(unpack_video(&s.video, s.grid)));
+        let video = match &s.keyed {
+            Some(k) => s.video.narrow(1, 0, k.tokens), // keyframes: the appended tokens dropped
+            None => s.video.shallow_clone(),
+        };
+        values.insert(LATENTS, Value::Tensor(unpack_video(&video, s.grid)));
         let (m, sd) = &self.stats.audio;
         let audio = denormalize_audio(&s.audio, &m.to_device(s.audio.device()), &sd.to_device(s.audio.device()));
         let mel_bins = self.geometry.mel_bins / crate::model::AUDIO_COMPRESSION;

@@ -155,7 +155,13 @@ pub fn mod_params_f32(table: &Tensor, temb: &Tensor) -> Vec<Tensor> {
 }
 
 /// Vectors `[B, T, dim]` from different tables restacked as rows of one fp32 tensor, so one
-/// kernel call can read them all with one stride (a few kilobytes per sample).
+/// kernel call can read them all with one stride (a few kilobytes per sample). Per-sample
+/// (`T = 1`) and per-token vectors (image to video's timesteps) are broadcast to one shape first.
 pub fn one_table(vectors: &[&Tensor]) -> Vec<Tensor> {
-    Tensor::stack(vectors, 2).to_kind(Kind::Float).unbind(2)
+    let same = vectors.windows(2).all(|w| w[0].size() == w[1].size());
+    let vectors = match same {
+        true => vectors.iter().map(|t| t.shallow_clone()).collect(),
+        false => Tensor::broadcast_tensors(vectors),
+    };
+    Tensor::stack(&vectors, 2).to_kind(Kind::Float).unbind(2)
 }

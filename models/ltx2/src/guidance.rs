@@ -35,6 +35,11 @@ pub struct Passes<'a> {
 
 /// The guided velocity of the stream at `x` (noise level `sigma`), in float32.
 pub fn guided_velocity(x: &Tensor, sigma: f64, p: &Passes, s: &Scales) -> Tensor {
+    (x.to_kind(Kind::Float) - guided_x0(x, sigma, p, s)) / sigma
+}
+
+/// The guided clean-sample estimate of the stream at `x` (noise level `sigma`), in float32.
+pub fn guided_x0(x: &Tensor, sigma: f64, p: &Passes, s: &Scales) -> Tensor {
     let x = x.to_kind(Kind::Float);
     let x0 = |v: &Tensor| &x - v.to_kind(Kind::Float) * sigma;
     let cond = x0(p.cond);
@@ -52,7 +57,7 @@ pub fn guided_velocity(x: &Tensor, sigma: f64, p: &Passes, s: &Scales) -> Tensor
     if s.rescale > 0.0 {
         guided = rescale(&guided, &cond, s.rescale);
     }
-    (x - guided) / sigma
+    guided
 }
 
 /// `rescale_noise_cfg`: `guided` scaled to `reference`'s standard deviation per sample, mixed

@@ -17,6 +17,7 @@ pub mod embed;
 pub mod family;
 pub mod gemma;
 pub mod guidance;
+pub mod keyframes;
 pub mod latents;
 pub mod lora_keys;
 pub mod model;

@@ -168,7 +168,7 @@ impl Ltx2Model {
         ModelLimits {
             family: "LTX-2".into(),
             tasks: vec![TaskType::T2v, TaskType::I2v],
-            image_roles: vec![fastvideo_request::ImageRole::FirstFrame],
+            image_roles: vec![fastvideo_request::ImageRole::FirstFrame, fastvideo_request::ImageRole::Keyframe],
             video: Some(VideoLimits { frame_multiple: g.temporal as u32, max_frames: 1 + g.temporal as u32 * 64 }),
             picture: Some(PictureLimits { spatial_multiple: 32.max(g.spatial as u32), max_side: 2048 }),
             audio: Some(AudioLimits {

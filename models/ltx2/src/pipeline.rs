@@ -12,11 +12,14 @@ use tch::{Kind, Tensor};
 use crate::audio_vae::Ltx2AudioDecoder;
 use crate::condition::Condition;
 use crate::denoise::{Ltx2Denoise, Role};
+use crate::keyframes::EncodeKeyframes;
 use crate::latents::{denormalize_video, Statistics};
 use crate::model::Ltx2Model;
 use crate::prompt::PromptEncoder;
 use crate::refine::{two_stage, Upsample, REFINE};
-use crate::values::{AUDIO_LATENTS, AUDIO_TEXT, CONDITION, FRAMES, LATENTS, TEXT_MASK, UPSAMPLED, VIDEO, VIDEO_TEXT};
+use crate::values::{
+    AUDIO_LATENTS, AUDIO_TEXT, CONDITION, FRAMES, KEYFRAME_LATENTS, LATENTS, TEXT_MASK, UPSAMPLED, VIDEO, VIDEO_TEXT,
+};
 use crate::video_vae::Ltx2VideoDecoder;
 use crate::vocoder::Ltx2Vocoder;
 
@@ -127,7 +130,15 @@ pub fn spec(
             &[],
             &[CONDITION],
         )
-        .for_tasks(&[TaskType::I2v]),
+        .for_tasks(&[TaskType::I2v])
+        .when(|r| !crate::keyframes::has_keyframes(r)),
+        Node::stage(
+            "keyframes",
+            Arc::new(EncodeKeyframes { encoder: Arc::clone(&model.encoder), stats: Arc::clone(&stats) }),
+            &[],
+            &[KEYFRAME_LATENTS],
+        )
+        .when(crate::keyframes::has_keyframes),
         Node::looped(
             crate::refine::DENOISE,
             Arc::new(denoise(Role::Base, guidance.clone())),

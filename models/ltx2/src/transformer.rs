@@ -205,14 +205,21 @@ impl Ltx2Transformer {
 
     /// The velocities `(video [B, N, out], audio [B, Na, audio_out])`.
     pub fn forward(&self, x: &Ltx2Inputs) -> Result<(Tensor, Tensor)> {
+        self.forward_at(x, None)
+    }
+
+    /// [`forward`](Self::forward) with the video tokens' positions given, `[1, 3, N]` midpoints
+    /// (seconds, pixels, pixels), in place of the grid's: keyframe conditioning appends tokens
+    /// with places of their own.
+    pub fn forward_at(&self, x: &Ltx2Inputs, positions: Option<&Tensor>) -> Result<(Tensor, Tensor)> {
         let c = &self.cfg;
         let b = x.video.size()[0];
         let [f, h, w] = x.grid;
+        let n = positions.map_or(f * h * w, |p| p.size()[2]);
         ensure!(
-            x.video.size() == [b, f * h * w, c.in_channels],
-            "ltx2 transformer: video tokens {:?}, expected [{b}, {}, {}] for the grid {:?}",
+            x.video.size() == [b, n, c.in_channels],
+            "ltx2 transformer: video tokens {:?}, expected [{b}, {n}, {}] for the grid {:?}",
             x.video.size(),
-            f * h * w,
             c.in_channels,
             x.grid
         );
@@ -229,7 +236,10 @@ impl Ltx2Transformer {
         let audio_sigma = x.audio_sigma.or(x.sigma);
 
         // Rotary tables from the tokens' places in seconds and pixels.
-        let vpos = video_positions(x.grid, c.vae_scale_factors, c.causal_offset, x.fps, dev);
+        let vpos = match positions {
+            Some(p) => p.to_device(dev),
+            None => video_positions(x.grid, c.vae_scale_factors, c.causal_offset, x.fps, dev),
+        };
         let apos = audio_positions(
             x.audio_frames,
             c.audio_scale_factor,

@@ -20,3 +20,6 @@ pub const VIDEO: &str = "video";
 pub const UPSAMPLED: &str = "upsampled_latents";
 /// Image to video: the first frame's clean latents `[1, C, 1, h, w]` (normalised).
 pub const CONDITION: &str = "condition_latents";
+/// Keyframe conditioning: the pictures' clean latents `[n, C, h, w]` (normalised), in the
+/// request's `keyframes` order.
+pub const KEYFRAME_LATENTS: &str = "keyframe_latents";

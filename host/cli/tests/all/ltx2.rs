@@ -243,6 +243,24 @@ fn image_to_video_matches_the_pipeline() {
     assert_matches(dir.path(), "ltx2/i2v.safetensors", 32);
 }
 
+/// `LTX2ConditionPipeline` on the same noise (`noise_scale=0`, `crf=0`;
+/// tests/fixtures/make_ltx2_condition_fixture.py): a picture at frame 0 with strength 0.8 written
+/// over the first latent frame, and two appended at frames 9 (0.5) and 13 (1) — per-token
+/// timesteps, the clean estimate blended toward the pictures, the appended tokens counted in the
+/// schedule's shift and dropped before decoding. float32; as the one-stage test.
+#[test]
+fn keyframes_match_the_condition_pipeline() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = parity_args(dir.path());
+    set(&mut args, "--steps", "3");
+    set(&mut args, "--noise", &fixture("ltx2/condition_noise.safetensors").display().to_string());
+    for (name, at) in [("first_frame", "0=0.8"), ("keyframe_a", "9=0.5"), ("keyframe_b", "13")] {
+        args.extend(["--keyframe".to_string(), format!("{}@{at}", fixture(&format!("ltx2/{name}.png")).display())]);
+    }
+    ok(&args);
+    assert_matches(dir.path(), "ltx2/condition.safetensors", 32);
+}
+
 /// LTX-2.3's layout (split positions, gated attention, prompt modulation from the sigma, STG that
 /// acts, per-stream text projections) through the same call: the same frames and sound as
 /// `LTX2Pipeline`. float32; as the one-stage test.
@@ -282,7 +300,8 @@ fn bad_input_is_one_line_naming_the_field() {
     let a = Tensor::zeros([1, 4, 18, 4], (tch::Kind::Float, tch::Device::Cpu));
     Tensor::write_safetensors(&[("latents", &z), ("audio_latents", &a)], &bad_noise).unwrap();
     let noise = bad_noise.to_str().unwrap();
-    let cases: [(&[&str], &str); 9] = [
+    let key = |at: &str| format!("{}@{at}", fixture("ltx2/keyframe_b.png").display());
+    let cases: [(&[&str], &str); 13] = [
         (&["--frames", "16"], "diffusion.num_frames: 16"),
         (&["--height", "48"], "diffusion.height: 48"),
         (&["--audio-guidance", "101"], "diffusion.audio_guidance_scale"),
@@ -293,6 +312,14 @@ fn bad_input_is_one_line_naming_the_field() {
         (&["--node-param", "upscale.x=1"], "node_params.upscale"),
         (&["--two-stage", "--height", "96", "--width", "64", "--frames", "9"], "diffusion.height: 96"),
         (&["--sampler", "unipc", "--frames", "9", "--height", "32", "--width", "32"], "sampling.sampler"),
+        // Keyframes: a frame no latent frame starts at, past the clip, a strength outside [0, 1].
+        (&["--frames", "17", "--keyframe", &key("6")], "].frame: 6: LTX-2 places pictures at frame 0 or 1 + 4k"),
+        (&["--frames", "17", "--keyframe", &key("17")], "].frame: 17 is past the clip's last frame (16)"),
+        (&["--frames", "17", "--keyframe", &key("9=1.5")], "].strength: 1.5 is outside [0, 1]"),
+        (
+            &["--two-stage", "--frames", "9", "--height", "64", "--width", "64", "--keyframe", &key("0")],
+            "keyframe inputs do not run",
+        ),
     ];
     for (extra, want) in cases {
         let r =

@@ -14,6 +14,8 @@ pub enum ImageRole {
     LastFrame,
     /// A picture an edit starts from or draws on (`i2i`; several may be given).
     Reference,
+    /// A picture at a given frame with a strength (a `keyframe` input; several may be given).
+    Keyframe,
 }
 
 impl ImageRole {
@@ -23,6 +25,7 @@ impl ImageRole {
             ImageRole::FirstFrame => "first_frame",
             ImageRole::LastFrame => "last_frame",
             ImageRole::Reference => "reference",
+            ImageRole::Keyframe => "keyframe",
         }
     }
 }
@@ -39,6 +42,18 @@ pub struct InputImage {
     pub height: u32,
     /// `height * width * 3` bytes.
     pub rgb: Vec<u8>,
+}
+
+/// A picture placed at a frame of the video with a strength (LTX-2's condition pipeline:
+/// `LTX2VideoCondition`), decoded and checked by `resolve`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Keyframe {
+    /// The picture (role [`ImageRole::Keyframe`]).
+    pub image: InputImage,
+    /// The output frame it is placed at (0-based, one the model can place a picture at).
+    pub frame: u32,
+    /// How strongly it holds, in `[0, 1]` (1: kept as given; 0: no hold).
+    pub strength: f64,
 }
 
 /// A decoded video, RGB8 row-major `[frames, height, width, 3]`, as the user gave it.

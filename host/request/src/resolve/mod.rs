@@ -7,6 +7,7 @@ use crate::{InputImage, InputPart, InputVideo, OmniRequest, OutputSpec, RequestE
 mod action;
 mod audio;
 mod bindings;
+mod keyframes;
 mod references;
 mod schedule;
 mod shape;
@@ -202,6 +203,9 @@ pub struct ResolvedRequest {
     /// Conditioning pictures (`i2v`), decoded and checked by `resolve`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub images: Vec<InputImage>,
+    /// Pictures placed at frames with a strength (`keyframe` inputs), decoded and checked.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub keyframes: Vec<crate::Keyframe>,
     /// The input video (`v2v`), decoded and checked by `resolve`, cut to `num_frames`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub video: Option<InputVideo>,
@@ -444,6 +448,7 @@ impl OmniRequest {
                 format!("{strength} of {steps} steps runs no step (give at least 1/{steps})"),
             ));
         }
+        let keyframes = self.resolve_keyframes(limits, num_frames, &images)?;
         if let Some(v) = video.as_mut().filter(|v| v.frames > num_frames) {
             v.rgb.truncate((num_frames * v.height * v.width * 3) as usize);
             v.frames = num_frames;
@@ -473,6 +478,7 @@ impl OmniRequest {
             exact: self.exact,
             priority: self.priority,
             images,
+            keyframes,
             video,
             strength,
             resize_mode: self.diffusion.resize_mode.unwrap_or_default(),

@@ -6,6 +6,7 @@ mod common;
 mod connectors;
 mod gemma;
 mod guidance;
+mod keyframes;
 mod latents;
 mod lora;
 mod schedule;
