@@ -518,7 +518,20 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         let png = fastvideo_media::png_bytes(video, 0)?;
         std::fs::write(&out_path, png).with_context(|| format!("--out {}", out_path.display()))?;
     } else {
-        fastvideo_media::write_mp4_with_audio(video, out.audio(), &out_path)?;
+        let muxed = out.audio().filter(|_| fastvideo_media::can_mux_audio());
+        if let (Some(audio), None) = (out.audio(), muxed) {
+            // A build without the AAC encoder keeps the sound beside the MP4, not nowhere.
+            let wav = args.audio_out.clone().unwrap_or_else(|| out_path.with_extension("wav"));
+            if args.audio_out.is_none() {
+                fastvideo_media::write_wav(audio, &wav).with_context(|| format!("writing {}", wav.display()))?;
+            }
+            eprintln!(
+                "warning: this build has no AAC encoder (the `ffmpeg` feature): {} has no sound track; the sound is in {}",
+                out_path.display(),
+                wav.display()
+            );
+        }
+        fastvideo_media::write_mp4_with_audio(video, muxed, &out_path)?;
     }
     if let Some(dir) = &args.frames_dir {
         fastvideo_media::write_pngs(video, dir)?;

@@ -11,10 +11,12 @@ for w in "$root"/.whl/*.whl; do
   python3 -m zipfile -e "$w" "$tmp"
 done
 find "$tmp" -name __pycache__ -prune -exec rm -rf {} +
-# diffusers' pipelines import lazily: keep only those the scripts build (Wan, Cosmos, FLUX.2, Qwen-Image), half
-# the tarball, which keeps a call carrying the tree, the binary and this under 64 MiB.
+# diffusers' pipelines import lazily: keep only those the scripts build (Wan, Cosmos, FLUX.2, Qwen-Image, LTX-2
+# with the `ltx` package its upsample pipeline imports from), half the tarball, which keeps a call carrying the
+# tree, the binary and this under 64 MiB.
 if [ -d "$tmp/diffusers/pipelines" ]; then
-  find "$tmp/diffusers/pipelines" -mindepth 1 -maxdepth 1 -type d ! -name wan ! -name cosmos ! -name flux2 ! -name qwenimage -exec rm -rf {} +
+  find "$tmp/diffusers/pipelines" -mindepth 1 -maxdepth 1 -type d ! -name wan ! -name cosmos ! -name flux2 \
+    ! -name qwenimage ! -name ltx2 ! -name ltx -exec rm -rf {} +
 fi
 mkdir -p "$root/.gpu-pack"
 tar -C "$tmp" -cf - . | xz -9e -T2 > "$root/.gpu-pack/site.tar.xz"
