@@ -223,7 +223,9 @@ def main():
         t = time.perf_counter()
         torch.set_default_dtype(dtype)  # parameters are made in the folder's dtype, on the device
         try:
-            with dev:
+            # The upsampler's blur kernel is an integer matmul at construction, which CUDA has
+            # not: it is built on the CPU and saved from there (1 GB).
+            with torch.device("cpu") if name == "latent_upsampler" else dev:
                 m = build().eval()
         finally:
             torch.set_default_dtype(torch.float32)

@@ -323,6 +323,8 @@ fn masked_mean_norm(x: &Tensor, mask: &Tensor, scale: f64) -> Tensor {
     let mean = zeroed.sum_dim_intlist(&[1i64, 2][..], true, x.kind()) / (count + 1e-6);
     let min = x.masked_fill(&drop, f64::INFINITY).amin(&[1i64, 2][..], true);
     let max = x.masked_fill(&drop, f64::NEG_INFINITY).amax(&[1i64, 2][..], true);
+    // The count is float32, so the arithmetic runs in float32 (as the reference's does) and
+    // the result is cast back to the states' dtype.
     let normed = ((x - mean) / (max - min + 1e-6) * scale).flatten(2, 3);
-    normed.masked_fill(&drop.view([b, l, 1]), 0.0)
+    normed.masked_fill(&drop.view([b, l, 1]), 0.0).to_kind(x.kind())
 }
