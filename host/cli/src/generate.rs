@@ -119,6 +119,10 @@ pub struct GenerateArgs {
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
+    /// Run the request this many times first in the same process, untimed: the reported run
+    /// is then a warm one (loaded kernels and plans, as a server's second request), for timing.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    warmup: u32,
     #[command(flatten)]
     actions: crate::action_args::ActionArgs,
     #[command(flatten)]
@@ -482,6 +486,12 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     let spec = model.pipeline(policies)?;
     spec.check_node_params(&req)?;
     adapters.extend(lora_files);
+    for i in 0..args.warmup {
+        let values = crate::lora::values(&spec, &req, adapters.clone(), args.lora.adapter_cache)?;
+        let t = std::time::Instant::now();
+        run_with_values(spec.clone(), req.clone(), device, values, true)?;
+        eprintln!("warm-up run {}: {:.2}s", i + 1, t.elapsed().as_secs_f64());
+    }
     let values = crate::lora::values(&spec, &req, adapters, args.lora.adapter_cache)?;
     let (prompt, seed) = (req.prompt.clone(), req.seed);
     let out = run_with_values(spec, req, device, values, args.quiet)?;

@@ -6,7 +6,9 @@
 #             TEXT_LAYERS of its 48 layers, since the whole encoder would not fit the 64 GiB
 #             disk beside the 37.7 GB transformer) into $MODEL; kept when it is already there
 #   ours      `fastvideo generate` RUNS times one stage, then RUNS times --two-stage, each a fresh
-#             process (load not in total_seconds); summarize_generate.py: per-step and per-node
+#             process (load not in total_seconds) timing its run after WARMUP=1 untimed ones
+#             (`--warmup`: as a server's second request, like diffusers' warm-up run below);
+#             summarize_generate.py: per-step and per-node
 #             seconds (decode_video, decode_audio = audio VAE + vocoder), the allocator's peak
 #   diffusers diffusers_ltx2_e2e.py in one process: eager one stage and two stages, then regional
 #             torch.compile of the transformer blocks, the same two (a warm-up run before each)
@@ -95,6 +97,7 @@ run_ours() { # recipe (one|two), then extra flags
   for i in $(seq 1 "$RUNS"); do
     t=$(date +%s.%N)
     "$BIN" generate --model "$MODEL" --device "$DEVICE" --dtype "$DTYPE" --prompt "$PROMPT" "${SIZE[@]}" --seed "$i" \
+      --warmup "${WARMUP:-1}" \
       --out "$WORK/ours_$recipe.mp4" --json ${SOUND[@]+"${SOUND[@]}"} "$@" >>"$OUT/ours_$recipe.json" \
       2>"$WORK/ours_${recipe}_$i.log" || { rc=1; echo "ours $recipe run $i failed:"; tr '\r' '\n' <"$WORK/ours_${recipe}_$i.log" | tail -5; }
     echo "ours $recipe run $i: process $(python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.1f}')" "$t" "$(date +%s.%N)") s (load included)"
