@@ -7,7 +7,9 @@ use std::path::PathBuf;
 
 use anyhow::{ensure, Context, Result};
 use clap::Args;
-use fastvideo_procedural::{paraphrase_pairs, paraphrase_words, render_styled, Scene, Split, Style, Variation};
+use fastvideo_procedural::{
+    paraphrase_pairs, paraphrase_words, render_styled, soundtrack, Scene, Split, Style, Variation,
+};
 
 #[derive(Args)]
 pub struct DatasetArgs {
@@ -45,6 +47,18 @@ pub struct DatasetArgs {
     /// models/training/train_rewriter.py). `heldout` phrasings use templates training never sees.
     #[arg(long, conflicts_with = "world")]
     paraphrases: bool,
+    /// Also write each clip's soundtrack — the tone its picture determines (pitch from the
+    /// shape, loudness from the size, stereo place from the position; `fastvideo_procedural::
+    /// soundtrack`) — into `sounds.f32` (float32, [N, samples, 2], `frames / fps` seconds at
+    /// `--sound-rate`): the data of a model with sound.
+    #[arg(long, conflicts_with_all = ["world", "paraphrases"])]
+    sound: bool,
+    /// Samples per second of `--sound`.
+    #[arg(long, default_value_t = 16_000, requires = "sound")]
+    sound_rate: u32,
+    /// Frames per second the clips play at (the soundtrack's length with `--sound`).
+    #[arg(long, default_value_t = 24.0, requires = "sound")]
+    fps: f32,
 }
 
 fn style(s: &str) -> Result<Style, String> {
@@ -95,13 +109,36 @@ pub fn run(args: DatasetArgs) -> Result<()> {
         f.write_all(p)?;
     }
     f.flush()?;
-    let meta = serde_json::json!({
+    let mut meta = serde_json::json!({
         "shape": [args.clips, args.frames, args.size, args.size, 3],
         "split": args.split,
         "seed": args.seed,
         "prompts": picks.iter().map(|(s, _)| s.prompt()).collect::<Vec<_>>(),
         "scenes": picks.iter().map(|(s, _)| s).collect::<Vec<_>>(),
     });
+    if args.sound {
+        ensure!(args.fps > 0.0 && args.sound_rate >= 8_000, "--fps must be positive and --sound-rate at least 8000");
+        let seconds = args.frames as f32 / args.fps;
+        let path = args.out.join("sounds.f32");
+        let mut f = std::io::BufWriter::new(
+            std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?,
+        );
+        let mut samples = 0;
+        for (scene, seed) in &picks {
+            let track = soundtrack(scene, &Variation::sample(*seed), seconds, args.sound_rate);
+            samples = track.len();
+            for v in &track.samples {
+                f.write_all(&v.to_le_bytes())?;
+            }
+        }
+        f.flush()?;
+        meta["sound"] = serde_json::json!({
+            "shape": [args.clips, samples, 2],
+            "rate": args.sound_rate,
+            "fps": args.fps,
+            "pitches": fastvideo_procedural::PITCHES,
+        });
+    }
     std::fs::write(args.out.join("clips.json"), serde_json::to_vec(&meta)?)?;
     eprintln!("wrote {} {} clips to {}", args.clips, args.split, args.out.display());
     Ok(())

@@ -11,7 +11,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use fastvideo_assembly::{missing, run_once, Capability, LoadedModel, ModelKind};
 use fastvideo_pipeline::{frames_to_video, Values};
-use fastvideo_procedural::{analyze, render, Clip, Scene, Tally, Variation};
+use fastvideo_procedural::{analyze, listen, render, Clip, Scene, SoundTally, Soundtrack, Tally, Variation};
 use fastvideo_request::OmniRequest;
 use fastvideo_request::{ResolvedRequest, VideoArtifact};
 use tch::{Kind, Tensor};
@@ -171,6 +171,7 @@ pub fn run(args: EvalArgs) -> Result<()> {
     let total = list.len() as u64 * args.seeds;
     let bar = indicatif::ProgressBar::new(total);
     let mut tally = Tally::default();
+    let mut sound = SoundTally::default();
     let mut seconds = Vec::new();
     for scene in &list {
         for seed in args.first_seed..args.first_seed + args.seeds {
@@ -180,6 +181,14 @@ pub fn run(args: EvalArgs) -> Result<()> {
                 vae_roundtrip(model, scene, seed, &req)?
             } else {
                 let out = run_once(spec.clone(), req, device, Values::default(), &mut |_| {})?;
+                // A model with sound: does what it sounds like agree with what it was asked to draw?
+                if let Some(audio) = out.audio() {
+                    let heard = listen(&stereo(audio));
+                    sound.add(scene, &heard);
+                    if args.verbose {
+                        bar.suspend(|| eprintln!("     sound: {heard:?}"));
+                    }
+                }
                 out.video().context("the pipeline produced no video")?.clone()
             };
             seconds.push(t0.elapsed().as_secs_f64());
@@ -223,6 +232,13 @@ pub fn run(args: EvalArgs) -> Result<()> {
         acc.attribute_mean * 100.0,
         acc.all_correct * 100.0
     );
+    let sound_acc = (sound.clips > 0).then(|| sound.accuracy());
+    if let Some(s) = &sound_acc {
+        eprintln!("sound–picture agreement ({} clips with sound):", sound.clips);
+        eprintln!("| pitch = shape | cue follows motion | tonality |");
+        eprintln!("|---|---|---|");
+        eprintln!("| {:.1}% | {:.1}% | {:.2} |", s.pitch * 100.0, s.cue * 100.0, s.tonality);
+    }
     if args.json {
         let summary = serde_json::json!({
             "model": model_dir.display().to_string(),
@@ -230,6 +246,8 @@ pub fn run(args: EvalArgs) -> Result<()> {
             "settings": settings,
             "tally": tally,
             "accuracy": acc,
+            "sound_tally": (sound.clips > 0).then_some(&sound),
+            "sound_accuracy": sound_acc,
             "seconds_per_clip": mean_s,
         });
         let _ = writeln!(std::io::stdout().lock(), "{}", serde_json::to_string_pretty(&summary)?);
@@ -361,4 +379,13 @@ fn vae_roundtrip(model: &dyn LoadedModel, scene: &Scene, seed: u64, req: &Resolv
         / 127.5
         - 1.0;
     frames_to_video(&autoencoder.roundtrip(&x)?, req.fps)
+}
+
+/// The model's sound as the listener's stereo track (a mono track is put in both channels).
+fn stereo(audio: &fastvideo_request::AudioArtifact) -> Soundtrack {
+    let samples = match audio.channels {
+        2 => audio.samples.clone(),
+        _ => audio.samples.iter().step_by(audio.channels.max(1) as usize).flat_map(|&v| [v, v]).collect(),
+    };
+    Soundtrack { rate: audio.sample_rate, samples }
 }

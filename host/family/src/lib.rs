@@ -18,6 +18,7 @@ mod context;
 mod loaded;
 mod registry;
 mod rewriter;
+mod run_defaults;
 
 pub use architecture::{architecture_of, Architecture};
 pub use context::{LoadContext, ModelKind, SleepTier};
@@ -27,3 +28,4 @@ pub use loaded::{
 };
 pub use registry::{Family, Registry};
 pub use rewriter::PromptRewriter;
+pub use run_defaults::RunDefaults;

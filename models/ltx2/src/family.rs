@@ -45,7 +45,8 @@ impl Family for Ltx2 {
         let vae_kind = n.vae_dtype.resolve_or(ctx.device, Kind::BFloat16);
         let model = Ltx2Model::load(dir, ctx.device, (kind, kind, vae_kind))?;
         let kinds = (kind, Some(kind), Some(vae_kind));
-        let summary = LoadSummary::plain("ltx2", dir, ctx.device, kinds, t0.elapsed().as_secs_f64());
+        let mut summary = LoadSummary::plain("ltx2", dir, ctx.device, kinds, t0.elapsed().as_secs_f64());
+        summary.note = model.run.description.clone();
         let spec = Arc::new(crate::pipeline::spec(&model, Vec::new(), None)?);
         Ok(Box::new(LoadedLtx2 { model, spec, summary }))
     }

@@ -5,6 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{ensure, Context, Result};
+use fastvideo_family::RunDefaults;
 use fastvideo_request::{
     AudioLimits, Defaults, Knob, KnobDefault, KnobKind, KnobSchema, ModelLimits, PictureLimits, SamplerKind, TaskType,
     VideoLimits,
@@ -81,6 +82,8 @@ pub struct Ltx2Model {
     pub geometry: Geometry,
     /// Bytes of every weight read (the text encoder's vision tower not included).
     pub bytes: u64,
+    /// The folder's `fastvideo.json` (the pipeline's defaults where absent).
+    pub run: RunDefaults,
 }
 
 /// The pipeline's `class_name` in `model_index.json`.
@@ -97,7 +100,9 @@ impl Ltx2Model {
             serde_json::from_str(&text).with_context(|| format!("{}: not valid JSON", index.display()))?;
         let class = v.get("_class_name").and_then(|c| c.as_str()).unwrap_or("");
         ensure!(class == PIPELINE_CLASS, "{}: `_class_name` {class:?} is not {PIPELINE_CLASS}", index.display());
-        let prompts = Arc::new(PromptEncoder::load(dir, device, kind, text_kind)?);
+        let run = RunDefaults::read(dir)?;
+        let max_len = run.max_sequence_length.unwrap_or(crate::prompt::MAX_SEQUENCE_LENGTH);
+        let prompts = Arc::new(PromptEncoder::load(dir, device, kind, text_kind, max_len)?);
         let transformer = Arc::new(Ltx2Transformer::load(&dir.join("transformer"), device, kind)?);
         let vae = Arc::new(Ltx2VideoDecoder::load(&dir.join("vae"), device, vae_kind)?);
         let encoder = Arc::new(Ltx2VideoEncoder::load(&dir.join("vae"), device, vae_kind)?);
@@ -157,14 +162,16 @@ impl Ltx2Model {
             + weight_bytes(&dir.join("text_encoder"), "model", text_kind, "model.language_model")
             + weight_bytes(&dir.join("text_encoder"), "model", text_kind, "language_model.model");
         let bytes = bytes + weight_bytes(&up_dir, "diffusion_pytorch_model", kind, "");
-        Ok(Self { prompts, transformer, vae, encoder, audio_vae, vocoder, schedule, upsampler, geometry, bytes })
+        Ok(Self { prompts, transformer, vae, encoder, audio_vae, vocoder, schedule, upsampler, geometry, bytes, run })
     }
 
     /// What requests it takes: text and image to video with sound; frames `8k + 1`, sides multiples of
     /// 32 (the pipeline's check); the pipeline's defaults (512×768, 121 frames at 24 fps, 30
-    /// steps, guidance 3) and its other scales as knobs.
+    /// steps, guidance 3) unless the folder's `fastvideo.json` says otherwise, and its other
+    /// scales as knobs.
     pub fn limits(&self) -> ModelLimits {
         let g = &self.geometry;
+        let r = &self.run;
         ModelLimits {
             family: "LTX-2".into(),
             tasks: vec![TaskType::T2v, TaskType::I2v],
@@ -179,16 +186,16 @@ impl Ltx2Model {
             references: None,
             max_steps: 1000,
             defaults: Defaults {
-                steps: 30,
-                guidance_scale: 3.0,
+                steps: r.steps.unwrap_or(30),
+                guidance_scale: r.guidance_scale.unwrap_or(3.0),
                 shift: 1.0,
-                height: 512,
-                width: 768,
-                num_frames: 121,
-                fps: 24,
-                sampler: SamplerKind::Euler,
-                negative_prompt: String::new(),
-                timesteps: None,
+                height: r.height.unwrap_or(512),
+                width: r.width.unwrap_or(768),
+                num_frames: r.num_frames.unwrap_or(121),
+                fps: r.fps.unwrap_or(24),
+                sampler: r.sampler.unwrap_or(SamplerKind::Euler),
+                negative_prompt: r.negative_prompt.clone().unwrap_or_default(),
+                timesteps: r.timesteps.clone(),
                 knobs: knobs(),
             },
         }

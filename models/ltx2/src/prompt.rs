@@ -33,8 +33,9 @@ pub struct PromptEncoder {
 unsafe impl Sync for PromptEncoder {}
 
 impl PromptEncoder {
-    /// Reads `tokenizer/`, `text_encoder/` (in `text_kind`) and `connectors/` (in `kind`) of `dir`.
-    pub fn load(dir: &Path, device: Device, kind: Kind, text_kind: Kind) -> Result<Self> {
+    /// Reads `tokenizer/`, `text_encoder/` (in `text_kind`) and `connectors/` (in `kind`) of `dir`;
+    /// prompts are padded to `max_len` tokens.
+    pub fn load(dir: &Path, device: Device, kind: Kind, text_kind: Kind, max_len: usize) -> Result<Self> {
         let tok_path = dir.join("tokenizer/tokenizer.json");
         let tokenizer = TextTokenizer::from_file(&tok_path)?;
         let gemma = GemmaEncoder::load(&dir.join("text_encoder"), device, text_kind)?;
@@ -49,7 +50,7 @@ impl PromptEncoder {
             gemma.cfg.hidden_size,
             layers
         );
-        Ok(Self { tokenizer, gemma, connectors, max_len: MAX_SEQUENCE_LENGTH, kind })
+        Ok(Self { tokenizer, gemma, connectors, max_len, kind })
     }
 
     /// Each prompt's text for both streams, in order (one row per prompt).

@@ -30,7 +30,6 @@ pub mod parallel_bench;
 pub mod pipeline;
 pub mod preview;
 pub mod residency;
-mod run_defaults;
 pub mod scheduler;
 pub mod session_loop;
 pub mod sessions;

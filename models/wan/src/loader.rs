@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{bail, ensure, Context, Result};
-use fastvideo_layers::config::{read_config, unsupported};
+use fastvideo_layers::config::unsupported;
 use fastvideo_layers::image_processor::{ImageProcessorConfig, ProcessorBackend};
 use fastvideo_layers::tokenizer::TextTokenizer;
 use fastvideo_parallel::ParallelPlan;
@@ -22,7 +22,7 @@ use crate::vae::{AutoencoderKLWan, VaeConfig};
 use crate::weights::Weights;
 
 pub use crate::load_options::{LoadOptions, LoadReport, VAE_CUDA_DEFAULT};
-pub use crate::run_defaults::RunDefaults;
+pub use fastvideo_family::RunDefaults;
 
 /// A loaded Wan model (2.1, or 2.2 with two experts).
 pub struct WanModel {
@@ -342,8 +342,7 @@ impl WanModel {
         };
         let tokenizer = TextTokenizer::from_file(&dir.join("tokenizer").join("tokenizer.json"))?;
         let scheduler = scheduler::load(&dir.join("scheduler").join("scheduler_config.json"))?;
-        let run_path = dir.join("fastvideo.json");
-        let run = if run_path.exists() { read_config(&run_path)? } else { RunDefaults::default() };
+        let run = RunDefaults::read(dir)?;
         // The embedding cache key names the encoder's dtype too: bf16 and fp32 embeddings differ.
         let identity = format!("{}|{}", weights_identity(&e_dir), fastvideo_torch::kind_name(kind));
         let text_cache = Arc::new(fastvideo_pipeline::EmbeddingCache::new(identity, 512));

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use fastvideo_procedural::{analyze, Clip, Scene};
+use fastvideo_procedural::{analyze, listen, Clip, Scene, SoundTally, Soundtrack};
 
 fn fastvideo(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_fastvideo")).args(args).output().expect("binary runs")
@@ -41,6 +41,36 @@ fn dataset_writes_heldout_clips_that_analyze_back_to_their_prompts() {
     let again = dir.path().join("again");
     fastvideo(&["dataset", "--out", again.to_str().unwrap(), "--clips", "6", "--split", "heldout", "--seed", "3"]);
     assert_eq!(read_clips(&again).1, bytes);
+}
+
+/// `--sound` writes each clip's soundtrack beside it: the tone its picture determines, heard back
+/// as the clip's own scene (pitch = shape; pan and loudness move as the object does).
+#[test]
+fn dataset_sound_is_heard_as_the_scene_the_picture_shows() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("ds");
+    let args = ["dataset", "--out", out.to_str().unwrap(), "--clips", "12", "--seed", "5", "--sound"];
+    let r = fastvideo(&args);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let (meta, _) = read_clips(&out);
+    // 17 frames at 24 fps at 16 kHz.
+    let samples = (17.0f32 / 24.0 * 16_000.0).round() as usize;
+    assert_eq!(meta["sound"]["shape"], serde_json::json!([12, samples, 2]));
+    assert_eq!(meta["sound"]["rate"], 16_000);
+    let bytes = std::fs::read(out.join("sounds.f32")).unwrap();
+    assert_eq!(bytes.len(), 12 * samples * 2 * 4);
+    let all: Vec<f32> = bytes.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect();
+    let mut tally = SoundTally::default();
+    for (i, p) in meta["prompts"].as_array().unwrap().iter().enumerate() {
+        let scene = Scene::from_prompt(p.as_str().unwrap()).unwrap();
+        let track = Soundtrack { rate: 16_000, samples: all[i * 2 * samples..(i + 1) * 2 * samples].to_vec() };
+        let heard = listen(&track);
+        assert!(tally.add(&scene, &heard), "{p}: heard {heard:?}");
+    }
+    assert_eq!(tally.accuracy().pitch, 1.0);
+    let r = fastvideo(&["dataset", "--out", out.to_str().unwrap(), "--sound", "--sound-rate", "100"]);
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(!r.status.success() && err.contains("--sound-rate") && !err.contains("panicked"), "{err}");
 }
 
 #[test]

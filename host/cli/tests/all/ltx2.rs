@@ -12,7 +12,7 @@ fn fixture(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures").join(rel)
 }
 
-use crate::common::fastvideo;
+use crate::common::{copy_dir, fastvideo};
 
 /// The fixture's call, as the issue spells the command (4 steps, guidance 3, audio guidance 5,
 /// the other scales the pipeline's defaults), writing into `dir`.
@@ -326,4 +326,37 @@ fn bad_input_is_one_line_naming_the_field() {
             fastvideo(&[&["generate", "--model", &m, "--prompt", "p", "--steps", "2", "--out", o][..], extra].concat());
         crate::common::assert_user_error(&r, want);
     }
+}
+
+/// A folder's `fastvideo.json` sets LTX-2's run defaults (as the default model with sound will
+/// ship them), and `fastvideo eval` scores the sound of a model that makes some: every clip is
+/// listened to, and the sound–picture agreement comes back beside the picture's. (The tiny
+/// folder's weights are random: the scores' values are not asserted here; the listener's
+/// accuracy on the procedural soundtracks is `fastvideo_procedural`'s own tests.)
+#[test]
+fn eval_listens_to_a_model_with_sound_at_its_folders_defaults() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tmp.path().join("tiny-ltx2");
+    copy_dir(&fixture("tiny-ltx2"), &model);
+    let defaults = r#"{"description": "tiny random LTX-2", "height": 32, "width": 32, "num_frames": 9, "fps": 24,
+        "steps": 2, "max_sequence_length": 16}"#;
+    std::fs::write(model.join("fastvideo.json"), defaults).unwrap();
+    let m = model.to_str().unwrap().to_string();
+    let out = ok(&["eval", "--model", &m, "--limit", "2", "--seeds", "1", "--json"].map(String::from));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["sound_tally"]["clips"], 2, "{report}");
+    assert_eq!(report["tally"]["clips"], 2);
+    let s = &report["sound_accuracy"];
+    for k in ["pitch", "cue", "tonality"] {
+        let v = s[k].as_f64().unwrap_or(-1.0);
+        assert!((0.0..=1.0).contains(&v), "sound_accuracy.{k} = {v}");
+    }
+    assert!(report["settings"].as_str().unwrap().contains("2 steps"), "{report}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("sound–picture agreement"), "{err}");
+    // The defaults file is checked: an unknown field is refused naming the file.
+    std::fs::write(model.join("fastvideo.json"), r#"{"frames": 9}"#).unwrap();
+    let out = fastvideo(&["generate", "--model", &m, "--prompt", "a ball", "--out", "/dev/null"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("fastvideo.json") && !err.contains("panicked"), "{err}");
 }

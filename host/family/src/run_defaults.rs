@@ -1,12 +1,16 @@
 //! `fastvideo.json`: a folder's run defaults.
 
+use std::path::Path;
+
+use anyhow::{Context, Result};
 use serde::Deserialize;
 
-/// A file format (every field optional), so it cannot be `Defaults` (every field required):
-/// [`WanModel::limits`] fills `Defaults` from it and the family's own values.
+/// A file format (every field optional), so it cannot be `Defaults` (every field required): a
+/// family's `limits` fills `Defaults` from it and the family's own values.
 ///
 /// Optional `fastvideo.json` beside `model_index.json`: run defaults that diffusers keeps in
-/// pipeline code rather than in the checkpoint. Every field is optional.
+/// pipeline code rather than in the checkpoint (and the small defaults of the models this
+/// project trains). Every field is optional; an unknown one is refused by name.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RunDefaults {
@@ -37,4 +41,16 @@ pub struct RunDefaults {
     /// The solver its requests default to (`dmd` for a DMD/LCM-distilled model); the scheduler
     /// config's otherwise.
     pub sampler: Option<fastvideo_request::SamplerKind>,
+}
+
+impl RunDefaults {
+    /// `dir/fastvideo.json`, or every field absent when the folder has none.
+    pub fn read(dir: &Path) -> Result<Self> {
+        let path = dir.join("fastvideo.json");
+        if !path.exists() {
+            return Ok(Self::default());
+        }
+        let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+        serde_json::from_str(&text).with_context(|| format!("{}: not a run-defaults file", path.display()))
+    }
 }
