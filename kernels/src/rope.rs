@@ -44,6 +44,31 @@ fn try_kernel(
     head_dim: i64,
     rope: Option<(&Tensor, &Tensor)>,
 ) -> Option<Vec<Tensor>> {
+    // The kernel reads each chunk's four rotary pairs as one 16-byte load: whole chunks per head.
+    let fits =
+        |d: i64| cuda::row_fits(d) && head_dim % 2 == 0 && d % head_dim == 0 && (rope.is_none() || head_dim % 8 == 0);
+    let call = Call { names: ["rms_rope_bf16", "rms_rope_f16", "rms_rope_f32"], eps, head_dim, tables: rope };
+    launch(inputs, &call, fits, |_| head_dim / 2)
+}
+
+/// One launch of a norm-and-rotate kernel: its builds per dtype, and the rotary tables (none for
+/// the norm alone).
+struct Call<'a> {
+    names: [&'static str; 3],
+    eps: f64,
+    head_dim: i64,
+    tables: Option<(&'a Tensor, &'a Tensor)>,
+}
+
+/// Checks what both kernels need — one or two `(x, weight)` of one `[B, N, D]` layout (rows
+/// `stride[1]` apart, 16-byte aligned), weights `[D]` of `x`'s dtype, fp32 tables `[N,
+/// table_width(D)]` — and launches; `None` when anything does not fit (the caller falls back).
+fn launch(
+    inputs: &[(&Tensor, &Tensor)],
+    call: &Call,
+    fits: impl Fn(i64) -> bool,
+    table_width: impl Fn(i64) -> i64,
+) -> Option<Vec<Tensor>> {
     let first = inputs.first()?.0;
     if inputs.len() > 2 {
         return None;
@@ -51,20 +76,19 @@ fn try_kernel(
     let dev = cuda::for_tensor(first)?;
     let kind = first.kind();
     let name = match kind {
-        Kind::BFloat16 => "rms_rope_bf16",
-        Kind::Half => "rms_rope_f16",
-        Kind::Float => "rms_rope_f32",
+        Kind::BFloat16 => call.names[0],
+        Kind::Half => call.names[1],
+        Kind::Float => call.names[2],
         _ => return None,
     };
     let (b, n, d) = first.size3().ok()?;
-    // The kernel reads each chunk's four rotary pairs as one 16-byte load: whole chunks per head.
-    if !cuda::row_fits(d) || head_dim % 2 != 0 || d % head_dim != 0 || (rope.is_some() && head_dim % 8 != 0) {
+    if !fits(d) {
         return None;
     }
     let row_stride = first.stride()[1];
     for (x, w) in inputs {
         let st = x.stride();
-        let fits = x.size() == [b, n, d]
+        let ok = x.size() == [b, n, d]
             && x.kind() == kind
             && x.device() == first.device()
             && st[2] == 1
@@ -77,14 +101,14 @@ fn try_kernel(
             && w.is_contiguous()
             && w.device() == first.device()
             && cuda::aligned(w);
-        if !fits {
+        if !ok {
             return None;
         }
     }
-    let (cos_ptr, sin_ptr) = match rope {
+    let (cos_ptr, sin_ptr) = match call.tables {
         Some((c, s)) => {
             let table = |t: &Tensor| {
-                t.size() == [n, head_dim / 2]
+                t.size() == [n, table_width(d)]
                     && t.kind() == Kind::Float
                     && t.is_contiguous()
                     && t.device() == first.device()
@@ -114,8 +138,8 @@ fn try_kernel(
         Arg::Ptr(sin_ptr),
         Arg::I32(n as i32),
         Arg::I32(d as i32),
-        Arg::I32(head_dim as i32),
-        Arg::F32(eps as f32),
+        Arg::I32(call.head_dim as i32),
+        Arg::F32(call.eps as f32),
     ];
     dev.launch_rows(name, b * n, inputs.len() as u32, d, &args).ok()?;
     Some(outs)
@@ -161,78 +185,23 @@ fn try_split_kernel(
     cos: &Tensor,
     sin: &Tensor,
 ) -> Option<Vec<Tensor>> {
-    let first = inputs.first()?.0;
-    if inputs.len() > 2 {
-        return None;
-    }
-    let dev = cuda::for_tensor(first)?;
-    let kind = first.kind();
-    let name = match kind {
-        Kind::BFloat16 => "rms_rope_split_bf16",
-        Kind::Half => "rms_rope_split_f16",
-        Kind::Float => "rms_rope_split_f32",
-        _ => return None,
-    };
-    let (b, n, d) = first.size3().ok()?;
     // One chunk of 8 per thread, every warp full (the partner half moves by shuffle), a head's
     // half a power-of-two number of chunks within one warp.
     let half_chunks = head_dim / 16;
-    if d % 256 != 0 || d > 8192 || head_dim % 16 != 0 || half_chunks > 16 || half_chunks & (half_chunks - 1) != 0 {
-        return None;
-    }
-    if d % head_dim != 0 {
-        return None;
-    }
-    let row_stride = first.stride()[1];
-    for (x, w) in inputs {
-        let st = x.stride();
-        let fits = x.size() == [b, n, d]
-            && x.kind() == kind
-            && x.device() == first.device()
-            && st[2] == 1
-            && st[1] == row_stride
-            && st[0] == n * row_stride
-            && row_stride % 8 == 0
-            && cuda::aligned(x)
-            && w.size() == [d]
-            && w.kind() == kind
-            && w.is_contiguous()
-            && w.device() == first.device()
-            && cuda::aligned(w);
-        if !fits {
-            return None;
-        }
-    }
-    let table = |t: &Tensor| {
-        t.size() == [n, d / 2]
-            && t.kind() == Kind::Float
-            && t.is_contiguous()
-            && t.device() == first.device()
-            && cuda::aligned(t)
+    let fits = |d: i64| {
+        d % 256 == 0
+            && d <= 8192
+            && head_dim >= 16
+            && head_dim % 16 == 0
+            && half_chunks <= 16
+            && half_chunks & (half_chunks - 1) == 0
+            && d % head_dim == 0
     };
-    if !table(cos) || !table(sin) {
-        return None;
-    }
-    let outs: Vec<Tensor> = inputs.iter().map(|_| Tensor::empty([b, n, d], (kind, first.device()))).collect();
-    let (x1, w1, o1) = match inputs.get(1) {
-        Some((x, w)) => (x.data_ptr() as u64, w.data_ptr() as u64, outs[1].data_ptr() as u64),
-        None => (0, 0, 0),
+    let call = Call {
+        names: ["rms_rope_split_bf16", "rms_rope_split_f16", "rms_rope_split_f32"],
+        eps,
+        head_dim,
+        tables: Some((cos, sin)),
     };
-    let args = [
-        Arg::Ptr(inputs[0].0.data_ptr() as u64),
-        Arg::Ptr(inputs[0].1.data_ptr() as u64),
-        Arg::Ptr(outs[0].data_ptr() as u64),
-        Arg::Ptr(x1),
-        Arg::Ptr(w1),
-        Arg::Ptr(o1),
-        Arg::I64(row_stride),
-        Arg::Ptr(cos.data_ptr() as u64),
-        Arg::Ptr(sin.data_ptr() as u64),
-        Arg::I32(n as i32),
-        Arg::I32(d as i32),
-        Arg::I32(head_dim as i32),
-        Arg::F32(eps as f32),
-    ];
-    dev.launch_rows(name, b * n, inputs.len() as u32, d, &args).ok()?;
-    Some(outs)
+    launch(inputs, &call, fits, |d| d / 2)
 }
