@@ -196,7 +196,6 @@ fn given(req: &ResolvedRequest, name: &str, shape: &[i64], device: tch::Device) 
 }
 
 impl Ltx2Denoise {
-    /// One forward of `rows` text rows over the current latents at noise level `sigma`.
     /// The step's one forward: every pass of `s.batch`, each a sample.
     fn forward(&self, s: &State) -> Result<(Tensor, Tensor)> {
         let kind = self.model.kind();
