@@ -1,7 +1,7 @@
 //! The soundtrack a clip's picture determines, and the listening that scores one.
 //!
-//! Each shape has a pitch (a tone a fifth above the last, so a small vocoder's mel bands keep them
-//! apart); the tone is as loud as the object is big (growing gets louder, shrinking quieter) and
+//! Each shape has a pitch (multiples of 100 Hz at least a fifth apart, so a small vocoder's mel
+//! bands keep them apart and it can make them at all: below); the tone is as loud as the object is big (growing gets louder, shrinking quieter) and
 //! sits in the stereo field where the object is across the frame (constant-power pan: moving
 //! right moves it right). So the sound is a function of the picture, as the default model with
 //! sound is trained on it, and [`listen`] reads the three cues back with plain signal analysis
@@ -12,9 +12,11 @@ use serde::Serialize;
 use crate::render::placement;
 use crate::{Motion, Scene, Shape, Variation};
 
-/// Each shape's tone in Hz, in `Shape::ALL` order: a fifth apart (ratio 1.5), within the band
-/// every LTX-2 mel front end keeps.
-pub const PITCHES: [f32; 5] = [220.0, 330.0, 495.0, 742.5, 1113.75];
+/// Each shape's tone in Hz, in `Shape::ALL` order: at least a fifth apart (ratio ≥ 1.5), within
+/// the band every LTX-2 mel front end keeps, and whole multiples of 100 Hz: LTX-2's vocoder is
+/// convolutional over mel frames 10 ms apart, so a steady mel (a held tone) comes out periodic in
+/// 10 ms — it can only make harmonics of 100 Hz.
+pub const PITCHES: [f32; 5] = [200.0, 300.0, 500.0, 800.0, 1200.0];
 
 /// The canvas the placement is computed on (fractions do not depend on it).
 const CANVAS: usize = 1000;
@@ -239,12 +241,14 @@ mod tests {
         assert_eq!((tally.pitch, tally.cue), (1, 1));
     }
 
-    /// The five pitches are a fifth apart and each is heard at 24 kHz too (the 2.0 vocoder's rate).
+    /// The five pitches are at least a fifth apart and harmonics of the mel frame rate (100 Hz),
+    /// and each is heard at 24 kHz too (the 2.0 vocoder's rate).
     #[test]
     fn pitches_are_apart_and_heard_at_the_vocoders_rate() {
         for w in PITCHES.windows(2) {
-            assert!((w[1] / w[0] - 1.5).abs() < 1e-6);
+            assert!(w[1] / w[0] >= 1.5, "{w:?}");
         }
+        assert!(PITCHES.iter().all(|p| p % 100.0 == 0.0));
         for &shape in Shape::ALL {
             let scene = Scene { shape, ..Scene::all()[0] };
             let heard = listen(&soundtrack(&scene, &Variation::canonical(), 0.7, 24_000));
