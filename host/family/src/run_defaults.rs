@@ -41,9 +41,23 @@ pub struct RunDefaults {
     /// The solver its requests default to (`dmd` for a DMD/LCM-distilled model); the scheduler
     /// config's otherwise.
     pub sampler: Option<fastvideo_request::SamplerKind>,
+    /// Defaults of the model's own knobs (LTX-2's `audio_guidance_scale`, `stg_scale`, …), for a
+    /// model trained to other settings than the reference pipeline's.
+    #[serde(default)]
+    pub knobs: std::collections::BTreeMap<String, serde_json::Value>,
 }
 
 impl RunDefaults {
+    /// `schema` with this file's knob defaults, each checked (an error names the file and the
+    /// knob).
+    pub fn knob_schema(
+        &self,
+        schema: fastvideo_request::KnobSchema,
+        dir: &Path,
+    ) -> Result<fastvideo_request::KnobSchema> {
+        schema.with_defaults(&self.knobs).map_err(|e| anyhow::anyhow!("{}: {e}", dir.join("fastvideo.json").display()))
+    }
+
     /// `dir/fastvideo.json`, or every field absent when the folder has none.
     pub fn read(dir: &Path) -> Result<Self> {
         let path = dir.join("fastvideo.json");

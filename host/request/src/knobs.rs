@@ -138,6 +138,24 @@ impl KnobSchema {
         self.knobs.iter().find(|k| k.name == name)
     }
 
+    /// This schema with the defaults of `given` (a model folder's own, `fastvideo.json`'s
+    /// `knobs`): each must be one of its knobs and a value its kind takes; a step knob is checked
+    /// against no step count (the request's is not known yet).
+    pub fn with_defaults(mut self, given: &BTreeMap<String, serde_json::Value>) -> Result<Self, String> {
+        for (name, value) in given {
+            let names = self.names();
+            let Some(knob) = self.knobs.iter_mut().find(|k| &k.name == name) else {
+                return Err(format!("knob `{name}` is not one of this model's ({names})"));
+            };
+            let v = knob.kind.check(value, u32::MAX).map_err(|rule| format!("knob `{name}`: {rule}"))?;
+            knob.default = KnobDefault::Value(match knob.kind {
+                KnobKind::Step => serde_json::Value::from(v as u64),
+                _ => number(v),
+            });
+        }
+        Ok(self)
+    }
+
     /// The knob names, for messages: `a, b, c` or `none`.
     fn names(&self) -> String {
         match self.knobs.is_empty() {

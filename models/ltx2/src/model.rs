@@ -84,6 +84,8 @@ pub struct Ltx2Model {
     pub bytes: u64,
     /// The folder's `fastvideo.json` (the pipeline's defaults where absent).
     pub run: RunDefaults,
+    /// The knobs, with the folder's defaults where it sets them.
+    pub knobs: KnobSchema,
 }
 
 /// The pipeline's `class_name` in `model_index.json`.
@@ -101,6 +103,7 @@ impl Ltx2Model {
         let class = v.get("_class_name").and_then(|c| c.as_str()).unwrap_or("");
         ensure!(class == PIPELINE_CLASS, "{}: `_class_name` {class:?} is not {PIPELINE_CLASS}", index.display());
         let run = RunDefaults::read(dir)?;
+        let knobs = run.knob_schema(knobs(), dir)?;
         let max_len = run.max_sequence_length.unwrap_or(crate::prompt::MAX_SEQUENCE_LENGTH);
         let prompts = Arc::new(PromptEncoder::load(dir, device, kind, text_kind, max_len)?);
         let transformer = Arc::new(Ltx2Transformer::load(&dir.join("transformer"), device, kind)?);
@@ -162,7 +165,20 @@ impl Ltx2Model {
             + weight_bytes(&dir.join("text_encoder"), "model", text_kind, "model.language_model")
             + weight_bytes(&dir.join("text_encoder"), "model", text_kind, "language_model.model");
         let bytes = bytes + weight_bytes(&up_dir, "diffusion_pytorch_model", kind, "");
-        Ok(Self { prompts, transformer, vae, encoder, audio_vae, vocoder, schedule, upsampler, geometry, bytes, run })
+        Ok(Self {
+            prompts,
+            transformer,
+            vae,
+            encoder,
+            audio_vae,
+            vocoder,
+            schedule,
+            upsampler,
+            geometry,
+            bytes,
+            run,
+            knobs,
+        })
     }
 
     /// What requests it takes: text and image to video with sound; frames `8k + 1`, sides multiples of
@@ -196,7 +212,7 @@ impl Ltx2Model {
                 sampler: r.sampler.unwrap_or(SamplerKind::Euler),
                 negative_prompt: r.negative_prompt.clone().unwrap_or_default(),
                 timesteps: r.timesteps.clone(),
-                knobs: knobs(),
+                knobs: self.knobs.clone(),
             },
         }
     }

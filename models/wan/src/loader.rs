@@ -343,6 +343,11 @@ impl WanModel {
         let tokenizer = TextTokenizer::from_file(&dir.join("tokenizer").join("tokenizer.json"))?;
         let scheduler = scheduler::load(&dir.join("scheduler").join("scheduler_config.json"))?;
         let run = RunDefaults::read(dir)?;
+        ensure!(
+            run.knobs.is_empty(),
+            "{}: `knobs` is not read for Wan folders (their knobs come from the experts' layout)",
+            dir.join("fastvideo.json").display()
+        );
         // The embedding cache key names the encoder's dtype too: bf16 and fp32 embeddings differ.
         let identity = format!("{}|{}", weights_identity(&e_dir), fastvideo_torch::kind_name(kind));
         let text_cache = Arc::new(fastvideo_pipeline::EmbeddingCache::new(identity, 512));

@@ -339,7 +339,7 @@ fn eval_listens_to_a_model_with_sound_at_its_folders_defaults() {
     let model = tmp.path().join("tiny-ltx2");
     copy_dir(&fixture("tiny-ltx2"), &model);
     let defaults = r#"{"description": "tiny random LTX-2", "height": 32, "width": 32, "num_frames": 9, "fps": 24,
-        "steps": 2, "max_sequence_length": 16}"#;
+        "steps": 2, "max_sequence_length": 16, "knobs": {"audio_guidance_scale": 4, "stg_scale": 0}}"#;
     std::fs::write(model.join("fastvideo.json"), defaults).unwrap();
     let m = model.to_str().unwrap().to_string();
     let out = ok(&["eval", "--model", &m, "--limit", "2", "--seeds", "1", "--json"].map(String::from));
@@ -354,9 +354,30 @@ fn eval_listens_to_a_model_with_sound_at_its_folders_defaults() {
     assert!(report["settings"].as_str().unwrap().contains("2 steps"), "{report}");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("sound–picture agreement"), "{err}");
-    // The defaults file is checked: an unknown field is refused naming the file.
-    std::fs::write(model.join("fastvideo.json"), r#"{"frames": 9}"#).unwrap();
-    let out = fastvideo(&["generate", "--model", &m, "--prompt", "a ball", "--out", "/dev/null"]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && err.contains("fastvideo.json") && !err.contains("panicked"), "{err}");
+    // Its knob defaults are the requests' (a request may still set them).
+    let mp4 = tmp.path().join("x.mp4");
+    let gen = |extra: &[&str]| {
+        let mut args = vec!["generate", "--model", &m, "--prompt", "a red circle", "--out", mp4.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        fastvideo(&args)
+    };
+    let err = String::from_utf8_lossy(&gen(&[]).stderr).to_string();
+    assert!(err.contains("audio_guidance_scale 4") && err.contains("stg_scale 0"), "{err}");
+    let err = String::from_utf8_lossy(&gen(&["--knob", "stg_scale=2"]).stderr).to_string();
+    assert!(err.contains("stg_scale 2"), "{err}");
+    // The defaults file is checked: an unknown field, an unknown knob or a value out of its range
+    // is refused naming the file (and the knob).
+    for (bad, names) in [
+        (r#"{"frames": 9}"#, "frames"),
+        (r#"{"knobs": {"nope": 1}}"#, "nope"),
+        (r#"{"knobs": {"guidance_rescale": 3}}"#, "guidance_rescale"),
+    ] {
+        std::fs::write(model.join("fastvideo.json"), bad).unwrap();
+        let out = gen(&[]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains("fastvideo.json") && err.contains(names) && !err.contains("panicked"),
+            "{bad}: {err}"
+        );
+    }
 }
