@@ -51,7 +51,7 @@ pub struct SamplingArgs {
     /// rcm: the initial noise level in TrigFlow's sigma (80 when omitted).
     #[arg(long)]
     pub sigma_max: Option<f64>,
-    /// euler, unipc, flow_sde, dmd, rcm or euler_ancestral (model default when omitted).
+    /// euler, unipc, flow_sde, dmd, rcm, euler_ancestral or gradient_estimation (model default when omitted).
     #[arg(long, value_parser = parse_sampler)]
     pub sampler: Option<SamplerKind>,
     /// flow_sde: the SDE noise scale (0.7 when omitted).
@@ -105,7 +105,10 @@ pub fn parse_sampler(s: &str) -> Result<SamplerKind, String> {
         "dmd" | "lcm" => Ok(SamplerKind::Dmd),
         "rcm" => Ok(SamplerKind::Rcm),
         "euler_ancestral" | "euler-ancestral" => Ok(SamplerKind::EulerAncestral),
-        other => Err(format!("unknown sampler `{other}` (euler, unipc, flow_sde, dmd, rcm or euler_ancestral)")),
+        "gradient_estimation" | "gradient-estimation" => Ok(SamplerKind::GradientEstimation),
+        other => Err(format!(
+            "unknown sampler `{other}` (euler, unipc, flow_sde, dmd, rcm, euler_ancestral or gradient_estimation)"
+        )),
     }
 }
 

@@ -155,17 +155,21 @@ pub enum SamplerKind {
     /// Euler ancestral for rectified flows, as ComfyUI's `euler_ancestral` runs on flow-matching
     /// models: an Euler step down to `σ'²/σ`, then fresh noise (from the seed) back up to `σ'`.
     EulerAncestral,
+    /// ComfyUI's `gradient_estimation` (Permenter & Yuan, ICML 2024): Euler on the first step,
+    /// then on `2·v − v_prev` (the velocity extrapolated from the last step's), no noise.
+    GradientEstimation,
 }
 
 impl SamplerKind {
     /// Every solver, in the order docs list them.
-    pub const ALL: [SamplerKind; 6] = [
+    pub const ALL: [SamplerKind; 7] = [
         SamplerKind::Euler,
         SamplerKind::Unipc,
         SamplerKind::FlowSde,
         SamplerKind::Dmd,
         SamplerKind::Rcm,
         SamplerKind::EulerAncestral,
+        SamplerKind::GradientEstimation,
     ];
 
     /// The wire name (`euler`, `unipc`), as it appears in JSON.
@@ -177,6 +181,7 @@ impl SamplerKind {
             SamplerKind::Dmd => "dmd",
             SamplerKind::Rcm => "rcm",
             SamplerKind::EulerAncestral => "euler_ancestral",
+            SamplerKind::GradientEstimation => "gradient_estimation",
         }
     }
 }

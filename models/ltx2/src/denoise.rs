@@ -9,12 +9,11 @@ use std::sync::Arc;
 
 use anyhow::{ensure, Context, Result};
 use fastvideo_pipeline::denoise::seeded_noise;
-use fastvideo_pipeline::sampler::{euler_ancestral_rf, step_noise_seed};
 use fastvideo_pipeline::{
     AdapterSet, GuidanceState, LoopStage, LoopState, NodeCtx, StepCtx, StepResult, StreamGuidance, StreamPreds, Value,
     Values, ADAPTERS, STREAM_BRANCHES,
 };
-use fastvideo_request::{ResolvedRequest, SamplerKind, TaskType};
+use fastvideo_request::{ResolvedRequest, TaskType};
 use tch::{Kind, Tensor};
 
 use crate::guidance::{guided_velocity, guided_x0, Passes, Scales};
@@ -26,6 +25,7 @@ use crate::latents::{
 use crate::model::Geometry;
 use crate::refine::{two_stage, BaseParams, RefineParams};
 use crate::schedule::Ltx2Schedule;
+use crate::stepping::Stepping;
 use crate::transformer::{Ltx2Inputs, Ltx2Transformer};
 use crate::values::{
     AUDIO_LATENTS, AUDIO_TEXT, CONDITION, KEYFRAME_LATENTS, LATENTS, TEXT_MASK, UPSAMPLED, VIDEO_TEXT,
@@ -98,8 +98,8 @@ struct State {
     plugin: Option<(Arc<dyn StreamGuidance>, GuidanceState)>,
     /// The request's LoRA adapters, if any.
     adapters: Option<Arc<AdapterSet>>,
-    /// Euler ancestral: the seed its step noise derives from (`None`: plain Euler).
-    ancestral: Option<u64>,
+    /// How a step moves the latents.
+    stepping: Stepping,
     step: usize,
 }
 
@@ -435,15 +435,7 @@ impl Ltx2Denoise {
 impl LoopStage for Ltx2Denoise {
     fn init(&self, ctx: &NodeCtx, values: &mut Values) -> Result<LoopState> {
         let req = ctx.request;
-        let ancestral = match req.sampler {
-            SamplerKind::Euler => None,
-            // Each loop's noise from its own streams of the seed.
-            SamplerKind::EulerAncestral => Some(req.seed.wrapping_add(if self.role == Role::Refine { 20 } else { 10 })),
-            other => anyhow::bail!(
-                "sampling.sampler: LTX-2's loops step with `euler` or `euler_ancestral`; `{}` is not run here",
-                other.as_str()
-            ),
-        };
+        let stepping = Stepping::of(req, self.role == Role::Refine)?;
         let adapters = values.adapters(ADAPTERS).cloned();
         ensure!(
             two_stage(req) || !adapters.as_ref().is_some_and(|a| a.is_bound()),
@@ -490,7 +482,7 @@ impl LoopStage for Ltx2Denoise {
             keyed: start.keyed,
             plugin,
             adapters,
-            ancestral,
+            stepping,
             step: 0,
         };
         Ok(LoopState { step: 0, total_steps: steps, inner: Box::new(state) })
@@ -541,24 +533,13 @@ impl LoopStage for Ltx2Denoise {
                 (video, guided_velocity(&s.audio, sigma, &passes(1), &s.scales.1))
             }
         };
-        let (sigma, sigma_next) = (s.sigmas[s.step] as f64, s.sigmas[s.step + 1] as f64);
-        // Euler in float32: `x + (σ_next − σ)·v`, the step size rounded to float32 first; or
-        // Euler ancestral (fresh noise each step, its own stream per loop and stream).
-        let step = |x: &Tensor, v: &Tensor, stream: u64| match s.ancestral {
-            None => x + v * (s.sigmas[s.step + 1] - s.sigmas[s.step]) as f64,
-            Some(seed) => {
-                let x0 = x - v * sigma;
-                let seed = step_noise_seed(seed.wrapping_add(stream), s.step as u32);
-                euler_ancestral_rf(x, &x0, sigma, sigma_next, || seeded_noise(&x.size(), seed, x.device()))
-            }
-        };
-        let next = step(&s.video, &gv, 0);
+        let (next, audio) = s.stepping.step((&s.video, &s.audio), (&gv, &ga), &s.sigmas, s.step);
         // The clean first frame is not stepped.
         s.video = match s.clean {
             0 => next,
             k => Tensor::cat(&[s.video.narrow(1, 0, k), next.narrow(1, k, next.size()[1] - k)], 1),
         };
-        s.audio = step(&s.audio, &ga, 1);
+        s.audio = audio;
         s.step += 1;
         Ok(StepResult { forwards, output: Some(gv), ..Default::default() })
     }

@@ -26,6 +26,7 @@ pub mod prompt;
 pub mod refine;
 pub mod rope;
 pub mod schedule;
+mod stepping;
 pub mod transformer;
 pub mod upsampler;
 pub mod values;

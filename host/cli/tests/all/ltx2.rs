@@ -289,6 +289,28 @@ fn an_audio_scale_of_zero_is_the_videos() {
     assert!(zero != five, "and the scale matters");
 }
 
+/// ComfyUI's `gradient_estimation` on LTX-2's loop: its first step is Euler's (one level given:
+/// the same frames and sound to the bit), later ones step along `2·v − v_prev` (the scheduler's
+/// four steps: not Euler's).
+#[test]
+fn gradient_estimation_starts_as_euler_and_then_extrapolates() {
+    let run = |sampler: &str, levels: &str| {
+        let dir = tempfile::tempdir().unwrap();
+        let mut args = parity_args(dir.path());
+        args.extend(["--sampler".to_string(), sampler.to_string()]);
+        if !levels.is_empty() {
+            set(&mut args, "--steps", "1");
+            args.extend(["--node-param".to_string(), format!("denoise.sigmas={levels}")]);
+        }
+        ok(&args);
+        let frame = std::fs::read(dir.path().join("frame_0008.png")).unwrap();
+        (frame, std::fs::read(dir.path().join("out.wav")).unwrap())
+    };
+    assert!(run("gradient_estimation", "[1.0]") == run("euler", "[1.0]"), "one step is Euler's");
+    let (ge, euler) = (run("gradient_estimation", ""), run("euler", ""));
+    assert!(ge.0 != euler.0 && ge.1 != euler.1, "later steps extrapolate the velocity");
+}
+
 #[test]
 fn bad_input_is_one_line_naming_the_field() {
     let m = fixture("tiny-ltx2").display().to_string();

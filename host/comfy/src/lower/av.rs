@@ -39,8 +39,11 @@ impl<'a> Lowering<'a> {
         let kind = match name.as_str() {
             "euler" => SamplerKind::Euler,
             "euler_ancestral" => SamplerKind::EulerAncestral,
+            "gradient_estimation" => SamplerKind::GradientEstimation,
             _ => {
-                let msg = format!("sampler `{name}`: LTX-2's loops step with `euler` or `euler_ancestral`");
+                let msg = format!(
+                    "sampler `{name}`: LTX-2's loops step with `euler`, `euler_ancestral` or `gradient_estimation`"
+                );
                 return Err(CompileError::node(&select.origin, msg));
             }
         };

@@ -21,13 +21,14 @@ use crate::{CompileError, PipelineGraph};
 
 /// ComfyUI sampler names we run, and as what (`lcm`: predict the clean sample, noise it afresh
 /// to the next level, which is the `dmd` sampler; `euler_ancestral` as ComfyUI runs it on flow
-/// models; their noise is ours, not ComfyUI's stream).
+/// models; their noise is ours, not ComfyUI's stream; `gradient_estimation` with its `ge_gamma` 2).
 const SAMPLERS: &[(&str, SamplerKind)] = &[
     ("euler", SamplerKind::Euler),
     ("uni_pc", SamplerKind::Unipc),
     ("uni_pc_bh2", SamplerKind::Unipc),
     ("lcm", SamplerKind::Dmd),
     ("euler_ancestral", SamplerKind::EulerAncestral),
+    ("gradient_estimation", SamplerKind::GradientEstimation),
 ];
 /// ComfyUI schedules we run: the flow-matching sigma schedule with the model's shift (`simple`,
 /// `normal`), and FLUX.2's shifted by the picture's size (`flux2`, `Flux2Scheduler`), which is

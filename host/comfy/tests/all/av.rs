@@ -112,7 +112,7 @@ fn the_two_stage_graph_is_one_request_with_each_loops_levels() {
 fn what_the_request_cannot_express_is_refused_naming_the_node() {
     let mut g = two_stage();
     set(&mut g, "select", "sampler", json!("dpmpp_2m"));
-    refused(g, "select", "`euler` or `euler_ancestral`");
+    refused(g, "select", "`euler`, `euler_ancestral` or `gradient_estimation`");
 
     let mut g = two_stage();
     set(&mut g, "s2", "sigmas", json!("0.85, 0.725, 0.42"));

@@ -8,6 +8,7 @@
 mod ancestral;
 mod dmd;
 mod euler;
+mod gradient;
 mod schedule;
 mod sde;
 mod unipc;
@@ -15,6 +16,7 @@ mod unipc;
 pub use ancestral::{euler_ancestral_rf, EulerAncestral};
 pub use dmd::{Dmd, StepNoise};
 pub use euler::FlowMatchEuler;
+pub use gradient::{gradient_estimate, GradientEstimation, GE_GAMMA};
 pub use schedule::{linspace, Sampler, Schedule, NUM_TRAIN_TIMESTEPS};
 pub use sde::{flow_sde_step, step_noise_seed, FlowSde, SdeDraw, SdeStep};
 pub use unipc::{UniPc, UniPcConfig};
@@ -37,6 +39,12 @@ pub fn build(req: &ResolvedRequest) -> Box<dyn Sampler> {
         (SamplerKind::EulerAncestral, Some(base)) => Box::new(EulerAncestral::new(base, shift, dmd::seeded(req.seed))),
         (SamplerKind::EulerAncestral, None) => {
             Box::new(EulerAncestral::over(FlowMatchEuler::new(steps, shift).schedule().clone(), dmd::seeded(req.seed)))
+        }
+        (SamplerKind::GradientEstimation, Some(base)) => {
+            Box::new(GradientEstimation::over(FlowMatchEuler::with_base_sigmas(base, shift).schedule().clone()))
+        }
+        (SamplerKind::GradientEstimation, None) => {
+            Box::new(GradientEstimation::over(FlowMatchEuler::new(steps, shift).schedule().clone()))
         }
         (SamplerKind::Dmd, Some(base)) => Box::new(Dmd::new(base, shift, req.seed)),
         // diffusers' FlowMatchLCMScheduler spaces steps as its Euler scheduler does.

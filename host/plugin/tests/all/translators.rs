@@ -93,7 +93,7 @@ fn unsupported_values_and_untranslated_nodes_are_refused_by_name() {
     let e = compile(&w, &t).unwrap_err().to_string();
     assert_eq!(
         e,
-        "node 3: sampler `dpmpp_2m` is not one this runtime runs (euler, uni_pc, uni_pc_bh2, lcm, euler_ancestral)"
+        "node 3: sampler `dpmpp_2m` is not one this runtime runs (euler, uni_pc, uni_pc_bh2, lcm, euler_ancestral, gradient_estimation)"
     );
 
     let mut w = template("text_to_video_wan.json");
