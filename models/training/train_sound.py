@@ -65,6 +65,7 @@ from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processor
 from transformers import Gemma3Config, Gemma3ForConditionalGeneration, PreTrainedTokenizerFast
 
 from sound_audio import HOP, MELS, RATE, MelFront, audio_lengths, stft_loss, tone_share
+from train_default import Log, to_unit  # the default model's log lines and pixel scaling, as they are
 
 WORDS = (
     "a on background moving left right up down growing shrinking "
@@ -185,20 +186,6 @@ def load_sounds(data, device):
     raw = np.fromfile(os.path.join(data, "sounds.f32"), dtype=np.float32).reshape(n, s, c)[:, :samples]
     waves = torch.from_numpy(np.ascontiguousarray(raw)).to(device).transpose(1, 2).contiguous()
     return waves, meta
-
-
-def to_unit(x):
-    return x.float() / 127.5 - 1.0
-
-
-class Log:
-    def __init__(self, out, stage):
-        self.path = os.path.join(out, "train_log.jsonl")
-        self.stage = stage
-
-    def write(self, **kw):
-        with open(self.path, "a") as f:
-            f.write(json.dumps({"stage": self.stage, **kw}) + "\n")
 
 
 def state(out):
