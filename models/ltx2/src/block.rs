@@ -207,9 +207,11 @@ fn residual_norm_mod(
         let h = norm_mod(norm, &x, modulation);
         return (x, h);
     }
-    // The kernel reads the gate and the modulation with one stride: rows of one table.
+    // The kernel reads the gate and the modulation with one stride: rows of one table. Vectors
+    // already laid out alike (chunks of one table) are read where they are.
+    let alike = |a: &Tensor, b: &Tensor| a.size() == b.size() && a.stride() == b.stride() && a.kind() == b.kind();
     let joined = match (gate, modulation) {
-        (Some(g), Some((scale, shift))) => one_table(&[g, scale, shift]),
+        (Some(g), Some((scale, shift))) if !(alike(g, scale) && alike(g, shift)) => one_table(&[g, scale, shift]),
         _ => Vec::new(),
     };
     let (gate, modulation) = match joined.as_slice() {
