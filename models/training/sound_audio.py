@@ -1,6 +1,6 @@
 """The pinned audio front end and losses of train_sound.py: the log-mel the audio VAE is trained
-on (16 kHz, Hann 1024, hop 160, 64 Slaney bands 0-8 kHz), the pipeline's audio lengths, the
-vocoder's multi-resolution STFT loss and the `tone` share `fastvideo eval`'s listener measures."""
+on (16 kHz, Hann 1024, hop 160, 64 Slaney bands 0-8 kHz), the pipeline's audio lengths and the
+`tone` share `fastvideo eval`'s listener measures."""
 
 import math
 
@@ -52,18 +52,6 @@ def audio_lengths(frames, fps):
     latents = round(frames / fps * LATENT_PER_SECOND)
     mel = 4 * latents - 3
     return latents, mel, mel * HOP
-
-
-def stft_loss(pred, target):
-    """L1 on linear and log STFT magnitudes at three resolutions (pred/target [B, 2, S])."""
-    p, t = pred.flatten(0, 1).float(), target.flatten(0, 1).float()
-    loss = 0.0
-    for n_fft, hop in ((256, 64), (1024, 256), (4096, 1024)):
-        w = torch.hann_window(n_fft, device=p.device)
-        sp = torch.stft(p, n_fft, hop, n_fft, w, return_complex=True).abs()
-        st = torch.stft(t, n_fft, hop, n_fft, w, return_complex=True).abs()
-        loss = loss + (sp - st).abs().mean() + (torch.log(sp + 1e-4) - torch.log(st + 1e-4)).abs().mean()
-    return loss / 3
 
 
 def tone_share(pred, target):

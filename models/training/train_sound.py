@@ -12,6 +12,7 @@ Stages (each resumable from the folder it writes; run in chunks of a few minutes
     fastvideo dataset --out data --clips 24000 --sound --fps 24     # clips.u8 + sounds.f32
     python3 train_sound.py --data data --out ckpt --stage vae   --minutes 4
     python3 train_sound.py --data data --out ckpt --stage audio --minutes 2
+    python3 train_sound.py --data data --out ckpt --stage vocoder --minutes 10   # decoder side only
     python3 train_sound.py --data data --out ckpt --stage dit   --minutes 8   # repeat to resume
     python3 train_sound.py --data data --out ckpt --stage dit   --minutes 4 --anneal   # last run
 
@@ -27,9 +28,11 @@ with itself. A clip of F frames at `fps` has L = round(F / fps * 25) audio laten
 count), the VAE decodes them to 4L - 3 mel frames and the vocoder to (4L - 3) * 160 samples: the
 stage trains on exactly the first (4L - 3) * 160 samples of each soundtrack. Losses: audio VAE
 L1 on the log-mel + tiny KL; vocoder (fed the true mel or, half the time, the VAE's
-reconstruction, so it forgives the VAE's blur) waveform L1 + L1 on multi-resolution STFT
-magnitudes (linear and log; windows 256, 1024 and 4096: the long one resolves pitch to 4 Hz).
-The log prints `tone`: the share of the vocoder output's energy at the target's exact pitch, as
+reconstruction, so it forgives the VAE's blur) squared error on the waveform alone (the tones are
+harmonics of the mel frame rate, phase-locked at every frame: the waveform is a function of the
+mel; STFT-magnitude losses, tried first, held the vocoder near silence). `--stage vocoder` trains
+the decoding side alone (the audio VAE's decoder and the vocoder; the encoder frozen, so it is
+safe after the dit stage). The log prints `tone`: the share of the vocoder output's energy at the target's exact pitch, as
 `fastvideo eval`'s listener measures it (1 for a pure tone).
 
 `--stage dit` freezes the VAEs, encodes every clip and soundtrack once, sets both VAEs'
@@ -64,7 +67,7 @@ from diffusers.pipelines.ltx2.vocoder import LTX2Vocoder
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
 from transformers import Gemma3Config, Gemma3ForConditionalGeneration, PreTrainedTokenizerFast
 
-from sound_audio import HOP, MELS, RATE, MelFront, audio_lengths, stft_loss, tone_share
+from sound_audio import HOP, MELS, RATE, MelFront, audio_lengths, tone_share
 from train_default import Log, to_unit  # the default model's log lines and pixel scaling, as they are
 
 WORDS = (
@@ -191,7 +194,7 @@ def load_sounds(data, device):
 def state(out):
     p = os.path.join(out, "train_state.json")
     st = json.load(open(p)) if os.path.exists(p) else {}
-    for k in ("vae_steps", "audio_steps", "dit_steps"):
+    for k in ("vae_steps", "audio_steps", "vocoder_steps", "dit_steps"):
         st.setdefault(k, 0)
     st.setdefault("gpu_seconds", 0.0)
     return st
@@ -268,37 +271,48 @@ def train_vae(args, device):
 
 
 def train_audio(args, device):
+    """`--stage audio`: the audio VAE and the vocoder together. `--stage vocoder`: the decoding side
+    alone (the audio VAE's decoder and the vocoder), the encoder frozen, so the latents the
+    transformer learnt stay as they are."""
+    both = args.stage == "audio"
     waves, meta = load_sounds(args.data, device)
     mel_of = MelFront(device)
     avae_dir, voc_dir = os.path.join(args.out, "audio_vae"), os.path.join(args.out, "vocoder")
     avae = AutoencoderKLLTX2Audio.from_pretrained(avae_dir) if os.path.exists(avae_dir) else new_audio_vae()
+    assert both or os.path.exists(avae_dir), f"--stage vocoder: no trained audio VAE in {avae_dir}"
     voc = LTX2Vocoder.from_pretrained(voc_dir) if os.path.exists(voc_dir) else new_vocoder()
     avae.to(device).train()
+    avae.encoder.requires_grad_(both)
     voc.to(device).train()
-    params = list(avae.parameters()) + list(voc.parameters())
+    params = list((avae if both else avae.decoder).parameters()) + list(voc.parameters())
     opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.0, betas=(0.8, 0.99))
-    st, log = state(args.out), Log(args.out, "audio")
-    start, step = time.time(), st["audio_steps"]
-    g = torch.Generator(device=device).manual_seed(2000 + step)
+    key = "audio" if both else "vocoder"
+    st, log = state(args.out), Log(args.out, key)
+    start, step = time.time(), st[f"{key}_steps"]
+    g = torch.Generator(device=device).manual_seed(2000 + step + (0 if both else 7))
     budget = args.minutes * 60
     while time.time() - start < budget:
         idx = torch.randint(0, waves.shape[0], (args.batch,), device=device, generator=g)
         wave = waves[idx]
         mel = mel_of(wave)  # [B, 2, T, MELS]
-        warm = min(1.0, (step - st["audio_steps"] + 1) / 100)
+        warm = min(1.0, (step - st[f"{key}_steps"] + 1) / 100)
         decay = max(0.05, 1 - (time.time() - start) / budget) if args.anneal else 1.0
         set_lr(opt, args.lr * warm * decay)
         with autocast(device):
-            post = avae.encode(mel).latent_dist
+            with torch.set_grad_enabled(both):
+                post = avae.encode(mel).latent_dist
             rec = avae.decode(post.sample(generator=g)).sample.float()
-        kl = post.kl().float().mean() / mel[0].numel()
-        vae_loss = (rec - mel).abs().mean() + 1e-4 * kl
+        mel_l1 = (rec - mel).abs().mean()
+        vae_loss = mel_l1 + (1e-4 * post.kl().float().mean() / mel[0].numel() if both else 0.0)
         # The vocoder hears the true mel or (half the batch) the VAE's reconstruction of it.
         use_rec = (torch.rand(args.batch, device=device, generator=g) < 0.5).view(-1, 1, 1, 1)
         voc_in = torch.where(use_rec, rec.detach(), mel)
         with autocast(device):
             out = voc(voc_in).float()
-        voc_loss = (out - wave).abs().mean() + stft_loss(out, wave)
+        # Squared error on the waveform alone: the soundtracks' tones are harmonics of the mel
+        # frame rate with their phase fixed at every frame, so the waveform is a function of the
+        # mel. STFT-magnitude losses pull a vocoder toward silence on pure tones (README).
+        voc_loss = (out - wave).square().mean()
         loss = vae_loss + voc_loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -308,11 +322,11 @@ def train_audio(args, device):
         if step % args.log_every == 0:
             with torch.no_grad():
                 tone = tone_share(out[~use_rec.view(-1)], wave[~use_rec.view(-1)]) if (~use_rec).any() else 0.0
-            log.write(step=step, loss=loss.item(), mel_l1=vae_loss.item(), vocoder=voc_loss.item(), tone=tone,
+            log.write(step=step, loss=loss.item(), mel_l1=mel_l1.item(), vocoder=voc_loss.item(), tone=tone,
                       seconds=time.time() - start)
-            print(f"audio step {step} mel L1 {vae_loss.item():.4f} vocoder {voc_loss.item():.4f} tone {tone:.3f}",
+            print(f"{key} step {step} mel L1 {mel_l1.item():.4f} vocoder {voc_loss.item():.5f} tone {tone:.3f}",
                   flush=True)
-    print(f"audio: {step - st['audio_steps']} steps in {time.time() - start:.0f}s, now {step}", flush=True)
+    print(f"{key}: {step - st[f'{key}_steps']} steps in {time.time() - start:.0f}s, now {step}", flush=True)
     seconds = time.time() - start
     avae.eval().save_pretrained(avae_dir, safe_serialization=True)
     voc.eval().save_pretrained(voc_dir, safe_serialization=True)
@@ -325,7 +339,7 @@ def train_audio(args, device):
              "tone_data": tone_share(wave, wave)}
     print("audio check:", json.dumps({k: round(v, 3) for k, v in tones.items()}), flush=True)
     log.write(step=step, **tones)
-    save_state(args.out, "audio", step, seconds)
+    save_state(args.out, key, step, seconds)
     write_pipeline_files(args.out, meta)
 
 
@@ -490,10 +504,10 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--data", required=True, help="a `fastvideo dataset --sound` folder")
     p.add_argument("--out", required=True)
-    p.add_argument("--stage", choices=["vae", "audio", "dit"], required=True)
+    p.add_argument("--stage", choices=["vae", "audio", "vocoder", "dit"], required=True)
     p.add_argument("--minutes", type=float, default=5.0)
-    p.add_argument("--batch", type=int, default=None, help="default: vae 32, audio 64, dit 256")
-    p.add_argument("--lr", type=float, default=None, help="default: vae 1e-3, audio 5e-4, dit 5e-4")
+    p.add_argument("--batch", type=int, default=None, help="default: vae 32, audio and vocoder 64, dit 256")
+    p.add_argument("--lr", type=float, default=None, help="default: vae 1e-3, audio 5e-4, vocoder 1e-3, dit 5e-4")
     p.add_argument("--anneal", action="store_true", help="decay the learning rate over this run (audio, dit)")
     p.add_argument("--edge-weight", type=float, default=0.0, help="vae: weight of the spatial-gradient L1 term")
     p.add_argument("--audio-weight", type=float, default=1.0, help="dit: weight of the audio stream's loss")
@@ -504,14 +518,14 @@ def main():
     p.add_argument("--log-every", type=int, default=50)
     args = p.parse_args()
     if args.batch is None:
-        args.batch = {"vae": 32, "audio": 64, "dit": 256}[args.stage]
+        args.batch = {"vae": 32, "audio": 64, "vocoder": 64, "dit": 256}[args.stage]
     if args.lr is None:
-        args.lr = {"vae": 1e-3, "audio": 5e-4, "dit": 5e-4}[args.stage]
+        args.lr = {"vae": 1e-3, "audio": 5e-4, "vocoder": 1e-3, "dit": 5e-4}[args.stage]
     device = "cuda" if torch.cuda.is_available() else "cpu"
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     os.makedirs(args.out, exist_ok=True)
-    {"vae": train_vae, "audio": train_audio, "dit": train_dit}[args.stage](args, device)
+    {"vae": train_vae, "audio": train_audio, "vocoder": train_audio, "dit": train_dit}[args.stage](args, device)
 
 
 if __name__ == "__main__":

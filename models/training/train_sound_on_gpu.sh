@@ -54,8 +54,10 @@ done
 [ "${#pids[@]}" = 0 ] || pack
 [ "$failed" = 0 ]
 if [ "$dit_min" != 0 ]; then
-  train --stage dit --minutes "$dit_min" --batch "${DIT_BATCH:-256}" ${DIT_FLAGS:-}
+  # Packed even when the stage fails after saving (what it trained comes back).
+  train --stage dit --minutes "$dit_min" --batch "${DIT_BATCH:-256}" ${DIT_FLAGS:-} || failed=1
   pack
+  [ "$failed" = 0 ]
 fi
 if [ "${EVAL_LIMIT:-0}" != 0 ]; then
   "$bin" eval --model "$ckpt" --limit "$EVAL_LIMIT" --seeds 1 2>&1 | tee "$out_tgz.eval.txt" | tail -12

@@ -30,6 +30,10 @@ pub struct EvalArgs {
     /// Use only the first N scenes of the list (a quick smoke run).
     #[arg(long)]
     limit: Option<usize>,
+    /// Take every Nth scene of the list (before --limit): the held-out list runs shape by shape,
+    /// so `--stride 6` keeps two scenes of each shape.
+    #[arg(long, default_value_t = 1)]
+    stride: usize,
     /// Seeds per scene (0..N).
     #[arg(long, default_value_t = 1)]
     seeds: u64,
@@ -85,14 +89,18 @@ pub struct EvalArgs {
 }
 
 /// The scene list for `--scenes`, in a fixed order.
-pub fn scenes(which: &str, limit: Option<usize>) -> Result<Vec<Scene>> {
+pub fn scenes(which: &str, stride: usize, limit: Option<usize>) -> Result<Vec<Scene>> {
+    if stride == 0 {
+        bail!("--stride must be positive");
+    }
     let all = Scene::all().into_iter();
-    let mut v: Vec<Scene> = match which {
+    let v: Vec<Scene> = match which {
         "heldout" => all.filter(|s| s.held_out()).collect(),
         "train" => all.filter(|s| !s.held_out()).collect(),
         "all" => all.collect(),
         other => bail!("--scenes: `{other}` is not heldout, train or all"),
     };
+    let mut v: Vec<Scene> = v.into_iter().step_by(stride).collect();
     if let Some(n) = limit {
         if n == 0 {
             bail!("--limit must be positive");
@@ -123,7 +131,7 @@ pub fn run(args: EvalArgs) -> Result<()> {
             args.json,
         );
     }
-    let list = scenes(&args.scenes, args.limit)?;
+    let list = scenes(&args.scenes, args.stride, args.limit)?;
     if args.seeds == 0 {
         bail!("--seeds must be positive");
     }

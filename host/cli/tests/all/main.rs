@@ -15,6 +15,7 @@ mod comfyui_ltx2;
 mod common;
 mod cosmos3;
 mod default_model;
+mod default_sound;
 mod device_budget;
 mod few_step;
 mod flux2;
