@@ -132,6 +132,37 @@ def save_state(out, st):
     json.dump(st, open(os.path.join(out, "train_state.json"), "w"), indent=2)
 
 
+def vae_loss(rec, x, kl, edge_weight):
+    """Reconstruction loss of a video VAE on procedural clips ([B, 3, F, H, W] in [-1, 1]).
+
+    The object covers ~7% of the pixels: unweighted L1 is minimised by drawing background only
+    (the median), which is what a first run learned. Object pixels weigh 10x more. With
+    `edge_weight`, the spatial gradients are matched too (shapes differ only at their edges), so
+    a decoder that rounds every corner off (what 1,407 steps of pixel loss learned) pays for it.
+    """
+    bg = x[:, :, :, :1, :1]  # the top-left pixel is always background
+    w = 1.0 + 10.0 * ((x - bg).abs().sum(dim=1, keepdim=True) > 0.1).float()
+    err = (rec - x).abs() + (rec - x).square()
+    loss = (w * err).mean() / w.mean() + 1e-4 * kl
+    if edge_weight > 0:
+        def grads(v):
+            return v[..., :, 1:] - v[..., :, :-1], v[..., 1:, :] - v[..., :-1, :]
+
+        (rx, ry), (xx, xy) = grads(rec), grads(x)
+        wx, wy = w[..., :, 1:], w[..., 1:, :]
+        edge = (wx * (rx - xx).abs()).mean() / wx.mean() + (wy * (ry - xy).abs()).mean() / wy.mean()
+        loss = loss + edge_weight * edge
+    return loss
+
+
+def update(opt, loss, params):
+    """One optimizer step on `loss`, gradients clipped to norm 1."""
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, 1.0)
+    opt.step()
+
+
 def train_vae(args, device):
     clips, _ = load_clips(args.data, device)
     vae_dir = os.path.join(args.out, "vae")
@@ -166,26 +197,8 @@ def train_vae(args, device):
                 post = vae.encode(x).latent_dist
             rec = vae.decode(post.sample(generator=g)).sample.float()
         kl = post.kl().float().mean() / x[0].numel()
-        # The object covers ~7% of the pixels: unweighted L1 is minimised by drawing background
-        # only (the median), which is what a first run learned. Object pixels weigh 10x more.
-        bg = x[:, :, :, :1, :1]  # the top-left pixel is always background
-        w = 1.0 + 10.0 * ((x - bg).abs().sum(dim=1, keepdim=True) > 0.1).float()
-        err = (rec - x).abs() + (rec - x).square()
-        loss = (w * err).mean() / w.mean() + 1e-4 * kl
-        if args.edge_weight > 0:
-            # Shapes differ only at their edges: match the spatial gradients too, so a decoder
-            # that rounds every corner off (what 1,407 steps of pixel loss learned) pays for it.
-            def grads(v):
-                return v[..., :, 1:] - v[..., :, :-1], v[..., 1:, :] - v[..., :-1, :]
-
-            (rx, ry), (xx, xy) = grads(rec), grads(x)
-            wx, wy = w[..., :, 1:], w[..., 1:, :]
-            edge = (wx * (rx - xx).abs()).mean() / wx.mean() + (wy * (ry - xy).abs()).mean() / wy.mean()
-            loss = loss + args.edge_weight * edge
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
+        loss = vae_loss(rec, x, kl, args.edge_weight)
+        update(opt, loss, params)
         step += 1
         if step % 50 == 0:
             log.write(step=step, loss=loss.item(), kl=kl.item(), seconds=time.time() - start)
@@ -257,10 +270,7 @@ def train_dit(args, device):
             ctx = embed(te, tok, batch_prompts, device)
             pred = tr(xt, sigma * 1000, ctx, return_dict=False)[0]
         loss = F.mse_loss(pred.float(), noise - x0)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
+        update(opt, loss, params)
         step += 1
         if step % 100 == 0:
             log.write(step=step, loss=loss.item(), lr=opt.param_groups[0]["lr"], seconds=time.time() - start)

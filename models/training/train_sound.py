@@ -68,7 +68,8 @@ from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processor
 from transformers import Gemma3Config, Gemma3ForConditionalGeneration, PreTrainedTokenizerFast
 
 from sound_audio import HOP, MELS, RATE, MelFront, audio_lengths, tone_share
-from train_default import Log, to_unit  # the default model's log lines and pixel scaling, as they are
+# The default model's log lines, pixel scaling, VAE loss and optimizer step, as they are.
+from train_default import Log, to_unit, update, vae_loss
 
 WORDS = (
     "a on background moving left right up down growing shrinking "
@@ -239,23 +240,8 @@ def train_vae(args, device):
             post = vae.encode(x).latent_dist
             rec = vae.decode(post.sample(generator=g)).sample.float()
         kl = post.kl().float().mean() / x[0].numel()
-        # Object pixels weigh 10x (the object covers ~7% of the frame; see train_default.py).
-        bg = x[:, :, :, :1, :1]
-        w = 1.0 + 10.0 * ((x - bg).abs().sum(dim=1, keepdim=True) > 0.1).float()
-        err = (rec - x).abs() + (rec - x).square()
-        loss = (w * err).mean() / w.mean() + 1e-4 * kl
-        if args.edge_weight > 0:
-            def grads(v):
-                return v[..., :, 1:] - v[..., :, :-1], v[..., 1:, :] - v[..., :-1, :]
-
-            (rx, ry), (xx, xy) = grads(rec), grads(x)
-            wx, wy = w[..., :, 1:], w[..., 1:, :]
-            edge = (wx * (rx - xx).abs()).mean() / wx.mean() + (wy * (ry - xy).abs()).mean() / wy.mean()
-            loss = loss + args.edge_weight * edge
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
+        loss = vae_loss(rec, x, kl, args.edge_weight)
+        update(opt, loss, params)
         step += 1
         if step % args.log_every == 0:
             log.write(step=step, loss=loss.item(), kl=kl.item(), seconds=time.time() - start)
@@ -314,10 +300,7 @@ def train_audio(args, device):
         # mel. STFT-magnitude losses pull a vocoder toward silence on pure tones (README).
         voc_loss = (out - wave).square().mean()
         loss = vae_loss + voc_loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
+        update(opt, loss, params)
         step += 1
         if step % args.log_every == 0:
             with torch.no_grad():
@@ -450,10 +433,7 @@ def train_dit(args, device):
         loss_v = F.mse_loss(pv.float(), noise - x0)
         loss_a = F.mse_loss(pa.float(), anoise - a0)
         loss = loss_v + args.audio_weight * loss_a
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
+        update(opt, loss, params)
         step += 1
         if step % args.log_every == 0:
             log.write(step=step, loss=loss.item(), video=loss_v.item(), audio=loss_a.item(),
